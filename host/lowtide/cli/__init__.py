@@ -1,0 +1,43 @@
+"""The `lowtide` command. Each command lives in its own module here and registers itself on `app`.
+
+Every user-facing failure is a LowtideError: printed as one line on stderr, exit status 2, no traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from lowtide.errors import LowtideError
+
+app = typer.Typer(
+    name="lowtide",
+    help="Predict, minimise and measure the tensor arena TensorFlow Lite Micro needs for a model.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# Command modules import `app` from here; importing them registers their commands.
+from lowtide.cli import inspect_cmd  # noqa: E402,F401
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except LowtideError as exc:
+        print(f"lowtide: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("lowtide: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as exc:  # click's usage errors and aborts
+        import click
+
+        if isinstance(exc, click.exceptions.Abort):
+            sys.exit(130)
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(2)
+        raise

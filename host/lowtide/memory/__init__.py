@@ -1,0 +1,42 @@
+"""Stage 2: what TFLM allocates. Lifetimes (`lifetimes`), kernel scratch requests (`scratch`), a replica of TFLM's
+greedy planner (`greedy`), and the live-memory lower bound of an operator order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lowtide.memory.greedy import arena_head, greedy_offsets
+from lowtide.memory.lifetimes import ALIGNMENT, Buffer, Order, Step, align_up, buffer_lifetimes, stored_order
+from lowtide.model.ir import Graph
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """TFLM's plan of the arena head for one operator order."""
+
+    buffers: tuple[Buffer, ...]
+    steps: tuple[Step, ...]
+    offsets: tuple[int, ...]  # offset of each buffer, as TFLM's greedy planner places it
+    head_bytes: int  # predicted TFLM arena head
+    live_peak_bytes: int  # lower bound: the most aligned bytes live at any one step
+    peak_step: int | None  # index into steps of the first step at the live peak
+
+
+def tflm_plan(graph: Graph, order: Order | None = None) -> MemoryPlan:
+    buffers, steps = buffer_lifetimes(graph, order)
+    offsets = greedy_offsets(buffers)
+    peak = max(steps, key=lambda s: s.live_bytes, default=None)
+    return MemoryPlan(
+        buffers=tuple(buffers),
+        steps=tuple(steps),
+        offsets=tuple(offsets),
+        head_bytes=arena_head(buffers, offsets),
+        live_peak_bytes=peak.live_bytes if peak else 0,
+        peak_step=steps.index(peak) if peak else None,
+    )
+
+
+__all__ = [
+    "ALIGNMENT", "Buffer", "MemoryPlan", "Order", "Step", "align_up", "arena_head", "buffer_lifetimes",
+    "greedy_offsets", "stored_order", "tflm_plan",
+]

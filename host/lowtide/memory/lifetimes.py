@@ -1,0 +1,131 @@
+"""TFLM's buffer lifetimes (micro_allocation_info.cc, MarkAllocationLifetimes), for any operator order.
+
+Scopes are global across subgraphs: subgraph 0's inputs are created at scope 0, operator k of a subgraph run
+opens a new scope, and a control-flow operator's called subgraphs get scopes nested inside its own. Intervals
+are inclusive, so an operator's inputs and outputs are live together and never share memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lowtide.memory.scratch import scratch_sizes
+from lowtide.model.ir import Graph
+
+ALIGNMENT = 16  # MicroArenaBufferAlignment()
+
+
+def align_up(n: int, alignment: int = ALIGNMENT) -> int:
+    return (n + alignment - 1) // alignment * alignment
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """One buffer TFLM's memory planner places in the arena head."""
+
+    subgraph: int
+    tensor: int | None  # tensor index in its subgraph, or None for a kernel scratch buffer
+    op: int | None  # for scratch buffers: the operator that requested it
+    size: int  # bytes, rounded up to 16 as TFLM does
+    first: int  # first scope in which it is live
+    last: int  # last scope in which it is live (inclusive)
+    offline_offset: int | None = None  # fixed offset from an OfflineMemoryAllocation plan
+
+    @property
+    def label(self) -> str:
+        if self.tensor is None:
+            return f"scratch(op {self.op})"
+        return f"t{self.tensor}" if self.subgraph == 0 else f"sg{self.subgraph}:t{self.tensor}"
+
+
+@dataclass(frozen=True)
+class Step:
+    """What is live while one operator runs."""
+
+    subgraph: int
+    op: int  # operator index in the subgraph's stored order
+    opcode: str
+    scope: int
+    buffers: tuple[int, ...]  # indices into the buffer list
+    live_bytes: int  # aligned bytes of those buffers
+
+
+Order = dict[int, list[int]]  # subgraph index -> operator indices in execution order
+
+
+def stored_order(graph: Graph) -> Order:
+    return {sg.index: [op.index for op in sg.operators] for sg in graph.subgraphs}
+
+
+def buffer_lifetimes(graph: Graph, order: Order | None = None) -> tuple[list[Buffer], list[Step]]:
+    """Buffers in the order TFLM adds them to its planner (tensors of every subgraph, then scratch buffers),
+    and one Step per operator execution in scope order."""
+    order = order or stored_order(graph)
+    first: dict[tuple[int, int], int] = {}
+    last: dict[tuple[int, int], int] = {}
+    scratch: list[tuple[int, int, int, int]] = []  # (subgraph, op, size, scope)
+    op_scopes: list[tuple[int, int, int]] = []  # (subgraph, op, scope)
+    scope = 0
+
+    def created(key, s):
+        first.setdefault(key, s)
+
+    def used(key, s):
+        last[key] = max(last.get(key, s), s)
+
+    # Recursion follows subgraph nesting (a handful of levels), never the operator count.
+    def mark(sg_index: int):
+        nonlocal scope
+        sg = graph.subgraphs[sg_index]
+        for t in sg.inputs:
+            created((sg_index, t), scope)
+            used((sg_index, t), scope)
+        for op_index in order[sg_index]:
+            op = sg.operators[op_index]
+            scope += 1
+            for t in op.outputs:
+                created((sg_index, t), scope)
+            op_scope = scope
+            op_scopes.append((sg_index, op_index, op_scope))
+            for size in scratch_sizes(graph, sg_index, op_index):
+                scratch.append((sg_index, op_index, size, op_scope))
+            for called in op.called_subgraphs:
+                scope += 1
+                mark(called)
+            for t in op.inputs:
+                if t >= 0:
+                    used((sg_index, t), scope)
+            for t in op.outputs:
+                used((sg_index, t), op_scope)
+        for t in sg.outputs:
+            created((sg_index, t), scope)
+            used((sg_index, t), scope)
+
+    mark(0)
+
+    plan = graph.offline_plan
+    plan_base = [0]
+    for sg in graph.subgraphs[:-1]:
+        plan_base.append(plan_base[-1] + len(sg.tensors))
+    buffers: list[Buffer] = []
+    for sg in graph.subgraphs:
+        for t in sg.tensors:
+            key = (sg.index, t.index)
+            if not t.planned or key not in first:
+                continue
+            offline = None
+            if plan is not None and plan_base[sg.index] + t.index < len(plan):
+                value = plan[plan_base[sg.index] + t.index]
+                offline = value if value >= 0 else None
+            buffers.append(Buffer(sg.index, t.index, None, align_up(t.nbytes), first[key], last[key], offline))
+    for sg_index, op_index, size, s in scratch:
+        buffers.append(Buffer(sg_index, None, op_index, align_up(size), s, s))
+
+    steps = []
+    for sg_index, op_index, s in op_scopes:
+        live = tuple(i for i, b in enumerate(buffers) if b.first <= s <= b.last)
+        steps.append(
+            Step(sg_index, op_index, graph.subgraphs[sg_index].operators[op_index].opcode, s, live,
+                 sum(buffers[i].size for i in live))
+        )
+    return buffers, steps

@@ -1,0 +1,119 @@
+"""The typed graph that every later stage works on.
+
+The IR is a read-only view of a .tflite file. The flatbuffer object tree it came from (`Graph.raw`) is kept so
+that writers can change only what they mean to change (operator order, metadata) and leave the rest untouched.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+# Operators whose effects are not visible through their tensors: their relative order must be kept.
+SIDE_EFFECT_OPCODES = frozenset({"VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE", "CALL_ONCE"})
+# Operators that call other subgraphs, and the option fields that name those subgraphs.
+CONTROL_FLOW_SUBGRAPH_FIELDS = {
+    "IF": ("thenSubgraphIndex", "elseSubgraphIndex"),
+    "WHILE": ("condSubgraphIndex", "bodySubgraphIndex"),
+    "CALL_ONCE": ("initSubgraphIndex",),
+}
+
+
+class TensorKind(enum.Enum):
+    ACTIVATION = "activation"  # planned in the arena head by TFLM
+    CONSTANT = "constant"  # data in the model's flatbuffer (flash)
+    VARIABLE = "variable"  # persistent state, allocated in the arena tail
+
+
+@dataclass(frozen=True)
+class Tensor:
+    index: int
+    name: str
+    shape: tuple[int, ...]
+    dtype: str  # TFLite TensorType name in lower case: "int8", "float32", ...
+    nbytes: int  # bytes TFLM allocates for it (element count x element size)
+    kind: TensorKind
+    buffer: int
+
+    @property
+    def planned(self) -> bool:
+        """True when TFLM's memory planner places this tensor in the arena head."""
+        return self.kind is TensorKind.ACTIVATION and self.nbytes > 0
+
+
+@dataclass(frozen=True)
+class Operator:
+    index: int  # position in the subgraph's stored execution order
+    opcode: str  # builtin operator name, or "CUSTOM:<name>"
+    inputs: tuple[int, ...]  # tensor indices; -1 marks an omitted optional input
+    outputs: tuple[int, ...]
+    intermediates: tuple[int, ...]
+    called_subgraphs: tuple[int, ...]  # subgraphs run by control-flow operators (IF, WHILE, CALL_ONCE)
+    options: Any = field(default=None, compare=False, repr=False)  # builtin options object from the schema
+
+    @property
+    def has_side_effects(self) -> bool:
+        return self.opcode in SIDE_EFFECT_OPCODES or self.opcode.startswith("CUSTOM:")
+
+
+@dataclass(frozen=True)
+class Subgraph:
+    index: int
+    name: str
+    tensors: tuple[Tensor, ...]
+    operators: tuple[Operator, ...]
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+
+    def producers(self) -> dict[int, int]:
+        """Tensor index -> index of the operator that writes it."""
+        return {t: op.index for op in self.operators for t in op.outputs if t >= 0}
+
+    def consumers(self) -> dict[int, list[int]]:
+        """Tensor index -> indices of the operators that read it, in stored order."""
+        readers: dict[int, list[int]] = {}
+        for op in self.operators:
+            for t in op.inputs:
+                if t >= 0:
+                    readers.setdefault(t, []).append(op.index)
+        return readers
+
+
+@dataclass(frozen=True)
+class Graph:
+    path: str
+    subgraphs: tuple[Subgraph, ...]
+    metadata: dict[str, bytes]  # metadata entries by name, with the bytes of the buffer each names
+    sha256: str  # hash of the file's bytes: identifies the model in baselines and on devices
+    size_bytes: int
+    raw: Any = field(compare=False, repr=False)  # schema ModelT the graph was read from
+
+    @property
+    def main(self) -> Subgraph:
+        return self.subgraphs[0]
+
+    @property
+    def operator_count(self) -> int:
+        return sum(len(sg.operators) for sg in self.subgraphs)
+
+    @property
+    def tensor_count(self) -> int:
+        return sum(len(sg.tensors) for sg in self.subgraphs)
+
+    @property
+    def offline_plan(self) -> list[int] | None:
+        """Per-tensor offsets of an `OfflineMemoryAllocation` entry (all subgraphs, concatenated), -1 = online."""
+        data = self.metadata.get("OfflineMemoryAllocation")
+        if data is None or len(data) < 12:
+            return None
+        count = struct.unpack_from("<i", data, 8)[0]
+        if count < 0 or 12 + 4 * count > len(data):
+            return None
+        return list(struct.unpack_from(f"<{count}i", data, 12))
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()

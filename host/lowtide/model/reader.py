@@ -1,0 +1,159 @@
+"""Read a .tflite flatbuffer into the typed graph, rejecting anything malformed with one clear message.
+
+The flatbuffers Python runtime has no verifier, so every index the IR relies on is range-checked here, and
+every failure of the generated accessors on corrupt bytes is turned into a ModelError. Vector lengths read
+from a corrupt file cannot cause a huge allocation: the accessors fail as soon as they read past the buffer.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from lowtide.errors import ModelError
+from lowtide.model.ir import CONTROL_FLOW_SUBGRAPH_FIELDS, Graph, Operator, Subgraph, Tensor, TensorKind, sha256_hex
+from lowtide.model.schema import BUILTIN_NAMES, ELEMENT_BYTES, FILE_IDENTIFIER, TYPE_NAMES, builtin_code, fb
+
+# No microcontroller addresses more than 4 GiB: a tensor declared larger is corrupt, not ambitious.
+MAX_TENSOR_BYTES = 1 << 32
+
+
+def load_model(path: str | Path) -> Graph:
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise ModelError("no such file", path) from None
+    except IsADirectoryError:
+        raise ModelError("is a directory, not a .tflite file", path) from None
+    except OSError as exc:
+        raise ModelError(f"cannot read: {exc.strerror}", path) from None
+    return read_model(data, str(path))
+
+
+def read_model(data: bytes, path: str = "<bytes>") -> Graph:
+    if len(data) == 0:
+        raise ModelError("file is empty", path)
+    if len(data) < 8 or data[4:8] != FILE_IDENTIFIER:
+        raise ModelError("not a TFLite model (no 'TFL3' flatbuffer identifier)", path)
+    try:
+        raw = fb.ModelT.InitFromObj(fb.Model.GetRootAs(data, 0))
+    except Exception as exc:  # the generated accessors raise struct/numpy/index errors on corrupt bytes
+        raise ModelError(f"corrupt or truncated flatbuffer ({type(exc).__name__}: {exc})", path) from None
+    return _graph_from_raw(raw, data, path)
+
+
+def _graph_from_raw(raw, data: bytes, path: str) -> Graph:
+    buffers = raw.buffers or []
+    opcodes = raw.operatorCodes or []
+    if not raw.subgraphs:
+        raise ModelError("model has no subgraphs", path)
+    subgraph_count = len(raw.subgraphs)
+    subgraphs = tuple(
+        _read_subgraph(i, sg, buffers, opcodes, subgraph_count, len(data), path) for i, sg in enumerate(raw.subgraphs)
+    )
+    metadata: dict[str, bytes] = {}
+    for entry in raw.metadata or []:
+        name = entry.name.decode("utf-8", "replace") if isinstance(entry.name, bytes) else str(entry.name)
+        if not 0 <= entry.buffer < len(buffers):
+            raise ModelError(f"metadata '{name}' points at buffer {entry.buffer}, which does not exist", path)
+        metadata[name] = _buffer_bytes(buffers[entry.buffer], data, path)
+    return Graph(
+        path=path, subgraphs=subgraphs, metadata=metadata, sha256=sha256_hex(data), size_bytes=len(data), raw=raw
+    )
+
+
+def _buffer_bytes(buffer, data: bytes, path: str) -> bytes:
+    if buffer.data is not None and len(buffer.data) > 0:
+        return bytes(buffer.data)
+    # Models over 2 GB keep buffer contents after the flatbuffer, addressed by offset and size.
+    if getattr(buffer, "offset", 0) > 1:
+        if buffer.offset + buffer.size > len(data):
+            raise ModelError("a buffer lies past the end of the file (truncated model?)", path)
+        return data[buffer.offset : buffer.offset + buffer.size]
+    return b""
+
+
+def _has_data(buffer) -> bool:
+    return (buffer.data is not None and len(buffer.data) > 0) or (
+        getattr(buffer, "offset", 0) > 1 and getattr(buffer, "size", 0) > 0
+    )
+
+
+def _read_subgraph(index, sg, buffers, opcodes, subgraph_count, file_size, path) -> Subgraph:
+    raw_tensors = sg.tensors or []
+    tensors = []
+    for t_index, t in enumerate(raw_tensors):
+        tensors.append(_read_tensor(index, t_index, t, buffers, path))
+    n_tensors = len(tensors)
+
+    def check_tensor_refs(refs, what: str, allow_omitted: bool) -> tuple[int, ...]:
+        out = tuple(int(r) for r in (refs if refs is not None else ()))
+        for r in out:
+            if not (0 <= r < n_tensors or (allow_omitted and r == -1)):
+                raise ModelError(f"subgraph {index}: {what} refers to tensor {r}, but there are {n_tensors}", path)
+        return out
+
+    operators = []
+    for op_index, op in enumerate(sg.operators or []):
+        if not 0 <= op.opcodeIndex < len(opcodes):
+            raise ModelError(f"subgraph {index} operator {op_index}: opcode index {op.opcodeIndex} out of range", path)
+        opcode = _opcode_name(opcodes[op.opcodeIndex])
+        called = []
+        for field_name in CONTROL_FLOW_SUBGRAPH_FIELDS.get(opcode, ()):
+            target = getattr(op.builtinOptions, field_name, None)
+            if target is None or not 0 <= target < subgraph_count:
+                raise ModelError(f"subgraph {index} operator {op_index} ({opcode}) calls missing subgraph {target}", path)
+            called.append(int(target))
+        where = f"operator {op_index} ({opcode})"
+        operators.append(
+            Operator(
+                index=op_index,
+                opcode=opcode,
+                inputs=check_tensor_refs(op.inputs, f"{where} input", allow_omitted=True),
+                outputs=check_tensor_refs(op.outputs, f"{where} output", allow_omitted=False),
+                intermediates=check_tensor_refs(op.intermediates, f"{where} intermediate", allow_omitted=True),
+                called_subgraphs=tuple(called),
+                options=op.builtinOptions,
+            )
+        )
+    name = sg.name.decode("utf-8", "replace") if isinstance(sg.name, bytes) else (sg.name or "")
+    return Subgraph(
+        index=index,
+        name=name,
+        tensors=tuple(tensors),
+        operators=tuple(operators),
+        inputs=check_tensor_refs(sg.inputs, "subgraph input", allow_omitted=False),
+        outputs=check_tensor_refs(sg.outputs, "subgraph output", allow_omitted=False),
+    )
+
+
+def _opcode_name(opcode) -> str:
+    code = builtin_code(opcode)
+    if code == fb.BuiltinOperator.CUSTOM:
+        custom = opcode.customCode.decode("utf-8", "replace") if opcode.customCode else "?"
+        return f"CUSTOM:{custom}"
+    return BUILTIN_NAMES.get(code, f"BUILTIN_{code}")
+
+
+def _read_tensor(sg_index, t_index, t, buffers, path) -> Tensor:
+    name = t.name.decode("utf-8", "replace") if isinstance(t.name, bytes) else (t.name or "")
+    where = f"subgraph {sg_index} tensor {t_index} '{name}'"
+    dtype = TYPE_NAMES.get(t.type)
+    if dtype is None:
+        raise ModelError(f"{where} has unknown type code {t.type}", path)
+    if not 0 <= t.buffer < max(len(buffers), 1):
+        raise ModelError(f"{where} points at buffer {t.buffer}, but there are {len(buffers)}", path)
+    shape = tuple(int(d) for d in (t.shape if t.shape is not None else ()))
+    if any(d < 0 for d in shape):
+        raise ModelError(f"{where} has a dynamic shape {list(shape)}; TFLite Micro needs static shapes", path)
+    nbytes = math.prod(shape) * ELEMENT_BYTES[dtype]
+    if nbytes > MAX_TENSOR_BYTES:
+        raise ModelError(f"{where} declares {nbytes:,} bytes, more than a 32-bit address space", path)
+    if t.isVariable:
+        kind = TensorKind.VARIABLE
+    elif buffers and _has_data(buffers[t.buffer]):
+        kind = TensorKind.CONSTANT
+    else:
+        kind = TensorKind.ACTIVATION
+    return Tensor(index=t_index, name=name, shape=shape, dtype=dtype, nbytes=nbytes, kind=kind, buffer=t.buffer)

@@ -1,0 +1,34 @@
+"""Write a schema ModelT back to .tflite bytes with every buffer 16-byte aligned, as TFLM requires."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import flatbuffers
+from tflite_micro.tensorflow.lite.micro.tools.tflite_flatbuffer_align_wrapper import align_tflite_model
+
+from lowtide.model.schema import FILE_IDENTIFIER
+
+
+def model_bytes(raw) -> bytes:
+    """Serialise `raw` (a ModelT). The Python builder aligns buffers to 4 bytes only; TFLM's own C++ aligner
+    (shipped in the tflite-micro package) repacks the flatbuffer with 16-byte buffer alignment."""
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(raw.Pack(builder), file_identifier=FILE_IDENTIFIER)
+    with tempfile.TemporaryDirectory(prefix="lowtide-") as tmp:
+        unaligned, aligned = os.path.join(tmp, "in.tflite"), os.path.join(tmp, "out.tflite")
+        Path(unaligned).write_bytes(bytes(builder.Output()))
+        align_tflite_model(unaligned, aligned)
+        return Path(aligned).read_bytes()
+
+
+def write_model(raw, path: str | Path) -> bytes:
+    """Write atomically, so an interrupted run never leaves a half-written model behind."""
+    data = model_bytes(raw)
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+    return data
