@@ -15,7 +15,8 @@ TYPE_NAMES: dict[int, str] = {
 }
 TYPE_CODES: dict[str, int] = {name: value for value, name in TYPE_NAMES.items()}
 
-# Bytes per element as TFLM's TfLiteTypeSizeOf counts them. Resource and variant tensors hold a handle.
+# Bytes per element in the arena. Resource and variant tensors (VAR_HANDLE outputs) take no arena space:
+# TFLM keeps resource variables in its own persistent allocation.
 ELEMENT_BYTES: dict[str, int] = {
     "float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int32": 4, "uint32": 4, "int64": 8,
     "uint64": 8, "int16": 2, "uint16": 2, "int8": 1, "uint8": 1, "bool": 1, "int4": 1, "uint4": 1,
