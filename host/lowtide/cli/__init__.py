@@ -19,25 +19,23 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
+
+@app.callback()
+def _group() -> None:
+    """Keeps `lowtide` a group of commands even while only one is registered."""
+
+
 # Command modules import `app` from here; importing them registers their commands.
 from lowtide.cli import inspect_cmd  # noqa: E402,F401
 
 
 def main() -> None:
     try:
-        app(standalone_mode=False)
+        app()  # standalone: click reports usage errors itself (one line, exit 2)
     except LowtideError as exc:
         print(f"lowtide: error: {exc}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
         print("lowtide: interrupted", file=sys.stderr)
         sys.exit(130)
-    except Exception as exc:  # click's usage errors and aborts
-        import click
-
-        if isinstance(exc, click.exceptions.Abort):
-            sys.exit(130)
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(2)
-        raise

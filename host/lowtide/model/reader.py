@@ -37,7 +37,8 @@ def read_model(data: bytes, path: str = "<bytes>") -> Graph:
     if len(data) < 8 or data[4:8] != FILE_IDENTIFIER:
         raise ModelError("not a TFLite model (no 'TFL3' flatbuffer identifier)", path)
     try:
-        raw = fb.ModelT.InitFromObj(fb.Model.GetRootAs(data, 0))
+        # A private writable copy: the object tree's numpy arrays are views into it, and later stages edit them.
+        raw = fb.ModelT.InitFromObj(fb.Model.GetRootAs(bytearray(data), 0))
     except Exception as exc:  # the generated accessors raise struct/numpy/index errors on corrupt bytes
         raise ModelError(f"corrupt or truncated flatbuffer ({type(exc).__name__}: {exc})", path) from None
     return _graph_from_raw(raw, data, path)

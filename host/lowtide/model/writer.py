@@ -9,7 +9,7 @@ from pathlib import Path
 import flatbuffers
 from tflite_micro.tensorflow.lite.micro.tools.tflite_flatbuffer_align_wrapper import align_tflite_model
 
-from lowtide.model.schema import FILE_IDENTIFIER
+from lowtide.model.schema import FILE_IDENTIFIER, fb
 
 
 def model_bytes(raw) -> bytes:
@@ -32,3 +32,15 @@ def write_model(raw, path: str | Path) -> bytes:
     tmp.write_bytes(data)
     os.replace(tmp, path)
     return data
+
+
+def misaligned_buffers(data: bytes, alignment: int = 16) -> list[int]:
+    """Indices of buffers whose data does not start on an `alignment`-byte boundary of the file."""
+    model = fb.Model.GetRootAs(data, 0)
+    bad = []
+    for i in range(model.BuffersLength()):
+        table = model.Buffers(i)._tab
+        field = table.Offset(4)  # Buffer.data
+        if field and table.VectorLen(field) > 0 and table.Vector(field) % alignment:
+            bad.append(i)
+    return bad

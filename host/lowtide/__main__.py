@@ -1,0 +1,3 @@
+from lowtide.cli import main
+
+main()

@@ -1,0 +1,148 @@
+"""`lowtide inspect`: what TFLM will allocate for a model, operator by operator."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from lowtide import oracle
+from lowtide.cli import app
+from lowtide.errors import LowtideError
+from lowtide.memory import MemoryPlan, tflm_plan
+from lowtide.model import Graph, load_model
+
+_TOTAL_NOTE = (
+    "32-bit MCU total = predicted head + the persistent tail TFLM allocates on this host for the same model, "
+    "less 12 B per TfLiteEvalTensor and 32 B per NodeAndRegistration (pointer size); reference kernels"
+)
+
+
+def inspect_report(graph: Graph, plan: MemoryPlan, arena: oracle.ArenaFigures | None) -> dict:
+    """The JSON object of `lowtide inspect --json`."""
+    tensor_span = {(b.subgraph, b.tensor): (b, off) for b, off in zip(plan.buffers, plan.offsets) if b.tensor is not None}
+    tensors = []
+    for sg in graph.subgraphs:
+        for t in sg.tensors:
+            buffer, offset = tensor_span.get((sg.index, t.index), (None, None))
+            tensors.append({
+                "subgraph": sg.index, "index": t.index, "name": t.name, "shape": list(t.shape), "dtype": t.dtype,
+                "bytes": t.nbytes, "kind": t.kind.value,
+                "first_scope": buffer.first if buffer else None, "last_scope": buffer.last if buffer else None,
+                "tflm_offset": offset,
+            })
+    ops = []
+    for step in plan.steps:
+        op = graph.subgraphs[step.subgraph].operators[step.op]
+        ops.append({
+            "subgraph": step.subgraph, "index": step.op, "opcode": op.opcode, "scope": step.scope,
+            "inputs": list(op.inputs), "outputs": list(op.outputs), "side_effects": op.has_side_effects,
+            "live_tensors": [plan.buffers[i].label for i in step.buffers], "live_bytes": step.live_bytes,
+        })
+    peak = plan.steps[plan.peak_step] if plan.peak_step is not None else None
+    return {
+        "model": graph.path,
+        "sha256": graph.sha256,
+        "subgraphs": len(graph.subgraphs),
+        "ops": ops,
+        "tensors": tensors,
+        "tflm_head_bytes": plan.head_bytes,
+        "live_peak_bytes": plan.live_peak_bytes,
+        "peak_op": {"subgraph": peak.subgraph, "index": peak.op, "opcode": peak.opcode} if peak else None,
+        "tflm_total_bytes_mcu32": plan.head_bytes + arena.mcu32_tail_bytes if arena else None,
+        "tflm_total_bytes_mcu32_method": _TOTAL_NOTE if arena else None,
+    }
+
+
+def _table(graph: Graph, plan: MemoryPlan) -> Table:
+    table = Table(title=f"{Path(graph.path).name}: operators in execution order", title_justify="left")
+    for name, justify in (("step", "right"), ("sg", "right"), ("op", "right"), ("opcode", "left"),
+                          ("live tensors", "right"), ("live bytes", "right"), ("", "left")):
+        table.add_column(name, justify=justify)
+    width = 30
+    for i, step in enumerate(plan.steps):
+        bar = "█" * max(1, round(width * step.live_bytes / plan.live_peak_bytes)) if plan.live_peak_bytes else ""
+        peak = i == plan.peak_step
+        table.add_row(str(i), str(step.subgraph), str(step.op), step.opcode, str(len(step.buffers)),
+                      f"{step.live_bytes:,}", bar + (" ← peak" if peak else ""),
+                      style="bold red" if peak else None)
+    return table
+
+
+def _plot(graph: Graph, plan: MemoryPlan, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = range(len(plan.steps))
+    live = [s.live_bytes for s in plan.steps]
+    fig, ax = plt.subplots(figsize=(10, 4))
+    ax.step(steps, live, where="mid", label="live bytes (lower bound per step)")
+    ax.axhline(plan.head_bytes, color="tab:red", linestyle="--", label=f"TFLM greedy head {plan.head_bytes:,} B")
+    if plan.peak_step is not None:
+        ax.plot([plan.peak_step], [plan.live_peak_bytes], "o", color="black")
+        peak = plan.steps[plan.peak_step]
+        ax.annotate(f"peak {plan.live_peak_bytes:,} B\n{peak.opcode} (op {peak.op})",
+                    (plan.peak_step, plan.live_peak_bytes), textcoords="offset points", xytext=(10, -30))
+    ax.set_xlabel("execution step")
+    ax.set_ylabel("bytes")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"{Path(graph.path).name}: live arena memory")
+    ax.legend(loc="upper right")
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=110)
+    except OSError as exc:
+        raise LowtideError(f"cannot write plot: {exc.strerror}", path) from None
+    finally:
+        plt.close(fig)
+
+
+@app.command()
+def inspect(
+    model: Annotated[Path, typer.Argument(help=".tflite model to inspect")],
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables")] = False,
+    plot: Annotated[Optional[Path], typer.Option("--plot", help="Draw live memory per step into this PNG")] = None,
+    verify: Annotated[bool, typer.Option("--verify", help="Also run the host TFLM and compare its head")] = False,
+) -> None:
+    """Show live memory per operator, TFLM's predicted arena head and the lower bound."""
+    graph = load_model(model)
+    plan = tflm_plan(graph)
+    data = model.read_bytes()
+    try:
+        arena = oracle.allocate(data, path=str(model))
+    except LowtideError:
+        arena = None  # a model TFLM cannot load still gets its head predicted; the total needs TFLM's tail
+    measured = oracle.run(data, oracle.random_inputs(graph), path=str(model)).arena if verify else None
+    if plot:
+        _plot(graph, plan, plot)
+    report = inspect_report(graph, plan, arena)
+    if measured:
+        report["measured"] = {"tflm_head_bytes": measured.head_bytes, "tflm_total_bytes": measured.total_bytes,
+                              "tflm_tail_bytes": measured.tail_bytes, "head_matches": measured.head_bytes == plan.head_bytes}
+    if json_output:
+        print(json.dumps(report))
+    else:
+        console = Console()
+        console.print(_table(graph, plan))
+        summary = Table(show_header=False, box=None)
+        summary.add_row("predicted TFLM head", f"{plan.head_bytes:,} B")
+        summary.add_row("lower bound (live peak, this order)", f"{plan.live_peak_bytes:,} B")
+        if arena:
+            summary.add_row("predicted total, 32-bit MCU", f"{report['tflm_total_bytes_mcu32']:,} B (estimate*)")
+        if measured:
+            verdict = "[green]match[/]" if measured.head_bytes == plan.head_bytes else "[bold red]MISMATCH[/]"
+            summary.add_row("measured head (host TFLM)", f"{measured.head_bytes:,} B  {verdict}")
+            summary.add_row("measured total (host TFLM, 64-bit)", f"{measured.total_bytes:,} B")
+        console.print(summary)
+        if arena:
+            console.print(f"[dim]* {_TOTAL_NOTE}.[/]")
+        if plot:
+            console.print(f"plot written to {plot}")
+    if measured and measured.head_bytes != plan.head_bytes:
+        raise LowtideError(f"predicted head {plan.head_bytes} B but TFLM measured {measured.head_bytes} B", model)

@@ -1,0 +1,461 @@
+"""The lowtide measurement protocol: messages and their framing (docs/protocol.md is the normative text).
+
+A frame on the wire is COBS(type u8 | seq u8 | payload | CRC32 u32 LE) followed by one 0x00 delimiter. The C
+codec in firmware/protocol/frame.c produces and accepts exactly the same bytes; tests check one against the other.
+Every message is a frozen dataclass with `to_payload()` and `from_payload()`; `decode_message` turns a checked
+frame into one of them and rejects payloads whose length or contents disagree with the layout.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+import zlib
+from dataclasses import dataclass
+from typing import ClassVar
+
+from cobs import cobs
+
+PROTOCOL_VERSION = 1
+MAX_PAYLOAD = 1000
+HEADER_BYTES = 2  # type, seq
+CRC_BYTES = 4
+MIN_RAW_FRAME = HEADER_BYTES + CRC_BYTES
+MAX_RAW_FRAME = HEADER_BYTES + MAX_PAYLOAD + CRC_BYTES
+# COBS adds one code byte per started run of 254 bytes; +1 for the 0x00 delimiter. 1011 fits a 1 KB receive buffer.
+MAX_ENCODED_FRAME = MAX_RAW_FRAME + MAX_RAW_FRAME // 254 + 1 + 1
+DELIMITER = b"\x00"
+BOOT_SEQ = 0  # the sequence number of a HELLO sent unasked, after the board starts or resets
+UNKNOWN_U32 = 0xFFFFFFFF  # "this board cannot measure this figure"
+UNKNOWN_U64 = 0xFFFFFFFFFFFFFFFF
+
+
+class ProtocolError(Exception):
+    """A frame or payload that does not follow the protocol. Never escapes to the user as such."""
+
+
+class VersionMismatch(ProtocolError):
+    """A HELLO from a board that speaks another protocol version: only its version field can be trusted."""
+
+    def __init__(self, version: int):
+        self.version = version
+        super().__init__(f"board speaks protocol version {version}, this host speaks {PROTOCOL_VERSION}")
+
+
+class MessageType(enum.IntEnum):
+    # host -> board
+    HELLO_REQUEST = 0x01
+    SET_INPUT = 0x02
+    RUN = 0x03
+    READ = 0x04
+    # board -> host
+    HELLO = 0x81
+    INPUT_ACK = 0x82
+    PROGRESS = 0x83
+    RESULT = 0x84
+    DATA = 0x85
+    LOG = 0x86
+    ERROR = 0x87
+
+
+class ErrorCode(enum.IntEnum):
+    BAD_MESSAGE = 1  # unknown type or a payload that does not fit its layout
+    BAD_INDEX = 2  # input/output index out of range
+    BAD_RANGE = 3  # offset/length outside the tensor or region, or a wrong total length
+    MODEL_NOT_READY = 4  # the board could not allocate the model's tensors (see HELLO flags)
+    INVOKE_FAILED = 5
+    NO_RESULT = 6  # READ before any RUN completed
+    BAD_ARGUMENT = 7  # e.g. RUN with zero iterations
+    INTERNAL = 8
+
+
+class ReadRegion(enum.IntEnum):
+    OUTPUT = 1  # bytes of output tensor `index` after the last RUN
+    OP_CYCLES = 2  # u64 LE cycles per operator, mean over the measured iterations, in execution order
+
+
+class LogLevel(enum.IntEnum):
+    DEBUG = 0
+    INFO = 1
+    WARNING = 2
+    ERROR = 3
+
+
+HELLO_FLAG_MODEL_READY = 0x01
+RUN_FLAG_PROFILE_OPS = 0x01
+
+
+@dataclass(frozen=True)
+class Frame:
+    type: int
+    seq: int
+    payload: bytes
+
+
+def encode_frame(message_type: int, seq: int, payload: bytes) -> bytes:
+    if len(payload) > MAX_PAYLOAD:
+        raise ProtocolError(f"payload of {len(payload)} bytes exceeds {MAX_PAYLOAD}")
+    raw = struct.pack("<BB", message_type, seq) + payload
+    raw += struct.pack("<I", zlib.crc32(raw))
+    return cobs.encode(raw) + DELIMITER
+
+
+def decode_frame(encoded: bytes) -> Frame:
+    """Decode the bytes between two delimiters (without them). Raises ProtocolError on any damage."""
+    if len(encoded) > MAX_ENCODED_FRAME - 1:
+        raise ProtocolError("frame longer than the protocol allows")
+    try:
+        raw = cobs.decode(encoded)
+    except cobs.DecodeError as exc:
+        raise ProtocolError(f"bad COBS encoding: {exc}") from None
+    if not MIN_RAW_FRAME <= len(raw) <= MAX_RAW_FRAME:
+        raise ProtocolError(f"frame of {len(raw)} bytes")
+    body, (crc,) = raw[:-CRC_BYTES], struct.unpack("<I", raw[-CRC_BYTES:])
+    if zlib.crc32(body) != crc:
+        raise ProtocolError("CRC mismatch")
+    return Frame(body[0], body[1], bytes(body[HEADER_BYTES:]))
+
+
+class FrameDecoder:
+    """Splits a byte stream into frames at 0x00. Damaged or oversized frames are counted and skipped, so a receiver
+    resynchronises at the next delimiter whatever garbage came before it."""
+
+    def __init__(self) -> None:
+        self._pending = bytearray()
+        self._overflowed = False
+        self.damaged_frames = 0
+
+    def feed(self, data: bytes) -> list[Frame]:
+        frames = []
+        start = 0
+        while True:
+            end = data.find(0, start)
+            chunk = data[start:] if end < 0 else data[start:end]
+            if not self._overflowed:
+                self._pending += chunk
+                if len(self._pending) > MAX_ENCODED_FRAME - 1:
+                    # Keep no more than one frame's worth: the rest of this one is garbage until the next delimiter.
+                    self._overflowed = True
+                    self._pending.clear()
+            if end < 0:
+                return frames
+            if self._overflowed:
+                self.damaged_frames += 1
+            elif self._pending:  # an empty frame is a bare delimiter, sent to flush the receiver
+                try:
+                    frames.append(decode_frame(bytes(self._pending)))
+                except ProtocolError:
+                    self.damaged_frames += 1
+            self._pending.clear()
+            self._overflowed = False
+            start = end + 1
+
+
+# --- messages -------------------------------------------------------------------------------------------------------
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", "replace")
+
+
+def _unpack(fmt: str, payload: bytes, name: str) -> tuple:
+    if len(payload) != struct.calcsize(fmt):
+        raise ProtocolError(f"{name} payload of {len(payload)} bytes, expected {struct.calcsize(fmt)}")
+    return struct.unpack(fmt, payload)
+
+
+@dataclass(frozen=True)
+class HelloRequest:
+    TYPE: ClassVar[MessageType] = MessageType.HELLO_REQUEST
+
+    def to_payload(self) -> bytes:
+        return b""
+
+    @classmethod
+    def from_payload(cls, payload: bytes) -> HelloRequest:
+        _unpack("<", payload, "HELLO_REQUEST")
+        return cls()
+
+
+@dataclass(frozen=True)
+class Hello:
+    TYPE: ClassVar[MessageType] = MessageType.HELLO
+    _FIXED: ClassVar[str] = "<HBBBIII32s"
+
+    protocol_version: int
+    model_ready: bool
+    input_count: int
+    output_count: int
+    cpu_hz: int  # 0 = no cycle counter
+    arena_capacity_bytes: int
+    model_size_bytes: int
+    model_sha256: bytes  # 32 bytes, SHA-256 of the .tflite the board runs
+    board: str
+    runtime: str
+
+    def to_payload(self) -> bytes:
+        board, runtime = self.board.encode()[:255], self.runtime.encode()[:255]
+        flags = HELLO_FLAG_MODEL_READY if self.model_ready else 0
+        return (
+            struct.pack(self._FIXED, self.protocol_version, flags, self.input_count, self.output_count, self.cpu_hz,
+                        self.arena_capacity_bytes, self.model_size_bytes, self.model_sha256)
+            + bytes([len(board)]) + board + bytes([len(runtime)]) + runtime
+        )
+
+    @classmethod
+    def from_payload(cls, payload: bytes) -> Hello:
+        fixed = struct.calcsize(cls._FIXED)
+        if len(payload) < 2:
+            raise ProtocolError("HELLO payload too short")
+        # The version comes first so that a board of another protocol version is recognised as such.
+        (version,) = struct.unpack_from("<H", payload)
+        if version != PROTOCOL_VERSION:
+            raise VersionMismatch(version)
+        if len(payload) < fixed + 2:
+            raise ProtocolError("HELLO payload too short")
+        version, flags, n_in, n_out, hz, capacity, size, sha = struct.unpack_from(cls._FIXED, payload)
+        pos = fixed
+        strings = []
+        for _ in range(2):
+            if pos >= len(payload) or pos + 1 + payload[pos] > len(payload):
+                raise ProtocolError("HELLO strings truncated")
+            strings.append(_text(payload[pos + 1 : pos + 1 + payload[pos]]))
+            pos += 1 + payload[pos]
+        if pos != len(payload):
+            raise ProtocolError("HELLO payload has trailing bytes")
+        return cls(version, bool(flags & HELLO_FLAG_MODEL_READY), n_in, n_out, hz, capacity, size, sha, *strings)
+
+
+@dataclass(frozen=True)
+class SetInput:
+    TYPE: ClassVar[MessageType] = MessageType.SET_INPUT
+    _FIXED: ClassVar[str] = "<BII"
+    MAX_CHUNK: ClassVar[int] = MAX_PAYLOAD - struct.calcsize("<BII")
+
+    index: int
+    total_bytes: int  # size of the whole input tensor, checked by the board
+    offset: int
+    data: bytes
+
+    def to_payload(self) -> bytes:
+        return struct.pack(self._FIXED, self.index, self.total_bytes, self.offset) + self.data
+
+    @classmethod
+    def from_payload(cls, payload: bytes) -> SetInput:
+        fixed = struct.calcsize(cls._FIXED)
+        if len(payload) < fixed:
+            raise ProtocolError("SET_INPUT payload too short")
+        return cls(*struct.unpack_from(cls._FIXED, payload), payload[fixed:])
+
+
+@dataclass(frozen=True)
+class InputAck:
+    TYPE: ClassVar[MessageType] = MessageType.INPUT_ACK
+    _FIXED: ClassVar[str] = "<BIH"
+
+    index: int
+    offset: int
+    length: int
+
+    def to_payload(self) -> bytes:
+        return struct.pack(self._FIXED, self.index, self.offset, self.length)
+
+    @classmethod
+    def from_payload(cls, payload: bytes) -> InputAck:
+        return cls(*_unpack(cls._FIXED, payload, "INPUT_ACK"))
+
+
+@dataclass(frozen=True)
+class Run:
+    TYPE: ClassVar[MessageType] = MessageType.RUN
+    _FIXED: ClassVar[str] = "<IIB"
+
+    warmup: int
+    iterations: int
+    profile_ops: bool = False
+
+    def to_payload(self) -> bytes:
+        return struct.pack(self._FIXED, self.warmup, self.iterations, RUN_FLAG_PROFILE_OPS if self.profile_ops else 0)
+
+    @classmethod
+    def from_payload(cls, payload: bytes) -> Run:
+        warmup, iterations, flags = _unpack(cls._FIXED, payload, "RUN")
+        return cls(warmup, iterations, bool(flags & RUN_FLAG_PROFILE_OPS))
+
+
+@dataclass(frozen=True)
+class Read:
+    TYPE: ClassVar[MessageType] = MessageType.READ
+    _FIXED: ClassVar[str] = "<BHIH"
+    MAX_CHUNK: ClassVar[int] = MAX_PAYLOAD - struct.calcsize("<BHII")  # what fits in one DATA reply
+
+    region: int
+    index: int
+    offset: int
+    max_length: int
+
+    def to_payload(self) -> bytes:
+        return struct.pack(self._FIXED, self.region, self.index, self.offset, self.max_length)
+
+    @classmethod
+    def from_payload(cls, payload: bytes) -> Read:
+        return cls(*_unpack(cls._FIXED, payload, "READ"))
+
+
+@dataclass(frozen=True)
+class Data:
+    TYPE: ClassVar[MessageType] = MessageType.DATA
+    _FIXED: ClassVar[str] = "<BHII"
+
+    region: int
+    index: int
+    offset: int
+    total_bytes: int
+    data: bytes
+
+    def to_payload(self) -> bytes:
+        return struct.pack(self._FIXED, self.region, self.index, self.offset, self.total_bytes) + self.data
+
+    @classmethod
+    def from_payload(cls, payload: bytes) -> Data:
+        fixed = struct.calcsize(cls._FIXED)
+        if len(payload) < fixed:
+            raise ProtocolError("DATA payload too short")
+        return cls(*struct.unpack_from(cls._FIXED, payload), payload[fixed:])
+
+
+@dataclass(frozen=True)
+class Progress:
+    TYPE: ClassVar[MessageType] = MessageType.PROGRESS
+    _FIXED: ClassVar[str] = "<II"
+
+    done: int  # invocations finished, warm-up included
+    total: int
+
+    def to_payload(self) -> bytes:
+        return struct.pack(self._FIXED, self.done, self.total)
+
+    @classmethod
+    def from_payload(cls, payload: bytes) -> Progress:
+        return cls(*_unpack(cls._FIXED, payload, "PROGRESS"))
+
+
+@dataclass(frozen=True)
+class OutputSummary:
+    nbytes: int
+    crc32: int  # zlib/IEEE CRC32 of the output tensor's bytes
+
+
+@dataclass(frozen=True)
+class Result:
+    TYPE: ClassVar[MessageType] = MessageType.RESULT
+    _FIXED: ClassVar[str] = "<IIIII3Q3IHB"
+    _OUTPUT: ClassVar[str] = "<II"
+
+    warmup: int
+    iterations: int
+    arena_planned_bytes: int | None  # the runtime's planned (non-persistent) arena head
+    arena_used_bytes: int | None  # what the allocator reports as used (MicroInterpreter::arena_used_bytes)
+    arena_high_water_bytes: int | None  # painted-arena high-water mark; None where the board cannot paint
+    cycles_min: int | None
+    cycles_median: int | None
+    cycles_max: int | None
+    us_min: int
+    us_median: int
+    us_max: int
+    op_cycles_count: int  # entries readable from ReadRegion.OP_CYCLES; 0 = no per-operator profile
+    outputs: tuple[OutputSummary, ...]
+
+    def to_payload(self) -> bytes:
+        def u32(v):
+            return UNKNOWN_U32 if v is None else v
+
+        def u64(v):
+            return UNKNOWN_U64 if v is None else v
+
+        head = struct.pack(
+            self._FIXED, self.warmup, self.iterations, u32(self.arena_planned_bytes), u32(self.arena_used_bytes),
+            u32(self.arena_high_water_bytes), u64(self.cycles_min), u64(self.cycles_median), u64(self.cycles_max),
+            self.us_min, self.us_median, self.us_max, self.op_cycles_count, len(self.outputs),
+        )
+        return head + b"".join(struct.pack(self._OUTPUT, o.nbytes, o.crc32) for o in self.outputs)
+
+    @classmethod
+    def from_payload(cls, payload: bytes) -> Result:
+        fixed, per_output = struct.calcsize(cls._FIXED), struct.calcsize(cls._OUTPUT)
+        if len(payload) < fixed:
+            raise ProtocolError("RESULT payload too short")
+        values = struct.unpack_from(cls._FIXED, payload)
+        count = values[-1]
+        if len(payload) != fixed + count * per_output:
+            raise ProtocolError(f"RESULT payload of {len(payload)} bytes for {count} outputs")
+        outputs = tuple(
+            OutputSummary(*struct.unpack_from(cls._OUTPUT, payload, fixed + i * per_output)) for i in range(count)
+        )
+        known32 = [None if v == UNKNOWN_U32 else v for v in values[2:5]]
+        known64 = [None if v == UNKNOWN_U64 else v for v in values[5:8]]
+        return cls(values[0], values[1], *known32, *known64, *values[8:12], outputs)
+
+
+@dataclass(frozen=True)
+class Log:
+    TYPE: ClassVar[MessageType] = MessageType.LOG
+
+    level: int
+    text: str
+
+    def to_payload(self) -> bytes:
+        return bytes([self.level]) + self.text.encode()[: MAX_PAYLOAD - 1]
+
+    @classmethod
+    def from_payload(cls, payload: bytes) -> Log:
+        if not payload:
+            raise ProtocolError("LOG payload empty")
+        return cls(payload[0], _text(payload[1:]))
+
+
+@dataclass(frozen=True)
+class Error:
+    TYPE: ClassVar[MessageType] = MessageType.ERROR
+    _FIXED: ClassVar[str] = "<HB"
+
+    code: int
+    request_type: int  # type of the request that failed, 0 if none
+    text: str
+
+    def to_payload(self) -> bytes:
+        return struct.pack(self._FIXED, self.code, self.request_type) + self.text.encode()[: MAX_PAYLOAD - 3]
+
+    @classmethod
+    def from_payload(cls, payload: bytes) -> Error:
+        fixed = struct.calcsize(cls._FIXED)
+        if len(payload) < fixed:
+            raise ProtocolError("ERROR payload too short")
+        return cls(*struct.unpack_from(cls._FIXED, payload), _text(payload[fixed:]))
+
+    def describe(self) -> str:
+        try:
+            name = ErrorCode(self.code).name
+        except ValueError:
+            name = f"code {self.code}"
+        return f"{name}: {self.text}" if self.text else name
+
+
+Message = HelloRequest | Hello | SetInput | InputAck | Run | Read | Data | Progress | Result | Log | Error
+MESSAGE_CLASSES: dict[int, type] = {
+    cls.TYPE: cls for cls in (HelloRequest, Hello, SetInput, InputAck, Run, Read, Data, Progress, Result, Log, Error)
+}
+
+
+def encode_message(message: Message, seq: int) -> bytes:
+    return encode_frame(message.TYPE, seq, message.to_payload())
+
+
+def decode_message(frame: Frame) -> Message:
+    cls = MESSAGE_CLASSES.get(frame.type)
+    if cls is None:
+        raise ProtocolError(f"unknown message type 0x{frame.type:02x}")
+    try:
+        return cls.from_payload(frame.payload)
+    except struct.error as exc:
+        raise ProtocolError(f"{cls.TYPE.name} payload: {exc}") from None

@@ -1,0 +1,196 @@
+"""Optimal placement of planned buffers in the arena head (dynamic storage allocation with fixed lifetimes).
+
+Each buffer is a rectangle: scopes [first, last + 1) by bytes [offset, offset + size). The head is the top of
+the highest rectangle; no placement can beat the most bytes live in one scope (`lower_bound_bytes`).
+
+Fast first-fit heuristics run first; if none reaches the lower bound, OR-Tools CP-SAT searches for the best
+placement (2-D no-overlap, offsets in 16-byte units), hinted with the best heuristic, and may prove it optimal.
+
+TFLM cannot be told where kernel scratch buffers go: with an offline plan its greedy planner still places them,
+around the tensors whose offsets are fixed. Every candidate is therefore judged by the head TFLM will really
+have (`tflm_offsets_with_plan`), not by where the search put the scratch buffers.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from lowtide.errors import LowtideError
+from lowtide.memory.greedy import arena_head, greedy_offsets
+from lowtide.memory.lifetimes import ALIGNMENT, Buffer
+
+
+@dataclass(frozen=True)
+class Placement:
+    offsets: tuple[int, ...]  # byte offset of each buffer, as TFLM will place it given this plan
+    head_bytes: int  # arena head TFLM will have with this plan
+    lower_bound_bytes: int  # most aligned bytes live in any one scope: no placement can do better
+    optimal: bool  # head_bytes is proven minimal for these lifetimes
+    method: str  # which heuristic or solver produced the placement
+    seconds: float
+
+
+def live_lower_bound(buffers: Sequence[Buffer]) -> int:
+    """Most bytes live in one scope. Only scopes where some buffer starts can hold the maximum."""
+    return max((sum(b.size for b in buffers if b.first <= s <= b.last) for s in {b.first for b in buffers}),
+               default=0)
+
+
+def tflm_offsets_with_plan(buffers: Sequence[Buffer], offsets: Sequence[int]) -> list[int]:
+    """Offsets TFLM ends up with when every tensor buffer is given its offset in an offline plan: the tensors
+    stay where they are put, and the greedy planner fits the scratch buffers around them."""
+    return greedy_offsets([dataclasses.replace(b, offline_offset=None if b.tensor is None else o)
+                           for b, o in zip(buffers, offsets)])
+
+
+def check_no_overlap(buffers: Sequence[Buffer], offsets: Sequence[int]) -> None:
+    """Raise LowtideError naming two buffers that are live at the same time and share bytes. TFLM checks
+    nothing when it loads an offline plan, so an overlap would silently corrupt outputs."""
+    if len(offsets) != len(buffers):
+        raise LowtideError(f"memory plan has {len(offsets)} offsets for {len(buffers)} buffers")
+    for i, (b, o) in enumerate(zip(buffers, offsets)):
+        if o < 0 or o % ALIGNMENT:
+            raise LowtideError(f"memory plan puts {b.label} at offset {o}, not a non-negative multiple of {ALIGNMENT}")
+    by_first = sorted(range(len(buffers)), key=lambda i: buffers[i].first)
+    for k, i in enumerate(by_first):
+        a, oa = buffers[i], offsets[i]
+        for j in by_first[k + 1:]:
+            b, ob = buffers[j], offsets[j]
+            if b.first > a.last:
+                break
+            if oa < ob + b.size and ob < oa + a.size:
+                raise LowtideError(
+                    f"memory plan overlaps: {a.label} [{oa}, {oa + a.size}) and {b.label} [{ob}, {ob + b.size}) "
+                    f"are both live in scope {max(a.first, b.first)}"
+                )
+
+
+def _lowest_fit(size: int, busy: list[tuple[int, int]], best_fit: bool) -> int:
+    """Offset for `size` bytes given the (start, end) ranges already taken, sorted by start: the lowest gap
+    that fits, or the tightest one (ties go low); above everything if no gap fits."""
+    candidate, best, best_slack = 0, None, None
+    for start, end in busy:
+        gap = start - candidate
+        if gap >= size:
+            if not best_fit:
+                return candidate
+            if best_slack is None or gap - size < best_slack:
+                best, best_slack = candidate, gap - size
+        candidate = max(candidate, end)
+    return best if best is not None else candidate
+
+
+def _first_fit(buffers: Sequence[Buffer], priority: Sequence[int], best_fit: bool) -> list[int]:
+    offsets = [0] * len(buffers)
+    placed: list[int] = []
+    for i in priority:
+        b = buffers[i]
+        busy = sorted((offsets[j], offsets[j] + buffers[j].size) for j in placed
+                      if buffers[j].first <= b.last and b.first <= buffers[j].last)
+        offsets[i] = _lowest_fit(b.size, busy, best_fit)
+        placed.append(i)
+    return offsets
+
+
+def _lowest_offset_first(buffers: Sequence[Buffer]) -> list[int]:
+    """Greedy by offset (Pisarchyk & Lee, 2020): repeatedly place the buffer that can go lowest, largest first
+    among ties. Strong on chains, where TFLM's largest-first order leaves holes."""
+    n = len(buffers)
+    overlapping = [[j for j in range(n) if j != i and buffers[j].first <= buffers[i].last
+                    and buffers[i].first <= buffers[j].last] for i in range(n)]
+    offsets = [0] * n
+    lowest = [0] * n  # lowest offset each unplaced buffer could take now
+    placed = [False] * n
+    for _ in range(n):
+        i = min((k for k in range(n) if not placed[k]), key=lambda k: (lowest[k], -buffers[k].size, -buffers[k].last))
+        offsets[i], placed[i] = lowest[i], True
+        for k in overlapping[i]:
+            if not placed[k]:
+                busy = sorted((offsets[j], offsets[j] + buffers[j].size) for j in overlapping[k] if placed[j])
+                lowest[k] = _lowest_fit(buffers[k].size, busy, best_fit=False)
+    return offsets
+
+
+def _heuristics(buffers: Sequence[Buffer]) -> list[tuple[str, Callable[[], list[int]]]]:
+    n = range(len(buffers))
+    length = [b.last - b.first + 1 for b in buffers]
+    orders = {
+        "size": sorted(n, key=lambda i: (-buffers[i].size, -length[i], buffers[i].first)),
+        "lifetime": sorted(n, key=lambda i: (-length[i], -buffers[i].size, buffers[i].first)),
+        "area": sorted(n, key=lambda i: (-buffers[i].size * length[i], buffers[i].first)),
+        "first scope": sorted(n, key=lambda i: (buffers[i].first, -buffers[i].size)),
+    }
+    online = [dataclasses.replace(b, offline_offset=None) for b in buffers]
+    candidates: list[tuple[str, Callable[[], list[int]]]] = [("tflm greedy", lambda: greedy_offsets(online))]
+    for name, order in orders.items():
+        candidates.append((f"first fit by {name}", lambda order=order: _first_fit(buffers, order, False)))
+        candidates.append((f"best fit by {name}", lambda order=order: _first_fit(buffers, order, True)))
+    candidates.append(("greedy by offset", lambda: _lowest_offset_first(buffers)))
+    return candidates
+
+
+def _solve_cp_sat(buffers: Sequence[Buffer], hint: Sequence[int], lower: int, upper: int,
+                  time_limit: float) -> tuple[list[int], int, bool] | None:
+    """Minimise the head exactly. Returns (offsets, head, proven optimal), or None if no solution in time."""
+    from ortools.sat.python import cp_model
+
+    unit = ALIGNMENT
+    model = cp_model.CpModel()
+    top = upper // unit
+    head = model.new_int_var(lower // unit, top, "head")
+    ys, xs, y_intervals = [], [], []
+    for i, b in enumerate(buffers):
+        size = b.size // unit
+        y = model.new_int_var(0, top - size, f"y{i}")
+        ys.append(y)
+        xs.append(model.new_fixed_size_interval_var(b.first, b.last + 1 - b.first, f"x{i}"))
+        y_intervals.append(model.new_fixed_size_interval_var(y, size, f"yi{i}"))
+        model.add(head >= y + size)
+        model.add_hint(y, hint[i] // unit)
+    model.add_no_overlap_2d(xs, y_intervals)
+    model.minimize(head)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(time_limit, 0.1)
+    solver.parameters.num_workers = max(os.cpu_count() or 1, 1)
+    status = solver.solve(model)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    offsets = [solver.value(y) * unit for y in ys]
+    return offsets, solver.value(head) * unit, status == cp_model.OPTIMAL
+
+
+def place(buffers: Sequence[Buffer], time_limit: float = 10.0) -> Placement:
+    """Best placement found within `time_limit` seconds. Buffer sizes must be multiples of 16 (they are, as
+    `buffer_lifetimes` returns them)."""
+    started = time.monotonic()
+    buffers = list(buffers)
+    lower = live_lower_bound(buffers)
+
+    def result(offsets: list[int], optimal: bool, method: str) -> Placement:
+        realised = tflm_offsets_with_plan(buffers, offsets)
+        head = arena_head(buffers, realised)
+        return Placement(tuple(realised), head, lower, optimal or head == lower, method, time.monotonic() - started)
+
+    best: Placement | None = None
+    for method, heuristic in _heuristics(buffers):
+        candidate = result(heuristic(), False, method)
+        if best is None or candidate.head_bytes < best.head_bytes:
+            best = candidate
+        if best.optimal:
+            return best
+    assert best is not None  # the heuristics list is never empty
+    remaining = time_limit - (time.monotonic() - started)
+    solved = _solve_cp_sat(buffers, best.offsets, lower, best.head_bytes, remaining)
+    if solved is not None:
+        offsets, cp_head, proven = solved
+        candidate = result(offsets, False, "cp-sat")
+        # The solver's optimum is TFLM's head only if the scratch buffers landed where the solver put them.
+        candidate = dataclasses.replace(candidate, optimal=candidate.optimal or (proven and candidate.head_bytes == cp_head))
+        if candidate.head_bytes < best.head_bytes or (candidate.optimal and candidate.head_bytes == best.head_bytes):
+            best = candidate
+    return dataclasses.replace(best, seconds=time.monotonic() - started)

@@ -1,0 +1,460 @@
+"""Build small int8 .tflite graphs from a few Python calls, for tests and the README demo.
+
+Each call adds one operator and returns a handle to its output tensor. Operators are stored in call order
+unless `build(order=...)` names another topological order, so tests can write the same graph in a bad and a
+good order. Weights are drawn from `numpy.random.default_rng(seed)` as the calls are made: the same calls and
+seed give the same bytes, whatever order is chosen.
+
+Quantization follows TFLite's int8 scheme: per-channel symmetric weights, int32 bias with
+scale = input_scale * weight_scale, affine int8 activations. Activation ranges are estimated from each
+operator's fan-in (weights are drawn so a layer roughly keeps the root-mean-square of its input), and operators
+whose int8 kernels copy bytes without requantizing (CONCATENATION, pooling, RESHAPE) share one scale and zero
+point across their inputs and output, as the TFLite converter arranges it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from lowtide.errors import LowtideError
+from lowtide.model.schema import BUILTIN_CODES, fb
+from lowtide.model.writer import model_bytes
+
+Activation = Literal["NONE", "RELU", "RELU6"]
+Padding = Literal["SAME", "VALID"]
+
+_ACTIVATION_CODES: dict[str, int] = {
+    "NONE": fb.ActivationFunctionType.NONE,
+    "RELU": fb.ActivationFunctionType.RELU,
+    "RELU6": fb.ActivationFunctionType.RELU6,
+}
+_PADDING_CODES: dict[str, int] = {"SAME": fb.Padding.SAME, "VALID": fb.Padding.VALID}
+# How many root-mean-squares of a tensor its int8 range covers: wide enough that few values clip, narrow
+# enough that typical values use most of the 256 levels.
+_RANGE_IN_RMS = 3.5
+# Highest opcode that fits the schema's legacy int8 `deprecated_builtin_code` field.
+_LAST_DEPRECATED_CODE = 127
+
+
+@dataclass(frozen=True)
+class TensorRef:
+    """A tensor of the graph being built, as returned by the builder's calls."""
+
+    index: int  # tensor index in the built model
+    shape: tuple[int, ...]
+    op: int | None  # call-order index of the operator that writes it; None for a model input
+
+
+@dataclass(frozen=True)
+class QuantParams:
+    scale: float
+    zero_point: int
+
+
+@dataclass
+class _ActivationSpec:
+    name: str
+    shape: tuple[int, ...]
+    rms: float  # estimated root-mean-square of the real values
+    nonnegative: bool  # after RELU/RELU6: the int8 range can start at 0
+    fixed_range: tuple[float, float] | None = None  # model inputs: the range the caller gave
+
+
+@dataclass
+class _WeightSpec:
+    name: str
+    values: np.ndarray  # float32, in the TFLite layout of the operator
+    channel_axis: int | None  # per-channel quantization axis; None = one scale for the whole tensor
+
+
+@dataclass
+class _BiasSpec:
+    name: str
+    values: np.ndarray  # float32, one per output channel
+    input: int  # tensor index of the activation the bias is added to (its scale is part of the bias scale)
+    weights: int  # tensor index of the weights
+
+
+@dataclass
+class _OperatorSpec:
+    opcode: str
+    inputs: tuple[int, ...]  # tensor indices, activations and constants as the kernel expects them
+    output: int
+    options_type: int
+    options: object
+
+
+class ModelBuilder:
+    """Describe an int8 graph one operator at a time, then `build()` it into .tflite bytes."""
+
+    def __init__(self, seed: int = 0, name: str = "lowtide_builder"):
+        self._rng = np.random.default_rng(seed)
+        self._name = name
+        self._tensors: list[_ActivationSpec | _WeightSpec | _BiasSpec] = []
+        self._operators: list[_OperatorSpec] = []
+        self._producer: dict[int, int] = {}  # activation tensor index -> operator index
+        self._inputs: list[int] = []
+        self._outputs: list[int] = []
+        # Union-find over activation tensors that must share quantization parameters.
+        self._same_quant_parent: dict[int, int] = {}
+
+    # ---- graph inputs and outputs -------------------------------------------------------------------------
+    def input(self, shape: Sequence[int], value_range: tuple[float, float] = (-1.0, 1.0)) -> TensorRef:
+        """A model input, NHWC int8, covering `value_range` in real values."""
+        lo, hi = value_range
+        if not lo < hi:
+            raise LowtideError(f"input range {value_range} is empty")
+        rms = math.sqrt((lo * lo + lo * hi + hi * hi) / 3.0)  # of a uniform distribution on [lo, hi]
+        ref = self._add_activation(f"input_{len(self._inputs)}", tuple(shape), rms, lo >= 0, None, (lo, hi))
+        self._inputs.append(ref.index)
+        return ref
+
+    def output(self, *tensors: TensorRef) -> None:
+        for t in tensors:
+            self._check_activation(t)
+            self._outputs.append(t.index)
+
+    # ---- operators ----------------------------------------------------------------------------------------
+    def conv2d(self, x: TensorRef, filters: int, kernel: int = 3, stride: int = 1, padding: Padding = "SAME",
+               activation: Activation = "RELU") -> TensorRef:
+        n, h, w, c = self._nhwc(x)
+        out_h, out_w = _conv_out(h, kernel, stride, padding), _conv_out(w, kernel, stride, padding)
+        weights = self._draw_weights((filters, kernel, kernel, c), fan_in=kernel * kernel * c,
+                                     activation=activation)
+        options = fb.Conv2DOptionsT()
+        options.padding, options.strideH, options.strideW = _PADDING_CODES[padding], stride, stride
+        options.dilationHFactor = options.dilationWFactor = 1
+        options.fusedActivationFunction = _ACTIVATION_CODES[activation]
+        return self._add_weighted("CONV_2D", x, weights, channel_axis=0, out_shape=(n, out_h, out_w, filters),
+                                  activation=activation, options_type=fb.BuiltinOptions.Conv2DOptions,
+                                  options=options)
+
+    def depthwise_conv2d(self, x: TensorRef, kernel: int = 3, stride: int = 1, padding: Padding = "SAME",
+                         activation: Activation = "RELU", depth_multiplier: int = 1) -> TensorRef:
+        n, h, w, c = self._nhwc(x)
+        out_h, out_w = _conv_out(h, kernel, stride, padding), _conv_out(w, kernel, stride, padding)
+        channels = c * depth_multiplier
+        weights = self._draw_weights((1, kernel, kernel, channels), fan_in=kernel * kernel, activation=activation)
+        options = fb.DepthwiseConv2DOptionsT()
+        options.padding, options.strideH, options.strideW = _PADDING_CODES[padding], stride, stride
+        options.depthMultiplier = depth_multiplier
+        options.dilationHFactor = options.dilationWFactor = 1
+        options.fusedActivationFunction = _ACTIVATION_CODES[activation]
+        return self._add_weighted("DEPTHWISE_CONV_2D", x, weights, channel_axis=3,
+                                  out_shape=(n, out_h, out_w, channels), activation=activation,
+                                  options_type=fb.BuiltinOptions.DepthwiseConv2DOptions, options=options)
+
+    def fully_connected(self, x: TensorRef, units: int, activation: Activation = "NONE") -> TensorRef:
+        """Dense layer over all but the batch dimension (TFLM flattens a 4-D input itself)."""
+        batch, features = x.shape[0], math.prod(x.shape[1:])
+        weights = self._draw_weights((units, features), fan_in=features, activation=activation)
+        options = fb.FullyConnectedOptionsT()
+        options.fusedActivationFunction = _ACTIVATION_CODES[activation]
+        # TFLite quantizes FULLY_CONNECTED weights per tensor; TFLM's reference kernel expects that.
+        return self._add_weighted("FULLY_CONNECTED", x, weights, channel_axis=None, out_shape=(batch, units),
+                                  activation=activation, options_type=fb.BuiltinOptions.FullyConnectedOptions,
+                                  options=options)
+
+    def add(self, a: TensorRef, b: TensorRef, activation: Activation = "NONE") -> TensorRef:
+        if a.shape != b.shape:
+            raise LowtideError(f"ADD needs equal shapes, got {a.shape} and {b.shape}")
+        sa, sb = self._activation(a), self._activation(b)
+        pre_rms = math.hypot(sa.rms, sb.rms)  # branches treated as independent
+        options = fb.AddOptionsT()
+        options.fusedActivationFunction = _ACTIVATION_CODES[activation]
+        return self._add_op("ADD", (a.index, b.index), a.shape,
+                            *_after_activation(pre_rms, activation, sa.nonnegative and sb.nonnegative),
+                            fb.BuiltinOptions.AddOptions, options)
+
+    def concat(self, tensors: Sequence[TensorRef]) -> TensorRef:
+        """Concatenate along the channel (last) axis. TFLM's int8 kernel copies bytes, so every input and
+        the output share one scale and zero point."""
+        if len(tensors) < 2:
+            raise LowtideError("CONCATENATION needs at least two inputs")
+        first = tensors[0].shape
+        if any(len(t.shape) != len(first) or t.shape[:-1] != first[:-1] for t in tensors):
+            raise LowtideError(f"CONCATENATION needs equal shapes but for the last axis, got {[t.shape for t in tensors]}")
+        specs = [self._activation(t) for t in tensors]
+        sizes = [t.shape[-1] for t in tensors]
+        rms = math.sqrt(sum(s.rms ** 2 * n for s, n in zip(specs, sizes)) / sum(sizes))
+        options = fb.ConcatenationOptionsT()
+        options.axis = len(first) - 1
+        options.fusedActivationFunction = fb.ActivationFunctionType.NONE
+        out = self._add_op("CONCATENATION", tuple(t.index for t in tensors), (*first[:-1], sum(sizes)), rms,
+                           all(s.nonnegative for s in specs), fb.BuiltinOptions.ConcatenationOptions, options)
+        for t in tensors:
+            self._share_quant(t.index, out.index)
+        return out
+
+    def avg_pool(self, x: TensorRef, size: int = 2, stride: int | None = None,
+                 padding: Padding = "VALID") -> TensorRef:
+        return self._pool("AVERAGE_POOL_2D", x, size, stride or size, padding)
+
+    def max_pool(self, x: TensorRef, size: int = 2, stride: int | None = None,
+                 padding: Padding = "VALID") -> TensorRef:
+        return self._pool("MAX_POOL_2D", x, size, stride or size, padding)
+
+    def reshape(self, x: TensorRef, shape: Sequence[int]) -> TensorRef:
+        shape = tuple(shape)
+        if math.prod(shape) != math.prod(x.shape):
+            raise LowtideError(f"cannot reshape {x.shape} to {shape}: element counts differ")
+        spec = self._activation(x)
+        options = fb.ReshapeOptionsT()
+        options.newShape = list(shape)
+        out = self._add_op("RESHAPE", (x.index,), shape, spec.rms, spec.nonnegative,
+                           fb.BuiltinOptions.ReshapeOptions, options)
+        self._share_quant(x.index, out.index)
+        return out
+
+    # ---- serialisation ------------------------------------------------------------------------------------
+    @property
+    def operator_count(self) -> int:
+        return len(self._operators)
+
+    def build(self, order: Sequence[int] | None = None) -> bytes:
+        """The .tflite bytes, operators stored in `order` (call-order indices; default: call order)."""
+        if not self._inputs or not self._outputs:
+            raise LowtideError("the model needs at least one input() and one output()")
+        order = list(range(len(self._operators))) if order is None else list(order)
+        self._check_order(order)
+        quant = self._activation_quant()
+        return model_bytes(self._model(order, quant))
+
+    def _model(self, order: list[int], quant: dict[int, QuantParams]) -> "fb.ModelT":
+        buffers = [fb.BufferT()]  # buffer 0: the empty sentinel every TFLite model starts with
+        tensors = []
+        weight_scales: dict[int, np.ndarray] = {}
+        for index, spec in enumerate(self._tensors):
+            t = fb.TensorT()
+            t.name = spec.name
+            t.quantization = fb.QuantizationParametersT()
+            if isinstance(spec, _ActivationSpec):
+                t.shape, t.type, t.buffer = list(spec.shape), fb.TensorType.INT8, 0
+                q = quant[index]
+                t.quantization.scale, t.quantization.zeroPoint = [q.scale], [q.zero_point]
+            else:
+                if isinstance(spec, _WeightSpec):
+                    scales, data = _quantize_weights(spec.values, spec.channel_axis)
+                    weight_scales[index] = scales
+                    t.type = fb.TensorType.INT8
+                    t.quantization.quantizedDimension = spec.channel_axis or 0
+                else:
+                    scales = quant[spec.input].scale * weight_scales[spec.weights]
+                    data = np.round(spec.values / scales).astype("<i4")
+                    t.type = fb.TensorType.INT32
+                t.shape = list(spec.values.shape)
+                t.quantization.scale = [float(s) for s in scales]
+                t.quantization.zeroPoint = [0] * len(scales)
+                buffer = fb.BufferT()
+                buffer.data = np.frombuffer(data.tobytes(), dtype=np.uint8)
+                t.buffer = len(buffers)
+                buffers.append(buffer)
+            tensors.append(t)
+
+        opcodes: list[str] = []
+        operators = []
+        for op_index in order:
+            spec = self._operators[op_index]
+            if spec.opcode not in opcodes:
+                opcodes.append(spec.opcode)
+            op = fb.OperatorT()
+            op.opcodeIndex = opcodes.index(spec.opcode)
+            op.inputs, op.outputs = list(spec.inputs), [spec.output]
+            op.builtinOptionsType, op.builtinOptions = spec.options_type, spec.options
+            operators.append(op)
+
+        subgraph = fb.SubGraphT()
+        subgraph.name = "main"
+        subgraph.tensors, subgraph.operators = tensors, operators
+        subgraph.inputs, subgraph.outputs = list(self._inputs), list(self._outputs)
+        model = fb.ModelT()
+        model.version = 3
+        model.description = self._name
+        model.buffers, model.subgraphs = buffers, [subgraph]
+        model.operatorCodes = [_operator_code(name) for name in opcodes]
+        return model
+
+    # ---- internals ----------------------------------------------------------------------------------------
+    def _add_activation(self, name: str, shape: tuple[int, ...], rms: float, nonnegative: bool,
+                        producer: int | None, fixed_range: tuple[float, float] | None = None) -> TensorRef:
+        if not shape or any(d <= 0 for d in shape):
+            raise LowtideError(f"tensor '{name}' would have shape {shape}; every dimension must be positive")
+        index = len(self._tensors)
+        self._tensors.append(_ActivationSpec(name, shape, rms, nonnegative, fixed_range))
+        self._same_quant_parent[index] = index
+        if producer is not None:
+            self._producer[index] = producer
+        return TensorRef(index, shape, producer)
+
+    def _add_op(self, opcode: str, inputs: tuple[int, ...], out_shape: tuple[int, ...], rms: float,
+                nonnegative: bool, options_type: int, options: object) -> TensorRef:
+        op_index = len(self._operators)
+        out = self._add_activation(f"{opcode.lower()}_{op_index}", out_shape, rms, nonnegative, op_index)
+        self._operators.append(_OperatorSpec(opcode, inputs, out.index, options_type, options))
+        return out
+
+    def _add_weighted(self, opcode: str, x: TensorRef, weights: np.ndarray, channel_axis: int | None,
+                      out_shape: tuple[int, ...], activation: Activation, options_type: int,
+                      options: object) -> TensorRef:
+        spec = self._activation(x)
+        # Weights of standard deviation gain/sqrt(fan_in) scale the input's root-mean-square by `gain`.
+        pre_rms = spec.rms * _gain(activation)
+        channels = out_shape[-1]
+        bias = self._rng.uniform(-0.1, 0.1, size=channels).astype(np.float32) * pre_rms
+        op_index = len(self._operators)
+        w_index = len(self._tensors)
+        self._tensors.append(_WeightSpec(f"{opcode.lower()}_{op_index}/weights", weights, channel_axis))
+        b_index = len(self._tensors)
+        self._tensors.append(_BiasSpec(f"{opcode.lower()}_{op_index}/bias", bias, x.index, w_index))
+        return self._add_op(opcode, (x.index, w_index, b_index), out_shape,
+                            *_after_activation(pre_rms, activation, False), options_type, options)
+
+    def _pool(self, opcode: str, x: TensorRef, size: int, stride: int, padding: Padding) -> TensorRef:
+        n, h, w, c = self._nhwc(x)
+        spec = self._activation(x)
+        options = fb.Pool2DOptionsT()
+        options.padding, options.strideH, options.strideW = _PADDING_CODES[padding], stride, stride
+        options.filterHeight = options.filterWidth = size
+        options.fusedActivationFunction = fb.ActivationFunctionType.NONE
+        out_shape = (n, _conv_out(h, size, stride, padding), _conv_out(w, size, stride, padding), c)
+        out = self._add_op(opcode, (x.index,), out_shape, spec.rms, spec.nonnegative,
+                           fb.BuiltinOptions.Pool2DOptions, options)
+        # TFLM's int8 pooling kernels do not requantize: the output keeps the input's scale and zero point.
+        self._share_quant(x.index, out.index)
+        return out
+
+    def _draw_weights(self, shape: tuple[int, ...], fan_in: int, activation: Activation) -> np.ndarray:
+        half_width = _gain(activation) * math.sqrt(3.0 / fan_in)  # uniform with std gain/sqrt(fan_in)
+        return self._rng.uniform(-half_width, half_width, size=shape).astype(np.float32)
+
+    def _activation(self, t: TensorRef) -> _ActivationSpec:
+        self._check_activation(t)
+        spec = self._tensors[t.index]
+        assert isinstance(spec, _ActivationSpec)
+        return spec
+
+    def _check_activation(self, t: TensorRef) -> None:
+        if not (0 <= t.index < len(self._tensors) and isinstance(self._tensors[t.index], _ActivationSpec)
+                and self._tensors[t.index].shape == t.shape):
+            raise LowtideError(f"tensor {t.index} was not made by this builder")
+
+    def _nhwc(self, t: TensorRef) -> tuple[int, int, int, int]:
+        if len(t.shape) != 4:
+            raise LowtideError(f"expected an NHWC tensor, got shape {t.shape}")
+        n, h, w, c = t.shape
+        return n, h, w, c
+
+    def _root(self, index: int) -> int:
+        while self._same_quant_parent[index] != index:
+            index = self._same_quant_parent[index]
+        return index
+
+    def _share_quant(self, a: int, b: int) -> None:
+        ra, rb = self._root(a), self._root(b)
+        if ra != rb:
+            self._same_quant_parent[max(ra, rb)] = min(ra, rb)
+
+    def _activation_quant(self) -> dict[int, QuantParams]:
+        """One scale and zero point per group of tensors that must share them, covering every member's range."""
+        ranges: dict[int, tuple[float, float]] = {}
+        for index, spec in enumerate(self._tensors):
+            if not isinstance(spec, _ActivationSpec):
+                continue
+            if spec.fixed_range is not None:
+                lo, hi = spec.fixed_range
+            elif spec.nonnegative:
+                lo, hi = 0.0, _RANGE_IN_RMS * math.sqrt(2.0) * spec.rms  # the positive half of the pre-activation
+            else:
+                lo, hi = -_RANGE_IN_RMS * spec.rms, _RANGE_IN_RMS * spec.rms
+            root = self._root(index)
+            old = ranges.get(root, (lo, hi))
+            ranges[root] = (min(old[0], lo), max(old[1], hi))
+        group_quant = {root: _affine_quant(lo, hi) for root, (lo, hi) in ranges.items()}
+        return {index: group_quant[self._root(index)] for index in self._same_quant_parent}
+
+    def _check_order(self, order: list[int]) -> None:
+        if sorted(order) != list(range(len(self._operators))):
+            raise LowtideError(f"order must list each of the {len(self._operators)} operators once, got {order}")
+        done: set[int] = set()
+        for op_index in order:
+            for t in self._operators[op_index].inputs:
+                producer = self._producer.get(t)
+                if producer is not None and producer not in done:
+                    raise LowtideError(f"order runs operator {op_index} before operator {producer}, which feeds it")
+            done.add(op_index)
+
+
+def _conv_out(size: int, kernel: int, stride: int, padding: Padding) -> int:
+    if padding not in _PADDING_CODES:
+        raise LowtideError(f"padding must be SAME or VALID, got {padding!r}")
+    out = -(-size // stride) if padding == "SAME" else (size - kernel) // stride + 1
+    if out <= 0:
+        raise LowtideError(f"a {kernel}x{kernel} window with VALID padding does not fit in size {size}")
+    return out
+
+
+def _gain(activation: Activation) -> float:
+    if activation not in _ACTIVATION_CODES:
+        raise LowtideError(f"activation must be one of {sorted(_ACTIVATION_CODES)}, got {activation!r}")
+    return math.sqrt(2.0) if activation != "NONE" else 1.0  # He initialisation before a rectifier
+
+
+def _after_activation(pre_rms: float, activation: Activation, inputs_nonnegative: bool) -> tuple[float, bool]:
+    """(root-mean-square, non-negative) of an operator's output given its pre-activation root-mean-square."""
+    if activation == "NONE":
+        return pre_rms, inputs_nonnegative
+    post = pre_rms / math.sqrt(2.0)  # a rectifier keeps half of a zero-mean distribution's energy
+    return (min(post, 6.0) if activation == "RELU6" else post), True
+
+
+def _affine_quant(lo: float, hi: float) -> QuantParams:
+    """int8 scale and zero point mapping [lo, hi] (widened to include 0, as TFLite requires) onto [-128, 127]."""
+    lo, hi = min(lo, 0.0), max(hi, 0.0)
+    scale = (hi - lo) / 255.0
+    zero_point = int(np.clip(round(-128 - lo / scale), -128, 127))
+    return QuantParams(float(np.float32(scale)), zero_point)
+
+
+def _quantize_weights(values: np.ndarray, channel_axis: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric int8 quantization, per channel along `channel_axis` or per tensor: (scales, int8 data)."""
+    reduce_axes = tuple(a for a in range(values.ndim) if a != channel_axis)
+    peak = np.abs(values).max(axis=reduce_axes, keepdims=True)
+    scales = np.where(peak > 0, peak / 127.0, 1.0).astype(np.float32)
+    data = np.clip(np.round(values / scales), -127, 127).astype(np.int8)
+    return scales.reshape(-1).astype(np.float64), data
+
+
+def _operator_code(name: str) -> "fb.OperatorCodeT":
+    code = fb.OperatorCodeT()
+    code.builtinCode = BUILTIN_CODES[name]
+    code.deprecatedBuiltinCode = min(code.builtinCode, _LAST_DEPRECATED_CODE)
+    code.version = 1
+    return code
+
+
+def demo_model() -> bytes:
+    raise NotImplementedError
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lowtide.model.builder",
+                                     description="Write lowtide's demo model, an irregularly wired int8 graph.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="write the README demo model")
+    demo.add_argument("out", type=Path, help="where to write the .tflite file")
+    args = parser.parse_args(argv)
+    data = demo_model()
+    args.out.write_bytes(data)
+    print(f"wrote {args.out} ({len(data):,} bytes)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

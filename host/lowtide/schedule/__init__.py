@@ -1,0 +1,131 @@
+"""Stage 3: the operator order with the lowest live-memory peak, proven optimal where the search completes.
+
+`find_schedule` schedules every subgraph on its own cost (`problem`), split at cut points and searched exactly
+block by block (`search`). The result is checked against the memory model everyone else uses (`tflm_plan`), so
+its figures are the ones the rest of lowtide reports. `apply_order` writes an order into a copy of the model.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from lowtide.memory import tflm_plan
+from lowtide.memory.lifetimes import Order, stored_order
+from lowtide.model.ir import Graph
+from lowtide.schedule.problem import SubgraphProblem, check_order, subgraph_problem
+from lowtide.schedule.search import Block, blocks, heuristic_order, solve_block
+
+# progress(fraction of operators whose block is settled, best own-cost peak so far)
+Progress = Callable[[float, int], None]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    order: Order  # every subgraph's operators in the chosen execution order
+    live_peak_bytes: int  # tflm_plan(graph, order).live_peak_bytes
+    head_bytes: int  # tflm_plan(graph, order).head_bytes: TFLM's greedy planner on this order
+    stored_peak_bytes: int  # live peak of the order stored in the model
+    stored_head_bytes: int
+    lower_bound_bytes: int  # no valid order has a lower live peak
+    optimal: bool  # live_peak_bytes == lower_bound_bytes
+    timed_out: bool  # the time limit stopped the exact search before it finished
+    seconds: float
+    explored_states: int
+
+    @property
+    def saved_bytes(self) -> int:
+        return self.stored_peak_bytes - self.live_peak_bytes
+
+
+def find_schedule(graph: Graph, time_limit: float = 30.0, progress: Progress | None = None) -> Schedule:
+    started = time.monotonic()
+    deadline = started + time_limit
+    problems = {i: subgraph_problem(graph, i) for i in sorted(_reachable_subgraphs(graph))}
+    # Every operator's unavoidable step is a lower bound on the model's peak: the first target level.
+    level = max(
+        (p.step_lower_bound(op) for p in problems.values() for op in range(p.op_count)), default=0
+    )
+    pending: list[tuple[int, Block, int]] = []  # (heuristic peak, block, position in its subgraph)
+    block_orders: dict[int, list[list[int]]] = {}
+    for sg, problem in problems.items():
+        split = blocks(problem)
+        block_orders[sg] = [[] for _ in split]
+        for position, block in enumerate(split):
+            pending.append((heuristic_order(problem, block)[1], block, position))
+    # Hardest blocks first: their optimum raises the level, which lets easier blocks stop sooner.
+    pending.sort(key=lambda item: -item[0])
+    total_ops = max(sum(p.op_count for p in problems.values()), 1)
+    settled_ops = 0
+    settled_peak = 0
+    explored = 0
+    timed_out = False
+
+    def report(unsettled_peak: int) -> None:
+        if progress is not None:
+            progress(settled_ops / total_ops, max(settled_peak, unsettled_peak))
+
+    for index, (heuristic_peak, block, position) in enumerate(pending):
+        problem = problems[block.subgraph]
+        if timed_out:
+            order, peak = heuristic_order(problem, block)
+        else:
+            result = solve_block(problem, block, level, deadline, lambda _states: report(heuristic_peak))
+            order, peak = result.order, result.peak
+            explored += result.states
+            level = max(level, result.bound)
+            timed_out = not result.complete
+        block_orders[block.subgraph][position] = order
+        settled_ops += block.size
+        settled_peak = max(settled_peak, peak)
+        report(pending[index + 1][0] if index + 1 < len(pending) else 0)
+
+    order = stored_order(graph)
+    for sg, parts in block_orders.items():
+        order[sg] = [op for part in parts for op in part]
+    check_order(graph, order)
+    plan = tflm_plan(graph, order)
+    stored = tflm_plan(graph)
+    # The stored order may beat the per-subgraph search when control flow couples subgraphs.
+    if stored.live_peak_bytes < plan.live_peak_bytes:
+        order, plan = stored_order(graph), stored
+    return Schedule(
+        order=order,
+        live_peak_bytes=plan.live_peak_bytes,
+        head_bytes=plan.head_bytes,
+        stored_peak_bytes=stored.live_peak_bytes,
+        stored_head_bytes=stored.head_bytes,
+        lower_bound_bytes=level,
+        optimal=plan.live_peak_bytes == level,
+        timed_out=timed_out,
+        seconds=time.monotonic() - started,
+        explored_states=explored,
+    )
+
+
+def apply_order(graph: Graph, order: Order):
+    """A deep copy of the model (`graph.raw`, a schema ModelT) with each subgraph's operators stored in `order`."""
+    check_order(graph, order)
+    model = copy.deepcopy(graph.raw)
+    for sg_index, ops in order.items():
+        operators = model.subgraphs[sg_index].operators or []
+        model.subgraphs[sg_index].operators = [operators[i] for i in ops]
+    return model
+
+
+def _reachable_subgraphs(graph: Graph) -> set[int]:
+    """Subgraphs TFLM runs: the main one and every subgraph a control-flow operator calls, transitively."""
+    seen = {0}
+    stack = [0]
+    while stack:
+        for op in graph.subgraphs[stack.pop()].operators:
+            for called in op.called_subgraphs:
+                if called not in seen:
+                    seen.add(called)
+                    stack.append(called)
+    return seen
+
+
+__all__ = ["Progress", "Schedule", "SubgraphProblem", "apply_order", "check_order", "find_schedule", "subgraph_problem"]

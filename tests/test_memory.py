@@ -1,0 +1,84 @@
+"""The TFLM memory model against the real host interpreter, byte for byte."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import SHARED_MODELS, reference_figures, shared_model_names
+from lowtide import oracle
+from lowtide.memory import align_up, tflm_plan
+from lowtide.model import load_model
+
+REFERENCE = reference_figures()
+
+
+def test_all_shared_models_are_covered(shared_models):
+    assert len(shared_model_names()) == 32
+
+
+@pytest.mark.parametrize("name", shared_model_names())
+def test_predicted_head_equals_measured_head(name):
+    graph = load_model(SHARED_MODELS / f"{name}.tflite")
+    measured = oracle.allocate((SHARED_MODELS / f"{name}.tflite").read_bytes())
+    assert tflm_plan(graph).head_bytes == measured.head_bytes
+    assert measured.head_bytes == int(REFERENCE[name]["tflm_head"])
+
+
+@pytest.mark.parametrize("name", shared_model_names())
+def test_live_peak_matches_reference_up_to_alignment(name):
+    """REFERENCE.tsv's live peak is raw bytes without scratch; ours is 16-aligned with scratch, so it lies between
+    the raw figure and the raw figure plus 15 bytes per live tensor plus scratch."""
+    plan = tflm_plan(load_model(SHARED_MODELS / f"{name}.tflite"))
+    raw = int(REFERENCE[name]["live_peak_stored"])
+    assert plan.live_peak_bytes >= raw
+    peak = plan.steps[plan.peak_step]
+    scratch = sum(plan.buffers[i].size for i in peak.buffers if plan.buffers[i].tensor is None)
+    assert plan.live_peak_bytes <= align_up(raw) + 15 * len(peak.buffers) + scratch
+    assert plan.live_peak_bytes <= plan.head_bytes
+
+
+def test_lstm_scratch_buffers_are_live_with_their_operator():
+    plan = tflm_plan(load_model(SHARED_MODELS / "tflm_dtln_noise_suppression.tflite"))
+    scratch = [b for b in plan.buffers if b.tensor is None]
+    # Two LSTMs, four gate buffers each of 128 int16 cells.
+    assert [(b.op, b.size) for b in scratch] == [(0, 256)] * 4 + [(1, 256)] * 4
+    assert all(b.first == b.last for b in scratch)
+
+
+def test_control_flow_subgraph_is_nested_in_its_caller_scope():
+    graph = load_model(SHARED_MODELS / "mww_v1_okay_nabu.tflite")
+    plan = tflm_plan(graph)
+    call_once = next(s for s in plan.steps if s.opcode == "CALL_ONCE")
+    inner = [s for s in plan.steps if s.subgraph == 1]
+    assert len(inner) == len(graph.subgraphs[1].operators)
+    assert all(s.scope > call_once.scope for s in inner)
+    after = [s for s in plan.steps if s.subgraph == 0 and s.op == call_once.op + 1]
+    assert after[0].scope > max(s.scope for s in inner)
+
+
+def test_offline_plan_is_honoured_by_replica_and_tflm(tmp_path):
+    """Give every planned tensor of a model the offsets TFLM itself chose: the replica must place them there and
+    TFLM must measure the same head."""
+    import struct
+
+    from lowtide.model.schema import fb
+    from lowtide.model.writer import model_bytes
+    from lowtide.model.reader import read_model
+
+    graph = load_model(SHARED_MODELS / "mlperf_ic_resnet8_int8.tflite")
+    plan = tflm_plan(graph)
+    # Shift everything up by 64 bytes so the plan differs from what the greedy planner would do online.
+    offsets = [-1] * graph.tensor_count
+    for buffer, offset in zip(plan.buffers, plan.offsets):
+        offsets[buffer.tensor] = offset + 64
+    words = [1, 1, len(offsets), *offsets]
+    raw = graph.raw
+    raw.buffers.append(fb.BufferT())
+    raw.buffers[-1].data = list(struct.pack(f"<{len(words)}i", *words))
+    entry = fb.MetadataT()
+    entry.name, entry.buffer = "OfflineMemoryAllocation", len(raw.buffers) - 1
+    raw.metadata = (raw.metadata or []) + [entry]
+    data = model_bytes(raw)
+    planned = tflm_plan(read_model(data))
+    assert planned.head_bytes == plan.head_bytes + 64
+    assert oracle.allocate(data).head_bytes == planned.head_bytes
