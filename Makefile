@@ -1,0 +1,21 @@
+# lowtide's two entry points: `make demo` (the main job on the project's own example) and `make test`.
+PYTHON ?= python3
+BUILD ?= build
+
+.PHONY: install demo test bench
+
+install:
+	$(PYTHON) -m pip install --quiet -e '.[test]'
+
+# Build the irregularly wired demo model, show what stock TFLM would allocate, then optimise and verify it.
+demo: install
+	mkdir -p $(BUILD)
+	lowtide demo-model $(BUILD)/demo.tflite
+	lowtide inspect $(BUILD)/demo.tflite --plot $(BUILD)/demo_live.png
+	lowtide optimize $(BUILD)/demo.tflite -o $(BUILD)/demo_optimized.tflite --verify
+
+test: install
+	$(PYTHON) -m pytest -q
+
+bench: install
+	$(PYTHON) benchmarks/optimize_bench.py
