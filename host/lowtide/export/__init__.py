@@ -1,6 +1,6 @@
 """Stage 4: write an optimized model. The operators go in the new order, an `OfflineMemoryAllocation` plan fixes
 every activation tensor's offset in the arena head, and a C header and a JSON sidecar give the arena size to
-declare on a 32-bit microcontroller."""
+declare on a 32-bit microcontroller. `optimize_model` runs the whole pipeline (schedule, place, export, check)."""
 
 from lowtide.export.offline_plan import (
     ARENA_START_ALIGNMENT_BYTES,
@@ -9,6 +9,9 @@ from lowtide.export.offline_plan import (
     export_optimized,
     offline_plan_words,
 )
+from lowtide.export.pipeline import OptimizeResult, PhaseProgress, Verification, optimize_model
 
-__all__ = ["ARENA_START_ALIGNMENT_BYTES", "OFFLINE_PLAN_NAME", "ExportResult", "export_optimized",
-           "offline_plan_words"]
+__all__ = [
+    "ARENA_START_ALIGNMENT_BYTES", "OFFLINE_PLAN_NAME", "ExportResult", "OptimizeResult", "PhaseProgress",
+    "Verification", "export_optimized", "offline_plan_words", "optimize_model",
+]

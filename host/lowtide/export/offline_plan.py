@@ -54,6 +54,8 @@ class ExportResult:
     host_tail_bytes: int  # persistent part measured by the 64-bit host interpreter
     mcu32_tail_bytes: int  # estimated persistent part on a 32-bit MCU
     arena_size_bytes: int  # what to declare on the MCU: head + 32-bit tail + alignment margin
+    measured_head_bytes: int  # host TFLM on the written model, after AllocateTensors
+    measured_total_bytes: int
 
 
 def offline_plan_words(graph: Graph, buffers: Sequence[Buffer], offsets: Sequence[int]) -> list[int]:
@@ -158,6 +160,8 @@ def export_optimized(graph: Graph, order: Order, offsets_by_buffer: Mapping[Buff
         host_tail_bytes=figures.tail_bytes,
         mcu32_tail_bytes=figures.mcu32_tail_bytes,
         arena_size_bytes=planned_head + figures.mcu32_tail_bytes + ARENA_START_ALIGNMENT_BYTES,
+        measured_head_bytes=figures.head_bytes,
+        measured_total_bytes=figures.total_bytes,
     )
     result.header_path.write_text(_header(_macro_prefix(out_path), graph, result))
     sidecar = {

@@ -13,7 +13,6 @@ have (`tflm_offsets_with_plan`), not by where the search put the scratch buffers
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import os
 import time
@@ -53,7 +52,7 @@ def check_no_overlap(buffers: Sequence[Buffer], offsets: Sequence[int]) -> None:
     nothing when it loads an offline plan, so an overlap would silently corrupt outputs."""
     if len(offsets) != len(buffers):
         raise LowtideError(f"memory plan has {len(offsets)} offsets for {len(buffers)} buffers")
-    for i, (b, o) in enumerate(zip(buffers, offsets)):
+    for b, o in zip(buffers, offsets):
         if o < 0 or o % ALIGNMENT:
             raise LowtideError(f"memory plan puts {b.label} at offset {o}, not a non-negative multiple of {ALIGNMENT}")
     by_first = sorted(range(len(buffers)), key=lambda i: buffers[i].first)
@@ -171,14 +170,16 @@ def place(buffers: Sequence[Buffer], time_limit: float = 10.0) -> Placement:
     buffers = list(buffers)
     lower = live_lower_bound(buffers)
 
-    def result(offsets: list[int], optimal: bool, method: str) -> Placement:
+    def result(offsets: list[int], method: str, proven_head: int | None = None) -> Placement:
+        """`proven_head`: a head the solver proved minimal. TFLM reaches it only if it put the scratch buffers
+        where the solver did."""
         realised = tflm_offsets_with_plan(buffers, offsets)
         head = arena_head(buffers, realised)
-        return Placement(tuple(realised), head, lower, optimal or head == lower, method, time.monotonic() - started)
+        return Placement(tuple(realised), head, lower, head in (lower, proven_head), method, time.monotonic() - started)
 
     best: Placement | None = None
     for method, heuristic in _heuristics(buffers):
-        candidate = result(heuristic(), False, method)
+        candidate = result(heuristic(), method)
         if best is None or candidate.head_bytes < best.head_bytes:
             best = candidate
         if best.optimal:
@@ -188,9 +189,7 @@ def place(buffers: Sequence[Buffer], time_limit: float = 10.0) -> Placement:
     solved = _solve_cp_sat(buffers, best.offsets, lower, best.head_bytes, remaining)
     if solved is not None:
         offsets, cp_head, proven = solved
-        candidate = result(offsets, False, "cp-sat")
-        # The solver's optimum is TFLM's head only if the scratch buffers landed where the solver put them.
-        candidate = dataclasses.replace(candidate, optimal=candidate.optimal or (proven and candidate.head_bytes == cp_head))
+        candidate = result(offsets, "cp-sat", cp_head if proven else None)
         if candidate.head_bytes < best.head_bytes or (candidate.optimal and candidate.head_bytes == best.head_bytes):
             best = candidate
     return dataclasses.replace(best, seconds=time.monotonic() - started)

@@ -1,0 +1,76 @@
+"""`lowtide measure`: run a model on a board and report the arena it used, its latency and whether its outputs match
+the host TFLM interpreter."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from lowtide.cli import app
+from lowtide.device.boards import BOARDS
+from lowtide.device.measure import MeasureResult, measure as measure_on_board
+
+_PHASE_LABELS = {"upload": "sending inputs (bytes)", "run": "running (invocations)"}
+
+
+@app.command()
+def measure(
+    model: Path = typer.Argument(..., help=".tflite model to measure"),
+    board: str = typer.Option("host-tflm", help=f"board to run on: {', '.join(sorted(BOARDS))}"),
+    port: str = typer.Option(None, help="serial device, socket://host:port or rfc2217://...; host-tflm: tcp:0 or pty"),
+    iterations: int = typer.Option(10, min=1, help="measured invocations"),
+    warmup: int = typer.Option(1, min=0, help="invocations run before measuring"),
+    timeout: float = typer.Option(10.0, min=0.1, help="longest wait, in seconds, for any answer from the board"),
+    seed: int = typer.Option(0, help="seed of the random inputs (lowtide.oracle.random_inputs)"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object instead of a table"),
+) -> None:
+    """Measure MODEL's arena use and latency on a board, and check its outputs against the host interpreter."""
+    kwargs = dict(iterations=iterations, warmup=warmup, timeout=timeout, seed=seed)
+    if as_json:
+        result = measure_on_board(model, board, port, **kwargs)
+        print(json.dumps(result.to_json()))
+        return
+    console = Console()
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        tasks: dict[str, int] = {}
+
+        def show(phase: str, done: int, total: int) -> None:
+            if phase not in tasks:
+                tasks[phase] = bar.add_task(_PHASE_LABELS[phase], total=total)
+            bar.update(tasks[phase], completed=done, total=total)
+
+        result = measure_on_board(model, board, port, progress=show, **kwargs)
+    console.print(_table(result))
+
+
+def _bytes(value: int | None, why_missing: str) -> str:
+    return f"{value:,} B" if value is not None else f"[dim]{why_missing}[/dim]"
+
+
+def _table(result: MeasureResult) -> Table:
+    table = Table(title=f"{Path(result.model).name} on {result.board}", show_header=False)
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    table.add_row("runtime", result.runtime)
+    table.add_row("port", result.port)
+    table.add_row("head planned (lowtide)", _bytes(result.arena_planned_bytes, ""))
+    table.add_row("head planned (board)", _bytes(result.board_planned_bytes, "not reported"))
+    table.add_row("arena used", _bytes(result.arena_used_bytes, "not reported"))
+    table.add_row("arena high-water", _bytes(result.arena_high_water_bytes, "cannot paint"))
+    lat = result.latency
+    table.add_row(f"latency us min/med/max ({lat.iterations})", f"{lat.min:,} / {lat.median:,} / {lat.max:,}")
+    if result.latency_cycles:
+        cyc = result.latency_cycles
+        table.add_row("cycles min/med/max", f"{cyc.min:,} / {cyc.median:,} / {cyc.max:,}")
+    verdict = "[green]yes[/green]" if result.outputs_match else (
+        f"[red]no[/red] (outputs {', '.join(map(str, result.mismatched_outputs))})")
+    table.add_row(f"outputs match host TFLM (seed {result.seed})", verdict)
+    if result.damaged_frames or result.resends:
+        table.add_row("link: damaged frames / resends", f"{result.damaged_frames} / {result.resends}")
+    return table

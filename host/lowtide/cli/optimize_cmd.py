@@ -1,0 +1,109 @@
+"""`lowtide optimize`: reorder operators and plan every tensor's offset, writing a model TFLM runs in less memory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from lowtide.cli import app
+from lowtide.export import OptimizeResult, optimize_model
+
+_PHASES = {
+    "schedule": "searching operator orders",
+    "place": "placing tensors",
+    "export": "writing model and memory plan",
+    "verify": "running both models on host TFLM",
+}
+
+
+def optimize_report(result: OptimizeResult) -> dict:
+    """The JSON object of `lowtide optimize --json`."""
+    export, schedule, placement = result.export, result.schedule, result.placement
+    report = {
+        "model": str(result.model_path),
+        "output": str(export.model_path),
+        "header": str(export.header_path),
+        "sidecar": str(export.json_path),
+        "before": {
+            "tflm_head_bytes": result.stock_head_bytes,
+            "tflm_total_bytes": result.stock_total_bytes,
+            "live_peak_bytes": result.stock_live_peak_bytes,
+        },
+        "after": {
+            "planned_head_bytes": result.planned_head_bytes,
+            "tflm_total_bytes": result.total_bytes,
+            "live_peak_bytes": placement.lower_bound_bytes,
+            "arena_size_bytes_mcu32": export.arena_size_bytes,
+        },
+        "lower_bound_bytes": result.lower_bound_bytes,
+        "optimal": result.optimal,
+        "schedule_optimal": schedule.optimal,
+        "placement_optimal": placement.optimal,
+        "placement_method": placement.method,
+        "schedule_seconds": round(schedule.seconds, 3),
+        "placement_seconds": round(placement.seconds, 3),
+        "seconds": round(result.seconds, 3),
+        "verified": result.verification is not None,
+    }
+    if result.verification:
+        report["after"]["tflm_head_bytes"] = result.verification.measured_head_bytes
+        report["outputs_identical"] = result.verification.outputs_identical
+    return report
+
+
+def _show(console: Console, result: OptimizeResult) -> None:
+    table = Table(title=f"{result.model_path.name} -> {result.export.model_path.name}", title_justify="left")
+    for name in ("", "arena head", "arena total (host TFLM)"):
+        table.add_column(name, justify="left" if not name else "right")
+    table.add_row("stock TFLM", f"{result.stock_head_bytes:,} B", f"{result.stock_total_bytes:,} B")
+    saved = result.stock_head_bytes - result.planned_head_bytes
+    table.add_row("lowtide", f"{result.planned_head_bytes:,} B", f"{result.total_bytes:,} B", style="bold green")
+    table.add_row("lower bound", f"{result.lower_bound_bytes:,} B", "", style="dim")
+    console.print(table)
+    verdict = "proven optimal" if result.optimal else (
+        f"{result.planned_head_bytes - result.lower_bound_bytes:,} B above the lower bound")
+    console.print(f"head saved: {saved:,} B ({saved / max(result.stock_head_bytes, 1):.1%}); {verdict}; "
+                  f"{result.seconds:.1f} s")
+    if result.verification:
+        console.print("[green]verified[/]: outputs bit-identical, measured head = planned head")
+    console.print(f"arena for a 32-bit MCU: {result.export.arena_size_bytes:,} B "
+                  f"(see {result.export.header_path.name}; the tail part is an estimate)")
+
+
+@app.command()
+def optimize(
+    model: Annotated[Path, typer.Argument(help=".tflite model to optimize")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Optimized .tflite to write (.h and .json beside it)")],
+    time_limit: Annotated[float, typer.Option("--time-limit", min=1.0, help="Seconds to search in all")] = 30.0,
+    verify: Annotated[bool, typer.Option("--verify", help="Run both models on host TFLM and compare")] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables")] = False,
+) -> None:
+    """Reorder operators and plan every tensor's offset (OfflineMemoryAllocation) to shrink TFLM's arena."""
+    if json_output:
+        result = optimize_model(model, output, time_limit, verify)
+        print(json.dumps(optimize_report(result)))
+        return
+    console = Console(stderr=True)
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[detail]}"),
+               TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        tasks: dict[str, TaskID] = {}
+
+        def on_progress(phase: str, fraction: float | None, detail: str) -> None:
+            if phase not in tasks:
+                for other in tasks.values():  # phases run one after another: a new one ends the last
+                    bar.update(other, total=1, completed=1)
+                tasks[phase] = bar.add_task(_PHASES[phase], total=None, detail="")
+            if fraction is not None:
+                bar.update(tasks[phase], total=1, completed=fraction, detail=detail)
+            else:
+                bar.update(tasks[phase], detail=detail)
+
+        result = optimize_model(model, output, time_limit, verify, on_progress)
+    _show(Console(), result)

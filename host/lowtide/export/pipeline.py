@@ -1,0 +1,156 @@
+"""The whole optimization of one model: schedule the operators, place the tensors, write the model with its
+offline plan, and measure both models on the host TFLM. Used by `lowtide optimize` and the benchmark."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from lowtide import oracle
+from lowtide.errors import LowtideError
+from lowtide.export.offline_plan import ExportResult, export_optimized
+from lowtide.memory import buffer_lifetimes, tflm_plan
+from lowtide.memory.lifetimes import Buffer, Order, stored_order
+from lowtide.memory.placement import Placement, place
+from lowtide.model import Graph, load_model
+from lowtide.schedule import Schedule, find_schedule
+
+# Share of the time limit the operator-order search may use; placement gets what is left after it, less a
+# reserve for writing the model and running the host interpreter.
+SCHEDULE_SHARE = 0.5
+RESERVE_SHARE = 0.15
+
+# (phase, fraction of the phase done or None, what it has found so far)
+PhaseProgress = Callable[[str, float | None, str], None]
+
+
+@dataclass(frozen=True)
+class Verification:
+    outputs_identical: bool  # every output of both models, bit for bit, on the same random inputs
+    measured_head_bytes: int  # head the host TFLM reports for the optimized model
+    measured_total_bytes: int
+
+
+@dataclass(frozen=True)
+class OptimizeResult:
+    model_path: Path
+    stock_head_bytes: int  # measured: host TFLM on the original model
+    stock_total_bytes: int
+    stock_live_peak_bytes: int  # lower bound for the stored order
+    schedule: Schedule
+    placement: Placement
+    order: Order  # the order written (the schedule's, or the stored one if that places better)
+    export: ExportResult
+    total_bytes: int  # measured: host TFLM on the optimized model (after one invoke when verified)
+    verification: Verification | None  # only with verify=True
+    seconds: float
+
+    @property
+    def planned_head_bytes(self) -> int:
+        return self.export.planned_head_bytes
+
+    @property
+    def lower_bound_bytes(self) -> int:
+        """No operator order and no placement gives a smaller head."""
+        return self.schedule.lower_bound_bytes
+
+    @property
+    def optimal(self) -> bool:
+        return self.planned_head_bytes == self.lower_bound_bytes
+
+
+def _unplanned_buffers(graph: Graph, order: Order) -> list[Buffer]:
+    """The order's buffers with any offline plan the model already carries dropped: the new plan replaces it."""
+    return [dataclasses.replace(b, offline_offset=None) for b in buffer_lifetimes(graph, order)[0]]
+
+
+def _same_outputs(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...]) -> bool:
+    return len(a) == len(b) and all(
+        x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes() for x, y in zip(a, b)
+    )
+
+
+def _remove(paths: list[Path]) -> None:
+    for path in paths:
+        path.unlink(missing_ok=True)
+
+
+def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: float = 30.0, verify: bool = False,
+                   progress: PhaseProgress | None = None) -> OptimizeResult:
+    """Optimize `model_path` into `out_path` (+ .h, .json). With `verify`, both models run on the host TFLM on
+    the same random inputs; differing outputs or a head other than planned raise LowtideError, and the
+    written files are removed so a broken plan cannot reach a device."""
+    started = time.monotonic()
+    report = progress or (lambda phase, fraction, detail: None)
+    model_path, out_path = Path(model_path), Path(out_path)
+    if out_path.resolve() == model_path.resolve():
+        raise LowtideError("output would overwrite the input model; choose another -o path", out_path)
+    graph = load_model(model_path)
+    source = model_path.read_bytes()
+    inputs = oracle.random_inputs(graph)
+    stock_run = oracle.run(source, inputs, path=str(model_path)) if verify else None
+    stock = stock_run.arena if stock_run else oracle.allocate(source, path=str(model_path))
+    stock_plan = tflm_plan(graph)
+
+    report("schedule", 0.0, "")
+    schedule = find_schedule(graph, time_limit * SCHEDULE_SHARE,
+                             lambda fraction, peak: report("schedule", fraction, f"best live peak {peak:,} B"))
+    report("schedule", 1.0, f"live peak {schedule.live_peak_bytes:,} B")
+
+    report("place", None, "")
+    order = schedule.order
+    buffers = _unplanned_buffers(graph, order)
+    budget = time_limit * (1 - RESERVE_SHARE) - (time.monotonic() - started)
+    placement = place(buffers, max(budget, 1.0))
+    if placement.head_bytes > stock_plan.head_bytes:
+        # A lower live peak does not guarantee a lower head if the placement search ran out of time; the stored
+        # order always places at least as well as TFLM (its greedy planner is one of the heuristics).
+        order = stored_order(graph)
+        buffers = _unplanned_buffers(graph, order)
+        placement = place(buffers, 1.0)
+    report("place", 1.0, f"head {placement.head_bytes:,} B ({placement.method})")
+
+    report("export", None, "")
+    export = export_optimized(graph, order, dict(zip(buffers, placement.offsets)), out_path)
+    written = [export.model_path, export.header_path, export.json_path]
+    if export.planned_head_bytes != placement.head_bytes:  # both come from the greedy replica
+        _remove(written)
+        raise LowtideError(f"internal error: placed head {placement.head_bytes} B but plan head "
+                           f"{export.planned_head_bytes} B", out_path)
+
+    verification = None
+    total = export.measured_total_bytes
+    if stock_run:
+        report("verify", None, "")
+        after = oracle.run(export.model_path.read_bytes(), inputs, path=str(out_path))
+        verification = Verification(_same_outputs(stock_run.outputs, after.outputs), after.head_bytes,
+                                    after.total_bytes)
+        problems = []
+        if not verification.outputs_identical:
+            problems.append("outputs differ from the original model's")
+        if verification.measured_head_bytes != export.planned_head_bytes:
+            problems.append(f"TFLM measured a head of {verification.measured_head_bytes:,} B, "
+                            f"planned {export.planned_head_bytes:,} B")
+        if problems:
+            _remove(written)
+            raise LowtideError(f"verification failed: {'; '.join(problems)} (output files removed)", out_path)
+        total = after.total_bytes
+
+    return OptimizeResult(
+        model_path=model_path,
+        stock_head_bytes=stock.head_bytes,
+        stock_total_bytes=stock.total_bytes,
+        stock_live_peak_bytes=stock_plan.live_peak_bytes,
+        schedule=schedule,
+        placement=placement,
+        order=order,
+        export=export,
+        total_bytes=total,
+        verification=verification,
+        seconds=time.monotonic() - started,
+    )
