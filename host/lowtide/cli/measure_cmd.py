@@ -8,12 +8,19 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from lowtide.cli import app
 from lowtide.device.boards import BOARDS
-from lowtide.device.measure import MeasureResult, measure as measure_on_board
+from lowtide.device.measure import MeasureResult
+from lowtide.device.measure import measure as measure_on_board
 
 _PHASE_LABELS = {"upload": "sending inputs (bytes)", "run": "running (invocations)"}
 
@@ -22,7 +29,9 @@ _PHASE_LABELS = {"upload": "sending inputs (bytes)", "run": "running (invocation
 def measure(
     model: Path = typer.Argument(..., help=".tflite model to measure"),
     board: str = typer.Option("host-tflm", help=f"board to run on: {', '.join(sorted(BOARDS))}"),
-    port: str = typer.Option(None, help="serial device, socket://host:port or rfc2217://...; host-tflm: tcp:0 or pty"),
+    port: str | None = typer.Option(
+        None, help="serial device, socket://host:port or rfc2217://...; host-tflm: tcp:0 or pty"
+    ),
     iterations: int = typer.Option(10, min=1, help="measured invocations"),
     warmup: int = typer.Option(1, min=0, help="invocations run before measuring"),
     timeout: float = typer.Option(10.0, min=0.1, help="longest wait, in seconds, for any answer from the board"),
@@ -30,14 +39,20 @@ def measure(
     as_json: bool = typer.Option(False, "--json", help="print one JSON object instead of a table"),
 ) -> None:
     """Measure MODEL's arena use and latency on a board, and check its outputs against the host interpreter."""
-    kwargs = dict(iterations=iterations, warmup=warmup, timeout=timeout, seed=seed)
+    kwargs = {"iterations": iterations, "warmup": warmup, "timeout": timeout, "seed": seed}
     if as_json:
         result = measure_on_board(model, board, port, **kwargs)
         print(json.dumps(result.to_json()))
         return
     console = Console()
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=True) as bar:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
         tasks: dict[str, int] = {}
 
         def show(phase: str, done: int, total: int) -> None:
@@ -68,8 +83,11 @@ def _table(result: MeasureResult) -> Table:
     if result.latency_cycles:
         cyc = result.latency_cycles
         table.add_row("cycles min/med/max", f"{cyc.min:,} / {cyc.median:,} / {cyc.max:,}")
-    verdict = "[green]yes[/green]" if result.outputs_match else (
-        f"[red]no[/red] (outputs {', '.join(map(str, result.mismatched_outputs))})")
+    verdict = (
+        "[green]yes[/green]"
+        if result.outputs_match
+        else (f"[red]no[/red] (outputs {', '.join(map(str, result.mismatched_outputs))})")
+    )
     table.add_row(f"outputs match host TFLM (seed {result.seed})", verdict)
     if result.damaged_frames or result.resends:
         table.add_row("link: damaged frames / resends", f"{result.damaged_frames} / {result.resends}")

@@ -59,14 +59,15 @@ class MessageType(enum.IntEnum):
 
 
 class ErrorCode(enum.IntEnum):
-    BAD_MESSAGE = 1  # unknown type or a payload that does not fit its layout
-    BAD_INDEX = 2  # input/output index out of range
-    BAD_RANGE = 3  # offset/length outside the tensor or region, or a wrong total length
-    MODEL_NOT_READY = 4  # the board could not allocate the model's tensors (see HELLO flags)
-    INVOKE_FAILED = 5
-    NO_RESULT = 6  # READ before any RUN completed
-    BAD_ARGUMENT = 7  # e.g. RUN with zero iterations
-    INTERNAL = 8
+    BAD_FRAME = 1  # the board received a damaged frame (sent with seq 0): the host re-sends its request now
+    BAD_MESSAGE = 2  # unknown type or a payload that does not fit its layout
+    BAD_INDEX = 3  # input/output index out of range
+    BAD_RANGE = 4  # offset/length outside the tensor or region, or a wrong total length
+    MODEL_NOT_READY = 5  # the board could not allocate the model's tensors (see HELLO flags)
+    INVOKE_FAILED = 6
+    NO_RESULT = 7  # READ before any RUN completed
+    BAD_ARGUMENT = 8  # e.g. RUN with zero iterations
+    INTERNAL = 9
 
 
 class ReadRegion(enum.IntEnum):
@@ -197,9 +198,21 @@ class Hello:
         board, runtime = self.board.encode()[:255], self.runtime.encode()[:255]
         flags = HELLO_FLAG_MODEL_READY if self.model_ready else 0
         return (
-            struct.pack(self._FIXED, self.protocol_version, flags, self.input_count, self.output_count, self.cpu_hz,
-                        self.arena_capacity_bytes, self.model_size_bytes, self.model_sha256)
-            + bytes([len(board)]) + board + bytes([len(runtime)]) + runtime
+            struct.pack(
+                self._FIXED,
+                self.protocol_version,
+                flags,
+                self.input_count,
+                self.output_count,
+                self.cpu_hz,
+                self.arena_capacity_bytes,
+                self.model_size_bytes,
+                self.model_sha256,
+            )
+            + bytes([len(board)])
+            + board
+            + bytes([len(runtime)])
+            + runtime
         )
 
     @classmethod
@@ -374,9 +387,20 @@ class Result:
             return UNKNOWN_U64 if v is None else v
 
         head = struct.pack(
-            self._FIXED, self.warmup, self.iterations, u32(self.arena_planned_bytes), u32(self.arena_used_bytes),
-            u32(self.arena_high_water_bytes), u64(self.cycles_min), u64(self.cycles_median), u64(self.cycles_max),
-            self.us_min, self.us_median, self.us_max, self.op_cycles_count, len(self.outputs),
+            self._FIXED,
+            self.warmup,
+            self.iterations,
+            u32(self.arena_planned_bytes),
+            u32(self.arena_used_bytes),
+            u32(self.arena_high_water_bytes),
+            u64(self.cycles_min),
+            u64(self.cycles_median),
+            u64(self.cycles_max),
+            self.us_min,
+            self.us_median,
+            self.us_max,
+            self.op_cycles_count,
+            len(self.outputs),
         )
         return head + b"".join(struct.pack(self._OUTPUT, o.nbytes, o.crc32) for o in self.outputs)
 

@@ -1,0 +1,147 @@
+"""Boards `lowtide measure` can talk to. A board is anything that yields a `Link` speaking the lowtide protocol:
+a device on a serial port, or a process this machine starts (host-tflm now; QEMU machines later, launched with
+`-serial tcp:127.0.0.1:PORT,server=on,wait=on` and reached through `socket://127.0.0.1:PORT`).
+
+To add one: subclass `Board`, implement `connect` as a context manager that cleans up everything it started, and
+`register_board(...)` it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import subprocess
+import sys
+import tempfile
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from pathlib import Path
+from typing import ClassVar
+
+from lowtide.device.host_tflm import READY_PREFIX
+from lowtide.device.transport import Link, open_link
+from lowtide.errors import LowtideError
+
+_STOP_GRACE_S = 5.0
+
+
+class Board(ABC):
+    name: ClassVar[str]
+    description: ClassVar[str]
+
+    @abstractmethod
+    def connect(self, model_path: Path, port: str | None, timeout: float) -> contextlib.AbstractContextManager[Link]:
+        """A link to the board running `model_path`. Waits at most `timeout` seconds for anything it starts."""
+
+
+class SerialBoard(Board):
+    name = "serial"
+    description = "a board already flashed with the model, on --port (device path, socket://, rfc2217://)"
+
+    @contextlib.contextmanager
+    def connect(self, model_path: Path, port: str | None, timeout: float) -> Iterator[Link]:
+        if not port:
+            raise LowtideError("--board serial needs --port (e.g. /dev/ttyACM0 or socket://127.0.0.1:4321)")
+        link = open_link(port)
+        try:
+            yield link
+        finally:
+            link.close()
+
+
+class HostTflmBoard(Board):
+    name = "host-tflm"
+    description = "this machine's TFLM interpreter in a subprocess (--port tcp:0 (default), tcp:PORT or pty)"
+
+    @contextlib.contextmanager
+    def connect(self, model_path: Path, port: str | None, timeout: float) -> Iterator[Link]:
+        with tempfile.TemporaryFile() as stderr_file:
+            process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "lowtide.device.host_tflm",
+                    "--model",
+                    str(model_path),
+                    "--port",
+                    port or "tcp:0",
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=stderr_file,
+            )
+            try:
+                url = _read_ready_line(process, stderr_file, timeout)
+                link = open_link(url)
+                try:
+                    yield link
+                finally:
+                    link.close()
+            finally:
+                _stop(process)
+
+
+def _board_stderr(stderr_file) -> str:
+    stderr_file.seek(0)
+    lines = stderr_file.read().decode("utf-8", "replace").strip().splitlines()
+    return lines[-1] if lines else "no message"
+
+
+def _read_ready_line(process: subprocess.Popen, stderr_file, timeout: float) -> str:
+    """The URL the board process announces, within `timeout` seconds."""
+    assert process.stdout is not None
+    fd = process.stdout.fileno()
+    line = b""
+    deadline = time.monotonic() + timeout
+    while not line.endswith(b"\n"):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise LowtideError(f"host-tflm board did not start within {timeout:g} s")
+        readable, _, _ = select.select([fd], [], [], remaining)
+        if readable:
+            chunk = os.read(fd, 1024)
+            if not chunk:
+                process.wait(timeout=_STOP_GRACE_S)
+                raise LowtideError(
+                    f"host-tflm board exited with status {process.returncode}: {_board_stderr(stderr_file)}"
+                )
+            line += chunk
+    text = line.decode("utf-8", "replace").strip()
+    if not text.startswith(READY_PREFIX):
+        raise LowtideError(f"host-tflm board printed {text!r}, expected '{READY_PREFIX}<url>'")
+    return text[len(READY_PREFIX) :]
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """End the board process: closing its stdin asks it to exit; terminate, then kill, if it does not."""
+    for stream in (process.stdin, process.stdout):
+        if stream:
+            stream.close()
+    for ask in (None, process.terminate, process.kill):
+        if ask:
+            ask()
+        try:
+            process.wait(timeout=_STOP_GRACE_S)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+BOARDS: dict[str, Board] = {}
+
+
+def register_board(board: Board) -> None:
+    BOARDS[board.name] = board
+
+
+def get_board(name: str) -> Board:
+    try:
+        return BOARDS[name]
+    except KeyError:
+        raise LowtideError(f"unknown board {name!r}; known boards: {', '.join(sorted(BOARDS))}") from None
+
+
+register_board(HostTflmBoard())
+register_board(SerialBoard())

@@ -1,0 +1,170 @@
+"""Measure a model on a board: upload reproducible inputs, run it, read its figures and outputs, and check the outputs
+against the host TFLM interpreter on the same inputs.
+
+`measure()` is the Python API (the pytest HIL plugin calls it); `lowtide measure` is its command line.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from lowtide import oracle
+from lowtide.device.boards import get_board
+from lowtide.device.protocol import Hello, ReadRegion, Result
+from lowtide.device.session import BoardReset, DeviceSession
+from lowtide.errors import LowtideError
+from lowtide.memory import tflm_plan
+from lowtide.model.ir import Graph
+from lowtide.model.reader import load_model
+
+# (phase, done, total): phase is "upload" (bytes) or "run" (invocations, warm-up included)
+MeasureProgress = Callable[[str, int, int], None]
+_RESET_RETRIES = 1  # a board that restarts mid-session is measured again from the start, once
+
+
+@dataclass(frozen=True)
+class Latency:
+    unit: str  # "us" or "cycles"
+    min: int
+    median: int  # the lower middle value when the count is even
+    max: int
+    iterations: int
+
+
+@dataclass(frozen=True)
+class MeasureResult:
+    model: str
+    model_sha256: str
+    board: str  # as the board names itself in its HELLO
+    runtime: str
+    port: str
+    protocol_version: int
+    cpu_hz: int | None
+    arena_capacity_bytes: int
+    arena_planned_bytes: int  # lowtide's prediction of TFLM's arena head (tflm_plan(graph).head_bytes)
+    board_planned_bytes: int | None  # the arena head as the board's runtime planned it
+    arena_used_bytes: int | None  # what the board's allocator reports as used
+    arena_high_water_bytes: int | None  # painted high-water mark; None where the board cannot paint
+    latency: Latency  # wall-clock, microseconds
+    latency_cycles: Latency | None  # None on boards without a cycle counter
+    warmup: int
+    seed: int
+    outputs_match: bool  # every output byte-identical to lowtide.oracle.run on the same inputs
+    mismatched_outputs: tuple[int, ...]
+    op_cycles: tuple[int, ...] | None
+    damaged_frames: int  # frames the host dropped for a bad CRC or encoding: a measure of the link
+    resends: int
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["mismatched_outputs"] = list(self.mismatched_outputs)
+        data["op_cycles"] = list(self.op_cycles) if self.op_cycles is not None else None
+        return data
+
+
+def measure(
+    model_path: str | Path,
+    board: str,
+    port: str | None = None,
+    *,
+    iterations: int = 10,
+    warmup: int = 1,
+    timeout: float = 10.0,
+    seed: int = 0,
+    profile_ops: bool = False,
+    progress: MeasureProgress | None = None,
+) -> MeasureResult:
+    """Measure `model_path` on `board` (see lowtide.device.boards). `timeout` bounds every wait for the board."""
+    if iterations < 1 or warmup < 0:
+        raise LowtideError(f"need iterations >= 1 and warmup >= 0, got {iterations} and {warmup}")
+    model_path = Path(model_path)
+    graph = load_model(model_path)
+    model = model_path.read_bytes()
+    inputs = oracle.random_inputs(graph, seed)
+    expected = oracle.run(model, inputs, path=str(model_path)).outputs
+    planned = tflm_plan(graph).head_bytes
+    with get_board(board).connect(model_path, port, timeout) as link:
+        session = DeviceSession(link, timeout)  # one session across a restart: sequence numbers keep counting
+        for attempt in range(_RESET_RETRIES + 1):
+            try:
+                hello = session.hello()
+                _check_hello(hello, graph, link.name)
+                for index, array in enumerate(inputs):
+                    session.set_input(index, array.tobytes(), _phase(progress, "upload"))
+                result = session.run(warmup, iterations, profile_ops, _phase(progress, "run"))
+                outputs = [
+                    session.read(ReadRegion.OUTPUT, i, summary.nbytes) for i, summary in enumerate(result.outputs)
+                ]
+                op_cycles = _read_op_cycles(session, result) if profile_ops else None
+                break
+            except BoardReset:
+                if attempt == _RESET_RETRIES:
+                    raise
+    for index, (data, summary) in enumerate(zip(outputs, result.outputs)):
+        if zlib.crc32(data) != summary.crc32:
+            raise LowtideError(f"output {index} read from the board does not match the digest it reported", link.name)
+    if len(outputs) != len(expected):
+        raise LowtideError(f"board returned {len(outputs)} outputs, the model has {len(expected)}", link.name)
+    mismatched = tuple(i for i, (got, want) in enumerate(zip(outputs, expected)) if got != want.tobytes())
+    return MeasureResult(
+        model=str(model_path),
+        model_sha256=graph.sha256,
+        board=hello.board,
+        runtime=hello.runtime,
+        port=link.name,
+        protocol_version=hello.protocol_version,
+        cpu_hz=hello.cpu_hz or None,
+        arena_capacity_bytes=hello.arena_capacity_bytes,
+        arena_planned_bytes=planned,
+        board_planned_bytes=result.arena_planned_bytes,
+        arena_used_bytes=result.arena_used_bytes,
+        arena_high_water_bytes=result.arena_high_water_bytes,
+        latency=Latency("us", result.us_min, result.us_median, result.us_max, iterations),
+        latency_cycles=_cycles(result),
+        warmup=warmup,
+        seed=seed,
+        outputs_match=not mismatched,
+        mismatched_outputs=mismatched,
+        op_cycles=op_cycles,
+        damaged_frames=session.damaged_frames,
+        resends=session.resends,
+    )
+
+
+def _phase(progress: MeasureProgress | None, phase: str) -> Callable[[int, int], None] | None:
+    return (lambda done, total: progress(phase, done, total)) if progress else None
+
+
+def _check_hello(hello: Hello, graph: Graph, port: str) -> None:
+    if hello.model_sha256.hex() != graph.sha256:
+        raise LowtideError(
+            f"board runs another model (sha256 {hello.model_sha256.hex()[:16]}..., "
+            f"{graph.path} is {graph.sha256[:16]}...)",
+            port,
+        )
+    if not hello.model_ready:
+        raise LowtideError(
+            f"board could not allocate the model's tensors in its {hello.arena_capacity_bytes}-byte arena", port
+        )
+    if (hello.input_count, hello.output_count) != (len(graph.main.inputs), len(graph.main.outputs)):
+        raise LowtideError(
+            f"board reports {hello.input_count} inputs and {hello.output_count} outputs, the model has "
+            f"{len(graph.main.inputs)} and {len(graph.main.outputs)}",
+            port,
+        )
+
+
+def _cycles(result: Result) -> Latency | None:
+    if result.cycles_min is None or result.cycles_median is None or result.cycles_max is None:
+        return None
+    return Latency("cycles", result.cycles_min, result.cycles_median, result.cycles_max, result.iterations)
+
+
+def _read_op_cycles(session: DeviceSession, result: Result) -> tuple[int, ...] | None:
+    if not result.op_cycles_count:
+        return None
+    data = session.read(ReadRegion.OP_CYCLES, 0, 8 * result.op_cycles_count)
+    return tuple(int.from_bytes(data[i : i + 8], "little") for i in range(0, len(data), 8))
