@@ -58,13 +58,13 @@ def _graph_from_raw(raw, data: bytes, path: str) -> Graph:
         name = entry.name.decode("utf-8", "replace") if isinstance(entry.name, bytes) else str(entry.name)
         if not 0 <= entry.buffer < len(buffers):
             raise ModelError(f"metadata '{name}' points at buffer {entry.buffer}, which does not exist", path)
-        metadata[name] = _buffer_bytes(buffers[entry.buffer], data, path)
+        metadata[name] = buffer_bytes(buffers[entry.buffer], data, path)
     return Graph(
         path=path, subgraphs=subgraphs, metadata=metadata, sha256=sha256_hex(data), size_bytes=len(data), raw=raw
     )
 
 
-def _buffer_bytes(buffer, data: bytes, path: str) -> bytes:
+def buffer_bytes(buffer, data: bytes, path: str) -> bytes:
     if buffer.data is not None and len(buffer.data) > 0:
         return bytes(buffer.data)
     # Models over 2 GB keep buffer contents after the flatbuffer, addressed by offset and size.

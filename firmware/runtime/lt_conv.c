@@ -1,0 +1,173 @@
+/* CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED, following TFLM's reference kernels
+ * (reference/integer_ops/conv.h, depthwise_conv.h, fully_connected.h and their float versions).
+ * Integer accumulation is exact, so only the float kernels keep the reference's summation order. */
+#include "lt_fixedpoint.h"
+#include "lt_runtime.h"
+
+static inline int32_t lt_requantize_acc(int32_t acc, int32_t multiplier, int32_t shift, int32_t output_offset,
+                                        int32_t act_min, int32_t act_max) {
+    acc = lt_multiply_by_quantized_multiplier(acc, multiplier, shift) + output_offset;
+    return lt_clamp(acc, act_min, act_max);
+}
+
+void lt_conv2d_s8(const lt_conv_params *p, const int8_t *input, const int8_t *filter, const int32_t *bias,
+                  const int32_t *multiplier, const int32_t *shift, int8_t *output) {
+    const int32_t groups = p->in_c / p->filter_in_c;
+    const int32_t filters_per_group = p->out_c / groups;
+    for (int32_t b = 0; b < p->batches; ++b) {
+        for (int32_t oy = 0; oy < p->out_h; ++oy) {
+            const int32_t in_y0 = oy * p->stride_h - p->pad_h;
+            for (int32_t ox = 0; ox < p->out_w; ++ox) {
+                const int32_t in_x0 = ox * p->stride_w - p->pad_w;
+                for (int32_t oc = 0; oc < p->out_c; ++oc) {
+                    const int32_t group = oc / filters_per_group;
+                    int32_t acc = 0;
+                    for (int32_t fy = 0; fy < p->filter_h; ++fy) {
+                        const int32_t in_y = in_y0 + p->dilation_h * fy;
+                        if (in_y < 0 || in_y >= p->in_h) continue;
+                        for (int32_t fx = 0; fx < p->filter_w; ++fx) {
+                            const int32_t in_x = in_x0 + p->dilation_w * fx;
+                            if (in_x < 0 || in_x >= p->in_w) continue;
+                            const int8_t *in = input + ((b * p->in_h + in_y) * p->in_w + in_x) * p->in_c +
+                                               group * p->filter_in_c;
+                            const int8_t *f = filter + ((oc * p->filter_h + fy) * p->filter_w + fx) * p->filter_in_c;
+                            for (int32_t ic = 0; ic < p->filter_in_c; ++ic) {
+                                acc += (int32_t)f[ic] * ((int32_t)in[ic] + p->input_offset);
+                            }
+                        }
+                    }
+                    if (bias) acc += bias[oc];
+                    output[((b * p->out_h + oy) * p->out_w + ox) * p->out_c + oc] =
+                        (int8_t)lt_requantize_acc(acc, multiplier[oc], shift[oc], p->output_offset, p->act_min,
+                                                  p->act_max);
+                }
+            }
+        }
+    }
+}
+
+void lt_depthwise_conv2d_s8(const lt_conv_params *p, const int8_t *input, const int8_t *filter, const int32_t *bias,
+                            const int32_t *multiplier, const int32_t *shift, int8_t *output) {
+    for (int32_t b = 0; b < p->batches; ++b) {
+        for (int32_t oy = 0; oy < p->out_h; ++oy) {
+            const int32_t in_y0 = oy * p->stride_h - p->pad_h;
+            for (int32_t ox = 0; ox < p->out_w; ++ox) {
+                const int32_t in_x0 = ox * p->stride_w - p->pad_w;
+                for (int32_t ic = 0; ic < p->in_c; ++ic) {
+                    for (int32_t m = 0; m < p->depth_multiplier; ++m) {
+                        const int32_t oc = ic * p->depth_multiplier + m;
+                        int32_t acc = 0;
+                        for (int32_t fy = 0; fy < p->filter_h; ++fy) {
+                            const int32_t in_y = in_y0 + p->dilation_h * fy;
+                            if (in_y < 0 || in_y >= p->in_h) continue;
+                            for (int32_t fx = 0; fx < p->filter_w; ++fx) {
+                                const int32_t in_x = in_x0 + p->dilation_w * fx;
+                                if (in_x < 0 || in_x >= p->in_w) continue;
+                                const int32_t in_val = input[((b * p->in_h + in_y) * p->in_w + in_x) * p->in_c + ic];
+                                const int32_t f_val = filter[(fy * p->filter_w + fx) * p->out_c + oc];
+                                acc += f_val * (in_val + p->input_offset);
+                            }
+                        }
+                        if (bias) acc += bias[oc];
+                        output[((b * p->out_h + oy) * p->out_w + ox) * p->out_c + oc] =
+                            (int8_t)lt_requantize_acc(acc, multiplier[oc], shift[oc], p->output_offset, p->act_min,
+                                                      p->act_max);
+                    }
+                }
+            }
+        }
+    }
+}
+
+void lt_fully_connected_s8(const lt_fc_params *p, const int8_t *input, const int8_t *filter, const int32_t *bias,
+                           const int32_t *multiplier, const int32_t *shift, int8_t *output) {
+    for (int32_t b = 0; b < p->batches; ++b) {
+        const int8_t *in = input + b * p->accum_depth;
+        for (int32_t oc = 0; oc < p->out_depth; ++oc) {
+            const int8_t *f = filter + oc * p->accum_depth;
+            int32_t acc = 0;
+            for (int32_t d = 0; d < p->accum_depth; ++d) {
+                acc += ((int32_t)f[d] + p->filter_offset) * ((int32_t)in[d] + p->input_offset);
+            }
+            if (bias) acc += bias[oc];
+            output[b * p->out_depth + oc] =
+                (int8_t)lt_requantize_acc(acc, multiplier[oc], shift[oc], p->output_offset, p->act_min, p->act_max);
+        }
+    }
+}
+
+void lt_conv2d_f32(const lt_conv_params *p, const float *input, const float *filter, const float *bias,
+                   float *output) {
+    const int32_t groups = p->in_c / p->filter_in_c;
+    const int32_t filters_per_group = p->out_c / groups;
+    for (int32_t b = 0; b < p->batches; ++b) {
+        for (int32_t oy = 0; oy < p->out_h; ++oy) {
+            const int32_t in_y0 = oy * p->stride_h - p->pad_h;
+            for (int32_t ox = 0; ox < p->out_w; ++ox) {
+                const int32_t in_x0 = ox * p->stride_w - p->pad_w;
+                for (int32_t oc = 0; oc < p->out_c; ++oc) {
+                    const int32_t group = oc / filters_per_group;
+                    float total = 0.0f;
+                    for (int32_t fy = 0; fy < p->filter_h; ++fy) {
+                        const int32_t in_y = in_y0 + p->dilation_h * fy;
+                        for (int32_t fx = 0; fx < p->filter_w; ++fx) {
+                            const int32_t in_x = in_x0 + p->dilation_w * fx;
+                            if (in_y < 0 || in_y >= p->in_h || in_x < 0 || in_x >= p->in_w) continue;
+                            const float *in = input + ((b * p->in_h + in_y) * p->in_w + in_x) * p->in_c +
+                                              group * p->filter_in_c;
+                            const float *f = filter + ((oc * p->filter_h + fy) * p->filter_w + fx) * p->filter_in_c;
+                            for (int32_t ic = 0; ic < p->filter_in_c; ++ic) total += in[ic] * f[ic];
+                        }
+                    }
+                    const float bias_value = bias ? bias[oc] : 0.0f;
+                    output[((b * p->out_h + oy) * p->out_w + ox) * p->out_c + oc] =
+                        lt_clamp_f(total + bias_value, p->act_min_f, p->act_max_f);
+                }
+            }
+        }
+    }
+}
+
+void lt_depthwise_conv2d_f32(const lt_conv_params *p, const float *input, const float *filter, const float *bias,
+                             float *output) {
+    for (int32_t b = 0; b < p->batches; ++b) {
+        for (int32_t oy = 0; oy < p->out_h; ++oy) {
+            const int32_t in_y0 = oy * p->stride_h - p->pad_h;
+            for (int32_t ox = 0; ox < p->out_w; ++ox) {
+                const int32_t in_x0 = ox * p->stride_w - p->pad_w;
+                for (int32_t ic = 0; ic < p->in_c; ++ic) {
+                    for (int32_t m = 0; m < p->depth_multiplier; ++m) {
+                        const int32_t oc = ic * p->depth_multiplier + m;
+                        float total = 0.0f;
+                        for (int32_t fy = 0; fy < p->filter_h; ++fy) {
+                            const int32_t in_y = in_y0 + p->dilation_h * fy;
+                            for (int32_t fx = 0; fx < p->filter_w; ++fx) {
+                                const int32_t in_x = in_x0 + p->dilation_w * fx;
+                                if (in_y < 0 || in_y >= p->in_h || in_x < 0 || in_x >= p->in_w) continue;
+                                total += input[((b * p->in_h + in_y) * p->in_w + in_x) * p->in_c + ic] *
+                                         filter[(fy * p->filter_w + fx) * p->out_c + oc];
+                            }
+                        }
+                        const float bias_value = bias ? bias[oc] : 0.0f;
+                        output[((b * p->out_h + oy) * p->out_w + ox) * p->out_c + oc] =
+                            lt_clamp_f(total + bias_value, p->act_min_f, p->act_max_f);
+                    }
+                }
+            }
+        }
+    }
+}
+
+void lt_fully_connected_f32(const lt_fc_params *p, const float *input, const float *filter, const float *bias,
+                            float *output) {
+    for (int32_t b = 0; b < p->batches; ++b) {
+        for (int32_t oc = 0; oc < p->out_depth; ++oc) {
+            float total = 0.0f;
+            for (int32_t d = 0; d < p->accum_depth; ++d) {
+                total += input[b * p->accum_depth + d] * filter[oc * p->accum_depth + d];
+            }
+            const float bias_value = bias ? bias[oc] : 0.0f;
+            output[b * p->out_depth + oc] = lt_clamp_f(total + bias_value, p->act_min_f, p->act_max_f);
+        }
+    }
+}

@@ -1,0 +1,142 @@
+/* lowtide runtime: int8 and float32 kernels bit-exact with TFLite Micro's reference kernels.
+ *
+ * Plain C99: no malloc, no globals, no hardware access. Every quantization parameter that TFLM computes in a
+ * kernel's Prepare (multipliers, shifts, activation ranges, padding) is computed ahead of time by
+ * `lowtide compile` and passed in a const parameter struct, so these functions only do the Eval arithmetic.
+ * Build float kernels with -ffp-contract=off (C99 mode does this on GCC) so results match the host oracle.
+ */
+#ifndef LT_RUNTIME_H
+#define LT_RUNTIME_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LT_MAX_DIMS 6
+
+typedef enum { LT_FLOAT32 = 1, LT_INT32 = 2, LT_UINT8 = 3, LT_INT16 = 7, LT_INT8 = 9 } lt_type;
+
+/* One model input or output: where it lives in the arena and how to read it. */
+typedef struct {
+    const char *name;
+    lt_type type;
+    uint32_t offset; /* bytes from the start of the arena */
+    uint32_t bytes;
+    float scale; /* 0 when not quantized */
+    int32_t zero_point;
+    int32_t ndim;
+    int32_t dims[LT_MAX_DIMS];
+} lt_tensor_info;
+
+/* Called before (after == 0) and after (after == 1) each operator, e.g. to read a cycle counter. */
+typedef void (*lt_op_hook)(int op_index, int after, void *user);
+
+/* CONV_2D, DEPTHWISE_CONV_2D, AVERAGE_POOL_2D and MAX_POOL_2D on NHWC tensors. */
+typedef struct {
+    int32_t batches, in_h, in_w, in_c;
+    int32_t out_h, out_w, out_c;
+    int32_t filter_h, filter_w, filter_in_c; /* conv: input channels per group */
+    int32_t stride_h, stride_w, dilation_h, dilation_w, pad_h, pad_w;
+    int32_t depth_multiplier;
+    int32_t input_offset, output_offset; /* -input zero point, +output zero point */
+    int32_t act_min, act_max;
+    float act_min_f, act_max_f;
+} lt_conv_params;
+
+typedef struct {
+    int32_t batches, accum_depth, out_depth;
+    int32_t input_offset, filter_offset, output_offset;
+    int32_t act_min, act_max;
+    float act_min_f, act_max_f;
+} lt_fc_params;
+
+/* ADD and MUL with NumPy-style broadcasting: stepN[d] is input N's element step along output dim d (0 = broadcast). */
+typedef struct {
+    int32_t ndim;
+    int32_t dims[LT_MAX_DIMS];
+    int32_t step1[LT_MAX_DIMS], step2[LT_MAX_DIMS];
+    int32_t input1_offset, input2_offset, output_offset;
+    int32_t input1_multiplier, input2_multiplier, output_multiplier;
+    int32_t input1_shift, input2_shift, output_shift, left_shift;
+    int32_t act_min, act_max;
+    float act_min_f, act_max_f;
+} lt_binary_params;
+
+typedef struct {
+    int32_t outer, depth;
+    int32_t input_multiplier, input_left_shift, diff_min;
+    float beta;
+} lt_softmax_params;
+
+/* MEAN: kept dims (output order) and reduced dims, each with its element step in the input.
+ * int8 requantizes the zero-point-corrected sum with a multiplier that already includes 1/count
+ * (reference_ops::QuantizedMeanOrSum; the host TFLM takes this path even when input and output quantization are
+ * equal). */
+typedef struct {
+    int32_t kept_ndim, kept_dims[LT_MAX_DIMS], kept_steps[LT_MAX_DIMS];
+    int32_t reduced_ndim, reduced_dims[LT_MAX_DIMS], reduced_steps[LT_MAX_DIMS];
+    int32_t count; /* elements reduced into each output */
+    int32_t input_zero_point, output_zero_point, multiplier, shift;
+} lt_mean_params;
+
+/* A box copy between two strided views: RESHAPE, TRANSPOSE, STRIDED_SLICE, CONCATENATION, PAD's interior. */
+typedef struct {
+    int32_t ndim;
+    int32_t dims[LT_MAX_DIMS];
+    int32_t src_steps[LT_MAX_DIMS], dst_steps[LT_MAX_DIMS]; /* in elements */
+    int32_t elem_size;
+} lt_copy_params;
+
+typedef struct {
+    int32_t batches, in_h, in_w, channels, out_h, out_w, elem_size;
+} lt_resize_params;
+
+/* int8 kernels */
+void lt_conv2d_s8(const lt_conv_params *p, const int8_t *input, const int8_t *filter, const int32_t *bias,
+                  const int32_t *multiplier, const int32_t *shift, int8_t *output);
+void lt_depthwise_conv2d_s8(const lt_conv_params *p, const int8_t *input, const int8_t *filter, const int32_t *bias,
+                            const int32_t *multiplier, const int32_t *shift, int8_t *output);
+void lt_fully_connected_s8(const lt_fc_params *p, const int8_t *input, const int8_t *filter, const int32_t *bias,
+                           const int32_t *multiplier, const int32_t *shift, int8_t *output);
+void lt_average_pool_s8(const lt_conv_params *p, const int8_t *input, int8_t *output);
+void lt_max_pool_s8(const lt_conv_params *p, const int8_t *input, int8_t *output);
+void lt_add_s8(const lt_binary_params *p, const int8_t *input1, const int8_t *input2, int8_t *output);
+void lt_mul_s8(const lt_binary_params *p, const int8_t *input1, const int8_t *input2, int8_t *output);
+void lt_softmax_s8(const lt_softmax_params *p, const int8_t *input, int8_t *output);
+void lt_logistic_s8(const int8_t *input, int8_t *output, int32_t count, int32_t input_zero_point,
+                    int32_t input_range_radius, int32_t input_multiplier, int32_t input_left_shift);
+void lt_mean_s8(const lt_mean_params *p, const int8_t *input, int8_t *output);
+void lt_quantize_f32_s8(const float *input, int8_t *output, int32_t count, float scale, int32_t zero_point);
+void lt_requantize_s8(const int8_t *input, int8_t *output, int32_t count, int32_t input_zero_point,
+                      int32_t multiplier, int32_t shift, int32_t output_zero_point);
+void lt_dequantize_s8_f32(const int8_t *input, float *output, int32_t count, double scale, int32_t zero_point);
+
+/* float32 kernels */
+void lt_conv2d_f32(const lt_conv_params *p, const float *input, const float *filter, const float *bias,
+                   float *output);
+void lt_depthwise_conv2d_f32(const lt_conv_params *p, const float *input, const float *filter, const float *bias,
+                             float *output);
+void lt_fully_connected_f32(const lt_fc_params *p, const float *input, const float *filter, const float *bias,
+                            float *output);
+void lt_average_pool_f32(const lt_conv_params *p, const float *input, float *output);
+void lt_max_pool_f32(const lt_conv_params *p, const float *input, float *output);
+void lt_add_f32(const lt_binary_params *p, const float *input1, const float *input2, float *output);
+void lt_mul_f32(const lt_binary_params *p, const float *input1, const float *input2, float *output);
+void lt_softmax_f32(const lt_softmax_params *p, const float *input, float *output);
+void lt_logistic_f32(const float *input, float *output, int32_t count);
+void lt_mean_f32(const lt_mean_params *p, const float *input, float *output);
+
+/* type-agnostic data movement */
+void lt_copy(const void *input, void *output, uint32_t bytes);
+void lt_copy_strided(const lt_copy_params *p, const void *input, void *output);
+void lt_fill(void *output, uint32_t count, const void *value, int32_t elem_size);
+void lt_resize_nearest(const lt_resize_params *p, const int32_t *y_map, const int32_t *x_map, const void *input,
+                       void *output);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LT_RUNTIME_H */

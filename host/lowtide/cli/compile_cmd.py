@@ -1,0 +1,111 @@
+"""`lowtide compile`: ahead-of-time C99 for a model on the lowtide runtime, optionally checked against TFLM."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from lowtide import oracle
+from lowtide.cli import app
+from lowtide.compile import RUNTIME_DIR, CompiledModel, VerifyResult, compile_model, verify_compiled
+
+
+def compile_report(compiled: CompiledModel, output_dir: Path, written: list[Path], tflm_total: int,
+                   tflm_head: int, result: VerifyResult | None) -> dict:
+    """The JSON object of `lowtide compile --json`."""
+    fixed_state = result.fixed_state_bytes if result else compiled.fixed_state_bytes
+    return {
+        "model": compiled.model_path,
+        "output_dir": str(output_dir),
+        "files": [str(p) for p in written],
+        "runtime_dir": str(RUNTIME_DIR),
+        "prefix": compiled.prefix,
+        "model_hash": compiled.model_hash,
+        "operators": compiled.operator_count,
+        "arena_bytes": compiled.arena_bytes,
+        "fixed_state_bytes": fixed_state,
+        "ram_bytes": compiled.arena_bytes + fixed_state,
+        "tflm_total_bytes": tflm_total,
+        "tflm_head_bytes": tflm_head,
+        "inputs": [asdict(t) for t in compiled.inputs],
+        "outputs": [asdict(t) for t in compiled.outputs],
+        "verify": None if result is None else {
+            "passed": result.passed,
+            "seed": result.seed,
+            "hook_pairs": result.hook_pairs,
+            "outputs": [dict(asdict(o), passed=o.passed) for o in result.outputs],
+        },
+    }
+
+
+@app.command("compile")
+def compile_command(
+    model: Annotated[Path, typer.Argument(help=".tflite model to compile")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Directory for the generated C files")],
+    prefix: Annotated[str, typer.Option("--prefix", help="C identifier prefix of the generated API")] = "model",
+    verify: Annotated[
+        bool, typer.Option("--verify", help="Build with the host C compiler and compare with TFLM")
+    ] = False,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the random inputs used by --verify")] = 0,
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables")] = False,
+) -> None:
+    """Generate C99 (weights in flash, activations at TFLM's arena offsets) and report the RAM it needs."""
+    compiled = compile_model(model, prefix)  # raises before anything is written
+    written = compiled.write(output)
+    result = verify_compiled(model, seed, prefix=prefix) if verify else None
+    if result:
+        tflm_total, tflm_head = result.tflm_total_bytes, result.tflm_head_bytes
+    else:
+        reference = oracle.run(model.read_bytes(), path=str(model))
+        tflm_total, tflm_head = reference.total_bytes, reference.head_bytes
+    report = compile_report(compiled, output, written, tflm_total, tflm_head, result)
+    if json_output:
+        print(json.dumps(report))
+    else:
+        _print(report)
+    if result is not None and not result.passed:
+        raise typer.Exit(1)
+
+
+def _print(report: dict) -> None:
+    console = Console()
+    summary = Table(title=f"{Path(report['model']).name} -> {report['output_dir']}", title_justify="left",
+                    show_header=False)
+    summary.add_column(justify="left")
+    summary.add_column(justify="right")
+    summary.add_row("operators", str(report["operators"]))
+    summary.add_row("model hash", report["model_hash"])
+    summary.add_row("arena (caller-provided)", f"{report['arena_bytes']:,} B")
+    summary.add_row("fixed state (.data + .bss)", f"{report['fixed_state_bytes']:,} B")
+    summary.add_row("[bold]compiled model RAM[/]", f"[bold]{report['ram_bytes']:,} B[/]")
+    summary.add_row("TFLM arena total (host interpreter)", f"{report['tflm_total_bytes']:,} B")
+    summary.add_row("  of which head", f"{report['tflm_head_bytes']:,} B")
+    console.print(summary)
+    io = Table(title="inputs and outputs", title_justify="left")
+    for name in ("", "name", "type", "shape", "arena offset", "bytes", "scale", "zero point"):
+        io.add_column(name)
+    for kind in ("inputs", "outputs"):
+        for i, t in enumerate(report[kind]):
+            io.add_row(f"{kind[:-1]} {i}", t["name"], t["dtype"], str(tuple(t["shape"])), str(t["offset"]),
+                       f"{t['nbytes']:,}", f"{t['scale']:.6g}", str(t["zero_point"]))
+    console.print(io)
+    verify = report["verify"]
+    if verify:
+        checks = Table(title=f"host check against TFLM (seed {verify['seed']})", title_justify="left")
+        for name in ("output", "type", "elements", "mismatches", "max abs diff", "max rel diff", ""):
+            checks.add_column(name)
+        for o in verify["outputs"]:
+            checks.add_row(str(o["index"]), o["dtype"], f"{o['elements']:,}", str(o["mismatches"]),
+                           f"{o['max_abs_diff']:.3g}", f"{o['max_rel_diff']:.3g}",
+                           "[green]exact[/]" if o["passed"] and o["max_abs_diff"] == 0 else
+                           ("[green]within 1e-5[/]" if o["passed"] else "[bold red]MISMATCH[/]"))
+        console.print(checks)
+        console.print("[green]bit-exact with TFLM[/]" if verify["passed"] else "[bold red]differs from TFLM[/]")
+    console.print(f"files: {', '.join(Path(f).name for f in report['files'])}; "
+                  f"build with -I {report['runtime_dir']} and {report['runtime_dir']}/*.c")

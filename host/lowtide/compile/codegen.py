@@ -1,0 +1,206 @@
+"""Generate plain C99 for one model: `<prefix>.h` (the API) and `<prefix>.c` (weights, parameters, `invoke`).
+
+Activations live at the offsets TFLM would give them (the model's OfflineMemoryAllocation plan where it has one,
+else the greedy planner replica), so the arena the generated code needs is exactly TFLM's arena head.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from lowtide.compile.lowering import C_TYPES, LOWERINGS, ModelEmitter, Unsupported, c_float
+from lowtide.errors import LowtideError
+from lowtide.memory import tflm_plan
+from lowtide.model import Graph, load_model
+
+RUNTIME_DIR = Path(__file__).resolve().parents[3] / "firmware" / "runtime"
+LT_TYPE_NAMES = {"float32": "LT_FLOAT32", "int32": "LT_INT32", "uint8": "LT_UINT8", "int16": "LT_INT16",
+                 "int8": "LT_INT8"}
+
+
+@dataclass(frozen=True)
+class IoTensor:
+    """A model input or output as the generated header describes it."""
+
+    index: int  # tensor index in the main subgraph
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    offset: int  # bytes from the start of the arena
+    nbytes: int
+    scale: float
+    zero_point: int
+
+
+@dataclass(frozen=True)
+class CompiledModel:
+    model_path: str
+    prefix: str
+    files: dict[str, str]  # file name -> C source
+    arena_bytes: int  # the arena head the generated code needs (caller-provided, 16-byte aligned)
+    fixed_state_bytes: int  # mutable globals of the generated code and runtime (none by construction)
+    operator_count: int
+    inputs: tuple[IoTensor, ...]
+    outputs: tuple[IoTensor, ...]
+    model_hash: str  # first 8 bytes of the model file's sha256, hex
+
+    def write(self, directory: str | Path) -> list[Path]:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        written = []
+        for name, text in self.files.items():
+            path = directory / name
+            tmp = path.with_name(f".{name}.tmp")
+            tmp.write_text(text)
+            os.replace(tmp, path)
+            written.append(path)
+        return written
+
+
+def compile_model(model_path: str | Path, prefix: str = "model") -> CompiledModel:
+    """Lower every operator of `model_path`; raises LowtideError naming the first operator it cannot lower."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", prefix):
+        raise LowtideError(f"prefix '{prefix}' is not a C identifier")
+    model_path = str(model_path)
+    graph = load_model(model_path)
+    data = Path(model_path).read_bytes()
+    plan = tflm_plan(graph)
+    offsets = {b.tensor: off for b, off in zip(plan.buffers, plan.offsets) if b.subgraph == 0 and b.tensor is not None}
+    emitter = ModelEmitter(graph, data, offsets)
+    calls = []
+    for op in graph.main.operators:
+        lowering = LOWERINGS.get(op.opcode)
+        try:
+            if lowering is None:
+                raise Unsupported("no kernel in the lowtide runtime")
+            calls.append(lowering(emitter, op, f"op{op.index}"))
+        except Unsupported as exc:
+            raise LowtideError(f"cannot compile operator {op.index} ({op.opcode}): {exc}", model_path) from None
+    _check_graph(graph)
+    inputs = tuple(_io(graph, emitter, t, offsets) for t in graph.main.inputs)
+    outputs = tuple(_io(graph, emitter, t, offsets) for t in graph.main.outputs)
+    model_hash = graph.sha256[:16]
+    header = _header(prefix, plan.head_bytes, graph, inputs, outputs, model_hash)
+    source = _source(prefix, graph, emitter, calls, inputs, outputs, model_hash)
+    return CompiledModel(model_path=model_path, prefix=prefix, files={f"{prefix}.h": header, f"{prefix}.c": source},
+                         arena_bytes=plan.head_bytes, fixed_state_bytes=0, operator_count=len(graph.main.operators),
+                         inputs=inputs, outputs=outputs, model_hash=model_hash)
+
+
+def _check_graph(graph: Graph) -> None:
+    for sg in graph.subgraphs[1:]:
+        if sg.operators:
+            raise LowtideError(f"subgraph {sg.index} has operators; only single-subgraph models compile", graph.path)
+    for t in list(graph.main.inputs) + list(graph.main.outputs):
+        tensor = graph.main.tensors[t]
+        if tensor.dtype not in C_TYPES:
+            raise LowtideError(f"model input/output tensor {t} has type {tensor.dtype}", graph.path)
+
+
+def _io(graph: Graph, emitter: ModelEmitter, index: int, offsets: dict[int, int]) -> IoTensor:
+    t = graph.main.tensors[index]
+    if index not in offsets:
+        raise LowtideError(f"model input/output tensor {index} '{t.name}' is not an arena tensor", graph.path)
+    qp = emitter.quantization(index, required=False)
+    return IoTensor(index=index, name=t.name, dtype=t.dtype, shape=t.shape, offset=offsets[index], nbytes=t.nbytes,
+                    scale=qp.scale, zero_point=qp.zero_point)
+
+
+def _c_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _header(prefix: str, arena_bytes: int, graph: Graph, inputs, outputs, model_hash: str) -> str:
+    up = prefix.upper()
+    guard = f"{up}_H"
+    lines = [
+        f"/* Generated by `lowtide compile` from {Path(graph.path).name} (sha256 {model_hash}...). Do not edit. */",
+        f"#ifndef {guard}",
+        f"#define {guard}",
+        "",
+        "#include <stdint.h>",
+        '#include "lt_runtime.h"',
+        "",
+        "/* The caller provides the arena: at least ARENA_SIZE bytes, aligned to ARENA_ALIGNMENT. */",
+        f"#define {up}_ARENA_SIZE {arena_bytes}u",
+        f"#define {up}_ARENA_ALIGNMENT 16u",
+        f"#define {up}_OPERATOR_COUNT {len(graph.main.operators)}",
+        f"#define {up}_INPUT_COUNT {len(inputs)}",
+        f"#define {up}_OUTPUT_COUNT {len(outputs)}",
+        f'#define {up}_HASH "{model_hash}"',
+        "",
+    ]
+    for kind, tensors in (("INPUT", inputs), ("OUTPUT", outputs)):
+        for i, t in enumerate(tensors):
+            lines += [
+                f"#define {up}_{kind}{i}_OFFSET {t.offset}u",
+                f"#define {up}_{kind}{i}_BYTES {t.nbytes}u",
+                f"#define {up}_{kind}{i}_TYPE {LT_TYPE_NAMES[t.dtype]}",
+                f"#define {up}_{kind}{i}_SCALE {c_float(t.scale)}",
+                f"#define {up}_{kind}{i}_ZERO_POINT {t.zero_point}",
+            ]
+    lines += [
+        "",
+        "#ifdef __cplusplus",
+        'extern "C" {',
+        "#endif",
+        "",
+        f"extern const uint8_t {prefix}_hash[8]; /* first 8 bytes of the model file's sha256 */",
+        f"extern const lt_tensor_info {prefix}_inputs[{up}_INPUT_COUNT];",
+        f"extern const lt_tensor_info {prefix}_outputs[{up}_OUTPUT_COUNT];",
+        f"extern const char *const {prefix}_operator_names[{up}_OPERATOR_COUNT];",
+        "",
+        "/* Pointer to input/output i inside `arena`. */",
+        f"static inline void *{prefix}_input(uint8_t *arena, int i) {{ return arena + {prefix}_inputs[i].offset; }}",
+        f"static inline void *{prefix}_output(uint8_t *arena, int i) {{ return arena + {prefix}_outputs[i].offset; }}",
+        "",
+        "/* Runs every operator in the model's order. `hook` (may be NULL) is called before and after each. */",
+        f"int {prefix}_invoke(uint8_t *arena, lt_op_hook hook, void *user);",
+        "",
+        "#ifdef __cplusplus",
+        "}",
+        "#endif",
+        "",
+        f"#endif /* {guard} */",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _tensor_info(t) -> str:
+    dims = list(t.shape) + [0] * (6 - len(t.shape))
+    return (f"{{{_c_string(t.name)}, {LT_TYPE_NAMES[t.dtype]}, {t.offset}u, {t.nbytes}u, {c_float(t.scale)}, "
+            f"{t.zero_point}, {len(t.shape)}, {{{', '.join(str(d) for d in dims)}}}}}")
+
+
+def _source(prefix, graph: Graph, emitter: ModelEmitter, calls, inputs, outputs, model_hash: str) -> str:
+    hash_bytes = ", ".join(f"0x{model_hash[i:i + 2]}" for i in range(0, 16, 2))
+    lines = [
+        f"/* Generated by `lowtide compile` from {Path(graph.path).name}. Do not edit. */",
+        "#include <float.h>",
+        "#include <stddef.h>",
+        "",
+        f'#include "{prefix}.h"',
+        "",
+        f"const uint8_t {prefix}_hash[8] = {{{hash_bytes}}};",
+        f"const lt_tensor_info {prefix}_inputs[{len(inputs)}] = {{{', '.join(_tensor_info(t) for t in inputs)}}};",
+        f"const lt_tensor_info {prefix}_outputs[{len(outputs)}] = {{{', '.join(_tensor_info(t) for t in outputs)}}};",
+        f"const char *const {prefix}_operator_names[{len(calls)}] = {{"
+        + ", ".join(_c_string(op.opcode) for op in graph.main.operators) + "};",
+        "",
+        *emitter.declarations,
+        "",
+        f"int {prefix}_invoke(uint8_t *arena, lt_op_hook hook, void *user) {{",
+    ]
+    for op, call in zip(graph.main.operators, calls):
+        lines += [
+            f"    /* {op.index}: {op.opcode} */",
+            f"    if (hook) hook({op.index}, 0, user);",
+            f"    {call}",
+            f"    if (hook) hook({op.index}, 1, user);",
+        ]
+    lines += ["    return 0;", "}", ""]
+    return "\n".join(lines)

@@ -1,0 +1,248 @@
+"""Build generated code with the host C compiler and compare its outputs with the host TFLM interpreter.
+
+The harness fills the arena with a junk pattern (so code that relies on zeroed memory fails), reads the inputs
+from one binary file into their arena offsets, runs `invoke` with a hook that counts calls, and writes the
+outputs to another file.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from lowtide import oracle
+from lowtide.compile.codegen import RUNTIME_DIR, CompiledModel, compile_model
+from lowtide.compile.lowering import NUMPY_TYPES
+from lowtide.errors import LowtideError
+from lowtide.model import load_model
+
+CFLAGS = ("-O2", "-std=c99", "-Wall", "-Werror")
+FLOAT_RELATIVE_TOLERANCE = 1e-5
+
+_HARNESS = r"""
+#include <stdio.h>
+#include <string.h>
+#include "{prefix}.h"
+
+static uint8_t arena[{PREFIX}_ARENA_SIZE + 16] __attribute__((aligned(16)));
+
+/* Counts before/after pairs; any call out of order marks the run as broken. */
+static void count_calls(int op_index, int after, void *user) {{
+    int *state = (int *)user; /* pairs, next op, expecting after, broken */
+    if (op_index != state[1] || after != state[2]) state[3] = 1;
+    if (after) {{
+        state[0]++;
+        state[1] = op_index + 1;
+    }}
+    state[2] = !after;
+}}
+
+int main(int argc, char **argv) {{
+    if (argc != 3) return 2;
+    memset(arena, 0xA5, sizeof arena);
+    FILE *in = fopen(argv[1], "rb");
+    if (!in) return 3;
+    for (int i = 0; i < {PREFIX}_INPUT_COUNT; ++i) {{
+        if (fread({prefix}_input(arena, i), 1, {prefix}_inputs[i].bytes, in) != {prefix}_inputs[i].bytes) return 4;
+    }}
+    fclose(in);
+    int calls[4] = {{0, 0, 0, 0}};
+    if ({prefix}_invoke(arena, count_calls, calls) != 0) return 5;
+    FILE *out = fopen(argv[2], "wb");
+    if (!out) return 6;
+    for (int i = 0; i < {PREFIX}_OUTPUT_COUNT; ++i) {{
+        fwrite({prefix}_output(arena, i), 1, {prefix}_outputs[i].bytes, out);
+    }}
+    fclose(out);
+    printf("hook_pairs %d\n", calls[3] ? -1 : calls[0]);
+    return 0;
+}}
+"""
+
+
+@dataclass(frozen=True)
+class OutputComparison:
+    index: int
+    dtype: str
+    elements: int
+    mismatches: int  # elements that differ (beyond tolerance for float32)
+    max_abs_diff: float
+    max_rel_diff: float
+
+    @property
+    def passed(self) -> bool:
+        return self.mismatches == 0
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    model_path: str
+    seed: int
+    outputs: tuple[OutputComparison, ...]
+    hook_pairs: int  # before/after hook pairs seen in order; equals operator_count when the hook works
+    operator_count: int
+    arena_bytes: int  # arena head of the compiled model
+    fixed_state_bytes: int  # .data + .bss of the generated code and runtime, measured on the host objects
+    tflm_total_bytes: int  # TFLM's arena total (head + tail) on the host interpreter
+    tflm_head_bytes: int
+
+    @property
+    def ram_bytes(self) -> int:
+        return self.arena_bytes + self.fixed_state_bytes
+
+    @property
+    def passed(self) -> bool:
+        return all(o.passed for o in self.outputs) and self.hook_pairs == self.operator_count
+
+
+def _compiler() -> str:
+    cc = os.environ.get("CC", "gcc")
+    if shutil.which(cc) is None:
+        raise LowtideError(f"host C compiler '{cc}' not found (set CC)")
+    return cc
+
+
+def build_host_binary(compiled: CompiledModel, workdir: Path) -> Path:
+    """Compile the generated sources, the runtime and the harness into one host executable."""
+    cc = _compiler()
+    compiled.write(workdir)
+    harness = workdir / "lowtide_harness.c"
+    harness.write_text(_HARNESS.format(prefix=compiled.prefix, PREFIX=compiled.prefix.upper()))
+    sources = [workdir / f"{compiled.prefix}.c", harness, *sorted(RUNTIME_DIR.glob("*.c"))]
+    objects = []
+    for src in sources:
+        obj = workdir / (src.stem + ".o")
+        _run([cc, *CFLAGS, "-I", str(RUNTIME_DIR), "-I", str(workdir), "-c", str(src), "-o", str(obj)],
+             f"compiling {src.name}")
+        objects.append(obj)
+    binary = workdir / "lowtide_check"
+    _run([cc, *[str(o) for o in objects], "-lm", "-o", str(binary)], "linking")
+    return binary
+
+
+def _run(cmd: list[str], what: str) -> subprocess.CompletedProcess:
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        detail = (result.stderr or result.stdout).strip().splitlines()
+        raise LowtideError(f"{what} failed: {detail[0] if detail else f'exit {result.returncode}'}")
+    return result
+
+
+def _writable_section(name: str) -> bool:
+    # .data.rel.ro holds const tables with relocations on a PIC host: read-only after loading, flash on an MCU
+    return name in (".data", ".bss") or (name.startswith((".data.", ".bss.")) and not name.startswith(".data.rel.ro"))
+
+
+def fixed_state_bytes(workdir: Path, prefix: str) -> int:
+    """Writable static data (.data + .bss) of the generated code and runtime objects; the harness is excluded."""
+    total = 0
+    for obj in workdir.glob("*.o"):
+        if obj.stem == "lowtide_harness":
+            continue
+        result = _run(["size", "-A", str(obj)], "measuring static data")
+        for line in result.stdout.splitlines():
+            parts = line.split()
+            if len(parts) >= 2 and _writable_section(parts[0]):
+                total += int(parts[1])
+    return total
+
+
+def compare_outputs(expected: list[np.ndarray], actual: list[np.ndarray]) -> tuple[OutputComparison, ...]:
+    comparisons = []
+    for i, (want, got) in enumerate(zip(expected, actual)):
+        want = np.asarray(want).reshape(-1)
+        got = got.reshape(-1)
+        if want.dtype.kind == "f":
+            w, g = want.astype(np.float64), got.astype(np.float64)
+            abs_diff = np.abs(w - g)
+            rel_diff = abs_diff / np.maximum(np.abs(w), np.finfo(np.float32).tiny)
+            bad = int(np.count_nonzero((rel_diff > FLOAT_RELATIVE_TOLERANCE) & (abs_diff > 0)))
+        else:
+            abs_diff = np.abs(want.astype(np.int64) - got.astype(np.int64)).astype(np.float64)
+            rel_diff = abs_diff / np.maximum(np.abs(want.astype(np.float64)), 1.0)
+            bad = int(np.count_nonzero(abs_diff))
+        comparisons.append(OutputComparison(
+            index=i, dtype=str(want.dtype), elements=int(want.size), mismatches=bad,
+            max_abs_diff=float(abs_diff.max(initial=0.0)), max_rel_diff=float(rel_diff.max(initial=0.0))))
+    return tuple(comparisons)
+
+
+def run_compiled(compiled: CompiledModel, inputs: list[np.ndarray], workdir: Path,
+                 binary: Path | None = None) -> tuple[list[np.ndarray], int]:
+    """Run the host build on `inputs`; returns the outputs and the count of hook pairs seen."""
+    binary = binary or build_host_binary(compiled, workdir)
+    in_path, out_path = workdir / "inputs.bin", workdir / "outputs.bin"
+    in_path.write_bytes(b"".join(np.ascontiguousarray(a).tobytes() for a in inputs))
+    result = subprocess.run([str(binary), str(in_path), str(out_path)], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise LowtideError(f"compiled model exited with status {result.returncode}", compiled.model_path)
+    raw = out_path.read_bytes()
+    outputs, position = [], 0
+    for t in compiled.outputs:
+        chunk = raw[position:position + t.nbytes]
+        outputs.append(np.frombuffer(chunk, dtype=NUMPY_TYPES[t.dtype]).reshape(t.shape))
+        position += t.nbytes
+    hook_pairs = int(result.stdout.split()[-1]) if result.stdout.startswith("hook_pairs") else 0
+    return outputs, hook_pairs
+
+
+def verify_compiled(model_path: str | Path, seed: int = 0, workdir: str | Path | None = None,
+                    prefix: str = "model") -> VerifyResult:
+    """Compile `model_path`, build it with the host compiler, and compare with TFLM on `oracle.random_inputs`.
+    `workdir` keeps the build (sources, objects, binary) for inspection; by default a temporary one is used."""
+    model_path = str(model_path)
+    compiled = compile_model(model_path, prefix)
+    graph = load_model(model_path)
+    inputs = oracle.random_inputs(graph, seed)
+    reference = oracle.run(Path(model_path).read_bytes(), inputs, path=model_path)
+    with tempfile.TemporaryDirectory(prefix="lowtide-compile-") as tmp:
+        build_dir = Path(workdir) if workdir is not None else Path(tmp)
+        build_dir.mkdir(parents=True, exist_ok=True)
+        outputs, hook_pairs = run_compiled(compiled, inputs, build_dir)
+        state = fixed_state_bytes(build_dir, compiled.prefix)
+    return VerifyResult(
+        model_path=model_path, seed=seed, outputs=compare_outputs(list(reference.outputs), outputs),
+        hook_pairs=hook_pairs, operator_count=compiled.operator_count, arena_bytes=compiled.arena_bytes,
+        fixed_state_bytes=state, tflm_total_bytes=reference.total_bytes, tflm_head_bytes=reference.head_bytes)
+
+
+@dataclass(frozen=True)
+class OperatorDivergence:
+    """The first operator whose output differs from TFLM's, found by exposing every operator output."""
+
+    op_index: int
+    opcode: str
+    tensor: int
+    comparison: OutputComparison
+
+
+def first_divergence(model_path: str | Path, seed: int = 0) -> OperatorDivergence | None:
+    """Rewrite the model so that every operator's output is a model output (TFLM then keeps them all live, which
+    changes the plan but not the values), run both sides, and return the first operator that differs."""
+    from lowtide.model.writer import model_bytes
+
+    model_path = str(model_path)
+    graph = load_model(model_path)
+    raw = graph.raw
+    op_outputs = [t for op in graph.main.operators for t in op.outputs]
+    exposed = list(graph.main.outputs) + [t for t in op_outputs if t not in graph.main.outputs]
+    raw.subgraphs[0].outputs = np.array(exposed, dtype=np.int32)
+    data = model_bytes(raw)
+    inputs = oracle.random_inputs(graph, seed)
+    reference = oracle.run(data, inputs, path=model_path)
+    with tempfile.TemporaryDirectory(prefix="lowtide-trace-") as tmp:
+        traced = Path(tmp) / "traced.tflite"
+        traced.write_bytes(data)
+        outputs, _ = run_compiled(compile_model(traced), inputs, Path(tmp))
+    comparisons = dict(zip(exposed, compare_outputs(list(reference.outputs), outputs)))
+    for op in graph.main.operators:
+        for t in op.outputs:
+            if not comparisons[t].passed:
+                return OperatorDivergence(op.index, op.opcode, t, comparisons[t])
+    return None

@@ -1,0 +1,585 @@
+"""Lowering of each TFLite operator to one call into the lowtide runtime (firmware/runtime/lt_runtime.h).
+
+Every operator is turned into a C statement plus the const data it needs (weights, per-channel multipliers and
+a parameter struct), all computed the way the matching TFLM kernel's Prepare computes them. An operator or
+type combination the runtime does not implement raises `Unsupported` with the reason.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from lowtide.compile import quantization as q
+from lowtide.model.ir import Graph, Operator, Tensor, TensorKind
+from lowtide.model.reader import buffer_bytes
+
+MAX_DIMS = 6
+C_TYPES = {"int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "int32": "int32_t", "float32": "float"}
+NUMPY_TYPES = {"int8": np.int8, "uint8": np.uint8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
+               "float32": np.float32}
+PADDING_SAME = 0  # TFLite Padding enum; VALID is 1
+
+
+class Unsupported(Exception):
+    """The runtime has no kernel for this operator as the model uses it."""
+
+
+@dataclass(frozen=True)
+class Quantization:
+    scales: tuple[float, ...]
+    zero_points: tuple[int, ...]
+
+    @property
+    def scale(self) -> float:
+        return self.scales[0] if self.scales else 0.0
+
+    @property
+    def zero_point(self) -> int:
+        return self.zero_points[0] if self.zero_points else 0
+
+
+def c_float(value: float) -> str:
+    """A float32 literal; 9 significant digits round-trip every float32 exactly."""
+    value = float(np.float32(value))
+    if math.isinf(value):
+        return "FLT_MAX" if value > 0 else "-FLT_MAX"
+    if math.isnan(value):
+        raise Unsupported("a NaN constant")
+    text = f"{value:.9g}"
+    return text + ("f" if any(c in text for c in ".e") else ".0f")
+
+
+def c_int(value: int) -> str:
+    value = int(value)
+    return "(-2147483647 - 1)" if value == -(1 << 31) else str(value)
+
+
+def strides(shape: tuple[int, ...]) -> list[int]:
+    out = [1] * len(shape)
+    for d in range(len(shape) - 2, -1, -1):
+        out[d] = out[d + 1] * shape[d + 1]
+    return out
+
+
+class ModelEmitter:
+    """Collects the C declarations of one model while its operators are lowered."""
+
+    def __init__(self, graph: Graph, model_data: bytes, offsets: dict[int, int]):
+        self.graph = graph
+        self.sg = graph.main
+        self.raw_tensors = graph.raw.subgraphs[0].tensors
+        self.model_data = model_data
+        self.offsets = offsets  # activation tensor index -> arena offset
+        self.declarations: list[str] = []
+        self._constants: dict[int, str] = {}
+
+    # ---- tensors -----------------------------------------------------------------------------------------
+    def tensor(self, index: int) -> Tensor:
+        return self.sg.tensors[index]
+
+    def quantization(self, index: int, required: bool = True) -> Quantization:
+        """A tensor's scales and zero points; quantized kernels require them to be there."""
+        qp = self.raw_tensors[index].quantization
+        if qp is None or qp.scale is None or len(qp.scale) == 0 or not any(float(s) > 0 for s in qp.scale):
+            if required:
+                raise Unsupported(f"tensor {index} '{self.tensor(index).name}' has no quantization parameters")
+            return Quantization((), ())
+        zps = qp.zeroPoint if qp.zeroPoint is not None else [0] * len(qp.scale)
+        return Quantization(tuple(float(s) for s in qp.scale), tuple(int(z) for z in zps))
+
+    def constant_values(self, index: int) -> np.ndarray:
+        t = self.tensor(index)
+        if t.kind is not TensorKind.CONSTANT:
+            raise Unsupported(f"tensor {index} '{t.name}' must be a constant")
+        if t.dtype not in NUMPY_TYPES:
+            raise Unsupported(f"constant tensor {index} has type {t.dtype}")
+        data = buffer_bytes(self.graph.raw.buffers[t.buffer], self.model_data, self.graph.path)
+        return np.frombuffer(data, dtype=NUMPY_TYPES[t.dtype]).reshape(t.shape)
+
+    def pointer(self, index: int, writable: bool = False) -> str:
+        """C expression for a tensor's data: a place in the arena, or a const array in flash."""
+        t = self.tensor(index)
+        ctype = C_TYPES.get(t.dtype)
+        if ctype is None:
+            raise Unsupported(f"tensor {index} '{t.name}' has type {t.dtype}")
+        if t.kind is TensorKind.ACTIVATION:
+            if index not in self.offsets:
+                raise Unsupported(f"tensor {index} '{t.name}' has no place in the arena (empty or unused)")
+            return f"(({ctype} *)(arena + {self.offsets[index]}u))"
+        if writable:
+            raise Unsupported(f"tensor {index} '{t.name}' is written but is not an activation")
+        if t.kind is TensorKind.VARIABLE:
+            raise Unsupported(f"tensor {index} '{t.name}' is a variable")
+        if index not in self._constants:
+            name = f"tensor{index}"
+            self.array(name, ctype, self.constant_values(index).reshape(-1))
+            self._constants[index] = name
+        return self._constants[index]
+
+    # ---- declarations ------------------------------------------------------------------------------------
+    def array(self, name: str, ctype: str, values) -> str:
+        values = np.asarray(values).reshape(-1)
+        if ctype == "float":
+            items = [c_float(v) for v in values.tolist()]
+        else:  # map(str) for speed: weight arrays run to millions of elements
+            items = list(map(str, values.tolist()))
+            if values.size and values.min() == -(1 << 31):
+                items = [c_int(int(v)) for v in items]
+        if not items:
+            items = ["0"]
+        lines = [", ".join(items[i:i + 24]) for i in range(0, len(items), 24)]
+        body = ",\n    ".join(lines)
+        self.declarations.append(f"static const {ctype} {name}[{len(items)}] = {{\n    {body}\n}};")
+        return name
+
+    def struct(self, name: str, ctype: str, fields: dict[str, object]) -> str:
+        parts = []
+        for key, value in fields.items():
+            if isinstance(value, (list, tuple)):
+                padded = list(value) + [0] * (MAX_DIMS - len(value))
+                parts.append(f".{key} = {{{', '.join(c_int(v) for v in padded)}}}")
+            elif isinstance(value, float):
+                parts.append(f".{key} = {c_float(value)}")
+            else:
+                parts.append(f".{key} = {c_int(value)}")
+        self.declarations.append(f"static const {ctype} {name} = {{{', '.join(parts)}}};")
+        return f"&{name}"
+
+
+# ---- operator lowerings ----------------------------------------------------------------------------------
+
+def _types(e: ModelEmitter, op: Operator) -> tuple[list[str], list[str]]:
+    return ([e.tensor(t).dtype if t >= 0 else "-" for t in op.inputs], [e.tensor(t).dtype for t in op.outputs])
+
+
+def _require(condition: bool, reason: str) -> None:
+    if not condition:
+        raise Unsupported(reason)
+
+
+def _activation(op: Operator) -> int:
+    return int(getattr(op.options, "fusedActivationFunction", 0) or 0)
+
+
+def _quantized_activation(e: ModelEmitter, op: Operator, output: int) -> dict[str, object]:
+    out_q = e.quantization(output)
+    try:
+        lo, hi = q.activation_range_int8(_activation(op), out_q.scale, out_q.zero_point)
+    except ValueError as exc:
+        raise Unsupported(str(exc)) from None
+    return {"act_min": lo, "act_max": hi}
+
+
+def _float_activation(op: Operator) -> dict[str, object]:
+    try:
+        lo, hi = q.activation_range_float(_activation(op))
+    except ValueError as exc:
+        raise Unsupported(str(exc)) from None
+    return {"act_min_f": lo, "act_max_f": hi}
+
+
+def _out_size(padding: int, image: int, filt: int, stride: int, dilation: int) -> int:
+    effective = (filt - 1) * dilation + 1
+    return (image + stride - 1) // stride if padding == PADDING_SAME else (image + stride - effective) // stride
+
+
+def _padding(stride: int, dilation: int, in_size: int, filt: int, out_size: int) -> int:
+    effective = (filt - 1) * dilation + 1
+    return max(0, (out_size - 1) * stride + effective - in_size) // 2
+
+
+def _spatial(e: ModelEmitter, op: Operator, filter_h: int, filter_w: int) -> dict[str, int]:
+    """Window geometry shared by convolutions and pools (ComputePaddingHeightWidth)."""
+    in_shape, out_shape = e.tensor(op.inputs[0]).shape, e.tensor(op.outputs[0]).shape
+    _require(len(in_shape) == 4 and len(out_shape) == 4, "only 4-D NHWC tensors are supported")
+    o = op.options
+    stride_h, stride_w = int(o.strideH), int(o.strideW)
+    dil_h, dil_w = int(getattr(o, "dilationHFactor", 1) or 1), int(getattr(o, "dilationWFactor", 1) or 1)
+    padding = int(o.padding)
+    out_h = _out_size(padding, in_shape[1], filter_h, stride_h, dil_h)
+    out_w = _out_size(padding, in_shape[2], filter_w, stride_w, dil_w)
+    _require((out_h, out_w) == tuple(out_shape[1:3]), f"output shape {out_shape} does not match the padding")
+    return {"batches": in_shape[0], "in_h": in_shape[1], "in_w": in_shape[2], "in_c": in_shape[3],
+            "out_h": out_h, "out_w": out_w, "out_c": out_shape[3], "filter_h": filter_h, "filter_w": filter_w,
+            "stride_h": stride_h, "stride_w": stride_w, "dilation_h": dil_h, "dilation_w": dil_w,
+            "pad_h": _padding(stride_h, dil_h, in_shape[1], filter_h, out_h),
+            "pad_w": _padding(stride_w, dil_w, in_shape[2], filter_w, out_w)}
+
+
+def _weighted(e: ModelEmitter, op: Operator, name: str, kind: str) -> str:
+    """CONV_2D, DEPTHWISE_CONV_2D: int8 per-channel or float32."""
+    ins, outs = _types(e, op)
+    filter_shape = e.tensor(op.inputs[1]).shape
+    _require(len(filter_shape) == 4, "filter must be 4-D")
+    geometry = _spatial(e, op, filter_shape[1], filter_shape[2])
+    params = dict(geometry, filter_in_c=filter_shape[3] if kind == "conv2d" else 1,
+                  depth_multiplier=geometry["out_c"] // geometry["in_c"] if kind == "depthwise_conv2d" else 1)
+    if kind == "conv2d":
+        _require(params["in_c"] % params["filter_in_c"] == 0, "input channels are not a multiple of the filter's")
+    bias = op.inputs[2] if len(op.inputs) > 2 and op.inputs[2] >= 0 else None
+    if ins[:2] == ["int8", "int8"] and outs == ["int8"]:
+        _require(bias is None or ins[2] == "int32", "int8 convolution needs an int32 bias")
+        in_q, f_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.inputs[1]), e.quantization(op.outputs[0])
+        multipliers, shifts = q.per_channel_multipliers(in_q.scale, list(f_q.scales), out_q.scale, params["out_c"])
+        params.update(input_offset=-in_q.zero_point, output_offset=out_q.zero_point,
+                      **_quantized_activation(e, op, op.outputs[0]))
+        p = e.struct(f"{name}_params", "lt_conv_params", params)
+        m = e.array(f"{name}_multiplier", "int32_t", multipliers)
+        s = e.array(f"{name}_shift", "int32_t", shifts)
+        return (f"lt_{kind}_s8({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
+                f"{e.pointer(bias) if bias is not None else 'NULL'}, {m}, {s}, {e.pointer(op.outputs[0], True)});")
+    if ins[:2] == ["float32", "float32"] and outs == ["float32"]:
+        params.update(_float_activation(op))
+        p = e.struct(f"{name}_params", "lt_conv_params", params)
+        return (f"lt_{kind}_f32({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
+                f"{e.pointer(bias) if bias is not None else 'NULL'}, {e.pointer(op.outputs[0], True)});")
+    raise Unsupported(f"types {ins} -> {outs}")
+
+
+def lower_conv_2d(e, op, name):
+    return _weighted(e, op, name, "conv2d")
+
+
+def lower_depthwise_conv_2d(e, op, name):
+    return _weighted(e, op, name, "depthwise_conv2d")
+
+
+def lower_fully_connected(e, op, name):
+    ins, outs = _types(e, op)
+    _require(getattr(op.options, "weightsFormat", 0) == 0, "shuffled weights are not supported")
+    filter_shape = e.tensor(op.inputs[1]).shape
+    _require(len(filter_shape) == 2, "filter must be 2-D")
+    out_depth, accum_depth = filter_shape
+    input_elements = math.prod(e.tensor(op.inputs[0]).shape)
+    _require(input_elements % accum_depth == 0, "input size is not a multiple of the filter depth")
+    params = {"batches": input_elements // accum_depth, "accum_depth": accum_depth, "out_depth": out_depth}
+    bias = op.inputs[2] if len(op.inputs) > 2 and op.inputs[2] >= 0 else None
+    if ins[:2] == ["int8", "int8"] and outs == ["int8"]:
+        _require(bias is None or ins[2] == "int32", "int8 fully connected needs an int32 bias")
+        in_q, f_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.inputs[1]), e.quantization(op.outputs[0])
+        multipliers, shifts = q.per_channel_multipliers(in_q.scale, list(f_q.scales), out_q.scale, out_depth)
+        params.update(input_offset=-in_q.zero_point, filter_offset=-f_q.zero_point if len(f_q.scales) == 1 else 0,
+                      output_offset=out_q.zero_point, **_quantized_activation(e, op, op.outputs[0]))
+        p = e.struct(f"{name}_params", "lt_fc_params", params)
+        m = e.array(f"{name}_multiplier", "int32_t", multipliers)
+        s = e.array(f"{name}_shift", "int32_t", shifts)
+        return (f"lt_fully_connected_s8({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
+                f"{e.pointer(bias) if bias is not None else 'NULL'}, {m}, {s}, {e.pointer(op.outputs[0], True)});")
+    if ins[:2] == ["float32", "float32"] and outs == ["float32"]:
+        params.update(_float_activation(op))
+        p = e.struct(f"{name}_params", "lt_fc_params", params)
+        return (f"lt_fully_connected_f32({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
+                f"{e.pointer(bias) if bias is not None else 'NULL'}, {e.pointer(op.outputs[0], True)});")
+    raise Unsupported(f"types {ins} -> {outs}")
+
+
+def _pool(e, op, name, kind):
+    ins, outs = _types(e, op)
+    params = _spatial(e, op, int(op.options.filterHeight), int(op.options.filterWidth))
+    params.update(filter_in_c=1, depth_multiplier=1)
+    if ins == ["int8"] and outs == ["int8"]:
+        in_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.outputs[0])
+        _require(in_q == out_q, "int8 pooling needs equal input and output quantization")
+        params.update(_quantized_activation(e, op, op.outputs[0]))
+        suffix = "s8"
+    elif ins == ["float32"] and outs == ["float32"]:
+        params.update(_float_activation(op))
+        suffix = "f32"
+    else:
+        raise Unsupported(f"types {ins} -> {outs}")
+    p = e.struct(f"{name}_params", "lt_conv_params", params)
+    return f"lt_{kind}_{suffix}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
+
+
+def lower_average_pool_2d(e, op, name):
+    return _pool(e, op, name, "average_pool")
+
+
+def lower_max_pool_2d(e, op, name):
+    return _pool(e, op, name, "max_pool")
+
+
+def _broadcast(e: ModelEmitter, op: Operator) -> dict[str, object]:
+    out_shape = e.tensor(op.outputs[0]).shape or (1,)
+    _require(len(out_shape) <= MAX_DIMS, f"more than {MAX_DIMS} dimensions")
+    steps = []
+    for t in op.inputs[:2]:
+        shape = e.tensor(t).shape
+        shape = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
+        _require(all(s in (1, o) for s, o in zip(shape, out_shape)), "inputs do not broadcast to the output")
+        steps.append([st if s > 1 else 0 for s, st in zip(shape, strides(shape))])
+    return {"ndim": len(out_shape), "dims": list(out_shape), "step1": steps[0], "step2": steps[1]}
+
+
+def _binary(e, op, name, kind):
+    ins, outs = _types(e, op)
+    params = _broadcast(e, op)
+    if ins == ["int8", "int8"] and outs == ["int8"]:
+        q1, q2, qo = (e.quantization(t) for t in (op.inputs[0], op.inputs[1], op.outputs[0]))
+        params.update(input1_offset=-q1.zero_point, input2_offset=-q2.zero_point, output_offset=qo.zero_point)
+        if kind == "add":
+            params.update(q.add_params_int8(q1.scale, q2.scale, qo.scale))
+        else:
+            m, s = q.quantize_multiplier(float(q1.scale) * float(q2.scale) / float(qo.scale))
+            params.update(output_multiplier=m, output_shift=s)
+        params.update(_quantized_activation(e, op, op.outputs[0]))
+        suffix = "s8"
+    elif ins == ["float32", "float32"] and outs == ["float32"]:
+        params.update(_float_activation(op))
+        suffix = "f32"
+    else:
+        raise Unsupported(f"types {ins} -> {outs}")
+    p = e.struct(f"{name}_params", "lt_binary_params", params)
+    return (f"lt_{kind}_{suffix}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
+            f"{e.pointer(op.outputs[0], True)});")
+
+
+def lower_add(e, op, name):
+    return _binary(e, op, name, "add")
+
+
+def lower_mul(e, op, name):
+    return _binary(e, op, name, "mul")
+
+
+def lower_softmax(e, op, name):
+    ins, outs = _types(e, op)
+    shape = e.tensor(op.inputs[0]).shape or (1,)
+    depth = shape[-1]
+    params: dict[str, object] = {"outer": math.prod(shape) // depth, "depth": depth, "beta": float(op.options.beta)}
+    if ins == ["int8"] and outs == ["int8"]:
+        out_q = e.quantization(op.outputs[0])
+        _require(out_q.zero_point == -128 and np.float32(out_q.scale) == np.float32(1 / 256),
+                 "int8 softmax output must have scale 1/256 and zero point -128")
+        params.update(q.softmax_params_int8(op.options.beta, e.quantization(op.inputs[0]).scale))
+        suffix = "s8"
+    elif ins == ["float32"] and outs == ["float32"]:
+        suffix = "f32"
+    else:
+        raise Unsupported(f"types {ins} -> {outs}")
+    p = e.struct(f"{name}_params", "lt_softmax_params", params)
+    return f"lt_softmax_{suffix}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
+
+
+def lower_logistic(e, op, name):
+    ins, outs = _types(e, op)
+    count = math.prod(e.tensor(op.inputs[0]).shape)
+    if ins == ["int8"] and outs == ["int8"]:
+        out_q = e.quantization(op.outputs[0])
+        _require(out_q.zero_point == -128 and np.float32(out_q.scale) == np.float32(1 / 256),
+                 "int8 logistic output must have scale 1/256 and zero point -128")
+        in_q = e.quantization(op.inputs[0])
+        lp = q.logistic_params_int8(in_q.scale)
+        return (f"lt_logistic_s8({e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)}, {count}, "
+                f"{in_q.zero_point}, {lp['input_range_radius']}, {lp['input_multiplier']}, {lp['input_left_shift']});")
+    if ins == ["float32"] and outs == ["float32"]:
+        return f"lt_logistic_f32({e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)}, {count});"
+    raise Unsupported(f"types {ins} -> {outs}")
+
+
+def lower_mean(e, op, name):
+    ins, outs = _types(e, op)
+    shape = e.tensor(op.inputs[0]).shape
+    _require(len(shape) <= MAX_DIMS, f"more than {MAX_DIMS} dimensions")
+    axes = sorted({int(a) % len(shape) for a in e.constant_values(op.inputs[1]).reshape(-1)})
+    kept = [d for d in range(len(shape)) if d not in axes]
+    st = strides(shape)
+    params: dict[str, object] = {
+        "kept_ndim": len(kept), "kept_dims": [shape[d] for d in kept], "kept_steps": [st[d] for d in kept],
+        "reduced_ndim": len(axes), "reduced_dims": [shape[d] for d in axes], "reduced_steps": [st[d] for d in axes],
+        "count": math.prod(shape[d] for d in axes)}
+    if ins[0] == "int8" and outs == ["int8"]:
+        in_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.outputs[0])
+        m, s = q.mean_multiplier(*q.quantize_multiplier(float(in_q.scale) / float(out_q.scale)), params["count"])
+        params.update(input_zero_point=in_q.zero_point, output_zero_point=out_q.zero_point, multiplier=m, shift=s)
+        suffix = "s8"
+    elif ins[0] == "float32" and outs == ["float32"]:
+        suffix = "f32"
+    else:
+        raise Unsupported(f"types {ins} -> {outs}")
+    p = e.struct(f"{name}_params", "lt_mean_params", params)
+    return f"lt_mean_{suffix}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
+
+
+def lower_quantize(e, op, name):
+    ins, outs = _types(e, op)
+    count = math.prod(e.tensor(op.inputs[0]).shape)
+    out_q = e.quantization(op.outputs[0])
+    if ins == ["float32"] and outs == ["int8"]:
+        return (f"lt_quantize_f32_s8({e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)}, {count}, "
+                f"{c_float(out_q.scale)}, {out_q.zero_point});")
+    if ins == ["int8"] and outs == ["int8"]:
+        in_q = e.quantization(op.inputs[0])
+        m, s = q.quantize_multiplier(float(in_q.scale) / float(out_q.scale))
+        return (f"lt_requantize_s8({e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)}, {count}, "
+                f"{in_q.zero_point}, {m}, {s}, {out_q.zero_point});")
+    raise Unsupported(f"types {ins} -> {outs}")
+
+
+def lower_dequantize(e, op, name):
+    ins, outs = _types(e, op)
+    _require(ins == ["int8"] and outs == ["float32"], f"types {ins} -> {outs}")
+    in_q = e.quantization(op.inputs[0])
+    count = math.prod(e.tensor(op.inputs[0]).shape)
+    return (f"lt_dequantize_s8_f32({e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)}, {count}, "
+            f"{float(in_q.scale)!r}, {in_q.zero_point});")
+
+
+def _same_types(e: ModelEmitter, op: Operator, count: int = 1) -> str:
+    ins, outs = _types(e, op)
+    _require(ins[0] in C_TYPES and all(t == ins[0] for t in ins[:count]) and outs == [ins[0]],
+             f"types {ins} -> {outs}")
+    return ins[0]
+
+
+def lower_reshape(e, op, name):
+    _same_types(e, op)
+    t = e.tensor(op.outputs[0])
+    return f"lt_copy({e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)}, {t.nbytes}u);"
+
+
+def _copy(e: ModelEmitter, name: str, dims, src_steps, dst_steps, elem_size: int) -> str:
+    _require(len(dims) <= MAX_DIMS, f"more than {MAX_DIMS} dimensions")
+    return e.struct(name, "lt_copy_params", {"ndim": len(dims), "dims": list(dims), "src_steps": list(src_steps),
+                                                  "dst_steps": list(dst_steps), "elem_size": elem_size})
+
+
+def _elem_size(t: Tensor) -> int:
+    return np.dtype(NUMPY_TYPES[t.dtype]).itemsize
+
+
+def lower_transpose(e, op, name):
+    _same_types(e, op)
+    t_in, t_out = e.tensor(op.inputs[0]), e.tensor(op.outputs[0])
+    perm = [int(p) for p in e.constant_values(op.inputs[1]).reshape(-1)]
+    in_st = strides(t_in.shape)
+    dims = [t_in.shape[p] for p in perm]
+    _require(tuple(dims) == t_out.shape, "output shape does not match the permutation")
+    p = _copy(e, f"{name}_params", dims, [in_st[p] for p in perm], strides(t_out.shape), _elem_size(t_in))
+    return f"lt_copy_strided({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
+
+
+def lower_pad(e, op, name):
+    _same_types(e, op)
+    t_in, t_out = e.tensor(op.inputs[0]), e.tensor(op.outputs[0])
+    paddings = e.constant_values(op.inputs[1]).reshape(-1, 2)
+    before = [int(b) for b in paddings[:, 0]]
+    _require(all(int(x) >= 0 for x in paddings.reshape(-1)), "negative padding")
+    ctype = C_TYPES[t_in.dtype]
+    if len(op.inputs) > 2 and op.inputs[2] >= 0:
+        pad_value = e.constant_values(op.inputs[2]).reshape(-1)[0]
+    elif t_in.dtype == "int8":
+        pad_value = e.quantization(op.outputs[0]).zero_point
+    else:
+        pad_value = 0
+    value = e.array(f"{name}_value", ctype, [pad_value])
+    out_st = strides(t_out.shape)
+    start = sum(b * s for b, s in zip(before, out_st))
+    size = _elem_size(t_in)
+    p = _copy(e, f"{name}_params", t_in.shape, strides(t_in.shape), out_st, size)
+    out = e.pointer(op.outputs[0], True)
+    return (f"lt_fill({out}, {math.prod(t_out.shape)}u, {value}, {size}); "
+            f"lt_copy_strided({p}, {e.pointer(op.inputs[0])}, {out} + {start});")
+
+
+def lower_concatenation(e, op, name):
+    count = len(op.inputs)
+    dtype = _same_types(e, op, count)
+    t_out = e.tensor(op.outputs[0])
+    if dtype == "int8":
+        out_q = e.quantization(op.outputs[0])
+        _require(all(e.quantization(t) == out_q for t in op.inputs),
+                 "int8 concatenation needs equal input and output quantization")
+    _require(_activation(op) == 0, "fused activation on concatenation")
+    axis = int(op.options.axis) % len(t_out.shape)
+    out_st = strides(t_out.shape)
+    statements, position = [], 0
+    out = e.pointer(op.outputs[0], True)
+    for k, t in enumerate(op.inputs):
+        shape = e.tensor(t).shape
+        p = _copy(e, f"{name}_params{k}", shape, strides(shape), out_st, _elem_size(t_out))
+        statements.append(f"lt_copy_strided({p}, {e.pointer(t)}, {out} + {position * out_st[axis]});")
+        position += shape[axis]
+    return " ".join(statements)
+
+
+def lower_strided_slice(e, op, name):
+    _same_types(e, op)
+    t_in, t_out = e.tensor(op.inputs[0]), e.tensor(op.outputs[0])
+    o = op.options
+    _require(not o.ellipsisMask and not o.newAxisMask, "ellipsis and new-axis masks are not supported")
+    begin = [int(v) for v in e.constant_values(op.inputs[1]).reshape(-1)]
+    end = [int(v) for v in e.constant_values(op.inputs[2]).reshape(-1)]
+    step = [int(v) for v in e.constant_values(op.inputs[3]).reshape(-1)]
+    shape = t_in.shape
+    _require(len(begin) == len(shape), "begin/end/strides must cover every dimension")
+    big = 1 << 31
+    dims, src_start, src_steps = [], 0, []
+    in_st = strides(shape)
+    for axis, size in enumerate(shape):
+        # StartForAxis / StopForAxis of strided_slice_logic.h
+        stride = step[axis]
+        _require(stride != 0, "zero stride")
+        start = begin[axis]
+        if o.beginMask & (1 << axis):
+            start = -big if stride > 0 else big - 1
+        if start < 0:
+            start += size
+        start = min(max(start, 0), size) if stride > 0 else min(max(start, -1), size - 1)
+        if o.shrinkAxisMask & (1 << axis):
+            stop = start + 1
+        else:
+            stop = begin[axis] + end[axis] if getattr(o, "offset", False) else end[axis]
+            if o.endMask & (1 << axis):
+                stop = big - 1 if stride > 0 else -big
+            if stop < 0:
+                stop += size
+            stop = min(max(stop, 0), size) if stride > 0 else min(max(stop, -1), size - 1)
+        n = len(range(start, stop, stride))
+        dims.append(n)
+        src_start += start * in_st[axis] if n else 0
+        src_steps.append(stride * in_st[axis])
+    _require(math.prod(dims) == math.prod(t_out.shape), "output size does not match the slice")
+    p = _copy(e, f"{name}_params", dims, src_steps, strides(tuple(dims)), _elem_size(t_in))
+    return f"lt_copy_strided({p}, {e.pointer(op.inputs[0])} + {src_start}, {e.pointer(op.outputs[0], True)});"
+
+
+def lower_resize_nearest_neighbor(e, op, name):
+    _same_types(e, op)
+    t_in, t_out = e.tensor(op.inputs[0]), e.tensor(op.outputs[0])
+    _require(len(t_in.shape) == 4, "only 4-D NHWC tensors are supported")
+    out_h, out_w = (int(v) for v in e.constant_values(op.inputs[1]).reshape(-1))
+    _require((out_h, out_w) == tuple(t_out.shape[1:3]), "output size does not match the size input")
+    align, half = bool(op.options.alignCorners), bool(op.options.halfPixelCenters)
+    y_map = e.array(f"{name}_y", "int32_t", q.nearest_neighbor_map(out_h, t_in.shape[1], align, half))
+    x_map = e.array(f"{name}_x", "int32_t", q.nearest_neighbor_map(out_w, t_in.shape[2], align, half))
+    p = e.struct(f"{name}_params", "lt_resize_params",
+                 {"batches": t_in.shape[0], "in_h": t_in.shape[1], "in_w": t_in.shape[2], "channels": t_in.shape[3],
+                      "out_h": out_h, "out_w": out_w, "elem_size": _elem_size(t_in)})
+    return f"lt_resize_nearest({p}, {y_map}, {x_map}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
+
+
+LOWERINGS: dict[str, Callable[[ModelEmitter, Operator, str], str]] = {
+    "CONV_2D": lower_conv_2d,
+    "DEPTHWISE_CONV_2D": lower_depthwise_conv_2d,
+    "FULLY_CONNECTED": lower_fully_connected,
+    "ADD": lower_add,
+    "MUL": lower_mul,
+    "CONCATENATION": lower_concatenation,
+    "AVERAGE_POOL_2D": lower_average_pool_2d,
+    "MAX_POOL_2D": lower_max_pool_2d,
+    "RESHAPE": lower_reshape,
+    "SOFTMAX": lower_softmax,
+    "QUANTIZE": lower_quantize,
+    "DEQUANTIZE": lower_dequantize,
+    "PAD": lower_pad,
+    "MEAN": lower_mean,
+    "STRIDED_SLICE": lower_strided_slice,
+    "TRANSPOSE": lower_transpose,
+    "LOGISTIC": lower_logistic,
+    "RESIZE_NEAREST_NEIGHBOR": lower_resize_nearest_neighbor,
+}

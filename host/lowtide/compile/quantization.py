@@ -1,0 +1,154 @@
+"""The arithmetic of TFLM's kernel Prepare functions, done ahead of time in Python.
+
+Python floats are IEEE doubles and `math.frexp` is C's frexp, so the double arithmetic of TFLM's
+quantization_util.cc is reproduced exactly when the operations happen in the same order. Where TFLM computes in
+float32 (activation ranges, resize scales) numpy float32 scalars are used.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+INT8_MIN, INT8_MAX = -128, 127
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+# TFLite ActivationFunctionType codes
+ACT_NONE, ACT_RELU, ACT_RELU_N1_TO_1, ACT_RELU6 = 0, 1, 2, 3
+
+
+def round_half_away(x: float) -> int:
+    """C's round()/std::round: halfway cases away from zero (Python's round() goes to even)."""
+    magnitude = abs(x)
+    whole = math.floor(magnitude)
+    if magnitude - whole >= 0.5:  # exact: subtracting the floor of a double loses no bits
+        whole += 1
+    return int(math.copysign(whole, x)) if whole else 0
+
+
+def quantize_multiplier(real_multiplier: float) -> tuple[int, int]:
+    """QuantizeMultiplier: a Q0.31 significand and a power-of-two exponent."""
+    if real_multiplier == 0.0:
+        return 0, 0
+    q, shift = math.frexp(real_multiplier)
+    q_fixed = round_half_away(q * (1 << 31))
+    if q_fixed == 1 << 31:
+        q_fixed //= 2
+        shift += 1
+    if shift < -31:
+        return 0, 0
+    return q_fixed, shift
+
+
+def quantize_multiplier_greater_than_one(real_multiplier: float) -> tuple[int, int]:
+    multiplier, shift = quantize_multiplier(real_multiplier)
+    if shift < 0:
+        raise ValueError(f"multiplier {real_multiplier} is not greater than one")
+    return multiplier, shift
+
+
+def per_channel_multipliers(input_scale: float, filter_scales: list[float], output_scale: float,
+                            channels: int) -> tuple[list[int], list[int]]:
+    """PopulateConvolutionQuantizationParams: one multiplier per output channel, per-tensor scales broadcast."""
+    multipliers, shifts = [], []
+    for c in range(channels):
+        filter_scale = filter_scales[c] if len(filter_scales) > 1 else filter_scales[0]
+        m, s = quantize_multiplier(float(input_scale) * float(filter_scale) / float(output_scale))
+        multipliers.append(m)
+        shifts.append(s)
+    return multipliers, shifts
+
+
+def activation_range_int8(activation: int, scale: float, zero_point: int) -> tuple[int, int]:
+    """CalculateActivationRangeQuantized for an int8 output: `zero_point + round(f / scale)` in float32."""
+
+    def quantize(f: float) -> int:
+        return zero_point + round_half_away(float(np.float32(f) / np.float32(scale)))
+
+    if activation == ACT_NONE:
+        return INT8_MIN, INT8_MAX
+    if activation == ACT_RELU:
+        return max(INT8_MIN, quantize(0.0)), INT8_MAX
+    if activation == ACT_RELU6:
+        return max(INT8_MIN, quantize(0.0)), min(INT8_MAX, quantize(6.0))
+    if activation == ACT_RELU_N1_TO_1:
+        return max(INT8_MIN, quantize(-1.0)), min(INT8_MAX, quantize(1.0))
+    raise ValueError(f"fused activation {activation} is not supported")
+
+
+def activation_range_float(activation: int) -> tuple[float, float]:
+    """CalculateActivationRange<float>."""
+    ranges = {
+        ACT_NONE: (-FLOAT32_MAX, FLOAT32_MAX),
+        ACT_RELU: (0.0, FLOAT32_MAX),
+        ACT_RELU6: (0.0, 6.0),
+        ACT_RELU_N1_TO_1: (-1.0, 1.0),
+    }
+    if activation not in ranges:
+        raise ValueError(f"fused activation {activation} is not supported")
+    return ranges[activation]
+
+
+def add_params_int8(scale1: float, scale2: float, output_scale: float) -> dict[str, int]:
+    """CalculateOpDataAdd for int8: inputs left-shifted by 20 and rescaled to twice the larger input scale."""
+    left_shift = 20
+    twice_max_input_scale = 2 * float(max(np.float32(scale1), np.float32(scale2)))
+    real_input1 = float(scale1) / twice_max_input_scale
+    real_input2 = float(scale2) / twice_max_input_scale
+    real_output = twice_max_input_scale / ((1 << left_shift) * float(output_scale))
+    m1, s1 = quantize_multiplier(real_input1)
+    m2, s2 = quantize_multiplier(real_input2)
+    mo, so = quantize_multiplier(real_output)
+    return {"left_shift": left_shift, "input1_multiplier": m1, "input1_shift": s1, "input2_multiplier": m2,
+                "input2_shift": s2, "output_multiplier": mo, "output_shift": so}
+
+
+def mean_multiplier(multiplier: int, shift: int, count: int) -> tuple[int, int]:
+    """QuantizedMeanOrSum folds 1/count into the output multiplier, keeping as many bits as it safely can."""
+    extra = min(count.bit_length() - 1, 32, 31 + shift)
+    return (multiplier << extra) // count, shift - extra
+
+
+def calculate_input_radius(input_integer_bits: int, input_left_shift: int, total_signed_bits: int = 31) -> int:
+    max_input_rescaled = (1.0 * ((1 << input_integer_bits) - 1) * (1 << (total_signed_bits - input_integer_bits))
+                          / (1 << input_left_shift))
+    return math.floor(max_input_rescaled)
+
+
+def softmax_params_int8(beta: float, input_scale: float) -> dict[str, int]:
+    """PreprocessSoftmaxScaling with 5 integer bits for the scaled difference, and the diff_min cut-off."""
+    scaled_diff_integer_bits = 5
+    max_real_multiplier = float((1 << 31) - 1)
+    real = min(float(beta) * float(input_scale) * (1 << (31 - scaled_diff_integer_bits)), max_real_multiplier)
+    multiplier, left_shift = quantize_multiplier_greater_than_one(real)
+    diff_min = int(-1.0 * calculate_input_radius(scaled_diff_integer_bits, left_shift))
+    return {"input_multiplier": multiplier, "input_left_shift": left_shift, "diff_min": diff_min}
+
+
+def logistic_params_int8(input_scale: float) -> dict[str, int]:
+    """Logistic Prepare for int8: Q4.27 input rescale from frexp, and the saturation radius."""
+    input_integer_bits = 4
+    q, left_shift = math.frexp(float(input_scale) * (1 << (31 - input_integer_bits)))
+    multiplier = round_half_away(q * (1 << 31))
+    return {"input_multiplier": multiplier, "input_left_shift": left_shift,
+                "input_range_radius": calculate_input_radius(input_integer_bits, left_shift, 31)}
+
+
+def nearest_neighbor_map(output_size: int, input_size: int, align_corners: bool, half_pixel_centers: bool) -> list[int]:
+    """GetNearestNeighbor for every output coordinate, in float32 as the reference kernel computes it."""
+    f32 = np.float32
+    if align_corners and output_size > 1:
+        scale = f32(input_size - 1) / f32(output_size - 1)
+    else:
+        scale = f32(input_size) / f32(output_size)
+    offset = f32(0.5) if half_pixel_centers else f32(0.0)
+    result = []
+    for i in range(output_size):
+        value = (f32(i) + offset) * scale
+        index = round_half_away(float(value)) if align_corners else math.floor(float(value))
+        index = min(index, input_size - 1)
+        if half_pixel_centers:
+            index = max(0, index)
+        result.append(index)
+    return result
