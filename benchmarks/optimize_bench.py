@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
-import math
 import platform
-import re
 import sys
 import tempfile
 import time
@@ -24,10 +22,9 @@ from rich.table import Table
 
 from lowtide.errors import LowtideError
 from lowtide.export import OptimizeResult, optimize_model
+from report import DOC, SHARED_MODELS, geomean, write_section
 
-REPO = Path(__file__).resolve().parents[1]
-SECTION_START = "<!-- optimize-bench:start -->"
-SECTION_END = "<!-- optimize-bench:end -->"
+SECTION = "optimize"
 
 
 @dataclass(frozen=True)
@@ -45,16 +42,11 @@ def _gap(result: OptimizeResult) -> str:
     return f"+{gap:,} B ({gap / max(result.lower_bound_bytes, 1):.1%})"
 
 
-def _geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
-
-
 def markdown_section(rows: list[Row], command: str, time_limit: float) -> str:
     done = [r for r in rows if r.result]
     head_ratios = [r.result.planned_head_bytes / r.result.stock_head_bytes for r in done if r.result.stock_head_bytes]
     total_ratios = [r.result.total_bytes / r.result.stock_total_bytes for r in done]
     lines = [
-        SECTION_START,
         "## `lowtide optimize`: arena before and after",
         "",
         f"Made by `{command}` on {time.strftime('%Y-%m-%d')} (Python {platform.python_version()}, "
@@ -82,33 +74,20 @@ def markdown_section(rows: list[Row], command: str, time_limit: float) -> str:
         )
     slowest = max((r.seconds for r in rows), default=0.0)
     lines += [
-        f"| **geometric mean** | | | | | **{_geomean(head_ratios):.3f}** | | |",
+        f"| **geometric mean** | | | | | **{geomean(head_ratios):.3f}** | | |",
         "",
-        f"Geometric mean of lowtide/stock total: {_geomean(total_ratios):.3f}. "
+        f"Geometric mean of lowtide/stock total: {geomean(total_ratios):.3f}. "
         f"{sum(1 for r in done if r.result.optimal)} of {len(rows)} models proven optimal; "
         f"{len(rows) - len(done)} failed; slowest run {slowest:.1f} s.",
-        SECTION_END,
     ]
     return "\n".join(lines) + "\n"
 
 
-def write_section(doc: Path, section: str) -> None:
-    """Replace this benchmark's section of `doc`, leaving every other section as it is."""
-    text = doc.read_text() if doc.exists() else "# Benchmarks\n"
-    pattern = re.compile(re.escape(SECTION_START) + r".*?" + re.escape(SECTION_END) + r"\n?", re.S)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: section, text)
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    doc.parent.mkdir(parents=True, exist_ok=True)
-    doc.write_text(text)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", type=Path, default=REPO / ".." / "shared" / "models")
+    parser.add_argument("--models", type=Path, default=SHARED_MODELS)
     parser.add_argument("--time-limit", type=float, default=30.0)
-    parser.add_argument("--doc", type=Path, default=REPO / "docs" / "benchmarks.md")
+    parser.add_argument("--doc", type=Path, default=DOC)
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     command = " ".join(["python benchmarks/optimize_bench.py", *argv])
@@ -139,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 table.add_row(row.model, "", "", "", f"[red]FAILED: {row.error}[/]", f"{row.seconds:.1f} s")
     console.print(table)
-    write_section(args.doc, markdown_section(rows, command, args.time_limit))
+    write_section(args.doc, SECTION, markdown_section(rows, command, args.time_limit))
     console.print(f"wrote the optimize section of {args.doc}")
     return 1 if any(r.result is None or r.seconds >= args.time_limit for r in rows) else 0
 

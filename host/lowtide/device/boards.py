@@ -145,3 +145,4 @@ def get_board(name: str) -> Board:
 
 register_board(HostTflmBoard())
 register_board(SerialBoard())
+from lowtide.device import qemu  # noqa: E402,F401  (registers the emulated boards; qemu imports Board from here)

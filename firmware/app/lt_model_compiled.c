@@ -1,0 +1,80 @@
+/* lt_model.h for the C99 code `lowtide compile` generates (model.h / model.c, prefix "model").
+ *
+ * There is no allocator: every activation sits at the offset TFLM's planner would give it, inside one static arena,
+ * so the planned head is MODEL_ARENA_SIZE and nothing else is used. The arena is LT_ARENA_SLACK_BYTES larger than
+ * the plan, and the whole of it is painted before each invocation: a write outside the plan would push the
+ * high-water mark above the planned size, where the host sees it.
+ *
+ * lowtide_model.py passes the model's identity (LT_MODEL_SHA256 as 64 hex digits, LT_MODEL_SIZE) and
+ * LT_MODEL_INPUT_BYTES_TOTAL (the sum of the input sizes, for the staging buffer).
+ */
+#ifdef LT_RUNTIME_COMPILED
+
+#include <string.h>
+
+#include "lt_arena.h"
+#include "lt_model.h"
+#include "model.h"
+
+#ifndef LT_ARENA_SLACK_BYTES
+#define LT_ARENA_SLACK_BYTES 1024u
+#endif
+#define LT_ARENA_CAPACITY (MODEL_ARENA_SIZE + LT_ARENA_SLACK_BYTES)
+
+static uint8_t arena[LT_ARENA_CAPACITY] __attribute__((aligned(MODEL_ARENA_ALIGNMENT)));
+static uint8_t staging[LT_MODEL_INPUT_BYTES_TOTAL > 0 ? LT_MODEL_INPUT_BYTES_TOTAL : 1];
+static uint32_t staging_offset[MODEL_INPUT_COUNT];
+static uint8_t painted_with;
+static lt_model_info info;
+
+static int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return c - 'A' + 10;
+}
+
+const lt_model_info *lt_model_setup(void) {
+  static const char sha256_hex[] = LT_MODEL_SHA256;
+  uint32_t offset = 0;
+  for (int i = 0; i < MODEL_INPUT_COUNT; i++) {
+    staging_offset[i] = offset;
+    offset += model_inputs[i].bytes;
+  }
+  for (int i = 0; i < 32; i++) {
+    info.model_sha256[i] = (uint8_t)(hex_digit(sha256_hex[2 * i]) << 4 | hex_digit(sha256_hex[2 * i + 1]));
+  }
+  info.runtime = "lowtide-compiled";
+  info.status = NULL;
+  info.ready = offset == LT_MODEL_INPUT_BYTES_TOTAL;
+  if (!info.ready) info.status = "input sizes disagree with LT_MODEL_INPUT_BYTES_TOTAL: rebuild the firmware";
+  info.input_count = MODEL_INPUT_COUNT;
+  info.output_count = MODEL_OUTPUT_COUNT;
+  info.operator_count = MODEL_OPERATOR_COUNT;
+  info.arena_capacity_bytes = LT_ARENA_CAPACITY;
+  info.planned_bytes = MODEL_ARENA_SIZE;
+  info.used_bytes = MODEL_ARENA_SIZE;
+  info.model_size_bytes = LT_MODEL_SIZE;
+  return &info;
+}
+
+uint32_t lt_model_input_bytes(int index) { return model_inputs[index].bytes; }
+
+uint8_t *lt_model_input_staging(int index) { return staging + staging_offset[index]; }
+
+uint32_t lt_model_output_bytes(int index) { return model_outputs[index].bytes; }
+
+const uint8_t *lt_model_output(int index) { return (const uint8_t *)model_output(arena, index); }
+
+void lt_model_prepare(uint8_t pattern) {
+  lt_arena_paint(arena, LT_ARENA_CAPACITY, pattern);
+  painted_with = pattern;
+  for (int i = 0; i < MODEL_INPUT_COUNT; i++) {
+    memcpy(model_input(arena, i), staging + staging_offset[i], model_inputs[i].bytes);
+  }
+}
+
+int lt_model_invoke(lt_model_op_hook hook, void *user) { return model_invoke(arena, hook, user); }
+
+uint32_t lt_model_arena_high_water(void) { return lt_arena_top_changed(arena, LT_ARENA_CAPACITY, painted_with); }
+
+#endif /* LT_RUNTIME_COMPILED */

@@ -1,0 +1,109 @@
+"""SCons build for the emulated MPS2 boards: Debian's arm-none-eabi GCC from PATH, newlib-nano, no C++.
+
+`pio run` builds .pio/build/<env>/firmware.elf; `pio run -t upload` boots it in QEMU (the emulator *is* the board:
+UART0 on stdio, semihosting exit code back to the shell). `pio test` runs `test_testing_command` from
+platformio.ini instead, since this platform has no uploader package and so counts as native for testing.
+"""
+
+from os.path import join
+
+from SCons.Script import AlwaysBuild, Builder, Default, DefaultEnvironment
+
+env = DefaultEnvironment()
+board = env.BoardConfig()
+platform_dir = env.PioPlatform().get_dir()
+
+env.Replace(
+    AR="arm-none-eabi-gcc-ar",
+    AS="arm-none-eabi-as",
+    CC="arm-none-eabi-gcc",
+    CXX="arm-none-eabi-g++",
+    GDB="arm-none-eabi-gdb",
+    OBJCOPY="arm-none-eabi-objcopy",
+    RANLIB="arm-none-eabi-gcc-ranlib",
+    SIZETOOL="arm-none-eabi-size",
+    ARFLAGS=["rc"],
+    SIZEPROGREGEXP=r"^(?:\.text|\.data|\.rodata|\.ARM\.exidx|\.ARM\.extab)\s+(\d+).*",
+    SIZEDATAREGEXP=r"^(?:\.data|\.bss|\.noinit|\.stack|\.heap)\s+(\d+).*",
+    SIZECHECKCMD="$SIZETOOL -A -d $SOURCES",
+    SIZEPRINTCMD="$SIZETOOL -B -d $SOURCES",
+    PROGNAME="firmware",
+    PROGSUFFIX=".elf",
+)
+
+cpu_flags = [
+    "-mcpu=%s" % board.get("build.cpu"),
+    "-mthumb",
+    "-mfpu=%s" % board.get("build.fpu"),
+    "-mfloat-abi=hard",
+]
+
+env.Append(
+    ASFLAGS=cpu_flags,
+    ASPPFLAGS=cpu_flags + ["-x", "assembler-with-cpp"],
+    # C99 without GNU extensions: float kernels must not contract a*b+c into FMA, or they stop matching TFLM.
+    CFLAGS=["-std=c99"],
+    CCFLAGS=cpu_flags + [
+        "-O2",
+        "-ffunction-sections",
+        "-fdata-sections",
+        "-ffp-contract=off",
+        "-Wall",
+        "-Wextra",
+    ],
+    CPPDEFINES=[
+        ("F_CPU", "$BOARD_F_CPU"),
+        ("LT_QEMU_MACHINE", '\\"%s\\"' % board.get("build.qemu_machine")),
+    ],
+    LINKFLAGS=cpu_flags + [
+        "-O2",
+        "--specs=nano.specs",
+        "--specs=nosys.specs",
+        "-nostartfiles",
+        "-Wl,--gc-sections",
+        "-Wl,--no-warn-rwx-segments",
+        "-Wl,-Map,${BUILD_DIR}/firmware.map",
+    ],
+    LIBS=["c", "m", "gcc"],
+)
+
+if not board.get("build.ldscript", ""):
+    env.Replace(LDSCRIPT_PATH=join(platform_dir, "ldscripts", "mps2.ld"))
+
+env.Append(
+    BUILDERS=dict(
+        ElfToBin=Builder(
+            action=env.VerboseAction(" ".join(["$OBJCOPY", "-O", "binary", "$SOURCES", "$TARGET"]), "Building $TARGET"),
+            suffix=".bin",
+        )
+    )
+)
+
+target_elf = env.BuildProgram()
+target_bin = env.ElfToBin(join("$BUILD_DIR", "${PROGNAME}"), target_elf)
+env.Depends(target_bin, "checkprogsize")
+
+AlwaysBuild(env.Alias("nobuild", target_elf))
+target_buildprog = env.Alias("buildprog", target_bin, target_bin)
+
+target_size = env.Alias("size", target_elf, env.VerboseAction("$SIZEPRINTCMD", "Calculating size $SOURCE"))
+AlwaysBuild(target_size)
+
+# "Uploading" to an emulated board means booting it: the same command line the host launcher uses, with UART0 on
+# this terminal. Ctrl-A X quits QEMU.
+env.Replace(
+    UPLOADER="qemu-system-arm",
+    UPLOADERFLAGS=[
+        "-machine", board.get("build.qemu_machine"),
+        "-display", "none",
+        "-monitor", "none",
+        "-serial", "mon:stdio",
+        "-icount", "shift=0",
+        "-semihosting-config", "enable=on,target=native",
+        "-kernel",
+    ],
+    UPLOADCMD="$UPLOADER $UPLOADERFLAGS $SOURCE",
+)
+AlwaysBuild(env.Alias("upload", target_elf, env.VerboseAction("$UPLOADCMD", "Booting $SOURCE in QEMU")))
+
+Default([target_buildprog, target_size])

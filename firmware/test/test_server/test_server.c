@@ -1,0 +1,163 @@
+/* The board side of the protocol, driven frame by frame with the board's own codec. The requests and the expected
+ * replies are those of docs/protocol.md. Built without a model (the default `pio test`), RUN must answer
+ * MODEL_NOT_READY; built with one (LOWTIDE_MODEL=... pio test), a real RUN and READ are checked as well. */
+#include <stdint.h>
+#include <string.h>
+
+#include "frame.h"
+#include "lt_board.h"
+#include "lt_model.h"
+#include "lt_server.h"
+#include "lt_test.h"
+
+static uint8_t sent[8192];
+static size_t sent_length;
+static const lt_model_info *model;
+static lt_frame reply;
+
+static void capture(const uint8_t *data, size_t length) {
+  if (sent_length + length <= sizeof sent) {
+    memcpy(sent + sent_length, data, length);
+    sent_length += length;
+  }
+}
+
+static void request(uint8_t type, uint8_t seq, const uint8_t *payload, size_t length) {
+  static uint8_t encoded[LT_FRAME_MAX_ENCODED];
+  size_t n = lt_frame_encode(type, seq, payload, length, encoded, sizeof encoded);
+  sent_length = 0;
+  lt_server_push_byte(0); /* the host's leading delimiter */
+  for (size_t i = 0; i < n; i++) lt_server_push_byte(encoded[i]);
+}
+
+/* The last frame the server sent that is not PROGRESS or LOG. */
+static int last_reply(void) {
+  lt_frame_decoder decoder;
+  lt_frame frame;
+  int found = 0;
+  lt_frame_decoder_init(&decoder);
+  for (size_t i = 0; i < sent_length; i++) {
+    if (lt_frame_decoder_push(&decoder, sent[i], &frame) == LT_FRAME_OK && frame.type != LT_MSG_PROGRESS &&
+        frame.type != LT_MSG_LOG) {
+      reply = frame;
+      found = 1;
+    }
+  }
+  return found;
+}
+
+static uint16_t u16_at(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static uint32_t u32_at(const uint8_t *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static uint64_t u64_at(const uint8_t *p) { return (uint64_t)u32_at(p) | (uint64_t)u32_at(p + 4) << 32; }
+
+static void test_boot_hello_has_sequence_zero(void) {
+  sent_length = 0;
+  lt_server_init(model, capture);
+  LT_CHECK(last_reply());
+  LT_CHECK(reply.type == LT_MSG_HELLO && reply.seq == 0);
+  LT_CHECK(u16_at(reply.payload) == LT_PROTOCOL_VERSION);
+  LT_CHECK((reply.payload[2] & 1u) == (model->ready ? 1u : 0u));
+  LT_CHECK(memcmp(reply.payload + 17, model->model_sha256, 32) == 0);
+  size_t board_len = reply.payload[49];
+  LT_CHECK(board_len == strlen(lt_board_name()) && memcmp(reply.payload + 50, lt_board_name(), board_len) == 0);
+}
+
+static void test_hello_request_answered_with_its_seq(void) {
+  request(LT_MSG_HELLO_REQUEST, 7, NULL, 0);
+  LT_CHECK(last_reply() && reply.type == LT_MSG_HELLO && reply.seq == 7);
+  LT_CHECK(u32_at(reply.payload + 5) == lt_board_cycle_hz());
+  LT_CHECK(u32_at(reply.payload + 9) == model->arena_capacity_bytes);
+}
+
+static void test_repeated_request_gets_cached_bytes(void) {
+  static uint8_t first[LT_FRAME_MAX_ENCODED];
+  request(LT_MSG_HELLO_REQUEST, 8, NULL, 0);
+  size_t first_length = sent_length;
+  memcpy(first, sent, sent_length);
+  request(LT_MSG_HELLO_REQUEST, 8, NULL, 0);
+  LT_CHECK(sent_length == first_length && memcmp(first, sent, sent_length) == 0);
+}
+
+static void test_damaged_frame_is_nacked(void) {
+  static const uint8_t garbage[] = {0x05, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x00};
+  sent_length = 0;
+  for (size_t i = 0; i < sizeof garbage; i++) lt_server_push_byte(garbage[i]);
+  LT_CHECK(last_reply());
+  LT_CHECK(reply.type == LT_MSG_ERROR && reply.seq == 0 && u16_at(reply.payload) == LT_ERR_BAD_FRAME);
+}
+
+static void test_unknown_type_is_bad_message(void) {
+  request(LT_MSG_RESULT, 9, NULL, 0);
+  LT_CHECK(last_reply() && reply.type == LT_MSG_ERROR && reply.seq == 9);
+  LT_CHECK(u16_at(reply.payload) == LT_ERR_BAD_MESSAGE && reply.payload[2] == LT_MSG_RESULT);
+}
+
+static void test_read_before_run_is_no_result(void) {
+  uint8_t read[9] = {LT_REGION_OUTPUT, 0, 0, 0, 0, 0, 0, 100, 0};
+  request(LT_MSG_READ, 10, read, sizeof read);
+  LT_CHECK(last_reply() && reply.type == LT_MSG_ERROR && u16_at(reply.payload) == LT_ERR_NO_RESULT);
+}
+
+static void test_run_with_zero_iterations_or_no_model_is_refused(void) {
+  uint8_t run[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+  request(LT_MSG_RUN, 11, run, sizeof run);
+  LT_CHECK(last_reply() && reply.type == LT_MSG_ERROR);
+  LT_CHECK(u16_at(reply.payload) == (model->ready ? LT_ERR_BAD_ARGUMENT : LT_ERR_MODEL_NOT_READY));
+}
+
+static void test_set_input_range_checks(void) {
+  uint8_t chunk[9 + 4] = {0};
+  chunk[0] = model->input_count; /* one past the last input */
+  request(LT_MSG_SET_INPUT, 12, chunk, sizeof chunk);
+  LT_CHECK(last_reply() && reply.type == LT_MSG_ERROR);
+  LT_CHECK(u16_at(reply.payload) == (model->ready ? LT_ERR_BAD_INDEX : LT_ERR_MODEL_NOT_READY));
+}
+
+/* With a model: two RUNs give the same instruction counts, the digest matches the bytes READ returns, and the
+ * painted high-water mark lies within the plan. */
+static uint64_t run_once(uint8_t seq) {
+  uint8_t run[9] = {1, 0, 0, 0, 2, 0, 0, 0, 0};
+  request(LT_MSG_RUN, seq, run, sizeof run);
+  if (!last_reply() || reply.type != LT_MSG_RESULT) return 0;
+  return u64_at(reply.payload + 20);
+}
+
+static void test_run_and_read_with_a_model(void) {
+  if (!model->ready) return; /* nothing to run in a model-less image: covered by the refusal test */
+  for (uint8_t i = 0; i < model->input_count; i++) {
+    uint32_t bytes = lt_model_input_bytes(i);
+    static uint8_t chunk[9 + 64];
+    for (uint32_t offset = 0; offset < bytes; offset += 64) {
+      uint32_t n = bytes - offset < 64 ? bytes - offset : 64;
+      chunk[0] = i;
+      memcpy(chunk + 1, &bytes, 4);
+      memcpy(chunk + 5, &offset, 4);
+      for (uint32_t k = 0; k < n; k++) chunk[9 + k] = (uint8_t)(offset + k);
+      request(LT_MSG_SET_INPUT, (uint8_t)(20 + (offset / 64) % 2), chunk, 9 + n);
+      LT_CHECK(last_reply() && reply.type == LT_MSG_INPUT_ACK);
+    }
+  }
+  uint64_t first = run_once(30);
+  LT_CHECK(first != 0);
+  LT_CHECK(u32_at(reply.payload + 16) <= u32_at(reply.payload + 8) && u32_at(reply.payload + 16) > 0);
+  uint32_t digest = u32_at(reply.payload + 59 + 4), out_bytes = u32_at(reply.payload + 59);
+  LT_CHECK(lt_crc32(0, lt_model_output(0), out_bytes) == digest);
+  LT_CHECK(run_once(31) == first);
+}
+
+int main(void) {
+  lt_board_init();
+  model = lt_model_setup();
+  LT_RUN(test_boot_hello_has_sequence_zero);
+  LT_RUN(test_hello_request_answered_with_its_seq);
+  LT_RUN(test_repeated_request_gets_cached_bytes);
+  LT_RUN(test_damaged_frame_is_nacked);
+  LT_RUN(test_unknown_type_is_bad_message);
+  LT_RUN(test_read_before_run_is_no_result);
+  LT_RUN(test_run_with_zero_iterations_or_no_model_is_refused);
+  LT_RUN(test_set_input_range_checks);
+  LT_RUN(test_run_and_read_with_a_model);
+  return lt_test_finish();
+}

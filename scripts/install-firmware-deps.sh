@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what the emulated firmware envs need to build and run offline, then registers the local tool-scons shim
+# in this checkout's own PlatformIO core dir (.pio-core). Idempotent: safe to run again.
+#   apt: the Debian Arm bare-metal toolchain + newlib (no C++: libstdc++-arm-none-eabi-newlib alone is 1.5 GB)
+#        and QEMU's Arm system emulator.
+#   pip: PlatformIO pinned (a newer core may want another tool-scons version than the shim declares) and SCons,
+#        which the shim runs in place of the registry's tool-scons package.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+PYTHON="${PYTHON:-python3}"
+
+# clang + its runtime: libFuzzer for the protocol frame codec (plain clang cannot link -fsanitize=fuzzer).
+apt_packages=(gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm clang libclang-rt-14-dev)
+missing=()
+for pkg in "${apt_packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    sudo_cmd=()
+    [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+    "${sudo_cmd[@]}" apt-get update
+    DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y --no-install-recommends "${missing[@]}"
+fi
+
+"$PYTHON" -m pip install --quiet "platformio==6.2.0" scons
+
+# Every pio call in this checkout uses this core dir (platformio.ini sets core_dir to the same place), so another
+# checkout's packages or platform symlink can never be picked up.
+export PLATFORMIO_CORE_DIR="$root/.pio-core"
+"$PYTHON" -m platformio pkg install -g -t "symlink://$root/firmware/tools/tool-scons"

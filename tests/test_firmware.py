@@ -1,0 +1,169 @@
+"""The measurement firmware on the emulated boards: offline builds, boot and HELLO in QEMU, `lowtide measure` against
+the host TFLM interpreter, and the on-target unit tests through `pio test`.
+
+Needs arm-none-eabi-gcc, qemu-system-arm and PlatformIO (scripts/install-firmware-deps.sh installs them; CI runs it
+before the tests). Builds run inside an empty network namespace where the machine allows one, which proves they need
+no registry.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, SHARED_MODELS, reference_figures
+from lowtide.device import qemu
+from lowtide.device.boards import BOARDS
+from lowtide.device.measure import measure
+from lowtide.device.protocol import PROTOCOL_VERSION
+from lowtide.device.session import DeviceSession
+from lowtide.errors import LowtideError
+
+_MISSING = [tool for tool in ("arm-none-eabi-gcc", "qemu-system-arm") if shutil.which(tool) is None]
+try:
+    import platformio  # noqa: F401
+except ImportError:
+    _MISSING.append("platformio")
+pytestmark = pytest.mark.skipif(
+    bool(_MISSING), reason=f"{', '.join(_MISSING)} not installed: run scripts/install-firmware-deps.sh"
+)
+
+REFERENCE = reference_figures()
+HELLO_WORLD = SHARED_MODELS / "tflm_hello_world_int8.tflite"
+KWS_DSCNN = SHARED_MODELS / "mlperf_kws_dscnn_int8.tflite"
+
+
+def _offline_prefix() -> list[str]:
+    """`unshare -n`: a network namespace with no interface up, where one can be made (root, or user namespaces)."""
+    if shutil.which("unshare"):
+        for prefix in (["unshare", "-n"], ["unshare", "-rn"]):
+            if subprocess.run([*prefix, "true"], capture_output=True).returncode == 0:
+                return prefix
+    return []
+
+
+def _pio(*args: str, build_dir: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = qemu.pio_environment({"PLATFORMIO_BUILD_DIR": str(build_dir)} if build_dir else {})
+    env.pop("LOWTIDE_MODEL", None)
+    return subprocess.run([*_offline_prefix(), sys.executable, "-m", "platformio", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def offline_packages():
+    """The tool-scons shim in this checkout's PlatformIO core dir, as install-firmware-deps.sh leaves it."""
+    qemu.ensure_tool_scons()
+
+
+def test_board_files_describe_every_platformio_env():
+    specs = qemu.load_board_specs()
+    assert {"qemu-m4", "qemu-m7"} <= set(BOARDS)  # what `lowtide measure --board` accepts
+    ini = (REPO / "platformio.ini").read_text()
+    assert {"qemu-m4", "qemu-m7", "nucleo-f746zg", "nucleo-h743zi", "nano33ble", "esp32-s3-devkitc-1",
+            "pico"} <= set(specs)
+    for spec in specs.values():
+        assert f"[env:{spec.platformio_env}]" in ini, spec.name
+        assert spec.sram_bytes > 0 and spec.flash_bytes > 0 and spec.clock_hz > 0 and spec.serial.baud > 0
+    assert [s.name for s in specs.values() if s.emulated] == ["qemu-m4", "qemu-m7"]
+    assert "{port}" in " ".join(specs["qemu-m4"].emulator_command) and "-icount" in specs["qemu-m4"].emulator_command
+
+
+def test_pio_run_builds_both_emulated_envs_offline(tmp_path):
+    # A bare `pio run` builds the default envs: the two emulated boards, from scratch, without the network.
+    result = _pio("run", build_dir=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    for env in ("qemu-m4", "qemu-m7"):
+        elf = tmp_path / env / "firmware.elf"
+        assert elf.read_bytes()[:4] == b"\x7fELF"
+        assert re.search(rf"^{env}\s+SUCCESS", result.stdout, re.MULTILINE)
+
+
+def test_firmware_boots_in_qemu_and_answers_hello():
+    spec = qemu.load_board_specs()["qemu-m7"]
+    elf = qemu.build_firmware(spec.platformio_env, None)
+    with qemu.run_emulator(spec.emulator_command, elf, timeout=10) as link:
+        session = DeviceSession(link, timeout=5)
+        hello = session.hello()
+        again = session.hello()  # a second request, answered with its own sequence number
+    assert hello.protocol_version == PROTOCOL_VERSION
+    assert hello.board == "qemu-mps2-an500" and hello.runtime == "none"
+    assert not hello.model_ready and (hello.input_count, hello.output_count) == (0, 0)
+    assert hello.cpu_hz == 1_000_000_000  # instructions per virtual second under -icount shift=0
+    assert again == hello
+    assert session.resends == 0 and session.damaged_frames == 0
+
+
+def test_run_logs_the_stack_high_water_mark():
+    spec = qemu.load_board_specs()["qemu-m4"]
+    elf = qemu.build_firmware(spec.platformio_env, KWS_DSCNN)
+    with qemu.run_emulator(spec.emulator_command, elf, timeout=10) as link:
+        session = DeviceSession(link, timeout=10)
+        hello = session.hello()
+        assert hello.input_count == 1
+        session.set_input(0, bytes(490))  # the 49x10 int8 spectrogram, all zero
+        result = session.run(warmup=0, iterations=1)
+    stack_lines = [log.text for log in session.logs if log.text.startswith("stack high-water ")]
+    assert len(stack_lines) == 1
+    used, size = (int(word) for word in stack_lines[0].split() if word.isdigit())
+    assert size == 0x10000  # the linker script's stack region
+    assert 0 < used < size
+    assert result.arena_used_bytes == result.arena_planned_bytes == 16000
+
+
+@pytest.mark.parametrize("model", [HELLO_WORLD, KWS_DSCNN], ids=lambda p: p.stem)
+def test_measure_on_qemu_matches_host_tflm_and_is_deterministic(model):
+    first = measure(model, "qemu-m4", iterations=2, warmup=1, timeout=20)
+    second = measure(model, "qemu-m4", iterations=3, warmup=0, timeout=20)
+    profiled = measure(model, "qemu-m4", iterations=1, warmup=0, timeout=20, seed=1, profile_ops=True)
+    head = int(REFERENCE[model.stem]["tflm_head"])
+    for result in (first, second, profiled):
+        assert result.outputs_match, result.mismatched_outputs
+        assert result.runtime == "lowtide-compiled" and result.board == "qemu-mps2-an386"
+        # the compiled model lays tensors out as TFLM's planner does: its plan is TFLM's head
+        assert result.board_planned_bytes == result.arena_planned_bytes == head
+        assert 0 < result.arena_high_water_bytes <= result.board_planned_bytes
+        assert result.arena_capacity_bytes > result.board_planned_bytes  # painted beyond the plan, too
+        cycles = result.latency_cycles
+        assert cycles.min == cycles.median == cycles.max > 0
+    # Two QEMU boots, another warm-up count: the same instruction count, because the tick phase is aligned before
+    # every invocation.
+    assert first.latency_cycles.min == second.latency_cycles.min
+    assert first.arena_high_water_bytes == second.arena_high_water_bytes
+    # Per-operator counts: one per operator, adding up to no more than the whole (the hooks cost instructions too).
+    assert len(profiled.op_cycles) == int(REFERENCE[model.stem]["ops"])
+    assert 0 < sum(profiled.op_cycles) <= profiled.latency_cycles.min
+
+
+def test_measure_cli_json_on_qemu_m4():
+    result = subprocess.run([sys.executable, "-m", "lowtide", "measure", str(HELLO_WORLD), "--board", "qemu-m4",
+                             "--iterations", "3", "--json"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["outputs_match"] is True
+    assert report["board"] == "qemu-mps2-an386"
+    assert 0 < report["arena_high_water_bytes"] <= report["board_planned_bytes"] == 32
+    assert report["latency_cycles"]["min"] == report["latency_cycles"]["max"] > 0
+
+
+def test_measure_reports_a_model_the_compiler_rejects():
+    # mww_v2_vad keeps state through CALL_ONCE, variables and a second subgraph, which `lowtide compile` refuses; the
+    # user gets the compiler's one line, not PlatformIO's log.
+    with pytest.raises(LowtideError) as failure:
+        measure(SHARED_MODELS / "mww_v2_vad.tflite", "qemu-m4", iterations=1, timeout=20)
+    message = str(failure.value)
+    assert message.startswith("building the qemu-m4 firmware for mww_v2_vad.tflite failed: ")
+    assert ("CALL_ONCE" in message or "subgraph 1" in message) and "\n" not in message
+
+
+def test_pio_test_runs_firmware_unit_tests_in_qemu():
+    result = _pio("test", "-e", "qemu-m4")
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    verdicts = [line for line in result.stdout.splitlines() if line.startswith(("PASS ", "FAIL "))]
+    assert len(verdicts) >= 19 and all(v.startswith("PASS ") for v in verdicts)
+    assert "PASS test_cycles_are_deterministic_at_any_phase" in verdicts
+    assert "PASS test_run_with_zero_iterations_or_no_model_is_refused" in verdicts
