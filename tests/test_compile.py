@@ -91,7 +91,8 @@ def test_hello_world_end_to_end_with_ram_accounting(tmp_path):
 
 @pytest.mark.parametrize("name", QUICK_MODELS)
 def test_quick_models_bit_exact(name):
-    result = verify_compiled(_model(name), seed=0)
+    """Under AddressSanitizer and UBSan: an out-of-bounds access or overflow in a kernel fails the run."""
+    result = verify_compiled(_model(name), seed=0, sanitize=True)
     assert result.passed, result.outputs
     assert all(o.max_abs_diff == 0 for o in result.outputs)
     assert result.arena_bytes == result.tflm_head_bytes
@@ -100,7 +101,7 @@ def test_quick_models_bit_exact(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", SLOW_MODELS)
 def test_slow_models_bit_exact(name):
-    result = verify_compiled(_model(name), seed=0)
+    result = verify_compiled(_model(name), seed=0, sanitize=True)
     assert result.passed, result.outputs
     assert result.arena_bytes == result.tflm_head_bytes
 

@@ -22,7 +22,9 @@ from lowtide.compile.lowering import NUMPY_TYPES
 from lowtide.errors import LowtideError
 from lowtide.model import load_model
 
-CFLAGS = ("-O2", "-std=c99", "-Wall", "-Werror")
+CFLAGS = ("-O2", "-std=c99", "-Wall", "-Wextra", "-Werror")
+# Any out-of-bounds access or undefined arithmetic in a kernel aborts the run instead of passing unnoticed.
+SANITIZE_FLAGS = ("-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer")
 FLOAT_RELATIVE_TOLERANCE = 1e-5
 
 _HARNESS = r"""
@@ -108,9 +110,10 @@ def _compiler() -> str:
     return cc
 
 
-def build_host_binary(compiled: CompiledModel, workdir: Path) -> Path:
+def build_host_binary(compiled: CompiledModel, workdir: Path, sanitize: bool = False) -> Path:
     """Compile the generated sources, the runtime and the harness into one host executable."""
     cc = _compiler()
+    flags = [*CFLAGS, *(SANITIZE_FLAGS if sanitize else ())]
     compiled.write(workdir)
     harness = workdir / "lowtide_harness.c"
     harness.write_text(_HARNESS.format(prefix=compiled.prefix, PREFIX=compiled.prefix.upper()))
@@ -118,11 +121,11 @@ def build_host_binary(compiled: CompiledModel, workdir: Path) -> Path:
     objects = []
     for src in sources:
         obj = workdir / (src.stem + ".o")
-        _run([cc, *CFLAGS, "-I", str(RUNTIME_DIR), "-I", str(workdir), "-c", str(src), "-o", str(obj)],
+        _run([cc, *flags, "-I", str(RUNTIME_DIR), "-I", str(workdir), "-c", str(src), "-o", str(obj)],
              f"compiling {src.name}")
         objects.append(obj)
     binary = workdir / "lowtide_check"
-    _run([cc, *[str(o) for o in objects], "-lm", "-o", str(binary)], "linking")
+    _run([cc, *(SANITIZE_FLAGS if sanitize else ()), *[str(o) for o in objects], "-lm", "-o", str(binary)], "linking")
     return binary
 
 
@@ -174,14 +177,16 @@ def compare_outputs(expected: list[np.ndarray], actual: list[np.ndarray]) -> tup
 
 
 def run_compiled(compiled: CompiledModel, inputs: list[np.ndarray], workdir: Path,
-                 binary: Path | None = None) -> tuple[list[np.ndarray], int]:
+                 binary: Path | None = None, sanitize: bool = False) -> tuple[list[np.ndarray], int]:
     """Run the host build on `inputs`; returns the outputs and the count of hook pairs seen."""
-    binary = binary or build_host_binary(compiled, workdir)
+    binary = binary or build_host_binary(compiled, workdir, sanitize)
     in_path, out_path = workdir / "inputs.bin", workdir / "outputs.bin"
     in_path.write_bytes(b"".join(np.ascontiguousarray(a).tobytes() for a in inputs))
     result = subprocess.run([str(binary), str(in_path), str(out_path)], capture_output=True, text=True, check=False)
     if result.returncode != 0:
-        raise LowtideError(f"compiled model exited with status {result.returncode}", compiled.model_path)
+        report = [line for line in result.stderr.splitlines() if "runtime error" in line or "ERROR:" in line]
+        detail = f": {report[0].strip()}" if report else ""
+        raise LowtideError(f"compiled model exited with status {result.returncode}{detail}", compiled.model_path)
     raw = out_path.read_bytes()
     outputs, position = [], 0
     for t in compiled.outputs:
@@ -193,9 +198,10 @@ def run_compiled(compiled: CompiledModel, inputs: list[np.ndarray], workdir: Pat
 
 
 def verify_compiled(model_path: str | Path, seed: int = 0, workdir: str | Path | None = None,
-                    prefix: str = "model") -> VerifyResult:
+                    prefix: str = "model", sanitize: bool = False) -> VerifyResult:
     """Compile `model_path`, build it with the host compiler, and compare with TFLM on `oracle.random_inputs`.
-    `workdir` keeps the build (sources, objects, binary) for inspection; by default a temporary one is used."""
+    `workdir` keeps the build (sources, objects, binary) for inspection; by default a temporary one is used.
+    `sanitize` builds with AddressSanitizer and UBSan: any memory or arithmetic fault fails the check."""
     model_path = str(model_path)
     compiled = compile_model(model_path, prefix)
     graph = load_model(model_path)
@@ -204,7 +210,7 @@ def verify_compiled(model_path: str | Path, seed: int = 0, workdir: str | Path |
     with tempfile.TemporaryDirectory(prefix="lowtide-compile-") as tmp:
         build_dir = Path(workdir) if workdir is not None else Path(tmp)
         build_dir.mkdir(parents=True, exist_ok=True)
-        outputs, hook_pairs = run_compiled(compiled, inputs, build_dir)
+        outputs, hook_pairs = run_compiled(compiled, inputs, build_dir, sanitize=sanitize)
         state = fixed_state_bytes(build_dir, compiled.prefix)
     return VerifyResult(
         model_path=model_path, seed=seed, outputs=compare_outputs(list(reference.outputs), outputs),
