@@ -8,6 +8,7 @@ its figures are the ones the rest of lowtide reports. `apply_order` writes an or
 from __future__ import annotations
 
 import copy
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +19,8 @@ from lowtide.model.ir import Graph
 from lowtide.schedule.problem import SubgraphProblem, check_order, subgraph_problem
 from lowtide.schedule.search import Block, blocks, heuristic_order, solve_block
 
+# Share of the time limit the beam searches (upper bounds, fallback orders) may use before the exact search.
+HEURISTIC_SHARE = 0.25
 # progress(fraction of operators whose block is settled, best own-cost peak so far)
 Progress = Callable[[float, int], None]
 
@@ -31,7 +34,7 @@ class Schedule:
     stored_head_bytes: int
     lower_bound_bytes: int  # no valid order has a lower live peak
     optimal: bool  # live_peak_bytes == lower_bound_bytes
-    timed_out: bool  # the time limit stopped the exact search before it finished
+    timed_out: bool  # the time limit (or the search's state cap) stopped the exact search before it finished
     seconds: float
     explored_states: int
 
@@ -43,36 +46,39 @@ class Schedule:
 def find_schedule(graph: Graph, time_limit: float = 30.0, progress: Progress | None = None) -> Schedule:
     started = time.monotonic()
     deadline = started + time_limit
+    heuristic_deadline = started + HEURISTIC_SHARE * time_limit
     problems = {i: subgraph_problem(graph, i) for i in sorted(_reachable_subgraphs(graph))}
     # Every operator's unavoidable step is a lower bound on the model's peak: the first target level.
     level = max(
         (p.step_lower_bound(op) for p in problems.values() for op in range(p.op_count)), default=0
     )
-    pending: list[tuple[int, Block, int]] = []  # (heuristic peak, block, position in its subgraph)
+    pending: list[tuple[tuple[list[int], int], Block, int]] = []  # (heuristic order and peak, block, position)
     block_orders: dict[int, list[list[int]]] = {}
     for sg, problem in problems.items():
         split = blocks(problem)
         block_orders[sg] = [[] for _ in split]
         for position, block in enumerate(split):
-            pending.append((heuristic_order(problem, block)[1], block, position))
+            pending.append((heuristic_order(problem, block, heuristic_deadline), block, position))
     # Hardest blocks first: their optimum raises the level, which lets easier blocks stop sooner.
-    pending.sort(key=lambda item: -item[0])
+    pending.sort(key=lambda item: -item[0][1])
     total_ops = max(sum(p.op_count for p in problems.values()), 1)
     settled_ops = 0
     settled_peak = 0
     explored = 0
     timed_out = False
 
-    def report(unsettled_peak: int) -> None:
+    def report(next_block: int) -> None:
+        """Blocks from `next_block` on are unsettled; the first of them has the highest heuristic peak."""
         if progress is not None:
+            unsettled_peak = pending[next_block][0][1] if next_block < len(pending) else 0
             progress(settled_ops / total_ops, max(settled_peak, unsettled_peak))
 
-    for index, (heuristic_peak, block, position) in enumerate(pending):
-        problem = problems[block.subgraph]
+    for index, (heuristic, block, position) in enumerate(pending):
         if timed_out:
-            order, peak = heuristic_order(problem, block)
+            order, peak = heuristic
         else:
-            result = solve_block(problem, block, level, deadline, lambda _states: report(heuristic_peak))
+            result = solve_block(problems[block.subgraph], block, level, deadline, heuristic,
+                                 functools.partial(report, index))
             order, peak = result.order, result.peak
             explored += result.states
             level = max(level, result.bound)
@@ -80,7 +86,7 @@ def find_schedule(graph: Graph, time_limit: float = 30.0, progress: Progress | N
         block_orders[block.subgraph][position] = order
         settled_ops += block.size
         settled_peak = max(settled_peak, peak)
-        report(pending[index + 1][0] if index + 1 < len(pending) else 0)
+        report(index + 1)
 
     order = stored_order(graph)
     for sg, parts in block_orders.items():
@@ -88,8 +94,9 @@ def find_schedule(graph: Graph, time_limit: float = 30.0, progress: Progress | N
     check_order(graph, order)
     plan = tflm_plan(graph, order)
     stored = tflm_plan(graph)
-    # The stored order may beat the per-subgraph search when control flow couples subgraphs.
-    if stored.live_peak_bytes < plan.live_peak_bytes:
+    # Keep the model as it is unless the new order is better; the stored order can even beat it when control
+    # flow couples subgraphs, which are searched one at a time.
+    if stored.live_peak_bytes <= plan.live_peak_bytes:
         order, plan = stored_order(graph), stored
     return Schedule(
         order=order,

@@ -10,6 +10,7 @@ as a subgraph output) is live, together with this operator's outputs and its scr
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from lowtide.errors import LowtideError
@@ -22,7 +23,7 @@ from lowtide.model.ir import Graph, Subgraph, TensorKind
 class SubgraphProblem:
     subgraph: int
     op_count: int
-    predecessors: tuple[int, ...]  # per operator: bitmask of operators that must run directly before it
+    predecessors: tuple[int, ...]  # per operator: bitmask of the operators it is directly ordered after
     ancestors: tuple[int, ...]  # per operator: bitmask of every operator that must run before it
     descendants: tuple[int, ...]  # per operator: bitmask of every operator that must run after it
     tensor_bytes: tuple[int, ...]  # per planned tensor (local numbering): aligned size
@@ -73,11 +74,9 @@ class SubgraphProblem:
         total = self.op_scratch_bytes[op]
         for t, size in enumerate(self.tensor_bytes):
             producer = self.tensor_producer[t]
-            if producer == op:
-                total += size
-            elif (producer is None or before >> producer & 1) and (
-                self.tensor_kept[t] or self.tensor_consumers[t] & from_here
-            ):
+            made_before = producer is None or before >> producer & 1
+            needed_from_here = self.tensor_kept[t] or self.tensor_consumers[t] & from_here
+            if producer == op or (made_before and needed_from_here):
                 total += size
         return total
 
@@ -188,7 +187,7 @@ def _order_constraints(graph: Graph, sg: Subgraph) -> list[int]:
         op.index for op in sg.operators
         if op.has_side_effects or any(called in effectful for called in op.called_subgraphs)
     ]
-    for a, b in zip(ordered, ordered[1:]):
+    for a, b in itertools.pairwise(ordered):
         constrain(a, b)
     return predecessors
 

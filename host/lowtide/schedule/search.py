@@ -10,14 +10,15 @@ so the first time the full block is popped its peak is optimal. Three reductions
 - the target `level`, a proven lower bound on the whole model's peak: steps below it cost nothing, since no
   order can beat it anyway, and among states at the same cost the deepest goes first;
 - a dominance rule: an available operator that frees at least as many bytes as it creates, and whose step
-  stays within the cost so far, can be run at once in every optimal continuation (moving it earlier never
-  raises a later step), so it is the only successor tried.
+  stays within the cost so far, can be run at once: moving it earlier in any continuation never raises a later
+  step, so some optimal continuation starts with it, and it is the only successor tried.
 A heuristic order bounds the search from above: states that cannot beat it are never pushed.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,7 +26,12 @@ from dataclasses import dataclass
 from lowtide.schedule.problem import SubgraphProblem, bits
 
 # How many states to pop between looks at the clock and calls of the progress callback.
-CLOCK_EVERY = 512
+CLOCK_EVERY = 64
+# States the beam search keeps per depth for the starting upper bound: enough to beat the greedy order on wide
+# graphs, cheap enough (width x available operators steps per depth) to run on every block.
+BEAM_WIDTH = 64
+# Memoised states at which a block's search gives up as if out of time (about 200 bytes each, with the heap).
+MAX_STATES = 6_000_000
 
 
 @dataclass(frozen=True)
@@ -47,7 +53,7 @@ class BlockResult:
     peak: int  # highest step of `order`
     bound: int  # proven lower bound on max(level, best peak of this block)
     states: int  # states popped
-    complete: bool  # False when the deadline stopped the search
+    complete: bool  # False when the deadline or MAX_STATES stopped the search
 
 
 def blocks(problem: SubgraphProblem) -> list[Block]:
@@ -72,28 +78,100 @@ def blocks(problem: SubgraphProblem) -> list[Block]:
     return result
 
 
-def heuristic_order(problem: SubgraphProblem, block: Block) -> tuple[list[int], int]:
-    """The better of the stored order and a greedy order (lowest step, then fewest bytes left live)."""
+class _Readiness:
+    """Which operators of a block can run next, updated per step instead of rescanned."""
+
+    def __init__(self, problem: SubgraphProblem, block: Block):
+        self.predecessors = problem.predecessors
+        self.unblocks: dict[int, list[int]] = {op: [] for op in bits(block.ops)}
+        for op in bits(block.ops):
+            for p in bits(self.predecessors[op] & block.ops):
+                self.unblocks[p].append(op)
+        self.first = sum(1 << op for op in bits(block.ops) if not self.predecessors[op] & ~block.before)
+
+    def after(self, ready: int, op: int, done: int) -> int:
+        """Ready operators once `op`, one of `ready`, has run and `done` includes it."""
+        now = ready & ~(1 << op)
+        for successor in self.unblocks[op]:
+            if not self.predecessors[successor] & ~done:
+                now |= 1 << successor
+        return now
+
+
+def heuristic_order(problem: SubgraphProblem, block: Block, deadline: float = math.inf) -> tuple[list[int], int]:
+    """The best of the stored order, depth-first orders, a greedy order and a beam search (if it ends before
+    `deadline`): each an upper bound for the exact search and the fallback when the time runs out."""
     stored = list(bits(block.ops))
-    best = (problem.peak(stored, block.before), stored)
-    done, live, peak, greedy = block.before, problem.live_bytes(block.before), 0, []
-    remaining = block.ops
-    while remaining:
-        choice = None
-        for op in bits(remaining):
-            if problem.predecessors[op] & ~done:
-                continue
-            during, after = problem.step(done, live, op)
-            key = (max(peak, during), after, op)
-            if choice is None or key < choice[0]:
-                choice = (key, op, during, after)
-        _, op, during, live = choice
-        peak = max(peak, during)
-        greedy.append(op)
-        done |= 1 << op
-        remaining &= ~(1 << op)
-    best = min(best, (peak, greedy))
-    return best[1], best[0]
+    candidates = [(problem.peak(stored, block.before), stored)]
+    if block.size > 1:
+        for reverse in (False, True):
+            order = _depth_first_order(problem, block, reverse)
+            candidates.append((problem.peak(order, block.before), order))
+        readiness = _Readiness(problem, block)
+        candidates.append(_beam_order(problem, block, readiness, 1, math.inf))
+        beam = _beam_order(problem, block, readiness, BEAM_WIDTH, deadline)
+        if beam is not None:
+            candidates.append(beam)
+    # On equal peaks the stored order wins (it compares lowest), so a model is only reordered for a gain.
+    peak, order = min(candidates)
+    return order, peak
+
+
+def _depth_first_order(problem: SubgraphProblem, block: Block, reverse: bool) -> list[int]:
+    """Post-order from the block's last operators back through what they depend on: each input's whole
+    producing branch runs just before its reader, so a narrow branch result replaces its wide intermediates
+    before the next branch starts (where a greedy choice, seeing one step ahead, would start every branch)."""
+    def inputs_of(op: int) -> list[int]:
+        ops = list(bits(problem.predecessors[op] & block.ops))
+        return ops[::-1] if reverse else ops
+
+    sinks = [op for op in bits(block.ops) if not problem.descendants[op] & block.ops]
+    visited = 0
+    order = []
+    for sink in reversed(sinks) if reverse else sinks:
+        stack = [(sink, iter(inputs_of(sink)))]
+        visited |= 1 << sink
+        while stack:
+            op, pending = stack[-1]
+            following = next((p for p in pending if not visited >> p & 1), None)
+            if following is None:
+                stack.pop()
+                order.append(op)
+            else:
+                visited |= 1 << following
+                stack.append((following, iter(inputs_of(following))))
+    return order
+
+
+def _beam_order(
+    problem: SubgraphProblem, block: Block, readiness: _Readiness, width: int, deadline: float
+) -> tuple[int, list[int]] | None:
+    """Run the block one operator at a time, keeping the `width` best distinct sets of run operators at each
+    depth, best = lowest peak so far, then fewest bytes live (width 1 is the plain greedy order). None if the
+    deadline passes first."""
+    # mask -> (peak so far, live bytes, ready operators, previous mask, operator run last)
+    beam = {block.before: (0, problem.live_bytes(block.before), readiness.first, None, -1)}
+    history = []
+    for _ in range(block.size):
+        if time.monotonic() > deadline:
+            return None
+        following: dict[int, tuple[int, int, int, int | None, int]] = {}
+        for done, (peak, live, ready, _, _) in beam.items():
+            for op in bits(ready):
+                during, after = problem.step(done, live, op)
+                mask = done | 1 << op
+                state = (max(peak, during), after)
+                if mask not in following or state < following[mask][:2]:
+                    following[mask] = (*state, readiness.after(ready, op, mask), done, op)
+        history.append(beam)
+        beam = dict(heapq.nsmallest(width, following.items(), key=lambda item: item[1][:2]))
+    ((_, (peak, _, _, previous, op)),) = beam.items()
+    order = []
+    for layer in reversed(history):
+        order.append(op)
+        _, _, _, previous, op = layer[previous]
+    order.reverse()
+    return peak, order
 
 
 def solve_block(
@@ -101,23 +179,23 @@ def solve_block(
     block: Block,
     level: int,
     deadline: float,
-    tick: Callable[[int], None] | None = None,
+    fallback: tuple[list[int], int],
+    tick: Callable[[], None] | None = None,
 ) -> BlockResult:
-    """The block's best order if found before `deadline` (bound == max(level, peak)); otherwise the heuristic
-    order, with the lowest cost the search had not yet ruled out as bound."""
-    fallback, fallback_peak = heuristic_order(problem, block)
+    """The block's best order if found before `deadline` (bound == max(level, peak)); otherwise `fallback`
+    (an order and its peak, from `heuristic_order`), with the lowest cost not yet ruled out as bound."""
+    fallback, fallback_peak = fallback
     if fallback_peak <= level or block.size == 1:
         return BlockResult(fallback, fallback_peak, max(level, fallback_peak), 0, True)
     goal = block.before | block.ops
-    predecessors = problem.predecessors
     step = problem.step
-    block_ops = list(bits(block.ops))
+    readiness = _Readiness(problem, block)
     # mask -> (cost to reach it, operator run last); cost = max(level, highest step on the way)
     reached: dict[int, tuple[int, int]] = {block.before: (level, -1)}
-    heap = [(level, 0, block.before, problem.live_bytes(block.before))]
+    heap = [(level, 0, block.before, problem.live_bytes(block.before), readiness.first)]
     popped = 0
     while heap:
-        cost, _, done, live = heapq.heappop(heap)
+        cost, _, done, live, ready = heapq.heappop(heap)
         if reached[done][0] < cost:
             continue
         if done == goal:
@@ -126,13 +204,11 @@ def solve_block(
         popped += 1
         if popped % CLOCK_EVERY == 0:
             if tick is not None:
-                tick(CLOCK_EVERY)
-            if time.monotonic() > deadline:
+                tick()
+            if time.monotonic() > deadline or len(reached) > MAX_STATES:
                 return BlockResult(fallback, fallback_peak, cost, popped, False)
         successors = []
-        for op in block_ops:
-            if done >> op & 1 or predecessors[op] & ~done:
-                continue
+        for op in bits(ready):
             during, after = step(done, live, op)
             if during <= cost and after <= live:
                 successors = [(op, during, after)]
@@ -148,7 +224,7 @@ def solve_block(
             if seen is not None and seen[0] <= next_cost:
                 continue
             reached[following] = (next_cost, op)
-            heapq.heappush(heap, (next_cost, depth, following, after))
+            heapq.heappush(heap, (next_cost, depth, following, after, readiness.after(ready, op, following)))
     # Nothing beats the heuristic order: it is optimal.
     return BlockResult(fallback, fallback_peak, max(level, fallback_peak), popped, True)
 
