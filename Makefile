@@ -15,7 +15,7 @@ demo: install
 	lowtide optimize $(BUILD)/demo.tflite -o $(BUILD)/demo_optimized.tflite --verify
 
 test: install
-	$(PYTHON) -m pytest -q
+	$(PYTHON) -m pytest -q --lowtide-board host-tflm --lowtide-board qemu-m4
 
 bench: install
 	$(PYTHON) benchmarks/optimize_bench.py

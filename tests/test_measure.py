@@ -142,7 +142,9 @@ def test_cli_table_and_one_line_errors():
         timeout=60,
     )
     assert bad.returncode == 2
-    assert bad.stderr.strip() == "lowtide: error: unknown board 'stm32-nonexistent'; known boards: host-tflm, serial"
+    message = bad.stderr.strip()
+    assert message.startswith("lowtide: error: unknown board 'stm32-nonexistent'; known boards: ")
+    assert "host-tflm" in message and "serial" in message and len(message.splitlines()) == 1
 
 
 @pytest.mark.slow

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import json
 from pathlib import Path
 from typing import Annotated
@@ -14,7 +15,13 @@ from rich.table import Table
 from lowtide.cli import app
 from lowtide.export import OptimizeResult, optimize_model
 
+class RewriteMode(str, enum.Enum):
+    none = "none"
+    auto = "auto"
+
+
 _PHASES = {
+    "rewrite": "searching patch tilings",
     "schedule": "searching operator orders",
     "place": "placing tensors",
     "export": "writing model and memory plan",
@@ -54,6 +61,24 @@ def optimize_report(result: OptimizeResult) -> dict:
     if result.verification:
         report["after"]["tflm_head_bytes"] = result.verification.measured_head_bytes
         report["outputs_identical"] = result.verification.outputs_identical
+    if result.rewrite:
+        r = result.rewrite
+        report["rewrite"] = {
+            "used": result.rewrite_used,
+            "reason": r.reason,
+            "grid": list(r.grid) if r.grid else None,
+            "source": r.source,
+            "target": r.target,
+            "macs_before": r.macs_before,
+            "macs_after": r.macs_after if result.rewrite_used else r.macs_before,
+            "mac_overhead": round(r.mac_overhead, 4) if result.rewrite_used else 0.0,
+            "pareto": [
+                {"source": c.source, "target": c.target, "grid": list(c.grid), "macs": c.macs,
+                 "live_peak_bytes": c.live_peak_bytes, "head_bytes": c.head_bytes}
+                for c in r.pareto
+            ],
+            "seconds": round(r.seconds, 3),
+        }
     return report
 
 
@@ -70,6 +95,12 @@ def _show(console: Console, result: OptimizeResult) -> None:
         f"{result.planned_head_bytes - result.lower_bound_bytes:,} B above the lower bound")
     console.print(f"head saved: {saved:,} B ({saved / max(result.stock_head_bytes, 1):.1%}); {verdict}; "
                   f"{result.seconds:.1f} s")
+    if result.rewrite:
+        used = result.rewrite_used
+        console.print(f"rewrite: {result.rewrite.reason}" + (
+            f" (+{result.rewrite.mac_overhead:.1%} MACs)" if used else "" if result.rewrite.rewritten else "")
+            + ("" if used or not result.rewrite.rewritten else
+               "; kept the original: with the tiled graph's extra operators and tensors, TFLM's total is larger"))
     if result.verification:
         console.print("[green]verified[/]: outputs bit-identical, measured head = planned head")
     console.print(f"arena for a 32-bit MCU: {result.export.arena_size_bytes:,} B "
@@ -83,10 +114,14 @@ def optimize(
     time_limit: Annotated[float, typer.Option("--time-limit", min=1.0, help="Seconds to search in all")] = 30.0,
     verify: Annotated[bool, typer.Option("--verify", help="Run both models on host TFLM and compare")] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables")] = False,
+    rewrite: Annotated[RewriteMode, typer.Option("--rewrite", help="auto: also try patch tiling of the graph")] = RewriteMode.none,
+    max_mac_overhead: Annotated[float, typer.Option("--max-mac-overhead", min=0.0,
+                                                    help="Extra MACs rewriting may add (0.2 = 20%)")] = 0.20,
 ) -> None:
     """Reorder operators and plan every tensor's offset (OfflineMemoryAllocation) to shrink TFLM's arena."""
+    rewriting = rewrite is RewriteMode.auto
     if json_output:
-        result = optimize_model(model, output, time_limit, verify)
+        result = optimize_model(model, output, time_limit, verify, None, rewriting, max_mac_overhead)
         print(json.dumps(optimize_report(result)))
         return
     console = Console(stderr=True)
@@ -105,5 +140,5 @@ def optimize(
             else:
                 bar.update(tasks[phase], detail=detail)
 
-        result = optimize_model(model, output, time_limit, verify, on_progress)
+        result = optimize_model(model, output, time_limit, verify, on_progress, rewriting, max_mac_overhead)
     _show(Console(), result)

@@ -17,13 +17,16 @@ from lowtide.export.offline_plan import ExportResult, export_optimized
 from lowtide.memory import buffer_lifetimes, tflm_plan
 from lowtide.memory.lifetimes import Buffer, Order, stored_order
 from lowtide.memory.placement import Placement, place
-from lowtide.model import Graph, load_model
+from lowtide.model import Graph, load_model, read_model
+from lowtide.rewrite import RewriteResult, rewrite_auto
 from lowtide.schedule import Schedule, find_schedule
 
 # Share of the time limit the operator-order search may use; placement gets what is left after it, less a
 # reserve for writing the model and running the host interpreter.
 SCHEDULE_SHARE = 0.5
 RESERVE_SHARE = 0.15
+# With --rewrite, the rewrite search takes this share first; the rest is split as above between both graphs.
+REWRITE_SHARE = 0.4
 
 # (phase, fraction of the phase done or None, what it has found so far)
 PhaseProgress = Callable[[str, float | None, str], None]
@@ -49,6 +52,8 @@ class OptimizeResult:
     total_bytes: int  # measured: host TFLM on the optimized model (after one invoke when verified)
     verification: Verification | None  # only with verify=True
     seconds: float
+    rewrite: RewriteResult | None = None  # only with rewrite=True
+    rewrite_used: bool = False  # the written model is the rewritten graph (it placed below the original)
 
     @property
     def planned_head_bytes(self) -> int:
@@ -81,10 +86,12 @@ def _remove(paths: list[Path]) -> None:
 
 
 def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: float = 30.0, verify: bool = False,
-                   progress: PhaseProgress | None = None) -> OptimizeResult:
+                   progress: PhaseProgress | None = None, rewrite: bool = False,
+                   max_mac_overhead: float = 0.20) -> OptimizeResult:
     """Optimize `model_path` into `out_path` (+ .h, .json). With `verify`, both models run on the host TFLM on
     the same random inputs; differing outputs or a head other than planned raise LowtideError, and the
-    written files are removed so a broken plan cannot reach a device."""
+    written files are removed so a broken plan cannot reach a device. With `rewrite`, the graph is also rewritten
+    (patch tiling within `max_mac_overhead` extra MACs) and the rewritten graph is written if it places lower."""
     started = time.monotonic()
     report = progress or (lambda phase, fraction, detail: None)
     model_path, out_path = Path(model_path), Path(out_path)
@@ -97,23 +104,27 @@ def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: flo
     stock = stock_run.arena if stock_run else oracle.allocate(source, path=str(model_path))
     stock_plan = tflm_plan(graph)
 
-    report("schedule", 0.0, "")
-    schedule = find_schedule(graph, time_limit * SCHEDULE_SHARE,
-                             lambda fraction, peak: report("schedule", fraction, f"best live peak {peak:,} B"))
-    report("schedule", 1.0, f"live peak {schedule.live_peak_bytes:,} B")
-
-    report("place", None, "")
-    order = schedule.order
-    buffers = _unplanned_buffers(graph, order)
-    budget = time_limit * (1 - RESERVE_SHARE) - (time.monotonic() - started)
-    placement = place(buffers, max(budget, 1.0))
-    if placement.head_bytes > stock_plan.head_bytes:
-        # A lower live peak does not guarantee a lower head if the placement search ran out of time; the stored
-        # order always places at least as well as TFLM (its greedy planner is one of the heuristics).
-        order = stored_order(graph)
-        buffers = _unplanned_buffers(graph, order)
-        placement = place(buffers, 1.0)
-    report("place", 1.0, f"head {placement.head_bytes:,} B ({placement.method})")
+    rewritten = None
+    candidates = [graph]
+    tails = [stock.mcu32_tail_bytes]
+    if rewrite:
+        report("rewrite", None, "")
+        rewritten = rewrite_auto(graph, max_mac_overhead, time_limit * REWRITE_SHARE)
+        report("rewrite", 1.0, rewritten.reason)
+        if rewritten.rewritten:
+            candidates.append(read_model(rewritten.model, str(model_path)))
+            tails.append(oracle.allocate(rewritten.model, path=str(model_path)).mcu32_tail_bytes)
+    # Each candidate graph is scheduled and placed, and the one with the smaller arena on a 32-bit MCU is written:
+    # tiling shrinks the head but adds operators and tensors, whose persistent structs grow the tail. The original
+    # is always a candidate, so rewriting can never end above plain optimization.
+    plans = []
+    for candidate in candidates:
+        remaining = time_limit * (1 - RESERVE_SHARE) - (time.monotonic() - started)
+        plans.append(_plan(candidate, tflm_plan(candidate).head_bytes, remaining / (len(candidates) - len(plans)),
+                           report))
+    best = min(range(len(plans)), key=lambda i: plans[i][3].head_bytes + tails[i])
+    graph = candidates[best]
+    schedule, order, buffers, placement = plans[best]
 
     report("export", None, "")
     export = export_optimized(graph, order, dict(zip(buffers, placement.offsets)), out_path)
@@ -153,4 +164,29 @@ def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: flo
         total_bytes=total,
         verification=verification,
         seconds=time.monotonic() - started,
+        rewrite=rewritten,
+        rewrite_used=best > 0,
     )
+
+
+def _plan(graph: Graph, stock_head_bytes: int, budget: float,
+          report: PhaseProgress) -> tuple[Schedule, Order, list[Buffer], Placement]:
+    """Best operator order, then the best placement of its buffers, within `budget` seconds."""
+    started = time.monotonic()
+    report("schedule", 0.0, "")
+    schedule = find_schedule(graph, budget * SCHEDULE_SHARE,
+                             lambda fraction, peak: report("schedule", fraction, f"best live peak {peak:,} B"))
+    report("schedule", 1.0, f"live peak {schedule.live_peak_bytes:,} B")
+
+    report("place", None, "")
+    order = schedule.order
+    buffers = _unplanned_buffers(graph, order)
+    placement = place(buffers, max(budget - (time.monotonic() - started), 1.0))
+    if placement.head_bytes > stock_head_bytes:
+        # A lower live peak does not guarantee a lower head if the placement search ran out of time; the stored
+        # order always places at least as well as TFLM (its greedy planner is one of the heuristics).
+        order = stored_order(graph)
+        buffers = _unplanned_buffers(graph, order)
+        placement = place(buffers, 1.0)
+    report("place", 1.0, f"head {placement.head_bytes:,} B ({placement.method})")
+    return schedule, order, buffers, placement

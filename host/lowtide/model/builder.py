@@ -25,7 +25,7 @@ from typing import Literal
 import numpy as np
 
 from lowtide.errors import LowtideError
-from lowtide.model.schema import BUILTIN_CODES, fb
+from lowtide.model.schema import fb, operator_code
 from lowtide.model.writer import model_bytes
 
 Activation = Literal["NONE", "RELU", "RELU6"]
@@ -40,8 +40,6 @@ _PADDING_CODES: dict[str, int] = {"SAME": fb.Padding.SAME, "VALID": fb.Padding.V
 # How many root-mean-squares of a tensor its int8 range covers: wide enough that few values clip, narrow
 # enough that typical values use most of the 256 levels.
 _RANGE_IN_RMS = 3.5
-# Highest opcode that fits the schema's legacy int8 `deprecated_builtin_code` field.
-_LAST_DEPRECATED_CODE = 127
 _builder_serials = itertools.count()
 
 
@@ -278,7 +276,7 @@ class ModelBuilder:
         model.version = 3
         model.description = self._name
         model.buffers, model.subgraphs = buffers, [subgraph]
-        model.operatorCodes = [_operator_code(name) for name in opcodes]
+        model.operatorCodes = [operator_code(name) for name in opcodes]
         return model
 
     # ---- internals ----------------------------------------------------------------------------------------
@@ -435,14 +433,6 @@ def _quantize_weights(values: np.ndarray, channel_axis: int | None) -> tuple[np.
     scales = np.where(peak > 0, peak / 127.0, 1.0).astype(np.float32)
     data = np.clip(np.round(values / scales), -127, 127).astype(np.int8)
     return scales.reshape(-1).astype(np.float64), data
-
-
-def _operator_code(name: str) -> fb.OperatorCodeT:
-    code = fb.OperatorCodeT()
-    code.builtinCode = BUILTIN_CODES[name]
-    code.deprecatedBuiltinCode = min(code.builtinCode, _LAST_DEPRECATED_CODE)
-    code.version = 1
-    return code
 
 
 def demo_model() -> bytes:

@@ -28,3 +28,16 @@ ELEMENT_BYTES: dict[str, int] = {
 def builtin_code(opcode: "fb.OperatorCodeT") -> int:
     """Old models store small codes in `deprecatedBuiltinCode`; new ones in `builtinCode`."""
     return max(opcode.builtinCode, opcode.deprecatedBuiltinCode)
+
+
+# Highest opcode that fits the schema's legacy int8 `deprecated_builtin_code` field.
+_LAST_DEPRECATED_CODE = 127
+
+
+def operator_code(name: str) -> "fb.OperatorCodeT":
+    """A version-1 operator code entry for the builtin operator `name`, readable by old and new runtimes."""
+    code = fb.OperatorCodeT()
+    code.builtinCode = BUILTIN_CODES[name]
+    code.deprecatedBuiltinCode = min(code.builtinCode, _LAST_DEPRECATED_CODE)
+    code.version = 1
+    return code

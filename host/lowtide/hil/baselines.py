@@ -1,0 +1,165 @@
+"""The baselines file: the figures each measurement had when someone last accepted them.
+
+One JSON file, keys sorted and indented so that a change reads well in review:
+
+    {"format": 1,
+     "boards": {BOARD: {RUNTIME: {NAME: {"model", "model_sha256", "lowtide_version", "recorded", "figures"}}}}}
+
+BOARD is the name the board gives itself, RUNTIME its runtime string (a new TFLM is a new set of baselines), NAME
+the test (and measurement) that produced the entry. Writes go to a temporary file in the same directory, fsynced,
+then `os.replace`d over the old one, so a run killed mid-write leaves the old file or the new one, never half of
+each. Updates are merged under a lock into the file as it is at that moment: two runs that update different
+entries keep both.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import lowtide
+from lowtide.errors import LowtideError
+from lowtide.hil.locking import locked
+
+if TYPE_CHECKING:
+    from lowtide.device.measure import MeasureResult
+
+FORMAT_VERSION = 1
+
+Figure = int | bool | None
+
+
+@dataclass(frozen=True, order=True)
+class BaselineKey:
+    board: str
+    runtime: str
+    name: str
+
+
+@dataclass(frozen=True)
+class Baseline:
+    model: str  # the model's file name, for messages
+    model_sha256: str
+    lowtide_version: str
+    recorded: str  # ISO 8601, UTC
+    figures: Mapping[str, Figure] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {
+            "model": self.model,
+            "model_sha256": self.model_sha256,
+            "lowtide_version": self.lowtide_version,
+            "recorded": self.recorded,
+            "figures": dict(self.figures),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> Baseline:
+        return cls(
+            model=str(data["model"]),
+            model_sha256=str(data["model_sha256"]),
+            lowtide_version=str(data["lowtide_version"]),
+            recorded=str(data["recorded"]),
+            figures=dict(data["figures"]),
+        )
+
+
+def figures_of(result: MeasureResult) -> dict[str, Figure]:
+    """The figures of a measurement that a baseline keeps and a later run is compared against."""
+    return {
+        "arena_used_bytes": result.arena_used_bytes,
+        "board_planned_bytes": result.board_planned_bytes,
+        "arena_high_water_bytes": result.arena_high_water_bytes,
+        "latency_median_us": result.latency.median,
+        "latency_median_cycles": result.latency_cycles.median if result.latency_cycles else None,
+        "outputs_match": result.outputs_match,
+    }
+
+
+def baseline_of(result: MeasureResult) -> Baseline:
+    return Baseline(
+        model=Path(result.model).name,
+        model_sha256=result.model_sha256,
+        lowtide_version=lowtide.__version__,
+        recorded=datetime.now(UTC).isoformat(timespec="seconds"),
+        figures=figures_of(result),
+    )
+
+
+def load_baselines(path: Path) -> dict[BaselineKey, Baseline]:
+    """The entries in `path`; none if the file does not exist yet."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise LowtideError(f"cannot read the baselines file: {exc.strerror}", path) from None
+    try:
+        data = json.loads(text)
+        if data.get("format") != FORMAT_VERSION:
+            raise LowtideError(
+                f"baselines file has format {data.get('format')!r}, this lowtide reads {FORMAT_VERSION}", path
+            )
+        return {
+            BaselineKey(board, runtime, name): Baseline.from_json(entry)
+            for board, runtimes in data["boards"].items()
+            for runtime, names in runtimes.items()
+            for name, entry in names.items()
+        }
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise LowtideError(
+            f"baselines file is damaged ({type(exc).__name__}: {exc}); restore it from version control or delete "
+            "it and record new baselines with --lowtide-update-baselines",
+            path,
+        ) from None
+
+
+def dump_baselines(entries: Mapping[BaselineKey, Baseline]) -> str:
+    boards: dict = {}
+    for key, entry in entries.items():
+        boards.setdefault(key.board, {}).setdefault(key.runtime, {})[key.name] = entry.to_json()
+    return json.dumps({"format": FORMAT_VERSION, "boards": boards}, indent=2, sort_keys=True) + "\n"
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Replace `path` with `text` so that every reader, and every crash, sees the old file or the new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as stream:
+            stream.write(text)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.chmod(temporary, 0o644)  # mkstemp makes it 0600; a baselines file is meant to be shared
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+    # The rename itself must reach the disk too, or a power cut could bring back the old directory entry.
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def merge_baselines(path: Path, updates: Mapping[BaselineKey, Baseline], lock_timeout: float) -> int:
+    """Write `updates` into the baselines file, keeping every other entry as the file has it now. Returns the
+    number of entries in the file afterwards."""
+    resource = f"baselines:{path.resolve()}"
+    with locked(resource, lock_timeout, f"baselines file {path}"):
+        # Every writer holds this lock, so a temporary file left now is from a writer that was killed.
+        for stale in path.parent.glob(f".{path.name}.*.tmp"):
+            stale.unlink(missing_ok=True)
+        entries = load_baselines(path)
+        entries.update(updates)
+        write_atomically(path, dump_baselines(entries))
+    return len(entries)

@@ -1,0 +1,13 @@
+"""Graph rewriting below the best schedule, as builtin operators stock TFLM runs.
+
+- Spatial tiling (MCUNetV2-style patch-based inference): the memory-heavy spatial prefix runs patch by patch,
+  with halos, bit-identical to the original. `rewrite_auto` searches split points and patch grids; `tile`
+  applies one chosen tiling.
+- Channel partitioning (SERENITY-style): `partition_concat_conv` runs a convolution of a concatenation as
+  partial convolutions summed by ADD (not bit-identical: about 1 LSB).
+"""
+
+from lowtide.rewrite.channels import ChannelSplit, partition_concat_conv
+from lowtide.rewrite.search import Candidate, RewriteResult, rewrite_auto, tile
+
+__all__ = ["Candidate", "ChannelSplit", "RewriteResult", "partition_concat_conv", "rewrite_auto", "tile"]

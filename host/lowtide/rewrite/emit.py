@@ -1,0 +1,224 @@
+"""Turn a `TilingPlan` into a model stock TFLM runs: STRIDED_SLICE, PAD, the original operators with VALID
+padding, and CONCATENATION, all builtins.
+
+The new model shares everything it can with the original: weights and biases are the original tensors (so the
+patches compute with exactly the original parameters), operators outside the region are the original operator
+objects, and each window tensor copies the quantization of the tensor whose values it holds. Tensors that no
+operator uses any more are dropped, so TFLM allocates no per-tensor structs for them.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+
+from lowtide.model.schema import operator_code
+from lowtide.model.ir import Graph
+from lowtide.model.schema import TYPE_CODES, builtin_code, fb
+from lowtide.rewrite.regions import (
+    Apply,
+    Concat,
+    Pad,
+    Piece,
+    Slice,
+    TilingPlan,
+    shape_hw,
+)
+
+
+def emit_tiled(graph: Graph, plan: TilingPlan, before: list[int], after: list[int]):
+    """A new ModelT: main-subgraph operators `before` (original indices), the plan's steps, then `after`.
+    `graph.raw` is left untouched; weight buffers are shared with it, not copied."""
+    writer = ModelWriter(graph)
+    sg = graph.main
+    height, width = shape_hw(sg, plan.region.source)
+    whole = {
+        Piece(plan.region.source, (0, height), (0, width), plan.region.source): plan.region.source,
+        plan.steps[-1].result: plan.region.target,
+    }
+    tensor_of = dict(whole)
+
+    def window(piece: Piece) -> int:
+        if piece not in tensor_of:
+            tensor_of[piece] = writer.activation_like(piece.quant_of, (1, piece.height, piece.width, _channels(piece)),
+                                                      _piece_name(sg, piece))
+        return tensor_of[piece]
+
+    def _channels(piece: Piece) -> int:
+        return sg.tensors[piece.tensor].shape[3]
+
+    operators = [writer.original(i) for i in before]
+    for step in plan.steps:
+        if isinstance(step, Slice):
+            begin = [0, step.result.rows[0] - step.source.rows[0], step.result.cols[0] - step.source.cols[0], 0]
+            end = [1, begin[1] + step.result.height, begin[2] + step.result.width, _channels(step.result)]
+            operators.append(writer.strided_slice(window(step.source), begin, end, window(step.result)))
+        elif isinstance(step, Pad):
+            paddings = [[0, 0],
+                        [step.source.rows[0] - step.result.rows[0], step.result.rows[1] - step.source.rows[1]],
+                        [step.source.cols[0] - step.result.cols[0], step.result.cols[1] - step.source.cols[1]],
+                        [0, 0]]
+            operators.append(writer.pad(window(step.source), paddings, window(step.result), step.pad_op))
+        elif isinstance(step, Apply):
+            inputs = {slot: window(piece) for slot, piece in step.inputs}
+            operators.append(writer.valid(step.op, inputs, window(step.result)))
+        elif isinstance(step, Concat):
+            operators.append(writer.concatenation([window(p) for p in step.sources], step.axis, window(step.result)))
+    operators.extend(writer.original(i) for i in after)
+    return writer.finish(operators)
+
+
+def _piece_name(sg, piece: Piece) -> str:
+    return f"{sg.tensors[piece.tensor].name}/patch_r{piece.rows[0]}_{piece.rows[1]}_c{piece.cols[0]}_{piece.cols[1]}"
+
+
+class ModelWriter:
+    """Collects new tensors, buffers and operator codes on a shallow copy of the model."""
+
+    def __init__(self, graph: Graph):
+        raw = graph.raw
+        self._graph = graph
+        self.model = copy.copy(raw)
+        self.model.buffers = list(raw.buffers)
+        self.model.operatorCodes = list(raw.operatorCodes)
+        self._sg_raw = raw.subgraphs[0]
+        self.tensors = list(self._sg_raw.tensors)
+        self._constants: dict[tuple, int] = {}
+
+    # ---- tensors --------------------------------------------------------------------------------------
+    def activation_like(self, like: int, shape: tuple[int, ...], name: str) -> int:
+        original = self._sg_raw.tensors[like]
+        t = fb.TensorT()
+        t.name = name
+        t.shape = list(shape)
+        t.type = original.type
+        t.buffer = 0
+        t.quantization = copy.deepcopy(original.quantization)
+        self.tensors.append(t)
+        return len(self.tensors) - 1
+
+    def activation(self, shape: tuple[int, ...], like: int, scale: float, zero_point: int, name: str) -> int:
+        """A new activation of `like`'s type with its own per-tensor quantization."""
+        index = self.activation_like(like, shape, name)
+        q = fb.QuantizationParametersT()
+        q.scale, q.zeroPoint = [float(scale)], [int(zero_point)]
+        self.tensors[index].quantization = q
+        return index
+
+    def constant_like(self, like: int, values: np.ndarray, name: str) -> int:
+        """A new constant holding `values`, with the type and quantization of constant `like`."""
+        original = self._sg_raw.tensors[like]
+        buffer = fb.BufferT()
+        buffer.data = np.frombuffer(np.ascontiguousarray(values).tobytes(), dtype=np.uint8).copy()
+        self.model.buffers.append(buffer)
+        t = fb.TensorT()
+        t.name, t.shape, t.type = name, list(values.shape), original.type
+        t.buffer = len(self.model.buffers) - 1
+        t.quantization = copy.deepcopy(original.quantization)
+        self.tensors.append(t)
+        return len(self.tensors) - 1
+
+    def int32_constant(self, values: list) -> int:
+        array = np.asarray(values, dtype="<i4")
+        key = (array.shape, array.tobytes())
+        if key not in self._constants:
+            buffer = fb.BufferT()
+            buffer.data = np.frombuffer(array.tobytes(), dtype=np.uint8).copy()
+            self.model.buffers.append(buffer)
+            t = fb.TensorT()
+            t.name = f"lowtide/const_{len(self._constants)}"
+            t.shape = list(array.shape)
+            t.type = TYPE_CODES["int32"]
+            t.buffer = len(self.model.buffers) - 1
+            self.tensors.append(t)
+            self._constants[key] = len(self.tensors) - 1
+        return self._constants[key]
+
+    # ---- operators ------------------------------------------------------------------------------------
+    def opcode_index(self, name: str) -> int:
+        code = operator_code(name)
+        for i, existing in enumerate(self.model.operatorCodes):
+            if builtin_code(existing) == code.builtinCode:
+                return i
+        self.model.operatorCodes.append(code)
+        return len(self.model.operatorCodes) - 1
+
+    def original(self, index: int):
+        return copy.copy(self._sg_raw.operators[index])
+
+    def operator(self, name: str, inputs: list[int], output: int, options_type: int, options):
+        op = fb.OperatorT()
+        op.opcodeIndex = self.opcode_index(name)
+        op.inputs, op.outputs = list(inputs), [output]
+        op.builtinOptionsType, op.builtinOptions = options_type, options
+        return op
+
+    def strided_slice(self, source: int, begin: list[int], end: list[int], result: int):
+        options = fb.StridedSliceOptionsT()
+        inputs = [source, self.int32_constant(begin), self.int32_constant(end), self.int32_constant([1, 1, 1, 1])]
+        return self.operator("STRIDED_SLICE", inputs, result, fb.BuiltinOptions.StridedSliceOptions, options)
+
+    def pad(self, source: int, paddings: list[list[int]], result: int, pad_op: int | None):
+        inputs = [source, self.int32_constant(paddings)]
+        if pad_op is not None:  # keep the original PAD's constant_values input, if it has one
+            inputs.extend(self._sg_raw.operators[pad_op].inputs[2:3])
+        return self.operator("PAD", inputs, result, fb.BuiltinOptions.PadOptions, fb.PadOptionsT())
+
+    def concatenation(self, sources: list[int], axis: int, result: int):
+        options = fb.ConcatenationOptionsT()
+        options.axis = axis
+        options.fusedActivationFunction = fb.ActivationFunctionType.NONE
+        return self.operator("CONCATENATION", sources, result, fb.BuiltinOptions.ConcatenationOptions, options)
+
+    def valid(self, index: int, inputs: dict[int, int], result: int):
+        """The original operator on windows: same weights, bias, options and quantization, VALID padding."""
+        op = copy.copy(self._sg_raw.operators[index])
+        op.inputs = [inputs.get(slot, t) for slot, t in enumerate(op.inputs)]
+        op.outputs = [result]
+        if hasattr(op.builtinOptions, "padding"):
+            op.builtinOptions = copy.copy(op.builtinOptions)
+            op.builtinOptions.padding = fb.Padding.VALID
+        return op
+
+    # ---- the finished model ---------------------------------------------------------------------------
+    def finish(self, operators: list):
+        """Drop tensors no operator or subgraph boundary uses, renumber the rest, and drop metadata that
+        names tensors by index (an offline memory plan no longer fits)."""
+        sg = copy.copy(self._sg_raw)
+        used = sorted({t for op in operators for t in list(op.inputs) + list(op.outputs) + list(op.intermediates or [])
+                       if t >= 0} | set(sg.inputs) | set(sg.outputs))
+        renumber = {old: new for new, old in enumerate(used)}
+        for op in operators:
+            op.inputs = [renumber[t] if t >= 0 else t for t in op.inputs]
+            op.outputs = [renumber[t] for t in op.outputs]
+            if op.intermediates is not None and len(op.intermediates):
+                op.intermediates = [renumber[t] for t in op.intermediates]
+        sg.tensors = [self.tensors[t] for t in used]
+        sg.inputs = [renumber[t] for t in sg.inputs]
+        sg.outputs = [renumber[t] for t in sg.outputs]
+        sg.operators = operators
+        self.model.subgraphs = [sg] + list(self.model.subgraphs[1:])
+        if self.model.metadata:
+            self.model.metadata = [m for m in self.model.metadata if _name(m) != "OfflineMemoryAllocation"]
+        if self.model.signatureDefs:
+            self.model.signatureDefs = [_renumbered_signature(s, renumber) for s in self.model.signatureDefs]
+        return self.model
+
+
+def _name(entry) -> str:
+    return entry.name.decode("utf-8", "replace") if isinstance(entry.name, bytes) else str(entry.name)
+
+
+def _renumbered_signature(signature, renumber: dict[int, int]):
+    if signature.subgraphIndex != 0:
+        return signature
+    signature = copy.copy(signature)
+    for field in ("inputs", "outputs"):
+        maps = []
+        for m in getattr(signature, field) or []:
+            m = copy.copy(m)
+            m.tensorIndex = renumber[m.tensorIndex]
+            maps.append(m)
+        setattr(signature, field, maps)
+    return signature

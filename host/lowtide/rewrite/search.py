@@ -1,0 +1,311 @@
+"""Pick where to tile and how finely: the split that minimises TFLM's planned arena head under a MAC budget.
+
+The structure narrows the search before anything is built:
+- only regions between two cut tensors that hold the operator at the un-rewritten peak can lower it;
+- each region has a floor no grid beats: the steps outside it keep their live bytes, the whole source is live
+  until the last patch reads it (with at least half the target done by then), and the final CONCATENATION
+  holds the target twice. Regions are tried lowest floor first and skipped once the floor reaches the best
+  figure found;
+- grids whose halo recomputation goes over the MAC budget are dropped (their MACs factor into per-axis sums,
+  so this costs no plan), and of the rest only the finest few are planned.
+Every surviving candidate gets an exact live-memory figure for its emitted order (cheap arithmetic on the
+plan); the best few are then built and planned by `tflm_plan` (TFLM's greedy planner, exact), and the
+scheduler may reorder the best one further.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from lowtide.errors import LowtideError
+from lowtide.memory import align_up, stored_order, tflm_plan
+from lowtide.model.ir import Graph
+from lowtide.model.reader import read_model
+from lowtide.model.schema import ELEMENT_BYTES
+from lowtide.model.writer import model_bytes
+from lowtide.rewrite.emit import emit_tiled
+from lowtide.rewrite.regions import (
+    TILEABLE_OPCODES,
+    Apply,
+    Concat,
+    Pad,
+    Piece,
+    Region,
+    Slice,
+    TilingPlan,
+    cut_tensors,
+    graph_macs,
+    grid_macs,
+    op_macs,
+    plan_tiling,
+    region_between,
+)
+from lowtide.schedule import apply_order, find_schedule
+
+# Patches along each axis of the target, coarse to fine.
+# TFLM's CONCATENATION takes at most 10 inputs (kMaxInputNum): at most 10 patches along each axis.
+MAX_PATCHES_PER_AXIS = 10
+GRID_STEPS = tuple(range(1, MAX_PATCHES_PER_AXIS + 1))
+BUILT_CANDIDATES = 6
+GRIDS_PLANNED_PER_REGION = 4
+RESCHEDULE_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One point explored: tile `source` -> `target` into `grid` patches."""
+
+    source: str  # tensor names
+    target: str
+    grid: tuple[int, int]
+    macs: int  # whole model, after rewriting
+    live_peak_bytes: int  # live peak of the emitted order (exact arithmetic on the plan)
+    head_bytes: int | None  # TFLM's greedy head of the built model; None when not built
+
+
+@dataclass(frozen=True)
+class RewriteResult:
+    model: bytes  # the rewritten model, or the original in its best order when rewriting does not help
+    rewritten: bool
+    reason: str  # what was done, or why nothing was
+    head_bytes: int  # planned TFLM head of `model` in its stored order
+    original_head_bytes: int  # planned head of the original in its best order (scheduler's or stored)
+    stock_head_bytes: int  # planned head of the original in its stored order
+    macs_before: int
+    macs_after: int
+    grid: tuple[int, int] | None
+    source: str | None
+    target: str | None
+    pareto: tuple[Candidate, ...]  # explored points no other point beats on both head (or live peak) and MACs
+    seconds: float
+
+    @property
+    def mac_overhead(self) -> float:
+        return self.macs_after / self.macs_before - 1.0 if self.macs_before else 0.0
+
+
+def tile(graph: Graph, source: int, target: int, grid: tuple[int, int], order: list[int] | None = None) -> bytes:
+    """The model with the region `source` -> `target` (main-subgraph tensor indices, both cut tensors) run as
+    `grid` (rows, columns) patches. `order`: main-subgraph operator order for the rest (default: stored)."""
+    cuts = cut_tensors(graph)
+    for tensor in (source, target):
+        if tensor not in cuts:
+            raise LowtideError(f"cannot tile at tensor {tensor}: other tensors computed before it are read after it")
+    region = region_between(graph, source, target)
+    if isinstance(region, str):
+        raise LowtideError(f"cannot tile tensor {source} -> {target}: {region}")
+    height, width = graph.main.tensors[target].shape[1:3]
+    limit = (min(height, MAX_PATCHES_PER_AXIS), min(width, MAX_PATCHES_PER_AXIS))
+    if not (1 <= grid[0] <= limit[0] and 1 <= grid[1] <= limit[1]) or grid == (1, 1):
+        raise LowtideError(f"grid {grid} does not fit a {height}x{width} target (2 to {MAX_PATCHES_PER_AXIS} "
+                           "patches along an axis)")
+    return model_bytes(_emit(graph, plan_tiling(graph, region, grid), order))
+
+
+def rewrite_auto(graph: Graph, max_mac_overhead: float = 0.20, time_limit: float = 60.0) -> RewriteResult:
+    started = time.monotonic()
+    deadline = started + time_limit
+    sg = graph.main
+    stock = tflm_plan(graph)
+    schedule = find_schedule(graph, time_limit=min(max(time_limit * 0.2, 1.0), RESCHEDULE_SECONDS))
+    # The scheduler minimises the live peak; TFLM's greedy planner can still place the stored order tighter.
+    base_orders = schedule.order if schedule.head_bytes < stock.head_bytes else stored_order(graph)
+    base_order = base_orders[0]
+    base = tflm_plan(graph, base_orders)
+    macs_before = graph_macs(graph)
+
+    def unchanged(reason: str, pareto: tuple[Candidate, ...] = ()) -> RewriteResult:
+        data = model_bytes(apply_order(graph, base_orders))
+        return RewriteResult(data, False, reason, base.head_bytes, base.head_bytes, stock.head_bytes, macs_before,
+                             macs_before, None, None, None, pareto, time.monotonic() - started)
+
+    if base.peak_step is None:
+        return unchanged("the model has no activations to tile")
+    peak_op = base.steps[base.peak_step].op
+    if base.steps[base.peak_step].subgraph != 0:
+        return unchanged("the memory peak is inside a called subgraph")
+    regions, reason = _regions_at_peak(graph, peak_op)
+    if not regions:
+        return unchanged(reason)
+
+    outside_live = {step.op: step.live_bytes for step in base.steps if step.subgraph == 0}
+    budget = macs_before * (1.0 + max_mac_overhead)
+    explored: list[tuple[Candidate, TilingPlan]] = []
+    best_live = base.head_bytes
+    for floor, outside, region in sorted(_region_floors(sg, regions, outside_live), key=lambda item: item[0]):
+        if time.monotonic() > deadline:
+            break
+        if floor >= best_live:
+            continue
+        region_macs = sum(op_macs(sg, sg.operators[rop.op]) for rop in region.ops)
+        height, width = sg.tensors[region.target].shape[1:3]
+        affordable = [grid for grid in _grids(height, width)
+                      if macs_before - region_macs + grid_macs(graph, region, grid) <= budget]
+        # Finer grids shrink the patches' buffers until the halos dominate: plan the finest few affordable.
+        for grid in affordable[-GRIDS_PLANNED_PER_REGION:]:
+            if time.monotonic() > deadline:
+                break
+            plan = plan_tiling(graph, region, grid)
+            live = max(outside, _tiled_live_peak(sg, plan))
+            best_live = min(best_live, live)
+            explored.append((Candidate(sg.tensors[region.source].name, sg.tensors[region.target].name, grid,
+                                       macs_before - region_macs + plan.macs, live, None), plan))
+    if not explored:
+        return unchanged(f"no tiling of the {len(regions)} regions around the peak fits the budget or beats "
+                         f"{base.head_bytes:,} bytes")
+
+    explored.sort(key=lambda item: (item[0].live_peak_bytes, item[0].macs))
+    best: tuple[int, bytes, Candidate] | None = None
+    built: dict[int, Candidate] = {}
+    for index, (candidate, plan) in enumerate(explored[:BUILT_CANDIDATES]):
+        if best and (time.monotonic() > deadline or candidate.live_peak_bytes >= best[0]):
+            break
+        data = model_bytes(_emit(graph, plan, base_order))
+        head = tflm_plan(read_model(data)).head_bytes
+        built[index] = candidate = _with_head(candidate, head)
+        if best is None or head < best[0]:
+            best = (head, data, candidate)
+    pareto = _pareto([built.get(i, c) for i, (c, _) in enumerate(explored)])
+    head, data, candidate = best
+    # The scheduler may find a better order of the rewritten graph than patch-major.
+    remaining = deadline - time.monotonic()
+    if remaining > 1.0:
+        rewritten = read_model(data)
+        reordered = find_schedule(rewritten, time_limit=min(remaining, RESCHEDULE_SECONDS))
+        if reordered.head_bytes < head:
+            data = model_bytes(apply_order(rewritten, reordered.order))
+            head = reordered.head_bytes
+    if head >= base.head_bytes:
+        return unchanged(f"the best tiling found plans {head:,} bytes, not below {base.head_bytes:,}", pareto)
+    return RewriteResult(
+        data, True, f"tiled {candidate.source} -> {candidate.target} as {candidate.grid[0]}x{candidate.grid[1]} "
+        "patches", head, base.head_bytes, stock.head_bytes, macs_before, candidate.macs, candidate.grid,
+        candidate.source, candidate.target, pareto, time.monotonic() - started)
+
+
+def _region_floors(sg, regions: list[Region], outside_live: dict[int, int]) -> list[tuple[int, int, Region]]:
+    """(floor, outside peak, region): no grid of a region plans below its floor. Steps outside the region keep
+    their live bytes; the source is live until the last patch reads it, when at least half the target is
+    done; the final CONCATENATION holds the target twice."""
+    floors = []
+    for region in regions:
+        region_ops = {rop.op for rop in region.ops} | set(region.folded_pads)
+        outside = max((b for op, b in outside_live.items() if op not in region_ops), default=0)
+        source, target = _piece_bytes(sg, _whole(sg, region.source)), _piece_bytes(sg, _whole(sg, region.target))
+        floors.append((max(outside, 2 * target, source + target // 2), outside, region))
+    return floors
+
+
+def _grids(height: int, width: int) -> list[tuple[int, int]]:
+    """Patch grids with about square patches, fewest patches first."""
+    grids = {(rows, cols) for rows in GRID_STEPS for cols in GRID_STEPS
+             if rows <= height and cols <= width and (rows, cols) != (1, 1)
+             and abs(rows * width - cols * height) <= max(height, width)}
+    return sorted(grids, key=lambda g: (g[0] * g[1], g))
+
+
+def _regions_at_peak(graph: Graph, peak_op: int) -> tuple[list[Region], str]:
+    """Tileable regions whose operators include the one at the memory peak, shallow targets first."""
+    sg = graph.main
+    cuts = cut_tensors(graph)
+    if not cuts:
+        return [], "no tensor cuts the graph in two (no single spatial prefix)"
+    producers = sg.producers()
+    position = {t: i for i, t in enumerate(cuts)}
+    sources = [t for t in cuts if producers.get(t, -1) < peak_op and _feeds_spatial(graph, t)]
+    regions: list[Region] = []
+    reason = f"the peak (operator {peak_op}, {sg.operators[peak_op].opcode}) is in no tileable region"
+    for source in sources:
+        for target in cuts[position[source] + 1:]:
+            if producers.get(target, -1) < peak_op or sg.operators[producers[target]].opcode == "PAD":
+                continue  # a PAD's output is reassembled unpadded by its consumer's patches instead
+            region = region_between(graph, source, target)
+            if isinstance(region, str):
+                if producers.get(target, -1) > peak_op:
+                    reason = f"{reason}: {region}"
+                    break
+                continue
+            if peak_op in {rop.op for rop in region.ops} | set(region.folded_pads):
+                regions.append(region)
+    return regions, ("" if regions else reason)
+
+
+def _feeds_spatial(graph: Graph, tensor: int) -> bool:
+    sg = graph.main
+    return any(sg.operators[c].opcode in TILEABLE_OPCODES for c in sg.consumers().get(tensor, []))
+
+
+def _emit(graph: Graph, plan: TilingPlan, order: list[int] | None):
+    """The plan placed in `order`: operators the source depends on, the patches, then everything else."""
+    sg = graph.main
+    order = order if order is not None else list(range(len(sg.operators)))
+    region_ops = {rop.op for rop in plan.region.ops} | set(plan.region.folded_pads)
+    producers = sg.producers()
+    before_mask: set[int] = set()
+    stack = [producers[plan.region.source]] if plan.region.source in producers else []
+    while stack:
+        op = stack.pop()
+        if op not in before_mask:
+            before_mask.add(op)
+            stack.extend(producers[t] for t in sg.operators[op].inputs if t in producers)
+    before = [op for op in order if op in before_mask]
+    after = [op for op in order if op not in before_mask and op not in region_ops]
+    return emit_tiled(graph, plan, before, after)
+
+
+def _whole(sg, tensor: int) -> Piece:
+    height, width = sg.tensors[tensor].shape[1:3]
+    return Piece(tensor, (0, height), (0, width), tensor)
+
+
+def _piece_bytes(sg, piece: Piece) -> int:
+    t = sg.tensors[piece.tensor]
+    return align_up(piece.height * piece.width * t.shape[3] * ELEMENT_BYTES[t.dtype])
+
+
+def _tiled_live_peak(sg, plan: TilingPlan) -> int:
+    """Live bytes of the tiled part in its emitted order, under TFLM's lifetime rules (an operator's inputs and
+    outputs are live together; a tensor lives from its producer to its last reader)."""
+    reads: list[tuple[Piece, ...]] = []
+    writes: list[Piece] = []
+    for step in plan.steps:
+        if isinstance(step, (Slice, Pad)):
+            reads.append((step.source,))
+        elif isinstance(step, Apply):
+            reads.append(tuple(p for _, p in step.inputs))
+        elif isinstance(step, Concat):
+            reads.append(step.sources)
+        writes.append(step.result)
+    last: dict[Piece, int] = {}
+    for i, pieces in enumerate(reads):
+        for p in pieces:
+            last[p] = i
+    last[writes[-1]] = len(writes)  # the target outlives the tiled part
+    freed_after: dict[int, int] = {}
+    for p, i in last.items():
+        freed_after[i] = freed_after.get(i, 0) + _piece_bytes(sg, p)
+    source = _whole(sg, plan.region.source)
+    live = _piece_bytes(sg, source)
+    peak = 0
+    for i, result in enumerate(writes):
+        live += _piece_bytes(sg, result)
+        peak = max(peak, live)
+        live -= freed_after.get(i, 0)
+    return peak
+
+
+def _with_head(candidate: Candidate, head: int) -> Candidate:
+    return Candidate(candidate.source, candidate.target, candidate.grid, candidate.macs, candidate.live_peak_bytes,
+                     head)
+
+
+def _pareto(candidates: list[Candidate]) -> tuple[Candidate, ...]:
+    def memory(c: Candidate) -> int:
+        return c.head_bytes if c.head_bytes is not None else c.live_peak_bytes
+
+    front = []
+    for c in sorted(candidates, key=lambda c: (c.macs, memory(c))):
+        if not front or memory(c) < memory(front[-1]):
+            front.append(c)
+    return tuple(front)
