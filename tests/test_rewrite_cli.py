@@ -1,0 +1,49 @@
+"""`lowtide optimize --rewrite auto` as a user runs it, against the host TFLM."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import SHARED_MODELS
+
+
+def _optimize(model: str, out, *extra: str) -> dict:
+    result = subprocess.run(
+        [sys.executable, "-m", "lowtide", "optimize", str(SHARED_MODELS / f"{model}.tflite"), "-o", str(out),
+         "--verify", "--json", *extra],
+        capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.mark.slow
+def test_mobilenet_v2_tiled_head_is_4x_below_stock(tmp_path):
+    report = _optimize("tflm_mobilenet_v2_quantized_224", tmp_path / "m.tflite", "--rewrite", "auto")
+    assert report["rewrite"]["used"] is True
+    assert report["outputs_identical"] is True
+    assert report["after"]["tflm_head_bytes"] == report["after"]["planned_head_bytes"]
+    assert report["after"]["tflm_head_bytes"] * 4 <= report["before"]["tflm_head_bytes"] == 2_451_840
+    assert 0 < report["rewrite"]["mac_overhead"] <= 0.20
+    assert report["rewrite"]["pareto"] and all(p["macs"] > 0 for p in report["rewrite"]["pareto"])
+    # The tiled graph's extra operators grow TFLM's tail, but the whole arena still shrinks.
+    assert report["after"]["tflm_total_bytes"] < report["before"]["tflm_total_bytes"]
+
+
+def test_rewrite_never_ends_above_plain_optimize(tmp_path):
+    """person_detect tiles to a smaller head, but the tiled graph's persistent structs cost more than that saves:
+    the original must be kept, with the reason given."""
+    plain = _optimize("tflm_person_detect", tmp_path / "plain.tflite")
+    rewritten = _optimize("tflm_person_detect", tmp_path / "rewritten.tflite", "--rewrite", "auto")
+    assert rewritten["rewrite"]["reason"].startswith("tiled")
+    assert rewritten["after"]["arena_size_bytes_mcu32"] <= plain["after"]["arena_size_bytes_mcu32"]
+    assert rewritten["rewrite"]["used"] is False
+
+
+def test_rewrite_says_why_it_cannot(tmp_path):
+    report = _optimize("tflm_hello_world_int8", tmp_path / "h.tflite", "--rewrite", "auto")
+    assert report["rewrite"]["used"] is False and report["rewrite"]["reason"]
+    assert report["after"]["planned_head_bytes"] == 32
