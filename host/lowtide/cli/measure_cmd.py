@@ -78,6 +78,11 @@ def _table(result: MeasureResult) -> Table:
     table.add_row("head planned (board)", _bytes(result.board_planned_bytes, "not reported"))
     table.add_row("arena used", _bytes(result.arena_used_bytes, "not reported"))
     table.add_row("arena high-water", _bytes(result.arena_high_water_bytes, "cannot paint"))
+    table.add_row("static RAM (.data + .bss)", _bytes(result.static_ram_bytes, "firmware not built by lowtide"))
+    stack = _bytes(result.stack_high_water_bytes, "not reported")
+    if result.stack_size_bytes is not None:
+        stack += f" of {result.stack_size_bytes:,} B"
+    table.add_row("stack high-water", stack)
     lat = result.latency
     table.add_row(f"latency us min/med/max ({lat.iterations})", f"{lat.min:,} / {lat.median:,} / {lat.max:,}")
     if result.latency_cycles:

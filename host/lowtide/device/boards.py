@@ -3,7 +3,9 @@ a device on a serial port, or a process this machine starts (host-tflm now; QEMU
 `-serial tcp:127.0.0.1:PORT,server=on,wait=on` and reached through `socket://127.0.0.1:PORT`).
 
 To add one: subclass `Board`, implement `connect` as a context manager that cleans up everything it started, and
-`register_board(...)` it.
+`register_board(...)` it. A board that runs firmware lowtide builds (the emulated ones) also implements `build`.
+
+`detect_serial_port` finds a real board's port from the USB VID:PID its board file lists.
 """
 
 from __future__ import annotations
@@ -17,12 +19,18 @@ import tempfile
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
+
+import serial.tools.list_ports
 
 from lowtide.device.host_tflm import READY_PREFIX
 from lowtide.device.transport import Link, open_link
 from lowtide.errors import LowtideError
+
+if TYPE_CHECKING:
+    from lowtide.device.qemu import FirmwareImage
 
 _STOP_GRACE_S = 5.0
 
@@ -31,9 +39,16 @@ class Board(ABC):
     name: ClassVar[str]
     description: ClassVar[str]
 
+    def build(self, model_path: Path) -> FirmwareImage | None:
+        """The firmware this board runs for `model_path`, built if need be; None for a board that runs the model it
+        is given (host-tflm) or was flashed beforehand (serial)."""
+        return None
+
     @abstractmethod
-    def connect(self, model_path: Path, port: str | None, timeout: float) -> contextlib.AbstractContextManager[Link]:
-        """A link to the board running `model_path`. Waits at most `timeout` seconds for anything it starts."""
+    def connect(self, model_path: Path, port: str | None, timeout: float,
+                image: FirmwareImage | None = None) -> contextlib.AbstractContextManager[Link]:
+        """A link to the board running `model_path` (as `image`, when `build` made one). Waits at most `timeout`
+        seconds for anything it starts."""
 
 
 class SerialBoard(Board):
@@ -41,7 +56,8 @@ class SerialBoard(Board):
     description = "a board already flashed with the model, on --port (device path, socket://, rfc2217://)"
 
     @contextlib.contextmanager
-    def connect(self, model_path: Path, port: str | None, timeout: float) -> Iterator[Link]:
+    def connect(self, model_path: Path, port: str | None, timeout: float,
+                image: FirmwareImage | None = None) -> Iterator[Link]:
         if not port:
             raise LowtideError("--board serial needs --port (e.g. /dev/ttyACM0 or socket://127.0.0.1:4321)")
         link = open_link(port)
@@ -56,7 +72,8 @@ class HostTflmBoard(Board):
     description = "this machine's TFLM interpreter in a subprocess (--port tcp:0 (default), tcp:PORT or pty)"
 
     @contextlib.contextmanager
-    def connect(self, model_path: Path, port: str | None, timeout: float) -> Iterator[Link]:
+    def connect(self, model_path: Path, port: str | None, timeout: float,
+                image: FirmwareImage | None = None) -> Iterator[Link]:
         with tempfile.TemporaryFile() as stderr_file:
             process = subprocess.Popen(
                 [
@@ -127,6 +144,44 @@ def _stop(process: subprocess.Popen) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
+
+
+@dataclass(frozen=True)
+class SerialPortCandidate:
+    device: str  # /dev/ttyACM0, COM3
+    usb_id: str | None  # "VID:PID" in upper-case hex; None for a port that is not USB
+    description: str
+
+    def describe(self) -> str:
+        return f"{self.device} ({self.usb_id or 'not USB'}{': ' + self.description if self.description else ''})"
+
+
+def serial_port_candidates() -> list[SerialPortCandidate]:
+    """The machine's serial ports, as pyserial lists them."""
+    return [
+        SerialPortCandidate(
+            device=port.device,
+            usb_id=f"{port.vid:04X}:{port.pid:04X}" if port.vid is not None and port.pid is not None else None,
+            description=port.description if port.description and port.description != "n/a" else "",
+        )
+        for port in serial.tools.list_ports.comports()
+    ]
+
+
+def detect_serial_port(board: str, usb_ids: tuple[str, ...]) -> str:
+    """The one serial port whose USB VID:PID is one of `usb_ids` (from the board file); an error listing the
+    candidates when there are several, or saying what was looked for when there is none."""
+    wanted = {usb_id.upper() for usb_id in usb_ids}
+    ports = serial_port_candidates()
+    matching = [port for port in ports if port.usb_id in wanted]
+    if len(matching) == 1:
+        return matching[0].device
+    if matching:
+        raise LowtideError(f"several serial ports match {board} (USB {', '.join(sorted(wanted))}): "
+                           f"{'; '.join(port.describe() for port in matching)}; choose one with --port")
+    others = f"ports found: {'; '.join(port.describe() for port in ports)}" if ports else "no serial ports at all"
+    raise LowtideError(f"no serial port matches {board} (USB {', '.join(sorted(wanted)) or 'IDs not listed'}); "
+                       f"{others}; connect the board or give --port")
 
 
 BOARDS: dict[str, Board] = {}

@@ -6,6 +6,7 @@ against the host TFLM interpreter on the same inputs.
 
 from __future__ import annotations
 
+import re
 import zlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -23,6 +24,8 @@ from lowtide.model.reader import load_model
 # (phase, done, total): phase is "upload" (bytes) or "run" (invocations, warm-up included)
 MeasureProgress = Callable[[str, int, int], None]
 _RESET_RETRIES = 1  # a board that restarts mid-session is measured again from the start, once
+# RESULT has no field for the stack: the firmware sends it as a LOG line after each RUN (docs/firmware.md).
+_STACK_LOG = re.compile(r"stack high-water (\d+) of (\d+) bytes")
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,12 @@ class MeasureResult:
     op_cycles: tuple[int, ...] | None
     damaged_frames: int  # frames the host dropped for a bad CRC or encoding: a measure of the link
     resends: int
+    # From the firmware image lowtide built (emulated boards); None for boards it did not build for.
+    static_ram_bytes: int | None = None  # the ELF's .data + .bss: the arena, staging buffer and runtime state
+    flash_bytes: int | None = None  # the ELF's loaded sections: code, weights, .data's initial values
+    # From the board's "stack high-water N of M bytes" LOG after the RUN; None where it reports none.
+    stack_high_water_bytes: int | None = None
+    stack_size_bytes: int | None = None
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -86,7 +95,9 @@ def measure(
     inputs = oracle.random_inputs(graph, seed)
     expected = oracle.run(model, inputs, path=str(model_path)).outputs
     planned = tflm_plan(graph).head_bytes
-    with get_board(board).connect(model_path, port, timeout) as link:
+    target = get_board(board)
+    image = target.build(model_path)  # emulated boards: refused here if the model cannot fit
+    with target.connect(model_path, port, timeout, image) as link:
         session = DeviceSession(link, timeout)  # one session across a restart: sequence numbers keep counting
         for attempt in range(_RESET_RETRIES + 1):
             try:
@@ -94,7 +105,9 @@ def measure(
                 _check_hello(hello, graph, link.name)
                 for index, array in enumerate(inputs):
                     session.set_input(index, array.tobytes(), _phase(progress, "upload"))
+                logs_before_run = len(session.logs)
                 result = session.run(warmup, iterations, profile_ops, _phase(progress, "run"))
+                stack = _stack_high_water(session, logs_before_run)
                 outputs = [
                     session.read(ReadRegion.OUTPUT, i, summary.nbytes) for i, summary in enumerate(result.outputs)
                 ]
@@ -131,7 +144,20 @@ def measure(
         op_cycles=op_cycles,
         damaged_frames=session.damaged_frames,
         resends=session.resends,
+        static_ram_bytes=image.static_ram_bytes if image else None,
+        flash_bytes=image.flash_bytes if image else None,
+        stack_high_water_bytes=stack[0] if stack else None,
+        stack_size_bytes=stack[1] if stack else None,
     )
+
+
+def _stack_high_water(session: DeviceSession, first_log: int) -> tuple[int, int] | None:
+    """(deepest stack use, stack size) from the LOG the board sent during the RUN, if it sent one."""
+    for entry in reversed(session.logs[first_log:]):
+        found = _STACK_LOG.fullmatch(entry.text.strip())
+        if found:
+            return int(found[1]), int(found[2])
+    return None
 
 
 def _phase(progress: MeasureProgress | None, phase: str) -> Callable[[int, int], None] | None:

@@ -10,7 +10,9 @@ every wait is bounded, and terminate is followed by kill.
 
 The firmware is built once per model and env, in .pio/lowtide-build/<model sha256 prefix>/ (PlatformIO rebuilds
 only what changed), with the checkout's own PlatformIO core dir (.pio-core) so that no other checkout's platform or
-packages are used.
+packages are used. Before building, the model's arena and constant data are checked against the board's SRAM and
+flash (`estimate_footprint`); after building, the ELF's sections are (`read_firmware_image`), so a model that cannot
+fit stops with its numbers rather than with a linker log.
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ from pathlib import Path
 from lowtide.device.boards import Board, register_board
 from lowtide.device.transport import Link, open_link
 from lowtide.errors import LowtideError
-from lowtide.model.ir import sha256_hex
+from lowtide.memory import tflm_plan
+from lowtide.model.ir import Graph, TensorKind, sha256_hex
+from lowtide.model.reader import load_model
 
 PROJECT_DIR = Path(__file__).resolve().parents[3]
 BOARDS_DIR = PROJECT_DIR / "boards"
@@ -41,6 +45,16 @@ BUILD_TIMEOUT_S = 900.0  # a cold build of a large model's weights; the board's 
 _STOP_GRACE_S = 3.0
 _CONNECT_POLL_S = 0.02
 _PORT_ATTEMPTS = 3  # another process may take the free port between our probe and QEMU's bind
+EMULATOR_TOOLS = ("arm-none-eabi-gcc", "qemu-system-arm")  # Debian's, on PATH; real boards get theirs from PlatformIO
+# What the firmware adds to the model, for the size check before building. Both are lower bounds taken from the
+# qemu-m4 images of the compiled runtime, so the estimate never refuses a model that would fit; the ELF is checked
+# exactly after the build.
+ARENA_SLACK_BYTES = 1024  # painted beyond the plan (LT_ARENA_SLACK_BYTES in lt_model_compiled.c)
+RUNTIME_STATIC_RAM_BYTES = 13_000  # protocol buffers and per-invocation samples: 13,360 B with any model
+RUNTIME_CODE_BYTES = 8_000  # protocol core and the fewest kernels: 9,112 B of code for tflm_hello_world_int8
+_REGISTRY_FAILURES = ("HTTPClientError", "InternetConnectionError", "Could not resolve")  # in PlatformIO's log
+# Sections of a GCC ELF that are neither loaded into flash nor RAM.
+_UNLOADED_SECTIONS = (".comment", ".ARM.attributes", ".debug", ".stab", ".note", ".gnu")
 
 
 @dataclass(frozen=True)
@@ -98,6 +112,125 @@ def load_board_specs(directory: Path = BOARDS_DIR) -> dict[str, BoardSpec]:
     return {spec.name: spec for spec in specs}
 
 
+def get_board_spec(name: str, directory: Path = BOARDS_DIR) -> BoardSpec:
+    specs = load_board_specs(directory)
+    try:
+        return specs[name]
+    except KeyError:
+        raise LowtideError(f"unknown board {name!r}; board files: {', '.join(sorted(specs))}") from None
+
+
+# --- will it fit? --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FootprintEstimate:
+    """What a model's firmware needs, known before building it."""
+
+    model: str  # the model's file name without .tflite, for messages
+    arena_bytes: int  # the planned arena head plus the painted slack
+    static_ram_bytes: int  # everything else in RAM: the input staging buffer and the runtime's own state
+    image_bytes: int  # the model's constant data plus the runtime's code
+
+
+@dataclass(frozen=True)
+class FirmwareImage:
+    """A built firmware, sized from its ELF's sections (`arm-none-eabi-size -A`)."""
+
+    elf: Path
+    platformio_env: str
+    flash_bytes: int  # code, constants (the weights) and the initial values of .data
+    data_bytes: int
+    bss_bytes: int  # zeroed RAM: the arena is here, with the staging buffer and the runtime's state
+    stack_bytes: int  # the linker script's fixed stack region; 0 where the script reserves none
+
+    @property
+    def static_ram_bytes(self) -> int:
+        return self.data_bytes + self.bss_bytes
+
+    @property
+    def ram_bytes(self) -> int:
+        return self.static_ram_bytes + self.stack_bytes
+
+
+def estimate_footprint(graph: Graph) -> FootprintEstimate:
+    constant_buffers = {t.buffer: t.nbytes for sg in graph.subgraphs for t in sg.tensors
+                        if t.kind is TensorKind.CONSTANT}
+    staging = sum(graph.main.tensors[i].nbytes for i in graph.main.inputs)
+    return FootprintEstimate(
+        model=Path(graph.path).stem,
+        arena_bytes=tflm_plan(graph).head_bytes + ARENA_SLACK_BYTES,
+        static_ram_bytes=staging + RUNTIME_STATIC_RAM_BYTES,
+        image_bytes=sum(constant_buffers.values()) + RUNTIME_CODE_BYTES,
+    )
+
+
+def _capacity(spec: BoardSpec, what: str, nbytes: int) -> str:
+    return f"{what} of {spec.name} ({nbytes:,} B = {nbytes / 1024:,.0f} KiB)"
+
+
+def check_estimate_fits(spec: BoardSpec, estimate: FootprintEstimate) -> None:
+    """Refuses, with the numbers, a model whose firmware cannot fit `spec`'s SRAM or flash."""
+    problems = []
+    if estimate.arena_bytes + estimate.static_ram_bytes > spec.sram_bytes:
+        problems.append(f"arena {estimate.arena_bytes:,} B + static RAM {estimate.static_ram_bytes:,} B > "
+                        + _capacity(spec, "SRAM", spec.sram_bytes))
+    if estimate.image_bytes > spec.flash_bytes:
+        problems.append(f"constant data and code {estimate.image_bytes:,} B > "
+                        + _capacity(spec, "flash", spec.flash_bytes))
+    if problems:
+        raise LowtideError(f"{estimate.model}: {'; '.join(problems)}")
+
+
+def check_image_fits(spec: BoardSpec, image: FirmwareImage, model: str) -> None:
+    problems = []
+    if image.ram_bytes > spec.sram_bytes:
+        problems.append(f"static RAM {image.static_ram_bytes:,} B + stack {image.stack_bytes:,} B > "
+                        + _capacity(spec, "SRAM", spec.sram_bytes))
+    if image.flash_bytes > spec.flash_bytes:
+        problems.append(f"image {image.flash_bytes:,} B > " + _capacity(spec, "flash", spec.flash_bytes))
+    if problems:
+        raise LowtideError(f"{model}: the built firmware does not fit: {'; '.join(problems)}", image.elf)
+
+
+def _size_tool() -> str:
+    """arm-none-eabi-size: Debian's on PATH, else the toolchain PlatformIO installed for a real board."""
+    found = shutil.which("arm-none-eabi-size") or next(
+        iter(sorted((PROJECT_DIR / ".pio-core" / "packages").glob("toolchain-*/bin/arm-none-eabi-size"))), None)
+    if found is None:
+        raise LowtideError("arm-none-eabi-size not found: run scripts/install-firmware-deps.sh")
+    return str(found)
+
+
+def read_firmware_image(elf: Path, platformio_env: str) -> FirmwareImage:
+    """Sizes `elf` from `arm-none-eabi-size -A`: .data and .bss are static RAM, .stack is the stack region, and
+    every other loaded section is flash (.data's initial values are in flash too)."""
+    try:
+        done = subprocess.run([_size_tool(), "-A", str(elf)], capture_output=True, text=True, timeout=60, check=False)
+    except subprocess.TimeoutExpired:
+        raise LowtideError("arm-none-eabi-size took longer than 60 s", elf) from None
+    if done.returncode != 0:
+        raise LowtideError(f"arm-none-eabi-size failed: {done.stderr.strip() or done.returncode}", elf)
+    sizes: dict[str, int] = {}
+    for line in done.stdout.splitlines():
+        fields = line.split()
+        if len(fields) == 3 and fields[0].startswith(".") and fields[1].isdigit():
+            sizes[fields[0]] = sizes.get(fields[0], 0) + int(fields[1])
+
+    def total(*prefixes: str) -> int:
+        return sum(size for name, size in sizes.items() if name.startswith(prefixes))
+
+    ram_only = total(".bss", ".stack", ".heap", ".noinit")
+    return FirmwareImage(
+        elf=elf,
+        platformio_env=platformio_env,
+        flash_bytes=sum(sizes.values()) - total(*_UNLOADED_SECTIONS) - ram_only,
+        data_bytes=total(".data"),
+        bss_bytes=total(".bss"),
+        stack_bytes=total(".stack"),
+    )
+
+
 # --- building ------------------------------------------------------------------------------------------------------
 
 
@@ -111,29 +244,42 @@ def pio_environment(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def _run_pio(args: list[str], env: dict[str, str], timeout: float, what: str) -> None:
+def _run_pio(args: list[str], env: dict[str, str], timeout: float, what: str, log_path: Path | None = None) -> None:
+    """Runs `pio ARGS`; a failure becomes one line: lowtide's own error (the model pre-script's), a linker's memory
+    overflow, or the log's last error line, with the whole log kept in `log_path`."""
     try:
         done = subprocess.run([sys.executable, "-m", "platformio", *args], cwd=PROJECT_DIR, env=env,
                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               timeout=timeout)
     except subprocess.TimeoutExpired:
         raise LowtideError(f"{what} took longer than {timeout:g} s") from None
+    if log_path:
+        log_path.write_bytes(done.stdout)
     if done.returncode != 0:
-        lines = done.stdout.decode("utf-8", "replace").strip().splitlines()
-        ours = [line for line in lines if line.startswith("lowtide: error: ")]
-        detail = ours[-1][len("lowtide: error: "):] if ours else "\n".join(lines[-15:])
+        lines = [line.strip() for line in done.stdout.decode("utf-8", "replace").splitlines() if line.strip()]
+        ours = [line[len("lowtide: error: "):] for line in lines if line.startswith("lowtide: error: ")]
+        overflows = [line.split("ld: ")[-1] for line in lines if "overflowed by" in line or "RAM overflow" in line]
+        errors = [line for line in lines if "error" in line.lower()]
+        if ours:
+            detail = ours[-1]
+        else:
+            detail = (overflows or errors or lines or ["no output"])[-1]
+            if any(marker in line for line in lines for marker in _REGISTRY_FAILURES):
+                detail += " (PlatformIO could not reach its registry, where real boards' platforms come from)"
+            if log_path:
+                detail += f" (log: {log_path})"
         raise LowtideError(f"{what} failed: {detail}")
 
 
-def _check_tools() -> None:
+def _check_tools(tools: tuple[str, ...]) -> None:
     if not (PROJECT_DIR / "platformio.ini").is_file():
-        raise LowtideError(f"emulated boards build the firmware from a lowtide checkout (pip install -e), and "
+        raise LowtideError(f"lowtide builds the firmware from a lowtide checkout (pip install -e), and "
                            f"{PROJECT_DIR} has no platformio.ini")
     try:
         import platformio  # noqa: F401
     except ImportError:
         raise LowtideError("PlatformIO is not installed: run scripts/install-firmware-deps.sh") from None
-    for tool in ("arm-none-eabi-gcc", "qemu-system-arm"):
+    for tool in tools:
         if shutil.which(tool) is None:
             raise LowtideError(f"{tool} not found: run scripts/install-firmware-deps.sh")
 
@@ -147,10 +293,11 @@ def ensure_tool_scons() -> None:
                  "registering the tool-scons shim")
 
 
-def build_firmware(platformio_env: str, model_path: Path | None) -> Path:
-    """Builds the firmware for `platformio_env` with the model compiled in (none: a model-less image) and returns the
-    ELF. Builds of one model are serialised by a lock file; different models build in different folders."""
-    _check_tools()
+def _pio_for_model(platformio_env: str, model_path: Path | None, tools: tuple[str, ...], extra_args: list[str],
+                   what: str) -> Path:
+    """`pio run -e ENV EXTRA_ARGS` with the model, in the model's own build folder, which it returns. Runs for one
+    model are serialised by a lock file; different models build in different folders."""
+    _check_tools(tools)
     model_path = model_path.resolve() if model_path else None
     model_key = sha256_hex(model_path.read_bytes())[:16] if model_path else "no-model"
     build_dir = PROJECT_DIR / ".pio" / "lowtide-build" / model_key
@@ -162,12 +309,37 @@ def build_firmware(platformio_env: str, model_path: Path | None) -> Path:
     with open(build_dir / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         ensure_tool_scons()
-        _run_pio(["run", "-e", platformio_env], env, BUILD_TIMEOUT_S,
-                 f"building the {platformio_env} firmware" + (f" for {model_path.name}" if model_path else ""))
+        _run_pio(["run", "-e", platformio_env, *extra_args], env, BUILD_TIMEOUT_S,
+                 f"{what} the {platformio_env} firmware" + (f" for {model_path.name}" if model_path else ""),
+                 build_dir / f"pio-{platformio_env}.log")
+    return build_dir
+
+
+def build_firmware(platformio_env: str, model_path: Path | None, tools: tuple[str, ...] = EMULATOR_TOOLS) -> Path:
+    """Builds the firmware for `platformio_env` with the model compiled in (none: a model-less image) and returns the
+    ELF. `tools` are the programs the build needs on PATH."""
+    build_dir = _pio_for_model(platformio_env, model_path, tools, [], "building")
     elf = build_dir / platformio_env / "firmware.elf"
     if not elf.is_file():
         raise LowtideError(f"the {platformio_env} build produced no firmware.elf", build_dir)
     return elf
+
+
+def build_board_firmware(spec: BoardSpec, model_path: Path) -> FirmwareImage:
+    """The firmware for `spec` with the model in it: refused before building if the model cannot fit the board,
+    built (or found built), and checked against the board's memory from its ELF."""
+    check_estimate_fits(spec, estimate_footprint(load_model(model_path)))
+    elf = build_firmware(spec.platformio_env, model_path, EMULATOR_TOOLS if spec.emulated else ())
+    image = read_firmware_image(elf, spec.platformio_env)
+    check_image_fits(spec, image, model_path.stem)
+    return image
+
+
+def upload_firmware(spec: BoardSpec, model_path: Path, port: str) -> None:
+    """PlatformIO's upload of the (built) firmware for `spec` to the board on `port`."""
+    if spec.emulated:
+        raise LowtideError(f"{spec.name} is emulated: there is nothing to flash", spec.path)
+    _pio_for_model(spec.platformio_env, model_path, (), ["-t", "upload", "--upload-port", port], "uploading")
 
 
 # --- running -------------------------------------------------------------------------------------------------------
@@ -253,13 +425,17 @@ class QemuBoard(Board):
         self.name = spec.name
         self.description = spec.description
 
+    def build(self, model_path: Path) -> FirmwareImage:
+        return build_board_firmware(self.spec, Path(model_path))
+
     @contextlib.contextmanager
-    def connect(self, model_path: Path, port: str | None, timeout: float) -> Iterator[Link]:
+    def connect(self, model_path: Path, port: str | None, timeout: float,
+                image: FirmwareImage | None = None) -> Iterator[Link]:
         if port:
             raise LowtideError(f"--board {self.name} starts its own emulator: leave out --port")
-        elf = build_firmware(self.spec.platformio_env, Path(model_path))
+        image = image or self.build(model_path)
         assert self.spec.emulator_command is not None
-        with run_emulator(self.spec.emulator_command, elf, timeout) as link:
+        with run_emulator(self.spec.emulator_command, image.elf, timeout) as link:
             yield link
 
 

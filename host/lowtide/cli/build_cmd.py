@@ -1,0 +1,146 @@
+"""`lowtide build` and `lowtide flash`: the firmware for a board (boards/*.toml) with a model in it.
+
+    lowtide build MODEL --board qemu-m4             # ELF path, flash and static RAM use, arena
+    lowtide flash MODEL --board nucleo-f746zg       # build, then PlatformIO's upload to the board's USB port
+
+Both refuse a model that cannot fit the board before building (arena + static RAM against SRAM, weights + code
+against flash), and check the built ELF again.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from lowtide.cli import app
+from lowtide.device.boards import detect_serial_port
+from lowtide.device.qemu import (
+    ARENA_SLACK_BYTES,
+    BoardSpec,
+    FirmwareImage,
+    build_board_firmware,
+    get_board_spec,
+    load_board_specs,
+    upload_firmware,
+)
+from lowtide.memory import tflm_plan
+from lowtide.model.reader import load_model
+
+
+@dataclass(frozen=True)
+class BuildReport:
+    model: str
+    board: str
+    platformio_env: str
+    emulated: bool
+    elf: str
+    flash_bytes: int
+    flash_capacity_bytes: int
+    static_ram_bytes: int  # .data + .bss: the arena is in .bss
+    stack_bytes: int  # the linker script's stack region, on top of the static RAM
+    sram_capacity_bytes: int
+    arena_planned_bytes: int  # TFLM's arena head as lowtide plans it
+    arena_capacity_bytes: int  # the plan plus the slack the firmware paints to catch writes beyond it
+
+
+def build_report(model: Path, spec: BoardSpec, image: FirmwareImage) -> BuildReport:
+    planned = tflm_plan(load_model(model)).head_bytes
+    return BuildReport(
+        model=str(model),
+        board=spec.name,
+        platformio_env=spec.platformio_env,
+        emulated=spec.emulated,
+        elf=str(image.elf),
+        flash_bytes=image.flash_bytes,
+        flash_capacity_bytes=spec.flash_bytes,
+        static_ram_bytes=image.static_ram_bytes,
+        stack_bytes=image.stack_bytes,
+        sram_capacity_bytes=spec.sram_bytes,
+        arena_planned_bytes=planned,
+        arena_capacity_bytes=planned + ARENA_SLACK_BYTES,
+    )
+
+
+def _board_help() -> str:
+    return f"board file name: {', '.join(sorted(load_board_specs()))}"
+
+
+def _build(model: Path, spec: BoardSpec, console: Console | None) -> BuildReport:
+    if console is None:
+        image = build_board_firmware(spec, model)
+    else:
+        with console.status(f"building the {spec.platformio_env} firmware for {model.name}"):
+            image = build_board_firmware(spec, model)
+    return build_report(model, spec, image)
+
+
+def _share(used: int, capacity: int) -> str:
+    return f"{used:,} B of {capacity:,} B ({100 * used / capacity:.1f}%)"
+
+
+def _table(report: BuildReport, title: str) -> Table:
+    table = Table(title=title, show_header=False)
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    table.add_row("ELF", report.elf)
+    table.add_row("flash (code, weights, .data)", _share(report.flash_bytes, report.flash_capacity_bytes))
+    table.add_row("static RAM (.data + .bss)", _share(report.static_ram_bytes, report.sram_capacity_bytes))
+    if report.stack_bytes:
+        table.add_row("stack region", f"{report.stack_bytes:,} B")
+    table.add_row("arena planned (TFLM head)", f"{report.arena_planned_bytes:,} B")
+    table.add_row("arena in the image (painted)", f"{report.arena_capacity_bytes:,} B")
+    return table
+
+
+@app.command()
+def build(
+    model: Annotated[Path, typer.Argument(help=".tflite model to build into the firmware")],
+    board: Annotated[str, typer.Option(help=_board_help())],
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object instead of a table")] = False,
+) -> None:
+    """Build the firmware image for BOARD's PlatformIO env with MODEL compiled in."""
+    report = _build(model, get_board_spec(board), None if as_json else Console(stderr=True))
+    if as_json:
+        print(json.dumps(asdict(report)))
+        return
+    Console().print(_table(report, f"{model.name} for {report.board} ({report.platformio_env})"))
+
+
+@app.command()
+def flash(
+    model: Annotated[Path, typer.Argument(help=".tflite model to build into the firmware")],
+    board: Annotated[str, typer.Option(help=_board_help())],
+    port: Annotated[
+        str | None, typer.Option(help="upload port; default: the one port with the board file's USB ID")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object instead of a table")] = False,
+) -> None:
+    """Build the firmware for BOARD with MODEL and upload it with PlatformIO (emulated boards: build only)."""
+    spec = get_board_spec(board)
+    if not spec.emulated and port is None:
+        port = detect_serial_port(spec.name, spec.serial.usb_ids)  # before building: a missing board fails fast
+    console = None if as_json else Console(stderr=True)
+    report = _build(model, spec, console)
+    if spec.emulated:
+        message = (f"{spec.name} is emulated: nothing to flash; `lowtide measure {model} --board {spec.name}` boots "
+                   f"this image in QEMU")
+    else:
+        assert port is not None
+        if console is None:
+            upload_firmware(spec, model, port)
+        else:
+            with console.status(f"uploading to {spec.name} on {port}"):
+                upload_firmware(spec, model, port)
+        message = (f"flashed {spec.name} on {port}; measure it with "
+                   f"`lowtide measure {model} --board serial --port {port}`")
+    if as_json:
+        print(json.dumps({**asdict(report), "flashed": not spec.emulated, "port": port, "message": message}))
+        return
+    Console().print(_table(report, f"{model.name} for {report.board} ({report.platformio_env})"))
+    Console().print(message)
