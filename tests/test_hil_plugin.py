@@ -425,3 +425,36 @@ def test_baselines_survive_a_writer_killed_mid_write(tmp_path: Path):
     merge_baselines(baselines, {}, lock_timeout=5)
     assert [p.name for p in tmp_path.iterdir() if p.suffix == ".tmp"] == []
     assert baselines.read_text() in (old, new)
+
+
+@pytest.mark.skipif(shutil.which("qemu-system-arm") is None or shutil.which("arm-none-eabi-gcc") is None,
+                    reason="needs qemu-system-arm and arm-none-eabi-gcc (scripts/install-firmware-deps.sh)")
+def test_worse_model_fails_on_qemu_m4_with_painted_and_instruction_figures(pytester: pytest.Pytester):
+    """The same regression on the emulated Cortex-M4: the compiled firmware paints the arena and counts
+    instructions, so the message shows the high-water mark growing from the planned head of the optimized model
+    to TFLM's greedy head of the stock one."""
+    model = pytester.path / "mlperf_vww_96_int8.tflite"
+    (pytester.path / "optimized").mkdir()
+    optimized = optimize_model(VWW, pytester.path / "optimized" / "vww.tflite", time_limit=5.0)
+    shutil.copy(optimized.export.model_path, model)
+    pytester.makepyfile(test_vww=ONE_MODEL_TEST.format(model=str(model)))
+    options = [*PLUGIN, "--lowtide-board", "qemu-m4", "--lowtide-baselines", str(pytester.path / "baselines.json")]
+
+    pytester.runpytest(*options, "--lowtide-update-baselines").assert_outcomes(passed=1)
+    (key, recorded), = load_baselines(pytester.path / "baselines.json").items()
+    assert key.board == "qemu-mps2-an386" and key.runtime == "lowtide-compiled"
+    assert recorded.figures["arena_high_water_bytes"] == optimized.planned_head_bytes == 55_296
+    pytester.runpytest(*options).assert_outcomes(passed=1)
+
+    shutil.copy(VWW, model)
+    run = pytester.runpytest(*options, "--junitxml=report.xml")
+    run.assert_outcomes(failed=1)
+    run.stdout.fnmatch_lines([
+        "*lowtide: mlperf_vww_96_int8.tflite regressed on qemu-mps2-an386*",
+        "*the model changed since its baseline*",
+        "*arena_high_water_bytes*55,296 B -> 73,728 B*+18,432 B (+33.3%)*REGRESSED",
+    ])
+    testcase = ET.parse(pytester.path / "report.xml").find(".//testcase")
+    properties = {p.get("name"): p.get("value") for p in testcase.iter("property")}
+    assert properties["lowtide.mlperf_vww_96_int8.arena_high_water_bytes"] == "73728"
+    assert int(properties["lowtide.mlperf_vww_96_int8.latency_median_cycles"]) > 0

@@ -97,7 +97,7 @@ class HostTflmBoard(Board):
                 finally:
                     link.close()
             finally:
-                _stop(process)
+                stop_process(process)
 
 
 def _board_stderr(stderr_file) -> str:
@@ -131,8 +131,9 @@ def _read_ready_line(process: subprocess.Popen, stderr_file, timeout: float) -> 
     return text[len(READY_PREFIX) :]
 
 
-def _stop(process: subprocess.Popen) -> None:
-    """End the board process: closing its stdin asks it to exit; terminate, then kill, if it does not."""
+def stop_process(process: subprocess.Popen) -> None:
+    """End a board process (host-tflm, an emulator): closing its stdin asks it to exit; terminate, then kill, if
+    it does not."""
     for stream in (process.stdin, process.stdout):
         if stream:
             stream.close()

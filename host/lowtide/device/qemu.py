@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from lowtide.device.boards import Board, register_board
+from lowtide.device.boards import Board, register_board, stop_process
 from lowtide.device.transport import Link, open_link
 from lowtide.errors import LowtideError
 from lowtide.memory import tflm_plan
@@ -42,7 +42,6 @@ PROJECT_DIR = Path(__file__).resolve().parents[3]
 BOARDS_DIR = PROJECT_DIR / "boards"
 TOOL_SCONS_DIR = PROJECT_DIR / "firmware" / "tools" / "tool-scons"
 BUILD_TIMEOUT_S = 900.0  # a cold build of a large model's weights; the board's own timeout bounds everything after
-_STOP_GRACE_S = 3.0
 _CONNECT_POLL_S = 0.02
 _PORT_ATTEMPTS = 3  # another process may take the free port between our probe and QEMU's bind
 EMULATOR_TOOLS = ("arm-none-eabi-gcc", "qemu-system-arm")  # Debian's, on PATH; real boards get theirs from PlatformIO
@@ -351,19 +350,6 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _stop(process: subprocess.Popen) -> None:
-    for ask in (process.terminate, process.kill):
-        if process.poll() is not None:
-            return
-        ask()
-        try:
-            process.wait(timeout=_STOP_GRACE_S)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-    process.wait()  # after SIGKILL: only a process stuck in the kernel takes longer
-
-
 def _last_line(stream) -> str:
     stream.seek(0)
     lines = stream.read().decode("utf-8", "replace").strip().splitlines()
@@ -396,7 +382,7 @@ def run_emulator(command: tuple[str, ...], elf: Path, timeout: float) -> Iterato
                     link.close()
                 return
             finally:
-                _stop(process)
+                stop_process(process)
 
 
 def _connect(process: subprocess.Popen, port: int, timeout: float) -> Link | None:
