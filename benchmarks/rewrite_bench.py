@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         "Heads and totals are measured by the host TFLM interpreter on the model as `rewrite_auto` writes it (stored",
         "order, TFLM's greedy placement); `lowtide optimize --rewrite auto` then plans it further. Totals include",
         "TFLM's persistent tail, which grows with the extra operators and tensors of the patches: `lowtide optimize`",
-        "keeps the original when that outweighs the smaller head. Instructions: the compiled model on qemu-m4",
+        "keeps the original when that outweighs the smaller head. The compiled runtime (`lowtide compile`) has no",
+        "such tail: there the tiled head is the whole RAM. Instructions: the compiled model on qemu-m4",
         "(`-icount shift=0`), one inference after none of warm-up; both versions' outputs matched the host TFLM.",
         "",
         "| model | stock head | stock total | best-order head | tiled head | tiled total | head vs stock | extra MACs |"
