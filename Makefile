@@ -2,10 +2,14 @@
 PYTHON ?= python3
 BUILD ?= build
 
-.PHONY: install demo test bench
+.PHONY: install firmware-deps demo test bench
 
 install:
 	$(PYTHON) -m pip install --quiet -e '.[test]'
+
+# The Arm toolchain, QEMU and offline PlatformIO that the emulated boards' tests need (apt needs root).
+firmware-deps:
+	PYTHON=$(PYTHON) scripts/install-firmware-deps.sh
 
 # Build the irregularly wired demo model, show what stock TFLM would allocate, then optimise and verify it.
 demo: install
@@ -14,7 +18,7 @@ demo: install
 	lowtide inspect $(BUILD)/demo.tflite --plot $(BUILD)/demo_live.png
 	lowtide optimize $(BUILD)/demo.tflite -o $(BUILD)/demo_optimized.tflite --verify
 
-test: install
+test: install firmware-deps
 	$(PYTHON) -m pytest -q --lowtide-board host-tflm --lowtide-board qemu-m4
 
 bench: install
