@@ -218,8 +218,8 @@ class WrappedHostTflm(Board):
         self.name, self.wrap, self.links = name, wrap, []
 
     @contextlib.contextmanager
-    def connect(self, model_path, port, timeout):
-        with HostTflmBoard().connect(model_path, port, timeout) as link:
+    def connect(self, model_path, port, timeout, image=None):
+        with HostTflmBoard().connect(model_path, port, timeout, image) as link:
             wrapped = self.wrap(link)
             self.links.append(wrapped)
             yield wrapped
