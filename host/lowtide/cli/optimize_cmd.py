@@ -63,15 +63,17 @@ def optimize_report(result: OptimizeResult) -> dict:
         report["outputs_identical"] = result.verification.outputs_identical
     if result.rewrite:
         r = result.rewrite
+        macs_after = result.rewrite_macs or r.macs_before
         report["rewrite"] = {
-            "used": result.rewrite_used,
+            "used": result.rewrite_grid is not None,
             "reason": r.reason,
-            "grid": list(r.grid) if r.grid else None,
+            "grid": list(result.rewrite_grid) if result.rewrite_grid else None,
+            "search_grid": list(r.grid) if r.grid else None,
             "source": r.source,
             "target": r.target,
             "macs_before": r.macs_before,
-            "macs_after": r.macs_after if result.rewrite_used else r.macs_before,
-            "mac_overhead": round(r.mac_overhead, 4) if result.rewrite_used else 0.0,
+            "macs_after": macs_after,
+            "mac_overhead": round(macs_after / r.macs_before - 1, 4) if r.macs_before else 0.0,
             "pareto": [
                 {"source": c.source, "target": c.target, "grid": list(c.grid), "macs": c.macs,
                  "live_peak_bytes": c.live_peak_bytes, "head_bytes": c.head_bytes}
@@ -96,11 +98,16 @@ def _show(console: Console, result: OptimizeResult) -> None:
     console.print(f"head saved: {saved:,} B ({saved / max(result.stock_head_bytes, 1):.1%}); {verdict}; "
                   f"{result.seconds:.1f} s")
     if result.rewrite:
-        used = result.rewrite_used
-        console.print(f"rewrite: {result.rewrite.reason}" + (
-            f" (+{result.rewrite.mac_overhead:.1%} MACs)" if used else "" if result.rewrite.rewritten else "")
-            + ("" if used or not result.rewrite.rewritten else
-               "; kept the original: with the tiled graph's extra operators and tensors, TFLM's total is larger"))
+        r, grid = result.rewrite, result.rewrite_grid
+        if grid:
+            overhead = (result.rewrite_macs or r.macs_before) / max(r.macs_before, 1) - 1
+            console.print(f"rewrite: tiled {r.source} -> {r.target} as {grid[0]}x{grid[1]} patches "
+                          f"(+{overhead:.1%} MACs; the search's lowest head was {r.grid[0]}x{r.grid[1]})")
+        elif r.rewritten:
+            console.print(f"rewrite: {r.reason}; kept the original: with the tiled graph's extra operators and "
+                          "tensors, TFLM's total is larger")
+        else:
+            console.print(f"rewrite: {r.reason}")
     if result.verification:
         console.print("[green]verified[/]: outputs bit-identical, measured head = planned head")
     console.print(f"arena for a 32-bit MCU: {result.export.arena_size_bytes:,} B "

@@ -18,7 +18,8 @@ from lowtide.memory import buffer_lifetimes, tflm_plan
 from lowtide.memory.lifetimes import Buffer, Order, stored_order
 from lowtide.memory.placement import Placement, place
 from lowtide.model import Graph, load_model, read_model
-from lowtide.rewrite import RewriteResult, rewrite_auto
+from lowtide.rewrite import RewriteResult, rewrite_auto, tile
+from lowtide.rewrite.regions import graph_macs
 from lowtide.schedule import Schedule, find_schedule
 
 # Share of the time limit the operator-order search may use; placement gets what is left after it, less a
@@ -27,6 +28,8 @@ SCHEDULE_SHARE = 0.5
 RESERVE_SHARE = 0.15
 # With --rewrite, the rewrite search takes this share first; the rest is split as above between both graphs.
 REWRITE_SHARE = 0.4
+# Coarse patch grids tried beside rewrite_auto's choice (see _coarser_tiling).
+COARSE_GRIDS = ((2, 2), (2, 3), (3, 2), (3, 3), (4, 4))
 
 # (phase, fraction of the phase done or None, what it has found so far)
 PhaseProgress = Callable[[str, float | None, str], None]
@@ -53,7 +56,8 @@ class OptimizeResult:
     verification: Verification | None  # only with verify=True
     seconds: float
     rewrite: RewriteResult | None = None  # only with rewrite=True
-    rewrite_used: bool = False  # the written model is the rewritten graph (it placed below the original)
+    rewrite_grid: tuple[int, int] | None = None  # patch grid of the written model; None when the original was kept
+    rewrite_macs: int | None = None  # MACs of the written model when it is a rewritten one
 
     @property
     def planned_head_bytes(self) -> int:
@@ -107,6 +111,7 @@ def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: flo
     rewritten = None
     candidates = [graph]
     tails = [stock.mcu32_tail_bytes]
+    grids: list[tuple[int, int] | None] = [None]
     if rewrite:
         report("rewrite", None, "")
         rewritten = rewrite_auto(graph, max_mac_overhead, time_limit * REWRITE_SHARE)
@@ -114,6 +119,12 @@ def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: flo
         if rewritten.rewritten:
             candidates.append(read_model(rewritten.model, str(model_path)))
             tails.append(oracle.allocate(rewritten.model, path=str(model_path)).mcu32_tail_bytes)
+            grids.append(rewritten.grid)
+            coarse = _coarser_tiling(graph, rewritten, str(model_path))
+            if coarse:
+                candidates.append(coarse[0])
+                tails.append(coarse[1])
+                grids.append(coarse[2])
     # Each candidate graph is scheduled and placed, and the one with the smaller arena on a 32-bit MCU is written:
     # tiling shrinks the head but adds operators and tensors, whose persistent structs grow the tail. The original
     # is always a candidate, so rewriting can never end above plain optimization.
@@ -165,8 +176,32 @@ def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: flo
         verification=verification,
         seconds=time.monotonic() - started,
         rewrite=rewritten,
-        rewrite_used=best > 0,
+        rewrite_grid=grids[best],
+        rewrite_macs=graph_macs(graph) if best else None,
     )
+
+
+def _coarser_tiling(graph: Graph, rewritten: RewriteResult,
+                    path: str) -> tuple[Graph, int, tuple[int, int]] | None:
+    """The same region as `rewritten`, tiled into fewer patches: (graph, 32-bit tail, grid) of the coarse grid
+    whose greedy TFLM total is smallest. rewrite_auto minimises the head; each patch adds operators whose
+    persistent state (per-channel quantization data, node structs) grows the tail, so a coarser grid often
+    gives the smaller arena in all."""
+    names = {t.name: t.index for t in graph.main.tensors}
+    source, target = names[rewritten.source], names[rewritten.target]
+    best = None
+    for grid in COARSE_GRIDS:
+        if grid[0] * grid[1] >= rewritten.grid[0] * rewritten.grid[1]:
+            continue
+        try:
+            data = tile(graph, source, target, grid)
+        except LowtideError:
+            continue  # the region is too small for this grid
+        figures = oracle.allocate(data, path=path)
+        total = figures.head_bytes + figures.mcu32_tail_bytes
+        if best is None or total < best[0]:
+            best = (total, data, figures.mcu32_tail_bytes, grid)
+    return (read_model(best[1], path), best[2], best[3]) if best else None
 
 
 def _plan(graph: Graph, stock_head_bytes: int, budget: float,
