@@ -42,11 +42,19 @@ def _gap(result: OptimizeResult) -> str:
     return f"+{gap:,} B ({gap / max(result.lower_bound_bytes, 1):.1%})"
 
 
-def markdown_section(rows: list[Row], command: str, time_limit: float) -> str:
+def _rewrite_cell(result: OptimizeResult) -> str:
+    grid = result.rewrite_grid
+    if grid:
+        return f"{grid[0]}x{grid[1]} patches"
+    return "kept original" if result.rewrite and result.rewrite.rewritten else "none possible"
+
+
+def markdown_section(rows: list[Row], command: str, time_limit: float, rewrite: bool = False) -> str:
     done = [r for r in rows if r.result]
     head_ratios = [r.result.planned_head_bytes / r.result.stock_head_bytes for r in done if r.result.stock_head_bytes]
     total_ratios = [r.result.total_bytes / r.result.stock_total_bytes for r in done]
     lines = [
+        "## `lowtide optimize --rewrite auto`: arena before and after, patch tiling allowed" if rewrite else
         "## `lowtide optimize`: arena before and after",
         "",
         f"Made by `{command}` on {time.strftime('%Y-%m-%d')} (Python {platform.python_version()}, "
@@ -59,9 +67,19 @@ def markdown_section(rows: list[Row], command: str, time_limit: float) -> str:
         "the original on random inputs, measured head equal to the planned head. Gap = planned head above the",
         "lower bound (the smallest live peak of any operator order); time = the whole run, verification included.",
         "",
-        "| model | stock head | stock total | lowtide head | lowtide total | head ratio | optimal or gap | time |",
-        "|---|---:|---:|---:|---:|---:|---|---:|",
+        "| model | stock head | stock total | lowtide head | lowtide total | head ratio | optimal or gap |"
+        + (" rewrite |" if rewrite else "") + " time |",
+        "|---|---:|---:|---:|---:|---:|---|" + ("---|" if rewrite else "") + "---:|",
     ]
+    if rewrite:
+        header = lines[-2:]
+        lines[-2:] = [
+            "With `--rewrite auto` the graph may also be tiled (extra MACs <= 20%); the graph with the smaller",
+            "32-bit arena (head + estimated tail) is written, so no model ends above plain `lowtide optimize`.",
+            "Optimal = no order or placement of the written graph does better.",
+            "",
+            *header,
+        ]
     for row in rows:
         r = row.result
         if r is None:
@@ -70,11 +88,12 @@ def markdown_section(rows: list[Row], command: str, time_limit: float) -> str:
         ratio = r.planned_head_bytes / r.stock_head_bytes if r.stock_head_bytes else 1.0
         lines.append(
             f"| {row.model} | {r.stock_head_bytes:,} | {r.stock_total_bytes:,} | {r.planned_head_bytes:,} | "
-            f"{r.total_bytes:,} | {ratio:.3f} | {_gap(r)} | {row.seconds:.1f} s |"
+            f"{r.total_bytes:,} | {ratio:.3f} | {_gap(r)} |" + (f" {_rewrite_cell(r)} |" if rewrite else "")
+            + f" {row.seconds:.1f} s |"
         )
     slowest = max((r.seconds for r in rows), default=0.0)
     lines += [
-        f"| **geometric mean** | | | | | **{geomean(head_ratios):.3f}** | | |",
+        f"| **geometric mean** | | | | | **{geomean(head_ratios):.3f}** | |" + (" |" if rewrite else "") + " |",
         "",
         f"Geometric mean of lowtide/stock total: {geomean(total_ratios):.3f}. "
         f"{sum(1 for r in done if r.result.optimal)} of {len(rows)} models proven optimal; "
@@ -88,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", type=Path, default=SHARED_MODELS)
     parser.add_argument("--time-limit", type=float, default=30.0)
     parser.add_argument("--doc", type=Path, default=DOC)
+    parser.add_argument("--rewrite", action="store_true", help="optimize with --rewrite auto (its own section)")
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     command = " ".join(["python benchmarks/optimize_bench.py", *argv])
@@ -105,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
             started = time.monotonic()
             with console.status(f"optimizing {path.name}"):
                 try:
-                    result = optimize_model(path, Path(tmp) / path.name, args.time_limit, verify=True)
+                    result = optimize_model(path, Path(tmp) / path.name, args.time_limit, verify=True,
+                                            rewrite=args.rewrite)
                     row = Row(path.stem, result, None, time.monotonic() - started)
                 except LowtideError as exc:
                     row = Row(path.stem, None, str(exc), time.monotonic() - started)
@@ -118,8 +139,9 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 table.add_row(row.model, "", "", "", f"[red]FAILED: {row.error}[/]", f"{row.seconds:.1f} s")
     console.print(table)
-    write_section(args.doc, SECTION, markdown_section(rows, command, args.time_limit))
-    console.print(f"wrote the optimize section of {args.doc}")
+    section = f"{SECTION}-rewrite" if args.rewrite else SECTION
+    write_section(args.doc, section, markdown_section(rows, command, args.time_limit, args.rewrite))
+    console.print(f"wrote the {section} section of {args.doc}")
     return 1 if any(r.result is None or r.seconds >= args.time_limit for r in rows) else 0
 
 
