@@ -227,17 +227,24 @@ def _weighted(e: ModelEmitter, op: Operator, name: str, kind: str) -> str:
         multipliers, shifts = q.per_channel_multipliers(in_q.scale, list(f_q.scales), out_q.scale, params["out_c"])
         params.update(input_offset=-in_q.zero_point, output_offset=out_q.zero_point,
                       **_quantized_activation(e, op, op.outputs[0]))
-        p = e.struct(f"{name}_params", "lt_conv_params", params)
-        m = e.array(f"{name}_multiplier", "int32_t", multipliers)
-        s = e.array(f"{name}_shift", "int32_t", shifts)
-        return (f"lt_{kind}_s8({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
-                f"{e.pointer(bias) if bias is not None else 'NULL'}, {m}, {s}, {e.pointer(op.outputs[0], True)});")
+        return _weighted_call(e, op, name, f"lt_{kind}_s8", "lt_conv_params", params, bias, (multipliers, shifts))
     if ins[:2] == ["float32", "float32"] and outs == ["float32"]:
         params.update(_float_activation(op))
-        p = e.struct(f"{name}_params", "lt_conv_params", params)
-        return (f"lt_{kind}_f32({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
-                f"{e.pointer(bias) if bias is not None else 'NULL'}, {e.pointer(op.outputs[0], True)});")
+        return _weighted_call(e, op, name, f"lt_{kind}_f32", "lt_conv_params", params, bias)
     raise Unsupported(f"types {ins} -> {outs}")
+
+
+def _weighted_call(e, op, name, function, struct_type, params, bias, requantization=None) -> str:
+    """The C call of a kernel with weights: (params, input, filter, bias[, multipliers, shifts], output)."""
+    params_ref = e.struct(f"{name}_params", struct_type, params)
+    requant_refs = []
+    if requantization:
+        multipliers, shifts = requantization
+        requant_refs = [e.array(f"{name}_multiplier", "int32_t", multipliers),
+                        e.array(f"{name}_shift", "int32_t", shifts)]
+    args = [params_ref, e.pointer(op.inputs[0]), e.pointer(op.inputs[1]),
+            e.pointer(bias) if bias is not None else "NULL", *requant_refs, e.pointer(op.outputs[0], True)]
+    return f"{function}({', '.join(args)});"
 
 
 def lower_conv_2d(e, op, name):
@@ -264,16 +271,11 @@ def lower_fully_connected(e, op, name):
         multipliers, shifts = q.per_channel_multipliers(in_q.scale, list(f_q.scales), out_q.scale, out_depth)
         params.update(input_offset=-in_q.zero_point, filter_offset=-f_q.zero_point if len(f_q.scales) == 1 else 0,
                       output_offset=out_q.zero_point, **_quantized_activation(e, op, op.outputs[0]))
-        p = e.struct(f"{name}_params", "lt_fc_params", params)
-        m = e.array(f"{name}_multiplier", "int32_t", multipliers)
-        s = e.array(f"{name}_shift", "int32_t", shifts)
-        return (f"lt_fully_connected_s8({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
-                f"{e.pointer(bias) if bias is not None else 'NULL'}, {m}, {s}, {e.pointer(op.outputs[0], True)});")
+        return _weighted_call(e, op, name, "lt_fully_connected_s8", "lt_fc_params", params, bias,
+                              (multipliers, shifts))
     if ins[:2] == ["float32", "float32"] and outs == ["float32"]:
         params.update(_float_activation(op))
-        p = e.struct(f"{name}_params", "lt_fc_params", params)
-        return (f"lt_fully_connected_f32({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
-                f"{e.pointer(bias) if bias is not None else 'NULL'}, {e.pointer(op.outputs[0], True)});")
+        return _weighted_call(e, op, name, "lt_fully_connected_f32", "lt_fc_params", params, bias)
     raise Unsupported(f"types {ins} -> {outs}")
 
 
