@@ -2,7 +2,7 @@
 PYTHON ?= python3
 BUILD ?= build
 
-.PHONY: install firmware-deps demo test bench
+.PHONY: install firmware-deps demo demo-board test bench
 
 install:
 	$(PYTHON) -m pip install --quiet -e '.[test]'
@@ -17,6 +17,11 @@ demo: install
 	lowtide demo-model $(BUILD)/demo.tflite
 	lowtide inspect $(BUILD)/demo.tflite --plot $(BUILD)/demo_live.png
 	lowtide optimize $(BUILD)/demo.tflite -o $(BUILD)/demo_optimized.tflite --verify
+
+# The demo continued on an emulated Cortex-M4: compiled firmware, painted arena, instruction count.
+demo-board: demo firmware-deps
+	lowtide measure $(BUILD)/demo.tflite --board qemu-m4
+	lowtide measure $(BUILD)/demo_optimized.tflite --board qemu-m4
 
 test: install firmware-deps
 	$(PYTHON) -m pytest -q --lowtide-board host-tflm --lowtide-board qemu-m4
