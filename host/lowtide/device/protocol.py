@@ -159,6 +159,14 @@ def _text(data: bytes) -> str:
     return data.decode("utf-8", "replace")
 
 
+def _unpack_head(fmt: str, payload: bytes, name: str) -> tuple[tuple, bytes]:
+    """A fixed-layout head followed by variable bytes: (head fields, the rest)."""
+    fixed = struct.calcsize(fmt)
+    if len(payload) < fixed:
+        raise ProtocolError(f"{name} payload too short")
+    return struct.unpack_from(fmt, payload), payload[fixed:]
+
+
 def _unpack(fmt: str, payload: bytes, name: str) -> tuple:
     if len(payload) != struct.calcsize(fmt):
         raise ProtocolError(f"{name} payload of {len(payload)} bytes, expected {struct.calcsize(fmt)}")
@@ -255,10 +263,8 @@ class SetInput:
 
     @classmethod
     def from_payload(cls, payload: bytes) -> SetInput:
-        fixed = struct.calcsize(cls._FIXED)
-        if len(payload) < fixed:
-            raise ProtocolError("SET_INPUT payload too short")
-        return cls(*struct.unpack_from(cls._FIXED, payload), payload[fixed:])
+        head, rest = _unpack_head(cls._FIXED, payload, "SET_INPUT")
+        return cls(*head, rest)
 
 
 @dataclass(frozen=True)
@@ -331,10 +337,8 @@ class Data:
 
     @classmethod
     def from_payload(cls, payload: bytes) -> Data:
-        fixed = struct.calcsize(cls._FIXED)
-        if len(payload) < fixed:
-            raise ProtocolError("DATA payload too short")
-        return cls(*struct.unpack_from(cls._FIXED, payload), payload[fixed:])
+        head, rest = _unpack_head(cls._FIXED, payload, "DATA")
+        return cls(*head, rest)
 
 
 @dataclass(frozen=True)
@@ -452,10 +456,8 @@ class Error:
 
     @classmethod
     def from_payload(cls, payload: bytes) -> Error:
-        fixed = struct.calcsize(cls._FIXED)
-        if len(payload) < fixed:
-            raise ProtocolError("ERROR payload too short")
-        return cls(*struct.unpack_from(cls._FIXED, payload), _text(payload[fixed:]))
+        head, rest = _unpack_head(cls._FIXED, payload, "ERROR")
+        return cls(*head, _text(rest))
 
     def describe(self) -> str:
         try:
