@@ -62,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
             identical = all(np.array_equal(a, b) for a, b in zip(stock.outputs, run.outputs))
             failures += not identical
             grid = f"{result.grid[0]}x{result.grid[1]}" if result.grid else f"none: {result.reason}"
+            if result.split_source:
+                grid += ", source in strips"
             instructions = ""
             if args.qemu:
                 rewritten_path = Path(tmp) / f"{name}_tiled.tflite"
@@ -81,8 +83,10 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"Made by `python benchmarks/rewrite_bench.py {' '.join(argv)}`.".replace(" `.", "`."),
         "",
-        "Heads and totals are measured by the host TFLM interpreter on the model as `rewrite_auto` writes it (stored",
-        "order, TFLM's greedy placement); `lowtide optimize --rewrite auto` then plans it further. Totals include",
+        "Heads and totals are measured by the host TFLM interpreter on the model as `rewrite_auto` returns it (stored",
+        "order, lowtide's placement as its OfflineMemoryAllocation plan: \"source in strips\" means a SPLIT_V cuts the",
+        "region's input into row strips inside its own bytes; mcunet_vww's float input is also quantized in place).",
+        "`lowtide optimize --rewrite auto` may reorder it further. Totals include",
         "TFLM's persistent tail, which grows with the extra operators and tensors of the patches: `lowtide optimize`",
         "keeps the original when that outweighs the smaller head. The compiled runtime (`lowtide compile`) has no",
         "such tail: there the tiled head is the whole RAM. Instructions: the compiled model on qemu-m4",

@@ -112,3 +112,47 @@ def test_scratch_buffers_go_where_tflm_greedy_puts_them_around_planned_tensors()
     # too small for the 32-byte scratch, so TFLM puts it on top, whatever offset is asked for.
     offsets = tflm_offsets_with_plan(buffers, [64, 0, 48])
     assert offsets == [64, 0, 96]
+
+
+def _strips_then_patch() -> list[Buffer]:
+    """An input (8 units, scopes 0-1) cut in place into two strips at scope 2; the first strip dies there, the
+    second is read until scope 4; a patch output made at scope 3 fits only into the first strip's bytes."""
+    return [
+        tensor(0, 8, 0, 1),
+        Buffer(0, 1, None, 64, 2, 2, shares=(0, 0)),
+        Buffer(0, 2, None, 64, 2, 4, shares=(0, 64)),
+        tensor(3, 4, 3, 4),
+    ]
+
+
+def test_in_place_outputs_stay_inside_their_input_and_free_its_bytes():
+    buffers = _strips_then_patch()
+    placement = place(buffers, time_limit=5)
+    check_no_overlap(buffers, placement.offsets)
+    x, first, second, patch = placement.offsets
+    assert (first, second) == (x, x + 64)
+    assert placement.head_bytes == placement.lower_bound_bytes == 128 and placement.optimal
+    assert patch == first  # the patch reuses the first strip's rows
+
+
+def test_overlap_check_refuses_an_in_place_output_moved_off_its_input():
+    buffers = _strips_then_patch()
+    with pytest.raises(LowtideError, match="in-place output t2"):
+        check_no_overlap(buffers, [0, 0, 128, 64])
+
+
+def test_random_instances_with_in_place_groups_place_validly():
+    rng = np.random.default_rng(3)
+    for _ in range(30):
+        buffers = random_buffers(rng, 6)
+        # Cut buffer 0 into three strips at the scope after its last one; each strip lives on for a while.
+        root = buffers[0]
+        strip = root.size // 3 // 16 * 16
+        for k in range(3):
+            size = strip if k < 2 else root.size - 2 * strip
+            if size:
+                buffers.append(Buffer(0, 10 + k, None, size, root.last + 1, root.last + 1 + int(rng.integers(0, 4)),
+                                      shares=(root.tensor, k * strip)))
+        placement = place(buffers, time_limit=2)
+        check_no_overlap(buffers, placement.offsets)
+        assert placement.lower_bound_bytes <= placement.head_bytes

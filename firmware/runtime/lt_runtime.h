@@ -81,7 +81,10 @@ typedef struct {
     int32_t input_zero_point, output_zero_point, multiplier, shift;
 } lt_mean_params;
 
-/* A box copy between two strided views: RESHAPE, TRANSPOSE, STRIDED_SLICE, CONCATENATION, PAD's interior. */
+/* A box copy between two strided views: TRANSPOSE, STRIDED_SLICE, CONCATENATION, SPLIT, SPLIT_V, PAD's interior.
+ * The views either share no byte or are one and the same view (same address, same steps along every dimension
+ * longer than 1: an in-place SPLIT or CONCATENATION), which is left untouched. `lowtide compile` refuses any
+ * other overlap, whose result would depend on the copy order. */
 typedef struct {
     int32_t ndim;
     int32_t dims[LT_MAX_DIMS];
@@ -108,6 +111,10 @@ void lt_softmax_s8(const lt_softmax_params *p, const int8_t *input, int8_t *outp
 void lt_logistic_s8(const int8_t *input, int8_t *output, int32_t count, int32_t input_zero_point,
                     int32_t input_range_radius, int32_t input_multiplier, int32_t input_left_shift);
 void lt_mean_s8(const lt_mean_params *p, const int8_t *input, int8_t *output);
+/* QUANTIZE may run in place: `output` may start at `input` (no restrict on purpose). Each loop reads element i
+ * before writing output element i at byte i * 1 <= i * sizeof(input element), so a write only lands on input
+ * elements already read. int8_t is a character type: the compiler must assume the two may alias and keep the
+ * order. An output starting after the input would not be safe. */
 void lt_quantize_f32_s8(const float *input, int8_t *output, int32_t count, float scale, int32_t zero_point);
 void lt_requantize_s8(const int8_t *input, int8_t *output, int32_t count, int32_t input_zero_point,
                       int32_t multiplier, int32_t shift, int32_t output_zero_point);
@@ -129,7 +136,7 @@ void lt_logistic_f32(const float *input, float *output, int32_t count);
 void lt_mean_f32(const lt_mean_params *p, const float *input, float *output);
 
 /* type-agnostic data movement */
-void lt_copy(const void *input, void *output, uint32_t bytes);
+void lt_copy(const void *input, void *output, uint32_t bytes); /* any overlap: memmove */
 void lt_copy_strided(const lt_copy_params *p, const void *input, void *output);
 void lt_fill(void *output, uint32_t count, const void *value, int32_t elem_size);
 void lt_resize_nearest(const lt_resize_params *p, const int32_t *y_map, const int32_t *x_map, const void *input,

@@ -71,12 +71,13 @@ def optimize_report(result: OptimizeResult) -> dict:
             "search_grid": list(r.grid) if r.grid else None,
             "source": r.source,
             "target": r.target,
+            "split_source": r.split_source,
             "macs_before": r.macs_before,
             "macs_after": macs_after,
             "mac_overhead": round(macs_after / r.macs_before - 1, 4) if r.macs_before else 0.0,
             "pareto": [
-                {"source": c.source, "target": c.target, "grid": list(c.grid), "macs": c.macs,
-                 "live_peak_bytes": c.live_peak_bytes, "head_bytes": c.head_bytes}
+                {"source": c.source, "target": c.target, "grid": list(c.grid), "split_source": c.split_source,
+                 "macs": c.macs, "live_peak_bytes": c.live_peak_bytes, "head_bytes": c.head_bytes}
                 for c in r.pareto
             ],
             "seconds": round(r.seconds, 3),
@@ -101,7 +102,8 @@ def _show(console: Console, result: OptimizeResult) -> None:
         r, grid = result.rewrite, result.rewrite_grid
         if grid:
             overhead = (result.rewrite_macs or r.macs_before) / max(r.macs_before, 1) - 1
-            console.print(f"rewrite: tiled {r.source} -> {r.target} as {grid[0]}x{grid[1]} patches "
+            strips = " from row strips of the source" if r.split_source else ""
+            console.print(f"rewrite: tiled {r.source} -> {r.target} as {grid[0]}x{grid[1]} patches{strips} "
                           f"(+{overhead:.1%} MACs; the search's lowest head was {r.grid[0]}x{r.grid[1]})")
         elif r.rewritten:
             console.print(f"rewrite: {r.reason}; kept the original: with the tiled graph's extra operators and "

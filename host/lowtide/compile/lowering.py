@@ -454,6 +454,45 @@ def _elem_size(t: Tensor) -> int:
     return np.dtype(NUMPY_TYPES[t.dtype]).itemsize
 
 
+@dataclass(frozen=True)
+class View:
+    """The elements of one tensor that a box copy visits: from element `start`, `steps[d]` elements apart along
+    each copy dimension d."""
+
+    tensor: int
+    start: int
+    steps: tuple[int, ...]
+
+
+def _arena_bytes(e: ModelEmitter, view: View, dims, elem_size: int) -> tuple[int, int] | None:
+    """[first, end) arena bytes a view touches; None when it is not in the arena."""
+    if e.tensor(view.tensor).kind is not TensorKind.ACTIVATION or view.tensor not in e.offsets:
+        return None
+    lo = hi = view.start
+    for n, step in zip(dims, view.steps):
+        lo, hi = lo + min(0, step * (n - 1)), hi + max(0, step * (n - 1))
+    base = e.offsets[view.tensor]
+    return base + lo * elem_size, base + (hi + 1) * elem_size
+
+
+def _copy_strided(e: ModelEmitter, name: str, dims, source: View, target: View) -> str:
+    """One lt_copy_strided call from `source` to `target`. A memory plan may put the two on the same bytes only
+    as the very same view (an in-place SPLIT or CONCATENATION), which the runtime then skips; any other overlap
+    would read bytes the copy has already overwritten, so it is refused."""
+    size = _elem_size(e.tensor(source.tensor))
+    if math.prod(dims):
+        a, b = _arena_bytes(e, source, dims, size), _arena_bytes(e, target, dims, size)
+        same_view = a is not None and b is not None and a[0] == b[0] and all(
+            n <= 1 or s == t for n, s, t in zip(dims, source.steps, target.steps))
+        _require(a is None or b is None or a[1] <= b[0] or b[1] <= a[0] or same_view,
+                 f"the memory plan overlaps tensors {source.tensor} and {target.tensor} in a way no copy can run "
+                 f"in place")
+    p = _copy(e, name, dims, source.steps, target.steps, size)
+    src, dst = e.pointer(source.tensor), e.pointer(target.tensor, True)
+    return (f"lt_copy_strided({p}, {f'{src} + {source.start}' if source.start else src}, "
+            f"{f'{dst} + {target.start}' if target.start else dst});")
+
+
 def lower_transpose(e, op, name):
     _same_types(e, op)
     t_in, t_out = e.tensor(op.inputs[0]), e.tensor(op.outputs[0])
@@ -461,8 +500,8 @@ def lower_transpose(e, op, name):
     in_st = strides(t_in.shape)
     dims = [t_in.shape[p] for p in perm]
     _require(tuple(dims) == t_out.shape, "output shape does not match the permutation")
-    p = _copy(e, f"{name}_params", dims, [in_st[p] for p in perm], strides(t_out.shape), _elem_size(t_in))
-    return f"lt_copy_strided({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
+    return _copy_strided(e, f"{name}_params", dims, View(op.inputs[0], 0, tuple(in_st[p] for p in perm)),
+                         View(op.outputs[0], 0, tuple(strides(t_out.shape))))
 
 
 def lower_pad(e, op, name):
@@ -498,15 +537,65 @@ def lower_concatenation(e, op, name):
                  "int8 concatenation needs equal input and output quantization")
     _require(_activation(op) == 0, "fused activation on concatenation")
     axis = int(op.options.axis) % len(t_out.shape)
-    out_st = strides(t_out.shape)
+    out_st = tuple(strides(t_out.shape))
     statements, position = [], 0
-    out = e.pointer(op.outputs[0], True)
     for k, t in enumerate(op.inputs):
         shape = e.tensor(t).shape
-        p = _copy(e, f"{name}_params{k}", shape, strides(shape), out_st, _elem_size(t_out))
-        statements.append(f"lt_copy_strided({p}, {e.pointer(t)}, {out} + {position * out_st[axis]});")
+        statements.append(_copy_strided(e, f"{name}_params{k}", shape, View(t, 0, tuple(strides(shape))),
+                                        View(op.outputs[0], position * out_st[axis], out_st)))
         position += shape[axis]
     return " ".join(statements)
+
+
+def _split_axis(e: ModelEmitter, axis_tensor: int, rank: int) -> int:
+    values = e.constant_values(axis_tensor).reshape(-1)
+    _require(values.size == 1, "the axis must be one value")
+    axis = int(values[0])
+    _require(-rank <= axis < rank, f"axis {axis} is out of range")
+    return axis % rank
+
+
+def _split(e: ModelEmitter, op: Operator, name: str, data: int, axis: int) -> str:
+    """SPLIT and SPLIT_V: output k is the input's block along `axis` after outputs 0..k-1. Like TFLM's kernels,
+    the outputs' shapes say where the cuts are; the kernels copy bytes, so int8 outputs keep the input's values
+    whatever their quantization says."""
+    shape, dtype = e.tensor(data).shape, e.tensor(data).dtype
+    outs = [e.tensor(t) for t in op.outputs]
+    _require(dtype in C_TYPES and all(t.dtype == dtype for t in outs), f"types {dtype} -> {[t.dtype for t in outs]}")
+
+    def others(s: tuple[int, ...]) -> tuple[int, ...]:
+        return s[:axis] + s[axis + 1:]
+
+    _require(all(len(t.shape) == len(shape) and others(t.shape) == others(shape) for t in outs)
+             and sum(t.shape[axis] for t in outs) == shape[axis],
+             f"output shapes {[t.shape for t in outs]} do not cut {shape} along axis {axis}")
+    in_st = tuple(strides(shape))
+    statements, position = [], 0
+    for k, out in enumerate(outs):
+        statements.append(_copy_strided(e, f"{name}_params{k}", out.shape, View(data, position * in_st[axis], in_st),
+                                        View(out.index, 0, tuple(strides(out.shape)))))
+        position += out.shape[axis]
+    return " ".join(statements)
+
+
+def lower_split(e, op, name):
+    _require(len(op.outputs) == int(op.options.numSplits), "the output count differs from num_splits")
+    data = op.inputs[1]
+    return _split(e, op, name, data, _split_axis(e, op.inputs[0], len(e.tensor(data).shape)))
+
+
+def lower_split_v(e, op, name):
+    data = op.inputs[0]
+    shape = e.tensor(data).shape
+    axis = _split_axis(e, op.inputs[2], len(shape))
+    code = _split(e, op, name, data, axis)
+    # size_splits may hold one -1 (the rest of the axis); the kernel follows the output shapes, which must agree.
+    sizes = [int(v) for v in e.constant_values(op.inputs[1]).reshape(-1)]
+    rest = shape[axis] - sum(n for n in sizes if n != -1)
+    cut = [e.tensor(t).shape[axis] for t in op.outputs]
+    _require(sizes.count(-1) <= 1 and [rest if n == -1 else n for n in sizes] == cut,
+             f"size_splits {sizes} does not match the output shapes")
+    return code
 
 
 def lower_strided_slice(e, op, name):
@@ -546,8 +635,8 @@ def lower_strided_slice(e, op, name):
         src_start += start * in_st[axis] if n else 0
         src_steps.append(stride * in_st[axis])
     _require(math.prod(dims) == math.prod(t_out.shape), "output size does not match the slice")
-    p = _copy(e, f"{name}_params", dims, src_steps, strides(tuple(dims)), _elem_size(t_in))
-    return f"lt_copy_strided({p}, {e.pointer(op.inputs[0])} + {src_start}, {e.pointer(op.outputs[0], True)});"
+    return _copy_strided(e, f"{name}_params", dims, View(op.inputs[0], src_start, tuple(src_steps)),
+                         View(op.outputs[0], 0, tuple(strides(tuple(dims)))))
 
 
 def lower_resize_nearest_neighbor(e, op, name):
@@ -581,6 +670,8 @@ LOWERINGS: dict[str, Callable[[ModelEmitter, Operator, str], str]] = {
     "PAD": lower_pad,
     "MEAN": lower_mean,
     "STRIDED_SLICE": lower_strided_slice,
+    "SPLIT": lower_split,
+    "SPLIT_V": lower_split_v,
     "TRANSPOSE": lower_transpose,
     "LOGISTIC": lower_logistic,
     "RESIZE_NEAREST_NEIGHBOR": lower_resize_nearest_neighbor,

@@ -12,27 +12,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from lowtide.errors import LowtideError
 from lowtide.memory.greedy import arena_head
 from lowtide.memory.lifetimes import Buffer, Order, buffer_lifetimes
-from lowtide.memory.placement import check_no_overlap, tflm_offsets_with_plan
+from lowtide.memory.placement import check_no_overlap, offline_plan_words, tflm_offsets_with_plan
 from lowtide.model.ir import Graph
 from lowtide.model.reader import read_model
-from lowtide.model.schema import fb
-from lowtide.model.writer import write_model
+from lowtide.model.writer import ONLINE, set_offline_plan, write_model
 from lowtide.oracle import allocate
 from lowtide.schedule import apply_order
 
-OFFLINE_PLAN_NAME = "OfflineMemoryAllocation"
-OFFLINE_PLAN_VERSION = 1
-ONLINE = -1
 # A static arena array is not necessarily 16-byte aligned; TFLM aligns the start of the head, losing up to 15 bytes.
 ARENA_START_ALIGNMENT_BYTES = 16
 TAIL_ESTIMATE_NOTE = (
@@ -58,19 +51,6 @@ class ExportResult:
     measured_total_bytes: int
 
 
-def offline_plan_words(graph: Graph, buffers: Sequence[Buffer], offsets: Sequence[int]) -> list[int]:
-    """The metadata's int32 words: one offset per tensor of every subgraph, -1 for tensors TFLM plans itself
-    (and for constants and variables, which must not move into the head)."""
-    base = [0]
-    for sg in graph.subgraphs[:-1]:
-        base.append(base[-1] + len(sg.tensors))
-    per_tensor = [ONLINE] * graph.tensor_count
-    for b, offset in zip(buffers, offsets):
-        if b.tensor is not None:
-            per_tensor[base[b.subgraph] + b.tensor] = offset
-    return [OFFLINE_PLAN_VERSION, len(graph.subgraphs), graph.tensor_count, *per_tensor]
-
-
 def _tensor_offsets(buffers: Sequence[Buffer], offsets_by_buffer: Mapping[Buffer, int]) -> list[int]:
     """Each tensor buffer's offset from the mapping. A buffer planned for another operator order has other
     lifetimes: using its offset could overlap live data, so it is refused."""
@@ -89,22 +69,6 @@ def _tensor_offsets(buffers: Sequence[Buffer], offsets_by_buffer: Mapping[Buffer
                                f"(scopes {source.first}-{source.last}, here {b.first}-{b.last})")
         offsets.append(offset)
     return offsets
-
-
-def _set_offline_plan(raw, words: list[int]) -> None:
-    data = np.frombuffer(struct.pack(f"<{len(words)}i", *words), dtype=np.uint8)
-    for entry in raw.metadata or []:
-        name = entry.name.decode("utf-8", "replace") if isinstance(entry.name, bytes) else entry.name
-        if name == OFFLINE_PLAN_NAME:
-            raw.buffers[entry.buffer].data = data  # replace the old plan in place
-            return
-    buffer = fb.BufferT()
-    buffer.data = data
-    raw.buffers.append(buffer)
-    entry = fb.MetadataT()
-    entry.name = OFFLINE_PLAN_NAME
-    entry.buffer = len(raw.buffers) - 1
-    raw.metadata = [*(raw.metadata or []), entry]
 
 
 def _macro_prefix(path: Path) -> str:
@@ -133,16 +97,18 @@ def _header(prefix: str, source: Graph, result: ExportResult) -> str:
 def export_optimized(graph: Graph, order: Order, offsets_by_buffer: Mapping[Buffer, int],
                      out_path: str | Path) -> ExportResult:
     """Write `out_path` (the model), `out_path`.h and `out_path`.json. `offsets_by_buffer` gives the offset of
-    every tensor buffer of `buffer_lifetimes(graph, order)` (scratch entries are ignored: TFLM places them)."""
+    every tensor buffer of `buffer_lifetimes(graph, order, in_place=True)` (scratch entries are ignored: TFLM
+    places them; in-place outputs must sit inside the input whose bytes they share)."""
     out_path = Path(out_path)
-    buffers = [dataclasses.replace(b, offline_offset=None) for b in buffer_lifetimes(graph, order)[0]]
+    buffers = [dataclasses.replace(b, offline_offset=None)
+               for b in buffer_lifetimes(graph, order, in_place=True)[0]]
     offsets = tflm_offsets_with_plan(buffers, _tensor_offsets(buffers, offsets_by_buffer))
     check_no_overlap(buffers, offsets)
     planned_head = arena_head(buffers, offsets)
 
     raw = apply_order(graph, order)
     words = offline_plan_words(graph, buffers, offsets)
-    _set_offline_plan(raw, words)
+    set_offline_plan(raw, words)
     try:
         data = write_model(raw, out_path)
     except OSError as exc:

@@ -30,6 +30,7 @@ RESERVE_SHARE = 0.15
 REWRITE_SHARE = 0.4
 # Coarse patch grids tried beside rewrite_auto's choice (see _coarser_tiling).
 COARSE_GRIDS = ((2, 2), (2, 3), (3, 2), (3, 3), (4, 4))
+COARSE_PLACE_SECONDS = 1.0
 
 # (phase, fraction of the phase done or None, what it has found so far)
 PhaseProgress = Callable[[str, float | None, str], None]
@@ -74,8 +75,9 @@ class OptimizeResult:
 
 
 def _unplanned_buffers(graph: Graph, order: Order) -> list[Buffer]:
-    """The order's buffers with any offline plan the model already carries dropped: the new plan replaces it."""
-    return [dataclasses.replace(b, offline_offset=None) for b in buffer_lifetimes(graph, order)[0]]
+    """The order's buffers with any offline plan the model already carries dropped: the new plan replaces it.
+    Outputs that may share a dying input's bytes are marked so: the offline plan can put them there."""
+    return [dataclasses.replace(b, offline_offset=None) for b in buffer_lifetimes(graph, order, in_place=True)[0]]
 
 
 def _same_outputs(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...]) -> bool:
@@ -184,9 +186,9 @@ def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: flo
 def _coarser_tiling(graph: Graph, rewritten: RewriteResult,
                     path: str) -> tuple[Graph, int, tuple[int, int]] | None:
     """The same region as `rewritten`, tiled into fewer patches: (graph, 32-bit tail, grid) of the coarse grid
-    whose greedy TFLM total is smallest. rewrite_auto minimises the head; each patch adds operators whose
-    persistent state (per-channel quantization data, node structs) grows the tail, so a coarser grid often
-    gives the smaller arena in all."""
+    whose arena (placed head + 32-bit tail) is smallest. rewrite_auto minimises the head; each patch adds
+    operators whose persistent state (per-channel quantization data, node structs) grows the tail, so a coarser
+    grid often gives the smaller arena in all."""
     names = {t.name: t.index for t in graph.main.tensors}
     source, target = names[rewritten.source], names[rewritten.target]
     best = None
@@ -194,14 +196,15 @@ def _coarser_tiling(graph: Graph, rewritten: RewriteResult,
         if grid[0] * grid[1] >= rewritten.grid[0] * rewritten.grid[1]:
             continue
         try:
-            data = tile(graph, source, target, grid)
+            data = tile(graph, source, target, grid, split_source=rewritten.split_source)
         except LowtideError:
             continue  # the region is too small for this grid
-        figures = oracle.allocate(data, path=path)
-        total = figures.head_bytes + figures.mcu32_tail_bytes
+        tiled = read_model(data, path)
+        tail = oracle.allocate(data, path=path).mcu32_tail_bytes
+        total = place(_unplanned_buffers(tiled, stored_order(tiled)), COARSE_PLACE_SECONDS).head_bytes + tail
         if best is None or total < best[0]:
-            best = (total, data, figures.mcu32_tail_bytes, grid)
-    return (read_model(best[1], path), best[2], best[3]) if best else None
+            best = (total, tiled, tail, grid)
+    return best[1:] if best else None
 
 
 def _plan(graph: Graph, stock_head_bytes: int, budget: float,
@@ -210,7 +213,8 @@ def _plan(graph: Graph, stock_head_bytes: int, budget: float,
     started = time.monotonic()
     report("schedule", 0.0, "")
     schedule = find_schedule(graph, budget * SCHEDULE_SHARE,
-                             lambda fraction, peak: report("schedule", fraction, f"best live peak {peak:,} B"))
+                             lambda fraction, peak: report("schedule", fraction, f"best live peak {peak:,} B"),
+                             in_place=True)
     report("schedule", 1.0, f"live peak {schedule.live_peak_bytes:,} B")
 
     report("place", None, "")

@@ -36,7 +36,12 @@ def tflm_plan(graph: Graph, order: Order | None = None) -> MemoryPlan:
     )
 
 
+def live_peak_bytes(graph: Graph, order: Order | None = None, in_place: bool = False) -> int:
+    """Most aligned bytes live while one operator runs: no placement of `order` beats it."""
+    return max((step.live_bytes for step in buffer_lifetimes(graph, order, in_place)[1]), default=0)
+
+
 __all__ = [
     "ALIGNMENT", "Buffer", "MemoryPlan", "Order", "Step", "align_up", "arena_head", "buffer_lifetimes",
-    "greedy_offsets", "stored_order", "tflm_plan",
+    "greedy_offsets", "live_peak_bytes", "stored_order", "tflm_plan",
 ]

@@ -7,8 +7,10 @@ are inclusive, so an operator's inputs and outputs are live together and never s
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
+from lowtide.memory.in_place import in_place_outputs
 from lowtide.memory.scratch import scratch_sizes
 from lowtide.model.ir import Graph
 
@@ -30,6 +32,9 @@ class Buffer:
     first: int  # first scope in which it is live
     last: int  # last scope in which it is live (inclusive)
     offline_offset: int | None = None  # fixed offset from an OfflineMemoryAllocation plan
+    # An output sharing its input's bytes (`in_place`): (that input's tensor index, offset inside it). Its
+    # lifetime starts after its producer's scope, in which its bytes are still counted as the input's.
+    shares: tuple[int, int] | None = None
 
     @property
     def label(self) -> str:
@@ -57,9 +62,12 @@ def stored_order(graph: Graph) -> Order:
     return {sg.index: [op.index for op in sg.operators] for sg in graph.subgraphs}
 
 
-def buffer_lifetimes(graph: Graph, order: Order | None = None) -> tuple[list[Buffer], list[Step]]:
+def buffer_lifetimes(graph: Graph, order: Order | None = None,
+                     in_place: bool = False) -> tuple[list[Buffer], list[Step]]:
     """Buffers in the order TFLM adds them to its planner (tensors of every subgraph, then scratch buffers),
-    and one Step per operator execution in scope order."""
+    and one Step per operator execution in scope order. With `in_place`, outputs that may share their input's
+    bytes (`lowtide.memory.in_place`) say so in `Buffer.shares`: what an offline plan can do, never TFLM's own
+    planner."""
     order = order or stored_order(graph)
     first: dict[tuple[int, int], int] = {}
     last: dict[tuple[int, int], int] = {}
@@ -107,6 +115,7 @@ def buffer_lifetimes(graph: Graph, order: Order | None = None) -> tuple[list[Buf
     plan_base = [0]
     for sg in graph.subgraphs[:-1]:
         plan_base.append(plan_base[-1] + len(sg.tensors))
+    shared = in_place_outputs(graph, ALIGNMENT) if in_place else {}
     buffers: list[Buffer] = []
     for sg in graph.subgraphs:
         for t in sg.tensors:
@@ -117,7 +126,11 @@ def buffer_lifetimes(graph: Graph, order: Order | None = None) -> tuple[list[Buf
             if plan is not None and plan_base[sg.index] + t.index < len(plan):
                 value = plan[plan_base[sg.index] + t.index]
                 offline = value if value >= 0 else None
-            buffers.append(Buffer(sg.index, t.index, None, align_up(t.nbytes), first[key], last[key], offline))
+            buffer = Buffer(sg.index, t.index, None, align_up(t.nbytes), first[key], last[key], offline)
+            share = shared.get(t.index) if sg.index == 0 else None
+            if share is not None and last.get((0, share.input)) == first[key] < last[key]:
+                buffer = dataclasses.replace(buffer, first=first[key] + 1, shares=(share.input, share.offset))
+            buffers.append(buffer)
     for sg_index, op_index, size, s in scratch:
         buffers.append(Buffer(sg_index, None, op_index, align_up(size), s, s))
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from lowtide.errors import LowtideError
 from lowtide.memory.greedy import arena_head, greedy_offsets
 from lowtide.memory.lifetimes import ALIGNMENT, Buffer
+from lowtide.model.ir import Graph
+from lowtide.model.writer import OFFLINE_PLAN_VERSION, ONLINE
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,19 @@ def tflm_offsets_with_plan(buffers: Sequence[Buffer], offsets: Sequence[int]) ->
                            for b, o in zip(buffers, offsets)])
 
 
+def offline_plan_words(graph: Graph, buffers: Sequence[Buffer], offsets: Sequence[int]) -> list[int]:
+    """The metadata's int32 words: one offset per tensor of every subgraph, -1 for tensors TFLM plans itself
+    (and for constants and variables, which must not move into the head)."""
+    base = [0]
+    for sg in graph.subgraphs[:-1]:
+        base.append(base[-1] + len(sg.tensors))
+    per_tensor = [ONLINE] * graph.tensor_count
+    for b, offset in zip(buffers, offsets):
+        if b.tensor is not None:
+            per_tensor[base[b.subgraph] + b.tensor] = offset
+    return [OFFLINE_PLAN_VERSION, len(graph.subgraphs), graph.tensor_count, *per_tensor]
+
+
 def check_no_overlap(buffers: Sequence[Buffer], offsets: Sequence[int]) -> None:
     """Raise LowtideError naming two buffers that are live at the same time and share bytes. TFLM checks
     nothing when it loads an offline plan, so an overlap would silently corrupt outputs."""
@@ -55,6 +70,13 @@ def check_no_overlap(buffers: Sequence[Buffer], offsets: Sequence[int]) -> None:
     for b, o in zip(buffers, offsets):
         if o < 0 or o % ALIGNMENT:
             raise LowtideError(f"memory plan puts {b.label} at offset {o}, not a non-negative multiple of {ALIGNMENT}")
+    # An in-place output's lifetime starts after its producer's scope only because it sits inside its input.
+    for group in in_place_groups(buffers):
+        (root, _), *rest = group
+        for j, inside in rest:
+            if offsets[j] != offsets[root] + inside:
+                raise LowtideError(f"memory plan moves in-place output {buffers[j].label} off the bytes it shares "
+                                   f"(offset {offsets[j]}, expected {offsets[root] + inside})")
     by_first = sorted(range(len(buffers)), key=lambda i: buffers[i].first)
     for k, i in enumerate(by_first):
         a, oa = buffers[i], offsets[i]
@@ -84,15 +106,62 @@ def _lowest_fit(size: int, busy: list[tuple[int, int]], best_fit: bool) -> int:
     return best if best is not None else candidate
 
 
-def _first_fit(buffers: Sequence[Buffer], priority: Sequence[int], best_fit: bool) -> list[int]:
+def in_place_groups(buffers: Sequence[Buffer]) -> list[tuple[tuple[int, int], ...]]:
+    """Buffers that must be placed together: each in-place output (`Buffer.shares`) sits at a fixed offset inside
+    the buffer whose bytes it shares. One group per root buffer: ((buffer index, offset from the root), ...), the
+    root first."""
+    index = {(b.subgraph, b.tensor): i for i, b in enumerate(buffers) if b.tensor is not None}
+    members: dict[int, list[tuple[int, int]]] = {}
+    for i, b in enumerate(buffers):
+        root, offset = i, 0
+        while buffers[root].shares is not None:
+            tensor, inside = buffers[root].shares
+            parent = index.get((buffers[root].subgraph, tensor))
+            if parent is None:
+                raise LowtideError(f"{buffers[root].label} shares the bytes of t{tensor}, which is not planned")
+            root, offset = parent, offset + inside
+        group = members.setdefault(root, [(root, 0)])
+        if i != root:
+            group.append((i, offset))
+    return [tuple(group) for group in members.values()]
+
+
+def _first_fit(buffers: Sequence[Buffer], priority: Sequence[int], best_fit: bool,
+               groups: Sequence[tuple[tuple[int, int], ...]]) -> list[int]:
+    """Place groups in the order their first member appears in `priority`. A single buffer goes into the lowest
+    (or tightest) gap; a group goes to the lowest offset where every member fits."""
+    group_of = {i: g for g, group in enumerate(groups) for i, _ in group}
     offsets = [0] * len(buffers)
     placed: list[int] = []
-    for i in priority:
-        b = buffers[i]
-        busy = sorted((offsets[j], offsets[j] + buffers[j].size) for j in placed
+    done: set[int] = set()
+
+    def busy(b: Buffer) -> list[tuple[int, int]]:
+        return sorted((offsets[j], offsets[j] + buffers[j].size) for j in placed
                       if buffers[j].first <= b.last and b.first <= buffers[j].last)
-        offsets[i] = _lowest_fit(b.size, busy, best_fit)
-        placed.append(i)
+
+    for i in priority:
+        g = group_of[i]
+        if g in done:
+            continue
+        done.add(g)
+        group = groups[g]
+        if len(group) == 1:
+            offsets[i] = _lowest_fit(buffers[i].size, busy(buffers[i]), best_fit)
+        else:
+            taken = [(inside, buffers[j].size, busy(buffers[j])) for j, inside in group]
+            base = 0
+            moved = True
+            while moved:  # jump past the first clash until none is left: the base only grows
+                moved = False
+                for inside, size, ranges in taken:
+                    clash = next((end for start, end in ranges if start < base + inside + size
+                                  and base + inside < end), None)
+                    if clash is not None:
+                        base, moved = clash - inside, True
+                        break
+            for j, inside in group:
+                offsets[j] = base + inside
+        placed.extend(j for j, _ in group)
     return offsets
 
 
@@ -115,7 +184,8 @@ def _lowest_offset_first(buffers: Sequence[Buffer]) -> list[int]:
     return offsets
 
 
-def _heuristics(buffers: Sequence[Buffer]) -> list[tuple[str, Callable[[], list[int]]]]:
+def _heuristics(buffers: Sequence[Buffer],
+                groups: Sequence[tuple[tuple[int, int], ...]]) -> list[tuple[str, Callable[[], list[int]]]]:
     n = range(len(buffers))
     length = [b.last - b.first + 1 for b in buffers]
     orders = {
@@ -124,17 +194,20 @@ def _heuristics(buffers: Sequence[Buffer]) -> list[tuple[str, Callable[[], list[
         "area": sorted(n, key=lambda i: (-buffers[i].size * length[i], buffers[i].first)),
         "first scope": sorted(n, key=lambda i: (buffers[i].first, -buffers[i].size)),
     }
-    online = [dataclasses.replace(b, offline_offset=None) for b in buffers]
-    candidates: list[tuple[str, Callable[[], list[int]]]] = [("tflm greedy", lambda: greedy_offsets(online))]
+    candidates: list[tuple[str, Callable[[], list[int]]]] = []
+    if len(groups) == len(buffers):  # TFLM's planner and greedy-by-offset know nothing of shared bytes
+        online = [dataclasses.replace(b, offline_offset=None) for b in buffers]
+        candidates.append(("tflm greedy", lambda: greedy_offsets(online)))
     for name, order in orders.items():
-        candidates.append((f"first fit by {name}", lambda order=order: _first_fit(buffers, order, False)))
-        candidates.append((f"best fit by {name}", lambda order=order: _first_fit(buffers, order, True)))
-    candidates.append(("greedy by offset", lambda: _lowest_offset_first(buffers)))
+        candidates.append((f"first fit by {name}", lambda order=order: _first_fit(buffers, order, False, groups)))
+        candidates.append((f"best fit by {name}", lambda order=order: _first_fit(buffers, order, True, groups)))
+    if len(groups) == len(buffers):
+        candidates.append(("greedy by offset", lambda: _lowest_offset_first(buffers)))
     return candidates
 
 
-def _solve_cp_sat(buffers: Sequence[Buffer], hint: Sequence[int], lower: int, upper: int,
-                  time_limit: float) -> tuple[list[int], int, bool] | None:
+def _solve_cp_sat(buffers: Sequence[Buffer], groups: Sequence[tuple[tuple[int, int], ...]], hint: Sequence[int],
+                  lower: int, upper: int, time_limit: float) -> tuple[list[int], int, bool] | None:
     """Minimise the head exactly. Returns (offsets, head, proven optimal), or None if no solution in time."""
     from ortools.sat.python import cp_model
 
@@ -152,6 +225,10 @@ def _solve_cp_sat(buffers: Sequence[Buffer], hint: Sequence[int], lower: int, up
         model.add(head >= y + size)
         model.add_hint(y, hint[i] // unit)
     model.add_no_overlap_2d(xs, y_intervals)
+    for group in groups:
+        (root, _), *rest = group
+        for j, inside in rest:
+            model.add(ys[j] == ys[root] + inside // unit)
     model.minimize(head)
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(time_limit, 0.1)
@@ -178,7 +255,8 @@ def place(buffers: Sequence[Buffer], time_limit: float = 10.0) -> Placement:
         return Placement(tuple(realised), head, lower, head in (lower, proven_head), method, time.monotonic() - started)
 
     best: Placement | None = None
-    for method, heuristic in _heuristics(buffers):
+    groups = in_place_groups(buffers)
+    for method, heuristic in _heuristics(buffers, groups):
         candidate = result(heuristic(), method)
         if best is None or candidate.head_bytes < best.head_bytes:
             best = candidate
@@ -186,7 +264,7 @@ def place(buffers: Sequence[Buffer], time_limit: float = 10.0) -> Placement:
             return best
     assert best is not None  # the heuristics list is never empty
     remaining = time_limit - (time.monotonic() - started)
-    solved = _solve_cp_sat(buffers, best.offsets, lower, best.head_bytes, remaining)
+    solved = _solve_cp_sat(buffers, groups, best.offsets, lower, best.head_bytes, remaining)
     if solved is not None:
         offsets, cp_head, proven = solved
         candidate = result(offsets, "cp-sat", cp_head if proven else None)

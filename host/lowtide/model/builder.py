@@ -8,8 +8,8 @@ seed give the same bytes, whatever order is chosen.
 Quantization follows TFLite's int8 scheme: per-channel symmetric weights, int32 bias with
 scale = input_scale * weight_scale, affine int8 activations. Activation ranges are estimated from each
 operator's fan-in (weights are drawn so a layer roughly keeps the root-mean-square of its input), and operators
-whose int8 kernels copy bytes without requantizing (CONCATENATION, pooling, RESHAPE) share one scale and zero
-point across their inputs and output, as the TFLite converter arranges it.
+whose int8 kernels copy bytes without requantizing (CONCATENATION, SPLIT_V, pooling, RESHAPE) share one scale and
+zero point across their inputs and outputs, as the TFLite converter arranges it.
 """
 
 from __future__ import annotations
@@ -84,10 +84,16 @@ class _BiasSpec:
 
 
 @dataclass(frozen=True)
+class _Int32Spec:
+    name: str
+    values: np.ndarray  # int32 operator parameters stored as they are (SPLIT_V's sizes and axis)
+
+
+@dataclass(frozen=True)
 class _OperatorSpec:
     opcode: str
     inputs: tuple[int, ...]  # tensor indices, activations and constants as the kernel expects them
-    output: int
+    outputs: tuple[int, ...]
     options_type: int
     options: object
 
@@ -99,7 +105,7 @@ class ModelBuilder:
         self._serial = next(_builder_serials)
         self._rng = np.random.default_rng(seed)
         self._name = name
-        self._tensors: list[_ActivationSpec | _WeightSpec | _BiasSpec] = []
+        self._tensors: list[_ActivationSpec | _WeightSpec | _BiasSpec | _Int32Spec] = []
         self._operators: list[_OperatorSpec] = []
         self._producer: dict[int, int] = {}  # activation tensor index -> operator index
         self._inputs: list[int] = []
@@ -175,26 +181,56 @@ class ModelBuilder:
                             *_after_activation(pre_rms, activation, sa.nonnegative and sb.nonnegative),
                             fb.BuiltinOptions.AddOptions, options)
 
-    def concat(self, tensors: Sequence[TensorRef]) -> TensorRef:
-        """Concatenate along the channel (last) axis. TFLM's int8 kernel copies bytes, so every input and
-        the output share one scale and zero point."""
+    def concat(self, tensors: Sequence[TensorRef], axis: int = -1) -> TensorRef:
+        """Concatenate along `axis` (default: the channel, last, axis). TFLM's int8 kernel copies bytes, so
+        every input and the output share one scale and zero point."""
         if len(tensors) < 2:
             raise LowtideError("CONCATENATION needs at least two inputs")
         first = tensors[0].shape
-        if any(len(t.shape) != len(first) or t.shape[:-1] != first[:-1] for t in tensors):
+        axis = _axis(axis, first)
+
+        def others(shape: tuple[int, ...]) -> tuple[int, ...]:
+            return shape[:axis] + shape[axis + 1:]
+
+        if any(len(t.shape) != len(first) or others(t.shape) != others(first) for t in tensors):
             shapes = [t.shape for t in tensors]
-            raise LowtideError(f"CONCATENATION needs equal shapes but for the last axis, got {shapes}")
+            raise LowtideError(f"CONCATENATION needs equal shapes but for axis {axis}, got {shapes}")
         specs = [self._activation(t) for t in tensors]
-        sizes = [t.shape[-1] for t in tensors]
+        sizes = [t.shape[axis] for t in tensors]
         rms = math.sqrt(sum(s.rms ** 2 * n for s, n in zip(specs, sizes)) / sum(sizes))
         options = fb.ConcatenationOptionsT()
-        options.axis = len(first) - 1
+        options.axis = axis
         options.fusedActivationFunction = fb.ActivationFunctionType.NONE
-        out = self._add_op("CONCATENATION", tuple(t.index for t in tensors), (*first[:-1], sum(sizes)), rms,
-                           all(s.nonnegative for s in specs), fb.BuiltinOptions.ConcatenationOptions, options)
+        out = self._add_op("CONCATENATION", tuple(t.index for t in tensors),
+                           (*first[:axis], sum(sizes), *first[axis + 1:]), rms, all(s.nonnegative for s in specs),
+                           fb.BuiltinOptions.ConcatenationOptions, options)
         for t in tensors:
             self._share_quant(t.index, out.index)
         return out
+
+    def split(self, x: TensorRef, sizes: Sequence[int], axis: int) -> list[TensorRef]:
+        """SPLIT_V: cut `x` along `axis` into pieces of `sizes` elements (one size may be -1: the rest), one
+        tensor per piece. TFLM's kernel copies bytes, so the pieces share the input's scale and zero point."""
+        axis = _axis(axis, x.shape)
+        sizes = [int(n) for n in sizes]
+        known = [n for n in sizes if n != -1]
+        rest = x.shape[axis] - sum(known)
+        valid = (bool(sizes) and all(n > 0 for n in known) and sizes.count(-1) <= 1
+                 and (rest > 0 if -1 in sizes else rest == 0))
+        if not valid:
+            raise LowtideError(f"SPLIT_V sizes {sizes} do not cut axis {axis} of {x.shape}")
+        spec = self._activation(x)
+        op_index = len(self._operators)
+        sizes_index = self._add_int32(f"split_v_{op_index}/size_splits", sizes)
+        axis_index = self._add_int32(f"split_v_{op_index}/axis", axis)
+        options = fb.SplitVOptionsT()
+        options.numSplits = len(sizes)
+        shapes = [(*x.shape[:axis], rest if n == -1 else n, *x.shape[axis + 1:]) for n in sizes]
+        pieces = self._add_op_outputs("SPLIT_V", (x.index, sizes_index, axis_index), shapes, spec.rms,
+                                      spec.nonnegative, fb.BuiltinOptions.SplitVOptions, options)
+        for piece in pieces:
+            self._share_quant(x.index, piece.index)
+        return pieces
 
     def avg_pool(self, x: TensorRef, size: int = 2, stride: int | None = None,
                  padding: Padding = "VALID") -> TensorRef:
@@ -238,6 +274,10 @@ class ModelBuilder:
                 t.shape, t.type, t.buffer = list(spec.shape), fb.TensorType.INT8, 0
                 q = quant[index]
                 t.quantization.scale, t.quantization.zeroPoint = [q.scale], [q.zero_point]
+            elif isinstance(spec, _Int32Spec):
+                t.shape, t.type, t.quantization = list(spec.values.shape), fb.TensorType.INT32, None
+                t.buffer = len(buffers)
+                buffers.append(_buffer(spec.values.astype("<i4")))
             else:
                 if isinstance(spec, _WeightSpec):
                     scales, data = _quantize_weights(spec.values, spec.channel_axis)
@@ -251,10 +291,8 @@ class ModelBuilder:
                 t.shape = list(spec.values.shape)
                 t.quantization.scale = [float(s) for s in scales]
                 t.quantization.zeroPoint = [0] * len(scales)
-                buffer = fb.BufferT()
-                buffer.data = np.frombuffer(data.tobytes(), dtype=np.uint8)
                 t.buffer = len(buffers)
-                buffers.append(buffer)
+                buffers.append(_buffer(data))
             tensors.append(t)
 
         # The opcode table follows call order, so that orders of one graph differ only in the operator vector.
@@ -264,7 +302,7 @@ class ModelBuilder:
             spec = self._operators[op_index]
             op = fb.OperatorT()
             op.opcodeIndex = opcodes.index(spec.opcode)
-            op.inputs, op.outputs = list(spec.inputs), [spec.output]
+            op.inputs, op.outputs = list(spec.inputs), list(spec.outputs)
             op.builtinOptionsType, op.builtinOptions = spec.options_type, spec.options
             operators.append(op)
 
@@ -293,10 +331,20 @@ class ModelBuilder:
 
     def _add_op(self, opcode: str, inputs: tuple[int, ...], out_shape: tuple[int, ...], rms: float,
                 nonnegative: bool, options_type: int, options: object) -> TensorRef:
+        return self._add_op_outputs(opcode, inputs, [out_shape], rms, nonnegative, options_type, options)[0]
+
+    def _add_op_outputs(self, opcode: str, inputs: tuple[int, ...], out_shapes: Sequence[tuple[int, ...]],
+                        rms: float, nonnegative: bool, options_type: int, options: object) -> list[TensorRef]:
         op_index = len(self._operators)
-        out = self._add_activation(f"{opcode.lower()}_{op_index}", out_shape, rms, nonnegative, op_index)
-        self._operators.append(_OperatorSpec(opcode, inputs, out.index, options_type, options))
-        return out
+        name = f"{opcode.lower()}_{op_index}"
+        outs = [self._add_activation(name if len(out_shapes) == 1 else f"{name}/{k}", shape, rms, nonnegative,
+                                     op_index) for k, shape in enumerate(out_shapes)]
+        self._operators.append(_OperatorSpec(opcode, inputs, tuple(o.index for o in outs), options_type, options))
+        return outs
+
+    def _add_int32(self, name: str, values: int | Sequence[int]) -> int:
+        self._tensors.append(_Int32Spec(name, np.asarray(values, dtype=np.int32)))
+        return len(self._tensors) - 1
 
     def _add_weighted(self, opcode: str, x: TensorRef, weights: np.ndarray, channel_axis: int | None,
                       out_shape: tuple[int, ...], activation: Activation, options_type: int,
@@ -386,6 +434,19 @@ class ModelBuilder:
                 if producer is not None and producer not in done:
                     raise LowtideError(f"order runs operator {op_index} before operator {producer}, which feeds it")
             done.add(op_index)
+
+
+def _axis(axis: int, shape: tuple[int, ...]) -> int:
+    """`axis` of `shape`, negative counting from the end."""
+    if not -len(shape) <= axis < len(shape):
+        raise LowtideError(f"axis {axis} is out of range for shape {shape}")
+    return axis % len(shape)
+
+
+def _buffer(data: np.ndarray) -> fb.BufferT:
+    buffer = fb.BufferT()
+    buffer.data = np.frombuffer(data.tobytes(), dtype=np.uint8)
+    return buffer
 
 
 def _conv_out(size: int, kernel: int, stride: int, padding: Padding) -> int:

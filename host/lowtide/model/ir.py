@@ -12,6 +12,10 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+# Metadata entry holding TFLM's offline memory plan (int32 words: version, subgraphs, n, n offsets).
+OFFLINE_PLAN_NAME = "OfflineMemoryAllocation"
 # Operators whose effects are not visible through their tensors: their relative order must be kept.
 SIDE_EFFECT_OPCODES = frozenset({"VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE", "CALL_ONCE"})
 # Operators that call other subgraphs, and the option fields that name those subgraphs.
@@ -106,13 +110,21 @@ class Graph:
     @property
     def offline_plan(self) -> list[int] | None:
         """Per-tensor offsets of an `OfflineMemoryAllocation` entry (all subgraphs, concatenated), -1 = online."""
-        data = self.metadata.get("OfflineMemoryAllocation")
+        data = self.metadata.get(OFFLINE_PLAN_NAME)
         if data is None or len(data) < 12:
             return None
         count = struct.unpack_from("<i", data, 8)[0]
         if count < 0 or 12 + 4 * count > len(data):
             return None
         return list(struct.unpack_from(f"<{count}i", data, 12))
+
+    def constant_array(self, tensor: int, subgraph: int = 0) -> np.ndarray | None:
+        """The data of a constant tensor, shaped; None for activations and variables."""
+        t = self.subgraphs[subgraph].tensors[tensor]
+        if t.planned or t.kind is not TensorKind.CONSTANT:
+            return None
+        data = self.raw.buffers[t.buffer].data
+        return np.frombuffer(bytes(data), dtype=np.dtype(t.dtype).newbyteorder("<")).reshape(t.shape)
 
 
 def sha256_hex(data: bytes) -> str:

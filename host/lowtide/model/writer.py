@@ -3,13 +3,38 @@
 from __future__ import annotations
 
 import os
+import struct
 import tempfile
 from pathlib import Path
 
 import flatbuffers
+import numpy as np
 from tflite_micro.tensorflow.lite.micro.tools.tflite_flatbuffer_align_wrapper import align_tflite_model
 
+from lowtide.model.ir import OFFLINE_PLAN_NAME
 from lowtide.model.schema import FILE_IDENTIFIER, fb
+
+
+OFFLINE_PLAN_VERSION = 1
+ONLINE = -1  # offline-plan entry: TFLM plans this tensor itself
+
+
+def set_offline_plan(raw, words: list[int]) -> None:
+    """Store TFLM's `OfflineMemoryAllocation` metadata (little-endian int32 words) in the ModelT `raw`,
+    replacing any plan it carries."""
+    data = np.frombuffer(struct.pack(f"<{len(words)}i", *words), dtype=np.uint8)
+    for entry in raw.metadata or []:
+        name = entry.name.decode("utf-8", "replace") if isinstance(entry.name, bytes) else entry.name
+        if name == OFFLINE_PLAN_NAME:
+            raw.buffers[entry.buffer].data = data  # replace the old plan in place
+            return
+    buffer = fb.BufferT()
+    buffer.data = data
+    raw.buffers.append(buffer)
+    entry = fb.MetadataT()
+    entry.name = OFFLINE_PLAN_NAME
+    entry.buffer = len(raw.buffers) - 1
+    raw.metadata = [*(raw.metadata or []), entry]
 
 
 def model_bytes(raw) -> bytes:

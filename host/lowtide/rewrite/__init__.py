@@ -2,12 +2,14 @@
 
 - Spatial tiling (MCUNetV2-style patch-based inference): the memory-heavy spatial prefix runs patch by patch,
   with halos, bit-identical to the original. `rewrite_auto` searches split points and patch grids; `tile`
-  applies one chosen tiling.
+  applies one chosen tiling. The source may first be cut into row strips by a SPLIT_V planned in place, so its
+  rows come free as the patches move down; `planned_model` adds the offline plan that makes that real.
 - Channel partitioning (SERENITY-style): `partition_concat_conv` runs a convolution of a concatenation as
   partial convolutions summed by ADD (not bit-identical: about 1 LSB).
 """
 
 from lowtide.rewrite.channels import ChannelSplit, partition_concat_conv
-from lowtide.rewrite.search import Candidate, RewriteResult, rewrite_auto, tile
+from lowtide.rewrite.search import Candidate, RewriteResult, planned_model, rewrite_auto, tile
 
-__all__ = ["Candidate", "ChannelSplit", "RewriteResult", "partition_concat_conv", "rewrite_auto", "tile"]
+__all__ = ["Candidate", "ChannelSplit", "RewriteResult", "partition_concat_conv", "planned_model", "rewrite_auto",
+           "tile"]

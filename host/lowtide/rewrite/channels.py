@@ -22,7 +22,6 @@ from lowtide.model.reader import read_model
 from lowtide.model.schema import fb
 from lowtide.model.writer import model_bytes
 from lowtide.rewrite.emit import ModelWriter
-from lowtide.rewrite.regions import constant_array
 from lowtide.schedule import apply_order, find_schedule
 
 
@@ -43,7 +42,7 @@ def partition_concat_conv(graph: Graph, conv_op: int, partial_headroom: float = 
     concat_op = _concatenation_feeding(graph, conv_op)
     concat = sg.operators[concat_op]
     weights_index, bias_index = conv.inputs[1], conv.inputs[2]
-    weights = constant_array(graph, weights_index)
+    weights = graph.constant_array(weights_index)
     output = conv.outputs[0]
     out_quant = graph.raw.subgraphs[0].tensors[output].quantization
     partial_scale = float(out_quant.scale[0]) * partial_headroom

@@ -1,5 +1,5 @@
-"""Turn a `TilingPlan` into a model stock TFLM runs: STRIDED_SLICE, PAD, the original operators with VALID
-padding, and CONCATENATION, all builtins.
+"""Turn a `TilingPlan` into a model stock TFLM runs: SPLIT_V, STRIDED_SLICE, PAD, the original operators with
+VALID padding, and CONCATENATION, all builtins.
 
 The new model shares everything it can with the original: weights and biases are the original tensors (so the
 patches compute with exactly the original parameters), operators outside the region are the original operator
@@ -14,7 +14,7 @@ import copy
 import numpy as np
 
 from lowtide.model.schema import operator_code
-from lowtide.model.ir import Graph
+from lowtide.model.ir import OFFLINE_PLAN_NAME, Graph
 from lowtide.model.schema import TYPE_CODES, builtin_code, fb
 from lowtide.rewrite.regions import (
     Apply,
@@ -22,6 +22,7 @@ from lowtide.rewrite.regions import (
     Pad,
     Piece,
     Slice,
+    Split,
     TilingPlan,
     shape_hw,
 )
@@ -65,6 +66,9 @@ def emit_tiled(graph: Graph, plan: TilingPlan, before: list[int], after: list[in
             operators.append(writer.valid(step.op, inputs, window(step.result)))
         elif isinstance(step, Concat):
             operators.append(writer.concatenation([window(p) for p in step.sources], step.axis, window(step.result)))
+        elif isinstance(step, Split):
+            operators.append(writer.split_rows(window(step.source), [p.height for p in step.results],
+                                               [window(p) for p in step.results]))
     operators.extend(writer.original(i) for i in after)
     return writer.finish(operators)
 
@@ -147,10 +151,10 @@ class ModelWriter:
     def original(self, index: int):
         return copy.copy(self._sg_raw.operators[index])
 
-    def operator(self, name: str, inputs: list[int], output: int, options_type: int, options):
+    def operator(self, name: str, inputs: list[int], output: int | list[int], options_type: int, options):
         op = fb.OperatorT()
         op.opcodeIndex = self.opcode_index(name)
-        op.inputs, op.outputs = list(inputs), [output]
+        op.inputs, op.outputs = list(inputs), list(output) if isinstance(output, list) else [output]
         op.builtinOptionsType, op.builtinOptions = options_type, options
         return op
 
@@ -164,6 +168,13 @@ class ModelWriter:
         if pad_op is not None:  # keep the original PAD's constant_values input, if it has one
             inputs.extend(self._sg_raw.operators[pad_op].inputs[2:3])
         return self.operator("PAD", inputs, result, fb.BuiltinOptions.PadOptions, fb.PadOptionsT())
+
+    def split_rows(self, source: int, heights: list[int], results: list[int]):
+        """SPLIT_V of an NHWC tensor along its rows."""
+        options = fb.SplitVOptionsT()
+        options.numSplits = len(results)
+        inputs = [source, self.int32_constant(heights), self.int32_constant(1)]
+        return self.operator("SPLIT_V", inputs, results, fb.BuiltinOptions.SplitVOptions, options)
 
     def concatenation(self, sources: list[int], axis: int, result: int):
         options = fb.ConcatenationOptionsT()
@@ -200,7 +211,7 @@ class ModelWriter:
         sg.operators = operators
         self.model.subgraphs = [sg] + list(self.model.subgraphs[1:])
         if self.model.metadata:
-            self.model.metadata = [m for m in self.model.metadata if _name(m) != "OfflineMemoryAllocation"]
+            self.model.metadata = [m for m in self.model.metadata if _name(m) != OFFLINE_PLAN_NAME]
         if self.model.signatureDefs:
             self.model.signatureDefs = [_renumbered_signature(s, renumber) for s in self.model.signatureDefs]
         return self.model

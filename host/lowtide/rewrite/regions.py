@@ -15,10 +15,10 @@ import itertools
 import math
 from dataclasses import dataclass
 
-import numpy as np
 
+from lowtide.memory.lifetimes import ALIGNMENT
 from lowtide.model.ir import Graph, Operator, Subgraph
-from lowtide.model.schema import fb
+from lowtide.model.schema import ELEMENT_BYTES, fb
 
 Interval = tuple[int, int]  # half-open [lo, hi)
 
@@ -119,19 +119,30 @@ class Apply:
 
 
 @dataclass(frozen=True)
+class Split:
+    """The source cut into row strips by one SPLIT_V, each strip planned inside the source's own bytes
+    (`lowtide.memory.in_place`): a strip's bytes come free as soon as the last patch reading it is done, while
+    the source as one tensor would stay live until the last patch."""
+
+    source: Piece
+    results: tuple[Piece, ...]
+
+
+@dataclass(frozen=True)
 class Concat:
     sources: tuple[Piece, ...]
     result: Piece
     axis: int  # 1 = rows, 2 = columns (NHWC)
 
 
-Step = Slice | Pad | Apply | Concat
+Step = Slice | Pad | Apply | Concat | Split
 
 
 @dataclass(frozen=True)
 class TilingPlan:
     region: Region
     grid: tuple[int, int]  # patches along rows and columns of the target
+    split_source: bool  # the source is cut into row strips first (see `Split`)
     steps: tuple[Step, ...]  # in execution order: patch by patch, rows of patches concatenated as they finish
     macs: int  # multiply-accumulates of the steps (the region's own MACs plus halo recomputation)
 
@@ -230,7 +241,7 @@ def region_between(graph: Graph, source: int, target: int) -> Region | str:
 
 def _foldable_pad(graph: Graph, op: Operator, consumers: dict[int, list[int]]) -> str:
     sg = graph.main
-    paddings = constant_array(graph, op.inputs[1])
+    paddings = graph.constant_array(op.inputs[1])
     if paddings is None or paddings.shape != (4, 2) or paddings[0].any() or paddings[3].any():
         return f"PAD operator {op.index} pads more than rows and columns"
     for c in consumers.get(op.outputs[0], []):
@@ -250,15 +261,6 @@ def _same_padding_used(sg: Subgraph, op: Operator) -> bool:
     in_h, in_w = shape_hw(sg, op.inputs[0])
     out_h, out_w = shape_hw(sg, op.outputs[0])
     return rows.needed((0, out_h)) != (0, in_h) or cols.needed((0, out_w)) != (0, in_w)
-
-
-def constant_array(graph: Graph, tensor: int) -> np.ndarray | None:
-    """The data of a constant tensor of the main subgraph, shaped; None for activations."""
-    t = graph.main.tensors[tensor]
-    if t.planned or t.kind.value != "constant":
-        return None
-    data = graph.raw.buffers[t.buffer].data
-    return np.frombuffer(bytes(data), dtype=np.dtype(t.dtype).newbyteorder("<")).reshape(t.shape)
 
 
 def _axis_maps(sg: Subgraph, op: Operator) -> tuple[AxisMap, AxisMap]:
@@ -309,7 +311,7 @@ def _region_op(graph: Graph, op: Operator, producers: dict[int, int], members: i
         tensor = op.inputs[slot]
         pad_op = producers.get(tensor)
         if pad_op is not None and members >> pad_op & 1 and sg.operators[pad_op].opcode == "PAD":
-            paddings = constant_array(graph, sg.operators[pad_op].inputs[1])
+            paddings = graph.constant_array(sg.operators[pad_op].inputs[1])
             tensor = sg.operators[pad_op].inputs[0]
             edges.append(Edge(slot, tensor, _shifted(rows, int(paddings[1][0])), _shifted(cols, int(paddings[2][0])),
                               pad_op))
@@ -323,20 +325,28 @@ def _shifted(axis: AxisMap, pad_before: int) -> AxisMap:
     return AxisMap(axis.extent, axis.stride, axis.offset + pad_before)
 
 
-def plan_tiling(graph: Graph, region: Region, grid: tuple[int, int]) -> TilingPlan:
+def plan_tiling(graph: Graph, region: Region, grid: tuple[int, int], split_source: bool = False) -> TilingPlan:
     """Patch by patch, row-major: each patch's steps, and each finished row of patches concatenated along the
-    columns; the rows concatenated into the target at the end."""
+    columns; the rows concatenated into the target at the end. With `split_source`, the source is first cut
+    into row strips in place, and each row of patches reads its window of them."""
     sg = graph.main
     height, width = shape_hw(sg, region.target)
     row_cuts, col_cuts = _bounds(height, grid[0]), _bounds(width, grid[1])
+    source_h, source_w = shape_hw(sg, region.source)
+    source = Piece(region.source, (0, source_h), (0, source_w), region.source)
     steps: list[Step] = []
+    row_windows = [_needed(sg, region, 0, rows)[region.source] for rows in itertools.pairwise(row_cuts)]
+    strips = _strips(sg, region.source, row_windows) if split_source else []
+    if len(strips) > 1:
+        steps.append(Split(source, tuple(strips)))
     macs = 0
     rows_done: list[Piece] = []
-    patch_numbers = itertools.count()
-    for rows in itertools.pairwise(row_cuts):
+    for row_index, rows in enumerate(itertools.pairwise(row_cuts)):
+        first_patch = row_index * grid[1]
+        held = _window_of_strips(strips, row_windows[row_index], first_patch, steps) if len(strips) > 1 else source
         patches: list[Piece] = []
-        for cols in itertools.pairwise(col_cuts):
-            result, patch_macs = _patch(graph, region, rows, cols, next(patch_numbers), steps)
+        for col_index, cols in enumerate(itertools.pairwise(col_cuts)):
+            result, patch_macs = _patch(graph, region, rows, cols, first_patch + col_index, steps, held)
             patches.append(result)
             macs += patch_macs
         if len(patches) > 1:
@@ -346,7 +356,39 @@ def plan_tiling(graph: Graph, region: Region, grid: tuple[int, int]) -> TilingPl
         rows_done.extend(patches)
     if len(rows_done) > 1:
         steps.append(Concat(tuple(rows_done), Piece(region.target, (0, height), (0, width), region.target), axis=1))
-    return TilingPlan(region, grid, tuple(steps), macs)
+    return TilingPlan(region, grid, len(strips) > 1, tuple(steps), macs)
+
+
+def _strips(sg: Subgraph, source: int, row_windows: list[Interval]) -> list[Piece]:
+    """Row strips of the source: strip i ends where the rows of patch row i end, so patch row i finds its rows
+    in strips up to i, and a strip is free once no later window reaches back into it. Cuts are rounded down
+    to rows whose byte offset is a multiple of 16, as offline-plan offsets must be."""
+    height, width = shape_hw(sg, source)
+    tensor = sg.tensors[source]
+    row_bytes = width * tensor.shape[3] * ELEMENT_BYTES[tensor.dtype]
+    step = ALIGNMENT // math.gcd(row_bytes, ALIGNMENT)
+    cuts = sorted({0, height} | {hi // step * step for _, hi in row_windows[:-1] if 0 < hi // step * step < height})
+    return [Piece(source, rows, (0, width), source) for rows in itertools.pairwise(cuts)]
+
+
+def _window_of_strips(strips: list[Piece], rows: Interval, patch: int, steps: list[Step]) -> Piece:
+    """The source rows `rows`, full width, as one piece: a strip itself, or its slices concatenated."""
+    parts = []
+    for strip in strips:
+        lo, hi = max(strip.rows[0], rows[0]), min(strip.rows[1], rows[1])
+        if lo >= hi:
+            continue
+        if (lo, hi) == strip.rows:
+            parts.append(strip)
+        else:
+            part = Piece(strip.tensor, (lo, hi), strip.cols, strip.quant_of, patch)
+            steps.append(Slice(strip, part))
+            parts.append(part)
+    if len(parts) == 1:
+        return parts[0]
+    window = Piece(strips[0].tensor, rows, strips[0].cols, strips[0].quant_of, patch)
+    steps.append(Concat(tuple(parts), window, axis=1))
+    return window
 
 
 def grid_macs(graph: Graph, region: Region, grid: tuple[int, int]) -> int:
@@ -363,26 +405,33 @@ def _summed_lengths(sg: Subgraph, region: Region, axis: int, cuts: list[int]) ->
     """Per tensor: the lengths of the windows the patches along one axis compute, added up."""
     total: dict[int, int] = {}
     for interval in itertools.pairwise(cuts):
-        need = {region.target: interval}
-        for rop in reversed(region.ops):
-            out = need[rop.output]
-            for edge in rop.edges:
-                lo, hi = (edge.rows if axis == 0 else edge.cols).needed(out)
-                want = (max(lo, 0), min(hi, sg.tensors[edge.tensor].shape[1 + axis]))
-                old = need.get(edge.tensor, want)
-                need[edge.tensor] = (min(old[0], want[0]), max(old[1], want[1]))
-        for tensor, (lo, hi) in need.items():
+        for tensor, (lo, hi) in _needed(sg, region, axis, interval).items():
             total[tensor] = total.get(tensor, 0) + hi - lo
     return total
+
+
+def _needed(sg: Subgraph, region: Region, axis: int, interval: Interval) -> dict[int, Interval]:
+    """Per tensor of the region: the rows (axis 0) or columns (axis 1) a patch spanning `interval` of the
+    target computes or reads, clipped to the tensor."""
+    need = {region.target: interval}
+    for rop in reversed(region.ops):
+        out = need[rop.output]
+        for edge in rop.edges:
+            lo, hi = (edge.rows if axis == 0 else edge.cols).needed(out)
+            want = (max(lo, 0), min(hi, sg.tensors[edge.tensor].shape[1 + axis]))
+            old = need.get(edge.tensor, want)
+            need[edge.tensor] = (min(old[0], want[0]), max(old[1], want[1]))
+    return need
 
 
 def _bounds(size: int, parts: int) -> list[int]:
     return [round(i * size / parts) for i in range(parts + 1)]
 
 
-def _patch(graph: Graph, region: Region, rows: Interval, cols: Interval, patch: int,
-           steps: list[Step]) -> tuple[Piece, int]:
-    """Append one patch's steps; return the patch of the target and the MACs spent on it."""
+def _patch(graph: Graph, region: Region, rows: Interval, cols: Interval, patch: int, steps: list[Step],
+           source: Piece) -> tuple[Piece, int]:
+    """Append one patch's steps, reading the source from the piece `source`; return the patch of the target
+    and the MACs spent on it."""
     sg = graph.main
     # Backwards: the window of every tensor this patch needs (the hull over its readers).
     need: dict[int, tuple[Interval, Interval]] = {region.target: (rows, cols)}
@@ -393,8 +442,7 @@ def _patch(graph: Graph, region: Region, rows: Interval, cols: Interval, patch: 
             old = need.get(edge.tensor)
             need[edge.tensor] = want if old is None else _hull(old, want)
     # Forwards: crop what is held to what each reader wants, pad where the window leaves the image, apply.
-    height, width = shape_hw(sg, region.source)
-    held = {region.source: Piece(region.source, (0, height), (0, width), region.source)}
+    held = {region.source: source}
     made: set[Piece] = set()
     macs = 0
     for rop in region.ops:

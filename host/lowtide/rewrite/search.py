@@ -1,29 +1,35 @@
-"""Pick where to tile and how finely: the split that minimises TFLM's planned arena head under a MAC budget.
+"""Pick where to tile and how finely: the split that minimises the planned arena head under a MAC budget.
 
 The structure narrows the search before anything is built:
-- only regions between two cut tensors that hold the operator at the un-rewritten peak can lower it;
+- only regions between two cut tensors that hold the operator at the un-rewritten peak can lower it (live
+  bytes counted as an offline plan can place them: in-place outputs inside the input they replace);
 - each region has a floor no grid beats: the steps outside it keep their live bytes, the whole source is live
-  until the last patch reads it (with at least half the target done by then), and the final CONCATENATION
-  holds the target twice. Regions are tried lowest floor first and skipped once the floor reaches the best
-  figure found;
+  until the first patch reads it, and the final CONCATENATION holds the target twice. Regions are tried lowest
+  floor first and skipped once the floor reaches the best figure found;
 - grids whose halo recomputation goes over the MAC budget are dropped (their MACs factor into per-axis sums,
-  so this costs no plan), and of the rest only the finest few are planned.
+  so this costs no plan); of the rest the finest few about-square grids and every stack of full-width strips
+  are planned, each with the source kept whole (sliced per patch) and cut into row strips in place.
 Every surviving candidate gets an exact live-memory figure for its emitted order (cheap arithmetic on the
-plan); the best few are then built and planned by `tflm_plan` (TFLM's greedy planner, exact), and the
-scheduler may reorder the best one further.
+plan); the best few are then built and placed (`lowtide.memory.placement`, the plan `lowtide optimize` writes),
+and the scheduler may reorder the best one further. The model returned carries that placement as its
+OfflineMemoryAllocation plan.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import time
 from dataclasses import dataclass
 
 from lowtide.errors import LowtideError
-from lowtide.memory import align_up, stored_order, tflm_plan
+from lowtide.memory import align_up, buffer_lifetimes, stored_order, tflm_plan
+from lowtide.memory.lifetimes import Buffer
+from lowtide.memory.placement import Placement, check_no_overlap, offline_plan_words, place
 from lowtide.model.ir import Graph
 from lowtide.model.reader import read_model
 from lowtide.model.schema import ELEMENT_BYTES
-from lowtide.model.writer import model_bytes
+from lowtide.model.writer import model_bytes, set_offline_plan
 from lowtide.rewrite.emit import emit_tiled
 from lowtide.rewrite.regions import (
     TILEABLE_OPCODES,
@@ -33,6 +39,7 @@ from lowtide.rewrite.regions import (
     Piece,
     Region,
     Slice,
+    Split,
     TilingPlan,
     cut_tensors,
     graph_macs,
@@ -50,6 +57,7 @@ GRID_STEPS = tuple(range(1, MAX_PATCHES_PER_AXIS + 1))
 BUILT_CANDIDATES = 6
 GRIDS_PLANNED_PER_REGION = 4
 RESCHEDULE_SECONDS = 5.0
+PLACE_SECONDS = 1.0  # per built candidate
 
 
 @dataclass(frozen=True)
@@ -59,17 +67,19 @@ class Candidate:
     source: str  # tensor names
     target: str
     grid: tuple[int, int]
+    split_source: bool  # the source is cut into row strips in place first
     macs: int  # whole model, after rewriting
     live_peak_bytes: int  # live peak of the emitted order (exact arithmetic on the plan)
-    head_bytes: int | None  # TFLM's greedy head of the built model; None when not built
+    head_bytes: int | None  # head lowtide's placement reaches on the built model; None when not built
 
 
 @dataclass(frozen=True)
 class RewriteResult:
-    model: bytes  # the rewritten model, or the original in its best order when rewriting does not help
+    model: bytes  # the rewritten model with its offline plan, or the original in its best order when rewriting
+    # does not help
     rewritten: bool
     reason: str  # what was done, or why nothing was
-    head_bytes: int  # planned TFLM head of `model` in its stored order
+    head_bytes: int  # head of `model` in its stored order as lowtide places it (what an offline plan gives TFLM)
     original_head_bytes: int  # planned head of the original in its best order (scheduler's or stored)
     stock_head_bytes: int  # planned head of the original in its stored order
     macs_before: int
@@ -77,6 +87,7 @@ class RewriteResult:
     grid: tuple[int, int] | None
     source: str | None
     target: str | None
+    split_source: bool
     pareto: tuple[Candidate, ...]  # explored points no other point beats on both head (or live peak) and MACs
     seconds: float
 
@@ -85,9 +96,11 @@ class RewriteResult:
         return self.macs_after / self.macs_before - 1.0 if self.macs_before else 0.0
 
 
-def tile(graph: Graph, source: int, target: int, grid: tuple[int, int], order: list[int] | None = None) -> bytes:
+def tile(graph: Graph, source: int, target: int, grid: tuple[int, int], order: list[int] | None = None,
+         split_source: bool = False) -> bytes:
     """The model with the region `source` -> `target` (main-subgraph tensor indices, both cut tensors) run as
-    `grid` (rows, columns) patches. `order`: main-subgraph operator order for the rest (default: stored)."""
+    `grid` (rows, columns) patches. `order`: main-subgraph operator order for the rest (default: stored).
+    `split_source`: cut the source into row strips in place first (needs an offline plan: `lowtide optimize`)."""
     cuts = cut_tensors(graph)
     for tensor in (source, target):
         if tensor not in cuts:
@@ -100,7 +113,7 @@ def tile(graph: Graph, source: int, target: int, grid: tuple[int, int], order: l
     if not (1 <= grid[0] <= limit[0] and 1 <= grid[1] <= limit[1]) or grid == (1, 1):
         raise LowtideError(f"grid {grid} does not fit a {height}x{width} target (2 to {MAX_PATCHES_PER_AXIS} "
                            "patches along an axis)")
-    return model_bytes(_emit(graph, plan_tiling(graph, region, grid), order))
+    return model_bytes(_emit(graph, plan_tiling(graph, region, grid, split_source), order))
 
 
 def rewrite_auto(graph: Graph, max_mac_overhead: float = 0.20, time_limit: float = 60.0) -> RewriteResult:
@@ -108,28 +121,29 @@ def rewrite_auto(graph: Graph, max_mac_overhead: float = 0.20, time_limit: float
     deadline = started + time_limit
     sg = graph.main
     stock = tflm_plan(graph)
-    schedule = find_schedule(graph, time_limit=min(max(time_limit * 0.2, 1.0), RESCHEDULE_SECONDS))
+    schedule = find_schedule(graph, time_limit=min(max(time_limit * 0.2, 1.0), RESCHEDULE_SECONDS), in_place=True)
     # The scheduler minimises the live peak; TFLM's greedy planner can still place the stored order tighter.
     base_orders = schedule.order if schedule.head_bytes < stock.head_bytes else stored_order(graph)
     base_order = base_orders[0]
     base = tflm_plan(graph, base_orders)
+    base_steps = buffer_lifetimes(graph, base_orders, in_place=True)[1]
     macs_before = graph_macs(graph)
 
     def unchanged(reason: str, pareto: tuple[Candidate, ...] = ()) -> RewriteResult:
         data = model_bytes(apply_order(graph, base_orders))
         return RewriteResult(data, False, reason, base.head_bytes, base.head_bytes, stock.head_bytes, macs_before,
-                             macs_before, None, None, None, pareto, time.monotonic() - started)
+                             macs_before, None, None, None, False, pareto, time.monotonic() - started)
 
-    if base.peak_step is None:
+    if not base_steps or not any(step.live_bytes for step in base_steps):
         return unchanged("the model has no activations to tile")
-    peak_op = base.steps[base.peak_step].op
-    if base.steps[base.peak_step].subgraph != 0:
+    peak = max(base_steps, key=lambda step: step.live_bytes)
+    if peak.subgraph != 0:
         return unchanged("the memory peak is inside a called subgraph")
-    regions, reason = _regions_at_peak(graph, peak_op)
+    regions, reason = _regions_at_peak(graph, peak.op)
     if not regions:
         return unchanged(reason)
 
-    outside_live = {step.op: step.live_bytes for step in base.steps if step.subgraph == 0}
+    outside_live = {step.op: step.live_bytes for step in base_steps if step.subgraph == 0}
     budget = macs_before * (1.0 + max_mac_overhead)
     explored: list[tuple[Candidate, TilingPlan]] = []
     best_live = base.head_bytes
@@ -140,17 +154,26 @@ def rewrite_auto(graph: Graph, max_mac_overhead: float = 0.20, time_limit: float
             continue
         region_macs = sum(op_macs(sg, sg.operators[rop.op]) for rop in region.ops)
         height, width = sg.tensors[region.target].shape[1:3]
-        affordable = [grid for grid in _grids(height, width)
-                      if macs_before - region_macs + grid_macs(graph, region, grid) <= budget]
-        # Finer grids shrink the patches' buffers until the halos dominate: plan the finest few affordable.
-        for grid in affordable[-GRIDS_PLANNED_PER_REGION:]:
-            if time.monotonic() > deadline:
-                break
-            plan = plan_tiling(graph, region, grid)
-            live = max(outside, _tiled_live_peak(sg, plan))
-            best_live = min(best_live, live)
-            explored.append((Candidate(sg.tensors[region.source].name, sg.tensors[region.target].name, grid,
-                                       macs_before - region_macs + plan.macs, live, None), plan))
+
+        def affordable(grids: list[tuple[int, int]]) -> list[tuple[int, int]]:
+            return [grid for grid in grids if macs_before - region_macs + grid_macs(graph, region, grid) <= budget]
+
+        # Finer grids shrink the patches' buffers until the halos dominate: plan the finest few affordable, and
+        # every affordable stack of full-width strips (where cutting the source into strips pays most).
+        grids = affordable(_grids(height, width))[-GRIDS_PLANNED_PER_REGION:]
+        grids += [grid for grid in affordable(_strip_grids(height)) if grid not in grids]
+        for grid in grids:
+            for split_source in (False, True):
+                if time.monotonic() > deadline:
+                    break
+                plan = plan_tiling(graph, region, grid, split_source)
+                if split_source and not plan.split_source:
+                    continue  # too few rows to cut: the same plan as without
+                live = max(outside, _tiled_live_peak(sg, plan))
+                best_live = min(best_live, live)
+                explored.append((Candidate(sg.tensors[region.source].name, sg.tensors[region.target].name, grid,
+                                           plan.split_source, macs_before - region_macs + plan.macs, live, None),
+                                 plan))
     if not explored:
         return unchanged(f"no tiling of the {len(regions)} regions around the peak fits the budget or beats "
                          f"{base.head_bytes:,} bytes")
@@ -162,7 +185,7 @@ def rewrite_auto(graph: Graph, max_mac_overhead: float = 0.20, time_limit: float
         if best and (time.monotonic() > deadline or candidate.live_peak_bytes >= best[0]):
             break
         data = model_bytes(_emit(graph, plan, base_order))
-        head = tflm_plan(read_model(data)).head_bytes
+        head = _placed_head(read_model(data))
         built[index] = candidate = _with_head(candidate, head)
         if best is None or head < best[0]:
             best = (head, data, candidate)
@@ -172,28 +195,54 @@ def rewrite_auto(graph: Graph, max_mac_overhead: float = 0.20, time_limit: float
     remaining = deadline - time.monotonic()
     if remaining > 1.0:
         rewritten = read_model(data)
-        reordered = find_schedule(rewritten, time_limit=min(remaining, RESCHEDULE_SECONDS))
-        if reordered.head_bytes < head:
-            data = model_bytes(apply_order(rewritten, reordered.order))
-            head = reordered.head_bytes
+        reordered = find_schedule(rewritten, time_limit=min(remaining, RESCHEDULE_SECONDS), in_place=True)
+        if reordered.live_peak_bytes < head:
+            reordered_data = model_bytes(apply_order(rewritten, reordered.order))
+            reordered_head = _placed_head(read_model(reordered_data))
+            if reordered_head < head:
+                data, head = reordered_data, reordered_head
     if head >= base.head_bytes:
         return unchanged(f"the best tiling found plans {head:,} bytes, not below {base.head_bytes:,}", pareto)
+    head, data = planned_model(data)
     return RewriteResult(
         data, True, f"tiled {candidate.source} -> {candidate.target} as {candidate.grid[0]}x{candidate.grid[1]} "
-        "patches", head, base.head_bytes, stock.head_bytes, macs_before, candidate.macs, candidate.grid,
-        candidate.source, candidate.target, pareto, time.monotonic() - started)
+        f"patches{' from row strips of the source' if candidate.split_source else ''}", head, base.head_bytes,
+        stock.head_bytes, macs_before, candidate.macs, candidate.grid, candidate.source, candidate.target,
+        candidate.split_source, pareto, time.monotonic() - started)
+
+
+def _placement(graph: Graph) -> tuple[list[Buffer], Placement]:
+    """lowtide's placement of the stored order, in-place outputs inside their inputs: the offline plan
+    `lowtide optimize` writes."""
+    buffers = [dataclasses.replace(b, offline_offset=None) for b in buffer_lifetimes(graph, in_place=True)[0]]
+    return buffers, place(buffers, PLACE_SECONDS)
+
+
+def _placed_head(graph: Graph) -> int:
+    return _placement(graph)[1].head_bytes
+
+
+def planned_model(data: bytes) -> tuple[int, bytes]:
+    """The model with its placement as an OfflineMemoryAllocation plan, so stock TFLM allocates exactly that
+    head (a SPLIT_V's strips only share their source's bytes through such a plan); and the head."""
+    graph = read_model(data)
+    buffers, placement = _placement(graph)
+    check_no_overlap(buffers, placement.offsets)
+    raw = copy.deepcopy(graph.raw)
+    set_offline_plan(raw, offline_plan_words(graph, buffers, placement.offsets))
+    return placement.head_bytes, model_bytes(raw)
 
 
 def _region_floors(sg, regions: list[Region], outside_live: dict[int, int]) -> list[tuple[int, int, Region]]:
     """(floor, outside peak, region): no grid of a region plans below its floor. Steps outside the region keep
-    their live bytes; the source is live until the last patch reads it, when at least half the target is
-    done; the final CONCATENATION holds the target twice."""
+    their live bytes; the source is whole until the first patch reads it (cut into strips or not); the final
+    CONCATENATION holds the target twice."""
     floors = []
     for region in regions:
         region_ops = {rop.op for rop in region.ops} | set(region.folded_pads)
         outside = max((b for op, b in outside_live.items() if op not in region_ops), default=0)
         source, target = _piece_bytes(sg, _whole(sg, region.source)), _piece_bytes(sg, _whole(sg, region.target))
-        floors.append((max(outside, 2 * target, source + target // 2), outside, region))
+        floors.append((max(outside, 2 * target, source), outside, region))
     return floors
 
 
@@ -203,6 +252,11 @@ def _grids(height: int, width: int) -> list[tuple[int, int]]:
              if rows <= height and cols <= width and (rows, cols) != (1, 1)
              and abs(rows * width - cols * height) <= max(height, width)}
     return sorted(grids, key=lambda g: (g[0] * g[1], g))
+
+
+def _strip_grids(height: int) -> list[tuple[int, int]]:
+    """Stacks of full-width strips, fewest first."""
+    return [(rows, 1) for rows in GRID_STEPS if 1 < rows <= height]
 
 
 def _regions_at_peak(graph: Graph, peak_op: int) -> tuple[list[Region], str]:
@@ -266,38 +320,37 @@ def _piece_bytes(sg, piece: Piece) -> int:
 
 def _tiled_live_peak(sg, plan: TilingPlan) -> int:
     """Live bytes of the tiled part in its emitted order, under TFLM's lifetime rules (an operator's inputs and
-    outputs are live together; a tensor lives from its producer to its last reader)."""
+    outputs are live together; a tensor lives from its producer to its last reader), except that the strips
+    of a `Split` occupy the source's own bytes."""
     reads: list[tuple[Piece, ...]] = []
-    writes: list[Piece] = []
+    writes: list[tuple[Piece, ...]] = []
     for step in plan.steps:
-        if isinstance(step, (Slice, Pad)):
+        if isinstance(step, (Slice, Pad, Split)):
             reads.append((step.source,))
         elif isinstance(step, Apply):
             reads.append(tuple(p for _, p in step.inputs))
         elif isinstance(step, Concat):
             reads.append(step.sources)
-        writes.append(step.result)
+        writes.append(step.results if isinstance(step, Split) else (step.result,))
     last: dict[Piece, int] = {}
     for i, pieces in enumerate(reads):
         for p in pieces:
             last[p] = i
-    last[writes[-1]] = len(writes)  # the target outlives the tiled part
+    last[writes[-1][0]] = len(writes)  # the target outlives the tiled part
     freed_after: dict[int, int] = {}
     for p, i in last.items():
         freed_after[i] = freed_after.get(i, 0) + _piece_bytes(sg, p)
-    source = _whole(sg, plan.region.source)
-    live = _piece_bytes(sg, source)
-    peak = 0
-    for i, result in enumerate(writes):
-        live += _piece_bytes(sg, result)
-        peak = max(peak, live)
-        live -= freed_after.get(i, 0)
+    live = _piece_bytes(sg, _whole(sg, plan.region.source))
+    peak = live
+    for i, (step, results) in enumerate(zip(plan.steps, writes)):
+        made = sum(_piece_bytes(sg, p) for p in results)
+        peak = max(peak, live if isinstance(step, Split) else live + made)
+        live += made - freed_after.get(i, 0)
     return peak
 
 
 def _with_head(candidate: Candidate, head: int) -> Candidate:
-    return Candidate(candidate.source, candidate.target, candidate.grid, candidate.macs, candidate.live_peak_bytes,
-                     head)
+    return dataclasses.replace(candidate, head_bytes=head)
 
 
 def _pareto(candidates: list[Candidate]) -> tuple[Candidate, ...]:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from lowtide.memory import tflm_plan
+from lowtide.memory import live_peak_bytes, tflm_plan
 from lowtide.memory.lifetimes import Order, stored_order
 from lowtide.model.ir import Graph
 from lowtide.schedule.problem import SubgraphProblem, check_order, subgraph_problem
@@ -28,7 +28,7 @@ Progress = Callable[[float, int], None]
 @dataclass(frozen=True)
 class Schedule:
     order: Order  # every subgraph's operators in the chosen execution order
-    live_peak_bytes: int  # tflm_plan(graph, order).live_peak_bytes
+    live_peak_bytes: int  # most bytes live in one step of `order` (lowtide.memory.live_peak_bytes)
     head_bytes: int  # tflm_plan(graph, order).head_bytes: TFLM's greedy planner on this order
     stored_peak_bytes: int  # live peak of the order stored in the model
     stored_head_bytes: int
@@ -43,11 +43,14 @@ class Schedule:
         return self.stored_peak_bytes - self.live_peak_bytes
 
 
-def find_schedule(graph: Graph, time_limit: float = 30.0, progress: Progress | None = None) -> Schedule:
+def find_schedule(graph: Graph, time_limit: float = 30.0, progress: Progress | None = None,
+                  in_place: bool = False) -> Schedule:
+    """With `in_place`, costs and live peaks count outputs that an offline plan may place inside a dying input
+    (`lowtide.memory.in_place`) once; TFLM's own planner (`head_bytes`) never does that."""
     started = time.monotonic()
     deadline = started + time_limit
     heuristic_deadline = started + HEURISTIC_SHARE * time_limit
-    problems = {i: subgraph_problem(graph, i) for i in sorted(_reachable_subgraphs(graph))}
+    problems = {i: subgraph_problem(graph, i, in_place) for i in sorted(_reachable_subgraphs(graph))}
     # Every operator's unavoidable step is a lower bound on the model's peak: the first target level.
     level = max(
         (p.step_lower_bound(op) for p in problems.values() for op in range(p.op_count)), default=0
@@ -92,20 +95,20 @@ def find_schedule(graph: Graph, time_limit: float = 30.0, progress: Progress | N
     for sg, parts in block_orders.items():
         order[sg] = [op for part in parts for op in part]
     check_order(graph, order)
-    plan = tflm_plan(graph, order)
-    stored = tflm_plan(graph)
+    peak = live_peak_bytes(graph, order, in_place)
+    stored_peak = live_peak_bytes(graph, stored_order(graph), in_place)
     # Keep the model as it is unless the new order is better; the stored order can even beat it when control
     # flow couples subgraphs, which are searched one at a time.
-    if stored.live_peak_bytes <= plan.live_peak_bytes:
-        order, plan = stored_order(graph), stored
+    if stored_peak <= peak:
+        order, peak = stored_order(graph), stored_peak
     return Schedule(
         order=order,
-        live_peak_bytes=plan.live_peak_bytes,
-        head_bytes=plan.head_bytes,
-        stored_peak_bytes=stored.live_peak_bytes,
-        stored_head_bytes=stored.head_bytes,
+        live_peak_bytes=peak,
+        head_bytes=tflm_plan(graph, order).head_bytes,
+        stored_peak_bytes=stored_peak,
+        stored_head_bytes=tflm_plan(graph).head_bytes,
         lower_bound_bytes=level,
-        optimal=plan.live_peak_bytes == level,
+        optimal=peak == level,
         timed_out=timed_out,
         seconds=time.monotonic() - started,
         explored_states=explored,

@@ -14,7 +14,8 @@ import itertools
 from dataclasses import dataclass
 
 from lowtide.errors import LowtideError
-from lowtide.memory.lifetimes import Order, align_up
+from lowtide.memory.in_place import in_place_outputs
+from lowtide.memory.lifetimes import ALIGNMENT, Order, align_up
 from lowtide.memory.scratch import scratch_sizes
 from lowtide.model.ir import Graph, Subgraph, TensorKind
 
@@ -33,6 +34,7 @@ class SubgraphProblem:
     op_reads: tuple[tuple[int, ...], ...]  # per operator: planned tensors it reads (distinct)
     op_creates: tuple[tuple[int, ...], ...]  # per operator: planned tensors it writes (distinct)
     op_scratch_bytes: tuple[int, ...]  # per operator: aligned scratch buffers it requests
+    op_shared_bytes: tuple[int, ...]  # per operator: bytes of its outputs placed inside an input that dies there
 
     @property
     def all_ops(self) -> int:
@@ -63,7 +65,7 @@ class SubgraphProblem:
         for t in self.op_reads[op]:
             if not self.tensor_kept[t] and not self.tensor_consumers[t] & ~after:
                 freed += self.tensor_bytes[t]
-        during = live + created + self.op_scratch_bytes[op]
+        during = live + created - self.op_shared_bytes[op] + self.op_scratch_bytes[op]
         return during, live + created - freed
 
     def step_lower_bound(self, op: int) -> int:
@@ -71,7 +73,7 @@ class SubgraphProblem:
         before it (by an ancestor, or a subgraph input) that is still needed after it."""
         before = self.ancestors[op]
         from_here = self.descendants[op] | 1 << op
-        total = self.op_scratch_bytes[op]
+        total = self.op_scratch_bytes[op] - self.op_shared_bytes[op]
         for t, size in enumerate(self.tensor_bytes):
             producer = self.tensor_producer[t]
             made_before = producer is None or before >> producer & 1
@@ -91,7 +93,9 @@ class SubgraphProblem:
         return peak
 
 
-def subgraph_problem(graph: Graph, sg_index: int) -> SubgraphProblem:
+def subgraph_problem(graph: Graph, sg_index: int, in_place: bool = False) -> SubgraphProblem:
+    """With `in_place`, outputs that may share a dying input's bytes (`lowtide.memory.in_place`) cost nothing
+    during their producer's step, as an offline plan can place them."""
     sg = graph.subgraphs[sg_index]
     n = len(sg.operators)
     predecessors = _order_constraints(graph, sg)
@@ -136,6 +140,11 @@ def subgraph_problem(graph: Graph, sg_index: int) -> SubgraphProblem:
     sizes = [0] * len(producer)
     for t, local in planned_ids.items():
         sizes[local] = align_up(sg.tensors[t].nbytes)
+    shared_bytes = [0] * n
+    if in_place and sg_index == 0:
+        for output, share in in_place_outputs(graph, ALIGNMENT).items():
+            if output in planned_ids and planned_ids[output] in op_creates[share.op]:
+                shared_bytes[share.op] += sizes[planned_ids[output]]
     return SubgraphProblem(
         subgraph=sg_index,
         op_count=n,
@@ -149,6 +158,7 @@ def subgraph_problem(graph: Graph, sg_index: int) -> SubgraphProblem:
         op_reads=tuple(op_reads),
         op_creates=tuple(op_creates),
         op_scratch_bytes=tuple(sum(align_up(s) for s in scratch_sizes(graph, sg_index, i)) for i in range(n)),
+        op_shared_bytes=tuple(shared_bytes),
     )
 
 
