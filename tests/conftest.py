@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 import csv
+import importlib.util
+import shutil
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_MODELS = REPO.parent / "shared" / "models"
+
+
+_MISSING_FIRMWARE_TOOLS = [tool for tool in ("arm-none-eabi-gcc", "qemu-system-arm") if shutil.which(tool) is None]
+if importlib.util.find_spec("platformio") is None:
+    _MISSING_FIRMWARE_TOOLS.append("platformio")
+# Builds and boots of the emulated boards (CI installs the tools before the tests).
+needs_firmware_tools = pytest.mark.skipif(
+    bool(_MISSING_FIRMWARE_TOOLS),
+    reason=f"{', '.join(_MISSING_FIRMWARE_TOOLS)} not installed: run scripts/install-firmware-deps.sh",
+)
 
 
 def shared_model_names() -> list[str]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ from types import SimpleNamespace
 
 import pytest
 import serial.tools.list_ports
-from conftest import SHARED_MODELS, reference_figures
+from conftest import SHARED_MODELS, needs_firmware_tools, reference_figures
 from lowtide.device import qemu
 from lowtide.device.boards import BOARDS, detect_serial_port
 from lowtide.device.measure import measure
@@ -35,14 +34,6 @@ MOBILENET = SHARED_MODELS / "tflm_mobilenet_v2_quantized_224.tflite"
 # `lowtide build` and `lowtide flash` whether or not lowtide.cli already imports build_cmd.
 _CLI = "import lowtide.cli.build_cmd; from lowtide.cli import main; main()"
 
-_MISSING = [tool for tool in ("arm-none-eabi-gcc", "qemu-system-arm") if shutil.which(tool) is None]
-try:
-    import platformio  # noqa: F401
-except ImportError:
-    _MISSING.append("platformio")
-needs_firmware_tools = pytest.mark.skipif(
-    bool(_MISSING), reason=f"{', '.join(_MISSING)} not installed: run scripts/install-firmware-deps.sh"
-)
 
 
 def _lowtide(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:

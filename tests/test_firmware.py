@@ -16,22 +16,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SHARED_MODELS, reference_figures
+from conftest import REPO, SHARED_MODELS, needs_firmware_tools, reference_figures
 from lowtide.device import qemu
 from lowtide.device.boards import BOARDS
 from lowtide.device.measure import measure
 from lowtide.device.protocol import PROTOCOL_VERSION
 from lowtide.device.session import DeviceSession
 from lowtide.errors import LowtideError
+from lowtide.model import load_model
+from lowtide.rewrite import rewrite_auto
 
-_MISSING = [tool for tool in ("arm-none-eabi-gcc", "qemu-system-arm") if shutil.which(tool) is None]
-try:
-    import platformio  # noqa: F401
-except ImportError:
-    _MISSING.append("platformio")
-pytestmark = pytest.mark.skipif(
-    bool(_MISSING), reason=f"{', '.join(_MISSING)} not installed: run scripts/install-firmware-deps.sh"
-)
+pytestmark = needs_firmware_tools
 
 REFERENCE = reference_figures()
 HELLO_WORLD = SHARED_MODELS / "tflm_hello_world_int8.tflite"
@@ -165,6 +160,20 @@ def test_shared_models_on_qemu_m4(name):
     assert cycles.iterations == 3 and cycles.min == cycles.max > 0, cycles  # the same count on every run
     assert result.static_ram_bytes >= head + 1024  # the arena is a static array: the plan plus 1 KiB painted slack
     assert 0 < result.stack_high_water_bytes < result.stack_size_bytes == 0x10000
+
+
+def test_tiled_model_with_in_place_strips_runs_on_qemu_m4_in_its_planned_arena(tmp_path):
+    """mlperf_vww_96 rewritten with its input cut into row strips by a SPLIT_V planned inside the input's bytes:
+    the compiled firmware, which copies nothing for the in-place SPLIT_V, computes what the host TFLM computes
+    within the planned half of the stock head."""
+    rewritten = rewrite_auto(load_model(SHARED_MODELS / "mlperf_vww_96_int8.tflite"), time_limit=20)
+    assert rewritten.split_source and rewritten.head_bytes == 73_728 // 2
+    out = tmp_path / "vww_tiled.tflite"
+    out.write_bytes(rewritten.model)
+    result = measure(out, "qemu-m4", iterations=1, warmup=0, timeout=120)
+    assert result.outputs_match, result.mismatched_outputs
+    assert result.board_planned_bytes == result.arena_planned_bytes == 36_864
+    assert result.arena_high_water_bytes == 36_864
 
 
 def test_measure_cli_json_on_qemu_m4():

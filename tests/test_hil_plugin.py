@@ -19,6 +19,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from conftest import SHARED_MODELS, needs_firmware_tools
 from lowtide import oracle
 from lowtide.export.pipeline import optimize_model
 from lowtide.hil.baselines import (
@@ -35,7 +36,6 @@ from lowtide.model import load_model
 
 pytest_plugins = ["pytester"]
 
-SHARED_MODELS = Path(__file__).resolve().parents[1] / ".." / "shared" / "models"
 VWW = SHARED_MODELS / "mlperf_vww_96_int8.tflite"
 HELLO = SHARED_MODELS / "tflm_hello_world_int8.tflite"
 RUNTIME = f"tflite-micro {importlib.metadata.version('tflite-micro')} (host, reference kernels)"
@@ -427,8 +427,7 @@ def test_baselines_survive_a_writer_killed_mid_write(tmp_path: Path):
     assert baselines.read_text() in (old, new)
 
 
-@pytest.mark.skipif(shutil.which("qemu-system-arm") is None or shutil.which("arm-none-eabi-gcc") is None,
-                    reason="needs qemu-system-arm and arm-none-eabi-gcc (scripts/install-firmware-deps.sh)")
+@needs_firmware_tools
 def test_worse_model_fails_on_qemu_m4_with_painted_and_instruction_figures(pytester: pytest.Pytester):
     """The same regression on the emulated Cortex-M4: the compiled firmware paints the arena and counts
     instructions, so the message shows the high-water mark growing from the planned head of the optimized model

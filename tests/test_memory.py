@@ -6,8 +6,11 @@ import pytest
 
 from conftest import SHARED_MODELS, reference_figures, shared_model_names
 from lowtide import oracle
-from lowtide.memory import align_up, tflm_plan
-from lowtide.model import load_model
+from lowtide.export import optimize_model
+from lowtide.memory import align_up, buffer_lifetimes, tflm_plan
+from lowtide.memory.in_place import InPlace, in_place_outputs
+from lowtide.model import load_model, read_model
+from lowtide.model.builder import ModelBuilder
 
 REFERENCE = reference_figures()
 
@@ -82,3 +85,45 @@ def test_offline_plan_is_honoured_by_replica_and_tflm(tmp_path):
     planned = tflm_plan(read_model(data))
     assert planned.head_bytes == plan.head_bytes + 64
     assert oracle.allocate(data).head_bytes == planned.head_bytes
+
+
+def _split_model(axis: int, sizes: list[int], reread: bool = False) -> bytes:
+    """conv -> SPLIT_V along `axis` -> a conv per piece -> concatenation; with `reread`, the split's input is
+    also added to the result, so it outlives the split."""
+    b = ModelBuilder(seed=4)
+    x = b.conv2d(b.input((1, 8, 5, 4)), filters=8, kernel=1)
+    pieces = [b.conv2d(p, filters=8, kernel=1) for p in b.split(x, sizes, axis)]
+    y = b.concat(pieces, axis=axis)
+    b.output(b.add(y, x) if reread else y)
+    return b.build()
+
+
+def test_in_place_outputs_follow_the_kernels_rules():
+    rows = read_model(_split_model(axis=1, sizes=[2, 6]))
+    split = next(op for op in rows.main.operators if op.opcode == "SPLIT_V")
+    row_bytes = 5 * 8
+    assert in_place_outputs(rows, 16) == {
+        split.outputs[0]: InPlace(split.index, split.inputs[0], split.outputs[0], 0),
+        split.outputs[1]: InPlace(split.index, split.inputs[0], split.outputs[1], 2 * row_bytes),
+    }
+    assert in_place_outputs(read_model(_split_model(axis=1, sizes=[3, 5])), 16) == {}  # 120 B: not 16-aligned
+    assert in_place_outputs(read_model(_split_model(axis=3, sizes=[4, 4])), 16) == {}  # channels interleave
+    assert in_place_outputs(read_model(_split_model(axis=1, sizes=[2, 6], reread=True)), 16) == {}  # read again
+    # mcunet_vww quantizes its float32 input into int8: element i lands on bytes the loop has already read.
+    mcunet = load_model(SHARED_MODELS / "mcunet_vww.tflite")
+    quantize = mcunet.main.operators[0]
+    assert in_place_outputs(mcunet, 16) == {
+        quantize.outputs[0]: InPlace(0, quantize.inputs[0], quantize.outputs[0], 0)}
+
+
+def test_in_place_quantize_frees_the_float_input_on_the_host_tflm(tmp_path):
+    """mcunet_vww's QUANTIZE step holds 76,800 float bytes and 19,200 int8 bytes; planned in place, the int8
+    output sits in the float input's first bytes and TFLM runs the model bit-identically."""
+    graph = load_model(SHARED_MODELS / "mcunet_vww.tflite")
+    assert tflm_plan(graph).steps[0].live_bytes == 96_000
+    assert buffer_lifetimes(graph, in_place=True)[1][0].live_bytes == 76_800
+    result = optimize_model(SHARED_MODELS / "mcunet_vww.tflite", tmp_path / "out.tflite", verify=True)
+    assert result.verification.outputs_identical
+    words = load_model(tmp_path / "out.tflite").offline_plan
+    quantize = graph.main.operators[0]
+    assert words[quantize.outputs[0]] == words[quantize.inputs[0]]
