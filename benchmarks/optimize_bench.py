@@ -22,7 +22,7 @@ from rich.table import Table
 
 from lowtide.errors import LowtideError
 from lowtide.export import OptimizeResult, optimize_model
-from report import DOC, SHARED_MODELS, geomean, write_section
+from report import DOC, SHARED_MODELS, geomean, grid_text, write_section
 
 SECTION = "optimize"
 
@@ -43,9 +43,8 @@ def _gap(result: OptimizeResult) -> str:
 
 
 def _rewrite_cell(result: OptimizeResult) -> str:
-    grid = result.rewrite_grid
-    if grid:
-        return f"{grid[0]}x{grid[1]} patches"
+    if result.rewrite_tilings:
+        return " + ".join(grid_text(t) for t in result.rewrite_tilings)
     return "kept original" if result.rewrite and result.rewrite.rewritten else "none possible"
 
 

@@ -32,3 +32,8 @@ def write_section(doc: Path, name: str, body: str) -> None:
 
 def geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def grid_text(tiling) -> str:
+    """A `lowtide.rewrite.Tiling`'s grid as the tables show it."""
+    return f"{tiling.grid[0]}x{tiling.grid[1]}{' strips' if tiling.split_source else ''}"

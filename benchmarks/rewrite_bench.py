@@ -24,7 +24,7 @@ from lowtide.device.measure import measure
 from lowtide.errors import LowtideError
 from lowtide.model import load_model
 from lowtide.rewrite import rewrite_auto
-from report import DOC, SHARED_MODELS, write_section
+from report import DOC, SHARED_MODELS, grid_text, write_section
 
 SECTION = "rewrite"
 DEFAULT = ["tflm_mobilenet_v2_quantized_224", "tflm_person_detect", "mlperf_vww_96_int8", "mcunet_vww",
@@ -61,9 +61,7 @@ def main(argv: list[str] | None = None) -> int:
             run = oracle.run(result.model, inputs)
             identical = all(np.array_equal(a, b) for a, b in zip(stock.outputs, run.outputs))
             failures += not identical
-            grid = f"{result.grid[0]}x{result.grid[1]}" if result.grid else f"none: {result.reason}"
-            if result.split_source:
-                grid += ", source in strips"
+            grid = " + ".join(grid_text(t) for t in result.tilings) or f"none: {result.reason}"
             instructions = ""
             if args.qemu:
                 rewritten_path = Path(tmp) / f"{name}_tiled.tflite"
@@ -84,12 +82,13 @@ def main(argv: list[str] | None = None) -> int:
         f"Made by `python benchmarks/rewrite_bench.py {' '.join(argv)}`.".replace(" `.", "`."),
         "",
         "Heads and totals are measured by the host TFLM interpreter on the model as `rewrite_auto` returns it (stored",
-        "order, lowtide's placement as its OfflineMemoryAllocation plan: \"source in strips\" means a SPLIT_V cuts the",
-        "region's input into row strips inside its own bytes; mcunet_vww's float input is also quantized in place).",
-        "`lowtide optimize --rewrite auto` may reorder it further. Totals include",
-        "TFLM's persistent tail, which grows with the extra operators and tensors of the patches: `lowtide optimize`",
-        "keeps the original when that outweighs the smaller head. The compiled runtime (`lowtide compile`) has no",
-        "such tail: there the tiled head is the whole RAM. Instructions: the compiled model on qemu-m4",
+        "order, lowtide's placement as its OfflineMemoryAllocation plan). Grids: one per tiled region, in the order",
+        "they were tiled; \"strips\": a SPLIT_V first cuts the region's input into row strips inside its own bytes",
+        "(mcunet_vww's float input is also quantized in place). `lowtide optimize --rewrite auto` may reorder further.",
+        "Totals include TFLM's persistent tail, which grows with the extra operators and tensors of the patches:",
+        "`lowtide optimize` writes a coarser grid or the original when that outweighs the smaller head. The compiled",
+        "runtime (`lowtide compile`) has no such tail: there the tiled head is the whole RAM. Instructions: the",
+        "compiled model on qemu-m4",
         "(`-icount shift=0`), one inference after none of warm-up; both versions' outputs matched the host TFLM.",
         "",
         "| model | stock head | stock total | best-order head | tiled head | tiled total | head vs stock | extra MACs |"

@@ -115,6 +115,8 @@ def test_source_cut_into_strips_in_place_is_bit_identical_and_plans_what_tflm_me
     row_bytes = 16 * 4
     starts = np.cumsum([0] + [planned_graph.main.tensors[t].shape[1] for t in split.outputs[:-1]]) * row_bytes
     assert [offsets[t] for t in split.outputs] == [offsets[split.inputs[0]] + int(s) for s in starts]
+    # Reading the planned model back, the shared bytes are counted once: its live peak is no lower bound breach.
+    assert tflm_plan(planned_graph).live_peak_bytes <= tflm_plan(planned_graph).head_bytes == head
 
 
 def test_patches_clipped_to_the_same_window_get_tensors_of_their_own():

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from lowtide.cli import app
 from lowtide.export import OptimizeResult, optimize_model
+from lowtide.rewrite import Tiling
 
 class RewriteMode(str, enum.Enum):
     none = "none"
@@ -65,13 +66,10 @@ def optimize_report(result: OptimizeResult) -> dict:
         r = result.rewrite
         macs_after = result.rewrite_macs or r.macs_before
         report["rewrite"] = {
-            "used": result.rewrite_grid is not None,
+            "used": result.rewrite_tilings is not None,
             "reason": r.reason,
-            "grid": list(result.rewrite_grid) if result.rewrite_grid else None,
-            "search_grid": list(r.grid) if r.grid else None,
-            "source": r.source,
-            "target": r.target,
-            "split_source": r.split_source,
+            "tilings": [_tiling_json(t) for t in result.rewrite_tilings or ()],  # as written
+            "search_tilings": [_tiling_json(t) for t in r.tilings],  # the search's lowest head
             "macs_before": r.macs_before,
             "macs_after": macs_after,
             "mac_overhead": round(macs_after / r.macs_before - 1, 4) if r.macs_before else 0.0,
@@ -83,6 +81,11 @@ def optimize_report(result: OptimizeResult) -> dict:
             "seconds": round(r.seconds, 3),
         }
     return report
+
+
+def _tiling_json(tiling: Tiling) -> dict:
+    return {"source": tiling.source, "target": tiling.target, "grid": list(tiling.grid),
+            "split_source": tiling.split_source}
 
 
 def _show(console: Console, result: OptimizeResult) -> None:
@@ -99,12 +102,13 @@ def _show(console: Console, result: OptimizeResult) -> None:
     console.print(f"head saved: {saved:,} B ({saved / max(result.stock_head_bytes, 1):.1%}); {verdict}; "
                   f"{result.seconds:.1f} s")
     if result.rewrite:
-        r, grid = result.rewrite, result.rewrite_grid
-        if grid:
+        r, tilings = result.rewrite, result.rewrite_tilings
+        if tilings:
             overhead = (result.rewrite_macs or r.macs_before) / max(r.macs_before, 1) - 1
-            strips = " from row strips of the source" if r.split_source else ""
-            console.print(f"rewrite: tiled {r.source} -> {r.target} as {grid[0]}x{grid[1]} patches{strips} "
-                          f"(+{overhead:.1%} MACs; the search's lowest head was {r.grid[0]}x{r.grid[1]})")
+            console.print(f"rewrite: {'; then '.join(t.describe() for t in tilings)} (+{overhead:.1%} MACs)")
+            if tilings != r.tilings:
+                console.print(f"  the search's lowest head: {'; then '.join(t.describe() for t in r.tilings)}; "
+                              "fewer patches leave TFLM a smaller persistent tail")
         elif r.rewritten:
             console.print(f"rewrite: {r.reason}; kept the original: with the tiled graph's extra operators and "
                           "tensors, TFLM's total is larger")

@@ -18,7 +18,7 @@ from lowtide.memory import buffer_lifetimes, tflm_plan
 from lowtide.memory.lifetimes import Buffer, Order, stored_order
 from lowtide.memory.placement import Placement, place
 from lowtide.model import Graph, load_model, read_model
-from lowtide.rewrite import RewriteResult, rewrite_auto, tile
+from lowtide.rewrite import RewriteResult, Tiling, apply_tilings, rewrite_auto
 from lowtide.rewrite.regions import graph_macs
 from lowtide.schedule import Schedule, find_schedule
 
@@ -57,7 +57,7 @@ class OptimizeResult:
     verification: Verification | None  # only with verify=True
     seconds: float
     rewrite: RewriteResult | None = None  # only with rewrite=True
-    rewrite_grid: tuple[int, int] | None = None  # patch grid of the written model; None when the original was kept
+    rewrite_tilings: tuple[Tiling, ...] | None = None  # tilings of the written model; None: the original was kept
     rewrite_macs: int | None = None  # MACs of the written model when it is a rewritten one
 
     @property
@@ -113,7 +113,7 @@ def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: flo
     rewritten = None
     candidates = [graph]
     tails = [stock.mcu32_tail_bytes]
-    grids: list[tuple[int, int] | None] = [None]
+    tilings: list[tuple[Tiling, ...] | None] = [None]
     if rewrite:
         report("rewrite", None, "")
         rewritten = rewrite_auto(graph, max_mac_overhead, time_limit * REWRITE_SHARE)
@@ -121,12 +121,12 @@ def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: flo
         if rewritten.rewritten:
             candidates.append(read_model(rewritten.model, str(model_path)))
             tails.append(oracle.allocate(rewritten.model, path=str(model_path)).mcu32_tail_bytes)
-            grids.append(rewritten.grid)
+            tilings.append(rewritten.tilings)
             coarse = _coarser_tiling(graph, rewritten, str(model_path))
             if coarse:
                 candidates.append(coarse[0])
                 tails.append(coarse[1])
-                grids.append(coarse[2])
+                tilings.append(coarse[2])
     # Each candidate graph is scheduled and placed, and the one with the smaller arena on a 32-bit MCU is written:
     # tiling shrinks the head but adds operators and tensors, whose persistent structs grow the tail. The original
     # is always a candidate, so rewriting can never end above plain optimization.
@@ -178,32 +178,32 @@ def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: flo
         verification=verification,
         seconds=time.monotonic() - started,
         rewrite=rewritten,
-        rewrite_grid=grids[best],
+        rewrite_tilings=tilings[best],
         rewrite_macs=graph_macs(graph) if best else None,
     )
 
 
 def _coarser_tiling(graph: Graph, rewritten: RewriteResult,
-                    path: str) -> tuple[Graph, int, tuple[int, int]] | None:
-    """The same region as `rewritten`, tiled into fewer patches: (graph, 32-bit tail, grid) of the coarse grid
-    whose arena (placed head + 32-bit tail) is smallest. rewrite_auto minimises the head; each patch adds
+                    path: str) -> tuple[Graph, int, tuple[Tiling, ...]] | None:
+    """The same regions as `rewritten`, tiled into fewer patches: (graph, 32-bit tail, tilings) of the coarse
+    grid whose arena (placed head + 32-bit tail) is smallest. rewrite_auto minimises the head; each patch adds
     operators whose persistent state (per-channel quantization data, node structs) grows the tail, so a coarser
     grid often gives the smaller arena in all."""
-    names = {t.name: t.index for t in graph.main.tensors}
-    source, target = names[rewritten.source], names[rewritten.target]
     best = None
     for grid in COARSE_GRIDS:
-        if grid[0] * grid[1] >= rewritten.grid[0] * rewritten.grid[1]:
+        coarse = tuple(dataclasses.replace(t, grid=grid) if grid[0] * grid[1] < t.grid[0] * t.grid[1] else t
+                       for t in rewritten.tilings)
+        if coarse == rewritten.tilings:
             continue
         try:
-            data = tile(graph, source, target, grid, split_source=rewritten.split_source)
+            data = apply_tilings(graph, coarse)
         except LowtideError:
-            continue  # the region is too small for this grid
+            continue  # a region is too small for this grid
         tiled = read_model(data, path)
         tail = oracle.allocate(data, path=path).mcu32_tail_bytes
         total = place(_unplanned_buffers(tiled, stored_order(tiled)), COARSE_PLACE_SECONDS).head_bytes + tail
         if best is None or total < best[0]:
-            best = (total, tiled, tail, grid)
+            best = (total, tiled, tail, coarse)
     return best[1:] if best else None
 
 

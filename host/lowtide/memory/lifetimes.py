@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from lowtide.memory.in_place import in_place_outputs
+from lowtide.memory.in_place import InPlace, in_place_outputs
 from lowtide.memory.scratch import scratch_sizes
 from lowtide.model.ir import Graph
 
@@ -67,7 +67,8 @@ def buffer_lifetimes(graph: Graph, order: Order | None = None,
     """Buffers in the order TFLM adds them to its planner (tensors of every subgraph, then scratch buffers),
     and one Step per operator execution in scope order. With `in_place`, outputs that may share their input's
     bytes (`lowtide.memory.in_place`) say so in `Buffer.shares`: what an offline plan can do, never TFLM's own
-    planner."""
+    planner. Where the model's own offline plan already puts such an output inside its input, it is marked
+    whatever `in_place` says: those bytes are held once."""
     order = order or stored_order(graph)
     first: dict[tuple[int, int], int] = {}
     last: dict[tuple[int, int], int] = {}
@@ -115,18 +116,27 @@ def buffer_lifetimes(graph: Graph, order: Order | None = None,
     plan_base = [0]
     for sg in graph.subgraphs[:-1]:
         plan_base.append(plan_base[-1] + len(sg.tensors))
-    shared = in_place_outputs(graph, ALIGNMENT) if in_place else {}
+    shared = in_place_outputs(graph, ALIGNMENT) if in_place or plan is not None else {}
+
+    def planned_offset(sg_index: int, tensor: int) -> int | None:
+        if plan is None or plan_base[sg_index] + tensor >= len(plan) or plan[plan_base[sg_index] + tensor] < 0:
+            return None
+        return plan[plan_base[sg_index] + tensor]
+
+    def in_plan(output: int, share: InPlace) -> bool:
+        inner, outer = planned_offset(0, output), planned_offset(0, share.input)
+        return inner is not None and outer is not None and inner == outer + share.offset
+
+    if not in_place:  # only what the model's plan really shares
+        shared = {t: share for t, share in shared.items() if in_plan(t, share)}
     buffers: list[Buffer] = []
     for sg in graph.subgraphs:
         for t in sg.tensors:
             key = (sg.index, t.index)
             if not t.planned or key not in first:
                 continue
-            offline = None
-            if plan is not None and plan_base[sg.index] + t.index < len(plan):
-                value = plan[plan_base[sg.index] + t.index]
-                offline = value if value >= 0 else None
-            buffer = Buffer(sg.index, t.index, None, align_up(t.nbytes), first[key], last[key], offline)
+            buffer = Buffer(sg.index, t.index, None, align_up(t.nbytes), first[key], last[key],
+                            planned_offset(sg.index, t.index))
             share = shared.get(t.index) if sg.index == 0 else None
             if share is not None and last.get((0, share.input)) == first[key] < last[key]:
                 buffer = dataclasses.replace(buffer, first=first[key] + 1, shares=(share.input, share.offset))

@@ -9,7 +9,7 @@
 """
 
 from lowtide.rewrite.channels import ChannelSplit, partition_concat_conv
-from lowtide.rewrite.search import Candidate, RewriteResult, planned_model, rewrite_auto, tile
+from lowtide.rewrite.search import Candidate, RewriteResult, Tiling, apply_tilings, planned_model, rewrite_auto, tile
 
-__all__ = ["Candidate", "ChannelSplit", "RewriteResult", "partition_concat_conv", "planned_model", "rewrite_auto",
-           "tile"]
+__all__ = ["Candidate", "ChannelSplit", "RewriteResult", "Tiling", "apply_tilings", "partition_concat_conv",
+           "planned_model", "rewrite_auto", "tile"]

@@ -11,8 +11,9 @@ The structure narrows the search before anything is built:
   are planned, each with the source kept whole (sliced per patch) and cut into row strips in place.
 Every surviving candidate gets an exact live-memory figure for its emitted order (cheap arithmetic on the
 plan); the best few are then built and placed (`lowtide.memory.placement`, the plan `lowtide optimize` writes),
-and the scheduler may reorder the best one further. The model returned carries that placement as its
-OfflineMemoryAllocation plan.
+and the scheduler may reorder the best one further. Tiling one region can move the peak to another (the
+layers after it): the search then runs again on the tiled graph, with what is left of the MAC budget, for as
+long as the head falls. The model returned carries its placement as its OfflineMemoryAllocation plan.
 """
 
 from __future__ import annotations
@@ -74,6 +75,20 @@ class Candidate:
 
 
 @dataclass(frozen=True)
+class Tiling:
+    """One region run patch by patch: the tensors it goes from and to (by name, which rewriting keeps)."""
+
+    source: str
+    target: str
+    grid: tuple[int, int]
+    split_source: bool  # the source is cut into row strips in place first
+
+    def describe(self) -> str:
+        strips = " from row strips of the source" if self.split_source else ""
+        return f"tiled {self.source} -> {self.target} as {self.grid[0]}x{self.grid[1]} patches{strips}"
+
+
+@dataclass(frozen=True)
 class RewriteResult:
     model: bytes  # the rewritten model with its offline plan, or the original in its best order when rewriting
     # does not help
@@ -84,10 +99,7 @@ class RewriteResult:
     stock_head_bytes: int  # planned head of the original in its stored order
     macs_before: int
     macs_after: int
-    grid: tuple[int, int] | None
-    source: str | None
-    target: str | None
-    split_source: bool
+    tilings: tuple[Tiling, ...]  # applied one after the other (`apply_tilings`); empty when not rewritten
     pareto: tuple[Candidate, ...]  # explored points no other point beats on both head (or live peak) and MACs
     seconds: float
 
@@ -116,23 +128,80 @@ def tile(graph: Graph, source: int, target: int, grid: tuple[int, int], order: l
     return model_bytes(_emit(graph, plan_tiling(graph, region, grid, split_source), order))
 
 
+def apply_tilings(graph: Graph, tilings: tuple[Tiling, ...]) -> bytes:
+    """The model with each tiling applied in turn (each to the result of the ones before it)."""
+    data = model_bytes(graph.raw)
+    for tiling in tilings:
+        current = read_model(data, graph.path)
+        names = {t.name: t.index for t in current.main.tensors}
+        missing = [name for name in (tiling.source, tiling.target) if name not in names]
+        if missing:
+            raise LowtideError(f"cannot tile: no tensor named {missing[0]!r}")
+        data = tile(current, names[tiling.source], names[tiling.target], tiling.grid,
+                    split_source=tiling.split_source)
+    return data
+
+
 def rewrite_auto(graph: Graph, max_mac_overhead: float = 0.20, time_limit: float = 60.0) -> RewriteResult:
+    """Tile the region around the memory peak; when the peak moves to another tileable region, tile that too,
+    as long as the head keeps falling and the MACs stay within `max_mac_overhead` of the original's."""
     started = time.monotonic()
     deadline = started + time_limit
+    stock = tflm_plan(graph)
+    macs_before = graph_macs(graph)
+    budget = macs_before * (1.0 + max_mac_overhead)
+    rounds: list[_Round] = []
+    explored: list[Candidate] = []
+    current = graph
+    while True:  # each round returns within the deadline; a round without a better tiling ends the loop
+        found = _tile_peak(current, budget, deadline)
+        explored.extend(found.explored)
+        if found.tiling is None or (rounds and found.head_bytes >= rounds[-1].head_bytes):
+            break
+        rounds.append(found)
+        current = read_model(found.model, graph.path)
+    pareto = _pareto(explored)
+    if not rounds:  # `found` is the first round: the original in its best order, and why it stays untiled
+        return RewriteResult(found.base_model, False, found.reason, found.base_head_bytes, found.base_head_bytes,
+                             stock.head_bytes, macs_before, macs_before, (), pareto, time.monotonic() - started)
+    first = rounds[0]
+    head, data = planned_model(rounds[-1].model)
+    tilings = tuple(r.tiling for r in rounds)
+    return RewriteResult(data, True, "; then ".join(t.describe() for t in tilings), head, first.base_head_bytes,
+                         stock.head_bytes, macs_before, rounds[-1].macs, tilings, pareto,
+                         time.monotonic() - started)
+
+
+@dataclass(frozen=True)
+class _Round:
+    """One search around the peak of one graph."""
+
+    base_model: bytes  # the graph in its best order (scheduler's or stored), untiled
+    base_head_bytes: int  # TFLM's greedy head of that order
+    tiling: Tiling | None  # the best tiling found, None if none beats the base
+    model: bytes  # the tiled graph (no offline plan), or base_model
+    head_bytes: int  # placed head of `model`
+    macs: int  # of `model`
+    reason: str  # why nothing was tiled
+    explored: tuple[Candidate, ...]
+
+
+def _tile_peak(graph: Graph, budget: float, deadline: float) -> _Round:
+    """The best tiling of one region around the peak of `graph` whose whole-model MACs stay within `budget`."""
     sg = graph.main
     stock = tflm_plan(graph)
-    schedule = find_schedule(graph, time_limit=min(max(time_limit * 0.2, 1.0), RESCHEDULE_SECONDS), in_place=True)
+    remaining = deadline - time.monotonic()
+    schedule = find_schedule(graph, time_limit=min(max(remaining * 0.2, 1.0), RESCHEDULE_SECONDS), in_place=True)
     # The scheduler minimises the live peak; TFLM's greedy planner can still place the stored order tighter.
     base_orders = schedule.order if schedule.head_bytes < stock.head_bytes else stored_order(graph)
     base_order = base_orders[0]
     base = tflm_plan(graph, base_orders)
     base_steps = buffer_lifetimes(graph, base_orders, in_place=True)[1]
     macs_before = graph_macs(graph)
+    base_model = model_bytes(apply_order(graph, base_orders))
 
-    def unchanged(reason: str, pareto: tuple[Candidate, ...] = ()) -> RewriteResult:
-        data = model_bytes(apply_order(graph, base_orders))
-        return RewriteResult(data, False, reason, base.head_bytes, base.head_bytes, stock.head_bytes, macs_before,
-                             macs_before, None, None, None, False, pareto, time.monotonic() - started)
+    def unchanged(reason: str, explored: tuple[Candidate, ...] = ()) -> _Round:
+        return _Round(base_model, base.head_bytes, None, base_model, base.head_bytes, macs_before, reason, explored)
 
     if not base_steps or not any(step.live_bytes for step in base_steps):
         return unchanged("the model has no activations to tile")
@@ -144,7 +213,6 @@ def rewrite_auto(graph: Graph, max_mac_overhead: float = 0.20, time_limit: float
         return unchanged(reason)
 
     outside_live = {step.op: step.live_bytes for step in base_steps if step.subgraph == 0}
-    budget = macs_before * (1.0 + max_mac_overhead)
     explored: list[tuple[Candidate, TilingPlan]] = []
     best_live = base.head_bytes
     for floor, outside, region in sorted(_region_floors(sg, regions, outside_live), key=lambda item: item[0]):
@@ -189,7 +257,7 @@ def rewrite_auto(graph: Graph, max_mac_overhead: float = 0.20, time_limit: float
         built[index] = candidate = _with_head(candidate, head)
         if best is None or head < best[0]:
             best = (head, data, candidate)
-    pareto = _pareto([built.get(i, c) for i, (c, _) in enumerate(explored)])
+    points = tuple(built.get(i, c) for i, (c, _) in enumerate(explored))
     head, data, candidate = best
     # The scheduler may find a better order of the rewritten graph than patch-major.
     remaining = deadline - time.monotonic()
@@ -202,13 +270,9 @@ def rewrite_auto(graph: Graph, max_mac_overhead: float = 0.20, time_limit: float
             if reordered_head < head:
                 data, head = reordered_data, reordered_head
     if head >= base.head_bytes:
-        return unchanged(f"the best tiling found plans {head:,} bytes, not below {base.head_bytes:,}", pareto)
-    head, data = planned_model(data)
-    return RewriteResult(
-        data, True, f"tiled {candidate.source} -> {candidate.target} as {candidate.grid[0]}x{candidate.grid[1]} "
-        f"patches{' from row strips of the source' if candidate.split_source else ''}", head, base.head_bytes,
-        stock.head_bytes, macs_before, candidate.macs, candidate.grid, candidate.source, candidate.target,
-        candidate.split_source, pareto, time.monotonic() - started)
+        return unchanged(f"the best tiling found plans {head:,} bytes, not below {base.head_bytes:,}", points)
+    tiling = Tiling(candidate.source, candidate.target, candidate.grid, candidate.split_source)
+    return _Round(base_model, base.head_bytes, tiling, data, head, candidate.macs, "", points)
 
 
 def _placement(graph: Graph) -> tuple[list[Buffer], Placement]:
