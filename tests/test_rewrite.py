@@ -12,7 +12,7 @@ from lowtide.errors import LowtideError
 from lowtide.memory import tflm_plan
 from lowtide.model import load_model, read_model
 from lowtide.model.builder import ModelBuilder
-from lowtide.rewrite import partition_concat_conv, planned_model, rewrite_auto, tile
+from lowtide.rewrite import partition_concat_conv, partition_wide_layer, planned_model, rewrite_auto, tile
 from lowtide.rewrite.regions import (
     cut_tensors,
     graph_macs,
@@ -199,6 +199,44 @@ def test_channel_partitioning_drops_the_concatenation_within_one_lsb():
     assert split.head_bytes == after.head_bytes and split.original_head_bytes == before.head_bytes
     difference = np.abs(before.outputs[0].astype(int) - after.outputs[0].astype(int))
     assert difference.max() == 1  # requantized partial sums: not exact, but within one step
+
+
+def _inverted_bottleneck() -> bytes:
+    """MobileNetV2's block: 1x1 expand to 48 channels, 3x3 depthwise, linear 1x1 projection back to 8."""
+    b = ModelBuilder(seed=6)
+    x = b.input((1, 12, 12, 8))
+    wide = b.depthwise_conv2d(b.conv2d(x, filters=48, kernel=1, activation="RELU6"), kernel=3, activation="RELU6")
+    b.output(b.conv2d(wide, filters=8, kernel=1, activation="NONE"))
+    return b.build()
+
+
+@pytest.mark.parametrize("parts,head", [(2, 9_216), (3, 8_064)])
+def test_wide_layer_partitioning_within_one_lsb(parts, head):
+    data = _inverted_bottleneck()
+    graph = read_model(data)
+    split = partition_wide_layer(graph, expand_op=0, parts=parts, time_limit=5)
+    ops = [op.opcode for op in read_model(split.model).main.operators]
+    assert ops.count("CONV_2D") == 2 * parts and ops.count("DEPTHWISE_CONV_2D") == parts
+    assert ops.count("ADD") == parts - 1
+    inputs = oracle.random_inputs(graph)
+    before, after = oracle.run(data, inputs), oracle.run(split.model, inputs)
+    # The two 48-channel tensors (6,912 B each) are never whole: only a group's share of them is live at once.
+    assert (before.head_bytes, after.head_bytes) == (13_824, head)
+    assert split.head_bytes == after.head_bytes and split.summed_tensor == graph.main.tensors[
+        graph.main.outputs[0]].name
+    difference = np.abs(before.outputs[0].astype(int) - after.outputs[0].astype(int))
+    assert difference.max() == 1
+
+
+def test_wide_layer_partitioning_refuses_what_is_no_linear_bottleneck():
+    graph = read_model(_inverted_bottleneck())
+    with pytest.raises(LowtideError, match="not an int8 CONV_2D"):
+        partition_wide_layer(graph, expand_op=1)  # the depthwise itself
+    with pytest.raises(LowtideError, match="not read by one PAD or DEPTHWISE_CONV_2D"):
+        partition_wide_layer(graph, expand_op=2)  # the projection: its output is the model's
+    person = load_model(MODELS / "tflm_person_detect.tflite")  # MobileNetV1: the projection has a ReLU6
+    with pytest.raises(LowtideError, match="not linear"):
+        partition_wide_layer(person, expand_op=2)
 
 
 def test_channel_partitioning_refuses_a_conv_without_concatenation():

@@ -53,3 +53,28 @@ def test_rewrite_says_why_it_cannot(tmp_path):
     report = _optimize("tflm_hello_world_int8", tmp_path / "h.tflite", "--rewrite", "auto")
     assert report["rewrite"]["used"] is False and report["rewrite"]["reason"]
     assert report["after"]["planned_head_bytes"] == 32
+
+
+def _partition(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lowtide", "partition", *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_partition_splits_the_bottleneck_at_mcunet_vww_peak_and_reports_the_difference(tmp_path):
+    """mcunet_vww's peak is a 48-channel inverted bottleneck at 40x40 (PAD between expand and depthwise). Split in
+    two, TFLM's head drops by a third; the summed projection moves by at most 2 LSB with partials at 1.5x the
+    output's scale (at 1x, rare partials leave the output's range and clip)."""
+    out = tmp_path / "p.tflite"
+    result = _partition(str(SHARED_MODELS / "mcunet_vww.tflite"), "-o", str(out), "--headroom", "1.5", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["stock_tflm_head_bytes"] == 161_472
+    assert report["tflm_head_bytes"] == 103_136
+    assert 1 <= report["layer_max_difference"] <= 2
+    assert out.stat().st_size > 0
+
+
+def test_partition_refuses_an_operator_it_cannot_split(tmp_path):
+    result = _partition(str(SHARED_MODELS / "mcunet_vww.tflite"), "-o", str(tmp_path / "p.tflite"), "--op", "0")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == ["lowtide: error: operator 0 is not an int8 CONV_2D with a bias"]

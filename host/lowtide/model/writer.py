@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import struct
 import tempfile
@@ -11,7 +12,7 @@ import flatbuffers
 import numpy as np
 from tflite_micro.tensorflow.lite.micro.tools.tflite_flatbuffer_align_wrapper import align_tflite_model
 
-from lowtide.model.ir import OFFLINE_PLAN_NAME
+from lowtide.model.ir import OFFLINE_PLAN_NAME, Graph
 from lowtide.model.schema import FILE_IDENTIFIER, fb
 
 
@@ -35,6 +36,15 @@ def set_offline_plan(raw, words: list[int]) -> None:
     entry.name = OFFLINE_PLAN_NAME
     entry.buffer = len(raw.buffers) - 1
     raw.metadata = [*(raw.metadata or []), entry]
+
+
+def with_outputs(graph: Graph, names: list[str]) -> bytes:
+    """The model with the main-subgraph tensors `names` added to its outputs, so an interpreter returns them too
+    (their lifetimes grow: for reading values, not for memory figures)."""
+    raw = copy.deepcopy(graph.raw)
+    index = {t.name: t.index for t in graph.main.tensors}
+    raw.subgraphs[0].outputs = [*raw.subgraphs[0].outputs, *(index[name] for name in names)]
+    return model_bytes(raw)
 
 
 def model_bytes(raw) -> bytes:

@@ -4,12 +4,13 @@
   with halos, bit-identical to the original. `rewrite_auto` searches split points and patch grids; `tile`
   applies one chosen tiling. The source may first be cut into row strips by a SPLIT_V planned in place, so its
   rows come free as the patches move down; `planned_model` adds the offline plan that makes that real.
-- Channel partitioning (SERENITY-style): `partition_concat_conv` runs a convolution of a concatenation as
-  partial convolutions summed by ADD (not bit-identical: about 1 LSB).
+- Channel partitioning: `partition_concat_conv` (SERENITY-style) runs a convolution of a concatenation, and
+  `partition_wide_layer` an inverted bottleneck's wide layers, as partial convolutions summed by ADD (not
+  bit-identical: about 1 LSB).
 """
 
-from lowtide.rewrite.channels import ChannelSplit, partition_concat_conv
+from lowtide.rewrite.channels import ChannelSplit, partition_at_peak, partition_concat_conv, partition_wide_layer
 from lowtide.rewrite.search import Candidate, RewriteResult, Tiling, apply_tilings, planned_model, rewrite_auto, tile
 
-__all__ = ["Candidate", "ChannelSplit", "RewriteResult", "Tiling", "apply_tilings", "partition_concat_conv",
-           "planned_model", "rewrite_auto", "tile"]
+__all__ = ["Candidate", "ChannelSplit", "RewriteResult", "Tiling", "apply_tilings", "partition_at_peak", "partition_concat_conv",
+           "partition_wide_layer", "planned_model", "rewrite_auto", "tile"]

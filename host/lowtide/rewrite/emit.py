@@ -123,6 +123,17 @@ class ModelWriter:
         self.tensors.append(t)
         return len(self.tensors) - 1
 
+    def constant_slice(self, like: int, axis: int, channels: np.ndarray, name: str) -> int:
+        """Constant `like` restricted to `channels` along `axis`; per-channel quantization along that axis is
+        restricted with it, so every kept channel computes exactly as before."""
+        values = self._graph.constant_array(like)
+        index = self.constant_like(like, np.ascontiguousarray(np.take(values, channels, axis=axis)), name)
+        q = self.tensors[index].quantization
+        if q is not None and q.scale is not None and len(q.scale) > 1 and (q.quantizedDimension or 0) == axis:
+            q.scale = np.asarray(q.scale)[channels]
+            q.zeroPoint = np.asarray(q.zeroPoint)[channels]
+        return index
+
     def int32_constant(self, values: list) -> int:
         array = np.asarray(values, dtype="<i4")
         key = (array.shape, array.tobytes())
