@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         "they were tiled; \"strips\": a SPLIT_V first cuts the region's input into row strips inside its own bytes",
         "(mcunet_vww's float input is also quantized in place). `lowtide optimize --rewrite auto` may reorder further.",
         "Totals include TFLM's persistent tail, which grows with the extra operators and tensors of the patches:",
-        "`lowtide optimize` writes a coarser grid or the original when that outweighs the smaller head. The compiled",
+        "`lowtide optimize` writes fewer patches or the original when that outweighs the smaller head. The compiled",
         "runtime (`lowtide compile`) has no such tail: there the tiled head is the whole RAM. Instructions: the",
         "compiled model on qemu-m4",
         "(`-icount shift=0`), one inference after none of warm-up; both versions' outputs matched the host TFLM.",

@@ -28,7 +28,7 @@ SCHEDULE_SHARE = 0.5
 RESERVE_SHARE = 0.15
 # With --rewrite, the rewrite search takes this share first; the rest is split as above between both graphs.
 REWRITE_SHARE = 0.4
-# Coarse patch grids tried beside rewrite_auto's choice (see _coarser_tiling).
+# Coarser patch grids tried beside rewrite_auto's choice (see _fewer_patches).
 COARSE_GRIDS = ((2, 2), (2, 3), (3, 2), (3, 3), (4, 4))
 COARSE_PLACE_SECONDS = 1.0
 
@@ -122,11 +122,11 @@ def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: flo
             candidates.append(read_model(rewritten.model, str(model_path)))
             tails.append(oracle.allocate(rewritten.model, path=str(model_path)).mcu32_tail_bytes)
             tilings.append(rewritten.tilings)
-            coarse = _coarser_tiling(graph, rewritten, str(model_path))
-            if coarse:
-                candidates.append(coarse[0])
-                tails.append(coarse[1])
-                tilings.append(coarse[2])
+            fewer = _fewer_patches(graph, rewritten, str(model_path))
+            if fewer:
+                candidates.append(fewer[0])
+                tails.append(fewer[1])
+                tilings.append(fewer[2])
     # Each candidate graph is scheduled and placed, and the one with the smaller arena on a 32-bit MCU is written:
     # tiling shrinks the head but adds operators and tensors, whose persistent structs grow the tail. The original
     # is always a candidate, so rewriting can never end above plain optimization.
@@ -183,27 +183,33 @@ def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: flo
     )
 
 
-def _coarser_tiling(graph: Graph, rewritten: RewriteResult,
-                    path: str) -> tuple[Graph, int, tuple[Tiling, ...]] | None:
-    """The same regions as `rewritten`, tiled into fewer patches: (graph, 32-bit tail, tilings) of the coarse
-    grid whose arena (placed head + 32-bit tail) is smallest. rewrite_auto minimises the head; each patch adds
-    operators whose persistent state (per-channel quantization data, node structs) grows the tail, so a coarser
-    grid often gives the smaller arena in all."""
-    best = None
+def _fewer_patches(graph: Graph, rewritten: RewriteResult,
+                   path: str) -> tuple[Graph, int, tuple[Tiling, ...]] | None:
+    """The rewrite with fewer operators: only its first tilings, sources sliced whole instead of cut into strips,
+    or its regions on a coarser grid. Returns (graph,
+    32-bit tail, tilings) of the variant whose arena (placed head + 32-bit tail) is smallest. rewrite_auto
+    minimises the head; each patch adds operators whose persistent state (per-channel quantization data, node
+    structs) grows the tail, so fewer patches often give the smaller arena in all."""
+    tilings = rewritten.tilings
+    variants = []
+    for count in range(1, len(tilings) + 1):
+        variants.append(tilings[:count])
+        # Strips add a SPLIT_V and the windows' copies: slicing the whole source has a smaller tail.
+        variants.append(tuple(dataclasses.replace(t, split_source=False) for t in tilings[:count]))
     for grid in COARSE_GRIDS:
-        coarse = tuple(dataclasses.replace(t, grid=grid) if grid[0] * grid[1] < t.grid[0] * t.grid[1] else t
-                       for t in rewritten.tilings)
-        if coarse == rewritten.tilings:
-            continue
+        variants.append(tuple(dataclasses.replace(t, grid=grid) if grid[0] * grid[1] < t.grid[0] * t.grid[1] else t
+                              for t in tilings))
+    best = None
+    for variant in dict.fromkeys(v for v in variants if v != tilings):
         try:
-            data = apply_tilings(graph, coarse)
+            data = apply_tilings(graph, variant)
         except LowtideError:
             continue  # a region is too small for this grid
         tiled = read_model(data, path)
         tail = oracle.allocate(data, path=path).mcu32_tail_bytes
         total = place(_unplanned_buffers(tiled, stored_order(tiled)), COARSE_PLACE_SECONDS).head_bytes + tail
         if best is None or total < best[0]:
-            best = (total, tiled, tail, coarse)
+            best = (total, tiled, tail, variant)
     return best[1:] if best else None
 
 
