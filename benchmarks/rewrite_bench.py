@@ -88,8 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         "Totals include TFLM's persistent tail, which grows with the extra operators and tensors of the patches:",
         "`lowtide optimize` writes fewer patches or the original when that outweighs the smaller head. The compiled",
         "runtime (`lowtide compile`) has no such tail: there the tiled head is the whole RAM. Instructions: the",
-        "compiled model on qemu-m4",
-        "(`-icount shift=0`), one inference after none of warm-up; both versions' outputs matched the host TFLM.",
+        "compiled model on qemu-m4 (`-icount shift=0`), one inference after none of warm-up; both versions' outputs",
+        "matched the host TFLM.",
         "",
         "| model | stock head | stock total | best-order head | tiled head | tiled total | head vs stock | extra MACs |"
         f" grid | bit-identical |{qemu_columns[0]} rewrite time |",
