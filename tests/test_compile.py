@@ -329,9 +329,14 @@ def test_unsupported_operator_fails_before_writing(tmp_path):
     assert not out.exists()
 
 
-def test_unsupported_type_names_the_operator():
-    with pytest.raises(LowtideError, match=r"operator 0 \(QUANTIZE\): types \['int16'\] -> \['int8'\]"):
-        compile_model(_model("tflm_keyword_scrambled"))
+def test_unsupported_type_names_the_operator(tmp_path):
+    m = TinyModel()
+    x = m.tensor((1, 4), "int8", 0.1, 0)
+    y = m.tensor((1, 4), "int16", 0.01, 0)
+    m.op("QUANTIZE", [x], [y])
+    path = m.save(tmp_path / "q.tflite", [x], [y])
+    with pytest.raises(LowtideError, match=r"operator 0 \(QUANTIZE\): types \['int8'\] -> \['int16'\]"):
+        compile_model(path)
 
 
 def test_prefix_must_be_a_c_identifier():

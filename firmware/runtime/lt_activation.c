@@ -2,6 +2,7 @@
  * reference/softmax.h and reference/integer_ops/logistic.h do; the float kernels follow the float references. */
 #include <float.h>
 #include <math.h>
+#include <stddef.h>
 
 #include "lt_fixedpoint.h"
 #include "lt_runtime.h"
@@ -69,11 +70,15 @@ static int lt_count_leading_zeros(uint32_t x) {
     return n;
 }
 
-void lt_softmax_s8(const lt_softmax_params *p, const int8_t *input, int8_t *output) {
+/* reference_ops::Softmax<int8_t, OutputT>: exactly one of output8 / output16 is given; the output type's width
+ * sets the final shift and its minimum is the zero point. */
+static void lt_softmax_s8_any(const lt_softmax_params *p, const int8_t *input, int8_t *output8, int16_t *output16) {
+    const int output_bits = output8 ? 8 : 16;
+    const int32_t output_min = output8 ? INT8_MIN : INT16_MIN;
+    const int32_t output_max = output8 ? INT8_MAX : INT16_MAX;
     enum { kScaledDiffIntegerBits = 5, kAccumulationIntegerBits = 12 };
     for (int32_t i = 0; i < p->outer; ++i) {
         const int8_t *in = input + i * p->depth;
-        int8_t *out = output + i * p->depth;
         int32_t max_in_row = INT8_MIN;
         for (int32_t c = 0; c < p->depth; ++c) max_in_row = in[c] > max_in_row ? in[c] : max_in_row;
 
@@ -96,16 +101,26 @@ void lt_softmax_s8(const lt_softmax_params *p, const int8_t *input, int8_t *outp
 
         for (int32_t c = 0; c < p->depth; ++c) {
             const int32_t diff = in[c] - max_in_row;
+            int32_t value = output_min;
             if (diff >= p->diff_min) {
                 const int32_t rescaled = lt_srdhm(lt_shl(diff, p->input_left_shift), p->input_multiplier);
                 const int32_t e = lt_exp_on_negative_values(rescaled, kScaledDiffIntegerBits);
-                const int32_t unsat = lt_rounding_divide_by_pot(lt_srdhm(shifted_scale, e), num_bits_over_unit + 31 - 8);
-                out[c] = (int8_t)lt_clamp(unsat + INT8_MIN, INT8_MIN, INT8_MAX);
-            } else {
-                out[c] = INT8_MIN;
+                const int32_t unsat =
+                    lt_rounding_divide_by_pot(lt_srdhm(shifted_scale, e), num_bits_over_unit + 31 - output_bits);
+                value = lt_clamp(unsat + output_min, output_min, output_max);
             }
+            if (output8) output8[i * p->depth + c] = (int8_t)value;
+            else output16[i * p->depth + c] = (int16_t)value;
         }
     }
+}
+
+void lt_softmax_s8(const lt_softmax_params *p, const int8_t *input, int8_t *output) {
+    lt_softmax_s8_any(p, input, output, NULL);
+}
+
+void lt_softmax_s8_s16(const lt_softmax_params *p, const int8_t *input, int16_t *output) {
+    lt_softmax_s8_any(p, input, NULL, output);
 }
 
 void lt_softmax_f32(const lt_softmax_params *p, const float *input, float *output) {

@@ -70,6 +70,32 @@ void lt_requantize_s8(const int8_t *input, int8_t *output, int32_t count, int32_
     }
 }
 
+void lt_requantize_s8_u8(const int8_t *input, uint8_t *output, int32_t count, int32_t input_zero_point,
+                         int32_t multiplier, int32_t shift, int32_t output_zero_point) {
+    for (int32_t i = 0; i < count; ++i) {
+        const int32_t q =
+            lt_multiply_by_quantized_multiplier(input[i] - input_zero_point, multiplier, shift) + output_zero_point;
+        output[i] = (uint8_t)lt_clamp(q, 0, UINT8_MAX);
+    }
+}
+
+void lt_requantize_s16_s8(const int16_t *input, int8_t *output, int32_t count, int32_t input_zero_point,
+                          int32_t multiplier, int32_t shift, int32_t output_zero_point) {
+    for (int32_t i = 0; i < count; ++i) {
+        const int32_t q =
+            lt_multiply_by_quantized_multiplier(input[i] - input_zero_point, multiplier, shift) + output_zero_point;
+        output[i] = (int8_t)lt_clamp(q, INT8_MIN, INT8_MAX);
+    }
+}
+
+void lt_requantize_s16_s32(const int16_t *input, int32_t *output, int32_t count, int32_t input_zero_point,
+                           int32_t multiplier, int32_t shift, int32_t output_zero_point) {
+    /* the int32 range is the clamp itself; the zero-point add wraps as TFLM's int32 add does on its targets */
+    for (int32_t i = 0; i < count; ++i)
+        output[i] = lt_wrap_add(lt_multiply_by_quantized_multiplier(input[i] - input_zero_point, multiplier, shift),
+                                output_zero_point);
+}
+
 void lt_dequantize_s8_f32(const int8_t *input, float *output, int32_t count, double scale, int32_t zero_point) {
     for (int32_t i = 0; i < count; ++i) output[i] = (float)(scale * (double)(input[i] - zero_point));
 }

@@ -96,6 +96,16 @@ typedef struct {
     int32_t batches, in_h, in_w, channels, out_h, out_w, elem_size;
 } lt_resize_params;
 
+/* SVDF (integer): the time weights and the activation state share one type, int16 or int8. The state
+ * (batches x num_filters x memory_size) persists across invocations; filter_scratch (batches x num_filters) and
+ * unit_scratch (batches x num_units) are int32 arena scratch, as TFLM requests them. */
+typedef struct {
+    int32_t batches, input_size, num_filters, num_units, rank, memory_size;
+    int32_t input_zero_point, output_zero_point, state_zero_point;
+    int32_t feature_multiplier, feature_shift; /* input x feature weights -> state */
+    int32_t output_multiplier, output_shift;   /* state x time weights -> output */
+} lt_svdf_params;
+
 /* int8 kernels */
 void lt_conv2d_s8(const lt_conv_params *p, const int8_t *input, const int8_t *filter, const int32_t *bias,
                   const int32_t *multiplier, const int32_t *shift, int8_t *output);
@@ -108,9 +118,16 @@ void lt_max_pool_s8(const lt_conv_params *p, const int8_t *input, int8_t *output
 void lt_add_s8(const lt_binary_params *p, const int8_t *input1, const int8_t *input2, int8_t *output);
 void lt_mul_s8(const lt_binary_params *p, const int8_t *input1, const int8_t *input2, int8_t *output);
 void lt_softmax_s8(const lt_softmax_params *p, const int8_t *input, int8_t *output);
+void lt_softmax_s8_s16(const lt_softmax_params *p, const int8_t *input, int16_t *output);
 void lt_logistic_s8(const int8_t *input, int8_t *output, int32_t count, int32_t input_zero_point,
                     int32_t input_range_radius, int32_t input_multiplier, int32_t input_left_shift);
 void lt_mean_s8(const lt_mean_params *p, const int8_t *input, int8_t *output);
+void lt_svdf_s8_s16(const lt_svdf_params *p, const int8_t *input, const int8_t *weights_feature,
+                    const int16_t *weights_time, const int32_t *bias, int16_t *state, int32_t *filter_scratch,
+                    int32_t *unit_scratch, int8_t *output);
+void lt_svdf_s8_s8(const lt_svdf_params *p, const int8_t *input, const int8_t *weights_feature,
+                   const int8_t *weights_time, const int32_t *bias, int8_t *state, int32_t *filter_scratch,
+                   int32_t *unit_scratch, int8_t *output);
 /* QUANTIZE may run in place: `output` may start at `input` (no restrict on purpose). Each loop reads element i
  * before writing output element i at byte i * 1 <= i * sizeof(input element), so a write only lands on input
  * elements already read. int8_t is a character type: the compiler must assume the two may alias and keep the
@@ -118,6 +135,15 @@ void lt_mean_s8(const lt_mean_params *p, const int8_t *input, int8_t *output);
 void lt_quantize_f32_s8(const float *input, int8_t *output, int32_t count, float scale, int32_t zero_point);
 void lt_requantize_s8(const int8_t *input, int8_t *output, int32_t count, int32_t input_zero_point,
                       int32_t multiplier, int32_t shift, int32_t output_zero_point);
+/* reference_ops::Requantize's general path; its int8 -> uint8 fast path (XOR 0x80 when only the zero point moves
+ * by 128) gives the same bytes */
+void lt_requantize_s8_u8(const int8_t *input, uint8_t *output, int32_t count, int32_t input_zero_point,
+                         int32_t multiplier, int32_t shift, int32_t output_zero_point);
+void lt_requantize_s16_s8(const int16_t *input, int8_t *output, int32_t count, int32_t input_zero_point,
+                          int32_t multiplier, int32_t shift, int32_t output_zero_point);
+/* not in place: the output element is wider than the input's */
+void lt_requantize_s16_s32(const int16_t *input, int32_t *output, int32_t count, int32_t input_zero_point,
+                           int32_t multiplier, int32_t shift, int32_t output_zero_point);
 void lt_dequantize_s8_f32(const int8_t *input, float *output, int32_t count, double scale, int32_t zero_point);
 
 /* float32 kernels */

@@ -137,3 +137,24 @@ def run(model: bytes, inputs: list[np.ndarray] | None = None, arena_size: int | 
     except RuntimeError as exc:
         raise _rejected(exc, path) from None
     return OracleRun(figures, tuple(outputs))
+
+
+def run_sequence(model: bytes, input_sets: list[list[np.ndarray]], path: str = "<model>",
+                 reset_before: frozenset[int] = frozenset()) -> list[tuple[np.ndarray, ...]]:
+    """Outputs of one host TFLM interpreter invoked once per input set; variable tensors and resource variables
+    carry over from one invocation to the next, except that `Reset()` is called before the invocations whose
+    positions are in `reset_before`."""
+    output_count = len(read_model(model, path).main.outputs)
+    try:
+        interp = _interpreter(model, _arena_size(model, None))
+        sequence = []
+        for n, inputs in enumerate(input_sets):
+            if n in reset_before:
+                interp.reset()
+            for i, array in enumerate(inputs):
+                interp.set_input(array, i)
+            interp.invoke()
+            sequence.append(tuple(np.array(interp.get_output(i), copy=True) for i in range(output_count)))
+    except RuntimeError as exc:
+        raise _rejected(exc, path) from None
+    return sequence

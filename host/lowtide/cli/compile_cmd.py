@@ -38,6 +38,7 @@ def compile_report(compiled: CompiledModel, output_dir: Path, written: list[Path
         "verify": None if result is None else {
             "passed": result.passed,
             "seed": result.seed,
+            "invocations": result.invocations,
             "hook_pairs": result.hook_pairs,
             "outputs": [dict(asdict(o), passed=o.passed) for o in result.outputs],
         },
@@ -53,12 +54,14 @@ def compile_command(
         bool, typer.Option("--verify", help="Build with the host C compiler and compare with TFLM")
     ] = False,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the random inputs used by --verify")] = 0,
+    invocations: Annotated[int, typer.Option(
+        "--invocations", min=1, help="--verify: invocations in a row (state carries over), each on new inputs")] = 1,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables")] = False,
 ) -> None:
     """Generate C99 (weights in flash, activations at TFLM's arena offsets) and report the RAM it needs."""
     compiled = compile_model(model, prefix)  # raises before anything is written
     written = compiled.write(output)
-    result = verify_compiled(model, seed, prefix=prefix) if verify else None
+    result = verify_compiled(model, seed, prefix=prefix, invocations=invocations) if verify else None
     if result:
         tflm_total, tflm_head = result.tflm_total_bytes, result.tflm_head_bytes
     else:

@@ -11,7 +11,15 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from lowtide.compile.lowering import C_TYPES, LOWERINGS, ModelEmitter, Unsupported, c_float
+from lowtide.compile.lowering import (
+    C_TYPES,
+    LOWERINGS,
+    STATE_OBJECT,
+    ModelEmitter,
+    StateMember,
+    Unsupported,
+    c_float,
+)
 from lowtide.errors import LowtideError
 from lowtide.memory import tflm_plan
 from lowtide.model import Graph, load_model
@@ -41,7 +49,7 @@ class CompiledModel:
     prefix: str
     files: dict[str, str]  # file name -> C source
     arena_bytes: int  # the arena head the generated code needs (caller-provided, 16-byte aligned)
-    fixed_state_bytes: int  # mutable globals of the generated code and runtime (none by construction)
+    fixed_state_bytes: int  # mutable globals: the static struct of variable tensors (0 without any)
     operator_count: int
     inputs: tuple[IoTensor, ...]
     outputs: tuple[IoTensor, ...]
@@ -69,7 +77,11 @@ def compile_model(model_path: str | Path, prefix: str = "model") -> CompiledMode
     data = Path(model_path).read_bytes()
     plan = tflm_plan(graph)
     offsets = {b.tensor: off for b, off in zip(plan.buffers, plan.offsets) if b.subgraph == 0 and b.tensor is not None}
-    emitter = ModelEmitter(graph, data, offsets)
+    scratch: dict[int, list[int]] = {}
+    for b, off in zip(plan.buffers, plan.offsets):
+        if b.subgraph == 0 and b.tensor is None:
+            scratch.setdefault(b.op, []).append(off)
+    emitter = ModelEmitter(graph, data, offsets, scratch)
     calls = []
     for op in graph.main.operators:
         lowering = LOWERINGS.get(op.opcode)
@@ -83,17 +95,38 @@ def compile_model(model_path: str | Path, prefix: str = "model") -> CompiledMode
     inputs = tuple(_io(graph, emitter, t, offsets) for t in graph.main.inputs)
     outputs = tuple(_io(graph, emitter, t, offsets) for t in graph.main.outputs)
     model_hash = graph.sha256[:16]
-    header = _header(prefix, plan.head_bytes, graph, inputs, outputs, model_hash)
-    source = _source(prefix, graph, emitter, calls, inputs, outputs, model_hash)
+    members = _state_members(emitter)
+    state_bytes = _struct_size(members)
+    header = _header(prefix, plan.head_bytes, state_bytes, graph, inputs, outputs, model_hash)
+    source = _source(prefix, graph, emitter, calls, inputs, outputs, model_hash, members)
     return CompiledModel(model_path=model_path, prefix=prefix, files={f"{prefix}.h": header, f"{prefix}.c": source},
-                         arena_bytes=plan.head_bytes, fixed_state_bytes=0, operator_count=len(graph.main.operators),
+                         arena_bytes=plan.head_bytes, fixed_state_bytes=state_bytes,
+                         operator_count=len(graph.main.operators),
                          inputs=inputs, outputs=outputs, model_hash=model_hash)
 
 
+def _state_members(emitter: ModelEmitter) -> list[StateMember]:
+    """The emitter's state, widest element first so the struct has no padding between members, then the `ready`
+    flag that makes the first invoke reset the state."""
+    members = sorted(emitter.state_members(), key=lambda m: -m.element_bytes)
+    return members + [StateMember("ready", "uint8_t", 0, 1, None)] if members else []
+
+
+def _struct_size(members: list[StateMember]) -> int:
+    """sizeof the struct: members in order (no inner padding by construction), rounded to the widest alignment."""
+    if not members:
+        return 0
+    size = sum(m.nbytes for m in members)
+    alignment = max(m.element_bytes for m in members)
+    return -(-size // alignment) * alignment
+
+
 def _check_graph(graph: Graph) -> None:
+    init_subgraphs = {i for op in graph.main.operators if op.opcode == "CALL_ONCE" for i in op.called_subgraphs}
     for sg in graph.subgraphs[1:]:
-        if sg.operators:
-            raise LowtideError(f"subgraph {sg.index} has operators; only single-subgraph models compile", graph.path)
+        if sg.operators and sg.index not in init_subgraphs:
+            raise LowtideError(f"subgraph {sg.index} has operators; only the main subgraph and CALL_ONCE init "
+                               f"subgraphs compile", graph.path)
     for t in list(graph.main.inputs) + list(graph.main.outputs):
         tensor = graph.main.tensors[t]
         if tensor.dtype not in C_TYPES:
@@ -113,7 +146,7 @@ def _c_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _header(prefix: str, arena_bytes: int, graph: Graph, inputs, outputs, model_hash: str) -> str:
+def _header(prefix: str, arena_bytes: int, state_bytes: int, graph: Graph, inputs, outputs, model_hash: str) -> str:
     up = prefix.upper()
     guard = f"{up}_H"
     lines = [
@@ -127,6 +160,8 @@ def _header(prefix: str, arena_bytes: int, graph: Graph, inputs, outputs, model_
         "/* The caller provides the arena: at least ARENA_SIZE bytes, aligned to ARENA_ALIGNMENT. */",
         f"#define {up}_ARENA_SIZE {arena_bytes}u",
         f"#define {up}_ARENA_ALIGNMENT 16u",
+        "/* Static state outside the arena: variable tensors and resource variables kept across invocations. */",
+        f"#define {up}_STATE_SIZE {state_bytes}u",
         f"#define {up}_OPERATOR_COUNT {len(graph.main.operators)}",
         f"#define {up}_INPUT_COUNT {len(inputs)}",
         f"#define {up}_OUTPUT_COUNT {len(outputs)}",
@@ -160,6 +195,9 @@ def _header(prefix: str, arena_bytes: int, graph: Graph, inputs, outputs, model_
         "/* Runs every operator in the model's order. `hook` (may be NULL) is called before and after each. */",
         f"int {prefix}_invoke(uint8_t *arena, lt_op_hook hook, void *user);",
         "",
+        "/* Puts the persistent state back as TFLM's Reset() does (the first invoke does it by itself). */",
+        f"void {prefix}_reset(void);",
+        "",
         "#ifdef __cplusplus",
         "}",
         "#endif",
@@ -176,12 +214,27 @@ def _tensor_info(t) -> str:
             f"{t.zero_point}, {len(t.shape)}, {{{', '.join(str(d) for d in dims)}}}}}")
 
 
-def _source(prefix, graph: Graph, emitter: ModelEmitter, calls, inputs, outputs, model_hash: str) -> str:
+def _state_source(prefix: str, members: list[StateMember]) -> list[str]:
+    """The static state struct and `reset`; a stateless model gets an empty `reset`."""
+    if not members:
+        return [f"void {prefix}_reset(void) {{}}", ""]
+    lines = ["static struct {"]
+    lines += [f"    {m.ctype} {m.name}[{m.count}];" if m.count else f"    {m.ctype} {m.name};" for m in members]
+    lines += [f"}} {STATE_OBJECT};", "", f"void {prefix}_reset(void) {{"]
+    lines += [f"    memset({STATE_OBJECT}.{m.name}, {m.reset_byte}, sizeof {STATE_OBJECT}.{m.name});"
+              for m in members if m.reset_byte is not None]
+    lines += [f"    {STATE_OBJECT}.ready = 1;", "}", ""]
+    return lines
+
+
+def _source(prefix, graph: Graph, emitter: ModelEmitter, calls, inputs, outputs, model_hash: str,
+            members: list[StateMember]) -> str:
     hash_bytes = ", ".join(f"0x{model_hash[i:i + 2]}" for i in range(0, 16, 2))
     lines = [
         f"/* Generated by `lowtide compile` from {Path(graph.path).name}. Do not edit. */",
         "#include <float.h>",
         "#include <stddef.h>",
+        "#include <string.h>",
         "",
         f'#include "{prefix}.h"',
         "",
@@ -193,8 +246,11 @@ def _source(prefix, graph: Graph, emitter: ModelEmitter, calls, inputs, outputs,
         "",
         *emitter.declarations,
         "",
+        *_state_source(prefix, members),
         f"int {prefix}_invoke(uint8_t *arena, lt_op_hook hook, void *user) {{",
     ]
+    if members:
+        lines.append(f"    if (!{STATE_OBJECT}.ready) {prefix}_reset();")
     for op, call in zip(graph.main.operators, calls):
         lines += [
             f"    /* {op.index}: {op.opcode} */",

@@ -2,7 +2,8 @@
 
 The harness fills the arena with a junk pattern (so code that relies on zeroed memory fails), reads the inputs
 from one binary file into their arena offsets, runs `invoke` with a hook that counts calls, and writes the
-outputs to another file.
+outputs to another file. For stateful models it repeats this for several invocations in one process, painting
+the arena again before each one: state that must persist has to live outside the arena.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ FLOAT_RELATIVE_TOLERANCE = 1e-5
 
 _HARNESS = r"""
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "{prefix}.h"
 
@@ -45,22 +47,28 @@ static void count_calls(int op_index, int after, void *user) {{
     state[2] = !after;
 }}
 
+/* argv: inputs file, outputs file, invocation count: the inputs of each invocation one after another, and
+ * likewise the outputs. */
 int main(int argc, char **argv) {{
-    if (argc != 3) return 2;
-    memset(arena, 0xA5, sizeof arena);
+    if (argc != 4) return 2;
+    const int invocations = atoi(argv[3]);
     FILE *in = fopen(argv[1], "rb");
-    if (!in) return 3;
-    for (int i = 0; i < {PREFIX}_INPUT_COUNT; ++i) {{
-        if (fread({prefix}_input(arena, i), 1, {prefix}_inputs[i].bytes, in) != {prefix}_inputs[i].bytes) return 4;
+    FILE *out = fopen(argv[2], "wb");
+    if (!in || !out) return 3;
+    int calls[4] = {{0, 0, 0, 0}};
+    for (int n = 0; n < invocations; ++n) {{
+        memset(arena, 0xA5 ^ n, sizeof arena);
+        for (int i = 0; i < {PREFIX}_INPUT_COUNT; ++i) {{
+            if (fread({prefix}_input(arena, i), 1, {prefix}_inputs[i].bytes, in) != {prefix}_inputs[i].bytes) return 4;
+        }}
+        calls[1] = 0;
+        calls[2] = 0;
+        if ({prefix}_invoke(arena, count_calls, calls) != 0) return 5;
+        for (int i = 0; i < {PREFIX}_OUTPUT_COUNT; ++i) {{
+            fwrite({prefix}_output(arena, i), 1, {prefix}_outputs[i].bytes, out);
+        }}
     }}
     fclose(in);
-    int calls[4] = {{0, 0, 0, 0}};
-    if ({prefix}_invoke(arena, count_calls, calls) != 0) return 5;
-    FILE *out = fopen(argv[2], "wb");
-    if (!out) return 6;
-    for (int i = 0; i < {PREFIX}_OUTPUT_COUNT; ++i) {{
-        fwrite({prefix}_output(arena, i), 1, {prefix}_outputs[i].bytes, out);
-    }}
     fclose(out);
     printf("hook_pairs %d\n", calls[3] ? -1 : calls[0]);
     return 0;
@@ -70,12 +78,13 @@ int main(int argc, char **argv) {{
 
 @dataclass(frozen=True)
 class OutputComparison:
-    index: int
+    index: int  # model output
     dtype: str
     elements: int
     mismatches: int  # elements that differ (beyond tolerance for float32)
     max_abs_diff: float
     max_rel_diff: float
+    invocation: int = 0  # which of successive invocations (stateful models carry state from one to the next)
 
     @property
     def passed(self) -> bool:
@@ -86,13 +95,14 @@ class OutputComparison:
 class VerifyResult:
     model_path: str
     seed: int
-    outputs: tuple[OutputComparison, ...]
-    hook_pairs: int  # before/after hook pairs seen in order; equals operator_count when the hook works
+    outputs: tuple[OutputComparison, ...]  # every output of every invocation
+    hook_pairs: int  # before/after hook pairs seen in order, over all invocations
     operator_count: int
     arena_bytes: int  # arena head of the compiled model
     fixed_state_bytes: int  # .data + .bss of the generated code and runtime, measured on the host objects
     tflm_total_bytes: int  # TFLM's arena total (head + tail) on the host interpreter
     tflm_head_bytes: int
+    invocations: int = 1
 
     @property
     def ram_bytes(self) -> int:
@@ -100,7 +110,7 @@ class VerifyResult:
 
     @property
     def passed(self) -> bool:
-        return all(o.passed for o in self.outputs) and self.hook_pairs == self.operator_count
+        return all(o.passed for o in self.outputs) and self.hook_pairs == self.operator_count * self.invocations
 
 
 def _compiler() -> str:
@@ -156,7 +166,8 @@ def fixed_state_bytes(workdir: Path, prefix: str) -> int:
     return total
 
 
-def compare_outputs(expected: list[np.ndarray], actual: list[np.ndarray]) -> tuple[OutputComparison, ...]:
+def compare_outputs(expected: list[np.ndarray], actual: list[np.ndarray],
+                    invocation: int = 0) -> tuple[OutputComparison, ...]:
     comparisons = []
     for i, (want, got) in enumerate(zip(expected, actual)):
         want = np.asarray(want).reshape(-1)
@@ -172,50 +183,70 @@ def compare_outputs(expected: list[np.ndarray], actual: list[np.ndarray]) -> tup
             bad = int(np.count_nonzero(abs_diff))
         comparisons.append(OutputComparison(
             index=i, dtype=str(want.dtype), elements=int(want.size), mismatches=bad,
-            max_abs_diff=float(abs_diff.max(initial=0.0)), max_rel_diff=float(rel_diff.max(initial=0.0))))
+            max_abs_diff=float(abs_diff.max(initial=0.0)), max_rel_diff=float(rel_diff.max(initial=0.0)),
+            invocation=invocation))
     return tuple(comparisons)
 
 
 def run_compiled(compiled: CompiledModel, inputs: list[np.ndarray], workdir: Path,
                  binary: Path | None = None, sanitize: bool = False) -> tuple[list[np.ndarray], int]:
     """Run the host build on `inputs`; returns the outputs and the count of hook pairs seen."""
+    outputs, hook_pairs = run_compiled_invocations(compiled, [inputs], workdir, binary, sanitize)
+    return outputs[0], hook_pairs
+
+
+def run_compiled_invocations(compiled: CompiledModel, input_sets: list[list[np.ndarray]], workdir: Path,
+                             binary: Path | None = None,
+                             sanitize: bool = False) -> tuple[list[list[np.ndarray]], int]:
+    """Invoke the host build once per input set, in one process (state carries over); returns each
+    invocation's outputs and the count of hook pairs seen over all of them."""
     binary = binary or build_host_binary(compiled, workdir, sanitize)
     in_path, out_path = workdir / "inputs.bin", workdir / "outputs.bin"
-    in_path.write_bytes(b"".join(np.ascontiguousarray(a).tobytes() for a in inputs))
-    result = subprocess.run([str(binary), str(in_path), str(out_path)], capture_output=True, text=True, check=False)
+    in_path.write_bytes(b"".join(np.ascontiguousarray(a).tobytes() for inputs in input_sets for a in inputs))
+    result = subprocess.run([str(binary), str(in_path), str(out_path), str(len(input_sets))], capture_output=True,
+                            text=True, check=False)
     if result.returncode != 0:
         report = [line for line in result.stderr.splitlines() if "runtime error" in line or "ERROR:" in line]
         detail = f": {report[0].strip()}" if report else ""
         raise LowtideError(f"compiled model exited with status {result.returncode}{detail}", compiled.model_path)
     raw = out_path.read_bytes()
-    outputs, position = [], 0
-    for t in compiled.outputs:
-        chunk = raw[position:position + t.nbytes]
-        outputs.append(np.frombuffer(chunk, dtype=NUMPY_TYPES[t.dtype]).reshape(t.shape))
-        position += t.nbytes
+    sequence, position = [], 0
+    for _ in input_sets:
+        outputs = []
+        for t in compiled.outputs:
+            chunk = raw[position:position + t.nbytes]
+            outputs.append(np.frombuffer(chunk, dtype=NUMPY_TYPES[t.dtype]).reshape(t.shape))
+            position += t.nbytes
+        sequence.append(outputs)
     hook_pairs = int(result.stdout.split()[-1]) if result.stdout.startswith("hook_pairs") else 0
-    return outputs, hook_pairs
+    return sequence, hook_pairs
 
 
 def verify_compiled(model_path: str | Path, seed: int = 0, workdir: str | Path | None = None,
-                    prefix: str = "model", sanitize: bool = False) -> VerifyResult:
+                    prefix: str = "model", sanitize: bool = False, invocations: int = 1) -> VerifyResult:
     """Compile `model_path`, build it with the host compiler, and compare with TFLM on `oracle.random_inputs`.
     `workdir` keeps the build (sources, objects, binary) for inspection; by default a temporary one is used.
-    `sanitize` builds with AddressSanitizer and UBSan: any memory or arithmetic fault fails the check."""
+    `sanitize` builds with AddressSanitizer and UBSan: any memory or arithmetic fault fails the check.
+    `invocations` > 1 invokes both sides that many times in a row (inputs from seeds seed, seed + 1, ...), so the
+    state a model keeps between invocations is compared too."""
     model_path = str(model_path)
     compiled = compile_model(model_path, prefix)
     graph = load_model(model_path)
-    inputs = oracle.random_inputs(graph, seed)
-    reference = oracle.run(Path(model_path).read_bytes(), inputs, path=model_path)
+    data = Path(model_path).read_bytes()
+    input_sets = [oracle.random_inputs(graph, seed + n) for n in range(invocations)]
+    figures = oracle.allocate(data, path=model_path)
+    reference = oracle.run_sequence(data, input_sets, path=model_path)
     with tempfile.TemporaryDirectory(prefix="lowtide-compile-") as tmp:
         build_dir = Path(workdir) if workdir is not None else Path(tmp)
         build_dir.mkdir(parents=True, exist_ok=True)
-        outputs, hook_pairs = run_compiled(compiled, inputs, build_dir, sanitize=sanitize)
+        outputs, hook_pairs = run_compiled_invocations(compiled, input_sets, build_dir, sanitize=sanitize)
         state = fixed_state_bytes(build_dir, compiled.prefix)
+    comparisons = tuple(c for n, (want, got) in enumerate(zip(reference, outputs))
+                        for c in compare_outputs(list(want), got, invocation=n))
     return VerifyResult(
-        model_path=model_path, seed=seed, outputs=compare_outputs(list(reference.outputs), outputs),
-        hook_pairs=hook_pairs, operator_count=compiled.operator_count, arena_bytes=compiled.arena_bytes,
-        fixed_state_bytes=state, tflm_total_bytes=reference.total_bytes, tflm_head_bytes=reference.head_bytes)
+        model_path=model_path, seed=seed, outputs=comparisons, hook_pairs=hook_pairs,
+        operator_count=compiled.operator_count, arena_bytes=compiled.arena_bytes, fixed_state_bytes=state,
+        tflm_total_bytes=figures.total_bytes, tflm_head_bytes=figures.head_bytes, invocations=invocations)
 
 
 @dataclass(frozen=True)
@@ -226,29 +257,39 @@ class OperatorDivergence:
     opcode: str
     tensor: int
     comparison: OutputComparison
+    invocation: int = 0
 
 
-def first_divergence(model_path: str | Path, seed: int = 0) -> OperatorDivergence | None:
-    """Rewrite the model so that every operator's output is a model output (TFLM then keeps them all live, which
-    changes the plan but not the values), run both sides, and return the first operator that differs."""
+def expose_operator_outputs(model_path: str | Path) -> tuple[bytes, list[int]]:
+    """The model rewritten so that every main-subgraph operator output is also a model output, and the tensor
+    index of each model output in order (the original outputs first). Resource handles are left out: TFLM
+    cannot return them."""
     from lowtide.model.writer import model_bytes
 
+    graph = load_model(str(model_path))
+    op_outputs = [t for op in graph.main.operators for t in op.outputs if graph.main.tensors[t].dtype in NUMPY_TYPES]
+    exposed = list(graph.main.outputs) + [t for t in op_outputs if t not in graph.main.outputs]
+    graph.raw.subgraphs[0].outputs = np.array(exposed, dtype=np.int32)
+    return model_bytes(graph.raw), exposed
+
+
+def first_divergence(model_path: str | Path, seed: int = 0, invocations: int = 1) -> OperatorDivergence | None:
+    """Rewrite the model so that every operator's output is a model output (TFLM then keeps them all live, which
+    changes the plan but not the values), run both sides `invocations` times in a row, and return the first
+    operator that differs, earliest invocation first."""
     model_path = str(model_path)
     graph = load_model(model_path)
-    raw = graph.raw
-    op_outputs = [t for op in graph.main.operators for t in op.outputs]
-    exposed = list(graph.main.outputs) + [t for t in op_outputs if t not in graph.main.outputs]
-    raw.subgraphs[0].outputs = np.array(exposed, dtype=np.int32)
-    data = model_bytes(raw)
-    inputs = oracle.random_inputs(graph, seed)
-    reference = oracle.run(data, inputs, path=model_path)
+    data, exposed = expose_operator_outputs(model_path)
+    input_sets = [oracle.random_inputs(graph, seed + n) for n in range(invocations)]
+    reference = oracle.run_sequence(data, input_sets, path=model_path)
     with tempfile.TemporaryDirectory(prefix="lowtide-trace-") as tmp:
         traced = Path(tmp) / "traced.tflite"
         traced.write_bytes(data)
-        outputs, _ = run_compiled(compile_model(traced), inputs, Path(tmp))
-    comparisons = dict(zip(exposed, compare_outputs(list(reference.outputs), outputs)))
-    for op in graph.main.operators:
-        for t in op.outputs:
-            if not comparisons[t].passed:
-                return OperatorDivergence(op.index, op.opcode, t, comparisons[t])
+        outputs, _ = run_compiled_invocations(compile_model(traced), input_sets, Path(tmp))
+    for n, (want, got) in enumerate(zip(reference, outputs)):
+        comparisons = dict(zip(exposed, compare_outputs(list(want), got, invocation=n)))
+        for op in graph.main.operators:
+            for t in op.outputs:
+                if t in comparisons and not comparisons[t].passed:
+                    return OperatorDivergence(op.index, op.opcode, t, comparisons[t], n)
     return None

@@ -24,6 +24,43 @@ NUMPY_TYPES = {"int8": np.int8, "uint8": np.uint8, "int16": np.int16, "int32": n
 PADDING_SAME = 0  # TFLite Padding enum; VALID is 1
 
 
+STATE_OBJECT = "state"  # the generated code's static struct of variable tensors and resource variables
+
+
+def variable_member(index: int) -> str:
+    return f"tensor{index}"
+
+
+@dataclass(frozen=True)
+class StateMember:
+    """One member of the generated `state` struct: an array that persists across invocations, or a flag."""
+
+    name: str
+    ctype: str
+    count: int  # elements; 0 for a scalar flag
+    element_bytes: int
+    reset_byte: int | None  # the byte `reset` fills the array with; None: `reset` leaves it alone
+
+    @property
+    def nbytes(self) -> int:
+        return max(self.count, 1) * self.element_bytes
+
+
+@dataclass(frozen=True)
+class ResourceVariable:
+    """A resource variable (VAR_HANDLE container/shared_name) held as bytes in the state struct. As in TFLM's
+    MicroResourceVariables, its size and the byte Reset() fills it with (the int8 zero point, else 0) come from
+    the first ASSIGN_VARIABLE value tensor in Prepare order (subgraph 0 first)."""
+
+    member: str
+    nbytes: int
+    reset_byte: int
+
+
+def _resource_key(op: Operator) -> tuple[bytes, bytes]:
+    return bytes(op.options.container or b""), bytes(op.options.sharedName or b"")
+
+
 class Unsupported(Exception):
     """The runtime has no kernel for this operator as the model uses it."""
 
@@ -68,14 +105,59 @@ def strides(shape: tuple[int, ...]) -> list[int]:
 class ModelEmitter:
     """Collects the C declarations of one model while its operators are lowered."""
 
-    def __init__(self, graph: Graph, model_data: bytes, offsets: dict[int, int]):
+    def __init__(self, graph: Graph, model_data: bytes, offsets: dict[int, int],
+                 scratch: dict[int, list[int]] | None = None):
         self.graph = graph
         self.sg = graph.main
         self.raw_tensors = graph.raw.subgraphs[0].tensors
         self.model_data = model_data
         self.offsets = offsets  # activation tensor index -> arena offset
+        self.scratch = scratch or {}  # operator index -> arena offsets of its kernel scratch buffers, in request order
         self.declarations: list[str] = []
+        self.variables: dict[int, Tensor] = {}  # variable tensors the operators use: static state, not arena
+        self.call_once_flags: list[str] = []  # one per CALL_ONCE: set once its init subgraph has run
         self._constants: dict[int, str] = {}
+        self.resources, self._handles = self._resource_variables()
+
+    # ---- resource variables ------------------------------------------------------------------------------
+    def _resource_variables(self) -> tuple[dict[tuple[bytes, bytes], ResourceVariable], dict[tuple[int, int], tuple]]:
+        handles = {(sg.index, op.outputs[0]): _resource_key(op) for sg in self.graph.subgraphs
+                   for op in sg.operators if op.opcode == "VAR_HANDLE"}
+        resources: dict[tuple[bytes, bytes], ResourceVariable] = {}
+        for sg in self.graph.subgraphs:
+            raw = self.graph.raw.subgraphs[sg.index].tensors
+            for op in sg.operators:
+                key = handles.get((sg.index, op.inputs[0])) if op.opcode == "ASSIGN_VARIABLE" else None
+                if key is None or key in resources:
+                    continue
+                value = sg.tensors[op.inputs[1]]
+                qp = raw[op.inputs[1]].quantization
+                zero = int(qp.zeroPoint[0]) if value.dtype == "int8" and qp is not None and qp.zeroPoint is not None \
+                    and len(qp.zeroPoint) else 0
+                resources[key] = ResourceVariable(f"resource{len(resources)}", value.nbytes, zero)
+        return resources, handles
+
+    def resource(self, subgraph: int, handle: int, nbytes: int) -> str:
+        """The state member behind a resource tensor; every read and assignment must move the same bytes."""
+        key = self._handles.get((subgraph, handle))
+        _require(key is not None, f"resource tensor {handle} does not come from a VAR_HANDLE")
+        variable = self.resources.get(key)
+        _require(variable is not None, f"resource variable {key[1].decode(errors='replace')} is never assigned")
+        _require(variable.nbytes == nbytes, f"resource variable {variable.member} holds {variable.nbytes} bytes, "
+                                            f"not {nbytes}")
+        return f"{STATE_OBJECT}.{variable.member}"
+
+    def state_members(self) -> list[StateMember]:
+        """Everything the generated code keeps between invocations. TFLM resets int8 variable tensors to their
+        zero point and every other type to zero bytes; resource variables to their reset byte."""
+        members = []
+        for index, t in self.variables.items():
+            size = np.dtype(NUMPY_TYPES[t.dtype]).itemsize
+            reset = self.quantization(index, required=False).zero_point if t.dtype == "int8" else 0
+            members.append(StateMember(variable_member(index), C_TYPES[t.dtype], t.nbytes // size, size, reset))
+        members += [StateMember(r.member, "uint8_t", r.nbytes, 1, r.reset_byte) for r in self.resources.values()]
+        members += [StateMember(flag, "uint8_t", 0, 1, None) for flag in self.call_once_flags]
+        return members
 
     # ---- tensors -----------------------------------------------------------------------------------------
     def tensor(self, index: int) -> Tensor:
@@ -110,15 +192,22 @@ class ModelEmitter:
             if index not in self.offsets:
                 raise Unsupported(f"tensor {index} '{t.name}' has no place in the arena (empty or unused)")
             return f"(({ctype} *)(arena + {self.offsets[index]}u))"
+        if t.kind is TensorKind.VARIABLE:
+            self.variables[index] = t
+            return f"{STATE_OBJECT}.{variable_member(index)}"
         if writable:
             raise Unsupported(f"tensor {index} '{t.name}' is written but is not an activation")
-        if t.kind is TensorKind.VARIABLE:
-            raise Unsupported(f"tensor {index} '{t.name}' is a variable")
         if index not in self._constants:
             name = f"tensor{index}"
             self.array(name, ctype, self.constant_values(index).reshape(-1))
             self._constants[index] = name
         return self._constants[index]
+
+    def scratch_pointer(self, op: Operator, k: int) -> str:
+        """Kernel scratch buffer k of `op` (int32), where the memory plan put it in the arena."""
+        buffers = self.scratch.get(op.index, [])
+        _require(k < len(buffers), f"the memory plan has no scratch buffer {k} for this operator")
+        return f"((int32_t *)(arena + {buffers[k]}u))"
 
     # ---- declarations ------------------------------------------------------------------------------------
     def array(self, name: str, ctype: str, values) -> str:
@@ -359,6 +448,13 @@ def lower_softmax(e, op, name):
                  "int8 softmax output must have scale 1/256 and zero point -128")
         params.update(q.softmax_params_int8(op.options.beta, e.quantization(op.inputs[0]).scale))
         suffix = "s8"
+    elif ins == ["int8"] and outs == ["int16"]:
+        out_q = e.quantization(op.outputs[0])
+        # SoftmaxPrepare's TF_LITE_ENSURE_NEAR: within 0.1% of 1/65536
+        _require(out_q.zero_point == -32768 and abs(out_q.scale - 1 / 65536) <= 0.001 / 65536,
+                 "int8 -> int16 softmax output must have scale 1/65536 and zero point -32768")
+        params.update(q.softmax_params_int8(op.options.beta, e.quantization(op.inputs[0]).scale))
+        suffix = "s8_s16"
     elif ins == ["float32"] and outs == ["float32"]:
         suffix = "f32"
     else:
@@ -381,6 +477,75 @@ def lower_logistic(e, op, name):
     if ins == ["float32"] and outs == ["float32"]:
         return f"lt_logistic_f32({e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)}, {count});"
     raise Unsupported(f"types {ins} -> {outs}")
+
+
+def lower_svdf(e, op, name):
+    """Integer SVDF as svdf_common.cc's PrepareSvdf / EvalIntegerSvdfReference; the state is a variable tensor."""
+    ins, outs = _types(e, op)
+    _require(len(op.inputs) == 5, "SVDF needs 5 inputs")
+    data, features, times, bias, state = op.inputs
+    _require(ins[0] == "int8" and ins[1] == "int8" and outs == ["int8"], f"types {ins} -> {outs}")
+    _require(ins[2] in ("int16", "int8") and ins[4] == ins[2], f"time weights {ins[2]} with state {ins[4]}")
+    _require(bias < 0 or ins[3] == "int32", "integer SVDF needs an int32 bias")
+    _require(e.tensor(state).kind is TensorKind.VARIABLE, "the activation state must be a variable tensor")
+    batches, input_size = e.tensor(data).shape
+    num_filters = e.tensor(features).shape[0]
+    memory = e.tensor(times).shape[1]
+    rank = int(op.options.rank)
+    _require(rank > 0 and num_filters % rank == 0, f"{num_filters} filters do not divide into rank {rank}")
+    _require(e.tensor(state).shape == (batches, memory * num_filters), "state shape does not match")
+    in_q, f_q, t_q, s_q, out_q = (e.quantization(t) for t in (data, features, times, state, op.outputs[0]))
+    f32 = np.float32
+    # Prepare multiplies and divides the float32 scales in float32, then widens to double
+    m1, s1 = q.quantize_multiplier(float(f32(in_q.scale) * f32(f_q.scale) / f32(s_q.scale)))
+    m2, s2 = q.quantize_multiplier(float(f32(s_q.scale) * f32(t_q.scale) / f32(out_q.scale)))
+    p = e.struct(f"{name}_params", "lt_svdf_params", {
+        "batches": batches, "input_size": input_size, "num_filters": num_filters, "num_units": num_filters // rank,
+        "rank": rank, "memory_size": memory, "input_zero_point": in_q.zero_point,
+        "output_zero_point": out_q.zero_point, "state_zero_point": s_q.zero_point, "feature_multiplier": m1,
+        "feature_shift": s1, "output_multiplier": m2, "output_shift": s2})
+    args = [p, e.pointer(data), e.pointer(features), e.pointer(times), e.pointer(bias) if bias >= 0 else "NULL",
+            e.pointer(state, True), e.scratch_pointer(op, 0), e.scratch_pointer(op, 1), e.pointer(op.outputs[0], True)]
+    return f"lt_svdf_s8_{'s16' if ins[2] == 'int16' else 's8'}({', '.join(args)});"
+
+
+def lower_var_handle(e, op, name):
+    """Handles are resolved at compile time: READ_VARIABLE and ASSIGN_VARIABLE name the state member."""
+    variable = e.resources.get(_resource_key(op))
+    _require(variable is not None, f"resource variable {_resource_key(op)[1].decode(errors='replace')} is never "
+                                   f"assigned")
+    return f"/* handle of {STATE_OBJECT}.{variable.member} */"
+
+
+def lower_read_variable(e, op, name):
+    t = e.tensor(op.outputs[0])
+    return f"lt_copy({e.resource(0, op.inputs[0], t.nbytes)}, {e.pointer(op.outputs[0], True)}, {t.nbytes}u);"
+
+
+def lower_assign_variable(e, op, name):
+    t = e.tensor(op.inputs[1])
+    return f"lt_copy({e.pointer(op.inputs[1])}, {e.resource(0, op.inputs[0], t.nbytes)}, {t.nbytes}u);"
+
+
+def lower_call_once(e, op, name):
+    """CALL_ONCE runs its init subgraph on the first invocation only (TFLM's has_run flag, which Reset() leaves
+    set). The init subgraphs these models carry only assign constants to resource variables."""
+    init = e.graph.subgraphs[int(op.options.initSubgraphIndex)]
+    _require(not init.inputs and not init.outputs, "the init subgraph has inputs or outputs")
+    statements = []
+    for init_op in init.operators:
+        if init_op.opcode == "VAR_HANDLE":
+            continue
+        _require(init_op.opcode == "ASSIGN_VARIABLE", f"init subgraph operator {init_op.opcode}")
+        value = init.tensors[init_op.inputs[1]]
+        data = e.graph.constant_array(init_op.inputs[1], subgraph=init.index)
+        _require(data is not None and value.dtype in C_TYPES, "init subgraph assigns a non-constant value")
+        source = e.array(f"{name}_value{len(statements)}", C_TYPES[value.dtype], data.reshape(-1))
+        statements.append(f"lt_copy({source}, {e.resource(init.index, init_op.inputs[0], value.nbytes)}, "
+                          f"{value.nbytes}u);")
+    flag = f"call_once{op.index}"
+    e.call_once_flags.append(flag)
+    return f"if (!{STATE_OBJECT}.{flag}) {{ {' '.join(statements)} {STATE_OBJECT}.{flag} = 1; }}"
 
 
 def lower_mean(e, op, name):
@@ -414,10 +579,14 @@ def lower_quantize(e, op, name):
     if ins == ["float32"] and outs == ["int8"]:
         return (f"lt_quantize_f32_s8({e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)}, {count}, "
                 f"{c_float(out_q.scale)}, {out_q.zero_point});")
-    if ins == ["int8"] and outs == ["int8"]:
+    # Requantize (reference_ops::Requantize): the int8 -> int8 and int16 -> int8/int32 cases TFLM's QUANTIZE has.
+    requantize = {("int8", "int8"): "lt_requantize_s8", ("int8", "uint8"): "lt_requantize_s8_u8",
+                  ("int16", "int8"): "lt_requantize_s16_s8",
+                  ("int16", "int32"): "lt_requantize_s16_s32"}.get((ins[0], outs[0]))
+    if len(ins) == 1 and requantize:
         in_q = e.quantization(op.inputs[0])
         m, s = q.quantize_multiplier(float(in_q.scale) / float(out_q.scale))
-        return (f"lt_requantize_s8({e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)}, {count}, "
+        return (f"{requantize}({e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)}, {count}, "
                 f"{in_q.zero_point}, {m}, {s}, {out_q.zero_point});")
     raise Unsupported(f"types {ins} -> {outs}")
 
@@ -491,6 +660,34 @@ def _copy_strided(e: ModelEmitter, name: str, dims, source: View, target: View) 
     src, dst = e.pointer(source.tensor), e.pointer(target.tensor, True)
     return (f"lt_copy_strided({p}, {f'{src} + {source.start}' if source.start else src}, "
             f"{f'{dst} + {target.start}' if target.start else dst});")
+
+
+def lower_shape(e, op, name):
+    """SHAPE: shapes are static here, so the output is a constant written into the arena when the operator runs
+    (the tensor is planned like any activation and later operators read it there)."""
+    _, outs = _types(e, op)
+    _require(outs == ["int32"], f"output type {outs[0]}")
+    shape = e.tensor(op.inputs[0]).shape
+    _require(e.tensor(op.outputs[0]).shape == (len(shape),), "output shape does not match the input rank")
+    values = e.array(f"{name}_shape", "int32_t", list(shape))
+    return f"lt_copy({values}, {e.pointer(op.outputs[0], True)}, {4 * len(shape)}u);"
+
+
+def lower_pack(e, op, name):
+    """PACK: input k becomes index k along the new axis `axis` of the output; the kernel copies bytes."""
+    dtype = _same_types(e, op, len(op.inputs))
+    _require(len(op.inputs) == int(op.options.valuesCount), "the input count differs from values_count")
+    t_out = e.tensor(op.outputs[0])
+    axis = int(op.options.axis) % len(t_out.shape)
+    shape = e.tensor(op.inputs[0]).shape
+    _require(dtype in C_TYPES and all(e.tensor(t).shape == shape for t in op.inputs)
+             and t_out.shape == shape[:axis] + (len(op.inputs),) + shape[axis:],
+             f"inputs of shape {shape} do not stack to {t_out.shape}")
+    out_st = strides(t_out.shape)
+    steps = tuple(out_st[:axis] + out_st[axis + 1:])
+    return " ".join(_copy_strided(e, f"{name}_params{k}", shape, View(t, 0, tuple(strides(shape))),
+                                  View(op.outputs[0], k * out_st[axis], steps))
+                    for k, t in enumerate(op.inputs))
 
 
 def lower_transpose(e, op, name):
@@ -673,6 +870,13 @@ LOWERINGS: dict[str, Callable[[ModelEmitter, Operator, str], str]] = {
     "SPLIT": lower_split,
     "SPLIT_V": lower_split_v,
     "TRANSPOSE": lower_transpose,
+    "SHAPE": lower_shape,
+    "SVDF": lower_svdf,
+    "CALL_ONCE": lower_call_once,
+    "VAR_HANDLE": lower_var_handle,
+    "READ_VARIABLE": lower_read_variable,
+    "ASSIGN_VARIABLE": lower_assign_variable,
+    "PACK": lower_pack,
     "LOGISTIC": lower_logistic,
     "RESIZE_NEAREST_NEIGHBOR": lower_resize_nearest_neighbor,
 }
