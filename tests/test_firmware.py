@@ -25,15 +25,16 @@ from lowtide.device.session import DeviceSession
 from lowtide.errors import LowtideError
 from lowtide.model import load_model
 from lowtide.rewrite import rewrite_auto
+from test_compile import tanh_model
 
 pytestmark = needs_firmware_tools
 
 REFERENCE = reference_figures()
 HELLO_WORLD = SHARED_MODELS / "tflm_hello_world_int8.tflite"
 KWS_DSCNN = SHARED_MODELS / "mlperf_kws_dscnn_int8.tflite"
-# Models measured on qemu-m4 against the host TFLM: every shared model but the three with an LSTM, which the
-# compiled runtime has no kernel for. mobilenet_v2_224 fits the MPS2's 4 MiB + 4 MiB (2.4 MB arena, 3.4 MB of
-# weights); the keyword_scrambled (SVDF) and mww (CALL_ONCE, resource variables) models keep state between runs.
+# Models measured on qemu-m4 against the host TFLM: every shared model. mobilenet_v2_224 fits the MPS2's
+# 4 MiB + 4 MiB (2.4 MB arena, 3.4 MB of weights); the keyword_scrambled (SVDF), mww (CALL_ONCE, resource variables)
+# and LSTM models keep state between runs.
 SWEEP_MODELS = [
     "tflm_person_detect", "mcunet_vww", "mcunet_detection", "mlperf_ad01_int8", "mlperf_ic_resnet8_int8",
     "mlperf_kws_dscnn_int8", "mlperf_vww_96_int8", "mlperf_str_ww_int8", "mlperf_ic_resnet_large_int8",
@@ -41,6 +42,7 @@ SWEEP_MODELS = [
     "mltk_image_classification", "mltk_rock_paper_scissors", "mltk_image_example1",
     "tflm_mobilenet_v2_quantized_224", "mltk_anomaly_detection", "tflm_keyword_scrambled",
     "tflm_keyword_scrambled_8bit", "mww_v1_okay_nabu", "mww_v2_okay_nabu", "mww_v2_vad",
+    "tflm_micro_speech_lstm", "tflm_mnist_lstm_int8", "tflm_dtln_noise_suppression",
 ]
 
 
@@ -192,13 +194,14 @@ def test_measure_cli_json_on_qemu_m4():
     assert 0 < report["stack_high_water_bytes"] < report["stack_size_bytes"] == 0x10000
 
 
-def test_measure_reports_a_model_the_compiler_rejects():
-    # The compiled runtime has no LSTM kernel: the user gets the compiler's one line, not PlatformIO's log.
+def test_measure_reports_a_model_the_compiler_rejects(tmp_path):
+    # A float TANH has no kernel in the compiled runtime: the user gets the compiler's one line, not PlatformIO's log.
+    path = tanh_model(tmp_path / "tanh.tflite")
     with pytest.raises(LowtideError) as failure:
-        measure(SHARED_MODELS / "tflm_micro_speech_lstm.tflite", "qemu-m4", iterations=1, timeout=20)
+        measure(path, "qemu-m4", iterations=1, timeout=20)
     message = str(failure.value)
-    assert message.startswith("building the qemu-m4 firmware for tflm_micro_speech_lstm.tflite failed: ")
-    assert "UNIDIRECTIONAL_SEQUENCE_LSTM" in message and "\n" not in message
+    assert message.startswith("building the qemu-m4 firmware for tanh.tflite failed: ")
+    assert "operator 0 (TANH)" in message and "\n" not in message
 
 
 def test_pio_test_runs_firmware_unit_tests_in_qemu():

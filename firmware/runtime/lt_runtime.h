@@ -106,6 +106,29 @@ typedef struct {
     int32_t output_multiplier, output_shift;   /* state x time weights -> output */
 } lt_svdf_params;
 
+/* UNIDIRECTIONAL_SEQUENCE_LSTM, integer (TFLM's lstm_eval: int8 input, weights, hidden state and output, int16
+ * cell state and gates, int32 bias; no CIFG, peephole, projection or layer norm). Gates are in TFLite's input order:
+ * 0 input, 1 forget, 2 cell, 3 output. Each gate is FC(input) + FC(hidden), each FC requantized to Q3.12, then a
+ * sigmoid (the cell gate: tanh) to Q0.15. Hidden and cell state persist across invocations;
+ * the four int16 scratch buffers (batches x state_size each) are arena scratch, as TFLM requests them. */
+typedef struct {
+    int32_t batches, time_steps, input_size, state_size, time_major;
+    int32_t input_zero_point, hidden_zero_point;
+    int32_t input_multiplier[4], input_shift[4];         /* input x input weights -> Q3.12 */
+    int32_t recurrent_multiplier[4], recurrent_shift[4]; /* hidden x recurrent weights -> Q3.12 */
+    int32_t forget_multiplier, forget_shift;             /* forget gate x cell -> cell */
+    int32_t update_multiplier, update_shift;             /* input gate x cell gate -> cell */
+    int32_t hidden_multiplier, hidden_shift;             /* tanh(cell) x output gate -> hidden */
+    int32_t cell_clip;                                   /* quantized; 0: no clipping */
+    int32_t cell_tanh_multiplier, cell_tanh_shift;       /* tanh input scaling of the cell state */
+} lt_lstm_params;
+
+typedef struct {
+    const int8_t *input_weights[4];     /* state_size x input_size */
+    const int8_t *recurrent_weights[4]; /* state_size x state_size */
+    const int32_t *bias[4];             /* state_size */
+} lt_lstm_weights;
+
 /* int8 kernels */
 void lt_conv2d_s8(const lt_conv_params *p, const int8_t *input, const int8_t *filter, const int32_t *bias,
                   const int32_t *multiplier, const int32_t *shift, int8_t *output);
@@ -128,6 +151,9 @@ void lt_svdf_s8_s16(const lt_svdf_params *p, const int8_t *input, const int8_t *
 void lt_svdf_s8_s8(const lt_svdf_params *p, const int8_t *input, const int8_t *weights_feature,
                    const int8_t *weights_time, const int32_t *bias, int8_t *state, int32_t *filter_scratch,
                    int32_t *unit_scratch, int8_t *output);
+void lt_lstm_s8_s16(const lt_lstm_params *p, const lt_lstm_weights *w, const int8_t *input, int8_t *hidden,
+                    int16_t *cell, int16_t *scratch0, int16_t *scratch1, int16_t *scratch2, int16_t *scratch3,
+                    int8_t *output);
 /* QUANTIZE may run in place: `output` may start at `input` (no restrict on purpose). Each loop reads element i
  * before writing output element i at byte i * 1 <= i * sizeof(input element), so a write only lands on input
  * elements already read. int8_t is a character type: the compiler must assume the two may alias and keep the

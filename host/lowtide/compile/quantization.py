@@ -152,3 +152,37 @@ def nearest_neighbor_map(output_size: int, input_size: int, align_corners: bool,
             index = max(0, index)
         result.append(index)
     return result
+
+
+# The integer LSTM's fixed scales (lstm_eval_common.cc): gate pre-activations in Q3.12 and gate outputs in Q0.15,
+# written there as the float32 literals below (the second is not exactly 2**-15).
+LSTM_GATE_INPUT_SCALE = float(np.float32(0.00024414062))
+LSTM_GATE_OUTPUT_SCALE = float(np.float32(0.00003051757))
+
+
+def lstm_cell_scale_power(cell_scale: float) -> int:
+    """CheckedLog2 of the int16 cell state's scale, which the integer LSTM requires to be a power of two."""
+    power = math.log(float(cell_scale)) / math.log(2.0)
+    rounded = round_half_away(power)
+    if abs(power - rounded) >= 1e-3:
+        raise ValueError(f"cell state scale {cell_scale} is not a power of two")
+    return rounded
+
+
+def lstm_tanh_input_scaling(cell_scale_power: int) -> tuple[int, int]:
+    """The multiplier and right shift lstm_internal::Tanh hands to the int16 tanh for a Q(15+power) input:
+    a positive left shift folds into the multiplier (3 << shift), a negative one becomes a right shift of x*3."""
+    left_shift = 15 + cell_scale_power - 3
+    return (3 << left_shift, 0) if left_shift >= 0 else (3, -left_shift)
+
+
+def lstm_cell_clip(cell_clip: float, cell_scale: float) -> int:
+    """CreateLstmCellStateInfo: the clip in cell-state units, in double, clamped to int16 and truncated."""
+    if not cell_clip > 0:
+        return 0
+    return int(min(max(float(np.float32(cell_clip)) / float(cell_scale), -32768.0), 32767.0))
+
+
+def lstm_mul_multiplier(scale1: float, scale2: float, output_scale: float) -> tuple[int, int]:
+    """CreateInterGateMulParams: the product of two float32 scales over the output's, in double."""
+    return quantize_multiplier(float(scale1) * float(scale2) / float(output_scale))
