@@ -61,31 +61,31 @@ void lt_quantize_f32_s8(const float *input, int8_t *output, int32_t count, float
     }
 }
 
+/* TFLM's Requantize of one element, before the clamp to the output type. */
+static inline int32_t lt_requantize_value(int32_t value, int32_t input_zero_point, int32_t multiplier, int32_t shift,
+                                          int32_t output_zero_point) {
+    return lt_multiply_by_quantized_multiplier(value - input_zero_point, multiplier, shift) + output_zero_point;
+}
+
 void lt_requantize_s8(const int8_t *input, int8_t *output, int32_t count, int32_t input_zero_point,
                       int32_t multiplier, int32_t shift, int32_t output_zero_point) {
-    for (int32_t i = 0; i < count; ++i) {
-        const int32_t q =
-            lt_multiply_by_quantized_multiplier(input[i] - input_zero_point, multiplier, shift) + output_zero_point;
-        output[i] = (int8_t)lt_clamp(q, INT8_MIN, INT8_MAX);
-    }
+    for (int32_t i = 0; i < count; ++i)
+        output[i] = (int8_t)lt_clamp(lt_requantize_value(input[i], input_zero_point, multiplier, shift,
+                                                         output_zero_point), INT8_MIN, INT8_MAX);
 }
 
 void lt_requantize_s8_u8(const int8_t *input, uint8_t *output, int32_t count, int32_t input_zero_point,
                          int32_t multiplier, int32_t shift, int32_t output_zero_point) {
-    for (int32_t i = 0; i < count; ++i) {
-        const int32_t q =
-            lt_multiply_by_quantized_multiplier(input[i] - input_zero_point, multiplier, shift) + output_zero_point;
-        output[i] = (uint8_t)lt_clamp(q, 0, UINT8_MAX);
-    }
+    for (int32_t i = 0; i < count; ++i)
+        output[i] = (uint8_t)lt_clamp(lt_requantize_value(input[i], input_zero_point, multiplier, shift,
+                                                          output_zero_point), 0, UINT8_MAX);
 }
 
 void lt_requantize_s16_s8(const int16_t *input, int8_t *output, int32_t count, int32_t input_zero_point,
                           int32_t multiplier, int32_t shift, int32_t output_zero_point) {
-    for (int32_t i = 0; i < count; ++i) {
-        const int32_t q =
-            lt_multiply_by_quantized_multiplier(input[i] - input_zero_point, multiplier, shift) + output_zero_point;
-        output[i] = (int8_t)lt_clamp(q, INT8_MIN, INT8_MAX);
-    }
+    for (int32_t i = 0; i < count; ++i)
+        output[i] = (int8_t)lt_clamp(lt_requantize_value(input[i], input_zero_point, multiplier, shift,
+                                                         output_zero_point), INT8_MIN, INT8_MAX);
 }
 
 void lt_requantize_s16_s32(const int16_t *input, int32_t *output, int32_t count, int32_t input_zero_point,

@@ -57,8 +57,11 @@ def partition_command(
     original = model.read_bytes()
     before, after = oracle.run(original, inputs), oracle.run(split.model, inputs)
     # The summed layer's values, read as an extra output of both models.
-    probe_before = oracle.run(with_outputs(graph, [split.summed_tensor]), inputs).outputs[-1]
-    probe_after = oracle.run(with_outputs(read_model(split.model), [split.summed_tensor]), inputs).outputs[-1]
+    probes = []
+    for probed in (graph, read_model(split.model)):
+        summed = next(t.index for t in probed.main.tensors if t.name == split.summed_tensor)
+        probes.append(oracle.run(with_outputs(probed, [summed]), inputs).outputs[-1])
+    probe_before, probe_after = probes
     report = {
         "model": str(model),
         "output": str(out),

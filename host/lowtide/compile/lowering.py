@@ -152,7 +152,7 @@ class ModelEmitter:
         zero point and every other type to zero bytes; resource variables to their reset byte."""
         members = []
         for index, t in self.variables.items():
-            size = np.dtype(NUMPY_TYPES[t.dtype]).itemsize
+            size = _elem_size(t)
             reset = self.quantization(index, required=False).zero_point if t.dtype == "int8" else 0
             members.append(StateMember(variable_member(index), C_TYPES[t.dtype], t.nbytes // size, size, reset))
         members += [StateMember(r.member, "uint8_t", r.nbytes, 1, r.reset_byte) for r in self.resources.values()]

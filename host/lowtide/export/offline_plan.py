@@ -9,7 +9,6 @@ planner fits them around the fixed tensors, so the head is computed through the 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -18,7 +17,8 @@ from pathlib import Path
 
 from lowtide.errors import LowtideError
 from lowtide.memory.greedy import arena_head
-from lowtide.memory.lifetimes import Buffer, Order, buffer_lifetimes
+from lowtide.memory import buffers_to_plan
+from lowtide.memory.lifetimes import Buffer, Order
 from lowtide.memory.placement import check_no_overlap, offline_plan_words, tflm_offsets_with_plan
 from lowtide.model.ir import Graph
 from lowtide.model.reader import read_model
@@ -97,11 +97,10 @@ def _header(prefix: str, source: Graph, result: ExportResult) -> str:
 def export_optimized(graph: Graph, order: Order, offsets_by_buffer: Mapping[Buffer, int],
                      out_path: str | Path) -> ExportResult:
     """Write `out_path` (the model), `out_path`.h and `out_path`.json. `offsets_by_buffer` gives the offset of
-    every tensor buffer of `buffer_lifetimes(graph, order, in_place=True)` (scratch entries are ignored: TFLM
+    every tensor buffer of `buffers_to_plan(graph, order)` (scratch entries are ignored: TFLM
     places them; in-place outputs must sit inside the input whose bytes they share)."""
     out_path = Path(out_path)
-    buffers = [dataclasses.replace(b, offline_offset=None)
-               for b in buffer_lifetimes(graph, order, in_place=True)[0]]
+    buffers = buffers_to_plan(graph, order)
     offsets = tflm_offsets_with_plan(buffers, _tensor_offsets(buffers, offsets_by_buffer))
     check_no_overlap(buffers, offsets)
     planned_head = arena_head(buffers, offsets)

@@ -14,7 +14,7 @@ import numpy as np
 from lowtide import oracle
 from lowtide.errors import LowtideError
 from lowtide.export.offline_plan import ExportResult, export_optimized
-from lowtide.memory import buffer_lifetimes, tflm_plan
+from lowtide.memory import buffers_to_plan, tflm_plan
 from lowtide.memory.lifetimes import Buffer, Order, stored_order
 from lowtide.memory.placement import Placement, place
 from lowtide.model import Graph, load_model, read_model
@@ -72,12 +72,6 @@ class OptimizeResult:
     @property
     def optimal(self) -> bool:
         return self.planned_head_bytes == self.lower_bound_bytes
-
-
-def _unplanned_buffers(graph: Graph, order: Order) -> list[Buffer]:
-    """The order's buffers with any offline plan the model already carries dropped: the new plan replaces it.
-    Outputs that may share a dying input's bytes are marked so: the offline plan can put them there."""
-    return [dataclasses.replace(b, offline_offset=None) for b in buffer_lifetimes(graph, order, in_place=True)[0]]
 
 
 def _same_outputs(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...]) -> bool:
@@ -207,7 +201,7 @@ def _fewer_patches(graph: Graph, rewritten: RewriteResult,
             continue  # a region is too small for this grid
         tiled = read_model(data, path)
         tail = oracle.allocate(data, path=path).mcu32_tail_bytes
-        total = place(_unplanned_buffers(tiled, stored_order(tiled)), COARSE_PLACE_SECONDS).head_bytes + tail
+        total = place(buffers_to_plan(tiled, stored_order(tiled)), COARSE_PLACE_SECONDS).head_bytes + tail
         if best is None or total < best[0]:
             best = (total, tiled, tail, variant)
     return best[1:] if best else None
@@ -225,13 +219,13 @@ def _plan(graph: Graph, stock_head_bytes: int, budget: float,
 
     report("place", None, "")
     order = schedule.order
-    buffers = _unplanned_buffers(graph, order)
+    buffers = buffers_to_plan(graph, order)
     placement = place(buffers, max(budget - (time.monotonic() - started), 1.0))
     if placement.head_bytes > stock_head_bytes:
         # A lower live peak does not guarantee a lower head if the placement search ran out of time; the stored
         # order always places at least as well as TFLM (its greedy planner is one of the heuristics).
         order = stored_order(graph)
-        buffers = _unplanned_buffers(graph, order)
+        buffers = buffers_to_plan(graph, order)
         placement = place(buffers, 1.0)
     report("place", 1.0, f"head {placement.head_bytes:,} B ({placement.method})")
     return schedule, order, buffers, placement

@@ -3,6 +3,7 @@ greedy planner (`greedy`), and the live-memory lower bound of an operator order.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from lowtide.memory.greedy import arena_head, greedy_offsets
@@ -36,12 +37,18 @@ def tflm_plan(graph: Graph, order: Order | None = None) -> MemoryPlan:
     )
 
 
+def buffers_to_plan(graph: Graph, order: Order | None = None) -> list[Buffer]:
+    """The buffers of `order` as a new offline plan places them: any plan the model already carries dropped, and
+    outputs that may share a dying input's bytes marked so (the plan can put them there)."""
+    return [dataclasses.replace(b, offline_offset=None) for b in buffer_lifetimes(graph, order, in_place=True)[0]]
+
+
 def live_peak_bytes(graph: Graph, order: Order | None = None, in_place: bool = False) -> int:
     """Most aligned bytes live while one operator runs: no placement of `order` beats it."""
     return max((step.live_bytes for step in buffer_lifetimes(graph, order, in_place)[1]), default=0)
 
 
 __all__ = [
-    "ALIGNMENT", "Buffer", "MemoryPlan", "Order", "Step", "align_up", "arena_head", "buffer_lifetimes",
+    "ALIGNMENT", "Buffer", "MemoryPlan", "Order", "Step", "align_up", "arena_head", "buffer_lifetimes", "buffers_to_plan",
     "greedy_offsets", "live_peak_bytes", "stored_order", "tflm_plan",
 ]

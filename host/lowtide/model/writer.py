@@ -38,12 +38,11 @@ def set_offline_plan(raw, words: list[int]) -> None:
     raw.metadata = [*(raw.metadata or []), entry]
 
 
-def with_outputs(graph: Graph, names: list[str]) -> bytes:
-    """The model with the main-subgraph tensors `names` added to its outputs, so an interpreter returns them too
+def with_outputs(graph: Graph, tensors: list[int]) -> bytes:
+    """The model with the main-subgraph `tensors` added to its outputs, so an interpreter returns them too
     (their lifetimes grow: for reading values, not for memory figures)."""
     raw = copy.deepcopy(graph.raw)
-    index = {t.name: t.index for t in graph.main.tensors}
-    raw.subgraphs[0].outputs = [*raw.subgraphs[0].outputs, *(index[name] for name in names)]
+    raw.subgraphs[0].outputs = [*raw.subgraphs[0].outputs, *tensors]
     return model_bytes(raw)
 
 

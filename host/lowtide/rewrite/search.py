@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 
 from lowtide.errors import LowtideError
-from lowtide.memory import align_up, buffer_lifetimes, stored_order, tflm_plan
+from lowtide.memory import align_up, buffer_lifetimes, buffers_to_plan, stored_order, tflm_plan
 from lowtide.memory.lifetimes import Buffer
 from lowtide.memory.placement import Placement, check_no_overlap, offline_plan_words, place
 from lowtide.model.ir import Graph
@@ -278,7 +278,7 @@ def _tile_peak(graph: Graph, budget: float, deadline: float) -> _Round:
 def _placement(graph: Graph) -> tuple[list[Buffer], Placement]:
     """lowtide's placement of the stored order, in-place outputs inside their inputs: the offline plan
     `lowtide optimize` writes."""
-    buffers = [dataclasses.replace(b, offline_offset=None) for b in buffer_lifetimes(graph, in_place=True)[0]]
+    buffers = buffers_to_plan(graph)
     return buffers, place(buffers, PLACE_SECONDS)
 
 
