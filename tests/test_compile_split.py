@@ -25,7 +25,7 @@ from lowtide.compile.hostcheck import (
 )
 from lowtide.errors import LowtideError
 from lowtide.memory import align_up, buffer_lifetimes, tflm_plan
-from lowtide.memory.placement import offline_plan_words
+from lowtide.memory.placement import offline_plan
 from lowtide.model import load_model
 from lowtide.model.builder import ModelBuilder
 from lowtide.model.writer import model_bytes, set_offline_plan
@@ -159,7 +159,7 @@ def _with_plan(path: Path, offsets: dict[int, int], out: Path) -> Path:
     """`path` with an OfflineMemoryAllocation plan giving each activation its offset in `offsets`."""
     graph = load_model(path)
     buffers, _ = buffer_lifetimes(graph)
-    words = offline_plan_words(graph, buffers, [offsets[b.tensor] for b in buffers])
+    words = offline_plan(graph, buffers, [offsets[b.tensor] for b in buffers])
     raw = graph.raw
     set_offline_plan(raw, words)
     out.write_bytes(model_bytes(raw))

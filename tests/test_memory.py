@@ -124,6 +124,6 @@ def test_in_place_quantize_frees_the_float_input_on_the_host_tflm(tmp_path):
     assert buffer_lifetimes(graph, in_place=True)[1][0].live_bytes == 76_800
     result = optimize_model(SHARED_MODELS / "mcunet_vww.tflite", tmp_path / "out.tflite", verify=True)
     assert result.verification.outputs_identical
-    words = load_model(tmp_path / "out.tflite").offline_plan
+    words = load_model(tmp_path / "out.tflite").offline_plan.offsets
     quantize = graph.main.operators[0]
     assert words[quantize.outputs[0]] == words[quantize.inputs[0]]

@@ -111,7 +111,7 @@ def test_source_cut_into_strips_in_place_is_bit_identical_and_plans_what_tflm_me
     # The plan puts every strip at its own rows of the input.
     planned_graph = read_model(planned)
     split = planned_graph.main.operators[0]
-    offsets = planned_graph.offline_plan
+    offsets = planned_graph.offline_plan.offsets
     row_bytes = 16 * 4
     starts = np.cumsum([0] + [planned_graph.main.tensors[t].shape[1] for t in split.outputs[:-1]]) * row_bytes
     assert [offsets[t] for t in split.outputs] == [offsets[split.inputs[0]] + int(s) for s in starts]

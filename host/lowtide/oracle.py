@@ -1,29 +1,42 @@
 """Run a model in the host build of the real TFLite Micro interpreter (PyPI `tflite-micro`) and read its figures.
 
-TFLM prints its arena accounting through MicroPrintf to file descriptor 2, not to Python's sys.stderr, so the
-descriptor itself is redirected while `print_allocations()` runs.
+TFLM trusts its model: on a bad one it can crash with a signal, abort or loop forever, and it would take lowtide
+with it. So every call here runs the interpreter in a child process forked for the call: a crash becomes one
+LowtideError line ("TFLite Micro crashed (signal 11) while allocating tensors") and lowtide keeps running. The
+child's file descriptor 2, where TFLM prints its log through MicroPrintf, goes to a file: the figures of
+`print_allocations()` are read from it, and on a failure the line that explains it is folded into the error.
+Results (numpy arrays included) come back pickled through a pipe.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
 import re
+import select
+import signal
 import tempfile
-import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
 from lowtide.errors import LowtideError
 from lowtide.model.ir import Graph
 from lowtide.model.reader import read_model
+from lowtide.text import escape
 
 _ALLOCATION_LINE = re.compile(r"Arena allocation (total|head|tail) (\d+) bytes")
 _RECORD_LINE = re.compile(r"'([^']+)' used (\d+) bytes .*for (\d+) ")
 # Host (64-bit) minus 32-bit MCU size of the per-tensor and per-operator structs in the tail.
 _EVAL_TENSOR_SAVING = 24 - 12  # TfLiteEvalTensor
 _NODE_SAVING = 64 - 32  # NodeAndRegistration
-_FD2_LOCK = threading.Lock()  # fd 2 is process-wide: one capture at a time
+# A model can make TFLM loop forever (a WHILE whose condition never fails): the child is killed after this long.
+TIMEOUT_ENV = "LOWTIDE_TFLM_TIMEOUT"
+DEFAULT_TIMEOUT_S = 600.0
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -59,25 +72,6 @@ class OracleRun:
         return self.arena.total_bytes
 
 
-def _interpreter(model: bytes, arena_size: int):
-    from tflite_micro.python.tflite_micro import runtime
-
-    return runtime.Interpreter.from_bytes(model, arena_size=arena_size)
-
-
-def _capture_fd2(fn) -> str:
-    with _FD2_LOCK, tempfile.TemporaryFile(mode="w+b") as sink:
-        saved = os.dup(2)
-        try:
-            os.dup2(sink.fileno(), 2)
-            fn()
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-        sink.seek(0)
-        return sink.read().decode("utf-8", "replace")
-
-
 def random_inputs(graph: Graph, seed: int = 0) -> list[np.ndarray]:
     """Inputs covering each input tensor's full value range, reproducible from `seed`."""
     rng = np.random.default_rng(seed)
@@ -96,8 +90,129 @@ def random_inputs(graph: Graph, seed: int = 0) -> list[np.ndarray]:
     return arrays
 
 
-def _figures(interp, path: str) -> ArenaFigures:
-    report = _capture_fd2(interp.print_allocations)
+def _arena_size(model: bytes, arena_size: int | None) -> int:
+    # Larger than any shared model needs; TFLM only touches what it plans, so the size costs nothing.
+    return arena_size or max(16 * len(model), 64 << 20)
+
+
+# ---- in the child ------------------------------------------------------------------------------------------------
+# The child tells the parent which phase it is in with one byte before each, so that a crash can be placed; its
+# result follows a RESULT byte, pickled.
+_PHASES = {b"L": "loading the model and allocating tensors", b"I": "invoking the model",
+           b"F": "reporting the arena figures"}
+_RESULT = b"R"
+
+
+class _Child:
+    """The interpreter's side of one call: `phase` announces each step to the parent."""
+
+    def __init__(self, pipe: int, log: int):
+        self.pipe, self.log = pipe, log
+
+    def phase(self, code: bytes) -> None:
+        os.write(self.pipe, code)
+
+    def interpreter(self, model: bytes, arena_size: int):
+        from tflite_micro.python.tflite_micro import runtime
+
+        self.phase(b"L")
+        return runtime.Interpreter.from_bytes(model, arena_size=arena_size)
+
+    def invoke(self, interp) -> None:
+        self.phase(b"I")
+        interp.invoke()
+
+    def allocations(self, interp) -> str:
+        """What `print_allocations()` writes to fd 2, apart from the rest of the log."""
+        self.phase(b"F")
+        start = os.lseek(self.log, 0, os.SEEK_END)
+        interp.print_allocations()
+        end = os.lseek(self.log, 0, os.SEEK_END)
+        return os.pread(self.log, end - start, start).decode("utf-8", "replace")
+
+
+def _isolated(work: Callable[[_Child], T], path: str) -> T:
+    """`work` run in a forked child; its result, or LowtideError for a rejection, a crash or a hang."""
+    timeout = float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT_S))
+    with tempfile.TemporaryFile() as log:
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: whatever happens, it leaves through os._exit, never back into the caller's code
+            status = 1
+            try:
+                os.close(read_fd)
+                os.dup2(log.fileno(), 2)
+                try:
+                    outcome: tuple[str, object] = ("ok", work(_Child(write_fd, log.fileno())))
+                except RuntimeError as exc:  # the interpreter refused the model or failed an operator
+                    outcome = ("rejected", str(exc))
+                payload = pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL)
+                os.write(write_fd, _RESULT)
+                view = memoryview(payload)
+                while view:
+                    view = view[os.write(write_fd, view):]
+                status = 0
+            finally:
+                os._exit(status)
+        os.close(write_fd)
+        try:
+            received, finished = _read_all(read_fd, time.monotonic() + timeout)
+        finally:
+            os.close(read_fd)
+            if not finished:
+                os.kill(pid, signal.SIGKILL)
+            _, status = os.waitpid(pid, 0)
+        log.seek(0)
+        log_text = log.read().decode("utf-8", "replace")
+    phases, _, payload = received.partition(_RESULT)
+    doing = _PHASES.get(phases[-1:], "starting")
+    if not finished:
+        raise LowtideError(f"TFLite Micro did not finish within {timeout:g} s while {doing} "
+                           f"(set {TIMEOUT_ENV} to wait longer)", path)
+    if os.WIFSIGNALED(status):
+        raise LowtideError(f"TFLite Micro crashed (signal {os.WTERMSIG(status)}) while {doing}"
+                           f"{_because(log_text)}", path)
+    if not payload or os.WEXITSTATUS(status) != 0:
+        raise LowtideError(f"TFLite Micro exited (status {os.WEXITSTATUS(status)}) while {doing}"
+                           f"{_because(log_text)}", path)
+    kind, value = pickle.loads(payload)
+    if kind == "rejected":
+        reason = _explaining_line(log_text) or (str(value).strip().splitlines() or ["unknown error"])[-1]
+        raise LowtideError(f"TFLite Micro rejected the model: {escape(reason)}", path)
+    return value
+
+
+def _read_all(fd: int, deadline: float) -> tuple[bytes, bool]:
+    """Everything the child writes until it closes the pipe, and whether it did before `deadline`."""
+    chunks = []
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+            return b"".join(chunks), False
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return b"".join(chunks), True
+        chunks.append(chunk)
+
+
+# TFLM's own summary lines, printed after the line that says what went wrong.
+_GENERIC_LOG = re.compile(r"(Failed starting model allocation|AllocateTensors\(\) failed|Invoke\(\) failed"
+                          r"|Node .* failed to (prepare|invoke)|Failed to allocate memory)", re.IGNORECASE)
+
+
+def _explaining_line(log_text: str) -> str | None:
+    """The log line that says why TFLM failed: the last specific one, skipping its generic summaries."""
+    lines = [line.strip() for line in log_text.splitlines() if line.strip()]
+    specific = [line for line in lines if not _GENERIC_LOG.search(line)]
+    return (specific or lines or [None])[-1]
+
+
+def _because(log_text: str) -> str:
+    line = _explaining_line(log_text)
+    return f": {escape(line)}" if line else ""
+
+
+def _figures(report: str, path: str) -> ArenaFigures:
     figures = {kind: int(value) for kind, value in _ALLOCATION_LINE.findall(report)}
     if set(figures) != {"total", "head", "tail"}:
         raise LowtideError("TFLite Micro printed no arena figures", path)
@@ -105,38 +220,34 @@ def _figures(interp, path: str) -> ArenaFigures:
     return ArenaFigures(figures["total"], figures["head"], figures["tail"], records)
 
 
-def _rejected(exc: RuntimeError, path: str) -> LowtideError:
-    lines = str(exc).strip().splitlines() or ["unknown error"]
-    return LowtideError(f"TFLite Micro rejected the model: {lines[-1]}", path)
-
-
-def _arena_size(model: bytes, arena_size: int | None) -> int:
-    # Larger than any shared model needs; TFLM only touches what it plans, so the size costs nothing.
-    return arena_size or max(16 * len(model), 64 << 20)
-
+# ---- the oracle's calls ------------------------------------------------------------------------------------------
 
 def allocate(model: bytes, arena_size: int | None = None, path: str = "<model>") -> ArenaFigures:
     """Arena figures after AllocateTensors, without running the model."""
-    try:
-        return _figures(_interpreter(model, _arena_size(model, arena_size)), path)
-    except RuntimeError as exc:
-        raise _rejected(exc, path) from None
+    size = _arena_size(model, arena_size)
+
+    def work(child: _Child) -> str:
+        return child.allocations(child.interpreter(model, size))
+
+    return _figures(_isolated(work, path), path)
 
 
 def run(model: bytes, inputs: list[np.ndarray] | None = None, arena_size: int | None = None,
         path: str = "<model>") -> OracleRun:
     """Build the interpreter (AllocateTensors), invoke it once on `inputs`, and read its arena figures."""
     output_count = len(read_model(model, path).main.outputs)
-    try:
-        interp = _interpreter(model, _arena_size(model, arena_size))
+    size = _arena_size(model, arena_size)
+
+    def work(child: _Child) -> tuple[str, list[np.ndarray]]:
+        interp = child.interpreter(model, size)
         for i, array in enumerate(inputs or []):
             interp.set_input(array, i)
-        interp.invoke()
-        figures = _figures(interp, path)
-        outputs = [np.array(interp.get_output(i), copy=True) for i in range(output_count)]
-    except RuntimeError as exc:
-        raise _rejected(exc, path) from None
-    return OracleRun(figures, tuple(outputs))
+        child.invoke(interp)
+        report = child.allocations(interp)
+        return report, [np.array(interp.get_output(i), copy=True) for i in range(output_count)]
+
+    report, outputs = _isolated(work, path)
+    return OracleRun(_figures(report, path), tuple(outputs))
 
 
 def run_sequence(model: bytes, input_sets: list[list[np.ndarray]], path: str = "<model>",
@@ -145,16 +256,18 @@ def run_sequence(model: bytes, input_sets: list[list[np.ndarray]], path: str = "
     carry over from one invocation to the next, except that `Reset()` is called before the invocations whose
     positions are in `reset_before`."""
     output_count = len(read_model(model, path).main.outputs)
-    try:
-        interp = _interpreter(model, _arena_size(model, None))
+    size = _arena_size(model, None)
+
+    def work(child: _Child) -> list[tuple[np.ndarray, ...]]:
+        interp = child.interpreter(model, size)
         sequence = []
         for n, inputs in enumerate(input_sets):
             if n in reset_before:
                 interp.reset()
             for i, array in enumerate(inputs):
                 interp.set_input(array, i)
-            interp.invoke()
+            child.invoke(interp)
             sequence.append(tuple(np.array(interp.get_output(i), copy=True) for i in range(output_count)))
-    except RuntimeError as exc:
-        raise _rejected(exc, path) from None
-    return sequence
+        return sequence
+
+    return _isolated(work, path)

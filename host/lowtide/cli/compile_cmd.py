@@ -60,13 +60,13 @@ def compile_command(
 ) -> None:
     """Generate C99 (weights in flash, activations at TFLM's arena offsets) and report the RAM it needs."""
     compiled = compile_model(model, prefix)  # raises before anything is written
-    written = compiled.write(output)
     result = verify_compiled(model, seed, prefix=prefix, invocations=invocations) if verify else None
     if result:
         tflm_total, tflm_head = result.tflm_total_bytes, result.tflm_head_bytes
     else:
         reference = oracle.run(model.read_bytes(), path=str(model))
         tflm_total, tflm_head = reference.total_bytes, reference.head_bytes
+    written = compiled.write(output)  # last: a model TFLM rejects leaves no files behind
     report = compile_report(compiled, output, written, tflm_total, tflm_head, result)
     if json_output:
         print(json.dumps(report))

@@ -1,10 +1,10 @@
 """Write a model with a new operator order and an offline memory plan, plus a C header and a JSON sidecar.
 
-The plan is TFLM's `OfflineMemoryAllocation` metadata: little-endian int32 words
-`[version=1, subgraph count, tensor count n, offset_0 .. offset_{n-1}]` over the tensors of all subgraphs
-concatenated, -1 meaning "plan online". TFLM honours it byte for byte and checks nothing, so the plan is checked
-for overlaps here, before anything is written. Kernel scratch buffers cannot be planned offline: TFLM's greedy
-planner fits them around the fixed tensors, so the head is computed through the greedy replica.
+The plan is TFLM's `OfflineMemoryAllocation` metadata (`lowtide.model.offline_memory`). TFLM honours it byte for
+byte and checks nothing, so the plan is checked for overlaps here, and the model validated and loaded by TFLM,
+before anything is written; the three files are then written together or not at all. Kernel scratch buffers cannot
+be planned offline: TFLM's greedy planner fits them around the fixed tensors, so the head is computed through the
+greedy replica.
 """
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ from lowtide.errors import LowtideError
 from lowtide.memory.greedy import arena_head
 from lowtide.memory import buffers_to_plan
 from lowtide.memory.lifetimes import Buffer, Order
-from lowtide.memory.placement import check_no_overlap, offline_plan_words, tflm_offsets_with_plan
+from lowtide.memory.placement import check_no_overlap, offline_plan, tflm_offsets_with_plan
 from lowtide.model.ir import Graph
 from lowtide.model.reader import read_model
-from lowtide.model.writer import ONLINE, set_offline_plan, write_model
+from lowtide.model.validate import model_problems
+from lowtide.model.writer import model_bytes, set_offline_plan, write_files
 from lowtide.oracle import allocate
 from lowtide.schedule import apply_order
 
@@ -106,16 +107,18 @@ def export_optimized(graph: Graph, order: Order, offsets_by_buffer: Mapping[Buff
     planned_head = arena_head(buffers, offsets)
 
     raw = apply_order(graph, order)
-    words = offline_plan_words(graph, buffers, offsets)
-    set_offline_plan(raw, words)
-    try:
-        data = write_model(raw, out_path)
-    except OSError as exc:
-        raise LowtideError(f"cannot write: {exc.strerror}", out_path) from None
-    written = read_model(data, str(out_path))
-    if written.offline_plan != words[3:]:
-        raise LowtideError("the written model does not carry the memory plan (metadata lost on write)", out_path)
-    figures = allocate(data, path=str(out_path))
+    plan = offline_plan(graph, buffers, offsets)
+    set_offline_plan(raw, plan)
+    data = model_bytes(raw)
+    # Everything is checked on the bytes before any file is written, and failures name the model the user gave:
+    # the output does not exist yet.
+    written = read_model(data, graph.path)
+    if written.offline_plan != plan:
+        raise LowtideError("the optimized model does not carry its memory plan (metadata lost on write)", graph.path)
+    problems = model_problems(written)
+    if problems:
+        raise LowtideError(f"the optimized model would be invalid: {problems[0].message}", graph.path)
+    figures = allocate(data, path=graph.path)
     result = ExportResult(
         model_path=out_path,
         header_path=out_path.with_suffix(".h"),
@@ -128,7 +131,6 @@ def export_optimized(graph: Graph, order: Order, offsets_by_buffer: Mapping[Buff
         measured_head_bytes=figures.head_bytes,
         measured_total_bytes=figures.total_bytes,
     )
-    result.header_path.write_text(_header(_macro_prefix(out_path), graph, result))
     sidecar = {
         "model": out_path.name,
         "source_model": Path(graph.path).name,
@@ -141,7 +143,11 @@ def export_optimized(graph: Graph, order: Order, offsets_by_buffer: Mapping[Buff
         "arena_size_bytes": result.arena_size_bytes,
         "estimate": TAIL_ESTIMATE_NOTE,
         "operator_order": {str(sg): ops for sg, ops in order.items()},
-        "offline_offsets": sum(1 for w in words[3:] if w != ONLINE),
+        "offline_offsets": plan.fixed_count,
     }
-    result.json_path.write_text(json.dumps(sidecar, indent=2) + "\n")
+    try:
+        write_files({out_path: data, result.header_path: _header(_macro_prefix(out_path), graph, result),
+                     result.json_path: json.dumps(sidecar, indent=2) + "\n"})
+    except OSError as exc:
+        raise LowtideError(f"cannot write: {exc.strerror}", exc.filename or out_path) from None
     return result

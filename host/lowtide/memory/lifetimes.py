@@ -113,15 +113,10 @@ def buffer_lifetimes(graph: Graph, order: Order | None = None,
     mark(0)
 
     plan = graph.offline_plan
-    plan_base = [0]
-    for sg in graph.subgraphs[:-1]:
-        plan_base.append(plan_base[-1] + len(sg.tensors))
     shared = in_place_outputs(graph, ALIGNMENT) if in_place or plan is not None else {}
 
     def planned_offset(sg_index: int, tensor: int) -> int | None:
-        if plan is None or plan_base[sg_index] + tensor >= len(plan) or plan[plan_base[sg_index] + tensor] < 0:
-            return None
-        return plan[plan_base[sg_index] + tensor]
+        return None if plan is None else plan.offset(graph.tensor_counts, sg_index, tensor)
 
     def in_plan(output: int, share: InPlace) -> bool:
         inner, outer = planned_offset(0, output), planned_offset(0, share.input)

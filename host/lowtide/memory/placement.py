@@ -23,7 +23,7 @@ from lowtide.errors import LowtideError
 from lowtide.memory.greedy import arena_head, greedy_offsets
 from lowtide.memory.lifetimes import ALIGNMENT, Buffer
 from lowtide.model.ir import Graph
-from lowtide.model.writer import OFFLINE_PLAN_VERSION, ONLINE
+from lowtide.model.offline_memory import OfflinePlan
 
 
 @dataclass(frozen=True)
@@ -49,17 +49,11 @@ def tflm_offsets_with_plan(buffers: Sequence[Buffer], offsets: Sequence[int]) ->
                            for b, o in zip(buffers, offsets)])
 
 
-def offline_plan_words(graph: Graph, buffers: Sequence[Buffer], offsets: Sequence[int]) -> list[int]:
-    """The metadata's int32 words: one offset per tensor of every subgraph, -1 for tensors TFLM plans itself
-    (and for constants and variables, which must not move into the head)."""
-    base = [0]
-    for sg in graph.subgraphs[:-1]:
-        base.append(base[-1] + len(sg.tensors))
-    per_tensor = [ONLINE] * graph.tensor_count
-    for b, offset in zip(buffers, offsets):
-        if b.tensor is not None:
-            per_tensor[base[b.subgraph] + b.tensor] = offset
-    return [OFFLINE_PLAN_VERSION, len(graph.subgraphs), graph.tensor_count, *per_tensor]
+def offline_plan(graph: Graph, buffers: Sequence[Buffer], offsets: Sequence[int]) -> OfflinePlan:
+    """The plan giving every tensor buffer its offset; tensors TFLM plans itself stay online (and so do constants
+    and variables, which must not move into the head)."""
+    return OfflinePlan.from_offsets(graph.tensor_counts, {(b.subgraph, b.tensor): offset
+                                                          for b, offset in zip(buffers, offsets) if b.tensor is not None})
 
 
 def check_no_overlap(buffers: Sequence[Buffer], offsets: Sequence[int]) -> None:

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import enum
 import hashlib
-import struct
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-# Metadata entry holding TFLM's offline memory plan (int32 words: version, subgraphs, n, n offsets).
-OFFLINE_PLAN_NAME = "OfflineMemoryAllocation"
+from lowtide.model.offline_memory import NAME as OFFLINE_PLAN_NAME
+from lowtide.model.offline_memory import OfflinePlan, PlanFormatError
+
 # Operators whose effects are not visible through their tensors: their relative order must be kept.
 SIDE_EFFECT_OPCODES = frozenset({"VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE", "CALL_ONCE"})
 # Operators that call other subgraphs, and the option fields that name those subgraphs.
@@ -108,15 +108,20 @@ class Graph:
         return sum(len(sg.tensors) for sg in self.subgraphs)
 
     @property
-    def offline_plan(self) -> list[int] | None:
-        """Per-tensor offsets of an `OfflineMemoryAllocation` entry (all subgraphs, concatenated), -1 = online."""
+    def tensor_counts(self) -> tuple[int, ...]:
+        return tuple(len(sg.tensors) for sg in self.subgraphs)
+
+    @property
+    def offline_plan(self) -> OfflinePlan | None:
+        """The model's `OfflineMemoryAllocation` plan. A malformed one reads as none: `lowtide.model.validate`
+        rejects it in every model a user gives; lowtide's own models carry well-formed plans."""
         data = self.metadata.get(OFFLINE_PLAN_NAME)
-        if data is None or len(data) < 12:
+        if data is None:
             return None
-        count = struct.unpack_from("<i", data, 8)[0]
-        if count < 0 or 12 + 4 * count > len(data):
+        try:
+            return OfflinePlan.decode(data)
+        except PlanFormatError:
             return None
-        return list(struct.unpack_from(f"<{count}i", data, 12))
 
     def constant_array(self, tensor: int, subgraph: int = 0) -> np.ndarray | None:
         """The data of a constant tensor, shaped; None for activations and variables."""

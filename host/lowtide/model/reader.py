@@ -13,25 +13,33 @@ from pathlib import Path
 from lowtide.errors import ModelError
 from lowtide.model.ir import CONTROL_FLOW_SUBGRAPH_FIELDS, Graph, Operator, Subgraph, Tensor, TensorKind, sha256_hex
 from lowtide.model.schema import BUILTIN_NAMES, ELEMENT_BYTES, FILE_IDENTIFIER, TYPE_NAMES, builtin_code, fb
+from lowtide.model.validate import check_model
+from lowtide.text import model_text
 
 # No microcontroller addresses more than 4 GiB: a tensor declared larger is corrupt, not ambitious.
 MAX_TENSOR_BYTES = 1 << 32
 
 
 def load_model(path: str | Path) -> Graph:
+    """The validated graph of the model file at `path`; ModelError names the file and its first problem."""
+    return check_model(read_model(load_bytes(path), str(path)))
+
+
+def load_bytes(path: str | Path) -> bytes:
     path = Path(path)
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except FileNotFoundError:
         raise ModelError("no such file", path) from None
     except IsADirectoryError:
         raise ModelError("is a directory, not a .tflite file", path) from None
     except OSError as exc:
         raise ModelError(f"cannot read: {exc.strerror}", path) from None
-    return read_model(data, str(path))
 
 
 def read_model(data: bytes, path: str = "<bytes>") -> Graph:
+    """The graph of `data`, its references range-checked. Models from outside lowtide go through `load_model`,
+    which also validates them (`lowtide.model.validate`)."""
     if len(data) == 0:
         raise ModelError("file is empty", path)
     if len(data) < 8 or data[4:8] != FILE_IDENTIFIER:
@@ -55,7 +63,7 @@ def _graph_from_raw(raw, data: bytes, path: str) -> Graph:
     )
     metadata: dict[str, bytes] = {}
     for entry in raw.metadata or []:
-        name = entry.name.decode("utf-8", "replace") if isinstance(entry.name, bytes) else str(entry.name)
+        name = model_text(entry.name)
         if not 0 <= entry.buffer < len(buffers):
             raise ModelError(f"metadata '{name}' points at buffer {entry.buffer}, which does not exist", path)
         metadata[name] = buffer_bytes(buffers[entry.buffer], data, path)
@@ -118,7 +126,7 @@ def _read_subgraph(index, sg, buffers, opcodes, subgraph_count, file_size, path)
                 options=op.builtinOptions,
             )
         )
-    name = sg.name.decode("utf-8", "replace") if isinstance(sg.name, bytes) else (sg.name or "")
+    name = model_text(sg.name)
     return Subgraph(
         index=index,
         name=name,
@@ -132,13 +140,13 @@ def _read_subgraph(index, sg, buffers, opcodes, subgraph_count, file_size, path)
 def _opcode_name(opcode) -> str:
     code = builtin_code(opcode)
     if code == fb.BuiltinOperator.CUSTOM:
-        custom = opcode.customCode.decode("utf-8", "replace") if opcode.customCode else "?"
+        custom = model_text(opcode.customCode) or "?"
         return f"CUSTOM:{custom}"
     return BUILTIN_NAMES.get(code, f"BUILTIN_{code}")
 
 
 def _read_tensor(sg_index, t_index, t, buffers, path) -> Tensor:
-    name = t.name.decode("utf-8", "replace") if isinstance(t.name, bytes) else (t.name or "")
+    name = model_text(t.name)
     where = f"subgraph {sg_index} tensor {t_index} '{name}'"
     dtype = TYPE_NAMES.get(t.type)
     if dtype is None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import copy
 import os
-import struct
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 import flatbuffers
@@ -13,17 +13,14 @@ import numpy as np
 from tflite_micro.tensorflow.lite.micro.tools.tflite_flatbuffer_align_wrapper import align_tflite_model
 
 from lowtide.model.ir import OFFLINE_PLAN_NAME, Graph
+from lowtide.model.offline_memory import OfflinePlan
 from lowtide.model.schema import FILE_IDENTIFIER, fb
 
 
-OFFLINE_PLAN_VERSION = 1
-ONLINE = -1  # offline-plan entry: TFLM plans this tensor itself
-
-
-def set_offline_plan(raw, words: list[int]) -> None:
-    """Store TFLM's `OfflineMemoryAllocation` metadata (little-endian int32 words) in the ModelT `raw`,
-    replacing any plan it carries."""
-    data = np.frombuffer(struct.pack(f"<{len(words)}i", *words), dtype=np.uint8)
+def set_offline_plan(raw, plan: OfflinePlan) -> None:
+    """Store `plan` as TFLM's `OfflineMemoryAllocation` metadata in the ModelT `raw`, replacing any plan it
+    carries."""
+    data = np.frombuffer(plan.encode(), dtype=np.uint8)
     for entry in raw.metadata or []:
         name = entry.name.decode("utf-8", "replace") if isinstance(entry.name, bytes) else entry.name
         if name == OFFLINE_PLAN_NAME:
@@ -61,11 +58,25 @@ def model_bytes(raw) -> bytes:
 def write_model(raw, path: str | Path) -> bytes:
     """Write atomically, so an interrupted run never leaves a half-written model behind."""
     data = model_bytes(raw)
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    write_files({Path(path): data})
     return data
+
+
+def write_files(files: Mapping[Path, bytes | str]) -> None:
+    """Write every file or none: each goes to a temporary file beside its target, and the targets are replaced
+    only once every temporary is complete, so a failure (disk full, no permission, interrupt) leaves no partial
+    output and no temporary behind."""
+    temporaries: list[Path] = []
+    try:
+        for path, content in files.items():
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            temporaries.append(tmp)
+            tmp.write_bytes(content.encode() if isinstance(content, str) else content)
+        for tmp, path in zip(temporaries, files):
+            os.replace(tmp, path)
+    finally:
+        for tmp in temporaries:
+            tmp.unlink(missing_ok=True)
 
 
 def misaligned_buffers(data: bytes, alignment: int = 16) -> list[int]:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from lowtide.errors import LowtideError
 from lowtide.memory import align_up, buffer_lifetimes, buffers_to_plan, stored_order, tflm_plan
 from lowtide.memory.lifetimes import Buffer
-from lowtide.memory.placement import Placement, check_no_overlap, offline_plan_words, place
+from lowtide.memory.placement import Placement, check_no_overlap, offline_plan, place
 from lowtide.model.ir import Graph
 from lowtide.model.reader import read_model
 from lowtide.model.schema import ELEMENT_BYTES
@@ -293,7 +293,7 @@ def planned_model(data: bytes) -> tuple[int, bytes]:
     buffers, placement = _placement(graph)
     check_no_overlap(buffers, placement.offsets)
     raw = copy.deepcopy(graph.raw)
-    set_offline_plan(raw, offline_plan_words(graph, buffers, placement.offsets))
+    set_offline_plan(raw, offline_plan(graph, buffers, placement.offsets))
     return placement.head_bytes, model_bytes(raw)
 
 

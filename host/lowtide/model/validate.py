@@ -1,0 +1,447 @@
+"""Everything a well-formed flatbuffer can still say wrong, checked before anything runs the model.
+
+TFLite Micro trusts its model: a bad stride divides by zero, a subgraph calling itself recurses until the stack
+overflows, a bad offline-plan offset writes outside the arena. lowtide's own stages would raise tracebacks on the
+same models. So every model a user gives is checked here first (`load_model` does it), and so is every model
+lowtide writes.
+
+The checks are a table, in the shape of Arm Vela's supported-operator constraints: each is a function whose
+docstring is the reason given to the user, registered for the kind of thing it looks at (the model, a subgraph, a
+tensor, an operator), yielding one detail per problem found. `model_problems` runs them all and returns every
+problem, each one line naming where it is; structural problems stop the checks that rely on a sound structure.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from lowtide.errors import ModelError
+from lowtide.model.ir import Graph, Operator, Subgraph, Tensor, TensorKind
+from lowtide.model.offline_memory import NAME as OFFLINE_PLAN_NAME
+from lowtide.model.offline_memory import ONLINE, VERSION, OfflinePlan, PlanFormatError
+from lowtide.model.schema import ELEMENT_BYTES
+
+# RuntimeShape's inline storage in TFLM (kMaxSmallSize): kernels index at most this many dimensions.
+MAX_RANK = 6
+# The largest SRAM plus external RAM any microcontroller board offers is tens of megabytes: a tensor or planned
+# offset beyond this is a corrupt model, and honouring it would cost the host gigabytes. Raise it by setting
+# LOWTIDE_MAX_TENSOR_BYTES.
+DEFAULT_MAX_TENSOR_BYTES = 256 << 20
+MAX_TENSOR_BYTES_ENV = "LOWTIDE_MAX_TENSOR_BYTES"
+
+# Integer ranges of zero points, by tensor type.
+_ZERO_POINT_RANGE = {
+    "int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "uint16": (0, 65535),
+    "int4": (-8, 7), "int32": (-(1 << 31), (1 << 31) - 1),
+}
+# Types the buffer-size check cannot judge: packed sub-byte types may store two or four values per byte.
+_PACKED_TYPES = frozenset({"int4", "uint4", "int2"})
+# Types TFLM has no kernels or tensor support for.
+_UNSUPPORTED_TYPES = frozenset({"string", "complex64", "complex128", "float64", "variant"})
+
+# Builtin options class each operator's kernel reads (TFLM's flatbuffer_conversions.cc), and whether it must be
+# present: those whose fields lowtide and TFLM need (strides, axes, ranks) are required.
+_OPTIONS: dict[str, tuple[str, bool]] = {
+    "CONV_2D": ("Conv2DOptionsT", True),
+    "DEPTHWISE_CONV_2D": ("DepthwiseConv2DOptionsT", True),
+    "TRANSPOSE_CONV": ("TransposeConvOptionsT", True),
+    "AVERAGE_POOL_2D": ("Pool2DOptionsT", True),
+    "MAX_POOL_2D": ("Pool2DOptionsT", True),
+    "L2_POOL_2D": ("Pool2DOptionsT", True),
+    "FULLY_CONNECTED": ("FullyConnectedOptionsT", False),
+    "SOFTMAX": ("SoftmaxOptionsT", True),
+    "CONCATENATION": ("ConcatenationOptionsT", True),
+    "ADD": ("AddOptionsT", False),
+    "SUB": ("SubOptionsT", False),
+    "MUL": ("MulOptionsT", False),
+    "SVDF": ("SVDFOptionsT", True),
+    "PACK": ("PackOptionsT", True),
+    "UNPACK": ("UnpackOptionsT", True),
+    "GATHER": ("GatherOptionsT", False),
+    "RESHAPE": ("ReshapeOptionsT", False),
+    "STRIDED_SLICE": ("StridedSliceOptionsT", False),
+    "MEAN": ("ReducerOptionsT", False),
+    "SPLIT": ("SplitOptionsT", False),
+    "SPLIT_V": ("SplitVOptionsT", False),
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": ("UnidirectionalSequenceLSTMOptionsT", True),
+    "CALL_ONCE": ("CallOnceOptionsT", True),
+    "IF": ("IfOptionsT", True),
+    "WHILE": ("WhileOptionsT", True),
+    "VAR_HANDLE": ("VarHandleOptionsT", False),
+}
+# Input positions each kernel reads without checking for an omitted (-1) or missing input.
+_REQUIRED_INPUTS: dict[str, tuple[int, ...]] = {
+    "CONV_2D": (0, 1), "DEPTHWISE_CONV_2D": (0, 1), "FULLY_CONNECTED": (0, 1), "TRANSPOSE_CONV": (0, 1, 2),
+    "ADD": (0, 1), "SUB": (0, 1), "MUL": (0, 1), "SOFTMAX": (0,), "AVERAGE_POOL_2D": (0,), "MAX_POOL_2D": (0,),
+    "L2_POOL_2D": (0,), "RESHAPE": (0,), "CONCATENATION": (0,), "QUANTIZE": (0,), "DEQUANTIZE": (0,),
+    "LOGISTIC": (0,), "TANH": (0,), "RELU": (0,), "RELU6": (0,), "PAD": (0, 1), "MEAN": (0, 1),
+    "STRIDED_SLICE": (0, 1, 2, 3), "TRANSPOSE": (0, 1), "SPLIT": (0, 1), "SPLIT_V": (0, 1, 2),
+    "SVDF": (0, 1, 2, 4), "PACK": (0,), "UNPACK": (0,), "GATHER": (0, 1), "SHAPE": (0,),
+    "RESIZE_NEAREST_NEIGHBOR": (0, 1), "ASSIGN_VARIABLE": (0, 1), "READ_VARIABLE": (0,),
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": (0, 2, 3, 4, 6, 7, 8, 12, 13, 14, 15, 18, 19),
+}
+# Operators that produce nothing through tensors: all others must have an output.
+_NO_OUTPUT_OPCODES = frozenset({"ASSIGN_VARIABLE", "CALL_ONCE"})
+
+
+def max_tensor_bytes() -> int:
+    value = os.environ.get(MAX_TENSOR_BYTES_ENV)
+    if value is None:
+        return DEFAULT_MAX_TENSOR_BYTES
+    try:
+        return int(value)
+    except ValueError:
+        raise ModelError(f"{MAX_TENSOR_BYTES_ENV}={value!r} is not a number of bytes") from None
+
+
+@dataclass(frozen=True)
+class Problem:
+    where: str  # "subgraph 0 operator 3 (CONV_2D)", "model", ...
+    reason: str  # the check's reason, with the detail of this case
+
+    @property
+    def message(self) -> str:
+        return f"{self.where}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class _Model:
+    """What the checks look at: the typed graph, its flatbuffer object tree and the limit in force."""
+
+    graph: Graph
+    max_bytes: int
+
+    @property
+    def raw(self):
+        return self.graph.raw
+
+
+Check = Callable[..., Iterator[str]]
+MODEL_CHECKS: list[Check] = []  # (model) -> details
+SUBGRAPH_CHECKS: list[Check] = []  # (model, subgraph) -> details
+TENSOR_CHECKS: list[Check] = []  # (model, subgraph, tensor) -> details
+OPERATOR_CHECKS: list[Check] = []  # (model, subgraph, operator) -> details
+PLAN_CHECKS: list[Check] = []  # (model, plan) -> details; only on a structurally sound model
+
+
+def _check(table: list[Check]) -> Callable[[Check], Check]:
+    def register(fn: Check) -> Check:
+        table.append(fn)
+        return fn
+
+    return register
+
+
+def _reason(check: Check, detail: str) -> str:
+    return f"{check.__doc__.strip()}: {detail}" if detail else check.__doc__.strip()
+
+
+# ---- structure ---------------------------------------------------------------------------------------------------
+
+@_check(MODEL_CHECKS)
+def _calls_acyclic(m: _Model) -> Iterator[str]:
+    """subgraph calls must not form a cycle (TFLM would recurse until its stack overflows)"""
+    calls = {sg.index: sorted({s for op in sg.operators for s in op.called_subgraphs}) for sg in m.graph.subgraphs}
+    state: dict[int, int] = {}  # 1 = on the current path, 2 = done
+    for root in calls:
+        if state.get(root):
+            continue
+        path, stack = [root], [iter(calls[root])]
+        state[root] = 1
+        while stack:  # iterative depth-first search: a deep call chain cannot exhaust Python's stack either
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                state[path.pop()] = 2
+                stack.pop()
+            elif state.get(nxt) == 1:
+                cycle = path[path.index(nxt):] + [nxt]
+                yield " -> ".join(f"subgraph {s}" for s in cycle)
+                return
+            elif not state.get(nxt):
+                state[nxt] = 1
+                path.append(nxt)
+                stack.append(iter(calls[nxt]))
+
+
+@_check(MODEL_CHECKS)
+def _main_has_inputs_and_outputs(m: _Model) -> Iterator[str]:
+    """the main subgraph needs at least one input and one output (TFLM's interpreter crashes without)"""
+    main = m.graph.main
+    if not main.inputs:
+        yield "it has no inputs"
+    if not main.outputs:
+        yield "it has no outputs"
+
+
+@_check(MODEL_CHECKS)
+def _buffers_inside_file(m: _Model) -> Iterator[str]:
+    """a buffer lies past the end of the file"""
+    for i, buffer in enumerate(m.raw.buffers or []):
+        offset, size = getattr(buffer, "offset", 0), getattr(buffer, "size", 0)
+        if offset > 1 and offset + size > m.graph.size_bytes:
+            yield f"buffer {i} spans bytes {offset}..{offset + size} of a {m.graph.size_bytes}-byte file"
+
+
+@_check(SUBGRAPH_CHECKS)
+def _has_operators(m: _Model, sg: Subgraph) -> Iterator[str]:
+    """subgraph has no operators (TFLM crashes on an empty subgraph)"""
+    if not sg.operators:
+        yield ""
+
+
+@_check(SUBGRAPH_CHECKS)
+def _written_once(m: _Model, sg: Subgraph) -> Iterator[str]:
+    """a tensor must be written at most once"""
+    writer: dict[int, str] = {t: "the subgraph's inputs" for t in sg.inputs}
+    for op in sg.operators:
+        for t in op.outputs:
+            if t in writer:
+                yield f"tensor {t} '{sg.tensors[t].name}' is written by {writer[t]} and by operator {op.index}"
+            else:
+                writer[t] = f"operator {op.index}"
+
+
+@_check(SUBGRAPH_CHECKS)
+def _read_after_written(m: _Model, sg: Subgraph) -> Iterator[str]:
+    """a tensor is read before anything writes it"""
+    ready = set(sg.inputs) | {t.index for t in sg.tensors if t.kind is not TensorKind.ACTIVATION or t.nbytes == 0}
+    for op in sg.operators:
+        for t in op.inputs:
+            if t >= 0 and t not in ready:
+                own = " (its own output)" if t in op.outputs else ""
+                yield f"operator {op.index} ({op.opcode}) reads tensor {t} '{sg.tensors[t].name}'{own}"
+        ready.update(op.outputs)
+    for t in sg.outputs:
+        if t not in ready:
+            yield f"subgraph output tensor {t} '{sg.tensors[t].name}' is never written"
+
+
+@_check(OPERATOR_CHECKS)
+def _options_type(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
+    """builtin options missing or of the wrong type"""
+    expected, required = _OPTIONS.get(op.opcode, (None, False))
+    if expected is None:
+        return
+    found = type(op.options).__name__ if op.options is not None else None
+    if found is None and required:
+        yield f"expected {expected[:-1]}, found none"
+    elif found is not None and found != expected:
+        yield f"expected {expected[:-1]}, found {found[:-1]}"
+
+
+@_check(OPERATOR_CHECKS)
+def _required_inputs(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
+    """operator inputs missing"""
+    missing = [i for i in _REQUIRED_INPUTS.get(op.opcode, ()) if i >= len(op.inputs) or op.inputs[i] < 0]
+    if missing:
+        yield f"{op.opcode} needs input {', '.join(map(str, missing))} (it has {len(op.inputs)} inputs)"
+    if not op.outputs and op.opcode not in _NO_OUTPUT_OPCODES:
+        yield "it has no outputs"
+
+
+# ---- values ------------------------------------------------------------------------------------------------------
+
+def _intermediate_only(sg: Subgraph, t: Tensor) -> bool:
+    """LSTM intermediates carry only quantization parameters: the converter gives them shape (0,)."""
+    return any(t.index in op.intermediates for op in sg.operators) and not any(
+        t.index in op.inputs or t.index in op.outputs for op in sg.operators)
+
+
+@_check(TENSOR_CHECKS)
+def _supported_type(m: _Model, sg: Subgraph, t: Tensor) -> Iterator[str]:
+    """type not supported by TFLite Micro"""
+    if t.dtype in _UNSUPPORTED_TYPES:
+        yield t.dtype
+
+
+@_check(TENSOR_CHECKS)
+def _shape(m: _Model, sg: Subgraph, t: Tensor) -> Iterator[str]:
+    """shape must have dimensions >= 1 and a rank TFLM supports"""
+    if len(t.shape) > MAX_RANK:
+        yield f"rank {len(t.shape)} in {list(t.shape)}, more than {MAX_RANK}"
+    if any(d < 1 for d in t.shape) and not _intermediate_only(sg, t):
+        yield f"{list(t.shape)}"
+
+
+@_check(TENSOR_CHECKS)
+def _size_bound(m: _Model, sg: Subgraph, t: Tensor) -> Iterator[str]:
+    """tensor larger than any microcontroller can hold"""
+    if t.nbytes > m.max_bytes:
+        yield f"{t.nbytes:,} bytes, limit {m.max_bytes:,} (set {MAX_TENSOR_BYTES_ENV} to raise it)"
+
+
+@_check(TENSOR_CHECKS)
+def _buffer_matches_shape(m: _Model, sg: Subgraph, t: Tensor) -> Iterator[str]:
+    """constant data does not match its shape and type"""
+    if t.kind is not TensorKind.CONSTANT or t.dtype in _PACKED_TYPES:
+        return
+    buffer = m.raw.buffers[t.buffer]
+    size = len(buffer.data) if buffer.data is not None and len(buffer.data) else getattr(buffer, "size", 0)
+    if size != t.nbytes:
+        yield f"buffer {t.buffer} holds {size} bytes, shape {list(t.shape)} of {t.dtype} needs {t.nbytes}"
+
+
+@_check(TENSOR_CHECKS)
+def _quantization(m: _Model, sg: Subgraph, t: Tensor) -> Iterator[str]:
+    """quantization parameters inconsistent"""
+    q = m.raw.subgraphs[sg.index].tensors[t.index].quantization
+    if q is None or q.scale is None or len(q.scale) == 0:
+        return
+    scales = np.asarray(q.scale, dtype=np.float64)
+    zeros = np.asarray(q.zeroPoint if q.zeroPoint is not None else [], dtype=np.int64)
+    if len(zeros) not in (0, len(scales)):
+        yield f"{len(scales)} scales but {len(zeros)} zero points"
+    if len(scales) > 1:
+        # Converters leave the weights' quantized dimension on their 1-D biases: a vector has only one.
+        axis = q.quantizedDimension if len(t.shape) != 1 else 0
+        if not 0 <= axis < len(t.shape):
+            yield f"quantized dimension {axis} outside rank {len(t.shape)}"
+        elif len(scales) != t.shape[axis]:
+            yield f"{len(scales)} scales for {t.shape[axis]} channels along dimension {axis}"
+    if not (np.isfinite(scales).all() and (scales > 0).all()):
+        yield f"scales must be finite and positive, found {scales[~(np.isfinite(scales) & (scales > 0))][0]}"
+    low, high = _ZERO_POINT_RANGE.get(t.dtype, (-(1 << 63), (1 << 63) - 1))
+    if len(zeros) and ((zeros < low) | (zeros > high)).any():
+        yield f"zero point {zeros[(zeros < low) | (zeros > high)][0]} outside {t.dtype}'s range {low}..{high}"
+
+
+def _option(op: Operator, name: str, default=None):
+    return getattr(op.options, name, default)
+
+
+@_check(OPERATOR_CHECKS)
+def _windows(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
+    """strides, filter sizes and dilations must be >= 1"""
+    for name in ("strideW", "strideH", "filterWidth", "filterHeight", "dilationWFactor", "dilationHFactor"):
+        value = _option(op, name)
+        if value is not None and value < 1:
+            yield f"{name} = {value}"
+
+
+@_check(OPERATOR_CHECKS)
+def _axis_in_range(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
+    """axis out of range"""
+    if op.opcode in ("CONCATENATION", "GATHER", "UNPACK") and op.inputs and op.inputs[0] >= 0:
+        rank = len(sg.tensors[op.inputs[0]].shape)
+        axis = _option(op, "axis", 0)
+        if not -rank <= axis < max(rank, 1):
+            yield f"axis {axis} for rank {rank}"
+    elif op.opcode == "PACK" and op.outputs:
+        rank = len(sg.tensors[op.outputs[0]].shape)
+        axis = _option(op, "axis", 0)
+        if not -rank <= axis < max(rank, 1):
+            yield f"axis {axis} for output rank {rank}"
+    elif op.opcode in ("SPLIT", "SPLIT_V") and len(op.inputs) > 1:
+        axis_tensor, data_tensor = (op.inputs[0], op.inputs[1]) if op.opcode == "SPLIT" else (op.inputs[2],
+                                                                                              op.inputs[0])
+        if axis_tensor < 0 or data_tensor < 0:
+            return
+        axis = m.graph.constant_array(axis_tensor, sg.index) if sg.tensors[axis_tensor].nbytes == 4 else None
+        rank = len(sg.tensors[data_tensor].shape)
+        if axis is not None and axis.size == 1 and not -rank <= int(axis.reshape(-1)[0]) < max(rank, 1):
+            yield f"axis {int(axis.reshape(-1)[0])} for rank {rank}"
+
+
+@_check(OPERATOR_CHECKS)
+def _softmax_beta(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
+    """SOFTMAX beta must be finite"""
+    if op.opcode == "SOFTMAX" and op.options is not None and not math.isfinite(op.options.beta):
+        yield f"beta = {op.options.beta}"
+
+
+@_check(OPERATOR_CHECKS)
+def _svdf_rank(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
+    """SVDF rank must be >= 1"""
+    if op.opcode == "SVDF" and op.options is not None and op.options.rank < 1:
+        yield f"rank = {op.options.rank}"
+
+
+# ---- OfflineMemoryAllocation -------------------------------------------------------------------------------------
+
+@_check(PLAN_CHECKS)
+def _plan_header(m: _Model, plan: OfflinePlan) -> Iterator[str]:
+    """OfflineMemoryAllocation header does not match the model"""
+    if plan.version != VERSION:
+        yield f"version {plan.version}, expected {VERSION}"
+    if plan.subgraph_count != len(m.graph.subgraphs):
+        yield f"{plan.subgraph_count} subgraphs, the model has {len(m.graph.subgraphs)}"
+    if len(plan.offsets) != m.graph.tensor_count:
+        yield f"{len(plan.offsets)} offsets, the model has {m.graph.tensor_count} tensors"
+
+
+@_check(PLAN_CHECKS)
+def _plan_offsets_in_range(m: _Model, plan: OfflinePlan) -> Iterator[str]:
+    """OfflineMemoryAllocation offset out of range"""
+    k = 0
+    for sg in m.graph.subgraphs:
+        for t in sg.tensors:
+            offset = plan.offsets[k] if k < len(plan.offsets) else ONLINE
+            k += 1
+            if offset == ONLINE:
+                continue
+            if offset < 0 or offset + t.nbytes > m.max_bytes:
+                yield (f"subgraph {sg.index} tensor {t.index} '{t.name}' at offset {offset} "
+                       f"(-1 or 0..{m.max_bytes - t.nbytes:,})")
+
+
+@_check(PLAN_CHECKS)
+def _plan_no_overlap(m: _Model, plan: OfflinePlan) -> Iterator[str]:
+    """OfflineMemoryAllocation overlaps tensors live at the same time"""
+    from lowtide.memory.lifetimes import buffer_lifetimes  # memory depends on model: imported when needed
+
+    fixed = [b for b in buffer_lifetimes(m.graph)[0] if b.offline_offset is not None]
+    fixed.sort(key=lambda b: b.first)
+    for k, a in enumerate(fixed):
+        for b in fixed[k + 1:]:
+            if b.first > a.last:
+                break
+            if a.offline_offset < b.offline_offset + b.size and b.offline_offset < a.offline_offset + a.size:
+                yield (f"{a.label} [{a.offline_offset}, {a.offline_offset + a.size}) and {b.label} "
+                       f"[{b.offline_offset}, {b.offline_offset + b.size}) are both live in scope {b.first}")
+                return  # one overlap is enough to refuse the plan; a broken plan can overlap quadratically often
+
+
+# ---- running the table -------------------------------------------------------------------------------------------
+
+def model_problems(graph: Graph) -> list[Problem]:
+    """Every problem the checks find in `graph`, in model, subgraph, tensor, operator, plan order."""
+    m = _Model(graph, max_tensor_bytes())
+    problems = [Problem("model", _reason(c, d)) for c in MODEL_CHECKS for d in c(m)]
+    for sg in graph.subgraphs:
+        where = f"subgraph {sg.index}"
+        problems += [Problem(where, _reason(c, d)) for c in SUBGRAPH_CHECKS for d in c(m, sg)]
+        for t in sg.tensors:
+            at = f"{where} tensor {t.index} '{t.name}'"
+            problems += [Problem(at, _reason(c, d)) for c in TENSOR_CHECKS for d in c(m, sg, t)]
+        for op in sg.operators:
+            at = f"{where} operator {op.index} ({op.opcode})"
+            problems += [Problem(at, _reason(c, d)) for c in OPERATOR_CHECKS for d in c(m, sg, op)]
+    data = graph.metadata.get(OFFLINE_PLAN_NAME)
+    if data is not None:
+        try:
+            plan = OfflinePlan.decode(data)
+        except PlanFormatError as exc:
+            problems.append(Problem("OfflineMemoryAllocation", str(exc)))
+        else:
+            sound = not problems  # lifetimes need an acyclic graph whose tensors are written once, in order
+            for c in PLAN_CHECKS:
+                if c is _plan_no_overlap and not sound:
+                    continue
+                found = [Problem("model", _reason(c, d)) for d in c(m, plan)]
+                problems += found
+                sound = sound and not found
+    return problems
+
+
+def check_model(graph: Graph) -> Graph:
+    """`graph`, or ModelError naming its first problem (and how many more there are)."""
+    problems = model_problems(graph)
+    if problems:
+        more = f" (and {len(problems) - 1} more problems: lowtide validate lists them)" if len(problems) > 1 else ""
+        raise ModelError(f"{problems[0].message}{more}", graph.path)
+    return graph
