@@ -10,6 +10,7 @@ Results (numpy arrays included) come back pickled through a pipe.
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import pickle
 import re
@@ -140,6 +141,7 @@ def _isolated(work: Callable[[_Child], T], path: str) -> T:
         if pid == 0:  # the child: whatever happens, it leaves through os._exit, never back into the caller's code
             status = 1
             try:
+                faulthandler.disable()  # a crash here is expected and reported by the parent, not dumped
                 os.close(read_fd)
                 os.dup2(log.fileno(), 2)
                 try:

@@ -145,9 +145,6 @@ def export_optimized(graph: Graph, order: Order, offsets_by_buffer: Mapping[Buff
         "operator_order": {str(sg): ops for sg, ops in order.items()},
         "offline_offsets": plan.fixed_count,
     }
-    try:
-        write_files({out_path: data, result.header_path: _header(_macro_prefix(out_path), graph, result),
-                     result.json_path: json.dumps(sidecar, indent=2) + "\n"})
-    except OSError as exc:
-        raise LowtideError(f"cannot write: {exc.strerror}", exc.filename or out_path) from None
+    write_files({out_path: data, result.header_path: _header(_macro_prefix(out_path), graph, result),
+                 result.json_path: json.dumps(sidecar, indent=2) + "\n"})
     return result

@@ -12,6 +12,7 @@ import flatbuffers
 import numpy as np
 from tflite_micro.tensorflow.lite.micro.tools.tflite_flatbuffer_align_wrapper import align_tflite_model
 
+from lowtide.errors import LowtideError
 from lowtide.model.ir import OFFLINE_PLAN_NAME, Graph
 from lowtide.model.offline_memory import OfflinePlan
 from lowtide.model.schema import FILE_IDENTIFIER, fb
@@ -64,18 +65,26 @@ def write_model(raw, path: str | Path) -> bytes:
 
 def write_files(files: Mapping[Path, bytes | str]) -> None:
     """Write every file or none: each goes to a temporary file beside its target, and the targets are replaced
-    only once every temporary is complete, so a failure (disk full, no permission, interrupt) leaves no partial
-    output and no temporary behind."""
-    temporaries: list[Path] = []
+    only once every temporary is complete. On a failure (disk full, no permission, a directory in the way) no
+    temporary is left, and the targets this call created are removed again; LowtideError names the target."""
+    temporaries: dict[Path, Path] = {}
+    created: list[Path] = []
+    target = next(iter(files), Path())
     try:
-        for path, content in files.items():
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            temporaries.append(tmp)
-            tmp.write_bytes(content.encode() if isinstance(content, str) else content)
-        for tmp, path in zip(temporaries, files):
-            os.replace(tmp, path)
+        for target, content in files.items():
+            temporaries[target] = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+            temporaries[target].write_bytes(content.encode() if isinstance(content, str) else content)
+        for target, tmp in temporaries.items():
+            existed = target.exists()
+            os.replace(tmp, target)
+            if not existed:
+                created.append(target)
+    except OSError as exc:
+        for path in created:
+            path.unlink(missing_ok=True)
+        raise LowtideError(f"cannot write: {exc.strerror}", target) from None
     finally:
-        for tmp in temporaries:
+        for tmp in temporaries.values():
             tmp.unlink(missing_ok=True)
 
 

@@ -1,0 +1,315 @@
+"""Hostile models (issue 18): every class of problem a well-formed flatbuffer can carry is refused by every command
+with one line naming the input file, exit 2, no signal, no traceback and no file left behind."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import SHARED_MODELS, shared_model_names
+from hostile import COMMANDS, assert_kept_promise, run_in_process, run_subprocess
+from lowtide import oracle
+from lowtide.errors import LowtideError, ModelError
+from lowtide.memory import tflm_plan
+from lowtide.model import load_model, model_bytes, read_model
+from lowtide.model.builder import ModelBuilder
+from lowtide.model.offline_memory import OfflinePlan, PlanFormatError
+from lowtide.model.schema import TYPE_CODES, fb
+from lowtide.model.validate import MAX_TENSOR_BYTES_ENV, model_problems
+from lowtide.model.writer import set_offline_plan, write_files
+from lowtide.text import escape
+
+
+def _builder_model() -> bytes:
+    """conv -> depthwise -> concat(conv, depthwise) -> avg pool -> reshape -> fully connected.
+    Tensors: 0 input, 1-2 conv weights/bias, 3 conv, 4-5 dw weights/bias, 6 dw, 7 concat, 8 pool, 9 reshape,
+    10-11 fc weights/bias, 12 output."""
+    b = ModelBuilder(seed=1)
+    x = b.input((1, 8, 8, 4))
+    c = b.conv2d(x, 8)
+    d = b.depthwise_conv2d(c)
+    p = b.avg_pool(b.concat([c, d]))
+    b.output(b.fully_connected(b.reshape(p, (1, 256)), 4))
+    return b.build()
+
+
+BUILDER = read_model(_builder_model())
+
+
+def _planned(raw, graph=BUILDER) -> OfflinePlan:
+    """The plan TFLM's greedy planner would make, as an OfflineMemoryAllocation, stored in `raw`."""
+    plan = tflm_plan(graph)
+    offline = OfflinePlan.from_offsets(graph.tensor_counts, {(b.subgraph, b.tensor): o for b, o in
+                                                             zip(plan.buffers, plan.offsets) if b.tensor is not None})
+    set_offline_plan(raw, offline)
+    return offline
+
+
+def _with_plan_offsets(change: Callable[[list[int]], list[int]], header: Callable[[tuple], tuple] = lambda h: h):
+    def mutate(raw):
+        plan = _planned(raw)
+        version, subgraphs, _ = header(plan.words[:3])
+        set_offline_plan(raw, OfflinePlan(version, subgraphs, tuple(change(list(plan.offsets)))))
+    return mutate
+
+
+def _set(path: str, value) -> Callable:
+    """Set a dotted attribute path below the ModelT, e.g. 'subgraphs.0.operators.0.builtinOptions.strideW'."""
+    def mutate(raw):
+        *parents, last = path.split(".")
+        target = raw
+        for part in parents:
+            target = target[int(part)] if part.isdigit() else getattr(target, part)
+        if last.isdigit():
+            target[int(last)] = value
+        else:
+            setattr(target, last, value)
+    return mutate
+
+
+def _options(kind: int, options) -> Callable:
+    def mutate(raw):
+        op = raw.subgraphs[0].operators[0]
+        op.builtinOptionsType, op.builtinOptions = kind, options
+    return mutate
+
+
+def _empty_subgraph(raw):
+    sg = fb.SubGraphT()
+    sg.tensors, sg.operators, sg.inputs, sg.outputs = [], [], [], []
+    raw.subgraphs.append(sg)
+
+
+def _empty_plan_buffer(raw):
+    _planned(raw)
+    raw.buffers[raw.metadata[-1].buffer].data = np.zeros(0, dtype=np.uint8)
+
+
+def _second_writer(raw):
+    raw.subgraphs[0].operators[1].outputs = np.array([3], dtype=np.int32)  # the depthwise writes the conv's output
+
+
+def _swap_first_two(raw):
+    ops = raw.subgraphs[0].operators
+    ops[0], ops[1] = ops[1], ops[0]
+
+
+def _drop_one_scale(raw):
+    q = raw.subgraphs[0].tensors[1].quantization
+    q.scale, q.zeroPoint = q.scale[:-1], q.zeroPoint[:-1]
+
+
+def _buffer_past_end(raw):
+    buffer = raw.buffers[raw.subgraphs[0].tensors[1].buffer]
+    buffer.data, buffer.offset, buffer.size = None, 1 << 20, 288
+
+
+def _hostile_names(raw):
+    raw.subgraphs[0].tensors[1].name = "w\n\x1b[31mred"
+    raw.buffers[raw.subgraphs[0].tensors[1].buffer].data = np.zeros(5, dtype=np.uint8)
+
+
+def _call_once_itself(raw):
+    op = next(op for op in raw.subgraphs[0].operators if isinstance(op.builtinOptions, fb.CallOnceOptionsT))
+    op.builtinOptions.initSubgraphIndex = 0
+
+
+def _options_of(opcode_name: str, raw) -> list:
+    code = {v: k for k, v in vars(fb.BuiltinOperator).items() if not k.startswith("_")}
+    return [op for op in raw.subgraphs[0].operators
+            if code[max(raw.operatorCodes[op.opcodeIndex].builtinCode,
+                        raw.operatorCodes[op.opcodeIndex].deprecatedBuiltinCode)] == opcode_name]
+
+
+def _softmax_beta_nan(raw):
+    _options_of("SOFTMAX", raw)[0].builtinOptions.beta = math.nan
+
+
+def _svdf_rank_zero(raw):
+    _options_of("SVDF", raw)[0].builtinOptions.rank = 0
+
+
+# name -> (source model: None for the builder's, mutation of the ModelT, words the error must contain)
+CASES: dict[str, tuple[str | None, Callable, str]] = {
+    # Killed by a signal in TFLM before.
+    "empty_subgraph": (None, _empty_subgraph, "subgraph 1: subgraph has no operators"),
+    "empty_plan_buffer": (None, _empty_plan_buffer, "has 0 bytes, fewer than the 12-byte header"),
+    "negative_plan_offset": (None, _with_plan_offsets(lambda o: [-32 if x > 0 else x for x in o]),
+                             "at offset -32"),
+    "softmax_beta_nan": ("tflm_micro_speech_quantized", _softmax_beta_nan, "SOFTMAX beta must be finite"),
+    "svdf_rank_zero": ("tflm_keyword_scrambled_8bit", _svdf_rank_zero, "SVDF rank must be >= 1"),
+    "call_once_itself": ("mww_v2_vad", _call_once_itself, "subgraph 0 -> subgraph 0"),
+    "concat_axis": (None, _set("subgraphs.0.operators.2.builtinOptions.axis", 7), "axis 7 for rank 4"),
+    "no_inputs": (None, _set("subgraphs.0.inputs", []), "it has no inputs"),
+    "no_outputs": (None, _set("subgraphs.0.outputs", []), "it has no outputs"),
+    # Tracebacks before.
+    "constant_size": (None, _set("buffers.1.data", np.zeros(5, dtype=np.uint8)), "holds 5 bytes"),
+    "scale_count": (None, _drop_one_scale, "7 scales for 8 channels"),
+    "options_missing": (None, _options(fb.BuiltinOptions.NONE, None), "found none"),
+    "options_wrong_type": (None, _options(fb.BuiltinOptions.Pool2DOptions, fb.Pool2DOptionsT()),
+                           "expected Conv2DOptions, found Pool2DOptions"),
+    "stride_zero": (None, _set("subgraphs.0.operators.0.builtinOptions.strideH", 0), "strideH = 0"),
+    "filter_zero": (None, _set("subgraphs.0.operators.3.builtinOptions.filterWidth", 0), "filterWidth = 0"),
+    "dilation_zero": (None, _set("subgraphs.0.operators.1.builtinOptions.dilationWFactor", 0),
+                      "dilationWFactor = 0"),
+    "infinite_scale": (None, _set("subgraphs.0.tensors.3.quantization.scale", np.array([np.inf], np.float32)),
+                       "scales must be finite and positive"),
+    "missing_inputs": (None, _set("subgraphs.0.operators.0.inputs", np.array([0], dtype=np.int32)),
+                       "CONV_2D needs input 1"),
+    "string_input": (None, _set("subgraphs.0.tensors.0.type", TYPE_CODES["string"]),
+                     "type not supported by TFLite Micro: string"),
+    "huge_tensor": (None, _set("subgraphs.0.tensors.0.shape", np.array([1, 1 << 15, 1 << 15, 1], np.int32)),
+                    "tensor larger than any microcontroller can hold"),
+    # Accepted with exit 0 before.
+    "reads_own_output": (None, _set("subgraphs.0.operators.1.inputs.0", 6), "(its own output)"),
+    "two_writers": (None, _second_writer, "is written by operator 0 and by operator 1"),
+    "read_before_written": (None, _swap_first_two, "reads tensor 3 'conv_2d_0'"),
+    "buffer_past_end": (None, _buffer_past_end, "a buffer lies past the end of the file"),
+    "huge_plan_offset": (None, _with_plan_offsets(lambda o: [x + 2_000_000_000 if x > 0 else x for x in o]),
+                         "OfflineMemoryAllocation offset out of range"),
+    "plan_count": (None, _with_plan_offsets(lambda o: o[:-1]), "12 offsets, the model has 13 tensors"),
+    "plan_version": (None, _with_plan_offsets(lambda o: o, lambda h: (7, h[1], h[2])), "version 7, expected 1"),
+    "plan_overlap": (None, _with_plan_offsets(lambda o: [0 if x >= 0 else x for x in o]),
+                     "OfflineMemoryAllocation overlaps tensors live at the same time"),
+    # Model text printed raw before.
+    "hostile_names": (None, _hostile_names, "'w\\n\\x1b[31mred'"),
+}
+
+
+def hostile_model(case: str, directory: Path) -> Path:
+    source, mutate, _ = CASES[case]
+    raw = copy.deepcopy(BUILDER.raw if source is None else read_model((SHARED_MODELS / f"{source}.tflite")
+                                                                      .read_bytes()).raw)
+    mutate(raw)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{case}.tflite"
+    path.write_bytes(model_bytes(raw))
+    return path
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_command_refuses_the_hostile_model(case, tmp_path):
+    model = hostile_model(case, tmp_path / "in")
+    out = tmp_path / "out"
+    out.mkdir()
+    for command in COMMANDS:
+        outcome = run_in_process(command, model, out)
+        assert_kept_promise(outcome, model, out, expect_error=CASES[case][2])
+        if command != "validate":
+            assert "\x1b" not in outcome.stderr and outcome.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("case", ["call_once_itself", "no_outputs", "huge_tensor", "plan_overlap", "hostile_names"])
+def test_as_a_subprocess(case, tmp_path):
+    model = hostile_model(case, tmp_path / "in")
+    out = tmp_path / "out"
+    out.mkdir()
+    assert_kept_promise(run_subprocess("optimize", model, out), model, out, expect_error=CASES[case][2])
+
+
+def test_validate_lists_every_problem(tmp_path):
+    path = tmp_path / "two.tflite"
+    raw = copy.deepcopy(BUILDER.raw)
+    _set("subgraphs.0.operators.0.builtinOptions.strideH", 0)(raw)
+    _set("subgraphs.0.operators.2.builtinOptions.axis", 7)(raw)
+    path.write_bytes(model_bytes(raw))
+    outcome = run_in_process("validate", path, tmp_path)
+    assert outcome.code == 2 and len(outcome.stderr.strip().splitlines()) == 2
+    assert all(line.startswith(f"{path}: subgraph 0 operator ") for line in outcome.stderr.splitlines())
+    report = json.loads(run_in_process("validate", path, tmp_path, "--json").stdout)
+    assert report["valid"] is False and [p["where"] for p in report["problems"]] == [
+        "subgraph 0 operator 0 (CONV_2D)", "subgraph 0 operator 2 (CONCATENATION)"]
+
+
+def test_a_valid_plan_passes_and_runs(tmp_path):
+    raw = copy.deepcopy(BUILDER.raw)
+    _planned(raw)
+    path = tmp_path / "planned.tflite"
+    path.write_bytes(model_bytes(raw))
+    assert model_problems(load_model(path)) == []
+
+
+@pytest.mark.parametrize("name", shared_model_names())
+def test_no_shared_model_is_rejected(name):
+    assert [p.message for p in model_problems(load_model(SHARED_MODELS / f"{name}.tflite"))] == []
+
+
+def test_tensor_limit_can_be_raised(tmp_path, monkeypatch):
+    model = hostile_model("huge_tensor", tmp_path)
+    with pytest.raises(ModelError, match=MAX_TENSOR_BYTES_ENV):
+        load_model(model)
+    monkeypatch.setenv(MAX_TENSOR_BYTES_ENV, str(1 << 31))
+    assert load_model(model).main.tensors[0].nbytes == 1 << 30
+
+
+# ---- the host TFLM in a child process --------------------------------------------------------------------------
+
+def test_a_tflm_crash_is_one_line_and_lowtide_keeps_running(tmp_path):
+    """The unvalidated bytes of a model that kills TFLM: the child dies, the caller gets a LowtideError."""
+    data = hostile_model("empty_subgraph", tmp_path).read_bytes()
+    with pytest.raises(LowtideError, match=rf"TFLite Micro crashed \(signal {int(signal.SIGSEGV)}\) while loading"):
+        oracle.allocate(data, path="m.tflite")
+    assert oracle.allocate(_builder_model()).head_bytes == tflm_plan(BUILDER).head_bytes
+
+
+def test_tflm_log_line_is_folded_into_the_error():
+    with pytest.raises(LowtideError, match="TFLite Micro crashed .*: Failed to allocate tail memory"):
+        oracle.allocate(_builder_model(), arena_size=64)
+
+
+def test_oracle_outputs_cross_the_process_boundary():
+    inputs = oracle.random_inputs(BUILDER, seed=3)
+    first = oracle.run(_builder_model(), inputs)
+    assert first.outputs[0].shape == (1, 4) and first.head_bytes == tflm_plan(BUILDER).head_bytes
+    sequence = oracle.run_sequence(_builder_model(), [inputs, inputs])
+    assert all(np.array_equal(outputs[0], first.outputs[0]) for outputs in sequence)
+
+
+def test_a_hung_tflm_is_killed(monkeypatch):
+    monkeypatch.setenv("LOWTIDE_TFLM_TIMEOUT", "0")
+    with pytest.raises(LowtideError, match="did not finish within 0 s"):
+        oracle.allocate(_builder_model())
+
+
+# ---- outputs and text ------------------------------------------------------------------------------------------
+
+def test_write_files_is_all_or_nothing(tmp_path):
+    (tmp_path / "blocked").mkdir()  # a directory where a file should go: its rename fails
+    with pytest.raises(LowtideError, match=f"{tmp_path / 'blocked'}: cannot write"):
+        write_files({tmp_path / "a.tflite": b"a", tmp_path / "blocked": b"b"})
+    assert [p.name for p in tmp_path.iterdir()] == ["blocked"]
+
+
+def test_optimize_writes_nothing_when_an_output_cannot_be_written(tmp_path):
+    model = tmp_path / "m.tflite"
+    model.write_bytes(_builder_model())
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "out.json").mkdir()  # the sidecar cannot be written
+    outcome = run_in_process("optimize", model, out)
+    assert outcome.code == 2 and outcome.stderr.startswith(f"lowtide: error: {out / 'out.json'}: cannot write")
+    assert [p.name for p in out.iterdir()] == ["out.json"]
+
+
+def test_escape():
+    assert escape("plain name/with:punctuation") == "plain name/with:punctuation"
+    assert escape("a\nb\x1b[2Jc\u202e\x7f") == "a\\nb\\x1b[2Jc\\u202e\\x7f"
+
+
+def test_plan_round_trip_and_format_errors():
+    plan = OfflinePlan.from_offsets([2, 1], {(0, 1): 32, (1, 0): 0})
+    assert plan.words == (1, 2, 3, -1, 32, 0)
+    assert OfflinePlan.decode(plan.encode()) == plan
+    assert plan.offset([2, 1], 1, 0) == 0 and plan.offset([2, 1], 0, 0) is None
+    for bad, reason in ((b"", "fewer than"), (plan.encode()[:-2], "whole number"), (plan.encode()[:-4], "declares")):
+        with pytest.raises(PlanFormatError, match=reason):
+            OfflinePlan.decode(bad)
+    assert os.environ.get(MAX_TENSOR_BYTES_ENV) is None
