@@ -315,36 +315,38 @@ def test_small_model_with_dilation_padding_and_resizes(tmp_path, dtype):
 
 # ---- errors, CLI ---------------------------------------------------------------------------------------------
 
-def tanh_model(path: Path) -> Path:
-    """A float TANH: an operator the compiled runtime has no kernel for (every shared model compiles)."""
+def cos_model(path: Path) -> Path:
+    """A float COS: an operator the compiled runtime has no kernel for (every shared model compiles)."""
     m = TinyModel()
     x = m.tensor((1, 4), "float32")
     y = m.tensor((1, 4), "float32")
-    m.op("TANH", [x], [y])
+    m.op("COS", [x], [y])
     return m.save(path, [x], [y])
 
 
 def test_unsupported_operator_fails_before_writing(tmp_path):
-    path = tanh_model(tmp_path / "tanh.tflite")
+    path = cos_model(tmp_path / "cos.tflite")
     out = tmp_path / "generated"
     runner = CliRunner()
     from lowtide.cli import app, compile_cmd  # noqa: F401  (registers the command)
 
-    with pytest.raises(LowtideError, match=r"operator 0 \(TANH\): no kernel") as error:
+    with pytest.raises(LowtideError, match=r"operator 0 \(COS float32 -> float32\): no kernel") as error:
         compile_model(path)
-    assert "tanh.tflite" in str(error.value)
+    assert "cos.tflite" in str(error.value) and len(str(error.value).splitlines()) == 1
     result = runner.invoke(app, ["compile", str(path), "-o", str(out)])
     assert result.exit_code != 0 and isinstance(result.exception, LowtideError)
     assert not out.exists()
 
 
-def test_unsupported_type_names_the_operator(tmp_path):
+def test_unsupported_type_names_the_operator_and_its_types(tmp_path):
+    """TFLM's HARD_SWISH has float32 and int8 kernels only; the error lists the supported ones."""
     m = TinyModel()
-    x = m.tensor((1, 4), "int8", 0.1, 0)
+    x = m.tensor((1, 4), "int16", 0.1, 0)
     y = m.tensor((1, 4), "int16", 0.01, 0)
-    m.op("QUANTIZE", [x], [y])
+    m.op("HARD_SWISH", [x], [y])
     path = m.save(tmp_path / "q.tflite", [x], [y])
-    with pytest.raises(LowtideError, match=r"operator 0 \(QUANTIZE\): types \['int8'\] -> \['int16'\]"):
+    with pytest.raises(LowtideError, match=r"operator 0 \(HARD_SWISH int16 -> int16\): no int16 kernel "
+                                           r"\(supported: int8, float32\)"):
         compile_model(path)
 
 

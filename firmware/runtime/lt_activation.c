@@ -1,9 +1,12 @@
-/* SOFTMAX and LOGISTIC: the int8 kernels use gemmlowp's fixed-point exp and reciprocal exactly as
- * reference/softmax.h and reference/integer_ops/logistic.h do; the float kernels follow the float references. */
+/* SOFTMAX, LOGISTIC, TANH, RELU, RELU6, LEAKY_RELU, PRELU, HARD_SWISH and ELU. The int8 SOFTMAX, LOGISTIC and
+ * TANH use gemmlowp's fixed-point exp and reciprocal exactly as reference/softmax.h and
+ * reference/integer_ops/logistic.h and tanh.h do; the others mirror micro/kernels/activations.h,
+ * reference/leaky_relu.h, prelu.h and hard_swish.h; float kernels follow the float references. */
 #include <float.h>
 #include <math.h>
 #include <stddef.h>
 
+#include "lt_broadcast.h"
 #include "lt_fixedpoint.h"
 #include "lt_runtime.h"
 
@@ -45,7 +48,9 @@ int32_t lt_exp_on_negative_values(int32_t a, int integer_bits) {
     return result;
 }
 
-int32_t lt_one_over_one_plus_x_for_x_in_0_1(int32_t a) {
+/* The Newton-Raphson division both of gemmlowp's one_over_one_plus_x_for_x_in_0_1 and
+ * one_minus_x_over_one_plus_x_for_x_in_0_1 run: 1 / (1 + a) for a in [0, 1), Q0.31 in, Q2.29 out. */
+static int32_t lt_reciprocal_one_plus_x_q2(int32_t a) {
     /* half_denominator = RoundingHalfSum(a, One) in Q0.31 */
     const int64_t sum = (int64_t)a + (int64_t)INT32_MAX;
     const int32_t half_denominator = (int32_t)((sum + (sum >= 0 ? 1 : -1)) / 2);
@@ -57,7 +62,16 @@ int32_t lt_one_over_one_plus_x_for_x_in_0_1(int32_t a) {
         const int32_t one_minus = lt_wrap_sub((int32_t)1 << 29, half_denominator_times_x);     /* Q2.29 */
         x = lt_wrap_add(x, lt_saturating_shl(lt_srdhm(x, one_minus), 2));                    /* Q4 -> Q2 */
     }
-    return lt_saturating_shl(x, 1); /* ExactMulByPot<-1> then Rescale<0> */
+    return x;
+}
+
+int32_t lt_one_over_one_plus_x_for_x_in_0_1(int32_t a) {
+    return lt_saturating_shl(lt_reciprocal_one_plus_x_q2(a), 1); /* ExactMulByPot<-1> then Rescale<0> */
+}
+
+/* gemmlowp one_minus_x_over_one_plus_x_for_x_in_0_1: (1 - a) / (1 + a) = 2 / (1 + a) - 1, Q0.31 in and out. */
+static int32_t lt_one_minus_x_over_one_plus_x_for_x_in_0_1(int32_t a) {
+    return lt_saturating_shl(lt_wrap_sub(lt_reciprocal_one_plus_x_q2(a), (int32_t)1 << 29), 2); /* Rescale<0> */
 }
 
 static int lt_count_leading_zeros(uint32_t x) {
@@ -178,4 +192,181 @@ void lt_logistic_f32(const float *input, float *output, int32_t count) {
             output[i] = 1.0f / (1.0f + expf(-v));
         }
     }
+}
+
+void lt_tanh_s8(const lt_activation_params *p, const int8_t *input, int8_t *output) {
+    enum { kScaledIntegerBits = 5 }; /* the Q4.27 input doubled (ExactMulByPot<1>) for exp(-2|x|) */
+    for (int32_t i = 0; i < p->count; ++i) {
+        const int32_t in = input[i] - p->input_zero_point;
+        if (in <= -p->input_range_radius) {
+            output[i] = INT8_MIN;
+        } else if (in >= p->input_range_radius) {
+            output[i] = INT8_MAX;
+        } else {
+            const int32_t a = lt_multiply_by_quantized_multiplier(in, p->multiplier, p->shift);
+            /* gemmlowp::tanh: -tanh(n) for n = -|a| is (1 - exp(2n)) / (1 + exp(2n)), the sign put back after */
+            int32_t result = 0;
+            if (a != 0) {
+                const int32_t negative = a < 0 ? a : lt_wrap_sub(0, a);
+                const int32_t t = lt_one_minus_x_over_one_plus_x_for_x_in_0_1(
+                    lt_exp_on_negative_values(negative, kScaledIntegerBits));
+                result = a < 0 ? lt_wrap_sub(0, t) : t;
+            }
+            output[i] = (int8_t)lt_clamp(lt_rounding_divide_by_pot(result, 31 - 7), INT8_MIN, INT8_MAX);
+        }
+    }
+}
+
+void lt_tanh_f32(const float *input, float *output, int32_t count) {
+    for (int32_t i = 0; i < count; ++i) output[i] = tanhf(input[i]);
+}
+
+/* ReluQuantized: requantize, then clamp. */
+#define LT_RELU_QUANTIZED(p, input, output)                                                                  \
+    for (int32_t i = 0; i < (p)->count; ++i) {                                                               \
+        const int32_t v = (p)->output_zero_point + lt_multiply_by_quantized_multiplier(                     \
+                                                       (input)[i] - (p)->input_zero_point, (p)->multiplier, \
+                                                       (p)->shift);                                          \
+        (output)[i] = lt_clamp(v, (p)->act_min, (p)->act_max);                                               \
+    }
+
+void lt_relu_s8(const lt_activation_params *p, const int8_t *input, int8_t *output) {
+    LT_RELU_QUANTIZED(p, input, output)
+}
+
+void lt_relu_s16(const lt_activation_params *p, const int16_t *input, int16_t *output) {
+    LT_RELU_QUANTIZED(p, input, output)
+}
+
+/* Relu6Quantized: `val > upper ? upper : val < lower ? lower : val` on the input's own values. */
+#define LT_RELU6_QUANTIZED(p, input, output)                                                               \
+    for (int32_t i = 0; i < (p)->count; ++i) {                                                             \
+        const int32_t v = (input)[i];                                                                      \
+        (output)[i] = v > (p)->act_max ? (p)->act_max : (v < (p)->act_min ? (p)->act_min : v);             \
+    }
+
+void lt_relu6_s8(const lt_activation_params *p, const int8_t *input, int8_t *output) {
+    LT_RELU6_QUANTIZED(p, input, output)
+}
+
+void lt_relu6_s16(const lt_activation_params *p, const int16_t *input, int16_t *output) {
+    LT_RELU6_QUANTIZED(p, input, output)
+}
+
+void lt_relu_f32(const float *input, float *output, int32_t count) {
+    for (int32_t i = 0; i < count; ++i) output[i] = input[i] < 0.0f ? 0.0f : input[i];
+}
+
+void lt_relu6_f32(const float *input, float *output, int32_t count) {
+    for (int32_t i = 0; i < count; ++i) {
+        const float v = input[i];
+        output[i] = v > 6.0f ? 6.0f : (v < 0.0f ? 0.0f : v);
+    }
+}
+
+/* QuantizeLeakyRelu: a negative alpha multiplier is applied as its magnitude and the product negated. */
+static int32_t lt_leaky_relu_value(const lt_activation_params *p, int32_t value, int32_t min, int32_t max) {
+    const int32_t in = value - p->input_zero_point;
+    int32_t out = p->output_zero_point;
+    if (in >= 0) {
+        out += lt_multiply_by_quantized_multiplier(in, p->multiplier, p->shift);
+    } else {
+        const int negative_alpha = p->alpha_multiplier < 0;
+        const int32_t scaled = lt_multiply_by_quantized_multiplier(
+            in, negative_alpha ? -p->alpha_multiplier : p->alpha_multiplier, p->alpha_shift);
+        out += negative_alpha ? -scaled : scaled;
+    }
+    return lt_clamp(out, min, max);
+}
+
+void lt_leaky_relu_s8(const lt_activation_params *p, const int8_t *input, int8_t *output) {
+    for (int32_t i = 0; i < p->count; ++i) output[i] = (int8_t)lt_leaky_relu_value(p, input[i], INT8_MIN, INT8_MAX);
+}
+
+void lt_leaky_relu_s16(const lt_activation_params *p, const int16_t *input, int16_t *output) {
+    for (int32_t i = 0; i < p->count; ++i)
+        output[i] = (int16_t)lt_leaky_relu_value(p, input[i], INT16_MIN, INT16_MAX);
+}
+
+void lt_leaky_relu_f32(const lt_activation_params *p, const float *input, float *output) {
+    for (int32_t i = 0; i < p->count; ++i) output[i] = input[i] > 0 ? input[i] : input[i] * p->alpha;
+}
+
+/* BroadcastPrelu4DSlow: identity rescale where the input is >= 0, else input x alpha rescaled. */
+static int32_t lt_prelu_value(const lt_binary_params *p, int32_t input, int32_t alpha, int32_t min, int32_t max) {
+    const int32_t in = p->input1_offset + input;
+    int32_t out;
+    if (in >= 0) {
+        out = lt_multiply_by_quantized_multiplier(in, p->input1_multiplier, p->input1_shift);
+    } else {
+        out = lt_multiply_by_quantized_multiplier(in * (p->input2_offset + alpha), p->input2_multiplier,
+                                                  p->input2_shift);
+    }
+    return lt_clamp(out + p->output_offset, min, max);
+}
+
+void lt_prelu_s8(const lt_binary_params *p, const int8_t *input, const int8_t *alpha, int8_t *output) {
+    LT_BINARY_LOOP(output[o] = (int8_t)lt_prelu_value(p, input[i1], alpha[i2], INT8_MIN, INT8_MAX));
+}
+
+void lt_prelu_s16(const lt_binary_params *p, const int16_t *input, const int8_t *alpha, int16_t *output) {
+    LT_BINARY_LOOP(output[o] = (int16_t)lt_prelu_value(p, input[i1], alpha[i2], INT16_MIN, INT16_MAX));
+}
+
+void lt_prelu_f32(const lt_binary_params *p, const float *input, const float *alpha, float *output) {
+    LT_BINARY_LOOP(output[o] = input[i1] >= 0.0f ? input[i1] : input[i1] * alpha[i2]);
+}
+
+/* gemmlowp SaturatingRoundingDoublingHighMul<int16_t>. */
+static int16_t lt_srdhm16(int16_t a, int16_t b) {
+    if (a == b && a == INT16_MIN) return INT16_MAX;
+    const int32_t ab = (int32_t)a * (int32_t)b;
+    const int32_t nudge = ab >= 0 ? (1 << 14) : (1 - (1 << 14));
+    return (int16_t)((ab + nudge) / (1 << 15));
+}
+
+/* hard_swish.h's SaturatingLeftShift and (non-rounding) SaturatingDoublingHighMul on int16. */
+static int16_t lt_saturating_shl16(int16_t value, int amount) {
+    return (int16_t)lt_clamp((int32_t)value * (1 << amount), INT16_MIN, INT16_MAX);
+}
+
+static int16_t lt_sdhm16(int16_t a, int16_t b) {
+    if (a == b && a == INT16_MIN) return INT16_MAX;
+    return (int16_t)(((int32_t)a * (int32_t)b) / (1 << 15));
+}
+
+void lt_hard_swish_s8(const lt_hard_swish_params *p, const int8_t *input, int8_t *output) {
+    for (int32_t i = 0; i < p->count; ++i) {
+        const int16_t in = (int16_t)(input[i] - p->input_zero_point);
+        const int16_t in_hires = (int16_t)(in * (1 << 7)); /* |in| <= 255: fits */
+        const int16_t in_preshift_output = lt_srdhm16(in_hires, (int16_t)p->output_multiplier);
+        int16_t reluish = in_hires;
+        if (p->reluish_exponent > 0) reluish = lt_saturating_shl16(reluish, p->reluish_exponent - 1);
+        reluish = lt_srdhm16(reluish, (int16_t)p->reluish_multiplier);
+        if (p->reluish_exponent > 0) reluish = lt_saturating_shl16(reluish, 1);
+        /* gemmlowp's RoundingDivideByPOT on int16 equals the int32 one for exponents below 16 */
+        if (p->reluish_exponent < 0) reluish = (int16_t)lt_rounding_divide_by_pot(reluish, -p->reluish_exponent);
+        reluish = (int16_t)((reluish + (1 << 15)) >> 1); /* [-1, 1] in Q0.15 -> [0, 1] */
+        const int16_t preshift_output = lt_sdhm16(reluish, in_preshift_output);
+        /* int16 arithmetic as the reference's: the zero point is added before the clamp, wrapping */
+        const int16_t out = (int16_t)(lt_rounding_divide_by_pot(preshift_output, -p->output_exponent) +
+                                      p->output_zero_point);
+        output[i] = (int8_t)lt_clamp(out, INT8_MIN, INT8_MAX);
+    }
+}
+
+void lt_hard_swish_f32(const float *input, float *output, int32_t count) {
+    for (int32_t i = 0; i < count; ++i) {
+        const float in = input[i];
+        const float relu6 = lt_clamp_f(in + 3.0f, 0.0f, 6.0f); /* min(6, max(0, in + 3)) */
+        output[i] = in * relu6 / 6.0f;
+    }
+}
+
+void lt_elu_f32(const float *input, float *output, int32_t count) {
+    for (int32_t i = 0; i < count; ++i) output[i] = input[i] < 0.0f ? expm1f(input[i]) : input[i];
+}
+
+void lt_lookup_s8(const int8_t *table, const int8_t *input, int8_t *output, int32_t count) {
+    for (int32_t i = 0; i < count; ++i) output[i] = table[(uint8_t)input[i]];
 }

@@ -2,27 +2,9 @@
  * (reference/quantize.h, dequantize.h, requantize.h). */
 #include <math.h>
 
+#include "lt_broadcast.h"
 #include "lt_fixedpoint.h"
 #include "lt_runtime.h"
-
-/* Visits every output element in order; i1 and i2 are the matching (possibly broadcast) input elements. */
-#define LT_BINARY_LOOP(...)                                           \
-    do {                                                              \
-        int32_t idx[LT_MAX_DIMS] = {0};                               \
-        int32_t i1 = 0, i2 = 0, total = 1;                            \
-        for (int32_t d = 0; d < p->ndim; ++d) total *= p->dims[d];    \
-        for (int32_t o = 0; o < total; ++o) {                         \
-            __VA_ARGS__;                                                   \
-            for (int32_t d = p->ndim - 1; d >= 0; --d) {              \
-                i1 += p->step1[d];                                    \
-                i2 += p->step2[d];                                    \
-                if (++idx[d] < p->dims[d]) break;                     \
-                i1 -= p->step1[d] * p->dims[d];                       \
-                i2 -= p->step2[d] * p->dims[d];                       \
-                idx[d] = 0;                                           \
-            }                                                         \
-        }                                                             \
-    } while (0)
 
 void lt_add_s8(const lt_binary_params *p, const int8_t *input1, const int8_t *input2, int8_t *output) {
     LT_BINARY_LOOP({

@@ -70,6 +70,26 @@ typedef struct {
     float beta;
 } lt_softmax_params;
 
+/* Element-wise activations over `count` elements (RELU, RELU6, LEAKY_RELU, HARD_SWISH, TANH, ELU). Which fields a
+ * kernel reads is said at its declaration. */
+typedef struct {
+    int32_t count;
+    int32_t input_zero_point, output_zero_point;
+    int32_t multiplier, shift;             /* the identity rescale (RELU, LEAKY_RELU), or the input's (TANH) */
+    int32_t alpha_multiplier, alpha_shift; /* LEAKY_RELU: input x alpha -> output */
+    int32_t act_min, act_max;              /* the clamp of RELU and RELU6 */
+    int32_t input_range_radius;            /* TANH: inputs this far from the zero point saturate */
+    float alpha;                           /* float LEAKY_RELU */
+} lt_activation_params;
+
+/* HARD_SWISH (reference_ops::HardSwish<int8_t>): int16 fixed-point multipliers and their exponents. */
+typedef struct {
+    int32_t count;
+    int32_t input_zero_point, output_zero_point;
+    int32_t output_multiplier, output_exponent;   /* Q0.15 */
+    int32_t reluish_multiplier, reluish_exponent; /* Q0.15 */
+} lt_hard_swish_params;
+
 /* MEAN: kept dims (output order) and reduced dims, each with its element step in the input.
  * int8 requantizes the zero-point-corrected sum with a multiplier that already includes 1/count
  * (reference_ops::QuantizedMeanOrSum; the host TFLM takes this path even when input and output quantization are
@@ -144,6 +164,23 @@ void lt_softmax_s8(const lt_softmax_params *p, const int8_t *input, int8_t *outp
 void lt_softmax_s8_s16(const lt_softmax_params *p, const int8_t *input, int16_t *output);
 void lt_logistic_s8(const int8_t *input, int8_t *output, int32_t count, int32_t input_zero_point,
                     int32_t input_range_radius, int32_t input_multiplier, int32_t input_left_shift);
+/* RELU: requantize with p->multiplier/shift, clamp to [act_min, act_max]. RELU6: clamp the raw input to
+ * [act_min, act_max] (TFLM's RELU6 does not requantize). LEAKY_RELU: identity or alpha rescale by sign. */
+void lt_relu_s8(const lt_activation_params *p, const int8_t *input, int8_t *output);
+void lt_relu_s16(const lt_activation_params *p, const int16_t *input, int16_t *output);
+void lt_relu6_s8(const lt_activation_params *p, const int8_t *input, int8_t *output);
+void lt_relu6_s16(const lt_activation_params *p, const int16_t *input, int16_t *output);
+void lt_leaky_relu_s8(const lt_activation_params *p, const int8_t *input, int8_t *output);
+void lt_leaky_relu_s16(const lt_activation_params *p, const int16_t *input, int16_t *output);
+/* PRELU with broadcasting: input1 is the input, input2 alpha; input1/2_multiplier and shift are PreluParams'
+ * output_multiplier_1/2 (identity, input x alpha). */
+void lt_prelu_s8(const lt_binary_params *p, const int8_t *input, const int8_t *alpha, int8_t *output);
+void lt_prelu_s16(const lt_binary_params *p, const int16_t *input, const int8_t *alpha, int16_t *output);
+void lt_hard_swish_s8(const lt_hard_swish_params *p, const int8_t *input, int8_t *output);
+/* TANH (gemmlowp tanh on Q4.27): input_zero_point, input_range_radius, multiplier and shift. */
+void lt_tanh_s8(const lt_activation_params *p, const int8_t *input, int8_t *output);
+/* A 256-entry table indexed by the input byte (ELU's int8 kernel, built at compile time as TFLM's Prepare does). */
+void lt_lookup_s8(const int8_t *table, const int8_t *input, int8_t *output, int32_t count);
 void lt_mean_s8(const lt_mean_params *p, const int8_t *input, int8_t *output);
 void lt_svdf_s8_s16(const lt_svdf_params *p, const int8_t *input, const int8_t *weights_feature,
                     const int16_t *weights_time, const int32_t *bias, int16_t *state, int32_t *filter_scratch,
@@ -186,6 +223,13 @@ void lt_mul_f32(const lt_binary_params *p, const float *input1, const float *inp
 void lt_softmax_f32(const lt_softmax_params *p, const float *input, float *output);
 void lt_logistic_f32(const float *input, float *output, int32_t count);
 void lt_mean_f32(const lt_mean_params *p, const float *input, float *output);
+void lt_relu_f32(const float *input, float *output, int32_t count);
+void lt_relu6_f32(const float *input, float *output, int32_t count);
+void lt_leaky_relu_f32(const lt_activation_params *p, const float *input, float *output);
+void lt_prelu_f32(const lt_binary_params *p, const float *input, const float *alpha, float *output);
+void lt_hard_swish_f32(const float *input, float *output, int32_t count);
+void lt_tanh_f32(const float *input, float *output, int32_t count);
+void lt_elu_f32(const float *input, float *output, int32_t count);
 
 /* type-agnostic data movement */
 void lt_copy(const void *input, void *output, uint32_t bytes); /* any overlap: memmove */

@@ -14,6 +14,9 @@ from rich.table import Table
 from lowtide import oracle
 from lowtide.cli import app
 from lowtide.compile import RUNTIME_DIR, CompiledModel, VerifyResult, compile_model, verify_compiled
+from lowtide.compile.codegen import Blocker, check_model
+from lowtide.compile.lowering import NOT_IN_TFLM, support_rows
+from lowtide.errors import LowtideError
 
 
 def compile_report(compiled: CompiledModel, output_dir: Path, written: list[Path], tflm_total: int,
@@ -45,10 +48,34 @@ def compile_report(compiled: CompiledModel, output_dir: Path, written: list[Path
     }
 
 
+def support_table_markdown() -> str:
+    """The operator support table of docs/operators.md, generated from the lowerings' kernel table."""
+    lines = ["| operator | types | runtime | notes |", "| --- | --- | --- | --- |"]
+    for row in support_rows():
+        types = ", ".join(t.replace("->", " → ").replace("*", "any") for t in row.types) or "-"
+        lines.append(f"| {row.opcode} | {types} | `{row.family}` | {row.notes} |")
+    lines += ["", "Not compiled because TFLM itself has no kernel for them:", ""]
+    lines += [f"- {opcode}: {reason}" for opcode, reason in sorted(NOT_IN_TFLM.items())]
+    return "\n".join(lines) + "\n"
+
+
+def _check(model: Path, json_output: bool) -> None:
+    blockers: list[Blocker] = check_model(model)
+    if json_output:
+        print(json.dumps({"model": str(model), "compiles": not blockers, "blockers": [asdict(b) for b in blockers]}))
+    elif blockers:
+        for b in blockers:
+            print(f"{model}: {b}")
+    else:
+        print(f"{model}: compiles")
+    if blockers:
+        raise typer.Exit(1)
+
+
 @app.command("compile")
 def compile_command(
-    model: Annotated[Path, typer.Argument(help=".tflite model to compile")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Directory for the generated C files")],
+    model: Annotated[Path | None, typer.Argument(help=".tflite model to compile")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Directory for the generated C files")] = None,
     prefix: Annotated[str, typer.Option("--prefix", help="C identifier prefix of the generated API")] = "model",
     verify: Annotated[
         bool, typer.Option("--verify", help="Build with the host C compiler and compare with TFLM")
@@ -57,8 +84,22 @@ def compile_command(
     invocations: Annotated[int, typer.Option(
         "--invocations", min=1, help="--verify: invocations in a row (state carries over), each on new inputs")] = 1,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables")] = False,
+    check: Annotated[bool, typer.Option(
+        "--check", help="List everything that keeps MODEL from compiling (exit 1 if anything), write nothing")] = False,
+    support_table: Annotated[bool, typer.Option(
+        "--support-table", help="Print the operators and types the runtime compiles (Markdown) and exit")] = False,
 ) -> None:
     """Generate C99 (weights in flash, activations at TFLM's arena offsets) and report the RAM it needs."""
+    if support_table:
+        print(support_table_markdown(), end="")
+        return
+    if model is None:
+        raise LowtideError("give a MODEL (or --support-table)")
+    if check:
+        _check(model, json_output)
+        return
+    if output is None:
+        raise LowtideError("give --output/-o DIR for the generated files (or --check)")
     compiled = compile_model(model, prefix)  # raises before anything is written
     result = verify_compiled(model, seed, prefix=prefix, invocations=invocations) if verify else None
     if result:

@@ -13,12 +13,12 @@ from pathlib import Path
 
 from lowtide.compile.lowering import (
     C_TYPES,
-    LOWERINGS,
     STATE_OBJECT,
     ModelEmitter,
     StateMember,
     Unsupported,
     c_float,
+    lower_operator,
 )
 from lowtide.errors import LowtideError
 from lowtide.memory import tflm_plan
@@ -68,39 +68,78 @@ class CompiledModel:
         return written
 
 
-def compile_model(model_path: str | Path, prefix: str = "model") -> CompiledModel:
-    """Lower every operator of `model_path`; raises LowtideError naming the first operator it cannot lower."""
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", prefix):
-        raise LowtideError(f"prefix '{prefix}' is not a C identifier")
-    model_path = str(model_path)
-    graph = load_model(model_path)
-    data = Path(model_path).read_bytes()
+@dataclass(frozen=True)
+class Blocker:
+    """One thing that keeps a model from compiling: an operator (with its index and types) or the graph."""
+
+    op_index: int | None  # None: the graph itself (a subgraph, a model input or output)
+    opcode: str
+    input_types: tuple[str, ...]  # "-" for an omitted optional input
+    output_types: tuple[str, ...]
+    reason: str
+
+    def __str__(self) -> str:
+        if self.op_index is None:
+            return self.reason
+        return (f"operator {self.op_index} ({self.opcode} {', '.join(self.input_types)} -> "
+                f"{', '.join(self.output_types)}): {self.reason}")
+
+
+def _emitter(graph: Graph, data: bytes) -> tuple[ModelEmitter, int]:
+    """An emitter with every activation at TFLM's planned offset, and the arena head of that plan."""
     plan = tflm_plan(graph)
     offsets = {b.tensor: off for b, off in zip(plan.buffers, plan.offsets) if b.subgraph == 0 and b.tensor is not None}
     scratch: dict[int, list[int]] = {}
     for b, off in zip(plan.buffers, plan.offsets):
         if b.subgraph == 0 and b.tensor is None:
             scratch.setdefault(b.op, []).append(off)
-    emitter = ModelEmitter(graph, data, offsets, scratch)
-    calls = []
+    return ModelEmitter(graph, data, offsets, scratch), plan.head_bytes
+
+
+def _lower_all(graph: Graph, emitter: ModelEmitter) -> tuple[list[str], list[Blocker]]:
+    """Every operator's C statement, and a Blocker for each one that cannot be lowered and for the graph."""
+    calls, blockers = [], []
     for op in graph.main.operators:
-        lowering = LOWERINGS.get(op.opcode)
         try:
-            if lowering is None:
-                raise Unsupported("no kernel in the lowtide runtime")
-            calls.append(lowering(emitter, op, f"op{op.index}"))
+            calls.append(lower_operator(emitter, op))
         except Unsupported as exc:
-            raise LowtideError(f"cannot compile operator {op.index} ({op.opcode}): {exc}", model_path) from None
-    _check_graph(graph)
+            tensors = graph.main.tensors
+            blockers.append(Blocker(op.index, op.opcode,
+                                    tuple(tensors[t].dtype if t >= 0 else "-" for t in op.inputs),
+                                    tuple(tensors[t].dtype for t in op.outputs), str(exc)))
+    blockers += [Blocker(None, "", (), (), reason) for reason in _graph_problems(graph)]
+    return calls, blockers
+
+
+def check_model(model_path: str | Path) -> list[Blocker]:
+    """Everything that keeps `model_path` from compiling, without generating code."""
+    model_path = str(model_path)
+    graph = load_model(model_path)
+    emitter, _ = _emitter(graph, Path(model_path).read_bytes())
+    return _lower_all(graph, emitter)[1]
+
+
+def compile_model(model_path: str | Path, prefix: str = "model") -> CompiledModel:
+    """Lower every operator of `model_path`; raises LowtideError naming the first thing it cannot compile."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", prefix):
+        raise LowtideError(f"prefix '{prefix}' is not a C identifier")
+    model_path = str(model_path)
+    graph = load_model(model_path)
+    emitter, head_bytes = _emitter(graph, Path(model_path).read_bytes())
+    calls, blockers = _lower_all(graph, emitter)
+    if blockers:
+        more = f" (and {len(blockers) - 1} more: lowtide compile --check)" if len(blockers) > 1 else ""
+        raise LowtideError(f"cannot compile {blockers[0]}{more}", model_path)
+    offsets = emitter.offsets
     inputs = tuple(_io(graph, emitter, t, offsets) for t in graph.main.inputs)
     outputs = tuple(_io(graph, emitter, t, offsets) for t in graph.main.outputs)
     model_hash = graph.sha256[:16]
     members = _state_members(emitter)
     state_bytes = _struct_size(members)
-    header = _header(prefix, plan.head_bytes, state_bytes, graph, inputs, outputs, model_hash)
+    header = _header(prefix, head_bytes, state_bytes, graph, inputs, outputs, model_hash)
     source = _source(prefix, graph, emitter, calls, inputs, outputs, model_hash, members)
     return CompiledModel(model_path=model_path, prefix=prefix, files={f"{prefix}.h": header, f"{prefix}.c": source},
-                         arena_bytes=plan.head_bytes, fixed_state_bytes=state_bytes,
+                         arena_bytes=head_bytes, fixed_state_bytes=state_bytes,
                          operator_count=len(graph.main.operators),
                          inputs=inputs, outputs=outputs, model_hash=model_hash)
 
@@ -121,16 +160,18 @@ def _struct_size(members: list[StateMember]) -> int:
     return -(-size // alignment) * alignment
 
 
-def _check_graph(graph: Graph) -> None:
+def _graph_problems(graph: Graph) -> list[str]:
+    problems = []
     init_subgraphs = {i for op in graph.main.operators if op.opcode == "CALL_ONCE" for i in op.called_subgraphs}
     for sg in graph.subgraphs[1:]:
         if sg.operators and sg.index not in init_subgraphs:
-            raise LowtideError(f"subgraph {sg.index} has operators; only the main subgraph and CALL_ONCE init "
-                               f"subgraphs compile", graph.path)
+            problems.append(f"subgraph {sg.index} has operators; only the main subgraph and CALL_ONCE init "
+                            f"subgraphs compile")
     for t in list(graph.main.inputs) + list(graph.main.outputs):
         tensor = graph.main.tensors[t]
         if tensor.dtype not in C_TYPES:
-            raise LowtideError(f"model input/output tensor {t} has type {tensor.dtype}", graph.path)
+            problems.append(f"model input/output tensor {t} has type {tensor.dtype}")
+    return problems
 
 
 def _io(graph: Graph, emitter: ModelEmitter, index: int, offsets: dict[int, int]) -> IoTensor:

@@ -7,7 +7,10 @@ float32 (activation ranges, resize scales) numpy float32 scalars are used.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -127,7 +130,7 @@ def softmax_params_int8(beta: float, input_scale: float) -> dict[str, int]:
 
 
 def logistic_params_int8(input_scale: float) -> dict[str, int]:
-    """Logistic Prepare for int8: Q4.27 input rescale from frexp, and the saturation radius."""
+    """LOGISTIC's and TANH's Prepare for int8: Q4.27 input rescale from frexp, and the saturation radius."""
     input_integer_bits = 4
     q, left_shift = math.frexp(float(input_scale) * (1 << (31 - input_integer_bits)))
     multiplier = round_half_away(q * (1 << 31))
@@ -186,3 +189,84 @@ def lstm_cell_clip(cell_clip: float, cell_scale: float) -> int:
 def lstm_mul_multiplier(scale1: float, scale2: float, output_scale: float) -> tuple[int, int]:
     """CreateInterGateMulParams: the product of two float32 scales over the output's, in double."""
     return quantize_multiplier(float(scale1) * float(scale2) / float(output_scale))
+
+
+INT16_MIN, INT16_MAX = -32768, 32767
+TYPE_RANGES = {"int8": (INT8_MIN, INT8_MAX), "int16": (INT16_MIN, INT16_MAX), "uint8": (0, 255)}
+
+
+def relu_params(input_scale: float, input_zero_point: int, output_scale: float, output_zero_point: int,
+                dtype: str) -> dict[str, int]:
+    """CalculateReluOpData: the input-to-output rescale (scales divided in float32) and the clamp from 0 up."""
+    lo, hi = TYPE_RANGES[dtype]
+    m, s = quantize_multiplier(float(np.float32(input_scale) / np.float32(output_scale)))
+    return {"input_zero_point": input_zero_point, "output_zero_point": output_zero_point, "multiplier": m,
+            "shift": s, "act_min": max(lo, output_zero_point), "act_max": hi}
+
+
+def float_to_quantized(value: float, scale: float, zero_point: int, dtype: str) -> int:
+    """FloatToQuantizedType: round(value / scale) in float32, plus the zero point, clamped to the type."""
+    lo, hi = TYPE_RANGES[dtype]
+    return min(hi, max(lo, round_half_away(float(np.float32(value) / np.float32(scale))) + zero_point))
+
+
+def leaky_relu_params(input_scale: float, input_zero_point: int, alpha: float, output_scale: float,
+                      output_zero_point: int) -> dict[str, int]:
+    """CalculateOpDataLeakyRelu: both multipliers from float32 products and quotients."""
+    f32 = np.float32
+    alpha_m, alpha_s = quantize_multiplier(float(f32(input_scale) * f32(alpha) / f32(output_scale)))
+    m, s = quantize_multiplier(float(f32(input_scale) / f32(output_scale)))
+    return {"input_zero_point": input_zero_point, "output_zero_point": output_zero_point, "multiplier": m,
+            "shift": s, "alpha_multiplier": alpha_m, "alpha_shift": alpha_s}
+
+
+def prelu_params(input_scale: float, alpha_scale: float, output_scale: float) -> dict[str, int]:
+    """CalculatePreluParams: identity and input x alpha multipliers, in double."""
+    m1, s1 = quantize_multiplier(float(input_scale) / float(output_scale))
+    m2, s2 = quantize_multiplier(float(input_scale) * float(alpha_scale) / float(output_scale))
+    return {"input1_multiplier": m1, "input1_shift": s1, "input2_multiplier": m2, "input2_shift": s2}
+
+
+def downscale_multiplier_to_int16(multiplier: int) -> int:
+    """DownScaleInt32ToInt16Multiplier: the Q0.31 multiplier rounded to Q0.15."""
+    rounding = 1 << 15
+    if multiplier >= (1 << 31) - 1 - rounding:
+        return INT16_MAX
+    return (multiplier + rounding) >> 16
+
+
+def hard_swish_params_int8(input_scale: float, output_scale: float) -> dict[str, int]:
+    """HardSwishPrepare: the input on a 128x finer scale, the output and 'reluish' multipliers in float32."""
+    f32 = np.float32
+    hires_input_scale = f32(1.0 / 128.0) * f32(input_scale)
+    reluish_scale = f32(3.0) / f32(32768.0)
+    out_m, out_e = quantize_multiplier(float(hires_input_scale / f32(output_scale)))
+    if out_e > 0:
+        raise ValueError("HARD_SWISH output scale is below the input scale / 128 (TFLM needs exponent <= 0)")
+    relu_m, relu_e = quantize_multiplier(float(hires_input_scale / reluish_scale))
+    return {"output_multiplier": downscale_multiplier_to_int16(out_m), "output_exponent": out_e,
+            "reluish_multiplier": downscale_multiplier_to_int16(relu_m), "reluish_exponent": relu_e}
+
+
+def _libm_float_function(name: str) -> Callable[[float], float]:
+    """The C library's float function `name` (expf, ...): the one the host TFLM's kernels call, so tables built
+    here hold the very values TFLM's Prepare computes (numpy's float32 functions may differ in the last bit)."""
+    function = getattr(ctypes.CDLL(ctypes.util.find_library("m")), name)
+    function.restype, function.argtypes = ctypes.c_float, [ctypes.c_float]
+    return function
+
+
+def elu_table_int8(input_scale: float, input_zero_point: int, output_scale: float,
+                   output_zero_point: int) -> list[int]:
+    """ELU's PopulateLookupTable<int8_t>: every int8 input dequantized, transformed and requantized in float32,
+    indexed by the input's byte."""
+    f32, expf = np.float32, _libm_float_function("expf")
+    inverse_scale = f32(1) / f32(output_scale)
+    table = [0] * 256
+    for value in range(INT8_MIN, INT8_MAX + 1):
+        dequantized = f32(input_scale) * f32(value - input_zero_point)
+        transformed = f32(expf(float(dequantized))) - f32(1) if dequantized < 0 else dequantized
+        rescaled = f32(round_half_away(float(f32(transformed * inverse_scale))))
+        quantized = int(rescaled + f32(output_zero_point))  # float to int32: truncation
+        table[value & 0xFF] = min(INT8_MAX, max(INT8_MIN, quantized))
+    return table

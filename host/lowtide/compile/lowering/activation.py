@@ -1,0 +1,185 @@
+"""SOFTMAX and LOGISTIC: calls into firmware/runtime/lt_activation.c."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from lowtide.compile import quantization as q
+from lowtide.compile.lowering.elementwise import broadcast_steps
+from lowtide.compile.lowering.emitter import (
+    C_TYPES,
+    Kernel,
+    ModelEmitter,
+    Unsupported,
+    elementwise_count,
+    require,
+    tensor_types,
+)
+from lowtide.model.ir import Operator
+
+SUFFIXES = {"int8": "s8", "int16": "s16", "float32": "f32"}
+
+
+def lower_softmax(e, op, name):
+    ins, outs = tensor_types(e, op)
+    shape = e.tensor(op.inputs[0]).shape or (1,)
+    depth = shape[-1]
+    params: dict[str, object] = {"outer": math.prod(shape) // depth, "depth": depth, "beta": float(op.options.beta)}
+    if ins == ["int8"] and outs == ["int8"]:
+        out_q = e.quantization(op.outputs[0])
+        require(out_q.zero_point == -128 and np.float32(out_q.scale) == np.float32(1 / 256),
+                "int8 softmax output must have scale 1/256 and zero point -128")
+        params.update(q.softmax_params_int8(op.options.beta, e.quantization(op.inputs[0]).scale))
+        suffix = "s8"
+    elif ins == ["int8"] and outs == ["int16"]:
+        out_q = e.quantization(op.outputs[0])
+        # SoftmaxPrepare's TF_LITE_ENSURE_NEAR: within 0.1% of 1/65536
+        require(out_q.zero_point == -32768 and abs(out_q.scale - 1 / 65536) <= 0.001 / 65536,
+                "int8 -> int16 softmax output must have scale 1/65536 and zero point -32768")
+        params.update(q.softmax_params_int8(op.options.beta, e.quantization(op.inputs[0]).scale))
+        suffix = "s8_s16"
+    elif ins == ["float32"] and outs == ["float32"]:
+        suffix = "f32"
+    else:
+        raise Unsupported(f"types {ins} -> {outs}")
+    p = e.struct(f"{name}_params", "lt_softmax_params", params)
+    return f"lt_softmax_{suffix}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
+
+
+def lower_logistic(e, op, name):
+    ins, outs = tensor_types(e, op)
+    count = math.prod(e.tensor(op.inputs[0]).shape)
+    if ins == ["int8"] and outs == ["int8"]:
+        out_q = e.quantization(op.outputs[0])
+        require(out_q.zero_point == -128 and np.float32(out_q.scale) == np.float32(1 / 256),
+                "int8 logistic output must have scale 1/256 and zero point -128")
+        in_q = e.quantization(op.inputs[0])
+        lp = q.logistic_params_int8(in_q.scale)
+        return (f"lt_logistic_s8({e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)}, {count}, "
+                f"{in_q.zero_point}, {lp['input_range_radius']}, {lp['input_multiplier']}, {lp['input_left_shift']});")
+    if ins == ["float32"] and outs == ["float32"]:
+        return f"lt_logistic_f32({e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)}, {count});"
+    raise Unsupported(f"types {ins} -> {outs}")
+
+
+def _unary(e: ModelEmitter, op: Operator) -> tuple[str, str, str]:
+    """(type, input, output) of a kernel whose output has the input's shape and type."""
+    count = elementwise_count(e, op)
+    require(count > 0, "an empty tensor")
+    dtype = e.tensor(op.inputs[0]).dtype
+    return dtype, e.pointer(op.inputs[0]), e.pointer(op.outputs[0], True)
+
+
+def _activation_struct(e: ModelEmitter, op: Operator, name: str, fields: dict[str, object]) -> str:
+    return e.struct(f"{name}_params", "lt_activation_params",
+                    {"count": math.prod(e.tensor(op.inputs[0]).shape), **fields})
+
+
+def _symmetric_int16(e: ModelEmitter, op: Operator) -> None:
+    """TFLM's int16 activations need zero points of 0 on both sides."""
+    require(e.quantization(op.inputs[0]).zero_point == 0 and e.quantization(op.outputs[0]).zero_point == 0,
+            "int16 input and output need zero point 0")
+
+
+def lower_relu(e, op, name):
+    dtype, source, target = _unary(e, op)
+    if dtype == "float32":
+        return f"lt_relu_f32({source}, {target}, {math.prod(e.tensor(op.inputs[0]).shape)});"
+    if dtype == "int16":
+        _symmetric_int16(e, op)
+    in_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.outputs[0])
+    p = _activation_struct(e, op, name, q.relu_params(in_q.scale, in_q.zero_point, out_q.scale, out_q.zero_point,
+                                                      dtype))
+    return f"lt_relu_{SUFFIXES[dtype]}({p}, {source}, {target});"
+
+
+def lower_relu6(e, op, name):
+    """TFLM's RELU6 clamps the input's own values to its 0 and 6: the output's quantization is not used."""
+    dtype, source, target = _unary(e, op)
+    if dtype == "float32":
+        return f"lt_relu6_f32({source}, {target}, {math.prod(e.tensor(op.inputs[0]).shape)});"
+    in_q = e.quantization(op.inputs[0])
+    p = _activation_struct(e, op, name, {"act_min": in_q.zero_point,
+                                         "act_max": q.float_to_quantized(6.0, in_q.scale, in_q.zero_point, dtype)})
+    return f"lt_relu6_{SUFFIXES[dtype]}({p}, {source}, {target});"
+
+
+def lower_leaky_relu(e, op, name):
+    dtype, source, target = _unary(e, op)
+    alpha = float(op.options.alpha)
+    if dtype == "float32":
+        p = _activation_struct(e, op, name, {"alpha": alpha})
+    else:
+        in_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.outputs[0])
+        p = _activation_struct(e, op, name, q.leaky_relu_params(in_q.scale, in_q.zero_point, alpha, out_q.scale,
+                                                                out_q.zero_point))
+    return f"lt_leaky_relu_{SUFFIXES[dtype]}({p}, {source}, {target});"
+
+
+def lower_prelu(e, op, name):
+    """PRELU: alpha (any shape that broadcasts, usually a constant per channel) of the input's type, or int8 for
+    an int16 input."""
+    ins, outs = tensor_types(e, op)
+    dtype = ins[0]
+    require(ins[1] == ("int8" if dtype == "int16" else dtype), f"alpha of type {ins[1]} for a {dtype} input")
+    params = broadcast_steps(e, op)
+    if dtype != "float32":
+        in_q, alpha_q, out_q = (e.quantization(t) for t in (op.inputs[0], op.inputs[1], op.outputs[0]))
+        params.update(input1_offset=-in_q.zero_point, input2_offset=-alpha_q.zero_point,
+                      output_offset=out_q.zero_point, **q.prelu_params(in_q.scale, alpha_q.scale, out_q.scale))
+    p = e.struct(f"{name}_params", "lt_binary_params", params)
+    return (f"lt_prelu_{SUFFIXES[dtype]}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
+            f"{e.pointer(op.outputs[0], True)});")
+
+
+def lower_hard_swish(e, op, name):
+    dtype, source, target = _unary(e, op)
+    count = math.prod(e.tensor(op.inputs[0]).shape)
+    if dtype == "float32":
+        return f"lt_hard_swish_f32({source}, {target}, {count});"
+    in_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.outputs[0])
+    try:
+        params = q.hard_swish_params_int8(in_q.scale, out_q.scale)
+    except ValueError as exc:
+        raise Unsupported(str(exc)) from None
+    p = e.struct(f"{name}_params", "lt_hard_swish_params", {
+        "count": count, "input_zero_point": in_q.zero_point, "output_zero_point": out_q.zero_point, **params})
+    return f"lt_hard_swish_s8({p}, {source}, {target});"
+
+
+def lower_tanh(e, op, name):
+    dtype, source, target = _unary(e, op)
+    if dtype == "float32":
+        return f"lt_tanh_f32({source}, {target}, {math.prod(e.tensor(op.inputs[0]).shape)});"
+    in_q = e.quantization(op.inputs[0])
+    tp = q.logistic_params_int8(in_q.scale)
+    p = _activation_struct(e, op, name, {"input_zero_point": in_q.zero_point, "multiplier": tp["input_multiplier"],
+                                         "shift": tp["input_left_shift"],
+                                         "input_range_radius": tp["input_range_radius"]})
+    return f"lt_tanh_s8({p}, {source}, {target});"
+
+
+def lower_elu(e, op, name):
+    dtype, source, target = _unary(e, op)
+    count = math.prod(e.tensor(op.inputs[0]).shape)
+    if dtype == "float32":
+        return f"lt_elu_f32({source}, {target}, {count});"
+    in_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.outputs[0])
+    table = e.array(f"{name}_table", C_TYPES["int8"],
+                    q.elu_table_int8(in_q.scale, in_q.zero_point, out_q.scale, out_q.zero_point))
+    return f"lt_lookup_s8({table}, {source}, {target}, {count});"
+
+
+KERNELS = (
+    Kernel("SOFTMAX", lower_softmax, ("int8", "int8->int16", "float32")),
+    Kernel("LOGISTIC", lower_logistic, ("int8", "float32")),
+    Kernel("RELU", lower_relu, ("int8", "int16", "float32")),
+    Kernel("RELU6", lower_relu6, ("int8", "int16", "float32")),
+    Kernel("LEAKY_RELU", lower_leaky_relu, ("int8", "int16", "float32")),
+    Kernel("PRELU", lower_prelu, ("int8", "int16", "float32"), "broadcast alpha; int8 alpha for int16"),
+    Kernel("HARD_SWISH", lower_hard_swish, ("int8", "float32")),
+    Kernel("TANH", lower_tanh, ("int8", "float32")),
+    Kernel("ELU", lower_elu, ("int8", "float32"), "int8 through TFLM's 256-entry table"),
+)

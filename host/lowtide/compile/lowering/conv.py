@@ -1,0 +1,115 @@
+"""CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED: calls into firmware/runtime/lt_conv.c."""
+
+from __future__ import annotations
+
+import math
+
+from lowtide.compile import quantization as q
+from lowtide.compile.lowering.emitter import (
+    Kernel,
+    ModelEmitter,
+    Unsupported,
+    float_activation,
+    quantized_activation,
+    require,
+    tensor_types,
+)
+from lowtide.model import padding
+from lowtide.model.ir import Operator
+
+
+def window_geometry(e: ModelEmitter, op: Operator, filter_h: int, filter_w: int) -> dict[str, int]:
+    """Window geometry shared by convolutions and pools (ComputePaddingHeightWidth)."""
+    in_shape, out_shape = e.tensor(op.inputs[0]).shape, e.tensor(op.outputs[0]).shape
+    require(len(in_shape) == 4 and len(out_shape) == 4, "only 4-D NHWC tensors are supported")
+    o = op.options
+    stride_h, stride_w = int(o.strideH), int(o.strideW)
+    dil_h, dil_w = int(getattr(o, "dilationHFactor", 1) or 1), int(getattr(o, "dilationWFactor", 1) or 1)
+    code = int(o.padding)
+    try:
+        out_h = padding.output_size(code, in_shape[1], filter_h, stride_h, dil_h)
+        out_w = padding.output_size(code, in_shape[2], filter_w, stride_w, dil_w)
+    except ValueError as exc:
+        raise Unsupported(str(exc)) from None
+    require((out_h, out_w) == tuple(out_shape[1:3]), f"output shape {out_shape} does not match the padding")
+    return {"batches": in_shape[0], "in_h": in_shape[1], "in_w": in_shape[2], "in_c": in_shape[3],
+            "out_h": out_h, "out_w": out_w, "out_c": out_shape[3], "filter_h": filter_h, "filter_w": filter_w,
+            "stride_h": stride_h, "stride_w": stride_w, "dilation_h": dil_h, "dilation_w": dil_w,
+            "pad_h": padding.padding_before(in_shape[1], filter_h, stride_h, dil_h, out_h),
+            "pad_w": padding.padding_before(in_shape[2], filter_w, stride_w, dil_w, out_w)}
+
+
+def _weighted(e: ModelEmitter, op: Operator, name: str, kind: str) -> str:
+    """CONV_2D, DEPTHWISE_CONV_2D: int8 per-channel or float32."""
+    ins, outs = tensor_types(e, op)
+    filter_shape = e.tensor(op.inputs[1]).shape
+    require(len(filter_shape) == 4, "filter must be 4-D")
+    geometry = window_geometry(e, op, filter_shape[1], filter_shape[2])
+    params = dict(geometry, filter_in_c=filter_shape[3] if kind == "conv2d" else 1,
+                  depth_multiplier=geometry["out_c"] // geometry["in_c"] if kind == "depthwise_conv2d" else 1)
+    if kind == "conv2d":
+        require(params["in_c"] % params["filter_in_c"] == 0, "input channels are not a multiple of the filter's")
+    bias = op.inputs[2] if len(op.inputs) > 2 and op.inputs[2] >= 0 else None
+    if ins[:2] == ["int8", "int8"] and outs == ["int8"]:
+        require(bias is None or ins[2] == "int32", "int8 convolution needs an int32 bias")
+        in_q, f_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.inputs[1]), e.quantization(op.outputs[0])
+        multipliers, shifts = q.per_channel_multipliers(in_q.scale, list(f_q.scales), out_q.scale, params["out_c"])
+        params.update(input_offset=-in_q.zero_point, output_offset=out_q.zero_point,
+                      **quantized_activation(e, op, op.outputs[0]))
+        return _weighted_call(e, op, name, f"lt_{kind}_s8", "lt_conv_params", params, bias, (multipliers, shifts))
+    if ins[:2] == ["float32", "float32"] and outs == ["float32"]:
+        params.update(float_activation(op))
+        return _weighted_call(e, op, name, f"lt_{kind}_f32", "lt_conv_params", params, bias)
+    raise Unsupported(f"types {ins} -> {outs}")
+
+
+def _weighted_call(e, op, name, function, struct_type, params, bias, requantization=None) -> str:
+    """The C call of a kernel with weights: (params, input, filter, bias[, multipliers, shifts], output)."""
+    params_ref = e.struct(f"{name}_params", struct_type, params)
+    requant_refs = []
+    if requantization:
+        multipliers, shifts = requantization
+        requant_refs = [e.array(f"{name}_multiplier", "int32_t", multipliers),
+                        e.array(f"{name}_shift", "int32_t", shifts)]
+    args = [params_ref, e.pointer(op.inputs[0]), e.pointer(op.inputs[1]),
+            e.pointer(bias) if bias is not None else "NULL", *requant_refs, e.pointer(op.outputs[0], True)]
+    return f"{function}({', '.join(args)});"
+
+
+def lower_conv_2d(e, op, name):
+    return _weighted(e, op, name, "conv2d")
+
+
+def lower_depthwise_conv_2d(e, op, name):
+    return _weighted(e, op, name, "depthwise_conv2d")
+
+
+def lower_fully_connected(e, op, name):
+    ins, outs = tensor_types(e, op)
+    require(getattr(op.options, "weightsFormat", 0) == 0, "shuffled weights are not supported")
+    filter_shape = e.tensor(op.inputs[1]).shape
+    require(len(filter_shape) == 2, "filter must be 2-D")
+    out_depth, accum_depth = filter_shape
+    input_elements = math.prod(e.tensor(op.inputs[0]).shape)
+    require(input_elements % accum_depth == 0, "input size is not a multiple of the filter depth")
+    params = {"batches": input_elements // accum_depth, "accum_depth": accum_depth, "out_depth": out_depth}
+    bias = op.inputs[2] if len(op.inputs) > 2 and op.inputs[2] >= 0 else None
+    if ins[:2] == ["int8", "int8"] and outs == ["int8"]:
+        require(bias is None or ins[2] == "int32", "int8 fully connected needs an int32 bias")
+        in_q, f_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.inputs[1]), e.quantization(op.outputs[0])
+        multipliers, shifts = q.per_channel_multipliers(in_q.scale, list(f_q.scales), out_q.scale, out_depth)
+        params.update(input_offset=-in_q.zero_point, filter_offset=-f_q.zero_point if len(f_q.scales) == 1 else 0,
+                      output_offset=out_q.zero_point, **quantized_activation(e, op, op.outputs[0]))
+        return _weighted_call(e, op, name, "lt_fully_connected_s8", "lt_fc_params", params, bias,
+                              (multipliers, shifts))
+    if ins[:2] == ["float32", "float32"] and outs == ["float32"]:
+        params.update(float_activation(op))
+        return _weighted_call(e, op, name, "lt_fully_connected_f32", "lt_fc_params", params, bias)
+    raise Unsupported(f"types {ins} -> {outs}")
+
+
+KERNELS = (
+    Kernel("CONV_2D", lower_conv_2d, ("int8", "float32"), "int8 per-channel weights; groups"),
+    Kernel("DEPTHWISE_CONV_2D", lower_depthwise_conv_2d, ("int8", "float32"), "depth multiplier"),
+    Kernel("FULLY_CONNECTED", lower_fully_connected, ("int8", "float32"), "int8 per-tensor or per-channel weights"),
+)

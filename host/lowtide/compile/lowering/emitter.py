@@ -1,0 +1,313 @@
+"""What every lowering shares: the `ModelEmitter` that collects one model's C declarations, the C spelling of
+values, and the checks that raise `Unsupported` with the reason an operator cannot be lowered."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from lowtide.compile import quantization as q
+from lowtide.model.ir import Graph, Operator, Tensor, TensorKind
+from lowtide.model.reader import buffer_bytes
+
+MAX_DIMS = 6
+C_TYPES = {"int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "int32": "int32_t", "float32": "float"}
+NUMPY_TYPES = {"int8": np.int8, "uint8": np.uint8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
+               "float32": np.float32}
+
+
+STATE_OBJECT = "state"  # the generated code's static struct of variable tensors and resource variables
+
+
+def variable_member(index: int) -> str:
+    return f"tensor{index}"
+
+
+@dataclass(frozen=True)
+class StateMember:
+    """One member of the generated `state` struct: an array that persists across invocations, or a flag."""
+
+    name: str
+    ctype: str
+    count: int  # elements; 0 for a scalar flag
+    element_bytes: int
+    reset_byte: int | None  # the byte `reset` fills the array with; None: `reset` leaves it alone
+
+    @property
+    def nbytes(self) -> int:
+        return max(self.count, 1) * self.element_bytes
+
+
+@dataclass(frozen=True)
+class ResourceVariable:
+    """A resource variable (VAR_HANDLE container/shared_name) held as bytes in the state struct. As in TFLM's
+    MicroResourceVariables, its size and the byte Reset() fills it with (the int8 zero point, else 0) come from
+    the first ASSIGN_VARIABLE value tensor in Prepare order (subgraph 0 first)."""
+
+    member: str
+    nbytes: int
+    reset_byte: int
+
+
+def _resource_key(op: Operator) -> tuple[bytes, bytes]:
+    return bytes(op.options.container or b""), bytes(op.options.sharedName or b"")
+
+
+class Unsupported(Exception):
+    """The runtime has no kernel for this operator as the model uses it."""
+
+
+@dataclass(frozen=True)
+class Quantization:
+    scales: tuple[float, ...]
+    zero_points: tuple[int, ...]
+
+    @property
+    def scale(self) -> float:
+        return self.scales[0] if self.scales else 0.0
+
+    @property
+    def zero_point(self) -> int:
+        return self.zero_points[0] if self.zero_points else 0
+
+
+def c_float(value: float) -> str:
+    """A float32 literal; 9 significant digits round-trip every float32 exactly."""
+    value = float(np.float32(value))
+    if math.isinf(value):
+        return "FLT_MAX" if value > 0 else "-FLT_MAX"
+    if math.isnan(value):
+        raise Unsupported("a NaN constant")
+    text = f"{value:.9g}"
+    return text + ("f" if any(c in text for c in ".e") else ".0f")
+
+
+def c_int(value: int) -> str:
+    value = int(value)
+    return "(-2147483647 - 1)" if value == -(1 << 31) else str(value)
+
+
+def strides(shape: tuple[int, ...]) -> list[int]:
+    out = [1] * len(shape)
+    for d in range(len(shape) - 2, -1, -1):
+        out[d] = out[d + 1] * shape[d + 1]
+    return out
+
+
+class ModelEmitter:
+    """Collects the C declarations of one model while its operators are lowered."""
+
+    def __init__(self, graph: Graph, model_data: bytes, offsets: dict[int, int],
+                 scratch: dict[int, list[int]] | None = None):
+        self.graph = graph
+        self.sg = graph.main
+        self.raw_tensors = graph.raw.subgraphs[0].tensors
+        self.model_data = model_data
+        self.offsets = offsets  # activation tensor index -> arena offset
+        self.scratch = scratch or {}  # operator index -> arena offsets of its kernel scratch buffers, in request order
+        self.declarations: list[str] = []
+        self.variables: dict[int, Tensor] = {}  # variable tensors the operators use: static state, not arena
+        self.call_once_flags: list[str] = []  # one per CALL_ONCE: set once its init subgraph has run
+        self._constants: dict[int, str] = {}
+        self.resources, self._handles = self._resource_variables()
+
+    # ---- resource variables ------------------------------------------------------------------------------
+    def _resource_variables(self) -> tuple[dict[tuple[bytes, bytes], ResourceVariable], dict[tuple[int, int], tuple]]:
+        handles = {(sg.index, op.outputs[0]): _resource_key(op) for sg in self.graph.subgraphs
+                   for op in sg.operators if op.opcode == "VAR_HANDLE"}
+        resources: dict[tuple[bytes, bytes], ResourceVariable] = {}
+        for sg in self.graph.subgraphs:
+            raw = self.graph.raw.subgraphs[sg.index].tensors
+            for op in sg.operators:
+                key = handles.get((sg.index, op.inputs[0])) if op.opcode == "ASSIGN_VARIABLE" else None
+                if key is None or key in resources:
+                    continue
+                value = sg.tensors[op.inputs[1]]
+                qp = raw[op.inputs[1]].quantization
+                zero = int(qp.zeroPoint[0]) if value.dtype == "int8" and qp is not None and qp.zeroPoint is not None \
+                    and len(qp.zeroPoint) else 0
+                resources[key] = ResourceVariable(f"resource{len(resources)}", value.nbytes, zero)
+        return resources, handles
+
+    def resource(self, subgraph: int, handle: int, nbytes: int) -> str:
+        """The state member behind a resource tensor; every read and assignment must move the same bytes."""
+        key = self._handles.get((subgraph, handle))
+        require(key is not None, f"resource tensor {handle} does not come from a VAR_HANDLE")
+        variable = self.resources.get(key)
+        require(variable is not None, f"resource variable {key[1].decode(errors='replace')} is never assigned")
+        require(variable.nbytes == nbytes, f"resource variable {variable.member} holds {variable.nbytes} bytes, "
+                                           f"not {nbytes}")
+        return f"{STATE_OBJECT}.{variable.member}"
+
+    def state_members(self) -> list[StateMember]:
+        """Everything the generated code keeps between invocations. TFLM resets int8 variable tensors to their
+        zero point and every other type to zero bytes; resource variables to their reset byte."""
+        members = []
+        for index, t in self.variables.items():
+            size = element_size(t)
+            reset = self.quantization(index, required=False).zero_point if t.dtype == "int8" else 0
+            members.append(StateMember(variable_member(index), C_TYPES[t.dtype], t.nbytes // size, size, reset))
+        members += [StateMember(r.member, "uint8_t", r.nbytes, 1, r.reset_byte) for r in self.resources.values()]
+        members += [StateMember(flag, "uint8_t", 0, 1, None) for flag in self.call_once_flags]
+        return members
+
+    # ---- tensors -----------------------------------------------------------------------------------------
+    def tensor(self, index: int) -> Tensor:
+        return self.sg.tensors[index]
+
+    def quantization(self, index: int, required: bool = True) -> Quantization:
+        """A tensor's scales and zero points; quantized kernels require them to be there."""
+        qp = self.raw_tensors[index].quantization
+        if qp is None or qp.scale is None or len(qp.scale) == 0 or not any(float(s) > 0 for s in qp.scale):
+            if required:
+                raise Unsupported(f"tensor {index} '{self.tensor(index).name}' has no quantization parameters")
+            return Quantization((), ())
+        zps = qp.zeroPoint if qp.zeroPoint is not None else [0] * len(qp.scale)
+        return Quantization(tuple(float(s) for s in qp.scale), tuple(int(z) for z in zps))
+
+    def constant_values(self, index: int) -> np.ndarray:
+        t = self.tensor(index)
+        if t.kind is not TensorKind.CONSTANT:
+            raise Unsupported(f"tensor {index} '{t.name}' must be a constant")
+        if t.dtype not in NUMPY_TYPES:
+            raise Unsupported(f"constant tensor {index} has type {t.dtype}")
+        data = buffer_bytes(self.graph.raw.buffers[t.buffer], self.model_data, self.graph.path)
+        return np.frombuffer(data, dtype=NUMPY_TYPES[t.dtype]).reshape(t.shape)
+
+    def pointer(self, index: int, writable: bool = False) -> str:
+        """C expression for a tensor's data: a place in the arena, or a const array in flash."""
+        t = self.tensor(index)
+        ctype = C_TYPES.get(t.dtype)
+        if ctype is None:
+            raise Unsupported(f"tensor {index} '{t.name}' has type {t.dtype}")
+        if t.kind is TensorKind.ACTIVATION:
+            if index not in self.offsets:
+                raise Unsupported(f"tensor {index} '{t.name}' has no place in the arena (empty or unused)")
+            return f"(({ctype} *)(arena + {self.offsets[index]}u))"
+        if t.kind is TensorKind.VARIABLE:
+            self.variables[index] = t
+            return f"{STATE_OBJECT}.{variable_member(index)}"
+        if writable:
+            raise Unsupported(f"tensor {index} '{t.name}' is written but is not an activation")
+        if index not in self._constants:
+            name = f"tensor{index}"
+            self.array(name, ctype, self.constant_values(index).reshape(-1))
+            self._constants[index] = name
+        return self._constants[index]
+
+    def scratch_pointer(self, op: Operator, k: int, ctype: str = "int32_t") -> str:
+        """Kernel scratch buffer k of `op`, where the memory plan put it in the arena."""
+        buffers = self.scratch.get(op.index, [])
+        require(k < len(buffers), f"the memory plan has no scratch buffer {k} for this operator")
+        return f"(({ctype} *)(arena + {buffers[k]}u))"
+
+    # ---- declarations ------------------------------------------------------------------------------------
+    def array(self, name: str, ctype: str, values) -> str:
+        values = np.asarray(values).reshape(-1)
+        if ctype == "float":
+            items = [c_float(v) for v in values.tolist()]
+        else:  # map(str) for speed: weight arrays run to millions of elements
+            items = list(map(str, values.tolist()))
+            if values.size and values.min() == -(1 << 31):
+                items = [c_int(int(v)) for v in items]
+        if not items:
+            items = ["0"]
+        lines = [", ".join(items[i:i + 24]) for i in range(0, len(items), 24)]
+        body = ",\n    ".join(lines)
+        self.declarations.append(f"static const {ctype} {name}[{len(items)}] = {{\n    {body}\n}};")
+        return name
+
+    def struct(self, name: str, ctype: str, fields: dict[str, object]) -> str:
+        parts = []
+        for key, value in fields.items():
+            if isinstance(value, (list, tuple)):
+                # a list fills an LT_MAX_DIMS array (zero-padded); a tuple is a fixed-size array given in full
+                padded = list(value) + [0] * (MAX_DIMS - len(value)) if isinstance(value, list) else list(value)
+                parts.append(f".{key} = {{{', '.join(c_int(v) for v in padded)}}}")
+            elif isinstance(value, float):
+                parts.append(f".{key} = {c_float(value)}")
+            else:
+                parts.append(f".{key} = {c_int(value)}")
+        self.declarations.append(f"static const {ctype} {name} = {{{', '.join(parts)}}};")
+        return f"&{name}"
+
+
+
+def tensor_types(e: ModelEmitter, op: Operator) -> tuple[list[str], list[str]]:
+    return ([e.tensor(t).dtype if t >= 0 else "-" for t in op.inputs], [e.tensor(t).dtype for t in op.outputs])
+
+
+def require(condition: bool, reason: str) -> None:
+    if not condition:
+        raise Unsupported(reason)
+
+
+def fused_activation(op: Operator) -> int:
+    return int(getattr(op.options, "fusedActivationFunction", 0) or 0)
+
+
+def quantized_activation(e: ModelEmitter, op: Operator, output: int) -> dict[str, object]:
+    out_q = e.quantization(output)
+    try:
+        lo, hi = q.activation_range_int8(fused_activation(op), out_q.scale, out_q.zero_point)
+    except ValueError as exc:
+        raise Unsupported(str(exc)) from None
+    return {"act_min": lo, "act_max": hi}
+
+
+def float_activation(op: Operator) -> dict[str, object]:
+    try:
+        lo, hi = q.activation_range_float(fused_activation(op))
+    except ValueError as exc:
+        raise Unsupported(str(exc)) from None
+    return {"act_min_f": lo, "act_max_f": hi}
+
+def same_types(e: ModelEmitter, op: Operator, count: int = 1) -> str:
+    ins, outs = tensor_types(e, op)
+    require(ins[0] in C_TYPES and all(t == ins[0] for t in ins[:count]) and outs == [ins[0]],
+            f"types {ins} -> {outs}")
+    return ins[0]
+
+
+def element_size(t: Tensor) -> int:
+    return np.dtype(NUMPY_TYPES[t.dtype]).itemsize
+
+
+
+Lowering = Callable[[ModelEmitter, Operator, str], str]
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One operator the runtime runs: its lowering and the type signatures it accepts, each `T` (input 0 and
+    output 0 of type T) or `A->B`; `*` matches any input type. No signatures: the operator has no typed data
+    (CALL_ONCE, VAR_HANDLE). The signatures are both the check made before lowering and the docs' table."""
+
+    opcode: str
+    lower: Lowering
+    types: tuple[str, ...]
+    notes: str = ""
+
+
+def signature(e: ModelEmitter, op: Operator) -> str:
+    """The type signature of `op` as `Kernel.types` spells it."""
+    source = e.tensor(op.inputs[0]).dtype if op.inputs and op.inputs[0] >= 0 else "-"
+    target = e.tensor(op.outputs[0]).dtype if op.outputs else "-"
+    return source if source == target else f"{source}->{target}"
+
+
+def accepts(kernel: Kernel, sig: str) -> bool:
+    if not kernel.types:
+        return True
+    return sig in kernel.types or f"*->{sig.split('->')[-1]}" in kernel.types
+
+
+def elementwise_count(e: ModelEmitter, op: Operator) -> int:
+    """Elements of input 0, which must have the output's shape (unary element-wise kernels)."""
+    shape = e.tensor(op.inputs[0]).shape
+    require(shape == e.tensor(op.outputs[0]).shape, f"output shape {e.tensor(op.outputs[0]).shape} differs from "
+                                                    f"the input's {shape}")
+    return math.prod(shape)

@@ -1,0 +1,280 @@
+"""Data movement: RESHAPE, TRANSPOSE, PAD, CONCATENATION, STRIDED_SLICE, SPLIT, SPLIT_V, PACK, SHAPE and
+RESIZE_NEAREST_NEIGHBOR: calls into firmware/runtime/lt_movement.c."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from lowtide.compile import quantization as q
+from lowtide.compile.lowering.emitter import (
+    C_TYPES,
+    MAX_DIMS,
+    Kernel,
+    ModelEmitter,
+    element_size,
+    fused_activation,
+    require,
+    same_types,
+    strides,
+    tensor_types,
+)
+from lowtide.model.ir import Operator, TensorKind
+
+
+def lower_reshape(e, op, name):
+    same_types(e, op)
+    t = e.tensor(op.outputs[0])
+    return f"lt_copy({e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)}, {t.nbytes}u);"
+
+
+def _copy(e: ModelEmitter, name: str, dims, src_steps, dst_steps, elem_size: int) -> str:
+    require(len(dims) <= MAX_DIMS, f"more than {MAX_DIMS} dimensions")
+    return e.struct(name, "lt_copy_params", {"ndim": len(dims), "dims": list(dims), "src_steps": list(src_steps),
+                                                  "dst_steps": list(dst_steps), "elem_size": elem_size})
+
+
+
+@dataclass(frozen=True)
+class View:
+    """The elements of one tensor that a box copy visits: from element `start`, `steps[d]` elements apart along
+    each copy dimension d."""
+
+    tensor: int
+    start: int
+    steps: tuple[int, ...]
+
+
+def _arena_bytes(e: ModelEmitter, view: View, dims, elem_size: int) -> tuple[int, int] | None:
+    """[first, end) arena bytes a view touches; None when it is not in the arena."""
+    if e.tensor(view.tensor).kind is not TensorKind.ACTIVATION or view.tensor not in e.offsets:
+        return None
+    lo = hi = view.start
+    for n, step in zip(dims, view.steps):
+        lo, hi = lo + min(0, step * (n - 1)), hi + max(0, step * (n - 1))
+    base = e.offsets[view.tensor]
+    return base + lo * elem_size, base + (hi + 1) * elem_size
+
+
+def _copy_strided(e: ModelEmitter, name: str, dims, source: View, target: View) -> str:
+    """One lt_copy_strided call from `source` to `target`. A memory plan may put the two on the same bytes only
+    as the very same view (an in-place SPLIT or CONCATENATION), which the runtime then skips; any other overlap
+    would read bytes the copy has already overwritten, so it is refused."""
+    size = element_size(e.tensor(source.tensor))
+    if math.prod(dims):
+        a, b = _arena_bytes(e, source, dims, size), _arena_bytes(e, target, dims, size)
+        same_view = a is not None and b is not None and a[0] == b[0] and all(
+            n <= 1 or s == t for n, s, t in zip(dims, source.steps, target.steps))
+        require(a is None or b is None or a[1] <= b[0] or b[1] <= a[0] or same_view,
+                f"the memory plan overlaps tensors {source.tensor} and {target.tensor} in a way no copy can run "
+                f"in place")
+    p = _copy(e, name, dims, source.steps, target.steps, size)
+    src, dst = e.pointer(source.tensor), e.pointer(target.tensor, True)
+    return (f"lt_copy_strided({p}, {f'{src} + {source.start}' if source.start else src}, "
+            f"{f'{dst} + {target.start}' if target.start else dst});")
+
+
+def lower_shape(e, op, name):
+    """SHAPE: shapes are static here, so the output is a constant written into the arena when the operator runs
+    (the tensor is planned like any activation and later operators read it there)."""
+    _, outs = tensor_types(e, op)
+    require(outs == ["int32"], f"output type {outs[0]}")
+    shape = e.tensor(op.inputs[0]).shape
+    require(e.tensor(op.outputs[0]).shape == (len(shape),), "output shape does not match the input rank")
+    values = e.array(f"{name}_shape", "int32_t", list(shape))
+    return f"lt_copy({values}, {e.pointer(op.outputs[0], True)}, {4 * len(shape)}u);"
+
+
+def lower_pack(e, op, name):
+    """PACK: input k becomes index k along the new axis `axis` of the output; the kernel copies bytes."""
+    dtype = same_types(e, op, len(op.inputs))
+    require(len(op.inputs) == int(op.options.valuesCount), "the input count differs from values_count")
+    t_out = e.tensor(op.outputs[0])
+    axis = int(op.options.axis) % len(t_out.shape)
+    shape = e.tensor(op.inputs[0]).shape
+    require(dtype in C_TYPES and all(e.tensor(t).shape == shape for t in op.inputs)
+            and t_out.shape == shape[:axis] + (len(op.inputs),) + shape[axis:],
+            f"inputs of shape {shape} do not stack to {t_out.shape}")
+    out_st = strides(t_out.shape)
+    steps = tuple(out_st[:axis] + out_st[axis + 1:])
+    return " ".join(_copy_strided(e, f"{name}_params{k}", shape, View(t, 0, tuple(strides(shape))),
+                                  View(op.outputs[0], k * out_st[axis], steps))
+                    for k, t in enumerate(op.inputs))
+
+
+def lower_transpose(e, op, name):
+    same_types(e, op)
+    t_in, t_out = e.tensor(op.inputs[0]), e.tensor(op.outputs[0])
+    perm = [int(p) for p in e.constant_values(op.inputs[1]).reshape(-1)]
+    in_st = strides(t_in.shape)
+    dims = [t_in.shape[p] for p in perm]
+    require(tuple(dims) == t_out.shape, "output shape does not match the permutation")
+    return _copy_strided(e, f"{name}_params", dims, View(op.inputs[0], 0, tuple(in_st[p] for p in perm)),
+                         View(op.outputs[0], 0, tuple(strides(t_out.shape))))
+
+
+def lower_pad(e, op, name):
+    same_types(e, op)
+    t_in, t_out = e.tensor(op.inputs[0]), e.tensor(op.outputs[0])
+    paddings = e.constant_values(op.inputs[1]).reshape(-1, 2)
+    before = [int(b) for b in paddings[:, 0]]
+    require(all(int(x) >= 0 for x in paddings.reshape(-1)), "negative padding")
+    ctype = C_TYPES[t_in.dtype]
+    if len(op.inputs) > 2 and op.inputs[2] >= 0:
+        pad_value = e.constant_values(op.inputs[2]).reshape(-1)[0]
+    elif t_in.dtype == "int8":
+        pad_value = e.quantization(op.outputs[0]).zero_point
+    else:
+        pad_value = 0
+    value = e.array(f"{name}_value", ctype, [pad_value])
+    out_st = strides(t_out.shape)
+    start = sum(b * s for b, s in zip(before, out_st))
+    size = element_size(t_in)
+    p = _copy(e, f"{name}_params", t_in.shape, strides(t_in.shape), out_st, size)
+    out = e.pointer(op.outputs[0], True)
+    return (f"lt_fill({out}, {math.prod(t_out.shape)}u, {value}, {size}); "
+            f"lt_copy_strided({p}, {e.pointer(op.inputs[0])}, {out} + {start});")
+
+
+def lower_concatenation(e, op, name):
+    count = len(op.inputs)
+    dtype = same_types(e, op, count)
+    t_out = e.tensor(op.outputs[0])
+    if dtype == "int8":
+        out_q = e.quantization(op.outputs[0])
+        require(all(e.quantization(t) == out_q for t in op.inputs),
+                "int8 concatenation needs equal input and output quantization")
+    require(fused_activation(op) == 0, "fused activation on concatenation")
+    axis = int(op.options.axis) % len(t_out.shape)
+    out_st = tuple(strides(t_out.shape))
+    statements, position = [], 0
+    for k, t in enumerate(op.inputs):
+        shape = e.tensor(t).shape
+        statements.append(_copy_strided(e, f"{name}_params{k}", shape, View(t, 0, tuple(strides(shape))),
+                                        View(op.outputs[0], position * out_st[axis], out_st)))
+        position += shape[axis]
+    return " ".join(statements)
+
+
+def _split_axis(e: ModelEmitter, axis_tensor: int, rank: int) -> int:
+    values = e.constant_values(axis_tensor).reshape(-1)
+    require(values.size == 1, "the axis must be one value")
+    axis = int(values[0])
+    require(-rank <= axis < rank, f"axis {axis} is out of range")
+    return axis % rank
+
+
+def _split(e: ModelEmitter, op: Operator, name: str, data: int, axis: int) -> str:
+    """SPLIT and SPLIT_V: output k is the input's block along `axis` after outputs 0..k-1. Like TFLM's kernels,
+    the outputs' shapes say where the cuts are; the kernels copy bytes, so int8 outputs keep the input's values
+    whatever their quantization says."""
+    shape, dtype = e.tensor(data).shape, e.tensor(data).dtype
+    outs = [e.tensor(t) for t in op.outputs]
+    require(dtype in C_TYPES and all(t.dtype == dtype for t in outs), f"types {dtype} -> {[t.dtype for t in outs]}")
+
+    def others(s: tuple[int, ...]) -> tuple[int, ...]:
+        return s[:axis] + s[axis + 1:]
+
+    require(all(len(t.shape) == len(shape) and others(t.shape) == others(shape) for t in outs)
+            and sum(t.shape[axis] for t in outs) == shape[axis],
+            f"output shapes {[t.shape for t in outs]} do not cut {shape} along axis {axis}")
+    in_st = tuple(strides(shape))
+    statements, position = [], 0
+    for k, out in enumerate(outs):
+        statements.append(_copy_strided(e, f"{name}_params{k}", out.shape, View(data, position * in_st[axis], in_st),
+                                        View(out.index, 0, tuple(strides(out.shape)))))
+        position += out.shape[axis]
+    return " ".join(statements)
+
+
+def lower_split(e, op, name):
+    require(len(op.outputs) == int(op.options.numSplits), "the output count differs from num_splits")
+    data = op.inputs[1]
+    return _split(e, op, name, data, _split_axis(e, op.inputs[0], len(e.tensor(data).shape)))
+
+
+def lower_split_v(e, op, name):
+    data = op.inputs[0]
+    shape = e.tensor(data).shape
+    axis = _split_axis(e, op.inputs[2], len(shape))
+    code = _split(e, op, name, data, axis)
+    # size_splits may hold one -1 (the rest of the axis); the kernel follows the output shapes, which must agree.
+    sizes = [int(v) for v in e.constant_values(op.inputs[1]).reshape(-1)]
+    rest = shape[axis] - sum(n for n in sizes if n != -1)
+    cut = [e.tensor(t).shape[axis] for t in op.outputs]
+    require(sizes.count(-1) <= 1 and [rest if n == -1 else n for n in sizes] == cut,
+            f"size_splits {sizes} does not match the output shapes")
+    return code
+
+
+def lower_strided_slice(e, op, name):
+    same_types(e, op)
+    t_in, t_out = e.tensor(op.inputs[0]), e.tensor(op.outputs[0])
+    o = op.options
+    require(not o.ellipsisMask and not o.newAxisMask, "ellipsis and new-axis masks are not supported")
+    begin = [int(v) for v in e.constant_values(op.inputs[1]).reshape(-1)]
+    end = [int(v) for v in e.constant_values(op.inputs[2]).reshape(-1)]
+    step = [int(v) for v in e.constant_values(op.inputs[3]).reshape(-1)]
+    shape = t_in.shape
+    require(len(begin) == len(shape), "begin/end/strides must cover every dimension")
+    big = 1 << 31
+    dims, src_start, src_steps = [], 0, []
+    in_st = strides(shape)
+    for axis, size in enumerate(shape):
+        # StartForAxis / StopForAxis of strided_slice_logic.h
+        stride = step[axis]
+        require(stride != 0, "zero stride")
+        start = begin[axis]
+        if o.beginMask & (1 << axis):
+            start = -big if stride > 0 else big - 1
+        if start < 0:
+            start += size
+        start = min(max(start, 0), size) if stride > 0 else min(max(start, -1), size - 1)
+        if o.shrinkAxisMask & (1 << axis):
+            stop = start + 1
+        else:
+            stop = begin[axis] + end[axis] if getattr(o, "offset", False) else end[axis]
+            if o.endMask & (1 << axis):
+                stop = big - 1 if stride > 0 else -big
+            if stop < 0:
+                stop += size
+            stop = min(max(stop, 0), size) if stride > 0 else min(max(stop, -1), size - 1)
+        n = len(range(start, stop, stride))
+        dims.append(n)
+        src_start += start * in_st[axis] if n else 0
+        src_steps.append(stride * in_st[axis])
+    require(math.prod(dims) == math.prod(t_out.shape), "output size does not match the slice")
+    return _copy_strided(e, f"{name}_params", dims, View(op.inputs[0], src_start, tuple(src_steps)),
+                         View(op.outputs[0], 0, tuple(strides(tuple(dims)))))
+
+
+def lower_resize_nearest_neighbor(e, op, name):
+    same_types(e, op)
+    t_in, t_out = e.tensor(op.inputs[0]), e.tensor(op.outputs[0])
+    require(len(t_in.shape) == 4, "only 4-D NHWC tensors are supported")
+    out_h, out_w = (int(v) for v in e.constant_values(op.inputs[1]).reshape(-1))
+    require((out_h, out_w) == tuple(t_out.shape[1:3]), "output size does not match the size input")
+    align, half = bool(op.options.alignCorners), bool(op.options.halfPixelCenters)
+    y_map = e.array(f"{name}_y", "int32_t", q.nearest_neighbor_map(out_h, t_in.shape[1], align, half))
+    x_map = e.array(f"{name}_x", "int32_t", q.nearest_neighbor_map(out_w, t_in.shape[2], align, half))
+    p = e.struct(f"{name}_params", "lt_resize_params",
+                 {"batches": t_in.shape[0], "in_h": t_in.shape[1], "in_w": t_in.shape[2], "channels": t_in.shape[3],
+                      "out_h": out_h, "out_w": out_w, "elem_size": element_size(t_in)})
+    return f"lt_resize_nearest({p}, {y_map}, {x_map}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
+
+
+
+ANY_TYPE = ("int8", "uint8", "int16", "int32", "float32")
+ANY_OUTPUT = tuple(f"*->{t}" for t in ANY_TYPE)  # the first input is not the data
+KERNELS = (
+    Kernel("RESHAPE", lower_reshape, ANY_TYPE),
+    Kernel("TRANSPOSE", lower_transpose, ANY_TYPE),
+    Kernel("PAD", lower_pad, ANY_TYPE),
+    Kernel("CONCATENATION", lower_concatenation, ANY_TYPE),
+    Kernel("STRIDED_SLICE", lower_strided_slice, ANY_TYPE),
+    Kernel("SPLIT", lower_split, ANY_OUTPUT),
+    Kernel("SPLIT_V", lower_split_v, ANY_TYPE),
+    Kernel("PACK", lower_pack, ANY_TYPE),
+    Kernel("SHAPE", lower_shape, ("*->int32",)),
+    Kernel("RESIZE_NEAREST_NEIGHBOR", lower_resize_nearest_neighbor, ANY_TYPE),
+)

@@ -1,0 +1,164 @@
+"""Operator kernels of `lowtide compile`, each against the host TFLM on small models built here.
+
+One model per kernel family and type holds every operator of the family, several times with quantization
+parameters at their edges (saturating, negative alphas, zero points away from the middle, broadcasts), each
+output a model output: one compiler run checks them all, built with ASan and UBSan. Inputs cover each input
+type's full range (float inputs are scaled up first, so that the activations' bends and saturations are reached).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from lowtide import oracle
+from lowtide.compile import verify_compiled
+from lowtide.compile.codegen import check_model
+from lowtide.compile.lowering import KERNELS, NOT_IN_TFLM
+from lowtide.model import load_model
+from test_compile import TinyModel
+
+SHAPE = (2, 3, 4, 5)
+
+
+def _check(path: Path, seeds=(0, 1)) -> list[np.ndarray]:
+    """Every output bit-exact (float32: within the host check's 1e-5) under the sanitizers; the oracle's outputs
+    for seed 0."""
+    for seed in seeds:
+        result = verify_compiled(path, seed=seed, sanitize=True)
+        assert result.passed, [o for o in result.outputs if not o.passed]
+        assert all(o.max_abs_diff == 0 for o in result.outputs if o.dtype != "float32")
+    graph = load_model(path)
+    return oracle.run(path.read_bytes(), oracle.random_inputs(graph, 0)).outputs
+
+
+def _varied(outputs: list[np.ndarray], at_least: int = 4) -> None:
+    """Each output takes several values: no kernel is checked on a constant."""
+    for k, out in enumerate(outputs):
+        assert len(np.unique(out)) >= at_least, f"output {k} has values {np.unique(out)}"
+
+
+# ---- activations ---------------------------------------------------------------------------------------------
+
+def _activations_int8(m: TinyModel) -> tuple[list[int], list[int]]:
+    x = m.tensor(SHAPE, "int8", 0.05, 3)
+    fine = m.tensor(SHAPE, "int8", 0.004, -5)  # HARD_SWISH's reluish multiplier below one
+    outputs = []
+
+    def unary(opcode, source, scale, zero_point, options_type=None, **options):
+        y = m.tensor(SHAPE, "int8", scale, zero_point)
+        m.op(opcode, [source], [y], options_type, **options)
+        outputs.append(y)
+
+    unary("RELU", x, 0.03, -128)
+    unary("RELU", x, 0.02, 5)  # the clamp starts at a zero point above the minimum
+    unary("RELU", x, 0.01, -20)  # saturates
+    unary("RELU6", x, 0.5, 0)  # TFLM clamps the input's values: the output's quantization is not used
+    unary("LEAKY_RELU", x, 0.04, -10, "LeakyReluOptions", alpha=0.2)
+    unary("LEAKY_RELU", x, 0.05, 0, "LeakyReluOptions", alpha=-0.5)  # negative alpha
+    unary("LEAKY_RELU", x, 0.09, 7, "LeakyReluOptions", alpha=1.5)
+    unary("HARD_SWISH", x, 0.03, -100)
+    unary("HARD_SWISH", fine, 0.0006, 20)
+    unary("TANH", x, 1 / 128, 0)
+    unary("TANH", fine, 1 / 128, 0)
+    unary("ELU", x, 0.03, 60)
+    unary("LOGISTIC", x, 1 / 256, -128)
+    per_channel = m.tensor((5,), "int8", 0.01, 4, data=[-128, -40, 0, 60, 127])
+    unary_alpha = m.tensor((3, 1, 5), "int8", 0.02, -3, data=np.arange(15).reshape(3, 1, 5) * 17 - 120)
+    for alpha, scale, zero_point in ((per_channel, 0.04, -2), (unary_alpha, 0.07, 10)):
+        y = m.tensor(SHAPE, "int8", scale, zero_point)
+        m.op("PRELU", [x, alpha], [y])
+        outputs.append(y)
+    return [x, fine], outputs
+
+
+def _activations_int16(m: TinyModel) -> tuple[list[int], list[int]]:
+    x = m.tensor(SHAPE, "int16", 6 / 32768, 0)
+    outputs = []
+    for opcode, scale, options in (("RELU", 3 / 32768, {}), ("RELU", 8 / 32768, {}), ("RELU6", 6 / 32768, {}),
+                                   ("LEAKY_RELU", 5 / 32768, {"alpha": 0.3}),
+                                   ("LEAKY_RELU", 4 / 32768, {"alpha": -1.25})):
+        y = m.tensor(SHAPE, "int16", scale, 0)
+        m.op(opcode, [x], [y], "LeakyReluOptions" if options else None, **options)
+        outputs.append(y)
+    alpha = m.tensor((4, 1), "int8", 0.01, 2, data=[[-100], [-3], [50], [127]])
+    y = m.tensor(SHAPE, "int16", 4 / 32768, 0)
+    m.op("PRELU", [x, alpha], [y])
+    return [x], outputs + [y]
+
+
+def _activations_float32(m: TinyModel) -> tuple[list[int], list[int]]:
+    x = m.tensor(SHAPE, "float32")
+    gain = m.tensor((1,), "float32", data=[8.0])
+    wide = m.tensor(SHAPE, "float32")  # [-8, 8]
+    m.op("MUL", [x, gain], [wide], "MulOptions", fusedActivationFunction=0)
+    outputs = []
+    for opcode, options_type, options in (("RELU", None, {}), ("RELU6", None, {}),
+                                          ("LEAKY_RELU", "LeakyReluOptions", {"alpha": 0.1}),
+                                          ("LEAKY_RELU", "LeakyReluOptions", {"alpha": -2.0}),
+                                          ("HARD_SWISH", None, {}), ("TANH", None, {}), ("ELU", None, {}),
+                                          ("LOGISTIC", None, {})):
+        y = m.tensor(SHAPE, "float32")
+        m.op(opcode, [wide], [y], options_type, **options)
+        outputs.append(y)
+    alpha = m.tensor((1, 4, 5), "float32", data=np.linspace(-1.5, 1.5, 20).reshape(1, 4, 5))
+    y = m.tensor(SHAPE, "float32")
+    m.op("PRELU", [wide, alpha], [y])
+    return [x], outputs + [y]
+
+
+ACTIVATIONS = {"int8": _activations_int8, "int16": _activations_int16, "float32": _activations_float32}
+
+
+@pytest.mark.parametrize("dtype", sorted(ACTIVATIONS))
+def test_activations_bit_exact(tmp_path, dtype):
+    m = TinyModel()
+    inputs, outputs = ACTIVATIONS[dtype](m)
+    path = m.save(tmp_path / f"activations_{dtype}.tflite", inputs, outputs)
+    _varied(_check(path))
+
+
+# ---- the support table, errors and --check --------------------------------------------------------------------
+
+def test_operators_tflm_lacks_are_refused_with_the_reason(tmp_path):
+    m = TinyModel()
+    x = m.tensor((1, 4), "float32")
+    y = m.tensor((1, 4), "float32")
+    z = m.tensor((1, 4), "float32")
+    m.op("RELU_N1_TO_1", [x], [y])
+    m.op("COS", [y], [z])
+    path = m.save(tmp_path / "clip.tflite", [x], [z])
+    blockers = check_model(path)
+    assert [str(b) for b in blockers] == [
+        f"operator 0 (RELU_N1_TO_1 float32 -> float32): {NOT_IN_TFLM['RELU_N1_TO_1']}",
+        "operator 1 (COS float32 -> float32): no kernel in the lowtide runtime"]
+    assert "RELU_N1_TO_1" not in KERNELS
+
+
+def test_check_lists_every_blocker_as_json(tmp_path):
+    from lowtide.cli import app, compile_cmd  # noqa: F401  (registers the command)
+    from typer.testing import CliRunner
+
+    m = TinyModel()
+    x = m.tensor((1, 4), "int16", 0.1, 0)
+    y = m.tensor((1, 4), "int16", 0.1, 0)
+    z = m.tensor((1, 4), "int16", 0.1, 0)
+    m.op("HARD_SWISH", [x], [y])
+    m.op("RELU", [y], [z])  # compiles: not a blocker
+    path = m.save(tmp_path / "blocked.tflite", [x], [z])
+    result = CliRunner().invoke(app, ["compile", str(path), "--check", "--json"])
+    assert result.exit_code == 1, result.output
+    report = json.loads(result.output)
+    assert report["compiles"] is False
+    assert report["blockers"] == [{"op_index": 0, "opcode": "HARD_SWISH", "input_types": ["int16"],
+                                   "output_types": ["int16"],
+                                   "reason": "no int16 kernel (supported: int8, float32)"}]
+
+
+def test_docs_support_table_is_generated_from_the_code():
+    import runpy
+
+    script = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / "operators_doc.py"))
+    assert script["DOC"].read_text() == script["document"](), "run python scripts/operators_doc.py"
