@@ -2,7 +2,7 @@
 PYTHON ?= python3
 BUILD ?= build
 
-.PHONY: install firmware-deps demo demo-board test bench
+.PHONY: install firmware-deps demo demo-board test bench fuzz
 
 install:
 	$(PYTHON) -m pip install --quiet -e '.[test]'
@@ -28,3 +28,10 @@ test: install firmware-deps
 
 bench: install
 	$(PYTHON) benchmarks/optimize_bench.py
+
+# The structured fuzzer for longer than CI runs it: FUZZ_EXAMPLES mutated models, at most FUZZ_MINUTES in all.
+FUZZ_EXAMPLES ?= 2000
+FUZZ_MINUTES ?= 30
+fuzz: install
+	LOWTIDE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) LOWTIDE_FUZZ_SUBPROCESS_EXAMPLES=$$(( $(FUZZ_EXAMPLES) / 50 )) \
+	LOWTIDE_FUZZ_MINUTES=$(FUZZ_MINUTES) $(PYTHON) -m pytest -q -p no:cacheprovider tests/test_fuzz_models.py

@@ -3,7 +3,10 @@ exit 0, or exit 2 with one line naming the input file, and no file left behind."
 
 from __future__ import annotations
 
+import faulthandler
 import io
+import os
+import pickle
 import subprocess
 import sys
 from contextlib import redirect_stderr, redirect_stdout
@@ -12,6 +15,7 @@ from pathlib import Path
 from unittest import mock
 
 from lowtide.cli import main
+from lowtide.model import model_bytes
 
 COMMANDS = ("validate", "inspect", "optimize", "compile", "measure")
 
@@ -72,3 +76,23 @@ def assert_kept_promise(outcome: Outcome, model: Path, out_dir: Path, expect_err
             assert expect_error in outcome.stderr, what
         left = sorted(p.name for p in out_dir.iterdir())
         assert left == [], f"{what}\nleft behind: {left}"
+
+
+def serialise_isolated(raw) -> bytes | None:
+    """`model_bytes(raw)` in a forked child, or None if it fails: TFLM's C++ aligner, which it runs, can crash on
+    an inconsistent object tree (a union type without its table), and must not take the test process along."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            faulthandler.disable()
+            os.close(read_fd)
+            with os.fdopen(write_fd, "wb") as pipe:
+                pickle.dump(model_bytes(raw), pipe)
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as pipe:
+        data = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    return pickle.loads(data) if data and os.WIFEXITED(status) else None

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape as escape_markup
 from rich.table import Table
 
 from lowtide import oracle
@@ -136,7 +137,8 @@ def _print(report: dict) -> None:
         io.add_column(name)
     for kind in ("inputs", "outputs"):
         for i, t in enumerate(report[kind]):
-            io.add_row(f"{kind[:-1]} {i}", t["name"], t["dtype"], str(tuple(t["shape"])), str(t["offset"]),
+            io.add_row(f"{kind[:-1]} {i}", escape_markup(t["name"]), t["dtype"], str(tuple(t["shape"])),
+                       str(t["offset"]),
                        f"{t['nbytes']:,}", f"{t['scale']:.6g}", str(t["zero_point"]))
     console.print(io)
     verify = report["verify"]

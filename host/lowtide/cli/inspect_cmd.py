@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape as escape_markup
 from rich.table import Table
 
 from lowtide import oracle
@@ -67,7 +68,7 @@ def _table(graph: Graph, plan: MemoryPlan) -> Table:
     for i, step in enumerate(plan.steps):
         bar = "█" * max(1, round(width * step.live_bytes / plan.live_peak_bytes)) if plan.live_peak_bytes else ""
         peak = i == plan.peak_step
-        table.add_row(str(i), str(step.subgraph), str(step.op), step.opcode, str(len(step.buffers)),
+        table.add_row(str(i), str(step.subgraph), str(step.op), escape_markup(step.opcode), str(len(step.buffers)),
                       f"{step.live_bytes:,}", bar + (" ← peak" if peak else ""),
                       style="bold red" if peak else None)
     return table

@@ -116,7 +116,10 @@ def buffer_lifetimes(graph: Graph, order: Order | None = None,
     shared = in_place_outputs(graph, ALIGNMENT) if in_place or plan is not None else {}
 
     def planned_offset(sg_index: int, tensor: int) -> int | None:
-        return None if plan is None else plan.offset(graph.tensor_counts, sg_index, tensor)
+        # TFLM ignores the plan's entries for tensors it does not plan (constants, variables, empty tensors).
+        if plan is None or not graph.subgraphs[sg_index].tensors[tensor].planned:
+            return None
+        return plan.offset(graph.tensor_counts, sg_index, tensor)
 
     def in_plan(output: int, share: InPlace) -> bool:
         inner, outer = planned_offset(0, output), planned_offset(0, share.input)

@@ -394,13 +394,25 @@ def _plan_no_overlap(m: _Model, plan: OfflinePlan) -> Iterator[str]:
     """OfflineMemoryAllocation overlaps tensors live at the same time"""
     from lowtide.memory.lifetimes import buffer_lifetimes  # memory depends on model: imported when needed
 
-    fixed = [b for b in buffer_lifetimes(m.graph)[0] if b.offline_offset is not None]
-    fixed.sort(key=lambda b: b.first)
+    buffers, steps = buffer_lifetimes(m.graph)
+    op_at = {step.scope: m.graph.subgraphs[step.subgraph].operators[step.op] for step in steps}
+
+    def in_place(a, b) -> bool:
+        """Live together only while one operator reads one and writes the other: an in-place plan (a SPLIT_V
+        output inside its input, a CONCATENATION input inside its output), whose kernel lowtide checked."""
+        scope = max(a.first, b.first)
+        op = op_at.get(scope)
+        if scope != min(a.last, b.last) or op is None or a.subgraph != b.subgraph:
+            return False
+        return bool({a.tensor, b.tensor} & set(op.inputs) and {a.tensor, b.tensor} & set(op.outputs))
+
+    fixed = sorted((b for b in buffers if b.offline_offset is not None), key=lambda b: b.first)
     for k, a in enumerate(fixed):
         for b in fixed[k + 1:]:
             if b.first > a.last:
                 break
-            if a.offline_offset < b.offline_offset + b.size and b.offline_offset < a.offline_offset + a.size:
+            if a.offline_offset < b.offline_offset + b.size and b.offline_offset < a.offline_offset + a.size \
+                    and not in_place(a, b):
                 yield (f"{a.label} [{a.offline_offset}, {a.offline_offset + a.size}) and {b.label} "
                        f"[{b.offline_offset}, {b.offline_offset + b.size}) are both live in scope {b.first}")
                 return  # one overlap is enough to refuse the plan; a broken plan can overlap quadratically often
