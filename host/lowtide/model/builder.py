@@ -530,6 +530,77 @@ def demo_builder() -> ModelBuilder:
     return b
 
 
+RandWireGenerator = Literal["ws", "er", "ba"]
+Aggregation = Literal["concat", "add"]
+
+
+@dataclass(frozen=True)
+class RandWireSpec:
+    """A randomly wired network in the shape of Xie et al. 2019 ("Exploring Randomly Wired Neural Networks"):
+    a stem, `stages` random graphs of `nodes` nodes each, a classifier. Each stage is drawn by networkx with the
+    paper's parameters (WS: k=4, p=0.75; ER: p=0.2; BA: m=5), its edges oriented from lower to higher node
+    number. A node aggregates its inputs (one CONCATENATION, or a chain of ADDs), then runs a separable
+    convolution: 3x3 depthwise, 1x1 to the stage's channels."""
+
+    generator: RandWireGenerator
+    nodes: int  # per stage
+    stages: int = 2
+    aggregation: Aggregation = "concat"
+    channels: int = 16  # of the first stage; doubled per stage as the resolution halves
+    size: int = 32  # input height and width
+    seed: int = 0
+
+    @property
+    def name(self) -> str:
+        return f"randwire_{self.generator}_{self.aggregation}_{self.stages}x{self.nodes}_s{self.seed}"
+
+
+def randwire_builder(spec: RandWireSpec) -> ModelBuilder:
+    """The operators of `spec` in a breadth-first stored order (each stage's nodes in number order)."""
+    import networkx as nx  # only the RandWire graphs need it
+
+    b = ModelBuilder(seed=spec.seed, name=spec.name)
+    image = b.input((1, spec.size, spec.size, 3))
+    x = b.conv2d(image, spec.channels, kernel=3)
+    for stage in range(spec.stages):
+        graph_seed = spec.seed * 1000 + stage
+        if spec.generator == "ws":
+            wiring = nx.connected_watts_strogatz_graph(spec.nodes, 4, 0.75, seed=graph_seed)
+        elif spec.generator == "er":
+            wiring = nx.erdos_renyi_graph(spec.nodes, 0.2, seed=graph_seed)
+        else:
+            wiring = nx.barabasi_albert_graph(spec.nodes, 5, seed=graph_seed)
+        channels = spec.channels << stage
+        outputs: dict[int, TensorRef] = {}
+        for node in range(spec.nodes):
+            sources = sorted(n for n in wiring.neighbors(node) if n < node)
+            merged = _aggregate(b, [outputs[n] for n in sources], spec.aggregation) if sources else x
+            # The stage's input nodes halve the resolution (the first stage keeps the stem's).
+            stride = 2 if stage and not sources else 1
+            spatial = b.depthwise_conv2d(merged, kernel=3, stride=stride)
+            outputs[node] = b.conv2d(spatial, channels, kernel=1)
+        sinks = [outputs[n] for n in range(spec.nodes) if not any(m > n for m in wiring.neighbors(n))]
+        x = _aggregate(b, sinks, spec.aggregation)
+    features = b.avg_pool(x, size=x.shape[1])
+    b.output(b.fully_connected(features, units=10))
+    return b
+
+
+def randwire_model(spec: RandWireSpec) -> bytes:
+    return randwire_builder(spec).build()
+
+
+def _aggregate(b: ModelBuilder, tensors: list[TensorRef], aggregation: Aggregation) -> TensorRef:
+    if len(tensors) == 1:
+        return tensors[0]
+    if aggregation == "concat":
+        return b.concat(tensors)
+    total = tensors[0]
+    for t in tensors[1:]:
+        total = b.add(total, t)
+    return total
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lowtide.model.builder",
                                      description="Write lowtide's demo model, an irregularly wired int8 graph.")

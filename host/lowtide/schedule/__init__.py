@@ -1,7 +1,8 @@
 """Stage 3: the operator order with the lowest live-memory peak, proven optimal where the search completes.
 
 `find_schedule` schedules every subgraph on its own cost (`problem`), split at cut points and searched exactly
-block by block (`search`). The result is checked against the memory model everyone else uses (`tflm_plan`), so
+block by block (`search`); a block the exact search cannot finish in its share of the time gets a minimum-cut
+lower bound and the anytime searches (`anytime`), so the result is the best order found with an honest gap. The result is checked against the memory model everyone else uses (`tflm_plan`), so
 its figures are the ones the rest of lowtide reports. `apply_order` writes an order into a copy of the model.
 """
 
@@ -17,7 +18,8 @@ from lowtide.memory import live_peak_bytes, tflm_plan
 from lowtide.memory.lifetimes import Order, stored_order
 from lowtide.model.ir import Graph
 from lowtide.schedule.problem import SubgraphProblem, check_order, subgraph_problem
-from lowtide.schedule.search import Block, blocks, heuristic_order, solve_block
+from lowtide.schedule.anytime import solve_hard_block
+from lowtide.schedule.search import Block, blocks, heuristic_order
 
 # Share of the time limit the beam searches (upper bounds, fallback orders) may use before the exact search.
 HEURISTIC_SHARE = 0.25
@@ -34,13 +36,22 @@ class Schedule:
     stored_head_bytes: int
     lower_bound_bytes: int  # no valid order has a lower live peak
     optimal: bool  # live_peak_bytes == lower_bound_bytes
-    timed_out: bool  # the time limit (or the search's state cap) stopped the exact search before it finished
+    timed_out: bool  # the time limit (or a search's state cap) ended the search before it proved its order optimal
     seconds: float
     explored_states: int
 
     @property
     def saved_bytes(self) -> int:
         return self.stored_peak_bytes - self.live_peak_bytes
+
+    @property
+    def gap_bytes(self) -> int:
+        """How far the order's live peak may be above the best order's: 0 when proven optimal."""
+        return self.live_peak_bytes - self.lower_bound_bytes
+
+    @property
+    def gap(self) -> float:
+        return self.gap_bytes / self.lower_bound_bytes if self.lower_bound_bytes else 0.0
 
 
 def find_schedule(graph: Graph, time_limit: float = 30.0, progress: Progress | None = None,
@@ -77,15 +88,17 @@ def find_schedule(graph: Graph, time_limit: float = 30.0, progress: Progress | N
             progress(settled_ops / total_ops, max(settled_peak, unsettled_peak))
 
     for index, (heuristic, block, position) in enumerate(pending):
-        if timed_out:
-            order, peak = heuristic
-        else:
-            result = solve_block(problems[block.subgraph], block, level, deadline, heuristic,
-                                 functools.partial(report, index))
-            order, peak = result.order, result.peak
-            explored += result.states
-            level = max(level, result.bound)
-            timed_out = not result.complete
+        # A block's share of the time left is its share of the operators still to search: those of the blocks
+        # whose heuristic order peaks above the bound (the others are settled at once).
+        unsearched_ops = sum(b.size for (_, peak), b, _ in pending[index:] if b.size > 1 and peak > level)
+        now = time.monotonic()
+        share = block.size / unsearched_ops if block.size > 1 and heuristic[1] > level else 0.0
+        result = solve_hard_block(problems[block.subgraph], block, level, now + share * max(deadline - now, 0.0),
+                                  heuristic, functools.partial(report, index))
+        order, peak = result.order, result.peak
+        explored += result.states
+        level = max(level, result.bound)
+        timed_out = timed_out or not result.complete
         block_orders[block.subgraph][position] = order
         settled_ops += block.size
         settled_peak = max(settled_peak, peak)

@@ -78,7 +78,7 @@ def blocks(problem: SubgraphProblem) -> list[Block]:
     return result
 
 
-class _Readiness:
+class Readiness:
     """Which operators of a block can run next, updated per step instead of rescanned."""
 
     def __init__(self, problem: SubgraphProblem, block: Block):
@@ -98,18 +98,25 @@ class _Readiness:
         return now
 
 
-def heuristic_order(problem: SubgraphProblem, block: Block, deadline: float = math.inf) -> tuple[list[int], int]:
-    """The best of the stored order, depth-first orders, a greedy order and a beam search (if it ends before
-    `deadline`): each an upper bound for the exact search and the fallback when the time runs out."""
+def simple_orders(problem: SubgraphProblem, block: Block) -> list[tuple[int, list[int]]]:
+    """(peak, order) of the simple heuristics: the stored order, the two depth-first orders and the greedy order,
+    stored first. Whatever the search returns peaks no higher than the best of them."""
     stored = list(bits(block.ops))
     candidates = [(problem.peak(stored, block.before), stored)]
     if block.size > 1:
         for reverse in (False, True):
             order = _depth_first_order(problem, block, reverse)
             candidates.append((problem.peak(order, block.before), order))
-        readiness = _Readiness(problem, block)
-        candidates.append(_beam_order(problem, block, readiness, 1, math.inf))
-        beam = _beam_order(problem, block, readiness, BEAM_WIDTH, deadline)
+        candidates.append(_beam_order(problem, block, Readiness(problem, block), 1, math.inf))
+    return candidates
+
+
+def heuristic_order(problem: SubgraphProblem, block: Block, deadline: float = math.inf) -> tuple[list[int], int]:
+    """The best of the simple orders and a beam search (if it ends before `deadline`): each an upper bound for
+    the exact search and the fallback when the time runs out."""
+    candidates = simple_orders(problem, block)
+    if block.size > 1:
+        beam = _beam_order(problem, block, Readiness(problem, block), BEAM_WIDTH, deadline)
         if beam is not None:
             candidates.append(beam)
     # On equal peaks the stored order wins (it compares lowest), so a model is only reordered for a gain.
@@ -144,7 +151,7 @@ def _depth_first_order(problem: SubgraphProblem, block: Block, reverse: bool) ->
 
 
 def _beam_order(
-    problem: SubgraphProblem, block: Block, readiness: _Readiness, width: int, deadline: float
+    problem: SubgraphProblem, block: Block, readiness: Readiness, width: int, deadline: float
 ) -> tuple[int, list[int]] | None:
     """Run the block one operator at a time, keeping the `width` best distinct sets of run operators at each
     depth, best = lowest peak so far, then fewest bytes live (width 1 is the plain greedy order). None if the
@@ -189,7 +196,7 @@ def solve_block(
         return BlockResult(fallback, fallback_peak, max(level, fallback_peak), 0, True)
     goal = block.before | block.ops
     step = problem.step
-    readiness = _Readiness(problem, block)
+    readiness = Readiness(problem, block)
     # mask -> (cost to reach it, operator run last); cost = max(level, highest step on the way)
     reached: dict[int, tuple[int, int]] = {block.before: (level, -1)}
     heap = [(level, 0, block.before, problem.live_bytes(block.before), readiness.first)]

@@ -1,0 +1,248 @@
+"""Blocks the exact search cannot finish in time: a tighter lower bound, and better orders found along the way.
+
+Lower bound, per operator, by minimum cut. While an operator runs, the operators already run form a set closed
+under "must run before" that holds all its ancestors and none of its descendants. Given that set, the bytes live
+are fixed: every tensor made inside it (or before the block) with a reader outside it, or kept to the end, plus
+the operator's own outputs and scratch. Minimising that over all such sets is a minimum s-t cut (a tensor costs
+its size when its producer is on the source side and some reader is not), so the most expensive operator's
+cut is a bound no order can beat, often far above the per-operator bound the exact search starts from.
+
+Orders, from the best heuristic order on:
+- divide and conquer at those cuts: the bottleneck operator's cheapest "run before" set is scheduled first and
+  the rest after it, each part split again until small enough for the exact search (SERENITY's divide and
+  conquer, Ahn et al. 2020, cutting at minimum cuts rather than only at single operators);
+- a depth-first descent under a byte budget, with memoised dead ends, the budget moved by bisection between the
+  bound and the best peak: a budget the descent meets becomes the new best, one it exhausts raises the bound,
+  one it cannot settle in time is loosened (SERENITY's adaptive soft budgeting).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import networkx as nx
+
+from lowtide.memory.lifetimes import ALIGNMENT
+from lowtide.schedule.problem import SubgraphProblem, bits
+from lowtide.schedule.search import (
+    CLOCK_EVERY, MAX_STATES, Block, BlockResult, Readiness, heuristic_order, solve_block,
+)
+
+# Share of a block's time the exact best-first search gets before the anytime phases: enough to prove every
+# shared model's blocks optimal, as before.
+EXACT_SHARE = 0.3
+# Share of the time left after the bound that divide and conquer may use; the budgeted descent gets the rest.
+DIVIDE_SHARE = 0.4
+# Parts of at most this many operators are searched exactly (in at most LEAF_SECONDS) instead of split again.
+LEAF_OPS = 30
+LEAF_SECONDS = 0.5
+# The first budgeted descent may use this share of the time left; each later round doubles it.
+PROBE_SHARE = 0.25
+
+
+@dataclass(frozen=True)
+class StepCut:
+    op: int
+    bound: int  # bytes live while `op` runs, in every valid order of the block
+    before: int  # bitmask of the block's operators: a "run before `op`" set that attains `bound`
+
+
+def step_cut(problem: SubgraphProblem, block: Block, op: int) -> StepCut:
+    """The minimum over every valid set of operators run before `op` of the bytes live while it runs."""
+    fixed_in = block.before | problem.ancestors[op]
+    fixed_out = (problem.all_ops & ~(block.before | block.ops)) | problem.descendants[op] | 1 << op
+    source, sink = "source", "sink"
+    flow = nx.DiGraph()
+    flow.add_nodes_from((source, sink))
+
+    def node(o: int | None) -> int | str:
+        if o is None or fixed_in >> o & 1:
+            return source
+        return sink if fixed_out >> o & 1 else o
+
+    def add_capacity(u, v, size: int) -> None:
+        if flow.has_edge(u, v):
+            flow[u][v]["capacity"] += size
+        else:
+            flow.add_edge(u, v, capacity=size)
+
+    for o in bits(block.ops & ~fixed_in & ~fixed_out):
+        flow.add_node(o)
+        for p in bits(problem.predecessors[o] & ~fixed_in):
+            flow.add_edge(o, p)  # no capacity: infinite; `o` on the source side needs `p` there too
+    for t, size in enumerate(problem.tensor_bytes):
+        producer = node(problem.tensor_producer[t])
+        if producer == sink or not size:
+            continue  # made while or after `op` runs: counted below or not live
+        if problem.tensor_kept[t]:
+            add_capacity(producer, sink, size)
+            continue
+        readers = {node(c) for c in bits(problem.tensor_consumers[t])} - {source}
+        if readers:
+            # The tensor is dead only if every reader is on the source side with it.
+            flow.add_edge(producer, ("tensor", t), capacity=size)
+            for reader in readers:
+                flow.add_edge(("tensor", t), reader)
+    cut, (source_side, _) = nx.minimum_cut(flow, source, sink)
+    own = (sum(problem.tensor_bytes[t] for t in problem.op_creates[op]) - problem.op_shared_bytes[op]
+           + problem.op_scratch_bytes[op])
+    before = sum(1 << o for o in source_side if isinstance(o, int)) | (problem.ancestors[op] & block.ops)
+    return StepCut(op, int(cut) + own, before)
+
+
+def step_cuts(problem: SubgraphProblem, block: Block, deadline: float) -> list[StepCut]:
+    """Every operator's cut, as many as `deadline` allows (each one is a valid bound on its own)."""
+    cuts = []
+    for op in bits(block.ops):
+        if time.monotonic() > deadline:
+            break
+        cuts.append(step_cut(problem, block, op))
+    return cuts
+
+
+def solve_hard_block(
+    problem: SubgraphProblem,
+    block: Block,
+    level: int,
+    deadline: float,
+    fallback: tuple[list[int], int],
+    tick: Callable[[], None] | None = None,
+) -> BlockResult:
+    """`solve_block` for part of the time; if it cannot finish, the cut bound, divide and conquer and the budgeted
+    descent for the rest. The order returned is never worse than `fallback`."""
+    started = time.monotonic()
+    exact = solve_block(problem, block, level, started + EXACT_SHARE * (deadline - started), fallback, tick)
+    if exact.complete:
+        return exact
+    cuts = step_cuts(problem, block, deadline)
+    bound = max([exact.bound, *(c.bound for c in cuts)])
+    order, peak = exact.order, exact.peak
+    if peak > bound and time.monotonic() < deadline:
+        split_deadline = time.monotonic() + DIVIDE_SHARE * (deadline - time.monotonic())
+        divided, divided_peak = divide_at_cuts(problem, block, bound, split_deadline, cuts)
+        if divided_peak < peak:
+            order, peak = divided, divided_peak
+    states = exact.states
+    if peak > bound:
+        descent = budgeted_descent(problem, block, bound, (order, peak), deadline, tick)
+        order, peak, bound, states = descent.order, descent.peak, descent.bound, states + descent.states
+    return BlockResult(order, peak, max(bound, level), states, peak <= max(bound, level))
+
+
+def divide_at_cuts(problem: SubgraphProblem, block: Block, level: int, deadline: float,
+                   cuts: list[StepCut] | None = None) -> tuple[list[int], int]:
+    """The block's bottleneck operator (the highest cut) splits it in two: its cheapest "run before" set, then the
+    rest; each part is split again, or searched exactly once small. Each level keeps the heuristic order where
+    that peaks lower, so the result never peaks above `heuristic_order`."""
+    best_order, best_peak = heuristic_order(problem, block, deadline)
+    if block.size <= LEAF_OPS or time.monotonic() > deadline:
+        if block.size <= LEAF_OPS and best_peak > level:
+            leaf_deadline = min(deadline, time.monotonic() + LEAF_SECONDS)
+            result = solve_block(problem, block, level, leaf_deadline, (best_order, best_peak))
+            return result.order, result.peak
+        return best_order, best_peak
+    if cuts is None:
+        cuts = step_cuts(problem, block, deadline)
+    splitting = [c for c in cuts if c.before & block.ops]  # an empty "before" set would not shrink the block
+    if not splitting:
+        return best_order, best_peak
+    first_ops = max(splitting, key=lambda c: c.bound).before & block.ops
+    first = Block(block.subgraph, first_ops, block.before)
+    rest = Block(block.subgraph, block.ops & ~first_ops, block.before | first_ops)
+    order = divide_at_cuts(problem, first, level, deadline)[0] + divide_at_cuts(problem, rest, level, deadline)[0]
+    peak = problem.peak(order, block.before)
+    return (order, peak) if peak < best_peak else (best_order, best_peak)
+
+
+@dataclass(frozen=True)
+class DescentResult:
+    order: list[int]
+    peak: int
+    bound: int  # raised past every budget the descent exhausted
+    states: int
+
+
+def budgeted_descent(
+    problem: SubgraphProblem,
+    block: Block,
+    bound: int,
+    start: tuple[list[int], int],
+    deadline: float,
+    tick: Callable[[], None] | None = None,
+) -> DescentResult:
+    """Bisect a byte budget between `bound` and the best peak until they meet or `deadline` passes."""
+    order, peak = start
+    dead_ends: dict[int, int] = {}  # set of run operators -> highest budget no continuation from it meets
+    floor = bound  # budgets below `floor` are proven impossible or were too slow to settle this round
+    probe_seconds = PROBE_SHARE * max(deadline - time.monotonic(), 0.0)
+    states = 0
+    while bound < peak and time.monotonic() < deadline:
+        if floor >= peak:  # every budget between bound and peak was too slow: try them again for longer
+            floor, probe_seconds = bound, 2 * probe_seconds
+        budget = (floor + peak - ALIGNMENT) // 2 // ALIGNMENT * ALIGNMENT
+        budget = max(budget, floor)
+        probe = _descend(problem, block, budget, min(deadline, time.monotonic() + probe_seconds), dead_ends)
+        states += probe.states
+        if probe.order is not None:
+            order, peak = probe.order, problem.peak(probe.order, block.before)
+        elif probe.exhausted:
+            bound = floor = budget + ALIGNMENT  # every step is a multiple of ALIGNMENT bytes
+        else:
+            floor = budget + ALIGNMENT  # SERENITY: a budget too tight to refute quickly is loosened
+        if tick is not None:
+            tick()
+    return DescentResult(order, peak, bound, states)
+
+
+@dataclass(frozen=True)
+class _Probe:
+    order: list[int] | None  # an order within the budget, if one was found
+    exhausted: bool  # no order is within the budget (proven)
+    states: int
+
+
+def _descend(problem: SubgraphProblem, block: Block, budget: int, deadline: float,
+             dead_ends: dict[int, int]) -> _Probe:
+    """Depth first from the block's start, steps above `budget` pruned, the operator leaving the fewest bytes live
+    tried first. Sets recorded in `dead_ends` at this budget or above are not entered again: what can follow a
+    set does not depend on how it was reached."""
+    readiness = Readiness(problem, block)
+    goal = block.before | block.ops
+    step = problem.step
+
+    def successors(done: int, live: int, ready: int) -> list[tuple[int, int]]:
+        """(operator, bytes live after it), best first."""
+        options = []
+        for op in bits(ready):
+            during, after = step(done, live, op)
+            if during > budget or dead_ends.get(done | 1 << op, -1) >= budget:
+                continue
+            if after <= live:
+                return [(op, after)]  # frees at least what it makes, within budget: some best order runs it now
+            options.append((after, during, op))
+        options.sort()
+        return [(op, after) for after, _, op in options]
+
+    live = problem.live_bytes(block.before)
+    # Per depth: (set run, bytes live, ready operators, untried successors, operator run last)
+    stack = [(block.before, live, readiness.first, iter(successors(block.before, live, readiness.first)), -1)]
+    states = 0
+    while stack:
+        done, live, ready, untried, _ = stack[-1]
+        if done == goal:
+            return _Probe([frame[4] for frame in stack[1:]], False, states)
+        states += 1
+        if states % CLOCK_EVERY == 0 and (time.monotonic() > deadline or len(dead_ends) > MAX_STATES):
+            return _Probe(None, False, states)
+        following = next(untried, None)
+        if following is None:
+            dead_ends[done] = max(dead_ends.get(done, -1), budget)
+            stack.pop()
+            continue
+        op, after = following
+        mask = done | 1 << op
+        ready_after = readiness.after(ready, op, mask)
+        stack.append((mask, after, ready_after, iter(successors(mask, after, ready_after)), op))
+    return _Probe(None, True, states)

@@ -1,0 +1,116 @@
+"""RandWire graphs from the builder, and the anytime scheduling for graphs the exact search cannot finish: the
+minimum-cut bound and the budgeted descent against brute force, the result against the simple heuristics."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from test_schedule import assert_reordered_model_runs_identically, assert_valid, random_graph, valid_orders
+
+from lowtide.memory import tflm_plan
+from lowtide.model import read_model
+from lowtide.model.builder import RandWireSpec, randwire_model
+from lowtide.oracle import random_inputs, run
+from lowtide.schedule import find_schedule, subgraph_problem
+from lowtide.schedule.anytime import budgeted_descent, divide_at_cuts, step_cut
+from lowtide.schedule.problem import bits
+from lowtide.schedule.search import Block, blocks, heuristic_order, simple_orders
+
+
+def best_simple_peak(graph, in_place: bool) -> int:
+    """The best of the simple heuristics (stored, depth-first, greedy) over the whole main subgraph."""
+    problem = subgraph_problem(graph, 0, in_place)
+    return min(peak for peak, _ in simple_orders(problem, Block(0, problem.all_ops, 0)))
+
+
+# ---- the builder's RandWire graphs -----------------------------------------------------------------------
+@pytest.mark.parametrize("generator", ["ws", "er", "ba"])
+@pytest.mark.parametrize("aggregation", ["concat", "add"])
+def test_randwire_models_run_on_tflm_with_the_predicted_head(generator, aggregation):
+    spec = RandWireSpec(generator, nodes=8, stages=2, aggregation=aggregation, channels=4, size=16, seed=3)
+    data = randwire_model(spec)
+    graph = read_model(data)
+    opcodes = {op.opcode for op in graph.main.operators}
+    assert {"CONV_2D", "DEPTHWISE_CONV_2D", "CONCATENATION" if aggregation == "concat" else "ADD"} <= opcodes
+    measured = run(data, random_inputs(graph))
+    assert measured.head_bytes == tflm_plan(graph).head_bytes
+    assert randwire_model(spec) == data  # same spec, same bytes
+
+
+@pytest.mark.parametrize(("spec", "ops"), [
+    (RandWireSpec("ws", 48, 2, "concat", seed=2), 250),
+    (RandWireSpec("ba", 40, 2, "concat", seed=0), 233),
+    (RandWireSpec("ws", 48, 2, "add", seed=1), 319),
+])
+def test_benchmark_randwire_graphs_have_hundreds_of_operators(spec, ops):
+    assert read_model(randwire_model(spec)).operator_count == ops
+
+
+# ---- the minimum-cut bound and the descent against brute force ---------------------------------------------
+@pytest.mark.parametrize("seed", range(30))
+def test_cut_bound_lies_between_the_step_bound_and_the_optimum(seed):
+    graph = random_graph(op_count=7 + seed % 2, seed=seed, width=3, effects=seed % 3 == 0)
+    best = min(tflm_plan(graph, {0: order}).live_peak_bytes for order in valid_orders(graph))
+    problem = subgraph_problem(graph, 0)
+    for block in blocks(problem):
+        for op in bits(block.ops):
+            cut = step_cut(problem, block, op)
+            assert problem.step_lower_bound(op) <= cut.bound <= best
+            # The cut's "run before" set is a valid one: closed, with every ancestor and no descendant.
+            assert cut.before & block.ops == cut.before
+            assert problem.ancestors[op] & block.ops & ~cut.before == 0
+            assert cut.before & (problem.descendants[op] | 1 << op) == 0
+            assert all(problem.predecessors[o] & block.ops & ~cut.before == 0 for o in bits(cut.before))
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_budgeted_descent_reaches_and_proves_the_brute_force_optimum(seed):
+    graph = random_graph(op_count=8, seed=seed, width=3)
+    best = min(tflm_plan(graph, {0: order}).live_peak_bytes for order in valid_orders(graph))
+    problem = subgraph_problem(graph, 0)
+    block = Block(0, problem.all_ops, 0)
+    start = heuristic_order(problem, block)
+    descent = budgeted_descent(problem, block, 0, start, math.inf)
+    assert descent.peak == descent.bound == best == problem.peak(descent.order)
+    assert sorted(descent.order) == list(range(problem.op_count))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_divide_and_conquer_is_valid_and_never_worse_than_the_heuristic_order(seed):
+    graph = random_graph(op_count=80, seed=seed, width=5)
+    problem = subgraph_problem(graph, 0)
+    for block in blocks(problem):
+        order, peak = divide_at_cuts(problem, block, 0, math.inf)
+        assert sorted(order) == sorted(bits(block.ops))
+        assert peak == problem.peak(order, block.before) <= heuristic_order(problem, block)[1]
+
+
+# ---- find_schedule on RandWire graphs ----------------------------------------------------------------------
+@pytest.mark.parametrize("spec", [RandWireSpec("ws", 48, 2, "concat", seed=2), RandWireSpec("ba", 40, 2, "concat")])
+def test_randwire_schedule_is_within_ten_percent_and_never_worse_than_simple_heuristics(spec):
+    graph = read_model(randwire_model(spec))
+    assert graph.operator_count >= 200
+    schedule = find_schedule(graph, time_limit=20, in_place=True)
+    assert schedule.seconds < 25
+    assert_valid(graph, schedule.order)
+    assert schedule.live_peak_bytes <= best_simple_peak(graph, in_place=True)
+    assert schedule.lower_bound_bytes <= schedule.live_peak_bytes
+    assert schedule.optimal or schedule.gap <= 0.10, (schedule.live_peak_bytes, schedule.lower_bound_bytes)
+
+
+def test_hard_randwire_graph_reports_an_honest_gap_and_runs_identically():
+    """Wider than the exact search can finish in seconds: the anytime result, its gap to the cut bound, and the
+    reordered model on the host TFLM (outputs bit-identical, head as predicted)."""
+    graph = read_model(randwire_model(RandWireSpec("ws", 48, 2, "concat", seed=1)))
+    schedule = find_schedule(graph, time_limit=8)
+    assert schedule.seconds < 12
+    assert_valid(graph, schedule.order)
+    assert schedule.live_peak_bytes == tflm_plan(graph, schedule.order).live_peak_bytes
+    assert schedule.live_peak_bytes < best_simple_peak(graph, in_place=False)
+    # The minimum-cut bound is far above the per-operator one: the gap it leaves is small.
+    problem = subgraph_problem(graph, 0)
+    assert schedule.lower_bound_bytes > max(problem.step_lower_bound(op) for op in range(problem.op_count))
+    assert schedule.gap_bytes == schedule.live_peak_bytes - schedule.lower_bound_bytes
+    assert not schedule.optimal and schedule.timed_out and schedule.gap < 0.2
+    assert_reordered_model_runs_identically(graph, schedule.order)
