@@ -313,3 +313,20 @@ def test_plan_round_trip_and_format_errors():
         with pytest.raises(PlanFormatError, match=reason):
             OfflinePlan.decode(bad)
     assert os.environ.get(MAX_TENSOR_BYTES_ENV) is None
+
+
+def test_an_options_tag_without_its_table_is_refused_before_anything_writes_the_model(tmp_path):
+    """TFLM's aligner, which every model lowtide writes goes through, crashes on such an operator."""
+    import flatbuffers
+
+    raw = copy.deepcopy(BUILDER.raw)
+    raw.subgraphs[0].operators[0].builtinOptions = None  # the tag still says Conv2DOptions
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(raw.Pack(builder), file_identifier=b"TFL3")
+    model = tmp_path / "in" / "tag.tflite"
+    model.parent.mkdir()
+    model.write_bytes(bytes(builder.Output()))
+    out = tmp_path / "out"
+    out.mkdir()
+    for command in ("validate", "optimize"):
+        assert_kept_promise(run_in_process(command, model, out), model, out, expect_error="holds no options table")

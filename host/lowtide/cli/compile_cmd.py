@@ -18,6 +18,7 @@ from lowtide.compile import RUNTIME_DIR, CompiledModel, VerifyResult, compile_mo
 from lowtide.compile.codegen import Blocker, check_model
 from lowtide.compile.lowering import NOT_IN_TFLM, support_rows
 from lowtide.errors import LowtideError
+from lowtide.errors import LowtideError
 
 
 def compile_report(compiled: CompiledModel, output_dir: Path, written: list[Path], tflm_total: int,
@@ -108,7 +109,10 @@ def compile_command(
     else:
         reference = oracle.run(model.read_bytes(), path=str(model))
         tflm_total, tflm_head = reference.total_bytes, reference.head_bytes
-    written = compiled.write(output)  # last: a model TFLM rejects leaves no files behind
+    try:
+        written = compiled.write(output)  # last: a model TFLM rejects leaves no files behind
+    except OSError as exc:
+        raise LowtideError(f"cannot write: {exc.strerror}", exc.filename or output) from None
     report = compile_report(compiled, output, written, tflm_total, tflm_head, result)
     if json_output:
         print(json.dumps(report))

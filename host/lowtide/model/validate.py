@@ -224,10 +224,14 @@ def _read_after_written(m: _Model, sg: Subgraph) -> Iterator[str]:
 @_check(OPERATOR_CHECKS)
 def _options_type(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
     """builtin options missing or of the wrong type"""
+    tag = m.raw.subgraphs[sg.index].operators[op.index].builtinOptionsType
+    found = type(op.options).__name__ if op.options is not None else None
+    if tag and found is None:  # writing such an operator back crashes TFLM's flatbuffer aligner
+        yield f"the operator names options type {tag} but holds no options table"
+        return
     expected, required = _OPTIONS.get(op.opcode, (None, False))
     if expected is None:
         return
-    found = type(op.options).__name__ if op.options is not None else None
     if found is None and required:
         yield f"expected {expected[:-1]}, found none"
     elif found is not None and found != expected:
