@@ -18,6 +18,7 @@ from lowtide.compile import RUNTIME_DIR, CompiledModel, VerifyResult, compile_mo
 from lowtide.compile.codegen import Blocker, check_model
 from lowtide.compile.lowering import NOT_IN_TFLM, support_rows
 from lowtide.errors import LowtideError
+from lowtide.model import load_model
 from lowtide.errors import LowtideError
 
 
@@ -102,12 +103,15 @@ def compile_command(
         return
     if output is None:
         raise LowtideError("give --output/-o DIR for the generated files (or --check)")
+    # The validator, then TFLM (whose Prepare checks every operator's shapes), then the lowering: each sees only
+    # models the one before accepted.
+    load_model(model)
+    reference = oracle.run(model.read_bytes(), path=str(model))
     compiled = compile_model(model, prefix)  # raises before anything is written
     result = verify_compiled(model, seed, prefix=prefix, invocations=invocations) if verify else None
     if result:
         tflm_total, tflm_head = result.tflm_total_bytes, result.tflm_head_bytes
     else:
-        reference = oracle.run(model.read_bytes(), path=str(model))
         tflm_total, tflm_head = reference.total_bytes, reference.head_bytes
     try:
         written = compiled.write(output)  # last: a model TFLM rejects leaves no files behind

@@ -85,6 +85,15 @@ _REQUIRED_INPUTS: dict[str, tuple[int, ...]] = {
     "RESIZE_NEAREST_NEIGHBOR": (0, 1), "ASSIGN_VARIABLE": (0, 1), "READ_VARIABLE": (0,),
     "UNIDIRECTIONAL_SEQUENCE_LSTM": (0, 2, 3, 4, 6, 7, 8, 12, 13, 14, 15, 18, 19),
 }
+# Ranks the kernels index without checking (TFLM checks them in Prepare, but lowtide's own stages read the shapes
+# first): opcode -> {input position: rank}, and the rank of output 0.
+_INPUT_RANKS: dict[str, dict[int, int]] = {
+    "CONV_2D": {0: 4, 1: 4, 2: 1}, "DEPTHWISE_CONV_2D": {0: 4, 1: 4, 2: 1}, "TRANSPOSE_CONV": {1: 4, 2: 4},
+    "AVERAGE_POOL_2D": {0: 4}, "MAX_POOL_2D": {0: 4}, "L2_POOL_2D": {0: 4}, "FULLY_CONNECTED": {1: 2, 2: 1},
+    "SVDF": {0: 2, 1: 2, 2: 2, 3: 1, 4: 2}, "UNIDIRECTIONAL_SEQUENCE_LSTM": {0: 3, 18: 2, 19: 2},
+}
+_OUTPUT_RANKS = {"CONV_2D": 4, "DEPTHWISE_CONV_2D": 4, "TRANSPOSE_CONV": 4, "AVERAGE_POOL_2D": 4,
+                 "MAX_POOL_2D": 4, "L2_POOL_2D": 4}
 # Operators that produce nothing through tensors: all others must have an output.
 _NO_OUTPUT_OPCODES = frozenset({"ASSIGN_VARIABLE", "CALL_ONCE"})
 
@@ -246,6 +255,23 @@ def _required_inputs(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
         yield f"{op.opcode} needs input {', '.join(map(str, missing))} (it has {len(op.inputs)} inputs)"
     if not op.outputs and op.opcode not in _NO_OUTPUT_OPCODES:
         yield "it has no outputs"
+
+
+@_check(OPERATOR_CHECKS)
+def _ranks(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
+    """tensor rank does not fit the operator"""
+    for position, rank in _INPUT_RANKS.get(op.opcode, {}).items():
+        if position < len(op.inputs) and op.inputs[position] >= 0:
+            shape = sg.tensors[op.inputs[position]].shape
+            if len(shape) != rank:
+                yield f"input {position} has shape {list(shape)}, {op.opcode} needs rank {rank}"
+    rank = _OUTPUT_RANKS.get(op.opcode)
+    if rank is not None and op.outputs and len(sg.tensors[op.outputs[0]].shape) != rank:
+        yield f"output has shape {list(sg.tensors[op.outputs[0]].shape)}, {op.opcode} needs rank {rank}"
+    if op.opcode == "CONCATENATION" and op.outputs:
+        ranks = {len(sg.tensors[t].shape) for t in (*op.inputs, op.outputs[0]) if t >= 0}
+        if len(ranks) > 1:
+            yield f"inputs and output of ranks {sorted(ranks)}"
 
 
 # ---- values ------------------------------------------------------------------------------------------------------
