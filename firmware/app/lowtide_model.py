@@ -2,12 +2,15 @@
 
 Which model: the LOWTIDE_MODEL environment variable, else the env's `custom_lowtide_model` option (a .tflite
 path, relative to the project). With neither, the firmware is built without a model (lt_model_none.c) and says so
-in its HELLO. Which runtime: the env's `custom_lowtide_runtime`:
-  compiled (default)  `lowtide compile` turns the model into C99 (model.c/model.h) in .pio/lowtide-model/<sha>/,
-                      built here with the kernels in firmware/runtime/.
-  tflm                TensorFlow Lite Micro's interpreter (lt_model_tflm.cc) runs the .tflite bytes, embedded as
-                      a C array. TFLM comes from the env's lib_deps, or from the tree that LOWTIDE_TFLM_DIR names
-                      (a tree exported by TFLM's create_tflm_tree.py). Real boards only; not built in this repo's CI.
+in its HELLO. Which runtime: the LOWTIDE_RUNTIME environment variable (lowtide's --runtime), else the env's
+`custom_lowtide_runtime`:
+  compiled        `lowtide compile` turns the model into C99 (model.c/model.h) in .pio/lowtide-model/<sha>/,
+                  built here with the kernels in firmware/runtime/.
+  tflm            TensorFlow Lite Micro's interpreter (lt_model_tflm.cc) runs the .tflite bytes, embedded as a C
+  tflm-cmsis-nn   array, with TFLM's reference or Arm's CMSIS-NN kernels. The TFLM library comes from the pinned tree
+                  LOWTIDE_TFLM_DIR names, built once per core and kernel set by lowtide.tflm with this env's
+                  compiler (emulated and real boards alike), and the arena is sized by lowtide's 32-bit prediction
+                  (LOWTIDE_TFLM_ARENA_BYTES when lowtide passes it, else computed here).
 Either way the firmware gets the model file's SHA-256 and size for its HELLO (LT_MODEL_SHA256, LT_MODEL_SIZE).
 """
 
@@ -18,15 +21,10 @@ from pathlib import Path
 
 Import("env")  # noqa: F821 (SCons injects Import)
 
-RUNTIMES = ("compiled", "tflm")
-# MicroMutableOpResolver method names that do not follow from the opcode by capitalising its words.
-TFLM_RESOLVER_NAMES = {
-    "AVERAGE_POOL_2D": "AveragePool2D", "CONV_2D": "Conv2D", "DEPTHWISE_CONV_2D": "DepthwiseConv2D",
-    "L2_NORMALIZATION": "L2Normalization", "L2_POOL_2D": "L2Pool2D", "MAX_POOL_2D": "MaxPool2D", "PADV2": "PadV2",
-    "RELU6": "Relu6", "SELECT_V2": "SelectV2", "SPLIT_V": "SplitV", "SVDF": "Svdf",
-    "UNIDIRECTIONAL_SEQUENCE_LSTM": "UnidirectionalSequenceLSTM", "BATCH_TO_SPACE_ND": "BatchToSpaceNd",
-    "SPACE_TO_BATCH_ND": "SpaceToBatchNd", "GATHER_ND": "GatherNd",
-}
+RUNTIMES = ("compiled", "tflm", "tflm-cmsis-nn")
+# PlatformIO's board `build.cpu` -> lowtide.tflm's core name.
+TFLM_CORES = {"cortex-m4": "cortex-m4f", "cortex-m7": "cortex-m7", "cortex-m0plus": "cortex-m0plus",
+              "esp32s3": "xtensa-lx7"}
 project_dir = Path(env.subst("$PROJECT_DIR"))  # noqa: F821
 runtime_dir = project_dir / "firmware" / "runtime"
 
@@ -71,21 +69,61 @@ def compile_with_lowtide(path, out_dir):
     return sum(t.nbytes for t in compiled.inputs)
 
 
-def write_tflm_glue(path, data, out_dir):
-    """Embeds the .tflite bytes and lists the resolver's ops; returns the total bytes of the model's inputs."""
+def env_toolchain(core):
+    """This env's compiler: the platform's toolchain package where it has one (real boards), else the one on PATH
+    (the emulated boards use Debian's). The pre-script runs before the platform sets $CC, so it is looked up here."""
+    from lowtide.tflm.build import Toolchain
+
+    prefix = "arm-none-eabi-" if core.arm else "xtensa-esp32s3-elf-"
+    bin_dirs = []
+    for name, package in env.PioPlatform().packages.items():  # noqa: F821
+        directory = env.PioPlatform().get_package_dir(name) if name.startswith("toolchain-") else None  # noqa: F821
+        if directory:
+            bin_dirs.append(str(Path(directory) / "bin"))
+    path = os.pathsep.join(bin_dirs + [os.environ.get("PATH", "")])
+    return Toolchain(*(env.WhereIs(prefix + tool, path) or prefix + tool for tool in ("gcc", "g++", "gcc-ar")))  # noqa: F821
+
+
+def build_tflm(path, data, out_dir, runtime):
+    """Links TFLM (the library for this env's core and kernel set), embeds the .tflite bytes and lists the
+    resolver's operators; returns the defines the glue needs."""
     import_lowtide()
     from lowtide.errors import LowtideError
     from lowtide.model import load_model
+    from lowtide.tflm.build import build_library, core_named, cxx_flags, resolver_calls
+    from lowtide.tflm.sizer import predict_arena32, write_resolver_include
+    from lowtide.tflm.tree import KernelSet
 
+    kernels = KernelSet.CMSIS_NN if runtime == "tflm-cmsis-nn" else KernelSet.REFERENCE
+    cpu = env.BoardConfig().get("build.cpu", "")  # noqa: F821
     try:
         graph = load_model(path)
+        core = core_named(TFLM_CORES.get(cpu, cpu))
+        opcodes = sorted({op.opcode for sg in graph.subgraphs for op in sg.operators})
+        toolchain = env_toolchain(core)
+        library = build_library(kernels, core, opcodes, toolchain)
+        calls = resolver_calls(library.tree, opcodes)
+        arena_bytes = os.environ.get("LOWTIDE_TFLM_ARENA_BYTES") or option("custom_lowtide_tflm_arena_bytes")
+        if not arena_bytes:
+            arena_bytes = str(predict_arena32(data, graph, kernels, core.name).arena_bytes)
     except LowtideError as exc:
         fail(str(exc))
-    opcodes = sorted({op.opcode for sg in graph.subgraphs for op in sg.operators})
-    calls = [f"  resolver.Add{TFLM_RESOLVER_NAMES.get(code) or ''.join(w.capitalize() for w in code.split('_'))}();"
-             for code in opcodes]
     embed_tflite(data, out_dir)
-    write_if_changed(out_dir / "lt_model_ops.inc", "/* Generated by lowtide_model.py. */\n" + "\n".join(calls) + "\n")
+    write_resolver_include(out_dir / "lt_model_ops.inc", calls)
+    env.Append(  # noqa: F821
+        CCFLAGS=list(library.compile_flags),
+        CXXFLAGS=cxx_flags(),
+        CPPPATH=[str(out_dir), str(project_dir / "firmware" / "tflm")],
+        CPPDEFINES=["LT_RUNTIME_TFLM", ("LT_TFLM_ARENA_BYTES", f"{int(arena_bytes)}u"),
+                    ("LT_TFLM_OP_TYPES", max(1, len(calls))), ("LT_MODEL_OPERATOR_COUNT", len(graph.main.operators)),
+                    ("LT_TFLM_RUNTIME_NAME", env.StringifyMacro(runtime))],  # noqa: F821
+        LIBPATH=[str(library.archive.parent)],
+    )
+    env.Prepend(LIBS=["tflm"])  # noqa: F821
+    # TFLM needs no C++ runtime library: link with the C driver, as g++ would ask for libstdc++.
+    env.Replace(LINK="$CC")  # noqa: F821
+    env.BuildSources(str(Path("$BUILD_DIR") / "lowtide_tflm"), str(project_dir / "firmware" / "tflm"),  # noqa: F821
+                     src_filter="+<lt_tflm_platform.cc>")
     return sum(graph.main.tensors[i].nbytes for i in graph.main.inputs)
 
 
@@ -110,7 +148,7 @@ def embed_tflite(data, out_dir):
 
 
 def main():
-    runtime = option("custom_lowtide_runtime", "compiled")
+    runtime = os.environ.get("LOWTIDE_RUNTIME") or option("custom_lowtide_runtime", "compiled")
     if runtime not in RUNTIMES:
         fail(f"custom_lowtide_runtime = {runtime}: expected one of {', '.join(RUNTIMES)}")
     path = model_path()
@@ -133,23 +171,8 @@ def main():
         )
         env.BuildSources(str(Path("$BUILD_DIR") / "lowtide_model"), str(out_dir), src_filter="+<*.c>")  # noqa: F821
     else:
-        input_bytes = write_tflm_glue(path, data, out_dir)
-        env.Append(  # noqa: F821
-            CPPDEFINES=["LT_RUNTIME_TFLM", ("LT_MODEL_INPUT_BYTES_TOTAL", f"{input_bytes}u")],
-            CPPPATH=[str(out_dir)],
-        )
+        input_bytes = build_tflm(path, data, out_dir, runtime)
+        env.Append(CPPDEFINES=[("LT_MODEL_INPUT_BYTES_TOTAL", f"{input_bytes}u")])  # noqa: F821
         env.BuildSources(str(Path("$BUILD_DIR") / "lowtide_model"), str(out_dir), src_filter="+<*.c>")  # noqa: F821
-        tflm_dir = os.environ.get("LOWTIDE_TFLM_DIR")
-        if tflm_dir:
-            env.Append(  # noqa: F821
-                CPPPATH=[tflm_dir, str(Path(tflm_dir) / "third_party" / "flatbuffers" / "include"),
-                         str(Path(tflm_dir) / "third_party" / "gemmlowp"),
-                         str(Path(tflm_dir) / "third_party" / "ruy")],
-                CPPDEFINES=["TF_LITE_STATIC_MEMORY"],
-            )
-            env.BuildSources(  # noqa: F821
-                str(Path("$BUILD_DIR") / "tflm"), tflm_dir, src_filter="+<tensorflow/> +<signal/>"
-            )
-
 
 main()

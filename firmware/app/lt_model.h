@@ -1,7 +1,7 @@
 /* The runtime interface: what the protocol core needs from whatever runs the model. One implementation is linked,
  * chosen at build time by firmware/app/lowtide_model.py:
  *   lt_model_compiled.c  the C99 code `lowtide compile` generates (LT_RUNTIME_COMPILED; the default)
- *   lt_model_tflm.cc     TensorFlow Lite Micro's MicroInterpreter (LT_RUNTIME_TFLM; real boards, not built here)
+ *   lt_model_tflm.cc     TensorFlow Lite Micro's MicroInterpreter, reference or CMSIS-NN kernels (LT_RUNTIME_TFLM)
  *   lt_model_none.c      no model configured: the board answers HELLO with "model not ready"
  */
 #ifndef LT_MODEL_H

@@ -11,6 +11,8 @@
 #define LT_EXTERNAL_IRQS 32
 
 extern uint32_t __data_start[], __data_end[], __data_load[], __bss_start[], __bss_end[], __stack_top[];
+typedef void (*lt_constructor)(void);
+extern lt_constructor __init_array_start[], __init_array_end[];
 extern int main(void);
 void lt_systick_handler(void);
 
@@ -50,5 +52,8 @@ void lt_reset_handler(void) {
   __asm__ volatile("dsb\n isb" ::: "memory");
   memcpy(__data_start, __data_load, (size_t)((uintptr_t)__data_end - (uintptr_t)__data_start));
   memset(__bss_start, 0, (size_t)((uintptr_t)__bss_end - (uintptr_t)__bss_start));
+  for (lt_constructor *constructor = __init_array_start; constructor < __init_array_end; constructor++) {
+    (*constructor)();
+  }
   lt_board_exit(main());
 }

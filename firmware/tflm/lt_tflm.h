@@ -1,0 +1,41 @@
+/* TFLM set up the way a user's application sets it up (MicroInterpreter on one arena, greedy planner), with the
+ * arena allocator kept in reach so that its head (non-persistent) and tail (persistent) use can be read. Shared by
+ * the measurement firmware (firmware/app/lt_model_tflm.cc) and the arena sizer (lt_tflm_sizer.cc). */
+#ifndef LT_TFLM_H
+#define LT_TFLM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One line of TFLM's log (MicroPrintf), without its newline. Defined by the application. */
+void lt_tflm_log(const char *line);
+
+#ifdef __cplusplus
+}
+
+#include "tensorflow/lite/micro/arena_allocator/single_arena_buffer_allocator.h"
+#include "tensorflow/lite/micro/memory_planner/greedy_memory_planner.h"
+#include "tensorflow/lite/micro/micro_interpreter.h"
+#include "tensorflow/lite/micro/micro_op_resolver.h"
+#include "tensorflow/lite/micro/micro_profiler_interface.h"
+
+struct lt_tflm {
+  tflite::SingleArenaBufferAllocator *arena_allocator;
+  tflite::GreedyMemoryPlanner *planner;
+  tflite::MicroInterpreter *interpreter;
+};
+
+/* Builds the interpreter in `interpreter_storage` exactly as MicroInterpreter(model, resolver, arena, bytes) does
+ * (same allocations, same arena use), but through the public pieces, so the arena allocator stays visible.
+ * `arena_allocator` may be a subclass of SingleArenaBufferAllocator of the same size (the sizer's tracker). */
+template <typename Allocator>
+lt_tflm lt_tflm_create(const uint8_t *model_bytes, const tflite::MicroOpResolver &resolver, uint8_t *arena,
+                       size_t bytes, void *interpreter_storage, tflite::MicroProfilerInterface *profiler);
+
+#endif /* __cplusplus */
+
+#endif /* LT_TFLM_H */
