@@ -315,24 +315,25 @@ def test_small_model_with_dilation_padding_and_resizes(tmp_path, dtype):
 
 # ---- errors, CLI ---------------------------------------------------------------------------------------------
 
-def cos_model(path: Path) -> Path:
-    """A float COS: an operator the compiled runtime has no kernel for (every shared model compiles)."""
+def floor_mod_model(path: Path) -> Path:
+    """A float FLOOR_MOD: an operator the compiled runtime has no kernel for (every shared model compiles)."""
     m = TinyModel()
     x = m.tensor((1, 4), "float32")
     y = m.tensor((1, 4), "float32")
-    m.op("COS", [x], [y])
+    m.op("FLOOR_MOD", [x, x], [y])
     return m.save(path, [x], [y])
 
 
 def test_unsupported_operator_fails_before_writing(tmp_path):
-    path = cos_model(tmp_path / "cos.tflite")
+    path = floor_mod_model(tmp_path / "floor_mod.tflite")
     out = tmp_path / "generated"
     runner = CliRunner()
     from lowtide.cli import app, compile_cmd  # noqa: F401  (registers the command)
 
-    with pytest.raises(LowtideError, match=r"operator 0 \(COS float32 -> float32\): no kernel") as error:
+    with pytest.raises(LowtideError,
+                       match=r"operator 0 \(FLOOR_MOD float32, float32 -> float32\): no kernel") as error:
         compile_model(path)
-    assert "cos.tflite" in str(error.value) and len(str(error.value).splitlines()) == 1
+    assert "floor_mod.tflite" in str(error.value) and len(str(error.value).splitlines()) == 1
     result = runner.invoke(app, ["compile", str(path), "-o", str(out)])
     assert result.exit_code != 0 and isinstance(result.exception, LowtideError)
     assert not out.exists()

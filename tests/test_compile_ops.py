@@ -120,6 +120,115 @@ def test_activations_bit_exact(tmp_path, dtype):
     _varied(_check(path))
 
 
+# ---- element-wise math -----------------------------------------------------------------------------------------
+
+def _binary_ops(m: TinyModel, dtype: str, a: int, b: int, quant: list[tuple]) -> list[int]:
+    """SUB (plain, with a fused RELU, and reversed: the broadcast input first), MAXIMUM, MINIMUM and
+    SQUARED_DIFFERENCE of `a` and `b`, with output quantizations `quant` in that order."""
+    outputs = []
+    for (opcode, first, second, options_type, options), q in zip(
+            (("SUB", a, b, "SubOptions", {"fusedActivationFunction": 0}),
+             ("SUB", a, b, "SubOptions", {"fusedActivationFunction": 1}),
+             ("SUB", b, a, "SubOptions", {"fusedActivationFunction": 3}),
+             ("MAXIMUM", a, b, None, {}), ("MINIMUM", b, a, None, {}),
+             ("SQUARED_DIFFERENCE", a, b, None, {})), quant):
+        y = m.tensor(SHAPE, dtype, *q)
+        m.op(opcode, [first, second], [y], options_type, **options)
+        outputs.append(y)
+    return outputs
+
+
+def _math_int8(m: TinyModel) -> tuple[list[int], list[int]]:
+    a = m.tensor(SHAPE, "int8", 0.05, 3)
+    b = m.tensor((3, 1, 5), "int8", 0.03, -7)
+    c = m.tensor(SHAPE, "int8", 0.05, 3)
+    outputs = _binary_ops(m, "int8", a, b, [(0.06, 2), (0.04, -50), (0.1, 0), (0.05, 3), (0.03, -7), (0.2, -128)])
+    y = m.tensor(SHAPE, "int8", 0.1, -5)
+    m.op("ADD_N", [a, c, a], [y])
+    outputs.append(y)
+    for scale, zero_point in ((0.05, 3), (0.03, -100)):  # ABS without and with a rescale
+        y = m.tensor(SHAPE, "int8", scale, zero_point)
+        m.op("ABS", [a], [y])
+        outputs.append(y)
+    return [a, b, c], outputs
+
+
+def _math_int16(m: TinyModel) -> tuple[list[int], list[int]]:
+    a = m.tensor(SHAPE, "int16", 1 / 4096, 0)
+    b = m.tensor((4, 5), "int16", 1 / 2048, 0)
+    outputs = _binary_ops(m, "int16", a, b, [(1 / 1024, 0), (1 / 4096, 0), (1 / 2048, 0), (1 / 4096, 0),
+                                             (1 / 2048, 0), (1 / 512, 0)])
+    y = m.tensor(SHAPE, "int16", 1 / 8192, 0)
+    m.op("ABS", [a], [y])
+    return [a, b], outputs + [y]
+
+
+def _math_int32(m: TinyModel) -> tuple[list[int], list[int]]:
+    a = m.tensor(SHAPE, "int32")
+    b = m.tensor((2, 1, 1, 5), "int32")
+    return [a, b], _binary_ops(m, "int32", a, b, [()] * 6)
+
+
+def _math_float32(m: TinyModel) -> tuple[list[int], list[int]]:
+    x = m.tensor(SHAPE, "float32")
+    b = m.tensor((3, 4, 5), "float32")
+    gain = m.tensor((1,), "float32", data=[4.0])
+    a = m.tensor(SHAPE, "float32")  # [-4, 4]
+    m.op("MUL", [x, gain], [a], "MulOptions", fusedActivationFunction=0)
+    outputs = _binary_ops(m, "float32", a, b, [()] * 6)
+    for opcode, inputs, options_type, options in (("DIV", [a, b], "DivOptions", {"fusedActivationFunction": 0}),
+                                                  ("DIV", [b, a], "DivOptions", {"fusedActivationFunction": 3}),
+                                                  ("ADD_N", [a, x, a], None, {})):
+        y = m.tensor(SHAPE, "float32")
+        m.op(opcode, inputs, [y], options_type, **options)
+        outputs.append(y)
+    magnitude = m.tensor(SHAPE, "float32")
+    m.op("ABS", [a], [magnitude])
+    outputs.append(magnitude)
+    for opcode, source in (("NEG", a), ("SQUARE", a), ("SQRT", magnitude), ("RSQRT", magnitude), ("EXP", a),
+                           ("LOG", magnitude), ("SIN", a), ("COS", a), ("FLOOR", a), ("CEIL", a)):
+        y = m.tensor(SHAPE, "float32")
+        m.op(opcode, [source], [y])
+        outputs.append(y)
+    # ROUND on halves: floor(4x) / 2 is a multiple of 0.5, so half of the values are halfway cases
+    floor, half = m.tensor(SHAPE, "float32"), m.tensor(SHAPE, "float32")
+    m.op("FLOOR", [a], [floor])
+    m.op("MUL", [floor, m.tensor((1,), "float32", data=[0.5])], [half], "MulOptions", fusedActivationFunction=0)
+    rounded = m.tensor(SHAPE, "float32")
+    m.op("ROUND", [half], [rounded])
+    return [x, b], outputs + [rounded]
+
+
+MATH = {"int8": _math_int8, "int16": _math_int16, "int32": _math_int32, "float32": _math_float32}
+
+
+@pytest.mark.parametrize("dtype", sorted(MATH))
+def test_elementwise_math_bit_exact(tmp_path, dtype):
+    m = TinyModel()
+    inputs, outputs = MATH[dtype](m)
+    path = m.save(tmp_path / f"math_{dtype}.tflite", inputs, outputs)
+    _varied(_check(path), at_least=2)  # int32 with RELU6 is 0 or 6 on full-range inputs
+
+
+def test_cast_between_every_type_bit_exact(tmp_path):
+    """Integers narrowed keep their low bits; floats (scaled to [-200, 200]) truncate toward zero and saturate."""
+    m = TinyModel()
+    sources = {"int8": m.tensor(SHAPE, "int8"), "int16": m.tensor(SHAPE, "int16"), "int32": m.tensor(SHAPE, "int32")}
+    x = m.tensor(SHAPE, "float32")
+    sources["float32"] = m.tensor(SHAPE, "float32")
+    m.op("MUL", [x, m.tensor((1,), "float32", data=[200.0])], [sources["float32"]], "MulOptions",
+         fusedActivationFunction=0)
+    outputs = []
+    for source_type, source in sources.items():
+        for target_type in sources:
+            if target_type != source_type:
+                y = m.tensor(SHAPE, target_type)
+                m.op("CAST", [source], [y])
+                outputs.append(y)
+    path = m.save(tmp_path / "cast.tflite", [sources["int8"], sources["int16"], sources["int32"], x], outputs)
+    _varied(_check(path))
+
+
 # ---- the support table, errors and --check --------------------------------------------------------------------
 
 def test_operators_tflm_lacks_are_refused_with_the_reason(tmp_path):
@@ -128,12 +237,12 @@ def test_operators_tflm_lacks_are_refused_with_the_reason(tmp_path):
     y = m.tensor((1, 4), "float32")
     z = m.tensor((1, 4), "float32")
     m.op("RELU_N1_TO_1", [x], [y])
-    m.op("COS", [y], [z])
+    m.op("FLOOR_MOD", [y, y], [z])
     path = m.save(tmp_path / "clip.tflite", [x], [z])
     blockers = check_model(path)
     assert [str(b) for b in blockers] == [
         f"operator 0 (RELU_N1_TO_1 float32 -> float32): {NOT_IN_TFLM['RELU_N1_TO_1']}",
-        "operator 1 (COS float32 -> float32): no kernel in the lowtide runtime"]
+        "operator 1 (FLOOR_MOD float32, float32 -> float32): no kernel in the lowtide runtime"]
     assert "RELU_N1_TO_1" not in KERNELS
 
 

@@ -1,4 +1,6 @@
-/* ADD, MUL (reference/integer_ops/add.h, mul.h and float add/mul with broadcasting), QUANTIZE and DEQUANTIZE
+/* ADD, MUL (reference/integer_ops/add.h, mul.h and float add/mul with broadcasting), SUB, MAXIMUM, MINIMUM,
+ * SQUARED_DIFFERENCE, DIV, ADD_N (reference/sub.h, maximum_minimum.h, micro/kernels/squared_difference.cc, div.h,
+ * add_n.h), the float unary functions, ABS (micro/kernels/elementwise.cc), CAST, QUANTIZE and DEQUANTIZE
  * (reference/quantize.h, dequantize.h, requantize.h). */
 #include <math.h>
 
@@ -80,4 +82,221 @@ void lt_requantize_s16_s32(const int16_t *input, int32_t *output, int32_t count,
 
 void lt_dequantize_s8_f32(const int8_t *input, float *output, int32_t count, double scale, int32_t zero_point) {
     for (int32_t i = 0; i < count; ++i) output[i] = (float)(scale * (double)(input[i] - zero_point));
+}
+
+/* reference_ops::Sub for int8 and int16: ADD's rescaling, the second input subtracted. */
+#define LT_SUB_QUANTIZED(T)                                                                                      \
+    LT_BINARY_LOOP({                                                                                             \
+        const int32_t shifted1 = lt_shl(p->input1_offset + input1[i1], p->left_shift);                            \
+        const int32_t shifted2 = lt_shl(p->input2_offset + input2[i2], p->left_shift);                            \
+        const int32_t scaled1 = lt_multiply_by_quantized_multiplier(shifted1, p->input1_multiplier, p->input1_shift); \
+        const int32_t scaled2 = lt_multiply_by_quantized_multiplier(shifted2, p->input2_multiplier, p->input2_shift); \
+        const int32_t raw = lt_multiply_by_quantized_multiplier(scaled1 - scaled2, p->output_multiplier,          \
+                                                                p->output_shift) + p->output_offset;            \
+        output[o] = (T)lt_clamp(raw, p->act_min, p->act_max);                                                    \
+    })
+
+void lt_sub_s8(const lt_binary_params *p, const int8_t *input1, const int8_t *input2, int8_t *output) {
+    LT_SUB_QUANTIZED(int8_t);
+}
+
+void lt_sub_s16(const lt_binary_params *p, const int16_t *input1, const int16_t *input2, int16_t *output) {
+    LT_SUB_QUANTIZED(int16_t);
+}
+
+void lt_sub_s32(const lt_binary_params *p, const int32_t *input1, const int32_t *input2, int32_t *output) {
+    LT_BINARY_LOOP(output[o] = lt_clamp(lt_wrap_sub(input1[i1], input2[i2]), p->act_min, p->act_max));
+}
+
+void lt_sub_f32(const lt_binary_params *p, const float *input1, const float *input2, float *output) {
+    LT_BINARY_LOOP(output[o] = lt_clamp_f(input1[i1] - input2[i2], p->act_min_f, p->act_max_f));
+}
+
+#define LT_MAXIMUM(T) LT_BINARY_LOOP({ const T a = input1[i1], b = input2[i2]; output[o] = a > b ? a : b; })
+#define LT_MINIMUM(T) LT_BINARY_LOOP({ const T a = input1[i1], b = input2[i2]; output[o] = a < b ? a : b; })
+
+void lt_maximum_s8(const lt_binary_params *p, const int8_t *input1, const int8_t *input2, int8_t *output) {
+    LT_MAXIMUM(int8_t);
+}
+
+void lt_maximum_s16(const lt_binary_params *p, const int16_t *input1, const int16_t *input2, int16_t *output) {
+    LT_MAXIMUM(int16_t);
+}
+
+void lt_maximum_s32(const lt_binary_params *p, const int32_t *input1, const int32_t *input2, int32_t *output) {
+    LT_MAXIMUM(int32_t);
+}
+
+void lt_maximum_f32(const lt_binary_params *p, const float *input1, const float *input2, float *output) {
+    LT_MAXIMUM(float);
+}
+
+void lt_minimum_s8(const lt_binary_params *p, const int8_t *input1, const int8_t *input2, int8_t *output) {
+    LT_MINIMUM(int8_t);
+}
+
+void lt_minimum_s16(const lt_binary_params *p, const int16_t *input1, const int16_t *input2, int16_t *output) {
+    LT_MINIMUM(int16_t);
+}
+
+void lt_minimum_s32(const lt_binary_params *p, const int32_t *input1, const int32_t *input2, int32_t *output) {
+    LT_MINIMUM(int32_t);
+}
+
+void lt_minimum_f32(const lt_binary_params *p, const float *input1, const float *input2, float *output) {
+    LT_MINIMUM(float);
+}
+
+/* squared_difference.cc's SquaredDifference<T>(x, y, params) for int8 and int16. */
+#define LT_SQUARED_DIFFERENCE_QUANTIZED(T)                                                                       \
+    LT_BINARY_LOOP({                                                                                             \
+        const int32_t shifted1 = lt_shl(p->input1_offset + input1[i1], p->left_shift);                            \
+        const int32_t shifted2 = lt_shl(p->input2_offset + input2[i2], p->left_shift);                            \
+        const int32_t scaled1 = lt_multiply_by_quantized_multiplier(shifted1, p->input1_multiplier, p->input1_shift); \
+        const int32_t scaled2 = lt_multiply_by_quantized_multiplier(shifted2, p->input2_multiplier, p->input2_shift); \
+        const int32_t difference = scaled1 - scaled2;                                                            \
+        const int32_t raw = lt_multiply_by_quantized_multiplier(difference * difference, p->output_multiplier,   \
+                                                                p->output_shift) + p->output_offset;            \
+        output[o] = (T)lt_clamp(raw, p->act_min, p->act_max);                                                    \
+    })
+
+void lt_squared_difference_s8(const lt_binary_params *p, const int8_t *input1, const int8_t *input2,
+                              int8_t *output) {
+    LT_SQUARED_DIFFERENCE_QUANTIZED(int8_t);
+}
+
+void lt_squared_difference_s16(const lt_binary_params *p, const int16_t *input1, const int16_t *input2,
+                               int16_t *output) {
+    LT_SQUARED_DIFFERENCE_QUANTIZED(int16_t);
+}
+
+void lt_squared_difference_s32(const lt_binary_params *p, const int32_t *input1, const int32_t *input2,
+                               int32_t *output) {
+    LT_BINARY_LOOP({
+        const uint32_t difference = (uint32_t)lt_wrap_sub(input1[i1], input2[i2]);
+        output[o] = (int32_t)(difference * difference);
+    });
+}
+
+void lt_squared_difference_f32(const lt_binary_params *p, const float *input1, const float *input2,
+                               float *output) {
+    LT_BINARY_LOOP({
+        const float difference = input1[i1] - input2[i2];
+        output[o] = difference * difference;
+    });
+}
+
+void lt_div_f32(const lt_binary_params *p, const float *input1, const float *input2, float *output) {
+    LT_BINARY_LOOP(output[o] = lt_clamp_f(input1[i1] / input2[i2], p->act_min_f, p->act_max_f));
+}
+
+void lt_add_n_s8(const lt_binary_params *p, const int8_t *const *inputs, int32_t n, int8_t *output, int32_t count) {
+    /* the sum starts from the zero point's own rescaled value, as reference_ops::AddN does */
+    const int32_t scaled_zero =
+        lt_multiply_by_quantized_multiplier(lt_shl(p->input1_offset, p->left_shift), p->input1_multiplier,
+                                            p->input1_shift);
+    for (int32_t i = 0; i < count; ++i) {
+        int32_t sum = scaled_zero;
+        for (int32_t j = 0; j < n; ++j) {
+            const int32_t shifted = lt_shl(p->input1_offset + inputs[j][i], p->left_shift);
+            sum += lt_multiply_by_quantized_multiplier(shifted, p->input1_multiplier, p->input1_shift);
+        }
+        const int32_t raw =
+            lt_multiply_by_quantized_multiplier(sum, p->output_multiplier, p->output_shift) + p->output_offset;
+        output[i] = (int8_t)lt_clamp(raw, p->act_min, p->act_max);
+    }
+}
+
+void lt_add_n_f32(const float *const *inputs, int32_t n, float *output, int32_t count) {
+    for (int32_t i = 0; i < count; ++i) {
+        float sum = 0.0f;
+        for (int32_t j = 0; j < n; ++j) sum += inputs[j][i];
+        output[i] = sum;
+    }
+}
+
+#define LT_ABS_QUANTIZED(min, max)                                                                     \
+    for (int32_t i = 0; i < p->count; ++i) {                                                           \
+        const int32_t in = input[i] - p->input_zero_point;                                             \
+        const int32_t magnitude = in < 0 ? -in : in;                                                   \
+        const int32_t scaled =                                                                         \
+            p->rescale ? lt_multiply_by_quantized_multiplier(magnitude, p->multiplier, p->shift) : magnitude; \
+        output[i] = lt_clamp(scaled + p->output_zero_point, min, max);                                 \
+    }
+
+void lt_abs_s8(const lt_activation_params *p, const int8_t *input, int8_t *output) {
+    LT_ABS_QUANTIZED(INT8_MIN, INT8_MAX)
+}
+
+void lt_abs_s16(const lt_activation_params *p, const int16_t *input, int16_t *output) {
+    LT_ABS_QUANTIZED(INT16_MIN, INT16_MAX)
+}
+
+/* reference_ops::RoundToNearest: halfway cases to the even neighbour. */
+static float lt_round_to_nearest_even(float value) {
+    const float floor_value = floorf(value);
+    const float diff = value - floor_value;
+    if (diff < 0.5f || (diff == 0.5f && (int32_t)floor_value % 2 == 0)) return floor_value;
+    return floor_value + 1.0f;
+}
+
+void lt_unary_f32(lt_unary_op op, const float *input, float *output, int32_t count) {
+    for (int32_t i = 0; i < count; ++i) {
+        const float x = input[i];
+        float y;
+        switch (op) {
+            case LT_ABS: y = fabsf(x); break;
+            case LT_NEG: y = -x; break;
+            case LT_SQUARE: y = x * x; break;
+            case LT_SQRT: y = sqrtf(x); break;
+            case LT_RSQRT: y = 1.0f / sqrtf(x); break;
+            case LT_EXP: y = expf(x); break;
+            case LT_LOG: y = logf(x); break;
+            case LT_SIN: y = sinf(x); break;
+            case LT_COS: y = cosf(x); break;
+            case LT_FLOOR: y = floorf(x); break;
+            case LT_CEIL: y = ceilf(x); break;
+            default: y = lt_round_to_nearest_even(x); break;
+        }
+        output[i] = y;
+    }
+}
+
+/* One element as an exact wide value: integers as int64_t, floats as double. */
+static int lt_is_float(lt_type type) { return type == LT_FLOAT32; }
+
+static int64_t lt_read_integer(lt_type type, const void *data, int32_t i) {
+    switch (type) {
+        case LT_INT8: return ((const int8_t *)data)[i];
+        case LT_INT16: return ((const int16_t *)data)[i];
+        default: return ((const int32_t *)data)[i];
+    }
+}
+
+/* static_cast of an integer to a narrower integer keeps the low bits (two's complement targets). */
+static void lt_write_integer(lt_type type, void *data, int32_t i, int64_t value) {
+    switch (type) {
+        case LT_INT8: ((int8_t *)data)[i] = (int8_t)(uint8_t)(uint64_t)value; break;
+        case LT_INT16: ((int16_t *)data)[i] = (int16_t)(uint16_t)(uint64_t)value; break;
+        default: ((int32_t *)data)[i] = (int32_t)(uint32_t)(uint64_t)value; break;
+    }
+}
+
+void lt_cast(lt_type input_type, const void *input, lt_type output_type, void *output, int32_t count) {
+    for (int32_t i = 0; i < count; ++i) {
+        if (lt_is_float(input_type)) {
+            const float x = ((const float *)input)[i];
+            /* static_cast of a float outside the integer type's range is undefined; the host TFLM's build
+             * saturates to the range (vectorized packs), and so does this (beyond int32 it stays undefined) */
+            if (lt_is_float(output_type)) ((float *)output)[i] = x;
+            else if (output_type == LT_INT8) ((int8_t *)output)[i] = (int8_t)lt_clamp((int32_t)x, INT8_MIN, INT8_MAX);
+            else if (output_type == LT_INT16)
+                ((int16_t *)output)[i] = (int16_t)lt_clamp((int32_t)x, INT16_MIN, INT16_MAX);
+            else ((int32_t *)output)[i] = (int32_t)x;
+        } else {
+            const int64_t x = lt_read_integer(input_type, input, i);
+            if (lt_is_float(output_type)) ((float *)output)[i] = (float)x;
+            else lt_write_integer(output_type, output, i, x);
+        }
+    }
 }

@@ -70,7 +70,7 @@ typedef struct {
     float beta;
 } lt_softmax_params;
 
-/* Element-wise activations over `count` elements (RELU, RELU6, LEAKY_RELU, HARD_SWISH, TANH, ELU). Which fields a
+/* Element-wise activations and ABS over `count` elements (RELU, RELU6, LEAKY_RELU, HARD_SWISH, TANH, ELU). Which fields a
  * kernel reads is said at its declaration. */
 typedef struct {
     int32_t count;
@@ -79,6 +79,7 @@ typedef struct {
     int32_t alpha_multiplier, alpha_shift; /* LEAKY_RELU: input x alpha -> output */
     int32_t act_min, act_max;              /* the clamp of RELU and RELU6 */
     int32_t input_range_radius;            /* TANH: inputs this far from the zero point saturate */
+    int32_t rescale;                       /* ABS: 0 when input and output scales are equal */
     float alpha;                           /* float LEAKY_RELU */
 } lt_activation_params;
 
@@ -230,6 +231,46 @@ void lt_prelu_f32(const lt_binary_params *p, const float *input, const float *al
 void lt_hard_swish_f32(const float *input, float *output, int32_t count);
 void lt_tanh_f32(const float *input, float *output, int32_t count);
 void lt_elu_f32(const float *input, float *output, int32_t count);
+
+/* Element-wise math. SUB: ADD's arithmetic (int16: left shift 15), the difference of the rescaled inputs.
+ * MAXIMUM, MINIMUM: the raw values compared (TFLM does not requantize). SQUARED_DIFFERENCE: the rescaled
+ * difference squared, then requantized; int32 wraps as TFLM's int32 arithmetic does on its targets. DIV: float. */
+void lt_sub_s8(const lt_binary_params *p, const int8_t *input1, const int8_t *input2, int8_t *output);
+void lt_sub_s16(const lt_binary_params *p, const int16_t *input1, const int16_t *input2, int16_t *output);
+void lt_sub_s32(const lt_binary_params *p, const int32_t *input1, const int32_t *input2, int32_t *output);
+void lt_sub_f32(const lt_binary_params *p, const float *input1, const float *input2, float *output);
+void lt_maximum_s8(const lt_binary_params *p, const int8_t *input1, const int8_t *input2, int8_t *output);
+void lt_maximum_s16(const lt_binary_params *p, const int16_t *input1, const int16_t *input2, int16_t *output);
+void lt_maximum_s32(const lt_binary_params *p, const int32_t *input1, const int32_t *input2, int32_t *output);
+void lt_maximum_f32(const lt_binary_params *p, const float *input1, const float *input2, float *output);
+void lt_minimum_s8(const lt_binary_params *p, const int8_t *input1, const int8_t *input2, int8_t *output);
+void lt_minimum_s16(const lt_binary_params *p, const int16_t *input1, const int16_t *input2, int16_t *output);
+void lt_minimum_s32(const lt_binary_params *p, const int32_t *input1, const int32_t *input2, int32_t *output);
+void lt_minimum_f32(const lt_binary_params *p, const float *input1, const float *input2, float *output);
+void lt_squared_difference_s8(const lt_binary_params *p, const int8_t *input1, const int8_t *input2,
+                              int8_t *output);
+void lt_squared_difference_s16(const lt_binary_params *p, const int16_t *input1, const int16_t *input2,
+                               int16_t *output);
+void lt_squared_difference_s32(const lt_binary_params *p, const int32_t *input1, const int32_t *input2,
+                               int32_t *output);
+void lt_squared_difference_f32(const lt_binary_params *p, const float *input1, const float *input2,
+                               float *output);
+void lt_div_f32(const lt_binary_params *p, const float *input1, const float *input2, float *output);
+/* ADD_N: `count` elements of each of `n` inputs summed; int8 uses input1_multiplier/shift for every input. */
+void lt_add_n_s8(const lt_binary_params *p, const int8_t *const *inputs, int32_t n, int8_t *output, int32_t count);
+void lt_add_n_f32(const float *const *inputs, int32_t n, float *output, int32_t count);
+/* ABS of quantized values: |x - input zero point|, rescaled when p->rescale, plus the output zero point. */
+void lt_abs_s8(const lt_activation_params *p, const int8_t *input, int8_t *output);
+void lt_abs_s16(const lt_activation_params *p, const int16_t *input, int16_t *output);
+
+/* Float functions of one element, as TFLM's float kernels compute them (libm's float functions). */
+typedef enum {
+    LT_ABS, LT_NEG, LT_SQUARE, LT_SQRT, LT_RSQRT, LT_EXP, LT_LOG, LT_SIN, LT_COS, LT_FLOOR, LT_CEIL, LT_ROUND
+} lt_unary_op;
+void lt_unary_f32(lt_unary_op op, const float *input, float *output, int32_t count);
+/* CAST: static_cast of every element between int8, int16, int32 and float32 (float to integer truncates toward
+ * zero and saturates to int8/int16 as the host TFLM does; integer narrowing keeps the low bits). */
+void lt_cast(lt_type input_type, const void *input, lt_type output_type, void *output, int32_t count);
 
 /* type-agnostic data movement */
 void lt_copy(const void *input, void *output, uint32_t bytes); /* any overlap: memmove */

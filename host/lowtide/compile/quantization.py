@@ -15,6 +15,10 @@ from collections.abc import Callable
 import numpy as np
 
 INT8_MIN, INT8_MAX = -128, 127
+INT16_MIN, INT16_MAX = -32768, 32767
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+TYPE_RANGES = {"int8": (INT8_MIN, INT8_MAX), "int16": (INT16_MIN, INT16_MAX), "uint8": (0, 255),
+               "int32": (INT32_MIN, INT32_MAX)}
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 # TFLite ActivationFunctionType codes
@@ -63,21 +67,32 @@ def per_channel_multipliers(input_scale: float, filter_scales: list[float], outp
     return multipliers, shifts
 
 
-def activation_range_int8(activation: int, scale: float, zero_point: int) -> tuple[int, int]:
-    """CalculateActivationRangeQuantized for an int8 output: `zero_point + round(f / scale)` in float32."""
+def activation_range_quantized(activation: int, scale: float, zero_point: int,
+                               dtype: str = "int8") -> tuple[int, int]:
+    """CalculateActivationRangeQuantized for an int8 or int16 output: `zero_point + round(f / scale)` in float32."""
+    lo, hi = TYPE_RANGES[dtype]
 
     def quantize(f: float) -> int:
         return zero_point + round_half_away(float(np.float32(f) / np.float32(scale)))
 
     if activation == ACT_NONE:
-        return INT8_MIN, INT8_MAX
+        return lo, hi
     if activation == ACT_RELU:
-        return max(INT8_MIN, quantize(0.0)), INT8_MAX
+        return max(lo, quantize(0.0)), hi
     if activation == ACT_RELU6:
-        return max(INT8_MIN, quantize(0.0)), min(INT8_MAX, quantize(6.0))
+        return max(lo, quantize(0.0)), min(hi, quantize(6.0))
     if activation == ACT_RELU_N1_TO_1:
-        return max(INT8_MIN, quantize(-1.0)), min(INT8_MAX, quantize(1.0))
+        return max(lo, quantize(-1.0)), min(hi, quantize(1.0))
     raise ValueError(f"fused activation {activation} is not supported")
+
+
+def activation_range_int32(activation: int) -> tuple[int, int]:
+    """CalculateActivationRange<int32_t>: the bounds themselves, no quantization."""
+    ranges = {ACT_NONE: (INT32_MIN, INT32_MAX), ACT_RELU: (0, INT32_MAX), ACT_RELU6: (0, 6),
+              ACT_RELU_N1_TO_1: (-1, 1)}
+    if activation not in ranges:
+        raise ValueError(f"fused activation {activation} is not supported")
+    return ranges[activation]
 
 
 def activation_range_float(activation: int) -> tuple[float, float]:
@@ -191,10 +206,6 @@ def lstm_mul_multiplier(scale1: float, scale2: float, output_scale: float) -> tu
     return quantize_multiplier(float(scale1) * float(scale2) / float(output_scale))
 
 
-INT16_MIN, INT16_MAX = -32768, 32767
-TYPE_RANGES = {"int8": (INT8_MIN, INT8_MAX), "int16": (INT16_MIN, INT16_MAX), "uint8": (0, 255)}
-
-
 def relu_params(input_scale: float, input_zero_point: int, output_scale: float, output_zero_point: int,
                 dtype: str) -> dict[str, int]:
     """CalculateReluOpData: the input-to-output rescale (scales divided in float32) and the clamp from 0 up."""
@@ -270,3 +281,43 @@ def elu_table_int8(input_scale: float, input_zero_point: int, output_scale: floa
         quantized = int(rescaled + f32(output_zero_point))  # float to int32: truncation
         table[value & 0xFF] = min(INT8_MAX, max(INT8_MIN, quantized))
     return table
+
+
+def sub_params(scale1: float, scale2: float, output_scale: float, left_shift: int) -> dict[str, int]:
+    """CalculateOpDataSub: ADD's arithmetic, in double. (The TFLM tree read divides the float32 scales in float32
+    first; the host TFLM the outputs are checked against computes in double, which differs in the last bit.)"""
+    twice_max_input_scale = 2 * float(max(np.float32(scale1), np.float32(scale2)))
+    m1, s1 = quantize_multiplier(float(scale1) / twice_max_input_scale)
+    m2, s2 = quantize_multiplier(float(scale2) / twice_max_input_scale)
+    mo, so = quantize_multiplier(twice_max_input_scale / ((1 << left_shift) * float(output_scale)))
+    return {"left_shift": left_shift, "input1_multiplier": m1, "input1_shift": s1, "input2_multiplier": m2,
+            "input2_shift": s2, "output_multiplier": mo, "output_shift": so}
+
+
+def squared_difference_params(scale1: float, scale2: float, output_scale: float,
+                              left_shift: int) -> dict[str, int]:
+    """squared_difference.cc's PrepareQuantized: in double, the output multiplier over the squared scale."""
+    twice_max_input_scale = 2.0 * float(max(np.float32(scale1), np.float32(scale2)))
+    m1, s1 = quantize_multiplier(float(scale1) / twice_max_input_scale)
+    m2, s2 = quantize_multiplier(float(scale2) / twice_max_input_scale)
+    mo, so = quantize_multiplier(twice_max_input_scale * twice_max_input_scale
+                                 / float(np.float32(1 << (2 * left_shift)) * np.float32(output_scale)))
+    return {"left_shift": left_shift, "input1_multiplier": m1, "input1_shift": s1, "input2_multiplier": m2,
+            "input2_shift": s2, "output_multiplier": mo, "output_shift": so}
+
+
+def add_n_params_int8(input_scale: float, output_scale: float) -> dict[str, int]:
+    """add_n.cc's CalculateOpData for int8: every input shares one scale; left shift 20, in double."""
+    left_shift = 20
+    twice_max_input_scale = 2 * float(input_scale)
+    m, s = quantize_multiplier(float(input_scale) / twice_max_input_scale)
+    mo, so = quantize_multiplier(twice_max_input_scale / ((1 << left_shift) * float(output_scale)))
+    return {"left_shift": left_shift, "input1_multiplier": m, "input1_shift": s, "output_multiplier": mo,
+            "output_shift": so}
+
+
+def abs_params(input_scale: float, output_scale: float) -> dict[str, int]:
+    """ABS's Prepare: a rescale only when the float32 scales differ (input / output in float32)."""
+    rescale = bool(np.float32(input_scale) != np.float32(output_scale))
+    m, s = quantize_multiplier(float(np.float32(input_scale) / np.float32(output_scale))) if rescale else (0, 0)
+    return {"rescale": int(rescale), "multiplier": m, "shift": s}

@@ -6,11 +6,14 @@ import math
 
 from lowtide.compile import quantization as q
 from lowtide.compile.lowering.emitter import (
+    C_TYPES,
     MAX_DIMS,
     Kernel,
+    fused_activation,
     ModelEmitter,
     Unsupported,
     c_float,
+    elementwise_count,
     float_activation,
     quantized_activation,
     require,
@@ -18,6 +21,9 @@ from lowtide.compile.lowering.emitter import (
     tensor_types,
 )
 from lowtide.model.ir import Operator
+
+SUFFIXES = {"int8": "s8", "int16": "s16", "int32": "s32", "float32": "f32"}
+LT_TYPES = {"int8": "LT_INT8", "int16": "LT_INT16", "int32": "LT_INT32", "float32": "LT_FLOAT32"}
 
 
 def broadcast_steps(e: ModelEmitter, op: Operator) -> dict[str, object]:
@@ -92,10 +98,146 @@ def lower_dequantize(e, op, name):
             f"{float(in_q.scale)!r}, {in_q.zero_point});")
 
 
+def _binary_call(e: ModelEmitter, op: Operator, name: str, function: str, params: dict[str, object]) -> str:
+    p = e.struct(f"{name}_params", "lt_binary_params", params)
+    return (f"{function}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
+            f"{e.pointer(op.outputs[0], True)});")
+
+
+def _same_type_binary(e: ModelEmitter, op: Operator) -> str:
+    ins, outs = tensor_types(e, op)
+    require(ins[0] == ins[1] == outs[0], f"types {ins} -> {outs}")
+    return ins[0]
+
+
+def _int32_activation(op: Operator) -> dict[str, object]:
+    try:
+        lo, hi = q.activation_range_int32(fused_activation(op))
+    except ValueError as exc:
+        raise Unsupported(str(exc)) from None
+    return {"act_min": lo, "act_max": hi}
+
+
+def lower_sub(e, op, name):
+    dtype = _same_type_binary(e, op)
+    params = broadcast_steps(e, op)
+    if dtype in ("int8", "int16"):
+        q1, q2, qo = (e.quantization(t) for t in (op.inputs[0], op.inputs[1], op.outputs[0]))
+        params.update(input1_offset=-q1.zero_point, input2_offset=-q2.zero_point, output_offset=qo.zero_point,
+                      **q.sub_params(q1.scale, q2.scale, qo.scale, 15 if dtype == "int16" else 20),
+                      **quantized_activation(e, op, op.outputs[0]))
+    elif dtype == "int32":
+        params.update(_int32_activation(op))
+    else:
+        params.update(float_activation(op))
+    return _binary_call(e, op, name, f"lt_sub_{SUFFIXES[dtype]}", params)
+
+
+def lower_maximum(e, op, name):
+    """TFLM compares the raw values: the inputs' and output's quantization must agree for it to mean a maximum,
+    but it is not checked, as TFLM does not check it."""
+    dtype = _same_type_binary(e, op)
+    return _binary_call(e, op, name, f"lt_maximum_{SUFFIXES[dtype]}", broadcast_steps(e, op))
+
+
+def lower_minimum(e, op, name):
+    dtype = _same_type_binary(e, op)
+    return _binary_call(e, op, name, f"lt_minimum_{SUFFIXES[dtype]}", broadcast_steps(e, op))
+
+
+def lower_squared_difference(e, op, name):
+    dtype = _same_type_binary(e, op)
+    params = broadcast_steps(e, op)
+    if dtype in ("int8", "int16"):
+        q1, q2, qo = (e.quantization(t) for t in (op.inputs[0], op.inputs[1], op.outputs[0]))
+        if dtype == "int16":
+            require(q1.zero_point == q2.zero_point == qo.zero_point == 0, "int16 needs zero points of 0")
+        lo, hi = q.TYPE_RANGES[dtype]
+        params.update(input1_offset=-q1.zero_point, input2_offset=-q2.zero_point, output_offset=qo.zero_point,
+                      act_min=lo, act_max=hi,
+                      **q.squared_difference_params(q1.scale, q2.scale, qo.scale, 7 if dtype == "int8" else 0))
+    return _binary_call(e, op, name, f"lt_squared_difference_{SUFFIXES[dtype]}", params)
+
+
+def lower_div(e, op, name):
+    _same_type_binary(e, op)
+    return _binary_call(e, op, name, "lt_div_f32", {**broadcast_steps(e, op), **float_activation(op)})
+
+
+def lower_add_n(e, op, name):
+    ins, outs = tensor_types(e, op)
+    dtype = outs[0]
+    shape = e.tensor(op.outputs[0]).shape
+    require(all(t == dtype for t in ins) and all(e.tensor(t).shape == shape for t in op.inputs),
+            f"inputs {ins} of shapes {[e.tensor(t).shape for t in op.inputs]} for a {dtype} {shape} output")
+    count = math.prod(shape)
+    ctype = C_TYPES[dtype]
+    pointers = ", ".join(e.pointer(t) for t in op.inputs)
+    inputs = f"const {ctype} *const {name}_inputs[{len(op.inputs)}] = {{{pointers}}};"
+    output = e.pointer(op.outputs[0], True)
+    if dtype == "float32":
+        return f"{{ {inputs} lt_add_n_f32({name}_inputs, {len(op.inputs)}, {output}, {count}); }}"
+    in_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.outputs[0])
+    require(all(e.quantization(t).scale == in_q.scale for t in op.inputs), "int8 inputs need one scale")
+    p = e.struct(f"{name}_params", "lt_binary_params", {
+        "input1_offset": -in_q.zero_point, "output_offset": out_q.zero_point,
+        **q.add_n_params_int8(in_q.scale, out_q.scale), **quantized_activation(e, op, op.outputs[0])})
+    return f"{{ {inputs} lt_add_n_s8({p}, {name}_inputs, {len(op.inputs)}, {output}, {count}); }}"
+
+
+def lower_abs(e, op, name):
+    count = elementwise_count(e, op)
+    dtype = e.tensor(op.inputs[0]).dtype
+    source, target = e.pointer(op.inputs[0]), e.pointer(op.outputs[0], True)
+    if dtype == "float32":
+        return f"lt_unary_f32(LT_ABS, {source}, {target}, {count});"
+    in_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.outputs[0])
+    if dtype == "int16":
+        require(in_q.zero_point == out_q.zero_point == 0, "int16 needs zero points of 0")
+    p = e.struct(f"{name}_params", "lt_activation_params", {
+        "count": count, "input_zero_point": in_q.zero_point, "output_zero_point": out_q.zero_point,
+        **q.abs_params(in_q.scale, out_q.scale)})
+    return f"lt_abs_{SUFFIXES[dtype]}({p}, {source}, {target});"
+
+
+def _float_function(function: str):
+    def lower(e, op, name):
+        count = elementwise_count(e, op)
+        return f"lt_unary_f32({function}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)}, {count});"
+
+    lower.__doc__ = f"A float32 kernel of one element: {function}."
+    return lower
+
+
+def lower_cast(e, op, name):
+    ins, outs = tensor_types(e, op)
+    count = elementwise_count(e, op)
+    return (f"lt_cast({LT_TYPES[ins[0]]}, {e.pointer(op.inputs[0])}, {LT_TYPES[outs[0]]}, "
+            f"{e.pointer(op.outputs[0], True)}, {count});")
+
 
 KERNELS = (
     Kernel("ADD", lower_add, ("int8", "float32"), "broadcasting up to 6-D"),
     Kernel("MUL", lower_mul, ("int8", "float32"), "broadcasting up to 6-D"),
     Kernel("QUANTIZE", lower_quantize, ("float32->int8", "int8", "int8->uint8", "int16->int8", "int16->int32")),
     Kernel("DEQUANTIZE", lower_dequantize, ("int8->float32",)),
+    Kernel("SUB", lower_sub, ("int8", "int16", "int32", "float32"), "broadcasting up to 6-D"),
+    Kernel("MAXIMUM", lower_maximum, ("int8", "int16", "int32", "float32"), "raw values compared, as TFLM does"),
+    Kernel("MINIMUM", lower_minimum, ("int8", "int16", "int32", "float32"), "raw values compared, as TFLM does"),
+    Kernel("SQUARED_DIFFERENCE", lower_squared_difference, ("int8", "int16", "int32", "float32")),
+    Kernel("DIV", lower_div, ("float32",)),
+    Kernel("ADD_N", lower_add_n, ("int8", "float32")),
+    Kernel("ABS", lower_abs, ("int8", "int16", "float32"), "int16 quantized with zero points 0"),
+    Kernel("NEG", _float_function("LT_NEG"), ("float32",)),
+    Kernel("SQUARE", _float_function("LT_SQUARE"), ("float32",)),
+    Kernel("SQRT", _float_function("LT_SQRT"), ("float32",)),
+    Kernel("RSQRT", _float_function("LT_RSQRT"), ("float32",)),
+    Kernel("EXP", _float_function("LT_EXP"), ("float32",)),
+    Kernel("LOG", _float_function("LT_LOG"), ("float32",)),
+    Kernel("SIN", _float_function("LT_SIN"), ("float32",)),
+    Kernel("COS", _float_function("LT_COS"), ("float32",)),
+    Kernel("FLOOR", _float_function("LT_FLOOR"), ("float32",)),
+    Kernel("CEIL", _float_function("LT_CEIL"), ("float32",)),
+    Kernel("ROUND", _float_function("LT_ROUND"), ("float32",), "halfway cases to even"),
+    Kernel("CAST", lower_cast, tuple(f"{a}->{b}" for a in LT_TYPES for b in LT_TYPES if a != b) + tuple(LT_TYPES)),
 )

@@ -252,7 +252,8 @@ def fused_activation(op: Operator) -> int:
 def quantized_activation(e: ModelEmitter, op: Operator, output: int) -> dict[str, object]:
     out_q = e.quantization(output)
     try:
-        lo, hi = q.activation_range_int8(fused_activation(op), out_q.scale, out_q.zero_point)
+        lo, hi = q.activation_range_quantized(fused_activation(op), out_q.scale, out_q.zero_point,
+                                              e.tensor(output).dtype)
     except ValueError as exc:
         raise Unsupported(str(exc)) from None
     return {"act_min": lo, "act_max": hi}
