@@ -34,4 +34,4 @@ FUZZ_EXAMPLES ?= 2000
 FUZZ_MINUTES ?= 30
 fuzz: install
 	LOWTIDE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) LOWTIDE_FUZZ_SUBPROCESS_EXAMPLES=$$(( $(FUZZ_EXAMPLES) / 50 )) \
-	LOWTIDE_FUZZ_MINUTES=$(FUZZ_MINUTES) $(PYTHON) -m pytest -q -p no:cacheprovider tests/test_fuzz_models.py
+	LOWTIDE_FUZZ_MINUTES=$(FUZZ_MINUTES) $(PYTHON) -m pytest -q -p no:cacheprovider --hypothesis-show-statistics tests/test_fuzz_models.py

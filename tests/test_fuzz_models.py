@@ -3,7 +3,8 @@ run every command on it, in process and as a subprocess. Whatever the change, lo
 no traceback, exit 0, or exit 2 with one line naming the input file, and no file left behind.
 
 CI runs a small fixed budget (derandomized, so a failure reproduces); `make fuzz` runs longer:
-LOWTIDE_FUZZ_EXAMPLES sets the example count, LOWTIDE_FUZZ_MINUTES a deadline for the whole run.
+LOWTIDE_FUZZ_EXAMPLES sets the example count, LOWTIDE_FUZZ_MINUTES a deadline for the whole run, and
+`--hypothesis-show-statistics` counts the outcomes.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from conftest import SHARED_MODELS
@@ -135,6 +136,7 @@ def _check_every_command(mutation, runner, deadline: float) -> None:
     if time.monotonic() > deadline:
         return  # the time is up: the remaining examples pass without running
     data = _mutated(*mutation)
+    event("the schema cannot store the value" if data is None else "model written")
     if data is None:
         return
     with tempfile.TemporaryDirectory(prefix="lowtide-fuzz-") as tmp:
@@ -144,7 +146,9 @@ def _check_every_command(mutation, runner, deadline: float) -> None:
         for command in COMMANDS:
             out = Path(tmp) / command
             out.mkdir()
-            assert_kept_promise(runner(command, model, out), model, out)
+            outcome = runner(command, model, out)
+            assert_kept_promise(outcome, model, out)
+            event(f"{command}: exit {outcome.code}")
 
 
 _SETTINGS = dict(deadline=None, derandomize=not LONG_RUN, database=None,

@@ -146,7 +146,7 @@ def _isolated(work: Callable[[_Child], T], path: str) -> T:
                 os.dup2(log.fileno(), 2)
                 try:
                     outcome: tuple[str, object] = ("ok", work(_Child(write_fd, log.fileno())))
-                except RuntimeError as exc:  # the interpreter refused the model or failed an operator
+                except Exception as exc:  # the interpreter refused the model or its inputs, or failed an operator
                     outcome = ("rejected", str(exc))
                 payload = pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL)
                 os.write(write_fd, _RESULT)
@@ -157,6 +157,7 @@ def _isolated(work: Callable[[_Child], T], path: str) -> T:
             finally:
                 os._exit(status)
         os.close(write_fd)
+        received, finished = b"", False
         try:
             received, finished = _read_all(read_fd, time.monotonic() + timeout)
         finally:
