@@ -19,7 +19,7 @@ from lowtide.memory.lifetimes import Order, stored_order
 from lowtide.model.ir import Graph
 from lowtide.schedule.problem import SubgraphProblem, check_order, subgraph_problem
 from lowtide.schedule.anytime import solve_hard_block
-from lowtide.schedule.search import Block, blocks, heuristic_order
+from lowtide.schedule.search import Block, BlockResult, blocks, heuristic_order, solve_block
 
 # Share of the time limit the beam searches (upper bounds, fallback orders) may use before the exact search.
 HEURISTIC_SHARE = 0.25
@@ -79,7 +79,7 @@ def find_schedule(graph: Graph, time_limit: float = 30.0, progress: Progress | N
     settled_ops = 0
     settled_peak = 0
     explored = 0
-    timed_out = False
+    results: list[BlockResult] = []
 
     def report(next_block: int) -> None:
         """Blocks from `next_block` on are unsettled; the first of them has the highest heuristic peak."""
@@ -95,14 +95,29 @@ def find_schedule(graph: Graph, time_limit: float = 30.0, progress: Progress | N
         share = block.size / unsearched_ops if block.size > 1 and heuristic[1] > level else 0.0
         result = solve_hard_block(problems[block.subgraph], block, level, now + share * max(deadline - now, 0.0),
                                   heuristic, functools.partial(report, index))
-        order, peak = result.order, result.peak
+        results.append(result)
         explored += result.states
         level = max(level, result.bound)
-        timed_out = timed_out or not result.complete
-        block_orders[block.subgraph][position] = order
         settled_ops += block.size
-        settled_peak = max(settled_peak, peak)
+        settled_peak = max(settled_peak, result.peak)
         report(index + 1)
+    # Time the easier blocks left goes to the exact search, from the level now proven, on the block that sets the
+    # model's peak (the other blocks' gaps do not count) while it is not proven optimal.
+    while time.monotonic() < deadline:
+        index = max(range(len(results)), key=lambda i: results[i].peak, default=None)
+        if index is None or results[index].peak <= level:
+            break
+        _, block, _ = pending[index]
+        result = results[index]
+        again = solve_block(problems[block.subgraph], block, level, deadline, (result.order, result.peak),
+                            functools.partial(report, len(pending)))
+        results[index] = again
+        explored += again.states
+        level = max(level, again.bound)
+        if not again.complete:
+            break  # out of time or states
+    for (_, block, position), result in zip(pending, results):
+        block_orders[block.subgraph][position] = result.order
 
     order = stored_order(graph)
     for sg, parts in block_orders.items():
@@ -122,7 +137,7 @@ def find_schedule(graph: Graph, time_limit: float = 30.0, progress: Progress | N
         stored_head_bytes=tflm_plan(graph).head_bytes,
         lower_bound_bytes=level,
         optimal=peak == level,
-        timed_out=timed_out,
+        timed_out=any(result.peak > level for result in results),
         seconds=time.monotonic() - started,
         explored_states=explored,
     )

@@ -30,11 +30,14 @@ from lowtide.schedule.search import (
     CLOCK_EVERY, MAX_STATES, Block, BlockResult, Readiness, heuristic_order, solve_block,
 )
 
-# Share of a block's time the exact best-first search gets before the anytime phases: enough to prove every
-# shared model's blocks optimal, as before.
-EXACT_SHARE = 0.3
-# Share of the time left after the bound that divide and conquer may use; the budgeted descent gets the rest.
-DIVIDE_SHARE = 0.4
+# Shares of the time left that each phase of `solve_hard_block` may use, in turn. The first exact search gets
+# enough to prove every shared model's blocks optimal, as before; the last one gets whatever is left.
+EXACT_SHARE = 0.1
+PAIR_SHARE = 0.2
+DIVIDE_SHARE = 0.25
+DESCENT_SHARE = 0.4
+# Operators with the highest cuts whose conflicting pairs `ordered_pair_bound` tries.
+PAIR_BOTTLENECKS = 12
 # Parts of at most this many operators are searched exactly (in at most LEAF_SECONDS) instead of split again.
 LEAF_OPS = 30
 LEAF_SECONDS = 0.5
@@ -49,10 +52,12 @@ class StepCut:
     before: int  # bitmask of the block's operators: a "run before `op`" set that attains `bound`
 
 
-def step_cut(problem: SubgraphProblem, block: Block, op: int) -> StepCut:
-    """The minimum over every valid set of operators run before `op` of the bytes live while it runs."""
-    fixed_in = block.before | problem.ancestors[op]
-    fixed_out = (problem.all_ops & ~(block.before | block.ops)) | problem.descendants[op] | 1 << op
+def step_cut(problem: SubgraphProblem, block: Block, op: int, run_before: int = 0, run_after: int = 0) -> StepCut:
+    """The minimum over every valid set of operators run before `op` of the bytes live while it runs; with
+    `run_before` (closed under ancestors) and `run_after` (closed under descendants), over those sets that hold
+    all of the first and none of the second."""
+    fixed_in = block.before | problem.ancestors[op] | run_before
+    fixed_out = (problem.all_ops & ~(block.before | block.ops)) | problem.descendants[op] | 1 << op | run_after
     source, sink = "source", "sink"
     flow = nx.DiGraph()
     flow.add_nodes_from((source, sink))
@@ -102,6 +107,32 @@ def step_cuts(problem: SubgraphProblem, block: Block, deadline: float) -> list[S
     return cuts
 
 
+def ordered_pair_bound(problem: SubgraphProblem, block: Block, cuts: list[StepCut], bound: int,
+                       deadline: float) -> int:
+    """`bound` raised by pairs of operators that cannot both have their cheapest cut: v's set holds u and u's set
+    holds v, but one of them runs first. Whichever it is, both cuts are taken again under that order, and the
+    lower of the two orders' highest cut still binds every order. Pairs are drawn around the highest cuts."""
+    by_op = {c.op: c for c in cuts}
+
+    def order_cost(first: int, then: int) -> int:
+        """A lower bound on the peak of every order that runs `first` before `then`."""
+        then_cut = step_cut(problem, block, then, run_before=problem.ancestors[first] | 1 << first).bound
+        if then_cut > bound:
+            return then_cut  # enough to raise the bound if the other order costs more too
+        run_after = problem.descendants[then] | 1 << then
+        return max(then_cut, step_cut(problem, block, first, run_after=run_after).bound)
+
+    for v_cut in sorted(cuts, key=lambda c: -c.bound)[:PAIR_BOTTLENECKS]:
+        v = v_cut.op
+        for u in bits(v_cut.before & ~problem.ancestors[v]):
+            if u not in by_op or not by_op[u].before >> v & 1:
+                continue
+            if time.monotonic() > deadline:
+                return bound
+            bound = max(bound, min(order_cost(u, v), order_cost(v, u)))
+    return bound
+
+
 def solve_hard_block(
     problem: SubgraphProblem,
     block: Block,
@@ -110,25 +141,37 @@ def solve_hard_block(
     fallback: tuple[list[int], int],
     tick: Callable[[], None] | None = None,
 ) -> BlockResult:
-    """`solve_block` for part of the time; if it cannot finish, the cut bound, divide and conquer and the budgeted
-    descent for the rest. The order returned is never worse than `fallback`."""
+    """`solve_block` for part of the time; if it cannot finish, the cut bounds, divide and conquer, the budgeted
+    descent, and the exact search again from the raised bound. The order returned is never worse than
+    `fallback`."""
     started = time.monotonic()
-    exact = solve_block(problem, block, level, started + EXACT_SHARE * (deadline - started), fallback, tick)
+
+    def until(share: float) -> float:
+        """The deadline of a phase that may use `share` of the time left."""
+        now = time.monotonic()
+        return now + share * max(deadline - now, 0.0)
+
+    exact = solve_block(problem, block, level, until(EXACT_SHARE), fallback, tick)
     if exact.complete:
         return exact
+    order, peak, states = exact.order, exact.peak, exact.states
     cuts = step_cuts(problem, block, deadline)
     bound = max([exact.bound, *(c.bound for c in cuts)])
-    order, peak = exact.order, exact.peak
-    if peak > bound and time.monotonic() < deadline:
-        split_deadline = time.monotonic() + DIVIDE_SHARE * (deadline - time.monotonic())
-        divided, divided_peak = divide_at_cuts(problem, block, bound, split_deadline, cuts)
+    if peak > bound:
+        bound = ordered_pair_bound(problem, block, cuts, bound, until(PAIR_SHARE))
+    if peak > bound:
+        divided, divided_peak = divide_at_cuts(problem, block, bound, until(DIVIDE_SHARE), cuts)
         if divided_peak < peak:
             order, peak = divided, divided_peak
-    states = exact.states
     if peak > bound:
-        descent = budgeted_descent(problem, block, bound, (order, peak), deadline, tick)
+        descent = budgeted_descent(problem, block, bound, (order, peak), until(DESCENT_SHARE), tick)
         order, peak, bound, states = descent.order, descent.peak, descent.bound, states + descent.states
-    return BlockResult(order, peak, max(bound, level), states, peak <= max(bound, level))
+    if peak > bound and time.monotonic() < deadline:
+        # From the raised bound, the exact search may now finish, or raise it further.
+        again = solve_block(problem, block, bound, deadline, (order, peak), tick)
+        order, peak, bound, states = again.order, again.peak, again.bound, states + again.states
+    bound = max(bound, level)
+    return BlockResult(order, peak, bound, states, peak <= bound)
 
 
 def divide_at_cuts(problem: SubgraphProblem, block: Block, level: int, deadline: float,
