@@ -165,7 +165,9 @@ CASES: dict[str, tuple[str | None, Callable, str]] = {
     "missing_inputs": (None, _set("subgraphs.0.operators.0.inputs", np.array([0], dtype=np.int32)),
                        "CONV_2D needs input 1"),
     "string_input": (None, _set("subgraphs.0.tensors.0.type", TYPE_CODES["string"]),
-                     "type not supported by TFLite Micro: string"),
+                     "input tensor 0 'input_0' is string"),
+    "resource_input": (None, _set("subgraphs.0.tensors.0.type", TYPE_CODES["resource"]),
+                       "input tensor 0 'input_0' is resource"),
     "huge_tensor": (None, _set("subgraphs.0.tensors.0.shape", np.array([1, 1 << 15, 1 << 15, 1], np.int32)),
                     "tensor larger than any microcontroller can hold"),
     # Accepted with exit 0 before.

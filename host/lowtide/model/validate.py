@@ -44,6 +44,9 @@ _PACKED_TYPES = frozenset({"int4", "uint4", "int2"})
 # Types TFLM has no kernels or tensor support for.
 _UNSUPPORTED_TYPES = frozenset({"string", "complex64", "complex128", "float64", "variant"})
 
+# Types an input or output of the model may have: numpy arrays of them cross to TFLM and to boards.
+_ARRAY_TYPES = frozenset({"float32", "float16", "float64", "int8", "uint8", "int16", "uint16", "int32", "uint32",
+                          "int64", "uint64", "bool"})
 # Builtin options class each operator's kernel reads (TFLM's flatbuffer_conversions.cc), and whether it must be
 # present: those whose fields lowtide and TFLM need (strides, axes, ranks) are required.
 _OPTIONS: dict[str, tuple[str, bool]] = {
@@ -185,6 +188,16 @@ def _main_has_inputs_and_outputs(m: _Model) -> Iterator[str]:
         yield "it has no inputs"
     if not main.outputs:
         yield "it has no outputs"
+
+
+@_check(MODEL_CHECKS)
+def _io_types(m: _Model) -> Iterator[str]:
+    """the main subgraph's inputs and outputs must be plain numbers (lowtide feeds and reads them as arrays)"""
+    main = m.graph.main
+    for kind, tensors in (("input", main.inputs), ("output", main.outputs)):
+        for t in tensors:
+            if main.tensors[t].dtype not in _ARRAY_TYPES:
+                yield f"{kind} tensor {t} '{main.tensors[t].name}' is {main.tensors[t].dtype}"
 
 
 @_check(MODEL_CHECKS)
