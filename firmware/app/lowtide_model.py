@@ -91,7 +91,7 @@ def build_tflm(path, data, out_dir, runtime):
     from lowtide.errors import LowtideError
     from lowtide.model import load_model
     from lowtide.tflm.build import build_library, core_named, cxx_flags, resolver_calls
-    from lowtide.tflm.sizer import predict_arena32, write_resolver_include
+    from lowtide.tflm.sizer import predict_arena32, resource_variable_count, write_resolver_include
     from lowtide.tflm.tree import KernelSet
 
     kernels = KernelSet.CMSIS_NN if runtime == "tflm-cmsis-nn" else KernelSet.REFERENCE
@@ -115,7 +115,8 @@ def build_tflm(path, data, out_dir, runtime):
         CXXFLAGS=cxx_flags(),
         CPPPATH=[str(out_dir), str(project_dir / "firmware" / "tflm")],
         CPPDEFINES=["LT_RUNTIME_TFLM", ("LT_TFLM_ARENA_BYTES", f"{int(arena_bytes)}u"),
-                    ("LT_TFLM_OP_TYPES", max(1, len(calls))), ("LT_MODEL_OPERATOR_COUNT", len(graph.main.operators)),
+                    ("LT_TFLM_OP_TYPES", max(1, len(calls))),
+                    ("LT_TFLM_RESOURCE_VARIABLES", resource_variable_count(graph)), ("LT_MODEL_OPERATOR_COUNT", len(graph.main.operators)),
                     ("LT_TFLM_RUNTIME_NAME", env.StringifyMacro(runtime))],  # noqa: F821
         LIBPATH=[str(library.archive.parent)],
     )

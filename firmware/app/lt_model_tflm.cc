@@ -102,7 +102,7 @@ const lt_model_info *lt_model_setup(void) {
   profiler = new (profiler_storage) OperatorProfiler();
   lt_arena_paint(arena, sizeof arena, LT_ARENA_PATTERN_A);
   tflm = lt_tflm_create<tflite::SingleArenaBufferAllocator>(lt_model_tflite, resolver, arena, sizeof arena,
-                                                           interpreter_storage, profiler);
+                                                           LT_TFLM_RESOURCE_VARIABLES, interpreter_storage, profiler);
   if (tflm.interpreter->AllocateTensors() != kTfLiteOk) {
     info.status = last_log[0] ? last_log : "AllocateTensors failed";
     return &info;

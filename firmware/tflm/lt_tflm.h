@@ -31,10 +31,12 @@ struct lt_tflm {
 
 /* Builds the interpreter in `interpreter_storage` exactly as MicroInterpreter(model, resolver, arena, bytes) does
  * (same allocations, same arena use), but through the public pieces, so the arena allocator stays visible.
- * `arena_allocator` may be a subclass of SingleArenaBufferAllocator of the same size (the sizer's tracker). */
+ * `Allocator` may be a subclass of SingleArenaBufferAllocator of the same size (the sizer's tracker).
+ * `resource_variables`: slots of MicroResourceVariables to create (one per VAR_HANDLE operator; 0 for none). */
 template <typename Allocator>
 lt_tflm lt_tflm_create(const uint8_t *model_bytes, const tflite::MicroOpResolver &resolver, uint8_t *arena,
-                       size_t bytes, void *interpreter_storage, tflite::MicroProfilerInterface *profiler);
+                       size_t bytes, int resource_variables, void *interpreter_storage,
+                       tflite::MicroProfilerInterface *profiler);
 
 #endif /* __cplusplus */
 

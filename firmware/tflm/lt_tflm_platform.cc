@@ -12,10 +12,13 @@
 #include "tensorflow/lite/micro/debug_log.h"
 #include "tensorflow/lite/micro/micro_time.h"
 
+/* MicroPrintf writes its message, then a line break in a call of its own: only text is passed on. */
 extern "C" void DebugLog(const char *format, va_list args) {
   static char line[160];
-  vsnprintf(line, sizeof line, format, args);
-  lt_tflm_log(line);
+  int length = vsnprintf(line, sizeof line, format, args);
+  if (length >= (int)sizeof line) length = (int)sizeof line - 1;
+  while (length > 0 && (line[length - 1] == '\n' || line[length - 1] == '\r')) line[--length] = '\0';
+  if (length > 0) lt_tflm_log(line);
 }
 
 extern "C" int DebugVsnprintf(char *buffer, size_t buf_size, const char *format, va_list vlist) {

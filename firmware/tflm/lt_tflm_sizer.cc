@@ -21,6 +21,8 @@
 #error "LT_SIZER_RAM_BASE: the emulated board's 16 MiB RAM window"
 #endif
 #define LT_SIZER_MODEL ((const uint8_t *)(LT_SIZER_RAM_BASE))
+/* The last word below the arena: the resource-variable slots to create, written there by QEMU's loader. */
+#define LT_SIZER_RESOURCE_VARIABLES (*(const volatile int32_t *)(LT_SIZER_RAM_BASE + 0x7FFFFCu))
 #define LT_SIZER_ARENA ((uint8_t *)(LT_SIZER_RAM_BASE + 0x800000u))
 #define LT_SIZER_ARENA_BYTES 0x800000u
 
@@ -97,7 +99,7 @@ int main(void) {
   Resolver &resolver = *new (resolver_storage) Resolver();
 #include "lt_model_ops.inc"
   lt_tflm tflm = lt_tflm_create<TrackingAllocator>(LT_SIZER_MODEL, resolver, LT_SIZER_ARENA, LT_SIZER_ARENA_BYTES,
-                                                   interpreter_storage, nullptr);
+                                                   LT_SIZER_RESOURCE_VARIABLES, interpreter_storage, nullptr);
   if (tflm.interpreter->AllocateTensors() != kTfLiteOk) {
     print("lowtide-sizer error ");
     print(last_log);

@@ -16,14 +16,10 @@ from lowtide.cli import app
 from lowtide.errors import LowtideError
 from lowtide.memory import MemoryPlan, tflm_plan
 from lowtide.model import Graph, load_model
+from lowtide.tflm import DEFAULT_CORE, Mcu32Arena, mcu32_arena
+from lowtide.tflm.tree import KernelSet
 
-_TOTAL_NOTE = (
-    "32-bit MCU total = predicted head + the persistent tail TFLM allocates on this host for the same model, "
-    "less 12 B per TfLiteEvalTensor and 32 B per NodeAndRegistration (pointer size); reference kernels"
-)
-
-
-def inspect_report(graph: Graph, plan: MemoryPlan, arena: oracle.ArenaFigures | None) -> dict:
+def inspect_report(graph: Graph, plan: MemoryPlan, arena: Mcu32Arena | None) -> dict:
     """The JSON object of `lowtide inspect --json`."""
     tensor_span = {(b.subgraph, b.tensor): (b, off) for b, off in zip(plan.buffers, plan.offsets) if b.tensor is not None}
     tensors = []
@@ -54,8 +50,7 @@ def inspect_report(graph: Graph, plan: MemoryPlan, arena: oracle.ArenaFigures | 
         "tflm_head_bytes": plan.head_bytes,
         "live_peak_bytes": plan.live_peak_bytes,
         "peak_op": {"subgraph": peak.subgraph, "index": peak.op, "opcode": peak.opcode} if peak else None,
-        "tflm_total_bytes_mcu32": plan.head_bytes + arena.mcu32_tail_bytes if arena else None,
-        "tflm_total_bytes_mcu32_method": _TOTAL_NOTE if arena else None,
+        "mcu32": arena.to_json() if arena else None,
     }
 
 
@@ -110,14 +105,20 @@ def inspect(
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables")] = False,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Draw live memory per step into this PNG")] = None,
     verify: Annotated[bool, typer.Option("--verify", help="Also run the host TFLM and compare its head")] = False,
+    kernels: Annotated[KernelSet, typer.Option(help="TFLM kernels the 32-bit arena is predicted for")] = (
+        KernelSet.REFERENCE),
+    core: Annotated[str, typer.Option(help="MCU core the 32-bit arena is predicted for")] = DEFAULT_CORE,
 ) -> None:
-    """Show live memory per operator, TFLM's predicted arena head and the lower bound."""
+    """Show live memory per operator, TFLM's predicted arena head and the lower bound, and TFLM's whole arena on
+    a 32-bit MCU."""
     graph = load_model(model)
     plan = tflm_plan(graph)
     data = model.read_bytes()
     try:
-        arena = oracle.allocate(data, path=str(model))
+        arena = mcu32_arena(data, graph, plan.head_bytes, kernels, core)
     except LowtideError:
+        if kernels is not KernelSet.REFERENCE:
+            raise
         arena = None  # a model TFLM cannot load still gets its head predicted; the total needs TFLM's tail
     measured = oracle.run(data, oracle.random_inputs(graph), path=str(model)).arena if verify else None
     if plot:
@@ -135,14 +136,16 @@ def inspect(
         summary.add_row("predicted TFLM head", f"{plan.head_bytes:,} B")
         summary.add_row("lower bound (live peak, this order)", f"{plan.live_peak_bytes:,} B")
         if arena:
-            summary.add_row("predicted total, 32-bit MCU", f"{report['tflm_total_bytes_mcu32']:,} B (estimate*)")
+            summary.add_row(f"TFLM arena on {arena.core}, {arena.kernels} kernels",
+                            f"{arena.used_bytes:,} B used (head {arena.head_bytes:,} + tail {arena.tail_bytes:,}); "
+                            f"declare {arena.arena_bytes:,} B" + ("" if arena.exact else " (estimate*)"))
         if measured:
             verdict = "[green]match[/]" if measured.head_bytes == plan.head_bytes else "[bold red]MISMATCH[/]"
             summary.add_row("measured head (host TFLM)", f"{measured.head_bytes:,} B  {verdict}")
             summary.add_row("measured total (host TFLM, 64-bit)", f"{measured.total_bytes:,} B")
         console.print(summary)
-        if arena:
-            console.print(f"[dim]* {_TOTAL_NOTE}.[/]")
+        if arena and not arena.exact:
+            console.print(f"[dim]* {escape_markup(arena.method)}.[/]")
         if plot:
             console.print(f"plot written to {plot}")
     if measured and measured.head_bytes != plan.head_bytes:

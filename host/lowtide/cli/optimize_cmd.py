@@ -10,11 +10,14 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
+from rich.markup import escape
 from rich.table import Table
 
 from lowtide.cli import app
 from lowtide.export import OptimizeResult, optimize_model
 from lowtide.rewrite import Tiling
+from lowtide.tflm import DEFAULT_CORE
+from lowtide.tflm.tree import KernelSet
 
 class RewriteMode(str, enum.Enum):
     none = "none"
@@ -42,16 +45,22 @@ def optimize_report(result: OptimizeResult) -> dict:
             "tflm_head_bytes": result.stock_head_bytes,
             "tflm_total_bytes": result.stock_total_bytes,
             "live_peak_bytes": result.stock_live_peak_bytes,
+            "mcu32": result.stock_mcu32.to_json(),
         },
         "after": {
             "planned_head_bytes": result.planned_head_bytes,
             "tflm_total_bytes": result.total_bytes,
             "live_peak_bytes": placement.lower_bound_bytes,
             "arena_size_bytes_mcu32": export.arena_size_bytes,
+            "mcu32": export.mcu32.to_json(),
         },
         "lower_bound_bytes": result.lower_bound_bytes,
         "optimal": result.optimal,
+        "gap_bytes": result.gap_bytes,
+        "gap": round(result.gap_bytes / result.lower_bound_bytes, 4) if result.lower_bound_bytes else 0.0,
         "schedule_optimal": schedule.optimal,
+        "schedule_gap_bytes": schedule.gap_bytes,
+        "schedule_timed_out": schedule.timed_out,
         "placement_optimal": placement.optimal,
         "placement_method": placement.method,
         "schedule_seconds": round(schedule.seconds, 3),
@@ -96,9 +105,12 @@ def _show(console: Console, result: OptimizeResult) -> None:
     saved = result.stock_head_bytes - result.planned_head_bytes
     table.add_row("lowtide", f"{result.planned_head_bytes:,} B", f"{result.total_bytes:,} B", style="bold green")
     table.add_row("lower bound", f"{result.lower_bound_bytes:,} B", "", style="dim")
+    share = result.gap_bytes / max(result.lower_bound_bytes, 1)
+    table.add_row("gap", "proven optimal" if result.optimal else f"{result.gap_bytes:,} B ({share:.1%})", "",
+                  style="dim")
     console.print(table)
     verdict = "proven optimal" if result.optimal else (
-        f"{result.planned_head_bytes - result.lower_bound_bytes:,} B above the lower bound")
+        f"{result.gap_bytes:,} B ({share:.1%}) above the lower bound, not proven optimal")
     console.print(f"head saved: {saved:,} B ({saved / max(result.stock_head_bytes, 1):.1%}); {verdict}; "
                   f"{result.seconds:.1f} s")
     if result.rewrite:
@@ -116,8 +128,10 @@ def _show(console: Console, result: OptimizeResult) -> None:
             console.print(f"rewrite: {r.reason}")
     if result.verification:
         console.print("[green]verified[/]: outputs bit-identical, measured head = planned head")
-    console.print(f"arena for a 32-bit MCU: {result.export.arena_size_bytes:,} B "
-                  f"(see {result.export.header_path.name}; the tail part is an estimate)")
+    before, after = result.stock_mcu32, result.export.mcu32
+    console.print(f"TFLM arena on {after.core} ({after.kernels} kernels): used {before.used_bytes:,} B -> "
+                  f"{after.used_bytes:,} B; declare {after.arena_bytes:,} B (see {result.export.header_path.name})"
+                  + ("" if after.exact else f" [dim]({escape(after.method)})[/]"))
 
 
 @app.command()
@@ -130,11 +144,15 @@ def optimize(
     rewrite: Annotated[RewriteMode, typer.Option("--rewrite", help="auto: also try patch tiling of the graph")] = RewriteMode.none,
     max_mac_overhead: Annotated[float, typer.Option("--max-mac-overhead", min=0.0,
                                                     help="Extra MACs rewriting may add (0.2 = 20%)")] = 0.20,
+    kernels: Annotated[KernelSet, typer.Option(help="TFLM kernels the arena header is sized for")] = (
+        KernelSet.REFERENCE),
+    core: Annotated[str, typer.Option(help="MCU core the arena header is sized for")] = DEFAULT_CORE,
 ) -> None:
     """Reorder operators and plan every tensor's offset (OfflineMemoryAllocation) to shrink TFLM's arena."""
     rewriting = rewrite is RewriteMode.auto
     if json_output:
-        result = optimize_model(model, output, time_limit, verify, None, rewriting, max_mac_overhead)
+        result = optimize_model(model, output, time_limit, verify, None, rewriting, max_mac_overhead,
+                                kernels, core)
         print(json.dumps(optimize_report(result)))
         return
     console = Console(stderr=True)
@@ -153,5 +171,6 @@ def optimize(
             else:
                 bar.update(tasks[phase], detail=detail)
 
-        result = optimize_model(model, output, time_limit, verify, on_progress, rewriting, max_mac_overhead)
+        result = optimize_model(model, output, time_limit, verify, on_progress, rewriting, max_mac_overhead,
+                                kernels, core)
     _show(Console(), result)

@@ -31,6 +31,7 @@ from lowtide.errors import LowtideError
 
 if TYPE_CHECKING:
     from lowtide.device.qemu import FirmwareImage
+    from lowtide.tflm.sizer import Arena32
 
 _STOP_GRACE_S = 5.0
 
@@ -39,9 +40,18 @@ class Board(ABC):
     name: ClassVar[str]
     description: ClassVar[str]
 
-    def build(self, model_path: Path) -> FirmwareImage | None:
-        """The firmware this board runs for `model_path`, built if need be; None for a board that runs the model it
-        is given (host-tflm) or was flashed beforehand (serial)."""
+    def build(self, model_path: Path, runtime: str | None = None) -> FirmwareImage | None:
+        """The firmware this board runs for `model_path` with `runtime` (None: the board's own), built if need be;
+        None for a board that runs the model it is given (host-tflm) or was flashed beforehand (serial), which
+        cannot change its runtime."""
+        if runtime is not None:
+            raise LowtideError(f"--board {self.name} runs whatever it runs: --runtime applies to boards lowtide "
+                               f"builds firmware for")
+        return None
+
+    def predicted_arena(self, model_path: Path, runtime: str | None = None) -> Arena32 | None:
+        """lowtide's prediction of the TFLM arena this board's firmware will report; None where it runs no TFLM
+        built by lowtide."""
         return None
 
     @abstractmethod

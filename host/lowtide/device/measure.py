@@ -66,9 +66,19 @@ class MeasureResult:
     # From the board's "stack high-water N of M bytes" LOG after the RUN; None where it reports none.
     stack_high_water_bytes: int | None = None
     stack_size_bytes: int | None = None
+    # TFLM runtimes on emulated boards: lowtide's 32-bit prediction of arena_used_bytes (lowtide.tflm.sizer).
+    arena_predicted_used_bytes: int | None = None
+
+    @property
+    def arena_tail_bytes(self) -> int | None:
+        """The persistent part of the arena (TFLM's tail): used less the planned head."""
+        if self.arena_used_bytes is None or self.board_planned_bytes is None:
+            return None
+        return self.arena_used_bytes - self.board_planned_bytes
 
     def to_json(self) -> dict:
         data = asdict(self)
+        data["arena_tail_bytes"] = self.arena_tail_bytes
         data["mismatched_outputs"] = list(self.mismatched_outputs)
         data["op_cycles"] = list(self.op_cycles) if self.op_cycles is not None else None
         return data
@@ -85,8 +95,10 @@ def measure(
     seed: int = 0,
     profile_ops: bool = False,
     progress: MeasureProgress | None = None,
+    runtime: str | None = None,
 ) -> MeasureResult:
-    """Measure `model_path` on `board` (see lowtide.device.boards). `timeout` bounds every wait for the board."""
+    """Measure `model_path` on `board` (see lowtide.device.boards), run by `runtime` (None: the board's own).
+    `timeout` bounds every wait for the board."""
     if iterations < 1 or warmup < 0:
         raise LowtideError(f"need iterations >= 1 and warmup >= 0, got {iterations} and {warmup}")
     model_path = Path(model_path)
@@ -94,9 +106,10 @@ def measure(
     model = model_path.read_bytes()
     inputs = oracle.random_inputs(graph, seed)
     expected = oracle.run(model, inputs, path=str(model_path)).outputs
-    planned = tflm_plan(graph).head_bytes
     target = get_board(board)
-    image = target.build(model_path)  # emulated boards: refused here if the model cannot fit
+    image = target.build(model_path, runtime)  # emulated boards: refused here if the model cannot fit
+    predicted = target.predicted_arena(model_path, runtime)
+    planned = predicted.head_bytes if predicted else tflm_plan(graph).head_bytes
     with target.connect(model_path, port, timeout, image) as link:
         session = DeviceSession(link, timeout)  # one session across a restart: sequence numbers keep counting
         for attempt in range(_RESET_RETRIES + 1):
@@ -148,6 +161,7 @@ def measure(
         flash_bytes=image.flash_bytes if image else None,
         stack_high_water_bytes=stack[0] if stack else None,
         stack_size_bytes=stack[1] if stack else None,
+        arena_predicted_used_bytes=predicted.used_bytes if predicted else None,
     )
 
 

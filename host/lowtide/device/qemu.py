@@ -37,6 +37,8 @@ from lowtide.errors import LowtideError
 from lowtide.memory import tflm_plan
 from lowtide.model.ir import Graph, TensorKind, sha256_hex
 from lowtide.model.reader import load_model
+from lowtide.tflm.sizer import Arena32, predict_arena32
+from lowtide.tflm.tree import KernelSet
 
 PROJECT_DIR = Path(__file__).resolve().parents[3]
 BOARDS_DIR = PROJECT_DIR / "boards"
@@ -51,6 +53,11 @@ EMULATOR_TOOLS = ("arm-none-eabi-gcc", "qemu-system-arm")  # Debian's, on PATH; 
 ARENA_SLACK_BYTES = 1024  # painted beyond the plan (LT_ARENA_SLACK_BYTES in lt_model_compiled.c)
 RUNTIME_STATIC_RAM_BYTES = 13_000  # protocol buffers and per-invocation samples: 13,360 B with any model
 RUNTIME_CODE_BYTES = 8_000  # protocol core and the fewest kernels: 9,112 B of code for tflm_hello_world_int8
+TFLM_CODE_BYTES = 60_000  # TFLM's framework with the fewest kernels: 64,752 B of code for tflm_hello_world_int8
+# What runs the model in the firmware: lowtide's compiled C, or TFLM's interpreter with one of its kernel sets.
+RUNTIME_KERNELS: dict[str, KernelSet | None] = {
+    "compiled": None, "tflm": KernelSet.REFERENCE, "tflm-cmsis-nn": KernelSet.CMSIS_NN,
+}
 _REGISTRY_FAILURES = ("HTTPClientError", "InternetConnectionError", "Could not resolve")  # in PlatformIO's log
 # Sections of a GCC ELF that are neither loaded into flash nor RAM.
 _UNLOADED_SECTIONS = (".comment", ".ARM.attributes", ".debug", ".stab", ".note", ".gnu")
@@ -74,6 +81,7 @@ class BoardSpec:
     flash_bytes: int
     clock_hz: int
     platformio_env: str
+    runtime: str  # the runtime the board's firmware uses unless --runtime names another
     flash_how: str
     serial: SerialDefaults
     emulator_command: tuple[str, ...] | None  # with {port} and {elf}; None for a real board
@@ -82,6 +90,12 @@ class BoardSpec:
     @property
     def emulated(self) -> bool:
         return self.emulator_command is not None
+
+
+def check_runtime(runtime: str) -> str:
+    if runtime not in RUNTIME_KERNELS:
+        raise LowtideError(f"unknown runtime {runtime!r}; runtimes: {', '.join(RUNTIME_KERNELS)}")
+    return runtime
 
 
 def load_board_spec(path: Path) -> BoardSpec:
@@ -97,13 +111,14 @@ def load_board_spec(path: Path) -> BoardSpec:
             flash_bytes=int(data["flash_bytes"]),
             clock_hz=int(data["clock_hz"]),
             platformio_env=data["platformio_env"],
+            runtime=check_runtime(data.get("runtime", "compiled")),
             flash_how=data["flash"]["how"],
             serial=SerialDefaults(int(data["serial"]["baud"]), tuple(data["serial"]["usb_ids"])),
             emulator_command=tuple(emulator["command"]) if emulator else None,
             path=path,
         )
-    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as exc:
-        raise LowtideError(f"bad board file: {exc!r}", path) from None
+    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError, ValueError, LowtideError) as exc:
+        raise LowtideError(f"bad board file: {exc}", path) from None
 
 
 def load_board_specs(directory: Path = BOARDS_DIR) -> dict[str, BoardSpec]:
@@ -152,15 +167,23 @@ class FirmwareImage:
         return self.static_ram_bytes + self.stack_bytes
 
 
-def estimate_footprint(graph: Graph) -> FootprintEstimate:
+def estimate_footprint(graph: Graph, tflm_arena: Arena32 | None = None) -> FootprintEstimate:
+    """The compiled runtime's footprint, or with `tflm_arena` TFLM's: its predicted arena, the whole .tflite in
+    flash, and TFLM's own code."""
     constant_buffers = {t.buffer: t.nbytes for sg in graph.subgraphs for t in sg.tensors
                         if t.kind is TensorKind.CONSTANT}
     staging = sum(graph.main.tensors[i].nbytes for i in graph.main.inputs)
+    if tflm_arena is not None:
+        arena_bytes = tflm_arena.arena_bytes
+        image_bytes = Path(graph.path).stat().st_size + RUNTIME_CODE_BYTES + TFLM_CODE_BYTES
+    else:
+        arena_bytes = tflm_plan(graph).head_bytes + ARENA_SLACK_BYTES
+        image_bytes = sum(constant_buffers.values()) + RUNTIME_CODE_BYTES
     return FootprintEstimate(
         model=Path(graph.path).stem,
-        arena_bytes=tflm_plan(graph).head_bytes + ARENA_SLACK_BYTES,
+        arena_bytes=arena_bytes,
         static_ram_bytes=staging + RUNTIME_STATIC_RAM_BYTES,
-        image_bytes=sum(constant_buffers.values()) + RUNTIME_CODE_BYTES,
+        image_bytes=image_bytes,
     )
 
 
@@ -293,18 +316,21 @@ def ensure_tool_scons() -> None:
 
 
 def _pio_for_model(platformio_env: str, model_path: Path | None, tools: tuple[str, ...], extra_args: list[str],
-                   what: str) -> Path:
-    """`pio run -e ENV EXTRA_ARGS` with the model, in the model's own build folder, which it returns. Runs for one
-    model are serialised by a lock file; different models build in different folders."""
+                   what: str, runtime: str, tflm_arena: Arena32 | None = None) -> Path:
+    """`pio run -e ENV EXTRA_ARGS` with the model and runtime, in their own build folder, which it returns. Runs
+    for one model are serialised by a lock file; different models build in different folders."""
     _check_tools(tools)
     model_path = model_path.resolve() if model_path else None
     model_key = sha256_hex(model_path.read_bytes())[:16] if model_path else "no-model"
-    build_dir = PROJECT_DIR / ".pio" / "lowtide-build" / model_key
+    build_dir = PROJECT_DIR / ".pio" / "lowtide-build" / f"{model_key}-{runtime}"
     build_dir.mkdir(parents=True, exist_ok=True)
-    env = pio_environment({"PLATFORMIO_BUILD_DIR": str(build_dir)})
-    env.pop("LOWTIDE_MODEL", None)
+    env = pio_environment({"PLATFORMIO_BUILD_DIR": str(build_dir), "LOWTIDE_RUNTIME": runtime})
+    for name in ("LOWTIDE_MODEL", "LOWTIDE_TFLM_ARENA_BYTES"):
+        env.pop(name, None)
     if model_path:
         env["LOWTIDE_MODEL"] = str(model_path)
+    if tflm_arena is not None:
+        env["LOWTIDE_TFLM_ARENA_BYTES"] = str(tflm_arena.arena_bytes)
     with open(build_dir / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         ensure_tool_scons()
@@ -314,31 +340,48 @@ def _pio_for_model(platformio_env: str, model_path: Path | None, tools: tuple[st
     return build_dir
 
 
-def build_firmware(platformio_env: str, model_path: Path | None, tools: tuple[str, ...] = EMULATOR_TOOLS) -> Path:
-    """Builds the firmware for `platformio_env` with the model compiled in (none: a model-less image) and returns the
-    ELF. `tools` are the programs the build needs on PATH."""
-    build_dir = _pio_for_model(platformio_env, model_path, tools, [], "building")
+def build_firmware(platformio_env: str, model_path: Path | None, tools: tuple[str, ...] = EMULATOR_TOOLS,
+                   runtime: str = "compiled", tflm_arena: Arena32 | None = None) -> Path:
+    """Builds the firmware for `platformio_env` with the model in it (none: a model-less image) run by `runtime`,
+    and returns the ELF. `tools` are the programs the build needs on PATH; `tflm_arena` sizes a TFLM arena."""
+    build_dir = _pio_for_model(platformio_env, model_path, tools, [], "building", runtime, tflm_arena)
     elf = build_dir / platformio_env / "firmware.elf"
     if not elf.is_file():
         raise LowtideError(f"the {platformio_env} build produced no firmware.elf", build_dir)
     return elf
 
 
-def build_board_firmware(spec: BoardSpec, model_path: Path) -> FirmwareImage:
-    """The firmware for `spec` with the model in it: refused before building if the model cannot fit the board,
-    built (or found built), and checked against the board's memory from its ELF."""
-    check_estimate_fits(spec, estimate_footprint(load_model(model_path)))
-    elf = build_firmware(spec.platformio_env, model_path, EMULATOR_TOOLS if spec.emulated else ())
+def predict_board_arena(spec: BoardSpec, model_path: Path, runtime: str, graph: Graph | None = None) -> Arena32 | None:
+    """TFLM's arena for the model on `spec`'s core with `runtime`'s kernels (None for the compiled runtime)."""
+    kernels = RUNTIME_KERNELS[check_runtime(runtime)]
+    if kernels is None:
+        return None
+    graph = graph or load_model(model_path)
+    return predict_arena32(Path(model_path).read_bytes(), graph, kernels, spec.core)
+
+
+def build_board_firmware(spec: BoardSpec, model_path: Path, runtime: str | None = None) -> FirmwareImage:
+    """The firmware for `spec` with the model in it, run by `runtime` (default: the board's): refused before
+    building if the model cannot fit the board, built (or found built), and checked against the board's memory
+    from its ELF."""
+    runtime = check_runtime(runtime or spec.runtime)
+    graph = load_model(model_path)
+    tflm_arena = predict_board_arena(spec, model_path, runtime, graph)
+    check_estimate_fits(spec, estimate_footprint(graph, tflm_arena))
+    elf = build_firmware(spec.platformio_env, model_path, EMULATOR_TOOLS if spec.emulated else (), runtime,
+                         tflm_arena)
     image = read_firmware_image(elf, spec.platformio_env)
     check_image_fits(spec, image, model_path.stem)
     return image
 
 
-def upload_firmware(spec: BoardSpec, model_path: Path, port: str) -> None:
+def upload_firmware(spec: BoardSpec, model_path: Path, port: str, runtime: str | None = None) -> None:
     """PlatformIO's upload of the (built) firmware for `spec` to the board on `port`."""
     if spec.emulated:
         raise LowtideError(f"{spec.name} is emulated: there is nothing to flash", spec.path)
-    _pio_for_model(spec.platformio_env, model_path, (), ["-t", "upload", "--upload-port", port], "uploading")
+    runtime = check_runtime(runtime or spec.runtime)
+    _pio_for_model(spec.platformio_env, model_path, (), ["-t", "upload", "--upload-port", port], "uploading",
+                   runtime, predict_board_arena(spec, model_path, runtime))
 
 
 # --- running -------------------------------------------------------------------------------------------------------
@@ -411,15 +454,18 @@ class QemuBoard(Board):
         self.name = spec.name
         self.description = spec.description
 
-    def build(self, model_path: Path) -> FirmwareImage:
-        return build_board_firmware(self.spec, Path(model_path))
+    def build(self, model_path: Path, runtime: str | None = None) -> FirmwareImage:
+        return build_board_firmware(self.spec, Path(model_path), runtime)
+
+    def predicted_arena(self, model_path: Path, runtime: str | None = None) -> Arena32 | None:
+        return predict_board_arena(self.spec, Path(model_path), runtime or self.spec.runtime)
 
     @contextlib.contextmanager
     def connect(self, model_path: Path, port: str | None, timeout: float,
                 image: FirmwareImage | None = None) -> Iterator[Link]:
         if port:
             raise LowtideError(f"--board {self.name} starts its own emulator: leave out --port")
-        image = image or self.build(model_path)
+        image = image or self.build(model_path, None)
         assert self.spec.emulator_command is not None
         with run_emulator(self.spec.emulator_command, image.elf, timeout) as link:
             yield link

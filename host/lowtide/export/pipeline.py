@@ -21,6 +21,8 @@ from lowtide.model import Graph, load_model, read_model
 from lowtide.rewrite import RewriteResult, Tiling, apply_tilings, rewrite_auto
 from lowtide.rewrite.regions import graph_macs
 from lowtide.schedule import Schedule, find_schedule
+from lowtide.tflm import DEFAULT_CORE, Mcu32Arena, mcu32_arena
+from lowtide.tflm.tree import KernelSet
 
 # Share of the time limit the operator-order search may use; placement gets what is left after it, less a
 # reserve for writing the model and running the host interpreter.
@@ -48,6 +50,7 @@ class OptimizeResult:
     model_path: Path
     stock_head_bytes: int  # measured: host TFLM on the original model
     stock_total_bytes: int
+    stock_mcu32: Mcu32Arena  # the original model's TFLM arena on the 32-bit MCU
     stock_live_peak_bytes: int  # lower bound for the stored order
     schedule: Schedule
     placement: Placement
@@ -73,6 +76,11 @@ class OptimizeResult:
     def optimal(self) -> bool:
         return self.planned_head_bytes == self.lower_bound_bytes
 
+    @property
+    def gap_bytes(self) -> int:
+        """How far the planned head may be above the best any order and placement can do; 0 when proven."""
+        return self.planned_head_bytes - self.lower_bound_bytes
+
 
 def _same_outputs(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...]) -> bool:
     return len(a) == len(b) and all(
@@ -87,8 +95,9 @@ def _remove(paths: list[Path]) -> None:
 
 def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: float = 30.0, verify: bool = False,
                    progress: PhaseProgress | None = None, rewrite: bool = False,
-                   max_mac_overhead: float = 0.20) -> OptimizeResult:
-    """Optimize `model_path` into `out_path` (+ .h, .json). With `verify`, both models run on the host TFLM on
+                   max_mac_overhead: float = 0.20, kernels: KernelSet = KernelSet.REFERENCE,
+                   core: str = DEFAULT_CORE) -> OptimizeResult:
+    """Optimize `model_path` into `out_path` (+ .h, .json), the header sized for TFLM on `core` with `kernels`. With `verify`, both models run on the host TFLM on
     the same random inputs; differing outputs or a head other than planned raise LowtideError, and the
     written files are removed so a broken plan cannot reach a device. With `rewrite`, the graph is also rewritten
     (patch tiling within `max_mac_overhead` extra MACs) and the rewritten graph is written if it places lower."""
@@ -106,7 +115,11 @@ def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: flo
 
     rewritten = None
     candidates = [graph]
-    tails = [stock.mcu32_tail_bytes]
+    def tail_on_mcu(data: bytes, candidate: Graph) -> int:
+        return mcu32_arena(data, candidate, 0, kernels, core).tail_bytes
+
+    stock_mcu32 = mcu32_arena(source, graph, stock_plan.head_bytes, kernels, core)
+    tails = [stock_mcu32.tail_bytes]
     tilings: list[tuple[Tiling, ...] | None] = [None]
     if rewrite:
         report("rewrite", None, "")
@@ -114,9 +127,9 @@ def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: flo
         report("rewrite", 1.0, rewritten.reason)
         if rewritten.rewritten:
             candidates.append(read_model(rewritten.model, str(model_path)))
-            tails.append(oracle.allocate(rewritten.model, path=str(model_path)).mcu32_tail_bytes)
+            tails.append(tail_on_mcu(rewritten.model, candidates[-1]))
             tilings.append(rewritten.tilings)
-            fewer = _fewer_patches(graph, rewritten, str(model_path))
+            fewer = _fewer_patches(graph, rewritten, str(model_path), tail_on_mcu)
             if fewer:
                 candidates.append(fewer[0])
                 tails.append(fewer[1])
@@ -134,7 +147,7 @@ def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: flo
     schedule, order, buffers, placement = plans[best]
 
     report("export", None, "")
-    export = export_optimized(graph, order, dict(zip(buffers, placement.offsets)), out_path)
+    export = export_optimized(graph, order, dict(zip(buffers, placement.offsets)), out_path, kernels, core)
     written = [export.model_path, export.header_path, export.json_path]
     if export.planned_head_bytes != placement.head_bytes:  # both come from the greedy replica
         _remove(written)
@@ -163,6 +176,7 @@ def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: flo
         model_path=model_path,
         stock_head_bytes=stock.head_bytes,
         stock_total_bytes=stock.total_bytes,
+        stock_mcu32=stock_mcu32,
         stock_live_peak_bytes=stock_plan.live_peak_bytes,
         schedule=schedule,
         placement=placement,
@@ -177,8 +191,8 @@ def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: flo
     )
 
 
-def _fewer_patches(graph: Graph, rewritten: RewriteResult,
-                   path: str) -> tuple[Graph, int, tuple[Tiling, ...]] | None:
+def _fewer_patches(graph: Graph, rewritten: RewriteResult, path: str,
+                   tail_on_mcu: Callable[[bytes, Graph], int]) -> tuple[Graph, int, tuple[Tiling, ...]] | None:
     """The rewrite with fewer operators: only its first tilings, sources sliced whole instead of cut into strips,
     or its regions on a coarser grid. Returns (graph,
     32-bit tail, tilings) of the variant whose arena (placed head + 32-bit tail) is smallest. rewrite_auto
@@ -200,7 +214,7 @@ def _fewer_patches(graph: Graph, rewritten: RewriteResult,
         except LowtideError:
             continue  # a region is too small for this grid
         tiled = read_model(data, path)
-        tail = oracle.allocate(data, path=path).mcu32_tail_bytes
+        tail = tail_on_mcu(data, tiled)
         total = place(buffers_to_plan(tiled, stored_order(tiled)), COARSE_PLACE_SECONDS).head_bytes + tail
         if best is None or total < best[0]:
             best = (total, tiled, tail, variant)

@@ -1,0 +1,56 @@
+"""TFLite Micro for the MCU: its pinned sources (`tree`), its library built per core and kernel set (`build`), and
+its arena on a 32-bit core read from TFLM itself (`sizer`).
+
+`mcu32_arena` is what `inspect` and `optimize` report: exact where the sizer can run (Arm toolchain, QEMU and the
+TFLM tree present), else an estimate from the 64-bit host interpreter, marked as such with the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lowtide import oracle
+from lowtide.errors import LowtideError
+from lowtide.model.ir import Graph
+from lowtide.tflm.sizer import ARENA_ALIGNMENT, predict_arena32
+from lowtide.tflm.tree import KernelSet
+
+DEFAULT_CORE = "cortex-m4f"
+# The estimate's margin: an arena array need not start 16-byte aligned, and TFLM aligns its start.
+_ESTIMATE_MARGIN_BYTES = ARENA_ALIGNMENT
+
+
+@dataclass(frozen=True)
+class Mcu32Arena:
+    """TFLM's arena for a model on a 32-bit MCU."""
+
+    kernels: str
+    core: str
+    head_bytes: int
+    tail_bytes: int
+    used_bytes: int  # what MicroInterpreter::arena_used_bytes() reports
+    arena_bytes: int  # what to declare: at least the smallest arena AllocateTensors accepts
+    exact: bool
+    method: str  # how the figures were found, and why they are not exact where they are not
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+def mcu32_arena(model: bytes, graph: Graph, head_bytes: int, kernels: KernelSet = KernelSet.REFERENCE,
+                core: str = DEFAULT_CORE) -> Mcu32Arena:
+    """TFLM's arena for `model` on `core` with `kernels`: from TFLM's allocator built for the core (exact), or,
+    where that cannot run here, the host's 64-bit tail less the pointer-size savings plus `head_bytes` (the greedy
+    replica's head), for the reference kernels."""
+    try:
+        arena = predict_arena32(model, graph, kernels, core)
+    except LowtideError as exc:
+        if kernels is not KernelSet.REFERENCE:
+            raise LowtideError(f"cannot size the arena for {kernels.value} kernels: {exc}") from None
+        tail = oracle.allocate(model, path=graph.path).mcu32_tail_bytes
+        return Mcu32Arena(kernels.value, core, head_bytes, tail, head_bytes + tail,
+                          head_bytes + tail + _ESTIMATE_MARGIN_BYTES, exact=False,
+                          method=f"estimate (64-bit host tail less pointer-size savings), because {exc}")
+    return Mcu32Arena(arena.kernels, arena.core, arena.head_bytes, arena.tail_bytes, arena.used_bytes,
+                      arena.arena_bytes, exact=True,
+                      method=f"exact: TFLM's allocator built for {core} with {kernels.value} kernels, run in QEMU")
