@@ -3,9 +3,12 @@ minimum-cut bound and the budgeted descent against brute force, the result again
 
 from __future__ import annotations
 
+import json
 import math
+import os
 
 import pytest
+from test_optimize_cli import lowtide_cli
 from test_schedule import assert_reordered_model_runs_identically, assert_valid, random_graph, valid_orders
 
 from lowtide.memory import tflm_plan
@@ -141,3 +144,20 @@ def test_unfinished_randwire_graph_reports_its_gap():
     assert schedule.lower_bound_bytes < schedule.live_peak_bytes <= best_simple_peak(graph, in_place=True)
     assert schedule.gap_bytes == schedule.live_peak_bytes - schedule.lower_bound_bytes
     assert schedule.gap == schedule.gap_bytes / schedule.lower_bound_bytes
+
+
+def test_optimize_cli_reports_the_gap_and_that_it_is_not_proven(tmp_path):
+    model = tmp_path / "randwire.tflite"
+    model.write_bytes(randwire_model(RandWireSpec("ws", 48, 2, "add", seed=2)))
+    done = lowtide_cli("optimize", str(model), "-o", str(tmp_path / "out.tflite"), "--time-limit", "4", "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["optimal"] is False and report["schedule_timed_out"] is True
+    assert report["gap_bytes"] == report["after"]["planned_head_bytes"] - report["lower_bound_bytes"] > 0
+    assert report["gap"] == round(report["gap_bytes"] / report["lower_bound_bytes"], 4)
+    assert 0 < report["schedule_gap_bytes"] <= report["gap_bytes"]
+    done = lowtide_cli("optimize", str(model), "-o", str(tmp_path / "out.tflite"), "--time-limit", "4",
+                       env={**os.environ, "COLUMNS": "160"})
+    assert done.returncode == 0, done.stderr
+    assert "lower bound" in done.stdout and "gap" in done.stdout
+    assert "above the lower bound, not proven optimal" in done.stdout
