@@ -229,6 +229,85 @@ def test_cast_between_every_type_bit_exact(tmp_path):
     _varied(_check(path))
 
 
+# ---- quantization ----------------------------------------------------------------------------------------------
+
+def test_quantize_and_dequantize_between_every_type_bit_exact(tmp_path):
+    """Every QUANTIZE TFLM has (float32 to int8/int16, requantizing between int8, uint8, int16 and int32:
+    narrowing, widening, the scale ratio above and below one, equal scales with zero points 128 apart) and every
+    DEQUANTIZE."""
+    m = TinyModel()
+    sources = {"int8": m.tensor(SHAPE, "int8", 0.05, 3), "uint8": m.tensor(SHAPE, "uint8", 0.04, 130),
+               "int16": m.tensor(SHAPE, "int16", 1 / 3000, 0), "int32": m.tensor(SHAPE, "int32", 1e-4, 7)}
+    x = m.tensor(SHAPE, "float32")
+    outputs = []
+
+    def convert(opcode, source, dtype, *quant):
+        y = m.tensor(SHAPE, dtype, *quant)
+        m.op(opcode, [source], [y])
+        outputs.append(y)
+
+    convert("QUANTIZE", x, "int8", 0.009, -4)
+    convert("QUANTIZE", x, "int16", 1 / 20000, 0)
+    convert("QUANTIZE", sources["int8"], "int8", 0.11, -20)
+    convert("QUANTIZE", sources["int8"], "uint8", 0.05, 131)  # equal scales, zero point + 128: TFLM's XOR path
+    convert("QUANTIZE", sources["int8"], "uint8", 0.02, 100)
+    convert("QUANTIZE", sources["uint8"], "int8", 0.04, 2)  # equal scales, zero point - 128
+    convert("QUANTIZE", sources["uint8"], "int8", 0.07, -9)
+    convert("QUANTIZE", sources["int8"], "int16", 1 / 4000, 0)
+    convert("QUANTIZE", sources["int8"], "int32", 0.001, -5)
+    convert("QUANTIZE", sources["int16"], "int8", 0.004, 6)
+    convert("QUANTIZE", sources["int16"], "int16", 1 / 5000, 0)
+    convert("QUANTIZE", sources["int16"], "int32", 1e-5, 11)
+    convert("QUANTIZE", sources["int32"], "int8", 2e3, -1)
+    convert("QUANTIZE", sources["int32"], "int16", 3e5, 0)
+    for dtype in ("int8", "uint8", "int16"):
+        convert("DEQUANTIZE", sources[dtype], "float32")
+    path = m.save(tmp_path / "quantize.tflite", [*sources.values(), x], outputs)
+    _varied(_check(path), at_least=3)
+
+
+# ---- resizing and layout --------------------------------------------------------------------------------------
+
+def _layout(m: TinyModel, dtype: str) -> tuple[list[int], list[int]]:
+    """RESIZE_BILINEAR up and down in all three coordinate modes, SPACE_TO_DEPTH and DEPTH_TO_SPACE, and
+    SPACE_TO_BATCH_ND / BATCH_TO_SPACE_ND with padding and crops, 4-D and 3-D."""
+    quant = (0.05, -3) if dtype == "int8" else ()
+    x = m.tensor((2, 6, 4, 3), dtype, *quant)
+    outputs = []
+
+    def op(opcode, inputs, shape, options_type=None, **options):
+        y = m.tensor(shape, dtype, *quant)
+        m.op(opcode, inputs, [y], options_type, **options)
+        outputs.append(y)
+        return y
+
+    for size, align, half in (((9, 7), False, False), ((9, 7), True, False), ((9, 7), False, True),
+                              ((4, 3), False, True), ((1, 5), True, False), ((3, 2), False, False)):
+        op("RESIZE_BILINEAR", [x, m.tensor((2,), "int32", data=list(size))], (2, *size, 3),
+           "ResizeBilinearOptions", alignCorners=align, halfPixelCenters=half)
+    deep = op("SPACE_TO_DEPTH", [x], (2, 3, 2, 12), "SpaceToDepthOptions", blockSize=2)
+    op("DEPTH_TO_SPACE", [deep], (2, 6, 4, 3), "DepthToSpaceOptions", blockSize=2)
+    batched = op("SPACE_TO_BATCH_ND", [x, m.tensor((2,), "int32", data=[2, 3]),
+                                       m.tensor((2, 2), "int32", data=[[1, 3], [2, 0]])], (12, 5, 2, 3))
+    op("BATCH_TO_SPACE_ND", [batched, m.tensor((2,), "int32", data=[2, 3]),
+                             m.tensor((2, 2), "int32", data=[[1, 2], [0, 1]])], (2, 7, 5, 3))
+    rows = m.tensor((2, 6, 12), dtype, *quant)
+    m.op("RESHAPE", [x, m.tensor((3,), "int32", data=[2, 6, 12])], [rows])
+    batched_rows = op("SPACE_TO_BATCH_ND", [rows, m.tensor((1,), "int32", data=[4]),
+                                            m.tensor((1, 2), "int32", data=[[1, 1]])], (8, 2, 12))
+    op("BATCH_TO_SPACE_ND", [batched_rows, m.tensor((1,), "int32", data=[2]),
+                             m.tensor((1, 2), "int32", data=[[0, 1]])], (4, 3, 12))
+    return [x], outputs
+
+
+@pytest.mark.parametrize("dtype", ["int8", "float32"])
+def test_resizing_and_layout_bit_exact(tmp_path, dtype):
+    m = TinyModel()
+    inputs, outputs = _layout(m, dtype)
+    path = m.save(tmp_path / f"layout_{dtype}.tflite", inputs, outputs)
+    _varied(_check(path))
+
+
 # ---- the support table, errors and --check --------------------------------------------------------------------
 
 def test_operators_tflm_lacks_are_refused_with_the_reason(tmp_path):

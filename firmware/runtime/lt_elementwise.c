@@ -38,50 +38,64 @@ void lt_mul_f32(const lt_binary_params *p, const float *input1, const float *inp
     LT_BINARY_LOOP(output[o] = lt_clamp_f(input1[i1] * input2[i2], p->act_min_f, p->act_max_f));
 }
 
-void lt_quantize_f32_s8(const float *input, int8_t *output, int32_t count, float scale, int32_t zero_point) {
-    for (int32_t i = 0; i < count; ++i) {
-        const int32_t q = (int32_t)roundf(input[i] / scale) + zero_point;
-        output[i] = (int8_t)lt_clamp(q, INT8_MIN, INT8_MAX);
+/* AffineQuantize: round(x / scale) in float (halfway away from zero), plus the zero point, clamped. */
+#define LT_QUANTIZE_LOOP(T, min, max)                                                   \
+    for (int32_t i = 0; i < count; ++i) {                                              \
+        const int32_t q = (int32_t)roundf(input[i] / scale) + zero_point;               \
+        ((T *)output)[i] = (T)lt_clamp(q, min, max);                                    \
+    }
+
+void lt_quantize_f32(const float *input, lt_type output_type, void *output, int32_t count, float scale,
+                     int32_t zero_point) {
+    if (output_type == LT_INT16) LT_QUANTIZE_LOOP(int16_t, INT16_MIN, INT16_MAX)
+    else LT_QUANTIZE_LOOP(int8_t, INT8_MIN, INT8_MAX)
+}
+
+/* reference_ops::Requantize of one element, before the clamp to the output type. The int32 arithmetic wraps as
+ * TFLM's does on its targets (an int32 input far from its zero point, an int32 output's zero point added). */
+static inline int32_t lt_requantize_value(int32_t value, int32_t input_zero_point, int32_t multiplier, int32_t shift,
+                                          int32_t output_zero_point) {
+    return lt_wrap_add(lt_multiply_by_quantized_multiplier(lt_wrap_sub(value, input_zero_point), multiplier, shift),
+                       output_zero_point);
+}
+
+/* One loop per input type: each element is read before the output element at the same index is written. */
+#define LT_REQUANTIZE_LOOP(IN, OUT, min, max)                                                                \
+    for (int32_t i = 0; i < count; ++i) {                                                                    \
+        const int32_t v = lt_requantize_value(((const IN *)input)[i], input_zero_point, multiplier, shift,   \
+                                              output_zero_point);                                           \
+        ((OUT *)output)[i] = (OUT)lt_clamp(v, min, max);                                                     \
+    }
+
+#define LT_REQUANTIZE_TO(IN)                                                                      \
+    switch (output_type) {                                                                        \
+        case LT_INT8: LT_REQUANTIZE_LOOP(IN, int8_t, INT8_MIN, INT8_MAX) break;                  \
+        case LT_UINT8: LT_REQUANTIZE_LOOP(IN, uint8_t, 0, UINT8_MAX) break;                      \
+        case LT_INT16: LT_REQUANTIZE_LOOP(IN, int16_t, INT16_MIN, INT16_MAX) break;              \
+        default: LT_REQUANTIZE_LOOP(IN, int32_t, INT32_MIN, INT32_MAX) break;                    \
+    }
+
+void lt_requantize(lt_type input_type, const void *input, lt_type output_type, void *output, int32_t count,
+                   int32_t input_zero_point, int32_t multiplier, int32_t shift, int32_t output_zero_point) {
+    switch (input_type) {
+        case LT_INT8: LT_REQUANTIZE_TO(int8_t) break;
+        case LT_UINT8: LT_REQUANTIZE_TO(uint8_t) break;
+        case LT_INT16: LT_REQUANTIZE_TO(int16_t) break;
+        default: LT_REQUANTIZE_TO(int32_t) break;
     }
 }
 
-/* TFLM's Requantize of one element, before the clamp to the output type. */
-static inline int32_t lt_requantize_value(int32_t value, int32_t input_zero_point, int32_t multiplier, int32_t shift,
-                                          int32_t output_zero_point) {
-    return lt_multiply_by_quantized_multiplier(value - input_zero_point, multiplier, shift) + output_zero_point;
-}
+/* reference_ops::Dequantize: the double scale times the zero-point-corrected value, rounded to float. */
+#define LT_DEQUANTIZE_LOOP(IN) \
+    for (int32_t i = 0; i < count; ++i) output[i] = (float)(scale * (double)(((const IN *)input)[i] - zero_point));
 
-void lt_requantize_s8(const int8_t *input, int8_t *output, int32_t count, int32_t input_zero_point,
-                      int32_t multiplier, int32_t shift, int32_t output_zero_point) {
-    for (int32_t i = 0; i < count; ++i)
-        output[i] = (int8_t)lt_clamp(lt_requantize_value(input[i], input_zero_point, multiplier, shift,
-                                                         output_zero_point), INT8_MIN, INT8_MAX);
-}
-
-void lt_requantize_s8_u8(const int8_t *input, uint8_t *output, int32_t count, int32_t input_zero_point,
-                         int32_t multiplier, int32_t shift, int32_t output_zero_point) {
-    for (int32_t i = 0; i < count; ++i)
-        output[i] = (uint8_t)lt_clamp(lt_requantize_value(input[i], input_zero_point, multiplier, shift,
-                                                          output_zero_point), 0, UINT8_MAX);
-}
-
-void lt_requantize_s16_s8(const int16_t *input, int8_t *output, int32_t count, int32_t input_zero_point,
-                          int32_t multiplier, int32_t shift, int32_t output_zero_point) {
-    for (int32_t i = 0; i < count; ++i)
-        output[i] = (int8_t)lt_clamp(lt_requantize_value(input[i], input_zero_point, multiplier, shift,
-                                                         output_zero_point), INT8_MIN, INT8_MAX);
-}
-
-void lt_requantize_s16_s32(const int16_t *input, int32_t *output, int32_t count, int32_t input_zero_point,
-                           int32_t multiplier, int32_t shift, int32_t output_zero_point) {
-    /* the int32 range is the clamp itself; the zero-point add wraps as TFLM's int32 add does on its targets */
-    for (int32_t i = 0; i < count; ++i)
-        output[i] = lt_wrap_add(lt_multiply_by_quantized_multiplier(input[i] - input_zero_point, multiplier, shift),
-                                output_zero_point);
-}
-
-void lt_dequantize_s8_f32(const int8_t *input, float *output, int32_t count, double scale, int32_t zero_point) {
-    for (int32_t i = 0; i < count; ++i) output[i] = (float)(scale * (double)(input[i] - zero_point));
+void lt_dequantize(lt_type input_type, const void *input, float *output, int32_t count, double scale,
+                   int32_t zero_point) {
+    switch (input_type) {
+        case LT_UINT8: LT_DEQUANTIZE_LOOP(uint8_t) break;
+        case LT_INT16: LT_DEQUANTIZE_LOOP(int16_t) break;
+        default: LT_DEQUANTIZE_LOOP(int8_t) break;
+    }
 }
 
 /* reference_ops::Sub for int8 and int16: ADD's rescaling, the second input subtracted. */

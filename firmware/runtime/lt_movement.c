@@ -1,6 +1,8 @@
 /* Data movement shared by every element type: RESHAPE is one memmove; TRANSPOSE, STRIDED_SLICE, CONCATENATION,
- * SPLIT, SPLIT_V and PAD are box copies between strided views; RESIZE_NEAREST_NEIGHBOR reads through index maps
- * computed ahead of time. */
+ * SPLIT, SPLIT_V, PAD, SPACE_TO_DEPTH, DEPTH_TO_SPACE, SPACE_TO_BATCH_ND and BATCH_TO_SPACE_ND are box copies
+ * between strided views; RESIZE_NEAREST_NEIGHBOR reads through index maps computed ahead of time. And
+ * RESIZE_BILINEAR (reference/resize_bilinear.h), int8 in integer arithmetic, float in float. */
+#include <math.h>
 #include <string.h>
 
 #include "lt_runtime.h"
@@ -63,4 +65,74 @@ void lt_resize_nearest(const lt_resize_params *p, const int32_t *y_map, const in
                 const size_t to = (((size_t)b * p->out_h + y) * p->out_w + x) * pixel;
                 memcpy(dst + to, src + from, pixel);
             }
+}
+
+/* ComputeInterpolationValuesInteger: the source coordinate in 10 fractional bits and its two neighbours. */
+static void lt_interpolation_integer(int32_t value, int32_t scale_10, int32_t half_pixel_centers, int32_t input_size,
+                                     int32_t *scaled, int32_t *lower, int32_t *upper) {
+    *scaled = half_pixel_centers ? value * scale_10 + scale_10 / 2 - (1 << 9) : value * scale_10;
+    *lower = *scaled / (1 << 10) > 0 ? *scaled / (1 << 10) : 0; /* C division truncates, as the reference's */
+    const int32_t up = (*scaled + (1 << 10) - 1) / (1 << 10);
+    *upper = up < input_size - 1 ? up : input_size - 1;
+}
+
+/* reference_ops::ResizeBilinearInteger<int8_t> (double rounding: halfway away from zero). */
+void lt_resize_bilinear_s8(const lt_resize_params *p, const int8_t *input, int8_t *output) {
+    const int32_t c = p->channels;
+    for (int32_t b = 0; b < p->batches; ++b)
+        for (int32_t y = 0; y < p->out_h; ++y) {
+            int32_t in_y, y0, y1;
+            lt_interpolation_integer(y, p->height_scale_10, p->half_pixel_centers, p->in_h, &in_y, &y0, &y1);
+            const int64_t dy = in_y - (1 << 10) * y0;
+            for (int32_t x = 0; x < p->out_w; ++x) {
+                int32_t in_x, x0, x1;
+                lt_interpolation_integer(x, p->width_scale_10, p->half_pixel_centers, p->in_w, &in_x, &x0, &x1);
+                const int64_t dx = in_x - (1 << 10) * x0;
+                const int8_t *row0 = input + ((int64_t)b * p->in_h + y0) * p->in_w * c;
+                const int8_t *row1 = input + ((int64_t)b * p->in_h + y1) * p->in_w * c;
+                int8_t *out = output + (((int64_t)b * p->out_h + y) * p->out_w + x) * c;
+                for (int32_t k = 0; k < c; ++k) {
+                    const int64_t sum = (int64_t)row0[x0 * c + k] * ((1 << 10) - dy) * ((1 << 10) - dx) +
+                                        (int64_t)row1[x0 * c + k] * dy * ((1 << 10) - dx) +
+                                        (int64_t)row0[x1 * c + k] * ((1 << 10) - dy) * dx +
+                                        (int64_t)row1[x1 * c + k] * dy * dx;
+                    const int64_t round = sum > 0 ? (1 << 19) : -(1 << 19);
+                    out[k] = (int8_t)((sum + round) / (1 << 20));
+                }
+            }
+        }
+}
+
+/* ComputeInterpolationValues in float. */
+static void lt_interpolation_float(int32_t value, float scale, int32_t half_pixel_centers, int32_t input_size,
+                                   float *scaled, int32_t *lower, int32_t *upper) {
+    *scaled = half_pixel_centers ? ((float)value + 0.5f) * scale - 0.5f : (float)value * scale;
+    const int32_t low = (int32_t)floorf(*scaled);
+    const int32_t up = (int32_t)ceilf(*scaled);
+    *lower = low > 0 ? low : 0;
+    *upper = up < input_size - 1 ? up : input_size - 1;
+}
+
+/* reference_ops::ResizeBilinear<float>: the four products summed in the reference's order. */
+void lt_resize_bilinear_f32(const lt_resize_params *p, const float *input, float *output) {
+    const int32_t c = p->channels;
+    for (int32_t b = 0; b < p->batches; ++b)
+        for (int32_t y = 0; y < p->out_h; ++y) {
+            float in_y;
+            int32_t y0, y1;
+            lt_interpolation_float(y, p->height_scale, p->half_pixel_centers, p->in_h, &in_y, &y0, &y1);
+            const float dy = in_y - (float)y0;
+            for (int32_t x = 0; x < p->out_w; ++x) {
+                float in_x;
+                int32_t x0, x1;
+                lt_interpolation_float(x, p->width_scale, p->half_pixel_centers, p->in_w, &in_x, &x0, &x1);
+                const float dx = in_x - (float)x0;
+                const float *row0 = input + ((int64_t)b * p->in_h + y0) * p->in_w * c;
+                const float *row1 = input + ((int64_t)b * p->in_h + y1) * p->in_w * c;
+                float *out = output + (((int64_t)b * p->out_h + y) * p->out_w + x) * c;
+                for (int32_t k = 0; k < c; ++k)
+                    out[k] = row0[x0 * c + k] * (1 - dy) * (1 - dx) + row1[x0 * c + k] * dy * (1 - dx) +
+                             row0[x1 * c + k] * (1 - dy) * dx + row1[x1 * c + k] * dy * dx + 0.0f;
+            }
+        }
 }

@@ -113,8 +113,12 @@ typedef struct {
     int32_t elem_size;
 } lt_copy_params;
 
+/* RESIZE_NEAREST_NEIGHBOR (elem_size) and RESIZE_BILINEAR (the scales, as TFLM's reference computes them). */
 typedef struct {
     int32_t batches, in_h, in_w, channels, out_h, out_w, elem_size;
+    int32_t half_pixel_centers;
+    float height_scale, width_scale;          /* float: input / output size (align corners: both less 1) */
+    int32_t height_scale_10, width_scale_10;  /* int8: the same ratios rounded to 10 fractional bits */
 } lt_resize_params;
 
 /* SVDF (integer): the time weights and the activation state share one type, int16 or int8. The state
@@ -192,23 +196,19 @@ void lt_svdf_s8_s8(const lt_svdf_params *p, const int8_t *input, const int8_t *w
 void lt_lstm_s8_s16(const lt_lstm_params *p, const lt_lstm_weights *w, const int8_t *input, int8_t *hidden,
                     int16_t *cell, int16_t *scratch0, int16_t *scratch1, int16_t *scratch2, int16_t *scratch3,
                     int8_t *output);
-/* QUANTIZE may run in place: `output` may start at `input` (no restrict on purpose). Each loop reads element i
- * before writing output element i at byte i * 1 <= i * sizeof(input element), so a write only lands on input
- * elements already read. int8_t is a character type: the compiler must assume the two may alias and keep the
- * order. An output starting after the input would not be safe. */
-void lt_quantize_f32_s8(const float *input, int8_t *output, int32_t count, float scale, int32_t zero_point);
-void lt_requantize_s8(const int8_t *input, int8_t *output, int32_t count, int32_t input_zero_point,
-                      int32_t multiplier, int32_t shift, int32_t output_zero_point);
-/* reference_ops::Requantize's general path; its int8 -> uint8 fast path (XOR 0x80 when only the zero point moves
- * by 128) gives the same bytes */
-void lt_requantize_s8_u8(const int8_t *input, uint8_t *output, int32_t count, int32_t input_zero_point,
-                         int32_t multiplier, int32_t shift, int32_t output_zero_point);
-void lt_requantize_s16_s8(const int16_t *input, int8_t *output, int32_t count, int32_t input_zero_point,
-                          int32_t multiplier, int32_t shift, int32_t output_zero_point);
-/* not in place: the output element is wider than the input's */
-void lt_requantize_s16_s32(const int16_t *input, int32_t *output, int32_t count, int32_t input_zero_point,
-                           int32_t multiplier, int32_t shift, int32_t output_zero_point);
-void lt_dequantize_s8_f32(const int8_t *input, float *output, int32_t count, double scale, int32_t zero_point);
+/* QUANTIZE and DEQUANTIZE. Requantize (reference_ops::Requantize) converts between int8, uint8, int16 and int32;
+ * its int8 <-> uint8 fast path (XOR 0x80 when only the zero point moves by 128) gives the same bytes as the general
+ * one. They may run in place when the output is no wider than the input: `output` may start at `input` (no
+ * restrict on purpose). Each loop reads element i before writing output element i at byte
+ * i * sizeof(output element) <= i * sizeof(input element), so a write only lands on input elements already
+ * read; the compiler must assume the two may alias and keep the order. An output starting after the input would
+ * not be safe. */
+void lt_quantize_f32(const float *input, lt_type output_type, void *output, int32_t count, float scale,
+                     int32_t zero_point);
+void lt_requantize(lt_type input_type, const void *input, lt_type output_type, void *output, int32_t count,
+                   int32_t input_zero_point, int32_t multiplier, int32_t shift, int32_t output_zero_point);
+void lt_dequantize(lt_type input_type, const void *input, float *output, int32_t count, double scale,
+                   int32_t zero_point);
 
 /* float32 kernels */
 void lt_conv2d_f32(const lt_conv_params *p, const float *input, const float *filter, const float *bias,
@@ -278,6 +278,8 @@ void lt_copy_strided(const lt_copy_params *p, const void *input, void *output);
 void lt_fill(void *output, uint32_t count, const void *value, int32_t elem_size);
 void lt_resize_nearest(const lt_resize_params *p, const int32_t *y_map, const int32_t *x_map, const void *input,
                        void *output);
+void lt_resize_bilinear_s8(const lt_resize_params *p, const int8_t *input, int8_t *output);
+void lt_resize_bilinear_f32(const lt_resize_params *p, const float *input, float *output);
 
 #ifdef __cplusplus
 }

@@ -172,6 +172,20 @@ def nearest_neighbor_map(output_size: int, input_size: int, align_corners: bool,
     return result
 
 
+def resize_scale(input_size: int, output_size: int, align_corners: bool) -> float:
+    """ResizeBilinear's float32 scale: input over output size, both less one when aligning corners."""
+    if align_corners and output_size > 1:
+        return float(np.float32(input_size - 1) / np.float32(output_size - 1))
+    return float(np.float32(input_size) / np.float32(output_size))
+
+
+def resize_scale_10(input_size: int, output_size: int, align_corners: bool) -> int:
+    """ResizeBilinearInteger's scale with 10 fractional bits, rounded (C integer division of positives)."""
+    if align_corners and output_size > 1:
+        input_size, output_size = input_size - 1, output_size - 1
+    return ((1 << 10) * input_size + output_size // 2) // output_size
+
+
 # The integer LSTM's fixed scales (lstm_eval_common.cc): gate pre-activations in Q3.12 and gate outputs in Q0.15,
 # written there as the float32 literals below (the second is not exactly 2**-15).
 LSTM_GATE_INPUT_SCALE = float(np.float32(0.00024414062))

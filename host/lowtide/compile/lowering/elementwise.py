@@ -23,7 +23,11 @@ from lowtide.compile.lowering.emitter import (
 from lowtide.model.ir import Operator
 
 SUFFIXES = {"int8": "s8", "int16": "s16", "int32": "s32", "float32": "f32"}
-LT_TYPES = {"int8": "LT_INT8", "int16": "LT_INT16", "int32": "LT_INT32", "float32": "LT_FLOAT32"}
+LT_TYPES = {"int8": "LT_INT8", "uint8": "LT_UINT8", "int16": "LT_INT16", "int32": "LT_INT32", "float32": "LT_FLOAT32"}
+CAST_TYPES = ("int8", "int16", "int32", "float32")
+# QUANTIZE's requantizations (PrepareQuantizeReference's list, int8 <-> uint8 included)
+REQUANTIZE_TYPES = ("int8", "int8->uint8", "uint8->int8", "int8->int16", "int8->int32", "int16->int8", "int16",
+                    "int16->int32", "int32->int8", "int32->int16")
 
 
 def broadcast_steps(e: ModelEmitter, op: Operator) -> dict[str, object]:
@@ -71,31 +75,28 @@ def lower_mul(e, op, name):
 
 
 def lower_quantize(e, op, name):
+    """float32 -> int8/int16 (AffineQuantize) or a requantization between int8, uint8, int16 and int32 with the
+    multiplier of the two scales' ratio, in double, as TFLM's PrepareQuantizeReference computes it."""
     ins, outs = tensor_types(e, op)
-    count = math.prod(e.tensor(op.inputs[0]).shape)
+    count = elementwise_count(e, op)
     out_q = e.quantization(op.outputs[0])
-    if ins == ["float32"] and outs == ["int8"]:
-        return (f"lt_quantize_f32_s8({e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)}, {count}, "
-                f"{c_float(out_q.scale)}, {out_q.zero_point});")
-    # Requantize (reference_ops::Requantize): the int8 -> int8 and int16 -> int8/int32 cases TFLM's QUANTIZE has.
-    requantize = {("int8", "int8"): "lt_requantize_s8", ("int8", "uint8"): "lt_requantize_s8_u8",
-                  ("int16", "int8"): "lt_requantize_s16_s8",
-                  ("int16", "int32"): "lt_requantize_s16_s32"}.get((ins[0], outs[0]))
-    if len(ins) == 1 and requantize:
-        in_q = e.quantization(op.inputs[0])
-        m, s = q.quantize_multiplier(float(in_q.scale) / float(out_q.scale))
-        return (f"{requantize}({e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)}, {count}, "
-                f"{in_q.zero_point}, {m}, {s}, {out_q.zero_point});")
-    raise Unsupported(f"types {ins} -> {outs}")
+    require(len(out_q.scales) == 1, "per-channel output quantization")
+    source, target = e.pointer(op.inputs[0]), e.pointer(op.outputs[0], True)
+    if ins[0] == "float32":
+        return f"lt_quantize_f32({source}, {LT_TYPES[outs[0]]}, {target}, {count}, {c_float(out_q.scale)}, " \
+               f"{out_q.zero_point});"
+    in_q = e.quantization(op.inputs[0])
+    m, s = q.quantize_multiplier(float(in_q.scale) / float(out_q.scale))
+    return (f"lt_requantize({LT_TYPES[ins[0]]}, {source}, {LT_TYPES[outs[0]]}, {target}, {count}, "
+            f"{in_q.zero_point}, {m}, {s}, {out_q.zero_point});")
 
 
 def lower_dequantize(e, op, name):
-    ins, outs = tensor_types(e, op)
-    require(ins == ["int8"] and outs == ["float32"], f"types {ins} -> {outs}")
+    ins, _ = tensor_types(e, op)
     in_q = e.quantization(op.inputs[0])
-    count = math.prod(e.tensor(op.inputs[0]).shape)
-    return (f"lt_dequantize_s8_f32({e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)}, {count}, "
-            f"{float(in_q.scale)!r}, {in_q.zero_point});")
+    count = elementwise_count(e, op)
+    return (f"lt_dequantize({LT_TYPES[ins[0]]}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)}, "
+            f"{count}, {float(in_q.scale)!r}, {in_q.zero_point});")
 
 
 def _binary_call(e: ModelEmitter, op: Operator, name: str, function: str, params: dict[str, object]) -> str:
@@ -219,8 +220,8 @@ def lower_cast(e, op, name):
 KERNELS = (
     Kernel("ADD", lower_add, ("int8", "float32"), "broadcasting up to 6-D"),
     Kernel("MUL", lower_mul, ("int8", "float32"), "broadcasting up to 6-D"),
-    Kernel("QUANTIZE", lower_quantize, ("float32->int8", "int8", "int8->uint8", "int16->int8", "int16->int32")),
-    Kernel("DEQUANTIZE", lower_dequantize, ("int8->float32",)),
+    Kernel("QUANTIZE", lower_quantize, ("float32->int8", "float32->int16") + REQUANTIZE_TYPES),
+    Kernel("DEQUANTIZE", lower_dequantize, ("int8->float32", "uint8->float32", "int16->float32")),
     Kernel("SUB", lower_sub, ("int8", "int16", "int32", "float32"), "broadcasting up to 6-D"),
     Kernel("MAXIMUM", lower_maximum, ("int8", "int16", "int32", "float32"), "raw values compared, as TFLM does"),
     Kernel("MINIMUM", lower_minimum, ("int8", "int16", "int32", "float32"), "raw values compared, as TFLM does"),
@@ -239,5 +240,5 @@ KERNELS = (
     Kernel("FLOOR", _float_function("LT_FLOOR"), ("float32",)),
     Kernel("CEIL", _float_function("LT_CEIL"), ("float32",)),
     Kernel("ROUND", _float_function("LT_ROUND"), ("float32",), "halfway cases to even"),
-    Kernel("CAST", lower_cast, tuple(f"{a}->{b}" for a in LT_TYPES for b in LT_TYPES if a != b) + tuple(LT_TYPES)),
+    Kernel("CAST", lower_cast, tuple(f"{a}->{b}" for a in CAST_TYPES for b in CAST_TYPES if a != b) + CAST_TYPES),
 )

@@ -264,6 +264,134 @@ def lower_resize_nearest_neighbor(e, op, name):
 
 
 
+def lower_resize_bilinear(e, op, name):
+    """The scales as TFLM's reference computes them: float32 ratios for float, 10-bit fixed point for int8."""
+    same_types(e, op)
+    t_in, t_out = e.tensor(op.inputs[0]), e.tensor(op.outputs[0])
+    require(len(t_in.shape) == 4, "only 4-D NHWC tensors are supported")
+    out_h, out_w = (int(v) for v in e.constant_values(op.inputs[1]).reshape(-1))
+    require((out_h, out_w) == tuple(t_out.shape[1:3]) and t_out.shape[3] == t_in.shape[3],
+            "output size does not match the size input")
+    align, half = bool(op.options.alignCorners), bool(op.options.halfPixelCenters)
+    require(not (align and half), "align_corners with half_pixel_centers")
+    batches, in_h, in_w, channels = t_in.shape
+    params = {"batches": batches, "in_h": in_h, "in_w": in_w, "channels": channels, "out_h": out_h, "out_w": out_w,
+              "elem_size": element_size(t_in), "half_pixel_centers": int(half)}
+    for axis, (source, target) in (("height", (in_h, out_h)), ("width", (in_w, out_w))):
+        params[f"{axis}_scale"] = q.resize_scale(source, target, align)
+        params[f"{axis}_scale_10"] = q.resize_scale_10(source, target, align)
+    p = e.struct(f"{name}_params", "lt_resize_params", params)
+    suffix = "s8" if t_in.dtype == "int8" else "f32"
+    return f"lt_resize_bilinear_{suffix}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
+
+def _block_size(op: Operator) -> int:
+    block = int(op.options.blockSize)
+    require(block >= 1, f"block size {block}")
+    return block
+
+
+def lower_space_to_depth(e, op, name):
+    """Output (n, h, w, (bh * b + bw) * c + k) is input (n, h * b + bh, w * b + bw, k): one 6-D box copy."""
+    same_types(e, op)
+    block = _block_size(op)
+    t_in, t_out = e.tensor(op.inputs[0]), e.tensor(op.outputs[0])
+    require(len(t_in.shape) == 4, "only 4-D NHWC tensors are supported")
+    n, h, w, c = t_in.shape
+    require(h % block == 0 and w % block == 0 and t_out.shape == (n, h // block, w // block, c * block * block),
+            f"output shape {t_out.shape} is not {t_in.shape} in blocks of {block}")
+    st = strides(t_in.shape)
+    dims = (n, h // block, w // block, block, block, c)
+    source = (st[0], block * st[1], block * st[2], st[1], st[2], 1)
+    return _copy_strided(e, f"{name}_params", dims, View(op.inputs[0], 0, source),
+                         View(op.outputs[0], 0, tuple(strides(dims))))
+
+
+def lower_depth_to_space(e, op, name):
+    """Output (n, h * b + bh, w * b + bw, k) is input (n, h, w, (bh * b + bw) * c + k): one 6-D box copy."""
+    same_types(e, op)
+    block = _block_size(op)
+    t_in, t_out = e.tensor(op.inputs[0]), e.tensor(op.outputs[0])
+    require(len(t_in.shape) == 4, "only 4-D NHWC tensors are supported")
+    n, h, w, c = t_in.shape
+    depth = c // (block * block)
+    require(c % (block * block) == 0 and t_out.shape == (n, h * block, w * block, depth),
+            f"output shape {t_out.shape} is not {t_in.shape} out of blocks of {block}")
+    st = strides(t_in.shape)
+    dims = (n, h, block, w, block, depth)  # in the output's order
+    source = (st[0], st[1], block * depth, st[2], depth, 1)
+    return _copy_strided(e, f"{name}_params", dims, View(op.inputs[0], 0, source),
+                         View(op.outputs[0], 0, tuple(strides(dims))))
+
+
+def _batch_space_geometry(e: ModelEmitter, op: Operator) -> tuple[tuple[int, ...], tuple[int, ...], list[int],
+                                                                     list[int]]:
+    """The batch-side and space-side shapes as 4-D (a 3-D NHC tensor is NH1C, as TFLM extends it), the block
+    and the padding (SPACE_TO_BATCH_ND) or crops (BATCH_TO_SPACE_ND) before each spatial dimension."""
+    same_types(e, op)
+    t_in, t_out = e.tensor(op.inputs[0]), e.tensor(op.outputs[0])
+    require(len(t_in.shape) in (3, 4) and len(t_out.shape) == len(t_in.shape), "only 3-D and 4-D tensors")
+    block = [int(v) for v in e.constant_values(op.inputs[1]).reshape(-1)]
+    before = [int(v) for v in e.constant_values(op.inputs[2]).reshape(-1, 2)[:, 0]]
+    require(len(block) == len(t_in.shape) - 2 and all(b >= 1 for b in block) and all(v >= 0 for v in before),
+            f"block {block} and paddings/crops {before}")
+
+    def four_d(shape: tuple[int, ...]) -> tuple[int, ...]:
+        return shape if len(shape) == 4 else (shape[0], shape[1], 1, shape[2])
+
+    if len(block) == 1:
+        block, before = block + [1], before + [0]
+    return four_d(t_in.shape), four_d(t_out.shape), block, before
+
+
+def _block_copies(e: ModelEmitter, op: Operator, name: str, batch: int, space: int, batch_shape, space_shape,
+                  block: list[int], before: list[int]) -> list[str]:
+    """One box copy per position (i, j) in the block: batch tensor (((i * bw + j) * n + b), y, x, c) is space
+    tensor (b, y * bh + i - before_h, x * bw + j - before_w, c), for the y and x that land inside it."""
+    n = space_shape[0]
+    require(batch_shape[0] == n * block[0] * block[1] and batch_shape[3] == space_shape[3],
+            f"shapes {batch_shape} and {space_shape} do not match the block {block}")
+    batch_st, space_st = strides(batch_shape), strides(space_shape)
+    copies = []
+    for i in range(block[0]):
+        for j in range(block[1]):
+            ranges = []
+            for axis, offset in ((1, i), (2, j)):
+                # batch-side positions y with 0 <= y * b + offset - before < space size
+                b, lead = block[axis - 1], before[axis - 1]
+                first = max(0, -(-(lead - offset) // b))
+                last = min(batch_shape[axis], (space_shape[axis] + lead - offset + b - 1) // b)
+                ranges.append((first, max(first, last)))
+            dims = (n, ranges[0][1] - ranges[0][0], ranges[1][1] - ranges[1][0], space_shape[3])
+            if not math.prod(dims):
+                continue
+            (y0, _), (x0, _) = ranges
+            batch_start = (i * block[1] + j) * n * batch_st[0] + y0 * batch_st[1] + x0 * batch_st[2]
+            space_start = ((y0 * block[0] + i - before[0]) * space_st[1]
+                           + (x0 * block[1] + j - before[1]) * space_st[2])
+            batch_view = View(batch, batch_start, tuple(batch_st))
+            space_view = View(space, space_start,
+                              (space_st[0], block[0] * space_st[1], block[1] * space_st[2], 1))
+            source, target = (space_view, batch_view) if space == op.inputs[0] else (batch_view, space_view)
+            copies.append(_copy_strided(e, f"{name}_params{len(copies)}", dims, source, target))
+    return copies
+
+
+def lower_space_to_batch_nd(e, op, name):
+    """The padding is zero bytes: TFLM's kernel pads with a value its Prepare never sets, which the host TFLM's
+    zeroed persistent memory makes 0 (not the zero point)."""
+    in_shape, out_shape, block, before = _batch_space_geometry(e, op)
+    size = element_size(e.tensor(op.inputs[0]))
+    zero = e.array(f"{name}_zero", "uint8_t", [0] * size)
+    out = e.pointer(op.outputs[0], True)
+    copies = _block_copies(e, op, name, op.outputs[0], op.inputs[0], out_shape, in_shape, block, before)
+    return " ".join([f"lt_fill({out}, {math.prod(out_shape)}u, {zero}, {size});", *copies])
+
+
+def lower_batch_to_space_nd(e, op, name):
+    in_shape, out_shape, block, crops = _batch_space_geometry(e, op)
+    return " ".join(_block_copies(e, op, name, op.inputs[0], op.outputs[0], in_shape, out_shape, block, crops))
+
+
 ANY_TYPE = ("int8", "uint8", "int16", "int32", "float32")
 ANY_OUTPUT = tuple(f"*->{t}" for t in ANY_TYPE)  # the first input is not the data
 KERNELS = (
@@ -277,4 +405,9 @@ KERNELS = (
     Kernel("PACK", lower_pack, ANY_TYPE),
     Kernel("SHAPE", lower_shape, ("*->int32",)),
     Kernel("RESIZE_NEAREST_NEIGHBOR", lower_resize_nearest_neighbor, ANY_TYPE),
+    Kernel("RESIZE_BILINEAR", lower_resize_bilinear, ("int8", "float32"), "align_corners, half_pixel_centers"),
+    Kernel("SPACE_TO_DEPTH", lower_space_to_depth, ("int8", "float32")),
+    Kernel("DEPTH_TO_SPACE", lower_depth_to_space, ("int8", "float32")),
+    Kernel("SPACE_TO_BATCH_ND", lower_space_to_batch_nd, ("int8", "float32"), "3-D or 4-D; pads with zero bytes"),
+    Kernel("BATCH_TO_SPACE_ND", lower_batch_to_space_nd, ("int8", "float32"), "3-D or 4-D"),
 )
