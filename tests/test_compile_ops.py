@@ -308,6 +308,58 @@ def test_resizing_and_layout_bit_exact(tmp_path, dtype):
     _varied(_check(path))
 
 
+# ---- gathering, slicing, padding --------------------------------------------------------------------------------
+
+def _gathering(m: TinyModel, dtype: str) -> tuple[list[int], list[int]]:
+    quant = (0.05, -3) if dtype == "int8" else ()
+    x = m.tensor(SHAPE, dtype, *quant)
+    small = m.tensor((1, 4, 1), dtype, *quant)
+    condition = m.tensor((4, 5), "bool")
+    outputs = []
+
+    def op(opcode, inputs, shape, options_type=None, out_type=dtype, **options):
+        y = m.tensor(shape, out_type, *(quant if out_type == dtype else ()))
+        m.op(opcode, inputs, [y], options_type, **options)
+        outputs.append(y)
+        return y
+
+    def ints(*values, shape=None):
+        return m.tensor(shape or (len(values),), "int32", data=np.asarray(values).reshape(shape or (len(values),)))
+
+    sliced = op("SLICE", [x, ints(1, 0, 1, 2), ints(1, -1, 2, 3)], (1, 3, 2, 3))
+    op("SQUEEZE", [sliced], (3, 2, 3), "SqueezeOptions", squeezeDims=[0])
+    op("EXPAND_DIMS", [x, ints(1)], (2, 1, 3, 4, 5))
+    pieces = [m.tensor((2, 3, 5), dtype, *quant) for _ in range(4)]
+    m.op("UNPACK", [x], pieces, "UnpackOptions", num=4, axis=2)
+    outputs += pieces
+    pad_value = m.tensor((), dtype, *quant, data=7 if dtype == "int8" else 2.5)
+    op("PADV2", [x, ints(0, 0, 1, 2, 0, 1, 2, 0, shape=(4, 2)), pad_value], (2, 6, 5, 7))
+    for mode, pads in ((0, (0, 0, 2, 1, 1, 3, 0, 0)), (1, (1, 1, 3, 0, 0, 4, 2, 1))):
+        op("MIRROR_PAD", [x, ints(*pads, shape=(4, 2))],
+           tuple(n + pads[2 * d] + pads[2 * d + 1] for d, n in enumerate(SHAPE)), "MirrorPadOptions", mode=mode)
+    wide = op("BROADCAST_TO", [small, ints(*SHAPE)], SHAPE)
+    op("GATHER", [x, ints(3, 0, 0, 2, 1)], (2, 3, 5, 5), "GatherOptions", axis=2, batchDims=0)
+    op("GATHER", [x, ints(2, 0, 1, 1, 0, 0, 2, 1, shape=(2, 4))], (2, 4, 4, 5), "GatherOptions", axis=1,
+       batchDims=1)
+    op("GATHER_ND", [x, ints(1, 2, 0, 0, 1, 1, 0, 2, shape=(4, 2))], (4, 4, 5))
+    op("SELECT_V2", [condition, x, wide], SHAPE)
+    # constant by design: last
+    fill_value = m.tensor((), dtype, *quant, data=-5 if dtype == "int8" else -1.25)
+    op("FILL", [ints(3, 2), fill_value], (3, 2))
+    op("ZEROS_LIKE", [x], SHAPE)
+    return [x, small, condition], outputs
+
+
+@pytest.mark.parametrize("dtype", ["int8", "float32"])
+def test_gathering_slicing_padding_bit_exact(tmp_path, dtype):
+    m = TinyModel()
+    inputs, outputs = _gathering(m, dtype)
+    path = m.save(tmp_path / f"gathering_{dtype}.tflite", inputs, outputs)
+    *varied, filled, zeros = _check(path)
+    _varied(varied)
+    assert np.all(filled == filled.reshape(-1)[0]) and not np.any(zeros)
+
+
 # ---- the support table, errors and --check --------------------------------------------------------------------
 
 def test_operators_tflm_lacks_are_refused_with_the_reason(tmp_path):

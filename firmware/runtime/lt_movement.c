@@ -1,6 +1,8 @@
 /* Data movement shared by every element type: RESHAPE is one memmove; TRANSPOSE, STRIDED_SLICE, CONCATENATION,
  * SPLIT, SPLIT_V, PAD, SPACE_TO_DEPTH, DEPTH_TO_SPACE, SPACE_TO_BATCH_ND and BATCH_TO_SPACE_ND are box copies
- * between strided views; RESIZE_NEAREST_NEIGHBOR reads through index maps computed ahead of time. And
+ * between strided views; RESIZE_NEAREST_NEIGHBOR and MIRROR_PAD read through index maps computed ahead of time;
+ * GATHER, GATHER_ND and SELECT_V2 pick elements by run-time indices or conditions (reference/gather*.h,
+ * select.h). And
  * RESIZE_BILINEAR (reference/resize_bilinear.h), int8 in integer arithmetic, float in float. */
 #include <math.h>
 #include <string.h>
@@ -135,4 +137,65 @@ void lt_resize_bilinear_f32(const lt_resize_params *p, const float *input, float
                              row0[x1 * c + k] * (1 - dy) * dx + row1[x1 * c + k] * dy * dx + 0.0f;
             }
         }
+}
+
+void lt_gather(const lt_gather_params *p, const void *input, const int32_t *coords, void *output) {
+    const size_t slice = (size_t)p->inner * (size_t)p->elem_size;
+    const uint8_t *src = (const uint8_t *)input;
+    uint8_t *dst = (uint8_t *)output;
+    for (int32_t b = 0; b < p->batches; ++b)
+        for (int32_t o = 0; o < p->outer; ++o)
+            for (int32_t c = 0; c < p->coords; ++c) {
+                const size_t from = ((size_t)(b * p->outer + o) * p->axis_size + coords[b * p->coords + c]) * slice;
+                memcpy(dst + ((size_t)(b * p->outer + o) * p->coords + c) * slice, src + from, slice);
+            }
+}
+
+void lt_gather_nd(const lt_gather_nd_params *p, const void *input, const int32_t *indices, void *output) {
+    const size_t slice = (size_t)p->slice_size * (size_t)p->elem_size;
+    for (int32_t i = 0; i < p->slices; ++i) {
+        size_t from = 0;
+        for (int32_t j = 0; j < p->indices_nd; ++j)
+            from += (size_t)indices[i * p->indices_nd + j] * (size_t)p->element_steps[j];
+        memcpy((uint8_t *)output + (size_t)i * slice, (const uint8_t *)input + from * (size_t)p->elem_size, slice);
+    }
+}
+
+void lt_select(const lt_select_params *p, const uint8_t *condition, const void *if_true, const void *if_false,
+               void *output) {
+    int32_t idx[LT_MAX_DIMS] = {0};
+    int32_t ic = 0, it = 0, iff = 0, total = 1;
+    const size_t size = (size_t)p->elem_size;
+    for (int32_t d = 0; d < p->ndim; ++d) total *= p->dims[d];
+    for (int32_t o = 0; o < total; ++o) {
+        const uint8_t *from = condition[ic] ? (const uint8_t *)if_true + (size_t)it * size
+                                            : (const uint8_t *)if_false + (size_t)iff * size;
+        memcpy((uint8_t *)output + (size_t)o * size, from, size);
+        for (int32_t d = p->ndim - 1; d >= 0; --d) {
+            ic += p->step_condition[d];
+            it += p->step_true[d];
+            iff += p->step_false[d];
+            if (++idx[d] < p->dims[d]) break;
+            ic -= p->step_condition[d] * p->dims[d];
+            it -= p->step_true[d] * p->dims[d];
+            iff -= p->step_false[d] * p->dims[d];
+            idx[d] = 0;
+        }
+    }
+}
+
+void lt_copy_mapped(const lt_mapped_copy_params *p, const int32_t *offsets, const void *input, void *output) {
+    int32_t idx[LT_MAX_DIMS] = {0};
+    int32_t total = 1;
+    const size_t size = (size_t)p->elem_size;
+    for (int32_t d = 0; d < p->ndim; ++d) total *= p->dims[d];
+    for (int32_t o = 0; o < total; ++o) {
+        int32_t from = 0;
+        for (int32_t d = 0; d < p->ndim; ++d) from += offsets[p->map_start[d] + idx[d]];
+        memcpy((uint8_t *)output + (size_t)o * size, (const uint8_t *)input + (size_t)from * size, size);
+        for (int32_t d = p->ndim - 1; d >= 0; --d) {
+            if (++idx[d] < p->dims[d]) break;
+            idx[d] = 0;
+        }
+    }
 }

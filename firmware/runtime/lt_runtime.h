@@ -16,7 +16,7 @@ extern "C" {
 
 #define LT_MAX_DIMS 6
 
-typedef enum { LT_FLOAT32 = 1, LT_INT32 = 2, LT_UINT8 = 3, LT_INT16 = 7, LT_INT8 = 9 } lt_type;
+typedef enum { LT_FLOAT32 = 1, LT_INT32 = 2, LT_UINT8 = 3, LT_BOOL = 6, LT_INT16 = 7, LT_INT8 = 9 } lt_type;
 
 /* One model input or output: where it lives in the arena and how to read it. */
 typedef struct {
@@ -120,6 +120,36 @@ typedef struct {
     float height_scale, width_scale;          /* float: input / output size (align corners: both less 1) */
     int32_t height_scale_10, width_scale_10;  /* int8: the same ratios rounded to 10 fractional bits */
 } lt_resize_params;
+
+/* GATHER: for each batch and outer index, `coords` slices of `inner` elements picked along an axis of
+ * `axis_size` (coordinates of batch b at coords + b * coords_per_batch). */
+typedef struct {
+    int32_t batches, outer, axis_size, coords, inner, elem_size;
+} lt_gather_params;
+
+/* GATHER_ND: `slices` index tuples of `indices_nd` coordinates, each picking `slice_size` elements;
+ * element_steps[j] is coordinate j's step in elements. */
+typedef struct {
+    int32_t slices, indices_nd, slice_size, elem_size;
+    int32_t element_steps[LT_MAX_DIMS];
+} lt_gather_nd_params;
+
+/* SELECT_V2 with broadcasting: each output element from the true or the false input as the condition says. */
+typedef struct {
+    int32_t ndim;
+    int32_t dims[LT_MAX_DIMS];
+    int32_t step_condition[LT_MAX_DIMS], step_true[LT_MAX_DIMS], step_false[LT_MAX_DIMS];
+    int32_t elem_size;
+} lt_select_params;
+
+/* A copy through one index map per output dimension (MIRROR_PAD): output element (i0, i1, ...) is input element
+ * offsets[map_start[0] + i0] + offsets[map_start[1] + i1] + ... */
+typedef struct {
+    int32_t ndim;
+    int32_t dims[LT_MAX_DIMS];
+    int32_t map_start[LT_MAX_DIMS];
+    int32_t elem_size;
+} lt_mapped_copy_params;
 
 /* SVDF (integer): the time weights and the activation state share one type, int16 or int8. The state
  * (batches x num_filters x memory_size) persists across invocations; filter_scratch (batches x num_filters) and
@@ -278,6 +308,11 @@ void lt_copy_strided(const lt_copy_params *p, const void *input, void *output);
 void lt_fill(void *output, uint32_t count, const void *value, int32_t elem_size);
 void lt_resize_nearest(const lt_resize_params *p, const int32_t *y_map, const int32_t *x_map, const void *input,
                        void *output);
+void lt_gather(const lt_gather_params *p, const void *input, const int32_t *coords, void *output);
+void lt_gather_nd(const lt_gather_nd_params *p, const void *input, const int32_t *indices, void *output);
+void lt_select(const lt_select_params *p, const uint8_t *condition, const void *if_true, const void *if_false,
+               void *output);
+void lt_copy_mapped(const lt_mapped_copy_params *p, const int32_t *offsets, const void *input, void *output);
 void lt_resize_bilinear_s8(const lt_resize_params *p, const int8_t *input, int8_t *output);
 void lt_resize_bilinear_f32(const lt_resize_params *p, const float *input, float *output);
 

@@ -25,8 +25,8 @@ from lowtide.memory import tflm_plan
 from lowtide.model import Graph, load_model
 
 RUNTIME_DIR = Path(__file__).resolve().parents[3] / "firmware" / "runtime"
-LT_TYPE_NAMES = {"float32": "LT_FLOAT32", "int32": "LT_INT32", "uint8": "LT_UINT8", "int16": "LT_INT16",
-                 "int8": "LT_INT8"}
+LT_TYPE_NAMES = {"float32": "LT_FLOAT32", "int32": "LT_INT32", "uint8": "LT_UINT8", "bool": "LT_BOOL",
+                 "int16": "LT_INT16", "int8": "LT_INT8"}
 
 
 @dataclass(frozen=True)

@@ -392,6 +392,148 @@ def lower_batch_to_space_nd(e, op, name):
     return " ".join(_block_copies(e, op, name, op.inputs[0], op.outputs[0], in_shape, out_shape, block, crops))
 
 
+def _constant_ints(e: ModelEmitter, index: int) -> list[int]:
+    return [int(v) for v in e.constant_values(index).reshape(-1)]
+
+
+def lower_slice(e, op, name):
+    """SLICE: a box of `size` elements from `begin` (a size of -1: the rest of the dimension)."""
+    same_types(e, op)
+    shape = e.tensor(op.inputs[0]).shape
+    begin, size = _constant_ints(e, op.inputs[1]), _constant_ints(e, op.inputs[2])
+    require(len(begin) == len(size) == len(shape), "begin and size must cover every dimension")
+    dims = tuple(n - b if s == -1 else s for n, b, s in zip(shape, begin, size))
+    require(all(0 <= b and 0 <= d and b + d <= n for b, d, n in zip(begin, dims, shape))
+            and dims == e.tensor(op.outputs[0]).shape, f"slice {begin} + {size} of {shape}")
+    st = strides(shape)
+    return _copy_strided(e, f"{name}_params", dims, View(op.inputs[0], sum(b * s for b, s in zip(begin, st)),
+                                                         tuple(st)),
+                         View(op.outputs[0], 0, tuple(strides(dims))))
+
+
+def lower_unpack(e, op, name):
+    """UNPACK: output k is index k along `axis` of the input, that axis removed."""
+    dtype = e.tensor(op.inputs[0]).dtype
+    shape = e.tensor(op.inputs[0]).shape
+    axis = int(op.options.axis) % len(shape)
+    piece = shape[:axis] + shape[axis + 1:]
+    require(len(op.outputs) == shape[axis] and all(e.tensor(t).shape == piece and e.tensor(t).dtype == dtype
+                                                   for t in op.outputs),
+            f"outputs do not unstack {shape} along axis {axis}")
+    st = strides(shape)
+    steps = tuple(st[:axis] + st[axis + 1:])
+    return " ".join(_copy_strided(e, f"{name}_params{k}", piece, View(op.inputs[0], k * st[axis], steps),
+                                  View(t, 0, tuple(strides(piece)))) for k, t in enumerate(op.outputs))
+
+
+def lower_broadcast_to(e, op, name):
+    """BROADCAST_TO: a box copy whose source does not step along the broadcast dimensions."""
+    same_types(e, op)
+    shape, out_shape = e.tensor(op.inputs[0]).shape, e.tensor(op.outputs[0]).shape
+    require(len(shape) <= len(out_shape) <= MAX_DIMS, f"{shape} to {out_shape}")
+    padded = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
+    require(all(s in (1, o) for s, o in zip(padded, out_shape)), f"{shape} does not broadcast to {out_shape}")
+    steps = tuple(st if s > 1 else 0 for s, st in zip(padded, strides(padded)))
+    return _copy_strided(e, f"{name}_params", out_shape, View(op.inputs[0], 0, steps),
+                         View(op.outputs[0], 0, tuple(strides(out_shape))))
+
+
+def lower_fill(e, op, name):
+    """FILL: the value tensor (a constant or computed) repeated over the output."""
+    t_out = e.tensor(op.outputs[0])
+    require(e.tensor(op.inputs[1]).dtype == t_out.dtype and math.prod(e.tensor(op.inputs[1]).shape) == 1,
+            "the value must be one element of the output's type")
+    return (f"lt_fill({e.pointer(op.outputs[0], True)}, {math.prod(t_out.shape)}u, {e.pointer(op.inputs[1])}, "
+            f"{element_size(t_out)});")
+
+
+def lower_zeros_like(e, op, name):
+    same_types(e, op)
+    t_out = e.tensor(op.outputs[0])
+    size = element_size(t_out)
+    zero = e.array(f"{name}_zero", "uint8_t", [0] * size)
+    return f"lt_fill({e.pointer(op.outputs[0], True)}, {math.prod(t_out.shape)}u, {zero}, {size});"
+
+
+def _mirror_index(position: int, before: int, size: int, offset: int) -> int:
+    """mirror_pad.cc's GetInputDimension: offset 1 reflects (the edge once), 0 is symmetric (the edge twice)."""
+    if position < before:
+        original = before + offset - 1
+        return original - min(position, original - offset)
+    position -= before
+    if position >= size:
+        position -= size
+        original = size - (1 + offset)
+        return original - min(position, original)
+    return position
+
+
+def lower_mirror_pad(e, op, name):
+    same_types(e, op)
+    shape, out_shape = e.tensor(op.inputs[0]).shape, e.tensor(op.outputs[0]).shape
+    paddings = e.constant_values(op.inputs[1]).reshape(-1, 2)
+    require(len(paddings) == len(shape) <= MAX_DIMS, "paddings must cover every dimension")
+    offset = 1 if int(op.options.mode) == 0 else 0  # MirrorPadMode REFLECT = 0, SYMMETRIC = 1
+    offsets, starts = [], []
+    for d, (size, step) in enumerate(zip(shape, strides(shape))):
+        before, after = int(paddings[d][0]), int(paddings[d][1])
+        require(size + before + after == out_shape[d], f"output shape {out_shape} does not match the paddings")
+        starts.append(len(offsets))
+        offsets += [_mirror_index(i, before, size, offset) * step for i in range(out_shape[d])]
+    table = e.array(f"{name}_offsets", "int32_t", offsets)
+    p = e.struct(f"{name}_params", "lt_mapped_copy_params", {"ndim": len(shape), "dims": list(out_shape),
+                                                             "map_start": starts,
+                                                             "elem_size": element_size(e.tensor(op.inputs[0]))})
+    return f"lt_copy_mapped({p}, {table}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
+
+
+def lower_gather(e, op, name):
+    ins, outs = tensor_types(e, op)
+    require(ins[0] == outs[0] and ins[1] == "int32", f"types {ins} -> {outs}")
+    shape, coords_shape = e.tensor(op.inputs[0]).shape, e.tensor(op.inputs[1]).shape
+    axis = int(op.options.axis) % len(shape)
+    batch_dims = int(op.options.batchDims)
+    batch_dims += len(coords_shape) if batch_dims < 0 else 0
+    require(batch_dims <= axis, f"batch_dims {batch_dims} above axis {axis}")
+    p = e.struct(f"{name}_params", "lt_gather_params", {
+        "batches": math.prod(shape[:batch_dims]), "outer": math.prod(shape[batch_dims:axis]),
+        "axis_size": shape[axis], "coords": math.prod(coords_shape[batch_dims:]),
+        "inner": math.prod(shape[axis + 1:]), "elem_size": element_size(e.tensor(op.inputs[0]))})
+    return (f"lt_gather({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
+            f"{e.pointer(op.outputs[0], True)});")
+
+
+def lower_gather_nd(e, op, name):
+    ins, outs = tensor_types(e, op)
+    require(ins[0] == outs[0] and ins[1] == "int32", f"types {ins} -> {outs}")
+    shape, indices_shape = e.tensor(op.inputs[0]).shape, e.tensor(op.inputs[1]).shape
+    indices_nd = indices_shape[-1]
+    require(1 <= indices_nd <= min(len(shape), MAX_DIMS), f"index tuples of {indices_nd} for rank {len(shape)}")
+    p = e.struct(f"{name}_params", "lt_gather_nd_params", {
+        "slices": math.prod(indices_shape[:-1]), "indices_nd": indices_nd,
+        "slice_size": math.prod(shape[indices_nd:]), "elem_size": element_size(e.tensor(op.inputs[0])),
+        "element_steps": strides(shape)[:indices_nd]})
+    return (f"lt_gather_nd({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
+            f"{e.pointer(op.outputs[0], True)});")
+
+
+def lower_select_v2(e, op, name):
+    ins, outs = tensor_types(e, op)
+    require(ins[0] == "bool" and ins[1] == ins[2] == outs[0], f"types {ins} -> {outs}")
+    out_shape = e.tensor(op.outputs[0]).shape or (1,)
+    require(len(out_shape) <= MAX_DIMS, f"more than {MAX_DIMS} dimensions")
+    steps = []
+    for t in op.inputs:
+        shape = e.tensor(t).shape
+        shape = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
+        require(all(s in (1, o) for s, o in zip(shape, out_shape)), "inputs do not broadcast to the output")
+        steps.append([st if s > 1 else 0 for s, st in zip(shape, strides(shape))])
+    p = e.struct(f"{name}_params", "lt_select_params", {
+        "ndim": len(out_shape), "dims": list(out_shape), "step_condition": steps[0], "step_true": steps[1],
+        "step_false": steps[2], "elem_size": element_size(e.tensor(op.outputs[0]))})
+    return (f"lt_select({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, {e.pointer(op.inputs[2])}, "
+            f"{e.pointer(op.outputs[0], True)});")
+
 ANY_TYPE = ("int8", "uint8", "int16", "int32", "float32")
 ANY_OUTPUT = tuple(f"*->{t}" for t in ANY_TYPE)  # the first input is not the data
 KERNELS = (
@@ -405,6 +547,18 @@ KERNELS = (
     Kernel("PACK", lower_pack, ANY_TYPE),
     Kernel("SHAPE", lower_shape, ("*->int32",)),
     Kernel("RESIZE_NEAREST_NEIGHBOR", lower_resize_nearest_neighbor, ANY_TYPE),
+    Kernel("SQUEEZE", lower_reshape, ANY_TYPE),
+    Kernel("EXPAND_DIMS", lower_reshape, ANY_TYPE),
+    Kernel("SLICE", lower_slice, ANY_TYPE),
+    Kernel("UNPACK", lower_unpack, ANY_TYPE),
+    Kernel("PADV2", lower_pad, ANY_TYPE, "the constant value input"),
+    Kernel("MIRROR_PAD", lower_mirror_pad, ANY_TYPE, "REFLECT and SYMMETRIC"),
+    Kernel("BROADCAST_TO", lower_broadcast_to, ANY_TYPE),
+    Kernel("FILL", lower_fill, ANY_OUTPUT, "the value may be computed"),
+    Kernel("ZEROS_LIKE", lower_zeros_like, ANY_TYPE),
+    Kernel("GATHER", lower_gather, ANY_TYPE, "int32 indices; batch_dims"),
+    Kernel("GATHER_ND", lower_gather_nd, ANY_TYPE, "int32 indices"),
+    Kernel("SELECT_V2", lower_select_v2, ANY_OUTPUT, "broadcasting up to 6-D"),
     Kernel("RESIZE_BILINEAR", lower_resize_bilinear, ("int8", "float32"), "align_corners, half_pixel_centers"),
     Kernel("SPACE_TO_DEPTH", lower_space_to_depth, ("int8", "float32")),
     Kernel("DEPTH_TO_SPACE", lower_depth_to_space, ("int8", "float32")),
