@@ -150,7 +150,12 @@ def _math_int8(m: TinyModel) -> tuple[list[int], list[int]]:
         y = m.tensor(SHAPE, "int8", scale, zero_point)
         m.op("ABS", [a], [y])
         outputs.append(y)
-    return [a, b, c], outputs
+    positive = m.tensor(SHAPE, "int8", 0.02, -128)  # TFLM's RSQRT refuses values below the zero point
+    for scale, zero_point in ((0.1, -128), (0.05, 20)):
+        y = m.tensor(SHAPE, "int8", scale, zero_point)
+        m.op("RSQRT", [positive], [y])
+        outputs.append(y)
+    return [a, b, c, positive], outputs
 
 
 def _math_int16(m: TinyModel) -> tuple[list[int], list[int]]:
@@ -160,7 +165,11 @@ def _math_int16(m: TinyModel) -> tuple[list[int], list[int]]:
                                              (1 / 2048, 0), (1 / 512, 0)])
     y = m.tensor(SHAPE, "int16", 1 / 8192, 0)
     m.op("ABS", [a], [y])
-    return [a, b], outputs + [y]
+    magnitude = m.tensor(SHAPE, "int16", 1 / 4096, 0)
+    m.op("ABS", [a], [magnitude])
+    inverse_root = m.tensor(SHAPE, "int16", 1 / 256, 0)
+    m.op("RSQRT", [magnitude], [inverse_root])
+    return [a, b], outputs + [y, inverse_root]
 
 
 def _math_int32(m: TinyModel) -> tuple[list[int], list[int]]:
@@ -358,6 +367,75 @@ def test_gathering_slicing_padding_bit_exact(tmp_path, dtype):
     *varied, filled, zeros = _check(path)
     _varied(varied)
     assert np.all(filled == filled.reshape(-1)[0]) and not np.any(zeros)
+
+
+# ---- reductions ------------------------------------------------------------------------------------------------
+
+def _reductions(m: TinyModel, dtype: str) -> tuple[list[int], list[int]]:
+    """SUM, MEAN, REDUCE_MAX, REDUCE_MIN over one axis, several (negative, repeated) and all, with and without
+    keep_dims; ARG_MAX and ARG_MIN along the first, a middle and the last axis; CUMSUM plain, exclusive,
+    reversed."""
+    quant = {"int8": (0.05, -3), "int16": (1 / 4096, 0), "float32": ()}[dtype]
+    x = m.tensor(SHAPE, dtype, *quant)
+    outputs = []
+
+    def op(opcode, inputs, shape, options_type=None, out_type=dtype, out_quant=quant, **options):
+        y = m.tensor(shape, out_type, *out_quant)
+        m.op(opcode, inputs, [y], options_type, **options)
+        outputs.append(y)
+
+    def axes(*values):
+        return m.tensor((len(values),), "int32", data=list(values))
+
+    for (axis_values, keep, shape) in (((1,), False, (2, 4, 5)), ((-1, 1, 1), True, (2, 1, 4, 1)),
+                                       ((0, 1, 2, 3), False, ())):
+        sum_quant = {"int8": (0.6, 5), "int16": (1 / 64, 0), "float32": ()}[dtype]
+        op("SUM", [x, axes(*axis_values)], shape, "ReducerOptions", out_quant=sum_quant, keepDims=keep)
+        op("MEAN", [x, axes(*axis_values)], shape, "ReducerOptions", out_quant=sum_quant[:1] + quant[1:],
+           keepDims=keep)
+        if dtype != "int16":
+            op("REDUCE_MAX", [x, axes(*axis_values)], shape, "ReducerOptions", keepDims=keep)
+            op("REDUCE_MIN", [x, axes(*axis_values)], shape, "ReducerOptions", keepDims=keep)
+    if dtype == "int16":
+        return [x], outputs
+    for axis, shape in ((0, (3, 4, 5)), (2, (2, 3, 5)), (-1, (2, 3, 4))):
+        op("ARG_MAX", [x, axes(axis)], shape, "ArgMaxOptions", out_type="int32", out_quant=(), outputType=2)
+        op("ARG_MIN", [x, axes(axis)], shape, "ArgMinOptions", out_type="int32", out_quant=(), outputType=2)
+    cumsum_quant = (0.2, 10) if dtype == "int8" else ()
+    for axis, exclusive, reverse in ((1, False, False), (2, True, False), (-1, True, True), (0, False, True)):
+        op("CUMSUM", [x, axes(axis)], SHAPE, "CumsumOptions", out_quant=cumsum_quant, exclusive=exclusive,
+           reverse=reverse)
+    return [x], outputs
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int16", "float32"])
+def test_reductions_bit_exact(tmp_path, dtype):
+    m = TinyModel()
+    inputs, outputs = _reductions(m, dtype)
+    path = m.save(tmp_path / f"reductions_{dtype}.tflite", inputs, outputs)
+    _varied([o for o in _check(path) if o.size > 1], at_least=2)
+
+
+# ---- normalizations ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["int8", "float32"])
+def test_l2_normalization_and_log_softmax_bit_exact(tmp_path, dtype):
+    """L2_NORMALIZATION over rows of 5 and of 1 (int8: a row of zero points is 0 / 0); LOG_SOFTMAX (float)."""
+    m = TinyModel()
+    quant = (0.05, -3) if dtype == "int8" else ()
+    x = m.tensor(SHAPE, dtype, *quant)
+    column = m.tensor((6, 1), dtype, *quant)
+    outputs = []
+    for source, shape in ((x, SHAPE), (column, (6, 1))):
+        y = m.tensor(shape, dtype, *((1 / 128, 0) if dtype == "int8" else ()))
+        m.op("L2_NORMALIZATION", [source], [y], "L2NormOptions", fusedActivationFunction=0)
+        outputs.append(y)
+    if dtype == "float32":
+        y = m.tensor(SHAPE, dtype)
+        m.op("LOG_SOFTMAX", [x], [y])
+        outputs.append(y)
+    path = m.save(tmp_path / f"normalization_{dtype}.tflite", [x, column], outputs)
+    _varied(_check(path), at_least=2)
 
 
 # ---- the support table, errors and --check --------------------------------------------------------------------

@@ -1,7 +1,9 @@
 /* SOFTMAX, LOGISTIC, TANH, RELU, RELU6, LEAKY_RELU, PRELU, HARD_SWISH and ELU. The int8 SOFTMAX, LOGISTIC and
  * TANH use gemmlowp's fixed-point exp and reciprocal exactly as reference/softmax.h and
  * reference/integer_ops/logistic.h and tanh.h do; the others mirror micro/kernels/activations.h,
- * reference/leaky_relu.h, prelu.h and hard_swish.h; float kernels follow the float references. */
+ * reference/leaky_relu.h, prelu.h and hard_swish.h; L2_NORMALIZATION (reference/integer_ops/l2normalization.h,
+ * l2normalization.h) and LOG_SOFTMAX (float, reference/log_softmax.h); float kernels follow the float
+ * references. */
 #include <float.h>
 #include <math.h>
 #include <stddef.h>
@@ -369,4 +371,73 @@ void lt_elu_f32(const float *input, float *output, int32_t count) {
 
 void lt_lookup_s8(const int8_t *table, const int8_t *input, int8_t *output, int32_t count) {
     for (int32_t i = 0; i < count; ++i) output[i] = table[(uint8_t)input[i]];
+}
+
+void lt_inv_sqrt_multiplier(int32_t input, int32_t *multiplier, int32_t *shift) {
+    if (input <= 1) { /* 0 is taken as 1, as TFLM does */
+        *multiplier = INT32_MAX;
+        *shift = 0;
+        return;
+    }
+    int32_t right_shift = 11;
+    while (input >= (1 << 29)) {
+        input /= 4;
+        ++right_shift;
+    }
+    const int left_shift_bit_pairs = (lt_count_leading_zeros((uint32_t)input) - 1) / 2 - 1;
+    right_shift -= left_shift_bit_pairs;
+    input = lt_shl(input, 2 * left_shift_bit_pairs);
+    /* Newton-Raphson for 1 / sqrt in Q3.28: x <- 1.5 x - (input / 2) x^3, from x = 1 */
+    const int32_t half_input = lt_rounding_divide_by_pot(input >> 1, 1);
+    const int32_t half_three = (1 << 28) + (1 << 27);
+    int32_t x = 1 << 28;
+    for (int i = 0; i < 5; ++i) {
+        const int32_t x3 = lt_saturating_shl(lt_srdhm(lt_srdhm(x, x), x), 6);  /* Q9 -> Q3 */
+        x = lt_saturating_shl(lt_wrap_sub(lt_srdhm(half_three, x), lt_srdhm(half_input, x3)), 3); /* Q6 -> Q3 */
+    }
+    x = lt_srdhm(x, 1518500250); /* times sqrt(2) / 2 in Q0.31 */
+    if (right_shift < 0) {
+        x = lt_shl(x, -right_shift);
+        right_shift = 0;
+    }
+    *multiplier = x;
+    *shift = -right_shift;
+}
+
+void lt_l2_normalization_s8(const lt_softmax_params *p, int32_t input_zero_point, const int8_t *input,
+                            int8_t *output) {
+    for (int32_t i = 0; i < p->outer; ++i) {
+        const int8_t *in = input + i * p->depth;
+        int32_t acc = 0;
+        for (int32_t c = 0; c < p->depth; ++c) acc += (in[c] - input_zero_point) * (in[c] - input_zero_point);
+        int32_t multiplier, shift;
+        lt_inv_sqrt_multiplier(acc, &multiplier, &shift);
+        for (int32_t c = 0; c < p->depth; ++c) {
+            const int32_t q = lt_multiply_by_quantized_multiplier(in[c] - input_zero_point, multiplier, shift + 7);
+            output[i * p->depth + c] = (int8_t)lt_clamp(q, INT8_MIN, INT8_MAX);
+        }
+    }
+}
+
+void lt_l2_normalization_f32(const lt_softmax_params *p, const float *input, float *output) {
+    for (int32_t i = 0; i < p->outer; ++i) {
+        const float *in = input + i * p->depth;
+        float squared = 0;
+        for (int32_t c = 0; c < p->depth; ++c) squared += in[c] * in[c];
+        float norm = sqrtf(squared);
+        norm = norm < 1e-6f ? 1e-6f : norm; /* std::max(norm, epsilon) */
+        for (int32_t c = 0; c < p->depth; ++c) output[i * p->depth + c] = in[c] / norm;
+    }
+}
+
+void lt_log_softmax_f32(const lt_softmax_params *p, const float *input, float *output) {
+    for (int32_t i = 0; i < p->outer; ++i) {
+        const float *in = input + i * p->depth;
+        float max = -FLT_MAX;
+        for (int32_t c = 0; c < p->depth; ++c) max = max < in[c] ? in[c] : max;
+        float sum = 0.f;
+        for (int32_t c = 0; c < p->depth; ++c) sum += expf(in[c] - max);
+        const float log_sum = logf(sum);
+        for (int32_t c = 0; c < p->depth; ++c) output[i * p->depth + c] = in[c] - max - log_sum;
+    }
 }

@@ -314,3 +314,28 @@ void lt_cast(lt_type input_type, const void *input, lt_type output_type, void *o
         }
     }
 }
+
+/* RsqrtEvalQuantized: 1 / sqrt of the zero-point-corrected value (0 gives the type's maximum), with 20 bits kept
+ * between the two rescales. */
+#define LT_RSQRT_QUANTIZED(min, max)                                                                         \
+    for (int32_t i = 0; i < p->count; ++i) {                                                                 \
+        const int32_t value = input[i] - p->input_zero_point;                                                \
+        if (value == 0) {                                                                                    \
+            output[i] = max;                                                                                 \
+            continue;                                                                                        \
+        }                                                                                                    \
+        int32_t inv_multiplier, inv_shift;                                                                   \
+        lt_inv_sqrt_multiplier(value, &inv_multiplier, &inv_shift);                                          \
+        const int32_t data = lt_multiply_by_quantized_multiplier(1, inv_multiplier, inv_shift + 20);         \
+        const int32_t out =                                                                                  \
+            lt_multiply_by_quantized_multiplier(data, p->multiplier, p->shift - 20) + p->output_zero_point;  \
+        output[i] = lt_clamp(out, min, max);                                                                 \
+    }
+
+void lt_rsqrt_s8(const lt_activation_params *p, const int8_t *input, int8_t *output) {
+    LT_RSQRT_QUANTIZED(INT8_MIN, INT8_MAX)
+}
+
+void lt_rsqrt_s16(const lt_activation_params *p, const int16_t *input, int16_t *output) {
+    LT_RSQRT_QUANTIZED(INT16_MIN, INT16_MAX)
+}

@@ -50,5 +50,7 @@ static inline float lt_clamp_f(float x, float lo, float hi) {
 int32_t lt_exp_on_negative_values(int32_t a, int integer_bits);
 /* gemmlowp one_over_one_plus_x_for_x_in_0_1, Q0.31 in and out. */
 int32_t lt_one_over_one_plus_x_for_x_in_0_1(int32_t a);
+/* GetInvSqrtQuantizedMultiplierExp with kReverseShift: 1 / sqrt(input) as a multiplier and a left shift. */
+void lt_inv_sqrt_multiplier(int32_t input, int32_t *multiplier, int32_t *shift);
 
 #endif /* LT_FIXEDPOINT_H */

@@ -1,5 +1,6 @@
-/* AVERAGE_POOL_2D, MAX_POOL_2D (reference/pooling.h, integer_ops/pooling.h) and MEAN (reference/reduce.h
- * QuantizedMeanOrSum) as TFLM's reduce kernel dispatches it. */
+/* AVERAGE_POOL_2D, MAX_POOL_2D (reference/pooling.h, integer_ops/pooling.h), MEAN and SUM (reference/reduce.h
+ * QuantizedMeanOrSum) as TFLM's reduce kernel dispatches them, REDUCE_MAX and REDUCE_MIN (ReduceGeneric),
+ * ARG_MAX and ARG_MIN (reference/arg_min_max.h) and CUMSUM (reference/cumsum.h). */
 #include <float.h>
 
 #include "lt_fixedpoint.h"
@@ -141,4 +142,141 @@ void lt_mean_f32(const lt_mean_params *p, const float *input, float *output) {
         output[o] = sum / (float)p->count;
         base = lt_next_kept(p, kept, base);
     }
+}
+
+/* MEAN and SUM of int16 (QuantizedMeanOrSum<int16_t>): as lt_mean_s8, clamped to int16. */
+void lt_mean_s16(const lt_mean_params *p, const int16_t *input, int16_t *output) {
+    const int32_t outputs = lt_kept_count(p);
+    int32_t kept[LT_MAX_DIMS] = {0};
+    int32_t base = 0;
+    for (int32_t o = 0; o < outputs; ++o) {
+        int32_t sum = 0;
+        LT_MEAN_SUM(base, sum += input[offset]);
+        const int32_t result = lt_multiply_by_quantized_multiplier(sum - p->input_zero_point * p->count,
+                                                                   p->multiplier, p->shift);
+        output[o] = (int16_t)lt_clamp(result + p->output_zero_point, INT16_MIN, INT16_MAX);
+        base = lt_next_kept(p, kept, base);
+    }
+}
+
+/* SUM of floats: ReduceGeneric adds each input element to its output in input order, from 0. */
+void lt_sum_f32(const lt_mean_params *p, const float *input, float *output) {
+    const int32_t outputs = lt_kept_count(p);
+    int32_t kept[LT_MAX_DIMS] = {0};
+    int32_t base = 0;
+    for (int32_t o = 0; o < outputs; ++o) {
+        float sum = 0.0f;
+        LT_MEAN_SUM(base, sum = input[offset] + sum);
+        output[o] = sum;
+        base = lt_next_kept(p, kept, base);
+    }
+}
+
+/* REDUCE_MAX and REDUCE_MIN (MinMaxReducerCompare): from the type's lowest (highest) value, in input order. */
+#define LT_REDUCE_EXTREMUM(T, initial, KEEP)                                       \
+    const int32_t outputs = lt_kept_count(p);                                      \
+    int32_t kept[LT_MAX_DIMS] = {0};                                               \
+    int32_t base = 0;                                                              \
+    for (int32_t o = 0; o < outputs; ++o) {                                        \
+        T current = (initial);                                                     \
+        LT_MEAN_SUM(base, { const T in = input[offset]; current = KEEP; });        \
+        output[o] = current;                                                       \
+        base = lt_next_kept(p, kept, base);                                        \
+    }
+
+void lt_reduce_max_s8(const lt_mean_params *p, const int8_t *input, int8_t *output) {
+    LT_REDUCE_EXTREMUM(int8_t, INT8_MIN, in > current ? in : current)
+}
+
+void lt_reduce_max_f32(const lt_mean_params *p, const float *input, float *output) {
+    LT_REDUCE_EXTREMUM(float, -FLT_MAX, in > current ? in : current)
+}
+
+void lt_reduce_min_s8(const lt_mean_params *p, const int8_t *input, int8_t *output) {
+    LT_REDUCE_EXTREMUM(int8_t, INT8_MAX, in < current ? in : current)
+}
+
+void lt_reduce_min_f32(const lt_mean_params *p, const float *input, float *output) {
+    LT_REDUCE_EXTREMUM(float, FLT_MAX, in < current ? in : current)
+}
+
+/* ArgMinMax: the first index along the axis whose value beats every earlier one strictly. */
+#define LT_ARG_EXTREMUM(T, BEATS)                                                              \
+    for (int32_t outer = 0; outer < p->outer; ++outer)                                         \
+        for (int32_t inner = 0; inner < p->inner; ++inner) {                                   \
+            const T *line = input + (int64_t)outer * p->axis_size * p->inner + inner;          \
+            T best = line[0];                                                                  \
+            int32_t best_index = 0;                                                            \
+            for (int32_t i = 1; i < p->axis_size; ++i) {                                       \
+                const T value = line[(int64_t)i * p->inner];                                   \
+                if (BEATS) {                                                                   \
+                    best = value;                                                              \
+                    best_index = i;                                                            \
+                }                                                                              \
+            }                                                                                  \
+            output[outer * p->inner + inner] = best_index;                                     \
+        }
+
+void lt_arg_max_s8(const lt_axis_params *p, const int8_t *input, int32_t *output) {
+    LT_ARG_EXTREMUM(int8_t, value > best)
+}
+
+void lt_arg_max_f32(const lt_axis_params *p, const float *input, int32_t *output) {
+    LT_ARG_EXTREMUM(float, value > best)
+}
+
+void lt_arg_min_s8(const lt_axis_params *p, const int8_t *input, int32_t *output) {
+    LT_ARG_EXTREMUM(int8_t, value < best)
+}
+
+void lt_arg_min_f32(const lt_axis_params *p, const float *input, int32_t *output) {
+    LT_ARG_EXTREMUM(float, value < best)
+}
+
+/* CUMSUM (reference_ops::CumSum) along each line: `outer` is the product of the dimensions before the axis and
+ * `inner` of those after, so element (o, d, i) is at (o * axis_size + d) * inner + i. Lines are independent, so
+ * the order they are visited in does not matter; along a line, `reverse` runs from the end. */
+#define LT_CUMSUM_LINES(BODY)                                  \
+    for (int32_t o = 0; o < p->outer; ++o)                     \
+        for (int32_t i = 0; i < p->inner; ++i) BODY
+
+void lt_cumsum_f32(const lt_axis_params *p, const float *input, float *output) {
+    LT_CUMSUM_LINES({
+        float accumulator = 0;
+        for (int32_t di = 0; di < p->axis_size; ++di) {
+            const int32_t d = p->reverse ? p->axis_size - 1 - di : di;
+            const int64_t index = ((int64_t)o * p->axis_size + d) * p->inner + i;
+            if (p->exclusive) {
+                output[index] = accumulator;
+                accumulator = accumulator + input[index];
+            } else {
+                accumulator = accumulator + input[index];
+                output[index] = accumulator;
+            }
+        }
+    })
+}
+
+void lt_cumsum_s8(const lt_axis_params *p, const lt_binary_params *q, const int8_t *input, int8_t *output) {
+    LT_CUMSUM_LINES({
+        int32_t accumulator = lt_multiply_by_quantized_multiplier(lt_shl(q->input1_offset, q->left_shift),
+                                                                  q->input1_multiplier, q->input1_shift);
+        for (int32_t di = 0; di < p->axis_size; ++di) {
+            const int32_t d = p->reverse ? p->axis_size - 1 - di : di;
+            const int64_t index = ((int64_t)o * p->axis_size + d) * p->inner + i;
+            const int32_t scaled = lt_multiply_by_quantized_multiplier(
+                lt_shl(q->input1_offset + input[index], q->left_shift), q->input1_multiplier, q->input1_shift);
+            int32_t sum;
+            if (p->exclusive) {
+                sum = accumulator;
+                accumulator += scaled;
+            } else {
+                accumulator += scaled;
+                sum = accumulator;
+            }
+            const int32_t raw =
+                lt_multiply_by_quantized_multiplier(sum, q->output_multiplier, q->output_shift) + q->output_offset;
+            output[index] = (int8_t)lt_clamp(raw, q->act_min, q->act_max);
+        }
+    })
 }

@@ -102,6 +102,12 @@ typedef struct {
     int32_t input_zero_point, output_zero_point, multiplier, shift;
 } lt_mean_params;
 
+/* ARG_MAX, ARG_MIN and CUMSUM: lines of `axis_size` elements `inner` apart, `outer` x `inner` of them. */
+typedef struct {
+    int32_t outer, axis_size, inner;
+    int32_t exclusive, reverse; /* CUMSUM */
+} lt_axis_params;
+
 /* A box copy between two strided views: TRANSPOSE, STRIDED_SLICE, CONCATENATION, SPLIT, SPLIT_V, PAD's interior.
  * The views either share no byte or are one and the same view (same address, same steps along every dimension
  * longer than 1: an in-place SPLIT or CONCATENATION), which is left untouched. `lowtide compile` refuses any
@@ -216,6 +222,17 @@ void lt_hard_swish_s8(const lt_hard_swish_params *p, const int8_t *input, int8_t
 void lt_tanh_s8(const lt_activation_params *p, const int8_t *input, int8_t *output);
 /* A 256-entry table indexed by the input byte (ELU's int8 kernel, built at compile time as TFLM's Prepare does). */
 void lt_lookup_s8(const int8_t *table, const int8_t *input, int8_t *output, int32_t count);
+/* SUM uses the MEAN kernels with a multiplier that leaves out 1/count (and lt_sum_f32 for float). */
+void lt_mean_s16(const lt_mean_params *p, const int16_t *input, int16_t *output);
+void lt_reduce_max_s8(const lt_mean_params *p, const int8_t *input, int8_t *output);
+void lt_reduce_min_s8(const lt_mean_params *p, const int8_t *input, int8_t *output);
+void lt_arg_max_s8(const lt_axis_params *p, const int8_t *input, int32_t *output);
+void lt_arg_min_s8(const lt_axis_params *p, const int8_t *input, int32_t *output);
+/* CUMSUM of int8: q holds ADD_N's rescaling (input1_*, output_*, left_shift, act_min/max). */
+void lt_cumsum_s8(const lt_axis_params *p, const lt_binary_params *q, const int8_t *input, int8_t *output);
+/* L2_NORMALIZATION over the last dimension (outer x depth); int8 output in Q0.7 whatever its quantization. */
+void lt_l2_normalization_s8(const lt_softmax_params *p, int32_t input_zero_point, const int8_t *input,
+                            int8_t *output);
 void lt_mean_s8(const lt_mean_params *p, const int8_t *input, int8_t *output);
 void lt_svdf_s8_s16(const lt_svdf_params *p, const int8_t *input, const int8_t *weights_feature,
                     const int16_t *weights_time, const int32_t *bias, int16_t *state, int32_t *filter_scratch,
@@ -252,8 +269,16 @@ void lt_max_pool_f32(const lt_conv_params *p, const float *input, float *output)
 void lt_add_f32(const lt_binary_params *p, const float *input1, const float *input2, float *output);
 void lt_mul_f32(const lt_binary_params *p, const float *input1, const float *input2, float *output);
 void lt_softmax_f32(const lt_softmax_params *p, const float *input, float *output);
+void lt_log_softmax_f32(const lt_softmax_params *p, const float *input, float *output);
+void lt_l2_normalization_f32(const lt_softmax_params *p, const float *input, float *output);
 void lt_logistic_f32(const float *input, float *output, int32_t count);
 void lt_mean_f32(const lt_mean_params *p, const float *input, float *output);
+void lt_sum_f32(const lt_mean_params *p, const float *input, float *output);
+void lt_reduce_max_f32(const lt_mean_params *p, const float *input, float *output);
+void lt_reduce_min_f32(const lt_mean_params *p, const float *input, float *output);
+void lt_arg_max_f32(const lt_axis_params *p, const float *input, int32_t *output);
+void lt_arg_min_f32(const lt_axis_params *p, const float *input, int32_t *output);
+void lt_cumsum_f32(const lt_axis_params *p, const float *input, float *output);
 void lt_relu_f32(const float *input, float *output, int32_t count);
 void lt_relu6_f32(const float *input, float *output, int32_t count);
 void lt_leaky_relu_f32(const lt_activation_params *p, const float *input, float *output);
@@ -292,6 +317,10 @@ void lt_add_n_f32(const float *const *inputs, int32_t n, float *output, int32_t 
 /* ABS of quantized values: |x - input zero point|, rescaled when p->rescale, plus the output zero point. */
 void lt_abs_s8(const lt_activation_params *p, const int8_t *input, int8_t *output);
 void lt_abs_s16(const lt_activation_params *p, const int16_t *input, int16_t *output);
+/* RSQRT of quantized values (inputs below the zero point are an error in TFLM): multiplier and shift rescale
+ * 1 / sqrt(input scale) to the output scale. */
+void lt_rsqrt_s8(const lt_activation_params *p, const int8_t *input, int8_t *output);
+void lt_rsqrt_s16(const lt_activation_params *p, const int16_t *input, int16_t *output);
 
 /* Float functions of one element, as TFLM's float kernels compute them (libm's float functions). */
 typedef enum {

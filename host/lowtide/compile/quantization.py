@@ -330,6 +330,14 @@ def add_n_params_int8(input_scale: float, output_scale: float) -> dict[str, int]
             "output_shift": so}
 
 
+def rsqrt_params(input_scale: float, output_scale: float) -> dict[str, int]:
+    """SetRsqrtOutputMultiplier: 1 / (sqrt(input scale) x output scale), the product in float32 (sqrt is exact
+    rounding in both), the reciprocal in double."""
+    f32 = np.float32
+    m, s = quantize_multiplier(1.0 / float(np.sqrt(f32(input_scale)) * f32(output_scale)))
+    return {"multiplier": m, "shift": s}
+
+
 def abs_params(input_scale: float, output_scale: float) -> dict[str, int]:
     """ABS's Prepare: a rescale only when the float32 scales differ (input / output in float32)."""
     rescale = bool(np.float32(input_scale) != np.float32(output_scale))

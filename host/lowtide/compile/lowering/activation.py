@@ -172,6 +172,29 @@ def lower_elu(e, op, name):
     return f"lt_lookup_s8({table}, {source}, {target}, {count});"
 
 
+
+def _rows(e: ModelEmitter, op: Operator) -> dict[str, object]:
+    """outer x depth: the last dimension is normalized."""
+    shape = e.tensor(op.inputs[0]).shape or (1,)
+    require(shape == (e.tensor(op.outputs[0]).shape or (1,)), "output shape differs from the input's")
+    return {"outer": math.prod(shape) // shape[-1], "depth": shape[-1]}
+
+
+def lower_l2_normalization(e, op, name):
+    """TFLM's int8 kernel writes Q0.7 (scale 1/128, zero point 0) whatever the output says; no activation."""
+    require(int(getattr(op.options, "fusedActivationFunction", 0) or 0) == 0, "fused activation")
+    dtype = e.tensor(op.inputs[0]).dtype
+    p = e.struct(f"{name}_params", "lt_softmax_params", _rows(e, op))
+    source, target = e.pointer(op.inputs[0]), e.pointer(op.outputs[0], True)
+    if dtype == "float32":
+        return f"lt_l2_normalization_f32({p}, {source}, {target});"
+    return f"lt_l2_normalization_s8({p}, {e.quantization(op.inputs[0]).zero_point}, {source}, {target});"
+
+
+def lower_log_softmax(e, op, name):
+    p = e.struct(f"{name}_params", "lt_softmax_params", _rows(e, op))
+    return f"lt_log_softmax_f32({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
+
 KERNELS = (
     Kernel("SOFTMAX", lower_softmax, ("int8", "int8->int16", "float32")),
     Kernel("LOGISTIC", lower_logistic, ("int8", "float32")),
@@ -181,5 +204,7 @@ KERNELS = (
     Kernel("PRELU", lower_prelu, ("int8", "int16", "float32"), "broadcast alpha; int8 alpha for int16"),
     Kernel("HARD_SWISH", lower_hard_swish, ("int8", "float32")),
     Kernel("TANH", lower_tanh, ("int8", "float32")),
+    Kernel("L2_NORMALIZATION", lower_l2_normalization, ("int8", "float32"), "over the last dimension"),
+    Kernel("LOG_SOFTMAX", lower_log_softmax, ("float32",)),
     Kernel("ELU", lower_elu, ("int8", "float32"), "int8 through TFLM's 256-entry table"),
 )

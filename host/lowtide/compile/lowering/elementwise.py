@@ -201,6 +201,21 @@ def lower_abs(e, op, name):
     return f"lt_abs_{SUFFIXES[dtype]}({p}, {source}, {target});"
 
 
+def lower_rsqrt(e, op, name):
+    count = elementwise_count(e, op)
+    dtype = e.tensor(op.inputs[0]).dtype
+    source, target = e.pointer(op.inputs[0]), e.pointer(op.outputs[0], True)
+    if dtype == "float32":
+        return f"lt_unary_f32(LT_RSQRT, {source}, {target}, {count});"
+    in_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.outputs[0])
+    if dtype == "int16":
+        require(in_q.zero_point == out_q.zero_point == 0, "int16 needs zero points of 0")
+    p = e.struct(f"{name}_params", "lt_activation_params", {
+        "count": count, "input_zero_point": in_q.zero_point, "output_zero_point": out_q.zero_point,
+        **q.rsqrt_params(in_q.scale, out_q.scale)})
+    return f"lt_rsqrt_{SUFFIXES[dtype]}({p}, {source}, {target});"
+
+
 def _float_function(function: str):
     def lower(e, op, name):
         count = elementwise_count(e, op)
@@ -232,7 +247,7 @@ KERNELS = (
     Kernel("NEG", _float_function("LT_NEG"), ("float32",)),
     Kernel("SQUARE", _float_function("LT_SQUARE"), ("float32",)),
     Kernel("SQRT", _float_function("LT_SQRT"), ("float32",)),
-    Kernel("RSQRT", _float_function("LT_RSQRT"), ("float32",)),
+    Kernel("RSQRT", lower_rsqrt, ("int8", "int16", "float32"), "quantized: inputs at or above the zero point"),
     Kernel("EXP", _float_function("LT_EXP"), ("float32",)),
     Kernel("LOG", _float_function("LT_LOG"), ("float32",)),
     Kernel("SIN", _float_function("LT_SIN"), ("float32",)),

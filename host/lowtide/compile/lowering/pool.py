@@ -1,4 +1,5 @@
-"""AVERAGE_POOL_2D, MAX_POOL_2D and MEAN: calls into firmware/runtime/lt_pool.c."""
+"""Pooling and reductions (AVERAGE_POOL_2D, MAX_POOL_2D, MEAN, SUM, REDUCE_MAX, REDUCE_MIN, ARG_MAX, ARG_MIN,
+CUMSUM): calls into firmware/runtime/lt_pool.c."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from lowtide.compile.lowering.conv import window_geometry
 from lowtide.compile.lowering.emitter import (
     MAX_DIMS,
     Kernel,
+    ModelEmitter,
     Unsupported,
     float_activation,
     quantized_activation,
@@ -16,6 +18,7 @@ from lowtide.compile.lowering.emitter import (
     strides,
     tensor_types,
 )
+from lowtide.model.ir import Operator
 
 
 def _pool(e, op, name, kind):
@@ -44,33 +47,117 @@ def lower_max_pool_2d(e, op, name):
     return _pool(e, op, name, "max_pool")
 
 
-def lower_mean(e, op, name):
-    ins, outs = tensor_types(e, op)
+SUFFIXES = {"int8": "s8", "int16": "s16", "float32": "f32"}
+
+
+def _reduction(e: ModelEmitter, op: Operator) -> dict[str, object]:
+    """lt_mean_params' shape fields: kept and reduced dimensions (axes sorted, duplicates and negatives
+    resolved as ResolveAxis does) with their steps in the input."""
     shape = e.tensor(op.inputs[0]).shape
     require(len(shape) <= MAX_DIMS, f"more than {MAX_DIMS} dimensions")
     axes = sorted({int(a) % len(shape) for a in e.constant_values(op.inputs[1]).reshape(-1)})
     kept = [d for d in range(len(shape)) if d not in axes]
     st = strides(shape)
-    params: dict[str, object] = {
-        "kept_ndim": len(kept), "kept_dims": [shape[d] for d in kept], "kept_steps": [st[d] for d in kept],
-        "reduced_ndim": len(axes), "reduced_dims": [shape[d] for d in axes], "reduced_steps": [st[d] for d in axes],
-        "count": math.prod(shape[d] for d in axes)}
-    if ins[0] == "int8" and outs == ["int8"]:
-        in_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.outputs[0])
-        m, s = q.mean_multiplier(*q.quantize_multiplier(float(in_q.scale) / float(out_q.scale)), params["count"])
-        params.update(input_zero_point=in_q.zero_point, output_zero_point=out_q.zero_point, multiplier=m, shift=s)
-        suffix = "s8"
-    elif ins[0] == "float32" and outs == ["float32"]:
-        suffix = "f32"
-    else:
-        raise Unsupported(f"types {ins} -> {outs}")
-    p = e.struct(f"{name}_params", "lt_mean_params", params)
-    return f"lt_mean_{suffix}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
+    return {"kept_ndim": len(kept), "kept_dims": [shape[d] for d in kept], "kept_steps": [st[d] for d in kept],
+            "reduced_ndim": len(axes), "reduced_dims": [shape[d] for d in axes],
+            "reduced_steps": [st[d] for d in axes], "count": math.prod(shape[d] for d in axes)}
 
+
+def _mean_or_sum(e: ModelEmitter, op: Operator, name: str, mean: bool) -> str:
+    """MEAN and SUM (QuantizedMeanOrSum): the sum requantized; MEAN folds 1/count into the multiplier."""
+    dtype = e.tensor(op.inputs[0]).dtype
+    params = _reduction(e, op)
+    if dtype == "float32":
+        function = "lt_mean_f32" if mean else "lt_sum_f32"
+    else:
+        in_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.outputs[0])
+        m, s = q.quantize_multiplier(float(in_q.scale) / float(out_q.scale))
+        if mean:
+            m, s = q.mean_multiplier(m, s, params["count"])
+        params.update(input_zero_point=in_q.zero_point, output_zero_point=out_q.zero_point, multiplier=m, shift=s)
+        function = f"lt_mean_{SUFFIXES[dtype]}"
+    p = e.struct(f"{name}_params", "lt_mean_params", params)
+    return f"{function}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
+
+
+def lower_mean(e, op, name):
+    return _mean_or_sum(e, op, name, mean=True)
+
+
+def lower_sum(e, op, name):
+    return _mean_or_sum(e, op, name, mean=False)
+
+
+def _extremum(e: ModelEmitter, op: Operator, name: str, kind: str) -> str:
+    """REDUCE_MAX, REDUCE_MIN: int8 needs equal input and output quantization (TFLM's Eval checks it)."""
+    dtype = e.tensor(op.inputs[0]).dtype
+    if dtype == "int8":
+        require(e.quantization(op.inputs[0]) == e.quantization(op.outputs[0]),
+                "int8 needs equal input and output quantization")
+    p = e.struct(f"{name}_params", "lt_mean_params", _reduction(e, op))
+    return f"lt_reduce_{kind}_{SUFFIXES[dtype]}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
+
+
+def lower_reduce_max(e, op, name):
+    return _extremum(e, op, name, "max")
+
+
+def lower_reduce_min(e, op, name):
+    return _extremum(e, op, name, "min")
+
+
+def _axis_params(e: ModelEmitter, op: Operator, name: str, axis: int, **fields: int) -> str:
+    shape = e.tensor(op.inputs[0]).shape
+    return e.struct(f"{name}_params", "lt_axis_params", {
+        "outer": math.prod(shape[:axis]), "axis_size": shape[axis], "inner": math.prod(shape[axis + 1:]),
+        **fields})
+
+
+def _single_axis(e: ModelEmitter, op: Operator) -> int:
+    shape = e.tensor(op.inputs[0]).shape
+    values = e.constant_values(op.inputs[1]).reshape(-1)
+    require(values.size == 1 and -len(shape) <= int(values[0]) < len(shape), "the axis must be one valid value")
+    return int(values[0]) % len(shape)
+
+
+def _arg_extremum(e: ModelEmitter, op: Operator, name: str, kind: str) -> str:
+    ins, outs = tensor_types(e, op)
+    require(outs == ["int32"] and ins[1] == "int32", f"types {ins} -> {outs} (int32 axis and output only)")
+    p = _axis_params(e, op, name, _single_axis(e, op))
+    return (f"lt_arg_{kind}_{SUFFIXES[ins[0]]}({p}, {e.pointer(op.inputs[0])}, "
+            f"{e.pointer(op.outputs[0], True)});")
+
+
+def lower_arg_max(e, op, name):
+    return _arg_extremum(e, op, name, "max")
+
+
+def lower_arg_min(e, op, name):
+    return _arg_extremum(e, op, name, "min")
+
+
+def lower_cumsum(e, op, name):
+    dtype = e.tensor(op.inputs[0]).dtype
+    p = _axis_params(e, op, name, _single_axis(e, op), exclusive=int(bool(op.options.exclusive)),
+                     reverse=int(bool(op.options.reverse)))
+    source, target = e.pointer(op.inputs[0]), e.pointer(op.outputs[0], True)
+    if dtype == "float32":
+        return f"lt_cumsum_f32({p}, {source}, {target});"
+    in_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.outputs[0])
+    rescale = e.struct(f"{name}_rescale", "lt_binary_params", {
+        "input1_offset": -in_q.zero_point, "output_offset": out_q.zero_point,
+        **q.add_n_params_int8(in_q.scale, out_q.scale), "act_min": q.INT8_MIN, "act_max": q.INT8_MAX})
+    return f"lt_cumsum_s8({p}, {rescale}, {source}, {target});"
 
 
 KERNELS = (
     Kernel("AVERAGE_POOL_2D", lower_average_pool_2d, ("int8", "float32")),
     Kernel("MAX_POOL_2D", lower_max_pool_2d, ("int8", "float32")),
-    Kernel("MEAN", lower_mean, ("int8", "float32")),
+    Kernel("MEAN", lower_mean, ("int8", "int16", "float32")),
+    Kernel("SUM", lower_sum, ("int8", "int16", "float32")),
+    Kernel("REDUCE_MAX", lower_reduce_max, ("int8", "float32")),
+    Kernel("REDUCE_MIN", lower_reduce_min, ("int8", "float32")),
+    Kernel("ARG_MAX", lower_arg_max, ("int8->int32", "float32->int32")),
+    Kernel("ARG_MIN", lower_arg_min, ("int8->int32", "float32->int32")),
+    Kernel("CUMSUM", lower_cumsum, ("int8", "float32"), "exclusive, reverse"),
 )
