@@ -8,6 +8,7 @@ its size when its producer is on the source side and some reader is not), so the
 cut is a bound no order can beat, often far above the per-operator bound the exact search starts from.
 
 Orders, from the best heuristic order on:
+- beam searches ever wider, every peak below the bound counted as the bound (fewer bytes live decide there);
 - divide and conquer at those cuts: the bottleneck operator's cheapest "run before" set is scheduled first and
   the rest after it, each part split again until small enough for the exact search (SERENITY's divide and
   conquer, Ahn et al. 2020, cutting at minimum cuts rather than only at single operators);
@@ -27,13 +28,14 @@ import networkx as nx
 from lowtide.memory.lifetimes import ALIGNMENT
 from lowtide.schedule.problem import SubgraphProblem, bits
 from lowtide.schedule.search import (
-    CLOCK_EVERY, MAX_STATES, Block, BlockResult, Readiness, heuristic_order, solve_block,
+    BEAM_WIDTH, CLOCK_EVERY, MAX_STATES, Block, BlockResult, Readiness, beam_order, heuristic_order, solve_block,
 )
 
 # Shares of the time left that each phase of `solve_hard_block` may use, in turn. The first exact search gets
 # enough to prove every shared model's blocks optimal, as before; the last one gets whatever is left.
 EXACT_SHARE = 0.1
 PAIR_SHARE = 0.2
+BEAM_SHARE = 0.3
 DIVIDE_SHARE = 0.25
 DESCENT_SHARE = 0.4
 # Operators with the highest cuts whose conflicting pairs `ordered_pair_bound` tries.
@@ -160,6 +162,10 @@ def solve_hard_block(
     if peak > bound:
         bound = ordered_pair_bound(problem, block, cuts, bound, until(PAIR_SHARE))
     if peak > bound:
+        widened = widening_beam(problem, block, bound, until(BEAM_SHARE))
+        if widened is not None and widened[1] < peak:
+            order, peak = widened
+    if peak > bound:
         divided, divided_peak = divide_at_cuts(problem, block, bound, until(DIVIDE_SHARE), cuts)
         if divided_peak < peak:
             order, peak = divided, divided_peak
@@ -172,6 +178,27 @@ def solve_hard_block(
         order, peak, bound, states = again.order, again.peak, again.bound, states + again.states
     bound = max(bound, level)
     return BlockResult(order, peak, bound, states, peak <= bound)
+
+
+def widening_beam(problem: SubgraphProblem, block: Block, level: int,
+                  deadline: float) -> tuple[list[int], int] | None:
+    """The best order of beam searches ever four times wider, ranked with `level` as the floor of every peak,
+    until one would not end before `deadline` (None if not even the first does)."""
+    best = None
+    width = BEAM_WIDTH
+    readiness = Readiness(problem, block)
+    while time.monotonic() < deadline:
+        width *= 4
+        found = beam_order(problem, block, readiness, width, deadline, level)
+        if found is None:
+            break
+        order = found[1]
+        peak = problem.peak(order, block.before)
+        if best is None or peak < best[1]:
+            best = (order, peak)
+        if peak <= level:
+            break
+    return best
 
 
 def divide_at_cuts(problem: SubgraphProblem, block: Block, level: int, deadline: float,

@@ -107,7 +107,7 @@ def simple_orders(problem: SubgraphProblem, block: Block) -> list[tuple[int, lis
         for reverse in (False, True):
             order = _depth_first_order(problem, block, reverse)
             candidates.append((problem.peak(order, block.before), order))
-        candidates.append(_beam_order(problem, block, Readiness(problem, block), 1, math.inf))
+        candidates.append(beam_order(problem, block, Readiness(problem, block), 1, math.inf))
     return candidates
 
 
@@ -116,7 +116,7 @@ def heuristic_order(problem: SubgraphProblem, block: Block, deadline: float = ma
     the exact search and the fallback when the time runs out."""
     candidates = simple_orders(problem, block)
     if block.size > 1:
-        beam = _beam_order(problem, block, Readiness(problem, block), BEAM_WIDTH, deadline)
+        beam = beam_order(problem, block, Readiness(problem, block), BEAM_WIDTH, deadline)
         if beam is not None:
             candidates.append(beam)
     # On equal peaks the stored order wins (it compares lowest), so a model is only reordered for a gain.
@@ -150,12 +150,13 @@ def _depth_first_order(problem: SubgraphProblem, block: Block, reverse: bool) ->
     return order
 
 
-def _beam_order(
-    problem: SubgraphProblem, block: Block, readiness: Readiness, width: int, deadline: float
+def beam_order(
+    problem: SubgraphProblem, block: Block, readiness: Readiness, width: int, deadline: float, level: int = 0
 ) -> tuple[int, list[int]] | None:
     """Run the block one operator at a time, keeping the `width` best distinct sets of run operators at each
-    depth, best = lowest peak so far, then fewest bytes live (width 1 is the plain greedy order). None if the
-    deadline passes first."""
+    depth, best = lowest peak so far, then fewest bytes live (width 1 is the plain greedy order). Peaks up to
+    `level`, a proven lower bound, count as `level`: no order avoids them, so fewer bytes live decides. None if
+    the deadline passes first."""
     # mask -> (peak so far, live bytes, ready operators, previous mask, operator run last)
     beam = {block.before: (0, problem.live_bytes(block.before), readiness.first, None, -1)}
     history = []
@@ -167,7 +168,7 @@ def _beam_order(
             for op in bits(ready):
                 during, after = problem.step(done, live, op)
                 mask = done | 1 << op
-                state = (max(peak, during), after)
+                state = (max(peak, during, level), after)
                 if mask not in following or state < following[mask][:2]:
                     following[mask] = (*state, readiness.after(ready, op, mask), done, op)
         history.append(beam)
