@@ -438,6 +438,46 @@ def test_l2_normalization_and_log_softmax_bit_exact(tmp_path, dtype):
     _varied(_check(path), at_least=2)
 
 
+# ---- comparisons and logic --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["int8", "int32", "float32", "bool"])
+def test_comparisons_and_logic_bit_exact(tmp_path, dtype):
+    """Every comparison TFLM has for the type, broadcast; int8 inputs of different scales (values rescaled before
+    comparing) and a second input that equals the first in places; the logical operators on bools."""
+    m = TinyModel()
+    quant1, quant2 = ((0.05, 3), (0.1, -2)) if dtype == "int8" else ((), ())
+    a = m.tensor(SHAPE, dtype, *quant1)
+    b = m.tensor((3, 1, 5), dtype, *quant2)
+    # a's first batch, broadcast back over a: equal at batch 0 (and wherever the batches agree); random bools are
+    # equal half the time anyway
+    coarse = b
+    if dtype != "bool":
+        coarse = m.tensor((1, 3, 4, 5), dtype, *quant1)
+        m.op("SLICE", [a, m.tensor((4,), "int32", data=[0, 0, 0, 0]),
+                       m.tensor((4,), "int32", data=[1, 3, 4, 5])], [coarse])
+    outputs = []
+    opcodes = ("EQUAL", "NOT_EQUAL") if dtype == "bool" else ("EQUAL", "NOT_EQUAL", "LESS", "LESS_EQUAL", "GREATER",
+                                                                "GREATER_EQUAL")
+    for opcode in opcodes:
+        for second in (b, coarse):
+            y = m.tensor(SHAPE, "bool")
+            m.op(opcode, [a, second], [y])
+            outputs.append(y)
+    if dtype == "bool":
+        for opcode in ("LOGICAL_AND", "LOGICAL_OR"):
+            y = m.tensor(SHAPE, "bool")
+            m.op(opcode, [a, b], [y])
+            outputs.append(y)
+        y = m.tensor(SHAPE, "bool")
+        m.op("LOGICAL_NOT", [a], [y])
+        outputs.append(y)
+    path = m.save(tmp_path / f"comparisons_{dtype}.tflite", [a, b], outputs)
+    results = _check(path)
+    comparisons = 2 * len(opcodes)
+    # against the input that equals the first in places, every comparison is sometimes true and sometimes not
+    _varied(results[1:comparisons:2] + results[comparisons:], at_least=2)
+
+
 # ---- the support table, errors and --check --------------------------------------------------------------------
 
 def test_operators_tflm_lacks_are_refused_with_the_reason(tmp_path):

@@ -1,7 +1,8 @@
 /* ADD, MUL (reference/integer_ops/add.h, mul.h and float add/mul with broadcasting), SUB, MAXIMUM, MINIMUM,
  * SQUARED_DIFFERENCE, DIV, ADD_N (reference/sub.h, maximum_minimum.h, micro/kernels/squared_difference.cc, div.h,
- * add_n.h), the float unary functions, ABS (micro/kernels/elementwise.cc), CAST, QUANTIZE and DEQUANTIZE
- * (reference/quantize.h, dequantize.h, requantize.h). */
+ * add_n.h), the float unary functions, ABS and RSQRT (micro/kernels/elementwise.cc), CAST, comparisons and logical
+ * operators (reference/comparisons.h, binary_function.h), QUANTIZE and DEQUANTIZE (reference/quantize.h,
+ * dequantize.h, requantize.h). */
 #include <math.h>
 
 #include "lt_broadcast.h"
@@ -338,4 +339,44 @@ void lt_rsqrt_s8(const lt_activation_params *p, const int8_t *input, int8_t *out
 
 void lt_rsqrt_s16(const lt_activation_params *p, const int16_t *input, int16_t *output) {
     LT_RSQRT_QUANTIZED(INT16_MIN, INT16_MAX)
+}
+
+/* One comparison of two values of any arithmetic type, as comparisons.h's functors do it. */
+#define LT_COMPARE(op, a, b)                                                                        \
+    ((op) == LT_EQUAL ? (a) == (b) : (op) == LT_NOT_EQUAL ? (a) != (b) : (op) == LT_LESS ? (a) < (b) \
+     : (op) == LT_LESS_EQUAL ? (a) <= (b) : (op) == LT_GREATER ? (a) > (b) : (a) >= (b))
+
+void lt_compare_s8(lt_comparison op, const lt_binary_params *p, const int8_t *input1, const int8_t *input2,
+                   uint8_t *output) {
+    LT_BINARY_LOOP({
+        const int32_t scaled1 = lt_multiply_by_quantized_multiplier(
+            lt_shl(p->input1_offset + input1[i1], p->left_shift), p->input1_multiplier, p->input1_shift);
+        const int32_t scaled2 = lt_multiply_by_quantized_multiplier(
+            lt_shl(p->input2_offset + input2[i2], p->left_shift), p->input2_multiplier, p->input2_shift);
+        output[o] = (uint8_t)LT_COMPARE(op, scaled1, scaled2);
+    });
+}
+
+void lt_compare_s32(lt_comparison op, const lt_binary_params *p, const int32_t *input1, const int32_t *input2,
+                    uint8_t *output) {
+    LT_BINARY_LOOP(output[o] = (uint8_t)LT_COMPARE(op, input1[i1], input2[i2]));
+}
+
+void lt_compare_f32(lt_comparison op, const lt_binary_params *p, const float *input1, const float *input2,
+                    uint8_t *output) {
+    LT_BINARY_LOOP(output[o] = (uint8_t)LT_COMPARE(op, input1[i1], input2[i2]));
+}
+
+void lt_compare_bool(lt_comparison op, const lt_binary_params *p, const uint8_t *input1, const uint8_t *input2,
+                     uint8_t *output) {
+    LT_BINARY_LOOP(output[o] = (uint8_t)LT_COMPARE(op, input1[i1], input2[i2]));
+}
+
+void lt_logical(int32_t and_op, const lt_binary_params *p, const uint8_t *input1, const uint8_t *input2,
+                uint8_t *output) {
+    LT_BINARY_LOOP(output[o] = (uint8_t)(and_op ? (input1[i1] && input2[i2]) : (input1[i1] || input2[i2])));
+}
+
+void lt_logical_not(const uint8_t *input, uint8_t *output, int32_t count) {
+    for (int32_t i = 0; i < count; ++i) output[i] = (uint8_t)!input[i];
 }

@@ -322,6 +322,22 @@ void lt_abs_s16(const lt_activation_params *p, const int16_t *input, int16_t *ou
 void lt_rsqrt_s8(const lt_activation_params *p, const int8_t *input, int8_t *output);
 void lt_rsqrt_s16(const lt_activation_params *p, const int16_t *input, int16_t *output);
 
+/* EQUAL, NOT_EQUAL, LESS, LESS_EQUAL, GREATER, GREATER_EQUAL with broadcasting, bool (0/1 byte) outputs. int8
+ * compares the inputs rescaled (ADD's input arithmetic with left_shift 8 and each input's scale as multiplier). */
+typedef enum { LT_EQUAL, LT_NOT_EQUAL, LT_LESS, LT_LESS_EQUAL, LT_GREATER, LT_GREATER_EQUAL } lt_comparison;
+void lt_compare_s8(lt_comparison op, const lt_binary_params *p, const int8_t *input1, const int8_t *input2,
+                   uint8_t *output);
+void lt_compare_s32(lt_comparison op, const lt_binary_params *p, const int32_t *input1, const int32_t *input2,
+                    uint8_t *output);
+void lt_compare_f32(lt_comparison op, const lt_binary_params *p, const float *input1, const float *input2,
+                    uint8_t *output);
+void lt_compare_bool(lt_comparison op, const lt_binary_params *p, const uint8_t *input1, const uint8_t *input2,
+                     uint8_t *output);
+/* LOGICAL_AND (and_op 1) and LOGICAL_OR (and_op 0) with broadcasting; LOGICAL_NOT. */
+void lt_logical(int32_t and_op, const lt_binary_params *p, const uint8_t *input1, const uint8_t *input2,
+                uint8_t *output);
+void lt_logical_not(const uint8_t *input, uint8_t *output, int32_t count);
+
 /* Float functions of one element, as TFLM's float kernels compute them (libm's float functions). */
 typedef enum {
     LT_ABS, LT_NEG, LT_SQUARE, LT_SQRT, LT_RSQRT, LT_EXP, LT_LOG, LT_SIN, LT_COS, LT_FLOOR, LT_CEIL, LT_ROUND

@@ -338,6 +338,14 @@ def rsqrt_params(input_scale: float, output_scale: float) -> dict[str, int]:
     return {"multiplier": m, "shift": s}
 
 
+def comparison_params_int8(scale1: float, scale2: float) -> dict[str, int]:
+    """ComparisonsPrepare for int8: inputs shifted left by 8 and multiplied by their own scales."""
+    m1, s1 = quantize_multiplier(float(scale1))
+    m2, s2 = quantize_multiplier(float(scale2))
+    return {"left_shift": 8, "input1_multiplier": m1, "input1_shift": s1, "input2_multiplier": m2,
+            "input2_shift": s2}
+
+
 def abs_params(input_scale: float, output_scale: float) -> dict[str, int]:
     """ABS's Prepare: a rescale only when the float32 scales differ (input / output in float32)."""
     rescale = bool(np.float32(input_scale) != np.float32(output_scale))

@@ -216,6 +216,40 @@ def lower_rsqrt(e, op, name):
     return f"lt_rsqrt_{SUFFIXES[dtype]}({p}, {source}, {target});"
 
 
+COMPARISONS = {"EQUAL": "LT_EQUAL", "NOT_EQUAL": "LT_NOT_EQUAL", "LESS": "LT_LESS", "LESS_EQUAL": "LT_LESS_EQUAL",
+               "GREATER": "LT_GREATER", "GREATER_EQUAL": "LT_GREATER_EQUAL"}
+COMPARISON_SUFFIXES = {"int8": "s8", "int32": "s32", "float32": "f32", "bool": "bool"}
+
+
+def lower_comparison(e, op, name):
+    ins, outs = tensor_types(e, op)
+    require(ins[0] == ins[1] and outs == ["bool"], f"types {ins} -> {outs}")
+    params = broadcast_steps(e, op)
+    if ins[0] == "int8":
+        q1, q2 = e.quantization(op.inputs[0]), e.quantization(op.inputs[1])
+        params.update(input1_offset=-q1.zero_point, input2_offset=-q2.zero_point,
+                      **q.comparison_params_int8(q1.scale, q2.scale))
+    p = e.struct(f"{name}_params", "lt_binary_params", params)
+    return (f"lt_compare_{COMPARISON_SUFFIXES[ins[0]]}({COMPARISONS[op.opcode]}, {p}, {e.pointer(op.inputs[0])}, "
+            f"{e.pointer(op.inputs[1])}, {e.pointer(op.outputs[0], True)});")
+
+
+def _logical(and_op: bool):
+    def lower(e, op, name):
+        _same_type_binary(e, op)
+        p = e.struct(f"{name}_params", "lt_binary_params", broadcast_steps(e, op))
+        return (f"lt_logical({int(and_op)}, {p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
+                f"{e.pointer(op.outputs[0], True)});")
+
+    lower.__doc__ = f"LOGICAL_{'AND' if and_op else 'OR'} with broadcasting."
+    return lower
+
+
+def lower_logical_not(e, op, name):
+    count = elementwise_count(e, op)
+    return f"lt_logical_not({e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)}, {count});"
+
+
 def _float_function(function: str):
     def lower(e, op, name):
         count = elementwise_count(e, op)
@@ -255,5 +289,14 @@ KERNELS = (
     Kernel("FLOOR", _float_function("LT_FLOOR"), ("float32",)),
     Kernel("CEIL", _float_function("LT_CEIL"), ("float32",)),
     Kernel("ROUND", _float_function("LT_ROUND"), ("float32",), "halfway cases to even"),
+    Kernel("EQUAL", lower_comparison, ("int8->bool", "int32->bool", "float32->bool", "bool")),
+    Kernel("NOT_EQUAL", lower_comparison, ("int8->bool", "int32->bool", "float32->bool", "bool")),
+    Kernel("LESS", lower_comparison, ("int8->bool", "int32->bool", "float32->bool")),
+    Kernel("LESS_EQUAL", lower_comparison, ("int8->bool", "int32->bool", "float32->bool")),
+    Kernel("GREATER", lower_comparison, ("int8->bool", "int32->bool", "float32->bool")),
+    Kernel("GREATER_EQUAL", lower_comparison, ("int8->bool", "int32->bool", "float32->bool")),
+    Kernel("LOGICAL_AND", _logical(True), ("bool",)),
+    Kernel("LOGICAL_OR", _logical(False), ("bool",)),
+    Kernel("LOGICAL_NOT", lower_logical_not, ("bool",)),
     Kernel("CAST", lower_cast, tuple(f"{a}->{b}" for a in CAST_TYPES for b in CAST_TYPES if a != b) + CAST_TYPES),
 )
