@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -25,7 +26,6 @@ from conftest import SHARED_MODELS
 from hostile import COMMANDS, assert_kept_promise, run_in_process, run_subprocess, serialise_isolated
 from lowtide.model import read_model
 from lowtide.model.builder import demo_model
-from lowtide.model.schema import fb
 
 # Small models covering the shapes of graph lowtide meets: a plain chain, a CNN, SVDF with state, and two subgraphs
 # with CALL_ONCE and resource variables; plus the builder's irregularly wired demo model.
@@ -155,12 +155,18 @@ _SETTINGS = dict(deadline=None, derandomize=not LONG_RUN, database=None,
                  suppress_health_check=list(HealthCheck))
 
 
+# A long run is bounded by its own deadline, not pytest-timeout's per-test limit.
+_TIMEOUT = pytest.mark.timeout(0 if LONG_RUN else 600)
+
+
+@_TIMEOUT
 @settings(max_examples=EXAMPLES, **_SETTINGS)
 @given(mutations())
 def test_every_command_on_a_mutated_model_in_process(mutation):
     _check_every_command(mutation, run_in_process, DEADLINES["in_process"])
 
 
+@_TIMEOUT
 @settings(max_examples=SUBPROCESS_EXAMPLES, **_SETTINGS)
 @given(mutations())
 def test_every_command_on_a_mutated_model_as_a_subprocess(mutation):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -314,7 +313,6 @@ def test_plan_round_trip_and_format_errors():
     for bad, reason in ((b"", "fewer than"), (plan.encode()[:-2], "whole number"), (plan.encode()[:-4], "declares")):
         with pytest.raises(PlanFormatError, match=reason):
             OfflinePlan.decode(bad)
-    assert os.environ.get(MAX_TENSOR_BYTES_ENV) is None
 
 
 def test_an_options_tag_without_its_table_is_refused_before_anything_writes_the_model(tmp_path):

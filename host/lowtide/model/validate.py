@@ -24,7 +24,6 @@ from lowtide.errors import ModelError
 from lowtide.model.ir import Graph, Operator, Subgraph, Tensor, TensorKind
 from lowtide.model.offline_memory import NAME as OFFLINE_PLAN_NAME
 from lowtide.model.offline_memory import ONLINE, VERSION, OfflinePlan, PlanFormatError
-from lowtide.model.schema import ELEMENT_BYTES
 
 # RuntimeShape's inline storage in TFLM (kMaxSmallSize): kernels index at most this many dimensions.
 MAX_RANK = 6
