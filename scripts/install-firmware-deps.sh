@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the emulated firmware envs need to build and run offline, then registers the local tool-scons shim
 # in this checkout's own PlatformIO core dir (.pio-core). Idempotent: safe to run again.
-#   apt: the Debian Arm bare-metal toolchain + newlib (no C++: libstdc++-arm-none-eabi-newlib alone is 1.5 GB)
-#        and QEMU's Arm system emulator.
+#   apt: the Debian Arm bare-metal toolchain + newlib, the C++ standard headers TFLM needs (headers only: the
+#        library, libstdc++-arm-none-eabi-newlib, is 1.5 GB and TFLM links without it) and QEMU's Arm system emulator.
 #   pip: PlatformIO pinned (a newer core may want another tool-scons version than the shim declares) and SCons,
 #        which the shim runs in place of the registry's tool-scons package.
 set -euo pipefail
@@ -10,7 +10,8 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 PYTHON="${PYTHON:-python3}"
 
 # clang + its runtime: libFuzzer for the protocol frame codec (plain clang cannot link -fsanitize=fuzzer).
-apt_packages=(gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm clang libclang-rt-14-dev)
+apt_packages=(gcc-arm-none-eabi libnewlib-arm-none-eabi libstdc++-arm-none-eabi-dev qemu-system-arm clang
+              libclang-rt-14-dev)
 missing=()
 for pkg in "${apt_packages[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

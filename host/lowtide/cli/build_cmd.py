@@ -27,6 +27,7 @@ from lowtide.device.qemu import (
     build_board_firmware,
     get_board_spec,
     load_board_specs,
+    predict_board_arena,
     upload_firmware,
 )
 from lowtide.memory import tflm_plan
@@ -39,6 +40,7 @@ class BuildReport:
     board: str
     platformio_env: str
     emulated: bool
+    runtime: str
     elf: str
     flash_bytes: int
     flash_capacity_bytes: int
@@ -46,16 +48,20 @@ class BuildReport:
     stack_bytes: int  # the linker script's stack region, on top of the static RAM
     sram_capacity_bytes: int
     arena_planned_bytes: int  # TFLM's arena head as lowtide plans it
-    arena_capacity_bytes: int  # the plan plus the slack the firmware paints to catch writes beyond it
+    # compiled: the plan plus the slack the firmware paints; TFLM: its whole predicted arena (head and tail)
+    arena_capacity_bytes: int
 
 
-def build_report(model: Path, spec: BoardSpec, image: FirmwareImage) -> BuildReport:
-    planned = tflm_plan(load_model(model)).head_bytes
+def build_report(model: Path, spec: BoardSpec, image: FirmwareImage, runtime: str | None) -> BuildReport:
+    runtime = runtime or spec.runtime
+    tflm_arena = predict_board_arena(spec, model, runtime)
+    planned = tflm_arena.head_bytes if tflm_arena else tflm_plan(load_model(model)).head_bytes
     return BuildReport(
         model=str(model),
         board=spec.name,
         platformio_env=spec.platformio_env,
         emulated=spec.emulated,
+        runtime=runtime,
         elf=str(image.elf),
         flash_bytes=image.flash_bytes,
         flash_capacity_bytes=spec.flash_bytes,
@@ -63,7 +69,7 @@ def build_report(model: Path, spec: BoardSpec, image: FirmwareImage) -> BuildRep
         stack_bytes=image.stack_bytes,
         sram_capacity_bytes=spec.sram_bytes,
         arena_planned_bytes=planned,
-        arena_capacity_bytes=planned + ARENA_SLACK_BYTES,
+        arena_capacity_bytes=tflm_arena.arena_bytes if tflm_arena else planned + ARENA_SLACK_BYTES,
     )
 
 
@@ -71,13 +77,16 @@ def _board_help() -> str:
     return f"board file name: {', '.join(sorted(load_board_specs()))}"
 
 
-def _build(model: Path, spec: BoardSpec, console: Console | None) -> BuildReport:
+def _build(model: Path, spec: BoardSpec, console: Console | None, runtime: str | None) -> BuildReport:
     if console is None:
-        image = build_board_firmware(spec, model)
+        image = build_board_firmware(spec, model, runtime)
     else:
         with console.status(f"building the {spec.platformio_env} firmware for {model.name}"):
-            image = build_board_firmware(spec, model)
-    return build_report(model, spec, image)
+            image = build_board_firmware(spec, model, runtime)
+    return build_report(model, spec, image, runtime)
+
+
+_RUNTIME_HELP = "compiled, tflm or tflm-cmsis-nn (default: the board file's)"
 
 
 def _share(used: int, capacity: int) -> str:
@@ -103,9 +112,10 @@ def build(
     model: Annotated[Path, typer.Argument(help=".tflite model to build into the firmware")],
     board: Annotated[str, typer.Option(help=_board_help())],
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object instead of a table")] = False,
+    runtime: Annotated[str | None, typer.Option(help=_RUNTIME_HELP)] = None,
 ) -> None:
-    """Build the firmware image for BOARD's PlatformIO env with MODEL compiled in."""
-    report = _build(model, get_board_spec(board), None if as_json else Console(stderr=True))
+    """Build the firmware image for BOARD's PlatformIO env with MODEL in it."""
+    report = _build(model, get_board_spec(board), None if as_json else Console(stderr=True), runtime)
     if as_json:
         print(json.dumps(asdict(report)))
         return
@@ -120,23 +130,24 @@ def flash(
         str | None, typer.Option(help="upload port; default: the one port with the board file's USB ID")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object instead of a table")] = False,
+    runtime: Annotated[str | None, typer.Option(help=_RUNTIME_HELP)] = None,
 ) -> None:
     """Build the firmware for BOARD with MODEL and upload it with PlatformIO (emulated boards: build only)."""
     spec = get_board_spec(board)
     if not spec.emulated and port is None:
         port = detect_serial_port(spec.name, spec.serial.usb_ids)  # before building: a missing board fails fast
     console = None if as_json else Console(stderr=True)
-    report = _build(model, spec, console)
+    report = _build(model, spec, console, runtime)
     if spec.emulated:
         message = (f"{spec.name} is emulated: nothing to flash; `lowtide measure {model} --board {spec.name}` boots "
                    f"this image in QEMU")
     else:
         assert port is not None
         if console is None:
-            upload_firmware(spec, model, port)
+            upload_firmware(spec, model, port, runtime)
         else:
             with console.status(f"uploading to {spec.name} on {port}"):
-                upload_firmware(spec, model, port)
+                upload_firmware(spec, model, port, runtime)
         message = (f"flashed {spec.name} on {port}; measure it with "
                    f"`lowtide measure {model} --board serial --port {port}`")
     if as_json:

@@ -37,9 +37,14 @@ def measure(
     timeout: float = typer.Option(10.0, min=0.1, help="longest wait, in seconds, for any answer from the board"),
     seed: int = typer.Option(0, help="seed of the random inputs (lowtide.oracle.random_inputs)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object instead of a table"),
+    runtime: str | None = typer.Option(
+        None, help="what runs the model on a board lowtide builds for: compiled, tflm or tflm-cmsis-nn "
+                   "(default: the board file's)"),
+    profile_ops: bool = typer.Option(False, "--profile-ops", help="also count cycles per operator"),
 ) -> None:
     """Measure MODEL's arena use and latency on a board, and check its outputs against the host interpreter."""
-    kwargs = {"iterations": iterations, "warmup": warmup, "timeout": timeout, "seed": seed}
+    kwargs = {"iterations": iterations, "warmup": warmup, "timeout": timeout, "seed": seed, "runtime": runtime,
+              "profile_ops": profile_ops}
     if as_json:
         result = measure_on_board(model, board, port, **kwargs)
         print(json.dumps(result.to_json()))
@@ -77,6 +82,12 @@ def _table(result: MeasureResult) -> Table:
     table.add_row("head planned (lowtide)", _bytes(result.arena_planned_bytes, ""))
     table.add_row("head planned (board)", _bytes(result.board_planned_bytes, "not reported"))
     table.add_row("arena used", _bytes(result.arena_used_bytes, "not reported"))
+    if result.arena_tail_bytes is not None:
+        table.add_row("arena tail (persistent)", _bytes(result.arena_tail_bytes, ""))
+    if result.arena_predicted_used_bytes is not None:
+        verdict = ("[green]exact[/green]" if result.arena_predicted_used_bytes == result.arena_used_bytes
+                   else "[bold red]differs[/bold red]")
+        table.add_row("arena used, predicted (lowtide)", f"{result.arena_predicted_used_bytes:,} B {verdict}")
     table.add_row("arena high-water", _bytes(result.arena_high_water_bytes, "cannot paint"))
     table.add_row("static RAM (.data + .bss)", _bytes(result.static_ram_bytes, "firmware not built by lowtide"))
     stack = _bytes(result.stack_high_water_bytes, "not reported")
@@ -87,7 +98,10 @@ def _table(result: MeasureResult) -> Table:
     table.add_row(f"latency us min/med/max ({lat.iterations})", f"{lat.min:,} / {lat.median:,} / {lat.max:,}")
     if result.latency_cycles:
         cyc = result.latency_cycles
-        table.add_row("cycles min/med/max", f"{cyc.min:,} / {cyc.median:,} / {cyc.max:,}")
+        unit = "instructions" if result.board.startswith("qemu") else "cycles"
+        table.add_row(f"{unit} min/med/max", f"{cyc.min:,} / {cyc.median:,} / {cyc.max:,}")
+    if result.op_cycles:
+        table.add_row("per operator (sum)", f"{len(result.op_cycles)} operators, {sum(result.op_cycles):,}")
     verdict = (
         "[green]yes[/green]"
         if result.outputs_match

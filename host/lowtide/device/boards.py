@@ -39,6 +39,7 @@ _STOP_GRACE_S = 5.0
 class Board(ABC):
     name: ClassVar[str]
     description: ClassVar[str]
+    builds_firmware: ClassVar[bool] = False  # lowtide builds its firmware, so --runtime applies
 
     def build(self, model_path: Path, runtime: str | None = None) -> FirmwareImage | None:
         """The firmware this board runs for `model_path` with `runtime` (None: the board's own), built if need be;

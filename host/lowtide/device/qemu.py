@@ -447,6 +447,8 @@ def _connect(process: subprocess.Popen, port: int, timeout: float) -> Link | Non
 class QemuBoard(Board):
     """A board from boards/*.toml that QEMU emulates."""
 
+    builds_firmware = True
+
     def __init__(self, spec: BoardSpec):
         if spec.emulator_command is None:
             raise LowtideError("not an emulated board (no [emulator] command)", spec.path)

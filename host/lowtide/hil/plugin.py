@@ -62,6 +62,7 @@ class HilSession:
     boards: tuple[str, ...]
     port: str | None
     flash: BoardSpec | None  # the real board to upload each model to before measuring it
+    runtime: str | None  # what runs the models on boards lowtide builds for; None: each board file's default
     baselines_path: Path
     update: bool
     require_baselines: bool
@@ -155,6 +156,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "nucleo-f746zg) and upload it to --lowtide-port with PlatformIO; for real boards on --lowtide-board serial",
     )
     group.addoption(
+        "--lowtide-runtime",
+        metavar="RUNTIME",
+        help="what runs the models on boards lowtide builds firmware for: compiled, tflm or tflm-cmsis-nn (default: "
+        "each board file's); baselines are kept per board and runtime",
+    )
+    group.addoption(
         "--lowtide-baselines",
         metavar="PATH",
         help=f"baselines JSON file (default: ini lowtide_baselines, else {DEFAULT_BASELINES} in the rootdir)",
@@ -200,6 +207,7 @@ def pytest_configure(config: pytest.Config) -> None:
         boards=boards,
         port=port,
         flash=_flash_spec(flash) if flash else None,
+        runtime=config.getoption("lowtide_runtime"),
         baselines_path=_baselines_path(config),
         update=config.getoption("lowtide_update_baselines"),
         require_baselines=config.getoption("lowtide_require_baselines"),
@@ -300,8 +308,9 @@ def lowtide_tolerances(pytestconfig: pytest.Config) -> Tolerances:
 
 @pytest.fixture
 def lowtide_measure(request: pytest.FixtureRequest, lowtide_board: str) -> MeasureModel:
-    """`lowtide_measure(model_path, name=None, *, iterations=10, warmup=1, timeout=10.0, seed=0) -> MeasureResult`:
-    build, flash and measure the model on the test's board (see lowtide.device.measure). Give each measurement a
+    """`lowtide_measure(model_path, name=None, *, iterations=10, warmup=1, timeout=10.0, seed=0, runtime=None)
+    -> MeasureResult`: build, flash and measure the model on the test's board (see lowtide.device.measure), run by
+    `runtime` (default: --lowtide-runtime, else the board file's). Give each measurement a
     `name` when a test measures more than one. Its figures become JUnit XML properties `lowtide.<name>.<figure>`."""
     hil = request.config.stash[_SESSION]
     measurements = request.node.stash.setdefault(_MEASUREMENTS, [])
@@ -315,9 +324,12 @@ def lowtide_measure(request: pytest.FixtureRequest, lowtide_board: str) -> Measu
         warmup: int = 1,
         timeout: float = 10.0,
         seed: int = 0,
+        runtime: str | None = None,
     ) -> MeasureResult:
+        from lowtide.device.boards import get_board
         from lowtide.device.measure import measure
 
+        runtime = runtime or hil.runtime
         model_path = Path(model_path)
         label = name or model_path.stem
         if any(m.label == label for m in measurements):
@@ -327,9 +339,11 @@ def lowtide_measure(request: pytest.FixtureRequest, lowtide_board: str) -> Measu
             if hil.flash is not None:
                 from lowtide.device.qemu import upload_firmware
 
-                upload_firmware(hil.flash, model_path, hil.port)
+                upload_firmware(hil.flash, model_path, hil.port, runtime)
             result = measure(
-                model_path, lowtide_board, hil.port, iterations=iterations, warmup=warmup, timeout=timeout, seed=seed
+                model_path, lowtide_board, hil.port, iterations=iterations, warmup=warmup, timeout=timeout, seed=seed,
+                # A flashed board or the host interpreter runs what it runs: the runtime went into the upload.
+                runtime=runtime if get_board(lowtide_board).builds_firmware else None,
             )
         except LowtideError as exc:
             message = f"lowtide: measuring {model_path.name} on {lowtide_board} failed: {exc}"

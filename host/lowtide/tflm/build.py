@@ -62,8 +62,10 @@ CORES = {
     )
 }
 
+# TFLM's own flags, plus -ffp-contract=off: GCC would otherwise fuse a*b+c into one FMA instruction in the float
+# kernels, whose results then differ in the last bit from TFLM's host build (the reference lowtide checks against).
 _COMMON_FLAGS = ("-DTF_LITE_STATIC_MEMORY", "-DTF_LITE_DISABLE_X86_NEON", "-DTF_LITE_MCU_DEBUG_LOG",
-                 "-ffunction-sections", "-fdata-sections", "-funsigned-char")
+                 "-ffunction-sections", "-fdata-sections", "-funsigned-char", "-ffp-contract=off")
 _CXX_FLAGS = ("-std=c++17", "-fno-rtti", "-fno-exceptions", "-fno-threadsafe-statics", "-fno-unwind-tables",
               "-fno-asynchronous-unwind-tables")
 _CMSIS_NN_FLAGS = ("-DCMSIS_NN", "-DARM_NN_ENABLE_F16=0", "-DARM_NN_ENABLE_F32=0")

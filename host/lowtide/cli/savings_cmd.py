@@ -1,0 +1,157 @@
+"""`lowtide savings`: how much SRAM lowtide saves on a board, measured there.
+
+Three variants of one model are built and measured on the board with one runtime: the model as it is (stock),
+`optimize` (best operator order and offline plan), and `optimize --rewrite auto` (patch tiling too). Every figure
+is what the board reports; for TFLM runtimes lowtide's 32-bit prediction stands beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from lowtide.cli import app
+from lowtide.device.measure import MeasureResult, measure
+from lowtide.device.qemu import RUNTIME_KERNELS, check_runtime, get_board_spec
+from lowtide.export import optimize_model
+from lowtide.model import load_model
+from lowtide.tflm.tree import KernelSet
+
+VARIANTS = ("stock", "optimize", "optimize --rewrite auto")
+
+
+@dataclass(frozen=True)
+class VariantFigures:
+    variant: str
+    model: str
+    arena_used_bytes: int | None
+    arena_head_bytes: int | None
+    arena_tail_bytes: int | None
+    arena_predicted_used_bytes: int | None
+    arena_high_water_bytes: int | None
+    static_ram_bytes: int | None
+    instructions: int | None  # median per inference: instructions on QEMU, cycles on a real board
+    outputs_identical: bool  # to the host TFLM running the stock model on the same inputs
+    rewrite: str | None  # what the rewrite did, for the rewritten variant
+
+
+def _figures(variant: str, result: MeasureResult, stock_outputs_match: bool, rewrite: str | None) -> VariantFigures:
+    return VariantFigures(
+        variant=variant, model=result.model, arena_used_bytes=result.arena_used_bytes,
+        arena_head_bytes=result.board_planned_bytes, arena_tail_bytes=result.arena_tail_bytes,
+        arena_predicted_used_bytes=result.arena_predicted_used_bytes,
+        arena_high_water_bytes=result.arena_high_water_bytes, static_ram_bytes=result.static_ram_bytes,
+        instructions=result.latency_cycles.median if result.latency_cycles else None,
+        outputs_identical=result.outputs_match and stock_outputs_match, rewrite=rewrite,
+    )
+
+
+def measure_savings(model: Path, board: str, runtime: str | None, out_dir: Path, time_limit: float,
+                    report=lambda text: None) -> list[VariantFigures]:
+    """Builds and measures the three variants; the optimized models are written into `out_dir`."""
+    load_model(model)  # validated before anything is built
+    spec = get_board_spec(board)
+    runtime = check_runtime(runtime or spec.runtime)
+    kernels = RUNTIME_KERNELS[runtime] or KernelSet.REFERENCE
+    optimized = out_dir / f"{model.stem}_optimized.tflite"
+    rewritten = out_dir / f"{model.stem}_rewritten.tflite"
+    report("measuring the stock model")
+    stock = measure(model, board, runtime=runtime)
+    # The optimized models' outputs are compared with the host TFLM running each of them; `optimize --verify` shows
+    # those equal the stock model's, so a variant is identical when both hold.
+    report("optimizing")
+    plain = optimize_model(model, optimized, time_limit, verify=True, kernels=kernels, core=spec.core)
+    report("optimizing with rewriting")
+    tiled = optimize_model(model, rewritten, time_limit, verify=True, rewrite=True, kernels=kernels, core=spec.core)
+    figures = [_figures(VARIANTS[0], stock, True, None)]
+    for variant, path, result in ((VARIANTS[1], optimized, plain), (VARIANTS[2], rewritten, tiled)):
+        report(f"measuring {variant}")
+        identical = result.verification is not None and result.verification.outputs_identical
+        rewrite = result.rewrite.reason if result.rewrite else None
+        figures.append(_figures(variant, measure(path, board, runtime=runtime), identical, rewrite))
+    return figures
+
+
+def _bytes(value: int | None) -> str:
+    return f"{value:,}" if value is not None else "-"
+
+
+def _table(model: Path, board: str, runtime: str, figures: list[VariantFigures]) -> Table:
+    table = Table(title=f"{model.name} on {board} ({runtime})", title_justify="left")
+    for column in ("variant", "arena used B", "head B", "tail B", "predicted B", "high-water B", "static RAM B",
+                   "instructions", "outputs"):
+        table.add_column(column, justify="left" if column == "variant" else "right")
+    stock = figures[0].arena_used_bytes
+    for f in figures:
+        used = _bytes(f.arena_used_bytes)
+        if stock and f.arena_used_bytes is not None and f is not figures[0]:
+            used += f" ({f.arena_used_bytes / stock - 1:+.1%})"
+        table.add_row(f.variant, used, _bytes(f.arena_head_bytes), _bytes(f.arena_tail_bytes),
+                      _bytes(f.arena_predicted_used_bytes), _bytes(f.arena_high_water_bytes),
+                      _bytes(f.static_ram_bytes), _bytes(f.instructions),
+                      "[green]identical[/]" if f.outputs_identical else "[red]differ[/]")
+    return table
+
+
+def _plot(model: Path, board: str, runtime: str, figures: list[VariantFigures], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    names = [f.variant for f in figures]
+    heads = [f.arena_head_bytes or 0 for f in figures]
+    tails = [f.arena_tail_bytes or 0 for f in figures]
+    ax.bar(names, heads, label="head (activations, scratch)", color="#4c72b0")
+    ax.bar(names, tails, bottom=heads, label="tail (persistent)", color="#dd8452")
+    for x, f in enumerate(figures):
+        if f.arena_used_bytes is not None:
+            ax.annotate(f"{f.arena_used_bytes:,} B", (x, f.arena_used_bytes), ha="center", va="bottom")
+    ax.set_ylabel("arena bytes, measured on the board")
+    ax.set_title(f"{model.name} on {board} ({runtime})")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+@app.command()
+def savings(
+    model: Annotated[Path, typer.Argument(help=".tflite model")],
+    board: Annotated[str, typer.Option(help="a board lowtide builds firmware for (boards/*.toml), e.g. qemu-m4")],
+    runtime: Annotated[Optional[str], typer.Option(help="compiled, tflm or tflm-cmsis-nn (default: the board's)")] = None,
+    out_dir: Annotated[Optional[Path], typer.Option("--out-dir", help="keep the optimized models here")] = None,
+    time_limit: Annotated[float, typer.Option("--time-limit", min=1.0, help="seconds for each optimize")] = 30.0,
+    plot: Annotated[Optional[Path], typer.Option("--plot", help="bar chart of the arena per variant (PNG)")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table")] = False,
+) -> None:
+    """Measure on BOARD how much arena lowtide saves: the stock model, optimize, and optimize --rewrite auto."""
+    spec = get_board_spec(board)
+    runtime_name = check_runtime(runtime or spec.runtime)
+    console = Console(stderr=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        directory = out_dir or Path(scratch)
+        directory.mkdir(parents=True, exist_ok=True)
+        if json_output:
+            figures = measure_savings(model, board, runtime_name, directory, time_limit)
+        else:
+            with console.status("") as status:
+                figures = measure_savings(model, board, runtime_name, directory, time_limit,
+                                          lambda text: status.update(f"{text}..."))
+    if plot:
+        _plot(model, board, runtime_name, figures, plot)
+    if json_output:
+        print(json.dumps({"model": str(model), "board": board, "runtime": runtime_name,
+                          "variants": [asdict(f) for f in figures]}))
+        return
+    Console().print(_table(model, board, runtime_name, figures))
+    if plot:
+        Console().print(f"plot written to {plot}")
