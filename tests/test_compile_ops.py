@@ -478,6 +478,44 @@ def test_comparisons_and_logic_bit_exact(tmp_path, dtype):
     _varied(results[1:comparisons:2] + results[comparisons:], at_least=2)
 
 
+# ---- convolutions ----------------------------------------------------------------------------------------------
+
+def test_convolutions_16x8_bit_exact(tmp_path):
+    """CONV_2D with an int64 bias (SAME, stride 2, RELU6) and an int32 bias (VALID, dilated, grouped) and a
+    DEPTHWISE_CONV_2D (depth multiplier 2, dilated), int16 activations and int8 per-channel filters."""
+    rng = np.random.default_rng(3)
+    m = TinyModel()
+    x = m.tensor((1, 7, 6, 4), "int16", 1 / 1000, 0)
+
+    def weights(shape, axis):
+        scales = list(rng.uniform(0.002, 0.02, size=shape[axis]))
+        return m.tensor(shape, "int8", scales, 0, rng.integers(-127, 128, size=shape), axis=axis), scales
+
+    def bias(dtype, scales, low, high):
+        return m.tensor((len(scales),), dtype, [s / 1000 for s in scales], 0,
+                        rng.integers(low, high, size=len(scales)))
+
+    outputs = []
+    w1, s1 = weights((6, 3, 3, 4), 0)
+    y = m.tensor((1, 4, 3, 6), "int16", 1 / 10, 0)
+    m.op("CONV_2D", [x, w1, bias("int64", s1, -(1 << 24), 1 << 24)], [y], "Conv2DOptions", padding=0, strideH=2,
+         strideW=2, dilationHFactor=1, dilationWFactor=1, fusedActivationFunction=3)
+    outputs.append(y)
+    w2, s2 = weights((6, 2, 2, 2), 0)
+    y = m.tensor((1, 5, 4, 6), "int16", 1 / 30, 0)
+    m.op("CONV_2D", [x, w2, bias("int32", s2, -30000, 30000)], [y], "Conv2DOptions", padding=1, strideH=1,
+         strideW=1, dilationHFactor=2, dilationWFactor=2, fusedActivationFunction=0)
+    outputs.append(y)
+    w3, s3 = weights((1, 3, 3, 8), 3)
+    y = m.tensor((1, 7, 6, 8), "int16", 1 / 20, 0)
+    m.op("DEPTHWISE_CONV_2D", [x, w3, bias("int64", s3, -(1 << 24), 1 << 24)], [y], "DepthwiseConv2DOptions",
+         padding=0, strideH=1, strideW=1, depthMultiplier=2, dilationHFactor=2, dilationWFactor=1,
+         fusedActivationFunction=1)
+    outputs.append(y)
+    path = m.save(tmp_path / "conv16x8.tflite", [x], outputs)
+    _varied(_check(path))
+
+
 # ---- the support table, errors and --check --------------------------------------------------------------------
 
 def test_operators_tflm_lacks_are_refused_with_the_reason(tmp_path):

@@ -257,6 +257,13 @@ void lt_requantize(lt_type input_type, const void *input, lt_type output_type, v
 void lt_dequantize(lt_type input_type, const void *input, float *output, int32_t count, double scale,
                    int32_t zero_point);
 
+/* int16 activations with int8 filters (16x8): see lt_conv.c; exactly one of bias32 / bias64 is given. */
+void lt_conv2d_s16(const lt_conv_params *p, const int16_t *input, const int8_t *filter, const int32_t *bias32,
+                   const int64_t *bias64, const int32_t *multiplier, const int32_t *shift, int16_t *output);
+void lt_depthwise_conv2d_s16(const lt_conv_params *p, const int16_t *input, const int8_t *filter,
+                             const int32_t *bias32, const int64_t *bias64, const int32_t *multiplier,
+                             const int32_t *shift, int16_t *output);
+
 /* float32 kernels */
 void lt_conv2d_f32(const lt_conv_params *p, const float *input, const float *filter, const float *bias,
                    float *output);

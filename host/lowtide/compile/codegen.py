@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lowtide.compile.lowering import (
-    C_TYPES,
     STATE_OBJECT,
     ModelEmitter,
     StateMember,
@@ -169,7 +168,7 @@ def _graph_problems(graph: Graph) -> list[str]:
                             f"subgraphs compile")
     for t in list(graph.main.inputs) + list(graph.main.outputs):
         tensor = graph.main.tensors[t]
-        if tensor.dtype not in C_TYPES:
+        if tensor.dtype not in LT_TYPE_NAMES:
             problems.append(f"model input/output tensor {t} has type {tensor.dtype}")
     return problems
 

@@ -40,7 +40,7 @@ def window_geometry(e: ModelEmitter, op: Operator, filter_h: int, filter_w: int)
 
 
 def _weighted(e: ModelEmitter, op: Operator, name: str, kind: str) -> str:
-    """CONV_2D, DEPTHWISE_CONV_2D: int8 per-channel or float32."""
+    """CONV_2D, DEPTHWISE_CONV_2D: int8 per-channel, 16x8 or float32."""
     ins, outs = tensor_types(e, op)
     filter_shape = e.tensor(op.inputs[1]).shape
     require(len(filter_shape) == 4, "filter must be 4-D")
@@ -57,10 +57,32 @@ def _weighted(e: ModelEmitter, op: Operator, name: str, kind: str) -> str:
         params.update(input_offset=-in_q.zero_point, output_offset=out_q.zero_point,
                       **quantized_activation(e, op, op.outputs[0]))
         return _weighted_call(e, op, name, f"lt_{kind}_s8", "lt_conv_params", params, bias, (multipliers, shifts))
+    if ins[:2] == ["int16", "int8"] and outs == ["int16"]:
+        return _weighted_16x8(e, op, name, kind, params, bias)
     if ins[:2] == ["float32", "float32"] and outs == ["float32"]:
         params.update(float_activation(op))
         return _weighted_call(e, op, name, f"lt_{kind}_f32", "lt_conv_params", params, bias)
     raise Unsupported(f"types {ins} -> {outs}")
+
+
+def _weighted_16x8(e: ModelEmitter, op: Operator, name: str, kind: str, params: dict[str, object],
+                   bias: int | None) -> str:
+    """int16 activations (zero points 0), int8 per-channel filters; an int64 bias (CONV_2D also int32, which
+    makes TFLM accumulate in int32). Without a bias TFLM picks the accumulator from the converter's metadata,
+    which is not read here."""
+    bias_type = e.tensor(bias).dtype if bias is not None else None
+    allowed = ("int64", "int32") if kind == "conv2d" else ("int64",)
+    require(bias_type in allowed, f"16x8 {kind} needs a bias of type {' or '.join(allowed)}, not {bias_type}")
+    in_q, f_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.inputs[1]), e.quantization(op.outputs[0])
+    require(in_q.zero_point == 0 and out_q.zero_point == 0, "int16 input and output need zero point 0")
+    multipliers, shifts = q.per_channel_multipliers(in_q.scale, list(f_q.scales), out_q.scale, params["out_c"])
+    params.update(**quantized_activation(e, op, op.outputs[0]))
+    p = e.struct(f"{name}_params", "lt_conv_params", params)
+    biases = [e.pointer(bias), "NULL"] if bias_type == "int32" else ["NULL", e.pointer(bias)]
+    args = [p, e.pointer(op.inputs[0]), e.pointer(op.inputs[1]), *biases,
+            e.array(f"{name}_multiplier", "int32_t", multipliers), e.array(f"{name}_shift", "int32_t", shifts),
+            e.pointer(op.outputs[0], True)]
+    return f"lt_{kind}_s16({', '.join(args)});"
 
 
 def _weighted_call(e, op, name, function, struct_type, params, bias, requantization=None) -> str:
@@ -109,7 +131,9 @@ def lower_fully_connected(e, op, name):
 
 
 KERNELS = (
-    Kernel("CONV_2D", lower_conv_2d, ("int8", "float32"), "int8 per-channel weights; groups"),
-    Kernel("DEPTHWISE_CONV_2D", lower_depthwise_conv_2d, ("int8", "float32"), "depth multiplier"),
+    Kernel("CONV_2D", lower_conv_2d, ("int8", "int16", "float32"),
+           "int8 per-channel weights (int16: 16x8, int64 or int32 bias); groups"),
+    Kernel("DEPTHWISE_CONV_2D", lower_depthwise_conv_2d, ("int8", "int16", "float32"),
+           "depth multiplier; int16: 16x8 with an int64 bias"),
     Kernel("FULLY_CONNECTED", lower_fully_connected, ("int8", "float32"), "int8 per-tensor or per-channel weights"),
 )

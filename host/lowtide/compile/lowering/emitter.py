@@ -15,8 +15,8 @@ from lowtide.model.reader import buffer_bytes
 
 MAX_DIMS = 6
 # TFLite's bool is one byte holding 0 or 1
-C_TYPES = {"int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "int32": "int32_t", "float32": "float",
-           "bool": "uint8_t"}
+C_TYPES = {"int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "int32": "int32_t", "int64": "int64_t",
+           "float32": "float", "bool": "uint8_t"}
 NUMPY_TYPES = {"bool": np.bool_, "int8": np.int8, "uint8": np.uint8, "int16": np.int16, "int32": np.int32,
                "int64": np.int64, "float32": np.float32}
 
