@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -330,3 +331,17 @@ def test_an_options_tag_without_its_table_is_refused_before_anything_writes_the_
     out.mkdir()
     for command in ("validate", "optimize"):
         assert_kept_promise(run_in_process(command, model, out), model, out, expect_error="holds no options table")
+
+
+def test_the_host_tflm_board_survives_a_crash_in_a_run(monkeypatch):
+    """The board runs each RUN's invocations in a TFLM child: a crash there is an INVOKE_FAILED reply."""
+    from lowtide.device.host_tflm import TflmBoard
+    from lowtide.device.protocol import Error, ErrorCode, Result, Run
+
+    board = TflmBoard(_builder_model(), "m.tflite")
+    sent = []
+    assert isinstance(board._run(Run(0, 2), 1, sent.append), Result)
+    monkeypatch.setattr(TflmBoard, "_invocations", lambda *args: os.kill(os.getpid(), signal.SIGSEGV))
+    reply = board._run(Run(0, 2), 2, sent.append)
+    assert isinstance(reply, Error) and reply.code == ErrorCode.INVOKE_FAILED
+    assert reply.text.startswith(f"TFLite Micro crashed (signal {int(signal.SIGSEGV)}) while")

@@ -10,6 +10,7 @@ class LowtideError(Exception):
 
     def __init__(self, message: str, path: str | Path | None = None):
         self.path = str(path) if path is not None else None
+        self.message = message  # without the path, for a reply that names the file elsewhere
         super().__init__(f"{self.path}: {message}" if self.path else message)
 
 

@@ -106,8 +106,8 @@ _PHASES = {b"L": "loading the model and allocating tensors", b"I": "invoking the
 _RESULT = b"R"
 
 
-class _Child:
-    """The interpreter's side of one call: `phase` announces each step to the parent."""
+class TflmChild:
+    """The interpreter's side of one `isolated` call: `phase` announces each step to the parent."""
 
     def __init__(self, pipe: int, log: int):
         self.pipe, self.log = pipe, log
@@ -134,8 +134,10 @@ class _Child:
         return os.pread(self.log, end - start, start).decode("utf-8", "replace")
 
 
-def _isolated(work: Callable[[_Child], T], path: str) -> T:
-    """`work` run in a forked child; its result, or LowtideError for a rejection, a crash or a hang."""
+def isolated(work: Callable[[TflmChild], T], path: str) -> T:
+    """`work` run in a forked child; its result (pickled), or LowtideError for a rejection, a crash or a hang.
+    Everything lowtide does with the TFLM interpreter goes through here: the oracle's calls and the host-tflm
+    board's runs."""
     timeout = float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT_S))
     with tempfile.TemporaryFile() as log:
         read_fd, write_fd = os.pipe()
@@ -147,7 +149,7 @@ def _isolated(work: Callable[[_Child], T], path: str) -> T:
                 os.close(read_fd)
                 os.dup2(log.fileno(), 2)
                 try:
-                    outcome: tuple[str, object] = ("ok", work(_Child(write_fd, log.fileno())))
+                    outcome: tuple[str, object] = ("ok", work(TflmChild(write_fd, log.fileno())))
                 except Exception as exc:  # the interpreter refused the model or its inputs, or failed an operator
                     outcome = ("rejected", str(exc))
                 payload = pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL)
@@ -231,10 +233,10 @@ def allocate(model: bytes, arena_size: int | None = None, path: str = "<model>")
     """Arena figures after AllocateTensors, without running the model."""
     size = _arena_size(model, arena_size)
 
-    def work(child: _Child) -> str:
+    def work(child: TflmChild) -> str:
         return child.allocations(child.interpreter(model, size))
 
-    return _figures(_isolated(work, path), path)
+    return _figures(isolated(work, path), path)
 
 
 def run(model: bytes, inputs: list[np.ndarray] | None = None, arena_size: int | None = None,
@@ -243,7 +245,7 @@ def run(model: bytes, inputs: list[np.ndarray] | None = None, arena_size: int | 
     output_count = len(read_model(model, path).main.outputs)
     size = _arena_size(model, arena_size)
 
-    def work(child: _Child) -> tuple[str, list[np.ndarray]]:
+    def work(child: TflmChild) -> tuple[str, list[np.ndarray]]:
         interp = child.interpreter(model, size)
         for i, array in enumerate(inputs or []):
             interp.set_input(array, i)
@@ -251,7 +253,7 @@ def run(model: bytes, inputs: list[np.ndarray] | None = None, arena_size: int | 
         report = child.allocations(interp)
         return report, [np.array(interp.get_output(i), copy=True) for i in range(output_count)]
 
-    report, outputs = _isolated(work, path)
+    report, outputs = isolated(work, path)
     return OracleRun(_figures(report, path), tuple(outputs))
 
 
@@ -263,7 +265,7 @@ def run_sequence(model: bytes, input_sets: list[list[np.ndarray]], path: str = "
     output_count = len(read_model(model, path).main.outputs)
     size = _arena_size(model, None)
 
-    def work(child: _Child) -> list[tuple[np.ndarray, ...]]:
+    def work(child: TflmChild) -> list[tuple[np.ndarray, ...]]:
         interp = child.interpreter(model, size)
         sequence = []
         for n, inputs in enumerate(input_sets):
@@ -275,4 +277,4 @@ def run_sequence(model: bytes, input_sets: list[list[np.ndarray]], path: str = "
             sequence.append(tuple(np.array(interp.get_output(i), copy=True) for i in range(output_count)))
         return sequence
 
-    return _isolated(work, path)
+    return isolated(work, path)

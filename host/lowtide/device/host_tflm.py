@@ -8,6 +8,8 @@ It exits when its standard input reaches end of file, so the process that starte
 
 Figures: arena used = TFLM's recording allocator total (`lowtide.oracle.run`), planned = its head; it cannot paint
 its arena, so no high-water mark; latency is wall-clock time around `invoke()`, in microseconds, with no cycles.
+Each RUN's invocations happen in a child process (`lowtide.oracle.isolated`): if TFLM crashes on the inputs it
+was sent, the RUN gets an INVOKE_FAILED error saying so, and the board keeps answering.
 """
 
 from __future__ import annotations
@@ -87,8 +89,7 @@ class TflmBoard:
     def __init__(
         self, model: bytes, path: str, arena_bytes: int | None = None, host_gone: Callable[[], bool] = lambda: False
     ):
-        from tflite_micro.python.tflite_micro import runtime
-
+        self.model, self.path = model, path
         self.host_gone = host_gone  # checked between invocations, so that a long RUN ends when nobody waits for it
         self.graph = read_model(model, path)
         self.arena_bytes = arena_bytes or default_arena_bytes(model)
@@ -102,9 +103,8 @@ class TflmBoard:
         self._reply_cache: tuple[tuple[int, int, bytes], bytes] | None = None
         try:
             self.figures = oracle.run(model, arena_size=self.arena_bytes, path=path)
-            self.interpreter = runtime.Interpreter.from_bytes(model, arena_size=self.arena_bytes)
-        except (LowtideError, RuntimeError) as exc:
-            self.not_ready_reason = str(exc).strip().splitlines()[-1]
+        except LowtideError as exc:
+            self.not_ready_reason = exc.message
 
     def hello(self) -> Hello:
         return Hello(
@@ -173,28 +173,13 @@ class TflmBoard:
             return Error(ErrorCode.BAD_ARGUMENT, request.TYPE, "iterations must be at least 1")
         total = request.warmup + request.iterations
         send(encode_message(Progress(0, total), seq))
-        last_progress = time.monotonic()
-        durations_ns = []
         try:
-            for k in range(total):
-                if self.host_gone():
-                    raise HostGone
-                # Every invocation starts from the same state: variables reset, inputs copied in again (the planner
-                # may reuse an input tensor's memory once its last reader has run).
-                self.interpreter.reset()
-                for i, (slot, staged) in enumerate(zip(self.inputs, self.staged_inputs)):
-                    self.interpreter.set_input(np.frombuffer(staged, dtype=slot.dtype).reshape(slot.shape), i)
-                start = time.perf_counter_ns()
-                self.interpreter.invoke()
-                elapsed = time.perf_counter_ns() - start
-                if k >= request.warmup:
-                    durations_ns.append(elapsed)
-                if time.monotonic() - last_progress >= PROGRESS_INTERVAL_S:
-                    send(encode_message(Progress(k + 1, total), seq))
-                    last_progress = time.monotonic()
-            self.outputs = [np.asarray(self.interpreter.get_output(i)).tobytes() for i in range(self.output_count)]
-        except RuntimeError as exc:
-            return Error(ErrorCode.INVOKE_FAILED, request.TYPE, str(exc).strip().splitlines()[-1])
+            ran = oracle.isolated(lambda child: self._invocations(child, request, seq, send), self.path)
+        except LowtideError as exc:  # TFLM refused the inputs, failed an operator or crashed: the board lives on
+            return Error(ErrorCode.INVOKE_FAILED, request.TYPE, exc.message)
+        if ran is None:
+            raise HostGone
+        durations_ns, self.outputs = ran
         us = sorted(round(ns / 1000) for ns in durations_ns)
         return Result(
             warmup=request.warmup,
@@ -211,6 +196,33 @@ class TflmBoard:
             op_cycles_count=0,
             outputs=tuple(OutputSummary(len(o), zlib.crc32(o)) for o in self.outputs),
         )
+
+    def _invocations(self, child: oracle.TflmChild, request: Run, seq: int,
+                     send: Send) -> tuple[list[int], list[bytes]] | None:
+        """In the TFLM child: the RUN's invocations, their durations and the outputs; None if the host is gone.
+        PROGRESS frames go straight to the host: the child shares the connection."""
+        interpreter = child.interpreter(self.model, self.arena_bytes)
+        total = request.warmup + request.iterations
+        child.phase(b"I")
+        last_progress = time.monotonic()
+        durations_ns = []
+        for k in range(total):
+            if self.host_gone():
+                return None
+            # Every invocation starts from the same state: variables reset, inputs copied in again (the planner
+            # may reuse an input tensor's memory once its last reader has run).
+            interpreter.reset()
+            for i, (slot, staged) in enumerate(zip(self.inputs, self.staged_inputs)):
+                interpreter.set_input(np.frombuffer(staged, dtype=slot.dtype).reshape(slot.shape), i)
+            start = time.perf_counter_ns()
+            interpreter.invoke()
+            elapsed = time.perf_counter_ns() - start
+            if k >= request.warmup:
+                durations_ns.append(elapsed)
+            if time.monotonic() - last_progress >= PROGRESS_INTERVAL_S:
+                send(encode_message(Progress(k + 1, total), seq))
+                last_progress = time.monotonic()
+        return durations_ns, [np.asarray(interpreter.get_output(i)).tobytes() for i in range(self.output_count)]
 
     def _read(self, request: Read) -> Message:
         if request.region != ReadRegion.OUTPUT:
