@@ -516,6 +516,64 @@ def test_convolutions_16x8_bit_exact(tmp_path):
     _varied(_check(path))
 
 
+# ---- random models per family ----------------------------------------------------------------------------------
+
+# opcode -> (arity, options type, options drawn from the generator); element-wise, any broadcastable shapes
+RANDOM_FAMILIES = {
+    "activations": {"RELU": (1, None, None), "RELU6": (1, None, None), "TANH": (1, None, None),
+                    "LOGISTIC": (1, None, None), "ELU": (1, None, None), "HARD_SWISH": (1, None, None),
+                    "LEAKY_RELU": (1, "LeakyReluOptions", lambda rng: {"alpha": float(rng.uniform(-1, 2))}),
+                    "PRELU": (2, None, None)},
+    "math": {"ADD": (2, "AddOptions", lambda rng: {"fusedActivationFunction": int(rng.choice([0, 1, 3]))}),
+             "SUB": (2, "SubOptions", lambda rng: {"fusedActivationFunction": int(rng.choice([0, 1, 3]))}),
+             "MUL": (2, "MulOptions", lambda rng: {"fusedActivationFunction": 0}),
+             "MAXIMUM": (2, None, None), "MINIMUM": (2, None, None), "SQUARED_DIFFERENCE": (2, None, None),
+             "ABS": (1, None, None)},
+}
+
+
+def _random_model(m: TinyModel, family: str, dtype: str, rng: np.random.Generator) -> tuple[list[int], list[int]]:
+    """Eight operators of `family` drawn at random, each on tensors drawn from those made so far (the second
+    input of a binary operator broadcast from a random sub-shape), quantization parameters drawn too."""
+
+    def quant():
+        if dtype == "float32":
+            return ()
+        scale = float(rng.choice([0.004, 0.02, 0.05, 0.3]) * rng.uniform(0.8, 1.25))
+        return scale, int(rng.integers(-100, 100))
+
+    inputs = [m.tensor(SHAPE, dtype, *quant()), m.tensor(SHAPE, dtype, *quant())]
+    pool, outputs = list(inputs), []
+    ops = RANDOM_FAMILIES[family]
+    for _ in range(8):
+        opcode = str(rng.choice(sorted(ops)))
+        arity, options_type, draw = ops[opcode]
+        first = pool[int(rng.integers(len(pool)))]
+        operands = [first]
+        if arity == 2:
+            keep = rng.integers(0, 2, size=len(SHAPE)).astype(bool)
+            shape = tuple(n if k else 1 for n, k in zip(SHAPE, keep))[int(rng.integers(0, 3)):]
+            operands.append(m.tensor(shape or (1,), dtype, *quant(),
+                                     data=(rng.integers(-128, 128, size=shape or (1,)) if dtype == "int8"
+                                           else rng.uniform(-2, 2, size=shape or (1,)))))
+        out_quant = (1 / 256, -128) if opcode == "LOGISTIC" and dtype == "int8" else quant()
+        y = m.tensor(SHAPE, dtype, *out_quant)
+        m.op(opcode, operands, [y], options_type, **(draw(rng) if draw else {}))
+        pool.append(y)
+        outputs.append(y)
+    return inputs, outputs
+
+
+@pytest.mark.parametrize("family", sorted(RANDOM_FAMILIES))
+@pytest.mark.parametrize("dtype", ["int8", "float32"])
+def test_random_models_per_family_bit_exact(tmp_path, family, dtype):
+    rng = np.random.default_rng(list(f"{family}/{dtype}".encode()))  # a seed per case, stable across runs
+    m = TinyModel()
+    inputs, outputs = _random_model(m, family, dtype, rng)
+    path = m.save(tmp_path / f"random_{family}_{dtype}.tflite", inputs, outputs)
+    _check(path, seeds=(0,))
+
+
 # ---- the support table, errors and --check --------------------------------------------------------------------
 
 def test_operators_tflm_lacks_are_refused_with_the_reason(tmp_path):
