@@ -66,7 +66,7 @@ def randwire_section(rows: list[RandWireRow], command: str, time_limit: float) -
         "## Scheduling RandWire graphs: anytime search, gap to the lower bound",
         "",
         f"Made by `{command}` (Python {platform.python_version()}, {platform.machine()}, time limit "
-        f"{time_limit:g} s, one core shared with other work).",
+        f"{time_limit:g} s, on 2 cores shared with other jobs, so times vary from run to run).",
         "",
         "Randomly wired int8 networks in the shape of Xie et al. 2019 from `lowtide.model.builder.RandWireSpec`",
         "(generator, aggregation, stages x nodes, seed): every node a CONCATENATION or a chain of ADDs of its",
