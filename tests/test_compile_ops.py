@@ -516,6 +516,37 @@ def test_convolutions_16x8_bit_exact(tmp_path):
     _varied(_check(path))
 
 
+@pytest.mark.parametrize("dtype", ["int8", "float32"])
+def test_transpose_conv_bit_exact(tmp_path, dtype):
+    """TRANSPOSE_CONV with SAME padding and stride 2 (odd output size: the extra pixel), VALID with stride 3 and
+    a fused RELU, without a bias."""
+    rng = np.random.default_rng(5)
+    m = TinyModel()
+    int8 = dtype == "int8"
+    x = m.tensor((2, 4, 3, 3), dtype, *((0.05, 4) if int8 else ()))
+    outputs = []
+    for out_shape, padding, stride, activation, with_bias in (((2, 7, 6, 5), 0, 2, 0, True),
+                                                             ((2, 12, 10, 4), 1, 3, 1, True),
+                                                             ((2, 8, 6, 2), 0, 2, 3, False)):
+        kernel = (3, 4)
+        filter_shape = (out_shape[3], *kernel, 3)
+        scales = list(rng.uniform(0.005, 0.02, size=out_shape[3]))
+        if int8:
+            w = m.tensor(filter_shape, "int8", scales, 0, rng.integers(-127, 128, size=filter_shape), axis=0)
+            b = m.tensor((out_shape[3],), "int32", [0.05 * s for s in scales], 0,
+                         rng.integers(-2000, 2000, size=out_shape[3]))
+        else:
+            w = m.tensor(filter_shape, "float32", data=rng.uniform(-0.5, 0.5, size=filter_shape))
+            b = m.tensor((out_shape[3],), "float32", data=rng.uniform(-1, 1, size=out_shape[3]))
+        y = m.tensor(out_shape, dtype, *((0.04, -6) if int8 else ()))
+        inputs = [m.tensor((4,), "int32", data=list(out_shape)), w, x] + ([b] if with_bias else [])
+        m.op("TRANSPOSE_CONV", inputs, [y], "TransposeConvOptions", padding=padding, strideH=stride,
+             strideW=stride, fusedActivationFunction=activation)
+        outputs.append(y)
+    path = m.save(tmp_path / f"transpose_conv_{dtype}.tflite", [x], outputs)
+    _varied(_check(path))
+
+
 # ---- random models per family ----------------------------------------------------------------------------------
 
 # opcode -> (arity, options type, options drawn from the generator); element-wise, any broadcastable shapes

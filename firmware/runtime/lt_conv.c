@@ -1,5 +1,5 @@
-/* CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED, following TFLM's reference kernels
- * (reference/integer_ops/conv.h, depthwise_conv.h, fully_connected.h and their float versions).
+/* CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED and TRANSPOSE_CONV, following TFLM's reference kernels
+ * (reference/integer_ops/conv.h, depthwise_conv.h, fully_connected.h, transpose_conv.h and their float versions).
  * Integer accumulation is exact, so only the float kernels keep the reference's summation order. */
 #include "lt_fixedpoint.h"
 #include "lt_runtime.h"
@@ -251,4 +251,41 @@ void lt_fully_connected_f32(const lt_fc_params *p, const float *input, const flo
             output[b * p->out_depth + oc] = lt_clamp_f(total + bias_value, p->act_min_f, p->act_max_f);
         }
     }
+}
+
+/* TRANSPOSE_CONV. The reference scatters every input pixel's products into the output (an int32 scratch for
+ * int8); here each output element gathers the products that land on it, in the order the scatter adds them
+ * (input row, column, channel ascending), so the float sums are the same too and no scratch is needed. The
+ * filter is [out_c][filter_h][filter_w][in_c]. */
+#define LT_TRANSPOSE_CONV(ACC_T, ACC_INIT, PRODUCT, FINISH)                                                    \
+    for (int32_t b = 0; b < p->batches; ++b)                                                                   \
+        for (int32_t oy = 0; oy < p->out_h; ++oy)                                                              \
+            for (int32_t ox = 0; ox < p->out_w; ++ox)                                                          \
+                for (int32_t oc = 0; oc < p->out_c; ++oc) {                                                    \
+                    ACC_T acc = ACC_INIT;                                                                      \
+                    for (int32_t iy = 0; iy < p->in_h; ++iy) {                                                 \
+                        const int32_t fy = oy - (iy * p->stride_h - p->pad_h);                                 \
+                        if (fy < 0 || fy >= p->filter_h) continue;                                             \
+                        for (int32_t ix = 0; ix < p->in_w; ++ix) {                                             \
+                            const int32_t fx = ox - (ix * p->stride_w - p->pad_w);                             \
+                            if (fx < 0 || fx >= p->filter_w) continue;                                         \
+                            const int64_t in_at = ((int64_t)(b * p->in_h + iy) * p->in_w + ix) * p->in_c;      \
+                            const int64_t f_at = ((int64_t)(oc * p->filter_h + fy) * p->filter_w + fx) * p->in_c; \
+                            for (int32_t ic = 0; ic < p->in_c; ++ic) acc += PRODUCT;                           \
+                        }                                                                                      \
+                    }                                                                                          \
+                    output[(((int64_t)b * p->out_h + oy) * p->out_w + ox) * p->out_c + oc] = FINISH;           \
+                }
+
+void lt_transpose_conv_s8(const lt_conv_params *p, const int8_t *input, const int8_t *filter, const int32_t *bias,
+                          const int32_t *multiplier, const int32_t *shift, int8_t *output) {
+    LT_TRANSPOSE_CONV(int32_t, 0, ((int32_t)input[in_at + ic] + p->input_offset) * filter[f_at + ic],
+                      (int8_t)lt_requantize_acc(acc + (bias ? bias[oc] : 0), multiplier[oc], shift[oc],
+                                                p->output_offset, p->act_min, p->act_max))
+}
+
+void lt_transpose_conv_f32(const lt_conv_params *p, const float *input, const float *filter, const float *bias,
+                           float *output) {
+    LT_TRANSPOSE_CONV(float, 0.0f, input[in_at + ic] * filter[f_at + ic],
+                      lt_clamp_f(bias ? acc + bias[oc] : acc, p->act_min_f, p->act_max_f))
 }

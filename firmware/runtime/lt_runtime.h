@@ -70,8 +70,8 @@ typedef struct {
     float beta;
 } lt_softmax_params;
 
-/* Element-wise activations and ABS over `count` elements (RELU, RELU6, LEAKY_RELU, HARD_SWISH, TANH, ELU). Which fields a
- * kernel reads is said at its declaration. */
+/* Element-wise activations, ABS and RSQRT over `count` elements (RELU, RELU6, LEAKY_RELU, TANH, ...). Which
+ * fields a kernel reads is said at its declaration. */
 typedef struct {
     int32_t count;
     int32_t input_zero_point, output_zero_point;
@@ -257,6 +257,12 @@ void lt_requantize(lt_type input_type, const void *input, lt_type output_type, v
 void lt_dequantize(lt_type input_type, const void *input, float *output, int32_t count, double scale,
                    int32_t zero_point);
 
+/* TRANSPOSE_CONV: lt_conv_params' in_* is the input, out_* the output, pad_* as TFLM computes it from the output
+ * size. */
+void lt_transpose_conv_s8(const lt_conv_params *p, const int8_t *input, const int8_t *filter, const int32_t *bias,
+                          const int32_t *multiplier, const int32_t *shift, int8_t *output);
+void lt_transpose_conv_f32(const lt_conv_params *p, const float *input, const float *filter, const float *bias,
+                           float *output);
 /* int16 activations with int8 filters (16x8): see lt_conv.c; exactly one of bias32 / bias64 is given. */
 void lt_conv2d_s16(const lt_conv_params *p, const int16_t *input, const int8_t *filter, const int32_t *bias32,
                    const int64_t *bias64, const int32_t *multiplier, const int32_t *shift, int16_t *output);

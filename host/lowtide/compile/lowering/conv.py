@@ -130,10 +130,53 @@ def lower_fully_connected(e, op, name):
     raise Unsupported(f"types {ins} -> {outs}")
 
 
+
+def lower_transpose_conv(e, op, name):
+    """TRANSPOSE_CONV (inputs: output shape, filter [out_c, h, w, in_c], input, optional bias). TFLM pads as a
+    convolution over the output would: ComputePaddingHeightWidth on the output's height and width."""
+    ins, outs = tensor_types(e, op)
+    shape_input, filter_index, data = op.inputs[:3]
+    bias = op.inputs[3] if len(op.inputs) > 3 and op.inputs[3] >= 0 else None
+    in_shape, out_shape = e.tensor(data).shape, e.tensor(op.outputs[0]).shape
+    filter_shape = e.tensor(filter_index).shape
+    require(len(in_shape) == len(out_shape) == len(filter_shape) == 4, "only 4-D NHWC tensors are supported")
+    require(tuple(int(v) for v in e.constant_values(shape_input).reshape(-1)) == out_shape,
+            "the output shape input differs from the output's shape")
+    require(filter_shape[0] == out_shape[3] and filter_shape[3] == in_shape[3], "filter shape does not match")
+    o = op.options
+    stride_h, stride_w = int(o.strideH), int(o.strideW)
+    pads = []
+    for size, kernel, stride in ((out_shape[1], filter_shape[1], stride_h), (out_shape[2], filter_shape[2], stride_w)):
+        try:
+            pads.append(padding.padding_before(size, kernel, stride, 1,
+                                               padding.output_size(int(o.padding), size, kernel, stride)))
+        except ValueError as exc:
+            raise Unsupported(str(exc)) from None
+    params = {"batches": in_shape[0], "in_h": in_shape[1], "in_w": in_shape[2], "in_c": in_shape[3],
+              "out_h": out_shape[1], "out_w": out_shape[2], "out_c": out_shape[3], "filter_h": filter_shape[1],
+              "filter_w": filter_shape[2], "filter_in_c": in_shape[3], "stride_h": stride_h, "stride_w": stride_w,
+              "dilation_h": 1, "dilation_w": 1, "pad_h": pads[0], "pad_w": pads[1], "depth_multiplier": 1}
+    dtype = ins[2]
+    require(outs == [dtype] and ins[1] == ("int8" if dtype == "int8" else "float32"), f"types {ins} -> {outs}")
+    pointers = [e.pointer(data), e.pointer(filter_index), e.pointer(bias) if bias is not None else "NULL"]
+    if dtype == "float32":
+        params.update(float_activation(op))
+        p = e.struct(f"{name}_params", "lt_conv_params", params)
+        return f"lt_transpose_conv_f32({p}, {', '.join(pointers)}, {e.pointer(op.outputs[0], True)});"
+    require(bias is None or e.tensor(bias).dtype == "int32", "int8 transpose convolution needs an int32 bias")
+    in_q, f_q, out_q = e.quantization(data), e.quantization(filter_index), e.quantization(op.outputs[0])
+    multipliers, shifts = q.per_channel_multipliers(in_q.scale, list(f_q.scales), out_q.scale, out_shape[3])
+    params.update(input_offset=-in_q.zero_point, output_offset=out_q.zero_point,
+                  **quantized_activation(e, op, op.outputs[0]))
+    p = e.struct(f"{name}_params", "lt_conv_params", params)
+    return (f"lt_transpose_conv_s8({p}, {', '.join(pointers)}, {e.array(f'{name}_multiplier', 'int32_t', multipliers)}"
+            f", {e.array(f'{name}_shift', 'int32_t', shifts)}, {e.pointer(op.outputs[0], True)});")
+
 KERNELS = (
     Kernel("CONV_2D", lower_conv_2d, ("int8", "int16", "float32"),
            "int8 per-channel weights (int16: 16x8, int64 or int32 bias); groups"),
     Kernel("DEPTHWISE_CONV_2D", lower_depthwise_conv_2d, ("int8", "int16", "float32"),
            "depth multiplier; int16: 16x8 with an int64 bias"),
+    Kernel("TRANSPOSE_CONV", lower_transpose_conv, ("*->int8", "*->float32"), "int8 per-channel weights"),
     Kernel("FULLY_CONNECTED", lower_fully_connected, ("int8", "float32"), "int8 per-tensor or per-channel weights"),
 )
