@@ -25,6 +25,7 @@ from typing import Literal
 import numpy as np
 
 from lowtide.errors import LowtideError
+from lowtide.model import padding as window
 from lowtide.model.schema import fb, operator_code
 from lowtide.model.writer import model_bytes
 
@@ -454,7 +455,7 @@ def _conv_out(size: int, kernel: int, stride: int, padding: Padding) -> int:
         raise LowtideError(f"padding must be SAME or VALID, got {padding!r}")
     if kernel < 1 or stride < 1:
         raise LowtideError(f"kernel and stride must be at least 1, got kernel {kernel} and stride {stride}")
-    out = -(-size // stride) if padding == "SAME" else (size - kernel) // stride + 1
+    out = window.output_size(_PADDING_CODES[padding], size, kernel, stride)
     if out <= 0:
         raise LowtideError(f"a {kernel}x{kernel} window with VALID padding does not fit in size {size}")
     return out
