@@ -547,6 +547,32 @@ def test_transpose_conv_bit_exact(tmp_path, dtype):
     _varied(_check(path))
 
 
+@pytest.mark.parametrize("dtype", ["int8", "float32"])
+def test_batch_matmul_bit_exact(tmp_path, dtype):
+    """BATCH_MATMUL plain, with adj_x and adj_y, with a constant right side broadcast over the batch, and a
+    rank-2 left side broadcast against a rank-4 right side."""
+    rng = np.random.default_rng(9)
+    m = TinyModel()
+    int8 = dtype == "int8"
+
+    def tensor(shape, scale, zero_point, data=None):
+        return m.tensor(shape, dtype, *((scale, zero_point) if int8 else ()), data=data)
+
+    a = tensor((2, 3, 4, 5), 0.05, 3)
+    b = tensor((2, 3, 5, 6), 0.04, -7)
+    weights = tensor((5, 6), 0.02, 0, rng.integers(-127, 128, (5, 6)) if int8 else rng.uniform(-1, 1, (5, 6)))
+    small = tensor((4, 5), 0.03, 1, rng.integers(-127, 128, (4, 5)) if int8 else rng.uniform(-1, 1, (4, 5)))
+    outputs = []
+    for lhs, rhs, adj_x, adj_y, shape in ((a, b, False, False, (2, 3, 4, 6)), (b, a, True, True, (2, 3, 6, 4)),
+                                          (a, weights, False, False, (2, 3, 4, 6)),
+                                          (small, b, False, False, (2, 3, 4, 6))):
+        y = tensor(shape, 0.3, -4)
+        m.op("BATCH_MATMUL", [lhs, rhs], [y], "BatchMatMulOptions", adjX=adj_x, adjY=adj_y)
+        outputs.append(y)
+    path = m.save(tmp_path / f"batch_matmul_{dtype}.tflite", [a, b], outputs)
+    _varied(_check(path))
+
+
 # ---- random models per family ----------------------------------------------------------------------------------
 
 # opcode -> (arity, options type, options drawn from the generator); element-wise, any broadcastable shapes

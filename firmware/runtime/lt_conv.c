@@ -1,5 +1,6 @@
 /* CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED and TRANSPOSE_CONV, following TFLM's reference kernels
- * (reference/integer_ops/conv.h, depthwise_conv.h, fully_connected.h, transpose_conv.h and their float versions).
+ * (reference/integer_ops/conv.h, depthwise_conv.h, fully_connected.h, transpose_conv.h and their float versions),
+ * and BATCH_MATMUL (reference/batch_matmul.h).
  * Integer accumulation is exact, so only the float kernels keep the reference's summation order. */
 #include "lt_fixedpoint.h"
 #include "lt_runtime.h"
@@ -288,4 +289,41 @@ void lt_transpose_conv_f32(const lt_conv_params *p, const float *input, const fl
                            float *output) {
     LT_TRANSPOSE_CONV(float, 0.0f, input[in_at + ic] * filter[f_at + ic],
                       lt_clamp_f(bias ? acc + bias[oc] : acc, p->act_min_f, p->act_max_f))
+}
+
+/* The depth is summed in ascending order, as the reference does (float sums depend on it). */
+#define LT_BATCH_MATMUL(ACC_T, VALUE_LHS, VALUE_RHS, FINISH)                                                 \
+    int32_t idx[LT_MAX_DIMS] = {0};                                                                          \
+    int32_t lb = 0, rb = 0, batches = 1;                                                                     \
+    for (int32_t d = 0; d < p->batch_ndim; ++d) batches *= p->batch_dims[d];                                \
+    for (int32_t o = 0; o < batches; ++o) {                                                                  \
+        for (int32_t i = 0; i < p->rows; ++i)                                                                \
+            for (int32_t j = 0; j < p->cols; ++j) {                                                          \
+                ACC_T acc = 0;                                                                               \
+                for (int32_t k = 0; k < p->depth; ++k)                                                       \
+                    acc += (VALUE_LHS(lhs[lb + i * p->lhs_row_step + k * p->lhs_depth_step])) *              \
+                           (VALUE_RHS(rhs[rb + k * p->rhs_depth_step + j * p->rhs_col_step]));              \
+                output[((int64_t)o * p->rows + i) * p->cols + j] = FINISH;                                   \
+            }                                                                                                \
+        for (int32_t d = p->batch_ndim - 1; d >= 0; --d) {                                                   \
+            lb += p->lhs_batch_steps[d];                                                                     \
+            rb += p->rhs_batch_steps[d];                                                                     \
+            if (++idx[d] < p->batch_dims[d]) break;                                                          \
+            lb -= p->lhs_batch_steps[d] * p->batch_dims[d];                                                  \
+            rb -= p->rhs_batch_steps[d] * p->batch_dims[d];                                                  \
+            idx[d] = 0;                                                                                      \
+        }                                                                                                    \
+    }
+
+#define LT_LHS_S8(v) ((int32_t)(v) + p->lhs_offset)
+#define LT_RHS_S8(v) ((int32_t)(v) + p->rhs_offset)
+#define LT_AS_IS(v) (v)
+
+void lt_batch_matmul_s8(const lt_batch_matmul_params *p, const int8_t *lhs, const int8_t *rhs, int8_t *output) {
+    LT_BATCH_MATMUL(int32_t, LT_LHS_S8, LT_RHS_S8,
+                    (int8_t)lt_requantize_acc(acc, p->multiplier, p->shift, p->output_offset, INT8_MIN, INT8_MAX))
+}
+
+void lt_batch_matmul_f32(const lt_batch_matmul_params *p, const float *lhs, const float *rhs, float *output) {
+    LT_BATCH_MATMUL(float, LT_AS_IS, LT_AS_IS, acc)
 }

@@ -102,6 +102,16 @@ typedef struct {
     int32_t input_zero_point, output_zero_point, multiplier, shift;
 } lt_mean_params;
 
+/* BATCH_MATMUL: output[batch][i][j] = sum over k of lhs[batch][i][k] x rhs[batch][k][j], the batch dimensions
+ * broadcast (a step of 0), adj_x / adj_y as element steps. int8: each operand less its zero point, requantized. */
+typedef struct {
+    int32_t batch_ndim;
+    int32_t batch_dims[LT_MAX_DIMS], lhs_batch_steps[LT_MAX_DIMS], rhs_batch_steps[LT_MAX_DIMS];
+    int32_t rows, cols, depth;
+    int32_t lhs_row_step, lhs_depth_step, rhs_depth_step, rhs_col_step;
+    int32_t lhs_offset, rhs_offset, output_offset, multiplier, shift;
+} lt_batch_matmul_params;
+
 /* ARG_MAX, ARG_MIN and CUMSUM: lines of `axis_size` elements `inner` apart, `outer` x `inner` of them. */
 typedef struct {
     int32_t outer, axis_size, inner;
@@ -257,6 +267,8 @@ void lt_requantize(lt_type input_type, const void *input, lt_type output_type, v
 void lt_dequantize(lt_type input_type, const void *input, float *output, int32_t count, double scale,
                    int32_t zero_point);
 
+void lt_batch_matmul_s8(const lt_batch_matmul_params *p, const int8_t *lhs, const int8_t *rhs, int8_t *output);
+void lt_batch_matmul_f32(const lt_batch_matmul_params *p, const float *lhs, const float *rhs, float *output);
 /* TRANSPOSE_CONV: lt_conv_params' in_* is the input, out_* the output, pad_* as TFLM computes it from the output
  * size. */
 void lt_transpose_conv_s8(const lt_conv_params *p, const int8_t *input, const int8_t *filter, const int32_t *bias,
