@@ -18,7 +18,7 @@ from lowtide.memory import buffers_to_plan, tflm_plan
 from lowtide.memory.lifetimes import Buffer, Order, stored_order
 from lowtide.memory.placement import Placement, place
 from lowtide.model import Graph, load_model, read_model
-from lowtide.rewrite import RewriteResult, Tiling, apply_tilings, rewrite_auto
+from lowtide.rewrite import NotApplicable, RewriteResult, Tiling, apply_tilings, rewrite_auto
 from lowtide.rewrite.regions import graph_macs
 from lowtide.schedule import Schedule, find_schedule
 from lowtide.tflm import DEFAULT_CORE, Mcu32Arena, mcu32_arena
@@ -211,8 +211,8 @@ def _fewer_patches(graph: Graph, rewritten: RewriteResult, path: str,
     for variant in dict.fromkeys(v for v in variants if v != tilings):
         try:
             data = apply_tilings(graph, variant)
-        except LowtideError:
-            continue  # a region is too small for this grid
+        except NotApplicable:
+            continue  # this variant's grid or regions do not fit the graph
         tiled = read_model(data, path)
         tail = tail_on_mcu(data, tiled)
         total = place(buffers_to_plan(tiled, stored_order(tiled)), COARSE_PLACE_SECONDS).head_bytes + tail

@@ -19,13 +19,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lowtide.errors import LowtideError
 from lowtide.memory import tflm_plan
 from lowtide.model.ir import Graph
 from lowtide.model.reader import read_model
 from lowtide.model.schema import fb
 from lowtide.model.writer import model_bytes
 from lowtide.rewrite.emit import ModelWriter
+from lowtide.rewrite.errors import NotApplicable
 from lowtide.schedule import apply_order, find_schedule
 
 
@@ -56,6 +56,7 @@ def partition_at_peak(graph: Graph, parts: int = 2, partial_headroom: float = 1.
         return readers[0] if len(readers) == 1 else None
 
     # The expand convolution of a bottleneck the peak operator may belong to: itself, or one or two steps back.
+    reasons: list[str] = []  # why each candidate does not apply, for the message if none does
     expands = [peak.op, producer_of(peak.op)]
     if expands[1] is not None:
         expands.append(producer_of(expands[1]))
@@ -63,16 +64,17 @@ def partition_at_peak(graph: Graph, parts: int = 2, partial_headroom: float = 1.
         if expand is not None and sg.operators[expand].opcode == "CONV_2D":
             try:
                 return partition_wide_layer(graph, expand, parts, partial_headroom, time_limit)
-            except LowtideError:
-                continue
+            except NotApplicable as reason:
+                reasons.append(str(reason))
     for conv in (peak.op, reader_of(peak.op)):
         if conv is not None and sg.operators[conv].opcode == "CONV_2D":
             try:
                 return partition_concat_conv(graph, conv, partial_headroom, time_limit)
-            except LowtideError:
-                continue
-    raise LowtideError(f"the memory peak (operator {peak.op}, {op.opcode}) is in no inverted bottleneck and no "
-                       "concatenation-fed convolution")
+            except NotApplicable as reason:
+                reasons.append(str(reason))
+    tried = f": {'; '.join(reasons)}" if reasons else " (no CONV_2D there to try)"
+    raise NotApplicable(f"the memory peak (operator {peak.op}, {op.opcode}) is in no inverted bottleneck and no "
+                        f"concatenation-fed convolution{tried}")
 
 
 def partition_concat_conv(graph: Graph, conv_op: int, partial_headroom: float = 1.0,
@@ -108,7 +110,7 @@ def partition_wide_layer(graph: Graph, expand_op: int, parts: int = 2, partial_h
     chain, project_op = _bottleneck_after(graph, expand_op)
     width = sg.tensors[sg.operators[expand_op].outputs[0]].shape[3]
     if not 2 <= parts <= width:
-        raise LowtideError(f"cannot split {width} channels into {parts} parts")
+        raise NotApplicable(f"cannot split {width} channels into {parts} parts")
     writer = ModelWriter(graph)
     replacement, pieces = [], []
     for part, channels in enumerate(np.array_split(np.arange(width), parts)):
@@ -194,31 +196,31 @@ def _bottleneck_after(graph: Graph, expand_op: int) -> tuple[list[int], int]:
     def only_reader(tensor: int, opcodes: tuple[str, ...]) -> int:
         readers = consumers.get(tensor, [])
         if len(readers) != 1 or tensor in sg.outputs or sg.operators[readers[0]].opcode not in opcodes:
-            raise LowtideError(f"operator {expand_op} opens no inverted bottleneck: tensor {tensor} is not read by "
+            raise NotApplicable(f"operator {expand_op} opens no inverted bottleneck: tensor {tensor} is not read by "
                                f"one {' or '.join(opcodes)} alone")
         return readers[0]
 
     expand = sg.operators[expand_op]
     if (expand.opcode != "CONV_2D" or len(expand.inputs) < 3 or expand.inputs[2] < 0
             or sg.tensors[expand.inputs[0]].dtype != "int8"):
-        raise LowtideError(f"operator {expand_op} is not an int8 CONV_2D with a bias")
+        raise NotApplicable(f"operator {expand_op} is not an int8 CONV_2D with a bias")
     chain = [expand_op, only_reader(expand.outputs[0], ("PAD", "DEPTHWISE_CONV_2D"))]
     if sg.operators[chain[-1]].opcode == "PAD":
         pad = sg.operators[chain[-1]]
         paddings = graph.constant_array(pad.inputs[1])
         if paddings is None or paddings[3].any():
-            raise LowtideError(f"PAD operator {chain[-1]} pads the channels")
+            raise NotApplicable(f"PAD operator {chain[-1]} pads the channels")
         chain.append(only_reader(pad.outputs[0], ("DEPTHWISE_CONV_2D",)))
     dw = sg.operators[chain[-1]]
     if (dw.options.depthMultiplier or 1) != 1 or len(dw.inputs) < 3 or dw.inputs[2] < 0:
-        raise LowtideError(f"depthwise operator {chain[-1]} multiplies channels or has no bias")
+        raise NotApplicable(f"depthwise operator {chain[-1]} multiplies channels or has no bias")
     project_op = only_reader(dw.outputs[0], ("CONV_2D",))
     project = sg.operators[project_op]
     if len(project.inputs) < 3 or project.inputs[2] < 0:
-        raise LowtideError(f"projection operator {project_op} has no bias")
+        raise NotApplicable(f"projection operator {project_op} has no bias")
     if project.options.fusedActivationFunction != fb.ActivationFunctionType.NONE:
         # Partials on the output's scale cannot hold pre-activation sums that an activation would clip.
-        raise LowtideError(f"projection operator {project_op} is not linear (fused activation)")
+        raise NotApplicable(f"projection operator {project_op} is not linear (fused activation)")
     return chain, project_op
 
 
@@ -226,15 +228,15 @@ def _concatenation_feeding(graph: Graph, conv_op: int) -> int:
     sg = graph.main
     conv = sg.operators[conv_op]
     if conv.opcode != "CONV_2D":
-        raise LowtideError(f"operator {conv_op} is {conv.opcode}, not CONV_2D")
+        raise NotApplicable(f"operator {conv_op} is {conv.opcode}, not CONV_2D")
     concat_op = sg.producers().get(conv.inputs[0])
     concat = sg.operators[concat_op] if concat_op is not None else None
     if concat is None or concat.opcode != "CONCATENATION" or concat.options.axis not in (3, -1):
-        raise LowtideError(f"CONV_2D operator {conv_op} does not read a concatenation along channels")
+        raise NotApplicable(f"CONV_2D operator {conv_op} does not read a concatenation along channels")
     if sg.consumers()[conv.inputs[0]] != [conv_op] or conv.inputs[0] in sg.outputs:
-        raise LowtideError(f"the concatenation feeding operator {conv_op} has other readers")
+        raise NotApplicable(f"the concatenation feeding operator {conv_op} has other readers")
     if sg.tensors[conv.inputs[0]].dtype != "int8" or len(conv.inputs) < 3 or conv.inputs[2] < 0:
-        raise LowtideError(f"operator {conv_op} is not an int8 convolution with a bias")
+        raise NotApplicable(f"operator {conv_op} is not an int8 convolution with a bias")
     return concat_op
 
 

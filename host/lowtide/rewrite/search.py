@@ -23,11 +23,11 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
-from lowtide.errors import LowtideError
 from lowtide.memory import align_up, buffer_lifetimes, buffers_to_plan, stored_order, tflm_plan
 from lowtide.memory.lifetimes import Buffer
 from lowtide.memory.placement import Placement, check_no_overlap, offline_plan, place
 from lowtide.model.ir import Graph
+from lowtide.rewrite.errors import NotApplicable
 from lowtide.model.reader import read_model
 from lowtide.model.schema import ELEMENT_BYTES
 from lowtide.model.writer import model_bytes, set_offline_plan
@@ -116,14 +116,14 @@ def tile(graph: Graph, source: int, target: int, grid: tuple[int, int], order: l
     cuts = cut_tensors(graph)
     for tensor in (source, target):
         if tensor not in cuts:
-            raise LowtideError(f"cannot tile at tensor {tensor}: other tensors computed before it are read after it")
+            raise NotApplicable(f"cannot tile at tensor {tensor}: other tensors computed before it are read after it")
     region = region_between(graph, source, target)
     if isinstance(region, str):
-        raise LowtideError(f"cannot tile tensor {source} -> {target}: {region}")
+        raise NotApplicable(f"cannot tile tensor {source} -> {target}: {region}")
     height, width = graph.main.tensors[target].shape[1:3]
     limit = (min(height, MAX_PATCHES_PER_AXIS), min(width, MAX_PATCHES_PER_AXIS))
     if not (1 <= grid[0] <= limit[0] and 1 <= grid[1] <= limit[1]) or grid == (1, 1):
-        raise LowtideError(f"grid {grid} does not fit a {height}x{width} target (2 to {MAX_PATCHES_PER_AXIS} "
+        raise NotApplicable(f"grid {grid} does not fit a {height}x{width} target (2 to {MAX_PATCHES_PER_AXIS} "
                            "patches along an axis)")
     return model_bytes(_emit(graph, plan_tiling(graph, region, grid, split_source), order))
 
@@ -136,7 +136,7 @@ def apply_tilings(graph: Graph, tilings: tuple[Tiling, ...]) -> bytes:
         names = {t.name: t.index for t in current.main.tensors}
         missing = [name for name in (tiling.source, tiling.target) if name not in names]
         if missing:
-            raise LowtideError(f"cannot tile: no tensor named {missing[0]!r}")
+            raise NotApplicable(f"cannot tile: no tensor named {missing[0]!r}")
         data = tile(current, names[tiling.source], names[tiling.target], tiling.grid,
                     split_source=tiling.split_source)
     return data
