@@ -5,7 +5,9 @@ under "must run before" that holds all its ancestors and none of its descendants
 are fixed: every tensor made inside it (or before the block) with a reader outside it, or kept to the end, plus
 the operator's own outputs and scratch. Minimising that over all such sets is a minimum s-t cut (a tensor costs
 its size when its producer is on the source side and some reader is not), so the most expensive operator's
-cut is a bound no order can beat, often far above the per-operator bound the exact search starts from.
+cut is a bound no order can beat, often far above the per-operator bound the exact search starts from. Two
+operators whose cheapest sets each hold the other cannot both have them: taking both cuts again under each of
+the two orders of the pair, the cheaper order's cost is a bound too (`ordered_pair_bound`).
 
 Orders, from the best heuristic order on:
 - beam searches ever wider, every peak below the bound counted as the bound (fewer bytes live decide there);
@@ -15,6 +17,8 @@ Orders, from the best heuristic order on:
 - a depth-first descent under a byte budget, with memoised dead ends, the budget moved by bisection between the
   bound and the best peak: a budget the descent meets becomes the new best, one it exhausts raises the bound,
   one it cannot settle in time is loosened (SERENITY's adaptive soft budgeting).
+Last, the exact search runs again from the raised bound, with the best order as its upper bound: it often
+finishes now, or raises the bound further.
 """
 
 from __future__ import annotations
@@ -143,10 +147,9 @@ def solve_hard_block(
     fallback: tuple[list[int], int],
     tick: Callable[[], None] | None = None,
 ) -> BlockResult:
-    """`solve_block` for part of the time; if it cannot finish, the cut bounds, divide and conquer, the budgeted
-    descent, and the exact search again from the raised bound. The order returned is never worse than
+    """`solve_block` for part of the time; if it cannot finish, the cut bounds, the widening beam, divide and
+    conquer, the budgeted descent, and the exact search again from the raised bound. The order returned is never worse than
     `fallback`."""
-    started = time.monotonic()
 
     def until(share: float) -> float:
         """The deadline of a phase that may use `share` of the time left."""
