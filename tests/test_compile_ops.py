@@ -481,8 +481,9 @@ def test_comparisons_and_logic_bit_exact(tmp_path, dtype):
 # ---- convolutions ----------------------------------------------------------------------------------------------
 
 def test_convolutions_16x8_bit_exact(tmp_path):
-    """CONV_2D with an int64 bias (SAME, stride 2, RELU6) and an int32 bias (VALID, dilated, grouped) and a
-    DEPTHWISE_CONV_2D (depth multiplier 2, dilated), int16 activations and int8 per-channel filters."""
+    """CONV_2D with an int64 bias (SAME, stride 2, RELU6) and an int32 bias (VALID, dilated, grouped), a
+    DEPTHWISE_CONV_2D (depth multiplier 2, dilated) and FULLY_CONNECTED with per-tensor filters and int64 and
+    int32 biases: int16 activations and int8 filters."""
     rng = np.random.default_rng(3)
     m = TinyModel()
     x = m.tensor((1, 7, 6, 4), "int16", 1 / 1000, 0)
@@ -512,6 +513,13 @@ def test_convolutions_16x8_bit_exact(tmp_path):
          padding=0, strideH=1, strideW=1, depthMultiplier=2, dilationHFactor=2, dilationWFactor=1,
          fusedActivationFunction=1)
     outputs.append(y)
+    for bias_type, bound in (("int64", 1 << 22), ("int32", 1 << 20)):
+        scale = float(rng.uniform(0.002, 0.02))
+        w = m.tensor((5, 168), "int8", scale, 0, rng.integers(-127, 128, size=(5, 168)))
+        y = m.tensor((1, 5), "int16", 1 / 20, 0)
+        m.op("FULLY_CONNECTED", [x, w, bias(bias_type, [scale] * 5, -bound, bound)], [y], "FullyConnectedOptions",
+             fusedActivationFunction=0)
+        outputs.append(y)
     path = m.save(tmp_path / "conv16x8.tflite", [x], outputs)
     _varied(_check(path))
 

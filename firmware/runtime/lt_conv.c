@@ -97,25 +97,20 @@ void lt_fully_connected_s8(const lt_fc_params *p, const int8_t *input, const int
     }
 }
 
-/* The 16x8 kernels (reference_integer_ops::ConvPerChannel / DepthwiseConvPerChannel on int16 input, int8
- * filter): symmetric int16 activations (no offsets), 64-bit accumulation. With an int64 bias the accumulator is
+/* The 16x8 kernels (reference_integer_ops::ConvPerChannel / DepthwiseConvPerChannel / FullyConnected on int16
+ * input, int8 filter): symmetric int16 activations (no offsets), 64-bit accumulation. With an int64 bias the accumulator is
  * scaled by the int64 MultiplyByQuantizedMultiplier (a 16-bit multiplier, one rounding); with an int32 bias
- * (CONV_2D only) it is the int32 accumulator and the usual int32 rescale. Exactly one bias pointer is given. */
+ * (CONV_2D, FULLY_CONNECTED) it is the int32 accumulator and the usual int32 rescale. Exactly one bias pointer is given. */
 static inline int32_t lt_multiply_by_quantized_multiplier_64(int64_t x, int32_t multiplier, int32_t shift) {
     const int32_t reduced = multiplier < 0x7FFF0000 ? (multiplier + (1 << 15)) >> 16 : 0x7FFF;
     const int32_t total_shift = 15 - shift;
     return (int32_t)((x * reduced + ((int64_t)1 << (total_shift - 1))) >> total_shift);
 }
 
-static inline int16_t lt_requantize_acc_64(int64_t acc, const int32_t *bias32, const int64_t *bias64, int32_t oc,
-                                           int32_t multiplier, int32_t shift, int32_t act_min, int32_t act_max) {
-    int32_t scaled;
-    if (bias32) {
-        scaled = lt_multiply_by_quantized_multiplier((int32_t)(acc + bias32[oc]), multiplier, shift);
-    } else {
-        scaled = lt_multiply_by_quantized_multiplier_64(acc + bias64[oc], multiplier, shift);
-    }
-    return (int16_t)lt_clamp(scaled, act_min, act_max);
+static inline int32_t lt_scale_acc_64(int64_t acc, const int32_t *bias32, const int64_t *bias64, int32_t oc,
+                                      int32_t multiplier, int32_t shift) {
+    if (bias32) return lt_multiply_by_quantized_multiplier((int32_t)(acc + bias32[oc]), multiplier, shift);
+    return lt_multiply_by_quantized_multiplier_64(acc + bias64[oc], multiplier, shift);
 }
 
 void lt_conv2d_s16(const lt_conv_params *p, const int16_t *input, const int8_t *filter, const int32_t *bias32,
@@ -142,8 +137,8 @@ void lt_conv2d_s16(const lt_conv_params *p, const int16_t *input, const int8_t *
                             for (int32_t ic = 0; ic < p->filter_in_c; ++ic) acc += (int32_t)f[ic] * in[ic];
                         }
                     }
-                    output[((b * p->out_h + oy) * p->out_w + ox) * p->out_c + oc] = lt_requantize_acc_64(
-                        acc, bias32, bias64, oc, multiplier[oc], shift[oc], p->act_min, p->act_max);
+                    output[((b * p->out_h + oy) * p->out_w + ox) * p->out_c + oc] = (int16_t)lt_clamp(
+                        lt_scale_acc_64(acc, bias32, bias64, oc, multiplier[oc], shift[oc]), p->act_min, p->act_max);
                 }
             }
         }
@@ -171,11 +166,27 @@ void lt_depthwise_conv2d_s16(const lt_conv_params *p, const int16_t *input, cons
                                        input[((b * p->in_h + in_y) * p->in_w + in_x) * p->in_c + ic];
                             }
                         }
-                        output[((b * p->out_h + oy) * p->out_w + ox) * p->out_c + oc] = lt_requantize_acc_64(
-                            acc, bias32, bias64, oc, multiplier[oc], shift[oc], p->act_min, p->act_max);
+                        output[((b * p->out_h + oy) * p->out_w + ox) * p->out_c + oc] = (int16_t)lt_clamp(
+                            lt_scale_acc_64(acc, bias32, bias64, oc, multiplier[oc], shift[oc]), p->act_min,
+                            p->act_max);
                     }
             }
         }
+}
+
+void lt_fully_connected_s16(const lt_fc_params *p, const int16_t *input, const int8_t *filter, const int32_t *bias32,
+                            const int64_t *bias64, const int32_t *multiplier, const int32_t *shift, int16_t *output) {
+    for (int32_t b = 0; b < p->batches; ++b) {
+        const int16_t *in = input + b * p->accum_depth;
+        for (int32_t oc = 0; oc < p->out_depth; ++oc) {
+            const int8_t *f = filter + oc * p->accum_depth;
+            int64_t acc = 0;
+            for (int32_t d = 0; d < p->accum_depth; ++d)
+                acc += ((int32_t)f[d] + p->filter_offset) * ((int32_t)in[d] + p->input_offset);
+            const int32_t scaled = lt_scale_acc_64(acc, bias32, bias64, oc, multiplier[oc], shift[oc]);
+            output[b * p->out_depth + oc] = (int16_t)lt_clamp(scaled + p->output_offset, p->act_min, p->act_max);
+        }
+    }
 }
 
 void lt_conv2d_f32(const lt_conv_params *p, const float *input, const float *filter, const float *bias,

@@ -281,6 +281,8 @@ void lt_conv2d_s16(const lt_conv_params *p, const int16_t *input, const int8_t *
 void lt_depthwise_conv2d_s16(const lt_conv_params *p, const int16_t *input, const int8_t *filter,
                              const int32_t *bias32, const int64_t *bias64, const int32_t *multiplier,
                              const int32_t *shift, int16_t *output);
+void lt_fully_connected_s16(const lt_fc_params *p, const int16_t *input, const int8_t *filter, const int32_t *bias32,
+                            const int64_t *bias64, const int32_t *multiplier, const int32_t *shift, int16_t *output);
 
 /* float32 kernels */
 void lt_conv2d_f32(const lt_conv_params *p, const float *input, const float *filter, const float *bias,

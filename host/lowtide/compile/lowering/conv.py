@@ -60,26 +60,26 @@ def _weighted(e: ModelEmitter, op: Operator, name: str, kind: str) -> str:
                       **quantized_activation(e, op, op.outputs[0]))
         return _weighted_call(e, op, name, f"lt_{kind}_s8", "lt_conv_params", params, bias, (multipliers, shifts))
     if ins[:2] == ["int16", "int8"] and outs == ["int16"]:
-        return _weighted_16x8(e, op, name, kind, params, bias)
+        return _weighted_16x8(e, op, name, kind, "lt_conv_params", params, bias, params["out_c"])
     if ins[:2] == ["float32", "float32"] and outs == ["float32"]:
         params.update(float_activation(op))
         return _weighted_call(e, op, name, f"lt_{kind}_f32", "lt_conv_params", params, bias)
     raise Unsupported(f"types {ins} -> {outs}")
 
 
-def _weighted_16x8(e: ModelEmitter, op: Operator, name: str, kind: str, params: dict[str, object],
-                   bias: int | None) -> str:
-    """int16 activations (zero points 0), int8 per-channel filters; an int64 bias (CONV_2D also int32, which
-    makes TFLM accumulate in int32). Without a bias TFLM picks the accumulator from the converter's metadata,
-    which is not read here."""
+def _weighted_16x8(e: ModelEmitter, op: Operator, name: str, kind: str, struct_type: str,
+                   params: dict[str, object], bias: int | None, channels: int) -> str:
+    """int16 activations (zero points 0), int8 filters; an int64 bias (CONV_2D and FULLY_CONNECTED also int32,
+    which makes TFLM accumulate in int32). Without a bias TFLM picks the accumulator from the converter's
+    metadata, which is not read here."""
     bias_type = e.tensor(bias).dtype if bias is not None else None
-    allowed = ("int64", "int32") if kind == "conv2d" else ("int64",)
+    allowed = ("int64",) if kind == "depthwise_conv2d" else ("int64", "int32")
     require(bias_type in allowed, f"16x8 {kind} needs a bias of type {' or '.join(allowed)}, not {bias_type}")
     in_q, f_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.inputs[1]), e.quantization(op.outputs[0])
     require(in_q.zero_point == 0 and out_q.zero_point == 0, "int16 input and output need zero point 0")
-    multipliers, shifts = q.per_channel_multipliers(in_q.scale, list(f_q.scales), out_q.scale, params["out_c"])
+    multipliers, shifts = q.per_channel_multipliers(in_q.scale, list(f_q.scales), out_q.scale, channels)
     params.update(**quantized_activation(e, op, op.outputs[0]))
-    p = e.struct(f"{name}_params", "lt_conv_params", params)
+    p = e.struct(f"{name}_params", struct_type, params)
     biases = [e.pointer(bias), "NULL"] if bias_type == "int32" else ["NULL", e.pointer(bias)]
     args = [p, e.pointer(op.inputs[0]), e.pointer(op.inputs[1]), *biases,
             e.array(f"{name}_multiplier", "int32_t", multipliers), e.array(f"{name}_shift", "int32_t", shifts),
@@ -126,6 +126,10 @@ def lower_fully_connected(e, op, name):
                       output_offset=out_q.zero_point, **quantized_activation(e, op, op.outputs[0]))
         return _weighted_call(e, op, name, "lt_fully_connected_s8", "lt_fc_params", params, bias,
                               (multipliers, shifts))
+    if ins[:2] == ["int16", "int8"] and outs == ["int16"]:
+        f_q = e.quantization(op.inputs[1])
+        params.update(filter_offset=-f_q.zero_point if len(f_q.scales) == 1 else 0)
+        return _weighted_16x8(e, op, name, "fully_connected", "lt_fc_params", params, bias, out_depth)
     if ins[:2] == ["float32", "float32"] and outs == ["float32"]:
         params.update(float_activation(op))
         return _weighted_call(e, op, name, "lt_fully_connected_f32", "lt_fc_params", params, bias)
@@ -218,5 +222,6 @@ KERNELS = (
            "depth multiplier; int16: 16x8 with an int64 bias"),
     Kernel("BATCH_MATMUL", lower_batch_matmul, ("int8", "float32"), "adj_x, adj_y, broadcast batch dimensions"),
     Kernel("TRANSPOSE_CONV", lower_transpose_conv, ("*->int8", "*->float32"), "int8 per-channel weights"),
-    Kernel("FULLY_CONNECTED", lower_fully_connected, ("int8", "float32"), "int8 per-tensor or per-channel weights"),
+    Kernel("FULLY_CONNECTED", lower_fully_connected, ("int8", "int16", "float32"),
+           "int8 per-tensor or per-channel weights (int16: 16x8, int64 or int32 bias)"),
 )
