@@ -167,14 +167,16 @@ class FirmwareImage:
         return self.static_ram_bytes + self.stack_bytes
 
 
-def estimate_footprint(graph: Graph, tflm_arena: Arena32 | None = None) -> FootprintEstimate:
+def estimate_footprint(graph: Graph, tflm_arena: Arena32 | None = None,
+                       tflm_head_only: bool = False) -> FootprintEstimate:
     """The compiled runtime's footprint, or with `tflm_arena` TFLM's: its predicted arena, the whole .tflite in
-    flash, and TFLM's own code."""
+    flash, and TFLM's own code. `tflm_head_only`: TFLM's footprint with the arena's head alone, a lower bound known
+    before TFLM is built."""
     constant_buffers = {t.buffer: t.nbytes for sg in graph.subgraphs for t in sg.tensors
                         if t.kind is TensorKind.CONSTANT}
     staging = sum(graph.main.tensors[i].nbytes for i in graph.main.inputs)
-    if tflm_arena is not None:
-        arena_bytes = tflm_arena.arena_bytes
+    if tflm_arena is not None or tflm_head_only:
+        arena_bytes = tflm_arena.arena_bytes if tflm_arena else tflm_plan(graph).head_bytes
         image_bytes = Path(graph.path).stat().st_size + RUNTIME_CODE_BYTES + TFLM_CODE_BYTES
     else:
         arena_bytes = tflm_plan(graph).head_bytes + ARENA_SLACK_BYTES
@@ -366,6 +368,9 @@ def build_board_firmware(spec: BoardSpec, model_path: Path, runtime: str | None 
     from its ELF."""
     runtime = check_runtime(runtime or spec.runtime)
     graph = load_model(model_path)
+    if RUNTIME_KERNELS[runtime] is not None:
+        # Before TFLM is built to size the arena: the head alone and the model file must fit.
+        check_estimate_fits(spec, estimate_footprint(graph, tflm_head_only=True))
     tflm_arena = predict_board_arena(spec, model_path, runtime, graph)
     check_estimate_fits(spec, estimate_footprint(graph, tflm_arena))
     elf = build_firmware(spec.platformio_env, model_path, EMULATOR_TOOLS if spec.emulated else (), runtime,
