@@ -121,8 +121,6 @@ def build_tflm(path, data, out_dir, runtime):
         LIBPATH=[str(library.archive.parent)],
     )
     env.Prepend(LIBS=["tflm"])  # noqa: F821
-    # TFLM needs no C++ runtime library: link with the C driver, as g++ would ask for libstdc++.
-    env.Replace(LINK="$CC")  # noqa: F821
     env.BuildSources(str(Path("$BUILD_DIR") / "lowtide_tflm"), str(project_dir / "firmware" / "tflm"),  # noqa: F821
                      src_filter="+<lt_tflm_platform.cc>")
     return sum(graph.main.tensors[i].nbytes for i in graph.main.inputs)

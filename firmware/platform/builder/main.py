@@ -1,4 +1,4 @@
-"""SCons build for the emulated MPS2 boards: Debian's arm-none-eabi GCC from PATH, newlib-nano, no C++.
+"""SCons build for the emulated MPS2 boards: Debian's arm-none-eabi GCC from PATH, newlib-nano, no C++ runtime.
 
 `pio run` builds .pio/build/<env>/firmware.elf; `pio run -t upload` boots it in QEMU (the emulator *is* the board:
 UART0 on stdio, semihosting exit code back to the shell). `pio test` runs `test_testing_command` from
@@ -18,6 +18,9 @@ env.Replace(
     AS="arm-none-eabi-as",
     CC="arm-none-eabi-gcc",
     CXX="arm-none-eabi-g++",
+    # The C driver links, C++ objects too (TFLM's runtimes): SCons would pick g++, which asks for libstdc++, and
+    # Debian ships only its headers for arm-none-eabi. TFLM built without RTTI and exceptions needs none of it.
+    LINK="arm-none-eabi-gcc",
     GDB="arm-none-eabi-gdb",
     OBJCOPY="arm-none-eabi-objcopy",
     RANLIB="arm-none-eabi-gcc-ranlib",
