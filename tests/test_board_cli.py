@@ -199,7 +199,7 @@ class _PrebuiltQemuBoard(qemu.QemuBoard):
         super().__init__(spec)
         self.image = image
 
-    def build(self, model_path: Path) -> qemu.FirmwareImage:
+    def build(self, model_path: Path, runtime: str | None = None) -> qemu.FirmwareImage:
         return self.image
 
 

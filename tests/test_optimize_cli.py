@@ -95,8 +95,8 @@ def sabotage_plan(change):
     its back: what `--verify` must catch on the real interpreter."""
     real_export = lowtide.export.pipeline.export_optimized
 
-    def export(graph, order, offsets, out_path):
-        result = real_export(graph, order, offsets, out_path)
+    def export(graph, order, offsets, out_path, *args):
+        result = real_export(graph, order, offsets, out_path, *args)
         raw = load_model(out_path).raw
         entry = next(m for m in raw.metadata if m.name == OFFLINE_PLAN_NAME.encode())
         words = list(struct.unpack(f"<{len(raw.buffers[entry.buffer].data) // 4}i", raw.buffers[entry.buffer].data))
