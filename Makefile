@@ -2,7 +2,7 @@
 PYTHON ?= python3
 BUILD ?= build
 
-.PHONY: install firmware-deps demo demo-board test bench fuzz
+.PHONY: install firmware-deps tflm-lib demo demo-board test bench fuzz
 
 install:
 	$(PYTHON) -m pip install --quiet -e '.[test]'
@@ -10,6 +10,12 @@ install:
 # The Arm toolchain, QEMU and offline PlatformIO that the emulated boards' tests need (apt needs root).
 firmware-deps:
 	PYTHON=$(PYTHON) scripts/install-firmware-deps.sh
+
+# TFLite Micro's framework for the emulated boards, built once from the pinned sources (LOWTIDE_TFLM_DIR, else
+# ../shared/tflm) before the tests that run it; each model then adds only its operators' kernels.
+tflm-lib: install firmware-deps
+	lowtide tflm-build --core cortex-m4f --kernels reference --kernels cmsis-nn
+	lowtide tflm-build --core cortex-m7 --kernels reference
 
 # Build the irregularly wired demo model, show what stock TFLM would allocate, then optimise and verify it.
 demo: install
@@ -23,7 +29,7 @@ demo-board: demo firmware-deps
 	lowtide measure $(BUILD)/demo.tflite --board qemu-m4
 	lowtide measure $(BUILD)/demo_optimized.tflite --board qemu-m4
 
-test: install firmware-deps
+test: install firmware-deps tflm-lib
 	$(PYTHON) -m pytest -q --lowtide-board host-tflm --lowtide-board qemu-m4
 
 bench: install

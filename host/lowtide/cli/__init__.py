@@ -29,7 +29,7 @@ def _group() -> None:
 # Command modules import `app` from here; importing them registers their commands.
 from lowtide.cli import (  # noqa: E402,F401
     build_cmd, compile_cmd, demo_cmd, inspect_cmd, measure_cmd, optimize_cmd, partition_cmd, savings_cmd,
-    validate_cmd,
+    tflm_cmd, validate_cmd,
 )
 
 

@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 from rich.markup import escape as escape_markup
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from lowtide import oracle
@@ -115,7 +116,14 @@ def inspect(
     plan = tflm_plan(graph)
     data = model.read_bytes()
     try:
-        arena = mcu32_arena(data, graph, plan.head_bytes, kernels, core)
+        with Progress(TextColumn("building TFLM for {task.fields[core]} (once)"), BarColumn(), MofNCompleteColumn(),
+                      console=Console(stderr=True), transient=True, disable=json_output) as bar:
+            task = bar.add_task("", total=None, core=core, visible=False)
+
+            def building(done: int, total: int) -> None:
+                bar.update(task, completed=done, total=total, visible=True)
+
+            arena = mcu32_arena(data, graph, plan.head_bytes, kernels, core, building)
     except LowtideError:
         if kernels is not KernelSet.REFERENCE:
             raise

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from lowtide import oracle
 from lowtide.errors import LowtideError
 from lowtide.model.ir import Graph
+from lowtide.tflm.build import ProgressCallback
 from lowtide.tflm.sizer import ARENA_ALIGNMENT, predict_arena32
 from lowtide.tflm.tree import KernelSet
 
@@ -38,12 +39,12 @@ class Mcu32Arena:
 
 
 def mcu32_arena(model: bytes, graph: Graph, head_bytes: int, kernels: KernelSet = KernelSet.REFERENCE,
-                core: str = DEFAULT_CORE) -> Mcu32Arena:
+                core: str = DEFAULT_CORE, progress: ProgressCallback | None = None) -> Mcu32Arena:
     """TFLM's arena for `model` on `core` with `kernels`: from TFLM's allocator built for the core (exact), or,
     where that cannot run here, the host's 64-bit tail less the pointer-size savings plus `head_bytes` (the greedy
-    replica's head), for the reference kernels."""
+    replica's head), for the reference kernels. `progress` follows the first build of TFLM's objects."""
     try:
-        arena = predict_arena32(model, graph, kernels, core)
+        arena = predict_arena32(model, graph, kernels, core, progress)
     except LowtideError as exc:
         if kernels is not KernelSet.REFERENCE:
             raise LowtideError(f"cannot size the arena for {kernels.value} kernels: {exc}") from None

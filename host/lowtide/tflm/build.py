@@ -30,8 +30,13 @@ from lowtide.tflm.tree import PROJECT_DIR, KernelSet, TflmTree, locate_tree
 CACHE_DIR = PROJECT_DIR / ".pio" / "tflm" / "obj"
 PLATFORM_SOURCES = PROJECT_DIR / "firmware" / "tflm"  # DebugLog and the clock, which TFLM leaves to the platform
 COMPILE_TIMEOUT_S = 600.0
-# The two files of the tree that the application replaces (firmware/tflm/lt_tflm_platform.cc).
+# The two files of the tree that the application replaces (firmware/tflm/lt_tflm_platform.cc), and TFLM's test
+# scaffolding, which no application links.
 _PLATFORM_FILES = ("tensorflow/lite/micro/debug_log.cc", "tensorflow/lite/micro/micro_time.cc")
+_TEST_SCAFFOLDING = ("test_helpers.cc", "test_helper_custom_ops.cc", "fake_micro_context.cc", "mock_micro_graph.cc",
+                     "kernel_runner.cc")
+_CMSIS_NN_CALL = re.compile(r"\b(arm_\w+)\s*\(")
+_CMSIS_NN_DEFINITION = re.compile(r"^[\w \t*]*?\b(arm_\w+)\s*\([^;{]*\)\s*\{", re.M)
 _KERNEL_DIRS = ("tensorflow/lite/micro/kernels", "tensorflow/lite/micro/kernels/cmsis_nn")
 _REGISTRATION = re.compile(r"^TFLMRegistration\*?\s+(Register_\w+)\s*\(\s*\)\s*\{", re.M)
 # A MicroMutableOpResolver method starts here; within it, the registration it defaults to and the builtin it adds.
@@ -152,7 +157,7 @@ def _framework_sources(root: Path) -> list[Path]:
     kernel_dirs = {root / d for d in _KERNEL_DIRS}
     sources = []
     for path in sorted((root / "tensorflow").rglob("*.cc")):
-        if path in skip or path.parent in kernel_dirs:
+        if path in skip or path.parent in kernel_dirs or path.name in _TEST_SCAFFOLDING:
             continue
         sources.append(path)
     return sources
@@ -164,10 +169,37 @@ def sources_for(tree: TflmTree, opcodes: Iterable[str]) -> list[Path]:
     entries = resolver_entries(tree.root)
     wanted = {entries[op].registration for op in opcodes if op in entries}
     sources = _framework_sources(tree.root)
-    sources += [path for path, defined in _kernel_sources(tree.root) if not defined or defined & wanted]
+    kernels = [path for path, defined in _kernel_sources(tree.root)
+               if (not defined or defined & wanted) and path.name not in _TEST_SCAFFOLDING]
+    sources += kernels
     if tree.kernels is KernelSet.CMSIS_NN:
-        sources += sorted((tree.root / "third_party" / "cmsis_nn" / "Source").rglob("*.c"))
+        sources += _cmsis_nn_sources(tree.root, kernels)
     return sources
+
+
+@cache
+def _cmsis_nn_definitions(root: Path) -> dict[str, Path]:
+    """CMSIS-NN's functions and the source defining each (mostly one function per file, named after it)."""
+    defined = {}
+    for path in sorted((root / "third_party" / "cmsis_nn" / "Source").rglob("*.c")):
+        for name in _CMSIS_NN_DEFINITION.findall(path.read_text(errors="replace")):
+            defined.setdefault(name, path)
+    return defined
+
+
+def _cmsis_nn_sources(root: Path, kernels: list[Path]) -> list[Path]:
+    """The CMSIS-NN sources these kernels reach: every arm_* function they call, and what those call in turn."""
+    definitions = _cmsis_nn_definitions(root)
+    needed: set[Path] = set()
+    pending = list(kernels)
+    while pending:
+        text = pending.pop().read_text(errors="replace")
+        for name in set(_CMSIS_NN_CALL.findall(text)):
+            source = definitions.get(name)
+            if source is not None and source not in needed:
+                needed.add(source)
+                pending.append(source)
+    return sorted(needed)
 
 
 # --- compiling -----------------------------------------------------------------------------------------------------

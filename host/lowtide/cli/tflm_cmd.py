@@ -1,0 +1,41 @@
+"""`lowtide tflm-build`: build TFLite Micro's library for a core ahead of time (the framework, kernel helpers and the
+kernels of the operators named), so that later builds, measurements and 32-bit arena predictions take seconds."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from lowtide.cli import app
+from lowtide.tflm import DEFAULT_CORE
+from lowtide.tflm.build import build_library, core_named
+from lowtide.tflm.tree import KernelSet
+
+
+@app.command("tflm-build")
+def tflm_build(
+    kernels: Annotated[list[KernelSet], typer.Option(help="kernel sets to build (repeat for several)")] = (
+        [KernelSet.REFERENCE]),
+    core: Annotated[list[str], typer.Option(help="cores to build for (repeat for several)")] = [DEFAULT_CORE],  # noqa: B006
+    op: Annotated[list[str], typer.Option(help="also the kernels of these builtin operators, e.g. CONV_2D")] = [],  # noqa: B006
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of progress")] = False,
+) -> None:
+    """Build TFLM from the pinned sources (LOWTIDE_TFLM_DIR) for each core and kernel set, once."""
+    built = []
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True, disable=json_output) as bar:
+        for core_name in core:
+            for kernel_set in kernels:
+                task = bar.add_task(f"TFLM for {core_name}, {kernel_set.value} kernels", total=None)
+                library = build_library(kernel_set, core_named(core_name), op,
+                                        progress=lambda done, total: bar.update(task, completed=done, total=total))
+                built.append({"core": core_name, "kernels": kernel_set.value, "library": str(library.archive)})
+    if json_output:
+        print(json.dumps({"libraries": built}))
+    else:
+        for entry in built:
+            Console().print(f"TFLM for {entry['core']}, {entry['kernels']} kernels: {entry['library']}")
