@@ -54,7 +54,7 @@ def _figures(variant: str, result: MeasureResult, stock_outputs_match: bool, rew
 
 
 def measure_savings(model: Path, board: str, runtime: str | None, out_dir: Path, time_limit: float,
-                    report=lambda text: None) -> list[VariantFigures]:
+                    iterations: int = 1, timeout: float = 300.0, report=lambda text: None) -> list[VariantFigures]:
     """Builds and measures the three variants; the optimized models are written into `out_dir`."""
     load_model(model)  # validated before anything is built
     spec = get_board_spec(board)
@@ -63,7 +63,7 @@ def measure_savings(model: Path, board: str, runtime: str | None, out_dir: Path,
     optimized = out_dir / f"{model.stem}_optimized.tflite"
     rewritten = out_dir / f"{model.stem}_rewritten.tflite"
     report("measuring the stock model")
-    stock = measure(model, board, runtime=runtime)
+    stock = measure(model, board, runtime=runtime, iterations=iterations, timeout=timeout)
     # The optimized models' outputs are compared with the host TFLM running each of them; `optimize --verify` shows
     # those equal the stock model's, so a variant is identical when both hold.
     report("optimizing")
@@ -75,7 +75,8 @@ def measure_savings(model: Path, board: str, runtime: str | None, out_dir: Path,
         report(f"measuring {variant}")
         identical = result.verification is not None and result.verification.outputs_identical
         rewrite = result.rewrite.reason if result.rewrite else None
-        figures.append(_figures(variant, measure(path, board, runtime=runtime), identical, rewrite))
+        measured = measure(path, board, runtime=runtime, iterations=iterations, timeout=timeout)
+        figures.append(_figures(variant, measured, identical, rewrite))
     return figures
 
 
@@ -130,6 +131,9 @@ def savings(
     runtime: Annotated[Optional[str], typer.Option(help="compiled, tflm or tflm-cmsis-nn (default: the board's)")] = None,
     out_dir: Annotated[Optional[Path], typer.Option("--out-dir", help="keep the optimized models here")] = None,
     time_limit: Annotated[float, typer.Option("--time-limit", min=1.0, help="seconds for each optimize")] = 30.0,
+    iterations: Annotated[int, typer.Option(min=1, help="measured invocations per variant (after one warm-up)")] = 1,
+    timeout: Annotated[float, typer.Option(min=0.1, help="longest wait, in seconds, for the board (one inference "
+                                                         "of a large model takes minutes under emulation)")] = 300.0,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="bar chart of the arena per variant (PNG)")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table")] = False,
 ) -> None:
@@ -141,10 +145,10 @@ def savings(
         directory = out_dir or Path(scratch)
         directory.mkdir(parents=True, exist_ok=True)
         if json_output:
-            figures = measure_savings(model, board, runtime_name, directory, time_limit)
+            figures = measure_savings(model, board, runtime_name, directory, time_limit, iterations, timeout)
         else:
             with console.status("") as status:
-                figures = measure_savings(model, board, runtime_name, directory, time_limit,
+                figures = measure_savings(model, board, runtime_name, directory, time_limit, iterations, timeout,
                                           lambda text: status.update(f"{text}..."))
     if plot:
         _plot(model, board, runtime_name, figures, plot)
