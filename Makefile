@@ -30,6 +30,7 @@ demo-board: demo firmware-deps
 	lowtide measure $(BUILD)/demo_optimized.tflite --board qemu-m4
 
 test: install firmware-deps tflm-lib
+	$(PYTHON) -m ruff check host tests benchmarks scripts firmware
 	$(PYTHON) -m pytest -q --lowtide-board host-tflm --lowtide-board qemu-m4
 
 bench: install

@@ -19,7 +19,6 @@ from lowtide.compile.codegen import Blocker, check_model
 from lowtide.compile.lowering import NOT_IN_TFLM, support_rows
 from lowtide.errors import LowtideError
 from lowtide.model import load_model
-from lowtide.errors import LowtideError
 
 
 def compile_report(compiled: CompiledModel, output_dir: Path, written: list[Path], tflm_total: int,

@@ -23,7 +23,7 @@ from lowtide.errors import LowtideError
 from lowtide.model.ir import Graph
 from lowtide.tflm.build import (
     DEBIAN_ARM_TOOLCHAIN, PLATFORM_SOURCES, Core, ProgressCallback, _compile_one, build_library, core_named,
-    cxx_flags, resolver_calls,
+    resolver_calls,
 )
 from lowtide.tflm.tree import PROJECT_DIR, KernelSet
 
