@@ -231,7 +231,7 @@ def _object_dir(tree: TflmTree, core: Core, toolchain: Toolchain) -> Path:
     return CACHE_DIR / f"{tree.kernels.value}-{core.name}-{key.hexdigest()[:12]}"
 
 
-def _compile_one(toolchain: Toolchain, flags: list[str], source: Path, obj: Path, optimize: str) -> str | None:
+def compile_source(toolchain: Toolchain, flags: list[str], source: Path, obj: Path, optimize: str) -> str | None:
     """Compiles `source`; None on success, else the compiler's first error line."""
     obj.parent.mkdir(parents=True, exist_ok=True)
     cpp = source.suffix == ".cc"
@@ -290,7 +290,7 @@ def _compile_all(toolchain: Toolchain, flags: list[str], tree: TflmTree, todo: l
                  objects: dict[Path, Path], progress: ProgressCallback | None, jobs: int | None) -> None:
     workers = jobs or os.cpu_count() or 1
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        futures = {pool.submit(_compile_one, toolchain, flags, source, objects[source], _optimization(tree, source)):
+        futures = {pool.submit(compile_source, toolchain, flags, source, objects[source], _optimization(tree, source)):
                    source for source in todo}
         for done_count, future in enumerate(concurrent.futures.as_completed(futures), start=1):
             error = future.result()

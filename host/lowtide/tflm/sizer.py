@@ -22,7 +22,7 @@ from pathlib import Path
 from lowtide.errors import LowtideError
 from lowtide.model.ir import Graph
 from lowtide.tflm.build import (
-    DEBIAN_ARM_TOOLCHAIN, PLATFORM_SOURCES, Core, ProgressCallback, _compile_one, build_library, core_named,
+    DEBIAN_ARM_TOOLCHAIN, PLATFORM_SOURCES, Core, ProgressCallback, compile_source, build_library, core_named,
     resolver_calls,
 )
 from lowtide.tflm.tree import PROJECT_DIR, KernelSet
@@ -122,7 +122,7 @@ def build_sizer(kernels: KernelSet, core: Core, opcodes: list[str], progress: Pr
     objects = []
     for source in sources:
         obj = out / (source.name + ".o")
-        error = _compile_one(toolchain, flags, source, obj, "-O2")
+        error = compile_source(toolchain, flags, source, obj, "-O2")
         if error is not None:
             raise LowtideError(f"compiling the TFLM arena sizer failed: {error}", source)
         objects.append(str(obj))
