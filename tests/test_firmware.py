@@ -25,7 +25,7 @@ from lowtide.device.session import DeviceSession
 from lowtide.errors import LowtideError
 from lowtide.model import load_model
 from lowtide.rewrite import rewrite_auto
-from test_compile import tanh_model
+from test_compile import floor_mod_model
 
 pytestmark = needs_firmware_tools
 
@@ -195,13 +195,14 @@ def test_measure_cli_json_on_qemu_m4():
 
 
 def test_measure_reports_a_model_the_compiler_rejects(tmp_path):
-    # A float TANH has no kernel in the compiled runtime: the user gets the compiler's one line, not PlatformIO's log.
-    path = tanh_model(tmp_path / "tanh.tflite")
+    # A float FLOOR_MOD has no kernel in the compiled runtime: the user gets the compiler's one line, not
+    # PlatformIO's log.
+    path = floor_mod_model(tmp_path / "floor_mod.tflite")
     with pytest.raises(LowtideError) as failure:
         measure(path, "qemu-m4", iterations=1, timeout=20)
     message = str(failure.value)
-    assert message.startswith("building the qemu-m4 firmware for tanh.tflite failed: ")
-    assert "operator 0 (TANH)" in message and "\n" not in message
+    assert message.startswith("building the qemu-m4 firmware for floor_mod.tflite failed: ")
+    assert "operator 0 (FLOOR_MOD" in message and "\n" not in message
 
 
 def test_pio_test_runs_firmware_unit_tests_in_qemu():
