@@ -11,10 +11,12 @@ install:
 firmware-deps:
 	PYTHON=$(PYTHON) scripts/install-firmware-deps.sh
 
-# TFLite Micro's framework for the emulated boards, built once from the pinned sources (LOWTIDE_TFLM_DIR, else
-# ../shared/tflm) before the tests that run it; each model then adds only its operators' kernels.
+# TFLite Micro for the emulated boards, built once from the pinned sources (LOWTIDE_TFLM_DIR, else ../shared/tflm)
+# before the tests: the framework, and for the Cortex-M4's reference kernels those of every shared model's operators,
+# which inspect and optimize size arenas with. Any other model then adds only its own operators' kernels.
 tflm-lib: install firmware-deps
-	lowtide tflm-build --core cortex-m4f --kernels reference --kernels cmsis-nn
+	lowtide tflm-build --core cortex-m4f --kernels reference --ops-from ../shared/models
+	lowtide tflm-build --core cortex-m4f --kernels cmsis-nn
 	lowtide tflm-build --core cortex-m7 --kernels reference
 
 # Build the irregularly wired demo model, show what stock TFLM would allocate, then optimise and verify it.

@@ -4,6 +4,7 @@ kernels of the operators named), so that later builds, measurements and 32-bit a
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -11,6 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from lowtide.cli import app
+from lowtide.model import load_model
 from lowtide.tflm import DEFAULT_CORE
 from lowtide.tflm.build import build_library, core_named
 from lowtide.tflm.tree import KernelSet
@@ -22,16 +24,22 @@ def tflm_build(
         [KernelSet.REFERENCE]),
     core: Annotated[list[str], typer.Option(help="cores to build for (repeat for several)")] = [DEFAULT_CORE],  # noqa: B006
     op: Annotated[list[str], typer.Option(help="also the kernels of these builtin operators, e.g. CONV_2D")] = [],  # noqa: B006
+    ops_from: Annotated[list[Path], typer.Option("--ops-from", help="also the kernels of every operator in these "
+                                                 ".tflite files or folders of them")] = [],  # noqa: B006
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of progress")] = False,
 ) -> None:
     """Build TFLM from the pinned sources (LOWTIDE_TFLM_DIR) for each core and kernel set, once."""
+    opcodes = set(op)
+    for path in ops_from:
+        for model in sorted(path.glob("*.tflite")) if path.is_dir() else [path]:
+            opcodes |= {o.opcode for sg in load_model(model).subgraphs for o in sg.operators}
     built = []
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=Console(stderr=True), transient=True, disable=json_output) as bar:
         for core_name in core:
             for kernel_set in kernels:
                 task = bar.add_task(f"TFLM for {core_name}, {kernel_set.value} kernels", total=None)
-                library = build_library(kernel_set, core_named(core_name), op,
+                library = build_library(kernel_set, core_named(core_name), sorted(opcodes),
                                         progress=lambda done, total: bar.update(task, completed=done, total=total))
                 built.append({"core": core_name, "kernels": kernel_set.value, "library": str(library.archive)})
     if json_output:
