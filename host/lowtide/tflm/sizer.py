@@ -29,7 +29,9 @@ from lowtide.tflm.tree import PROJECT_DIR, KernelSet
 
 SIZER_DIR = PROJECT_DIR / ".pio" / "tflm" / "sizer"
 SIZES_DIR = PROJECT_DIR / ".pio" / "tflm" / "sizes"
-QEMU_TIMEOUT_S = 120.0
+# AllocateTensors of the largest shared model (mobilenet_v2, 3.9 MB) takes about a second under QEMU; a model on which
+# TFLM loops (it can, on hostile input) is stopped here rather than holding up inspect or optimize.
+QEMU_TIMEOUT_S = 30.0
 MODEL_LIMIT_BYTES = (8 << 20) - 16  # the model and the arena share the board's 16 MiB RAM; one word of parameters
 PARAMETERS_OFFSET = (8 << 20) - 4  # LT_SIZER_RESOURCE_VARIABLES
 ARENA_ALIGNMENT = 16  # MicroArenaBufferAlignment()
@@ -152,7 +154,8 @@ def _run_sizer(elf: Path, core: Core, model: bytes, resource_variables: int, pat
         except FileNotFoundError:
             raise LowtideError("qemu-system-arm not found: run scripts/install-firmware-deps.sh") from None
         except subprocess.TimeoutExpired:
-            raise LowtideError(f"the TFLM arena sizer ran longer than {QEMU_TIMEOUT_S:g} s", path) from None
+            raise LowtideError(f"TFLite Micro on {core.name} did not finish allocating tensors within "
+                               f"{QEMU_TIMEOUT_S:g} s (QEMU)", path) from None
     output = done.stdout.decode("utf-8", "replace")
     figures = _FIGURES.search(output)
     if figures is None:
