@@ -76,8 +76,9 @@ def env_toolchain(core):
 
     prefix = "arm-none-eabi-" if core.arm else "xtensa-esp32s3-elf-"
     bin_dirs = []
-    for name, package in env.PioPlatform().packages.items():  # noqa: F821
-        directory = env.PioPlatform().get_package_dir(name) if name.startswith("toolchain-") else None  # noqa: F821
+    platform = env.PioPlatform()  # noqa: F821
+    for name in platform.packages:
+        directory = platform.get_package_dir(name) if name.startswith("toolchain-") else None
         if directory:
             bin_dirs.append(str(Path(directory) / "bin"))
     path = os.pathsep.join(bin_dirs + [os.environ.get("PATH", "")])
