@@ -186,34 +186,28 @@ def lower_add_n(e, op, name):
     return f"{{ {inputs} lt_add_n_s8({p}, {name}_inputs, {len(op.inputs)}, {output}, {count}); }}"
 
 
-def lower_abs(e, op, name):
+def _lower_rescaled_unary(e, op, name, float_op: str, params, kernel: str) -> str:
+    """ABS and RSQRT: a float kernel, or an int8/int16 one that rescales through `params(in_scale, out_scale)`."""
     count = elementwise_count(e, op)
     dtype = e.tensor(op.inputs[0]).dtype
     source, target = e.pointer(op.inputs[0]), e.pointer(op.outputs[0], True)
     if dtype == "float32":
-        return f"lt_unary_f32(LT_ABS, {source}, {target}, {count});"
+        return f"lt_unary_f32({float_op}, {source}, {target}, {count});"
     in_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.outputs[0])
     if dtype == "int16":
         require(in_q.zero_point == out_q.zero_point == 0, "int16 needs zero points of 0")
     p = e.struct(f"{name}_params", "lt_activation_params", {
         "count": count, "input_zero_point": in_q.zero_point, "output_zero_point": out_q.zero_point,
-        **q.abs_params(in_q.scale, out_q.scale)})
-    return f"lt_abs_{SUFFIXES[dtype]}({p}, {source}, {target});"
+        **params(in_q.scale, out_q.scale)})
+    return f"{kernel}_{SUFFIXES[dtype]}({p}, {source}, {target});"
+
+
+def lower_abs(e, op, name):
+    return _lower_rescaled_unary(e, op, name, "LT_ABS", q.abs_params, "lt_abs")
 
 
 def lower_rsqrt(e, op, name):
-    count = elementwise_count(e, op)
-    dtype = e.tensor(op.inputs[0]).dtype
-    source, target = e.pointer(op.inputs[0]), e.pointer(op.outputs[0], True)
-    if dtype == "float32":
-        return f"lt_unary_f32(LT_RSQRT, {source}, {target}, {count});"
-    in_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.outputs[0])
-    if dtype == "int16":
-        require(in_q.zero_point == out_q.zero_point == 0, "int16 needs zero points of 0")
-    p = e.struct(f"{name}_params", "lt_activation_params", {
-        "count": count, "input_zero_point": in_q.zero_point, "output_zero_point": out_q.zero_point,
-        **q.rsqrt_params(in_q.scale, out_q.scale)})
-    return f"lt_rsqrt_{SUFFIXES[dtype]}({p}, {source}, {target});"
+    return _lower_rescaled_unary(e, op, name, "LT_RSQRT", q.rsqrt_params, "lt_rsqrt")
 
 
 COMPARISONS = {"EQUAL": "LT_EQUAL", "NOT_EQUAL": "LT_NOT_EQUAL", "LESS": "LT_LESS", "LESS_EQUAL": "LT_LESS_EQUAL",
