@@ -253,6 +253,69 @@ class ModelBuilder:
         self._share_quant(x.index, out.index)
         return out
 
+    def space_to_batch_nd(self, x: TensorRef, block: Sequence[int],
+                          paddings: Sequence[tuple[int, int]]) -> TensorRef:
+        """SPACE_TO_BATCH_ND of an NHWC tensor: pad height and width by `paddings`, then move each `block`
+        offset into a batch of its own. TFLM's kernel copies bytes (padding with the zero point), so the output
+        shares the input's scale and zero point."""
+        n, h, w, c = self._nhwc(x)
+        (bh, bw), ((top, bottom), (left, right)) = block, paddings
+        if bh < 1 or bw < 1 or min(top, bottom, left, right) < 0 or (h + top + bottom) % bh or (w + left + right) % bw:
+            raise LowtideError(f"SPACE_TO_BATCH_ND block {list(block)} and paddings {list(paddings)} do not fit "
+                               f"{x.shape}")
+        spec = self._activation(x)
+        op_index = len(self._operators)
+        inputs = (x.index, self._add_int32(f"space_to_batch_nd_{op_index}/block_shape", [bh, bw]),
+                  self._add_int32(f"space_to_batch_nd_{op_index}/paddings", [[top, bottom], [left, right]]))
+        out = self._add_op("SPACE_TO_BATCH_ND", inputs, (n * bh * bw, (h + top + bottom) // bh,
+                                                         (w + left + right) // bw, c),
+                           spec.rms, spec.nonnegative, fb.BuiltinOptions.SpaceToBatchNDOptions,
+                           fb.SpaceToBatchNDOptionsT())
+        self._share_quant(x.index, out.index)
+        return out
+
+    def batch_to_space_nd(self, x: TensorRef, block: Sequence[int], crops: Sequence[tuple[int, int]],
+                          shape: Sequence[int] | None = None) -> TensorRef:
+        """BATCH_TO_SPACE_ND, the inverse of `space_to_batch_nd` with `crops` cut off. The output shape is
+        computed unless `shape` declares another: TFLM's kernel never checks it against block and crops (its
+        Prepare checks only rank and type) and writes only the positions its input covers."""
+        n, h, w, c = self._nhwc(x)
+        (bh, bw), ((top, bottom), (left, right)) = block, crops
+        if bh < 1 or bw < 1 or n % (bh * bw) or min(top, bottom, left, right) < 0:
+            raise LowtideError(f"BATCH_TO_SPACE_ND block {list(block)} and crops {list(crops)} do not fit {x.shape}")
+        computed = (n // (bh * bw), h * bh - top - bottom, w * bw - left - right, c)
+        out_shape = tuple(shape) if shape is not None else computed
+        if len(out_shape) != 4 or out_shape[0] != computed[0] or out_shape[3] != c or min(out_shape) < 1:
+            raise LowtideError(f"BATCH_TO_SPACE_ND of {x.shape} cannot declare the output shape {out_shape}")
+        spec = self._activation(x)
+        op_index = len(self._operators)
+        inputs = (x.index, self._add_int32(f"batch_to_space_nd_{op_index}/block_shape", [bh, bw]),
+                  self._add_int32(f"batch_to_space_nd_{op_index}/crops", [[top, bottom], [left, right]]))
+        out = self._add_op("BATCH_TO_SPACE_ND", inputs, out_shape, spec.rms, spec.nonnegative,
+                           fb.BuiltinOptions.BatchToSpaceNDOptions, fb.BatchToSpaceNDOptionsT())
+        self._share_quant(x.index, out.index)
+        return out
+
+    def dilated_conv2d(self, x: TensorRef, filters: int, kernel: int = 3, dilation: int = 2,
+                       activation: Activation = "RELU", declared_shape: Sequence[int] | None = None) -> TensorRef:
+        """A SAME dilated convolution as TensorFlow lowers it when it has no dilated kernel
+        (`tf.nn.with_space_to_batch`): SPACE_TO_BATCH_ND pads by dilation x (kernel - 1), rounded up to a
+        multiple of `dilation`, and splits the image into dilation² batches; a VALID CONV_2D runs on each;
+        BATCH_TO_SPACE_ND interleaves them back and crops the rounding. `declared_shape` makes
+        BATCH_TO_SPACE_ND declare another output shape (see `batch_to_space_nd`)."""
+        _, h, w, _ = self._nhwc(x)
+        if dilation < 1:
+            raise LowtideError(f"dilation must be at least 1, got {dilation}")
+        pad = dilation * (kernel - 1)
+        paddings, crops = [], []
+        for size in (h, w):
+            extra = -(size + pad) % dilation
+            paddings.append((pad // 2, pad - pad // 2 + extra))
+            crops.append((0, extra))
+        batched = self.space_to_batch_nd(x, (dilation, dilation), paddings)
+        convolved = self.conv2d(batched, filters, kernel, padding="VALID", activation=activation)
+        return self.batch_to_space_nd(convolved, (dilation, dilation), crops, declared_shape)
+
     # ---- serialisation ------------------------------------------------------------------------------------
     def build(self, order: Sequence[int] | None = None) -> bytes:
         """The .tflite bytes, operators stored in `order` (call-order indices; default: call order)."""
