@@ -76,16 +76,6 @@ static int32_t lt_one_minus_x_over_one_plus_x_for_x_in_0_1(int32_t a) {
     return lt_saturating_shl(lt_wrap_sub(lt_reciprocal_one_plus_x_q2(a), (int32_t)1 << 29), 2); /* Rescale<0> */
 }
 
-static int lt_count_leading_zeros(uint32_t x) {
-    int n = 0;
-    if (x == 0) return 32;
-    while (!(x & 0x80000000u)) {
-        x <<= 1;
-        ++n;
-    }
-    return n;
-}
-
 /* reference_ops::Softmax<int8_t, OutputT>: exactly one of output8 / output16 is given; the output type's width
  * sets the final shift and its minimum is the zero point. */
 static void lt_softmax_s8_any(const lt_softmax_params *p, const int8_t *input, int8_t *output8, int16_t *output16) {
@@ -221,6 +211,61 @@ void lt_tanh_s8(const lt_activation_params *p, const int8_t *input, int8_t *outp
 
 void lt_tanh_f32(const float *input, float *output, int32_t count) {
     for (int32_t i = 0; i < count; ++i) output[i] = tanhf(input[i]);
+}
+
+/* common.h's sigmoid_table_uint16: sigmoid(i / 24) in Q0.16, the table TFLM's int16 LOGISTIC and TANH
+ * interpolate in (tanh(x) = 2 sigmoid(2x) - 1). */
+static const uint16_t lt_sigmoid_table_uint16[256] = {
+    32768, 33451, 34133, 34813, 35493, 36169, 36843, 37513, 38180, 38841, 39498, 40149, 40794, 41432, 42064, 42688,
+    43304, 43912, 44511, 45102, 45683, 46255, 46817, 47369, 47911, 48443, 48964, 49475, 49975, 50464, 50942, 51409,
+    51865, 52311, 52745, 53169, 53581, 53983, 54374, 54755, 55125, 55485, 55834, 56174, 56503, 56823, 57133, 57433,
+    57724, 58007, 58280, 58544, 58800, 59048, 59288, 59519, 59743, 59959, 60168, 60370, 60565, 60753, 60935, 61110,
+    61279, 61441, 61599, 61750, 61896, 62036, 62172, 62302, 62428, 62549, 62666, 62778, 62886, 62990, 63090, 63186,
+    63279, 63368, 63454, 63536, 63615, 63691, 63765, 63835, 63903, 63968, 64030, 64090, 64148, 64204, 64257, 64308,
+    64357, 64405, 64450, 64494, 64536, 64576, 64614, 64652, 64687, 64721, 64754, 64786, 64816, 64845, 64873, 64900,
+    64926, 64950, 64974, 64997, 65019, 65039, 65060, 65079, 65097, 65115, 65132, 65149, 65164, 65179, 65194, 65208,
+    65221, 65234, 65246, 65258, 65269, 65280, 65291, 65301, 65310, 65319, 65328, 65337, 65345, 65352, 65360, 65367,
+    65374, 65381, 65387, 65393, 65399, 65404, 65410, 65415, 65420, 65425, 65429, 65433, 65438, 65442, 65445, 65449,
+    65453, 65456, 65459, 65462, 65465, 65468, 65471, 65474, 65476, 65479, 65481, 65483, 65485, 65488, 65489, 65491,
+    65493, 65495, 65497, 65498, 65500, 65501, 65503, 65504, 65505, 65507, 65508, 65509, 65510, 65511, 65512, 65513,
+    65514, 65515, 65516, 65517, 65517, 65518, 65519, 65520, 65520, 65521, 65522, 65522, 65523, 65523, 65524, 65524,
+    65525, 65525, 65526, 65526, 65526, 65527, 65527, 65528, 65528, 65528, 65529, 65529, 65529, 65529, 65530, 65530,
+    65530, 65530, 65531, 65531, 65531, 65531, 65531, 65532, 65532, 65532, 65532, 65532, 65532, 65533, 65533, 65533,
+    65533, 65533, 65533, 65533, 65533, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65535};
+
+/* The int16 input rescaled as reference_integer_ops::Logistic / Tanh do: a multiplier of 0 is the power-of-two
+ * case, 3 << shift with no shift after. Arithmetic right shift of a negative value, as TFLM's targets do. */
+static inline int32_t lt_sigmoid_input_s16(const lt_activation_params *p, int16_t value) {
+    const int32_t multiplier = p->multiplier == 0 ? 3 << p->shift : p->multiplier;
+    const int32_t shift = p->multiplier == 0 ? 0 : p->shift;
+    const int32_t round = shift > 0 ? 1 << (shift - 1) : 0;
+    return (value * multiplier + round) >> shift;
+}
+
+/* The table interpolated at |x| with `fraction_bits` bits below the index; 0 past its end. */
+static inline uint32_t lt_sigmoid_lookup(uint32_t abs_input, int fraction_bits, uint32_t saturated) {
+    const uint32_t index = abs_input >> fraction_bits;
+    if (index >= 255) return saturated;
+    const uint32_t a = lt_sigmoid_table_uint16[index], b = lt_sigmoid_table_uint16[index + 1];
+    return (a << fraction_bits) + (abs_input & ((1u << fraction_bits) - 1)) * (b - a);
+}
+
+void lt_logistic_s16(const lt_activation_params *p, const int16_t *input, int16_t *output) {
+    for (int32_t i = 0; i < p->count; ++i) {
+        const int32_t x = lt_sigmoid_input_s16(p, input[i]);
+        uint32_t result = lt_sigmoid_lookup((uint32_t)(x < 0 ? -x : x), 9, 0x7FFFu << 10);
+        result = x >= 0 ? result + (1u << 9) : (1u << 25) - result + (1u << 9) - 1;
+        output[i] = (int16_t)(result >> 10);
+    }
+}
+
+void lt_tanh_s16(const lt_activation_params *p, const int16_t *input, int16_t *output) {
+    for (int32_t i = 0; i < p->count; ++i) {
+        const int32_t x = lt_sigmoid_input_s16(p, input[i]);
+        const int32_t looked_up = (int32_t)lt_sigmoid_lookup((uint32_t)(x < 0 ? -x : x), 8, 0xFFFFu << 8);
+        const int32_t result = x >= 0 ? looked_up - (1 << 23) + (1 << 7) : -looked_up + (1 << 23) + (1 << 7) - 1;
+        output[i] = (int16_t)(result >> 8);
+    }
 }
 
 /* ReluQuantized: requantize, then clamp. */
@@ -439,5 +484,90 @@ void lt_log_softmax_f32(const lt_softmax_params *p, const float *input, float *o
         for (int32_t c = 0; c < p->depth; ++c) sum += expf(in[c] - max);
         const float log_sum = logf(sum);
         for (int32_t c = 0; c < p->depth; ++c) output[i * p->depth + c] = in[c] - max - log_sum;
+    }
+}
+
+/* gemmlowp Rescale / common.h SaturatingRoundingMultiplyByPOTParam: x times 2^exponent, saturating up, rounding
+ * down. */
+static int32_t lt_multiply_by_pot(int32_t x, int exponent) {
+    if (exponent > 0) return lt_saturating_shl(x, exponent);
+    return exponent < 0 ? lt_rounding_divide_by_pot(x, -exponent) : x;
+}
+
+static int32_t lt_saturating_add(int32_t a, int32_t b) {
+    const int64_t sum = (int64_t)a + b;
+    return sum > INT32_MAX ? INT32_MAX : (sum < INT32_MIN ? INT32_MIN : (int32_t)sum);
+}
+
+/* common.h log_x_for_x_greater_than_or_equal_to_1_impl<5, 12>: log of a Q12.19 value >= 1, Q5.26 result,
+ * accumulated in Q6.25. */
+static int32_t lt_log_q12_to_q5(int32_t input) {
+    enum { kInputIntegerBits = 12, kOutputIntegerBits = 5, kAccumIntegerBits = 6 };
+    const int32_t log_2 = 1488522236, sqrt_sqrt_half = 1805811301, sqrt_half = 1518500250;
+    const int32_t alpha_n = 117049297, alpha_d = 127690142, alpha_i = 1057819769, alpha_f = 638450708;
+    const int32_t shifted_quarter = lt_multiply_by_pot(536870912, -kAccumIntegerBits); /* 1/4 in Q6.25 */
+    const int z_a_headroom_plus_1 = lt_count_leading_zeros((uint32_t)input);
+    const int32_t r_a_tmp = lt_multiply_by_pot(input, z_a_headroom_plus_1 - 1);
+    const int32_t r_a_raw = lt_multiply_by_pot(lt_srdhm(r_a_tmp, sqrt_half), 1);
+    const int32_t z_a_pow_2_adj = lt_saturating_add(
+        lt_multiply_by_pot(kInputIntegerBits - z_a_headroom_plus_1, 31 - kAccumIntegerBits), shifted_quarter);
+    const int32_t z_b = lt_srdhm(input, sqrt_half);
+    const int z_b_headroom = lt_count_leading_zeros((uint32_t)z_b) - 1;
+    const int32_t r_b_raw = lt_multiply_by_pot(input, z_b_headroom);
+    const int32_t z_b_pow_2_adj = lt_saturating_add(
+        lt_multiply_by_pot(kInputIntegerBits - z_b_headroom, 31 - kAccumIntegerBits), -shifted_quarter);
+    const int32_t r = r_a_raw < r_b_raw ? r_a_raw : r_b_raw;
+    const int32_t z_pow_2_adj = z_a_pow_2_adj > z_b_pow_2_adj ? z_a_pow_2_adj : z_b_pow_2_adj;
+    const int64_t half_sum = (int64_t)r + sqrt_sqrt_half; /* RoundingHalfSum */
+    const int32_t p = (int32_t)((half_sum + (half_sum >= 0 ? 1 : -1)) / 2);
+    int32_t q = lt_wrap_sub(r, sqrt_sqrt_half);
+    q = lt_wrap_add(q, q);
+    const int32_t common_sq = lt_srdhm(q, q);
+    const int32_t num = lt_wrap_add(lt_srdhm(q, r), lt_srdhm(lt_srdhm(q, common_sq), alpha_n));
+    const int32_t denom_minus_one_0 = lt_wrap_add(
+        lt_srdhm(p, lt_wrap_add(lt_wrap_add(alpha_i, q), lt_srdhm(alpha_d, common_sq))), lt_srdhm(alpha_f, q));
+    const int32_t recip_denom = lt_one_over_one_plus_x_for_x_in_0_1(denom_minus_one_0);
+    const int32_t num_scaled = lt_multiply_by_pot(num, -kAccumIntegerBits);
+    return lt_multiply_by_pot(lt_wrap_add(lt_srdhm(z_pow_2_adj, log_2), lt_srdhm(num_scaled, recip_denom)),
+                              kAccumIntegerBits - kOutputIntegerBits);
+}
+
+/* reference_ops::LogSoftmaxQuantized<int8_t>: the input difference in Q5.26, exps summed in Q12.19, the log of
+ * the sum subtracted; output scale 16/256 and zero point 127. */
+void lt_log_softmax_s8(const lt_softmax_params *p, int32_t reverse_scaling_divisor, int32_t reverse_scaling_shift,
+                       const int8_t *input, int8_t *output) {
+    enum { kInputIntegerBits = 5, kAccumulationIntegerBits = 12, kOutputIntegerBits = 4 };
+    for (int32_t i = 0; i < p->outer; ++i) {
+        const int8_t *in = input + i * p->depth;
+        int8_t *out = output + i * p->depth;
+        int32_t max = INT8_MIN;
+        for (int32_t c = 0; c < p->depth; ++c) max = in[c] > max ? in[c] : max;
+        int32_t sum_of_exps = 0;
+        for (int32_t c = 0; c < p->depth; ++c) {
+            const int32_t diff = in[c] - max;
+            if (diff >= p->diff_min) {
+                const int32_t diff_q5 = lt_multiply_by_quantized_multiplier(diff, p->input_multiplier,
+                                                                            p->input_left_shift);
+                sum_of_exps = lt_wrap_add(sum_of_exps, lt_multiply_by_pot(
+                    lt_exp_on_negative_values(diff_q5, kInputIntegerBits), -kAccumulationIntegerBits));
+            }
+        }
+        const int32_t log_sum_q5 = lt_log_q12_to_q5(sum_of_exps);
+        const int32_t shifted_log_sum = lt_wrap_add(log_sum_q5, INT32_MIN);
+        const int32_t scaled_back = lt_multiply_by_quantized_multiplier(shifted_log_sum, reverse_scaling_divisor,
+                                                                        reverse_scaling_shift);
+        const int32_t adjusted_diff_min = p->diff_min - 1 > scaled_back ? p->diff_min - 1 : scaled_back;
+        for (int32_t c = 0; c < p->depth; ++c) {
+            const int32_t diff = in[c] - max;
+            if (diff > adjusted_diff_min) {
+                const int32_t diff_q5 = lt_multiply_by_quantized_multiplier(diff, p->input_multiplier,
+                                                                            p->input_left_shift);
+                const int32_t q = lt_rounding_divide_by_pot(lt_wrap_sub(diff_q5, log_sum_q5),
+                                                            31 - kInputIntegerBits - kOutputIntegerBits) + INT8_MAX;
+                out[c] = (int8_t)lt_clamp(q, INT8_MIN, INT8_MAX);
+            } else {
+                out[c] = INT8_MIN;
+            }
+        }
     }
 }

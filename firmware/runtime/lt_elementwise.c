@@ -9,25 +9,54 @@
 #include "lt_fixedpoint.h"
 #include "lt_runtime.h"
 
+/* reference_ops::AddElementwise and Sub for int8 and int16 (left_shift 20 and 15): both inputs rescaled to twice
+ * the larger input scale, combined with `op`, requantized. */
+#define LT_ADD_OR_SUB_QUANTIZED(T, op)                                                                            \
+    LT_BINARY_LOOP({                                                                                             \
+        const int32_t shifted1 = lt_shl(p->input1_offset + input1[i1], p->left_shift);                            \
+        const int32_t shifted2 = lt_shl(p->input2_offset + input2[i2], p->left_shift);                            \
+        const int32_t scaled1 = lt_multiply_by_quantized_multiplier(shifted1, p->input1_multiplier, p->input1_shift); \
+        const int32_t scaled2 = lt_multiply_by_quantized_multiplier(shifted2, p->input2_multiplier, p->input2_shift); \
+        const int32_t raw = lt_multiply_by_quantized_multiplier(scaled1 op scaled2, p->output_multiplier,         \
+                                                                p->output_shift) + p->output_offset;            \
+        output[o] = (T)lt_clamp(raw, p->act_min, p->act_max);                                                    \
+    })
+
 void lt_add_s8(const lt_binary_params *p, const int8_t *input1, const int8_t *input2, int8_t *output) {
-    LT_BINARY_LOOP({
-        const int32_t shifted1 = lt_shl(p->input1_offset + input1[i1], p->left_shift);
-        const int32_t shifted2 = lt_shl(p->input2_offset + input2[i2], p->left_shift);
-        const int32_t scaled1 = lt_multiply_by_quantized_multiplier(shifted1, p->input1_multiplier, p->input1_shift);
-        const int32_t scaled2 = lt_multiply_by_quantized_multiplier(shifted2, p->input2_multiplier, p->input2_shift);
-        const int32_t raw = lt_multiply_by_quantized_multiplier(scaled1 + scaled2, p->output_multiplier,
-                                                                p->output_shift) + p->output_offset;
-        output[o] = (int8_t)lt_clamp(raw, p->act_min, p->act_max);
-    });
+    LT_ADD_OR_SUB_QUANTIZED(int8_t, +);
 }
 
+void lt_add_s16(const lt_binary_params *p, const int16_t *input1, const int16_t *input2, int16_t *output) {
+    LT_ADD_OR_SUB_QUANTIZED(int16_t, +);
+}
+
+/* int32 ADD and MUL wrap on overflow, as TFLM's plain C++ arithmetic does on its targets. */
+void lt_add_s32(const lt_binary_params *p, const int32_t *input1, const int32_t *input2, int32_t *output) {
+    LT_BINARY_LOOP(output[o] = lt_clamp(lt_wrap_add(input1[i1], input2[i2]), p->act_min, p->act_max));
+}
+
+/* reference_integer_ops::MulElementwise: the zero-point-corrected product requantized (int16: zero points 0). */
+#define LT_MUL_QUANTIZED(T)                                                                                     \
+    LT_BINARY_LOOP({                                                                                            \
+        const int32_t v1 = p->input1_offset + input1[i1];                                                       \
+        const int32_t v2 = p->input2_offset + input2[i2];                                                       \
+        const int32_t raw = p->output_offset +                                                                  \
+                            lt_multiply_by_quantized_multiplier(v1 * v2, p->output_multiplier, p->output_shift); \
+        output[o] = (T)lt_clamp(raw, p->act_min, p->act_max);                                                   \
+    })
+
 void lt_mul_s8(const lt_binary_params *p, const int8_t *input1, const int8_t *input2, int8_t *output) {
+    LT_MUL_QUANTIZED(int8_t);
+}
+
+void lt_mul_s16(const lt_binary_params *p, const int16_t *input1, const int16_t *input2, int16_t *output) {
+    LT_MUL_QUANTIZED(int16_t);
+}
+
+void lt_mul_s32(const lt_binary_params *p, const int32_t *input1, const int32_t *input2, int32_t *output) {
     LT_BINARY_LOOP({
-        const int32_t v1 = p->input1_offset + input1[i1];
-        const int32_t v2 = p->input2_offset + input2[i2];
-        const int32_t raw = p->output_offset +
-                            lt_multiply_by_quantized_multiplier(v1 * v2, p->output_multiplier, p->output_shift);
-        output[o] = (int8_t)lt_clamp(raw, p->act_min, p->act_max);
+        const int32_t product = (int32_t)((uint32_t)input1[i1] * (uint32_t)input2[i2]);
+        output[o] = lt_clamp(product, p->act_min, p->act_max);
     });
 }
 
@@ -99,24 +128,12 @@ void lt_dequantize(lt_type input_type, const void *input, float *output, int32_t
     }
 }
 
-/* reference_ops::Sub for int8 and int16: ADD's rescaling, the second input subtracted. */
-#define LT_SUB_QUANTIZED(T)                                                                                      \
-    LT_BINARY_LOOP({                                                                                             \
-        const int32_t shifted1 = lt_shl(p->input1_offset + input1[i1], p->left_shift);                            \
-        const int32_t shifted2 = lt_shl(p->input2_offset + input2[i2], p->left_shift);                            \
-        const int32_t scaled1 = lt_multiply_by_quantized_multiplier(shifted1, p->input1_multiplier, p->input1_shift); \
-        const int32_t scaled2 = lt_multiply_by_quantized_multiplier(shifted2, p->input2_multiplier, p->input2_shift); \
-        const int32_t raw = lt_multiply_by_quantized_multiplier(scaled1 - scaled2, p->output_multiplier,          \
-                                                                p->output_shift) + p->output_offset;            \
-        output[o] = (T)lt_clamp(raw, p->act_min, p->act_max);                                                    \
-    })
-
 void lt_sub_s8(const lt_binary_params *p, const int8_t *input1, const int8_t *input2, int8_t *output) {
-    LT_SUB_QUANTIZED(int8_t);
+    LT_ADD_OR_SUB_QUANTIZED(int8_t, -);
 }
 
 void lt_sub_s16(const lt_binary_params *p, const int16_t *input1, const int16_t *input2, int16_t *output) {
-    LT_SUB_QUANTIZED(int16_t);
+    LT_ADD_OR_SUB_QUANTIZED(int16_t, -);
 }
 
 void lt_sub_s32(const lt_binary_params *p, const int32_t *input1, const int32_t *input2, int32_t *output) {
@@ -203,6 +220,41 @@ void lt_squared_difference_f32(const lt_binary_params *p, const float *input1, c
 
 void lt_div_f32(const lt_binary_params *p, const float *input1, const float *input2, float *output) {
     LT_BINARY_LOOP(output[o] = lt_clamp_f(input1[i1] / input2[i2], p->act_min_f, p->act_max_f));
+}
+
+/* reference_ops::DivElementwise for int8: the divisor's reciprocal (GetReciprocal) times the dividend at full
+ * headroom, requantized. A divisor at its zero point is a division by zero TFLM does not check: GetReciprocal
+ * shifts the 0 by 32 bits, which gives 0 on x86 and Arm, and the rest is ordinary arithmetic; the same result is
+ * computed here without the undefined shift. */
+void lt_div_s8(const lt_binary_params *p, const int8_t *input1, const int8_t *input2, int8_t *output) {
+    LT_BINARY_LOOP({
+        int32_t v1 = p->input1_offset + input1[i1];
+        int32_t v2 = p->input2_offset + input2[i2];
+        if (v2 < 0) {
+            v1 = -v1;
+            v2 = -v2;
+        }
+        const int headroom_plus_one = lt_count_leading_zeros((uint32_t)v2);
+        const int recip_shift = 31 - headroom_plus_one;
+        const uint32_t normalized = headroom_plus_one < 32 ? (uint32_t)v2 << headroom_plus_one : 0u;
+        const int32_t reciprocal = lt_one_over_one_plus_x_for_x_in_0_1((int32_t)(normalized - 0x80000000u));
+        const int headroom = lt_count_leading_sign_bits(v1);
+        const int32_t unscaled = lt_srdhm(lt_shl(v1, headroom), reciprocal);
+        const int total_shift = p->output_shift - recip_shift - headroom;
+        const int32_t raw = p->output_offset +
+                            lt_rounding_divide_by_pot(lt_srdhm(unscaled, p->output_multiplier), -total_shift);
+        output[o] = (int8_t)lt_clamp(raw, p->act_min, p->act_max);
+    });
+}
+
+/* reference_ops::Div<int32_t>: C division, truncating. A zero divisor gives 0 and INT32_MIN / -1 gives INT32_MIN,
+ * as the Cortex-M SDIV instruction does (TFLM's `a / b` traps on x86 in both cases). */
+void lt_div_s32(const lt_binary_params *p, const int32_t *input1, const int32_t *input2, int32_t *output) {
+    LT_BINARY_LOOP({
+        const int32_t a = input1[i1], b = input2[i2];
+        const int32_t quotient = b == 0 ? 0 : (b == -1 ? lt_wrap_sub(0, a) : a / b);
+        output[o] = lt_clamp(quotient, p->act_min, p->act_max);
+    });
 }
 
 void lt_add_n_s8(const lt_binary_params *p, const int8_t *const *inputs, int32_t n, int8_t *output, int32_t count) {

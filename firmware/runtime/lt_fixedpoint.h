@@ -39,6 +39,21 @@ static inline int32_t lt_saturating_shl(int32_t x, int exponent) {
     return lt_shl(x, exponent);
 }
 
+/* CountLeadingZeros (32 for 0) and CountLeadingSignBits (31 for 0), portable. */
+static inline int lt_count_leading_zeros(uint32_t x) {
+    int n = 0;
+    if (x == 0) return 32;
+    while (!(x & 0x80000000u)) {
+        x <<= 1;
+        ++n;
+    }
+    return n;
+}
+
+static inline int lt_count_leading_sign_bits(int32_t x) {
+    return lt_count_leading_zeros(x < 0 ? ~(uint32_t)x : (uint32_t)x) - 1;
+}
+
 static inline int32_t lt_clamp(int32_t x, int32_t lo, int32_t hi) { return x < lo ? lo : (x > hi ? hi : x); }
 static inline float lt_clamp_f(float x, float lo, float hi) {
     /* TFLM's ActivationFunctionWithMinMax: min(max(x, lo), hi) */

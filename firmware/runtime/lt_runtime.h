@@ -230,6 +230,14 @@ void lt_prelu_s16(const lt_binary_params *p, const int16_t *input, const int8_t 
 void lt_hard_swish_s8(const lt_hard_swish_params *p, const int8_t *input, int8_t *output);
 /* TANH (gemmlowp tanh on Q4.27): input_zero_point, input_range_radius, multiplier and shift. */
 void lt_tanh_s8(const lt_activation_params *p, const int8_t *input, int8_t *output);
+/* int16 LOGISTIC and TANH (zero points 0, output scale 2^-15): TFLM's interpolated uint16 sigmoid table; multiplier
+ * and shift rescale the input, a multiplier of 0 meaning the power-of-two case. */
+void lt_logistic_s16(const lt_activation_params *p, const int16_t *input, int16_t *output);
+void lt_tanh_s16(const lt_activation_params *p, const int16_t *input, int16_t *output);
+/* int8 LOG_SOFTMAX (output scale 16/256, zero point 127): reverse_scaling_* turn the log of the sum back into
+ * input steps. */
+void lt_log_softmax_s8(const lt_softmax_params *p, int32_t reverse_scaling_divisor, int32_t reverse_scaling_shift,
+                       const int8_t *input, int8_t *output);
 /* A 256-entry table indexed by the input byte (ELU's int8 kernel, built at compile time as TFLM's Prepare does). */
 void lt_lookup_s8(const int8_t *table, const int8_t *input, int8_t *output, int32_t count);
 /* SUM uses the MEAN kernels with a multiplier that leaves out 1/count (and lt_sum_f32 for float). */
@@ -320,6 +328,10 @@ void lt_elu_f32(const float *input, float *output, int32_t count);
 void lt_sub_s8(const lt_binary_params *p, const int8_t *input1, const int8_t *input2, int8_t *output);
 void lt_sub_s16(const lt_binary_params *p, const int16_t *input1, const int16_t *input2, int16_t *output);
 void lt_sub_s32(const lt_binary_params *p, const int32_t *input1, const int32_t *input2, int32_t *output);
+void lt_add_s16(const lt_binary_params *p, const int16_t *input1, const int16_t *input2, int16_t *output);
+void lt_add_s32(const lt_binary_params *p, const int32_t *input1, const int32_t *input2, int32_t *output);
+void lt_mul_s16(const lt_binary_params *p, const int16_t *input1, const int16_t *input2, int16_t *output);
+void lt_mul_s32(const lt_binary_params *p, const int32_t *input1, const int32_t *input2, int32_t *output);
 void lt_sub_f32(const lt_binary_params *p, const float *input1, const float *input2, float *output);
 void lt_maximum_s8(const lt_binary_params *p, const int8_t *input1, const int8_t *input2, int8_t *output);
 void lt_maximum_s16(const lt_binary_params *p, const int16_t *input1, const int16_t *input2, int16_t *output);
@@ -338,6 +350,8 @@ void lt_squared_difference_s32(const lt_binary_params *p, const int32_t *input1,
 void lt_squared_difference_f32(const lt_binary_params *p, const float *input1, const float *input2,
                                float *output);
 void lt_div_f32(const lt_binary_params *p, const float *input1, const float *input2, float *output);
+void lt_div_s8(const lt_binary_params *p, const int8_t *input1, const int8_t *input2, int8_t *output);
+void lt_div_s32(const lt_binary_params *p, const int32_t *input1, const int32_t *input2, int32_t *output);
 /* ADD_N: `count` elements of each of `n` inputs summed; int8 uses input1_multiplier/shift for every input. */
 void lt_add_n_s8(const lt_binary_params *p, const int8_t *const *inputs, int32_t n, int8_t *output, int32_t count);
 void lt_add_n_f32(const float *const *inputs, int32_t n, float *output, int32_t count);
