@@ -15,6 +15,7 @@ zero point across their inputs and outputs, as the TFLite converter arranges it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import math
 from collections.abc import Sequence
@@ -67,6 +68,15 @@ class _ActivationSpec:
     rms: float  # estimated root-mean-square of the real values
     nonnegative: bool  # after RELU/RELU6: the int8 range can start at 0
     fixed_range: tuple[float, float] | None = None  # model inputs: the range the caller gave
+    dtype: str = "int8"  # or "float32" (DEQUANTIZE's output): no quantization
+    fixed_quant: _QuantParams | None = None  # what the kernel requires (LOGISTIC: 1/256, -128)
+
+
+@dataclass(frozen=True)
+class _ConstantSpec:
+    name: str
+    values: np.ndarray  # float32, broadcast against an activation (per channel or scalar)
+    quant_like: int | None  # activation whose scale and zero point it takes; None: its own symmetric scale
 
 
 @dataclass(frozen=True)
@@ -106,7 +116,7 @@ class ModelBuilder:
         self._serial = next(_builder_serials)
         self._rng = np.random.default_rng(seed)
         self._name = name
-        self._tensors: list[_ActivationSpec | _WeightSpec | _BiasSpec | _Int32Spec] = []
+        self._tensors: list[_ActivationSpec | _WeightSpec | _BiasSpec | _Int32Spec | _ConstantSpec] = []
         self._operators: list[_OperatorSpec] = []
         self._producer: dict[int, int] = {}  # activation tensor index -> operator index
         self._inputs: list[int] = []
@@ -132,29 +142,29 @@ class ModelBuilder:
 
     # ---- operators ----------------------------------------------------------------------------------------
     def conv2d(self, x: TensorRef, filters: int, kernel: int = 3, stride: int = 1, padding: Padding = "SAME",
-               activation: Activation = "RELU") -> TensorRef:
+               activation: Activation = "RELU", dilation: int = 1) -> TensorRef:
         n, h, w, c = self._nhwc(x)
-        out_h, out_w = _conv_out(h, kernel, stride, padding), _conv_out(w, kernel, stride, padding)
+        out_h, out_w = _conv_out(h, kernel, stride, padding, dilation), _conv_out(w, kernel, stride, padding, dilation)
         weights = self._draw_weights((filters, kernel, kernel, c), fan_in=kernel * kernel * c,
                                      activation=activation)
         options = fb.Conv2DOptionsT()
         options.padding, options.strideH, options.strideW = _PADDING_CODES[padding], stride, stride
-        options.dilationHFactor = options.dilationWFactor = 1
+        options.dilationHFactor = options.dilationWFactor = dilation
         options.fusedActivationFunction = _activation_code(activation)
         return self._add_weighted("CONV_2D", x, weights, channel_axis=0, out_shape=(n, out_h, out_w, filters),
                                   activation=activation, options_type=fb.BuiltinOptions.Conv2DOptions,
                                   options=options)
 
     def depthwise_conv2d(self, x: TensorRef, kernel: int = 3, stride: int = 1, padding: Padding = "SAME",
-                         activation: Activation = "RELU", depth_multiplier: int = 1) -> TensorRef:
+                         activation: Activation = "RELU", depth_multiplier: int = 1, dilation: int = 1) -> TensorRef:
         n, h, w, c = self._nhwc(x)
-        out_h, out_w = _conv_out(h, kernel, stride, padding), _conv_out(w, kernel, stride, padding)
+        out_h, out_w = _conv_out(h, kernel, stride, padding, dilation), _conv_out(w, kernel, stride, padding, dilation)
         channels = c * depth_multiplier
         weights = self._draw_weights((1, kernel, kernel, channels), fan_in=kernel * kernel, activation=activation)
         options = fb.DepthwiseConv2DOptionsT()
         options.padding, options.strideH, options.strideW = _PADDING_CODES[padding], stride, stride
         options.depthMultiplier = depth_multiplier
-        options.dilationHFactor = options.dilationWFactor = 1
+        options.dilationHFactor = options.dilationWFactor = dilation
         options.fusedActivationFunction = _activation_code(activation)
         return self._add_weighted("DEPTHWISE_CONV_2D", x, weights, channel_axis=3,
                                   out_shape=(n, out_h, out_w, channels), activation=activation,
@@ -316,6 +326,173 @@ class ModelBuilder:
         convolved = self.conv2d(batched, filters, kernel, padding="VALID", activation=activation)
         return self.batch_to_space_nd(convolved, (dilation, dilation), crops, declared_shape)
 
+    # ---- element-wise operators, padding, resizing, reductions --------------------------------------------
+    def activation(self, x: TensorRef, kind: str, alpha: float = 0.2) -> TensorRef:
+        """A unary activation operator: LOGISTIC, TANH, HARD_SWISH, RELU, RELU6, RELU_N1_TO_1 or LEAKY_RELU
+        (slope `alpha` below zero). LOGISTIC and TANH get the output quantization TFLM's int8 kernels require."""
+        spec = self._activation(x)
+        fixed = {"LOGISTIC": _QuantParams(1.0 / 256, -128), "TANH": _QuantParams(1.0 / 128, 0)}
+        options_type, options = fb.BuiltinOptions.NONE, None
+        if kind in fixed:
+            rms, nonnegative = 0.5, kind == "LOGISTIC"
+        elif kind in ("RELU", "RELU6"):
+            rms, nonnegative = _after_activation(spec.rms, kind, spec.nonnegative)
+        elif kind == "RELU_N1_TO_1":
+            rms, nonnegative = min(spec.rms, 1.0), False
+        elif kind == "HARD_SWISH":
+            rms, nonnegative = spec.rms / math.sqrt(2.0), False
+        elif kind == "LEAKY_RELU":
+            rms, nonnegative = spec.rms, False
+            options_type, options = fb.BuiltinOptions.LeakyReluOptions, fb.LeakyReluOptionsT()
+            options.alpha = alpha
+        else:
+            raise LowtideError(f"unknown activation {kind!r}")
+        out = self._add_op(kind, (x.index,), x.shape, rms, nonnegative, options_type, options)
+        if kind in fixed:
+            self._tensors[out.index] = dataclasses.replace(self._tensors[out.index], fixed_quant=fixed[kind])
+        return out
+
+    def prelu(self, x: TensorRef) -> TensorRef:
+        """PRELU with one learned slope per channel (a constant of shape (1, 1, C))."""
+        spec = self._activation(x)
+        alpha = self._add_constant(f"prelu_{len(self._operators)}/alpha",
+                                   self._rng.uniform(0.05, 0.3, size=(1, 1, x.shape[-1])), None)
+        return self._add_op("PRELU", (x.index, alpha), x.shape, spec.rms, False, fb.BuiltinOptions.NONE, None)
+
+    def binary(self, opcode: str, a: TensorRef, b: TensorRef | np.ndarray | float,
+               activation: Activation = "NONE") -> TensorRef:
+        """ADD, SUB, MUL, MAXIMUM, MINIMUM or SQUARED_DIFFERENCE of `a` with `b`: an activation (broadcast as
+        numpy does) or a constant (a scalar, or one value per channel). MAXIMUM and MINIMUM compare raw int8
+        values, so their operands and output share one scale and zero point."""
+        options_types = {"ADD": (fb.BuiltinOptions.AddOptions, fb.AddOptionsT),
+                         "SUB": (fb.BuiltinOptions.SubOptions, fb.SubOptionsT),
+                         "MUL": (fb.BuiltinOptions.MulOptions, fb.MulOptionsT),
+                         "MAXIMUM": (fb.BuiltinOptions.MaximumMinimumOptions, fb.MaximumMinimumOptionsT),
+                         "MINIMUM": (fb.BuiltinOptions.MaximumMinimumOptions, fb.MaximumMinimumOptionsT),
+                         "SQUARED_DIFFERENCE": (fb.BuiltinOptions.SquaredDifferenceOptions,
+                                                fb.SquaredDifferenceOptionsT)}
+        if opcode not in options_types:
+            raise LowtideError(f"unknown binary operator {opcode!r}")
+        sa = self._activation(a)
+        shared = opcode in ("MAXIMUM", "MINIMUM")
+        if isinstance(b, TensorRef):
+            sb = self._activation(b)
+            b_index, b_rms, b_nonnegative = b.index, sb.rms, sb.nonnegative
+            try:
+                shape = tuple(np.broadcast_shapes(a.shape, b.shape))
+            except ValueError:
+                raise LowtideError(f"{opcode} cannot broadcast {a.shape} with {b.shape}") from None
+        else:
+            values = np.asarray(b, dtype=np.float32)
+            if values.ndim > 1 or (values.ndim == 1 and values.shape[0] not in (1, a.shape[-1])):
+                raise LowtideError(f"{opcode}'s constant must be a scalar or one value per channel")
+            b_index = self._add_constant(f"{opcode.lower()}_{len(self._operators)}/constant", values,
+                                         a.index if shared else None)
+            b_rms, b_nonnegative, shape = float(np.sqrt(np.mean(values ** 2))), bool((values >= 0).all()), a.shape
+        rms = {"MUL": sa.rms * b_rms, "SQUARED_DIFFERENCE": sa.rms ** 2 + b_rms ** 2}.get(
+            opcode, max(sa.rms, b_rms) if shared else math.hypot(sa.rms, b_rms))
+        nonnegative = opcode == "SQUARED_DIFFERENCE" or (sa.nonnegative and b_nonnegative and opcode != "SUB")
+        options_type, options_class = options_types[opcode]
+        options = options_class()
+        if hasattr(options, "fusedActivationFunction"):
+            options.fusedActivationFunction = _activation_code(activation)
+        out = self._add_op(opcode, (a.index, b_index), shape, *_after_activation(rms, activation, nonnegative),
+                           options_type, options)
+        if shared:
+            self._share_quant(a.index, out.index)
+            if isinstance(b, TensorRef):
+                self._share_quant(b.index, out.index)
+        return out
+
+    def pad(self, x: TensorRef, rows: tuple[int, int] = (0, 0), cols: tuple[int, int] = (0, 0),
+            channels: tuple[int, int] = (0, 0), mode: str = "CONSTANT", value: float | None = None) -> TensorRef:
+        """PAD (zero point), PADV2 (`value`) or MIRROR_PAD (`mode` REFLECT or SYMMETRIC) of an NHWC tensor by
+        (before, after) rows, columns and channels. The output shares the input's scale and zero point."""
+        n, h, w, c = self._nhwc(x)
+        spec = self._activation(x)
+        op_index = len(self._operators)
+        paddings = self._add_int32(f"pad_{op_index}/paddings", [[0, 0], list(rows), list(cols), list(channels)])
+        if mode == "CONSTANT" and value is None:
+            opcode, inputs, options_type, options = "PAD", (x.index, paddings), fb.BuiltinOptions.PadOptions, \
+                fb.PadOptionsT()
+        elif mode == "CONSTANT":
+            fill = self._add_constant(f"pad_{op_index}/value", np.array([value], dtype=np.float32), x.index)
+            opcode, inputs, options_type, options = "PADV2", (x.index, paddings, fill), \
+                fb.BuiltinOptions.PadV2Options, fb.PadV2OptionsT()
+        elif mode in ("REFLECT", "SYMMETRIC"):
+            options = fb.MirrorPadOptionsT()
+            options.mode = getattr(fb.MirrorPadMode, mode)
+            opcode, inputs, options_type = "MIRROR_PAD", (x.index, paddings), fb.BuiltinOptions.MirrorPadOptions
+        else:
+            raise LowtideError(f"padding mode must be CONSTANT, REFLECT or SYMMETRIC, got {mode!r}")
+        shape = (n, h + sum(rows), w + sum(cols), c + sum(channels))
+        out = self._add_op(opcode, inputs, shape, spec.rms, spec.nonnegative, options_type, options)
+        self._share_quant(x.index, out.index)
+        return out
+
+    def resize(self, x: TensorRef, factor: int = 2, method: str = "nearest", align_corners: bool = False,
+               half_pixel_centers: bool = False) -> TensorRef:
+        """RESIZE_NEAREST_NEIGHBOR or RESIZE_BILINEAR (`method` "bilinear") by an integer factor. The output
+        shares the input's scale and zero point."""
+        n, h, w, c = self._nhwc(x)
+        spec = self._activation(x)
+        size = self._add_int32(f"resize_{len(self._operators)}/size", [h * factor, w * factor])
+        if method == "nearest":
+            opcode, options_type, options = ("RESIZE_NEAREST_NEIGHBOR", fb.BuiltinOptions.ResizeNearestNeighborOptions,
+                                             fb.ResizeNearestNeighborOptionsT())
+        elif method == "bilinear":
+            opcode, options_type, options = ("RESIZE_BILINEAR", fb.BuiltinOptions.ResizeBilinearOptions,
+                                             fb.ResizeBilinearOptionsT())
+        else:
+            raise LowtideError(f"resize method must be nearest or bilinear, got {method!r}")
+        options.alignCorners, options.halfPixelCenters = align_corners, half_pixel_centers
+        out = self._add_op(opcode, (x.index, size), (n, h * factor, w * factor, c), spec.rms, spec.nonnegative,
+                           options_type, options)
+        self._share_quant(x.index, out.index)
+        return out
+
+    def mean(self, x: TensorRef, axes: Sequence[int] = (1, 2), keep_dims: bool = True) -> TensorRef:
+        """MEAN over `axes` (default: rows and columns, a global average pool). Shares the input's quantization."""
+        spec = self._activation(x)
+        axes = sorted(_axis(a, x.shape) for a in axes)
+        options = fb.ReducerOptionsT()
+        options.keepDims = keep_dims
+        shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape) if keep_dims or i not in axes)
+        out = self._add_op("MEAN", (x.index, self._add_int32(f"mean_{len(self._operators)}/axes", axes)), shape,
+                           spec.rms, spec.nonnegative, fb.BuiltinOptions.ReducerOptions, options)
+        self._share_quant(x.index, out.index)
+        return out
+
+    def split_equal(self, x: TensorRef, parts: int, axis: int = -1) -> list[TensorRef]:
+        """SPLIT: `parts` equal pieces along `axis`; they share the input's scale and zero point."""
+        axis = _axis(axis, x.shape)
+        if parts < 1 or x.shape[axis] % parts:
+            raise LowtideError(f"SPLIT cannot cut axis {axis} of {x.shape} into {parts} equal parts")
+        spec = self._activation(x)
+        options = fb.SplitOptionsT()
+        options.numSplits = parts
+        shape = (*x.shape[:axis], x.shape[axis] // parts, *x.shape[axis + 1:])
+        pieces = self._add_op_outputs("SPLIT", (self._add_int32(f"split_{len(self._operators)}/axis", axis), x.index),
+                                      [shape] * parts, spec.rms, spec.nonnegative, fb.BuiltinOptions.SplitOptions,
+                                      options)
+        for piece in pieces:
+            self._share_quant(x.index, piece.index)
+        return pieces
+
+    def quantize(self, x: TensorRef, widen: float = 1.5) -> TensorRef:
+        """QUANTIZE: float32 to int8, or int8 to int8 on a range `widen` times the input's."""
+        spec = self._activation(x)
+        return self._add_op("QUANTIZE", (x.index,), x.shape, spec.rms * (1.0 if spec.dtype == "float32" else widen),
+                            spec.nonnegative, fb.BuiltinOptions.NONE, None)
+
+    def dequantize(self, x: TensorRef) -> TensorRef:
+        """DEQUANTIZE: int8 to float32."""
+        spec = self._activation(x)
+        out = self._add_op("DEQUANTIZE", (x.index,), x.shape, spec.rms, spec.nonnegative, fb.BuiltinOptions.NONE,
+                           None)
+        self._tensors[out.index] = dataclasses.replace(self._tensors[out.index], dtype="float32")
+        return out
+
     # ---- serialisation ------------------------------------------------------------------------------------
     def build(self, order: Sequence[int] | None = None) -> bytes:
         """The .tflite bytes, operators stored in `order` (call-order indices; default: call order)."""
@@ -334,10 +511,19 @@ class ModelBuilder:
             t = fb.TensorT()
             t.name = spec.name
             t.quantization = fb.QuantizationParametersT()
-            if isinstance(spec, _ActivationSpec):
+            if isinstance(spec, _ActivationSpec) and spec.dtype == "float32":
+                t.shape, t.type, t.buffer, t.quantization = list(spec.shape), fb.TensorType.FLOAT32, 0, None
+            elif isinstance(spec, _ActivationSpec):
                 t.shape, t.type, t.buffer = list(spec.shape), fb.TensorType.INT8, 0
                 q = quant[index]
                 t.quantization.scale, t.quantization.zeroPoint = [q.scale], [q.zero_point]
+            elif isinstance(spec, _ConstantSpec):
+                q = quant[spec.quant_like] if spec.quant_like is not None else _QuantParams(
+                    float(np.float32(max(np.abs(spec.values).max(), 1e-6) / 127.0)), 0)
+                data = np.clip(np.round(spec.values / q.scale) + q.zero_point, -128, 127).astype(np.int8)
+                t.shape, t.type, t.buffer = list(spec.values.shape), fb.TensorType.INT8, len(buffers)
+                t.quantization.scale, t.quantization.zeroPoint = [q.scale], [q.zero_point]
+                buffers.append(_buffer(data))
             elif isinstance(spec, _Int32Spec):
                 t.shape, t.type, t.quantization = list(spec.values.shape), fb.TensorType.INT32, None
                 t.buffer = len(buffers)
@@ -406,6 +592,10 @@ class ModelBuilder:
         self._operators.append(_OperatorSpec(opcode, inputs, tuple(o.index for o in outs), options_type, options))
         return outs
 
+    def _add_constant(self, name: str, values: np.ndarray, quant_like: int | None) -> int:
+        self._tensors.append(_ConstantSpec(name, np.asarray(values, dtype=np.float32), quant_like))
+        return len(self._tensors) - 1
+
     def _add_int32(self, name: str, values: int | Sequence[int]) -> int:
         self._tensors.append(_Int32Spec(name, np.asarray(values, dtype=np.int32)))
         return len(self._tensors) - 1
@@ -473,8 +663,12 @@ class ModelBuilder:
     def _activation_quant(self) -> dict[int, _QuantParams]:
         """One scale and zero point per group of tensors that must share them, covering every member's range."""
         ranges: dict[int, tuple[float, float]] = {}
+        fixed: dict[int, _QuantParams] = {}  # groups holding a tensor whose kernel fixes its quantization
         for index, spec in enumerate(self._tensors):
             if not isinstance(spec, _ActivationSpec):
+                continue
+            if spec.fixed_quant is not None:
+                fixed[self._root(index)] = spec.fixed_quant
                 continue
             if spec.fixed_range is not None:
                 lo, hi = spec.fixed_range
@@ -486,6 +680,7 @@ class ModelBuilder:
             old = ranges.get(root, (lo, hi))
             ranges[root] = (min(old[0], lo), max(old[1], hi))
         group_quant = {root: _affine_quant(lo, hi) for root, (lo, hi) in ranges.items()}
+        group_quant.update(fixed)
         return {index: group_quant[self._root(index)] for index in self._same_quant_parent}
 
     def _check_order(self, order: list[int]) -> None:
@@ -513,12 +708,13 @@ def _buffer(data: np.ndarray) -> fb.BufferT:
     return buffer
 
 
-def _conv_out(size: int, kernel: int, stride: int, padding: Padding) -> int:
+def _conv_out(size: int, kernel: int, stride: int, padding: Padding, dilation: int = 1) -> int:
     if padding not in _PADDING_CODES:
         raise LowtideError(f"padding must be SAME or VALID, got {padding!r}")
-    if kernel < 1 or stride < 1:
-        raise LowtideError(f"kernel and stride must be at least 1, got kernel {kernel} and stride {stride}")
-    out = window.output_size(_PADDING_CODES[padding], size, kernel, stride)
+    if kernel < 1 or stride < 1 or dilation < 1:
+        raise LowtideError(f"kernel, stride and dilation must be at least 1, got kernel {kernel}, stride {stride} "
+                           f"and dilation {dilation}")
+    out = window.output_size(_PADDING_CODES[padding], size, kernel, stride, dilation)
     if out <= 0:
         raise LowtideError(f"a {kernel}x{kernel} window with VALID padding does not fit in size {size}")
     return out
