@@ -15,17 +15,20 @@ import numpy as np
 
 from lowtide.model.schema import operator_code
 from lowtide.model.ir import OFFLINE_PLAN_NAME, Graph
-from lowtide.model.schema import TYPE_CODES, builtin_code, fb
+from lowtide.model.schema import BUILTIN_CODES, TYPE_CODES, TYPE_NAMES, builtin_code, fb
 from lowtide.rewrite.regions import (
     Apply,
     Concat,
     Pad,
     Piece,
+    RESIZE_OPCODES,
     Slice,
     Split,
     TilingPlan,
     shape_hw,
 )
+
+RESIZE_CODES = frozenset(BUILTIN_CODES[name] for name in RESIZE_OPCODES)
 
 
 def emit_tiled(graph: Graph, plan: TilingPlan, before: list[int], after: list[int]):
@@ -60,10 +63,18 @@ def emit_tiled(graph: Graph, plan: TilingPlan, before: list[int], after: list[in
                         [step.source.rows[0] - step.result.rows[0], step.result.rows[1] - step.source.rows[1]],
                         [step.source.cols[0] - step.result.cols[0], step.result.cols[1] - step.source.cols[1]],
                         [0, 0]]
-            operators.append(writer.pad(window(step.source), paddings, window(step.result), step.pad_op))
+            source, result = window(step.source), window(step.result)
+            if step.lowest:
+                operators.append(writer.pad_lowest(source, paddings, result))
+            else:
+                operators.append(writer.pad(source, paddings, result, step.pad_op))
         elif isinstance(step, Apply):
             inputs = {slot: window(piece) for slot, piece in step.inputs}
-            operators.append(writer.valid(step.op, inputs, window(step.result)))
+            results = [window(piece) for piece in step.results]
+            if step.spatial_padding is not None:
+                operators.append(writer.pad_window(step.op, inputs[0], step.spatial_padding, results[0]))
+            else:
+                operators.append(writer.valid(step.op, inputs, results, (step.result.height, step.result.width)))
         elif isinstance(step, Concat):
             operators.append(writer.concatenation([window(p) for p in step.sources], step.axis, window(step.result)))
         elif isinstance(step, Split):
@@ -111,8 +122,9 @@ class ModelWriter:
         return index
 
     def constant_like(self, like: int, values: np.ndarray, name: str) -> int:
-        """A new constant holding `values`, with the type and quantization of constant `like`."""
-        original = self._sg_raw.tensors[like]
+        """A new constant holding `values`, with the type and quantization of tensor `like` (any tensor the
+        writer holds)."""
+        original = self.tensors[like]
         buffer = fb.BufferT()
         buffer.data = np.frombuffer(np.ascontiguousarray(values).tobytes(), dtype=np.uint8).copy()
         self.model.buffers.append(buffer)
@@ -193,14 +205,36 @@ class ModelWriter:
         options.fusedActivationFunction = fb.ActivationFunctionType.NONE
         return self.operator("CONCATENATION", sources, result, fb.BuiltinOptions.ConcatenationOptions, options)
 
-    def valid(self, index: int, inputs: dict[int, int], result: int):
-        """The original operator on windows: same weights, bias, options and quantization, VALID padding."""
+    def pad_lowest(self, source: int, paddings: list[list[int]], result: int):
+        """PADV2 with the lowest value of `source`'s type: what a SAME MAX_POOL's out-of-image taps amount to
+        (TFLM skips them; no maximum picks the lowest value over an in-image one)."""
+        dtype = np.dtype(TYPE_NAMES[self.tensors[source].type])
+        lowest = np.array([np.finfo(dtype).min if dtype.kind == "f" else np.iinfo(dtype).min], dtype=dtype)
+        fill = self.constant_like(source, lowest, f"{self.tensors[source].name}/lowest")
+        inputs = [source, self.int32_constant(paddings), fill]
+        return self.operator("PADV2", inputs, result, fb.BuiltinOptions.PadV2Options, fb.PadV2OptionsT())
+
+    def pad_window(self, index: int, source: int, spatial: tuple[tuple[int, int], tuple[int, int]], result: int):
+        """The PAD, PADV2 or MIRROR_PAD `index` on one window of its input: its own padding of the batch and
+        channels, and `spatial` ((before, after) rows, columns): where the window leaves the input."""
+        op = copy.copy(self._sg_raw.operators[index])
+        paddings = np.array(self._graph.constant_array(op.inputs[1]), dtype=np.int64).tolist()
+        paddings[1], paddings[2] = list(spatial[0]), list(spatial[1])
+        op.inputs = [source, self.int32_constant(paddings), *op.inputs[2:]]
+        op.outputs = [result]
+        return op
+
+    def valid(self, index: int, inputs: dict[int, int], results: list[int], window: tuple[int, int]):
+        """The original operator on windows: same weights, bias, options and quantization, VALID padding; a
+        resize gets the size of its output `window` (rows, columns)."""
         op = copy.copy(self._sg_raw.operators[index])
         op.inputs = [inputs.get(slot, t) for slot, t in enumerate(op.inputs)]
-        op.outputs = [result]
+        op.outputs = list(results)
         if hasattr(op.builtinOptions, "padding"):
             op.builtinOptions = copy.copy(op.builtinOptions)
             op.builtinOptions.padding = fb.Padding.VALID
+        if builtin_code(self.model.operatorCodes[op.opcodeIndex]) in RESIZE_CODES:
+            op.inputs[1] = self.int32_constant(list(window))
         return op
 
     # ---- the finished model ---------------------------------------------------------------------------

@@ -11,12 +11,15 @@ adding `(zero_point - zero_point) * w = 0`); for a PAD operator folded into its 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass
 
+import numpy as np
 
 from lowtide.memory.lifetimes import ALIGNMENT
+from lowtide.model import padding as window
 from lowtide.model.ir import Graph, Operator, Subgraph
 from lowtide.model.schema import ELEMENT_BYTES, fb
 
@@ -25,8 +28,20 @@ Interval = tuple[int, int]  # half-open [lo, hi)
 CONV_OPCODES = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D"})
 POOL_OPCODES = frozenset({"MAX_POOL_2D", "AVERAGE_POOL_2D"})
 # One input, one output, each element on its own: a patch of the output needs the same patch of the input.
-ELEMENTWISE_OPCODES = frozenset({"QUANTIZE", "RELU", "RELU6"})
-TILEABLE_OPCODES = CONV_OPCODES | POOL_OPCODES | ELEMENTWISE_OPCODES | {"ADD", "PAD"}
+UNARY_OPCODES = frozenset({
+    "QUANTIZE", "DEQUANTIZE", "CAST", "RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1", "LEAKY_RELU", "LOGISTIC",
+    "TANH", "HARD_SWISH", "ELU", "GELU", "ABS", "NEG", "SQUARE", "SQRT", "RSQRT", "EXP", "LOG", "FLOOR", "CEIL",
+    "ROUND", "SIN", "COS", "LOGICAL_NOT",
+})
+# Two operands, element by element; either may be broadcast along channels, or be a per-channel or scalar constant.
+BINARY_OPCODES = frozenset({"ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE", "PRELU"})
+PAD_OPCODES = frozenset({"PAD", "PADV2", "MIRROR_PAD"})
+RESIZE_OPCODES = frozenset({"RESIZE_NEAREST_NEIGHBOR", "RESIZE_BILINEAR"})
+CHANNEL_OPCODES = frozenset({"CONCATENATION", "SPLIT", "SPLIT_V"})  # along channels only: each pixel on its own
+TILEABLE_OPCODES = (CONV_OPCODES | POOL_OPCODES | UNARY_OPCODES | BINARY_OPCODES | PAD_OPCODES | RESIZE_OPCODES
+                    | CHANNEL_OPCODES)
+# Reductions: global when they reduce over rows or columns (a squeeze-and-excitation block's pooling).
+REDUCE_OPCODES = frozenset({"MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD"})
 
 
 @dataclass(frozen=True)
@@ -36,14 +51,62 @@ class AxisMap:
 
     extent: int  # dilated kernel size
     stride: int
-    offset: int  # padding before the first row/column (SAME padding and folded PAD)
+    offset: int  # padding before the first row/column (SAME padding and PAD)
 
     def needed(self, out: Interval) -> Interval:
         lo, hi = out
         return lo * self.stride - self.offset, (hi - 1) * self.stride - self.offset + self.extent
 
+    def computed(self, out: Interval) -> Interval:
+        """The window of the output the operator computes when `out` is wanted."""
+        return out
+
 
 IDENTITY = AxisMap(1, 1, 0)
+
+
+@dataclass(frozen=True)
+class MirrorMap:
+    """MIRROR_PAD along one axis: a window reaching past the input's edge reads the rows it mirrors, so the
+    input window grows to hold them (REFLECT skips the edge row itself, SYMMETRIC repeats it)."""
+
+    size: int  # of the input along this axis
+    offset: int  # padding before
+    reflect: bool
+
+    def needed(self, out: Interval) -> Interval:
+        lo, hi = out[0] - self.offset, out[1] - self.offset
+        skip = int(self.reflect)
+        if lo < 0:
+            hi = max(hi, -lo + skip)
+        if hi > self.size:
+            lo = min(lo, self.size - (hi - self.size) - skip)
+        return max(lo, 0), min(hi, self.size)
+
+    def computed(self, out: Interval) -> Interval:
+        lo, hi = self.needed(out)
+        return min(out[0], lo + self.offset), max(out[1], hi + self.offset)
+
+
+@dataclass(frozen=True)
+class ResizeMap:
+    """RESIZE_* along one axis by an integer factor: output o reads input rows first[o] ... last[o]. A window of
+    the output is computed as the resize of whole input rows [a, b) to rows [factor * a, factor * b), which TFLM
+    computes exactly as the whole tensor's (checked by `_resize_axis`); the wanted rows are sliced out of it."""
+
+    factor: int
+    first: tuple[int, ...]
+    last: tuple[int, ...]
+
+    def needed(self, out: Interval) -> Interval:
+        """The input rows of a computed window (see `computed`)."""
+        return out[0] // self.factor, -(-out[1] // self.factor)
+
+    def computed(self, out: Interval) -> Interval:
+        return self.factor * min(self.first[out[0]:out[1]]), self.factor * (max(self.last[out[0]:out[1]]) + 1)
+
+
+WindowMap = AxisMap | MirrorMap | ResizeMap
 
 
 @dataclass(frozen=True)
@@ -52,16 +115,29 @@ class Edge:
 
     slot: int  # position in the operator's input list
     tensor: int  # the tensor actually read (the PAD's input when a PAD is folded in)
-    rows: AxisMap
-    cols: AxisMap
+    rows: WindowMap
+    cols: WindowMap
     pad_op: int | None  # folded PAD operator: supplies the fill value and the padded window's quantization
+    fill_lowest: bool = False  # a SAME MAX_POOL's padding: the lowest value, which no maximum picks
+
+    def map(self, axis: int) -> WindowMap:
+        return self.rows if axis == 0 else self.cols
 
 
 @dataclass(frozen=True)
 class RegionOp:
     op: int
     edges: tuple[Edge, ...]
-    output: int
+    outputs: tuple[int, ...]
+    pads: bool = False  # a PAD, PADV2 or MIRROR_PAD run per patch: it pads its window itself where it leaves
+    # the input
+
+    @property
+    def output(self) -> int:
+        return self.outputs[0]
+
+    def computed(self, axis: int, out: Interval) -> Interval:
+        return self.edges[0].map(axis).computed(out)
 
 
 @dataclass(frozen=True)
@@ -109,13 +185,20 @@ class Pad:
     source: Piece
     result: Piece
     pad_op: int | None  # its constant_values input (if any) is reused; None: TFLM pads with the zero point
+    lowest: bool = False  # pad with the lowest value of the type instead (a SAME MAX_POOL's padding)
 
 
 @dataclass(frozen=True)
 class Apply:
     op: int  # original operator, run with VALID padding on its input windows
     inputs: tuple[tuple[int, Piece], ...]  # (input slot, window)
-    result: Piece
+    results: tuple[Piece, ...]  # one per output of the operator
+    # A PAD run per patch: ((before, after) rows, (before, after) columns); channels are padded as the original.
+    spatial_padding: tuple[Interval, Interval] | None = None
+
+    @property
+    def result(self) -> Piece:
+        return self.results[0]
 
 
 @dataclass(frozen=True)
@@ -220,18 +303,15 @@ def region_between(graph: Graph, source: int, target: int) -> Region | str:
     for op in sg.operators:
         if not members >> op.index & 1:
             continue
-        if op.opcode == "PAD":
-            reason = _foldable_pad(graph, op, consumers)
-            if reason:
-                return reason
+        if op.opcode == "PAD" and not _foldable_pad(graph, op, consumers, members):
             folded.append(op.index)
             continue
-        region_op = _region_op(graph, op, producers, members)
+        region_op = _region_op(graph, op, producers, members, set(folded))
         if isinstance(region_op, str):
             return region_op
         ops.append(region_op)
-    if not ops or sg.operators[t_op].opcode == "PAD":
-        return "the region ends in a PAD or holds no convolution"
+    if not ops or t_op in folded:
+        return "the region ends in a PAD folded into its consumers or holds no operator"
     for region_op in ops:
         for edge in region_op.edges:
             if edge.tensor != source and not (edge.tensor in producers and members >> producers[edge.tensor] & 1):
@@ -239,15 +319,32 @@ def region_between(graph: Graph, source: int, target: int) -> Region | str:
     return Region(source, target, tuple(ops), tuple(folded))
 
 
-def _foldable_pad(graph: Graph, op: Operator, consumers: dict[int, list[int]]) -> str:
+def global_operator(graph: Graph, op: Operator) -> str:
+    """Why `op` needs whole rows and columns of its input at once (a region must end before it), or ''."""
+    sg = graph.main
+    if op.opcode in REDUCE_OPCODES:
+        axes = graph.constant_array(op.inputs[1])
+        rank = len(sg.tensors[op.inputs[0]].shape)
+        if axes is None or rank != 4 or {int(a) % rank for a in np.ravel(axes)} & {1, 2}:
+            return f"operator {op.index} ({op.opcode}) reduces over rows and columns, so a region ends before it"
+    if op.opcode in POOL_OPCODES and len(sg.tensors[op.outputs[0]].shape) == 4:
+        if shape_hw(sg, op.outputs[0]) == (1, 1) and shape_hw(sg, op.inputs[0]) != (1, 1):
+            return f"operator {op.index} ({op.opcode}) pools the whole image, so a region ends before it"
+    return ""
+
+
+def _foldable_pad(graph: Graph, op: Operator, consumers: dict[int, list[int]], members: int) -> str:
+    """Why the PAD `op` cannot be folded into its consumers' windows (it then runs per patch), or ''."""
     sg = graph.main
     paddings = graph.constant_array(op.inputs[1])
     if paddings is None or paddings.shape != (4, 2) or paddings[0].any() or paddings[3].any():
         return f"PAD operator {op.index} pads more than rows and columns"
     for c in consumers.get(op.outputs[0], []):
         consumer = sg.operators[c]
-        if consumer.opcode == "PAD":
-            return f"PAD operator {op.index} feeds another PAD"
+        if not members >> c & 1:
+            return f"PAD operator {op.index} is read outside the region"
+        if consumer.opcode not in CONV_OPCODES | POOL_OPCODES | UNARY_OPCODES | BINARY_OPCODES:
+            return f"PAD operator {op.index} feeds a {consumer.opcode}"
         if consumer.opcode in CONV_OPCODES | POOL_OPCODES and _same_padding_used(sg, consumer):
             return f"operator {c} pads a PAD's output again"
     return ""
@@ -276,52 +373,195 @@ def _axis_maps(sg: Subgraph, op: Operator) -> tuple[AxisMap, AxisMap]:
 
 
 def _axis_map(kernel: int, dilation: int, stride: int, in_size: int, out_size: int, padding: int) -> AxisMap:
-    extent = (kernel - 1) * dilation + 1
     offset = 0
-    if padding == fb.Padding.SAME:  # TFLM's ComputePaddingWithOffset: the odd pixel goes after
-        offset = max((out_size - 1) * stride + extent - in_size, 0) // 2
-    return AxisMap(extent, stride, offset)
+    if padding == window.SAME:
+        offset = window.padding_before(in_size, kernel, stride, dilation, out_size)
+    return AxisMap(window.effective_size(kernel, dilation), stride, offset)
 
 
-def _region_op(graph: Graph, op: Operator, producers: dict[int, int], members: int) -> RegionOp | str:
+def _region_op(graph: Graph, op: Operator, producers: dict[int, int], members: int,
+               folded: set[int]) -> RegionOp | str:
     sg = graph.main
-    output = op.outputs[0]
-    if len(sg.tensors[output].shape) != 4 or sg.tensors[output].shape[0] != 1:
-        return f"operator {op.index} ({op.opcode}) has no single-image NHWC output"
+    for output in op.outputs:
+        if len(sg.tensors[output].shape) != 4 or sg.tensors[output].shape[0] != 1:
+            return f"operator {op.index} ({op.opcode}) has no single-image NHWC output"
+    out_hw = shape_hw(sg, op.outputs[0])
+    fill_lowest = False
+    pads = False
     if op.opcode in CONV_OPCODES or op.opcode in POOL_OPCODES:
-        if op.opcode in POOL_OPCODES and _same_padding_used(sg, op):
+        if op.opcode == "AVERAGE_POOL_2D" and _same_padding_used(sg, op):
             # AVERAGE_POOL's SAME padding divides by the in-image count: no explicit PAD reproduces it.
-            return f"operator {op.index} ({op.opcode}) pads"
+            return f"operator {op.index} ({op.opcode}) averages over SAME padding"
+        fill_lowest = op.opcode == "MAX_POOL_2D" and _same_padding_used(sg, op)
         rows, cols = _axis_maps(sg, op)
-        slots = [0]
-    elif op.opcode == "ADD":
-        a, b = op.inputs[:2]
-        shapes = {sg.tensors[t].shape for t in (a, b, output)}
-        if len(shapes) != 1 or not sg.tensors[a].planned or not sg.tensors[b].planned:
-            return f"ADD operator {op.index} broadcasts or adds a constant"
-        rows = cols = IDENTITY
-        slots = [0, 1]
-    elif op.opcode in ELEMENTWISE_OPCODES:
-        rows = cols = IDENTITY
-        slots = [0]
+        maps = {0: (rows, cols)}
+    elif op.opcode in UNARY_OPCODES:
+        maps = {0: (IDENTITY, IDENTITY)}
+    elif op.opcode in BINARY_OPCODES:
+        maps = {}
+        for slot in (0, 1):
+            reason = _broadcast_operand(graph, op, slot, out_hw)
+            if reason is None:
+                maps[slot] = (IDENTITY, IDENTITY)
+            elif reason:
+                return reason
+    elif op.opcode in PAD_OPCODES:
+        maps = _pad_maps(graph, op)
+        if isinstance(maps, str):
+            return maps
+        pads = True
+    elif op.opcode in RESIZE_OPCODES:
+        maps = _resize_maps(graph, op)
+        if isinstance(maps, str):
+            return maps
+    elif op.opcode in CHANNEL_OPCODES:
+        maps = _channel_maps(graph, op, out_hw)
+        if isinstance(maps, str):
+            return maps
     else:
-        return f"operator {op.index} ({op.opcode}) cannot run on patches"
+        return global_operator(graph, op) or f"operator {op.index} ({op.opcode}) cannot run on patches"
     edges = []
-    for slot in slots:
+    for slot, (rows, cols) in maps.items():
         tensor = op.inputs[slot]
         pad_op = producers.get(tensor)
-        if pad_op is not None and members >> pad_op & 1 and sg.operators[pad_op].opcode == "PAD":
+        if pad_op is not None and pad_op in folded:
             paddings = graph.constant_array(sg.operators[pad_op].inputs[1])
             tensor = sg.operators[pad_op].inputs[0]
             edges.append(Edge(slot, tensor, _shifted(rows, int(paddings[1][0])), _shifted(cols, int(paddings[2][0])),
                               pad_op))
         else:
-            edges.append(Edge(slot, tensor, rows, cols, None))
-    return RegionOp(op.index, tuple(edges), output)
+            edges.append(Edge(slot, tensor, rows, cols, None, fill_lowest))
+    return RegionOp(op.index, tuple(edges), tuple(op.outputs), pads)
 
 
-def _shifted(axis: AxisMap, pad_before: int) -> AxisMap:
+def _broadcast_operand(graph: Graph, op: Operator, slot: int, out_hw: tuple[int, int]) -> str | None:
+    """None: the operand is an activation of the output's rows and columns (read per patch); '': a constant
+    without rows or columns (per channel or scalar: read whole by every patch); else why neither."""
+    sg = graph.main
+    tensor = sg.tensors[op.inputs[slot]]
+    if tensor.planned:
+        if len(tensor.shape) == 4 and tensor.shape[0] == 1 and tensor.shape[1:3] == out_hw:
+            return None
+        return f"operator {op.index} ({op.opcode}) broadcasts an activation of shape {tensor.shape} over rows or columns"
+    if graph.constant_array(op.inputs[slot]) is None or any(d != 1 for d in tensor.shape[:-1]):
+        return f"operator {op.index} ({op.opcode}) reads a constant with rows or columns"
+    return ""
+
+
+def _pad_maps(graph: Graph, op: Operator) -> dict[int, tuple[WindowMap, WindowMap]] | str:
+    sg = graph.main
+    paddings = graph.constant_array(op.inputs[1])
+    if paddings is None or paddings.shape != (4, 2) or paddings[0].any():
+        return f"operator {op.index} ({op.opcode}) pads the batch or has no constant paddings"
+    if op.opcode != "MIRROR_PAD":
+        return {0: (AxisMap(1, 1, int(paddings[1][0])), AxisMap(1, 1, int(paddings[2][0])))}
+    reflect = op.options.mode == fb.MirrorPadMode.REFLECT
+    in_h, in_w = shape_hw(sg, op.inputs[0])
+    return {0: (MirrorMap(in_h, int(paddings[1][0]), reflect), MirrorMap(in_w, int(paddings[2][0]), reflect))}
+
+
+def _resize_maps(graph: Graph, op: Operator) -> dict[int, tuple[WindowMap, WindowMap]] | str:
+    sg = graph.main
+    o = op.options
+    integer = sg.tensors[op.outputs[0]].dtype != "float32"
+    maps = []
+    for n_in, n_out in zip(shape_hw(sg, op.inputs[0]), shape_hw(sg, op.outputs[0])):
+        axis = _resize_axis(op.opcode == "RESIZE_BILINEAR", n_in, n_out, bool(o.alignCorners),
+                            bool(o.halfPixelCenters), integer)
+        if axis is None:
+            return (f"operator {op.index} ({op.opcode}) maps a window of {n_out} rows or columns back to {n_in} "
+                    f"in a way no smaller resize reproduces (a non-integer factor or align_corners)")
+        maps.append(axis)
+    return {0: (maps[0], maps[1])}
+
+
+@functools.lru_cache(maxsize=256)
+def _resize_axis(bilinear: bool, n_in: int, n_out: int, align_corners: bool, half_pixel: bool,
+                 integer: bool) -> ResizeMap | None:
+    """The axis map of a resize whose windows compute exactly what the whole resize computes there, or None.
+    A window of input rows [a, b) resized to factor * (b - a) rows must give the same source rows and weights,
+    shifted by a, for every output it is asked for (those reading no row before a), and the scale TFLM derives
+    from the window's sizes must equal the whole tensor's."""
+    if n_out % n_in:
+        return None
+    factor = n_out // n_in
+    whole = _resize_sources(bilinear, n_in, n_out, align_corners, half_pixel, integer)
+    if any(_resize_scale(bilinear, n, factor * n, align_corners, integer)
+           != _resize_scale(bilinear, n_in, n_out, align_corners, integer) for n in range(1, n_in)):
+        return None
+    first, last, weight = whole
+    outputs = np.arange(n_out)
+    if ((factor * first > outputs) | (outputs >= factor * (last + 1))).any():
+        return None
+    for a in range(1, n_in):
+        lf, ll, lw = _resize_sources(bilinear, n_in - a, n_out - factor * a, align_corners, half_pixel, integer)
+        asked = first[factor * a:] >= a
+        if not (np.array_equal((lf + a)[asked], first[factor * a:][asked])
+                and np.array_equal((ll + a)[asked], last[factor * a:][asked])
+                and np.array_equal(lw[asked], weight[factor * a:][asked])):
+            return None
+    return ResizeMap(factor, tuple(int(v) for v in first), tuple(int(v) for v in last))
+
+
+def _resize_scale(bilinear: bool, n_in: int, n_out: int, align_corners: bool, integer: bool):
+    """The scale TFLM's kernel derives from the sizes (reference resize_bilinear.h / resize_nearest_neighbor.h)."""
+    if bilinear and integer:
+        if align_corners and n_out > 1:
+            return ((1 << 10) * (n_in - 1) + (n_out - 1) // 2) // (n_out - 1)
+        return ((1 << 10) * n_in + n_out // 2) // n_out
+    if align_corners and n_out > 1:
+        return np.float32(n_in - 1) / np.float32(n_out - 1)
+    return np.float32(n_in) / np.float32(n_out)
+
+
+def _resize_sources(bilinear: bool, n_in: int, n_out: int, align_corners: bool, half_pixel: bool,
+                    integer: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per output index, as TFLM computes it: the first and last input index read, and the interpolation weight
+    (the fraction past the first: what the kernel multiplies with)."""
+    scale = _resize_scale(bilinear, n_in, n_out, align_corners, integer)
+    o = np.arange(n_out, dtype=np.int64)
+    if bilinear and integer:  # ComputeInterpolationValuesInteger: C++ division truncates towards zero
+        value = o * scale + scale // 2 - (1 << 9) if half_pixel else o * scale
+        first = np.maximum(np.fix(value / 1024).astype(np.int64), 0)
+        last = np.minimum(np.fix((value + 1023) / 1024).astype(np.int64), n_in - 1)
+        return first, last, value - 1024 * first
+    if bilinear:  # ComputeInterpolationValues, in float32
+        of = o.astype(np.float32)
+        value = (of + np.float32(0.5)) * scale - np.float32(0.5) if half_pixel else of * scale
+        first = np.maximum(np.floor(value).astype(np.int64), 0)
+        last = np.minimum(np.ceil(value).astype(np.int64), n_in - 1)
+        return first, last, (value - first.astype(np.float32)).astype(np.float32)
+    value = (o.astype(np.float32) + np.float32(0.5 if half_pixel else 0.0)) * scale  # GetNearestNeighbor
+    if align_corners:  # TfLiteRound: half away from zero
+        index = np.floor(value).astype(np.int64) + (value - np.floor(value) >= 0.5)
+    else:
+        index = np.floor(value).astype(np.int64)
+    index = np.minimum(index, n_in - 1)
+    if half_pixel:
+        index = np.maximum(index, 0)
+    return index, index, np.zeros(n_out)
+
+
+def _channel_maps(graph: Graph, op: Operator, out_hw: tuple[int, int]) -> dict[int, tuple[AxisMap, AxisMap]] | str:
+    if op.opcode == "CONCATENATION":
+        axis, slots = op.options.axis, range(len(op.inputs))
+    else:
+        data, axis_slot = (1, 0) if op.opcode == "SPLIT" else (0, 2)
+        axis_value = graph.constant_array(op.inputs[axis_slot])
+        if axis_value is None:
+            return f"operator {op.index} ({op.opcode}) has no constant axis"
+        axis, slots = int(np.ravel(axis_value)[0]), [data]
+    if axis % 4 != 3:
+        return f"operator {op.index} ({op.opcode}) works along rows or columns, not channels"
+    for slot in slots:
+        if _broadcast_operand(graph, op, slot, out_hw) is not None:
+            return f"operator {op.index} ({op.opcode}) joins a constant or tensors of other rows and columns"
+    return {slot: (IDENTITY, IDENTITY) for slot in slots}
+
+
+def _shifted(axis: WindowMap, pad_before: int) -> AxisMap:
     """The map through a PAD: row p of the padded tensor is row p - pad_before of its input."""
+    assert isinstance(axis, AxisMap)  # PADs fold into operators with affine maps only
     return AxisMap(axis.extent, axis.stride, axis.offset + pad_before)
 
 
@@ -412,12 +652,16 @@ def _summed_lengths(sg: Subgraph, region: Region, axis: int, cuts: list[int]) ->
 
 def _needed(sg: Subgraph, region: Region, axis: int, interval: Interval) -> dict[int, Interval]:
     """Per tensor of the region: the rows (axis 0) or columns (axis 1) a patch spanning `interval` of the
-    target computes or reads, clipped to the tensor."""
+    target computes (operator outputs) or reads (the source), clipped to the tensor. An operator computes the
+    hull of what its readers want, grown to what it can compute (a resize: whole input rows)."""
     need = {region.target: interval}
     for rop in reversed(region.ops):
-        out = need[rop.output]
+        wanted = [need[t] for t in rop.outputs if t in need]
+        out = rop.computed(axis, (min(w[0] for w in wanted), max(w[1] for w in wanted)))
+        for t in rop.outputs:
+            need[t] = out
         for edge in rop.edges:
-            lo, hi = (edge.rows if axis == 0 else edge.cols).needed(out)
+            lo, hi = edge.map(axis).needed(out)
             want = (max(lo, 0), min(hi, sg.tensors[edge.tensor].shape[1 + axis]))
             old = need.get(edge.tensor, want)
             need[edge.tensor] = (min(old[0], want[0]), max(old[1], want[1]))
@@ -434,43 +678,48 @@ def _patch(graph: Graph, region: Region, rows: Interval, cols: Interval, patch: 
     and the MACs spent on it."""
     sg = graph.main
     # Backwards: the window of every tensor this patch needs (the hull over its readers).
-    need: dict[int, tuple[Interval, Interval]] = {region.target: (rows, cols)}
-    for rop in reversed(region.ops):
-        out = need[rop.output]
-        for edge in rop.edges:
-            want = _clip(sg, edge.tensor, edge.rows.needed(out[0]), edge.cols.needed(out[1]))
-            old = need.get(edge.tensor)
-            need[edge.tensor] = want if old is None else _hull(old, want)
+    need_rows, need_cols = _needed(sg, region, 0, rows), _needed(sg, region, 1, cols)
     # Forwards: crop what is held to what each reader wants, pad where the window leaves the image, apply.
     held = {region.source: source}
     made: set[Piece] = set()
+
+    def cropped(piece: Piece, inside: tuple[Interval, Interval]) -> Piece:
+        if (piece.rows, piece.cols) == inside:
+            return piece
+        window = Piece(piece.tensor, *inside, piece.quant_of, patch)
+        if window not in made:
+            steps.append(Slice(piece, window))
+            made.add(window)
+        return window
+
     macs = 0
     for rop in region.ops:
-        out_rows, out_cols = need[rop.output]
+        out_rows, out_cols = need_rows[rop.output], need_cols[rop.output]
         inputs = []
         for edge in rop.edges:
             want = (edge.rows.needed(out_rows), edge.cols.needed(out_cols))
             inside = _clip(sg, edge.tensor, *want)
-            piece = held[edge.tensor]
-            if (piece.rows, piece.cols) != inside:
-                cropped = Piece(edge.tensor, *inside, edge.tensor, patch)
-                if cropped not in made:
-                    steps.append(Slice(piece, cropped))
-                    made.add(cropped)
-                piece = cropped
-            if inside != want:
+            piece = cropped(held[edge.tensor], inside)
+            if inside != want and not rop.pads:
                 quant_of = sg.operators[edge.pad_op].outputs[0] if edge.pad_op is not None else edge.tensor
                 padded = Piece(edge.tensor, *want, quant_of, patch)
                 if padded not in made:
-                    steps.append(Pad(piece, padded, edge.pad_op))
+                    steps.append(Pad(piece, padded, edge.pad_op, edge.fill_lowest))
                     made.add(padded)
                 piece = padded
             inputs.append((edge.slot, piece))
-        result = Piece(rop.output, out_rows, out_cols, rop.output, patch)
-        steps.append(Apply(rop.op, tuple(inputs), result))
-        held[rop.output] = result
-        macs += op_macs(sg, sg.operators[rop.op], result.height * result.width)
-    return held[region.target], macs
+        results = tuple(Piece(t, out_rows, out_cols, t, patch) for t in rop.outputs)
+        padding = None
+        if rop.pads:  # the PAD's own padding, where this window of its output leaves its input
+            (_, piece), edge = inputs[0], rop.edges[0]
+            top, left = edge.rows.offset, edge.cols.offset  # type: ignore[union-attr]
+            padding = ((piece.rows[0] + top - out_rows[0], out_rows[1] - piece.rows[1] - top),
+                       (piece.cols[0] + left - out_cols[0], out_cols[1] - piece.cols[1] - left))
+        steps.append(Apply(rop.op, tuple(inputs), results, padding))
+        for result in results:
+            held[result.tensor] = result
+        macs += op_macs(sg, sg.operators[rop.op], results[0].height * results[0].width)
+    return cropped(held[region.target], (rows, cols)), macs
 
 
 def _clip(sg: Subgraph, tensor: int, rows: Interval, cols: Interval) -> tuple[Interval, Interval]:

@@ -395,7 +395,7 @@ def _tiled_live_peak(sg, plan: TilingPlan) -> int:
             reads.append(tuple(p for _, p in step.inputs))
         elif isinstance(step, Concat):
             reads.append(step.sources)
-        writes.append(step.results if isinstance(step, Split) else (step.result,))
+        writes.append(step.results if isinstance(step, (Split, Apply)) else (step.result,))
     last: dict[Piece, int] = {}
     for i, pieces in enumerate(reads):
         for p in pieces:
