@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lowtide.compile.lowering import (
+    SCRATCH16,
     STATE_OBJECT,
     ModelEmitter,
     StateMember,
@@ -267,6 +268,13 @@ def _state_source(prefix: str, members: list[StateMember]) -> list[str]:
     return lines
 
 
+def _scratch(emitter: ModelEmitter) -> list[str]:
+    """The fast kernels' scratch (im2col rows, depthwise planes): the largest layer's need, in .bss."""
+    if not emitter.scratch16_count:
+        return []
+    return [f"static int16_t {SCRATCH16}[{emitter.scratch16_count}] __attribute__((aligned(8)));", ""]
+
+
 def _source(prefix, graph: Graph, emitter: ModelEmitter, calls, inputs, outputs, model_hash: str,
             members: list[StateMember]) -> str:
     hash_bytes = ", ".join(f"0x{model_hash[i:i + 2]}" for i in range(0, 16, 2))
@@ -277,6 +285,7 @@ def _source(prefix, graph: Graph, emitter: ModelEmitter, calls, inputs, outputs,
         "#include <string.h>",
         "",
         f'#include "{prefix}.h"',
+        '#include "lt_conv_dsp.h"',
         "",
         f"const uint8_t {prefix}_hash[8] = {{{hash_bytes}}};",
         f"const lt_tensor_info {prefix}_inputs[{len(inputs)}] = {{{', '.join(_tensor_info(t) for t in inputs)}}};",
@@ -284,6 +293,7 @@ def _source(prefix, graph: Graph, emitter: ModelEmitter, calls, inputs, outputs,
         f"const char *const {prefix}_operator_names[{len(calls)}] = {{"
         + ", ".join(_c_string(op.opcode) for op in graph.main.operators) + "};",
         "",
+        *_scratch(emitter),
         *emitter.declarations,
         "",
         *_state_source(prefix, members),

@@ -1,12 +1,17 @@
-"""CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED: calls into firmware/runtime/lt_conv.c."""
+"""CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED: calls into firmware/runtime/lt_conv.c, and for int8 layers
+the fast kernels of firmware/runtime/lt_conv_dsp.h, specialised per layer (one C function per layer that calls
+the inline kernel with its constant parameters) and fed with weights packed offline in the order they are read."""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from lowtide.compile import quantization as q
 from lowtide.compile.lowering.emitter import (
     MAX_DIMS,
+    SCRATCH16,
     Kernel,
     ModelEmitter,
     Unsupported,
@@ -58,6 +63,9 @@ def _weighted(e: ModelEmitter, op: Operator, name: str, kind: str) -> str:
         multipliers, shifts = q.per_channel_multipliers(in_q.scale, list(f_q.scales), out_q.scale, params["out_c"])
         params.update(input_offset=-in_q.zero_point, output_offset=out_q.zero_point,
                       **quantized_activation(e, op, op.outputs[0]))
+        fast = _fast_int8(e, op, name, kind, params, bias, multipliers, shifts)
+        if fast is not None:
+            return fast
         return _weighted_call(e, op, name, f"lt_{kind}_s8", "lt_conv_params", params, bias, (multipliers, shifts))
     if ins[:2] == ["int16", "int8"] and outs == ["int16"]:
         return _weighted_16x8(e, op, name, kind, "lt_conv_params", params, bias, params["out_c"])
@@ -100,6 +108,63 @@ def _weighted_call(e, op, name, function, struct_type, params, bias, requantizat
     return f"{function}({', '.join(args)});"
 
 
+_POINTWISE = {"in_h": 1, "in_w": 1, "out_h": 1, "out_w": 1, "filter_h": 1, "filter_w": 1, "stride_h": 1,
+              "stride_w": 1, "dilation_h": 1, "dilation_w": 1, "pad_h": 0, "pad_w": 0, "depth_multiplier": 1}
+
+
+def _fast_int8(e: ModelEmitter, op: Operator, name: str, kind: str, params: dict[str, int], bias: int | None,
+               multipliers: list[int], shifts: list[int]) -> str | None:
+    """The call of this layer's specialised fast kernel (lt_conv_dsp.h), or None where only the reference-order
+    kernel applies: grouped convolution, a depth multiplier, dilated depthwise convolution, or a folded bias
+    beyond int32."""
+    weights = e.constant_values(op.inputs[1]).astype(np.int64)
+    out_c = params["out_c"]
+    if kind == "conv2d":
+        if params["filter_in_c"] != params["in_c"]:
+            return None
+        rows = weights.reshape(out_c, -1)
+    else:
+        if params["depth_multiplier"] != 1 or params["dilation_h"] != 1 or params["dilation_w"] != 1:
+            return None
+        rows = weights.reshape(-1, out_c).T  # [channel][fy * filter_w + fx]
+    bias_values = (e.constant_values(bias).astype(np.int64) if bias is not None
+                   else np.zeros(out_c, dtype=np.int64))
+    folded = bias_values + params["input_offset"] * rows.sum(axis=1)
+    if folded.min() < -(1 << 31) or folded.max() >= (1 << 31):
+        return None
+    flags = ["0"]
+    if all(s < 0 for s in shifts):
+        flags.append("LT_SHIFTS_RIGHT")
+    if (params["act_min"], params["act_max"]) == (-128, 127):
+        flags.append("LT_FULL_RANGE")
+    p = e.struct(f"{name}_params", "lt_conv_params", params)
+    arrays = [e.array(f"{name}_bias", "int32_t", folded), e.array(f"{name}_multiplier", "int32_t", multipliers),
+              e.array(f"{name}_shift", "int32_t", shifts)]
+    if kind == "conv2d":
+        k4 = -(-rows.shape[1] // 4) * 4
+        packed = np.zeros((out_c, k4), dtype=np.int8)
+        packed[:, :rows.shape[1]] = rows
+        filter_ref = e.array(f"{name}_filter", "int8_t", packed, aligned=True)
+        pixels = 2 if params["batches"] * params["out_h"] * params["out_w"] > 1 else 1
+        e.need_scratch16(pixels * k4 + k4 // 2)
+        function = "lt_conv_s8_fast"
+    else:
+        kh, kw = params["filter_h"], params["filter_w"]
+        taps = rows.reshape(out_c, kh, kw)
+        if kw % 2:
+            taps = np.concatenate([taps, np.zeros((out_c, kh, 1), dtype=np.int64)], axis=2)
+        halves = taps.reshape(out_c, kh, -1, 2) & 0xFFFF
+        words = (halves[..., 0] | (halves[..., 1] << 16)).astype(np.uint32)
+        filter_ref = e.array(f"{name}_filter", "uint32_t", words)
+        plane = ((params["out_h"] - 1) * params["stride_h"] + kh) * ((params["out_w"] - 1) * params["stride_w"] + kw)
+        e.need_scratch16(plane)
+        function = "lt_depthwise_s8_fast"
+    body = (f"{function}({p}, (const int8_t *)input, {filter_ref}, {', '.join(arrays)}, (int8_t *)output, "
+            f"{SCRATCH16}, {' | '.join(flags)});")
+    e.declarations.append(f"static void {name}_run(const void *input, void *output) {{\n    {body}\n}}")
+    return f"{name}_run({e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
+
+
 def lower_conv_2d(e, op, name):
     return _weighted(e, op, name, "conv2d")
 
@@ -124,6 +189,13 @@ def lower_fully_connected(e, op, name):
         multipliers, shifts = q.per_channel_multipliers(in_q.scale, list(f_q.scales), out_q.scale, out_depth)
         params.update(input_offset=-in_q.zero_point, filter_offset=-f_q.zero_point if len(f_q.scales) == 1 else 0,
                       output_offset=out_q.zero_point, **quantized_activation(e, op, op.outputs[0]))
+        if params["filter_offset"] == 0:  # as a 1x1 convolution over `batches` pixels
+            conv = dict(_POINTWISE, batches=params["batches"], in_c=accum_depth, out_c=out_depth,
+                        filter_in_c=accum_depth, input_offset=params["input_offset"],
+                        output_offset=params["output_offset"], act_min=params["act_min"], act_max=params["act_max"])
+            fast = _fast_int8(e, op, name, "conv2d", conv, bias, multipliers, shifts)
+            if fast is not None:
+                return fast
         return _weighted_call(e, op, name, "lt_fully_connected_s8", "lt_fc_params", params, bias,
                               (multipliers, shifts))
     if ins[:2] == ["int16", "int8"] and outs == ["int16"]:

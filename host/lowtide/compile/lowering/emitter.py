@@ -22,6 +22,7 @@ NUMPY_TYPES = {"bool": np.bool_, "int8": np.int8, "uint8": np.uint8, "int16": np
 
 
 STATE_OBJECT = "state"  # the generated code's static struct of variable tensors and resource variables
+SCRATCH16 = "scratch16"  # the generated code's static int16 scratch of the fast kernels (im2col rows, planes)
 
 
 def variable_member(index: int) -> str:
@@ -114,6 +115,7 @@ class ModelEmitter:
         self.variables: dict[int, Tensor] = {}  # variable tensors the operators use: static state, not arena
         self.call_once_flags: list[str] = []  # one per CALL_ONCE: set once its init subgraph has run
         self._constants: dict[int, str] = {}
+        self.scratch16_count = 0  # int16 values of SCRATCH16 the largest fast-kernel layer needs
         self.resources, self._handles = self._resource_variables()
 
     # ---- resource variables ------------------------------------------------------------------------------
@@ -206,8 +208,12 @@ class ModelEmitter:
         require(k < len(buffers), f"the memory plan has no scratch buffer {k} for this operator")
         return f"(({ctype} *)(arena + {buffers[k]}u))"
 
+    def need_scratch16(self, count: int) -> None:
+        self.scratch16_count = max(self.scratch16_count, count)
+
     # ---- declarations ------------------------------------------------------------------------------------
-    def array(self, name: str, ctype: str, values) -> str:
+    def array(self, name: str, ctype: str, values, aligned: bool = False) -> str:
+        """A const array in flash; `aligned`: on a 4-byte boundary, for kernels reading it a word at a time."""
         values = np.asarray(values).reshape(-1)
         if ctype == "float":
             items = [c_float(v) for v in values.tolist()]
@@ -219,7 +225,8 @@ class ModelEmitter:
             items = ["0"]
         lines = [", ".join(items[i:i + 24]) for i in range(0, len(items), 24)]
         body = ",\n    ".join(lines)
-        self.declarations.append(f"static const {ctype} {name}[{len(items)}] = {{\n    {body}\n}};")
+        attribute = " __attribute__((aligned(4)))" if aligned else ""
+        self.declarations.append(f"static const {ctype} {name}[{len(items)}]{attribute} = {{\n    {body}\n}};")
         return name
 
     def struct(self, name: str, ctype: str, fields: dict[str, object]) -> str:

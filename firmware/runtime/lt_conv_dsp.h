@@ -1,0 +1,278 @@
+/* Fast int8 CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED, bit-exact with TFLM's reference kernels.
+ *
+ * The bodies are `static inline` so that `lowtide compile` can emit one function per layer that calls them with
+ * that layer's constant parameter struct: the compiler then folds every shape, stride and flag into the code
+ * (loop bounds, address offsets, which requantization steps exist) and unrolls the small loops.
+ *
+ * What lowtide prepares offline (host/lowtide/compile/lowering/conv.py):
+ * - the bias folded with the input zero point: bias[oc] - input_zero_point * sum(filter[oc]), so the kernels
+ *   multiply raw int8 values and a padded tap holds the input zero point (its product cancels in the fold);
+ * - convolution and fully-connected filters as [out_c][K4] with K = filter_h * filter_w * in_c rounded up to a
+ *   multiple of 4 (zeros after K);
+ * - depthwise filters per channel as int16 pairs: for each filter row, (w[fx], w[fx + 1]) words, and the last
+ *   tap of an odd width alone in the low half of a word.
+ *
+ * On cores with the DSP extension (Cortex-M4, M7, M33 with DSP: __ARM_FEATURE_DSP) the arithmetic is the SIMD
+ * instructions SXTB16, SMLAD and SMLAxy through ACLE intrinsics; elsewhere (and in lowtide's host checks) the
+ * same arithmetic in portable C. Both are exact: integer sums do not depend on their order (the accumulators
+ * wrap modulo 2^32 like SMLAD's), and the requantization is TFLM's MultiplyByQuantizedMultiplier to the bit.
+ */
+#ifndef LT_CONV_DSP_H
+#define LT_CONV_DSP_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "lt_runtime.h"
+
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+#include <arm_acle.h>
+#define LT_DSP 1
+#endif
+
+#if defined(__GNUC__)
+#define LT_ALWAYS_INLINE static inline __attribute__((always_inline))
+#else
+#define LT_ALWAYS_INLINE static inline
+#endif
+
+/* ---- the SIMD primitives ---------------------------------------------------------------------------------- */
+
+static inline uint32_t lt_read32(const void *p) {
+    uint32_t v;
+    memcpy(&v, p, 4); /* one LDR on Cortex-M4/M7 (unaligned loads allowed) */
+    return v;
+}
+
+#ifdef LT_DSP
+/* bytes 0 and 2 of x, sign-extended into the low and high halfword */
+static inline uint32_t lt_sxtb16(uint32_t x) { return (uint32_t)__sxtb16((int32_t)x); }
+/* bytes 1 and 3 */
+static inline uint32_t lt_sxtb16_ror8(uint32_t x) { return (uint32_t)__sxtb16((int32_t)((x >> 8) | (x << 24))); }
+/* acc + lo(a) * lo(b) + hi(a) * hi(b) */
+static inline int32_t lt_smlad(uint32_t a, uint32_t b, int32_t acc) { return __smlad((int32_t)a, (int32_t)b, acc); }
+/* acc + lo(a) * lo(b) */
+static inline int32_t lt_smlabb(uint32_t a, uint32_t b, int32_t acc) { return __smlabb((int32_t)a, (int32_t)b, acc); }
+static inline int32_t lt_ssat8(int32_t x) { return __ssat(x, 8); }
+#else
+static inline uint32_t lt_pair(int32_t lo, int32_t hi) { return (uint16_t)lo | ((uint32_t)(uint16_t)hi << 16); }
+static inline int32_t lt_lo16(uint32_t x) { return (int16_t)(uint16_t)x; }
+static inline int32_t lt_hi16(uint32_t x) { return (int16_t)(uint16_t)(x >> 16); }
+static inline uint32_t lt_sxtb16(uint32_t x) { return lt_pair((int8_t)(uint8_t)x, (int8_t)(uint8_t)(x >> 16)); }
+static inline uint32_t lt_sxtb16_ror8(uint32_t x) {
+    return lt_pair((int8_t)(uint8_t)(x >> 8), (int8_t)(uint8_t)(x >> 24));
+}
+static inline int32_t lt_smlad(uint32_t a, uint32_t b, int32_t acc) {
+    return (int32_t)((uint32_t)acc + (uint32_t)(lt_lo16(a) * lt_lo16(b)) + (uint32_t)(lt_hi16(a) * lt_hi16(b)));
+}
+static inline int32_t lt_smlabb(uint32_t a, uint32_t b, int32_t acc) {
+    return (int32_t)((uint32_t)acc + (uint32_t)(lt_lo16(a) * lt_lo16(b)));
+}
+static inline int32_t lt_ssat8(int32_t x) { return x < -128 ? -128 : (x > 127 ? 127 : x); }
+#endif
+
+/* (x * m + 2^30) >> 31, one SMLAL on Cortex-M: TFLM's SaturatingRoundingDoublingHighMul for any m > 0 (gemmlowp's
+ * nudge of 1 - 2^30 and truncating division for a negative product give the same value as this flooring shift;
+ * the shift of a negative int64 is arithmetic on every compiler lowtide supports). */
+static inline int32_t lt_doubling_high_mul(int32_t x, int32_t m) {
+    return (int32_t)(((int64_t)x * m + (1 << 30)) >> 31);
+}
+
+/* ---- requantization ----------------------------------------------------------------------------------------- */
+
+/* Layer flags lowtide knows at compile time. */
+#define LT_SHIFTS_RIGHT 1u /* every channel's shift is < 0 (a multiplier below 1): no left shift, always rounding */
+#define LT_FULL_RANGE 2u   /* the activation range is all of int8: one SSAT clamps */
+
+/* TFLM's MultiplyByQuantizedMultiplier (double rounding) + output offset + activation clamp. The rounding right
+ * shift (x + 2^(r-1) - (x < 0)) >> r is gemmlowp's RoundingDivideByPOT (round half away from zero); x here is the
+ * doubling high product, below 2^31 - 2^(r-1) for any accumulator below 2^31 - 2^(r-1), i.e. every real one. */
+LT_ALWAYS_INLINE int32_t lt_requantize_s8(int32_t acc, int32_t multiplier, int32_t shift, const lt_conv_params *p,
+                                          const unsigned flags) {
+    int32_t x;
+    if (flags & LT_SHIFTS_RIGHT) {
+        x = lt_doubling_high_mul(acc, multiplier);
+        const int32_t right = -shift;
+        x = (int32_t)(((uint32_t)x + (1u << (right - 1)) - ((uint32_t)x >> 31))) >> right;
+    } else {
+        const int32_t left = shift > 0 ? shift : 0, right = shift > 0 ? 0 : -shift;
+        x = lt_doubling_high_mul((int32_t)((uint32_t)acc << left), multiplier);
+        if (right) x = (int32_t)(((uint32_t)x + (1u << (right - 1)) - ((uint32_t)x >> 31))) >> right;
+    }
+    x += p->output_offset;
+    if (flags & LT_FULL_RANGE) return lt_ssat8(x);
+    return x < p->act_min ? p->act_min : (x > p->act_max ? p->act_max : x);
+}
+
+/* ---- matrix core: two pixels (or one) x every output channel ------------------------------------------------- */
+
+/* n int8 values as int16 in SXTB16 order (per 4: bytes 0 and 2, then 1 and 3), zero-padded to a multiple of 4. */
+void lt_expand_s8(const int8_t *src, int32_t n, int16_t *dst);
+
+/* x0, x1: two expanded rows of k4 values; w: [out_c][k4]. Writes out_c channels at out0 and at out1. */
+LT_ALWAYS_INLINE void lt_matmul_2_s8(const int16_t *x0, const int16_t *x1, const int8_t *w, int32_t k4, int32_t out_c,
+                                     const int32_t *bias, const int32_t *multiplier, const int32_t *shift,
+                                     const lt_conv_params *p, int8_t *out0, int8_t *out1, const unsigned flags) {
+    int32_t oc = 0;
+    for (; oc + 2 <= out_c; oc += 2) {
+        const int8_t *w0 = w + oc * k4, *w1 = w0 + k4;
+        const uint32_t *a = (const uint32_t *)x0, *b = (const uint32_t *)x1;
+        int32_t a0 = bias[oc], a1 = bias[oc + 1], b0 = a0, b1 = a1;
+        for (int32_t k = k4 >> 2; k > 0; --k) {
+            const uint32_t u = lt_read32(w0), v = lt_read32(w1);
+            w0 += 4;
+            w1 += 4;
+            const uint32_t u02 = lt_sxtb16(u), u13 = lt_sxtb16_ror8(u);
+            const uint32_t v02 = lt_sxtb16(v), v13 = lt_sxtb16_ror8(v);
+            const uint32_t a02 = a[0], a13 = a[1], b02 = b[0], b13 = b[1];
+            a += 2;
+            b += 2;
+            a0 = lt_smlad(a02, u02, a0);
+            a0 = lt_smlad(a13, u13, a0);
+            a1 = lt_smlad(a02, v02, a1);
+            a1 = lt_smlad(a13, v13, a1);
+            b0 = lt_smlad(b02, u02, b0);
+            b0 = lt_smlad(b13, u13, b0);
+            b1 = lt_smlad(b02, v02, b1);
+            b1 = lt_smlad(b13, v13, b1);
+        }
+        out0[oc] = (int8_t)lt_requantize_s8(a0, multiplier[oc], shift[oc], p, flags);
+        out0[oc + 1] = (int8_t)lt_requantize_s8(a1, multiplier[oc + 1], shift[oc + 1], p, flags);
+        out1[oc] = (int8_t)lt_requantize_s8(b0, multiplier[oc], shift[oc], p, flags);
+        out1[oc + 1] = (int8_t)lt_requantize_s8(b1, multiplier[oc + 1], shift[oc + 1], p, flags);
+    }
+    if (oc < out_c) {
+        const int8_t *w0 = w + oc * k4;
+        const uint32_t *a = (const uint32_t *)x0, *b = (const uint32_t *)x1;
+        int32_t a0 = bias[oc], b0 = a0;
+        for (int32_t k = k4 >> 2; k > 0; --k) {
+            const uint32_t u = lt_read32(w0);
+            w0 += 4;
+            const uint32_t u02 = lt_sxtb16(u), u13 = lt_sxtb16_ror8(u);
+            a0 = lt_smlad(a[0], u02, a0);
+            a0 = lt_smlad(a[1], u13, a0);
+            b0 = lt_smlad(b[0], u02, b0);
+            b0 = lt_smlad(b[1], u13, b0);
+            a += 2;
+            b += 2;
+        }
+        out0[oc] = (int8_t)lt_requantize_s8(a0, multiplier[oc], shift[oc], p, flags);
+        out1[oc] = (int8_t)lt_requantize_s8(b0, multiplier[oc], shift[oc], p, flags);
+    }
+}
+
+LT_ALWAYS_INLINE void lt_matmul_1_s8(const int16_t *x0, const int8_t *w, int32_t k4, int32_t out_c,
+                                     const int32_t *bias, const int32_t *multiplier, const int32_t *shift,
+                                     const lt_conv_params *p, int8_t *out0, const unsigned flags) {
+    int32_t oc = 0;
+    for (; oc + 2 <= out_c; oc += 2) {
+        const int8_t *w0 = w + oc * k4, *w1 = w0 + k4;
+        const uint32_t *a = (const uint32_t *)x0;
+        int32_t a0 = bias[oc], a1 = bias[oc + 1];
+        for (int32_t k = k4 >> 2; k > 0; --k) {
+            const uint32_t u = lt_read32(w0), v = lt_read32(w1);
+            w0 += 4;
+            w1 += 4;
+            const uint32_t a02 = a[0], a13 = a[1];
+            a += 2;
+            a0 = lt_smlad(a02, lt_sxtb16(u), a0);
+            a0 = lt_smlad(a13, lt_sxtb16_ror8(u), a0);
+            a1 = lt_smlad(a02, lt_sxtb16(v), a1);
+            a1 = lt_smlad(a13, lt_sxtb16_ror8(v), a1);
+        }
+        out0[oc] = (int8_t)lt_requantize_s8(a0, multiplier[oc], shift[oc], p, flags);
+        out0[oc + 1] = (int8_t)lt_requantize_s8(a1, multiplier[oc + 1], shift[oc + 1], p, flags);
+    }
+    if (oc < out_c) {
+        const int8_t *w0 = w + oc * k4;
+        const uint32_t *a = (const uint32_t *)x0;
+        int32_t a0 = bias[oc];
+        for (int32_t k = k4 >> 2; k > 0; --k) {
+            const uint32_t u = lt_read32(w0);
+            w0 += 4;
+            a0 = lt_smlad(a[0], lt_sxtb16(u), a0);
+            a0 = lt_smlad(a[1], lt_sxtb16_ror8(u), a0);
+            a += 2;
+        }
+        out0[oc] = (int8_t)lt_requantize_s8(a0, multiplier[oc], shift[oc], p, flags);
+    }
+}
+
+/* ---- CONV_2D (groups 1, any window, stride, padding and dilation) and FULLY_CONNECTED ------------------------- */
+
+/* The expanded window of output pixel `pixel` (its k4 values, padding taps at the input zero point). `gather` is
+ * room for k4 bytes, used when in_c is not a multiple of 4. */
+void lt_im2col_s8(const lt_conv_params *p, const int8_t *input, int32_t pixel, int16_t *row, int8_t *gather);
+
+/* scratch: 2 * k4 + k4 / 2 int16 values (two rows and the byte gather). */
+LT_ALWAYS_INLINE void lt_conv_s8_fast(const lt_conv_params *p, const int8_t *input, const int8_t *filter,
+                                      const int32_t *bias, const int32_t *multiplier, const int32_t *shift,
+                                      int8_t *output, int16_t *scratch, const unsigned flags) {
+    const int32_t k = p->filter_h * p->filter_w * p->in_c, k4 = (k + 3) & ~3;
+    const int32_t pixels = p->batches * p->out_h * p->out_w, out_c = p->out_c;
+    const int pointwise = p->filter_h == 1 && p->filter_w == 1 && p->stride_h == 1 && p->stride_w == 1 &&
+                          p->pad_h == 0 && p->pad_w == 0 && p->in_h == p->out_h && p->in_w == p->out_w;
+    int16_t *row0 = scratch, *row1 = scratch + k4;
+    int8_t *gather = (int8_t *)(scratch + 2 * k4);
+    int32_t px = 0;
+    for (; px + 2 <= pixels; px += 2) {
+        if (pointwise) {
+            lt_expand_s8(input + px * p->in_c, p->in_c, row0);
+            lt_expand_s8(input + (px + 1) * p->in_c, p->in_c, row1);
+        } else {
+            lt_im2col_s8(p, input, px, row0, gather);
+            lt_im2col_s8(p, input, px + 1, row1, gather);
+        }
+        lt_matmul_2_s8(row0, row1, filter, k4, out_c, bias, multiplier, shift, p, output + px * out_c,
+                       output + (px + 1) * out_c, flags);
+    }
+    if (px < pixels) {
+        if (pointwise)
+            lt_expand_s8(input + px * p->in_c, p->in_c, row0);
+        else
+            lt_im2col_s8(p, input, px, row0, gather);
+        lt_matmul_1_s8(row0, filter, k4, out_c, bias, multiplier, shift, p, output + px * out_c, flags);
+    }
+}
+
+/* ---- DEPTHWISE_CONV_2D (depth multiplier 1) ------------------------------------------------------------------- */
+
+/* Channel `c` of the input as an int16 plane of plane_h x plane_w (the padded window area), padding at the input
+ * zero point. */
+void lt_depthwise_plane_s8(const lt_conv_params *p, const int8_t *input, int32_t c, int32_t plane_h,
+                           int32_t plane_w, int16_t *plane);
+
+/* One channel at a time: its input is copied into `scratch` (an int16 plane), then its outputs are written. So
+ * `output` may be `input` itself (in place): output channel c only overwrites input channel c, already copied.
+ * scratch: ((out_h - 1) * stride_h + filter_h) * ((out_w - 1) * stride_w + filter_w) int16 values. */
+LT_ALWAYS_INLINE void lt_depthwise_s8_fast(const lt_conv_params *p, const int8_t *input, const uint32_t *filter,
+                                           const int32_t *bias, const int32_t *multiplier, const int32_t *shift,
+                                           int8_t *output, int16_t *scratch, const unsigned flags) {
+    const int32_t kh = p->filter_h, kw = p->filter_w, pairs = (kw + 1) / 2, c_count = p->out_c;
+    const int32_t plane_h = (p->out_h - 1) * p->stride_h + kh, plane_w = (p->out_w - 1) * p->stride_w + kw;
+    for (int32_t b = 0; b < p->batches; ++b) {
+        const int8_t *in_b = input + b * p->in_h * p->in_w * c_count;
+        int8_t *out_b = output + b * p->out_h * p->out_w * c_count;
+        for (int32_t c = 0; c < c_count; ++c) {
+            lt_depthwise_plane_s8(p, in_b, c, plane_h, plane_w, scratch);
+            const uint32_t *wc = filter + c * kh * pairs;
+            const int32_t m = multiplier[c], s = shift[c], acc0 = bias[c];
+            int8_t *out = out_b + c;
+            for (int32_t oy = 0; oy < p->out_h; ++oy) {
+                const int16_t *row = scratch + oy * p->stride_h * plane_w;
+                for (int32_t ox = 0; ox < p->out_w; ++ox, row += p->stride_w) {
+                    int32_t acc = acc0;
+                    for (int32_t fy = 0; fy < kh; ++fy) {
+                        const int16_t *r = row + fy * plane_w;
+                        for (int32_t j = 0; j < kw / 2; ++j) acc = lt_smlad(lt_read32(r + 2 * j), wc[fy * pairs + j], acc);
+                        if (kw & 1) acc = lt_smlabb((uint16_t)r[kw - 1], wc[fy * pairs + pairs - 1], acc);
+                    }
+                    *out = (int8_t)lt_requantize_s8(acc, m, s, p, flags);
+                    out += c_count;
+                }
+            }
+        }
+    }
+}
+
+#endif /* LT_CONV_DSP_H */
