@@ -17,6 +17,7 @@ from lowtide.cli import app
 from lowtide.errors import LowtideError
 from lowtide.memory import MemoryPlan, tflm_plan
 from lowtide.model import Graph, load_model
+from lowtide.stale import ByteRanges, StaleReport, check_stale
 from lowtide.tflm import DEFAULT_CORE, Mcu32Arena, mcu32_arena
 from lowtide.tflm.tree import KernelSet
 
@@ -70,6 +71,25 @@ def _table(graph: Graph, plan: MemoryPlan) -> Table:
     return table
 
 
+def _stale_table(report: StaleReport) -> Table:
+    table = Table(title="operators whose outputs depend on stale arena memory", title_justify="left")
+    for name, justify in (("op", "right"), ("opcode", "left"), ("tensor", "left"), ("unwritten bytes", "right"),
+                          ("from stale bytes", "right"), ("", "left"), ("first byte ranges", "left")):
+        table.add_column(name, justify=justify)
+    for s in report.operators:
+        table.add_row(str(s.op), escape_markup(s.opcode), escape_markup(f"t{s.tensor} {s.tensor_name}"),
+                      f"{sum(b - a for a, b in s.unwritten):,} / {s.tensor_bytes:,}",
+                      f"{sum(b - a for a, b in s.stale_read):,}",
+                      "origin" if s.inputs_determined else "passed on",
+                      _first_ranges(s.unwritten or s.stale_read), style="bold red" if s.inputs_determined else None)
+    return table
+
+
+def _first_ranges(ranges: ByteRanges, shown: int = 3) -> str:
+    text = ", ".join(f"[{a}, {b})" for a, b in ranges[:shown])
+    return text + (f" and {len(ranges) - shown} more" if len(ranges) > shown else "")
+
+
 def _plot(graph: Graph, plan: MemoryPlan, path: Path) -> None:
     import matplotlib
 
@@ -106,6 +126,9 @@ def inspect(
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables")] = False,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Draw live memory per step into this PNG")] = None,
     verify: Annotated[bool, typer.Option("--verify", help="Also run the host TFLM and compare its head")] = False,
+    check_stale_memory: Annotated[bool, typer.Option(
+        "--check-stale", help="Run the host TFLM under different arena fills: name operators that read or leave "
+                              "stale memory, and the bytes")] = False,
     kernels: Annotated[KernelSet, typer.Option(help="TFLM kernels the 32-bit arena is predicted for")] = (
         KernelSet.REFERENCE),
     core: Annotated[str, typer.Option(help="MCU core the 32-bit arena is predicted for")] = DEFAULT_CORE,
@@ -129,9 +152,12 @@ def inspect(
             raise
         arena = None  # a model TFLM cannot load still gets its head predicted; the total needs TFLM's tail
     measured = oracle.run(data, oracle.random_inputs(graph), path=str(model)).arena if verify else None
+    stale = check_stale(graph) if check_stale_memory else None
     if plot:
         _plot(graph, plan, plot)
     report = inspect_report(graph, plan, arena)
+    if stale:
+        report["stale"] = stale.to_json()
     if measured:
         report["measured"] = {"tflm_head_bytes": measured.head_bytes, "tflm_total_bytes": measured.total_bytes,
                               "tflm_tail_bytes": measured.tail_bytes, "head_matches": measured.head_bytes == plan.head_bytes}
@@ -152,6 +178,10 @@ def inspect(
             summary.add_row("measured head (host TFLM)", f"{measured.head_bytes:,} B  {verdict}")
             summary.add_row("measured total (host TFLM, 64-bit)", f"{measured.total_bytes:,} B")
         console.print(summary)
+        if stale:
+            if stale.operators:
+                console.print(_stale_table(stale))
+            console.print(("[green]" if stale.clean else "[bold red]") + f"stale memory[/]: {escape_markup(stale.summary())}")
         if arena and not arena.exact:
             console.print(f"[dim]* {escape_markup(arena.method)}.[/]")
         if plot:

@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from lowtide.cli import app
-from lowtide.export import OptimizeResult, optimize_model
+from lowtide.export import OptimizeResult, Verification, optimize_model
 from lowtide.rewrite import Tiling
 from lowtide.tflm import DEFAULT_CORE
 from lowtide.tflm.tree import KernelSet
@@ -71,6 +71,8 @@ def optimize_report(result: OptimizeResult) -> dict:
     if result.verification:
         report["after"]["tflm_head_bytes"] = result.verification.measured_head_bytes
         report["outputs_identical"] = result.verification.outputs_identical
+        report["determined_outputs_identical"] = result.verification.determined_identical
+        report["stale"] = result.verification.stale.to_json()
     if result.rewrite:
         r = result.rewrite
         macs_after = result.rewrite_macs or r.macs_before
@@ -127,11 +129,27 @@ def _show(console: Console, result: OptimizeResult) -> None:
         else:
             console.print(f"rewrite: {r.reason}")
     if result.verification:
-        console.print("[green]verified[/]: outputs bit-identical, measured head = planned head")
+        _show_verification(console, result.verification)
     before, after = result.stock_mcu32, result.export.mcu32
     console.print(f"TFLM arena on {after.core} ({after.kernels} kernels): used {before.used_bytes:,} B -> "
                   f"{after.used_bytes:,} B; declare {after.arena_bytes:,} B (see {result.export.header_path.name})"
                   + ("" if after.exact else f" [dim]({escape(after.method)})[/]"))
+
+
+def _show_verification(console: Console, verification: Verification) -> None:
+    stale = verification.stale
+    if stale.clean:
+        console.print("[green]verified[/]: outputs bit-identical, measured head = planned head")
+        return
+    console.print(f"[yellow]the original model's outputs depend on stale memory[/]: {escape(stale.summary())}")
+    determined = stale.output_bytes - stale.undetermined_output_bytes
+    same = ("and the rest happen to match in this run" if verification.outputs_identical
+            else "the rest differ, as they may between any two plans")
+    console.print(f"[green]verified[/]: the {determined:,} output bytes that do not depend on it are bit-identical "
+                  f"({same}); measured head = planned head")
+    for s in stale.origins:
+        if s.fix:
+            console.print(f"  to make operator {s.op} deterministic: {escape(s.fix)}")
 
 
 @app.command()
