@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -86,8 +87,8 @@ def test_outputs_are_compared_only_where_determined():
 def test_optimize_verify_names_the_stale_operator_and_verifies_the_determined_bytes(tmp_path):
     model, out = tmp_path / "dilated.tflite", tmp_path / "dilated_opt.tflite"
     model.write_bytes(dilated_model())
-    done = subprocess.run([sys.executable, "-c", LAUNCH, "optimize", str(model), "-o", str(out), "--verify", "--time-limit", "4",
-                           "--json"], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", LAUNCH, "optimize", str(model), "-o", str(out), "--verify",
+                           "--time-limit", "4", "--json"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["after"]["planned_head_bytes"] < report["before"]["tflm_head_bytes"]  # reordered and placed
@@ -98,13 +99,6 @@ def test_optimize_verify_names_the_stale_operator_and_verifies_the_determined_by
     assert [(op["index"], op["opcode"], op["unwritten_bytes"]) for op in origins] == [
         (5, "BATCH_TO_SPACE_ND", (DECLARED * DECLARED - SIZE * SIZE) * 8)]
     inspected = subprocess.run([sys.executable, "-c", LAUNCH, "inspect", str(model), "--check-stale"],
-                               capture_output=True, text=True, timeout=300, env={"COLUMNS": "200",
-                                                                                   **_environment()})
+                               capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
     assert inspected.returncode == 0, inspected.stderr
     assert "operator 5 (BATCH_TO_SPACE_ND) leaves 264 of its 2,312 output bytes unwritten" in inspected.stdout
-
-
-def _environment() -> dict[str, str]:
-    import os
-
-    return dict(os.environ)

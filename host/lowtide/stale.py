@@ -15,7 +15,9 @@ scratch buffers, which cannot be planned offline, fit at the start of the head, 
 The copy runs on the same inputs under several fills (zero bytes, 0xFF bytes, seeded random bytes). A byte that
 is the same in every run is determined; one that equals the fill at its own address in every run was never
 written; any other is computed from stale bytes (read before written, or from an input that was). An operator is
-the origin of its stale bytes when all its inputs are determined.
+the origin of its stale bytes when all its inputs are determined. Equal bytes under every fill are evidence, not
+proof: a byte computed from stale memory that comes out the same whatever the fill (a sum saturated at the end of
+the int8 range) counts as determined. The fills at both ends of the range and one random make that rare.
 """
 
 from __future__ import annotations
