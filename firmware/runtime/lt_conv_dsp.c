@@ -77,11 +77,13 @@ void lt_depthwise_plane_s8(const lt_conv_params *p, const int8_t *input, int32_t
         for (int32_t px = 0; px < left; ++px) plane[px] = (int16_t)zero_point;
         const int8_t *src = input + (y * p->in_w + (left - p->pad_w)) * channels + c;
         int32_t px = left;
-        for (; px + 2 <= right; px += 2, src += 2 * channels) {
+        for (; px + 4 <= right; px += 4, src += 4 * channels) {
             plane[px] = src[0];
             plane[px + 1] = src[channels];
+            plane[px + 2] = src[2 * channels];
+            plane[px + 3] = src[3 * channels];
         }
-        if (px < right) plane[px++] = src[0];
+        for (; px < right; ++px, src += channels) plane[px] = src[0];
         for (; px < plane_w; ++px) plane[px] = (int16_t)zero_point;
     }
 }

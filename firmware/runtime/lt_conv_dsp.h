@@ -30,10 +30,19 @@
 #define LT_DSP 1
 #endif
 
+/* The kernels inline into one function per layer; the layers stay separate functions (one frame each). */
 #if defined(__GNUC__)
 #define LT_ALWAYS_INLINE static inline __attribute__((always_inline))
+#define LT_NOINLINE __attribute__((noinline))
 #else
 #define LT_ALWAYS_INLINE static inline
+#define LT_NOINLINE
+#endif
+/* a loop over a filter's rows or taps, whose count is a constant once the layer is specialised */
+#if defined(__GNUC__) && !defined(__clang__)
+#define LT_UNROLL _Pragma("GCC unroll 8")
+#else
+#define LT_UNROLL
 #endif
 
 /* ---- the SIMD primitives ---------------------------------------------------------------------------------- */
@@ -47,13 +56,23 @@ static inline uint32_t lt_read32(const void *p) {
 #ifdef LT_DSP
 /* bytes 0 and 2 of x, sign-extended into the low and high halfword */
 static inline uint32_t lt_sxtb16(uint32_t x) { return (uint32_t)__sxtb16((int32_t)x); }
-/* bytes 1 and 3 */
-static inline uint32_t lt_sxtb16_ror8(uint32_t x) { return (uint32_t)__sxtb16((int32_t)((x >> 8) | (x << 24))); }
+/* bytes 1 and 3 (GCC does not fold a rotate into SXTB16's operand by itself) */
+static inline uint32_t lt_sxtb16_ror8(uint32_t x) {
+    uint32_t r;
+    __asm__("sxtb16 %0, %1, ror #8" : "=r"(r) : "r"(x));
+    return r;
+}
 /* acc + lo(a) * lo(b) + hi(a) * hi(b) */
 static inline int32_t lt_smlad(uint32_t a, uint32_t b, int32_t acc) { return __smlad((int32_t)a, (int32_t)b, acc); }
 /* acc + lo(a) * lo(b) */
 static inline int32_t lt_smlabb(uint32_t a, uint32_t b, int32_t acc) { return __smlabb((int32_t)a, (int32_t)b, acc); }
 static inline int32_t lt_ssat8(int32_t x) { return __ssat(x, 8); }
+/* (a * b + 2^31) >> 32 */
+static inline int32_t lt_smmulr(int32_t a, int32_t b) {
+    int32_t r;
+    __asm__("smmulr %0, %1, %2" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
 #else
 static inline uint32_t lt_pair(int32_t lo, int32_t hi) { return (uint16_t)lo | ((uint32_t)(uint16_t)hi << 16); }
 static inline int32_t lt_lo16(uint32_t x) { return (int16_t)(uint16_t)x; }
@@ -69,6 +88,7 @@ static inline int32_t lt_smlabb(uint32_t a, uint32_t b, int32_t acc) {
     return (int32_t)((uint32_t)acc + (uint32_t)(lt_lo16(a) * lt_lo16(b)));
 }
 static inline int32_t lt_ssat8(int32_t x) { return x < -128 ? -128 : (x > 127 ? 127 : x); }
+static inline int32_t lt_smmulr(int32_t a, int32_t b) { return (int32_t)(((int64_t)a * b + 0x80000000LL) >> 32); }
 #endif
 
 /* (x * m + 2^30) >> 31, one SMLAL on Cortex-M: TFLM's SaturatingRoundingDoublingHighMul for any m > 0 (gemmlowp's
@@ -80,26 +100,32 @@ static inline int32_t lt_doubling_high_mul(int32_t x, int32_t m) {
 
 /* ---- requantization ----------------------------------------------------------------------------------------- */
 
-/* Layer flags lowtide knows at compile time. */
-#define LT_SHIFTS_RIGHT 1u /* every channel's shift is < 0 (a multiplier below 1): no left shift, always rounding */
-#define LT_FULL_RANGE 2u   /* the activation range is all of int8: one SSAT clamps */
+/* One output channel's requantization as lowtide prepares it: TFLM's multiplier and shift, and for LT_SHORT_ACC
+ * layers 2^(r - 1) + output_offset * 2^r with r = -shift (the rounding and the output offset in one add). */
+typedef struct {
+    int32_t multiplier, shift, round;
+} lt_requant;
 
-/* TFLM's MultiplyByQuantizedMultiplier (double rounding) + output offset + activation clamp. The rounding right
- * shift (x + 2^(r-1) - (x < 0)) >> r is gemmlowp's RoundingDivideByPOT (round half away from zero); x here is the
- * doubling high product, below 2^31 - 2^(r-1) for any accumulator below 2^31 - 2^(r-1), i.e. every real one. */
-LT_ALWAYS_INLINE int32_t lt_requantize_s8(int32_t acc, int32_t multiplier, int32_t shift, const lt_conv_params *p,
+/* Layer flags lowtide knows at compile time. */
+#define LT_SHORT_ACC 1u  /* every shift < 0 and every accumulator (bounded from the weights) below 2^30 */
+#define LT_FULL_RANGE 2u /* the activation range is all of int8: one SSAT clamps */
+
+/* TFLM's MultiplyByQuantizedMultiplier (double rounding) + output offset + activation clamp.
+ * LT_SHORT_ACC: the doubling high product (acc * m + 2^30) >> 31 is SMMULR(2 acc, m), exact while 2 acc fits
+ * int32, and the rounding right shift (x + 2^(r-1) - (x < 0)) >> r is gemmlowp's RoundingDivideByPOT (round half
+ * away from zero), with the output offset added before the shift as offset * 2^r. */
+LT_ALWAYS_INLINE int32_t lt_requantize_s8(int32_t acc, const lt_requant *q, const lt_conv_params *p,
                                           const unsigned flags) {
     int32_t x;
-    if (flags & LT_SHIFTS_RIGHT) {
-        x = lt_doubling_high_mul(acc, multiplier);
-        const int32_t right = -shift;
-        x = (int32_t)(((uint32_t)x + (1u << (right - 1)) - ((uint32_t)x >> 31))) >> right;
+    if (flags & LT_SHORT_ACC) {
+        x = lt_smmulr((int32_t)((uint32_t)acc << 1), q->multiplier);
+        x = (int32_t)((uint32_t)x + (uint32_t)q->round + (uint32_t)(x >> 31)) >> -q->shift;
     } else {
-        const int32_t left = shift > 0 ? shift : 0, right = shift > 0 ? 0 : -shift;
-        x = lt_doubling_high_mul((int32_t)((uint32_t)acc << left), multiplier);
+        const int32_t left = q->shift > 0 ? q->shift : 0, right = q->shift > 0 ? 0 : -q->shift;
+        x = lt_doubling_high_mul((int32_t)((uint32_t)acc << left), q->multiplier);
         if (right) x = (int32_t)(((uint32_t)x + (1u << (right - 1)) - ((uint32_t)x >> 31))) >> right;
+        x += p->output_offset;
     }
-    x += p->output_offset;
     if (flags & LT_FULL_RANGE) return lt_ssat8(x);
     return x < p->act_min ? p->act_min : (x > p->act_max ? p->act_max : x);
 }
@@ -111,7 +137,7 @@ void lt_expand_s8(const int8_t *src, int32_t n, int16_t *dst);
 
 /* x0, x1: two expanded rows of k4 values; w: [out_c][k4]. Writes out_c channels at out0 and at out1. */
 LT_ALWAYS_INLINE void lt_matmul_2_s8(const int16_t *x0, const int16_t *x1, const int8_t *w, int32_t k4, int32_t out_c,
-                                     const int32_t *bias, const int32_t *multiplier, const int32_t *shift,
+                                     const int32_t *bias, const lt_requant *rq,
                                      const lt_conv_params *p, int8_t *out0, int8_t *out1, const unsigned flags) {
     int32_t oc = 0;
     for (; oc + 2 <= out_c; oc += 2) {
@@ -136,10 +162,10 @@ LT_ALWAYS_INLINE void lt_matmul_2_s8(const int16_t *x0, const int16_t *x1, const
             b1 = lt_smlad(b02, v02, b1);
             b1 = lt_smlad(b13, v13, b1);
         }
-        out0[oc] = (int8_t)lt_requantize_s8(a0, multiplier[oc], shift[oc], p, flags);
-        out0[oc + 1] = (int8_t)lt_requantize_s8(a1, multiplier[oc + 1], shift[oc + 1], p, flags);
-        out1[oc] = (int8_t)lt_requantize_s8(b0, multiplier[oc], shift[oc], p, flags);
-        out1[oc + 1] = (int8_t)lt_requantize_s8(b1, multiplier[oc + 1], shift[oc + 1], p, flags);
+        out0[oc] = (int8_t)lt_requantize_s8(a0, &rq[oc], p, flags);
+        out0[oc + 1] = (int8_t)lt_requantize_s8(a1, &rq[oc + 1], p, flags);
+        out1[oc] = (int8_t)lt_requantize_s8(b0, &rq[oc], p, flags);
+        out1[oc + 1] = (int8_t)lt_requantize_s8(b1, &rq[oc + 1], p, flags);
     }
     if (oc < out_c) {
         const int8_t *w0 = w + oc * k4;
@@ -156,13 +182,13 @@ LT_ALWAYS_INLINE void lt_matmul_2_s8(const int16_t *x0, const int16_t *x1, const
             a += 2;
             b += 2;
         }
-        out0[oc] = (int8_t)lt_requantize_s8(a0, multiplier[oc], shift[oc], p, flags);
-        out1[oc] = (int8_t)lt_requantize_s8(b0, multiplier[oc], shift[oc], p, flags);
+        out0[oc] = (int8_t)lt_requantize_s8(a0, &rq[oc], p, flags);
+        out1[oc] = (int8_t)lt_requantize_s8(b0, &rq[oc], p, flags);
     }
 }
 
 LT_ALWAYS_INLINE void lt_matmul_1_s8(const int16_t *x0, const int8_t *w, int32_t k4, int32_t out_c,
-                                     const int32_t *bias, const int32_t *multiplier, const int32_t *shift,
+                                     const int32_t *bias, const lt_requant *rq,
                                      const lt_conv_params *p, int8_t *out0, const unsigned flags) {
     int32_t oc = 0;
     for (; oc + 2 <= out_c; oc += 2) {
@@ -180,8 +206,8 @@ LT_ALWAYS_INLINE void lt_matmul_1_s8(const int16_t *x0, const int8_t *w, int32_t
             a1 = lt_smlad(a02, lt_sxtb16(v), a1);
             a1 = lt_smlad(a13, lt_sxtb16_ror8(v), a1);
         }
-        out0[oc] = (int8_t)lt_requantize_s8(a0, multiplier[oc], shift[oc], p, flags);
-        out0[oc + 1] = (int8_t)lt_requantize_s8(a1, multiplier[oc + 1], shift[oc + 1], p, flags);
+        out0[oc] = (int8_t)lt_requantize_s8(a0, &rq[oc], p, flags);
+        out0[oc + 1] = (int8_t)lt_requantize_s8(a1, &rq[oc + 1], p, flags);
     }
     if (oc < out_c) {
         const int8_t *w0 = w + oc * k4;
@@ -194,7 +220,7 @@ LT_ALWAYS_INLINE void lt_matmul_1_s8(const int16_t *x0, const int8_t *w, int32_t
             a0 = lt_smlad(a[1], lt_sxtb16_ror8(u), a0);
             a += 2;
         }
-        out0[oc] = (int8_t)lt_requantize_s8(a0, multiplier[oc], shift[oc], p, flags);
+        out0[oc] = (int8_t)lt_requantize_s8(a0, &rq[oc], p, flags);
     }
 }
 
@@ -206,7 +232,7 @@ void lt_im2col_s8(const lt_conv_params *p, const int8_t *input, int32_t pixel, i
 
 /* scratch: 2 * k4 + k4 / 2 int16 values (two rows and the byte gather). */
 LT_ALWAYS_INLINE void lt_conv_s8_fast(const lt_conv_params *p, const int8_t *input, const int8_t *filter,
-                                      const int32_t *bias, const int32_t *multiplier, const int32_t *shift,
+                                      const int32_t *bias, const lt_requant *rq,
                                       int8_t *output, int16_t *scratch, const unsigned flags) {
     const int32_t k = p->filter_h * p->filter_w * p->in_c, k4 = (k + 3) & ~3;
     const int32_t pixels = p->batches * p->out_h * p->out_w, out_c = p->out_c;
@@ -223,7 +249,7 @@ LT_ALWAYS_INLINE void lt_conv_s8_fast(const lt_conv_params *p, const int8_t *inp
             lt_im2col_s8(p, input, px, row0, gather);
             lt_im2col_s8(p, input, px + 1, row1, gather);
         }
-        lt_matmul_2_s8(row0, row1, filter, k4, out_c, bias, multiplier, shift, p, output + px * out_c,
+        lt_matmul_2_s8(row0, row1, filter, k4, out_c, bias, rq, p, output + px * out_c,
                        output + (px + 1) * out_c, flags);
     }
     if (px < pixels) {
@@ -231,7 +257,7 @@ LT_ALWAYS_INLINE void lt_conv_s8_fast(const lt_conv_params *p, const int8_t *inp
             lt_expand_s8(input + px * p->in_c, p->in_c, row0);
         else
             lt_im2col_s8(p, input, px, row0, gather);
-        lt_matmul_1_s8(row0, filter, k4, out_c, bias, multiplier, shift, p, output + px * out_c, flags);
+        lt_matmul_1_s8(row0, filter, k4, out_c, bias, rq, p, output + px * out_c, flags);
     }
 }
 
@@ -246,7 +272,7 @@ void lt_depthwise_plane_s8(const lt_conv_params *p, const int8_t *input, int32_t
  * `output` may be `input` itself (in place): output channel c only overwrites input channel c, already copied.
  * scratch: ((out_h - 1) * stride_h + filter_h) * ((out_w - 1) * stride_w + filter_w) int16 values. */
 LT_ALWAYS_INLINE void lt_depthwise_s8_fast(const lt_conv_params *p, const int8_t *input, const uint32_t *filter,
-                                           const int32_t *bias, const int32_t *multiplier, const int32_t *shift,
+                                           const int32_t *bias, const lt_requant *rq,
                                            int8_t *output, int16_t *scratch, const unsigned flags) {
     const int32_t kh = p->filter_h, kw = p->filter_w, pairs = (kw + 1) / 2, c_count = p->out_c;
     const int32_t plane_h = (p->out_h - 1) * p->stride_h + kh, plane_w = (p->out_w - 1) * p->stride_w + kw;
@@ -256,18 +282,44 @@ LT_ALWAYS_INLINE void lt_depthwise_s8_fast(const lt_conv_params *p, const int8_t
         for (int32_t c = 0; c < c_count; ++c) {
             lt_depthwise_plane_s8(p, in_b, c, plane_h, plane_w, scratch);
             const uint32_t *wc = filter + c * kh * pairs;
-            const int32_t m = multiplier[c], s = shift[c], acc0 = bias[c];
+            const lt_requant q = rq[c];
+            const int32_t acc0 = bias[c];
             int8_t *out = out_b + c;
             for (int32_t oy = 0; oy < p->out_h; ++oy) {
                 const int16_t *row = scratch + oy * p->stride_h * plane_w;
-                for (int32_t ox = 0; ox < p->out_w; ++ox, row += p->stride_w) {
+                int32_t ox = 0;
+                if ((p->stride_w == 1 || p->stride_w == 2) && kw == 3) {
+                    /* two neighbouring outputs share their weights and some of their input pairs per row */
+                    const int32_t step = 2 * p->stride_w;
+                    for (; ox + 2 <= p->out_w; ox += 2, row += step) {
+                        int32_t acc_a = acc0, acc_b = acc0;
+                        LT_UNROLL for (int32_t fy = 0; fy < kh; ++fy) {
+                            const int16_t *r = row + fy * plane_w;
+                            const uint32_t w01 = wc[fy * 2], w2 = wc[fy * 2 + 1];
+                            const uint32_t x01 = lt_read32(r), x23 = lt_read32(r + 2);
+                            acc_a = lt_smlad(x01, w01, acc_a);
+                            acc_a = lt_smlabb(x23, w2, acc_a);
+                            if (p->stride_w == 1) {
+                                acc_b = lt_smlad(lt_read32(r + 1), w01, acc_b);
+                                acc_b = lt_smlabb(x23 >> 16, w2, acc_b);
+                            } else {
+                                acc_b = lt_smlad(x23, w01, acc_b);
+                                acc_b = lt_smlabb(lt_read32(r + 4), w2, acc_b);
+                            }
+                        }
+                        out[0] = (int8_t)lt_requantize_s8(acc_a, &q, p, flags);
+                        out[c_count] = (int8_t)lt_requantize_s8(acc_b, &q, p, flags);
+                        out += 2 * c_count;
+                    }
+                }
+                for (; ox < p->out_w; ++ox, row += p->stride_w) {
                     int32_t acc = acc0;
-                    for (int32_t fy = 0; fy < kh; ++fy) {
+                    LT_UNROLL for (int32_t fy = 0; fy < kh; ++fy) {
                         const int16_t *r = row + fy * plane_w;
-                        for (int32_t j = 0; j < kw / 2; ++j) acc = lt_smlad(lt_read32(r + 2 * j), wc[fy * pairs + j], acc);
+                        LT_UNROLL for (int32_t j = 0; j < kw / 2; ++j) acc = lt_smlad(lt_read32(r + 2 * j), wc[fy * pairs + j], acc);
                         if (kw & 1) acc = lt_smlabb((uint16_t)r[kw - 1], wc[fy * pairs + pairs - 1], acc);
                     }
-                    *out = (int8_t)lt_requantize_s8(acc, m, s, p, flags);
+                    *out = (int8_t)lt_requantize_s8(acc, &q, p, flags);
                     out += c_count;
                 }
             }

@@ -124,22 +124,30 @@ def _fast_int8(e: ModelEmitter, op: Operator, name: str, kind: str, params: dict
             return None
         rows = weights.reshape(out_c, -1)
     else:
-        if params["depth_multiplier"] != 1 or params["dilation_h"] != 1 or params["dilation_w"] != 1:
-            return None
         rows = weights.reshape(-1, out_c).T  # [channel][fy * filter_w + fx]
+        if params["in_c"] == 1:
+            kind = "conv2d"  # one input channel: a convolution with depth_multiplier filters (person_detect's first)
+        elif params["depth_multiplier"] != 1 or params["dilation_h"] != 1 or params["dilation_w"] != 1:
+            return None
     bias_values = (e.constant_values(bias).astype(np.int64) if bias is not None
                    else np.zeros(out_c, dtype=np.int64))
     folded = bias_values + params["input_offset"] * rows.sum(axis=1)
     if folded.min() < -(1 << 31) or folded.max() >= (1 << 31):
         return None
     flags = ["0"]
-    if all(s < 0 for s in shifts):
-        flags.append("LT_SHIFTS_RIGHT")
+    # SMMULR(2 acc, m) is the doubling high product while 2 acc fits int32: bound acc by |bias| + 128 sum|w|
+    acc_bound = int((np.abs(folded) + 128 * np.abs(rows).sum(axis=1)).max())
+    short = acc_bound < (1 << 30) and all(-31 < s < 0 for s in shifts) \
+        and all((abs(params["output_offset"]) + 1) << -s < (1 << 30) for s in shifts)
+    if short:
+        flags.append("LT_SHORT_ACC")
     if (params["act_min"], params["act_max"]) == (-128, 127):
         flags.append("LT_FULL_RANGE")
     p = e.struct(f"{name}_params", "lt_conv_params", params)
-    arrays = [e.array(f"{name}_bias", "int32_t", folded), e.array(f"{name}_multiplier", "int32_t", multipliers),
-              e.array(f"{name}_shift", "int32_t", shifts)]
+    rounds = [(1 << (-s - 1)) + (params["output_offset"] << -s) if short else 0 for s in shifts]
+    requant = ",\n    ".join(f"{{{m}, {s}, {r}}}" for m, s, r in zip(multipliers, shifts, rounds))
+    e.declarations.append(f"static const lt_requant {name}_requant[{out_c}] = {{\n    {requant}\n}};")
+    arrays = [e.array(f"{name}_bias", "int32_t", folded), f"{name}_requant"]
     if kind == "conv2d":
         k4 = -(-rows.shape[1] // 4) * 4
         packed = np.zeros((out_c, k4), dtype=np.int8)
@@ -161,7 +169,7 @@ def _fast_int8(e: ModelEmitter, op: Operator, name: str, kind: str, params: dict
         function = "lt_depthwise_s8_fast"
     body = (f"{function}({p}, (const int8_t *)input, {filter_ref}, {', '.join(arrays)}, (int8_t *)output, "
             f"{SCRATCH16}, {' | '.join(flags)});")
-    e.declarations.append(f"static void {name}_run(const void *input, void *output) {{\n    {body}\n}}")
+    e.declarations.append(f"static LT_NOINLINE void {name}_run(const void *input, void *output) {{\n    {body}\n}}")
     return f"{name}_run({e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
 
 
