@@ -23,7 +23,7 @@ import numpy as np
 from lowtide.errors import ModelError
 from lowtide.model.ir import Graph, Operator, Subgraph, Tensor, TensorKind
 from lowtide.model.offline_memory import NAME as OFFLINE_PLAN_NAME
-from lowtide.model.offline_memory import ONLINE, VERSION, OfflinePlan, PlanFormatError
+from lowtide.model.offline_memory import VERSION, OfflinePlan, PlanFormatError
 
 # RuntimeShape's inline storage in TFLM (kMaxSmallSize): kernels index at most this many dimensions.
 MAX_RANK = 6
@@ -419,12 +419,11 @@ def _plan_header(m: _Model, plan: OfflinePlan) -> Iterator[str]:
 @_check(PLAN_CHECKS)
 def _plan_offsets_in_range(m: _Model, plan: OfflinePlan) -> Iterator[str]:
     """OfflineMemoryAllocation offset out of range"""
-    k = 0
+    counts = m.graph.tensor_counts
     for sg in m.graph.subgraphs:
         for t in sg.tensors:
-            offset = plan.offsets[k] if k < len(plan.offsets) else ONLINE
-            k += 1
-            if offset == ONLINE:
+            offset = plan.offset(counts, sg.index, t.index)
+            if offset is None:
                 continue
             if offset < 0 or offset + t.nbytes > m.max_bytes:
                 yield (f"subgraph {sg.index} tensor {t.index} '{t.name}' at offset {offset} "
