@@ -1,0 +1,81 @@
+"""The fast int8 convolution kernels (firmware/runtime/lt_conv_dsp.h): their requantization against TFLM's
+MultiplyByQuantizedMultiplier on the host, whole models bit-exact with the host TFLM through the portable path
+(under ASan/UBSan), and the DSP path (SXTB16, SMLAD, SMMULR) on the emulated Cortex-M4."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from conftest import SHARED_MODELS, needs_firmware_tools
+from lowtide.compile import compile_model, verify_compiled
+from lowtide.compile.codegen import RUNTIME_DIR
+from lowtide.device.measure import measure
+
+KWS_DSCNN = SHARED_MODELS / "mlperf_kws_dscnn_int8.tflite"
+PERSON_DETECT = SHARED_MODELS / "tflm_person_detect.tflite"
+
+# Random accumulators (below 2^30, as LT_SHORT_ACC requires), multipliers in [2^30, 2^31), right shifts 1..20,
+# output offsets -128..127: the one-add SMMULR path against the runtime's reference requantization.
+_REQUANT_CHECK = r"""
+#include <stdio.h>
+#include "lt_conv_dsp.h"
+#include "lt_fixedpoint.h"
+
+static uint32_t state = 12345u;
+static uint32_t next(void) { state ^= state << 13; state ^= state >> 17; state ^= state << 5; return state; }
+
+int main(void) {
+    lt_conv_params p;
+    memset(&p, 0, sizeof p);
+    for (long i = 0; i < 2000000; ++i) {
+        const int32_t scale = (int32_t)(next() % 30u);
+        const int32_t acc = (int32_t)(next() >> 2) >> scale ^ ((next() & 1u) ? -1 : 0);
+        const int32_t multiplier = (int32_t)((1u << 30) | (next() >> 2));
+        const int32_t shift = -(int32_t)(1u + next() % 20u);
+        p.output_offset = (int32_t)(next() % 256u) - 128;
+        p.act_min = -128 + (int32_t)(next() % 2u) * 100;
+        p.act_max = 127;
+        const lt_requant q = {multiplier, shift, (1 << (-shift - 1)) + (p.output_offset << -shift)};
+        int32_t want = lt_multiply_by_quantized_multiplier(acc, multiplier, shift) + p.output_offset;
+        want = want < p.act_min ? p.act_min : (want > p.act_max ? p.act_max : want);
+        const int32_t fast = lt_requantize_s8(acc, &q, &p, LT_SHORT_ACC);
+        const int32_t general = lt_requantize_s8(acc, &q, &p, 0);
+        if (fast != want || general != want) {
+            printf("acc %ld multiplier %ld shift %ld: %ld %ld, want %ld\n", (long)acc, (long)multiplier,
+                   (long)shift, (long)fast, (long)general, (long)want);
+            return 1;
+        }
+    }
+    puts("ok");
+    return 0;
+}
+"""
+
+
+def test_requantization_matches_multiply_by_quantized_multiplier(tmp_path):
+    source = tmp_path / "requant.c"
+    source.write_text(_REQUANT_CHECK)
+    binary = tmp_path / "requant"
+    subprocess.run(["gcc", "-O2", "-std=c99", "-Wall", "-Werror", "-I", str(RUNTIME_DIR), str(source),
+                    str(RUNTIME_DIR / "lt_conv_dsp.c"), "-o", str(binary)], check=True)
+    result = subprocess.run([str(binary)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stdout
+
+
+@pytest.mark.parametrize("model", [KWS_DSCNN, PERSON_DETECT], ids=lambda p: p.stem)
+def test_fast_kernels_bit_exact_on_the_host_under_sanitizers(model, tmp_path):
+    """kws_dscnn: a 10x4 stride-2 convolution of one channel (im2col through the byte gather), 3x3 depthwise,
+    1x1 convolutions, FULLY_CONNECTED; person_detect: a one-channel depthwise with multiplier 8 (as a
+    convolution) and stride-2 depthwise layers."""
+    source = compile_model(model).files["model.c"]
+    assert "lt_conv_s8_fast" in source and "lt_depthwise_s8_fast" in source
+    result = verify_compiled(model, seed=3, workdir=tmp_path, sanitize=True)
+    assert result.passed, result.outputs
+
+
+@needs_firmware_tools
+def test_dsp_kernels_bit_exact_on_qemu_m4():
+    """The same model through the SIMD path (the M4 has the DSP extension), outputs against the host TFLM."""
+    result = measure(PERSON_DETECT, "qemu-m4", iterations=1, warmup=0, timeout=60, seed=2)
+    assert result.outputs_match, result.mismatched_outputs
