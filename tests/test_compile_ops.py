@@ -86,7 +86,17 @@ def _activations_int16(m: TinyModel) -> tuple[list[int], list[int]]:
     alpha = m.tensor((4, 1), "int8", 0.01, 2, data=[[-100], [-3], [50], [127]])
     y = m.tensor(SHAPE, "int16", 4 / 32768, 0)
     m.op("PRELU", [x, alpha], [y])
-    return [x], outputs + [y]
+    outputs.append(y)
+    # LOGISTIC and TANH interpolate TFLM's table: input scales that are powers of two (the kernel's own shift: 2^-12
+    # for both, 2^-11 for TANH) and that are not (a multiplier; 2^-11 is one for LOGISTIC); 16 / 32768 reaches
+    # the table's end, where the output saturates
+    power_of_two, wide = m.tensor(SHAPE, "int16", 1 / 4096, 0), m.tensor(SHAPE, "int16", 16 / 32768, 0)
+    for opcode in ("LOGISTIC", "TANH"):
+        for source in (x, power_of_two, wide):
+            y = m.tensor(SHAPE, "int16", 1 / 32768, 0)
+            m.op(opcode, [source], [y])
+            outputs.append(y)
+    return [x, power_of_two, wide], outputs
 
 
 def _activations_float32(m: TinyModel) -> tuple[list[int], list[int]]:
@@ -123,15 +133,19 @@ def test_activations_bit_exact(tmp_path, dtype):
 # ---- element-wise math -----------------------------------------------------------------------------------------
 
 def _binary_ops(m: TinyModel, dtype: str, a: int, b: int, quant: list[tuple]) -> list[int]:
-    """SUB (plain, with a fused RELU, and reversed: the broadcast input first), MAXIMUM, MINIMUM and
-    SQUARED_DIFFERENCE of `a` and `b`, with output quantizations `quant` in that order."""
+    """SUB (plain, with a fused RELU, and reversed: the broadcast input first), MAXIMUM, MINIMUM,
+    SQUARED_DIFFERENCE, ADD (with RELU6) and MUL (reversed) of `a` and `b`, with output quantizations `quant` in
+    that order."""
+    assert len(quant) == 8
     outputs = []
     for (opcode, first, second, options_type, options), q in zip(
             (("SUB", a, b, "SubOptions", {"fusedActivationFunction": 0}),
              ("SUB", a, b, "SubOptions", {"fusedActivationFunction": 1}),
              ("SUB", b, a, "SubOptions", {"fusedActivationFunction": 3}),
              ("MAXIMUM", a, b, None, {}), ("MINIMUM", b, a, None, {}),
-             ("SQUARED_DIFFERENCE", a, b, None, {})), quant):
+             ("SQUARED_DIFFERENCE", a, b, None, {}),
+             ("ADD", a, b, "AddOptions", {"fusedActivationFunction": 3}),
+             ("MUL", b, a, "MulOptions", {"fusedActivationFunction": 0})), quant):
         y = m.tensor(SHAPE, dtype, *q)
         m.op(opcode, [first, second], [y], options_type, **options)
         outputs.append(y)
@@ -142,7 +156,17 @@ def _math_int8(m: TinyModel) -> tuple[list[int], list[int]]:
     a = m.tensor(SHAPE, "int8", 0.05, 3)
     b = m.tensor((3, 1, 5), "int8", 0.03, -7)
     c = m.tensor(SHAPE, "int8", 0.05, 3)
-    outputs = _binary_ops(m, "int8", a, b, [(0.06, 2), (0.04, -50), (0.1, 0), (0.05, 3), (0.03, -7), (0.2, -128)])
+    outputs = _binary_ops(m, "int8", a, b, [(0.06, 2), (0.04, -50), (0.1, 0), (0.05, 3), (0.03, -7), (0.2, -128),
+                                            (0.04, -20), (0.01, 5)])
+    # DIV, where TFLM's arithmetic is defined (input1 scale / (input2 scale x output scale) in [64, 2^22)): divisors
+    # at their zero point (0 / 0 too), of -1, 1 and the extremes; the quotients saturate
+    coarse = m.tensor(SHAPE, "int8", 0.5, -10)
+    divisors = m.tensor((5,), "int8", 0.03, -7, data=[-7, -8, -6, 127, -128])
+    for (first, second), quant, activation in (((coarse, divisors), (0.1, 0), 0), ((coarse, b), (0.1, 0), 0),
+                                               ((coarse, a), (0.001, -100), 1)):
+        y = m.tensor(SHAPE, "int8", *quant)
+        m.op("DIV", [first, second], [y], "DivOptions", fusedActivationFunction=activation)
+        outputs.append(y)
     y = m.tensor(SHAPE, "int8", 0.1, -5)
     m.op("ADD_N", [a, c, a], [y])
     outputs.append(y)
@@ -155,14 +179,18 @@ def _math_int8(m: TinyModel) -> tuple[list[int], list[int]]:
         y = m.tensor(SHAPE, "int8", scale, zero_point)
         m.op("RSQRT", [positive], [y])
         outputs.append(y)
-    return [a, b, c, positive], outputs
+    return [a, b, c, positive, coarse], outputs
 
 
 def _math_int16(m: TinyModel) -> tuple[list[int], list[int]]:
     a = m.tensor(SHAPE, "int16", 1 / 4096, 0)
     b = m.tensor((4, 5), "int16", 1 / 2048, 0)
     outputs = _binary_ops(m, "int16", a, b, [(1 / 1024, 0), (1 / 4096, 0), (1 / 2048, 0), (1 / 4096, 0),
-                                             (1 / 2048, 0), (1 / 512, 0)])
+                                             (1 / 2048, 0), (1 / 512, 0), (1 / 3000, 0), (1 / 500, 0)])
+    y = m.tensor(SHAPE, "int16", 1 / 5000, 7)  # ADD takes int16 zero points (MUL does not)
+    m.op("ADD", [a, m.tensor((5,), "int16", 1 / 1000, -3, data=[-32768, -5, 0, 900, 32767])], [y], "AddOptions",
+         fusedActivationFunction=1)
+    outputs.append(y)
     y = m.tensor(SHAPE, "int16", 1 / 8192, 0)
     m.op("ABS", [a], [y])
     magnitude = m.tensor(SHAPE, "int16", 1 / 4096, 0)
@@ -175,7 +203,14 @@ def _math_int16(m: TinyModel) -> tuple[list[int], list[int]]:
 def _math_int32(m: TinyModel) -> tuple[list[int], list[int]]:
     a = m.tensor(SHAPE, "int32")
     b = m.tensor((2, 1, 1, 5), "int32")
-    return [a, b], _binary_ops(m, "int32", a, b, [()] * 6)
+    outputs = _binary_ops(m, "int32", a, b, [()] * 8)
+    # DIV truncates toward zero: full-range divisors (0 would trap the host TFLM), and a constant one of small ones
+    small = m.tensor((5,), "int32", data=[-7, -1, 1, 3, 1000])
+    for second, activation in ((b, 0), (small, 1)):
+        y = m.tensor(SHAPE, "int32")
+        m.op("DIV", [a, second], [y], "DivOptions", fusedActivationFunction=activation)
+        outputs.append(y)
+    return [a, b], outputs
 
 
 def _math_float32(m: TinyModel) -> tuple[list[int], list[int]]:
@@ -184,7 +219,7 @@ def _math_float32(m: TinyModel) -> tuple[list[int], list[int]]:
     gain = m.tensor((1,), "float32", data=[4.0])
     a = m.tensor(SHAPE, "float32")  # [-4, 4]
     m.op("MUL", [x, gain], [a], "MulOptions", fusedActivationFunction=0)
-    outputs = _binary_ops(m, "float32", a, b, [()] * 6)
+    outputs = _binary_ops(m, "float32", a, b, [()] * 8)
     for opcode, inputs, options_type, options in (("DIV", [a, b], "DivOptions", {"fusedActivationFunction": 0}),
                                                   ("DIV", [b, a], "DivOptions", {"fusedActivationFunction": 3}),
                                                   ("ADD_N", [a, x, a], None, {})):
@@ -420,21 +455,23 @@ def test_reductions_bit_exact(tmp_path, dtype):
 
 @pytest.mark.parametrize("dtype", ["int8", "float32"])
 def test_l2_normalization_and_log_softmax_bit_exact(tmp_path, dtype):
-    """L2_NORMALIZATION over rows of 5 and of 1 (int8: a row of zero points is 0 / 0); LOG_SOFTMAX (float)."""
+    """L2_NORMALIZATION over rows of 5 and of 1 (int8: a row of zero points is 0 / 0); LOG_SOFTMAX (int8: output
+    scale 16/256 and zero point 127; a coarse input scale makes most exps negligible, cut at diff_min)."""
     m = TinyModel()
-    quant = (0.05, -3) if dtype == "int8" else ()
-    x = m.tensor(SHAPE, dtype, *quant)
-    column = m.tensor((6, 1), dtype, *quant)
+    int8 = dtype == "int8"
+    x = m.tensor(SHAPE, dtype, *((0.05, -3) if int8 else ()))
+    coarse = m.tensor(SHAPE, dtype, *((0.4, 10) if int8 else ()))
+    column = m.tensor((6, 1), dtype, *((0.05, -3) if int8 else ()))
     outputs = []
     for source, shape in ((x, SHAPE), (column, (6, 1))):
-        y = m.tensor(shape, dtype, *((1 / 128, 0) if dtype == "int8" else ()))
+        y = m.tensor(shape, dtype, *((1 / 128, 0) if int8 else ()))
         m.op("L2_NORMALIZATION", [source], [y], "L2NormOptions", fusedActivationFunction=0)
         outputs.append(y)
-    if dtype == "float32":
-        y = m.tensor(SHAPE, dtype)
-        m.op("LOG_SOFTMAX", [x], [y])
+    for source in (x, coarse):
+        y = m.tensor(SHAPE, dtype, *((16 / 256, 127) if int8 else ()))
+        m.op("LOG_SOFTMAX", [source], [y])
         outputs.append(y)
-    path = m.save(tmp_path / f"normalization_{dtype}.tflite", [x, column], outputs)
+    path = m.save(tmp_path / f"normalization_{dtype}.tflite", [x, coarse, column], outputs)
     _varied(_check(path), at_least=2)
 
 

@@ -108,20 +108,6 @@ def activation_range_float(activation: int) -> tuple[float, float]:
     return ranges[activation]
 
 
-def add_params_int8(scale1: float, scale2: float, output_scale: float) -> dict[str, int]:
-    """CalculateOpDataAdd for int8: inputs left-shifted by 20 and rescaled to twice the larger input scale."""
-    left_shift = 20
-    twice_max_input_scale = 2 * float(max(np.float32(scale1), np.float32(scale2)))
-    real_input1 = float(scale1) / twice_max_input_scale
-    real_input2 = float(scale2) / twice_max_input_scale
-    real_output = twice_max_input_scale / ((1 << left_shift) * float(output_scale))
-    m1, s1 = quantize_multiplier(real_input1)
-    m2, s2 = quantize_multiplier(real_input2)
-    mo, so = quantize_multiplier(real_output)
-    return {"left_shift": left_shift, "input1_multiplier": m1, "input1_shift": s1, "input2_multiplier": m2,
-                "input2_shift": s2, "output_multiplier": mo, "output_shift": so}
-
-
 def mean_multiplier(multiplier: int, shift: int, count: int) -> tuple[int, int]:
     """QuantizedMeanOrSum folds 1/count into the output multiplier, keeping as many bits as it safely can."""
     extra = min(count.bit_length() - 1, 32, 31 + shift)
@@ -192,13 +178,19 @@ LSTM_GATE_INPUT_SCALE = float(np.float32(0.00024414062))
 LSTM_GATE_OUTPUT_SCALE = float(np.float32(0.00003051757))
 
 
+def checked_log2(x: float) -> tuple[int, bool]:
+    """CheckedLog2: log2(x) rounded, and whether x is a power of two (within 1e-3 in the exponent)."""
+    power = math.log(float(x)) / math.log(2.0)
+    rounded = round_half_away(power)
+    return rounded, abs(power - rounded) < 1e-3
+
+
 def lstm_cell_scale_power(cell_scale: float) -> int:
     """CheckedLog2 of the int16 cell state's scale, which the integer LSTM requires to be a power of two."""
-    power = math.log(float(cell_scale)) / math.log(2.0)
-    rounded = round_half_away(power)
-    if abs(power - rounded) >= 1e-3:
+    power, exact = checked_log2(cell_scale)
+    if not exact:
         raise ValueError(f"cell state scale {cell_scale} is not a power of two")
-    return rounded
+    return power
 
 
 def lstm_tanh_input_scaling(cell_scale_power: int) -> tuple[int, int]:
@@ -297,8 +289,9 @@ def elu_table_int8(input_scale: float, input_zero_point: int, output_scale: floa
     return table
 
 
-def sub_params(scale1: float, scale2: float, output_scale: float, left_shift: int) -> dict[str, int]:
-    """CalculateOpDataSub: ADD's arithmetic, in double. (The TFLM tree read divides the float32 scales in float32
+def add_sub_params(scale1: float, scale2: float, output_scale: float, left_shift: int) -> dict[str, int]:
+    """CalculateOpDataAdd and CalculateOpDataSub (left shift 20 for int8, 15 for int16): both inputs rescaled to
+    twice the larger scale, in double. (The TFLM tree read divides the float32 scales in float32
     first; the host TFLM the outputs are checked against computes in double, which differs in the last bit.)"""
     twice_max_input_scale = 2 * float(max(np.float32(scale1), np.float32(scale2)))
     m1, s1 = quantize_multiplier(float(scale1) / twice_max_input_scale)
@@ -351,3 +344,38 @@ def abs_params(input_scale: float, output_scale: float) -> dict[str, int]:
     rescale = bool(np.float32(input_scale) != np.float32(output_scale))
     m, s = quantize_multiplier(float(np.float32(input_scale) / np.float32(output_scale))) if rescale else (0, 0)
     return {"rescale": int(rescale), "multiplier": m, "shift": s}
+
+
+def sigmoid_params_int16(input_scale: float, output_scale: float, tanh: bool) -> dict[str, int]:
+    """The int16 LOGISTIC's and TANH's Prepare: the input rescaled to the sigmoid table's 1/(3*4096) steps, a
+    multiplier of 0 for a power-of-two input scale the kernel shifts itself (LOGISTIC: shift 0; TANH: 0 or 1).
+    The output scale must be 2^-15."""
+    if checked_log2(output_scale) != (-15, True):
+        raise ValueError(f"int16 {'tanh' if tanh else 'logistic'} output scale must be 2^-15, not {output_scale}")
+    power, exact = checked_log2(input_scale)
+    shift = 12 + power
+    if exact and shift in ((0, 1) if tanh else (0,)):
+        return {"multiplier": 0, "shift": shift}
+    multiplier, shift = float(input_scale) * 4096.0 * 3.0, 0
+    while multiplier <= 32767.0 / 2.0 and shift <= 30:
+        shift += 1
+        multiplier *= 2.0
+    return {"multiplier": int(multiplier), "shift": shift}
+
+
+def log_softmax_params_int8(input_scale: float) -> dict[str, int]:
+    """LOG_SOFTMAX's Prepare (PreprocessLogSoftmaxScalingExp, beta 1, 5 integer bits): SOFTMAX's input scaling
+    and its inverse for the log of the sum."""
+    params = softmax_params_int8(1.0, input_scale)
+    divisor = (1 << (31 - params["input_left_shift"])) / float(params["input_multiplier"])
+    multiplier, shift = quantize_multiplier(divisor)
+    if shift > 0:
+        raise ValueError(f"reverse scaling divisor {divisor} is not below one")
+    return {**params, "reverse_scaling_divisor": multiplier, "reverse_scaling_shift": shift}
+
+
+def div_params_int8(scale1: float, scale2: float, output_scale: float) -> dict[str, int]:
+    """DIV's CalculateOpDataDiv for int8: scale1 / (scale2 * output_scale) computed in float32, then quantized."""
+    f32 = np.float32
+    m, s = quantize_multiplier(float(f32(scale1) / (f32(scale2) * f32(output_scale))))
+    return {"output_multiplier": m, "output_shift": s}

@@ -1,4 +1,5 @@
-"""SOFTMAX and LOGISTIC: calls into firmware/runtime/lt_activation.c."""
+"""SOFTMAX, LOGISTIC, TANH, the RELUs, PRELU, HARD_SWISH, ELU, L2_NORMALIZATION and LOG_SOFTMAX: calls into
+firmware/runtime/lt_activation.c."""
 
 from __future__ import annotations
 
@@ -59,9 +60,23 @@ def lower_logistic(e, op, name):
         lp = q.logistic_params_int8(in_q.scale)
         return (f"lt_logistic_s8({e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)}, {count}, "
                 f"{in_q.zero_point}, {lp['input_range_radius']}, {lp['input_multiplier']}, {lp['input_left_shift']});")
+    if ins == ["int16"] and outs == ["int16"]:
+        return f"lt_logistic_s16({_sigmoid_int16_struct(e, op, name, tanh=False)}, {e.pointer(op.inputs[0])}, " \
+               f"{e.pointer(op.outputs[0], True)});"
     if ins == ["float32"] and outs == ["float32"]:
         return f"lt_logistic_f32({e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)}, {count});"
     raise Unsupported(f"types {ins} -> {outs}")
+
+
+def _sigmoid_int16_struct(e: ModelEmitter, op: Operator, name: str, tanh: bool) -> str:
+    """int16 LOGISTIC and TANH: zero points 0, an output scale of 2^-15 (TFLM's Prepare refuses others)."""
+    _symmetric_int16(e, op)
+    try:
+        params = q.sigmoid_params_int16(e.quantization(op.inputs[0]).scale, e.quantization(op.outputs[0]).scale,
+                                        tanh)
+    except ValueError as exc:
+        raise Unsupported(str(exc)) from None
+    return _activation_struct(e, op, name, params)
 
 
 def _unary(e: ModelEmitter, op: Operator) -> tuple[str, str, str]:
@@ -153,6 +168,8 @@ def lower_tanh(e, op, name):
     dtype, source, target = _unary(e, op)
     if dtype == "float32":
         return f"lt_tanh_f32({source}, {target}, {math.prod(e.tensor(op.inputs[0]).shape)});"
+    if dtype == "int16":
+        return f"lt_tanh_s16({_sigmoid_int16_struct(e, op, name, tanh=True)}, {source}, {target});"
     in_q = e.quantization(op.inputs[0])
     tp = q.logistic_params_int8(in_q.scale)
     p = _activation_struct(e, op, name, {"input_zero_point": in_q.zero_point, "multiplier": tp["input_multiplier"],
@@ -192,19 +209,33 @@ def lower_l2_normalization(e, op, name):
 
 
 def lower_log_softmax(e, op, name):
-    p = e.struct(f"{name}_params", "lt_softmax_params", _rows(e, op))
-    return f"lt_log_softmax_f32({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
+    """int8: TFLM's Prepare requires the output scale 16/256 and zero point 127."""
+    params = _rows(e, op)
+    source, target = e.pointer(op.inputs[0]), e.pointer(op.outputs[0], True)
+    if e.tensor(op.inputs[0]).dtype == "float32":
+        return f"lt_log_softmax_f32({e.struct(f'{name}_params', 'lt_softmax_params', params)}, {source}, {target});"
+    out_q = e.quantization(op.outputs[0])
+    require(np.float32(out_q.scale) == np.float32(16 / 256) and out_q.zero_point == 127,
+            "int8 log_softmax output must have scale 16/256 and zero point 127")
+    try:
+        scaling = q.log_softmax_params_int8(e.quantization(op.inputs[0]).scale)
+    except ValueError as exc:
+        raise Unsupported(str(exc)) from None
+    p = e.struct(f"{name}_params", "lt_softmax_params", {
+        **params, **{k: scaling[k] for k in ("input_multiplier", "input_left_shift", "diff_min")}})
+    return (f"lt_log_softmax_s8({p}, {scaling['reverse_scaling_divisor']}, {scaling['reverse_scaling_shift']}, "
+            f"{source}, {target});")
 
 KERNELS = (
     Kernel("SOFTMAX", lower_softmax, ("int8", "int8->int16", "float32")),
-    Kernel("LOGISTIC", lower_logistic, ("int8", "float32")),
+    Kernel("LOGISTIC", lower_logistic, ("int8", "int16", "float32"), "int16: TFLM's interpolated table"),
     Kernel("RELU", lower_relu, ("int8", "int16", "float32")),
     Kernel("RELU6", lower_relu6, ("int8", "int16", "float32")),
     Kernel("LEAKY_RELU", lower_leaky_relu, ("int8", "int16", "float32")),
     Kernel("PRELU", lower_prelu, ("int8", "int16", "float32"), "broadcast alpha; int8 alpha for int16"),
     Kernel("HARD_SWISH", lower_hard_swish, ("int8", "float32")),
-    Kernel("TANH", lower_tanh, ("int8", "float32")),
+    Kernel("TANH", lower_tanh, ("int8", "int16", "float32"), "int16: TFLM's interpolated table"),
     Kernel("L2_NORMALIZATION", lower_l2_normalization, ("int8", "float32"), "over the last dimension"),
-    Kernel("LOG_SOFTMAX", lower_log_softmax, ("float32",)),
+    Kernel("LOG_SOFTMAX", lower_log_softmax, ("int8", "float32")),
     Kernel("ELU", lower_elu, ("int8", "float32"), "int8 through TFLM's 256-entry table"),
 )

@@ -1,4 +1,5 @@
-"""ADD, MUL, QUANTIZE and DEQUANTIZE: calls into firmware/runtime/lt_elementwise.c."""
+"""Element-wise math, comparisons, logic, CAST, QUANTIZE and DEQUANTIZE: calls into
+firmware/runtime/lt_elementwise.c."""
 
 from __future__ import annotations
 
@@ -44,26 +45,26 @@ def broadcast_steps(e: ModelEmitter, op: Operator) -> dict[str, object]:
 
 
 def _binary(e, op, name, kind):
-    ins, outs = tensor_types(e, op)
+    """ADD and MUL: int8 and int16 requantized (ADD left-shifts by 20 and 15; MUL int16 needs zero points of 0),
+    int32 wrapping (TFLM's int32 ADD ignores the fused activation; MUL applies it), float32."""
+    dtype = _same_type_binary(e, op)
     params = broadcast_steps(e, op)
-    if ins == ["int8", "int8"] and outs == ["int8"]:
+    if dtype in ("int8", "int16"):
         q1, q2, qo = (e.quantization(t) for t in (op.inputs[0], op.inputs[1], op.outputs[0]))
         params.update(input1_offset=-q1.zero_point, input2_offset=-q2.zero_point, output_offset=qo.zero_point)
         if kind == "add":
-            params.update(q.add_params_int8(q1.scale, q2.scale, qo.scale))
+            params.update(q.add_sub_params(q1.scale, q2.scale, qo.scale, 20 if dtype == "int8" else 15))
         else:
+            if dtype == "int16":
+                require(q1.zero_point == q2.zero_point == qo.zero_point == 0, "int16 MUL needs zero points of 0")
             m, s = q.quantize_multiplier(float(q1.scale) * float(q2.scale) / float(qo.scale))
             params.update(output_multiplier=m, output_shift=s)
         params.update(quantized_activation(e, op, op.outputs[0]))
-        suffix = "s8"
-    elif ins == ["float32", "float32"] and outs == ["float32"]:
-        params.update(float_activation(op))
-        suffix = "f32"
+    elif dtype == "int32":
+        params.update(_int32_activation(op) if kind == "mul" else {"act_min": -(1 << 31), "act_max": (1 << 31) - 1})
     else:
-        raise Unsupported(f"types {ins} -> {outs}")
-    p = e.struct(f"{name}_params", "lt_binary_params", params)
-    return (f"lt_{kind}_{suffix}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
-            f"{e.pointer(op.outputs[0], True)});")
+        params.update(float_activation(op))
+    return _binary_call(e, op, name, f"lt_{kind}_{SUFFIXES[dtype]}", params)
 
 
 def lower_add(e, op, name):
@@ -125,7 +126,7 @@ def lower_sub(e, op, name):
     if dtype in ("int8", "int16"):
         q1, q2, qo = (e.quantization(t) for t in (op.inputs[0], op.inputs[1], op.outputs[0]))
         params.update(input1_offset=-q1.zero_point, input2_offset=-q2.zero_point, output_offset=qo.zero_point,
-                      **q.sub_params(q1.scale, q2.scale, qo.scale, 15 if dtype == "int16" else 20),
+                      **q.add_sub_params(q1.scale, q2.scale, qo.scale, 15 if dtype == "int16" else 20),
                       **quantized_activation(e, op, op.outputs[0]))
     elif dtype == "int32":
         params.update(_int32_activation(op))
@@ -160,9 +161,34 @@ def lower_squared_difference(e, op, name):
     return _binary_call(e, op, name, f"lt_squared_difference_{SUFFIXES[dtype]}", params)
 
 
+# reference_ops::DivElementwise ends in RoundingDivideByPOT(x, headroom + reciprocal shift - output_shift): up to
+# 31 + 7 - output_shift bits (a dividend of 0 or -1 has 31 bits of headroom, a divisor of magnitude 128 or more a
+# reciprocal shift of 7). A shift of 32 or more is undefined in C++ and differs between TFLM's host build (x86
+# masks the count: x >> (n % 32)) and its Cortex-M build (the sign fills the result), and a negative one (an
+# output_shift above 22) is undefined too: only ratios in [2^6, 2^22) give one answer.
+DIV_INT8_SHIFTS = (7, 22)
+DIV_INT8_RANGE = ("TFLM's int8 DIV shifts by 32 bits or more, or by a negative count, unless it is in [64, 2^22) "
+                  "(undefined behaviour: x86 and Cortex-M give different results)")
+
+
 def lower_div(e, op, name):
-    _same_type_binary(e, op)
-    return _binary_call(e, op, name, "lt_div_f32", {**broadcast_steps(e, op), **float_activation(op)})
+    """int8 requantizes the quotient of the zero-point-corrected values, only where TFLM's arithmetic is defined
+    (see DIV_INT8_RANGE); int32 truncates (a zero divisor gives 0, as on Cortex-M)."""
+    dtype = _same_type_binary(e, op)
+    params = broadcast_steps(e, op)
+    if dtype == "int8":
+        q1, q2, qo = (e.quantization(t) for t in (op.inputs[0], op.inputs[1], op.outputs[0]))
+        params.update(input1_offset=-q1.zero_point, input2_offset=-q2.zero_point, output_offset=qo.zero_point,
+                      **q.div_params_int8(q1.scale, q2.scale, qo.scale), **quantized_activation(e, op, op.outputs[0]))
+        low, high = DIV_INT8_SHIFTS
+        ratio = params["output_multiplier"] / 2 ** 31 * 2.0 ** params["output_shift"]
+        require(low <= params["output_shift"] <= high,
+                f"input1 scale / (input2 scale x output scale) is {ratio:.4g}: {DIV_INT8_RANGE}")
+    elif dtype == "int32":
+        params.update(_int32_activation(op))
+    else:
+        params.update(float_activation(op))
+    return _binary_call(e, op, name, f"lt_div_{SUFFIXES[dtype]}", params)
 
 
 def lower_add_n(e, op, name):
@@ -261,15 +287,17 @@ def lower_cast(e, op, name):
 
 
 KERNELS = (
-    Kernel("ADD", lower_add, ("int8", "float32"), "broadcasting up to 6-D"),
-    Kernel("MUL", lower_mul, ("int8", "float32"), "broadcasting up to 6-D"),
+    Kernel("ADD", lower_add, ("int8", "int16", "int32", "float32"), "broadcasting up to 6-D"),
+    Kernel("MUL", lower_mul, ("int8", "int16", "int32", "float32"), "broadcasting up to 6-D; int16: zero points 0"),
     Kernel("QUANTIZE", lower_quantize, ("float32->int8", "float32->int16") + REQUANTIZE_TYPES),
     Kernel("DEQUANTIZE", lower_dequantize, ("int8->float32", "uint8->float32", "int16->float32")),
     Kernel("SUB", lower_sub, ("int8", "int16", "int32", "float32"), "broadcasting up to 6-D"),
     Kernel("MAXIMUM", lower_maximum, ("int8", "int16", "int32", "float32"), "raw values compared, as TFLM does"),
     Kernel("MINIMUM", lower_minimum, ("int8", "int16", "int32", "float32"), "raw values compared, as TFLM does"),
     Kernel("SQUARED_DIFFERENCE", lower_squared_difference, ("int8", "int16", "int32", "float32")),
-    Kernel("DIV", lower_div, ("float32",)),
+    Kernel("DIV", lower_div, ("int8", "int32", "float32"),
+           "int8: scale ratio in [64, 2^22) (TFLM's shifts are undefined outside it); int32: x / 0 is 0 as on "
+           "Cortex-M"),
     Kernel("ADD_N", lower_add_n, ("int8", "float32")),
     Kernel("ABS", lower_abs, ("int8", "int16", "float32"), "int16 quantized with zero points 0"),
     Kernel("NEG", _float_function("LT_NEG"), ("float32",)),
