@@ -16,7 +16,8 @@ import pytest
 from lowtide import oracle
 from lowtide.compile import verify_compiled
 from lowtide.compile.codegen import check_model
-from lowtide.compile.lowering import KERNELS, NOT_IN_TFLM
+from lowtide.compile.lowering import KERNELS, NOT_IN_TFLM, UNDEFINED_IN_TFLM
+from lowtide.compile.lowering.elementwise import DIV_INT8_RANGE
 from lowtide.model import load_model
 from test_compile import TinyModel
 
@@ -255,10 +256,11 @@ def test_elementwise_math_bit_exact(tmp_path, dtype):
 
 
 def test_cast_between_every_type_bit_exact(tmp_path):
-    """Integers narrowed keep their low bits; floats (scaled to [-200, 200]) truncate toward zero and saturate."""
+    """Integers narrowed keep their low bits; floats (scaled to [-200, 200]) truncate toward zero and saturate;
+    bools become 0 or 1."""
     m = TinyModel()
     sources = {"int8": m.tensor(SHAPE, "int8"), "int16": m.tensor(SHAPE, "int16"), "int32": m.tensor(SHAPE, "int32")}
-    x = m.tensor(SHAPE, "float32")
+    x, flags = m.tensor(SHAPE, "float32"), m.tensor(SHAPE, "bool")
     sources["float32"] = m.tensor(SHAPE, "float32")
     m.op("MUL", [x, m.tensor((1,), "float32", data=[200.0])], [sources["float32"]], "MulOptions",
          fusedActivationFunction=0)
@@ -269,8 +271,15 @@ def test_cast_between_every_type_bit_exact(tmp_path):
                 y = m.tensor(SHAPE, target_type)
                 m.op("CAST", [source], [y])
                 outputs.append(y)
-    path = m.save(tmp_path / "cast.tflite", [sources["int8"], sources["int16"], sources["int32"], x], outputs)
-    _varied(_check(path))
+    for target_type in sources:
+        y = m.tensor(SHAPE, target_type)
+        m.op("CAST", [flags], [y])
+        outputs.append(y)
+    path = m.save(tmp_path / "cast.tflite", [sources["int8"], sources["int16"], sources["int32"], x, flags],
+                  outputs)
+    results = _check(path)
+    _varied(results[:-4])
+    assert all(sorted(np.unique(r).tolist()) == [0, 1] for r in results[-4:])
 
 
 # ---- quantization ----------------------------------------------------------------------------------------------
@@ -691,6 +700,21 @@ def test_operators_tflm_lacks_are_refused_with_the_reason(tmp_path):
         f"operator 0 (RELU_N1_TO_1 float32 -> float32): {NOT_IN_TFLM['RELU_N1_TO_1']}",
         "operator 1 (FLOOR_MOD float32, float32 -> float32): no kernel in the lowtide runtime"]
     assert "RELU_N1_TO_1" not in KERNELS
+
+
+def test_types_tflm_leaves_undefined_are_refused_with_the_reason(tmp_path):
+    """int16 GREATER (TFLM never sets its rescaling) and an int8 DIV whose rescale makes TFLM's shifts undefined."""
+    m = TinyModel()
+    a, b = m.tensor((1, 4), "int16", 1 / 4096, 0), m.tensor((1, 4), "int16", 1 / 4096, 0)
+    greater = m.tensor((1, 4), "bool")
+    m.op("GREATER", [a, b], [greater])
+    x, y = m.tensor((1, 4), "int8", 0.05, 0), m.tensor((1, 4), "int8", 0.05, 0)
+    quotient = m.tensor((1, 4), "int8", 0.5, 0)  # 0.05 / (0.05 x 0.5) = 2: below 64
+    m.op("DIV", [x, y], [quotient], "DivOptions", fusedActivationFunction=0)
+    path = m.save(tmp_path / "undefined.tflite", [a, b, x, y], [greater, quotient])
+    assert [str(b) for b in check_model(path)] == [
+        f"operator 0 (GREATER int16, int16 -> bool): {UNDEFINED_IN_TFLM[('GREATER', 'int16->bool')]}",
+        f"operator 1 (DIV int8, int8 -> int8): input1 scale / (input2 scale x output scale) is 2: {DIV_INT8_RANGE}"]
 
 
 def test_check_lists_every_blocker_as_json(tmp_path):

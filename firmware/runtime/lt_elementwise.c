@@ -336,6 +336,7 @@ static int64_t lt_read_integer(lt_type type, const void *data, int32_t i) {
     switch (type) {
         case LT_INT8: return ((const int8_t *)data)[i];
         case LT_INT16: return ((const int16_t *)data)[i];
+        case LT_BOOL: return ((const uint8_t *)data)[i] != 0;
         default: return ((const int32_t *)data)[i];
     }
 }

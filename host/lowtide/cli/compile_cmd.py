@@ -16,7 +16,7 @@ from lowtide import oracle
 from lowtide.cli import app
 from lowtide.compile import RUNTIME_DIR, CompiledModel, VerifyResult, compile_model, verify_compiled
 from lowtide.compile.codegen import Blocker, check_model
-from lowtide.compile.lowering import NOT_IN_TFLM, support_rows
+from lowtide.compile.lowering import NOT_IN_TFLM, UNDEFINED_IN_TFLM, support_rows
 from lowtide.errors import LowtideError
 from lowtide.model import load_model
 
@@ -58,6 +58,9 @@ def support_table_markdown() -> str:
         lines.append(f"| {row.opcode} | {types} | `{row.family}` | {row.notes} |")
     lines += ["", "Not compiled because TFLM itself has no kernel for them:", ""]
     lines += [f"- {opcode}: {reason}" for opcode, reason in sorted(NOT_IN_TFLM.items())]
+    lines += ["", "Not compiled because TFLM's kernel gives no defined result for these types:", ""]
+    lines += [f"- {opcode} {sig.replace('->', ' → ')}: {reason}"
+              for (opcode, sig), reason in sorted(UNDEFINED_IN_TFLM.items())]
     return "\n".join(lines) + "\n"
 
 

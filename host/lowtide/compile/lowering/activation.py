@@ -228,14 +228,14 @@ def lower_log_softmax(e, op, name):
 
 KERNELS = (
     Kernel("SOFTMAX", lower_softmax, ("int8", "int8->int16", "float32")),
-    Kernel("LOGISTIC", lower_logistic, ("int8", "int16", "float32"), "int16: TFLM's interpolated table"),
+    Kernel("LOGISTIC", lower_logistic, ("int8", "int16", "float32"), "int16: zero points 0, output scale 2^-15 (TFLM's interpolated table)"),
     Kernel("RELU", lower_relu, ("int8", "int16", "float32")),
     Kernel("RELU6", lower_relu6, ("int8", "int16", "float32")),
     Kernel("LEAKY_RELU", lower_leaky_relu, ("int8", "int16", "float32")),
     Kernel("PRELU", lower_prelu, ("int8", "int16", "float32"), "broadcast alpha; int8 alpha for int16"),
     Kernel("HARD_SWISH", lower_hard_swish, ("int8", "float32")),
-    Kernel("TANH", lower_tanh, ("int8", "int16", "float32"), "int16: TFLM's interpolated table"),
+    Kernel("TANH", lower_tanh, ("int8", "int16", "float32"), "int16: zero points 0, output scale 2^-15 (TFLM's interpolated table)"),
     Kernel("L2_NORMALIZATION", lower_l2_normalization, ("int8", "float32"), "over the last dimension"),
-    Kernel("LOG_SOFTMAX", lower_log_softmax, ("int8", "float32")),
+    Kernel("LOG_SOFTMAX", lower_log_softmax, ("int8", "float32"), "int8: output scale 16/256, zero point 127"),
     Kernel("ELU", lower_elu, ("int8", "float32"), "int8 through TFLM's 256-entry table"),
 )

@@ -24,7 +24,8 @@ from lowtide.compile.lowering.emitter import (
 from lowtide.model.ir import Operator
 
 SUFFIXES = {"int8": "s8", "int16": "s16", "int32": "s32", "float32": "f32"}
-LT_TYPES = {"int8": "LT_INT8", "uint8": "LT_UINT8", "int16": "LT_INT16", "int32": "LT_INT32", "float32": "LT_FLOAT32"}
+LT_TYPES = {"int8": "LT_INT8", "uint8": "LT_UINT8", "int16": "LT_INT16", "int32": "LT_INT32", "float32": "LT_FLOAT32",
+            "bool": "LT_BOOL"}
 CAST_TYPES = ("int8", "int16", "int32", "float32")
 # QUANTIZE's requantizations (PrepareQuantizeReference's list, int8 <-> uint8 included)
 REQUANTIZE_TYPES = ("int8", "int8->uint8", "uint8->int8", "int8->int16", "int8->int32", "int16->int8", "int16",
@@ -296,8 +297,9 @@ KERNELS = (
     Kernel("MINIMUM", lower_minimum, ("int8", "int16", "int32", "float32"), "raw values compared, as TFLM does"),
     Kernel("SQUARED_DIFFERENCE", lower_squared_difference, ("int8", "int16", "int32", "float32")),
     Kernel("DIV", lower_div, ("int8", "int32", "float32"),
-           "int8: scale ratio in [64, 2^22) (TFLM's shifts are undefined outside it); int32: x / 0 is 0 as on "
-           "Cortex-M"),
+           "int8: input1 scale / (input2 scale × output scale) in [64, 2^22), outside which TFLM's reference "
+           "kernel shifts by 32 bits or more or by a negative count (undefined: x86 and Cortex-M differ); int32: "
+           "x / 0 is 0 and INT32_MIN / -1 is INT32_MIN, as Cortex-M's SDIV gives (TFLM traps on x86)"),
     Kernel("ADD_N", lower_add_n, ("int8", "float32")),
     Kernel("ABS", lower_abs, ("int8", "int16", "float32"), "int16 quantized with zero points 0"),
     Kernel("NEG", _float_function("LT_NEG"), ("float32",)),
@@ -320,5 +322,6 @@ KERNELS = (
     Kernel("LOGICAL_AND", _logical(True), ("bool",)),
     Kernel("LOGICAL_OR", _logical(False), ("bool",)),
     Kernel("LOGICAL_NOT", lower_logical_not, ("bool",)),
-    Kernel("CAST", lower_cast, tuple(f"{a}->{b}" for a in CAST_TYPES for b in CAST_TYPES if a != b) + CAST_TYPES),
+    Kernel("CAST", lower_cast, tuple(f"{a}->{b}" for a in CAST_TYPES + ("bool",) for b in CAST_TYPES if a != b)
+           + CAST_TYPES, "bool: 0 or 1"),
 )
