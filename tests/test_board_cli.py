@@ -20,8 +20,15 @@ from types import SimpleNamespace
 import pytest
 import serial.tools.list_ports
 from conftest import SHARED_MODELS, needs_firmware_tools, reference_figures
-from lowtide.device import qemu
-from lowtide.device.boards import BOARDS, detect_serial_port
+from lowtide.device import spec as board_spec
+from lowtide.device.boards import BOARDS, EmulatedBoard
+from lowtide.device.drivers.platformio import (
+    FirmwareImage,
+    build_board_firmware,
+    check_image_fits,
+    read_firmware_image,
+)
+from lowtide.device.drivers.serialport import detect_serial_port
 from lowtide.device.measure import measure
 from lowtide.errors import LowtideError
 from lowtide.model.ir import TensorKind
@@ -70,7 +77,7 @@ def test_build_json_reports_the_elf_and_its_memory():
     assert weights < report["flash_bytes"] < weights + 64 * 1024
     assert report["flash_capacity_bytes"] == report["sram_capacity_bytes"] == 4 * 1024 * 1024
     # The same figures as the sections of the ELF, read directly.
-    image = qemu.read_firmware_image(elf, "qemu-m4")
+    image = read_firmware_image(elf, "qemu-m4")
     assert (image.flash_bytes, image.static_ram_bytes) == (report["flash_bytes"], report["static_ram_bytes"])
 
 
@@ -90,7 +97,7 @@ def test_a_model_too_large_for_the_board_is_refused_before_building():
     head = int(REFERENCE[MOBILENET.stem]["tflm_head"])
     staging = 224 * 224 * 3
     assert message.startswith(f"lowtide: error: {MOBILENET.stem}: arena {head + 1024:,} B + static RAM "
-                               f"{staging + qemu.RUNTIME_STATIC_RAM_BYTES:,} B > SRAM of nucleo-f746zg "
+                               f"{staging + board_spec.RUNTIME_STATIC_RAM_BYTES:,} B > SRAM of nucleo-f746zg "
                                f"(327,680 B = 320 KiB)")
     assert "> flash of nucleo-f746zg (1,048,576 B = 1,024 KiB)" in message
     assert time.monotonic() - started < 60  # no PlatformIO run: that would go to the registry for ststm32
@@ -99,21 +106,21 @@ def test_a_model_too_large_for_the_board_is_refused_before_building():
 @needs_firmware_tools
 def test_the_estimate_is_a_lower_bound_of_the_built_image():
     # The check before building must never refuse a model that fits: its figures are below the built image's.
-    spec = qemu.load_board_specs()["qemu-m4"]
+    spec = board_spec.load_board_specs()["qemu-m4"]
     for model in (HELLO_WORLD, KWS_DSCNN):
-        estimate = qemu.estimate_footprint(load_model(model))
-        image = qemu.build_board_firmware(spec, model)
+        estimate = board_spec.estimate_footprint(load_model(model))
+        image = build_board_firmware(spec, model)
         assert estimate.arena_bytes + estimate.static_ram_bytes <= image.static_ram_bytes
         assert estimate.image_bytes <= image.flash_bytes
 
 
 def test_the_built_image_is_checked_against_the_board():
-    spec = dataclasses.replace(qemu.load_board_specs()["qemu-m4"], name="tiny", sram_bytes=64 * 1024,
+    spec = dataclasses.replace(board_spec.load_board_specs()["qemu-m4"], name="tiny", sram_bytes=64 * 1024,
                                flash_bytes=32 * 1024)
-    image = qemu.FirmwareImage(elf=Path("firmware.elf"), platformio_env="qemu-m4", flash_bytes=43_320,
+    image = FirmwareImage(elf=Path("firmware.elf"), platformio_env="qemu-m4", flash_bytes=43_320,
                                data_bytes=8, bss_bytes=30_856, stack_bytes=65_536)
     with pytest.raises(LowtideError) as failure:
-        qemu.check_image_fits(spec, image, "kws")
+        check_image_fits(spec, image, "kws")
     assert str(failure.value) == (
         "firmware.elf: kws: the built firmware does not fit: static RAM 30,864 B + stack 65,536 B > SRAM of tiny "
         "(65,536 B = 64 KiB); image 43,320 B > flash of tiny (32,768 B = 32 KiB)")
@@ -192,14 +199,14 @@ def test_host_tflm_has_no_firmware_figures():
     assert data["static_ram_bytes"] is None and data["stack_high_water_bytes"] is None and result.outputs_match
 
 
-class _PrebuiltQemuBoard(qemu.QemuBoard):
+class _PrebuiltQemuBoard(EmulatedBoard):
     """A QEMU board whose firmware is already built, so the test times only the emulator."""
 
-    def __init__(self, spec: qemu.BoardSpec, image: qemu.FirmwareImage):
+    def __init__(self, spec: board_spec.BoardSpec, image: FirmwareImage):
         super().__init__(spec)
         self.image = image
 
-    def build(self, model_path: Path, runtime: str | None = None) -> qemu.FirmwareImage:
+    def build(self, model_path: Path, runtime: str | None = None) -> FirmwareImage:
         return self.image
 
 
@@ -232,8 +239,8 @@ def test_a_hung_emulator_is_ended_at_the_timeout(monkeypatch, hang, expected):
     from lowtide.cli import app
     from typer.testing import CliRunner
 
-    spec = qemu.load_board_specs()["qemu-m4"]
-    image = qemu.build_board_firmware(spec, KWS_DSCNN)
+    spec = board_spec.load_board_specs()["qemu-m4"]
+    image = build_board_firmware(spec, KWS_DSCNN)
     marker = f"lowtide-hung-{uuid.uuid4().hex[:12]}"  # names this test's QEMU in the process table
     hung = dataclasses.replace(spec, name="qemu-hung", emulator_command=(*hang(spec.emulator_command), "-name", marker))
     monkeypatch.setitem(BOARDS, "qemu-hung", _PrebuiltQemuBoard(hung, image))

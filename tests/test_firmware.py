@@ -17,10 +17,12 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, SHARED_MODELS, needs_firmware_tools, reference_figures
-from lowtide.device import qemu
 from lowtide.device.boards import BOARDS
+from lowtide.device.drivers.platformio import build_firmware, ensure_tool_scons, pio_environment
+from lowtide.device.drivers.qemu import run_emulator
 from lowtide.device.measure import measure
-from lowtide.device.protocol import PROTOCOL_VERSION
+from lowtide.device.protocol import PROTOCOL_VERSION, Counter
+from lowtide.device.spec import load_board_specs
 from lowtide.device.session import DeviceSession
 from lowtide.errors import LowtideError
 from lowtide.model import load_model
@@ -56,7 +58,7 @@ def _offline_prefix() -> list[str]:
 
 
 def _pio(*args: str, build_dir: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = qemu.pio_environment({"PLATFORMIO_BUILD_DIR": str(build_dir)} if build_dir else {})
+    env = pio_environment({"PLATFORMIO_BUILD_DIR": str(build_dir)} if build_dir else {})
     env.pop("LOWTIDE_MODEL", None)
     return subprocess.run([*_offline_prefix(), sys.executable, "-m", "platformio", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=timeout)
@@ -65,18 +67,19 @@ def _pio(*args: str, build_dir: Path | None = None, timeout: float = 300) -> sub
 @pytest.fixture(scope="module", autouse=True)
 def offline_packages():
     """The tool-scons shim in this checkout's PlatformIO core dir, as install-firmware-deps.sh leaves it."""
-    qemu.ensure_tool_scons()
+    ensure_tool_scons()
 
 
 def test_board_files_describe_every_platformio_env():
-    specs = qemu.load_board_specs()
+    specs = load_board_specs()
     assert {"qemu-m4", "qemu-m7"} <= set(BOARDS)  # what `lowtide measure --board` accepts
     ini = (REPO / "platformio.ini").read_text()
     assert {"qemu-m4", "qemu-m7", "nucleo-f746zg", "nucleo-h743zi", "nano33ble", "esp32-s3-devkitc-1",
             "pico"} <= set(specs)
     for spec in specs.values():
         assert f"[env:{spec.platformio_env}]" in ini, spec.name
-        assert spec.sram_bytes > 0 and spec.flash_bytes > 0 and spec.clock_hz > 0 and spec.serial.baud > 0
+        assert spec.sram_bytes > 0 and spec.flash_bytes > 0 and spec.clock_hz > 0
+        assert spec.emulated or (spec.serial.baud > 0 and spec.serial.usb_ids), spec.name
     assert [s.name for s in specs.values() if s.emulated] == ["qemu-m4", "qemu-m7"]
     assert "{port}" in " ".join(specs["qemu-m4"].emulator_command) and "-icount" in specs["qemu-m4"].emulator_command
 
@@ -92,35 +95,37 @@ def test_pio_run_builds_both_emulated_envs_offline(tmp_path):
 
 
 def test_firmware_boots_in_qemu_and_answers_hello():
-    spec = qemu.load_board_specs()["qemu-m7"]
-    elf = qemu.build_firmware(spec.platformio_env, None)
-    with qemu.run_emulator(spec.emulator_command, elf, timeout=10) as link:
+    spec = load_board_specs()["qemu-m7"]
+    elf = build_firmware(spec.platformio_env, None)
+    with run_emulator(spec.emulator_command, elf, timeout=10) as link:
         session = DeviceSession(link, timeout=5)
         hello = session.hello()
         again = session.hello()  # a second request, answered with its own sequence number
     assert hello.protocol_version == PROTOCOL_VERSION
     assert hello.board == "qemu-mps2-an500" and hello.runtime == "none"
     assert not hello.model_ready and (hello.input_count, hello.output_count) == (0, 0)
-    assert hello.cpu_hz == 1_000_000_000  # instructions per virtual second under -icount shift=0
+    # The board file's clock is the one the board reports; its counter counts instructions, at most 256 a RUN.
+    assert hello.clock_hz == spec.clock_hz == 25_000_000 and hello.counter is Counter.INSTRUCTIONS
+    assert hello.max_iterations == 256 and hello.max_payload == 1000
     assert again == hello
     assert session.resends == 0 and session.damaged_frames == 0
 
 
-def test_run_logs_the_stack_high_water_mark():
-    spec = qemu.load_board_specs()["qemu-m4"]
-    elf = qemu.build_firmware(spec.platformio_env, KWS_DSCNN)
-    with qemu.run_emulator(spec.emulator_command, elf, timeout=10) as link:
+def test_result_carries_the_stack_high_water_mark():
+    spec = load_board_specs()["qemu-m4"]
+    elf = build_firmware(spec.platformio_env, KWS_DSCNN)
+    with run_emulator(spec.emulator_command, elf, timeout=10) as link:
         session = DeviceSession(link, timeout=10)
         hello = session.hello()
         assert hello.input_count == 1
         session.set_input(0, bytes(490))  # the 49x10 int8 spectrogram, all zero
         result = session.run(warmup=0, iterations=1)
-    stack_lines = [log.text for log in session.logs if log.text.startswith("stack high-water ")]
-    assert len(stack_lines) == 1
-    used, size = (int(word) for word in stack_lines[0].split() if word.isdigit())
-    assert size == 0x10000  # the linker script's stack region
-    assert 0 < used < size
+    assert result.stack_size_bytes == 0x10000  # the linker script's stack region
+    assert 0 < result.stack_high_water_bytes < result.stack_size_bytes
+    assert not session.logs  # v1 sent it as a LOG line; v2 says nothing it does not have to
     assert result.arena_used_bytes == result.arena_planned_bytes == 16000
+    # instructions are not time: an emulated board reports no microseconds
+    assert result.counter_median > 0 and result.us_median is None
 
 
 @pytest.mark.parametrize("model", [HELLO_WORLD, KWS_DSCNN], ids=lambda p: p.stem)
@@ -137,7 +142,8 @@ def test_measure_on_qemu_matches_host_tflm_and_is_deterministic(model):
         assert 0 < result.arena_high_water_bytes <= result.board_planned_bytes
         assert result.arena_capacity_bytes > result.board_planned_bytes  # painted beyond the plan, too
         cycles = result.latency_cycles
-        assert cycles.min == cycles.median == cycles.max > 0
+        assert cycles.unit == "instructions" and cycles.min == cycles.median == cycles.max > 0
+        assert result.latency is None and result.clock_hz == 25_000_000
     # Two QEMU boots, another warm-up count: the same instruction count, because the tick phase is aligned before
     # every invocation.
     assert first.latency_cycles.min == second.latency_cycles.min
@@ -189,6 +195,7 @@ def test_measure_cli_json_on_qemu_m4():
     assert report["board"] == "qemu-mps2-an386"
     assert 0 < report["arena_high_water_bytes"] <= report["board_planned_bytes"] == 32
     assert report["latency_cycles"]["min"] == report["latency_cycles"]["max"] > 0
+    assert report["latency_cycles"]["unit"] == "instructions" and report["latency"] is None
     # from the ELF: the 1,056-byte arena, the 1-byte staging buffer and the runtime's state
     assert report["static_ram_bytes"] >= 32 + 1024 + 1
     assert 0 < report["stack_high_water_bytes"] < report["stack_size_bytes"] == 0x10000
@@ -212,3 +219,4 @@ def test_pio_test_runs_firmware_unit_tests_in_qemu():
     assert len(verdicts) >= 19 and all(v.startswith("PASS ") for v in verdicts)
     assert "PASS test_cycles_are_deterministic_at_any_phase" in verdicts
     assert "PASS test_run_with_zero_iterations_or_no_model_is_refused" in verdicts
+    assert "PASS test_run_over_the_iteration_limit_is_refused" in verdicts

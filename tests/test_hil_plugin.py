@@ -31,7 +31,7 @@ from lowtide.hil.baselines import (
     write_atomically,
 )
 from lowtide.hil.compare import Tolerances, compare
-from lowtide.hil.locking import locked
+from lowtide.device.locking import locked
 from lowtide.model import load_model
 
 pytest_plugins = ["pytester"]
@@ -298,7 +298,7 @@ def test_without_lowtide_options_a_run_is_unchanged(pytester: pytest.Pytester, o
     no_board.assert_outcomes(skipped=1, deselected=5)
     no_board.stdout.fnmatch_lines(["*no board to measure on: run pytest with --lowtide-board NAME*"])
     unknown = pytester.runpytest(*PLUGIN, "-k", "test_hil", "-rs", "--lowtide-board", "qemu-m9")
-    unknown.stdout.fnmatch_lines(["*board 'qemu-m9' is not registered in lowtide (registered: *host-tflm*"])
+    unknown.stdout.fnmatch_lines(["*unknown board 'qemu-m9'; known boards: *host-tflm*"])
     assert pytester.runpytest(*PLUGIN, "--lowtide-port", "/dev/ttyACM0").ret == pytest.ExitCode.USAGE_ERROR
     serial = ["--lowtide-board", "serial", "--lowtide-port", "/dev/ttyACM0"]
     emulated = pytester.runpytest(*PLUGIN, *serial, "--lowtide-flash", "qemu-m4")

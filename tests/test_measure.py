@@ -11,6 +11,7 @@ import os
 import random
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -20,9 +21,10 @@ from pathlib import Path
 import pytest
 from conftest import SHARED_MODELS, shared_model_names
 from lowtide import oracle
-from lowtide.device import MeasureResult, measure
+from lowtide.device.measure import MeasureResult, measure
 from lowtide.device.boards import BOARDS, Board, HostTflmBoard, register_board
 from lowtide.device.protocol import (
+    Counter,
     BOOT_SEQ,
     PROTOCOL_VERSION,
     FrameDecoder,
@@ -217,8 +219,11 @@ class WrappedHostTflm(Board):
     def __init__(self, name: str, wrap):
         self.name, self.wrap, self.links = name, wrap, []
 
+    def lock_resource(self, port):
+        return None
+
     @contextlib.contextmanager
-    def connect(self, model_path, port, timeout, image=None):
+    def connect(self, model_path, port, timeout, image=None, runtime=None, wait=0, on_wait=None):
         with HostTflmBoard().connect(model_path, port, timeout, image) as link:
             wrapped = self.wrap(link)
             self.links.append(wrapped)
@@ -354,8 +359,31 @@ def test_a_board_of_another_protocol_version_is_named_as_such():
     )
 
 
+def test_a_version_1_board_gets_one_line_naming_both_versions_and_the_fix():
+    """v1 firmware's HELLO (its own layout after the version) ends the measurement at once."""
+    v1_hello = struct.pack("<HBBBIII32s", 1, 1, 1, 1, 0, 1 << 16, 1000, bytes(32)) + b"\x04fake\x04none"
+    run = subprocess.run  # the CLI, for the one line the user sees
+    with fake_board(reply=encode_frame(MessageType.HELLO, 1, v1_hello)) as url:
+        done = run([*CLI, str(HELLO_WORLD), "--board", "serial", "--port", url, "--timeout", "5"],
+                   capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip() == (f"lowtide: error: {url}: board speaks protocol version 1, this host speaks "
+                                   f"{PROTOCOL_VERSION}; rebuild and flash the board's firmware with this lowtide")
+
+
+def test_a_run_over_the_limit_the_board_states_in_hello_is_refused_before_it_is_sent():
+    model = load_model(HELLO_WORLD)
+    limited = Hello(PROTOCOL_VERSION, True, 1, 1, 0, Counter.NONE, 4, 1000, 1 << 16, 1000,
+                    bytes.fromhex(model.sha256), "fake", "none")
+    with (
+        fake_board(reply=encode_message(limited, 1)) as url,
+        pytest.raises(LowtideError, match="runs at most 4 measured invocations at a time .* fewer than 5"),
+    ):
+        measure(HELLO_WORLD, "serial", url, iterations=5, timeout=5)
+
+
 def test_a_board_running_another_model_is_refused():
-    other = Hello(PROTOCOL_VERSION, True, 1, 1, 0, 1 << 16, 1000, bytes(32), "fake", "none")
+    other = Hello(PROTOCOL_VERSION, True, 1, 1, 0, Counter.NONE, 256, 1000, 1 << 16, 1000, bytes(32), "fake", "none")
     with (
         fake_board(reply=encode_message(other, 1)) as url,
         pytest.raises(LowtideError, match="board runs another model"),

@@ -1,19 +1,23 @@
-"""The protocol's messages and framing (docs/protocol.md): round trips of every message type, sizes within a 1 KB
-receive buffer, and a frame decoder that survives any byte stream and never accepts a damaged frame."""
+"""The protocol's messages and framing (docs/protocol.md): the C layout header generated from the one definition,
+round trips of every message type, sizes within a 1 KB receive buffer, a clear error for a board of protocol
+version 1, and a frame decoder that survives any byte stream and never accepts a damaged frame."""
 
 from __future__ import annotations
 
 import struct
 import zlib
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from lowtide.device import protocol_spec
 from lowtide.device.protocol import (
     MAX_ENCODED_FRAME,
     MAX_PAYLOAD,
     PROTOCOL_VERSION,
     Data,
+    Counter,
     Error,
     ErrorCode,
     Frame,
@@ -42,8 +46,9 @@ from lowtide.device.protocol import (
 SHA = bytes(range(32))
 EVERY_MESSAGE = [
     HelloRequest(),
-    Hello(PROTOCOL_VERSION, True, 2, 3, 480_000_000, 512 * 1024, 300_000, SHA, "stm32h743", "tflite-micro cmsis-nn"),
-    Hello(PROTOCOL_VERSION, False, 1, 1, 0, 0, 0, SHA, "", ""),
+    Hello(PROTOCOL_VERSION, True, 2, 3, 480_000_000, Counter.CYCLES, 256, 1000, 512 * 1024, 300_000, SHA, "stm32h743",
+          "tflite-micro cmsis-nn"),
+    Hello(PROTOCOL_VERSION, False, 1, 1, 0, Counter.NONE, 0xFFFFFFFF, 1000, 0, 0, SHA, "", ""),
     SetInput(1, 150_528, 990, bytes(range(256)) * 3 + b"\x00" * 223),
     SetInput(0, 0, 0, b""),
     InputAck(1, 990, 991),
@@ -58,6 +63,8 @@ EVERY_MESSAGE = [
         55_296,
         85_264,
         60_000,
+        1_804,
+        65_536,
         1000,
         1500,
         2**40,
@@ -67,7 +74,7 @@ EVERY_MESSAGE = [
         31,
         (OutputSummary(4, 0xDEADBEEF), OutputSummary(1000, 0)),
     ),
-    Result(0, 1, None, None, None, None, None, None, 0, 0, 0, 0, ()),
+    Result(0, 1, None, None, None, None, None, None, None, None, None, None, None, 0, ()),
     Log(LogLevel.WARNING, "arena nearly full: 99 % ✓"),
     Error(ErrorCode.BAD_RANGE, MessageType.SET_INPUT, "input 0 has 9216 bytes"),
 ]
@@ -103,6 +110,36 @@ def test_frame_layout_is_type_seq_payload_crc32_le():
     from cobs import cobs
 
     assert cobs.decode(encode_frame(0x84, 7, b"\x01\x02")[:-1]) == raw + struct.pack("<I", zlib.crc32(raw))
+
+
+def test_the_checked_in_c_header_is_the_one_the_definition_generates():
+    header = Path(__file__).resolve().parents[1] / "firmware" / "protocol" / "lt_protocol.h"
+    assert header.read_text() == protocol_spec.c_header(), (
+        "firmware/protocol/lt_protocol.h disagrees with host/lowtide/device/protocol_spec.py: regenerate it with "
+        "`python -m lowtide.device.protocol_spec > firmware/protocol/lt_protocol.h`")
+
+
+def test_the_codec_and_the_header_share_every_layout():
+    """The Python messages pack exactly the fields the definition lists, at its offsets (HELLO's board name right
+    after the fixed head, RESULT's outputs right after its own)."""
+    hello = EVERY_MESSAGE[1].to_payload()
+    assert len(hello) == protocol_spec.LAYOUTS["HELLO"].size + 1 + len("stm32h743") + 1 + len("tflite-micro cmsis-nn")
+    at = protocol_spec.LAYOUTS["HELLO"].offset
+    assert struct.unpack_from("<I", hello, at("max_iterations")) == (256,)
+    assert struct.unpack_from("<H", hello, at("max_payload")) == (1000,)
+    assert hello[at("counter")] == protocol_spec.COUNTERS["CYCLES"]
+    result = EVERY_MESSAGE[11].to_payload()
+    at = protocol_spec.LAYOUTS["RESULT"].offset
+    assert struct.unpack_from("<II", result, at("stack_high_water_bytes")) == (1_804, 65_536)
+    assert struct.unpack_from("<I", result, protocol_spec.LAYOUTS["RESULT"].size) == (4,)
+    assert {m.name: m.value for m in MessageType} == protocol_spec.MESSAGE_TYPES
+
+
+def test_a_version_1_board_gets_a_clear_version_error():
+    """A v1 HELLO as v1 firmware sent it (version 1, then its own layout): the host reads the version and stops."""
+    v1_hello = struct.pack("<HBBBIII32s", 1, 1, 1, 1, 1_000_000_000, 4 << 20, 20_000, SHA) + b"\x07qemu-m4\x08compiled"
+    with pytest.raises(VersionMismatch, match=f"board speaks protocol version 1, this host speaks {PROTOCOL_VERSION}"):
+        decode_message(Frame(MessageType.HELLO, 0, v1_hello))
 
 
 def test_a_hello_of_another_version_is_recognised_from_its_first_two_bytes():

@@ -1,4 +1,5 @@
-/* See lt_server.h. Layouts and error rules follow docs/protocol.md section 3 field by field. */
+/* See lt_server.h. Layouts come from lt_protocol.h (generated from the host's protocol definition); error rules
+ * follow docs/protocol.md section 3. */
 #include "lt_server.h"
 
 #include <string.h>
@@ -7,9 +8,8 @@
 #include "lt_board.h"
 
 #define PROGRESS_INTERVAL_US 250000u
-#define MAX_DATA_CHUNK 989u
-#define MAX_RESULT_OUTPUTS 117u
-#define RESULT_FIXED_BYTES 59u
+#define MAX_DATA_CHUNK (LT_FRAME_MAX_PAYLOAD - LT_DATA_FIXED_BYTES)
+#define MAX_RESULT_OUTPUTS ((LT_FRAME_MAX_PAYLOAD - LT_RESULT_FIXED_BYTES) / LT_RESULT_OUTPUT_FIXED_BYTES)
 
 static const lt_model_info *model;
 static lt_send_fn send_bytes;
@@ -35,7 +35,6 @@ static uint16_t op_cycles_count;
 static uint64_t op_cycles[LT_MAX_PROFILED_OPS];
 static uint64_t sample_cycles[LT_MAX_SAMPLES];
 static uint32_t sample_us[LT_MAX_SAMPLES];
-static uint32_t last_stack_bytes;
 
 /* Per-operator profiling state, filled by the op hook. */
 static uint64_t op_started_at;
@@ -77,20 +76,20 @@ static void reply(uint8_t type, const uint8_t *payload, size_t length) {
 
 static void reply_error(uint16_t code, const char *text) {
   size_t text_len = strlen(text);
-  if (text_len > LT_FRAME_MAX_PAYLOAD - 3u) text_len = LT_FRAME_MAX_PAYLOAD - 3u;
-  put_u16(reply_payload, code);
-  reply_payload[2] = request.type;
-  memcpy(reply_payload + 3, text, text_len);
-  reply(LT_MSG_ERROR, reply_payload, 3u + text_len);
+  if (text_len > LT_FRAME_MAX_PAYLOAD - LT_ERROR_FIXED_BYTES) text_len = LT_FRAME_MAX_PAYLOAD - LT_ERROR_FIXED_BYTES;
+  put_u16(reply_payload + LT_ERROR_CODE_AT, code);
+  reply_payload[LT_ERROR_REQUEST_TYPE_AT] = request.type;
+  memcpy(reply_payload + LT_ERROR_FIXED_BYTES, text, text_len);
+  reply(LT_MSG_ERROR, reply_payload, LT_ERROR_FIXED_BYTES + text_len);
 }
 
 void lt_server_log(uint8_t level, const char *text) {
   uint8_t payload[LT_FRAME_MAX_PAYLOAD];
   size_t text_len = strlen(text);
-  if (text_len > LT_FRAME_MAX_PAYLOAD - 1u) text_len = LT_FRAME_MAX_PAYLOAD - 1u;
-  payload[0] = level;
-  memcpy(payload + 1, text, text_len);
-  send_uncached(LT_MSG_LOG, 0, payload, 1u + text_len);
+  if (text_len > LT_FRAME_MAX_PAYLOAD - LT_LOG_FIXED_BYTES) text_len = LT_FRAME_MAX_PAYLOAD - LT_LOG_FIXED_BYTES;
+  payload[LT_LOG_LEVEL_AT] = level;
+  memcpy(payload + LT_LOG_FIXED_BYTES, text, text_len);
+  send_uncached(LT_MSG_LOG, 0, payload, LT_LOG_FIXED_BYTES + text_len);
 }
 
 static size_t hello_payload(uint8_t *p) {
@@ -98,15 +97,18 @@ static size_t hello_payload(uint8_t *p) {
   size_t board_len = strlen(board), runtime_len = strlen(model->runtime);
   if (board_len > 255) board_len = 255;
   if (runtime_len > 255) runtime_len = 255;
-  put_u16(p, LT_PROTOCOL_VERSION);
-  p[2] = model->ready ? 1u : 0u;
-  p[3] = model->input_count;
-  p[4] = model->output_count;
-  put_u32(p + 5, lt_board_cycle_hz());
-  put_u32(p + 9, model->arena_capacity_bytes);
-  put_u32(p + 13, model->model_size_bytes);
-  memcpy(p + 17, model->model_sha256, 32);
-  size_t at = 49;
+  put_u16(p + LT_HELLO_VERSION_AT, LT_PROTOCOL_VERSION);
+  p[LT_HELLO_FLAGS_AT] = model->ready ? LT_HELLO_FLAG_MODEL_READY : 0u;
+  p[LT_HELLO_INPUT_COUNT_AT] = model->input_count;
+  p[LT_HELLO_OUTPUT_COUNT_AT] = model->output_count;
+  put_u32(p + LT_HELLO_CLOCK_HZ_AT, lt_board_clock_hz());
+  p[LT_HELLO_COUNTER_AT] = lt_board_counter();
+  put_u32(p + LT_HELLO_MAX_ITERATIONS_AT, LT_MAX_SAMPLES);
+  put_u16(p + LT_HELLO_MAX_PAYLOAD_AT, LT_FRAME_MAX_PAYLOAD);
+  put_u32(p + LT_HELLO_ARENA_CAPACITY_BYTES_AT, model->arena_capacity_bytes);
+  put_u32(p + LT_HELLO_MODEL_SIZE_BYTES_AT, model->model_size_bytes);
+  memcpy(p + LT_HELLO_MODEL_SHA256_AT, model->model_sha256, 32);
+  size_t at = LT_HELLO_FIXED_BYTES;
   p[at++] = (uint8_t)board_len;
   memcpy(p + at, board, board_len);
   at += board_len;
@@ -116,10 +118,14 @@ static size_t hello_payload(uint8_t *p) {
 }
 
 static void handle_set_input(void) {
-  if (request.payload_len < 9) { reply_error(LT_ERR_BAD_MESSAGE, "SET_INPUT payload too short"); return; }
-  uint8_t index = request.payload[0];
-  uint32_t total = get_u32(request.payload + 1), offset = get_u32(request.payload + 5);
-  uint32_t length = request.payload_len - 9u;
+  if (request.payload_len < LT_SET_INPUT_FIXED_BYTES) {
+    reply_error(LT_ERR_BAD_MESSAGE, "SET_INPUT payload too short");
+    return;
+  }
+  uint8_t index = request.payload[LT_SET_INPUT_INDEX_AT];
+  uint32_t total = get_u32(request.payload + LT_SET_INPUT_TOTAL_BYTES_AT);
+  uint32_t offset = get_u32(request.payload + LT_SET_INPUT_OFFSET_AT);
+  uint32_t length = request.payload_len - LT_SET_INPUT_FIXED_BYTES;
   if (!model->ready) { reply_error(LT_ERR_MODEL_NOT_READY, "model not ready"); return; }
   if (index >= model->input_count) { reply_error(LT_ERR_BAD_INDEX, "no such input"); return; }
   if (total != lt_model_input_bytes(index)) { reply_error(LT_ERR_BAD_RANGE, "wrong input size"); return; }
@@ -127,11 +133,11 @@ static void handle_set_input(void) {
     reply_error(LT_ERR_BAD_RANGE, "chunk runs past the input");
     return;
   }
-  memcpy(lt_model_input_staging(index) + offset, request.payload + 9, length);
-  reply_payload[0] = index;
-  put_u32(reply_payload + 1, offset);
-  put_u16(reply_payload + 5, (uint16_t)length);
-  reply(LT_MSG_INPUT_ACK, reply_payload, 7);
+  memcpy(lt_model_input_staging(index) + offset, request.payload + LT_SET_INPUT_FIXED_BYTES, length);
+  reply_payload[LT_INPUT_ACK_INDEX_AT] = index;
+  put_u32(reply_payload + LT_INPUT_ACK_OFFSET_AT, offset);
+  put_u16(reply_payload + LT_INPUT_ACK_LENGTH_AT, (uint16_t)length);
+  reply(LT_MSG_INPUT_ACK, reply_payload, LT_INPUT_ACK_FIXED_BYTES);
 }
 
 static void profile_hook(int op_index, int after, void *user) {
@@ -163,43 +169,29 @@ static void sort_u32(uint32_t *v, uint32_t n) {
 }
 
 static void send_progress(uint32_t done, uint32_t total) {
-  uint8_t payload[8];
-  put_u32(payload, done);
-  put_u32(payload + 4, total);
+  uint8_t payload[LT_PROGRESS_FIXED_BYTES];
+  put_u32(payload + LT_PROGRESS_DONE_AT, done);
+  put_u32(payload + LT_PROGRESS_TOTAL_AT, total);
   send_uncached(LT_MSG_PROGRESS, request.seq, payload, sizeof payload);
 }
 
-static void format_u32(char *out, uint32_t v) {
-  char digits[10];
-  int n = 0;
-  do {
-    digits[n++] = (char)('0' + v % 10u);
-    v /= 10u;
-  } while (v);
-  while (n) *out++ = digits[--n];
-  *out = '\0';
-}
-
-static void log_stack(void) {
-  char text[80] = "stack high-water ";
-  format_u32(text + strlen(text), last_stack_bytes);
-  strcat(text, " of ");
-  format_u32(text + strlen(text), lt_stack_size_bytes());
-  strcat(text, " bytes");
-  lt_server_log(LT_LOG_INFO, text);
-}
-
 static void handle_run(void) {
-  if (request.payload_len != 9) { reply_error(LT_ERR_BAD_MESSAGE, "RUN payload must be 9 bytes"); return; }
-  uint32_t warmup = get_u32(request.payload), iterations = get_u32(request.payload + 4);
-  int profile = (request.payload[8] & 1u) && lt_board_cycle_hz() != 0 && model->operator_count <= LT_MAX_PROFILED_OPS;
+  if (request.payload_len != LT_RUN_FIXED_BYTES) {
+    reply_error(LT_ERR_BAD_MESSAGE, "RUN payload must be 9 bytes");
+    return;
+  }
+  uint32_t warmup = get_u32(request.payload + LT_RUN_WARMUP_AT);
+  uint32_t iterations = get_u32(request.payload + LT_RUN_ITERATIONS_AT);
+  uint8_t counter = lt_board_counter();
+  int profile = (request.payload[LT_RUN_FLAGS_AT] & LT_RUN_FLAG_PROFILE_OPS) && counter != LT_COUNTER_NONE &&
+                model->operator_count <= LT_MAX_PROFILED_OPS;
   if (!model->ready) {
     reply_error(LT_ERR_MODEL_NOT_READY, model->status ? model->status : "model not ready");
     return;
   }
   if (iterations == 0) { reply_error(LT_ERR_BAD_ARGUMENT, "RUN needs at least 1 measured invocation"); return; }
   if (iterations > LT_MAX_SAMPLES) {
-    reply_error(LT_ERR_BAD_ARGUMENT, "RUN takes at most 256 measured invocations");
+    reply_error(LT_ERR_BAD_ARGUMENT, "RUN takes at most HELLO's max_iterations measured invocations");
     return;
   }
   if (warmup > UINT32_MAX - iterations) { reply_error(LT_ERR_BAD_ARGUMENT, "too many invocations"); return; }
@@ -210,8 +202,7 @@ static void handle_run(void) {
   memset(op_cycles, 0, sizeof op_cycles);
   send_progress(0, total);
   uint64_t last_progress_us = lt_board_micros();
-  uint32_t high_water = 0;
-  last_stack_bytes = 0;
+  uint32_t high_water = 0, stack_high_water = 0;
   for (uint32_t k = 0; k < total; k++) {
     int measured = k >= warmup;
     lt_model_prepare((k & 1u) ? LT_ARENA_PATTERN_B : LT_ARENA_PATTERN_A);
@@ -221,15 +212,15 @@ static void handle_run(void) {
     int status = lt_model_invoke(profile && measured ? profile_hook : NULL, NULL);
     uint64_t c1 = lt_board_cycles(), us1 = lt_board_micros();
     uint32_t stack = lt_stack_used_bytes();
-    if (stack > last_stack_bytes) last_stack_bytes = stack;
+    if (stack > stack_high_water) stack_high_water = stack;
     if (status != 0) { reply_error(LT_ERR_INVOKE_FAILED, "model invoke failed"); return; }
     uint32_t arena_hw = lt_model_arena_high_water();
     if (arena_hw > high_water) high_water = arena_hw; /* LT_UNKNOWN_U32, the largest u32, stays unknown */
     if (measured) {
-      /* Where there is a cycle counter its count is the finer clock: microseconds follow from it. */
-      uint32_t hz = lt_board_cycle_hz();
+      /* Real cycles are the finer clock: microseconds follow from them at the CPU clock. */
       sample_cycles[k - warmup] = c1 - c0;
-      sample_us[k - warmup] = hz ? (uint32_t)((c1 - c0) * 1000000u / hz) : (uint32_t)(us1 - us0);
+      sample_us[k - warmup] = counter == LT_COUNTER_CYCLES ? (uint32_t)((c1 - c0) * 1000000u / lt_board_cycle_hz())
+                                                           : (uint32_t)(us1 - us0);
     }
     if (k + 1 < total && us1 - last_progress_us >= PROGRESS_INTERVAL_US) {
       send_progress(k + 1, total);
@@ -237,42 +228,49 @@ static void handle_run(void) {
     }
   }
   for (uint32_t i = 0; i < op_cycles_count; i++) op_cycles[i] /= iterations;
-  if (lt_stack_size_bytes()) log_stack();
 
-  int cycles = lt_board_cycle_hz() != 0;
+  int has_counter = counter != LT_COUNTER_NONE;
+  int real_time = counter != LT_COUNTER_INSTRUCTIONS; /* an emulator's time is not real time */
+  int has_stack = lt_stack_size_bytes() != 0;
   sort_u64(sample_cycles, iterations);
   sort_u32(sample_us, iterations);
   uint32_t mid = (iterations - 1u) / 2u;
   uint8_t outputs = model->output_count > MAX_RESULT_OUTPUTS ? MAX_RESULT_OUTPUTS : model->output_count;
   uint8_t *p = reply_payload;
-  put_u32(p + 0, warmup);
-  put_u32(p + 4, iterations);
-  put_u32(p + 8, model->planned_bytes);
-  put_u32(p + 12, model->used_bytes);
-  put_u32(p + 16, high_water);
-  put_u64(p + 20, cycles ? sample_cycles[0] : UINT64_MAX);
-  put_u64(p + 28, cycles ? sample_cycles[mid] : UINT64_MAX);
-  put_u64(p + 36, cycles ? sample_cycles[iterations - 1u] : UINT64_MAX);
-  put_u32(p + 44, sample_us[0]);
-  put_u32(p + 48, sample_us[mid]);
-  put_u32(p + 52, sample_us[iterations - 1u]);
-  put_u16(p + 56, op_cycles_count);
-  p[58] = outputs;
+  put_u32(p + LT_RESULT_WARMUP_AT, warmup);
+  put_u32(p + LT_RESULT_ITERATIONS_AT, iterations);
+  put_u32(p + LT_RESULT_ARENA_PLANNED_BYTES_AT, model->planned_bytes);
+  put_u32(p + LT_RESULT_ARENA_USED_BYTES_AT, model->used_bytes);
+  put_u32(p + LT_RESULT_ARENA_HIGH_WATER_BYTES_AT, high_water);
+  put_u32(p + LT_RESULT_STACK_HIGH_WATER_BYTES_AT, has_stack ? stack_high_water : LT_UNKNOWN_U32);
+  put_u32(p + LT_RESULT_STACK_SIZE_BYTES_AT, has_stack ? lt_stack_size_bytes() : LT_UNKNOWN_U32);
+  put_u64(p + LT_RESULT_COUNTER_MIN_AT, has_counter ? sample_cycles[0] : UINT64_MAX);
+  put_u64(p + LT_RESULT_COUNTER_MEDIAN_AT, has_counter ? sample_cycles[mid] : UINT64_MAX);
+  put_u64(p + LT_RESULT_COUNTER_MAX_AT, has_counter ? sample_cycles[iterations - 1u] : UINT64_MAX);
+  put_u32(p + LT_RESULT_US_MIN_AT, real_time ? sample_us[0] : LT_UNKNOWN_U32);
+  put_u32(p + LT_RESULT_US_MEDIAN_AT, real_time ? sample_us[mid] : LT_UNKNOWN_U32);
+  put_u32(p + LT_RESULT_US_MAX_AT, real_time ? sample_us[iterations - 1u] : LT_UNKNOWN_U32);
+  put_u16(p + LT_RESULT_OP_CYCLES_COUNT_AT, op_cycles_count);
+  p[LT_RESULT_OUTPUT_COUNT_AT] = outputs;
   for (uint8_t i = 0; i < outputs; i++) {
+    uint8_t *entry = p + LT_RESULT_FIXED_BYTES + LT_RESULT_OUTPUT_FIXED_BYTES * i;
     uint32_t nbytes = lt_model_output_bytes(i);
-    put_u32(p + RESULT_FIXED_BYTES + 8u * i, nbytes);
-    put_u32(p + RESULT_FIXED_BYTES + 8u * i + 4u, lt_crc32(0, lt_model_output(i), nbytes));
+    put_u32(entry + LT_RESULT_OUTPUT_NBYTES_AT, nbytes);
+    put_u32(entry + LT_RESULT_OUTPUT_CRC32_AT, lt_crc32(0, lt_model_output(i), nbytes));
   }
   have_result = 1;
-  reply(LT_MSG_RESULT, p, RESULT_FIXED_BYTES + 8u * outputs);
+  reply(LT_MSG_RESULT, p, LT_RESULT_FIXED_BYTES + LT_RESULT_OUTPUT_FIXED_BYTES * outputs);
 }
 
 static void handle_read(void) {
-  if (request.payload_len != 9) { reply_error(LT_ERR_BAD_MESSAGE, "READ payload must be 9 bytes"); return; }
-  uint8_t region = request.payload[0];
-  uint16_t index = get_u16(request.payload + 1);
-  uint32_t offset = get_u32(request.payload + 3);
-  uint32_t wanted = get_u16(request.payload + 7);
+  if (request.payload_len != LT_READ_FIXED_BYTES) {
+    reply_error(LT_ERR_BAD_MESSAGE, "READ payload must be 9 bytes");
+    return;
+  }
+  uint8_t region = request.payload[LT_READ_REGION_AT];
+  uint16_t index = get_u16(request.payload + LT_READ_INDEX_AT);
+  uint32_t offset = get_u32(request.payload + LT_READ_OFFSET_AT);
+  uint32_t wanted = get_u16(request.payload + LT_READ_MAX_LENGTH_AT);
   if (!have_result) { reply_error(LT_ERR_NO_RESULT, "no RUN has completed"); return; }
   const uint8_t *bytes;
   uint32_t total;
@@ -292,12 +290,12 @@ static void handle_read(void) {
   uint32_t length = total - offset;
   if (length > wanted) length = wanted;
   if (length > MAX_DATA_CHUNK) length = MAX_DATA_CHUNK;
-  reply_payload[0] = region;
-  put_u16(reply_payload + 1, index);
-  put_u32(reply_payload + 3, offset);
-  put_u32(reply_payload + 7, total);
-  memcpy(reply_payload + 11, bytes + offset, length);
-  reply(LT_MSG_DATA, reply_payload, 11u + length);
+  reply_payload[LT_DATA_REGION_AT] = region;
+  put_u16(reply_payload + LT_DATA_INDEX_AT, index);
+  put_u32(reply_payload + LT_DATA_OFFSET_AT, offset);
+  put_u32(reply_payload + LT_DATA_TOTAL_BYTES_AT, total);
+  memcpy(reply_payload + LT_DATA_FIXED_BYTES, bytes + offset, length);
+  reply(LT_MSG_DATA, reply_payload, LT_DATA_FIXED_BYTES + length);
 }
 
 static int is_cached(void) {
@@ -346,9 +344,7 @@ void lt_server_push_byte(uint8_t byte) {
   if (status == LT_FRAME_OK) {
     handle_request();
   } else if (status == LT_FRAME_BAD) {
-    uint8_t payload[3] = {LT_ERR_BAD_FRAME, 0, 0};
+    uint8_t payload[LT_ERROR_FIXED_BYTES] = {LT_ERR_BAD_FRAME, 0, 0};
     send_uncached(LT_MSG_ERROR, 0, payload, sizeof payload);
   }
 }
-
-uint32_t lt_server_last_stack_bytes(void) { return last_stack_bytes; }

@@ -26,7 +26,7 @@ void lt_board_write(const uint8_t *data, size_t length);
 /* One byte from the host link, or -1 if none is waiting. Never blocks. */
 int lt_board_read_byte(void);
 
-/* A monotonic 64-bit cycle count, or 0 on boards without a counter (then lt_board_cycle_hz() returns 0). */
+/* A monotonic 64-bit count of what lt_board_counter() says it counts, or 0 on boards without a counter. */
 uint64_t lt_board_cycles(void);
 
 /* Called right before each timed invocation. Where the counter ticks slower than instructions retire (SysTick
@@ -34,8 +34,15 @@ uint64_t lt_board_cycles(void);
  * does nothing. lt_board_cycles() stays monotonic across it. */
 void lt_board_cycles_align(void);
 
-/* Rate of lt_board_cycles() in Hz; 0 = no cycle counter. */
+/* Rate of lt_board_cycles() in Hz; 0 = no counter. */
 uint32_t lt_board_cycle_hz(void);
+
+/* What lt_board_cycles() counts: LT_COUNTER_CYCLES (real CPU cycles), LT_COUNTER_INSTRUCTIONS (an emulator's
+ * retired instructions: no real time) or LT_COUNTER_NONE (lt_protocol.h). HELLO reports it. */
+uint8_t lt_board_counter(void);
+
+/* The CPU clock in Hz, as HELLO reports it (and the board file states it); 0 if unknown. */
+uint32_t lt_board_clock_hz(void);
 
 /* Monotonic microseconds since lt_board_init(). */
 uint64_t lt_board_micros(void);

@@ -10,11 +10,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "lt_protocol.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define LT_FRAME_MAX_PAYLOAD 1000u
+#define LT_FRAME_MAX_PAYLOAD LT_PROTOCOL_MAX_PAYLOAD
 #define LT_FRAME_HEADER_BYTES 2u /* type, seq */
 #define LT_FRAME_CRC_BYTES 4u
 #define LT_FRAME_MAX_RAW (LT_FRAME_HEADER_BYTES + LT_FRAME_MAX_PAYLOAD + LT_FRAME_CRC_BYTES)

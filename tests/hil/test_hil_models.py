@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 from lowtide.compile import compile_model
-from lowtide.device.boards import BOARDS
-from lowtide.device.qemu import QemuBoard
+from lowtide.device.boards import get_board
 from lowtide.errors import LowtideError
 from lowtide.hil.compare import Tolerances
 
@@ -43,8 +42,9 @@ def lowtide_tolerances(lowtide_tolerances: Tolerances, lowtide_board: str) -> To
     "model", [pytest.param(name, marks=() if name in QUICK else pytest.mark.slow) for name in MODELS]
 )
 def test_model_has_not_regressed(model: str, lowtide_board: str, lowtide_measure, assert_no_regression) -> None:
-    if isinstance(BOARDS[lowtide_board], QemuBoard):
-        # Emulated boards run lowtide's compiled runtime, which has kernels for the common operators only.
+    board = get_board(lowtide_board)
+    if board.spec is not None and board.spec.runtime == "compiled":
+        # Boards lowtide builds for run its compiled runtime by default, which has kernels for common operators only.
         try:
             compile_model(SHARED_MODELS / f"{model}.tflite")
         except LowtideError as exc:

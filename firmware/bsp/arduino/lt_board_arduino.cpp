@@ -10,6 +10,7 @@
 
 #include "lt_app.h"
 #include "lt_board.h"
+#include "lt_protocol.h"
 
 #if defined(LT_CYCLES_DWT)
 #include "lt_dwt.h"
@@ -73,6 +74,17 @@ uint32_t lt_board_cycle_hz(void) {
   return 0;
 #endif
 }
+
+uint8_t lt_board_counter(void) {
+#if defined(LT_CYCLES_DWT) || defined(LT_CYCLES_XTENSA)
+  return LT_COUNTER_CYCLES;
+#else
+  return LT_COUNTER_NONE;
+#endif
+}
+
+/* F_CPU: the clock the platform's board definition builds for (PlatformIO's board_build.f_cpu). */
+uint32_t lt_board_clock_hz(void) { return (uint32_t)F_CPU; }
 
 void lt_board_cycles_align(void) {}
 

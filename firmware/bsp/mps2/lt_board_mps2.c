@@ -10,6 +10,7 @@
 
 #include "lt_board.h"
 #include "lt_cortexm.h"
+#include "lt_protocol.h"
 #include "lt_semihosting.h"
 
 #ifndef LT_QEMU_ICOUNT_SHIFT
@@ -93,6 +94,10 @@ void lt_board_cycles_align(void) {
 uint64_t lt_board_cycles(void) { return systick_ticks() * INSTRUCTIONS_PER_TICK; }
 
 uint32_t lt_board_cycle_hz(void) { return 1000000000u >> LT_QEMU_ICOUNT_SHIFT; }
+
+uint8_t lt_board_counter(void) { return LT_COUNTER_INSTRUCTIONS; }
+
+uint32_t lt_board_clock_hz(void) { return MPS2_SYSCLK_HZ; }
 
 uint64_t lt_board_micros(void) { return systick_ticks() / (MPS2_SYSCLK_HZ / 1000000u); }
 

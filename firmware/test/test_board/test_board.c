@@ -3,6 +3,7 @@
 
 #include "lt_arena.h"
 #include "lt_board.h"
+#include "lt_protocol.h"
 #include "lt_test.h"
 
 /* Exactly 2 * n instructions (subs, bne) plus a fixed entry and exit. */
@@ -23,6 +24,7 @@ static void test_cycles_count_instructions(void) {
   LT_CHECK(long_run - short_run >= 40000u - 40u && long_run - short_run <= 40000u + 40u);
   LT_CHECK(short_run >= 20000u && short_run <= 20000u + 400u);
   LT_CHECK(lt_board_cycle_hz() == 1000000000u);
+  LT_CHECK(lt_board_counter() == LT_COUNTER_INSTRUCTIONS && lt_board_clock_hz() == 25000000u);
 }
 
 static void test_cycles_are_deterministic_at_any_phase(void) {

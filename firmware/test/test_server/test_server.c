@@ -59,16 +59,20 @@ static void test_boot_hello_has_sequence_zero(void) {
   LT_CHECK(reply.type == LT_MSG_HELLO && reply.seq == 0);
   LT_CHECK(u16_at(reply.payload) == LT_PROTOCOL_VERSION);
   LT_CHECK((reply.payload[2] & 1u) == (model->ready ? 1u : 0u));
-  LT_CHECK(memcmp(reply.payload + 17, model->model_sha256, 32) == 0);
-  size_t board_len = reply.payload[49];
-  LT_CHECK(board_len == strlen(lt_board_name()) && memcmp(reply.payload + 50, lt_board_name(), board_len) == 0);
+  LT_CHECK(memcmp(reply.payload + LT_HELLO_MODEL_SHA256_AT, model->model_sha256, 32) == 0);
+  size_t board_len = reply.payload[LT_HELLO_FIXED_BYTES];
+  LT_CHECK(board_len == strlen(lt_board_name()) &&
+           memcmp(reply.payload + LT_HELLO_FIXED_BYTES + 1, lt_board_name(), board_len) == 0);
 }
 
 static void test_hello_request_answered_with_its_seq(void) {
   request(LT_MSG_HELLO_REQUEST, 7, NULL, 0);
   LT_CHECK(last_reply() && reply.type == LT_MSG_HELLO && reply.seq == 7);
-  LT_CHECK(u32_at(reply.payload + 5) == lt_board_cycle_hz());
-  LT_CHECK(u32_at(reply.payload + 9) == model->arena_capacity_bytes);
+  LT_CHECK(u32_at(reply.payload + LT_HELLO_CLOCK_HZ_AT) == lt_board_clock_hz());
+  LT_CHECK(reply.payload[LT_HELLO_COUNTER_AT] == lt_board_counter());
+  LT_CHECK(u32_at(reply.payload + LT_HELLO_MAX_ITERATIONS_AT) == LT_MAX_SAMPLES);
+  LT_CHECK(u16_at(reply.payload + LT_HELLO_MAX_PAYLOAD_AT) == LT_FRAME_MAX_PAYLOAD);
+  LT_CHECK(u32_at(reply.payload + LT_HELLO_ARENA_CAPACITY_BYTES_AT) == model->arena_capacity_bytes);
 }
 
 static void test_repeated_request_gets_cached_bytes(void) {
@@ -91,13 +95,22 @@ static void test_damaged_frame_is_nacked(void) {
 static void test_unknown_type_is_bad_message(void) {
   request(LT_MSG_RESULT, 9, NULL, 0);
   LT_CHECK(last_reply() && reply.type == LT_MSG_ERROR && reply.seq == 9);
-  LT_CHECK(u16_at(reply.payload) == LT_ERR_BAD_MESSAGE && reply.payload[2] == LT_MSG_RESULT);
+  LT_CHECK(u16_at(reply.payload) == LT_ERR_BAD_MESSAGE && reply.payload[LT_ERROR_REQUEST_TYPE_AT] == LT_MSG_RESULT);
 }
 
 static void test_read_before_run_is_no_result(void) {
   uint8_t read[9] = {LT_REGION_OUTPUT, 0, 0, 0, 0, 0, 0, 100, 0};
   request(LT_MSG_READ, 10, read, sizeof read);
   LT_CHECK(last_reply() && reply.type == LT_MSG_ERROR && u16_at(reply.payload) == LT_ERR_NO_RESULT);
+}
+
+static void test_run_over_the_iteration_limit_is_refused(void) {
+  uint8_t run[LT_RUN_FIXED_BYTES] = {0};
+  uint32_t iterations = LT_MAX_SAMPLES + 1u;
+  memcpy(run + LT_RUN_ITERATIONS_AT, &iterations, 4);
+  request(LT_MSG_RUN, 13, run, sizeof run);
+  LT_CHECK(last_reply() && reply.type == LT_MSG_ERROR);
+  LT_CHECK(u16_at(reply.payload) == (model->ready ? LT_ERR_BAD_ARGUMENT : LT_ERR_MODEL_NOT_READY));
 }
 
 static void test_run_with_zero_iterations_or_no_model_is_refused(void) {
@@ -121,7 +134,7 @@ static uint64_t run_once(uint8_t seq) {
   uint8_t run[9] = {1, 0, 0, 0, 2, 0, 0, 0, 0};
   request(LT_MSG_RUN, seq, run, sizeof run);
   if (!last_reply() || reply.type != LT_MSG_RESULT) return 0;
-  return u64_at(reply.payload + 20);
+  return u64_at(reply.payload + LT_RESULT_COUNTER_MEDIAN_AT);
 }
 
 static void test_run_and_read_with_a_model(void) {
@@ -141,8 +154,13 @@ static void test_run_and_read_with_a_model(void) {
   }
   uint64_t first = run_once(30);
   LT_CHECK(first != 0);
-  LT_CHECK(u32_at(reply.payload + 16) <= u32_at(reply.payload + 8) && u32_at(reply.payload + 16) > 0);
-  uint32_t digest = u32_at(reply.payload + 59 + 4), out_bytes = u32_at(reply.payload + 59);
+  uint32_t high_water = u32_at(reply.payload + LT_RESULT_ARENA_HIGH_WATER_BYTES_AT);
+  LT_CHECK(high_water <= u32_at(reply.payload + LT_RESULT_ARENA_PLANNED_BYTES_AT) && high_water > 0);
+  uint32_t stack = u32_at(reply.payload + LT_RESULT_STACK_HIGH_WATER_BYTES_AT);
+  LT_CHECK(stack > 0 && stack <= u32_at(reply.payload + LT_RESULT_STACK_SIZE_BYTES_AT));
+  LT_CHECK(u32_at(reply.payload + LT_RESULT_US_MEDIAN_AT) == 0xFFFFFFFFu); /* instructions are not real time */
+  const uint8_t *output0 = reply.payload + LT_RESULT_FIXED_BYTES;
+  uint32_t digest = u32_at(output0 + LT_RESULT_OUTPUT_CRC32_AT), out_bytes = u32_at(output0 + LT_RESULT_OUTPUT_NBYTES_AT);
   LT_CHECK(lt_crc32(0, lt_model_output(0), out_bytes) == digest);
   LT_CHECK(run_once(31) == first);
 }
@@ -157,6 +175,7 @@ int main(void) {
   LT_RUN(test_unknown_type_is_bad_message);
   LT_RUN(test_read_before_run_is_no_result);
   LT_RUN(test_run_with_zero_iterations_or_no_model_is_refused);
+  LT_RUN(test_run_over_the_iteration_limit_is_refused);
   LT_RUN(test_set_input_range_checks);
   LT_RUN(test_run_and_read_with_a_model);
   return lt_test_finish();

@@ -2,6 +2,7 @@
 
     lowtide build MODEL --board qemu-m4             # ELF path, flash and static RAM use, arena
     lowtide flash MODEL --board nucleo-f746zg       # build, then PlatformIO's upload to the board's USB port
+                                                    # (lowtide measure --board nucleo-f746zg does this, then measures)
 
 Both refuse a model that cannot fit the board before building (arena + static RAM against SRAM, weights + code
 against flash), and check the built ELF again.
@@ -18,18 +19,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from lowtide.cli import app
-from lowtide.device.boards import detect_serial_port
-from lowtide.device.qemu import (
-    ARENA_SLACK_BYTES,
-    BoardSpec,
-    FirmwareImage,
-    build_board_firmware,
-    get_board_spec,
-    load_board_specs,
-    predict_board_arena,
-    upload_firmware,
-)
+from lowtide.cli.application import app
+from lowtide.errors import LowtideError
+from lowtide.device.drivers.platformio import FirmwareImage, build_board_firmware, upload_firmware
+from lowtide.device.drivers.serialport import detect_serial_port
+from lowtide.device.spec import ARENA_SLACK_BYTES, BoardSpec, get_board_spec, load_board_specs, predict_board_arena
 from lowtide.memory import tflm_plan
 from lowtide.model.reader import load_model
 
@@ -134,8 +128,11 @@ def flash(
 ) -> None:
     """Build the firmware for BOARD with MODEL and upload it with PlatformIO (emulated boards: build only)."""
     spec = get_board_spec(board)
-    if not spec.emulated and port is None:
-        port = detect_serial_port(spec.name, spec.serial.usb_ids)  # before building: a missing board fails fast
+    if not spec.emulated:
+        if spec.serial is None:
+            raise LowtideError(f"{spec.name} is reached through its labgrid place, not a local port: "
+                               f"`lowtide measure {model} --board {spec.name}` builds, flashes and measures it")
+        port = port or spec.serial.port or detect_serial_port(spec.name, spec.serial.usb_ids)  # before building
     console = None if as_json else Console(stderr=True)
     report = _build(model, spec, console, runtime)
     if spec.emulated:
@@ -148,8 +145,9 @@ def flash(
         else:
             with console.status(f"uploading to {spec.name} on {port}"):
                 upload_firmware(spec, model, port, runtime)
-        message = (f"flashed {spec.name} on {port}; measure it with "
-                   f"`lowtide measure {model} --board serial --port {port}`")
+        message = (f"flashed {spec.name} on {port}; measure it as it is with `lowtide measure {model} --board serial "
+                   f"--port {port}`, or build, flash and measure in one with `lowtide measure {model} --board "
+                   f"{spec.name}`")
     if as_json:
         print(json.dumps({**asdict(report), "flashed": not spec.emulated, "port": port, "message": message}))
         return

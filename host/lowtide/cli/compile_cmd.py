@@ -13,7 +13,7 @@ from rich.markup import escape as escape_markup
 from rich.table import Table
 
 from lowtide import oracle
-from lowtide.cli import app
+from lowtide.cli.application import app
 from lowtide.compile import RUNTIME_DIR, CompiledModel, VerifyResult, compile_model, verify_compiled
 from lowtide.compile.codegen import Blocker, check_model
 from lowtide.compile.lowering import NOT_IN_TFLM, UNDEFINED_IN_TFLM, support_rows

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from lowtide.cli import app
+from lowtide.cli.application import app
 from lowtide.errors import LowtideError
 from lowtide.model import read_model
 from lowtide.model.builder import demo_model

@@ -1,5 +1,10 @@
 """`lowtide measure`: run a model on a board and report the arena it used, its latency and whether its outputs match
-the host TFLM interpreter."""
+the host TFLM interpreter.
+
+    lowtide measure MODEL --board qemu-m4              # build, boot in QEMU, measure
+    lowtide measure MODEL --board nucleo-f746zg        # build, flash (PlatformIO), find the port, measure
+    lowtide measure MODEL --board labgrid:PLACE        # acquire a labgrid place, measure, release it
+"""
 
 from __future__ import annotations
 
@@ -17,8 +22,8 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from lowtide.cli import app
-from lowtide.device.boards import BOARDS
+from lowtide.cli.application import app
+from lowtide.device.boards import BOARDS, DEFAULT_WAIT_S, LABGRID_PREFIX
 from lowtide.device.measure import MeasureResult
 from lowtide.device.measure import measure as measure_on_board
 
@@ -28,9 +33,11 @@ _PHASE_LABELS = {"upload": "sending inputs (bytes)", "run": "running (invocation
 @app.command()
 def measure(
     model: Path = typer.Argument(..., help=".tflite model to measure"),
-    board: str = typer.Option("host-tflm", help=f"board to run on: {', '.join(sorted(BOARDS))}"),
+    board: str = typer.Option("host-tflm", help=f"board to run on: {', '.join(sorted(BOARDS))}, "
+                                                f"{LABGRID_PREFIX}PLACE, or a board file's path"),
     port: str | None = typer.Option(
-        None, help="serial device, socket://host:port or rfc2217://...; host-tflm: tcp:0 or pty"
+        None, help="serial device, socket://host:port or rfc2217://...; real boards: default the board file's port, "
+                   "else the one with its USB VID:PID; host-tflm: tcp:0 or pty"
     ),
     iterations: int = typer.Option(10, min=1, help="measured invocations"),
     warmup: int = typer.Option(1, min=0, help="invocations run before measuring"),
@@ -41,10 +48,19 @@ def measure(
         None, help="what runs the model on a board lowtide builds for: compiled, tflm or tflm-cmsis-nn "
                    "(default: the board file's)"),
     profile_ops: bool = typer.Option(False, "--profile-ops", help="also count cycles per operator"),
+    lock_timeout: float = typer.Option(DEFAULT_WAIT_S, min=0, help="longest wait, in seconds, for a board another "
+                                                                    "run or labgrid client is using"),
 ) -> None:
     """Measure MODEL's arena use and latency on a board, and check its outputs against the host interpreter."""
+    waiting = Console(stderr=True)
+
+    def say_wait(phase: str, holder: str) -> None:
+        where = "another run on this machine" if phase == "lock" else "another labgrid client"
+        waiting.print(f"lowtide: board {board} is in use by {where} ({holder}); waiting up to {lock_timeout:g} s "
+                      f"(--lock-timeout)", markup=False, highlight=False)
+
     kwargs = {"iterations": iterations, "warmup": warmup, "timeout": timeout, "seed": seed, "runtime": runtime,
-              "profile_ops": profile_ops}
+              "profile_ops": profile_ops, "lock_timeout": lock_timeout, "on_wait": say_wait}
     if as_json:
         result = measure_on_board(model, board, port, **kwargs)
         print(json.dumps(result.to_json()))
@@ -94,12 +110,12 @@ def _table(result: MeasureResult) -> Table:
     if result.stack_size_bytes is not None:
         stack += f" of {result.stack_size_bytes:,} B"
     table.add_row("stack high-water", stack)
-    lat = result.latency
-    table.add_row(f"latency us min/med/max ({lat.iterations})", f"{lat.min:,} / {lat.median:,} / {lat.max:,}")
-    if result.latency_cycles:
-        cyc = result.latency_cycles
-        unit = "instructions" if result.board.startswith("qemu") else "cycles"
-        table.add_row(f"{unit} min/med/max", f"{cyc.min:,} / {cyc.median:,} / {cyc.max:,}")
+    for lat in (result.latency, result.latency_cycles):
+        if lat is not None:
+            table.add_row(f"latency, {lat.unit} min/med/max ({lat.iterations})",
+                          f"{lat.min:,} / {lat.median:,} / {lat.max:,}")
+    if result.clock_hz:
+        table.add_row("clock", f"{result.clock_hz / 1e6:g} MHz")
     if result.op_cycles:
         table.add_row("per operator (sum)", f"{len(result.op_cycles)} operators, {sum(result.op_cycles):,}")
     verdict = (

@@ -13,7 +13,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn
 from rich.markup import escape
 from rich.table import Table
 
-from lowtide.cli import app
+from lowtide.cli.application import app
 from lowtide.export import OptimizeResult, Verification, optimize_model
 from lowtide.rewrite import Tiling
 from lowtide.tflm import DEFAULT_CORE

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lowtide import oracle
-from lowtide.cli import app
+from lowtide.cli.application import app
 from lowtide.errors import LowtideError
 from lowtide.model import load_model, read_model
 from lowtide.model.writer import with_outputs

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from lowtide.cli import app
+from lowtide.cli.application import app
 from lowtide.model import load_model
 from lowtide.tflm import DEFAULT_CORE
 from lowtide.tflm.build import build_library, core_named

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from lowtide.cli import app
+from lowtide.cli.application import app
 from lowtide.model import read_model
 from lowtide.model.reader import load_bytes
 from lowtide.model.validate import model_problems

@@ -1,74 +1,114 @@
-"""Boards `lowtide measure` can talk to. A board is anything that yields a `Link` speaking the lowtide protocol:
-a device on a serial port, or a process this machine starts (host-tflm now; QEMU machines later, launched with
-`-serial tcp:127.0.0.1:PORT,server=on,wait=on` and reached through `socket://127.0.0.1:PORT`).
+"""Boards `lowtide measure` can talk to, composed from the drivers (`lowtide.device.drivers`).
 
-To add one: subclass `Board`, implement `connect` as a context manager that cleans up everything it started, and
-`register_board(...)` it. A board that runs firmware lowtide builds (the emulated ones) also implements `build`.
+A board builds its firmware if it has any (`build`), says what a run must lock to use it (`lock_resource`), and
+yields a link that speaks the lowtide protocol (`connect`), cleaning up whatever it started:
 
-`detect_serial_port` finds a real board's port from the USB VID:PID its board file lists.
+| board | from | build | connect | locks |
+| --- | --- | --- | --- | --- |
+| `host-tflm` | built in | none | a host_tflm process | its port, when fixed |
+| `serial` | built in | none (flashed beforehand) | `--port` | the port |
+| emulated (`qemu-m4`) | board file with `[emulator]` | PlatformIO | QEMU | nothing: each run boots its own |
+| real (`nucleo-f746zg`) | board file with `[serial]` | PlatformIO | upload, find the port, open it | the port |
+| farm (`labgrid:PLACE`) | `--board labgrid:PLACE`, or a board file with `[labgrid]` | PlatformIO (board file) | acquire the place, upload (board file) | the place |
+
+Boards are registered explicitly, at the end of this module: the two built-in ones and one per board file.
+`get_board` also takes `labgrid:PLACE` and the path of a board file.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import select
-import subprocess
 import sys
-import tempfile
-import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
 
-import serial.tools.list_ports
-
-from lowtide.device.host_tflm import READY_PREFIX
+from lowtide.device.drivers import labgrid
+from lowtide.device.drivers.platformio import FirmwareImage, build_board_firmware, upload_firmware
+from lowtide.device.drivers.process import board_process
+from lowtide.device.drivers.qemu import run_emulator
+from lowtide.device.drivers.serialport import detect_serial_port, open_port
+from lowtide.device.locking import port_resource
+from lowtide.device.spec import BoardSpec, get_board_spec, load_board_specs, predict_board_arena
 from lowtide.device.transport import Link, open_link
 from lowtide.errors import LowtideError
+from lowtide.tflm.sizer import Arena32
 
-if TYPE_CHECKING:
-    from lowtide.device.qemu import FirmwareImage
-    from lowtide.tflm.sizer import Arena32
-
-_STOP_GRACE_S = 5.0
+LABGRID_PREFIX = "labgrid:"
+DEFAULT_WAIT_S = 300.0  # how long a board's own wait (a farm place another client holds) lasts by default
 
 
 class Board(ABC):
-    name: ClassVar[str]
-    description: ClassVar[str]
-    builds_firmware: ClassVar[bool] = False  # lowtide builds its firmware, so --runtime applies
+    name: str
+    description: str
+    spec: BoardSpec | None = None  # the board file, for boards that have one
+
+    @property
+    def builds_firmware(self) -> bool:
+        """lowtide builds this board's firmware, so --runtime applies."""
+        return self.spec is not None
 
     def build(self, model_path: Path, runtime: str | None = None) -> FirmwareImage | None:
-        """The firmware this board runs for `model_path` with `runtime` (None: the board's own), built if need be;
-        None for a board that runs the model it is given (host-tflm) or was flashed beforehand (serial), which
-        cannot change its runtime."""
-        if runtime is not None:
-            raise LowtideError(f"--board {self.name} runs whatever it runs: --runtime applies to boards lowtide "
-                               f"builds firmware for")
-        return None
+        """The firmware this board runs for `model_path` with `runtime` (None: the board file's), built and checked
+        against the board's memory; None for a board that runs what it is given or was flashed beforehand."""
+        if self.spec is None:
+            if runtime is not None:
+                raise LowtideError(f"--board {self.name} runs whatever it runs: --runtime applies to boards lowtide "
+                                   f"builds firmware for")
+            return None
+        return build_board_firmware(self.spec, Path(model_path), runtime)
 
     def predicted_arena(self, model_path: Path, runtime: str | None = None) -> Arena32 | None:
         """lowtide's prediction of the TFLM arena this board's firmware will report; None where it runs no TFLM
         built by lowtide."""
-        return None
+        if self.spec is None:
+            return None
+        return predict_board_arena(self.spec, Path(model_path), runtime or self.spec.runtime)
 
     @abstractmethod
-    def connect(self, model_path: Path, port: str | None, timeout: float,
-                image: FirmwareImage | None = None) -> contextlib.AbstractContextManager[Link]:
-        """A link to the board running `model_path` (as `image`, when `build` made one). Waits at most `timeout`
-        seconds for anything it starts."""
+    def lock_resource(self, port: str | None) -> str | None:
+        """What a run must hold (lowtide.device.locking) while it uses this board on `port`; None when two runs
+        can use it at once."""
+
+    @abstractmethod
+    def connect(self, model_path: Path, port: str | None, timeout: float, image: FirmwareImage | None = None,
+                runtime: str | None = None, wait: float = DEFAULT_WAIT_S,
+                on_wait: Callable[[str], None] | None = None) -> contextlib.AbstractContextManager[Link]:
+        """A link to the board running `model_path` (as `image`, when `build` made one, run by `runtime`). Waits
+        at most `timeout` seconds for anything it starts, and `wait` seconds for a board someone else holds
+        (`on_wait` is told who, once)."""
+
+
+class HostTflmBoard(Board):
+    name = "host-tflm"
+    description = "this machine's TFLM interpreter in a subprocess (--port tcp:0 (default), tcp:PORT or pty)"
+
+    def lock_resource(self, port: str | None) -> str | None:
+        return f"port:{port}" if port and port.startswith("tcp:") and port != "tcp:0" else None
+
+    @contextlib.contextmanager
+    def connect(self, model_path, port, timeout, image=None, runtime=None, wait=DEFAULT_WAIT_S,
+                on_wait=None) -> Iterator[Link]:
+        argv = [sys.executable, "-m", "lowtide.device.host_tflm", "--model", str(model_path), "--port",
+                port or "tcp:0"]
+        with board_process(argv, "host-tflm board", timeout) as url:
+            link = open_link(url)
+            try:
+                yield link
+            finally:
+                link.close()
 
 
 class SerialBoard(Board):
     name = "serial"
     description = "a board already flashed with the model, on --port (device path, socket://, rfc2217://)"
 
+    def lock_resource(self, port: str | None) -> str | None:
+        return f"port:{port_resource(port)}" if port else f"board:{self.name}"
+
     @contextlib.contextmanager
-    def connect(self, model_path: Path, port: str | None, timeout: float,
-                image: FirmwareImage | None = None) -> Iterator[Link]:
+    def connect(self, model_path, port, timeout, image=None, runtime=None, wait=DEFAULT_WAIT_S,
+                on_wait=None) -> Iterator[Link]:
         if not port:
             raise LowtideError("--board serial needs --port (e.g. /dev/ttyACM0 or socket://127.0.0.1:4321)")
         link = open_link(port)
@@ -78,122 +118,94 @@ class SerialBoard(Board):
             link.close()
 
 
-class HostTflmBoard(Board):
-    name = "host-tflm"
-    description = "this machine's TFLM interpreter in a subprocess (--port tcp:0 (default), tcp:PORT or pty)"
+class EmulatedBoard(Board):
+    """A board file with `[emulator]`: the firmware built with PlatformIO, booted in QEMU for each measurement."""
+
+    def __init__(self, spec: BoardSpec):
+        if spec.emulator_command is None:
+            raise LowtideError("not an emulated board (no [emulator] command)", spec.path)
+        self.spec = spec
+        self.name = spec.name
+        self.description = spec.description
+
+    def lock_resource(self, port: str | None) -> str | None:
+        return None
 
     @contextlib.contextmanager
-    def connect(self, model_path: Path, port: str | None, timeout: float,
-                image: FirmwareImage | None = None) -> Iterator[Link]:
-        with tempfile.TemporaryFile() as stderr_file:
-            process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "lowtide.device.host_tflm",
-                    "--model",
-                    str(model_path),
-                    "--port",
-                    port or "tcp:0",
-                ],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=stderr_file,
-            )
-            try:
-                url = _read_ready_line(process, stderr_file, timeout)
-                link = open_link(url)
-                try:
-                    yield link
-                finally:
-                    link.close()
-            finally:
-                stop_process(process)
+    def connect(self, model_path, port, timeout, image=None, runtime=None, wait=DEFAULT_WAIT_S,
+                on_wait=None) -> Iterator[Link]:
+        if port:
+            raise LowtideError(f"--board {self.name} starts its own emulator: leave out --port")
+        image = image or self.build(model_path, runtime)
+        assert image is not None and self.spec.emulator_command is not None
+        with run_emulator(self.spec.emulator_command, image.elf, timeout) as link:
+            yield link
 
 
-def _board_stderr(stderr_file) -> str:
-    stderr_file.seek(0)
-    lines = stderr_file.read().decode("utf-8", "replace").strip().splitlines()
-    return lines[-1] if lines else "no message"
+class UsbBoard(Board):
+    """A real board on this machine (a board file with `[serial]`): built and uploaded with PlatformIO, then
+    measured on its serial port: --port, else the board file's `port`, else the one port with its USB VID:PID."""
 
+    def __init__(self, spec: BoardSpec):
+        if spec.serial is None:
+            raise LowtideError("not a board on a serial port (no [serial])", spec.path)
+        self.spec = spec
+        self.serial = spec.serial
+        self.name = spec.name
+        self.description = spec.description
 
-def _read_ready_line(process: subprocess.Popen, stderr_file, timeout: float) -> str:
-    """The URL the board process announces, within `timeout` seconds."""
-    assert process.stdout is not None
-    fd = process.stdout.fileno()
-    line = b""
-    deadline = time.monotonic() + timeout
-    while not line.endswith(b"\n"):
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise LowtideError(f"host-tflm board did not start within {timeout:g} s")
-        readable, _, _ = select.select([fd], [], [], remaining)
-        if readable:
-            chunk = os.read(fd, 1024)
-            if not chunk:
-                process.wait(timeout=_STOP_GRACE_S)
-                raise LowtideError(
-                    f"host-tflm board exited with status {process.returncode}: {_board_stderr(stderr_file)}"
-                )
-            line += chunk
-    text = line.decode("utf-8", "replace").strip()
-    if not text.startswith(READY_PREFIX):
-        raise LowtideError(f"host-tflm board printed {text!r}, expected '{READY_PREFIX}<url>'")
-    return text[len(READY_PREFIX) :]
+    def port(self, port: str | None) -> str:
+        return port or self.serial.port or detect_serial_port(self.name, self.serial.usb_ids)
 
+    def lock_resource(self, port: str | None) -> str | None:
+        return f"port:{port_resource(port or self.serial.port)}" if port or self.serial.port else f"board:{self.name}"
 
-def stop_process(process: subprocess.Popen) -> None:
-    """End a board process (host-tflm, an emulator): closing its stdin asks it to exit; terminate, then kill, if
-    it does not."""
-    for stream in (process.stdin, process.stdout):
-        if stream:
-            stream.close()
-    for ask in (None, process.terminate, process.kill):
-        if ask:
-            ask()
+    @contextlib.contextmanager
+    def connect(self, model_path, port, timeout, image=None, runtime=None, wait=DEFAULT_WAIT_S,
+                on_wait=None) -> Iterator[Link]:
+        port = self.port(port)
+        upload_firmware(self.spec, Path(model_path), port, runtime)
+        link = open_port(port, timeout, self.serial.baud)
         try:
-            process.wait(timeout=_STOP_GRACE_S)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+            yield link
+        finally:
+            link.close()
 
 
-@dataclass(frozen=True)
-class SerialPortCandidate:
-    device: str  # /dev/ttyACM0, COM3
-    usb_id: str | None  # "VID:PID" in upper-case hex; None for a port that is not USB
-    description: str
+class LabgridBoard(Board):
+    """A board in a labgrid farm: `labgrid:PLACE` (flashed beforehand), or a board file with `[labgrid]`, whose
+    firmware lowtide builds and uploads through the place's serial port (PlatformIO's `--upload-port` takes the
+    rfc2217:// or socket:// URL: serial bootloaders such as esptool's, or the env's own upload_command)."""
 
-    def describe(self) -> str:
-        return f"{self.device} ({self.usb_id or 'not USB'}{': ' + self.description if self.description else ''})"
+    def __init__(self, place: str, coordinator: str | None = None, spec: BoardSpec | None = None):
+        self.place, self.coordinator, self.spec = place, coordinator, spec
+        self.name = spec.name if spec else f"{LABGRID_PREFIX}{place}"
+        self.description = spec.description if spec else f"the board in labgrid place {place}"
+
+    def lock_resource(self, port: str | None) -> str | None:
+        return labgrid.lock_resource(self.place, self.coordinator)
+
+    @contextlib.contextmanager
+    def connect(self, model_path, port, timeout, image=None, runtime=None, wait=DEFAULT_WAIT_S,
+                on_wait=None) -> Iterator[Link]:
+        if port:
+            raise LowtideError(f"--board {self.name} uses its labgrid place's serial port: leave out --port")
+        with labgrid.acquired_place(self.place, self.coordinator, wait, on_wait) as serial:
+            if self.spec is not None:
+                upload_firmware(self.spec, Path(model_path), serial.url, runtime)
+            link = open_port(serial.url, timeout, serial.speed)
+            try:
+                yield link
+            finally:
+                link.close()
 
 
-def serial_port_candidates() -> list[SerialPortCandidate]:
-    """The machine's serial ports, as pyserial lists them."""
-    return [
-        SerialPortCandidate(
-            device=port.device,
-            usb_id=f"{port.vid:04X}:{port.pid:04X}" if port.vid is not None and port.pid is not None else None,
-            description=port.description if port.description and port.description != "n/a" else "",
-        )
-        for port in serial.tools.list_ports.comports()
-    ]
-
-
-def detect_serial_port(board: str, usb_ids: tuple[str, ...]) -> str:
-    """The one serial port whose USB VID:PID is one of `usb_ids` (from the board file); an error listing the
-    candidates when there are several, or saying what was looked for when there is none."""
-    wanted = {usb_id.upper() for usb_id in usb_ids}
-    ports = serial_port_candidates()
-    matching = [port for port in ports if port.usb_id in wanted]
-    if len(matching) == 1:
-        return matching[0].device
-    if matching:
-        raise LowtideError(f"several serial ports match {board} (USB {', '.join(sorted(wanted))}): "
-                           f"{'; '.join(port.describe() for port in matching)}; choose one with --port")
-    others = f"ports found: {'; '.join(port.describe() for port in ports)}" if ports else "no serial ports at all"
-    raise LowtideError(f"no serial port matches {board} (USB {', '.join(sorted(wanted)) or 'IDs not listed'}); "
-                       f"{others}; connect the board or give --port")
+def board_for_spec(spec: BoardSpec) -> Board:
+    if spec.emulated:
+        return EmulatedBoard(spec)
+    if spec.labgrid is not None:
+        return LabgridBoard(spec.labgrid.place, spec.labgrid.coordinator, spec)
+    return UsbBoard(spec)
 
 
 BOARDS: dict[str, Board] = {}
@@ -204,12 +216,19 @@ def register_board(board: Board) -> None:
 
 
 def get_board(name: str) -> Board:
+    """A registered board, `labgrid:PLACE`, or the board in a board file given by its path (*.toml)."""
+    if name.startswith(LABGRID_PREFIX) and len(name) > len(LABGRID_PREFIX):
+        return LabgridBoard(name[len(LABGRID_PREFIX):])
+    if name.endswith(".toml"):
+        return board_for_spec(get_board_spec(name))
     try:
         return BOARDS[name]
     except KeyError:
-        raise LowtideError(f"unknown board {name!r}; known boards: {', '.join(sorted(BOARDS))}") from None
+        raise LowtideError(f"unknown board {name!r}; known boards: {', '.join(sorted(BOARDS))}, "
+                           f"{LABGRID_PREFIX}PLACE or a board file's path") from None
 
 
 register_board(HostTflmBoard())
 register_board(SerialBoard())
-from lowtide.device import qemu  # noqa: E402,F401  (registers the emulated boards; qemu imports Board from here)
+for _spec in load_board_specs().values():
+    register_board(board_for_spec(_spec))

@@ -7,7 +7,8 @@ then behaves like a board: a HELLO with sequence number 0 on connect, then reque
 It exits when its standard input reaches end of file, so the process that started it never leaves it behind.
 
 Figures: arena used = TFLM's recording allocator total (`lowtide.oracle.run`), planned = its head; it cannot paint
-its arena, so no high-water mark; latency is wall-clock time around `invoke()`, in microseconds, with no cycles.
+its arena or stack, so no high-water marks; latency is wall-clock time around `invoke()`, in microseconds; no
+counter, no clock (HELLO's clock_hz 0) and no iteration limit (max_iterations 0xFFFFFFFF).
 Each RUN's invocations happen in a child process (`lowtide.oracle.isolated`): if TFLM crashes on the inputs it
 was sent, the RUN gets an INVOKE_FAILED error saying so, and the board keeps answering.
 """
@@ -31,9 +32,13 @@ from pathlib import Path
 import numpy as np
 
 from lowtide import oracle
+from lowtide.device.drivers.process import READY_PREFIX
 from lowtide.device.protocol import (
     BOOT_SEQ,
+    MAX_PAYLOAD,
     PROTOCOL_VERSION,
+    UNKNOWN_U32,
+    Counter,
     Data,
     Error,
     ErrorCode,
@@ -60,7 +65,6 @@ from lowtide.errors import LowtideError
 from lowtide.model.reader import read_model
 
 BOARD_NAME = "host-tflm"
-READY_PREFIX = "LISTENING "
 PROGRESS_INTERVAL_S = 0.25  # at most four PROGRESS frames a second: enough for a progress bar and a liveness check
 ACCEPT_TIMEOUT_S = 60.0
 
@@ -112,7 +116,10 @@ class TflmBoard:
             model_ready=self.not_ready_reason is None,
             input_count=len(self.inputs),
             output_count=self.output_count,
-            cpu_hz=0,
+            clock_hz=0,  # a host CPU's clock says nothing about a microcontroller's
+            counter=Counter.NONE,
+            max_iterations=UNKNOWN_U32,  # no limit: the samples are kept in a Python list
+            max_payload=MAX_PAYLOAD,
             arena_capacity_bytes=min(self.arena_bytes, 0xFFFFFFFE),
             model_size_bytes=self.graph.size_bytes,
             model_sha256=bytes.fromhex(self.graph.sha256),
@@ -187,9 +194,11 @@ class TflmBoard:
             arena_planned_bytes=self.figures.head_bytes,
             arena_used_bytes=self.figures.total_bytes,
             arena_high_water_bytes=None,  # a host process cannot paint and scan its arena the way firmware does
-            cycles_min=None,
-            cycles_median=None,
-            cycles_max=None,
+            stack_high_water_bytes=None,
+            stack_size_bytes=None,
+            counter_min=None,
+            counter_median=None,
+            counter_max=None,
             us_min=us[0],
             us_median=statistics.median_low(us),
             us_max=us[-1],

@@ -6,15 +6,15 @@ against the host TFLM interpreter on the same inputs.
 
 from __future__ import annotations
 
-import re
 import zlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from lowtide import oracle
-from lowtide.device.boards import get_board
-from lowtide.device.protocol import Hello, ReadRegion, Result
+from lowtide.device import locking
+from lowtide.device.boards import DEFAULT_WAIT_S, Board, get_board
+from lowtide.device.protocol import Counter, Hello, ReadRegion, Result
 from lowtide.device.session import BoardReset, DeviceSession
 from lowtide.errors import LowtideError
 from lowtide.memory import tflm_plan
@@ -24,13 +24,14 @@ from lowtide.model.reader import load_model
 # (phase, done, total): phase is "upload" (bytes) or "run" (invocations, warm-up included)
 MeasureProgress = Callable[[str, int, int], None]
 _RESET_RETRIES = 1  # a board that restarts mid-session is measured again from the start, once
-# RESULT has no field for the stack: the firmware sends it as a LOG line after each RUN (docs/firmware.md).
-_STACK_LOG = re.compile(r"stack high-water (\d+) of (\d+) bytes")
+# (phase, who): phase "lock" (another run on this machine holds the board) or "place" (another labgrid client)
+WaitNotice = Callable[[str, str], None]
+_COUNTER_UNITS = {Counter.CYCLES: "cycles", Counter.INSTRUCTIONS: "instructions"}
 
 
 @dataclass(frozen=True)
 class Latency:
-    unit: str  # "us" or "cycles"
+    unit: str  # "us" (real time), "cycles" (at the board's clock) or "instructions" (an emulator's)
     min: int
     median: int  # the lower middle value when the count is even
     max: int
@@ -45,14 +46,14 @@ class MeasureResult:
     runtime: str
     port: str
     protocol_version: int
-    cpu_hz: int | None
+    clock_hz: int | None  # the CPU clock the board reports
     arena_capacity_bytes: int
     arena_planned_bytes: int  # lowtide's prediction of TFLM's arena head (tflm_plan(graph).head_bytes)
     board_planned_bytes: int | None  # the arena head as the board's runtime planned it
     arena_used_bytes: int | None  # what the board's allocator reports as used
     arena_high_water_bytes: int | None  # painted high-water mark; None where the board cannot paint
-    latency: Latency  # wall-clock, microseconds
-    latency_cycles: Latency | None  # None on boards without a cycle counter
+    latency: Latency | None  # microseconds of real time; None on an emulator, whose time is not real
+    latency_cycles: Latency | None  # the board's counter: cycles, or an emulator's instructions; None without one
     warmup: int
     seed: int
     outputs_match: bool  # every output byte-identical to lowtide.oracle.run on the same inputs
@@ -63,7 +64,7 @@ class MeasureResult:
     # From the firmware image lowtide built (emulated boards); None for boards it did not build for.
     static_ram_bytes: int | None = None  # the ELF's .data + .bss: the arena, staging buffer and runtime state
     flash_bytes: int | None = None  # the ELF's loaded sections: code, weights, .data's initial values
-    # From the board's "stack high-water N of M bytes" LOG after the RUN; None where it reports none.
+    # From RESULT: the deepest the stack went over the RUN (painted), of its size; None where the board cannot tell.
     stack_high_water_bytes: int | None = None
     stack_size_bytes: int | None = None
     # TFLM runtimes on emulated boards: lowtide's 32-bit prediction of arena_used_bytes (lowtide.tflm.sizer).
@@ -96,31 +97,53 @@ def measure(
     profile_ops: bool = False,
     progress: MeasureProgress | None = None,
     runtime: str | None = None,
+    lock_timeout: float = DEFAULT_WAIT_S,
+    take_lock: bool = True,
+    on_wait: WaitNotice | None = None,
 ) -> MeasureResult:
     """Measure `model_path` on `board` (see lowtide.device.boards), run by `runtime` (None: the board's own).
-    `timeout` bounds every wait for the board."""
+    `timeout` bounds every wait for the board; `lock_timeout` the wait for a board another run or labgrid client
+    holds. `take_lock=False`: the caller holds the board's lock (`Board.lock_resource`) already, as the HIL plugin
+    does for a whole session."""
     if iterations < 1 or warmup < 0:
         raise LowtideError(f"need iterations >= 1 and warmup >= 0, got {iterations} and {warmup}")
     model_path = Path(model_path)
     graph = load_model(model_path)
+    target = get_board(board)
+    resource = target.lock_resource(port) if take_lock else None
+    if resource is None:
+        return _measure(target, graph, model_path, port, iterations, warmup, timeout, seed, profile_ops, progress,
+                        runtime, lock_timeout, on_wait)
+    what = f"board {target.name}" + (f" on {port}" if port else "")
+
+    def lock_wait(holder: locking.LockHolder | None) -> None:
+        if on_wait:
+            on_wait("lock", holder.describe() if holder else "another run")
+
+    with locking.locked(resource, lock_timeout, what, lock_wait):
+        return _measure(target, graph, model_path, port, iterations, warmup, timeout, seed, profile_ops, progress,
+                        runtime, lock_timeout, on_wait)
+
+
+def _measure(target: Board, graph: Graph, model_path: Path, port: str | None, iterations: int, warmup: int,
+             timeout: float, seed: int, profile_ops: bool, progress: MeasureProgress | None, runtime: str | None,
+             wait: float, on_wait: WaitNotice | None) -> MeasureResult:
     model = model_path.read_bytes()
     inputs = oracle.random_inputs(graph, seed)
     expected = oracle.run(model, inputs, path=str(model_path)).outputs
-    target = get_board(board)
-    image = target.build(model_path, runtime)  # emulated boards: refused here if the model cannot fit
+    image = target.build(model_path, runtime)  # boards lowtide builds for: refused here if the model cannot fit
     predicted = target.predicted_arena(model_path, runtime)
     planned = predicted.head_bytes if predicted else tflm_plan(graph).head_bytes
-    with target.connect(model_path, port, timeout, image) as link:
+    place_wait = (lambda holder: on_wait("place", holder)) if on_wait else None
+    with target.connect(model_path, port, timeout, image, runtime, wait, place_wait) as link:
         session = DeviceSession(link, timeout)  # one session across a restart: sequence numbers keep counting
         for attempt in range(_RESET_RETRIES + 1):
             try:
                 hello = session.hello()
-                _check_hello(hello, graph, link.name)
+                _check_hello(hello, graph, link.name, target, iterations)
                 for index, array in enumerate(inputs):
                     session.set_input(index, array.tobytes(), _phase(progress, "upload"))
-                logs_before_run = len(session.logs)
                 result = session.run(warmup, iterations, profile_ops, _phase(progress, "run"))
-                stack = _stack_high_water(session, logs_before_run)
                 outputs = [
                     session.read(ReadRegion.OUTPUT, i, summary.nbytes) for i, summary in enumerate(result.outputs)
                 ]
@@ -142,14 +165,15 @@ def measure(
         runtime=hello.runtime,
         port=link.name,
         protocol_version=hello.protocol_version,
-        cpu_hz=hello.cpu_hz or None,
+        clock_hz=hello.clock_hz or None,
         arena_capacity_bytes=hello.arena_capacity_bytes,
         arena_planned_bytes=planned,
         board_planned_bytes=result.arena_planned_bytes,
         arena_used_bytes=result.arena_used_bytes,
         arena_high_water_bytes=result.arena_high_water_bytes,
-        latency=Latency("us", result.us_min, result.us_median, result.us_max, iterations),
-        latency_cycles=_cycles(result),
+        latency=_latency("us", result.us_min, result.us_median, result.us_max, iterations),
+        latency_cycles=_latency(_COUNTER_UNITS.get(hello.counter, ""), result.counter_min, result.counter_median,
+                                result.counter_max, iterations),
         warmup=warmup,
         seed=seed,
         outputs_match=not mismatched,
@@ -159,26 +183,17 @@ def measure(
         resends=session.resends,
         static_ram_bytes=image.static_ram_bytes if image else None,
         flash_bytes=image.flash_bytes if image else None,
-        stack_high_water_bytes=stack[0] if stack else None,
-        stack_size_bytes=stack[1] if stack else None,
+        stack_high_water_bytes=result.stack_high_water_bytes,
+        stack_size_bytes=result.stack_size_bytes,
         arena_predicted_used_bytes=predicted.used_bytes if predicted else None,
     )
-
-
-def _stack_high_water(session: DeviceSession, first_log: int) -> tuple[int, int] | None:
-    """(deepest stack use, stack size) from the LOG the board sent during the RUN, if it sent one."""
-    for entry in reversed(session.logs[first_log:]):
-        found = _STACK_LOG.fullmatch(entry.text.strip())
-        if found:
-            return int(found[1]), int(found[2])
-    return None
 
 
 def _phase(progress: MeasureProgress | None, phase: str) -> Callable[[int, int], None] | None:
     return (lambda done, total: progress(phase, done, total)) if progress else None
 
 
-def _check_hello(hello: Hello, graph: Graph, port: str) -> None:
+def _check_hello(hello: Hello, graph: Graph, port: str, board: Board, iterations: int) -> None:
     if hello.model_sha256.hex() != graph.sha256:
         raise LowtideError(
             f"board runs another model (sha256 {hello.model_sha256.hex()[:16]}..., "
@@ -195,12 +210,18 @@ def _check_hello(hello: Hello, graph: Graph, port: str) -> None:
             f"{len(graph.main.inputs)} and {len(graph.main.outputs)}",
             port,
         )
+    if iterations > hello.max_iterations:
+        raise LowtideError(f"board {hello.board} runs at most {hello.max_iterations} measured invocations at a time "
+                           f"(its HELLO says so); ask for fewer than {iterations}", port)
+    if board.spec is not None and hello.clock_hz != board.spec.clock_hz:
+        raise LowtideError(f"board reports a {hello.clock_hz:,} Hz clock, its board file {board.spec.path.name} "
+                           f"says {board.spec.clock_hz:,} Hz: correct clock_hz, or the firmware's clock setup", port)
 
 
-def _cycles(result: Result) -> Latency | None:
-    if result.cycles_min is None or result.cycles_median is None or result.cycles_max is None:
+def _latency(unit: str, low: int | None, median: int | None, high: int | None, iterations: int) -> Latency | None:
+    if low is None or median is None or high is None or not unit:
         return None
-    return Latency("cycles", result.cycles_min, result.cycles_median, result.cycles_max, result.iterations)
+    return Latency(unit, low, median, high, iterations)
 
 
 def _read_op_cycles(session: DeviceSession, result: Result) -> tuple[int, ...] | None:

@@ -16,8 +16,22 @@ from typing import ClassVar
 
 from cobs import cobs
 
-PROTOCOL_VERSION = 1
-MAX_PAYLOAD = 1000
+from lowtide.device.protocol_spec import (
+    COUNTERS,
+    ERROR_CODES,
+    HELLO_FLAGS,
+    LAYOUTS,
+    LOG_LEVELS,
+    MAX_PAYLOAD,
+    MESSAGE_TYPES,
+    READ_REGIONS,
+    RUN_FLAGS,
+    UNKNOWN_U32,
+    UNKNOWN_U64,
+    VERSION,
+)
+
+PROTOCOL_VERSION = VERSION
 HEADER_BYTES = 2  # type, seq
 CRC_BYTES = 4
 MIN_RAW_FRAME = HEADER_BYTES + CRC_BYTES
@@ -26,8 +40,6 @@ MAX_RAW_FRAME = HEADER_BYTES + MAX_PAYLOAD + CRC_BYTES
 MAX_ENCODED_FRAME = MAX_RAW_FRAME + MAX_RAW_FRAME // 254 + 1 + 1
 DELIMITER = b"\x00"
 BOOT_SEQ = 0  # the sequence number of a HELLO sent unasked, after the board starts or resets
-UNKNOWN_U32 = 0xFFFFFFFF  # "this board cannot measure this figure"
-UNKNOWN_U64 = 0xFFFFFFFFFFFFFFFF
 
 
 class ProtocolError(Exception):
@@ -42,48 +54,13 @@ class VersionMismatch(ProtocolError):
         super().__init__(f"board speaks protocol version {version}, this host speaks {PROTOCOL_VERSION}")
 
 
-class MessageType(enum.IntEnum):
-    # host -> board
-    HELLO_REQUEST = 0x01
-    SET_INPUT = 0x02
-    RUN = 0x03
-    READ = 0x04
-    # board -> host
-    HELLO = 0x81
-    INPUT_ACK = 0x82
-    PROGRESS = 0x83
-    RESULT = 0x84
-    DATA = 0x85
-    LOG = 0x86
-    ERROR = 0x87
-
-
-class ErrorCode(enum.IntEnum):
-    BAD_FRAME = 1  # the board received a damaged frame (sent with seq 0): the host re-sends its request now
-    BAD_MESSAGE = 2  # unknown type or a payload that does not fit its layout
-    BAD_INDEX = 3  # input/output index out of range
-    BAD_RANGE = 4  # offset/length outside the tensor or region, or a wrong total length
-    MODEL_NOT_READY = 5  # the board could not allocate the model's tensors (see HELLO flags)
-    INVOKE_FAILED = 6
-    NO_RESULT = 7  # READ before any RUN completed
-    BAD_ARGUMENT = 8  # e.g. RUN with zero iterations
-    INTERNAL = 9
-
-
-class ReadRegion(enum.IntEnum):
-    OUTPUT = 1  # bytes of output tensor `index` after the last RUN
-    OP_CYCLES = 2  # u64 LE cycles per operator, mean over the measured iterations, in execution order
-
-
-class LogLevel(enum.IntEnum):
-    DEBUG = 0
-    INFO = 1
-    WARNING = 2
-    ERROR = 3
-
-
-HELLO_FLAG_MODEL_READY = 0x01
-RUN_FLAG_PROFILE_OPS = 0x01
+MessageType = enum.IntEnum("MessageType", MESSAGE_TYPES)
+ErrorCode = enum.IntEnum("ErrorCode", ERROR_CODES)
+ReadRegion = enum.IntEnum("ReadRegion", READ_REGIONS)  # OUTPUT: an output tensor; OP_CYCLES: u64 per operator
+LogLevel = enum.IntEnum("LogLevel", LOG_LEVELS)
+Counter = enum.IntEnum("Counter", COUNTERS)  # what RESULT's counter figures count (HELLO's `counter`)
+HELLO_FLAG_MODEL_READY = HELLO_FLAGS["MODEL_READY"]
+RUN_FLAG_PROFILE_OPS = RUN_FLAGS["PROFILE_OPS"]
 
 
 @dataclass(frozen=True)
@@ -189,13 +166,16 @@ class HelloRequest:
 @dataclass(frozen=True)
 class Hello:
     TYPE: ClassVar[MessageType] = MessageType.HELLO
-    _FIXED: ClassVar[str] = "<HBBBIII32s"
+    _FIXED: ClassVar[str] = LAYOUTS["HELLO"].format
 
     protocol_version: int
     model_ready: bool
     input_count: int
     output_count: int
-    cpu_hz: int  # 0 = no cycle counter
+    clock_hz: int  # the CPU clock; 0 = unknown
+    counter: Counter  # what RESULT's counter figures count
+    max_iterations: int  # the most measured invocations one RUN may ask for
+    max_payload: int  # the largest frame payload the board accepts
     arena_capacity_bytes: int
     model_size_bytes: int
     model_sha256: bytes  # 32 bytes, SHA-256 of the .tflite the board runs
@@ -212,7 +192,10 @@ class Hello:
                 flags,
                 self.input_count,
                 self.output_count,
-                self.cpu_hz,
+                self.clock_hz,
+                self.counter,
+                self.max_iterations,
+                self.max_payload,
                 self.arena_capacity_bytes,
                 self.model_size_bytes,
                 self.model_sha256,
@@ -228,13 +211,18 @@ class Hello:
         fixed = struct.calcsize(cls._FIXED)
         if len(payload) < 2:
             raise ProtocolError("HELLO payload too short")
-        # The version comes first so that a board of another protocol version is recognised as such.
+        # The version comes first in every version, so that a board of another version is recognised as such.
         (version,) = struct.unpack_from("<H", payload)
         if version != PROTOCOL_VERSION:
             raise VersionMismatch(version)
         if len(payload) < fixed + 2:
             raise ProtocolError("HELLO payload too short")
-        version, flags, n_in, n_out, hz, capacity, size, sha = struct.unpack_from(cls._FIXED, payload)
+        version, flags, n_in, n_out, hz, counter, max_iterations, max_payload, capacity, size, sha = (
+            struct.unpack_from(cls._FIXED, payload))
+        try:
+            counter = Counter(counter)
+        except ValueError:
+            raise ProtocolError(f"HELLO counter kind {counter} is not one of {list(COUNTERS)}") from None
         pos = fixed
         strings = []
         for _ in range(2):
@@ -244,14 +232,15 @@ class Hello:
             pos += 1 + payload[pos]
         if pos != len(payload):
             raise ProtocolError("HELLO payload has trailing bytes")
-        return cls(version, bool(flags & HELLO_FLAG_MODEL_READY), n_in, n_out, hz, capacity, size, sha, *strings)
+        return cls(version, bool(flags & HELLO_FLAG_MODEL_READY), n_in, n_out, hz, counter, max_iterations,
+                   max_payload, capacity, size, sha, *strings)
 
 
 @dataclass(frozen=True)
 class SetInput:
     TYPE: ClassVar[MessageType] = MessageType.SET_INPUT
-    _FIXED: ClassVar[str] = "<BII"
-    MAX_CHUNK: ClassVar[int] = MAX_PAYLOAD - struct.calcsize("<BII")
+    _FIXED: ClassVar[str] = LAYOUTS["SET_INPUT"].format
+    MAX_CHUNK: ClassVar[int] = MAX_PAYLOAD - LAYOUTS["SET_INPUT"].size
 
     index: int
     total_bytes: int  # size of the whole input tensor, checked by the board
@@ -270,7 +259,7 @@ class SetInput:
 @dataclass(frozen=True)
 class InputAck:
     TYPE: ClassVar[MessageType] = MessageType.INPUT_ACK
-    _FIXED: ClassVar[str] = "<BIH"
+    _FIXED: ClassVar[str] = LAYOUTS["INPUT_ACK"].format
 
     index: int
     offset: int
@@ -287,7 +276,7 @@ class InputAck:
 @dataclass(frozen=True)
 class Run:
     TYPE: ClassVar[MessageType] = MessageType.RUN
-    _FIXED: ClassVar[str] = "<IIB"
+    _FIXED: ClassVar[str] = LAYOUTS["RUN"].format
 
     warmup: int
     iterations: int
@@ -305,8 +294,8 @@ class Run:
 @dataclass(frozen=True)
 class Read:
     TYPE: ClassVar[MessageType] = MessageType.READ
-    _FIXED: ClassVar[str] = "<BHIH"
-    MAX_CHUNK: ClassVar[int] = MAX_PAYLOAD - struct.calcsize("<BHII")  # what fits in one DATA reply
+    _FIXED: ClassVar[str] = LAYOUTS["READ"].format
+    MAX_CHUNK: ClassVar[int] = MAX_PAYLOAD - LAYOUTS["DATA"].size  # what fits in one DATA reply
 
     region: int
     index: int
@@ -324,7 +313,7 @@ class Read:
 @dataclass(frozen=True)
 class Data:
     TYPE: ClassVar[MessageType] = MessageType.DATA
-    _FIXED: ClassVar[str] = "<BHII"
+    _FIXED: ClassVar[str] = LAYOUTS["DATA"].format
 
     region: int
     index: int
@@ -344,7 +333,7 @@ class Data:
 @dataclass(frozen=True)
 class Progress:
     TYPE: ClassVar[MessageType] = MessageType.PROGRESS
-    _FIXED: ClassVar[str] = "<II"
+    _FIXED: ClassVar[str] = LAYOUTS["PROGRESS"].format
 
     done: int  # invocations finished, warm-up included
     total: int
@@ -366,20 +355,22 @@ class OutputSummary:
 @dataclass(frozen=True)
 class Result:
     TYPE: ClassVar[MessageType] = MessageType.RESULT
-    _FIXED: ClassVar[str] = "<IIIII3Q3IHB"
-    _OUTPUT: ClassVar[str] = "<II"
+    _FIXED: ClassVar[str] = LAYOUTS["RESULT"].format
+    _OUTPUT: ClassVar[str] = LAYOUTS["RESULT_OUTPUT"].format
 
     warmup: int
     iterations: int
     arena_planned_bytes: int | None  # the runtime's planned (non-persistent) arena head
     arena_used_bytes: int | None  # what the allocator reports as used (MicroInterpreter::arena_used_bytes)
     arena_high_water_bytes: int | None  # painted-arena high-water mark; None where the board cannot paint
-    cycles_min: int | None
-    cycles_median: int | None
-    cycles_max: int | None
-    us_min: int
-    us_median: int
-    us_max: int
+    stack_high_water_bytes: int | None  # deepest stack use over the RUN (painted); None where unknown
+    stack_size_bytes: int | None
+    counter_min: int | None  # per invocation, in HELLO's counter unit (cycles or instructions); None: no counter
+    counter_median: int | None
+    counter_max: int | None
+    us_min: int | None  # per invocation, microseconds of real time; None on an emulator, whose time is not real
+    us_median: int | None
+    us_max: int | None
     op_cycles_count: int  # entries readable from ReadRegion.OP_CYCLES; 0 = no per-operator profile
     outputs: tuple[OutputSummary, ...]
 
@@ -394,15 +385,10 @@ class Result:
             self._FIXED,
             self.warmup,
             self.iterations,
-            u32(self.arena_planned_bytes),
-            u32(self.arena_used_bytes),
-            u32(self.arena_high_water_bytes),
-            u64(self.cycles_min),
-            u64(self.cycles_median),
-            u64(self.cycles_max),
-            self.us_min,
-            self.us_median,
-            self.us_max,
+            *(u32(v) for v in (self.arena_planned_bytes, self.arena_used_bytes, self.arena_high_water_bytes,
+                               self.stack_high_water_bytes, self.stack_size_bytes)),
+            *(u64(v) for v in (self.counter_min, self.counter_median, self.counter_max)),
+            *(u32(v) for v in (self.us_min, self.us_median, self.us_max)),
             self.op_cycles_count,
             len(self.outputs),
         )
@@ -420,9 +406,10 @@ class Result:
         outputs = tuple(
             OutputSummary(*struct.unpack_from(cls._OUTPUT, payload, fixed + i * per_output)) for i in range(count)
         )
-        known32 = [None if v == UNKNOWN_U32 else v for v in values[2:5]]
-        known64 = [None if v == UNKNOWN_U64 else v for v in values[5:8]]
-        return cls(values[0], values[1], *known32, *known64, *values[8:12], outputs)
+        figures32 = [None if v == UNKNOWN_U32 else v for v in values[2:7]]
+        counters = [None if v == UNKNOWN_U64 else v for v in values[7:10]]
+        us = [None if v == UNKNOWN_U32 else v for v in values[10:13]]
+        return cls(values[0], values[1], *figures32, *counters, *us, values[13], outputs)
 
 
 @dataclass(frozen=True)
@@ -445,7 +432,7 @@ class Log:
 @dataclass(frozen=True)
 class Error:
     TYPE: ClassVar[MessageType] = MessageType.ERROR
-    _FIXED: ClassVar[str] = "<HB"
+    _FIXED: ClassVar[str] = LAYOUTS["ERROR"].format
 
     code: int
     request_type: int  # type of the request that failed, 0 if none

@@ -26,6 +26,7 @@ from lowtide.device.protocol import (
     InputAck,
     Log,
     LogLevel,
+    PROTOCOL_VERSION,
     Message,
     Progress,
     ProtocolError,
@@ -118,7 +119,9 @@ class DeviceSession:
             try:
                 reply = decode_message(frame)
             except VersionMismatch as exc:
-                raise self._fail(f"{exc}; update the board's firmware or lowtide") from None
+                fix = ("rebuild and flash the board's firmware with this lowtide" if exc.version < PROTOCOL_VERSION
+                       else "update lowtide to the board firmware's version")
+                raise self._fail(f"{exc}; {fix}") from None
             except ProtocolError as exc:
                 log.debug("%s: ignoring malformed message: %s", self.link.name, exc)
                 continue

@@ -6,7 +6,7 @@ This package imports nothing from pytest; only `lowtide.hil.plugin` does.
 
 from lowtide.hil.baselines import Baseline, BaselineKey, load_baselines, merge_baselines, write_atomically
 from lowtide.hil.compare import Comparison, FigureChange, Tolerances, compare
-from lowtide.hil.locking import LockTimeout, acquire
+from lowtide.device.locking import LockTimeout, acquire
 
 __all__ = [
     "Baseline",

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import lowtide
 from lowtide.errors import LowtideError
-from lowtide.hil.locking import locked
+from lowtide.device.locking import locked
 
 if TYPE_CHECKING:
     from lowtide.device.measure import MeasureResult
@@ -77,7 +77,7 @@ def figures_of(result: MeasureResult) -> dict[str, Figure]:
         "arena_used_bytes": result.arena_used_bytes,
         "board_planned_bytes": result.board_planned_bytes,
         "arena_high_water_bytes": result.arena_high_water_bytes,
-        "latency_median_us": result.latency.median,
+        "latency_median_us": result.latency.median if result.latency else None,
         "latency_median_cycles": result.latency_cycles.median if result.latency_cycles else None,
         "outputs_match": result.outputs_match,
     }

@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING
 import pytest
 
 from lowtide.errors import LowtideError
-from lowtide.hil import locking
+from lowtide.device import locking
 from lowtide.hil.baselines import Baseline, BaselineKey, baseline_of, figures_of, load_baselines, merge_baselines
 from lowtide.hil.compare import Comparison, Tolerances, compare
 
 if TYPE_CHECKING:
     from lowtide.device.measure import MeasureResult
-    from lowtide.device.qemu import BoardSpec
+    from lowtide.device.spec import BoardSpec
 
 DEFAULT_BASELINES = "lowtide-baselines.json"  # in the rootdir, when neither the option nor the ini names one
 DEFAULT_LOCK_TIMEOUT_S = 300.0
@@ -141,8 +141,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="append",
         default=[],
         metavar="NAME",
-        help="board to measure on (host-tflm, qemu-m4, qemu-m7, serial ...); repeat to run every lowtide test on "
-        "each board. Without it, tests that measure are skipped.",
+        help="board to measure on (host-tflm, qemu-m4, qemu-m7, serial, a real board file's name or path such as "
+        "nucleo-f746zg, labgrid:PLACE ...); repeat to run every lowtide test on each board. Without it, tests that "
+        "measure are skipped.",
     )
     group.addoption(
         "--lowtide-port",
@@ -287,15 +288,17 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
 
 @pytest.fixture
 def lowtide_board(request: pytest.FixtureRequest) -> str:
-    """The board this test measures on (one of --lowtide-board); skips the test if none is given or it is not a
-    registered board."""
+    """The board this test measures on (one of --lowtide-board); skips the test if none is given or lowtide does
+    not know the board."""
     board = getattr(request, "param", None)
     if board is None:
         pytest.skip("no board to measure on: run pytest with --lowtide-board NAME (host-tflm, qemu-m4, serial ...)")
-    from lowtide.device.boards import BOARDS
+    from lowtide.device.boards import get_board
 
-    if board not in BOARDS:
-        pytest.skip(f"board {board!r} is not registered in lowtide (registered: {', '.join(sorted(BOARDS))})")
+    try:
+        get_board(board)
+    except LowtideError as exc:
+        pytest.skip(str(exc))
     return board
 
 
@@ -327,6 +330,7 @@ def lowtide_measure(request: pytest.FixtureRequest, lowtide_board: str) -> Measu
         runtime: str | None = None,
     ) -> MeasureResult:
         from lowtide.device.boards import get_board
+        from lowtide.device.drivers.platformio import upload_firmware
         from lowtide.device.measure import measure
 
         runtime = runtime or hil.runtime
@@ -337,13 +341,15 @@ def lowtide_measure(request: pytest.FixtureRequest, lowtide_board: str) -> Measu
         try:
             hil.lock_board(lowtide_board)
             if hil.flash is not None:
-                from lowtide.device.qemu import upload_firmware
-
                 upload_firmware(hil.flash, model_path, hil.port, runtime)
             result = measure(
                 model_path, lowtide_board, hil.port, iterations=iterations, warmup=warmup, timeout=timeout, seed=seed,
                 # A flashed board or the host interpreter runs what it runs: the runtime went into the upload.
                 runtime=runtime if get_board(lowtide_board).builds_firmware else None,
+                # The session holds the board's lock; a labgrid place another client holds is waited for as long.
+                lock_timeout=hil.lock_timeout, take_lock=False,
+                on_wait=lambda phase, holder: hil.say(f"lowtide: board {lowtide_board} is in use by {holder}; "
+                                                      f"waiting up to {hil.lock_timeout:g} s (--lowtide-lock-timeout)"),
             )
         except LowtideError as exc:
             message = f"lowtide: measuring {model_path.name} on {lowtide_board} failed: {exc}"
@@ -434,22 +440,14 @@ def _test_name(item: pytest.Item, board: str) -> str:
 
 
 def _lock_resource(board: str, port: str | None) -> str | None:
-    """What a run must hold to use `board`: its port, or the board itself; None for boards that start their own
-    process (host-tflm on an ephemeral port, emulators), which two runs can use at once."""
-    from lowtide.device.boards import HostTflmBoard, get_board
+    """What a run must hold to use `board`, as the board says (`Board.lock_resource`)."""
+    from lowtide.device.boards import get_board
 
-    board_object = get_board(board)
-    if isinstance(board_object, HostTflmBoard):
-        return f"port:{port}" if port and port.startswith("tcp:") and port != "tcp:0" else None
-    if port:
-        return f"port:{locking.port_resource(port)}"
-    if getattr(getattr(board_object, "spec", None), "emulated", False):
-        return None
-    return f"board:{board}"
+    return get_board(board).lock_resource(port)
 
 
 def _flash_spec(name: str) -> BoardSpec:
-    from lowtide.device.qemu import get_board_spec
+    from lowtide.device.spec import get_board_spec
 
     try:
         spec = get_board_spec(name)

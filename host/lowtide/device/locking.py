@@ -1,4 +1,4 @@
-"""Locks that keep two test runs off one board, and off one baselines file, at the same time.
+"""Locks that keep two runs (measurements, test sessions) off one board, and off one baselines file, at once.
 
 A lock is `fcntl.flock` on a file in the lock directory: `$LOWTIDE_LOCK_DIR`, else /tmp/lowtide-locks. Not
 $XDG_RUNTIME_DIR: that is per user, and a board on a CI runner is shared between the runner's user and whoever logs
@@ -128,8 +128,9 @@ def acquire(
 
 
 @contextlib.contextmanager
-def locked(resource: str, timeout: float, what: str) -> Iterator[HeldLock]:
-    held = acquire(resource, timeout, what)
+def locked(resource: str, timeout: float, what: str,
+           on_wait: Callable[[LockHolder | None], None] | None = None) -> Iterator[HeldLock]:
+    held = acquire(resource, timeout, what, on_wait)
     try:
         yield held
     finally:

@@ -1,0 +1,214 @@
+"""Board files (boards/*.toml) as typed specs, and the checks that a model fits a board.
+
+A board file holds only what lowtide reads:
+
+    name = "nucleo-f746zg"            # --board NAME; for emulated boards HELLO's name differs (qemu-mps2-an386)
+    description = "..."               # the --board help and board listings
+    core = "cortex-m7"                # TFLM's arena is predicted for this core
+    sram_bytes = 327680               # fit checks, before and after building
+    flash_bytes = 1048576
+    clock_hz = 216000000              # must equal the clock the board's HELLO reports
+    platformio_env = "nucleo_f746zg"  # the firmware build (and upload) env
+    runtime = "compiled"              # optional: what runs the model unless --runtime says (compiled)
+    platformio_config = "x.ini"       # optional: a PlatformIO project file of its own, relative to the board file
+    [serial]                          # real boards: how lowtide finds and opens the port
+    baud = 115200
+    usb_ids = ["0483:374B"]           # VID:PID, for pyserial's list_ports
+    port = "/dev/serial/by-id/..."    # optional: a fixed port instead
+    [emulator]                        # emulated boards: QEMU's command line, {port} and {elf} filled in
+    command = [...]
+    [labgrid]                         # a board in a labgrid farm: the place that holds it
+    place = "nucleo"
+    coordinator = "lab:20408"         # optional: else $LG_COORDINATOR
+
+A key lowtide does not read is an error, so a board file never carries a field that nothing checks.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from lowtide.errors import LowtideError
+from lowtide.memory import tflm_plan
+from lowtide.model.ir import Graph, TensorKind
+from lowtide.model.reader import load_model
+from lowtide.tflm.sizer import Arena32, predict_arena32
+from lowtide.tflm.tree import KernelSet
+
+PROJECT_DIR = Path(__file__).resolve().parents[3]
+BOARDS_DIR = PROJECT_DIR / "boards"
+# What runs the model in the firmware: lowtide's compiled C, or TFLM's interpreter with one of its kernel sets.
+RUNTIME_KERNELS: dict[str, KernelSet | None] = {
+    "compiled": None, "tflm": KernelSet.REFERENCE, "tflm-cmsis-nn": KernelSet.CMSIS_NN,
+}
+# What the firmware adds to the model, for the size check before building. Both are lower bounds taken from the
+# qemu-m4 images of the compiled runtime, so the estimate never refuses a model that would fit; the ELF is checked
+# exactly after the build.
+ARENA_SLACK_BYTES = 1024  # painted beyond the plan (LT_ARENA_SLACK_BYTES in lt_model_compiled.c)
+RUNTIME_STATIC_RAM_BYTES = 13_000  # protocol buffers and per-invocation samples: 13,360 B with any model
+RUNTIME_CODE_BYTES = 8_000  # protocol core and the fewest kernels: 9,112 B of code for tflm_hello_world_int8
+TFLM_CODE_BYTES = 60_000  # TFLM's framework with the fewest kernels: 64,752 B of code for tflm_hello_world_int8
+
+_KEYS = {"name", "description", "core", "sram_bytes", "flash_bytes", "clock_hz", "platformio_env", "runtime",
+         "platformio_config", "serial", "emulator", "labgrid"}
+_TABLE_KEYS = {"serial": {"baud", "usb_ids", "port"}, "emulator": {"command"}, "labgrid": {"place", "coordinator"}}
+
+
+@dataclass(frozen=True)
+class SerialSettings:
+    baud: int
+    usb_ids: tuple[str, ...]  # "VID:PID", hex, for autodetection
+    port: str | None  # a fixed port, used instead of autodetection
+
+
+@dataclass(frozen=True)
+class LabgridSettings:
+    place: str
+    coordinator: str | None  # HOST:PORT; None: $LG_COORDINATOR
+
+
+@dataclass(frozen=True)
+class BoardSpec:
+    """One boards/*.toml file."""
+
+    name: str
+    description: str
+    core: str
+    sram_bytes: int
+    flash_bytes: int
+    clock_hz: int
+    platformio_env: str
+    runtime: str  # the runtime the board's firmware uses unless --runtime names another
+    platformio_config: Path | None  # PlatformIO project file; None: the checkout's platformio.ini
+    serial: SerialSettings | None  # None for emulated boards
+    emulator_command: tuple[str, ...] | None  # with {port} and {elf}; None for a real board
+    labgrid: LabgridSettings | None
+    path: Path
+
+    @property
+    def emulated(self) -> bool:
+        return self.emulator_command is not None
+
+
+def check_runtime(runtime: str) -> str:
+    if runtime not in RUNTIME_KERNELS:
+        raise LowtideError(f"unknown runtime {runtime!r}; runtimes: {', '.join(RUNTIME_KERNELS)}")
+    return runtime
+
+
+def _check_keys(data: dict) -> None:
+    unknown = [key for key in data if key not in _KEYS]
+    unknown += [f"{table}.{key}" for table, keys in _TABLE_KEYS.items() for key in data.get(table, {})
+                if key not in keys]
+    if unknown:
+        raise LowtideError(f"unknown keys {', '.join(unknown)} (lowtide reads only: {', '.join(sorted(_KEYS))})")
+
+
+def load_board_spec(path: Path) -> BoardSpec:
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+        _check_keys(data)
+        serial, emulator, labgrid = data.get("serial"), data.get("emulator"), data.get("labgrid")
+        if emulator is None and serial is None and labgrid is None:
+            raise LowtideError("a real board needs [serial] (how to find its port) or [labgrid] (its place)")
+        config = data.get("platformio_config")
+        return BoardSpec(
+            name=data["name"],
+            description=data["description"],
+            core=data["core"],
+            sram_bytes=int(data["sram_bytes"]),
+            flash_bytes=int(data["flash_bytes"]),
+            clock_hz=int(data["clock_hz"]),
+            platformio_env=data["platformio_env"],
+            runtime=check_runtime(data.get("runtime", "compiled")),
+            platformio_config=(path.parent / config).resolve() if config else None,
+            serial=SerialSettings(int(serial.get("baud", 115200)), tuple(serial.get("usb_ids", ())),
+                                  serial.get("port")) if serial is not None else None,
+            emulator_command=tuple(emulator["command"]) if emulator else None,
+            labgrid=LabgridSettings(labgrid["place"], labgrid.get("coordinator")) if labgrid else None,
+            path=path,
+        )
+    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise LowtideError(f"bad board file: {type(exc).__name__}: {exc}", path) from None
+    except LowtideError as exc:
+        raise LowtideError(f"bad board file: {exc.message}", path) from None
+
+
+def load_board_specs(directory: Path = BOARDS_DIR) -> dict[str, BoardSpec]:
+    specs = [load_board_spec(path) for path in sorted(directory.glob("*.toml"))]
+    return {spec.name: spec for spec in specs}
+
+
+def get_board_spec(name: str, directory: Path = BOARDS_DIR) -> BoardSpec:
+    """A board file by its name in `directory`, or by its path (anything ending in .toml)."""
+    if name.endswith(".toml"):
+        return load_board_spec(Path(name))
+    specs = load_board_specs(directory)
+    try:
+        return specs[name]
+    except KeyError:
+        raise LowtideError(f"unknown board {name!r}; board files: {', '.join(sorted(specs))}") from None
+
+
+# --- will it fit? --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FootprintEstimate:
+    """What a model's firmware needs, known before building it."""
+
+    model: str  # the model's file name without .tflite, for messages
+    arena_bytes: int  # the planned arena head plus the painted slack
+    static_ram_bytes: int  # everything else in RAM: the input staging buffer and the runtime's own state
+    image_bytes: int  # the model's constant data plus the runtime's code
+
+
+def estimate_footprint(graph: Graph, tflm_arena: Arena32 | None = None,
+                       tflm_head_only: bool = False) -> FootprintEstimate:
+    """The compiled runtime's footprint, or with `tflm_arena` TFLM's: its predicted arena, the whole .tflite in
+    flash, and TFLM's own code. `tflm_head_only`: TFLM's footprint with the arena's head alone, a lower bound known
+    before TFLM is built."""
+    constant_buffers = {t.buffer: t.nbytes for sg in graph.subgraphs for t in sg.tensors
+                        if t.kind is TensorKind.CONSTANT}
+    staging = sum(graph.main.tensors[i].nbytes for i in graph.main.inputs)
+    if tflm_arena is not None or tflm_head_only:
+        arena_bytes = tflm_arena.arena_bytes if tflm_arena else tflm_plan(graph).head_bytes
+        image_bytes = Path(graph.path).stat().st_size + RUNTIME_CODE_BYTES + TFLM_CODE_BYTES
+    else:
+        arena_bytes = tflm_plan(graph).head_bytes + ARENA_SLACK_BYTES
+        image_bytes = sum(constant_buffers.values()) + RUNTIME_CODE_BYTES
+    return FootprintEstimate(
+        model=Path(graph.path).stem,
+        arena_bytes=arena_bytes,
+        static_ram_bytes=staging + RUNTIME_STATIC_RAM_BYTES,
+        image_bytes=image_bytes,
+    )
+
+
+def capacity(spec: BoardSpec, what: str, nbytes: int) -> str:
+    return f"{what} of {spec.name} ({nbytes:,} B = {nbytes / 1024:,.0f} KiB)"
+
+
+def check_estimate_fits(spec: BoardSpec, estimate: FootprintEstimate) -> None:
+    """Refuses, with the numbers, a model whose firmware cannot fit `spec`'s SRAM or flash."""
+    problems = []
+    if estimate.arena_bytes + estimate.static_ram_bytes > spec.sram_bytes:
+        problems.append(f"arena {estimate.arena_bytes:,} B + static RAM {estimate.static_ram_bytes:,} B > "
+                        + capacity(spec, "SRAM", spec.sram_bytes))
+    if estimate.image_bytes > spec.flash_bytes:
+        problems.append(f"constant data and code {estimate.image_bytes:,} B > "
+                        + capacity(spec, "flash", spec.flash_bytes))
+    if problems:
+        raise LowtideError(f"{estimate.model}: {'; '.join(problems)}")
+
+
+def predict_board_arena(spec: BoardSpec, model_path: Path, runtime: str, graph: Graph | None = None) -> Arena32 | None:
+    """TFLM's arena for the model on `spec`'s core with `runtime`'s kernels (None for the compiled runtime)."""
+    kernels = RUNTIME_KERNELS[check_runtime(runtime)]
+    if kernels is None:
+        return None
+    graph = graph or load_model(model_path)
+    return predict_arena32(Path(model_path).read_bytes(), graph, kernels, spec.core)
