@@ -67,7 +67,7 @@ def acquired_place(place: str, coordinator: str | None, wait: float,
 
     def run(step, what: str):
         try:
-            with contextlib.redirect_stdout(io.StringIO()):  # labgrid's client prints its progress
+            with _quiet():
                 return loop.run_until_complete(asyncio.wait_for(step, COORDINATOR_TIMEOUT_S))
         except TimeoutError:
             raise LowtideError(f"labgrid coordinator {address}: no answer within {COORDINATOR_TIMEOUT_S:g} s "
@@ -79,8 +79,10 @@ def acquired_place(place: str, coordinator: str | None, wait: float,
     try:
         with _sigterm_as_exit():
             try:
-                session = start_session(address, loop=loop, extra={
-                    "args": argparse.Namespace(place=place, allow_unmatched=False, kick=False)})
+                asyncio.set_event_loop(loop)  # grpc's channel, made with the session, belongs to the current loop
+                with _quiet():
+                    session = start_session(address, loop=loop, extra={
+                        "args": argparse.Namespace(place=place, allow_unmatched=False, kick=False)})
             except LabgridError as exc:
                 raise LowtideError(f"cannot reach the labgrid coordinator at {address}: {exc}") from None
             me = f"{session.gethostname()}/{session.getuser()}"
@@ -121,9 +123,10 @@ def acquired_place(place: str, coordinator: str | None, wait: float,
                     note.unlink(missing_ok=True)
             finally:
                 if session is not None:
-                    with contextlib.suppress(Exception):
+                    with contextlib.suppress(Exception), _quiet():
                         loop.run_until_complete(asyncio.wait_for(session.stop(), COORDINATOR_TIMEOUT_S))
                         loop.run_until_complete(session.close())
+                asyncio.set_event_loop(None)
                 loop.close()
 
 
@@ -141,6 +144,14 @@ def _serial_port(place: str, resources: dict) -> PlaceSerial:
     args = entry.args
     scheme = "socket" if args.get("protocol") == "raw" else "rfc2217"
     return PlaceSerial(f"{scheme}://{args['host']}:{args['port']}", int(args.get("speed") or 115200))
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """labgrid's client prints its progress on stdout and logs its errors through the root logger (stderr): lowtide
+    reports them as its own one line instead."""
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        yield
 
 
 @contextlib.contextmanager
