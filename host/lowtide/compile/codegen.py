@@ -1,11 +1,15 @@
 """Generate plain C99 for one model: `<prefix>.h` (the API) and `<prefix>.c` (weights, parameters, `invoke`).
 
-Activations live at the offsets TFLM would give them (the model's OfflineMemoryAllocation plan where it has one,
-else the greedy planner replica), so the arena the generated code needs is exactly TFLM's arena head.
+Activations live where lowtide's plan for the compiled runtime puts them: each PAD a fast depthwise convolution
+can absorb is fused into it, outputs the compiled kernels may write over a dying input share its bytes
+(`lowtide.memory.in_place`, `Executor.COMPILED`), and the placement heuristics of `lowtide.memory.placement` lay
+the buffers out. Where that plan is not smaller than TFLM's own (the model's OfflineMemoryAllocation plan where
+it has one, else the greedy planner replica), TFLM's offsets are used, so the arena never exceeds TFLM's head.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from dataclasses import dataclass
@@ -20,9 +24,13 @@ from lowtide.compile.lowering import (
     c_float,
     lower_operator,
 )
+from lowtide.compile.lowering.conv import pad_fusions
+from lowtide.compile.lowering.emitter import PadFusion
 from lowtide.errors import LowtideError
-from lowtide.memory import tflm_plan
+from lowtide.memory import Executor, buffers_to_plan, tflm_plan
+from lowtide.memory.placement import place
 from lowtide.model import Graph, load_model
+from lowtide.model.ir import TensorKind
 
 RUNTIME_DIR = Path(__file__).resolve().parents[3] / "firmware" / "runtime"
 LT_TYPE_NAMES = {"float32": "LT_FLOAT32", "int32": "LT_INT32", "uint8": "LT_UINT8", "bool": "LT_BOOL",
@@ -85,21 +93,81 @@ class Blocker:
                 f"{', '.join(self.output_types)}): {self.reason}")
 
 
-def _emitter(graph: Graph, data: bytes) -> tuple[ModelEmitter, int]:
-    """An emitter with every activation at TFLM's planned offset, and the arena head of that plan."""
-    plan = tflm_plan(graph)
-    offsets = {b.tensor: off for b, off in zip(plan.buffers, plan.offsets) if b.subgraph == 0 and b.tensor is not None}
+@dataclass(frozen=True)
+class ArenaPlan:
+    """Where the generated code keeps its activations."""
+
+    offsets: dict[int, int]  # main-subgraph tensor -> arena offset
+    scratch: dict[int, list[int]]  # operator -> arena offsets of its kernel scratch buffers
+    head_bytes: int
+    fused_pads: dict[int, PadFusion]  # depthwise operator -> the PAD it absorbs
+    in_place: bool  # lowtide's compiled-runtime plan; False: TFLM's offsets
+
+
+def _fast_depthwise(graph: Graph, data: bytes) -> set[int]:
+    """Depthwise convolutions that lower to the fast kernel, which may run in place and absorb a PAD."""
+    probe = ModelEmitter(graph, data, {t.index: 0 for t in graph.main.tensors if t.kind is TensorKind.ACTIVATION})
+    for op in graph.main.operators:
+        if op.opcode == "DEPTHWISE_CONV_2D":
+            try:
+                lower_operator(probe, op)
+            except Unsupported:
+                pass
+    return probe.in_place_safe
+
+
+def _planning_view(graph: Graph, fusions: dict[int, PadFusion]) -> Graph:
+    """`graph` as the generated code runs it: each fused PAD reads and writes nothing, its depthwise reads the PAD's input."""
+    operators = list(graph.main.operators)
+    for dw, fusion in fusions.items():
+        operators[fusion.pad_op] = dataclasses.replace(operators[fusion.pad_op], inputs=(), outputs=())
+        operators[dw] = dataclasses.replace(operators[dw], inputs=(fusion.source, *operators[dw].inputs[1:]))
+    main = dataclasses.replace(graph.main, operators=tuple(operators))
+    return dataclasses.replace(graph, subgraphs=(main, *graph.subgraphs[1:]))
+
+
+def _by_tensor(buffers, offsets) -> tuple[dict[int, int], dict[int, list[int]]]:
+    tensors = {b.tensor: off for b, off in zip(buffers, offsets) if b.subgraph == 0 and b.tensor is not None}
     scratch: dict[int, list[int]] = {}
-    for b, off in zip(plan.buffers, plan.offsets):
+    for b, off in zip(buffers, offsets):
         if b.subgraph == 0 and b.tensor is None:
             scratch.setdefault(b.op, []).append(off)
-    return ModelEmitter(graph, data, offsets, scratch), plan.head_bytes
+    return tensors, scratch
+
+
+def arena_plan(graph: Graph, data: bytes) -> ArenaPlan:
+    """The compiled runtime's plan (module docstring), or TFLM's where that is no larger."""
+    stock = tflm_plan(graph)
+    fast = _fast_depthwise(graph, data)
+    fusions = pad_fusions(ModelEmitter(graph, data, {}), fast)
+    view = _planning_view(graph, fusions)
+    buffers = buffers_to_plan(view, executor=Executor.COMPILED)
+    producers = view.main.producers()
+    # Depthwise outputs may share their input only where the fast kernel runs them (it copies before writing).
+    unsafe = any(b.shares is not None and b.subgraph == 0 and view.main.operators[producers[b.tensor]].opcode
+                 == "DEPTHWISE_CONV_2D" and producers[b.tensor] not in fast for b in buffers)
+    placement = place(buffers, 0) if buffers and not unsafe else None
+    if placement is None or placement.head_bytes >= stock.head_bytes:
+        offsets, scratch = _by_tensor(stock.buffers, stock.offsets)
+        return ArenaPlan(offsets, scratch, stock.head_bytes, {}, False)
+    offsets, scratch = _by_tensor(buffers, placement.offsets)
+    return ArenaPlan(offsets, scratch, placement.head_bytes, fusions, True)
+
+
+def _emitter(graph: Graph, data: bytes) -> tuple[ModelEmitter, int]:
+    """An emitter with every activation at its planned offset (`arena_plan`), and the arena head of that plan."""
+    plan = arena_plan(graph, data)
+    return ModelEmitter(graph, data, plan.offsets, plan.scratch, plan.fused_pads), plan.head_bytes
 
 
 def _lower_all(graph: Graph, emitter: ModelEmitter) -> tuple[list[str], list[Blocker]]:
     """Every operator's C statement, and a Blocker for each one that cannot be lowered and for the graph."""
     calls, blockers = [], []
+    fused = {f.pad_op: dw for dw, f in emitter.fused_pads.items()}
     for op in graph.main.operators:
+        if op.index in fused:
+            calls.append(f"/* fused into operator {fused[op.index]} */")
+            continue
         try:
             calls.append(lower_operator(emitter, op))
         except Unsupported as exc:

@@ -7,6 +7,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from lowtide.memory.greedy import arena_head, greedy_offsets
+from lowtide.memory.in_place import Executor
 from lowtide.memory.lifetimes import ALIGNMENT, Buffer, Order, Step, align_up, buffer_lifetimes, stored_order
 from lowtide.model.ir import Graph
 
@@ -37,10 +38,12 @@ def tflm_plan(graph: Graph, order: Order | None = None) -> MemoryPlan:
     )
 
 
-def buffers_to_plan(graph: Graph, order: Order | None = None) -> list[Buffer]:
-    """The buffers of `order` as a new offline plan places them: any plan the model already carries dropped, and
-    outputs that may share a dying input's bytes marked so (the plan can put them there)."""
-    return [dataclasses.replace(b, offline_offset=None) for b in buffer_lifetimes(graph, order, in_place=True)[0]]
+def buffers_to_plan(graph: Graph, order: Order | None = None, executor: Executor = Executor.TFLM) -> list[Buffer]:
+    """The buffers of `order` as a new plan for `executor` places them: any plan the model already carries
+    dropped, and outputs that may share a dying input's bytes under `executor`'s kernels marked so (the plan can
+    put them there). Plans written into a model (OfflineMemoryAllocation) are TFLM's."""
+    return [dataclasses.replace(b, offline_offset=None)
+            for b in buffer_lifetimes(graph, order, in_place=True, executor=executor)[0]]
 
 
 def live_peak_bytes(graph: Graph, order: Order | None = None, in_place: bool = False) -> int:
@@ -49,6 +52,6 @@ def live_peak_bytes(graph: Graph, order: Order | None = None, in_place: bool = F
 
 
 __all__ = [
-    "ALIGNMENT", "Buffer", "MemoryPlan", "Order", "Step", "align_up", "arena_head", "buffer_lifetimes", "buffers_to_plan",
+    "ALIGNMENT", "Buffer", "Executor", "MemoryPlan", "Order", "Step", "align_up", "arena_head", "buffer_lifetimes", "buffers_to_plan",
     "greedy_offsets", "live_peak_bytes", "stored_order", "tflm_plan",
 ]

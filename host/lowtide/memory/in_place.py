@@ -1,22 +1,49 @@
-"""Outputs that may share their input's bytes: operators that TFLM's reference kernels (and lowtide's compiled
-runtime) can run in place, because each output byte is written only after every input byte stored there was read.
+"""Outputs that may share their input's bytes: operators whose kernels can run in place, because each output byte
+is written only after every input byte stored there was read. Which operators those are depends on the kernels
+that run the plan (`Executor`).
 
 TFLM's own planner never shares bytes between an operator's inputs and outputs (their lifetimes touch). An
 offline plan can: TFLM honours its offsets and checks nothing. So lowtide may put such an output inside its
-input when that input dies at the operator (it has no other reader and is no subgraph output):
+input when that input dies at the operator (it has no other reader and is no subgraph output).
+
+TFLM's kernels (reference and CMSIS-NN), and so every plan written into a model's OfflineMemoryAllocation:
 - SPLIT / SPLIT_V along an axis with only size-1 dimensions before it: each output is one contiguous block of
   the input, copied element by element onto itself (output j at the input's offset + the bytes before it);
 - QUANTIZE with an output element no wider than the input's: element i is written at byte offset
   i * out_size <= i * in_size, which only holds input elements already read by the sequential loop.
+
+lowtide's compiled runtime (firmware/runtime), whose plan only the generated code uses, also:
+- int8 DEPTHWISE_CONV_2D with depth multiplier 1, more than one channel and no dilation, with an output no
+  larger than its input: the fast kernel (lt_depthwise_s8_fast) copies channel c's whole input plane to its
+  scratch before writing any output of channel c, and in NHWC output channel c's bytes only ever land on input
+  channel c's bytes at or below the same pixel index, so at any stride they overwrite only copied values.
+  TFLM's depthwise kernels read the input while they write: not for TFLM plans;
+- the element-wise ADD, SUB, MUL (`LT_BINARY_LOOP`) and RELU, RELU6, LEAKY_RELU, HARD_SWISH writing over an
+  input of the output's type and shape: element i is read and then written at the same index, and no later
+  element reads index i of that input.
 """
 
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import dataclass
 
 from lowtide.model.ir import Graph, Operator, Subgraph, TensorKind
 from lowtide.model.schema import ELEMENT_BYTES
+
+
+class Executor(enum.Enum):
+    """The kernels that will run a plan: they decide which operators may write over their input."""
+
+    TFLM = "tflm"  # TFLM's reference or CMSIS-NN kernels: any plan in a model's OfflineMemoryAllocation
+    COMPILED = "compiled"  # lowtide's compiled runtime: the plan of the generated code only
+
+
+# Element-wise kernels of the compiled runtime that read element i before writing element i, and nothing else there.
+COMPILED_ELEMENTWISE = frozenset({"ADD", "SUB", "MUL", "RELU", "RELU6", "LEAKY_RELU", "HARD_SWISH"})
+# Operators only the compiled runtime runs in place: an offline plan for TFLM must never share their bytes.
+COMPILED_ONLY = COMPILED_ELEMENTWISE | {"DEPTHWISE_CONV_2D"}
 
 
 @dataclass(frozen=True)
@@ -29,15 +56,19 @@ class InPlace:
     offset: int
 
 
-def in_place_outputs(graph: Graph, alignment: int) -> dict[int, InPlace]:
-    """Main-subgraph outputs that may share their input's bytes, by output tensor index. Offsets inside the
-    input are multiples of `alignment`, as every offset of an offline plan must be."""
+def in_place_outputs(graph: Graph, alignment: int, executor: Executor = Executor.TFLM) -> dict[int, InPlace]:
+    """Main-subgraph outputs that may share their input's bytes when `executor`'s kernels run the plan, by output
+    tensor index. Offsets inside the input are multiples of `alignment`, as every offset of an offline plan must
+    be."""
     sg = graph.main
     consumers = sg.consumers()
     found: dict[int, InPlace] = {}
     for op in sg.operators:
-        for output, source, offset in _shared_blocks(graph, sg, op, alignment):
-            if _dies_at(sg, consumers, source, op) and _placeable(sg, consumers, output, op):
+        blocks = _shared_blocks(graph, sg, op, alignment)
+        if executor is Executor.COMPILED and not blocks:
+            blocks = _compiled_blocks(sg, op)
+        for output, source, offset in blocks:
+            if output not in found and _dies_at(sg, consumers, source, op) and _placeable(sg, consumers, output, op):
                 found[output] = InPlace(op.index, source, output, offset)
     return found
 
@@ -66,6 +97,26 @@ def _shared_blocks(graph: Graph, sg: Subgraph, op: Operator, alignment: int) -> 
         if ELEMENT_BYTES[b.dtype] <= ELEMENT_BYTES[a.dtype] and math.prod(a.shape) == math.prod(b.shape) \
                 and _aligned(b.nbytes, alignment) <= _aligned(a.nbytes, alignment):
             return [(output, source, 0)]
+    return []
+
+
+def _compiled_blocks(sg: Subgraph, op: Operator) -> list[tuple[int, int, int]]:
+    """The compiled runtime's own in-place cases (module docstring): each output at its input's offset."""
+    if not op.outputs or op.outputs[0] < 0:
+        return []
+    out = sg.tensors[op.outputs[0]]
+    if op.opcode == "DEPTHWISE_CONV_2D":
+        source = sg.tensors[op.inputs[0]]
+        weights = sg.tensors[op.inputs[1]]
+        o = op.options
+        dilated = int(getattr(o, "dilationHFactor", 1) or 1) != 1 or int(getattr(o, "dilationWFactor", 1) or 1) != 1
+        if (source.dtype, weights.dtype, out.dtype) == ("int8",) * 3 and len(source.shape) == len(out.shape) == 4 \
+                and source.shape[3] == out.shape[3] > 1 and not dilated and out.nbytes <= source.nbytes:
+            return [(op.outputs[0], op.inputs[0], 0)]
+        return []
+    if op.opcode in COMPILED_ELEMENTWISE:
+        return [(op.outputs[0], t, 0) for t in dict.fromkeys(op.inputs)
+                if t >= 0 and sg.tensors[t].shape == out.shape and sg.tensors[t].dtype == out.dtype]
     return []
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from lowtide.memory.in_place import InPlace, in_place_outputs
+from lowtide.memory.in_place import Executor, InPlace, in_place_outputs
 from lowtide.memory.scratch import scratch_sizes
 from lowtide.model.ir import Graph
 
@@ -62,12 +62,12 @@ def stored_order(graph: Graph) -> Order:
     return {sg.index: [op.index for op in sg.operators] for sg in graph.subgraphs}
 
 
-def buffer_lifetimes(graph: Graph, order: Order | None = None,
-                     in_place: bool = False) -> tuple[list[Buffer], list[Step]]:
+def buffer_lifetimes(graph: Graph, order: Order | None = None, in_place: bool = False,
+                     executor: Executor = Executor.TFLM) -> tuple[list[Buffer], list[Step]]:
     """Buffers in the order TFLM adds them to its planner (tensors of every subgraph, then scratch buffers),
     and one Step per operator execution in scope order. With `in_place`, outputs that may share their input's
-    bytes (`lowtide.memory.in_place`) say so in `Buffer.shares`: what an offline plan can do, never TFLM's own
-    planner. Where the model's own offline plan already puts such an output inside its input, it is marked
+    bytes when `executor`'s kernels run the plan (`lowtide.memory.in_place`) say so in `Buffer.shares`: what an
+    offline plan can do, never TFLM's own planner. Where the model's own offline plan already puts such an output inside its input, it is marked
     whatever `in_place` says: those bytes are held once."""
     order = order or stored_order(graph)
     first: dict[tuple[int, int], int] = {}
@@ -113,7 +113,7 @@ def buffer_lifetimes(graph: Graph, order: Order | None = None,
     mark(0)
 
     plan = graph.offline_plan
-    shared = in_place_outputs(graph, ALIGNMENT) if in_place or plan is not None else {}
+    shared = in_place_outputs(graph, ALIGNMENT, executor) if in_place or plan is not None else {}
 
     def planned_offset(sg_index: int, tensor: int) -> int | None:
         # TFLM ignores the plan's entries for tensors it does not plan (constants, variables, empty tensors).

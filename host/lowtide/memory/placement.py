@@ -235,8 +235,8 @@ def _solve_cp_sat(buffers: Sequence[Buffer], groups: Sequence[tuple[tuple[int, i
 
 
 def place(buffers: Sequence[Buffer], time_limit: float = 10.0) -> Placement:
-    """Best placement found within `time_limit` seconds. Buffer sizes must be multiples of 16 (they are, as
-    `buffer_lifetimes` returns them)."""
+    """Best placement found within `time_limit` seconds (0: the heuristics only, no solver). Buffer sizes must be
+    multiples of 16 (they are, as `buffer_lifetimes` returns them)."""
     started = time.monotonic()
     buffers = list(buffers)
     lower = live_lower_bound(buffers)
@@ -257,6 +257,8 @@ def place(buffers: Sequence[Buffer], time_limit: float = 10.0) -> Placement:
         if best.optimal:
             return best
     assert best is not None  # the heuristics list is never empty
+    if time_limit <= 0:
+        return dataclasses.replace(best, seconds=time.monotonic() - started)
     remaining = time_limit - (time.monotonic() - started)
     solved = _solve_cp_sat(buffers, groups, best.offsets, lower, best.head_bytes, remaining)
     if solved is not None:

@@ -14,6 +14,7 @@ from lowtide.compile.lowering.emitter import (
     SCRATCH16,
     Kernel,
     ModelEmitter,
+    PadFusion,
     Unsupported,
     float_activation,
     quantized_activation,
@@ -22,7 +23,7 @@ from lowtide.compile.lowering.emitter import (
     tensor_types,
 )
 from lowtide.model import padding
-from lowtide.model.ir import Operator
+from lowtide.model.ir import Operator, TensorKind
 
 
 def window_geometry(e: ModelEmitter, op: Operator, filter_h: int, filter_w: int) -> dict[str, int]:
@@ -52,6 +53,11 @@ def _weighted(e: ModelEmitter, op: Operator, name: str, kind: str) -> str:
     filter_shape = e.tensor(op.inputs[1]).shape
     require(len(filter_shape) == 4, "filter must be 4-D")
     geometry = window_geometry(e, op, filter_shape[1], filter_shape[2])
+    fusion = e.fused_pads.get(op.index)
+    if fusion is not None:  # read the PAD's input: its padding becomes part of this layer's
+        source = e.tensor(fusion.source).shape
+        geometry.update(in_h=source[1], in_w=source[2], pad_h=geometry["pad_h"] + fusion.top,
+                        pad_w=geometry["pad_w"] + fusion.left)
     params = dict(geometry, filter_in_c=filter_shape[3] if kind == "conv2d" else 1,
                   depth_multiplier=geometry["out_c"] // geometry["in_c"] if kind == "depthwise_conv2d" else 1)
     if kind == "conv2d":
@@ -66,6 +72,7 @@ def _weighted(e: ModelEmitter, op: Operator, name: str, kind: str) -> str:
         fast = _fast_int8(e, op, name, kind, params, bias, multipliers, shifts)
         if fast is not None:
             return fast
+        require(fusion is None, "a fused PAD needs the fast depthwise kernel")
         return _weighted_call(e, op, name, f"lt_{kind}_s8", "lt_conv_params", params, bias, (multipliers, shifts))
     if ins[:2] == ["int16", "int8"] and outs == ["int16"]:
         return _weighted_16x8(e, op, name, kind, "lt_conv_params", params, bias, params["out_c"])
@@ -167,10 +174,39 @@ def _fast_int8(e: ModelEmitter, op: Operator, name: str, kind: str, params: dict
         plane = ((params["out_h"] - 1) * params["stride_h"] + kh) * ((params["out_w"] - 1) * params["stride_w"] + kw)
         e.need_scratch16(plane)
         function = "lt_depthwise_s8_fast"
+        e.in_place_safe.add(op.index)  # each channel's plane is copied before its outputs are written
     body = (f"{function}({p}, (const int8_t *)input, {filter_ref}, {', '.join(arrays)}, (int8_t *)output, "
             f"{SCRATCH16}, {' | '.join(flags)});")
     e.declarations.append(f"static LT_NOINLINE void {name}_run(const void *input, void *output) {{\n    {body}\n}}")
-    return f"{name}_run({e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
+    fusion = e.fused_pads.get(op.index)
+    source = fusion.source if fusion is not None else op.inputs[0]
+    return f"{name}_run({e.pointer(source)}, {e.pointer(op.outputs[0], True)});"
+
+
+def pad_fusions(e: ModelEmitter, fast_depthwise: set[int]) -> dict[int, PadFusion]:
+    """PADs the fast depthwise convolutions `fast_depthwise` can absorb (PadFusion), by depthwise operator: an int8
+    PAD or PADV2 of rows and columns only, by the zero point of its output, read by that convolution alone."""
+    sg = e.sg
+    consumers = sg.consumers()
+    producers = sg.producers()
+    fusions = {}
+    for dw in fast_depthwise:
+        padded = sg.operators[dw].inputs[0]
+        pad = sg.operators[producers[padded]] if padded in producers else None
+        if pad is None or pad.opcode not in ("PAD", "PADV2") or consumers.get(padded) != [dw] \
+                or padded in sg.outputs or e.tensor(pad.inputs[0]).kind is not TensorKind.ACTIVATION:
+            continue
+        try:
+            paddings = e.constant_values(pad.inputs[1]).reshape(-1, 2)
+            value = (e.constant_values(pad.inputs[2]).reshape(-1)[0] if len(pad.inputs) > 2 and pad.inputs[2] >= 0
+                     else e.quantization(padded).zero_point)
+        except Unsupported:
+            continue
+        if (e.tensor(pad.inputs[0]).dtype == "int8" and paddings.shape == (4, 2) and (paddings >= 0).all()
+                and not paddings[0].any() and not paddings[3].any()
+                and int(value) == e.quantization(padded).zero_point):
+            fusions[dw] = PadFusion(pad.index, pad.inputs[0], int(paddings[1][0]), int(paddings[2][0]))
+    return fusions
 
 
 def lower_conv_2d(e, op, name):

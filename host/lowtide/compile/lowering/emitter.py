@@ -59,6 +59,18 @@ def _resource_key(op: Operator) -> tuple[bytes, bytes]:
     return bytes(op.options.container or b""), bytes(op.options.sharedName or b"")
 
 
+@dataclass(frozen=True)
+class PadFusion:
+    """A spatial PAD whose only reader is a fast depthwise convolution: the convolution reads the PAD's input
+    directly, with the PAD's rows and columns added to its own padding (its plane copy fills padding with the
+    zero point, which is what the PAD writes), and the PAD runs no code and has no place in the arena."""
+
+    pad_op: int
+    source: int  # the PAD's input tensor
+    top: int  # rows of padding the PAD adds above
+    left: int  # columns of padding the PAD adds on the left
+
+
 class Unsupported(Exception):
     """The runtime has no kernel for this operator as the model uses it."""
 
@@ -104,7 +116,7 @@ class ModelEmitter:
     """Collects the C declarations of one model while its operators are lowered."""
 
     def __init__(self, graph: Graph, model_data: bytes, offsets: dict[int, int],
-                 scratch: dict[int, list[int]] | None = None):
+                 scratch: dict[int, list[int]] | None = None, fused_pads: dict[int, PadFusion] | None = None):
         self.graph = graph
         self.sg = graph.main
         self.raw_tensors = graph.raw.subgraphs[0].tensors
@@ -116,6 +128,9 @@ class ModelEmitter:
         self.call_once_flags: list[str] = []  # one per CALL_ONCE: set once its init subgraph has run
         self._constants: dict[int, str] = {}
         self.scratch16_count = 0  # int16 values of SCRATCH16 the largest fast-kernel layer needs
+        self.fused_pads = fused_pads or {}  # depthwise operator index -> the PAD it absorbs
+        # Operators lowered to a kernel that may write over its input (lowtide.memory.in_place, compiled runtime)
+        self.in_place_safe: set[int] = set()
         self.resources, self._handles = self._resource_variables()
 
     # ---- resource variables ------------------------------------------------------------------------------
