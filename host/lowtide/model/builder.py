@@ -861,6 +861,94 @@ def _aggregate(b: ModelBuilder, tensors: list[TensorRef], aggregation: Aggregati
     return total
 
 
+def _silu(b: ModelBuilder, x: TensorRef) -> TensorRef:
+    """SiLU as TFLite converts it: x * LOGISTIC(x)."""
+    return b.binary("MUL", x, b.activation(x, "LOGISTIC"))
+
+
+def _squeeze_excite(b: ModelBuilder, x: TensorRef, reduced: int) -> TensorRef:
+    """MobileNetV3's squeeze-and-excitation: a global MEAN, two 1x1 convolutions, hard-sigmoid
+    (RELU6(x + 3) / 6), the input scaled per channel."""
+    s = b.conv2d(b.mean(x), reduced, kernel=1, activation="RELU")
+    s = b.binary("ADD", b.conv2d(s, x.shape[-1], kernel=1, activation="NONE"), 3.0, activation="RELU6")
+    return b.binary("MUL", x, b.binary("MUL", s, 1.0 / 6.0))
+
+
+def mobilenet_v3_stem(size: int = 96) -> ModelBuilder:
+    """The first blocks of MobileNetV3-Small: a hard-swish stem, inverted bottlenecks with hard-swish and
+    squeeze-and-excitation, a residual add, then global pooling and a classifier."""
+    b = ModelBuilder(seed=31, name="mobilenet_v3_stem")
+    x = b.activation(b.conv2d(b.input((1, size, size, 3)), 16, kernel=3, stride=2, activation="NONE"), "HARD_SWISH")
+    y = _squeeze_excite(b, b.depthwise_conv2d(x, kernel=3, stride=2), 8)
+    x = b.conv2d(y, 16, kernel=1, activation="NONE")
+    x = b.conv2d(b.depthwise_conv2d(b.conv2d(x, 72, kernel=1), kernel=3, stride=2), 24, kernel=1, activation="NONE")
+    y = b.conv2d(b.depthwise_conv2d(b.conv2d(x, 88, kernel=1), kernel=3), 24, kernel=1, activation="NONE")
+    x = b.add(x, y)
+    y = b.activation(b.conv2d(x, 96, kernel=1, activation="NONE"), "HARD_SWISH")
+    y = b.activation(b.depthwise_conv2d(y, kernel=5, stride=2, activation="NONE"), "HARD_SWISH")
+    x = b.conv2d(_squeeze_excite(b, y, 24), 40, kernel=1, activation="NONE")
+    b.output(b.fully_connected(b.mean(x), 10))
+    return b
+
+
+def yolov8_stem(size: int = 96) -> ModelBuilder:
+    """YOLOv8's stem: two stride-2 convolutions and a C2f block (1x1 convolution, SPLIT in two halves, a
+    residual bottleneck on one, CONCATENATION of all three, 1x1 convolution), SiLU everywhere, then a
+    stride-2 convolution and a pooled classifier."""
+    b = ModelBuilder(seed=32, name="yolov8_stem")
+
+    def conv(x: TensorRef, filters: int, kernel: int = 3, stride: int = 1) -> TensorRef:
+        return _silu(b, b.conv2d(x, filters, kernel=kernel, stride=stride, activation="NONE"))
+
+    x = conv(conv(b.input((1, size, size, 3)), 16, stride=2), 32, stride=2)
+    first, second = b.split_equal(conv(x, 32, kernel=1), 2)
+    third = b.add(second, conv(conv(second, 16), 16))
+    x = conv(b.concat([first, second, third]), 32, kernel=1)
+    x = conv(x, 64, stride=2)
+    b.output(b.fully_connected(b.mean(x), 10))
+    return b
+
+
+def blazeface_stem(size: int = 128) -> ModelBuilder:
+    """BlazeFace's front: a 5x5 stride-2 convolution, then BlazeBlocks (5x5 depthwise, 1x1 projection, residual
+    add); where a block widens, the residual path pads channels with zeros (PAD along channels); where it
+    strides, the residual path is a 2x2 MAX_POOL."""
+    b = ModelBuilder(seed=33, name="blazeface_stem")
+
+    def block(x: TensorRef, filters: int, stride: int = 1) -> TensorRef:
+        y = b.conv2d(b.depthwise_conv2d(x, kernel=5, stride=stride, activation="NONE"), filters, kernel=1,
+                     activation="NONE")
+        skip = b.max_pool(x, 2) if stride == 2 else x
+        if filters > x.shape[-1]:
+            skip = b.pad(skip, channels=(0, filters - x.shape[-1]))
+        return b.activation(b.add(y, skip), "RELU")
+
+    x = b.conv2d(b.input((1, size, size, 3)), 24, kernel=5, stride=2)
+    x = block(block(x, 24), 28)
+    x = block(block(block(x, 32, stride=2), 36), 42)
+    x = block(block(x, 48, stride=2), 48)
+    b.output(b.conv2d(x, 2, kernel=1, activation="NONE"))
+    return b
+
+
+def unet_stem(size: int = 64) -> ModelBuilder:
+    """A small U-Net: two encoder stages (convolutions, 2x2 MAX_POOL), a bottleneck, two decoder stages that
+    upsample (RESIZE_NEAREST_NEIGHBOR, then RESIZE_BILINEAR), concatenate the encoder's skip tensor and
+    convolve, and a 1x1 per-pixel classifier at full resolution."""
+    b = ModelBuilder(seed=34, name="unet_stem")
+    e1 = b.conv2d(b.conv2d(b.input((1, size, size, 3)), 16), 16)
+    e2 = b.conv2d(b.conv2d(b.max_pool(e1, 2), 32), 32)
+    m = b.conv2d(b.max_pool(e2, 2), 64)
+    d2 = b.conv2d(b.concat([b.resize(m, 2), e2]), 32)
+    d1 = b.conv2d(b.concat([b.resize(d2, 2, "bilinear", half_pixel_centers=True), e1]), 16)
+    b.output(b.conv2d(d1, 2, kernel=1, activation="NONE"))
+    return b
+
+
+STEMS = {"mobilenet_v3_stem": mobilenet_v3_stem, "yolov8_stem": yolov8_stem, "blazeface_stem": blazeface_stem,
+         "unet_stem": unet_stem}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lowtide.model.builder",
                                      description="Write lowtide's demo model, an irregularly wired int8 graph.")

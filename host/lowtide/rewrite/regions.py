@@ -236,7 +236,8 @@ def shape_hw(sg: Subgraph, tensor: int) -> tuple[int, int]:
 
 def cut_tensors(graph: Graph) -> list[int]:
     """4-D activation tensors of the main subgraph that every path from the inputs to the outputs crosses:
-    once one is computed, no other tensor computed before it is read again. Ordered by how much precedes them."""
+    once one is computed, no other tensor computed before it is read again (a model output may be one: a
+    segmenter's full-resolution output is then assembled from patches). Ordered by how much precedes them."""
     sg = graph.main
     ancestors = _ancestors(sg)
     producers = sg.producers()
@@ -245,7 +246,7 @@ def cut_tensors(graph: Graph) -> list[int]:
     cuts = []
     for t in range(len(sg.tensors)):
         tensor = sg.tensors[t]
-        if not tensor.planned or len(tensor.shape) != 4 or t in sg.outputs:
+        if not tensor.planned or len(tensor.shape) != 4:
             continue
         if t in produced_by:
             before = ancestors[produced_by[t]] | 1 << produced_by[t]
@@ -330,6 +331,17 @@ def global_operator(graph: Graph, op: Operator) -> str:
     if op.opcode in POOL_OPCODES and len(sg.tensors[op.outputs[0]].shape) == 4:
         if shape_hw(sg, op.outputs[0]) == (1, 1) and shape_hw(sg, op.inputs[0]) != (1, 1):
             return f"operator {op.index} ({op.opcode}) pools the whole image, so a region ends before it"
+    return ""
+
+
+def region_end(graph: Graph, target: str) -> str:
+    """Why a region ending at the tensor named `target` goes no further when a global operator reads it, or ''."""
+    sg = graph.main
+    index = next((t.index for t in sg.tensors if t.name == target), None)
+    for c in sg.consumers().get(index, []) if index is not None else []:
+        reason = global_operator(graph, sg.operators[c])
+        if reason:
+            return f"{target}: {reason}"
     return ""
 
 

@@ -48,6 +48,7 @@ from lowtide.rewrite.regions import (
     op_macs,
     plan_tiling,
     region_between,
+    region_end,
 )
 from lowtide.schedule import apply_order, find_schedule
 
@@ -150,26 +151,50 @@ def rewrite_auto(graph: Graph, max_mac_overhead: float = 0.20, time_limit: float
     stock = tflm_plan(graph)
     macs_before = graph_macs(graph)
     budget = macs_before * (1.0 + max_mac_overhead)
-    rounds: list[_Round] = []
     explored: list[Candidate] = []
+    rounds, found = _rounds(graph, budget, deadline, explored)
+    if not rounds:  # `found` is the first round: the original in its best order, and why it stays untiled
+        return RewriteResult(found.base_model, False, found.reason, found.base_head_bytes, found.base_head_bytes,
+                             stock.head_bytes, macs_before, macs_before, (), _pareto(explored),
+                             time.monotonic() - started)
+    original_head, final = rounds[0].base_head_bytes, rounds[-1]
+    tilings = tuple(r.tiling for r in rounds)
+    for _ in range(len(tilings)):
+        # The first region was tiled while the peak was still elsewhere, so its grid was chosen for the MACs it
+        # saves; with the later regions tiled first, its own peak is what counts, and it may get a finer grid.
+        # Each region gets that second look once, while the head falls.
+        if len(tilings) < 2 or time.monotonic() >= deadline:
+            break
+        try:
+            later = read_model(apply_tilings(graph, tilings[1:]), graph.path)
+        except NotApplicable:
+            break
+        again = _rounds(later, budget, deadline, explored)[0]
+        if not again or again[-1].head_bytes >= final.head_bytes:
+            break
+        final, tilings = again[-1], tilings[1:] + tuple(r.tiling for r in again)
+    head, data = planned_model(final.model)
+    reason = "; then ".join(t.describe() for t in tilings)
+    ends = [note for note in (region_end(graph, t.target) for t in tilings) if note]
+    if ends:
+        reason += " (" + "; ".join(ends) + ")"
+    return RewriteResult(data, True, reason, head, original_head, stock.head_bytes, macs_before, final.macs,
+                         tilings, _pareto(explored), time.monotonic() - started)
+
+
+def _rounds(graph: Graph, budget: float, deadline: float,
+            explored: list[Candidate]) -> tuple[list[_Round], _Round]:
+    """Tile around the peak, then around the peak of the tiled graph, for as long as the head falls: the rounds
+    that lowered it, and the last round searched. Adds every point explored to `explored`."""
+    rounds: list[_Round] = []
     current = graph
     while True:  # each round returns within the deadline; a round without a better tiling ends the loop
         found = _tile_peak(current, budget, deadline)
         explored.extend(found.explored)
         if found.tiling is None or (rounds and found.head_bytes >= rounds[-1].head_bytes):
-            break
+            return rounds, found
         rounds.append(found)
         current = read_model(found.model, graph.path)
-    pareto = _pareto(explored)
-    if not rounds:  # `found` is the first round: the original in its best order, and why it stays untiled
-        return RewriteResult(found.base_model, False, found.reason, found.base_head_bytes, found.base_head_bytes,
-                             stock.head_bytes, macs_before, macs_before, (), pareto, time.monotonic() - started)
-    first = rounds[0]
-    head, data = planned_model(rounds[-1].model)
-    tilings = tuple(r.tiling for r in rounds)
-    return RewriteResult(data, True, "; then ".join(t.describe() for t in tilings), head, first.base_head_bytes,
-                         stock.head_bytes, macs_before, rounds[-1].macs, tilings, pareto,
-                         time.monotonic() - started)
 
 
 @dataclass(frozen=True)
