@@ -6,7 +6,12 @@ Everything here is pure arithmetic on the typed graph; `emit` turns a `TilingPla
 Rows and columns are half-open intervals in a tensor's own coordinates. A window may reach past the tensor's
 edges: those rows and columns are padding, filled with the value TFLM would have used there. For a SAME
 convolution that is the input's zero point (TFLM's int8 kernels skip out-of-image taps, which is the same as
-adding `(zero_point - zero_point) * w = 0`); for a PAD operator folded into its consumer it is the PAD's value.
+adding `(zero_point - zero_point) * w = 0`); for a PAD operator folded into its consumer it is the PAD's value;
+for a SAME MAX_POOL the type's lowest value, which no maximum picks over an in-image tap.
+
+Each operator input read per patch has a window map per axis: affine (`AxisMap`: convolutions, pools, element-wise
+operators, PAD), mirrored (`MirrorMap`) or a resize (`ResizeMap`, whose windows are computed on whole input rows
+and sliced). docs/rewrite.md lists the operators and why the others end a region.
 """
 
 from __future__ import annotations
