@@ -258,12 +258,13 @@ def run(model: bytes, inputs: list[np.ndarray] | None = None, arena_size: int | 
 
 
 def run_sequence(model: bytes, input_sets: list[list[np.ndarray]], path: str = "<model>",
-                 reset_before: frozenset[int] = frozenset()) -> list[tuple[np.ndarray, ...]]:
+                 reset_before: frozenset[int] = frozenset(),
+                 arena_size: int | None = None) -> list[tuple[np.ndarray, ...]]:
     """Outputs of one host TFLM interpreter invoked once per input set; variable tensors and resource variables
     carry over from one invocation to the next, except that `Reset()` is called before the invocations whose
     positions are in `reset_before`."""
     output_count = len(read_model(model, path).main.outputs)
-    size = _arena_size(model, None)
+    size = _arena_size(model, arena_size)
 
     def work(child: TflmChild) -> list[tuple[np.ndarray, ...]]:
         interp = child.interpreter(model, size)

@@ -131,10 +131,11 @@ def check_stale(graph: Graph, inputs: list[np.ndarray] | None = None) -> StaleRe
         "0x80": np.full(fixture.fill_bytes, 0x80, np.uint8),
         "random": rng.integers(0, 256, fixture.fill_bytes, dtype=np.uint8),
     }
-    runs = {}
-    for name, fill in fills.items():
-        run = oracle.run(fixture.model, [fill.view(np.int8), *inputs], fixture.fill_bytes + _TAIL_ROOM, graph.path)
-        runs[name] = [np.frombuffer(a.tobytes(), np.uint8) for a in run.outputs]
+    # One interpreter, reset before each fill so that variable tensors start from zero every time.
+    sequence = oracle.run_sequence(fixture.model, [[fill.view(np.int8), *inputs] for fill in fills.values()],
+                                   graph.path, frozenset(range(len(fills))), fixture.fill_bytes + _TAIL_ROOM)
+    runs = {name: [np.frombuffer(a.tobytes(), np.uint8) for a in outputs]
+            for name, outputs in zip(fills, sequence)}
 
     def unsettled(position: int, offset: int) -> tuple[np.ndarray, np.ndarray]:
         """(undetermined, unwritten) bytes of the fixture's output at `position`, planned at `offset`."""
