@@ -252,3 +252,29 @@ def test_a_hung_emulator_is_ended_at_the_timeout(monkeypatch, hang, expected):
     # 1 s for the port, 1 s for the HELLO, at most 3 s for SIGTERM, plus the host TFLM reference run and imports
     assert elapsed < 15, elapsed
     assert _processes_with(marker) == []
+
+
+# --- board files: only what lowtide reads, and what the board reports -----------------------------------------------
+
+
+def test_every_board_file_loads_and_a_key_nothing_reads_is_refused(tmp_path):
+    specs = board_spec.load_board_specs()
+    assert set(specs) <= set(BOARDS)  # each registered as a board
+    text = (board_spec.BOARDS_DIR / "nucleo-f746zg.toml").read_text()
+    bad = tmp_path / "stale.toml"
+    bad.write_text('mcu = "STM32F746ZG"\n' + text.replace("[serial]", '[serial]\nhow = "by hand"'))
+    with pytest.raises(LowtideError) as failure:
+        board_spec.load_board_spec(bad)
+    assert str(failure.value).startswith(f"{bad}: bad board file: unknown keys mcu, serial.how (lowtide reads only: ")
+
+
+@needs_firmware_tools
+def test_a_board_reporting_another_clock_than_its_file_is_refused(tmp_path):
+    """The board file's clock_hz is checked against the clock the board's HELLO reports (qemu-m4: 25 MHz SYSCLK)."""
+    wrong = tmp_path / "qemu-m4-wrong-clock.toml"
+    wrong.write_text((board_spec.BOARDS_DIR / "qemu-m4.toml").read_text().replace(
+        'name = "qemu-m4"', 'name = "qemu-m4-wrong-clock"').replace("clock_hz = 25000000", "clock_hz = 24000000"))
+    with pytest.raises(LowtideError, match="board reports a 25,000,000 Hz clock, its board file "
+                                           "qemu-m4-wrong-clock.toml says 24,000,000 Hz"):
+        measure(HELLO_WORLD, str(wrong), iterations=1, timeout=20)
+    assert measure(HELLO_WORLD, str(board_spec.BOARDS_DIR / "qemu-m4.toml"), iterations=1).outputs_match

@@ -66,8 +66,9 @@ class Lab:
             return subprocess.Popen(["bash", "-c", f"exec {command}"], env=self.env, cwd=self.directory,
                                     stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT)
 
-    def measure(self, *extra: str) -> subprocess.Popen:
-        return subprocess.Popen(["bash", "-c", f"exec {MEASURE_COMMAND} {' '.join(extra)}"], env=self.env,
+    def measure(self, *extra: str, board: str = f"labgrid:{PLACE}") -> subprocess.Popen:
+        command = MEASURE_COMMAND.replace(f"labgrid:{PLACE}", board)
+        return subprocess.Popen(["bash", "-c", f"exec {command} {' '.join(extra)}"], env=self.env,
                                 cwd=self.directory, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def holder(self) -> str | None:
@@ -172,6 +173,50 @@ def test_labgrid_place_of_a_killed_run_is_released_by_the_next_run(lab):
     # killed run's acquisition, measures (the board first finishes the killed run's RUN), and releases the place.
     code, report, stderr = finished(lab.measure("--timeout", "30"))
     assert code == 0 and report["outputs_match"], stderr
+    assert lab.holder() is None
+
+
+LAB_BOARD_INI = """\
+[platformio]
+extra_configs = {repo}/platformio.ini
+
+[env:lab-qemu-m4]
+extends = env:qemu-m4
+upload_protocol = custom
+upload_command = {python} {directory}/record_upload.py $SOURCE $UPLOAD_PORT
+"""
+RECORD_UPLOAD = """\
+import json, pathlib, sys
+with open(pathlib.Path(__file__).with_name("uploads.jsonl"), "a") as log:
+    log.write(json.dumps({"elf": sys.argv[1], "port": sys.argv[2]}) + "\\n")
+"""
+LAB_BOARD = """\
+name = "qemu-lab-board"
+description = "the qemu-m4 board in labgrid place qemu-lab"
+core = "cortex-m4f"
+sram_bytes = 4194304
+flash_bytes = 4194304
+clock_hz = 25000000
+platformio_env = "lab-qemu-m4"
+platformio_config = "lab.ini"
+
+[labgrid]
+place = "qemu-lab"
+"""
+
+
+def test_labgrid_board_file_naming_a_place_builds_uploads_through_it_and_measures(lab, tmp_path):
+    """A board file with [labgrid]: the firmware is built, PlatformIO's upload (here a recording upload_command; the
+    lab's board already runs this firmware) gets the place's serial URL, then the board is measured through it."""
+    (tmp_path / "lab.ini").write_text(LAB_BOARD_INI.format(repo=REPO, python=sys.executable, directory=tmp_path))
+    (tmp_path / "record_upload.py").write_text(RECORD_UPLOAD)
+    (tmp_path / "lab.toml").write_text(LAB_BOARD)
+    code, report, stderr = finished(lab.measure(board=str(tmp_path / "lab.toml")))
+    assert code == 0 and report["outputs_match"], stderr
+    url = f"socket://127.0.0.1:{lab.env['BOARD_PORT']}"
+    assert report["port"] == url and report["clock_hz"] == 25_000_000
+    (upload,) = [json.loads(line) for line in (tmp_path / "uploads.jsonl").read_text().splitlines()]
+    assert upload["port"] == url and upload["elf"].endswith("/lab-qemu-m4/firmware.elf")
     assert lab.holder() is None
 
 
