@@ -433,17 +433,21 @@ def _plan_offsets_in_range(m: _Model, plan: OfflinePlan) -> Iterator[str]:
 @_check(PLAN_CHECKS)
 def _plan_no_overlap(m: _Model, plan: OfflinePlan) -> Iterator[str]:
     """OfflineMemoryAllocation overlaps tensors live at the same time"""
-    from lowtide.memory.lifetimes import buffer_lifetimes  # memory depends on model: imported when needed
+    # memory depends on model: imported when needed
+    from lowtide.memory.in_place import COMPILED_ONLY
+    from lowtide.memory.lifetimes import buffer_lifetimes
 
     buffers, steps = buffer_lifetimes(m.graph)
     op_at = {step.scope: m.graph.subgraphs[step.subgraph].operators[step.op] for step in steps}
 
     def in_place(a, b) -> bool:
         """Live together only while one operator reads one and writes the other: an in-place plan (a SPLIT_V
-        output inside its input, a CONCATENATION input inside its output), whose kernel lowtide checked."""
+        output inside its input, a CONCATENATION input inside its output), whose kernel lowtide checked. A
+        model's plan runs on TFLM, whose depthwise and element-wise kernels are not safe in place (only lowtide's
+        compiled runtime is: lowtide.memory.in_place)."""
         scope = max(a.first, b.first)
         op = op_at.get(scope)
-        if scope != min(a.last, b.last) or op is None or a.subgraph != b.subgraph:
+        if scope != min(a.last, b.last) or op is None or a.subgraph != b.subgraph or op.opcode in COMPILED_ONLY:
             return False
         return bool({a.tensor, b.tensor} & set(op.inputs) and {a.tensor, b.tensor} & set(op.outputs))
 

@@ -1,0 +1,94 @@
+"""In-place execution planned for lowtide's compiled runtime (lowtide.memory.in_place, Executor.COMPILED): a
+MobileNetV2-style block whose depthwise convolutions write over their input and whose PAD is fused into the fast
+depthwise kernel, bit-exact with the host TFLM on the host (ASan/UBSan) and on qemu-m4 in a smaller arena; and
+plans meant for TFLM (optimize's OfflineMemoryAllocation, the validator) never use the compiled-only cases."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import needs_firmware_tools
+from lowtide.compile import compile_model, verify_compiled
+from lowtide.compile.codegen import arena_plan
+from lowtide.device.measure import measure
+from lowtide.memory import Executor, buffers_to_plan, tflm_plan
+from lowtide.memory.in_place import COMPILED_ONLY, in_place_outputs
+from lowtide.memory.placement import offline_plan, place
+from lowtide.model import load_model, read_model
+from lowtide.model.builder import ModelBuilder
+from lowtide.model.validate import model_problems
+from lowtide.model.writer import model_bytes, set_offline_plan
+
+
+def _block() -> bytes:
+    """Expand, 3x3 depthwise (stride 1), project, residual ADD; then expand, explicit PAD, 3x3 depthwise
+    (stride 2, VALID), project, RELU: as converted MobileNetV2s are."""
+    b = ModelBuilder(seed=7, name="mbv2_block")
+    x = b.input((1, 24, 24, 8))
+    d = b.depthwise_conv2d(b.conv2d(x, 32, kernel=1, activation="RELU6"), 3, activation="RELU6")
+    s = b.add(x, b.conv2d(d, 8, kernel=1, activation="NONE"))
+    e = b.conv2d(s, 32, kernel=1, activation="RELU6")
+    d2 = b.depthwise_conv2d(b.pad(e, rows=(1, 1), cols=(1, 1)), 3, stride=2, padding="VALID", activation="RELU6")
+    b.output(b.activation(b.conv2d(d2, 16, kernel=1, activation="NONE"), "RELU"))
+    return b.build()
+
+
+@pytest.fixture(scope="module")
+def block(tmp_path_factory):
+    path = tmp_path_factory.mktemp("in_place") / "mbv2_block.tflite"
+    path.write_bytes(_block())
+    return path
+
+
+def test_compiled_plan_runs_depthwise_in_place_and_is_bit_exact_under_sanitizers(block, tmp_path):
+    graph = load_model(block)
+    plan = arena_plan(graph, block.read_bytes())
+    ops = graph.main.operators
+    assert plan.in_place and [(dw, f.pad_op) for dw, f in plan.fused_pads.items()] == [(6, 5)]
+    # Both depthwise outputs and the ADD's sit on their input's bytes; the fused PAD's output has no place.
+    assert plan.offsets[ops[1].outputs[0]] == plan.offsets[ops[1].inputs[0]]
+    assert plan.offsets[ops[6].outputs[0]] == plan.offsets[ops[4].outputs[0]]
+    assert ops[5].outputs[0] not in plan.offsets
+    # The stride-1 depthwise step holds 2 x 18,432 B without in-place; the plan's peak is the expansion's.
+    assert plan.head_bytes == 4_608 + 18_432 + 4_608 < tflm_plan(graph).head_bytes == 41_472
+    compiled = compile_model(block)
+    assert compiled.arena_bytes == plan.head_bytes and "fused into operator 6" in compiled.files["model.c"]
+    result = verify_compiled(block, seed=5, workdir=tmp_path, sanitize=True)
+    assert result.passed, result.outputs
+
+
+@needs_firmware_tools
+def test_in_place_block_bit_exact_on_qemu_m4_in_its_planned_arena(block):
+    result = measure(block, "qemu-m4", iterations=1, warmup=0, timeout=60, seed=4)
+    assert result.outputs_match, result.mismatched_outputs
+    assert result.board_planned_bytes == 27_648 < result.arena_planned_bytes == tflm_plan(load_model(block)).head_bytes
+    assert 0 < result.arena_high_water_bytes <= result.arena_planned_bytes
+
+
+def test_tflm_plans_never_use_compiled_only_in_place_rules(block):
+    """TFLM's depthwise and element-wise kernels read while they write: neither optimize's plan nor the
+    validator may put their outputs on their inputs, which the compiled runtime's plan does."""
+    graph = load_model(block)
+    compiled_only = {op.outputs[0] for op in graph.main.operators if op.opcode in COMPILED_ONLY}
+    assert not set(in_place_outputs(graph, 16)) & compiled_only
+    assert not any(b.shares for b in buffers_to_plan(graph) if b.tensor in compiled_only)
+    assert set(in_place_outputs(graph, 16, Executor.COMPILED)) == compiled_only  # both depthwise, ADD, RELU
+
+    # What optimize writes into a model (export.offline_plan: buffers_to_plan for TFLM, placed): valid for TFLM,
+    # and no compiled-only operator's output on its input.
+    buffers = buffers_to_plan(graph)
+    placed = dict(zip(((b.subgraph, b.tensor) for b in buffers), place(buffers, 0).offsets))
+    for op in graph.main.operators:
+        if op.opcode in COMPILED_ONLY:
+            (out, source), sizes = (op.outputs[0], op.inputs[0]), graph.main.tensors
+            a, b = placed[(0, out)], placed[(0, source)]
+            assert a + sizes[out].nbytes <= b or b + sizes[source].nbytes <= a, op
+    raw = graph.raw
+    set_offline_plan(raw, offline_plan(graph, buffers, place(buffers, 0).offsets))
+    assert model_problems(read_model(model_bytes(raw), "tflm_plan.tflite")) == []
+
+    # The compiled runtime's plan written into the model as its OfflineMemoryAllocation: refused for TFLM.
+    buffers = buffers_to_plan(graph, executor=Executor.COMPILED)
+    raw = graph.raw
+    set_offline_plan(raw, offline_plan(graph, buffers, place(buffers, 0).offsets))
+    problems = model_problems(read_model(model_bytes(raw), "compiled_plan.tflite"))
+    assert any("overlaps tensors live at the same time" in p.message for p in problems), problems
