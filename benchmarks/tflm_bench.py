@@ -2,7 +2,8 @@
 the board, before and after `lowtide optimize`, and instructions per inference for TFLM's reference kernels, Arm's
 CMSIS-NN kernels and lowtide's compiled code. Run from the repository root:
 
-    python benchmarks/tflm_bench.py [--board qemu-m4] [--models DIR] [--only NAME ...] [--results FILE]
+    python benchmarks/tflm_bench.py [--board qemu-m4] [--models DIR] [--only NAME ...] [--column RUNTIME]
+                                    [--results FILE]
 
 Every figure is measured by `lowtide measure` on the board (one invocation after one warm-up; instructions under
 QEMU's -icount shift=0); the prediction is lowtide.tflm's 32-bit arena (TFLM's allocator built for the core).
@@ -77,18 +78,23 @@ def _measure_model(path: Path, board: str, tmp: Path) -> ModelFigures:
     optimized = measure(optimized_path, board, runtime="tflm", iterations=1, timeout=300.0)
     figures = ModelFigures(path.stem, stock=ArenaFigures.of(stock), optimized=ArenaFigures.of(optimized),
                            outputs_match=stock.outputs_match and optimized.outputs_match, instructions={})
-    for runtime in INSTRUCTION_RUNTIMES:
-        try:
-            result = stock if runtime == "tflm" else measure(path, board, runtime=runtime, iterations=1,
-                                                             timeout=300.0)
-        except LowtideError:
-            figures.instructions[runtime] = None
-            continue
-        figures.instructions[runtime] = result.latency_cycles.median if result.outputs_match else None
-        if runtime == "tflm-cmsis-nn":
-            figures.cmsis_nn = ArenaFigures.of(result)
+    figures.instructions["tflm"] = stock.latency_cycles.median if stock.outputs_match else None
+    for runtime in INSTRUCTION_RUNTIMES[1:]:
+        _measure_runtime(figures, path, board, runtime)
     figures.seconds = time.monotonic() - started
     return figures
+
+
+def _measure_runtime(figures: ModelFigures, path: Path, board: str, runtime: str) -> None:
+    """Fills in the column of `runtime` (other than the stock TFLM run)."""
+    try:
+        result = measure(path, board, runtime=runtime, iterations=1, timeout=300.0)
+    except LowtideError:
+        figures.instructions[runtime] = None
+        return
+    figures.instructions[runtime] = result.latency_cycles.median if result.outputs_match else None
+    if runtime == "tflm-cmsis-nn":
+        figures.cmsis_nn = ArenaFigures.of(result)
 
 
 def _millions(value: int | None) -> str:
@@ -148,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", type=Path, default=SHARED_MODELS)
     parser.add_argument("--board", default="qemu-m4")
     parser.add_argument("--only", nargs="*", help="model names (file stems) to measure again")
+    parser.add_argument("--column", choices=INSTRUCTION_RUNTIMES[1:],
+                        help="measure only this runtime again, for the models already in the results file")
     parser.add_argument("--results", type=Path, help="results file (default .pio/bench/tflm-BOARD.json)")
     parser.add_argument("--doc", type=Path, default=DOC)
     argv = sys.argv[1:] if argv is None else argv
@@ -158,14 +166,23 @@ def main(argv: list[str] | None = None) -> int:
     command = " ".join(["python benchmarks/tflm_bench.py", *argv])
     commands = [*stored["commands"], *([command] if command not in stored["commands"] else [])]
     all_paths = sorted(args.models.glob("*.tflite"))
-    paths = [p for p in all_paths if (p.stem in args.only if args.only else p.stem not in results)]
+    if args.column:  # a runtime changed since the sweep: its column alone, for every model measured
+        paths = [p for p in all_paths if p.stem in results and not results[p.stem].error
+                 and (not args.only or p.stem in args.only)]
+    else:
+        paths = [p for p in all_paths if (p.stem in args.only if args.only else p.stem not in results)]
     console = Console(stderr=True)
     with tempfile.TemporaryDirectory(prefix="lowtide-bench-") as tmp, Progress(console=console) as progress:
         task = progress.add_task("measuring", total=len(paths))
         for path in paths:
             progress.update(task, description=f"measuring {path.stem}")
             try:
-                results[path.stem] = _measure_model(path, args.board, Path(tmp))
+                if args.column:
+                    started = time.monotonic()
+                    _measure_runtime(results[path.stem], path, args.board, args.column)
+                    results[path.stem].seconds += time.monotonic() - started
+                else:
+                    results[path.stem] = _measure_model(path, args.board, Path(tmp))
             except LowtideError as exc:
                 results[path.stem] = ModelFigures(path.stem, error=str(exc).split(": ", 1)[-1])
             results_path.parent.mkdir(parents=True, exist_ok=True)
