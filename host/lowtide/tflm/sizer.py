@@ -36,6 +36,7 @@ MODEL_LIMIT_BYTES = (8 << 20) - 16  # the model and the arena share the board's 
 PARAMETERS_OFFSET = (8 << 20) - 4  # LT_SIZER_RESOURCE_VARIABLES
 ARENA_ALIGNMENT = 16  # MicroArenaBufferAlignment()
 BSP = PROJECT_DIR / "firmware" / "bsp"
+PROTOCOL = PROJECT_DIR / "firmware" / "protocol"  # lt_protocol.h: the board support reads the protocol's limits
 LINKER_SCRIPT = PROJECT_DIR / "firmware" / "platform" / "ldscripts" / "mps2.ld"
 _FIGURES = re.compile(r"lowtide-sizer((?: \w+=\d+)+)")
 _ERROR = re.compile(r"lowtide-sizer error (.*)")
@@ -117,7 +118,7 @@ def build_sizer(kernels: KernelSet, core: Core, opcodes: list[str], progress: Pr
     write_resolver_include(out / "lt_model_ops.inc", calls)
     toolchain = DEBIAN_ARM_TOOLCHAIN
     flags = [*library.compile_flags, f"-I{out}", f"-I{PLATFORM_SOURCES}", f"-I{BSP}", f"-I{BSP / 'cortexm'}",
-             f"-DLT_SIZER_RAM_BASE=0x{machine.ram_base:08x}u", f"-DLT_TFLM_OP_TYPES={max(1, len(calls))}",
+             f"-I{PROTOCOL}", f"-DLT_SIZER_RAM_BASE=0x{machine.ram_base:08x}u", f"-DLT_TFLM_OP_TYPES={max(1, len(calls))}",
              f'-DLT_QEMU_MACHINE="{machine.qemu_machine}"', "-DLT_QEMU_ICOUNT_SHIFT=0"]
     sources = [PLATFORM_SOURCES / "lt_tflm_sizer.cc", PLATFORM_SOURCES / "lt_tflm_platform.cc",
                BSP / "mps2" / "lt_startup.c", BSP / "mps2" / "lt_board_mps2.c", BSP / "cortexm" / "lt_semihosting.c"]
