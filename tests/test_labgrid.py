@@ -144,7 +144,7 @@ def test_labgrid_place_measures_a_model_and_is_released(lab):
 
 def test_labgrid_runs_wanting_the_same_place_queue_and_both_pass(lab):
     # Two runs on this machine: the second waits for the first (the place's local lock), then measures.
-    first = lab.measure("--warmup", "5000")
+    first = lab.measure("--warmup", "20000")  # about 6 s on the board: the second run starts meanwhile
     lab.wait_for_holder(first)
     second = lab.measure()
     (code1, report1, stderr1), (code2, report2, stderr2) = finished(first), finished(second)
