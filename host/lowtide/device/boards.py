@@ -91,12 +91,8 @@ class HostTflmBoard(Board):
                 on_wait=None) -> Iterator[Link]:
         argv = [sys.executable, "-m", "lowtide.device.host_tflm", "--model", str(model_path), "--port",
                 port or "tcp:0"]
-        with board_process(argv, "host-tflm board", timeout) as url:
-            link = open_link(url)
-            try:
-                yield link
-            finally:
-                link.close()
+        with board_process(argv, "host-tflm board", timeout) as url, contextlib.closing(open_link(url)) as link:
+            yield link
 
 
 class SerialBoard(Board):
@@ -111,22 +107,26 @@ class SerialBoard(Board):
                 on_wait=None) -> Iterator[Link]:
         if not port:
             raise LowtideError("--board serial needs --port (e.g. /dev/ttyACM0 or socket://127.0.0.1:4321)")
-        link = open_link(port)
-        try:
+        with contextlib.closing(open_link(port)) as link:
             yield link
-        finally:
-            link.close()
 
 
-class EmulatedBoard(Board):
+class BoardFromFile(Board, ABC):
+    """A board described by a board file, known by its name there."""
+
+    def __init__(self, spec: BoardSpec):
+        self.spec = spec
+        self.name = spec.name
+        self.description = spec.description
+
+
+class EmulatedBoard(BoardFromFile):
     """A board file with `[emulator]`: the firmware built with PlatformIO, booted in QEMU for each measurement."""
 
     def __init__(self, spec: BoardSpec):
         if spec.emulator_command is None:
             raise LowtideError("not an emulated board (no [emulator] command)", spec.path)
-        self.spec = spec
-        self.name = spec.name
-        self.description = spec.description
+        super().__init__(spec)
 
     def lock_resource(self, port: str | None) -> str | None:
         return None
@@ -142,17 +142,15 @@ class EmulatedBoard(Board):
             yield link
 
 
-class UsbBoard(Board):
+class UsbBoard(BoardFromFile):
     """A real board on this machine (a board file with `[serial]`): built and uploaded with PlatformIO, then
     measured on its serial port: --port, else the board file's `port`, else the one port with its USB VID:PID."""
 
     def __init__(self, spec: BoardSpec):
         if spec.serial is None:
             raise LowtideError("not a board on a serial port (no [serial])", spec.path)
-        self.spec = spec
+        super().__init__(spec)
         self.serial = spec.serial
-        self.name = spec.name
-        self.description = spec.description
 
     def port(self, port: str | None) -> str:
         return port or self.serial.port or detect_serial_port(self.name, self.serial.usb_ids)
@@ -165,11 +163,8 @@ class UsbBoard(Board):
                 on_wait=None) -> Iterator[Link]:
         port = self.port(port)
         upload_firmware(self.spec, Path(model_path), port, runtime)
-        link = open_port(port, timeout, self.serial.baud)
-        try:
+        with contextlib.closing(open_port(port, timeout, self.serial.baud)) as link:
             yield link
-        finally:
-            link.close()
 
 
 class LabgridBoard(Board):
@@ -193,11 +188,8 @@ class LabgridBoard(Board):
         with labgrid.acquired_place(self.place, self.coordinator, wait, on_wait) as serial:
             if self.spec is not None:
                 upload_firmware(self.spec, Path(model_path), serial.url, runtime)
-            link = open_port(serial.url, timeout, serial.speed)
-            try:
+            with contextlib.closing(open_port(serial.url, timeout, serial.speed)) as link:
                 yield link
-            finally:
-                link.close()
 
 
 def board_for_spec(spec: BoardSpec) -> Board:
