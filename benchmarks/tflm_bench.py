@@ -70,25 +70,25 @@ class ModelFigures:
         return cls(**{**data, **arenas})
 
 
-def _measure_model(path: Path, board: str, tmp: Path) -> ModelFigures:
+def _measure_model(path: Path, board: str, tmp: Path, timeout: float) -> ModelFigures:
     started = time.monotonic()
     optimized_path = tmp / path.name
     optimize_model(path, optimized_path, time_limit=10)
-    stock = measure(path, board, runtime="tflm", iterations=1, timeout=300.0)
-    optimized = measure(optimized_path, board, runtime="tflm", iterations=1, timeout=300.0)
+    stock = measure(path, board, runtime="tflm", iterations=1, timeout=timeout)
+    optimized = measure(optimized_path, board, runtime="tflm", iterations=1, timeout=timeout)
     figures = ModelFigures(path.stem, stock=ArenaFigures.of(stock), optimized=ArenaFigures.of(optimized),
                            outputs_match=stock.outputs_match and optimized.outputs_match, instructions={})
     figures.instructions["tflm"] = stock.latency_cycles.median if stock.outputs_match else None
     for runtime in INSTRUCTION_RUNTIMES[1:]:
-        _measure_runtime(figures, path, board, runtime)
+        _measure_runtime(figures, path, board, runtime, timeout)
     figures.seconds = time.monotonic() - started
     return figures
 
 
-def _measure_runtime(figures: ModelFigures, path: Path, board: str, runtime: str) -> None:
+def _measure_runtime(figures: ModelFigures, path: Path, board: str, runtime: str, timeout: float) -> None:
     """Fills in the column of `runtime` (other than the stock TFLM run)."""
     try:
-        result = measure(path, board, runtime=runtime, iterations=1, timeout=300.0)
+        result = measure(path, board, runtime=runtime, iterations=1, timeout=timeout)
     except LowtideError:
         figures.instructions[runtime] = None
         return
@@ -156,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", help="model names (file stems) to measure again")
     parser.add_argument("--column", choices=INSTRUCTION_RUNTIMES[1:],
                         help="measure only this runtime again, for the models already in the results file")
+    parser.add_argument("--timeout", type=float, default=300.0,
+                        help="seconds to wait for the board's answer (TFLM's reference kernels take minutes on the "
+                             "largest models under emulation)")
     parser.add_argument("--results", type=Path, help="results file (default .pio/bench/tflm-BOARD.json)")
     parser.add_argument("--doc", type=Path, default=DOC)
     argv = sys.argv[1:] if argv is None else argv
@@ -179,10 +182,10 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 if args.column:
                     started = time.monotonic()
-                    _measure_runtime(results[path.stem], path, args.board, args.column)
+                    _measure_runtime(results[path.stem], path, args.board, args.column, args.timeout)
                     results[path.stem].seconds += time.monotonic() - started
                 else:
-                    results[path.stem] = _measure_model(path, args.board, Path(tmp))
+                    results[path.stem] = _measure_model(path, args.board, Path(tmp), args.timeout)
             except LowtideError as exc:
                 results[path.stem] = ModelFigures(path.stem, error=str(exc).split(": ", 1)[-1])
             results_path.parent.mkdir(parents=True, exist_ok=True)
