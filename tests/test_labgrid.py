@@ -163,6 +163,14 @@ def test_labgrid_runs_wanting_the_same_place_queue_and_both_pass(lab):
     assert lab.holder() is None
 
 
+def test_labgrid_place_is_released_when_a_run_is_terminated(lab):
+    terminated = lab.measure("--warmup", "20000", "--timeout", "30")
+    lab.wait_for_holder(terminated)
+    terminated.send_signal(signal.SIGTERM)
+    assert terminated.wait(timeout=60) == 128 + signal.SIGTERM
+    assert lab.holder() is None
+
+
 def test_labgrid_place_of_a_killed_run_is_released_by_the_next_run(lab):
     killed = lab.measure("--warmup", "20000", "--timeout", "30")
     holder = lab.wait_for_holder(killed)
