@@ -127,3 +127,25 @@ def test_in_place_quantize_frees_the_float_input_on_the_host_tflm(tmp_path):
     words = load_model(tmp_path / "out.tflite").offline_plan.offsets
     quantize = graph.main.operators[0]
     assert words[quantize.outputs[0]] == words[quantize.inputs[0]]
+
+
+def _mirror_pad(b: ModelBuilder) -> None:
+    b.output(b.pad(b.input((1, 8, 8, 4)), (1, 1), (1, 1), mode="REFLECT"))
+
+
+def _global_mean(b: ModelBuilder) -> None:
+    b.output(b.mean(b.input((1, 8, 8, 4))))
+
+
+def _row_mean(b: ModelBuilder) -> None:
+    b.output(b.mean(b.input((1, 4, 4, 8)), axes=(1,)))
+
+
+@pytest.mark.parametrize("make", [_mirror_pad, _global_mean, _row_mean], ids=lambda f: f.__name__.strip("_"))
+def test_kernel_scratch_buffers_are_in_the_predicted_head(make):
+    """MIRROR_PAD (dimension strides) and int8 MEAN (an int32 accumulator per output, iterator and axis indices)
+    ask TFLM for scratch buffers at the peak; without them the predicted head is 32 to 160 bytes short."""
+    b = ModelBuilder(seed=1)
+    make(b)
+    data = b.build()
+    assert tflm_plan(read_model(data)).head_bytes == oracle.allocate(data).head_bytes
