@@ -244,6 +244,9 @@ def test_compare_applies_each_tolerance_to_its_figure():
     assert check(Tolerances(latency_percent=20), latency_median_us=121).regressed
     assert not check(Tolerances(latency_percent=None), latency_median_us=500).regressed
     assert check(Tolerances(cycles_percent=0), latency_median_cycles=10_001).regressed
+    emulated = compare(key, base, entry({**base.figures, "latency_median_cycles": 10_001}), Tolerances(),
+                       counter_unit="instructions")  # an emulator counts instructions, not cycles
+    assert "10,000 instructions -> 10,001 instructions" in emulated.message()
     assert check(Tolerances(), outputs_match=False).outputs_regressed
     assert not check(Tolerances(outputs=False), outputs_match=False).regressed
     shrunk = check(Tolerances(latency_percent=20), arena_used_bytes=990, latency_median_us=90)

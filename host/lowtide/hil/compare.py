@@ -50,7 +50,7 @@ FIGURE_KINDS = {
     "latency_median_us": "latency",
     "latency_median_cycles": "cycles",
 }
-UNITS = {"arena": "B", "latency": "us", "cycles": "cycles"}
+UNITS = {"arena": "B", "latency": "us"}  # the counter's unit is the board's (lowtide.device.measure.Latency.unit)
 
 
 @dataclass(frozen=True)
@@ -150,14 +150,17 @@ class Comparison:
         return "\n".join(lines)
 
 
-def compare(key: BaselineKey, baseline: Baseline, measured: Baseline, tolerances: Tolerances) -> Comparison:
+def compare(key: BaselineKey, baseline: Baseline, measured: Baseline, tolerances: Tolerances,
+            counter_unit: str = "cycles") -> Comparison:
+    """`counter_unit`: what the board's counter counts ("cycles", or an emulator's "instructions")."""
+    units = {**UNITS, "cycles": counter_unit}
     changes = []
     for figure, kind in FIGURE_KINDS.items():
         before, after = baseline.figures.get(figure), measured.figures.get(figure)
         if before is None and after is None:
             continue  # a figure this board does not have (no cycle counter, cannot paint its arena)
         limit, allowed = tolerances.limit(figure, before) if before is not None else (None, "no baseline figure")
-        changes.append(FigureChange(figure, UNITS[kind], _int(before), _int(after), limit, allowed))
+        changes.append(FigureChange(figure, units[kind], _int(before), _int(after), limit, allowed))
     return Comparison(key, baseline, measured, tuple(changes), tolerances.outputs)
 
 

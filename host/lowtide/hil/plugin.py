@@ -393,7 +393,8 @@ def assert_no_regression(request: pytest.FixtureRequest, lowtide_tolerances: Tol
         record = request.node.user_properties.append
         if baseline is None:
             return _no_baseline(hil, key, measured, record, measurement.label)
-        comparison = compare(key, baseline, measured, tolerances)
+        counter_unit = result.latency_cycles.unit if result.latency_cycles else "cycles"
+        comparison = compare(key, baseline, measured, tolerances, counter_unit)
         for figure, before in baseline.figures.items():
             if before is not None:
                 record((f"lowtide.{measurement.label}.baseline.{figure}", before))
