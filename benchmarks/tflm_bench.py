@@ -31,6 +31,7 @@ from lowtide.export import optimize_model
 from report import DOC, REPO, SHARED_MODELS, geomean, write_section
 
 SECTION = "tflm"
+FIRMWARE_DOC = REPO / "docs" / "firmware.md"
 INSTRUCTION_RUNTIMES = ("tflm", "tflm-cmsis-nn", "compiled")
 
 
@@ -117,7 +118,8 @@ def _row(figures: ModelFigures) -> str:
 
 
 def _section(commands: list[str], board: str, results: dict[str, ModelFigures], total: int,
-             doc: Path = DOC) -> str:
+             docs: tuple[Path, ...] = (DOC, FIRMWARE_DOC)) -> str:
+    """Writes the table into docs/benchmarks.md and docs/firmware.md's TFLM section (the same markers in both)."""
     measured = [f for f in results.values() if not f.error]
     arenas = [a for f in measured for a in (f.stock, f.optimized, f.cmsis_nn) if a]
     exact = sum(a.exact for a in arenas)
@@ -145,7 +147,8 @@ def _section(commands: list[str], board: str, results: dict[str, ModelFigures], 
         f"drop on {drop_exact} of {len(measured)} models; geomean arena after/before {geomean(drops):.3f}; "
         f"{len(results) - len(measured)} models not measured; {len(results)} of {total} models done.",
     ])
-    write_section(doc, SECTION, body)
+    for doc in docs:
+        write_section(doc, SECTION, body)
     return body
 
 
@@ -160,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds to wait for the board's answer (TFLM's reference kernels take minutes on the "
                              "largest models under emulation)")
     parser.add_argument("--results", type=Path, help="results file (default .pio/bench/tflm-BOARD.json)")
-    parser.add_argument("--doc", type=Path, default=DOC)
+    parser.add_argument("--doc", type=Path, nargs="+", default=[DOC, FIRMWARE_DOC])
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     results_path = args.results or REPO / ".pio" / "bench" / f"tflm-{args.board}.json"
@@ -191,9 +194,9 @@ def main(argv: list[str] | None = None) -> int:
             results_path.parent.mkdir(parents=True, exist_ok=True)
             results_path.write_text(json.dumps(
                 {"commands": commands, "models": {name: asdict(f) for name, f in results.items()}}, indent=1))
-            _section(commands, args.board, results, len(all_paths), args.doc)
+            _section(commands, args.board, results, len(all_paths), tuple(args.doc))
             progress.advance(task)
-    body = _section(commands, args.board, results, len(all_paths), args.doc)
+    body = _section(commands, args.board, results, len(all_paths), tuple(args.doc))
     console.print(body)
     failed = [f for f in results.values() if f.error or not f.outputs_match
               or not all(a.exact for a in (f.stock, f.optimized, f.cmsis_nn) if a)]
