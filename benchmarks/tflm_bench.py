@@ -9,7 +9,7 @@ Every figure is measured by `lowtide measure` on the board (one invocation after
 QEMU's -icount shift=0); the prediction is lowtide.tflm's 32-bit arena (TFLM's allocator built for the core).
 A sweep takes hours on two cores, so each model's figures are kept in a results file (by default under .pio/bench/)
 as soon as they are measured: a stopped sweep resumes where it stopped, and `--only` re-measures just those models.
-The section of docs/benchmarks.md is written from every model in the results file.
+The table (in docs/benchmarks.md and docs/firmware.md) is written from every model in the results file.
 """
 
 from __future__ import annotations
