@@ -627,6 +627,155 @@ def test_batch_matmul_bit_exact(tmp_path, dtype):
     _varied(_check(path))
 
 
+def test_16bit_matrix_products_bit_exact(tmp_path):
+    """TRANSPOSE_CONV 16x8 with an int64 bias (SAME, stride 2, odd output: the extra pixel), an int16 bias TFLM
+    widens (VALID, stride 3, fused RELU6) and none, and BATCH_MATMUL on int16 plain, with adj_x and adj_y, and a
+    constant right side broadcast over the batch: 64-bit sums and the int64 rescale."""
+    rng = np.random.default_rng(14)
+    m = TinyModel()
+    x = m.tensor((2, 4, 3, 3), "int16", 1 / 1000, 0)
+    outputs = []
+    for out_shape, pad, stride, activation, bias_type in (((2, 7, 6, 5), 0, 2, 0, "int64"),
+                                                         ((2, 12, 10, 4), 1, 3, 3, "int16"),
+                                                         ((2, 8, 6, 2), 0, 2, 1, None)):
+        filter_shape = (out_shape[3], 3, 4, 3)
+        scales = list(rng.uniform(0.005, 0.02, size=out_shape[3]))
+        w = m.tensor(filter_shape, "int8", scales, 0, rng.integers(-127, 128, size=filter_shape), axis=0)
+        inputs = [m.tensor((4,), "int32", data=list(out_shape)), w, x]
+        if bias_type:
+            bound = (1 << 24) if bias_type == "int64" else (1 << 15) - 1
+            inputs.append(m.tensor((out_shape[3],), bias_type, [s / 1000 for s in scales], 0,
+                                   rng.integers(-bound, bound, size=out_shape[3])))
+        y = m.tensor(out_shape, "int16", 1 / 200, 0)
+        m.op("TRANSPOSE_CONV", inputs, [y], "TransposeConvOptions", padding=pad, strideH=stride, strideW=stride,
+             fusedActivationFunction=activation)
+        outputs.append(y)
+    a = m.tensor((2, 3, 4, 5), "int16", 1 / 2000, 0)
+    b = m.tensor((2, 3, 5, 6), "int16", 1 / 3000, 0)
+    weights = m.tensor((5, 6), "int16", 1 / 1000, 0, rng.integers(-32768, 32768, (5, 6)))
+    for lhs, rhs, adj_x, adj_y, shape, scale in ((a, b, False, False, (2, 3, 4, 6), 1 / 300),
+                                                 (b, a, True, True, (2, 3, 6, 4), 1 / 100),
+                                                 (a, weights, False, False, (2, 3, 4, 6), 1 / 20)):
+        y = m.tensor(shape, "int16", scale, 0)
+        m.op("BATCH_MATMUL", [lhs, rhs], [y], "BatchMatMulOptions", adjX=adj_x, adjY=adj_y)
+        outputs.append(y)
+    path = m.save(tmp_path / "matrix_products_16.tflite", [x, a, b], outputs)
+    _varied(_check(path, seeds=(0,)))
+
+
+# ---- int64 and bool data ---------------------------------------------------------------------------------------
+
+def test_int64_kernels_bit_exact(tmp_path):
+    """Every kernel TFLM's reference runs on int64 data: RESHAPE, SQUEEZE, CONCATENATION, PACK, BROADCAST_TO,
+    REVERSE_V2, ZEROS_LIKE, MAXIMUM and MINIMUM (broadcast) and the six comparisons, on the full int64 range.
+    Neither TFLM's CAST nor lowtide's model interface takes int64, so the data are constants; each int64 result
+    is compared in the model with what NumPy gives (EQUAL, a bool output), and the bools are bit-exact."""
+    rng = np.random.default_rng(64)
+    m = TinyModel()
+    info = np.iinfo(np.int64)
+    values_a = rng.integers(info.min, info.max, size=SHAPE, dtype=np.int64, endpoint=True)
+    values_b = rng.integers(info.min, info.max, size=(3, 1, 5), dtype=np.int64, endpoint=True)
+    values_a[0, 0, 0, :] = values_b[0, 0, :]  # ties where b is broadcast against a
+    a, b = m.tensor(SHAPE, "int64", data=values_a), m.tensor((3, 1, 5), "int64", data=values_b)
+    flags = m.tensor(SHAPE, "bool")  # the model's input: lowtide compiles models with inputs
+    outputs, checks = [], []
+
+    def op(opcode, inputs, expected, options_type=None, **options):
+        y = m.tensor(expected.shape, "int64")
+        m.op(opcode, inputs, [y], options_type, **options)
+        same = m.tensor(expected.shape, "bool")
+        m.op("EQUAL", [y, m.tensor(expected.shape, "int64", data=expected)], [same])
+        checks.append(same)
+        return y
+
+    def ints(*values):
+        return m.tensor((len(values),), "int32", data=list(values))
+
+    low_values = np.minimum(values_a, values_b)
+    low = op("MINIMUM", [a, b], low_values)
+    op("MAXIMUM", [a, b], np.maximum(values_a, values_b))
+    for opcode in ("EQUAL", "NOT_EQUAL", "LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL"):
+        y = m.tensor(SHAPE, "bool")
+        m.op(opcode, [a, b], [y])
+        outputs.append(y)
+    column = op("RESHAPE", [b, ints(3, 5, 1)], values_b.reshape(3, 5, 1))
+    op("SQUEEZE", [column], values_b.reshape(3, 5), "SqueezeOptions", squeezeDims=[2])
+    op("CONCATENATION", [a, low], np.concatenate([values_a, low_values], axis=2), "ConcatenationOptions", axis=2)
+    op("PACK", [a, low], np.stack([values_a, low_values], axis=2), "PackOptions", valuesCount=2, axis=2)
+    op("BROADCAST_TO", [b, ints(*SHAPE)], np.broadcast_to(values_b, SHAPE))
+    op("REVERSE_V2", [a, ints(1, 2)], values_a[:, ::-1, ::-1, :])
+    op("ZEROS_LIKE", [a], np.zeros(SHAPE, np.int64))
+    passed = m.tensor(SHAPE, "bool")
+    m.op("LOGICAL_NOT", [flags], [passed])
+    path = m.save(tmp_path / "int64.tflite", [flags], [passed, *outputs, *checks])
+    _, *results = _check(path, seeds=(0,))
+    _varied(results[:len(outputs)], at_least=2)
+    assert all(np.all(same) for same in results[len(outputs):])
+
+def test_bool_byte_copies_and_reverse_v2_bit_exact(tmp_path):
+    """The byte copies TFLM's reference runs on bool data: SLICE, STRIDED_SLICE (negative stride, shrink),
+    CONCATENATION, RESHAPE, SQUEEZE, BROADCAST_TO and REVERSE_V2; and REVERSE_V2 on every other type it
+    reverses, along one axis, the first, and two adjacent axes given out of order (TFLM sorts them)."""
+    m = TinyModel()
+    x, small = m.tensor(SHAPE, "bool"), m.tensor((3, 1, 5), "bool")
+    inputs, outputs = [x, small], []
+
+    def op(opcode, inputs, shape, options_type=None, **options):
+        y = m.tensor(shape, "bool")
+        m.op(opcode, inputs, [y], options_type, **options)
+        outputs.append(y)
+        return y
+
+    def ints(*values):
+        return m.tensor((len(values),), "int32", data=list(values))
+
+    op("SLICE", [x, ints(1, 0, 1, 2), ints(1, -1, 2, 3)], (1, 3, 2, 3))
+    op("STRIDED_SLICE", [x, ints(0, 2, 3, 0), ints(2, 0, 0, 5), ints(1, -1, -2, 2)], (2, 2, 2, 3),
+       "StridedSliceOptions", beginMask=1, endMask=1)
+    op("STRIDED_SLICE", [x, ints(1, 0, 0, 4), ints(2, 3, 4, 5), ints(1, 1, 1, 1)], (3, 4), "StridedSliceOptions",
+       shrinkAxisMask=0b1001)
+    op("CONCATENATION", [x, x], (2, 6, 4, 5), "ConcatenationOptions", axis=1)
+    flat = op("RESHAPE", [small, ints(1, 15)], (1, 15))
+    op("SQUEEZE", [flat], (15,), "SqueezeOptions", squeezeDims=[0])
+    op("BROADCAST_TO", [small, ints(*SHAPE)], SHAPE)
+    op("REVERSE_V2", [x, ints(-1)], SHAPE)
+    bools = len(outputs)
+    quant = {"int8": (0.05, -3), "uint8": (0.05, 128), "int16": (0.05, 0), "int32": (), "float32": ()}
+    for dtype, params in quant.items():
+        data = m.tensor(SHAPE, dtype, *params)
+        inputs.append(data)
+        for axes in ([3], [0], [2, 1]):
+            y = m.tensor(SHAPE, dtype, *params)
+            m.op("REVERSE_V2", [data, ints(*axes)], [y])
+            outputs.append(y)
+    path = m.save(tmp_path / "bool_reverse.tflite", inputs, outputs)
+    results = _check(path, seeds=(0,))
+    _varied(results[:bools], at_least=2)
+    _varied(results[bools:])
+
+
+def test_floor_div_and_floor_mod_bit_exact(tmp_path):
+    """FLOOR_DIV and FLOOR_MOD on float32 with broadcasting, divisors of both signs (none zero: TFLM fails on
+    those) and dividends that are exact multiples."""
+    m = TinyModel()
+    x = m.tensor(SHAPE, "float32")
+    gain = m.tensor((1,), "float32", data=[20.0])
+    wide = m.tensor(SHAPE, "float32")
+    m.op("MUL", [x, gain], [wide], "MulOptions", fusedActivationFunction=0)
+    divisor = m.tensor((4, 5), "float32", data=np.array([-3.0, -1.5, -0.25, 0.5, 0.7, 1.0, 2.0, 2.5, 3.0, 7.0] * 2)
+                       .reshape(4, 5))
+    outputs = []
+    for opcode, (first, second) in (("FLOOR_DIV", (wide, divisor)), ("FLOOR_MOD", (wide, divisor)),
+                                    ("FLOOR_MOD", (divisor, divisor))):
+        y = m.tensor(SHAPE if first is wide else (4, 5), "float32")
+        m.op(opcode, [first, second], [y])
+        outputs.append(y)
+    path = m.save(tmp_path / "floor_div_mod.tflite", [x], outputs)
+    *varied, zeros = _check(path, seeds=(0,))
+    _varied(varied)
+    assert not np.any(zeros)
+
+
 # ---- random models per family ----------------------------------------------------------------------------------
 
 # opcode -> (arity, options type, options drawn from the generator); element-wise, any broadcastable shapes
@@ -689,16 +838,16 @@ def test_random_models_per_family_bit_exact(tmp_path, family, dtype):
 
 def test_operators_tflm_lacks_are_refused_with_the_reason(tmp_path):
     m = TinyModel()
-    x = m.tensor((1, 4), "float32")
-    y = m.tensor((1, 4), "float32")
-    z = m.tensor((1, 4), "float32")
+    x = m.tensor((1, 2, 2, 1), "float32")
+    y = m.tensor((1, 2, 2, 1), "float32")
+    z = m.tensor((1, 2, 2, 1), "float32")
     m.op("RELU_N1_TO_1", [x], [y])
-    m.op("FLOOR_MOD", [y, y], [z])
+    m.op("L2_POOL_2D", [y], [z], "Pool2DOptions", padding=0, strideH=1, strideW=1, filterHeight=1, filterWidth=1)
     path = m.save(tmp_path / "clip.tflite", [x], [z])
     blockers = check_model(path)
     assert [str(b) for b in blockers] == [
         f"operator 0 (RELU_N1_TO_1 float32 -> float32): {NOT_IN_TFLM['RELU_N1_TO_1']}",
-        "operator 1 (FLOOR_MOD float32, float32 -> float32): no kernel in the lowtide runtime"]
+        "operator 1 (L2_POOL_2D float32 -> float32): no kernel in the lowtide runtime"]
     assert "RELU_N1_TO_1" not in KERNELS
 
 

@@ -1,13 +1,15 @@
 /* ADD, MUL (reference/integer_ops/add.h, mul.h and float add/mul with broadcasting), SUB, MAXIMUM, MINIMUM,
- * SQUARED_DIFFERENCE, DIV, ADD_N (reference/sub.h, maximum_minimum.h, micro/kernels/squared_difference.cc, div.h,
- * add_n.h), the float unary functions, ABS and RSQRT (micro/kernels/elementwise.cc), CAST, comparisons and logical
- * operators (reference/comparisons.h, binary_function.h), QUANTIZE and DEQUANTIZE (reference/quantize.h,
- * dequantize.h, requantize.h). */
+ * SQUARED_DIFFERENCE, DIV, ADD_N, FLOOR_DIV, FLOOR_MOD (reference/sub.h, maximum_minimum.h,
+ * micro/kernels/squared_difference.cc, div.h, add_n.h, floor_div.h, floor_mod.h), the float unary functions, ABS
+ * and RSQRT (micro/kernels/elementwise.cc), CAST, comparisons and logical operators
+ * (reference/comparisons.h, binary_function.h), QUANTIZE and DEQUANTIZE (reference/quantize.h, dequantize.h,
+ * requantize.h). */
 #include <math.h>
 
 #include "lt_broadcast.h"
 #include "lt_fixedpoint.h"
 #include "lt_runtime.h"
+#include "lt_runtime2.h"
 
 /* reference_ops::AddElementwise and Sub for int8 and int16 (left_shift 20 and 15): both inputs rescaled to twice
  * the larger input scale, combined with `op`, requantized. */
@@ -177,6 +179,26 @@ void lt_minimum_s32(const lt_binary_params *p, const int32_t *input1, const int3
 
 void lt_minimum_f32(const lt_binary_params *p, const float *input1, const float *input2, float *output) {
     LT_MINIMUM(float);
+}
+
+void lt_maximum_s64(const lt_binary_params *p, const int64_t *input1, const int64_t *input2, int64_t *output) {
+    LT_MAXIMUM(int64_t);
+}
+
+void lt_minimum_s64(const lt_binary_params *p, const int64_t *input1, const int64_t *input2, int64_t *output) {
+    LT_MINIMUM(int64_t);
+}
+
+/* reference_ops::FloorDiv (floor of the double quotient) and FloorMod (fmodf, moved to the divisor's sign). */
+void lt_floor_div_f32(const lt_binary_params *p, const float *input1, const float *input2, float *output) {
+    LT_BINARY_LOOP(output[o] = (float)floor((double)input1[i1] / (double)input2[i2]));
+}
+
+void lt_floor_mod_f32(const lt_binary_params *p, const float *input1, const float *input2, float *output) {
+    LT_BINARY_LOOP({
+        const float divisor = input2[i2], trunc_mod = fmodf(input1[i1], divisor);
+        output[o] = trunc_mod != 0.0f && ((divisor < 0.0f) != (trunc_mod < 0.0f)) ? trunc_mod + divisor : trunc_mod;
+    });
 }
 
 /* squared_difference.cc's SquaredDifference<T>(x, y, params) for int8 and int16. */
@@ -411,6 +433,11 @@ void lt_compare_s8(lt_comparison op, const lt_binary_params *p, const int8_t *in
 }
 
 void lt_compare_s32(lt_comparison op, const lt_binary_params *p, const int32_t *input1, const int32_t *input2,
+                    uint8_t *output) {
+    LT_BINARY_LOOP(output[o] = (uint8_t)LT_COMPARE(op, input1[i1], input2[i2]));
+}
+
+void lt_compare_s64(lt_comparison op, const lt_binary_params *p, const int64_t *input1, const int64_t *input2,
                     uint8_t *output) {
     LT_BINARY_LOOP(output[o] = (uint8_t)LT_COMPARE(op, input1[i1], input2[i2]));
 }

@@ -31,6 +31,14 @@ static inline int32_t lt_multiply_by_quantized_multiplier(int32_t x, int32_t mul
     return lt_rounding_divide_by_pot(lt_srdhm(lt_shl(x, left), multiplier), right);
 }
 
+/* MultiplyByQuantizedMultiplier(int64_t x, ...) of TFLM's common.cc, for the 16-bit kernels' 64-bit sums: the
+ * multiplier reduced to 16 bits, one rounding. */
+static inline int32_t lt_multiply_by_quantized_multiplier_wide(int64_t x, int32_t multiplier, int shift) {
+    const int32_t reduced = multiplier < 0x7FFF0000 ? (multiplier + (1 << 15)) >> 16 : 0x7FFF;
+    const int total_shift = 15 - shift;
+    return (int32_t)((x * reduced + ((int64_t)1 << (total_shift - 1))) >> total_shift);
+}
+
 /* gemmlowp SaturatingRoundingMultiplyByPOT<exponent> for exponent > 0 */
 static inline int32_t lt_saturating_shl(int32_t x, int exponent) {
     int32_t threshold = (int32_t)((1u << (31 - exponent)) - 1u);

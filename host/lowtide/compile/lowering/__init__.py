@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lowtide.compile.lowering import activation, conv, elementwise, lstm, movement, pool, svdf, variables
+from lowtide.compile.lowering import activation, conv, elementwise, lstm, matmul, movement, pool, svdf, variables
 from lowtide.compile.lowering.emitter import (
     C_TYPES,
     NUMPY_TYPES,
@@ -27,9 +27,11 @@ from lowtide.compile.lowering.emitter import (
 )
 from lowtide.model.ir import Operator
 
-# runtime source file -> the kernels it holds ("generated code": no runtime kernel, statements in model.c)
+# runtime source file -> the kernels it holds ("generated code": no runtime kernel, statements in model.c).
+# matmul's kernels extend conv's TRANSPOSE_CONV and BATCH_MATMUL with their int16 forms (lt_matmul.c).
 FAMILIES: dict[str, tuple[Kernel, ...]] = {
-    "lt_conv.c": conv.KERNELS,
+    "lt_conv.c": tuple(k for k in conv.KERNELS if k.opcode not in {m.opcode for m in matmul.KERNELS}),
+    "lt_conv.c, lt_matmul.c": matmul.KERNELS,
     "lt_pool.c": pool.KERNELS,
     "lt_elementwise.c": elementwise.KERNELS,
     "lt_activation.c": activation.KERNELS,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from lowtide.compile import quantization as q
+from lowtide.compile.lowering.matmul import include_runtime2
 from lowtide.compile.lowering.emitter import (
     C_TYPES,
     MAX_DIMS,
@@ -23,7 +24,7 @@ from lowtide.compile.lowering.emitter import (
 )
 from lowtide.model.ir import Operator
 
-SUFFIXES = {"int8": "s8", "int16": "s16", "int32": "s32", "float32": "f32"}
+SUFFIXES = {"int8": "s8", "int16": "s16", "int32": "s32", "int64": "s64", "float32": "f32"}
 LT_TYPES = {"int8": "LT_INT8", "uint8": "LT_UINT8", "int16": "LT_INT16", "int32": "LT_INT32", "float32": "LT_FLOAT32",
             "bool": "LT_BOOL"}
 CAST_TYPES = ("int8", "int16", "int32", "float32")
@@ -136,16 +137,33 @@ def lower_sub(e, op, name):
     return _binary_call(e, op, name, f"lt_sub_{SUFFIXES[dtype]}", params)
 
 
+def _include_for_int64(e: ModelEmitter, dtype: str) -> None:
+    if dtype == "int64":
+        include_runtime2(e)
+
+
 def lower_maximum(e, op, name):
     """TFLM compares the raw values: the inputs' and output's quantization must agree for it to mean a maximum,
     but it is not checked, as TFLM does not check it."""
     dtype = _same_type_binary(e, op)
+    _include_for_int64(e, dtype)
     return _binary_call(e, op, name, f"lt_maximum_{SUFFIXES[dtype]}", broadcast_steps(e, op))
 
 
 def lower_minimum(e, op, name):
     dtype = _same_type_binary(e, op)
+    _include_for_int64(e, dtype)
     return _binary_call(e, op, name, f"lt_minimum_{SUFFIXES[dtype]}", broadcast_steps(e, op))
+
+
+def _float_binary(function: str):
+    def lower(e, op, name):
+        _same_type_binary(e, op)
+        include_runtime2(e)
+        return _binary_call(e, op, name, function, broadcast_steps(e, op))
+
+    lower.__doc__ = f"A float32 binary kernel with broadcasting: {function}."
+    return lower
 
 
 def lower_squared_difference(e, op, name):
@@ -239,7 +257,7 @@ def lower_rsqrt(e, op, name):
 
 COMPARISONS = {"EQUAL": "LT_EQUAL", "NOT_EQUAL": "LT_NOT_EQUAL", "LESS": "LT_LESS", "LESS_EQUAL": "LT_LESS_EQUAL",
                "GREATER": "LT_GREATER", "GREATER_EQUAL": "LT_GREATER_EQUAL"}
-COMPARISON_SUFFIXES = {"int8": "s8", "int32": "s32", "float32": "f32", "bool": "bool"}
+COMPARISON_SUFFIXES = {"int8": "s8", "int32": "s32", "int64": "s64", "float32": "f32", "bool": "bool"}
 
 
 def lower_comparison(e, op, name):
@@ -250,6 +268,7 @@ def lower_comparison(e, op, name):
         q1, q2 = e.quantization(op.inputs[0]), e.quantization(op.inputs[1])
         params.update(input1_offset=-q1.zero_point, input2_offset=-q2.zero_point,
                       **q.comparison_params_int8(q1.scale, q2.scale))
+    _include_for_int64(e, ins[0])
     p = e.struct(f"{name}_params", "lt_binary_params", params)
     return (f"lt_compare_{COMPARISON_SUFFIXES[ins[0]]}({COMPARISONS[op.opcode]}, {p}, {e.pointer(op.inputs[0])}, "
             f"{e.pointer(op.inputs[1])}, {e.pointer(op.outputs[0], True)});")
@@ -293,8 +312,13 @@ KERNELS = (
     Kernel("QUANTIZE", lower_quantize, ("float32->int8", "float32->int16") + REQUANTIZE_TYPES),
     Kernel("DEQUANTIZE", lower_dequantize, ("int8->float32", "uint8->float32", "int16->float32")),
     Kernel("SUB", lower_sub, ("int8", "int16", "int32", "float32"), "broadcasting up to 6-D"),
-    Kernel("MAXIMUM", lower_maximum, ("int8", "int16", "int32", "float32"), "raw values compared, as TFLM does"),
-    Kernel("MINIMUM", lower_minimum, ("int8", "int16", "int32", "float32"), "raw values compared, as TFLM does"),
+    Kernel("MAXIMUM", lower_maximum, ("int8", "int16", "int32", "int64", "float32"),
+           "raw values compared, as TFLM does"),
+    Kernel("MINIMUM", lower_minimum, ("int8", "int16", "int32", "int64", "float32"),
+           "raw values compared, as TFLM does"),
+    Kernel("FLOOR_DIV", _float_binary("lt_floor_div_f32"), ("float32",),
+           "broadcasting; a zero divisor gives ±inf or NaN (TFLM's kernel fails the invocation)"),
+    Kernel("FLOOR_MOD", _float_binary("lt_floor_mod_f32"), ("float32",), "broadcasting"),
     Kernel("SQUARED_DIFFERENCE", lower_squared_difference, ("int8", "int16", "int32", "float32")),
     Kernel("DIV", lower_div, ("int8", "int32", "float32"),
            "int8: input1 scale / (input2 scale × output scale) in [64, 2^22), outside which TFLM's reference "
@@ -313,12 +337,12 @@ KERNELS = (
     Kernel("FLOOR", _float_function("LT_FLOOR"), ("float32",)),
     Kernel("CEIL", _float_function("LT_CEIL"), ("float32",)),
     Kernel("ROUND", _float_function("LT_ROUND"), ("float32",), "halfway cases to even"),
-    Kernel("EQUAL", lower_comparison, ("int8->bool", "int32->bool", "float32->bool", "bool")),
-    Kernel("NOT_EQUAL", lower_comparison, ("int8->bool", "int32->bool", "float32->bool", "bool")),
-    Kernel("LESS", lower_comparison, ("int8->bool", "int32->bool", "float32->bool")),
-    Kernel("LESS_EQUAL", lower_comparison, ("int8->bool", "int32->bool", "float32->bool")),
-    Kernel("GREATER", lower_comparison, ("int8->bool", "int32->bool", "float32->bool")),
-    Kernel("GREATER_EQUAL", lower_comparison, ("int8->bool", "int32->bool", "float32->bool")),
+    Kernel("EQUAL", lower_comparison, ("int8->bool", "int32->bool", "int64->bool", "float32->bool", "bool")),
+    Kernel("NOT_EQUAL", lower_comparison, ("int8->bool", "int32->bool", "int64->bool", "float32->bool", "bool")),
+    Kernel("LESS", lower_comparison, ("int8->bool", "int32->bool", "int64->bool", "float32->bool")),
+    Kernel("LESS_EQUAL", lower_comparison, ("int8->bool", "int32->bool", "int64->bool", "float32->bool")),
+    Kernel("GREATER", lower_comparison, ("int8->bool", "int32->bool", "int64->bool", "float32->bool")),
+    Kernel("GREATER_EQUAL", lower_comparison, ("int8->bool", "int32->bool", "int64->bool", "float32->bool")),
     Kernel("LOGICAL_AND", _logical(True), ("bool",)),
     Kernel("LOGICAL_OR", _logical(False), ("bool",)),
     Kernel("LOGICAL_NOT", lower_logical_not, ("bool",)),

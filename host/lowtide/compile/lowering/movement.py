@@ -455,6 +455,23 @@ def lower_zeros_like(e, op, name):
     return f"lt_fill({e.pointer(op.outputs[0], True)}, {math.prod(t_out.shape)}u, {zero}, {size});"
 
 
+def lower_reverse_v2(e, op, name):
+    """REVERSE_V2: a box copy whose source starts at the far end of each reversed axis and steps back. TFLM
+    reverses only axes that follow one another (after sorting), and so does this."""
+    same_types(e, op)
+    shape = e.tensor(op.inputs[0]).shape
+    given = _constant_ints(e, op.inputs[1])
+    axes = sorted(a % len(shape) for a in given if -len(shape) <= a < len(shape))
+    require(bool(axes) and len(axes) == len(given) and axes == list(range(axes[0], axes[-1] + 1)),
+            f"axes {given} are not contiguous axes of rank {len(shape)}")
+    require(e.tensor(op.outputs[0]).shape == shape, "output shape differs from the input's")
+    st = strides(shape)
+    start = sum((shape[a] - 1) * st[a] for a in axes if shape[a])
+    steps = tuple(-s if a in axes else s for a, s in enumerate(st))
+    return _copy_strided(e, f"{name}_params", shape, View(op.inputs[0], start, steps),
+                         View(op.outputs[0], 0, tuple(st)))
+
+
 def _mirror_index(position: int, before: int, size: int, offset: int) -> int:
     """mirror_pad.cc's GetInputDimension: offset 1 reflects (the edge once), 0 is symmetric (the edge twice)."""
     if position < before:
@@ -536,26 +553,31 @@ def lower_select_v2(e, op, name):
 
 ANY_TYPE = ("int8", "uint8", "int16", "int32", "float32")
 ANY_OUTPUT = tuple(f"*->{t}" for t in ANY_TYPE)  # the first input is not the data
+# the byte copies TFLM's reference kernels also run on int64 and bool data (their type switches)
+WITH_INT64 = (*ANY_TYPE, "int64")
+WITH_BOOL = (*ANY_TYPE, "bool")
+EVERY_TYPE = (*ANY_TYPE, "int64", "bool")
 KERNELS = (
-    Kernel("RESHAPE", lower_reshape, ANY_TYPE),
+    Kernel("RESHAPE", lower_reshape, EVERY_TYPE),
     Kernel("TRANSPOSE", lower_transpose, ANY_TYPE),
     Kernel("PAD", lower_pad, ANY_TYPE),
-    Kernel("CONCATENATION", lower_concatenation, ANY_TYPE),
-    Kernel("STRIDED_SLICE", lower_strided_slice, ANY_TYPE),
+    Kernel("CONCATENATION", lower_concatenation, EVERY_TYPE),
+    Kernel("STRIDED_SLICE", lower_strided_slice, WITH_BOOL),
     Kernel("SPLIT", lower_split, ANY_OUTPUT),
     Kernel("SPLIT_V", lower_split_v, ANY_TYPE),
-    Kernel("PACK", lower_pack, ANY_TYPE),
+    Kernel("PACK", lower_pack, WITH_INT64),
     Kernel("SHAPE", lower_shape, ("*->int32",)),
     Kernel("RESIZE_NEAREST_NEIGHBOR", lower_resize_nearest_neighbor, ANY_TYPE),
-    Kernel("SQUEEZE", lower_reshape, ANY_TYPE),
+    Kernel("SQUEEZE", lower_reshape, EVERY_TYPE),
     Kernel("EXPAND_DIMS", lower_reshape, ANY_TYPE),
-    Kernel("SLICE", lower_slice, ANY_TYPE),
+    Kernel("SLICE", lower_slice, WITH_BOOL),
     Kernel("UNPACK", lower_unpack, ANY_TYPE),
     Kernel("PADV2", lower_pad, ANY_TYPE, "the constant value input"),
     Kernel("MIRROR_PAD", lower_mirror_pad, ANY_TYPE, "REFLECT and SYMMETRIC"),
-    Kernel("BROADCAST_TO", lower_broadcast_to, ANY_TYPE),
+    Kernel("BROADCAST_TO", lower_broadcast_to, EVERY_TYPE),
     Kernel("FILL", lower_fill, ANY_OUTPUT, "the value may be computed"),
-    Kernel("ZEROS_LIKE", lower_zeros_like, ANY_TYPE),
+    Kernel("ZEROS_LIKE", lower_zeros_like, WITH_INT64),
+    Kernel("REVERSE_V2", lower_reverse_v2, EVERY_TYPE, "contiguous axes, as TFLM requires"),
     Kernel("GATHER", lower_gather, ANY_TYPE, "int32 indices; batch_dims"),
     Kernel("GATHER_ND", lower_gather_nd, ANY_TYPE, "int32 indices"),
     Kernel("SELECT_V2", lower_select_v2, ANY_OUTPUT, "broadcasting up to 6-D"),
