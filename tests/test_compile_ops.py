@@ -776,6 +776,50 @@ def test_floor_div_and_floor_mod_bit_exact(tmp_path):
     assert not np.any(zeros)
 
 
+def test_run_time_indices_and_shapes_bit_exact(tmp_path):
+    """DYNAMIC_UPDATE_SLICE on every type TFLM updates, at start indices that are a model input (the full int32
+    range: clamped at both ends) and int64 constants, and an update as large as the operand; BROADCAST_ARGS of
+    a computed shape (SHAPE) and of int64 constants; EMBEDDING_LOOKUP of float32 and int8 rows and int8 rows
+    dequantized to float32."""
+    m = TinyModel()
+    starts = m.tensor((4,), "int32")
+    inputs, outputs, checks = [starts], [], []
+    quant = {"float32": (), "int8": (0.05, -3), "int16": (0.05, 0), "int32": ()}
+    for dtype, params in quant.items():
+        operand, update = m.tensor(SHAPE, dtype, *params), m.tensor((1, 2, 3, 2), dtype, *params)
+        inputs += [operand, update]
+        for indices in (starts, m.tensor((4,), "int64", data=[1, -7, 1, 2])):
+            y = m.tensor(SHAPE, dtype, *params)
+            m.op("DYNAMIC_UPDATE_SLICE", [operand, update, indices], [y])
+            outputs.append(y)
+    y = m.tensor(SHAPE, "float32")
+    m.op("DYNAMIC_UPDATE_SLICE", [inputs[1], inputs[1], m.tensor((4,), "int32", data=[1, 1, 1, 1])], [y])
+    outputs.append(y)
+    shape = m.tensor((4,), "int32")
+    m.op("SHAPE", [inputs[1]], [shape], "ShapeOptions", outType=2)
+    broadcast = m.tensor((4,), "int32")
+    m.op("BROADCAST_ARGS", [shape, m.tensor((2,), "int32", data=[4, 1])], [broadcast])
+    outputs.append(broadcast)
+    wide = m.tensor((3,), "int64")
+    m.op("BROADCAST_ARGS", [m.tensor((3,), "int64", data=[1, 1 << 30, 1]), m.tensor((2,), "int64", data=[1, 7])],
+         [wide])
+    same = m.tensor((3,), "bool")
+    m.op("EQUAL", [wide, m.tensor((3,), "int64", data=[1, 1 << 30, 7])], [same])
+    checks.append(same)
+    rows = m.tensor((5,), "int32", data=[3, 0, 3, 1, 2])
+    for dtype, out_type, params in (("float32", "float32", ()), ("int8", "int8", (0.05, -3)),
+                                    ("int8", "float32", (0.05, 0))):
+        value = m.tensor((4, 3, 5), dtype, *params)
+        inputs.append(value)
+        y = m.tensor((5, 3, 5), out_type, *(params if out_type == dtype else ()))
+        m.op("EMBEDDING_LOOKUP", [rows, value], [y])
+        outputs.append(y)
+    path = m.save(tmp_path / "run_time_indices.tflite", inputs, outputs + checks)
+    results = _check(path, seeds=(0,))
+    _varied(results[:len(outputs)])
+    assert all(np.all(c) for c in results[len(outputs):])
+
+
 # ---- random models per family ----------------------------------------------------------------------------------
 
 # opcode -> (arity, options type, options drawn from the generator); element-wise, any broadcastable shapes

@@ -1,13 +1,14 @@
 /* Data movement shared by every element type: RESHAPE is one memmove; TRANSPOSE, STRIDED_SLICE, CONCATENATION,
  * SPLIT, SPLIT_V, PAD, SPACE_TO_DEPTH, DEPTH_TO_SPACE, SPACE_TO_BATCH_ND and BATCH_TO_SPACE_ND are box copies
  * between strided views; RESIZE_NEAREST_NEIGHBOR and MIRROR_PAD read through index maps computed ahead of time;
- * GATHER, GATHER_ND and SELECT_V2 pick elements by run-time indices or conditions (reference/gather*.h,
- * select.h). And
- * RESIZE_BILINEAR (reference/resize_bilinear.h), int8 in integer arithmetic, float in float. */
+ * GATHER, GATHER_ND, SELECT_V2, EMBEDDING_LOOKUP and DYNAMIC_UPDATE_SLICE pick elements by run-time indices or
+ * conditions (reference/gather*.h, select.h, micro/kernels/embedding_lookup.cc, dynamic_update_slice.cc);
+ * BROADCAST_ARGS (reference/broadcast_args.h) combines run-time shapes. And RESIZE_BILINEAR (reference/resize_bilinear.h), int8 in integer arithmetic, float in float. */
 #include <math.h>
 #include <string.h>
 
 #include "lt_runtime.h"
+#include "lt_runtime2.h"
 
 void lt_copy(const void *input, void *output, uint32_t bytes) {
     if (input != output) memmove(output, input, bytes);
@@ -197,5 +198,61 @@ void lt_copy_mapped(const lt_mapped_copy_params *p, const int32_t *offsets, cons
             if (++idx[d] < p->dims[d]) break;
             idx[d] = 0;
         }
+    }
+}
+
+void lt_dynamic_update_slice(const lt_update_slice_params *p, const void *operand, const void *update,
+                             const void *indices, void *output) {
+    int32_t total = 1, update_total = 1;
+    for (int32_t d = 0; d < p->ndim; ++d) {
+        total *= p->dims[d];
+        update_total *= p->update_dims[d];
+    }
+    if (total == update_total) { /* the update is the whole output, as in TFLM (whatever the indices) */
+        lt_copy(update, output, (uint32_t)total * (uint32_t)p->elem_size);
+        return;
+    }
+    lt_copy(operand, output, (uint32_t)total * (uint32_t)p->elem_size);
+    if (update_total == 0) return;
+    lt_copy_params box = {.ndim = p->ndim, .elem_size = p->elem_size};
+    int32_t start = 0, out_step = 1, update_step = 1;
+    for (int32_t d = p->ndim - 1; d >= 0; --d) {
+        const int64_t index = p->indices_64 ? ((const int64_t *)indices)[d] : ((const int32_t *)indices)[d];
+        const int64_t last = p->dims[d] - p->update_dims[d];
+        start += (int32_t)(index < 0 ? 0 : index > last ? last : index) * out_step;
+        box.dims[d] = p->update_dims[d];
+        box.src_steps[d] = update_step;
+        box.dst_steps[d] = out_step;
+        out_step *= p->dims[d];
+        update_step *= p->update_dims[d];
+    }
+    lt_copy_strided(&box, update, (uint8_t *)output + (int64_t)start * p->elem_size);
+}
+
+/* reference_ops::BroadcastArgs: dimension i from the end is the one that is not 1 (TFLM checks that two
+ * dimensions other than 1 agree; a model that breaks this fails there). Like the reference, it reads each
+ * dimension as an int. */
+#define LT_BROADCAST_ARGS                                                            \
+    for (int32_t i = 0; i < count_out; ++i) {                                        \
+        const int32_t d1 = count1 - 1 - i >= 0 ? (int32_t)shape1[count1 - 1 - i] : 1; \
+        const int32_t d2 = count2 - 1 - i >= 0 ? (int32_t)shape2[count2 - 1 - i] : 1; \
+        output[count_out - 1 - i] = d1 == 1 ? d2 : d1;                               \
+    }
+
+void lt_broadcast_args_s32(const int32_t *shape1, int32_t count1, const int32_t *shape2, int32_t count2,
+                           int32_t *output, int32_t count_out) {
+    LT_BROADCAST_ARGS
+}
+
+void lt_broadcast_args_s64(const int64_t *shape1, int32_t count1, const int64_t *shape2, int32_t count2,
+                           int64_t *output, int32_t count_out) {
+    LT_BROADCAST_ARGS
+}
+
+void lt_embedding_lookup_hybrid(const int8_t *value, const int32_t *lookup, int32_t count, int32_t columns,
+                                float scale, float *output) {
+    for (int32_t i = 0; i < count; ++i) {
+        const int8_t *row = value + (int64_t)lookup[i] * columns;
+        for (int32_t c = 0; c < columns; ++c) output[(int64_t)i * columns + c] = (float)row[c] * scale;
     }
 }

@@ -25,9 +25,10 @@ HEADER = '#include "lt_runtime2.h"'  # where lt_matmul.c's kernels are declared
 
 
 def include_runtime2(e: ModelEmitter) -> None:
-    """Generated code that calls a kernel declared in lt_runtime2.h includes it (once)."""
+    """Generated code that calls a kernel declared in lt_runtime2.h includes it (once, before every declaration:
+    they may use its types)."""
     if HEADER not in e.declarations:
-        e.declarations.append(HEADER)
+        e.declarations.insert(0, HEADER)
 
 
 def transpose_conv_geometry(e: ModelEmitter, op: Operator) -> dict[str, int]:

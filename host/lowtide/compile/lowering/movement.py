@@ -12,6 +12,7 @@ from lowtide.compile.lowering.emitter import (
     MAX_DIMS,
     Kernel,
     ModelEmitter,
+    c_float,
     element_size,
     fused_activation,
     require,
@@ -19,6 +20,7 @@ from lowtide.compile.lowering.emitter import (
     strides,
     tensor_types,
 )
+from lowtide.compile.lowering.matmul import include_runtime2
 from lowtide.model.ir import Operator, TensorKind
 
 
@@ -472,6 +474,60 @@ def lower_reverse_v2(e, op, name):
                          View(op.outputs[0], 0, tuple(st)))
 
 
+def lower_dynamic_update_slice(e, op, name):
+    """DYNAMIC_UPDATE_SLICE (inputs: operand, update, start indices): the indices may be computed, so they are
+    read and clamped when the operator runs."""
+    ins, outs = tensor_types(e, op)
+    require(ins[0] == ins[1] == outs[0] and ins[2] in ("int32", "int64"), f"types {ins} -> {outs}")
+    shape, update_shape = e.tensor(op.inputs[0]).shape, e.tensor(op.inputs[1]).shape
+    require(len(shape) == len(update_shape) <= MAX_DIMS and e.tensor(op.inputs[2]).shape == (len(shape),)
+            and all(u <= n for u, n in zip(update_shape, shape)) and e.tensor(op.outputs[0]).shape == shape,
+            f"update {update_shape} does not fit operand {shape}")
+    p = e.struct(f"{name}_params", "lt_update_slice_params", {
+        "ndim": len(shape), "dims": list(shape), "update_dims": list(update_shape),
+        "elem_size": element_size(e.tensor(op.inputs[0])), "indices_64": int(ins[2] == "int64")})
+    include_runtime2(e)
+    return (f"lt_dynamic_update_slice({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
+            f"{e.pointer(op.inputs[2])}, {e.pointer(op.outputs[0], True)});")
+
+
+def lower_broadcast_args(e, op, name):
+    """BROADCAST_ARGS: two shape vectors, which may be computed, combined when the operator runs."""
+    ins, outs = tensor_types(e, op)
+    require(ins[0] == ins[1] == outs[0] and outs[0] in ("int32", "int64"), f"types {ins} -> {outs}")
+    counts = [math.prod(e.tensor(t).shape) for t in op.inputs]
+    count_out = math.prod(e.tensor(op.outputs[0]).shape)
+    require(count_out == max(counts), f"output of {count_out} elements for shapes of {counts}")
+    include_runtime2(e)
+    suffix = "s32" if outs[0] == "int32" else "s64"
+    return (f"lt_broadcast_args_{suffix}({e.pointer(op.inputs[0])}, {counts[0]}, {e.pointer(op.inputs[1])}, "
+            f"{counts[1]}, {e.pointer(op.outputs[0], True)}, {count_out});")
+
+
+def lower_embedding_lookup(e, op, name):
+    """EMBEDDING_LOOKUP (inputs: int32 row indices, value rows): row lookup[i] of the value is output row i; int8
+    rows into a float32 output are dequantized (TFLM's hybrid form, zero point 0)."""
+    ins, outs = tensor_types(e, op)
+    require(ins[0] == "int32" and (ins[1] == outs[0] in ("int8", "float32") or ins[1:] + outs == ["int8", "float32"]),
+            f"types {ins} -> {outs}")
+    count, value_shape = math.prod(e.tensor(op.inputs[0]).shape), e.tensor(op.inputs[1]).shape
+    require(len(e.tensor(op.inputs[0]).shape) == 1 and len(value_shape) >= 2
+            and e.tensor(op.outputs[0]).shape == (count, *value_shape[1:]),
+            f"output shape {e.tensor(op.outputs[0]).shape} for {count} rows of {value_shape}")
+    columns = math.prod(value_shape[1:])
+    if ins[1] == outs[0]:
+        p = e.struct(f"{name}_params", "lt_gather_params", {
+            "batches": 1, "outer": 1, "axis_size": value_shape[0], "coords": count, "inner": columns,
+            "elem_size": element_size(e.tensor(op.inputs[1]))})
+        return (f"lt_gather({p}, {e.pointer(op.inputs[1])}, {e.pointer(op.inputs[0])}, "
+                f"{e.pointer(op.outputs[0], True)});")
+    value_q = e.quantization(op.inputs[1])
+    require(value_q.zero_point == 0, "a hybrid EMBEDDING_LOOKUP needs value zero point 0")
+    include_runtime2(e)
+    return (f"lt_embedding_lookup_hybrid({e.pointer(op.inputs[1])}, {e.pointer(op.inputs[0])}, {count}, {columns}, "
+            f"{c_float(value_q.scale)}, {e.pointer(op.outputs[0], True)});")
+
+
 def _mirror_index(position: int, before: int, size: int, offset: int) -> int:
     """mirror_pad.cc's GetInputDimension: offset 1 reflects (the edge once), 0 is symmetric (the edge twice)."""
     if position < before:
@@ -578,6 +634,11 @@ KERNELS = (
     Kernel("FILL", lower_fill, ANY_OUTPUT, "the value may be computed"),
     Kernel("ZEROS_LIKE", lower_zeros_like, WITH_INT64),
     Kernel("REVERSE_V2", lower_reverse_v2, EVERY_TYPE, "contiguous axes, as TFLM requires"),
+    Kernel("DYNAMIC_UPDATE_SLICE", lower_dynamic_update_slice, ("float32", "int8", "int16", "int32"),
+           "int32 or int64 start indices, computed or constant"),
+    Kernel("BROADCAST_ARGS", lower_broadcast_args, ("int32", "int64"), "computed or constant shapes"),
+    Kernel("EMBEDDING_LOOKUP", lower_embedding_lookup, ("*->int8", "*->float32"),
+           "int8 or float32 rows; int8 rows to float32 dequantized (zero point 0)"),
     Kernel("GATHER", lower_gather, ANY_TYPE, "int32 indices; batch_dims"),
     Kernel("GATHER_ND", lower_gather_nd, ANY_TYPE, "int32 indices"),
     Kernel("SELECT_V2", lower_select_v2, ANY_OUTPUT, "broadcasting up to 6-D"),
