@@ -97,6 +97,11 @@ def _activations_int16(m: TinyModel) -> tuple[list[int], list[int]]:
             y = m.tensor(SHAPE, "int16", 1 / 32768, 0)
             m.op(opcode, [source], [y])
             outputs.append(y)
+    # SOFTMAX through TFLM's exp and reciprocal tables: differences rescaled by multipliers below and above one
+    for source, beta in ((x, 1.0), (power_of_two, 0.3), (wide, 2.5)):
+        y = m.tensor(SHAPE, "int16", 1 / 32768, 0)
+        m.op("SOFTMAX", [source], [y], "SoftmaxOptions", beta=beta)
+        outputs.append(y)
     return [x, power_of_two, wide], outputs
 
 

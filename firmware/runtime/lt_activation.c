@@ -11,6 +11,7 @@
 #include "lt_broadcast.h"
 #include "lt_fixedpoint.h"
 #include "lt_runtime.h"
+#include "lt_runtime2.h"
 
 /* exp(a) for a in [-1/4, 0), Q0.31 in and out: Taylor expansion around -1/8. */
 static int32_t lt_exp_on_interval_between_negative_one_quarter_and_0_excl(int32_t a) {
@@ -568,6 +569,44 @@ void lt_log_softmax_s8(const lt_softmax_params *p, int32_t reverse_scaling_divis
             } else {
                 out[c] = INT8_MIN;
             }
+        }
+    }
+}
+
+/* common.h's LUTLookup for int16: 512 base values and the slope to the next (an int16, as there), interpolated
+ * over the low 7 bits. */
+static int16_t lt_lut_lookup_s16(int16_t value, const int16_t *lut) {
+    const int32_t index = 256 + (value >> 7);
+    const int32_t offset = value & 0x7f;
+    const int16_t slope = (int16_t)(lut[index + 1] - lut[index]);
+    return (int16_t)(lut[index] + ((slope * offset + 64) >> 7));
+}
+
+void lt_softmax_s16(const lt_softmax_params *p, const int16_t *exp_lut, const int16_t *one_over_one_plus_x_lut,
+                    const int16_t *input, int16_t *output) {
+    for (int32_t i = 0; i < p->outer; ++i) {
+        const int16_t *in = input + (int64_t)i * p->depth;
+        int16_t *out = output + (int64_t)i * p->depth;
+        int16_t max_in_row = INT16_MIN;
+        for (int32_t c = 0; c < p->depth; ++c) max_in_row = in[c] > max_in_row ? in[c] : max_in_row;
+        /* the exps are kept in the output row, as the reference does */
+        int32_t sum_of_exps = 0;
+        for (int32_t c = 0; c < p->depth; ++c) {
+            const int32_t scaled = lt_multiply_by_quantized_multiplier(in[c] - max_in_row, p->input_multiplier,
+                                                                       p->input_left_shift);
+            out[c] = lt_lut_lookup_s16((int16_t)lt_clamp(scaled + 32767, INT16_MIN, INT16_MAX), exp_lut);
+            sum_of_exps += out[c];
+        }
+        const int32_t headroom_plus_one = __builtin_clz((uint32_t)sum_of_exps);
+        const int32_t shifted_sum =
+            (int32_t)((((int64_t)sum_of_exps << (headroom_plus_one - 1)) + (1 << 13)) >> 14);
+        const int16_t reciprocal = lt_lut_lookup_s16(
+            (int16_t)lt_clamp(shifted_sum - ((1 << 15) + (1 << 16)), INT16_MIN, INT16_MAX), one_over_one_plus_x_lut);
+        const int32_t right_shift = 31 - headroom_plus_one;
+        for (int32_t c = 0; c < p->depth; ++c) {
+            const int32_t result =
+                (int32_t)(((int64_t)out[c] * reciprocal + ((int64_t)1 << (right_shift - 1))) >> right_shift);
+            out[c] = (int16_t)lt_clamp(result, 0, INT16_MAX);
         }
     }
 }

@@ -1,6 +1,7 @@
 /* Declarations of the runtime's newest kernels: 16-bit TRANSPOSE_CONV and BATCH_MATMUL with 64-bit accumulators
  * (lt_matmul.c), int64 MAXIMUM, MINIMUM and comparisons, float FLOOR_DIV and FLOOR_MOD (lt_elementwise.c),
- * DYNAMIC_UPDATE_SLICE, BROADCAST_ARGS and the hybrid EMBEDDING_LOOKUP (lt_movement.c). They belong in
+ * DYNAMIC_UPDATE_SLICE, BROADCAST_ARGS and the hybrid EMBEDDING_LOOKUP (lt_movement.c), int16 SOFTMAX
+ * (lt_activation.c). They belong in
  * lt_runtime.h and move there when it is next reworked; generated code includes this header where it calls them. */
 #ifndef LT_RUNTIME2_H
 #define LT_RUNTIME2_H
@@ -44,5 +45,11 @@ void lt_broadcast_args_s64(const int64_t *shape1, int32_t count1, const int64_t 
  * (zero point 0), as micro_utils.h's Dequantize computes it in float. */
 void lt_embedding_lookup_hybrid(const int8_t *value, const int32_t *lookup, int32_t count, int32_t columns,
                                 float scale, float *output);
+
+/* SOFTMAX int16 -> int16 (reference_ops::SoftmaxInt16): each difference from the row's maximum rescaled by
+ * input_multiplier / input_left_shift onto [-10, 0], exp through the 513-entry interpolated table, the sum's
+ * reciprocal through the 1 / (1 + x) table; both tables as TFLM's Prepare populates them (LUTPopulate). */
+void lt_softmax_s16(const lt_softmax_params *p, const int16_t *exp_lut, const int16_t *one_over_one_plus_x_lut,
+                    const int16_t *input, int16_t *output);
 
 #endif /* LT_RUNTIME2_H */

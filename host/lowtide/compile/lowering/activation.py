@@ -3,7 +3,9 @@ firmware/runtime/lt_activation.c."""
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -18,6 +20,7 @@ from lowtide.compile.lowering.emitter import (
     require,
     tensor_types,
 )
+from lowtide.compile.lowering.matmul import include_runtime2
 from lowtide.model.ir import Operator
 
 SUFFIXES = {"int8": "s8", "int16": "s16", "float32": "f32"}
@@ -41,12 +44,75 @@ def lower_softmax(e, op, name):
                 "int8 -> int16 softmax output must have scale 1/65536 and zero point -32768")
         params.update(q.softmax_params_int8(op.options.beta, e.quantization(op.inputs[0]).scale))
         suffix = "s8_s16"
+    elif ins == ["int16"] and outs == ["int16"]:
+        return _lower_softmax_int16(e, op, name, params)
     elif ins == ["float32"] and outs == ["float32"]:
         suffix = "f32"
     else:
         raise Unsupported(f"types {ins} -> {outs}")
     p = e.struct(f"{name}_params", "lt_softmax_params", params)
     return f"lt_softmax_{suffix}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
+
+
+def _round_away(x: np.float32) -> np.float32:
+    """TfLiteRound on a float: halfway cases away from zero (std::round), in float32."""
+    whole = np.trunc(x)
+    return np.float32(whole + np.sign(x) * np.float32(abs(x - whole) >= np.float32(0.5)))
+
+
+def _lut_int16(input_scale: np.float32, input_zero_point: int, output_scale: np.float32, output_zero_point: int,
+               transform: Callable[[np.float32], np.float32]) -> list[int]:
+    """common.h's LUTPopulateInt16<float>: 512 samples of `transform` over the int16 input range plus the end,
+    each biased by half the error of interpolating at its midpoint; every step in float32, as TFLM computes it
+    (checked against the C code with glibc's expf: the tables are equal)."""
+    f = np.float32
+    input_min, input_max = f(input_scale * f(-32768 - input_zero_point)), f(input_scale * f(32767 - input_zero_point))
+    output_range = f(f(output_scale * f(32767 - output_zero_point)) - f(output_scale * f(-32768 - output_zero_point)))
+    step = f((input_max - input_min) / f(512))
+    half_step, inverse = f(step / f(2)), f(f(65536) / output_range)
+    table = []
+    for i in range(512):
+        at = f(input_min + f(f(i) * step))
+        value, midpoint, following = transform(at), transform(f(at + half_step)), transform(f(input_min + f(f(i + 1) * step)))
+        sample = _round_away(f(value * inverse))
+        interpolated = _round_away(f(f(f(following * inverse) + sample) / f(2)))
+        bias = _round_away(f(f(interpolated - _round_away(f(midpoint * inverse))) / f(2)))
+        table.append(int(min(max(f(sample - bias), f(-32768)), f(32767))))
+    table.append(int(min(max(_round_away(f(transform(input_max) * inverse)), f(-32768)), f(32767))))
+    return table
+
+
+@functools.cache
+def softmax_luts_int16() -> tuple[list[int], list[int]]:
+    """The exp table over [-10, 0] and the 1 / (1 + x) table over [0, 1] of softmax_common.cc's Prepare (the same
+    for every model). exp is float32's: the double exp rounded to float32, which glibc's and newlib's expf give
+    for every sample here."""
+    f = np.float32
+    span = f(65535)
+    exp_table = _lut_int16(f(f(10) / span), 32767, f(f(2) / span), 0, lambda v: f(math.exp(float(v))))
+    reciprocal_table = _lut_int16(f(f(1) / span), -32768, f(f(2) / span), 0, lambda v: f(f(1) / f(f(1) + v)))
+    return exp_table, reciprocal_table
+
+
+SOFTMAX_LUTS = ("lt_softmax16_exp_lut", "lt_softmax16_one_over_one_plus_x_lut")
+
+
+def _lower_softmax_int16(e: ModelEmitter, op: Operator, name: str, params: dict[str, object]) -> str:
+    """int16 -> int16: zero points 0, the output scale within 0.1% of 1/32768 (SoftmaxPrepare's checks); the
+    input rescaled so that [-65535, 0] is [-10, 0]. The two tables are declared once per model."""
+    in_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.outputs[0])
+    require(in_q.zero_point == 0 and out_q.zero_point == 0 and abs(out_q.scale - 1 / 32768) <= 0.001 / 32768,
+            "int16 softmax needs zero points 0 and output scale 1/32768")
+    multiplier, shift = q.quantize_multiplier(float(np.float32(in_q.scale)) * float(np.float32(op.options.beta))
+                                              / (10.0 / 65535.0))
+    params.update(input_multiplier=multiplier, input_left_shift=shift)
+    if not any(f" {SOFTMAX_LUTS[0]}[" in d for d in e.declarations):
+        for table_name, table in zip(SOFTMAX_LUTS, softmax_luts_int16()):
+            e.array(table_name, "int16_t", table)
+    include_runtime2(e)
+    p = e.struct(f"{name}_params", "lt_softmax_params", params)
+    return (f"lt_softmax_s16({p}, {SOFTMAX_LUTS[0]}, {SOFTMAX_LUTS[1]}, {e.pointer(op.inputs[0])}, "
+            f"{e.pointer(op.outputs[0], True)});")
 
 
 def lower_logistic(e, op, name):
@@ -227,7 +293,8 @@ def lower_log_softmax(e, op, name):
             f"{source}, {target});")
 
 KERNELS = (
-    Kernel("SOFTMAX", lower_softmax, ("int8", "int8->int16", "float32")),
+    Kernel("SOFTMAX", lower_softmax, ("int8", "int8->int16", "int16", "float32"),
+           "int16: TFLM's interpolated exp and reciprocal tables"),
     Kernel("LOGISTIC", lower_logistic, ("int8", "int16", "float32"), "int16: zero points 0, output scale 2^-15 (TFLM's interpolated table)"),
     Kernel("RELU", lower_relu, ("int8", "int16", "float32")),
     Kernel("RELU6", lower_relu6, ("int8", "int16", "float32")),
