@@ -392,8 +392,8 @@ def _gathering(m: TinyModel, dtype: str) -> tuple[list[int], list[int]]:
     outputs += pieces
     pad_value = m.tensor((), dtype, *quant, data=7 if dtype == "int8" else 2.5)
     op("PADV2", [x, ints(0, 0, 1, 2, 0, 1, 2, 0, shape=(4, 2)), pad_value], (2, 6, 5, 7))
-    for mode, pads in ((0, (0, 0, 2, 1, 1, 3, 0, 0)), (1, (1, 1, 3, 0, 0, 4, 2, 1))):
-        op("MIRROR_PAD", [x, ints(*pads, shape=(4, 2))],
+    for mode, pads, index_type in ((0, (0, 0, 2, 1, 1, 3, 0, 0), "int32"), (1, (1, 1, 3, 0, 0, 4, 2, 1), "int64")):
+        op("MIRROR_PAD", [x, m.tensor((4, 2), index_type, data=np.reshape(pads, (4, 2)))],
            tuple(n + pads[2 * d] + pads[2 * d + 1] for d, n in enumerate(SHAPE)), "MirrorPadOptions", mode=mode)
     wide = op("BROADCAST_TO", [small, ints(*SHAPE)], SHAPE)
     op("GATHER", [x, ints(3, 0, 0, 2, 1)], (2, 3, 5, 5), "GatherOptions", axis=2, batchDims=0)
@@ -718,8 +718,8 @@ def test_int64_kernels_bit_exact(tmp_path):
     assert all(np.all(same) for same in results[len(outputs):])
 
 def test_bool_byte_copies_and_reverse_v2_bit_exact(tmp_path):
-    """The byte copies TFLM's reference runs on bool data: SLICE, STRIDED_SLICE (negative stride, shrink),
-    CONCATENATION, RESHAPE, SQUEEZE, BROADCAST_TO and REVERSE_V2; and REVERSE_V2 on every other type it
+    """The byte copies TFLM's reference runs on bool data: SLICE (int32 and int64 begin and size), STRIDED_SLICE
+    (negative stride, shrink), CONCATENATION, RESHAPE, SQUEEZE, BROADCAST_TO (an int64 shape) and REVERSE_V2; and REVERSE_V2 on every other type it
     reverses, along one axis, the first, and two adjacent axes given out of order (TFLM sorts them)."""
     m = TinyModel()
     x, small = m.tensor(SHAPE, "bool"), m.tensor((3, 1, 5), "bool")
@@ -735,6 +735,8 @@ def test_bool_byte_copies_and_reverse_v2_bit_exact(tmp_path):
         return m.tensor((len(values),), "int32", data=list(values))
 
     op("SLICE", [x, ints(1, 0, 1, 2), ints(1, -1, 2, 3)], (1, 3, 2, 3))
+    op("SLICE", [x, m.tensor((4,), "int64", data=[0, 1, 0, 1]), m.tensor((4,), "int64", data=[2, 2, -1, 3])],
+       (2, 2, 4, 3))
     op("STRIDED_SLICE", [x, ints(0, 2, 3, 0), ints(2, 0, 0, 5), ints(1, -1, -2, 2)], (2, 2, 2, 3),
        "StridedSliceOptions", beginMask=1, endMask=1)
     op("STRIDED_SLICE", [x, ints(1, 0, 0, 4), ints(2, 3, 4, 5), ints(1, 1, 1, 1)], (3, 4), "StridedSliceOptions",
@@ -742,7 +744,7 @@ def test_bool_byte_copies_and_reverse_v2_bit_exact(tmp_path):
     op("CONCATENATION", [x, x], (2, 6, 4, 5), "ConcatenationOptions", axis=1)
     flat = op("RESHAPE", [small, ints(1, 15)], (1, 15))
     op("SQUEEZE", [flat], (15,), "SqueezeOptions", squeezeDims=[0])
-    op("BROADCAST_TO", [small, ints(*SHAPE)], SHAPE)
+    op("BROADCAST_TO", [small, m.tensor((4,), "int64", data=list(SHAPE))], SHAPE)
     op("REVERSE_V2", [x, ints(-1)], SHAPE)
     bools = len(outputs)
     quant = {"int8": (0.05, -3), "uint8": (0.05, 128), "int16": (0.05, 0), "int32": (), "float32": ()}
