@@ -315,25 +315,25 @@ def test_small_model_with_dilation_padding_and_resizes(tmp_path, dtype):
 
 # ---- errors, CLI ---------------------------------------------------------------------------------------------
 
-def floor_mod_model(path: Path) -> Path:
-    """A float FLOOR_MOD: an operator the compiled runtime has no kernel for (every shared model compiles)."""
+def unsupported_model(path: Path) -> Path:
+    """A float L2_POOL_2D: an operator the compiled runtime has no kernel for (every shared model compiles)."""
     m = TinyModel()
-    x = m.tensor((1, 4), "float32")
-    y = m.tensor((1, 4), "float32")
-    m.op("FLOOR_MOD", [x, x], [y])
+    x = m.tensor((1, 2, 2, 1), "float32")
+    y = m.tensor((1, 2, 2, 1), "float32")
+    m.op("L2_POOL_2D", [x], [y], "Pool2DOptions", padding=0, strideH=1, strideW=1, filterHeight=1, filterWidth=1)
     return m.save(path, [x], [y])
 
 
 def test_unsupported_operator_fails_before_writing(tmp_path):
-    path = floor_mod_model(tmp_path / "floor_mod.tflite")
+    path = unsupported_model(tmp_path / "l2_pool.tflite")
     out = tmp_path / "generated"
     runner = CliRunner()
     from lowtide.cli import app, compile_cmd  # noqa: F401  (registers the command)
 
     with pytest.raises(LowtideError,
-                       match=r"operator 0 \(FLOOR_MOD float32, float32 -> float32\): no kernel") as error:
+                       match=r"operator 0 \(L2_POOL_2D float32 -> float32\): no kernel") as error:
         compile_model(path)
-    assert "floor_mod.tflite" in str(error.value) and len(str(error.value).splitlines()) == 1
+    assert "l2_pool.tflite" in str(error.value) and len(str(error.value).splitlines()) == 1
     result = runner.invoke(app, ["compile", str(path), "-o", str(out)])
     assert result.exit_code != 0 and isinstance(result.exception, LowtideError)
     assert not out.exists()

@@ -27,7 +27,7 @@ from lowtide.device.session import DeviceSession
 from lowtide.errors import LowtideError
 from lowtide.model import load_model
 from lowtide.rewrite import rewrite_auto
-from test_compile import floor_mod_model
+from test_compile import unsupported_model
 
 pytestmark = needs_firmware_tools
 
@@ -202,14 +202,14 @@ def test_measure_cli_json_on_qemu_m4():
 
 
 def test_measure_reports_a_model_the_compiler_rejects(tmp_path):
-    # A float FLOOR_MOD has no kernel in the compiled runtime: the user gets the compiler's one line, not
+    # A float L2_POOL_2D has no kernel in the compiled runtime: the user gets the compiler's one line, not
     # PlatformIO's log.
-    path = floor_mod_model(tmp_path / "floor_mod.tflite")
+    path = unsupported_model(tmp_path / "l2_pool.tflite")
     with pytest.raises(LowtideError) as failure:
         measure(path, "qemu-m4", iterations=1, timeout=20)
     message = str(failure.value)
-    assert message.startswith("building the qemu-m4 firmware for floor_mod.tflite failed: ")
-    assert "operator 0 (FLOOR_MOD" in message and "\n" not in message
+    assert message.startswith("building the qemu-m4 firmware for l2_pool.tflite failed: ")
+    assert "operator 0 (L2_POOL_2D" in message and "\n" not in message
 
 
 def test_pio_test_runs_firmware_unit_tests_in_qemu():
