@@ -16,7 +16,9 @@ from lowtide.model import read_model
 from lowtide.model.builder import RandWireSpec, randwire_model
 from lowtide.oracle import random_inputs, run
 from lowtide.schedule import find_schedule, subgraph_problem
-from lowtide.schedule.anytime import budgeted_descent, divide_at_cuts, ordered_pair_bound, step_cut, step_cuts
+from lowtide.schedule.anytime import (
+    CutLookahead, budgeted_descent, divide_at_cuts, ordered_pair_bound, step_cut, step_cuts,
+)
 from lowtide.schedule.problem import bits
 from lowtide.schedule.search import Block, blocks, heuristic_order, simple_orders, solve_block
 
@@ -83,6 +85,58 @@ def test_ordered_pair_bound_stays_below_the_exact_optimum_and_raises_the_cut_bou
         assert cut_bound <= pair_bound <= exact.peak
         raised += pair_bound > cut_bound
     assert raised >= 2
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_cut_lookahead_stays_below_the_best_continuation_of_every_state(seed):
+    """Brute force: from every set of operators some valid order runs first, the lookahead (fresh, and reusing
+    the cuts of the states on the way there) is at most the lowest peak of the steps still to come."""
+    graph = random_graph(op_count=8, seed=seed, width=3, effects=seed % 4 == 0)
+    problem = subgraph_problem(graph, 0)
+    block = Block(0, problem.all_ops, 0)
+    lookahead = CutLookahead(problem, block)
+    best_after: dict[int, int] = {}
+    paths = []
+    for order in valid_orders(graph):
+        done = 0
+        path = []
+        for k, op in enumerate(order):
+            rest = problem.peak(order[k:], done)
+            best_after[done] = min(best_after.get(done, rest), rest)
+            path.append(done)
+            done |= 1 << op
+        paths.append(path)
+    for done, best in best_after.items():
+        bound, _ = lookahead(done, None, math.inf)
+        assert bound <= best
+        if not done:  # from the start: the highest cut, at least every operator's own bound
+            assert bound >= max(problem.step_lower_bound(op) for op in range(problem.op_count))
+    for path in paths[:50]:
+        cuts = None
+        for done in path:
+            bound, cuts = lookahead(done, cuts, math.inf)
+            assert bound <= best_after[done]
+
+
+def test_budget_probes_with_the_lookahead_agree_with_the_exact_search():
+    """24 operators (the exact search is checked against brute force in test_schedule.py): a probe below the
+    optimum finds nothing and proves a bound above its budget but not above the optimum; a probe at the optimum
+    finds an order within it; the exact search with the lookahead finds the same optimum."""
+    for seed in range(12):
+        graph = random_graph(op_count=24, seed=seed, width=5)
+        problem = subgraph_problem(graph, 0)
+        block = Block(0, problem.all_ops, 0)
+        fallback = heuristic_order(problem, block)
+        best = solve_block(problem, block, 0, math.inf, fallback).peak
+        lookahead = CutLookahead(problem, block)
+        assert solve_block(problem, block, 0, math.inf, fallback, None, lookahead).peak == best
+        below = solve_block(problem, block, best - 16, math.inf, fallback, None, lookahead, beat=best)
+        assert below.complete and below.peak > best - 16 and below.bound == best
+        at = solve_block(problem, block, best, math.inf, fallback, None, lookahead, beat=best + 16)
+        assert at.peak == problem.peak(at.order) <= best
+        if best >= 256:
+            low = solve_block(problem, block, best // 2, math.inf, fallback, None, lookahead, beat=best // 2 + 16)
+            assert low.complete and best // 2 < low.bound <= best
 
 
 @pytest.mark.parametrize("seed", range(30))

@@ -18,8 +18,8 @@ from lowtide.memory import live_peak_bytes, tflm_plan
 from lowtide.memory.lifetimes import Order, stored_order
 from lowtide.model.ir import Graph
 from lowtide.schedule.problem import SubgraphProblem, check_order, subgraph_problem
-from lowtide.schedule.anytime import solve_hard_block
-from lowtide.schedule.search import Block, BlockResult, blocks, heuristic_order, solve_block
+from lowtide.schedule.anytime import budgeted_descent, cut_bound, solve_hard_block
+from lowtide.schedule.search import Block, BlockResult, blocks, heuristic_order
 
 # Share of the time limit the beam searches (upper bounds, fallback orders) may use before the exact search.
 HEURISTIC_SHARE = 0.25
@@ -72,7 +72,12 @@ def find_schedule(graph: Graph, time_limit: float = 30.0, progress: Progress | N
         split = blocks(problem)
         block_orders[sg] = [[] for _ in split]
         for position, block in enumerate(split):
-            pending.append((heuristic_order(problem, block, heuristic_deadline), block, position))
+            heuristic = heuristic_order(problem, block, heuristic_deadline)
+            if heuristic[1] > level:
+                # A block's highest cut binds the model too: blocks that peak no higher are settled at once, and
+                # the time goes to those that do not.
+                level = max(level, cut_bound(problem, block, heuristic_deadline))
+            pending.append((heuristic, block, position))
     # Hardest blocks first: their optimum raises the level, which lets easier blocks stop sooner.
     pending.sort(key=lambda item: -item[0][1])
     total_ops = max(sum(p.op_count for p in problems.values()), 1)
@@ -101,21 +106,22 @@ def find_schedule(graph: Graph, time_limit: float = 30.0, progress: Progress | N
         settled_ops += block.size
         settled_peak = max(settled_peak, result.peak)
         report(index + 1)
-    # Time the easier blocks left goes to the exact search, from the level now proven, on the block that sets the
-    # model's peak (the other blocks' gaps do not count) while it is not proven optimal.
+    # Time the easier blocks left goes to budget probes (`anytime.budgeted_descent`), from the level now proven, on
+    # the block that sets the model's peak (the other blocks' gaps do not count) while it is not proven optimal.
     while time.monotonic() < deadline:
         index = max(range(len(results)), key=lambda i: results[i].peak, default=None)
         if index is None or results[index].peak <= level:
             break
         _, block, _ = pending[index]
         result = results[index]
-        again = solve_block(problems[block.subgraph], block, level, deadline, (result.order, result.peak),
-                            functools.partial(report, len(pending)))
-        results[index] = again
-        explored += again.states
-        level = max(level, again.bound)
-        if not again.complete:
-            break  # out of time or states
+        descent = budgeted_descent(problems[block.subgraph], block, level, (result.order, result.peak), deadline,
+                                   functools.partial(report, len(pending)))
+        level = max(level, descent.bound)
+        results[index] = BlockResult(descent.order, descent.peak, level, result.states + descent.states,
+                                     descent.peak <= level)
+        explored += descent.states
+        if descent.peak > level:
+            break  # out of time
     for (_, block, position), result in zip(pending, results):
         block_orders[block.subgraph][position] = result.order
 

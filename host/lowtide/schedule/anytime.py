@@ -14,41 +14,45 @@ Orders, from the best heuristic order on:
 - divide and conquer at those cuts: the bottleneck operator's cheapest "run before" set is scheduled first and
   the rest after it, each part split again until small enough for the exact search (SERENITY's divide and
   conquer, Ahn et al. 2020, cutting at minimum cuts rather than only at single operators);
-- a depth-first descent under a byte budget, with memoised dead ends, the budget moved by bisection between the
-  bound and the best peak: a budget the descent meets becomes the new best, one it exhausts raises the bound,
-  one it cannot settle in time is loosened (SERENITY's adaptive soft budgeting).
-Last, the exact search runs again from the raised bound, with the best order as its upper bound: it often
-finishes now, or raises the bound further.
+- probes under a byte budget (the exact search for an order within the budget, deepest state first, each state
+  dropped once its cuts exceed the budget), the budget moved by bisection between the bound and the best peak:
+  a budget a probe meets becomes the new best, one it exhausts raises the bound, one it cannot settle in time
+  is loosened (SERENITY's adaptive soft budgeting).
+The probes use all the time left: each is the exact search from the budget with the cuts of each search state as
+its lookahead (`CutLookahead`: the cut bound again, over the "run before" sets that hold what the state has run),
+which drops most states before they are expanded.
 """
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 from ortools.graph.python import max_flow
 
 from lowtide.memory.lifetimes import ALIGNMENT
 from lowtide.schedule.problem import SubgraphProblem, bits
 from lowtide.schedule.search import (
-    BEAM_WIDTH, CLOCK_EVERY, MAX_STATES, Block, BlockResult, Readiness, beam_order, heuristic_order, solve_block,
+    BEAM_WIDTH, Block, BlockResult, Readiness, beam_order, heuristic_order, solve_block,
 )
 
 # Shares of the time left that each phase of `solve_hard_block` may use, in turn. The first exact search gets
-# enough to prove every shared model's blocks optimal, as before; the last one gets whatever is left.
+# enough to prove every shared model's blocks optimal, as before; the budget probes get whatever is left.
 EXACT_SHARE = 0.1
 PAIR_SHARE = 0.15
 BEAM_SHARE = 0.2
 DIVIDE_SHARE = 0.15
-DESCENT_SHARE = 0.25
 # Operators with the highest cuts whose conflicting pairs `ordered_pair_bound` tries.
 PAIR_BOTTLENECKS = 12
 # Parts of at most this many operators are searched exactly (in at most LEAF_SECONDS) instead of split again.
 LEAF_OPS = 30
 LEAF_SECONDS = 0.5
-# The first budgeted descent may use this share of the time left; each later round doubles it.
-PROBE_SHARE = 0.25
+# The first budget probe may use this share of the time left (enough for the hardest RandWire block's first
+# budget); each later round doubles it.
+PROBE_SHARE = 0.9
 
 
 @dataclass(frozen=True)
@@ -58,64 +62,149 @@ class StepCut:
     before: int  # bitmask of the block's operators: a "run before `op`" set that attains `bound`
 
 
+class BlockCuts:
+    """The minimum-cut network of one block, built once. Nodes: the source (operators run before the one that
+    runs), the sink (the others), each operator, each tensor; a query only switches which operators are tied to
+    the source and which to the sink (arcs of infinite or zero capacity), so each cut costs one max-flow."""
+
+    def __init__(self, problem: SubgraphProblem, block: Block):
+        self.problem = problem
+        self.block = block
+        n = problem.op_count
+        self._mask_bytes = (n + 7) // 8
+        source, sink = 0, 1
+
+        def node(o: int | None) -> int:
+            if o is None or block.before >> o & 1:
+                return source
+            return 2 + o if block.ops >> o & 1 else sink
+
+        # No cut needs more than every tensor's bytes: this capacity is never cut, it stands for "must not".
+        self._infinite = sum(problem.tensor_bytes) + 1
+        arcs: list[tuple[int, int, int]] = []
+        for o in bits(block.ops):
+            for p in bits(problem.predecessors[o] & block.ops):
+                arcs.append((2 + o, 2 + p, self._infinite))  # `o` on the source side needs `p` there too
+        for t, size in enumerate(problem.tensor_bytes):
+            producer = node(problem.tensor_producer[t])
+            if producer == sink or not size:
+                continue  # made while or after the operator runs: counted in `own` or not live
+            if problem.tensor_kept[t]:
+                arcs.append((producer, sink, size))
+                continue
+            readers = {node(c) for c in bits(problem.tensor_consumers[t])} - {source}
+            if len(readers) == 1:
+                arcs.append((producer, readers.pop(), size))  # cut when its reader is not on the source side
+            elif readers:
+                # The tensor is dead only if every reader is on the source side with it.
+                arcs.append((producer, 2 + n + t, size))
+                arcs.extend((2 + n + t, reader, self._infinite) for reader in readers)
+        first_switch = len(arcs)
+        arcs.extend((source, 2 + o, 0) for o in range(n))  # infinite: `o` has run before
+        arcs.extend((2 + o, sink, 0) for o in range(n))  # infinite: `o` has not
+        tails, heads, capacities = zip(*arcs, strict=True)
+        self._flow = max_flow.SimpleMaxFlow()
+        self._flow.add_arcs_with_capacity(np.array(tails), np.array(heads), np.array(capacities))
+        self._switches = np.arange(first_switch, first_switch + 2 * n)
+        self._own = [
+            sum(problem.tensor_bytes[t] for t in problem.op_creates[o]) - problem.op_shared_bytes[o]
+            + problem.op_scratch_bytes[o]
+            for o in range(n)
+        ]
+
+    def cut(self, op: int, run_before: int = 0, run_after: int = 0, largest: bool = False) -> StepCut:
+        """The minimum over every valid set of operators run before `op` of the bytes live while it runs; with
+        `run_before` (closed under ancestors) and `run_after` (closed under descendants), over those sets that hold
+        all of the first and none of the second. The set returned is the smallest one attaining it, or with
+        `largest` the largest one (which stays valid for more of the sets a search adds operators to)."""
+        problem, ops, n = self.problem, self.block.ops, self.problem.op_count
+        source_side = (problem.ancestors[op] | run_before) & ops
+        sink_side = (problem.descendants[op] | 1 << op | run_after) & ops
+        switched = np.concatenate([self._vector(source_side), self._vector(sink_side)])
+        self._flow.set_arcs_capacity(self._switches, switched.astype(np.int64) * self._infinite)
+        if self._flow.solve(0, 1) != self._flow.OPTIMAL:  # not expected: the per-operator bound still holds
+            return StepCut(op, problem.step_lower_bound(op), problem.ancestors[op] & ops)
+        if largest:
+            sink_nodes = np.asarray(self._flow.get_sink_side_min_cut(), dtype=np.int64)
+            before = ops & ~self._mask(sink_nodes[(sink_nodes >= 2) & (sink_nodes < 2 + n)] - 2)
+        else:
+            source_nodes = np.asarray(self._flow.get_source_side_min_cut(), dtype=np.int64)
+            before = ops & self._mask(source_nodes[(source_nodes >= 2) & (source_nodes < 2 + n)] - 2)
+        return StepCut(op, self._flow.optimal_flow() + self._own[op], before)
+
+    def _vector(self, mask: int) -> np.ndarray:
+        raw = np.frombuffer(mask.to_bytes(self._mask_bytes, "little"), dtype=np.uint8)
+        return np.unpackbits(raw, bitorder="little")[:self.problem.op_count]
+
+    def _mask(self, ops: np.ndarray) -> int:
+        vector = np.zeros(self._mask_bytes * 8, dtype=np.uint8)
+        vector[ops] = 1
+        return int.from_bytes(np.packbits(vector, bitorder="little").tobytes(), "little")
+
+
 def step_cut(problem: SubgraphProblem, block: Block, op: int, run_before: int = 0, run_after: int = 0) -> StepCut:
-    """The minimum over every valid set of operators run before `op` of the bytes live while it runs; with
-    `run_before` (closed under ancestors) and `run_after` (closed under descendants), over those sets that hold
-    all of the first and none of the second."""
-    fixed_in = block.before | problem.ancestors[op] | run_before
-    fixed_out = (problem.all_ops & ~(block.before | block.ops)) | problem.descendants[op] | 1 << op | run_after
-    # Nodes: the source (operators run before `op`), the sink (the others), each free operator, each tensor.
-    source, sink = 0, 1
+    """`BlockCuts.cut` of one operator."""
+    return BlockCuts(problem, block).cut(op, run_before, run_after)
 
-    def node(o: int | None) -> int:
-        if o is None or fixed_in >> o & 1:
-            return source
-        return sink if fixed_out >> o & 1 else 2 + o
 
-    def tensor_node(t: int) -> int:
-        return 2 + problem.op_count + t
+class CutLookahead:
+    """A lower bound on every order that continues from a search state, for `solve_block`'s `lookahead`: the
+    highest cut of an operator not yet run, over the "run before" sets that hold everything already run.
 
-    # No cut needs more than every tensor's bytes: this capacity is never cut, it stands for "must not".
-    infinite = sum(problem.tensor_bytes) + 1
-    flow = max_flow.SimpleMaxFlow()
-    for o in bits(block.ops & ~fixed_in & ~fixed_out):
-        for p in bits(problem.predecessors[o] & ~fixed_in):
-            flow.add_arc_with_capacity(2 + o, node(p), infinite)  # `o` on the source side needs `p` there too
-    for t, size in enumerate(problem.tensor_bytes):
-        producer = node(problem.tensor_producer[t])
-        if producer == sink or not size:
-            continue  # made while or after `op` runs: counted below or not live
-        if problem.tensor_kept[t]:
-            flow.add_arc_with_capacity(producer, sink, size)
-            continue
-        readers = {node(c) for c in bits(problem.tensor_consumers[t])} - {source}
-        if readers:
-            # The tensor is dead only if every reader is on the source side with it.
-            flow.add_arc_with_capacity(producer, tensor_node(t), size)
-            for reader in readers:
-                flow.add_arc_with_capacity(tensor_node(t), reader, infinite)
-    before = problem.ancestors[op] & block.ops
-    if not flow.num_arcs():
-        cut = 0
-    elif flow.solve(source, sink) == flow.OPTIMAL:
-        cut = flow.optimal_flow()
-        for n in flow.get_source_side_min_cut():
-            if 2 <= n < 2 + problem.op_count:
-                before |= 1 << (n - 2)
-    else:  # not expected with these capacities; the per-operator bound is still a valid one
-        return StepCut(op, problem.step_lower_bound(op), before)
-    own = (sum(problem.tensor_bytes[t] for t in problem.op_creates[op]) - problem.op_shared_bytes[op]
-           + problem.op_scratch_bytes[op])
-    return StepCut(op, cut + own, before)
+    Why it is valid: from a state (the set S already run, closed under "must run before"), an operator v still to
+    run runs after a closed set C with S + ancestors(v) <= C that holds no descendant of v, and the bytes live then
+    are C's cut plus v's own; the minimum over those C bounds v's step in every continuation. It only grows as S
+    does (fewer sets qualify), and a set attaining it at a smaller S still attains it at S while S <= C, so a
+    state reuses its parent's cut for v until it runs an operator outside that set, and then only the
+    RECOMPUTED cuts with the highest (stale, still valid) bounds are taken again: the rest keep their lower
+    values, a weaker but valid bound, and are taken again from a later state. (One per state proves the hardest
+    RandWire block's 15-step budget infeasible in 18 s of CPU; two take 30 s, every one far longer.)"""
+
+    RECOMPUTED = 1
+
+    def __init__(self, problem: SubgraphProblem, block: Block):
+        self.block = block
+        self.network = BlockCuts(problem, block)
+
+    def __call__(self, done: int, known: list[StepCut] | None, limit: int) -> tuple[int, list[StepCut]]:
+        """(bound, the cuts it rests on, highest first, for the states that follow); stops early once the bound
+        reaches `limit`. `known`: the parent state's cuts."""
+        run = done & self.block.ops
+        if known is None:
+            cuts = sorted((self.network.cut(op, run, largest=True) for op in bits(self.block.ops & ~done)),
+                          key=_highest_first)
+        else:
+            cuts = [cut for cut in known if not done >> cut.op & 1]
+            stale = []
+            for position, cut in enumerate(cuts):
+                if cut.bound >= limit or len(stale) == self.RECOMPUTED:
+                    break
+                if run & ~cut.before:
+                    stale.append(position)
+            for position in reversed(stale):  # a cut only rises: it moves up, the others stay in order
+                op = cuts.pop(position).op
+                bisect.insort(cuts, self.network.cut(op, run, largest=True), key=_highest_first)
+        return (cuts[0].bound if cuts else 0), cuts
+
+
+def _highest_first(cut: StepCut) -> int:
+    return -cut.bound
+
+
+def cut_bound(problem: SubgraphProblem, block: Block, deadline: float) -> int:
+    """The highest cut of the block's operators (0 if none is taken before `deadline`): no order of the whole
+    subgraph peaks lower."""
+    return max((cut.bound for cut in step_cuts(problem, block, deadline)), default=0)
 
 
 def step_cuts(problem: SubgraphProblem, block: Block, deadline: float) -> list[StepCut]:
     """Every operator's cut, as many as `deadline` allows (each one is a valid bound on its own)."""
+    network = BlockCuts(problem, block)
     cuts = []
     for op in bits(block.ops):
         if time.monotonic() > deadline:
             break
-        cuts.append(step_cut(problem, block, op))
+        cuts.append(network.cut(op))
     return cuts
 
 
@@ -125,14 +214,15 @@ def ordered_pair_bound(problem: SubgraphProblem, block: Block, cuts: list[StepCu
     holds v, but one of them runs first. Whichever it is, both cuts are taken again under that order, and the
     lower of the two orders' highest cut still binds every order. Pairs are drawn around the highest cuts."""
     by_op = {c.op: c for c in cuts}
+    network = BlockCuts(problem, block)
 
     def order_cost(first: int, then: int) -> int:
         """A lower bound on the peak of every order that runs `first` before `then`."""
-        then_cut = step_cut(problem, block, then, run_before=problem.ancestors[first] | 1 << first).bound
+        then_cut = network.cut(then, run_before=problem.ancestors[first] | 1 << first).bound
         if then_cut > bound:
             return then_cut  # enough to raise the bound if the other order costs more too
         run_after = problem.descendants[then] | 1 << then
-        return max(then_cut, step_cut(problem, block, first, run_after=run_after).bound)
+        return max(then_cut, network.cut(first, run_after=run_after).bound)
 
     for v_cut in sorted(cuts, key=lambda c: -c.bound)[:PAIR_BOTTLENECKS]:
         v = v_cut.op
@@ -154,8 +244,7 @@ def solve_hard_block(
     tick: Callable[[], None] | None = None,
 ) -> BlockResult:
     """`solve_block` for part of the time; if it cannot finish, the cut bounds, the widening beam, divide and
-    conquer, the budgeted descent, and the exact search again from the raised bound. The order returned is never worse than
-    `fallback`."""
+    conquer, and the budget probes until `deadline`. The order returned is never worse than `fallback`."""
 
     def until(share: float) -> float:
         """The deadline of a phase that may use `share` of the time left."""
@@ -179,12 +268,8 @@ def solve_hard_block(
         if divided_peak < peak:
             order, peak = divided, divided_peak
     if peak > bound:
-        descent = budgeted_descent(problem, block, bound, (order, peak), until(DESCENT_SHARE), tick)
+        descent = budgeted_descent(problem, block, bound, (order, peak), deadline, tick)
         order, peak, bound, states = descent.order, descent.peak, descent.bound, states + descent.states
-    if peak > bound and time.monotonic() < deadline:
-        # From the raised bound, the exact search may now finish, or raise it further.
-        again = solve_block(problem, block, bound, deadline, (order, peak), tick)
-        order, peak, bound, states = again.order, again.peak, again.bound, states + again.states
     bound = max(bound, level)
     return BlockResult(order, peak, bound, states, peak <= bound)
 
@@ -192,15 +277,19 @@ def solve_hard_block(
 def widening_beam(problem: SubgraphProblem, block: Block, level: int,
                   deadline: float) -> tuple[list[int], int] | None:
     """The best order of beam searches ever four times wider, ranked with `level` as the floor of every peak,
-    until one would not end before `deadline` (None if not even the first does)."""
+    until one would not end before `deadline` (None if not even the first does). A beam four times wider takes
+    about four times as long: one that would not end in time is not started, its time goes to the next phase."""
     best = None
     width = BEAM_WIDTH
     readiness = Readiness(problem, block)
-    while time.monotonic() < deadline:
+    seconds = 0.0
+    while time.monotonic() + 4 * seconds < deadline:
         width *= 4
+        started = time.monotonic()
         found = beam_order(problem, block, readiness, width, deadline, level)
         if found is None:
             break
+        seconds = time.monotonic() - started
         order = found[1]
         peak = problem.peak(order, block.before)
         if best is None or peak < best[1]:
@@ -251,77 +340,29 @@ def budgeted_descent(
     deadline: float,
     tick: Callable[[], None] | None = None,
 ) -> DescentResult:
-    """Bisect a byte budget between `bound` and the best peak until they meet or `deadline` passes."""
+    """Bisect a byte budget between `bound` and the best peak until they meet or `deadline` passes: each probe is
+    `solve_block` with the budget as its level, only orders within it sought, and the cut lookahead."""
     order, peak = start
-    dead_ends: dict[int, int] = {}  # set of run operators -> highest budget no continuation from it meets
     floor = bound  # budgets below `floor` are proven impossible or were too slow to settle this round
     probe_seconds = PROBE_SHARE * max(deadline - time.monotonic(), 0.0)
+    lookahead = CutLookahead(problem, block)
     states = 0
     while bound < peak and time.monotonic() < deadline:
         if floor >= peak:  # every budget between bound and peak was too slow: try them again for longer
             floor, probe_seconds = bound, 2 * probe_seconds
         budget = (floor + peak - ALIGNMENT) // 2 // ALIGNMENT * ALIGNMENT
         budget = max(budget, floor)
-        probe = _descend(problem, block, budget, min(deadline, time.monotonic() + probe_seconds), dead_ends)
+        # Every step is a multiple of ALIGNMENT bytes: no order within the budget means none below budget + that,
+        # or even none below the lowest cost the probe dropped.
+        probe = solve_block(problem, block, budget, min(deadline, time.monotonic() + probe_seconds),
+                            (order, peak), None, lookahead, beat=budget + ALIGNMENT)
         states += probe.states
-        if probe.order is not None:
-            order, peak = probe.order, problem.peak(probe.order, block.before)
-        elif probe.exhausted:
-            bound = floor = budget + ALIGNMENT  # every step is a multiple of ALIGNMENT bytes
+        if probe.peak <= budget:
+            order, peak = probe.order, probe.peak
+        elif probe.complete:
+            bound = floor = probe.bound
         else:
             floor = budget + ALIGNMENT  # SERENITY: a budget too tight to refute quickly is loosened
         if tick is not None:
             tick()
     return DescentResult(order, peak, bound, states)
-
-
-@dataclass(frozen=True)
-class _Probe:
-    order: list[int] | None  # an order within the budget, if one was found
-    exhausted: bool  # no order is within the budget (proven)
-    states: int
-
-
-def _descend(problem: SubgraphProblem, block: Block, budget: int, deadline: float,
-             dead_ends: dict[int, int]) -> _Probe:
-    """Depth first from the block's start, steps above `budget` pruned, the operator leaving the fewest bytes live
-    tried first. Sets recorded in `dead_ends` at this budget or above are not entered again: what can follow a
-    set does not depend on how it was reached."""
-    readiness = Readiness(problem, block)
-    goal = block.before | block.ops
-    step = problem.step
-
-    def successors(done: int, live: int, ready: int) -> list[tuple[int, int]]:
-        """(operator, bytes live after it), best first."""
-        options = []
-        for op in bits(ready):
-            during, after = step(done, live, op)
-            if during > budget or dead_ends.get(done | 1 << op, -1) >= budget:
-                continue
-            if after <= live:
-                return [(op, after)]  # frees at least what it makes, within budget: some best order runs it now
-            options.append((after, during, op))
-        options.sort()
-        return [(op, after) for after, _, op in options]
-
-    live = problem.live_bytes(block.before)
-    # Per depth: (set run, bytes live, ready operators, untried successors, operator run last)
-    stack = [(block.before, live, readiness.first, iter(successors(block.before, live, readiness.first)), -1)]
-    states = 0
-    while stack:
-        done, live, ready, untried, _ = stack[-1]
-        if done == goal:
-            return _Probe([frame[4] for frame in stack[1:]], False, states)
-        states += 1
-        if states % CLOCK_EVERY == 0 and (time.monotonic() > deadline or len(dead_ends) > MAX_STATES):
-            return _Probe(None, False, states)
-        following = next(untried, None)
-        if following is None:
-            dead_ends[done] = max(dead_ends.get(done, -1), budget)
-            stack.pop()
-            continue
-        op, after = following
-        mask = done | 1 << op
-        ready_after = readiness.after(ready, op, mask)
-        stack.append((mask, after, ready_after, iter(successors(mask, after, ready_after)), op))
-    return _Probe(None, True, states)

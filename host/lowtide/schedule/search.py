@@ -12,16 +12,20 @@ so the first time the full block is popped its peak is optimal. Three reductions
 - a dominance rule: an available operator that frees at least as many bytes as it creates, and whose step
   stays within the cost so far, can be run at once: moving it earlier in any continuation never raises a later
   step, so some optimal continuation starts with it, and it is the only successor tried.
-A heuristic order bounds the search from above: states that cannot beat it are never pushed.
+A heuristic order bounds the search from above: states that cannot beat it are never pushed. A lookahead (a lower
+bound on what is still to come from a state: `anytime.CutLookahead`) can raise a state's cost and drop states
+that cannot beat it.
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from lowtide.schedule.problem import SubgraphProblem, bits
 
@@ -182,6 +186,12 @@ def beam_order(
     return peak, order
 
 
+# lookahead(set run, the parent state's token or None, limit) -> (bound, token): a lower bound on the peak of every
+# order that continues from that set (it may stop early once the bound reaches `limit`), and what the states
+# after it may reuse (`lowtide.schedule.anytime.CutLookahead`).
+Lookahead = Callable[[int, Any, int], tuple[int, Any]]
+
+
 def solve_block(
     problem: SubgraphProblem,
     block: Block,
@@ -189,23 +199,48 @@ def solve_block(
     deadline: float,
     fallback: tuple[list[int], int],
     tick: Callable[[], None] | None = None,
+    lookahead: Lookahead | None = None,
+    beat: int | None = None,
 ) -> BlockResult:
     """The block's best order if found before `deadline` (bound == max(level, peak)); otherwise `fallback`
-    (an order and its peak, from `heuristic_order`), with the lowest cost not yet ruled out as bound."""
+    (an order and its peak, from `heuristic_order`), with the lowest cost not yet ruled out as bound.
+
+    Only orders peaking below `beat` (by default the fallback's peak) are searched for: if there is none, the
+    result is the fallback, complete, with the lowest cost the search dropped as its bound (at least `beat`: every
+    order's path was cut there or higher). As a feasibility probe, `level` may be any budget below `beat` instead
+    of a proven bound: then the search finds an order within the budget, or proves the bound above it.
+
+    With `lookahead`, a state's cost is also raised to its bound when it is popped (once): states that cannot
+    beat `fallback` are dropped, and the cost popped stays a lower bound on every order not yet ruled out (A*
+    with an admissible estimate, for the highest step instead of a sum)."""
     fallback, fallback_peak = fallback
     if fallback_peak <= level or block.size == 1:
         return BlockResult(fallback, fallback_peak, max(level, fallback_peak), 0, True)
+    beat = fallback_peak if beat is None else beat
     goal = block.before | block.ops
     step = problem.step
     readiness = Readiness(problem, block)
-    # mask -> (cost to reach it, operator run last); cost = max(level, highest step on the way)
+    # mask -> (highest step on the way there, at least `level`; operator run last)
     reached: dict[int, tuple[int, int]] = {block.before: (level, -1)}
-    heap = [(level, 0, block.before, problem.live_bytes(block.before), readiness.first)]
+    # (cost: a lower bound on every order through the state, -depth, tie, set run, bytes live, ready operators,
+    #  highest step on the way there, the lookahead's token, whether the lookahead has raised the cost yet)
+    tie = itertools.count()
+    heap = [(level, 0, next(tie), block.before, problem.live_bytes(block.before), readiness.first, level, None,
+             lookahead is None)]
     popped = 0
+    dropped = math.inf  # the lowest cost of a state dropped for reaching `beat`
     while heap:
-        cost, _, done, live, ready = heapq.heappop(heap)
-        if reached[done][0] < cost:
+        cost, depth, _, done, live, ready, way, token, looked = heapq.heappop(heap)
+        if reached[done][0] < way:
             continue
+        if not looked:
+            ahead, token = lookahead(done, token, beat)
+            if ahead >= beat:
+                dropped = min(dropped, ahead)  # no continuation beats it
+                continue
+            if ahead > cost:
+                heapq.heappush(heap, (ahead, depth, next(tie), done, live, ready, way, token, True))
+                continue
         if done == goal:
             order = _path(reached, block.before, goal)
             return BlockResult(order, problem.peak(order, block.before), cost, popped, True)
@@ -222,19 +257,21 @@ def solve_block(
                 successors = [(op, during, after)]
                 break
             successors.append((op, during, after))
-        depth = -(done.bit_count() + 1)
         for op, during, after in successors:
             next_cost = max(cost, during)
-            if next_cost >= fallback_peak:
+            if next_cost >= beat:
+                dropped = min(dropped, next_cost)
                 continue
             following = done | 1 << op
+            next_way = max(way, during)
             seen = reached.get(following)
-            if seen is not None and seen[0] <= next_cost:
+            if seen is not None and seen[0] <= next_way:
                 continue
-            reached[following] = (next_cost, op)
-            heapq.heappush(heap, (next_cost, depth, following, after, readiness.after(ready, op, following)))
-    # Nothing beats the heuristic order: it is optimal.
-    return BlockResult(fallback, fallback_peak, max(level, fallback_peak), popped, True)
+            reached[following] = (next_way, op)
+            heapq.heappush(heap, (next_cost, depth - 1, next(tie), following, after,
+                                  readiness.after(ready, op, following), next_way, token, lookahead is None))
+    # No order beats `beat` (by default the fallback is optimal), nor even the lowest cost dropped.
+    return BlockResult(fallback, fallback_peak, max(level, min(dropped, fallback_peak)), popped, True)
 
 
 def _path(reached: dict[int, tuple[int, int]], start: int, goal: int) -> list[int]:
