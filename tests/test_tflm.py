@@ -18,7 +18,7 @@ from conftest import SHARED_MODELS, needs_firmware_tools
 from lowtide.device.measure import measure
 from lowtide.errors import LowtideError
 from lowtide.model import load_model
-from lowtide.tflm.build import CORES, build_library, check_kernels_fit_core, resolver_calls
+from lowtide.tflm.build import CORES, build_library, check_kernels_fit_core, resolver_calls, sources_for
 from lowtide.tflm.sizer import predict_arena32
 from lowtide.tflm.tree import TFLM_COMMIT, TREE_SETTING, KernelSet, locate_tree
 
@@ -37,6 +37,13 @@ def test_resolver_knows_tflm_builtins():
     entries = {call.split(".")[1].split("(")[0] for call in
                resolver_calls(locate_tree(KernelSet.REFERENCE), ["CONV_2D", "RESIZE_NEAREST_NEIGHBOR", "SVDF"])}
     assert entries == {"AddConv2D", "AddResizeNearestNeighbor", "AddSvdf"}
+
+
+def test_cmsis_nn_sources_include_the_tables_their_kernels_read():
+    """CMSIS-NN's int16 activations (reached from TFLM's LOGISTIC kernel) read sigmoid_table_uint16, defined in a
+    file with no function of its own: without it the dtln model's sizer and firmware did not link."""
+    names = {path.name for path in sources_for(locate_tree(KernelSet.CMSIS_NN), ["LOGISTIC"])}
+    assert {"arm_nn_activation_s16.c", "arm_nntables.c"} <= names
 
 
 def test_operator_tflm_lacks_is_refused_before_building():

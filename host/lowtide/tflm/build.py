@@ -37,6 +37,8 @@ _TEST_SCAFFOLDING = ("test_helpers.cc", "test_helper_custom_ops.cc", "fake_micro
                      "kernel_runner.cc")
 _CMSIS_NN_CALL = re.compile(r"\b(arm_\w+)\s*\(")
 _CMSIS_NN_DEFINITION = re.compile(r"^[\w \t*]*?\b(arm_\w+)\s*\([^;{]*\)\s*\{", re.M)
+# CMSIS-NN's lookup tables (e.g. sigmoid_table_uint16, which the int16 activations read): data, not calls.
+_CMSIS_NN_TABLE = re.compile(r"^const\s+[\w ]+?\b(\w+)\s*\[[^\]]*\]\s*=", re.M)
 _KERNEL_DIRS = ("tensorflow/lite/micro/kernels", "tensorflow/lite/micro/kernels/cmsis_nn")
 _REGISTRATION = re.compile(r"^TFLMRegistration\*?\s+(Register_\w+)\s*\(\s*\)\s*\{", re.M)
 # A MicroMutableOpResolver method starts here; within it, the registration it defaults to and the builtin it adds.
@@ -178,24 +180,30 @@ def sources_for(tree: TflmTree, opcodes: Iterable[str]) -> list[Path]:
 
 
 @cache
-def _cmsis_nn_definitions(root: Path) -> dict[str, Path]:
-    """CMSIS-NN's functions and the source defining each (mostly one function per file, named after it)."""
-    defined = {}
+def _cmsis_nn_definitions(root: Path) -> tuple[dict[str, Path], dict[str, Path]]:
+    """CMSIS-NN's functions and the source defining each (mostly one function per file, named after it), and its
+    lookup tables and the source defining each."""
+    functions, tables = {}, {}
     for path in sorted((root / "third_party" / "cmsis_nn" / "Source").rglob("*.c")):
-        for name in _CMSIS_NN_DEFINITION.findall(path.read_text(errors="replace")):
-            defined.setdefault(name, path)
-    return defined
+        text = path.read_text(errors="replace")
+        for name in _CMSIS_NN_DEFINITION.findall(text):
+            functions.setdefault(name, path)
+        for name in _CMSIS_NN_TABLE.findall(text):
+            tables.setdefault(name, path)
+    return functions, tables
 
 
 def _cmsis_nn_sources(root: Path, kernels: list[Path]) -> list[Path]:
-    """The CMSIS-NN sources these kernels reach: every arm_* function they call, and what those call in turn."""
-    definitions = _cmsis_nn_definitions(root)
+    """The CMSIS-NN sources these kernels reach: every arm_* function they call and table they read, and what
+    those reach in turn."""
+    functions, tables = _cmsis_nn_definitions(root)
     needed: set[Path] = set()
     pending = list(kernels)
     while pending:
         text = pending.pop().read_text(errors="replace")
-        for name in set(_CMSIS_NN_CALL.findall(text)):
-            source = definitions.get(name)
+        used = {functions.get(name) for name in _CMSIS_NN_CALL.findall(text)}
+        used |= {source for name, source in tables.items() if re.search(rf"\b{name}\b", text)}
+        for source in used:
             if source is not None and source not in needed:
                 needed.add(source)
                 pending.append(source)
