@@ -88,13 +88,15 @@ def compile_command(
     seed: Annotated[int, typer.Option("--seed", help="Seed of the random inputs used by --verify")] = 0,
     invocations: Annotated[int, typer.Option(
         "--invocations", min=1, help="--verify: invocations in a row (state carries over), each on new inputs")] = 1,
+    keep_model_plan: Annotated[bool, typer.Option(
+        "--keep-model-plan", help="Use the model's OfflineMemoryAllocation even where lowtide's plan is smaller")] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables")] = False,
     check: Annotated[bool, typer.Option(
         "--check", help="List everything that keeps MODEL from compiling (exit 1 if anything), write nothing")] = False,
     support_table: Annotated[bool, typer.Option(
         "--support-table", help="Print the operators and types the runtime compiles (Markdown) and exit")] = False,
 ) -> None:
-    """Generate C99 (weights in flash, activations at TFLM's arena offsets) and report the RAM it needs."""
+    """Generate C99 (weights in flash, activations where lowtide plans them for this runtime) and report its RAM."""
     if support_table:
         print(support_table_markdown(), end="")
         return
@@ -109,8 +111,9 @@ def compile_command(
     # models the one before accepted.
     load_model(model)
     reference = oracle.run(model.read_bytes(), path=str(model))
-    compiled = compile_model(model, prefix)  # raises before anything is written
-    result = verify_compiled(model, seed, prefix=prefix, invocations=invocations) if verify else None
+    compiled = compile_model(model, prefix, keep_model_plan)  # raises before anything is written
+    result = (verify_compiled(model, seed, prefix=prefix, invocations=invocations, keep_model_plan=keep_model_plan)
+              if verify else None)
     if result:
         tflm_total, tflm_head = result.tflm_total_bytes, result.tflm_head_bytes
     else:

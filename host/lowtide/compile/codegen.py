@@ -3,8 +3,11 @@
 Activations live where lowtide's plan for the compiled runtime puts them: each PAD a fast depthwise convolution
 can absorb is fused into it, outputs the compiled kernels may write over a dying input share its bytes
 (`lowtide.memory.in_place`, `Executor.COMPILED`), and the placement heuristics of `lowtide.memory.placement` lay
-the buffers out. Where that plan is not smaller than TFLM's own (the model's OfflineMemoryAllocation plan where
-it has one, else the greedy planner replica), TFLM's offsets are used, so the arena never exceeds TFLM's head.
+the buffers out. The fast kernels' int16 scratch (im2col rows, a depthwise channel's plane) is a buffer of the
+arena too, live while its operator runs, so the arena is all the RAM the generated code writes besides the state
+of stateful models. Where that plan is not smaller than TFLM's own tensor offsets (the model's
+OfflineMemoryAllocation plan where it has one, else the greedy planner replica) with the scratch fitted around
+them, TFLM's offsets are used.
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lowtide.compile.lowering import (
-    SCRATCH16,
     STATE_OBJECT,
     ModelEmitter,
     StateMember,
@@ -27,8 +29,8 @@ from lowtide.compile.lowering import (
 from lowtide.compile.lowering.conv import pad_fusions
 from lowtide.compile.lowering.emitter import PadFusion
 from lowtide.errors import LowtideError
-from lowtide.memory import Executor, buffers_to_plan, tflm_plan
-from lowtide.memory.placement import place
+from lowtide.memory import Buffer, Executor, align_up, arena_head, buffers_to_plan, tflm_plan
+from lowtide.memory.placement import place, tflm_offsets_with_plan
 from lowtide.model import Graph, load_model
 from lowtide.model.ir import TensorKind
 
@@ -95,25 +97,33 @@ class Blocker:
 
 @dataclass(frozen=True)
 class ArenaPlan:
-    """Where the generated code keeps its activations."""
+    """Where the generated code keeps its activations and its kernels' scratch: everything it writes but state."""
 
     offsets: dict[int, int]  # main-subgraph tensor -> arena offset
-    scratch: dict[int, list[int]]  # operator -> arena offsets of its kernel scratch buffers
+    scratch: dict[int, list[int]]  # operator -> arena offsets of its kernel scratch buffers (TFLM's requests)
+    fast_scratch: dict[int, int]  # operator -> arena offset of its fast kernel's int16 scratch
+    fast_scratch_bytes: dict[int, int]  # operator -> bytes of that scratch
     head_bytes: int
     fused_pads: dict[int, PadFusion]  # depthwise operator -> the PAD it absorbs
-    in_place: bool  # lowtide's compiled-runtime plan; False: TFLM's offsets
+    in_place: bool  # lowtide's compiled-runtime plan; False: TFLM's tensor offsets
 
 
-def _fast_depthwise(graph: Graph, data: bytes) -> set[int]:
-    """Depthwise convolutions that lower to the fast kernel, which may run in place and absorb a PAD."""
+# Operators that may lower to a fast kernel of lt_conv_dsp.h (`_fast_int8` in lowering/conv.py)
+_FAST_CANDIDATES = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"})
+
+
+def _fast_kernels(graph: Graph, data: bytes) -> ModelEmitter:
+    """An emitter that lowered every operator that may run a fast kernel, at made-up offsets: its `in_place_safe`
+    names the depthwise convolutions the fast kernel runs (which may run in place and absorb a PAD), its
+    `fast_scratch_bytes` the int16 scratch each fast layer needs while it runs."""
     probe = ModelEmitter(graph, data, {t.index: 0 for t in graph.main.tensors if t.kind is TensorKind.ACTIVATION})
     for op in graph.main.operators:
-        if op.opcode == "DEPTHWISE_CONV_2D":
+        if op.opcode in _FAST_CANDIDATES:
             try:
                 lower_operator(probe, op)
             except Unsupported:
                 pass
-    return probe.in_place_safe
+    return probe
 
 
 def _planning_view(graph: Graph, fusions: dict[int, PadFusion]) -> Graph:
@@ -126,38 +136,52 @@ def _planning_view(graph: Graph, fusions: dict[int, PadFusion]) -> Graph:
     return dataclasses.replace(graph, subgraphs=(main, *graph.subgraphs[1:]))
 
 
-def _by_tensor(buffers, offsets) -> tuple[dict[int, int], dict[int, list[int]]]:
+def _split(buffers, offsets, fast_count: int) -> tuple[dict[int, int], dict[int, list[int]], dict[int, int]]:
+    """Tensor offsets, TFLM scratch offsets by operator, and fast-kernel scratch offsets by operator, from a plan
+    whose last `fast_count` buffers are the fast kernels' scratch."""
+    split = len(buffers) - fast_count
     tensors = {b.tensor: off for b, off in zip(buffers, offsets) if b.subgraph == 0 and b.tensor is not None}
     scratch: dict[int, list[int]] = {}
-    for b, off in zip(buffers, offsets):
+    for b, off in zip(buffers[:split], offsets[:split]):
         if b.subgraph == 0 and b.tensor is None:
             scratch.setdefault(b.op, []).append(off)
-    return tensors, scratch
+    fast = {b.op: off for b, off in zip(buffers[split:], offsets[split:])}
+    return tensors, scratch, fast
 
 
-def arena_plan(graph: Graph, data: bytes) -> ArenaPlan:
-    """The compiled runtime's plan (module docstring), or TFLM's where that is no larger."""
+def arena_plan(graph: Graph, data: bytes, keep_model_plan: bool = False) -> ArenaPlan:
+    """The compiled runtime's plan (module docstring), or TFLM's tensor offsets where that is no larger. The fast
+    kernels' scratch is planned in both, live only while its operator runs; TFLM's greedy planner fits it around
+    the tensors, as it does its own kernels' scratch. `keep_model_plan`: TFLM's offsets in any case, so a model's
+    OfflineMemoryAllocation is used as it is (in-place cases the compiled plan has no rule for included)."""
     stock = tflm_plan(graph)
-    fast = _fast_depthwise(graph, data)
-    fusions = pad_fusions(ModelEmitter(graph, data, {}), fast)
+    probe = _fast_kernels(graph, data)
+    scopes = {s.op: s.scope for s in stock.steps if s.subgraph == 0}
+    fast_scratch = [Buffer(0, None, op, align_up(nbytes), scopes[op], scopes[op])
+                    for op, nbytes in sorted(probe.fast_scratch_bytes.items())]
+    fusions = pad_fusions(ModelEmitter(graph, data, {}), probe.in_place_safe)
     view = _planning_view(graph, fusions)
-    buffers = buffers_to_plan(view, executor=Executor.COMPILED)
+    buffers = buffers_to_plan(view, executor=Executor.COMPILED) + fast_scratch
     producers = view.main.producers()
     # Depthwise outputs may share their input only where the fast kernel runs them (it copies before writing).
     unsafe = any(b.shares is not None and b.subgraph == 0 and view.main.operators[producers[b.tensor]].opcode
-                 == "DEPTHWISE_CONV_2D" and producers[b.tensor] not in fast for b in buffers)
-    placement = place(buffers, 0) if buffers and not unsafe else None
-    if placement is None or placement.head_bytes >= stock.head_bytes:
-        offsets, scratch = _by_tensor(stock.buffers, stock.offsets)
-        return ArenaPlan(offsets, scratch, stock.head_bytes, {}, False)
-    offsets, scratch = _by_tensor(buffers, placement.offsets)
-    return ArenaPlan(offsets, scratch, placement.head_bytes, fusions, True)
+                 == "DEPTHWISE_CONV_2D" and producers[b.tensor] not in probe.in_place_safe for b in buffers)
+    placement = place(buffers, 0) if buffers and not unsafe and not keep_model_plan else None
+    stock_buffers = list(stock.buffers) + fast_scratch
+    stock_offsets = tflm_offsets_with_plan(stock_buffers, list(stock.offsets) + [0] * len(fast_scratch))
+    stock_head = arena_head(stock_buffers, stock_offsets)
+    needs = probe.fast_scratch_bytes
+    if placement is None or placement.head_bytes >= stock_head:
+        return ArenaPlan(*_split(stock_buffers, stock_offsets, len(fast_scratch)), needs, stock_head, {}, False)
+    return ArenaPlan(*_split(buffers, placement.offsets, len(fast_scratch)), needs, placement.head_bytes, fusions,
+                     True)
 
 
-def _emitter(graph: Graph, data: bytes) -> tuple[ModelEmitter, int]:
-    """An emitter with every activation at its planned offset (`arena_plan`), and the arena head of that plan."""
-    plan = arena_plan(graph, data)
-    return ModelEmitter(graph, data, plan.offsets, plan.scratch, plan.fused_pads), plan.head_bytes
+def _emitter(graph: Graph, data: bytes, keep_model_plan: bool = False) -> tuple[ModelEmitter, int]:
+    """An emitter with every activation and scratch buffer at its planned offset (`arena_plan`), and the arena
+    head of that plan."""
+    plan = arena_plan(graph, data, keep_model_plan)
+    return ModelEmitter(graph, data, plan.offsets, plan.scratch, plan.fused_pads, plan.fast_scratch), plan.head_bytes
 
 
 def _lower_all(graph: Graph, emitter: ModelEmitter) -> tuple[list[str], list[Blocker]]:
@@ -187,14 +211,18 @@ def check_model(model_path: str | Path) -> list[Blocker]:
     return _lower_all(graph, emitter)[1]
 
 
-def compile_model(model_path: str | Path, prefix: str = "model") -> CompiledModel:
-    """Lower every operator of `model_path`; raises LowtideError naming the first thing it cannot compile."""
+def compile_model(model_path: str | Path, prefix: str = "model", keep_model_plan: bool = False) -> CompiledModel:
+    """Lower every operator of `model_path`; raises LowtideError naming the first thing it cannot compile.
+    `keep_model_plan`: the model's OfflineMemoryAllocation as it is, even where lowtide's compiled plan is smaller."""
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", prefix):
         raise LowtideError(f"prefix '{prefix}' is not a C identifier")
     model_path = str(model_path)
     graph = load_model(model_path)
-    emitter, head_bytes = _emitter(graph, Path(model_path).read_bytes())
+    emitter, head_bytes = _emitter(graph, Path(model_path).read_bytes(), keep_model_plan)
     calls, blockers = _lower_all(graph, emitter)
+    unplanned = sorted(set(emitter.fast_scratch_bytes) - set(emitter.fast_scratch))
+    if unplanned:  # the plan is made from the same lowering: a difference is a lowtide bug
+        raise LowtideError(f"operator {unplanned[0]}'s kernel scratch has no place in the arena plan", model_path)
     if blockers:
         more = f" (and {len(blockers) - 1} more: lowtide compile --check)" if len(blockers) > 1 else ""
         raise LowtideError(f"cannot compile {blockers[0]}{more}", model_path)
@@ -336,13 +364,6 @@ def _state_source(prefix: str, members: list[StateMember]) -> list[str]:
     return lines
 
 
-def _scratch(emitter: ModelEmitter) -> list[str]:
-    """The fast kernels' scratch (im2col rows, depthwise planes): the largest layer's need, in .bss."""
-    if not emitter.scratch16_count:
-        return []
-    return [f"static int16_t {SCRATCH16}[{emitter.scratch16_count}] __attribute__((aligned(8)));", ""]
-
-
 def _source(prefix, graph: Graph, emitter: ModelEmitter, calls, inputs, outputs, model_hash: str,
             members: list[StateMember]) -> str:
     hash_bytes = ", ".join(f"0x{model_hash[i:i + 2]}" for i in range(0, 16, 2))
@@ -361,7 +382,6 @@ def _source(prefix, graph: Graph, emitter: ModelEmitter, calls, inputs, outputs,
         f"const char *const {prefix}_operator_names[{len(calls)}] = {{"
         + ", ".join(_c_string(op.opcode) for op in graph.main.operators) + "};",
         "",
-        *_scratch(emitter),
         *emitter.declarations,
         "",
         *_state_source(prefix, members),

@@ -223,14 +223,15 @@ def run_compiled_invocations(compiled: CompiledModel, input_sets: list[list[np.n
 
 
 def verify_compiled(model_path: str | Path, seed: int = 0, workdir: str | Path | None = None,
-                    prefix: str = "model", sanitize: bool = False, invocations: int = 1) -> VerifyResult:
+                    prefix: str = "model", sanitize: bool = False, invocations: int = 1,
+                    keep_model_plan: bool = False) -> VerifyResult:
     """Compile `model_path`, build it with the host compiler, and compare with TFLM on `oracle.random_inputs`.
     `workdir` keeps the build (sources, objects, binary) for inspection; by default a temporary one is used.
     `sanitize` builds with AddressSanitizer and UBSan: any memory or arithmetic fault fails the check.
     `invocations` > 1 invokes both sides that many times in a row (inputs from seeds seed, seed + 1, ...), so the
-    state a model keeps between invocations is compared too."""
+    state a model keeps between invocations is compared too. `keep_model_plan`: as `compile_model`'s."""
     model_path = str(model_path)
-    compiled = compile_model(model_path, prefix)
+    compiled = compile_model(model_path, prefix, keep_model_plan)
     graph = load_model(model_path)
     data = Path(model_path).read_bytes()
     input_sets = [oracle.random_inputs(graph, seed + n) for n in range(invocations)]

@@ -15,7 +15,6 @@ from lowtide.compile.lowering import activation, conv, elementwise, lstm, matmul
 from lowtide.compile.lowering.emitter import (
     C_TYPES,
     NUMPY_TYPES,
-    SCRATCH16,
     STATE_OBJECT,
     Kernel,
     ModelEmitter,
@@ -84,5 +83,5 @@ def lower_operator(e: ModelEmitter, op: Operator) -> str:
     return kernel.lower(e, op, f"op{op.index}")
 
 
-__all__ = ["C_TYPES", "FAMILIES", "KERNELS", "NOT_IN_TFLM", "NUMPY_TYPES", "SCRATCH16", "STATE_OBJECT", "Kernel", "ModelEmitter",
+__all__ = ["C_TYPES", "FAMILIES", "KERNELS", "NOT_IN_TFLM", "NUMPY_TYPES", "STATE_OBJECT", "Kernel", "ModelEmitter",
            "StateMember", "SupportRow", "Unsupported", "c_float", "lower_operator", "support_rows"]

@@ -11,7 +11,6 @@ import numpy as np
 from lowtide.compile import quantization as q
 from lowtide.compile.lowering.emitter import (
     MAX_DIMS,
-    SCRATCH16,
     Kernel,
     ModelEmitter,
     PadFusion,
@@ -161,7 +160,7 @@ def _fast_int8(e: ModelEmitter, op: Operator, name: str, kind: str, params: dict
         packed[:, :rows.shape[1]] = rows
         filter_ref = e.array(f"{name}_filter", "int8_t", packed, aligned=True)
         pixels = 2 if params["batches"] * params["out_h"] * params["out_w"] > 1 else 1
-        e.need_scratch16(pixels * k4 + k4 // 2)
+        scratch = e.fast_scratch_pointer(op, pixels * k4 + k4 // 2)
         function = "lt_conv_s8_fast"
     else:
         kh, kw = params["filter_h"], params["filter_w"]
@@ -172,15 +171,16 @@ def _fast_int8(e: ModelEmitter, op: Operator, name: str, kind: str, params: dict
         words = (halves[..., 0] | (halves[..., 1] << 16)).astype(np.uint32)
         filter_ref = e.array(f"{name}_filter", "uint32_t", words)
         plane = ((params["out_h"] - 1) * params["stride_h"] + kh) * ((params["out_w"] - 1) * params["stride_w"] + kw)
-        e.need_scratch16(plane)
+        scratch = e.fast_scratch_pointer(op, plane)
         function = "lt_depthwise_s8_fast"
         e.in_place_safe.add(op.index)  # each channel's plane is copied before its outputs are written
     body = (f"{function}({p}, (const int8_t *)input, {filter_ref}, {', '.join(arrays)}, (int8_t *)output, "
-            f"{SCRATCH16}, {' | '.join(flags)});")
-    e.declarations.append(f"static LT_NOINLINE void {name}_run(const void *input, void *output) {{\n    {body}\n}}")
+            f"scratch, {' | '.join(flags)});")
+    e.declarations.append(f"static LT_NOINLINE void {name}_run(const void *input, void *output, int16_t *scratch) "
+                          f"{{\n    {body}\n}}")
     fusion = e.fused_pads.get(op.index)
     source = fusion.source if fusion is not None else op.inputs[0]
-    return f"{name}_run({e.pointer(source)}, {e.pointer(op.outputs[0], True)});"
+    return f"{name}_run({e.pointer(source)}, {e.pointer(op.outputs[0], True)}, {scratch});"
 
 
 def pad_fusions(e: ModelEmitter, fast_depthwise: set[int]) -> dict[int, PadFusion]:

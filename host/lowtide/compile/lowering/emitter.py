@@ -22,7 +22,6 @@ NUMPY_TYPES = {"bool": np.bool_, "int8": np.int8, "uint8": np.uint8, "int16": np
 
 
 STATE_OBJECT = "state"  # the generated code's static struct of variable tensors and resource variables
-SCRATCH16 = "scratch16"  # the generated code's static int16 scratch of the fast kernels (im2col rows, planes)
 
 
 def variable_member(index: int) -> str:
@@ -116,7 +115,8 @@ class ModelEmitter:
     """Collects the C declarations of one model while its operators are lowered."""
 
     def __init__(self, graph: Graph, model_data: bytes, offsets: dict[int, int],
-                 scratch: dict[int, list[int]] | None = None, fused_pads: dict[int, PadFusion] | None = None):
+                 scratch: dict[int, list[int]] | None = None, fused_pads: dict[int, PadFusion] | None = None,
+                 fast_scratch: dict[int, int] | None = None):
         self.graph = graph
         self.sg = graph.main
         self.raw_tensors = graph.raw.subgraphs[0].tensors
@@ -127,7 +127,9 @@ class ModelEmitter:
         self.variables: dict[int, Tensor] = {}  # variable tensors the operators use: static state, not arena
         self.call_once_flags: list[str] = []  # one per CALL_ONCE: set once its init subgraph has run
         self._constants: dict[int, str] = {}
-        self.scratch16_count = 0  # int16 values of SCRATCH16 the largest fast-kernel layer needs
+        # operator -> arena offset of its fast kernel's int16 scratch (im2col rows, a depthwise plane), as planned
+        self.fast_scratch = fast_scratch or {}
+        self.fast_scratch_bytes: dict[int, int] = {}  # operator -> bytes of that scratch its fast kernel needs
         self.fused_pads = fused_pads or {}  # depthwise operator index -> the PAD it absorbs
         # Operators lowered to a kernel that may write over its input (lowtide.memory.in_place, compiled runtime)
         self.in_place_safe: set[int] = set()
@@ -223,8 +225,12 @@ class ModelEmitter:
         require(k < len(buffers), f"the memory plan has no scratch buffer {k} for this operator")
         return f"(({ctype} *)(arena + {buffers[k]}u))"
 
-    def need_scratch16(self, count: int) -> None:
-        self.scratch16_count = max(self.scratch16_count, count)
+    def fast_scratch_pointer(self, op: Operator, count: int) -> str:
+        """The int16 scratch of `count` values that `op`'s fast kernel uses while it runs. A plan is made from
+        these needs (`fast_scratch_bytes`, collected by lowering with any offsets), so an emitter without a plan
+        yet points at offset 0; `compile_model` checks that every need has its place."""
+        self.fast_scratch_bytes[op.index] = 2 * count
+        return f"((int16_t *)(arena + {self.fast_scratch.get(op.index, 0)}u))"
 
     # ---- declarations ------------------------------------------------------------------------------------
     def array(self, name: str, ctype: str, values, aligned: bool = False) -> str:
