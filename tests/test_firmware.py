@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, SHARED_MODELS, needs_firmware_tools, reference_figures
+from lowtide.compile import compile_model
+from lowtide.compile.codegen import arena_plan
 from lowtide.device.boards import BOARDS
 from lowtide.device.drivers.platformio import build_firmware, ensure_tool_scons, pio_environment
 from lowtide.device.drivers.qemu import run_emulator
@@ -134,11 +136,12 @@ def test_measure_on_qemu_matches_host_tflm_and_is_deterministic(model):
     second = measure(model, "qemu-m4", iterations=3, warmup=0, timeout=20)
     profiled = measure(model, "qemu-m4", iterations=1, warmup=0, timeout=20, seed=1, profile_ops=True)
     head = int(REFERENCE[model.stem]["tflm_head"])
+    compiled = compile_model(model).arena_bytes  # lowtide's plan for the compiled runtime
     for result in (first, second, profiled):
         assert result.outputs_match, result.mismatched_outputs
         assert result.runtime == "lowtide-compiled" and result.board == "qemu-mps2-an386"
-        # the compiled model lays tensors out as TFLM's planner does: its plan is TFLM's head
-        assert result.board_planned_bytes == result.arena_planned_bytes == head
+        # the board runs lowtide's compiled plan (its fast kernels' scratch included); TFLM's head is predicted
+        assert result.board_planned_bytes == compiled and result.arena_planned_bytes == head
         assert 0 < result.arena_high_water_bytes <= result.board_planned_bytes
         assert result.arena_capacity_bytes > result.board_planned_bytes  # painted beyond the plan, too
         cycles = result.latency_cycles
@@ -164,11 +167,13 @@ def test_shared_models_on_qemu_m4(name):
     result = measure(SHARED_MODELS / f"{name}.tflite", "qemu-m4", iterations=3, warmup=1, timeout=120)
     assert result.outputs_match, result.mismatched_outputs  # bit-identical with the host TFLM, same inputs
     head = int(REFERENCE[name]["tflm_head"])
-    assert result.board_planned_bytes == result.arena_planned_bytes == head
+    compiled = compile_model(SHARED_MODELS / f"{name}.tflite").arena_bytes  # lowtide's plan for the compiled runtime
+    assert result.board_planned_bytes == compiled and result.arena_planned_bytes == head
     assert 0 < result.arena_high_water_bytes <= result.board_planned_bytes
     cycles = result.latency_cycles
     assert cycles.iterations == 3 and cycles.min == cycles.max > 0, cycles  # the same count on every run
-    assert result.static_ram_bytes >= head + 1024  # the arena is a static array: the plan plus 1 KiB painted slack
+    # the arena is a static array: the plan plus 1 KiB of painted slack, which the ELF's split gives the harness
+    assert result.static_ram.arena_bytes == compiled and result.static_ram_bytes >= compiled + 1024
     assert 0 < result.stack_high_water_bytes < result.stack_size_bytes == 0x10000
 
 
@@ -177,13 +182,18 @@ def test_tiled_model_with_in_place_strips_runs_on_qemu_m4_in_its_planned_arena(t
     the compiled firmware, which copies nothing for the in-place SPLIT_V, computes what the host TFLM computes
     within the planned half of the stock head."""
     rewritten = rewrite_auto(load_model(SHARED_MODELS / "mlperf_vww_96_int8.tflite"), time_limit=20)
-    assert rewritten.tilings[0].split_source and rewritten.head_bytes <= 73_728 // 2
+    assert any(t.split_source for t in rewritten.tilings) and rewritten.head_bytes <= 73_728 // 2
     out = tmp_path / "vww_tiled.tflite"
     out.write_bytes(rewritten.model)
     result = measure(out, "qemu-m4", iterations=1, warmup=0, timeout=120)
     assert result.outputs_match, result.mismatched_outputs
-    assert result.board_planned_bytes == result.arena_planned_bytes == rewritten.head_bytes
-    assert result.arena_high_water_bytes == rewritten.head_bytes
+    # the rewritten model's plan (TFLM's rules) with the fast kernels' scratch fitted around it, or the compiled
+    # runtime's own plan where that is smaller
+    plan = arena_plan(load_model(out), out.read_bytes())
+    assert result.arena_planned_bytes == rewritten.head_bytes
+    assert result.board_planned_bytes == plan.head_bytes == compile_model(out).arena_bytes
+    assert plan.head_bytes <= rewritten.head_bytes + max(plan.fast_scratch_bytes.values())
+    assert 0 < result.arena_high_water_bytes <= plan.head_bytes
 
 
 def test_measure_cli_json_on_qemu_m4():
@@ -193,11 +203,15 @@ def test_measure_cli_json_on_qemu_m4():
     report = json.loads(result.stdout)
     assert report["outputs_match"] is True
     assert report["board"] == "qemu-mps2-an386"
-    assert 0 < report["arena_high_water_bytes"] <= report["board_planned_bytes"] == 32
+    assert 0 < report["arena_high_water_bytes"] <= report["board_planned_bytes"] == 80  # 32 B + the FC scratch
     assert report["latency_cycles"]["min"] == report["latency_cycles"]["max"] > 0
     assert report["latency_cycles"]["unit"] == "instructions" and report["latency"] is None
-    # from the ELF: the 1,056-byte arena, the 1-byte staging buffer and the runtime's state
-    assert report["static_ram_bytes"] >= 32 + 1024 + 1
+    # from the ELF: the 1,104-byte arena (80 B planned, 1 KiB painted slack), the 1-byte staging buffer and the
+    # protocol's buffers; a stateless compiled model has no globals of its own beyond the C library's
+    split = report["static_ram"]
+    assert split["arena_bytes"] == 80 and split["harness_bytes"] >= 1024 + 1
+    assert split["arena_bytes"] + split["runtime_bytes"] + split["harness_bytes"] == report["static_ram_bytes"]
+    assert split["runtime_bytes"] < 256 and split["stack_bytes"] == 0x10000
     assert 0 < report["stack_high_water_bytes"] < report["stack_size_bytes"] == 0x10000
 
 

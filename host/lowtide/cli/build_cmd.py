@@ -23,7 +23,14 @@ from lowtide.cli.application import app
 from lowtide.errors import LowtideError
 from lowtide.device.drivers.platformio import FirmwareImage, build_board_firmware, upload_firmware
 from lowtide.device.drivers.serialport import detect_serial_port
-from lowtide.device.spec import ARENA_SLACK_BYTES, BoardSpec, get_board_spec, load_board_specs, predict_board_arena
+from lowtide.device.spec import (
+    ARENA_SLACK_BYTES,
+    BoardSpec,
+    compiled_arena_bytes,
+    get_board_spec,
+    load_board_specs,
+    predict_board_arena,
+)
 from lowtide.memory import tflm_plan
 from lowtide.model.reader import load_model
 
@@ -42,14 +49,15 @@ class BuildReport:
     stack_bytes: int  # the linker script's stack region, on top of the static RAM
     sram_capacity_bytes: int
     arena_planned_bytes: int  # TFLM's arena head as lowtide plans it
-    # compiled: the plan plus the slack the firmware paints; TFLM: its whole predicted arena (head and tail)
+    # compiled: its own plan plus the slack the firmware paints; TFLM: its whole predicted arena (head and tail)
     arena_capacity_bytes: int
 
 
 def build_report(model: Path, spec: BoardSpec, image: FirmwareImage, runtime: str | None) -> BuildReport:
     runtime = runtime or spec.runtime
     tflm_arena = predict_board_arena(spec, model, runtime)
-    planned = tflm_arena.head_bytes if tflm_arena else tflm_plan(load_model(model)).head_bytes
+    graph = load_model(model)
+    planned = tflm_arena.head_bytes if tflm_arena else tflm_plan(graph).head_bytes
     return BuildReport(
         model=str(model),
         board=spec.name,
@@ -63,7 +71,7 @@ def build_report(model: Path, spec: BoardSpec, image: FirmwareImage, runtime: st
         stack_bytes=image.stack_bytes,
         sram_capacity_bytes=spec.sram_bytes,
         arena_planned_bytes=planned,
-        arena_capacity_bytes=tflm_arena.arena_bytes if tflm_arena else planned + ARENA_SLACK_BYTES,
+        arena_capacity_bytes=tflm_arena.arena_bytes if tflm_arena else compiled_arena_bytes(graph) + ARENA_SLACK_BYTES,
     )
 
 

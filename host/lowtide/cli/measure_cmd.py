@@ -106,6 +106,11 @@ def _table(result: MeasureResult) -> Table:
         table.add_row("arena used, predicted (lowtide)", f"{result.arena_predicted_used_bytes:,} B {verdict}")
     table.add_row("arena high-water", _bytes(result.arena_high_water_bytes, "cannot paint"))
     table.add_row("static RAM (.data + .bss)", _bytes(result.static_ram_bytes, "firmware not built by lowtide"))
+    if result.static_ram is not None:
+        split = result.static_ram
+        table.add_row("  arena + runtime globals", f"{split.arena_bytes:,} + {split.runtime_bytes:,} = "
+                                                   f"{split.model_ram_bytes:,} B")
+        table.add_row("  measuring harness", _bytes(split.harness_bytes, ""))
     stack = _bytes(result.stack_high_water_bytes, "not reported")
     if result.stack_size_bytes is not None:
         stack += f" of {result.stack_size_bytes:,} B"

@@ -15,7 +15,10 @@ from lowtide import oracle
 from lowtide.device import locking
 from lowtide.device.boards import DEFAULT_WAIT_S, Board, get_board
 from lowtide.device.protocol import Counter, Hello, ReadRegion, Result
+from lowtide.device.drivers.platformio import FirmwareImage
 from lowtide.device.session import BoardReset, DeviceSession
+from lowtide.device.spec import ARENA_SLACK_BYTES, RUNTIME_KERNELS
+from lowtide.device.static_ram import StaticRamSplit, static_ram_split
 from lowtide.errors import LowtideError
 from lowtide.memory import tflm_plan
 from lowtide.model.ir import Graph
@@ -64,6 +67,8 @@ class MeasureResult:
     # From the firmware image lowtide built (emulated boards); None for boards it did not build for.
     static_ram_bytes: int | None = None  # the ELF's .data + .bss: the arena, staging buffer and runtime state
     flash_bytes: int | None = None  # the ELF's loaded sections: code, weights, .data's initial values
+    # static_ram_bytes split into the arena, the runtime's own globals and the measuring harness (device.static_ram)
+    static_ram: StaticRamSplit | None = None
     # From RESULT: the deepest the stack went over the RUN (painted), of its size; None where the board cannot tell.
     stack_high_water_bytes: int | None = None
     stack_size_bytes: int | None = None
@@ -183,10 +188,17 @@ def _measure(target: Board, graph: Graph, model_path: Path, port: str | None, it
         resends=session.resends,
         static_ram_bytes=image.static_ram_bytes if image else None,
         flash_bytes=image.flash_bytes if image else None,
+        static_ram=_static_ram(image, runtime or target.spec.runtime) if image else None,
         stack_high_water_bytes=result.stack_high_water_bytes,
         stack_size_bytes=result.stack_size_bytes,
         arena_predicted_used_bytes=predicted.used_bytes if predicted else None,
     )
+
+
+def _static_ram(image: FirmwareImage, runtime: str) -> StaticRamSplit:
+    """The image's static RAM split; the painted slack after a compiled arena is the harness's."""
+    slack = ARENA_SLACK_BYTES if RUNTIME_KERNELS[runtime] is None else 0
+    return static_ram_split(image.elf, image.static_ram_bytes, image.stack_bytes, slack)
 
 
 def _phase(progress: MeasureProgress | None, phase: str) -> Callable[[int, int], None] | None:

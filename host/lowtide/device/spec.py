@@ -30,6 +30,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from lowtide.compile.codegen import arena_plan
 from lowtide.errors import LowtideError
 from lowtide.memory import tflm_plan
 from lowtide.model.ir import Graph, TensorKind
@@ -178,7 +179,7 @@ def estimate_footprint(graph: Graph, tflm_arena: Arena32 | None = None,
         arena_bytes = tflm_arena.arena_bytes if tflm_arena else tflm_plan(graph).head_bytes
         image_bytes = Path(graph.path).stat().st_size + RUNTIME_CODE_BYTES + TFLM_CODE_BYTES
     else:
-        arena_bytes = tflm_plan(graph).head_bytes + ARENA_SLACK_BYTES
+        arena_bytes = compiled_arena_bytes(graph) + ARENA_SLACK_BYTES
         image_bytes = sum(constant_buffers.values()) + RUNTIME_CODE_BYTES
     return FootprintEstimate(
         model=Path(graph.path).stem,
@@ -186,6 +187,12 @@ def estimate_footprint(graph: Graph, tflm_arena: Arena32 | None = None,
         static_ram_bytes=staging + RUNTIME_STATIC_RAM_BYTES,
         image_bytes=image_bytes,
     )
+
+
+def compiled_arena_bytes(graph: Graph) -> int:
+    """The arena the compiled runtime's generated code declares: lowtide's plan for it (in place, fused PADs, the
+    fast kernels' scratch), which can be below TFLM's head."""
+    return arena_plan(graph, Path(graph.path).read_bytes()).head_bytes
 
 
 def capacity(spec: BoardSpec, what: str, nbytes: int) -> str:
