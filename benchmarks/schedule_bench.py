@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 from dataclasses import dataclass
@@ -61,19 +62,23 @@ def best_simple_peak(graph: Graph, in_place: bool) -> int:
     return min(peak for peak, _ in simple_orders(problem, Block(0, problem.all_ops, 0)))
 
 
-def randwire_section(rows: list[RandWireRow], command: str, time_limit: float) -> str:
+def randwire_section(rows: list[RandWireRow], command: str, time_limit: float,
+                     load: tuple[float, float]) -> str:
     lines = [
         "## Scheduling RandWire graphs: anytime search, gap to the lower bound",
         "",
         f"Made by `{command}` (Python {platform.python_version()}, {platform.machine()}, time limit "
-        f"{time_limit:g} s, on 2 cores shared with other jobs, so times vary from run to run).",
+        f"{time_limit:g} s of wall-clock time, on {os.cpu_count()} cores shared with other jobs: load average "
+        f"{load[0]:.1f} at the start, {load[1]:.1f} at the end, so times, and how far a search gets in them, vary "
+        "from run to run).",
         "",
         "Randomly wired int8 networks in the shape of Xie et al. 2019 from `lowtide.model.builder.RandWireSpec`",
         "(generator, aggregation, stages x nodes, seed): every node a CONCATENATION or a chain of ADDs of its",
         "inputs, a 3x3 depthwise and a 1x1 convolution. Live peaks as `lowtide optimize` counts them (outputs",
         "placed inside dying inputs where allowed). Lower bound = the highest minimum cut of the bytes live at one",
-        "operator, raised by ordered pairs and by the exact search (`lowtide.schedule.anytime`); gap = result above",
-        "it. Best heuristic = the best of the stored order, two depth-first orders and the greedy order.",
+        "operator, raised by ordered pairs, by the exact search and by budget probes that drop every search state",
+        "whose own minimum cuts (given what it has run) exceed the budget (`lowtide.schedule.anytime`); gap = result",
+        "above it. Best heuristic = the best of the stored order, two depth-first orders and the greedy order.",
         "",
         "| graph | operators | stored | lower bound | result | gap | proven optimal | time | best heuristic |",
         "|---|---:|---:|---:|---:|---:|---|---:|---:|",
@@ -103,6 +108,7 @@ def run_randwire(time_limit: float, doc: Path, command: str) -> int:
     table = Table("graph", "ops", "lower bound", "result", "gap", "proven", "seconds", "best heuristic",
                   title="RandWire scheduling", title_justify="left")
     rows = []
+    load_at_start = os.getloadavg()[0]
     for spec in RANDWIRE_SPECS:
         graph = read_model(randwire_model(spec))
         schedule = find_schedule(graph, time_limit=time_limit, in_place=True)
@@ -114,7 +120,7 @@ def run_randwire(time_limit: float, doc: Path, command: str) -> int:
         console.print(f"{spec.name}: {schedule.live_peak_bytes:,} B, gap {schedule.gap:.1%}, "
                       f"{schedule.seconds:.1f} s")
     console.print(table)
-    write_section(doc, SECTION, randwire_section(rows, command, time_limit))
+    write_section(doc, SECTION, randwire_section(rows, command, time_limit, (load_at_start, os.getloadavg()[0])))
     console.print(f"wrote the {SECTION} section of {doc}")
     return 0 if all(r.schedule.live_peak_bytes <= r.best_simple_peak_bytes for r in rows) else 1
 

@@ -26,6 +26,7 @@ which drops most states before they are expanded.
 from __future__ import annotations
 
 import bisect
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,7 +42,7 @@ from lowtide.schedule.search import (
 
 # Shares of the time left that each phase of `solve_hard_block` may use, in turn. The first exact search gets
 # enough to prove every shared model's blocks optimal, as before; the budget probes get whatever is left.
-EXACT_SHARE = 0.1
+EXACT_SHARE = 0.05
 PAIR_SHARE = 0.15
 BEAM_SHARE = 0.2
 DIVIDE_SHARE = 0.15
@@ -112,11 +113,13 @@ class BlockCuts:
             for o in range(n)
         ]
 
-    def cut(self, op: int, run_before: int = 0, run_after: int = 0, largest: bool = False) -> StepCut:
+    def cut(self, op: int, run_before: int = 0, run_after: int = 0, largest: bool = False,
+            limit: float = math.inf) -> StepCut:
         """The minimum over every valid set of operators run before `op` of the bytes live while it runs; with
         `run_before` (closed under ancestors) and `run_after` (closed under descendants), over those sets that hold
         all of the first and none of the second. The set returned is the smallest one attaining it, or with
-        `largest` the largest one (which stays valid for more of the sets a search adds operators to)."""
+        `largest` the largest one (which stays valid for more of the sets a search adds operators to); none (0)
+        once the bound reaches `limit`, where the caller only needs the bound."""
         problem, ops, n = self.problem, self.block.ops, self.problem.op_count
         source_side = (problem.ancestors[op] | run_before) & ops
         sink_side = (problem.descendants[op] | 1 << op | run_after) & ops
@@ -124,13 +127,16 @@ class BlockCuts:
         self._flow.set_arcs_capacity(self._switches, switched.astype(np.int64) * self._infinite)
         if self._flow.solve(0, 1) != self._flow.OPTIMAL:  # not expected: the per-operator bound still holds
             return StepCut(op, problem.step_lower_bound(op), problem.ancestors[op] & ops)
+        bound = self._flow.optimal_flow() + self._own[op]
+        if bound >= limit:
+            return StepCut(op, bound, 0)
         if largest:
             sink_nodes = np.asarray(self._flow.get_sink_side_min_cut(), dtype=np.int64)
             before = ops & ~self._mask(sink_nodes[(sink_nodes >= 2) & (sink_nodes < 2 + n)] - 2)
         else:
             source_nodes = np.asarray(self._flow.get_source_side_min_cut(), dtype=np.int64)
             before = ops & self._mask(source_nodes[(source_nodes >= 2) & (source_nodes < 2 + n)] - 2)
-        return StepCut(op, self._flow.optimal_flow() + self._own[op], before)
+        return StepCut(op, bound, before)
 
     def _vector(self, mask: int) -> np.ndarray:
         raw = np.frombuffer(mask.to_bytes(self._mask_bytes, "little"), dtype=np.uint8)
@@ -183,7 +189,7 @@ class CutLookahead:
                     stale.append(position)
             for position in reversed(stale):  # a cut only rises: it moves up, the others stay in order
                 op = cuts.pop(position).op
-                bisect.insort(cuts, self.network.cut(op, run, largest=True), key=_highest_first)
+                bisect.insort(cuts, self.network.cut(op, run, largest=True, limit=limit), key=_highest_first)
         return (cuts[0].bound if cuts else 0), cuts
 
 
