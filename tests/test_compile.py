@@ -391,7 +391,8 @@ def test_cli_json_reports_ram_next_to_tflm(tmp_path):
     report = json.loads(result.output)
     reference = oracle.run(path.read_bytes(), path=str(path))
     assert report["tflm_total_bytes"] == reference.total_bytes
-    assert report["arena_bytes"] == reference.head_bytes == 16000
+    # the compiled runtime's plan: TFLM's 16,000 B head does not hold the fast kernels' int16 scratch
+    assert report["arena_bytes"] == compile_model(path).arena_bytes == 16_320 > reference.head_bytes == 16_000
     assert report["ram_bytes"] == report["arena_bytes"] + report["fixed_state_bytes"]
     assert report["verify"]["passed"] and report["verify"]["hook_pairs"] == report["operators"] == 13
     assert sorted(Path(f).name for f in report["files"]) == ["kws.c", "kws.h"]
