@@ -91,13 +91,13 @@ def test_hello_world_end_to_end_with_ram_accounting(tmp_path):
     assert result.hook_pairs == result.operator_count == 3
     assert [o.mismatches for o in result.outputs] == [0]
     # TFLM's 32 B of activations, and while the second and third FULLY_CONNECTED run their 16-value input row
-    # expanded to int16 for the fast kernel (16 + 8 values: 48 B) in the arena too: nothing in static RAM.
+    # expanded to int16 for the fast kernel (32 B) in the arena too: nothing in static RAM.
     assert_compiled_arena(result)
-    assert result.arena_bytes == result.tflm_head_bytes + 48 == 80
+    assert result.arena_bytes == result.tflm_head_bytes + 32 == 64
     assert result.fixed_state_bytes == 0
     assert result.ram_bytes < result.tflm_total_bytes
     header = (tmp_path / "model.h").read_text()
-    assert "#define MODEL_ARENA_SIZE 80u" in header
+    assert "#define MODEL_ARENA_SIZE 64u" in header
     assert "#define MODEL_OPERATOR_COUNT 3" in header
     graph_hash = compile_model(path).model_hash
     assert f'#define MODEL_HASH "{graph_hash}"' in header and len(graph_hash) == 16
@@ -155,16 +155,16 @@ def test_offline_plan_offsets_are_used(tmp_path):
     assert mirrored != dict(zip((b.tensor for b in tflm_plan(graph).buffers), tflm_plan(graph).offsets))
     planned_path = _with_offline_plan(path, mirrored, tmp_path / "planned.tflite")
     compiled = compile_model(planned_path)
-    assert compiled.arena_bytes == 32 + 48  # the FULLY_CONNECTED scratch above the two live tensors
+    assert compiled.arena_bytes == 32 + 32  # the FULLY_CONNECTED scratch above the two live tensors
     assert [t.offset for t in compiled.inputs + compiled.outputs] == [
         mirrored[t] for t in graph.main.inputs + graph.main.outputs]
     result = verify_compiled(planned_path, seed=5)
     assert result.passed and result.tflm_head_bytes == 32
 
-    apart = {t: 16 * k for k, t in enumerate(reversed(chain))}  # every tensor apart: 64 B, then 48 B of scratch
+    apart = {t: 16 * k for k, t in enumerate(reversed(chain))}  # every tensor apart: 64 B, and the scratch
     spread_path = _with_offline_plan(path, apart, tmp_path / "apart.tflite")
     spread = compile_model(spread_path)
-    assert spread.arena_bytes == compiled.arena_bytes < 64 + 48
+    assert spread.arena_bytes == compiled.arena_bytes < compile_model(spread_path, keep_model_plan=True).arena_bytes
     assert verify_compiled(spread_path, seed=5).passed
 
 
@@ -392,7 +392,7 @@ def test_cli_json_reports_ram_next_to_tflm(tmp_path):
     reference = oracle.run(path.read_bytes(), path=str(path))
     assert report["tflm_total_bytes"] == reference.total_bytes
     # the compiled runtime's plan: TFLM's 16,000 B head does not hold the fast kernels' int16 scratch
-    assert report["arena_bytes"] == compile_model(path).arena_bytes == 16_320 > reference.head_bytes == 16_000
+    assert report["arena_bytes"] == compile_model(path).arena_bytes == 16_256 > reference.head_bytes == 16_000
     assert report["ram_bytes"] == report["arena_bytes"] + report["fixed_state_bytes"]
     assert report["verify"]["passed"] and report["verify"]["hook_pairs"] == report["operators"] == 13
     assert sorted(Path(f).name for f in report["files"]) == ["kws.c", "kws.h"]

@@ -230,7 +230,8 @@ LT_ALWAYS_INLINE void lt_matmul_1_s8(const int16_t *x0, const int8_t *w, int32_t
  * room for k4 bytes, used when in_c is not a multiple of 4. */
 void lt_im2col_s8(const lt_conv_params *p, const int8_t *input, int32_t pixel, int16_t *row, int8_t *gather);
 
-/* scratch: 2 * k4 + k4 / 2 int16 values (two rows and the byte gather). */
+/* scratch: one expanded row per pixel computed together (2, or 1 when there is a single pixel) of k4 int16
+ * values each, then k4 bytes for the byte gather, which a pointwise layer (no im2col) does not use. */
 LT_ALWAYS_INLINE void lt_conv_s8_fast(const lt_conv_params *p, const int8_t *input, const int8_t *filter,
                                       const int32_t *bias, const lt_requant *rq,
                                       int8_t *output, int16_t *scratch, const unsigned flags) {
@@ -239,7 +240,7 @@ LT_ALWAYS_INLINE void lt_conv_s8_fast(const lt_conv_params *p, const int8_t *inp
     const int pointwise = p->filter_h == 1 && p->filter_w == 1 && p->stride_h == 1 && p->stride_w == 1 &&
                           p->pad_h == 0 && p->pad_w == 0 && p->in_h == p->out_h && p->in_w == p->out_w;
     int16_t *row0 = scratch, *row1 = scratch + k4;
-    int8_t *gather = (int8_t *)(scratch + 2 * k4);
+    int8_t *gather = (int8_t *)(scratch + (pixels > 1 ? 2 : 1) * k4);
     int32_t px = 0;
     for (; px + 2 <= pixels; px += 2) {
         if (pointwise) {

@@ -160,7 +160,11 @@ def _fast_int8(e: ModelEmitter, op: Operator, name: str, kind: str, params: dict
         packed[:, :rows.shape[1]] = rows
         filter_ref = e.array(f"{name}_filter", "int8_t", packed, aligned=True)
         pixels = 2 if params["batches"] * params["out_h"] * params["out_w"] > 1 else 1
-        scratch = e.fast_scratch_pointer(op, pixels * k4 + k4 // 2)
+        # lt_conv_s8_fast's rows, and its byte gather unless the layer is pointwise (read without im2col)
+        pointwise = (params["filter_h"], params["filter_w"], params["stride_h"], params["stride_w"], params["pad_h"],
+                     params["pad_w"]) == (1, 1, 1, 1, 0, 0) and (params["in_h"], params["in_w"]) == (
+                         params["out_h"], params["out_w"])
+        scratch = e.fast_scratch_pointer(op, pixels * k4 + (0 if pointwise else k4 // 2))
         function = "lt_conv_s8_fast"
     else:
         kh, kw = params["filter_h"], params["filter_w"]
