@@ -9,8 +9,10 @@ import subprocess
 import pytest
 from conftest import SHARED_MODELS, needs_firmware_tools
 from lowtide.compile import compile_model, verify_compiled
-from lowtide.compile.codegen import RUNTIME_DIR
+from lowtide.compile.codegen import RUNTIME_DIR, arena_plan
 from lowtide.device.measure import measure
+from lowtide.model import load_model
+from lowtide.model.builder import ModelBuilder
 
 KWS_DSCNN = SHARED_MODELS / "mlperf_kws_dscnn_int8.tflite"
 PERSON_DETECT = SHARED_MODELS / "tflm_person_detect.tflite"
@@ -79,3 +81,19 @@ def test_dsp_kernels_bit_exact_on_qemu_m4():
     """The same model through the SIMD path (the M4 has the DSP extension), outputs against the host TFLM."""
     result = measure(PERSON_DETECT, "qemu-m4", iterations=1, warmup=0, timeout=60, seed=2)
     assert result.outputs_match, result.mismatched_outputs
+
+
+def test_a_single_pixel_convolution_keeps_its_gather_inside_its_planned_scratch(tmp_path):
+    """A 3x3 VALID convolution of a 3x3x3 input has one output pixel: its one int16 row (k4 = 28 values) is
+    followed by the byte gather (3 channels: not a multiple of 4), and the plan reserves exactly those 84 B (the
+    kernel puts the gather after the rows it uses, not where two rows would end); bit-exact with the host TFLM."""
+    b = ModelBuilder(seed=3, name="one_pixel")
+    x = b.input((1, 3, 3, 3))
+    b.output(b.fully_connected(b.conv2d(x, 8, kernel=3, padding="VALID", activation="RELU"), 4))
+    path = tmp_path / "one_pixel.tflite"
+    path.write_bytes(b.build())
+    plan = arena_plan(load_model(path), path.read_bytes())
+    assert plan.fast_scratch_bytes[0] == 2 * 28 + 28
+    for seed in (0, 1):
+        result = verify_compiled(path, seed=seed, sanitize=True)
+        assert result.passed, result.outputs
