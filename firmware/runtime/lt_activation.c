@@ -11,7 +11,6 @@
 #include "lt_broadcast.h"
 #include "lt_fixedpoint.h"
 #include "lt_runtime.h"
-#include "lt_runtime2.h"
 
 /* exp(a) for a in [-1/4, 0), Q0.31 in and out: Taylor expansion around -1/8. */
 static int32_t lt_exp_on_interval_between_negative_one_quarter_and_0_excl(int32_t a) {

@@ -9,7 +9,6 @@
 #include "lt_broadcast.h"
 #include "lt_fixedpoint.h"
 #include "lt_runtime.h"
-#include "lt_runtime2.h"
 
 /* reference_ops::AddElementwise and Sub for int8 and int16 (left_shift 20 and 15): both inputs rescaled to twice
  * the larger input scale, combined with `op`, requantized. */

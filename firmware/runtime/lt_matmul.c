@@ -4,7 +4,6 @@
  * are 0, as TFLM requires, so there are no offsets. */
 #include "lt_fixedpoint.h"
 #include "lt_runtime.h"
-#include "lt_runtime2.h"
 
 static inline int16_t lt_scale_to_s16(int64_t acc, int32_t multiplier, int32_t shift, int32_t act_min,
                                       int32_t act_max) {

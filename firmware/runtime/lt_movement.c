@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "lt_runtime.h"
-#include "lt_runtime2.h"
 
 void lt_copy(const void *input, void *output, uint32_t bytes) {
     if (input != output) memmove(output, input, bytes);

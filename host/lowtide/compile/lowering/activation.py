@@ -20,7 +20,6 @@ from lowtide.compile.lowering.emitter import (
     require,
     tensor_types,
 )
-from lowtide.compile.lowering.matmul import include_runtime2
 from lowtide.model.ir import Operator
 
 SUFFIXES = {"int8": "s8", "int16": "s16", "float32": "f32"}
@@ -109,7 +108,6 @@ def _lower_softmax_int16(e: ModelEmitter, op: Operator, name: str, params: dict[
     if not any(f" {SOFTMAX_LUTS[0]}[" in d for d in e.declarations):
         for table_name, table in zip(SOFTMAX_LUTS, softmax_luts_int16()):
             e.array(table_name, "int16_t", table)
-    include_runtime2(e)
     p = e.struct(f"{name}_params", "lt_softmax_params", params)
     return (f"lt_softmax_s16({p}, {SOFTMAX_LUTS[0]}, {SOFTMAX_LUTS[1]}, {e.pointer(op.inputs[0])}, "
             f"{e.pointer(op.outputs[0], True)});")

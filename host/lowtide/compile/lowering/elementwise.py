@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 
 from lowtide.compile import quantization as q
-from lowtide.compile.lowering.matmul import include_runtime2
 from lowtide.compile.lowering.emitter import (
     C_TYPES,
     MAX_DIMS,
@@ -137,29 +136,21 @@ def lower_sub(e, op, name):
     return _binary_call(e, op, name, f"lt_sub_{SUFFIXES[dtype]}", params)
 
 
-def _include_for_int64(e: ModelEmitter, dtype: str) -> None:
-    if dtype == "int64":
-        include_runtime2(e)
-
-
 def lower_maximum(e, op, name):
     """TFLM compares the raw values: the inputs' and output's quantization must agree for it to mean a maximum,
     but it is not checked, as TFLM does not check it."""
     dtype = _same_type_binary(e, op)
-    _include_for_int64(e, dtype)
     return _binary_call(e, op, name, f"lt_maximum_{SUFFIXES[dtype]}", broadcast_steps(e, op))
 
 
 def lower_minimum(e, op, name):
     dtype = _same_type_binary(e, op)
-    _include_for_int64(e, dtype)
     return _binary_call(e, op, name, f"lt_minimum_{SUFFIXES[dtype]}", broadcast_steps(e, op))
 
 
 def _float_binary(function: str):
     def lower(e, op, name):
         _same_type_binary(e, op)
-        include_runtime2(e)
         return _binary_call(e, op, name, function, broadcast_steps(e, op))
 
     lower.__doc__ = f"A float32 binary kernel with broadcasting: {function}."
@@ -268,7 +259,6 @@ def lower_comparison(e, op, name):
         q1, q2 = e.quantization(op.inputs[0]), e.quantization(op.inputs[1])
         params.update(input1_offset=-q1.zero_point, input2_offset=-q2.zero_point,
                       **q.comparison_params_int8(q1.scale, q2.scale))
-    _include_for_int64(e, ins[0])
     p = e.struct(f"{name}_params", "lt_binary_params", params)
     return (f"lt_compare_{COMPARISON_SUFFIXES[ins[0]]}({COMPARISONS[op.opcode]}, {p}, {e.pointer(op.inputs[0])}, "
             f"{e.pointer(op.inputs[1])}, {e.pointer(op.outputs[0], True)});")

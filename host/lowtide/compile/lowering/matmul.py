@@ -21,16 +21,6 @@ from lowtide.compile.lowering.emitter import (
 from lowtide.model import padding
 from lowtide.model.ir import Operator
 
-HEADER = '#include "lt_runtime2.h"'  # where lt_matmul.c's kernels are declared
-
-
-def include_runtime2(e: ModelEmitter) -> None:
-    """Generated code that calls a kernel declared in lt_runtime2.h includes it (once, before every declaration:
-    they may use its types)."""
-    if HEADER not in e.declarations:
-        e.declarations.insert(0, HEADER)
-
-
 def transpose_conv_geometry(e: ModelEmitter, op: Operator) -> dict[str, int]:
     """TRANSPOSE_CONV (inputs: output shape, filter [out_c, h, w, in_c], input, optional bias). TFLM pads as a
     convolution over the output would: ComputePaddingHeightWidth on the output's height and width."""
@@ -78,7 +68,6 @@ def lower_transpose_conv(e, op, name):
     multipliers, shifts = q.per_channel_multipliers(in_q.scale, list(f_q.scales), out_q.scale, params["out_c"])
     params.update(quantized_activation(e, op, op.outputs[0]))
     p = e.struct(f"{name}_params", "lt_conv_params", params)
-    include_runtime2(e)
     return (f"lt_transpose_conv_s16({p}, {e.pointer(data)}, {e.pointer(filter_index)}, {bias_pointer}, "
             f"{e.array(f'{name}_multiplier', 'int32_t', multipliers)}, {e.array(f'{name}_shift', 'int32_t', shifts)}, "
             f"{e.pointer(op.outputs[0], True)});")
@@ -123,7 +112,6 @@ def lower_batch_matmul(e, op, name):
     m, s = q.quantize_multiplier(float(lhs_q.scale) * float(rhs_q.scale) / float(out_q.scale))
     params.update(multiplier=m, shift=s)
     p = e.struct(f"{name}_params", "lt_batch_matmul_params", params)
-    include_runtime2(e)
     return (f"lt_batch_matmul_s16({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
             f"{e.pointer(op.outputs[0], True)});")
 

@@ -20,7 +20,6 @@ from lowtide.compile.lowering.emitter import (
     strides,
     tensor_types,
 )
-from lowtide.compile.lowering.matmul import include_runtime2
 from lowtide.model.ir import Operator, TensorKind
 
 
@@ -486,7 +485,6 @@ def lower_dynamic_update_slice(e, op, name):
     p = e.struct(f"{name}_params", "lt_update_slice_params", {
         "ndim": len(shape), "dims": list(shape), "update_dims": list(update_shape),
         "elem_size": element_size(e.tensor(op.inputs[0])), "indices_64": int(ins[2] == "int64")})
-    include_runtime2(e)
     return (f"lt_dynamic_update_slice({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
             f"{e.pointer(op.inputs[2])}, {e.pointer(op.outputs[0], True)});")
 
@@ -498,7 +496,6 @@ def lower_broadcast_args(e, op, name):
     counts = [math.prod(e.tensor(t).shape) for t in op.inputs]
     count_out = math.prod(e.tensor(op.outputs[0]).shape)
     require(count_out == max(counts), f"output of {count_out} elements for shapes of {counts}")
-    include_runtime2(e)
     suffix = "s32" if outs[0] == "int32" else "s64"
     return (f"lt_broadcast_args_{suffix}({e.pointer(op.inputs[0])}, {counts[0]}, {e.pointer(op.inputs[1])}, "
             f"{counts[1]}, {e.pointer(op.outputs[0], True)}, {count_out});")
@@ -523,7 +520,6 @@ def lower_embedding_lookup(e, op, name):
                 f"{e.pointer(op.outputs[0], True)});")
     value_q = e.quantization(op.inputs[1])
     require(value_q.zero_point == 0, "a hybrid EMBEDDING_LOOKUP needs value zero point 0")
-    include_runtime2(e)
     return (f"lt_embedding_lookup_hybrid({e.pointer(op.inputs[1])}, {e.pointer(op.inputs[0])}, {count}, {columns}, "
             f"{c_float(value_q.scale)}, {e.pointer(op.outputs[0], True)});")
 
