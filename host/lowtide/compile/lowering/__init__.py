@@ -27,9 +27,9 @@ from lowtide.compile.lowering.emitter import (
 from lowtide.model.ir import Operator
 
 # runtime source file -> the kernels it holds ("generated code": no runtime kernel, statements in model.c).
-# matmul's kernels extend conv's TRANSPOSE_CONV and BATCH_MATMUL with their int16 forms (lt_matmul.c).
+# TRANSPOSE_CONV and BATCH_MATMUL: int8 and float32 in lt_conv.c, their 16-bit forms in lt_matmul.c.
 FAMILIES: dict[str, tuple[Kernel, ...]] = {
-    "lt_conv.c": tuple(k for k in conv.KERNELS if k.opcode not in {m.opcode for m in matmul.KERNELS}),
+    "lt_conv.c": conv.KERNELS,
     "lt_conv.c, lt_matmul.c": matmul.KERNELS,
     "lt_pool.c": pool.KERNELS,
     "lt_elementwise.c": elementwise.KERNELS,

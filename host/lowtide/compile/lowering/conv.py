@@ -10,7 +10,6 @@ import numpy as np
 
 from lowtide.compile import quantization as q
 from lowtide.compile.lowering.emitter import (
-    MAX_DIMS,
     Kernel,
     ModelEmitter,
     PadFusion,
@@ -18,7 +17,6 @@ from lowtide.compile.lowering.emitter import (
     float_activation,
     quantized_activation,
     require,
-    strides,
     tensor_types,
 )
 from lowtide.model import padding
@@ -257,91 +255,11 @@ def lower_fully_connected(e, op, name):
 
 
 
-def lower_transpose_conv(e, op, name):
-    """TRANSPOSE_CONV (inputs: output shape, filter [out_c, h, w, in_c], input, optional bias). TFLM pads as a
-    convolution over the output would: ComputePaddingHeightWidth on the output's height and width."""
-    ins, outs = tensor_types(e, op)
-    shape_input, filter_index, data = op.inputs[:3]
-    bias = op.inputs[3] if len(op.inputs) > 3 and op.inputs[3] >= 0 else None
-    in_shape, out_shape = e.tensor(data).shape, e.tensor(op.outputs[0]).shape
-    filter_shape = e.tensor(filter_index).shape
-    require(len(in_shape) == len(out_shape) == len(filter_shape) == 4, "only 4-D NHWC tensors are supported")
-    require(tuple(int(v) for v in e.constant_values(shape_input).reshape(-1)) == out_shape,
-            "the output shape input differs from the output's shape")
-    require(filter_shape[0] == out_shape[3] and filter_shape[3] == in_shape[3], "filter shape does not match")
-    o = op.options
-    stride_h, stride_w = int(o.strideH), int(o.strideW)
-    pads = []
-    for size, kernel, stride in ((out_shape[1], filter_shape[1], stride_h), (out_shape[2], filter_shape[2], stride_w)):
-        try:
-            pads.append(padding.padding_before(size, kernel, stride, 1,
-                                               padding.output_size(int(o.padding), size, kernel, stride)))
-        except ValueError as exc:
-            raise Unsupported(str(exc)) from None
-    params = {"batches": in_shape[0], "in_h": in_shape[1], "in_w": in_shape[2], "in_c": in_shape[3],
-              "out_h": out_shape[1], "out_w": out_shape[2], "out_c": out_shape[3], "filter_h": filter_shape[1],
-              "filter_w": filter_shape[2], "filter_in_c": in_shape[3], "stride_h": stride_h, "stride_w": stride_w,
-              "dilation_h": 1, "dilation_w": 1, "pad_h": pads[0], "pad_w": pads[1], "depth_multiplier": 1}
-    dtype = ins[2]
-    require(outs == [dtype] and ins[1] == ("int8" if dtype == "int8" else "float32"), f"types {ins} -> {outs}")
-    pointers = [e.pointer(data), e.pointer(filter_index), e.pointer(bias) if bias is not None else "NULL"]
-    if dtype == "float32":
-        params.update(float_activation(op))
-        p = e.struct(f"{name}_params", "lt_conv_params", params)
-        return f"lt_transpose_conv_f32({p}, {', '.join(pointers)}, {e.pointer(op.outputs[0], True)});"
-    require(bias is None or e.tensor(bias).dtype == "int32", "int8 transpose convolution needs an int32 bias")
-    in_q, f_q, out_q = e.quantization(data), e.quantization(filter_index), e.quantization(op.outputs[0])
-    multipliers, shifts = q.per_channel_multipliers(in_q.scale, list(f_q.scales), out_q.scale, out_shape[3])
-    params.update(input_offset=-in_q.zero_point, output_offset=out_q.zero_point,
-                  **quantized_activation(e, op, op.outputs[0]))
-    p = e.struct(f"{name}_params", "lt_conv_params", params)
-    return (f"lt_transpose_conv_s8({p}, {', '.join(pointers)}, {e.array(f'{name}_multiplier', 'int32_t', multipliers)}"
-            f", {e.array(f'{name}_shift', 'int32_t', shifts)}, {e.pointer(op.outputs[0], True)});")
-
-
-def lower_batch_matmul(e, op, name):
-    """BATCH_MATMUL: the last two dimensions multiplied (adj_x / adj_y transpose them), the others broadcast."""
-    ins, outs = tensor_types(e, op)
-    require(ins[0] == ins[1] == outs[0], f"types {ins} -> {outs}")
-    lhs_shape, rhs_shape = e.tensor(op.inputs[0]).shape, e.tensor(op.inputs[1]).shape
-    out_shape = e.tensor(op.outputs[0]).shape
-    require(min(len(lhs_shape), len(rhs_shape)) >= 2 and len(out_shape) <= MAX_DIMS, "rank below 2 or above 6")
-    adj_x, adj_y = bool(op.options.adjX), bool(op.options.adjY)
-    lhs_st, rhs_st = strides(lhs_shape), strides(rhs_shape)
-    rows, depth = (lhs_shape[-1], lhs_shape[-2]) if adj_x else (lhs_shape[-2], lhs_shape[-1])
-    lhs_row_step, lhs_depth_step = (1, lhs_st[-2]) if adj_x else (lhs_st[-2], 1)
-    rhs_depth, cols = (rhs_shape[-1], rhs_shape[-2]) if adj_y else (rhs_shape[-2], rhs_shape[-1])
-    rhs_depth_step, rhs_col_step = (1, rhs_st[-2]) if adj_y else (rhs_st[-2], 1)
-    require(depth == rhs_depth and out_shape[-2:] == (rows, cols), f"{lhs_shape} x {rhs_shape} is not {out_shape}")
-    batch = out_shape[:-2]
-    steps = []
-    for shape, st in ((lhs_shape, lhs_st), (rhs_shape, rhs_st)):
-        pad = len(batch) - (len(shape) - 2)
-        padded = (1,) * pad + tuple(shape[:-2])
-        padded_st = [0] * pad + st[:-2]
-        require(all(s in (1, b) for s, b in zip(padded, batch)), f"batch dimensions {shape[:-2]} of {batch}")
-        steps.append([t if s > 1 else 0 for s, t in zip(padded, padded_st)])
-    params = {"batch_ndim": len(batch), "batch_dims": list(batch), "lhs_batch_steps": steps[0],
-              "rhs_batch_steps": steps[1], "rows": rows, "cols": cols, "depth": depth,
-              "lhs_row_step": lhs_row_step, "lhs_depth_step": lhs_depth_step, "rhs_depth_step": rhs_depth_step,
-              "rhs_col_step": rhs_col_step}
-    if ins[0] == "int8":
-        lhs_q, rhs_q, out_q = (e.quantization(t) for t in (op.inputs[0], op.inputs[1], op.outputs[0]))
-        m, s = q.quantize_multiplier(float(lhs_q.scale) * float(rhs_q.scale) / float(out_q.scale))
-        params.update(lhs_offset=-lhs_q.zero_point, rhs_offset=-rhs_q.zero_point, output_offset=out_q.zero_point,
-                      multiplier=m, shift=s)
-    p = e.struct(f"{name}_params", "lt_batch_matmul_params", params)
-    suffix = "s8" if ins[0] == "int8" else "f32"
-    return (f"lt_batch_matmul_{suffix}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
-            f"{e.pointer(op.outputs[0], True)});")
-
 KERNELS = (
     Kernel("CONV_2D", lower_conv_2d, ("int8", "int16", "float32"),
            "int8 per-channel weights (int16: 16x8, int64 or int32 bias); groups"),
     Kernel("DEPTHWISE_CONV_2D", lower_depthwise_conv_2d, ("int8", "int16", "float32"),
            "depth multiplier; int16: 16x8 with an int64 bias"),
-    Kernel("BATCH_MATMUL", lower_batch_matmul, ("int8", "float32"), "adj_x, adj_y, broadcast batch dimensions"),
-    Kernel("TRANSPOSE_CONV", lower_transpose_conv, ("*->int8", "*->float32"), "int8 per-channel weights"),
     Kernel("FULLY_CONNECTED", lower_fully_connected, ("int8", "int16", "float32"),
            "int8 per-tensor or per-channel weights (int16: 16x8, int64 or int32 bias)"),
 )

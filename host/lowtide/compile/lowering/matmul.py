@@ -1,18 +1,15 @@
-"""The 16-bit TRANSPOSE_CONV (16x8) and BATCH_MATMUL: calls into firmware/runtime/lt_matmul.c; their int8 and
-float32 forms stay with the other convolutions in conv.py (lt_conv.c), which these kernels extend.
-
-The geometry helpers here compute what conv.py's int8 and float32 lowerings compute inline; conv.py is to use
-them too (it was being reworked elsewhere when these were written)."""
+"""TRANSPOSE_CONV and BATCH_MATMUL: int8 and float32 call into firmware/runtime/lt_conv.c, the 16-bit forms (16x8,
+64-bit sums) into lt_matmul.c; one geometry for every type."""
 
 from __future__ import annotations
 
 from lowtide.compile import quantization as q
-from lowtide.compile.lowering import conv
 from lowtide.compile.lowering.emitter import (
     MAX_DIMS,
     Kernel,
     ModelEmitter,
     Unsupported,
+    float_activation,
     quantized_activation,
     require,
     strides,
@@ -52,7 +49,7 @@ def lower_transpose_conv(e, op, name):
     each time; here once, offline). An int32 bias TFLM would read as int64, past its end: refused."""
     ins, outs = tensor_types(e, op)
     if ins[2] != "int16":
-        return conv.lower_transpose_conv(e, op, name)
+        return _lower_transpose_conv_8_or_float(e, op, name)
     _, filter_index, data = op.inputs[:3]
     bias = op.inputs[3] if len(op.inputs) > 3 and op.inputs[3] >= 0 else None
     require(ins[1] == "int8" and outs == ["int16"], f"types {ins} -> {outs}")
@@ -103,7 +100,7 @@ def lower_batch_matmul(e, op, name):
     """int16: both operands and the output int16 with zero points 0 (TFLM's Prepare requires it)."""
     ins, outs = tensor_types(e, op)
     if ins[0] != "int16":
-        return conv.lower_batch_matmul(e, op, name)
+        return _lower_batch_matmul_8_or_float(e, op, name)
     require(ins[1] == outs[0] == "int16", f"types {ins} -> {outs}")
     quants = [e.quantization(t) for t in (op.inputs[0], op.inputs[1], op.outputs[0])]
     require(all(qp.zero_point == 0 for qp in quants), "int16 BATCH_MATMUL needs zero points of 0")
@@ -113,6 +110,45 @@ def lower_batch_matmul(e, op, name):
     params.update(multiplier=m, shift=s)
     p = e.struct(f"{name}_params", "lt_batch_matmul_params", params)
     return (f"lt_batch_matmul_s16({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
+            f"{e.pointer(op.outputs[0], True)});")
+
+
+def _lower_transpose_conv_8_or_float(e, op, name):
+    """int8 (per-channel weights, int32 bias) and float32."""
+    ins, outs = tensor_types(e, op)
+    _, filter_index, data = op.inputs[:3]
+    bias = op.inputs[3] if len(op.inputs) > 3 and op.inputs[3] >= 0 else None
+    params = transpose_conv_geometry(e, op)
+    dtype = ins[2]
+    require(outs == [dtype] and ins[1] == ("int8" if dtype == "int8" else "float32"), f"types {ins} -> {outs}")
+    pointers = [e.pointer(data), e.pointer(filter_index), e.pointer(bias) if bias is not None else "NULL"]
+    if dtype == "float32":
+        params.update(float_activation(op))
+        p = e.struct(f"{name}_params", "lt_conv_params", params)
+        return f"lt_transpose_conv_f32({p}, {', '.join(pointers)}, {e.pointer(op.outputs[0], True)});"
+    require(bias is None or e.tensor(bias).dtype == "int32", "int8 transpose convolution needs an int32 bias")
+    in_q, f_q, out_q = e.quantization(data), e.quantization(filter_index), e.quantization(op.outputs[0])
+    multipliers, shifts = q.per_channel_multipliers(in_q.scale, list(f_q.scales), out_q.scale, params["out_c"])
+    params.update(input_offset=-in_q.zero_point, output_offset=out_q.zero_point,
+                  **quantized_activation(e, op, op.outputs[0]))
+    p = e.struct(f"{name}_params", "lt_conv_params", params)
+    return (f"lt_transpose_conv_s8({p}, {', '.join(pointers)}, {e.array(f'{name}_multiplier', 'int32_t', multipliers)}"
+            f", {e.array(f'{name}_shift', 'int32_t', shifts)}, {e.pointer(op.outputs[0], True)});")
+
+
+def _lower_batch_matmul_8_or_float(e, op, name):
+    """int8 (operand zero points as offsets) and float32."""
+    ins, outs = tensor_types(e, op)
+    require(ins[0] == ins[1] == outs[0], f"types {ins} -> {outs}")
+    params = batch_matmul_geometry(e, op)
+    if ins[0] == "int8":
+        lhs_q, rhs_q, out_q = (e.quantization(t) for t in (op.inputs[0], op.inputs[1], op.outputs[0]))
+        m, s = q.quantize_multiplier(float(lhs_q.scale) * float(rhs_q.scale) / float(out_q.scale))
+        params.update(lhs_offset=-lhs_q.zero_point, rhs_offset=-rhs_q.zero_point, output_offset=out_q.zero_point,
+                      multiplier=m, shift=s)
+    p = e.struct(f"{name}_params", "lt_batch_matmul_params", params)
+    suffix = "s8" if ins[0] == "int8" else "f32"
+    return (f"lt_batch_matmul_{suffix}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
             f"{e.pointer(op.outputs[0], True)});")
 
 
