@@ -101,16 +101,10 @@ void lt_fully_connected_s8(const lt_fc_params *p, const int8_t *input, const int
  * input, int8 filter): symmetric int16 activations (no offsets), 64-bit accumulation. With an int64 bias the accumulator is
  * scaled by the int64 MultiplyByQuantizedMultiplier (a 16-bit multiplier, one rounding); with an int32 bias
  * (CONV_2D, FULLY_CONNECTED) it is the int32 accumulator and the usual int32 rescale. Exactly one bias pointer is given. */
-static inline int32_t lt_multiply_by_quantized_multiplier_64(int64_t x, int32_t multiplier, int32_t shift) {
-    const int32_t reduced = multiplier < 0x7FFF0000 ? (multiplier + (1 << 15)) >> 16 : 0x7FFF;
-    const int32_t total_shift = 15 - shift;
-    return (int32_t)((x * reduced + ((int64_t)1 << (total_shift - 1))) >> total_shift);
-}
-
 static inline int32_t lt_scale_acc_64(int64_t acc, const int32_t *bias32, const int64_t *bias64, int32_t oc,
                                       int32_t multiplier, int32_t shift) {
     if (bias32) return lt_multiply_by_quantized_multiplier((int32_t)(acc + bias32[oc]), multiplier, shift);
-    return lt_multiply_by_quantized_multiplier_64(acc + bias64[oc], multiplier, shift);
+    return lt_multiply_by_quantized_multiplier_wide(acc + bias64[oc], multiplier, shift);
 }
 
 void lt_conv2d_s16(const lt_conv_params *p, const int16_t *input, const int8_t *filter, const int32_t *bias32,
