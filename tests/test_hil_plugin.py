@@ -20,7 +20,9 @@ from pathlib import Path
 
 import pytest
 from conftest import SHARED_MODELS, needs_firmware_tools
+from test_builder import BRANCH_BY_BRANCH, BREADTH_FIRST, two_branch_builder
 from lowtide import oracle
+from lowtide.compile import compile_model
 from lowtide.export.pipeline import optimize_model
 from lowtide.hil.baselines import (
     Baseline,
@@ -433,30 +435,35 @@ def test_baselines_survive_a_writer_killed_mid_write(tmp_path: Path):
 @needs_firmware_tools
 def test_worse_model_fails_on_qemu_m4_with_painted_and_instruction_figures(pytester: pytest.Pytester):
     """The same regression on the emulated Cortex-M4: the compiled firmware paints the arena and counts
-    instructions, so the message shows the high-water mark growing from the planned head of the optimized model
-    to TFLM's greedy head of the stock one."""
-    model = pytester.path / "mlperf_vww_96_int8.tflite"
-    (pytester.path / "optimized").mkdir()
-    optimized = optimize_model(VWW, pytester.path / "optimized" / "vww.tflite", time_limit=5.0)
-    shutil.copy(optimized.export.model_path, model)
-    pytester.makepyfile(test_vww=ONE_MODEL_TEST.format(model=str(model)))
+    instructions, so the message shows the high-water mark growing from the plan of the branch-by-branch order to
+    that of the breadth-first order of the same two-branch graph (the compiled runtime runs the stored order)."""
+    model = pytester.path / "two_branch.tflite"
+    good, bad = (two_branch_builder().build(order) for order in (BRANCH_BY_BRANCH, BREADTH_FIRST))
+    arenas = []
+    for data in (bad, good):
+        model.write_bytes(data)
+        arenas.append(compile_model(model).arena_bytes)
+    bad_arena, good_arena = arenas
+    assert good_arena < bad_arena
+    pytester.makepyfile(test_two_branch=ONE_MODEL_TEST.format(model=str(model)))
     options = [*PLUGIN, "--lowtide-board", "qemu-m4", "--lowtide-baselines", str(pytester.path / "baselines.json")]
 
     pytester.runpytest(*options, "--lowtide-update-baselines").assert_outcomes(passed=1)
     (key, recorded), = load_baselines(pytester.path / "baselines.json").items()
     assert key.board == "qemu-mps2-an386" and key.runtime == "lowtide-compiled"
-    assert recorded.figures["arena_high_water_bytes"] == optimized.planned_head_bytes == 55_296
+    assert recorded.figures["arena_high_water_bytes"] == good_arena
     pytester.runpytest(*options).assert_outcomes(passed=1)
 
-    shutil.copy(VWW, model)
+    model.write_bytes(bad)
     run = pytester.runpytest(*options, "--junitxml=report.xml")
     run.assert_outcomes(failed=1)
+    growth = bad_arena - good_arena
     run.stdout.fnmatch_lines([
-        "*lowtide: mlperf_vww_96_int8.tflite regressed on qemu-mps2-an386*",
+        "*lowtide: two_branch.tflite regressed on qemu-mps2-an386*",
         "*the model changed since its baseline*",
-        "*arena_high_water_bytes*55,296 B -> 73,728 B*+18,432 B (+33.3%)*REGRESSED",
+        f"*arena_high_water_bytes*{good_arena:,} B -> {bad_arena:,} B*+{growth:,} B*REGRESSED",
     ])
     testcase = ET.parse(pytester.path / "report.xml").find(".//testcase")
     properties = {p.get("name"): p.get("value") for p in testcase.iter("property")}
-    assert properties["lowtide.mlperf_vww_96_int8.arena_high_water_bytes"] == "73728"
-    assert int(properties["lowtide.mlperf_vww_96_int8.latency_median_cycles"]) > 0
+    assert properties["lowtide.two_branch.arena_high_water_bytes"] == str(bad_arena)
+    assert int(properties["lowtide.two_branch.latency_median_cycles"]) > 0
