@@ -5,16 +5,19 @@ BUILD ?= build
 .PHONY: install firmware-deps tflm-lib demo demo-board test bench fuzz
 
 install:
-	$(PYTHON) -m pip install --quiet -e '.[test,labgrid]'
+	$(PYTHON) -m pip install --quiet -e '.[test,labgrid,firmware]'
 
 # The Arm toolchain, QEMU and offline PlatformIO that the emulated boards' tests need (apt needs root).
-firmware-deps:
+firmware-deps: install
 	PYTHON=$(PYTHON) scripts/install-firmware-deps.sh
 
-# TFLite Micro for the emulated boards, built once from the pinned sources (LOWTIDE_TFLM_DIR, else ../shared/tflm)
-# before the tests: the framework, and for the Cortex-M4's reference kernels those of every shared model's operators,
-# which inspect and optimize size arenas with. Any other model then adds only its own operators' kernels.
+# TFLite Micro for the emulated boards: the pinned sources from the archives in ../shared/tflm (offline; with internet
+# `lowtide tflm-get` exports them), then built once per machine into the user cache before the tests: the framework,
+# and for the Cortex-M4's reference kernels those of every shared model's operators, which inspect and optimize size
+# arenas with. Any other model then adds only its own operators' kernels.
+TFLM_ARCHIVES ?= ../shared/tflm
 tflm-lib: install firmware-deps
+	lowtide tflm-get --archive $(TFLM_ARCHIVES)
 	lowtide tflm-build --core cortex-m4f --kernels reference --ops-from ../shared/models
 	lowtide tflm-build --core cortex-m4f --kernels cmsis-nn
 	lowtide tflm-build --core cortex-m7 --kernels reference

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Installs what the emulated firmware envs need to build and run offline, then registers the local tool-scons shim
-# in this checkout's own PlatformIO core dir (.pio-core). Idempotent: safe to run again.
+# Installs the programs the emulated firmware envs need to build and run offline (PlatformIO and SCons come with
+# lowtide's `firmware` extra: `make install`), then registers the local tool-scons shim in this checkout's own
+# PlatformIO core dir (.pio-core) for a developer's bare `pio run` / `pio test` here; lowtide's own builds register
+# it in the user cache themselves. Idempotent: safe to run again.
 #   apt: the Debian Arm bare-metal toolchain + newlib, the C++ standard headers TFLM needs (headers only: the
 #        library, libstdc++-arm-none-eabi-newlib, is 1.5 GB and TFLM links without it) and QEMU's Arm system emulator.
-#   pip: PlatformIO pinned (a newer core may want another tool-scons version than the shim declares) and SCons,
-#        which the shim runs in place of the registry's tool-scons package.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 PYTHON="${PYTHON:-python3}"
@@ -22,8 +22,6 @@ if [ ${#missing[@]} -gt 0 ]; then
     "${sudo_cmd[@]}" apt-get update
     DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y --no-install-recommends "${missing[@]}"
 fi
-
-"$PYTHON" -m pip install --quiet "platformio==6.2.0" scons
 
 # Every pio call in this checkout uses this core dir (platformio.ini sets core_dir to the same place), so another
 # checkout's packages or platform symlink can never be picked up.

@@ -9,7 +9,8 @@ import subprocess
 import pytest
 from conftest import SHARED_MODELS, needs_firmware_tools
 from lowtide.compile import compile_model, verify_compiled
-from lowtide.compile.codegen import RUNTIME_DIR, arena_plan
+from lowtide.compile.codegen import arena_plan
+from lowtide.resources import RUNTIME_DIR
 from lowtide.device.measure import measure
 from lowtide.model import load_model
 from lowtide.model.builder import ModelBuilder

@@ -19,8 +19,9 @@ import pytest
 from conftest import REPO, SHARED_MODELS, needs_firmware_tools, reference_figures
 from lowtide.compile import compile_model
 from lowtide.compile.codegen import arena_plan
-from lowtide.device.boards import BOARDS
-from lowtide.device.drivers.platformio import build_firmware, ensure_tool_scons, pio_environment
+from lowtide.device.boards import known_boards
+from lowtide.device.drivers.platformio import firmware_project
+from lowtide.project import platformio_environment
 from lowtide.device.drivers.qemu import run_emulator
 from lowtide.device.measure import measure
 from lowtide.device.protocol import PROTOCOL_VERSION, Counter
@@ -59,22 +60,33 @@ def _offline_prefix() -> list[str]:
     return []
 
 
+# The checkout's own PlatformIO project (a developer's `pio run` / `pio test` in lowtide's source): its core dir,
+# where scripts/install-firmware-deps.sh registers the tool-scons shim.
+CHECKOUT_CORE_DIR = REPO / ".pio-core"
+
+
 def _pio(*args: str, build_dir: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = pio_environment({"PLATFORMIO_BUILD_DIR": str(build_dir)} if build_dir else {})
-    env.pop("LOWTIDE_MODEL", None)
+    env = platformio_environment({"PLATFORMIO_CORE_DIR": str(CHECKOUT_CORE_DIR),
+                                  **({"PLATFORMIO_BUILD_DIR": str(build_dir)} if build_dir else {})})
     return subprocess.run([*_offline_prefix(), sys.executable, "-m", "platformio", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def offline_packages():
-    """The tool-scons shim in this checkout's PlatformIO core dir, as install-firmware-deps.sh leaves it."""
-    ensure_tool_scons()
+def build_firmware(spec, model: Path | None):
+    return firmware_project(spec, model, "compiled").elf
+
+
+@pytest.fixture(scope="module")
+def checkout_packages():
+    """The tool-scons shim in the checkout's PlatformIO core dir, as install-firmware-deps.sh leaves it."""
+    if not (CHECKOUT_CORE_DIR / "packages" / "tool-scons.pio-link").is_file():
+        done = _pio("pkg", "install", "-g", "-t", f"symlink://{REPO / 'firmware' / 'tools' / 'tool-scons'}")
+        assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_board_files_describe_every_platformio_env():
     specs = load_board_specs()
-    assert {"qemu-m4", "qemu-m7"} <= set(BOARDS)  # what `lowtide measure --board` accepts
+    assert {"qemu-m4", "qemu-m7"} <= set(known_boards())  # what `lowtide measure --board` accepts
     ini = (REPO / "platformio.ini").read_text()
     assert {"qemu-m4", "qemu-m7", "nucleo-f746zg", "nucleo-h743zi", "nano33ble", "esp32-s3-devkitc-1",
             "pico"} <= set(specs)
@@ -86,7 +98,7 @@ def test_board_files_describe_every_platformio_env():
     assert "{port}" in " ".join(specs["qemu-m4"].emulator_command) and "-icount" in specs["qemu-m4"].emulator_command
 
 
-def test_pio_run_builds_both_emulated_envs_offline(tmp_path):
+def test_pio_run_builds_both_emulated_envs_offline(tmp_path, checkout_packages):
     # A bare `pio run` builds the default envs: the two emulated boards, from scratch, without the network.
     result = _pio("run", build_dir=tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
@@ -98,7 +110,7 @@ def test_pio_run_builds_both_emulated_envs_offline(tmp_path):
 
 def test_firmware_boots_in_qemu_and_answers_hello():
     spec = load_board_specs()["qemu-m7"]
-    elf = build_firmware(spec.platformio_env, None)
+    elf = build_firmware(spec, None)
     with run_emulator(spec.emulator_command, elf, timeout=10) as link:
         session = DeviceSession(link, timeout=5)
         hello = session.hello()
@@ -115,7 +127,7 @@ def test_firmware_boots_in_qemu_and_answers_hello():
 
 def test_result_carries_the_stack_high_water_mark():
     spec = load_board_specs()["qemu-m4"]
-    elf = build_firmware(spec.platformio_env, KWS_DSCNN)
+    elf = build_firmware(spec, KWS_DSCNN)
     with run_emulator(spec.emulator_command, elf, timeout=10) as link:
         session = DeviceSession(link, timeout=10)
         hello = session.hello()
@@ -227,7 +239,7 @@ def test_measure_reports_a_model_the_compiler_rejects(tmp_path):
     assert "operator 0 (L2_POOL_2D" in message and "\n" not in message
 
 
-def test_pio_test_runs_firmware_unit_tests_in_qemu():
+def test_pio_test_runs_firmware_unit_tests_in_qemu(checkout_packages):
     result = _pio("test", "-e", "qemu-m4")
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     verdicts = [line for line in result.stdout.splitlines() if line.startswith(("PASS ", "FAIL "))]

@@ -16,3 +16,18 @@ class LowtideError(Exception):
 
 class ModelError(LowtideError):
     """The .tflite file cannot be read or is not a model lowtide understands."""
+
+
+# How a user gets each outside program lowtide runs (Debian's package names; any distribution's equivalents do).
+_TOOL_SOURCES = {
+    "arm": "the Arm GNU toolchain (Debian: apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi "
+           "libstdc++-arm-none-eabi-dev)",
+    "qemu-system-arm": "QEMU's Arm system emulator (Debian: apt-get install qemu-system-arm)",
+    "platformio": "PlatformIO (pip install platformio==6.2.0 scons)",
+}
+
+
+def missing_tool(tool: str) -> LowtideError:
+    """One line for a program lowtide needs and cannot find, saying how to install it."""
+    source = _TOOL_SOURCES["arm" if tool.startswith("arm-none-eabi-") else tool]
+    return LowtideError(f"{tool} not found: install {source}")

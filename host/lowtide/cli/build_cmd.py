@@ -1,6 +1,7 @@
 """`lowtide build` and `lowtide flash`: the firmware for a board (boards/*.toml) with a model in it.
 
     lowtide build MODEL --board qemu-m4             # ELF path, flash and static RAM use, arena
+    lowtide build MODEL --board qemu-m4 --project-dir fw   # the same, and the PlatformIO project left in fw/
     lowtide flash MODEL --board nucleo-f746zg       # build, then PlatformIO's upload to the board's USB port
                                                     # (lowtide measure --board nucleo-f746zg does this, then measures)
 
@@ -28,7 +29,6 @@ from lowtide.device.spec import (
     BoardSpec,
     compiled_arena_bytes,
     get_board_spec,
-    load_board_specs,
     predict_board_arena,
 )
 from lowtide.memory import tflm_plan
@@ -43,6 +43,7 @@ class BuildReport:
     emulated: bool
     runtime: str
     elf: str
+    project_dir: str  # the self-contained PlatformIO project that built it (lowtide.project)
     flash_bytes: int
     flash_capacity_bytes: int
     static_ram_bytes: int  # .data + .bss: the arena is in .bss
@@ -65,6 +66,7 @@ def build_report(model: Path, spec: BoardSpec, image: FirmwareImage, runtime: st
         emulated=spec.emulated,
         runtime=runtime,
         elf=str(image.elf),
+        project_dir=str(image.elf.parents[3]),
         flash_bytes=image.flash_bytes,
         flash_capacity_bytes=spec.flash_bytes,
         static_ram_bytes=image.static_ram_bytes,
@@ -75,16 +77,16 @@ def build_report(model: Path, spec: BoardSpec, image: FirmwareImage, runtime: st
     )
 
 
-def _board_help() -> str:
-    return f"board file name: {', '.join(sorted(load_board_specs()))}"
+_BOARD_HELP = "a shipped board (`lowtide boards` lists them) or a board file's path"
 
 
-def _build(model: Path, spec: BoardSpec, console: Console | None, runtime: str | None) -> BuildReport:
+def _build(model: Path, spec: BoardSpec, console: Console | None, runtime: str | None,
+           project_dir: Path | None = None) -> BuildReport:
     if console is None:
-        image = build_board_firmware(spec, model, runtime)
+        image = build_board_firmware(spec, model, runtime, project_dir)
     else:
         with console.status(f"building the {spec.platformio_env} firmware for {model.name}"):
-            image = build_board_firmware(spec, model, runtime)
+            image = build_board_firmware(spec, model, runtime, project_dir)
     return build_report(model, spec, image, runtime)
 
 
@@ -100,6 +102,7 @@ def _table(report: BuildReport, title: str) -> Table:
     table.add_column("figure")
     table.add_column("value", justify="right")
     table.add_row("ELF", report.elf)
+    table.add_row("PlatformIO project", report.project_dir)
     table.add_row("flash (code, weights, .data)", _share(report.flash_bytes, report.flash_capacity_bytes))
     table.add_row("static RAM (.data + .bss)", _share(report.static_ram_bytes, report.sram_capacity_bytes))
     if report.stack_bytes:
@@ -112,12 +115,15 @@ def _table(report: BuildReport, title: str) -> Table:
 @app.command()
 def build(
     model: Annotated[Path, typer.Argument(help=".tflite model to build into the firmware")],
-    board: Annotated[str, typer.Option(help=_board_help())],
+    board: Annotated[str, typer.Option(help=_BOARD_HELP)],
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object instead of a table")] = False,
     runtime: Annotated[str | None, typer.Option(help=_RUNTIME_HELP)] = None,
+    project_dir: Annotated[Path | None, typer.Option(
+        help="write the self-contained PlatformIO project here and build it there (then `pio run -d DIR`, "
+             "`pio debug`, an IDE); default: the user cache")] = None,
 ) -> None:
     """Build the firmware image for BOARD's PlatformIO env with MODEL in it."""
-    report = _build(model, get_board_spec(board), None if as_json else Console(stderr=True), runtime)
+    report = _build(model, get_board_spec(board), None if as_json else Console(stderr=True), runtime, project_dir)
     if as_json:
         print(json.dumps(asdict(report)))
         return
@@ -127,7 +133,7 @@ def build(
 @app.command()
 def flash(
     model: Annotated[Path, typer.Argument(help=".tflite model to build into the firmware")],
-    board: Annotated[str, typer.Option(help=_board_help())],
+    board: Annotated[str, typer.Option(help=_BOARD_HELP)],
     port: Annotated[
         str | None, typer.Option(help="upload port; default: the one port with the board file's USB ID")
     ] = None,

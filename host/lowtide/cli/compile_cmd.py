@@ -14,7 +14,8 @@ from rich.table import Table
 
 from lowtide import oracle
 from lowtide.cli.application import app
-from lowtide.compile import RUNTIME_DIR, CompiledModel, VerifyResult, compile_model, verify_compiled
+from lowtide.compile import CompiledModel, VerifyResult, compile_model, verify_compiled
+from lowtide.resources import RUNTIME_DIR
 from lowtide.compile.codegen import Blocker, check_model
 from lowtide.compile.lowering import NOT_IN_TFLM, UNDEFINED_IN_TFLM, support_rows
 from lowtide.errors import LowtideError

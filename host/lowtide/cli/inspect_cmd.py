@@ -14,11 +14,12 @@ from rich.table import Table
 
 from lowtide import oracle
 from lowtide.cli.application import app
+from lowtide.cli.options import Arena32Option
 from lowtide.errors import LowtideError
 from lowtide.memory import MemoryPlan, tflm_plan
 from lowtide.model import Graph, load_model
 from lowtide.stale import ByteRanges, StaleReport, check_stale
-from lowtide.tflm import DEFAULT_CORE, Mcu32Arena, mcu32_arena
+from lowtide.tflm import DEFAULT_CORE, Arena32Mode, Mcu32Arena, mcu32_arena
 from lowtide.tflm.tree import KernelSet
 
 def inspect_report(graph: Graph, plan: MemoryPlan, arena: Mcu32Arena | None) -> dict:
@@ -132,6 +133,7 @@ def inspect(
     kernels: Annotated[KernelSet, typer.Option(help="TFLM kernels the 32-bit arena is predicted for")] = (
         KernelSet.REFERENCE),
     core: Annotated[str, typer.Option(help="MCU core the 32-bit arena is predicted for")] = DEFAULT_CORE,
+    arena32: Arena32Option = Arena32Mode.AUTO,
 ) -> None:
     """Show live memory per operator, TFLM's predicted arena head and the lower bound, and TFLM's whole arena on
     a 32-bit MCU."""
@@ -146,9 +148,9 @@ def inspect(
             def building(done: int, total: int) -> None:
                 bar.update(task, completed=done, total=total, visible=True)
 
-            arena = mcu32_arena(data, graph, plan.head_bytes, kernels, core, building)
+            arena = mcu32_arena(data, graph, plan.head_bytes, kernels, core, building, arena32)
     except LowtideError:
-        if kernels is not KernelSet.REFERENCE:
+        if kernels is not KernelSet.REFERENCE or arena32 is Arena32Mode.EXACT:
             raise
         arena = None  # a model TFLM cannot load still gets its head predicted; the total needs TFLM's tail
     measured = oracle.run(data, oracle.random_inputs(graph), path=str(model)).arena if verify else None

@@ -23,7 +23,7 @@ from rich.progress import (
 from rich.table import Table
 
 from lowtide.cli.application import app
-from lowtide.device.boards import BOARDS, DEFAULT_WAIT_S, LABGRID_PREFIX
+from lowtide.device.boards import DEFAULT_WAIT_S, LABGRID_PREFIX
 from lowtide.device.measure import MeasureResult
 from lowtide.device.measure import measure as measure_on_board
 
@@ -33,8 +33,8 @@ _PHASE_LABELS = {"upload": "sending inputs (bytes)", "run": "running (invocation
 @app.command()
 def measure(
     model: Path = typer.Argument(..., help=".tflite model to measure"),
-    board: str = typer.Option("host-tflm", help=f"board to run on: {', '.join(sorted(BOARDS))}, "
-                                                f"{LABGRID_PREFIX}PLACE, or a board file's path"),
+    board: str = typer.Option("host-tflm", help="board to run on: host-tflm, serial, a shipped board (`lowtide "
+                                                f"boards` lists them), {LABGRID_PREFIX}PLACE, or a board file's path"),
     port: str | None = typer.Option(
         None, help="serial device, socket://host:port or rfc2217://...; real boards: default the board file's port, "
                    "else the one with its USB VID:PID; host-tflm: tcp:0 or pty"

@@ -14,9 +14,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from lowtide.cli.application import app
+from lowtide.cli.options import Arena32Option
 from lowtide.export import OptimizeResult, Verification, optimize_model
 from lowtide.rewrite import Tiling
-from lowtide.tflm import DEFAULT_CORE
+from lowtide.tflm import DEFAULT_CORE, Arena32Mode
 from lowtide.tflm.tree import KernelSet
 
 class RewriteMode(str, enum.Enum):
@@ -165,12 +166,13 @@ def optimize(
     kernels: Annotated[KernelSet, typer.Option(help="TFLM kernels the arena header is sized for")] = (
         KernelSet.REFERENCE),
     core: Annotated[str, typer.Option(help="MCU core the arena header is sized for")] = DEFAULT_CORE,
+    arena32: Arena32Option = Arena32Mode.AUTO,
 ) -> None:
     """Reorder operators and plan every tensor's offset (OfflineMemoryAllocation) to shrink TFLM's arena."""
     rewriting = rewrite is RewriteMode.auto
     if json_output:
         result = optimize_model(model, output, time_limit, verify, None, rewriting, max_mac_overhead,
-                                kernels, core)
+                                kernels, core, arena32)
         print(json.dumps(optimize_report(result)))
         return
     console = Console(stderr=True)
@@ -190,5 +192,5 @@ def optimize(
                 bar.update(tasks[phase], detail=detail)
 
         result = optimize_model(model, output, time_limit, verify, on_progress, rewriting, max_mac_overhead,
-                                kernels, core)
+                                kernels, core, arena32)
     _show(Console(), result)

@@ -1,8 +1,15 @@
-"""`lowtide tflm-build`: build TFLite Micro's library for a core ahead of time (the framework, kernel helpers and the
-kernels of the operators named), so that later builds, measurements and 32-bit arena predictions take seconds."""
+"""`lowtide tflm-get` and `lowtide tflm-build`: TFLite Micro's pinned sources, and its library for a core.
+
+    lowtide tflm-get                         # export the pinned TFLM commit with TFLM's own exporter (internet)
+    lowtide tflm-get --archive DIR           # offline: from the archives (tflm-ref-*.tar.gz, tflm-cmsis-nn-*.tar.gz)
+    lowtide tflm-build --core cortex-m4f     # compile TFLM for a core ahead of time (once per machine)
+
+Both put what they make in the user cache. tflm-build compiles the framework, the kernel helpers and the kernels of
+the operators named, so that later builds, measurements and 32-bit arena predictions take seconds."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Annotated
@@ -15,7 +22,30 @@ from lowtide.cli.application import app
 from lowtide.model import load_model
 from lowtide.tflm import DEFAULT_CORE
 from lowtide.tflm.build import build_library, core_named
-from lowtide.tflm.tree import KernelSet
+from lowtide.storage import cache_dir
+from lowtide.tflm.tree import TFLM_COMMIT, KernelSet, export_from_repository, install_archives
+
+
+@app.command("tflm-get")
+def tflm_get(
+    archive: Annotated[list[Path], typer.Option(help="offline: an archive of the trees, or a folder holding them "
+                                                "(repeat for several)")] = [],  # noqa: B006
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
+) -> None:
+    """Get TFLM's sources at the commit lowtide is pinned to, into the user cache (the tflm runtimes and the exact
+    32-bit arena need them)."""
+    if archive:
+        trees = install_archives(archive)
+    else:
+        log = cache_dir("tflm") / "tflm-get.log"
+        status = Console(stderr=True).status(f"exporting TFLM {TFLM_COMMIT[:7]} with its own exporter (log: {log})")
+        with contextlib.nullcontext() if json_output else status:
+            trees = export_from_repository(log)
+    if json_output:
+        print(json.dumps({"commit": TFLM_COMMIT, "trees": [str(t) for t in trees]}))
+    else:
+        for tree in trees:
+            Console().print(f"TFLM {TFLM_COMMIT[:7]}: {tree}")
 
 
 @app.command("tflm-build")
@@ -28,7 +58,7 @@ def tflm_build(
                                                  ".tflite files or folders of them")] = [],  # noqa: B006
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of progress")] = False,
 ) -> None:
-    """Build TFLM from the pinned sources (LOWTIDE_TFLM_DIR) for each core and kernel set, once."""
+    """Build TFLM from the pinned sources (lowtide tflm-get) for each core and kernel set, once per machine."""
     opcodes = set(op)
     for path in ops_from:
         for model in sorted(path.glob("*.tflite")) if path.is_dir() else [path]:

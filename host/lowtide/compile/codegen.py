@@ -34,7 +34,6 @@ from lowtide.memory.placement import place, tflm_offsets_with_plan
 from lowtide.model import Graph, load_model
 from lowtide.model.ir import TensorKind
 
-RUNTIME_DIR = Path(__file__).resolve().parents[3] / "firmware" / "runtime"
 LT_TYPE_NAMES = {"float32": "LT_FLOAT32", "int32": "LT_INT32", "uint8": "LT_UINT8", "bool": "LT_BOOL",
                  "int16": "LT_INT16", "int8": "LT_INT8"}
 

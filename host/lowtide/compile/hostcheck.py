@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from lowtide import oracle
-from lowtide.compile.codegen import RUNTIME_DIR, CompiledModel, compile_model
+from lowtide.compile.codegen import CompiledModel, compile_model
+from lowtide.resources import RUNTIME_DIR
 from lowtide.compile.lowering import NUMPY_TYPES
 from lowtide.errors import LowtideError
 from lowtide.model import load_model

@@ -11,8 +11,8 @@ yields a link that speaks the lowtide protocol (`connect`), cleaning up whatever
 | real (`nucleo-f746zg`) | board file with `[serial]` | PlatformIO | upload, find the port, open it | the port |
 | farm (`labgrid:PLACE`) | `--board labgrid:PLACE`, or a board file with `[labgrid]` | PlatformIO (board file) | acquire the place, upload (board file) | the place |
 
-Boards are registered explicitly, at the end of this module: the two built-in ones and one per board file.
-`get_board` also takes `labgrid:PLACE` and the path of a board file.
+The registry is built on first use (`known_boards`): the two built-in boards and one per shipped board file;
+`register_board` adds others. `get_board` also takes `labgrid:PLACE` and the path of a board file.
 """
 
 from __future__ import annotations
@@ -201,10 +201,21 @@ def board_for_spec(spec: BoardSpec) -> Board:
 
 
 BOARDS: dict[str, Board] = {}
+_SHIPPED_LOADED = False
 
 
 def register_board(board: Board) -> None:
     BOARDS[board.name] = board
+
+
+def known_boards() -> dict[str, Board]:
+    """Every board `--board NAME` names: the built-in ones, the shipped board files' and any registered."""
+    global _SHIPPED_LOADED
+    if not _SHIPPED_LOADED:
+        for board in (HostTflmBoard(), SerialBoard(), *map(board_for_spec, load_board_specs().values())):
+            BOARDS.setdefault(board.name, board)
+        _SHIPPED_LOADED = True
+    return BOARDS
 
 
 def get_board(name: str) -> Board:
@@ -213,14 +224,9 @@ def get_board(name: str) -> Board:
         return LabgridBoard(name[len(LABGRID_PREFIX):])
     if name.endswith(".toml"):
         return board_for_spec(get_board_spec(name))
+    boards = known_boards()
     try:
-        return BOARDS[name]
+        return boards[name]
     except KeyError:
-        raise LowtideError(f"unknown board {name!r}; known boards: {', '.join(sorted(BOARDS))}, "
+        raise LowtideError(f"unknown board {name!r}; known boards: {', '.join(sorted(boards))}, "
                            f"{LABGRID_PREFIX}PLACE or a board file's path") from None
-
-
-register_board(HostTflmBoard())
-register_board(SerialBoard())
-for _spec in load_board_specs().values():
-    register_board(board_for_spec(_spec))

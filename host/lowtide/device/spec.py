@@ -1,4 +1,7 @@
-"""Board files (boards/*.toml) as typed specs, and the checks that a model fits a board.
+"""Board files as typed specs, and the checks that a model fits a board.
+
+lowtide ships board files (the top-level boards/ of its source, installed with the package: lowtide.resources); a
+user's own board file is given by its path (`--board my-board.toml`).
 
 A board file holds only what lowtide reads:
 
@@ -10,7 +13,8 @@ A board file holds only what lowtide reads:
     clock_hz = 216000000              # must equal the clock the board's HELLO reports
     platformio_env = "nucleo_f746zg"  # the firmware build (and upload) env
     runtime = "compiled"              # optional: what runs the model unless --runtime says (compiled)
-    platformio_config = "x.ini"       # optional: a PlatformIO project file of its own, relative to the board file
+    platformio_config = "x.ini"       # optional: PlatformIO envs of its own (over the shipped ones), relative to
+                                      # the board file
     [serial]                          # real boards: how lowtide finds and opens the port
     baud = 115200
     usb_ids = ["0483:374B"]           # VID:PID, for pyserial's list_ports
@@ -35,11 +39,10 @@ from lowtide.errors import LowtideError
 from lowtide.memory import tflm_plan
 from lowtide.model.ir import Graph, TensorKind
 from lowtide.model.reader import load_model
+from lowtide.resources import BOARDS_DIR
 from lowtide.tflm.sizer import Arena32, predict_arena32
 from lowtide.tflm.tree import KernelSet
 
-PROJECT_DIR = Path(__file__).resolve().parents[3]
-BOARDS_DIR = PROJECT_DIR / "boards"
 # What runs the model in the firmware: lowtide's compiled C, or TFLM's interpreter with one of its kernel sets.
 RUNTIME_KERNELS: dict[str, KernelSet | None] = {
     "compiled": None, "tflm": KernelSet.REFERENCE, "tflm-cmsis-nn": KernelSet.CMSIS_NN,
@@ -82,7 +85,7 @@ class BoardSpec:
     clock_hz: int
     platformio_env: str
     runtime: str  # the runtime the board's firmware uses unless --runtime names another
-    platformio_config: Path | None  # PlatformIO project file; None: the checkout's platformio.ini
+    platformio_config: Path | None  # envs over the shipped ones (lowtide.project); None: the shipped envs alone
     serial: SerialSettings | None  # None for emulated boards
     emulator_command: tuple[str, ...] | None  # with {port} and {elf}; None for a real board
     labgrid: LabgridSettings | None

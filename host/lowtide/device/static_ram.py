@@ -16,7 +16,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from lowtide.errors import LowtideError
+from lowtide.errors import LowtideError, missing_tool
 
 # Objects of the measuring harness, by their folder in the PlatformIO build directory: the application (src/: the
 # server, main, arena painting and the model glue), the protocol framing and the board support.
@@ -44,7 +44,7 @@ def _nm(path: Path) -> list[tuple[str, int]]:
     """(demangled name without its namespaces, size) of every .data and .bss symbol `path` defines."""
     tool = shutil.which("arm-none-eabi-nm")
     if tool is None:
-        raise LowtideError("arm-none-eabi-nm not found: run scripts/install-firmware-deps.sh")
+        raise missing_tool("arm-none-eabi-nm")
     try:
         done = subprocess.run([tool, "-S", "-C", "--defined-only", str(path)], capture_output=True, text=True,
                               timeout=60, check=False)

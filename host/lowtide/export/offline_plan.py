@@ -26,7 +26,7 @@ from lowtide.model.validate import model_problems
 from lowtide.model.writer import model_bytes, set_offline_plan, write_files
 from lowtide.oracle import allocate
 from lowtide.schedule import apply_order
-from lowtide.tflm import DEFAULT_CORE, Mcu32Arena, mcu32_arena
+from lowtide.tflm import DEFAULT_CORE, Arena32Mode, Mcu32Arena, mcu32_arena
 from lowtide.tflm.tree import KernelSet
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ def _header(prefix: str, source: Graph, result: ExportResult) -> str:
 
 def export_optimized(graph: Graph, order: Order, offsets_by_buffer: Mapping[Buffer, int],
                      out_path: str | Path, kernels: KernelSet = KernelSet.REFERENCE,
-                     core: str = DEFAULT_CORE) -> ExportResult:
+                     core: str = DEFAULT_CORE, arena32: Arena32Mode = Arena32Mode.AUTO) -> ExportResult:
     """Write `out_path` (the model), `out_path`.h and `out_path`.json. `offsets_by_buffer` gives the offset of
     every tensor buffer of `buffers_to_plan(graph, order)` (scratch entries are ignored: TFLM
     places them; in-place outputs must sit inside the input whose bytes they share)."""
@@ -126,7 +126,7 @@ def export_optimized(graph: Graph, order: Order, offsets_by_buffer: Mapping[Buff
         model_size_bytes=len(data),
         planned_head_bytes=planned_head,
         host_tail_bytes=figures.tail_bytes,
-        mcu32=mcu32_arena(data, written, planned_head, kernels, core),
+        mcu32=mcu32_arena(data, written, planned_head, kernels, core, mode=arena32),
         measured_head_bytes=figures.head_bytes,
         measured_total_bytes=figures.total_bytes,
     )

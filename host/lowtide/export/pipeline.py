@@ -22,7 +22,7 @@ from lowtide.rewrite import NotApplicable, RewriteResult, Tiling, apply_tilings,
 from lowtide.rewrite.regions import graph_macs
 from lowtide.schedule import Schedule, find_schedule
 from lowtide.stale import StaleReport, check_stale
-from lowtide.tflm import DEFAULT_CORE, Mcu32Arena, mcu32_arena
+from lowtide.tflm import DEFAULT_CORE, Arena32Mode, Mcu32Arena, mcu32_arena
 from lowtide.tflm.tree import KernelSet
 
 # Share of the time limit the operator-order search may use; placement gets what is left after it, less a
@@ -105,7 +105,7 @@ def _remove(paths: list[Path]) -> None:
 def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: float = 30.0, verify: bool = False,
                    progress: PhaseProgress | None = None, rewrite: bool = False,
                    max_mac_overhead: float = 0.20, kernels: KernelSet = KernelSet.REFERENCE,
-                   core: str = DEFAULT_CORE) -> OptimizeResult:
+                   core: str = DEFAULT_CORE, arena32: Arena32Mode = Arena32Mode.AUTO) -> OptimizeResult:
     """Optimize `model_path` into `out_path` (+ .h, .json), the header sized for TFLM on `core` with `kernels`. With `verify`, both models run on the host TFLM on
     the same random inputs; differing outputs or a head other than planned raise LowtideError, and the
     written files are removed so a broken plan cannot reach a device. With `rewrite`, the graph is also rewritten
@@ -125,9 +125,9 @@ def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: flo
     rewritten = None
     candidates = [graph]
     def tail_on_mcu(data: bytes, candidate: Graph) -> int:
-        return mcu32_arena(data, candidate, 0, kernels, core).tail_bytes
+        return mcu32_arena(data, candidate, 0, kernels, core, mode=arena32).tail_bytes
 
-    stock_mcu32 = mcu32_arena(source, graph, stock_plan.head_bytes, kernels, core)
+    stock_mcu32 = mcu32_arena(source, graph, stock_plan.head_bytes, kernels, core, mode=arena32)
     tails = [stock_mcu32.tail_bytes]
     tilings: list[tuple[Tiling, ...] | None] = [None]
     if rewrite:
@@ -156,7 +156,8 @@ def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: flo
     schedule, order, buffers, placement = plans[best]
 
     report("export", None, "")
-    export = export_optimized(graph, order, dict(zip(buffers, placement.offsets)), out_path, kernels, core)
+    export = export_optimized(graph, order, dict(zip(buffers, placement.offsets)), out_path, kernels, core,
+                              arena32)
     written = [export.model_path, export.header_path, export.json_path]
     if export.planned_head_bytes != placement.head_bytes:  # both come from the greedy replica
         _remove(written)

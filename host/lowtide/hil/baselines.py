@@ -14,10 +14,7 @@ entries keep both.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -27,6 +24,7 @@ from typing import TYPE_CHECKING
 import lowtide
 from lowtide.errors import LowtideError
 from lowtide.device.locking import locked
+from lowtide.storage import write_atomically
 
 if TYPE_CHECKING:
     from lowtide.device.measure import MeasureResult
@@ -126,29 +124,6 @@ def dump_baselines(entries: Mapping[BaselineKey, Baseline]) -> str:
     for key, entry in entries.items():
         boards.setdefault(key.board, {}).setdefault(key.runtime, {})[key.name] = entry.to_json()
     return json.dumps({"format": FORMAT_VERSION, "boards": boards}, indent=2, sort_keys=True) + "\n"
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Replace `path` with `text` so that every reader, and every crash, sees the old file or the new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as stream:
-            stream.write(text)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.chmod(temporary, 0o644)  # mkstemp makes it 0600; a baselines file is meant to be shared
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-        raise
-    # The rename itself must reach the disk too, or a power cut could bring back the old directory entry.
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
 
 
 def merge_baselines(path: Path, updates: Mapping[BaselineKey, Baseline], lock_timeout: float) -> int:

@@ -1,12 +1,15 @@
 """TFLite Micro for the MCU: its pinned sources (`tree`), its library built per core and kernel set (`build`), and
 its arena on a 32-bit core read from TFLM itself (`sizer`).
 
-`mcu32_arena` is what `inspect` and `optimize` report: exact where the sizer can run (Arm toolchain, QEMU and the
-TFLM tree present), else an estimate from the 64-bit host interpreter, marked as such with the reason.
+`mcu32_arena` is what `inspect` and `optimize` report, and they say which it is (`exact`, `method`): exact where the
+sizer can run (Arm toolchain, QEMU and the TFLM tree present), else an estimate from the 64-bit host interpreter,
+marked as such with the reason. `--arena32 exact` asks for the exact figure or fails saying what is missing;
+`--arena32 estimate` never builds TFLM.
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 from lowtide import oracle
@@ -19,6 +22,14 @@ from lowtide.tflm.tree import KernelSet
 DEFAULT_CORE = "cortex-m4f"
 # The estimate's margin: an arena array need not start 16-byte aligned, and TFLM aligns its start.
 _ESTIMATE_MARGIN_BYTES = ARENA_ALIGNMENT
+
+
+class Arena32Mode(str, enum.Enum):
+    """How the 32-bit arena is found: exact if the sizer can run else an estimate, exact or fail, estimate only."""
+
+    AUTO = "auto"
+    EXACT = "exact"
+    ESTIMATE = "estimate"
 
 
 @dataclass(frozen=True)
@@ -39,19 +50,31 @@ class Mcu32Arena:
 
 
 def mcu32_arena(model: bytes, graph: Graph, head_bytes: int, kernels: KernelSet = KernelSet.REFERENCE,
-                core: str = DEFAULT_CORE, progress: ProgressCallback | None = None) -> Mcu32Arena:
+                core: str = DEFAULT_CORE, progress: ProgressCallback | None = None,
+                mode: Arena32Mode = Arena32Mode.AUTO) -> Mcu32Arena:
     """TFLM's arena for `model` on `core` with `kernels`: from TFLM's allocator built for the core (exact), or,
-    where that cannot run here, the host's 64-bit tail less the pointer-size savings plus `head_bytes` (the greedy
-    replica's head), for the reference kernels. `progress` follows the first build of TFLM's objects."""
-    try:
-        arena = predict_arena32(model, graph, kernels, core, progress)
-    except LowtideError as exc:
-        if kernels is not KernelSet.REFERENCE:
-            raise LowtideError(f"cannot size the arena for {kernels.value} kernels: {exc}") from None
-        tail = oracle.allocate(model, path=graph.path).mcu32_tail_bytes
-        return Mcu32Arena(kernels.value, core, head_bytes, tail, head_bytes + tail,
-                          head_bytes + tail + _ESTIMATE_MARGIN_BYTES, exact=False,
-                          method=f"estimate (64-bit host tail less pointer-size savings), because {exc}")
-    return Mcu32Arena(arena.kernels, arena.core, arena.head_bytes, arena.tail_bytes, arena.used_bytes,
-                      arena.arena_bytes, exact=True,
-                      method=f"exact: TFLM's allocator built for {core} with {kernels.value} kernels, run in QEMU")
+    where that cannot run here or `mode` says so, the host's 64-bit tail less the pointer-size savings plus
+    `head_bytes` (the greedy replica's head), for the reference kernels. `progress` follows the first build of
+    TFLM's objects."""
+    if mode is Arena32Mode.ESTIMATE:
+        why = "--arena32 estimate"
+    else:
+        try:
+            arena = predict_arena32(model, graph, kernels, core, progress)
+        except LowtideError as exc:
+            if mode is Arena32Mode.EXACT:
+                raise LowtideError(f"no exact 32-bit arena (--arena32 exact): {exc}") from None
+            if kernels is not KernelSet.REFERENCE:
+                raise LowtideError(f"cannot size the arena for {kernels.value} kernels: {exc}") from None
+            why = str(exc)
+        else:
+            return Mcu32Arena(arena.kernels, arena.core, arena.head_bytes, arena.tail_bytes, arena.used_bytes,
+                              arena.arena_bytes, exact=True,
+                              method=f"exact: TFLM's allocator built for {core} with {kernels.value} kernels, run in "
+                                     f"QEMU")
+    if kernels is not KernelSet.REFERENCE:
+        raise LowtideError(f"the estimate is for the reference kernels only; {kernels.value} needs the exact figure")
+    tail = oracle.allocate(model, path=graph.path).mcu32_tail_bytes
+    return Mcu32Arena(kernels.value, core, head_bytes, tail, head_bytes + tail,
+                      head_bytes + tail + _ESTIMATE_MARGIN_BYTES, exact=False,
+                      method=f"estimate (64-bit host tail less pointer-size savings), because {why}")

@@ -1,7 +1,7 @@
 """Building TFLite Micro for a Cortex-M core: one object cache per core and kernel set, reused by every model.
 
-The same code serves the emulated boards, the real boards' PlatformIO envs (firmware/app/lowtide_model.py calls it
-with the env's compiler) and the arena sizer (lowtide.tflm.sizer). Flags are the ones TFLM's own
+The same code serves every board's firmware project (lowtide.project links the library into it) and the arena sizer
+(lowtide.tflm.sizer). Objects live in the user cache (lowtide.storage), so TFLM is compiled once per machine. Flags are the ones TFLM's own
 `cortex_m_generic` target uses: `-Os` for the framework, `-O2` for the kernels and CMSIS-NN.
 
 Compiling all ~200 (reference) or ~315 (CMSIS-NN) sources takes about ten minutes on two cores, so only what a
@@ -13,7 +13,6 @@ model whose operators were all seen before builds in seconds.
 from __future__ import annotations
 
 import concurrent.futures
-import fcntl
 import hashlib
 import os
 import re
@@ -24,11 +23,10 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from lowtide.errors import LowtideError
-from lowtide.tflm.tree import PROJECT_DIR, KernelSet, TflmTree, locate_tree
+from lowtide.errors import LowtideError, missing_tool
+from lowtide.storage import cache_dir, cache_error, exclusive_lock
+from lowtide.tflm.tree import KernelSet, TflmTree, locate_tree
 
-CACHE_DIR = PROJECT_DIR / ".pio" / "tflm" / "obj"
-PLATFORM_SOURCES = PROJECT_DIR / "firmware" / "tflm"  # DebugLog and the clock, which TFLM leaves to the platform
 COMPILE_TIMEOUT_S = 600.0
 # The two files of the tree that the application replaces (firmware/tflm/lt_tflm_platform.cc), and TFLM's test
 # scaffolding, which no application links.
@@ -236,7 +234,7 @@ class TflmLibrary:
 def _object_dir(tree: TflmTree, core: Core, toolchain: Toolchain) -> Path:
     compiler = os.path.realpath(shutil.which(toolchain.cxx) or toolchain.cxx)  # one cache whichever way it is named
     key = hashlib.sha256("\0".join([str(tree.root), compiler, *compile_flags(tree, core)]).encode())
-    return CACHE_DIR / f"{tree.kernels.value}-{core.name}-{key.hexdigest()[:12]}"
+    return cache_dir("tflm", "obj") / f"{tree.kernels.value}-{core.name}-{key.hexdigest()[:12]}"
 
 
 def compile_source(toolchain: Toolchain, flags: list[str], source: Path, obj: Path, optimize: str) -> str | None:
@@ -273,24 +271,30 @@ def build_library(kernels: KernelSet, core: Core, opcodes: Iterable[str],
     opcodes = list(opcodes)
     resolver_calls(tree, opcodes)  # refuses an operator TFLM lacks before compiling anything
     if shutil.which(toolchain.cxx) is None:
-        raise LowtideError(f"{toolchain.cxx} not found: run scripts/install-firmware-deps.sh")
+        raise missing_tool(toolchain.cxx)
     flags = compile_flags(tree, core)
     out = _object_dir(tree, core, toolchain)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise cache_error(exc, out) from None
     archive = out / "libtflm.a"
-    with open(out / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with exclusive_lock(out / ".lock"):
         objects = {source: out / (source.relative_to(tree.root).as_posix().replace("/", "__") + ".o")
                    for source in sources_for(tree, opcodes)}
         todo = [source for source, obj in objects.items() if not obj.is_file()]
         if todo:
             _compile_all(toolchain, flags, tree, todo, objects, progress, jobs)
             members = sorted(str(obj) for obj in out.glob("*.o"))
-            archive.unlink(missing_ok=True)
-            done = subprocess.run([toolchain.ar, "rcs", str(archive), *members], capture_output=True, text=True,
+            # Written beside it and renamed: a build linking the previous archive meanwhile reads a whole file.
+            staging = archive.with_name(f".libtflm.{os.getpid()}.a")
+            staging.unlink(missing_ok=True)
+            done = subprocess.run([toolchain.ar, "rcs", str(staging), *members], capture_output=True, text=True,
                                   check=False)
             if done.returncode != 0:
+                staging.unlink(missing_ok=True)
                 raise LowtideError(f"{toolchain.ar} failed: {done.stderr.strip()}", archive)
+            os.replace(staging, archive)
     return TflmLibrary(tree, core, archive, tuple(flags))
 
 

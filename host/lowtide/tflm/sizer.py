@@ -5,39 +5,38 @@ lowtide's replica of TFLM's planner predicts the head (activations) exactly on a
 layouts and kernel code for the target: the host's 64-bit figures are 0.5 to 2.3 KB off. So the 32-bit figure comes
 from the code that will run: firmware/tflm/lt_tflm_sizer.cc, linked with the same TFLM objects as the measurement
 firmware, AllocateTensors on the model, one line of figures back. It needs the Arm toolchain, QEMU and the pinned
-TFLM tree (scripts/install-firmware-deps.sh, LOWTIDE_TFLM_DIR); the library build is shared with the firmware.
-Results are cached per model, kernel set and core.
+TFLM tree (`lowtide tflm-get`); the library build is shared with the firmware. The sizer images and their results
+are kept in the user cache, per model, kernel set and core.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import subprocess
 import tempfile
 from dataclasses import asdict, dataclass
+from functools import cache
 from pathlib import Path
 
-from lowtide.errors import LowtideError
+from lowtide.errors import LowtideError, missing_tool
 from lowtide.model.ir import Graph
+from lowtide.resources import BSP_DIR, MPS2_LINKER_SCRIPT, PROTOCOL_DIR, TFLM_GLUE_DIR
+from lowtide.storage import cache_dir, cache_error, exclusive_lock, write_atomically
 from lowtide.tflm.build import (
-    DEBIAN_ARM_TOOLCHAIN, PLATFORM_SOURCES, Core, ProgressCallback, compile_source, build_library, core_named,
+    DEBIAN_ARM_TOOLCHAIN, Core, ProgressCallback, TflmLibrary, compile_source, build_library, core_named,
     resolver_calls,
 )
-from lowtide.tflm.tree import PROJECT_DIR, KernelSet
+from lowtide.tflm.tree import KernelSet
 
-SIZER_DIR = PROJECT_DIR / ".pio" / "tflm" / "sizer"
-SIZES_DIR = PROJECT_DIR / ".pio" / "tflm" / "sizes"
 # AllocateTensors of the largest shared model (mobilenet_v2, 3.9 MB) takes about a second under QEMU; a model on which
 # TFLM loops (it can, on hostile input) is stopped here rather than holding up inspect or optimize.
 QEMU_TIMEOUT_S = 30.0
 MODEL_LIMIT_BYTES = (8 << 20) - 16  # the model and the arena share the board's 16 MiB RAM; one word of parameters
 PARAMETERS_OFFSET = (8 << 20) - 4  # LT_SIZER_RESOURCE_VARIABLES
 ARENA_ALIGNMENT = 16  # MicroArenaBufferAlignment()
-BSP = PROJECT_DIR / "firmware" / "bsp"
-PROTOCOL = PROJECT_DIR / "firmware" / "protocol"  # lt_protocol.h: the board support reads the protocol's limits
-LINKER_SCRIPT = PROJECT_DIR / "firmware" / "platform" / "ldscripts" / "mps2.ld"
 _FIGURES = re.compile(r"lowtide-sizer((?: \w+=\d+)+)")
 _ERROR = re.compile(r"lowtide-sizer error (.*)")
 
@@ -90,10 +89,13 @@ def resource_variable_count(graph: Graph) -> int:
     return sum(op.opcode == "VAR_HANDLE" for sg in graph.subgraphs for op in sg.operators)
 
 
+@cache
 def _sources_digest() -> str:
-    """Of the firmware sources the sizer and the measurement firmware share: a change invalidates cached figures."""
+    """Of the firmware sources the sizer and the measurement firmware share: a change invalidates cached figures.
+    (lt_protocol.h is among them: the board support reads the protocol's limits.)"""
     digest = hashlib.sha256()
-    for path in sorted([*PLATFORM_SOURCES.glob("*"), LINKER_SCRIPT, *BSP.rglob("*.[ch]")]):
+    for path in sorted([*TFLM_GLUE_DIR.glob("*"), MPS2_LINKER_SCRIPT, *BSP_DIR.rglob("*.[ch]"),
+                        PROTOCOL_DIR / "lt_protocol.h"]):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:12]
 
@@ -108,20 +110,26 @@ def write_resolver_include(path: Path, calls: list[str]) -> None:
 def build_sizer(kernels: KernelSet, core: Core, opcodes: list[str], progress: ProgressCallback | None = None) -> Path:
     """The sizer image for a model with `opcodes` (linked with just those kernels); built once per operator set."""
     library = build_library(kernels, core, opcodes, progress=progress)
-    machine = _machine(core)
     calls = resolver_calls(library.tree, opcodes)
     key = hashlib.sha256("\0".join([str(library.archive), _sources_digest(), *calls]).encode()).hexdigest()[:16]
-    out = SIZER_DIR / f"{kernels.value}-{core.name}-{key}"
+    out = cache_dir("tflm", "sizer") / f"{kernels.value}-{core.name}-{key}"
     elf = out / "sizer.elf"
-    if elf.is_file() and elf.stat().st_mtime >= library.archive.stat().st_mtime:
-        return elf
+    with exclusive_lock(out.with_name(out.name + ".lock")):
+        if not (elf.is_file() and elf.stat().st_mtime >= library.archive.stat().st_mtime):
+            _link_sizer(library, core, calls, out, elf)
+    return elf
+
+
+def _link_sizer(library: TflmLibrary, core: Core, calls: list[str], out: Path, elf: Path) -> None:
+    machine = _machine(core)
     write_resolver_include(out / "lt_model_ops.inc", calls)
     toolchain = DEBIAN_ARM_TOOLCHAIN
-    flags = [*library.compile_flags, f"-I{out}", f"-I{PLATFORM_SOURCES}", f"-I{BSP}", f"-I{BSP / 'cortexm'}",
-             f"-I{PROTOCOL}", f"-DLT_SIZER_RAM_BASE=0x{machine.ram_base:08x}u", f"-DLT_TFLM_OP_TYPES={max(1, len(calls))}",
+    flags = [*library.compile_flags, f"-I{out}", f"-I{TFLM_GLUE_DIR}", f"-I{BSP_DIR}", f"-I{BSP_DIR / 'cortexm'}",
+             f"-I{PROTOCOL_DIR}", f"-DLT_SIZER_RAM_BASE=0x{machine.ram_base:08x}u", f"-DLT_TFLM_OP_TYPES={max(1, len(calls))}",
              f'-DLT_QEMU_MACHINE="{machine.qemu_machine}"', "-DLT_QEMU_ICOUNT_SHIFT=0"]
-    sources = [PLATFORM_SOURCES / "lt_tflm_sizer.cc", PLATFORM_SOURCES / "lt_tflm_platform.cc",
-               BSP / "mps2" / "lt_startup.c", BSP / "mps2" / "lt_board_mps2.c", BSP / "cortexm" / "lt_semihosting.c"]
+    sources = [TFLM_GLUE_DIR / "lt_tflm_sizer.cc", TFLM_GLUE_DIR / "lt_tflm_platform.cc",
+               BSP_DIR / "mps2" / "lt_startup.c", BSP_DIR / "mps2" / "lt_board_mps2.c",
+               BSP_DIR / "cortexm" / "lt_semihosting.c"]
     objects = []
     for source in sources:
         obj = out / (source.name + ".o")
@@ -130,13 +138,13 @@ def build_sizer(kernels: KernelSet, core: Core, opcodes: list[str], progress: Pr
             raise LowtideError(f"compiling the TFLM arena sizer failed: {error}", source)
         objects.append(str(obj))
     link = [toolchain.cc, *core.cpu_flags, "--specs=nano.specs", "--specs=nosys.specs", "-nostartfiles",
-            "-Wl,--gc-sections", "-Wl,--no-warn-rwx-segments", "-T", str(LINKER_SCRIPT), *objects,
-            str(library.archive), "-lm", "-lc", "-lgcc", "-o", str(elf)]
+            "-Wl,--gc-sections", "-Wl,--no-warn-rwx-segments", "-T", str(MPS2_LINKER_SCRIPT), *objects,
+            str(library.archive), "-lm", "-lc", "-lgcc", "-o", str(elf) + ".tmp"]
     done = subprocess.run(link, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         lines = [line for line in done.stderr.splitlines() if line.strip()] or ["no output"]
         raise LowtideError(f"linking the TFLM arena sizer failed: {lines[-1]}", out)
-    return elf
+    os.replace(str(elf) + ".tmp", elf)
 
 
 def _run_sizer(elf: Path, core: Core, model: bytes, resource_variables: int, path: str) -> dict[str, int]:
@@ -153,7 +161,7 @@ def _run_sizer(elf: Path, core: Core, model: bytes, resource_variables: int, pat
             done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=QEMU_TIMEOUT_S,
                                   check=False)
         except FileNotFoundError:
-            raise LowtideError("qemu-system-arm not found: run scripts/install-firmware-deps.sh") from None
+            raise missing_tool("qemu-system-arm") from None
         except subprocess.TimeoutExpired:
             raise LowtideError(f"TFLite Micro on {core.name} did not finish allocating tensors within "
                                f"{QEMU_TIMEOUT_S:g} s (QEMU)", path) from None
@@ -173,14 +181,17 @@ def predict_arena32(model: bytes, graph: Graph, kernels: KernelSet, core_name: s
     if len(model) > MODEL_LIMIT_BYTES:
         raise LowtideError(f"the model is {len(model):,} B; the arena sizer holds models up to "
                            f"{MODEL_LIMIT_BYTES:,} B", graph.path)
-    cache = SIZES_DIR / f"{kernels.value}-{core.name}-{_sources_digest()}-{hashlib.sha256(model).hexdigest()[:24]}.json"
-    if cache.is_file():
-        return Arena32(**json.loads(cache.read_text()))
+    figures_file = (cache_dir("tflm", "sizes")
+                    / f"{kernels.value}-{core.name}-{_sources_digest()}-{hashlib.sha256(model).hexdigest()[:24]}.json")
+    if figures_file.is_file():
+        return Arena32(**json.loads(figures_file.read_text()))
     elf = build_sizer(kernels, core, _opcodes(graph), progress)
     figures = _run_sizer(elf, core, model, resource_variable_count(graph), graph.path)
     planning = figures["planner_start"] + figures["planner_bytes"] + figures["planner_tail"]
     arena = Arena32(kernels.value, core.name, figures["used"], figures["head"], figures["tail"],
                     max(figures["peak"], planning, figures["used"]))
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    cache.write_text(json.dumps(asdict(arena)))
+    try:
+        write_atomically(figures_file, json.dumps(asdict(arena)))
+    except OSError as exc:
+        raise cache_error(exc, figures_file) from None
     return arena

@@ -1,9 +1,10 @@
 """Where TFLite Micro's C++ sources come from: a tree exported by TFLM's own `create_tflm_tree.py`, pinned.
 
-TFLM's sources are in no package registry, so the firmware's `tflm` runtimes build against a tree that the
-`LOWTIDE_TFLM_DIR` setting names: a folder holding the reference tree and the CMSIS-NN tree, either unpacked
-(`tflm-ref/`, `tflm-cmsis-nn/`) or as the archives `scripts/make-tflm-tree.sh` writes (`tflm-ref-<commit>.tar.gz`,
-`tflm-cmsis-nn-<commit>.tar.gz`). Archives are unpacked once into the checkout's `.pio/tflm/src/`.
+TFLM's sources are in no package registry. lowtide looks for the reference tree and the CMSIS-NN tree:
+1. in the folder the `LOWTIDE_TFLM_DIR` setting names, unpacked (`tflm-ref/`, `tflm-cmsis-nn/`) or as archives
+   (`tflm-ref-<commit>.tar.gz`, `tflm-cmsis-nn-<commit>.tar.gz`), which are unpacked once into the user cache;
+2. else in the user cache, where `lowtide tflm-get` puts them: exported from TFLM's repository at the pinned commit
+   where the network allows, or unpacked from archives (`lowtide tflm-get --archive DIR`).
 
 A tree is identified by its content, not by its name: lowtide's 32-bit arena figures and the firmware's kernels were
 checked against one TFLM commit, so a tree whose files differ from that commit's export is refused.
@@ -12,21 +13,24 @@ checked against one TFLM commit, so a tree whose files differ from that commit's
 from __future__ import annotations
 
 import enum
-import fcntl
 import hashlib
 import os
+import shutil
+import subprocess
+import sys
 import tarfile
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from lowtide.errors import LowtideError
+from lowtide.storage import cache_dir, cache_error, exclusive_lock, publish_directory
 
-PROJECT_DIR = Path(__file__).resolve().parents[3]
 TFLM_COMMIT = "90b983c2b3f1480642e040bbd2ddb37b998f3424"
+TFLM_REPOSITORY = "https://github.com/tensorflow/tflite-micro"
 TREE_SETTING = "LOWTIDE_TFLM_DIR"
-# What tests and CI use when the setting is absent: the archives kept beside the checkout.
-DEFAULT_TFLM_DIR = PROJECT_DIR.parent / "shared" / "tflm"
-UNPACK_DIR = PROJECT_DIR / ".pio" / "tflm" / "src"
+HOW_TO_GET = (f"run `lowtide tflm-get` (exports them from TFLM's repository: needs internet), `lowtide tflm-get "
+              f"--archive DIR` (from the archives), or set {TREE_SETTING}")
 
 
 class KernelSet(str, enum.Enum):
@@ -60,55 +64,142 @@ def tree_fingerprint(root: Path) -> str:
     return digest.hexdigest()
 
 
-def _configured_dir() -> Path:
-    configured = os.environ.get(TREE_SETTING)
-    directory = Path(configured).expanduser() if configured else DEFAULT_TFLM_DIR
-    if not directory.is_dir():
-        how = (f"{TREE_SETTING}={configured} is not a folder" if configured
-               else f"no TFLM sources: set {TREE_SETTING} to the folder scripts/make-tflm-tree.sh writes")
-        raise LowtideError(how)
-    return directory
+def _cache_sources() -> Path:
+    """The trees `lowtide tflm-get` made, and the archives lowtide unpacked: in the user cache."""
+    return cache_dir("tflm", "sources")
 
 
 def _unpack(archive: Path, kernels: KernelSet) -> Path:
-    """Unpacks `archive` once (under a lock: parallel builds share it) and returns the tree inside it."""
-    target = UNPACK_DIR / archive.name.removesuffix(".tar.gz")
+    """Unpacks `archive` once into the cache (under a lock: parallel builds share it); returns the tree inside."""
+    target = _cache_sources() / "unpacked" / archive.name.removesuffix(".tar.gz")
     tree = target / kernels.tree_name
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        done = target / ".unpacked"
-        if not done.is_file():
+    with exclusive_lock(target.with_name(target.name + ".lock")):
+        if not (target / ".unpacked").is_file():
+            staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
             try:
                 with tarfile.open(archive) as tar:
-                    tar.extractall(target, filter="data")
+                    tar.extractall(staging, filter="data")
+                (staging / ".unpacked").write_text(TFLM_COMMIT + "\n")
+                publish_directory(staging, target)
             except (OSError, tarfile.TarError) as exc:
+                shutil.rmtree(staging, ignore_errors=True)
+                if isinstance(exc, OSError) and not isinstance(exc, tarfile.TarError) and archive.is_file():
+                    raise cache_error(exc, target) from None
                 raise LowtideError(f"cannot unpack the TFLM archive: {exc}", archive) from None
-            done.write_text(TFLM_COMMIT + "\n")
     if not (tree / "tensorflow").is_dir():
         raise LowtideError(f"the archive holds no {kernels.tree_name}/ tree", archive)
     return tree
 
 
+def _find_root(kernels: KernelSet) -> Path:
+    configured = os.environ.get(TREE_SETTING)
+    if configured:
+        directory = Path(configured).expanduser()
+        if not directory.is_dir():
+            raise LowtideError(f"{TREE_SETTING}={configured} is not a folder")
+        unpacked = directory / kernels.tree_name
+        archives = sorted(directory.glob(f"{kernels.tree_name}-*.tar.gz"))
+        if (unpacked / "tensorflow").is_dir():
+            return unpacked
+        if archives:
+            return _unpack(archives[-1], kernels)
+        raise LowtideError(f"no {kernels.tree_name}/ tree or {kernels.tree_name}-*.tar.gz archive in "
+                           f"{TREE_SETTING}={directory}")
+    fetched = _cache_sources() / kernels.tree_name
+    if (fetched / "tensorflow").is_dir():
+        return fetched
+    raise LowtideError(f"no TFLM sources for the {kernels.value} kernels: {HOW_TO_GET}")
+
+
+def _owned_by_lowtide(root: Path) -> bool:
+    """A tree lowtide unpacked or exported into its cache: nobody edits it, so its content is checked once."""
+    return root.is_relative_to(_cache_sources())
+
+
 def locate_tree(kernels: KernelSet) -> TflmTree:
     """The pinned tree for `kernels`, unpacked if it is an archive; refused if missing or at another commit."""
-    directory = _configured_dir()
-    unpacked = directory / kernels.tree_name
-    archives = sorted(directory.glob(f"{kernels.tree_name}-*.tar.gz"))
-    if (unpacked / "tensorflow").is_dir():
-        root = unpacked
-    elif archives:
-        root = _unpack(archives[-1], kernels)
-    else:
-        raise LowtideError(f"no {kernels.tree_name}/ tree or {kernels.tree_name}-*.tar.gz archive in {directory} "
-                           f"(scripts/make-tflm-tree.sh makes both)")
+    root = _find_root(kernels)
     stamp = root / ".lowtide-fingerprint"
-    fingerprint = stamp.read_text().strip() if stamp.is_file() and root.is_relative_to(UNPACK_DIR) else None
+    owned = _owned_by_lowtide(root)
+    fingerprint = stamp.read_text().strip() if owned and stamp.is_file() else None
     if fingerprint is None:
         fingerprint = tree_fingerprint(root)
-        if root.is_relative_to(UNPACK_DIR):  # our own unpacked copy: nobody edits it, so check it once
+        if owned:
             stamp.write_text(fingerprint + "\n")
     if fingerprint != TREE_FINGERPRINTS[kernels]:
         raise LowtideError(f"the TFLM tree is not the export of commit {TFLM_COMMIT[:7]} that lowtide is pinned to "
-                           f"(content differs); make it with scripts/make-tflm-tree.sh", root)
+                           f"(content differs): {HOW_TO_GET}", root)
     return TflmTree(kernels, root)
+
+
+# --- getting the sources --------------------------------------------------------------------------------------------
+
+
+def install_archives(paths: list[Path]) -> list[Path]:
+    """`lowtide tflm-get --archive`: unpacks the archives (files, or folders holding them) into the cache, where
+    `locate_tree` finds them without any setting. Returns the trees."""
+    archives: dict[KernelSet, Path] = {}
+    for path in paths:
+        candidates = sorted(path.glob("tflm-*.tar.gz")) if path.is_dir() else [path]
+        if not path.exists():
+            raise LowtideError("no such file or folder", path)
+        for archive in candidates:
+            for kernels in KernelSet:
+                if archive.name.startswith(kernels.tree_name + "-") and archive.name.endswith(".tar.gz"):
+                    archives[kernels] = archive
+    if not archives:
+        raise LowtideError(f"no tflm-ref-*.tar.gz or tflm-cmsis-nn-*.tar.gz archive in {', '.join(map(str, paths))}")
+    trees = []
+    for kernels, archive in sorted(archives.items()):
+        tree = _unpack(archive, kernels)
+        _install_tree(tree, kernels)
+        trees.append(_cache_sources() / kernels.tree_name)
+    return trees
+
+
+def _install_tree(tree: Path, kernels: KernelSet) -> None:
+    """Checks `tree` against the pinned export and makes it the cache's tree for `kernels`."""
+    if tree_fingerprint(tree) != TREE_FINGERPRINTS[kernels]:
+        raise LowtideError(f"not the export of commit {TFLM_COMMIT[:7]} that lowtide is pinned to (content differs)",
+                           tree)
+    target = _cache_sources() / kernels.tree_name
+    with exclusive_lock(target.with_name(target.name + ".lock")):
+        staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
+        try:
+            shutil.copytree(tree, staging, dirs_exist_ok=True, symlinks=True)
+            publish_directory(staging, target)
+        except OSError as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise cache_error(exc, target) from None
+
+
+def export_from_repository(log: Path) -> list[Path]:
+    """`lowtide tflm-get`: clones TFLM at the pinned commit and makes both trees with TFLM's own exporter (its
+    scripts download third-party code), into the cache. Needs git and the network; its output goes to `log`."""
+    if shutil.which("git") is None:
+        raise LowtideError(f"git not found; without it: {HOW_TO_GET}")
+    try:
+        import PIL  # noqa: F401 (the exporter runs the examples' generate_cc_arrays.py, which needs it)
+    except ImportError:
+        raise LowtideError("TFLM's exporter needs Pillow: pip install pillow") from None
+    work = Path(tempfile.mkdtemp(prefix="lowtide-tflm-"))
+    try:
+        with open(log, "w") as out:
+            def run(argv: list[str], cwd: Path | None = None) -> None:
+                done = subprocess.run(argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                      check=False)
+                if done.returncode != 0:
+                    raise LowtideError(f"{' '.join(argv[:3])} failed (exit {done.returncode}; log: {log}); "
+                                       f"offline: lowtide tflm-get --archive DIR, or set {TREE_SETTING}")
+            checkout = work / "tflite-micro"
+            run(["git", "clone", "--quiet", TFLM_REPOSITORY, str(checkout)])
+            run(["git", "checkout", "--quiet", TFLM_COMMIT], checkout)
+            exporter = "tensorflow/lite/micro/tools/project_generation/create_tflm_tree.py"
+            run([sys.executable, exporter, str(work / "tflm-ref")], checkout)
+            run([sys.executable, exporter, "--makefile_options=OPTIMIZED_KERNEL_DIR=cmsis_nn",
+                 str(work / "tflm-cmsis-nn")], checkout)
+        for kernels in KernelSet:
+            _install_tree(work / kernels.tree_name, kernels)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return [_cache_sources() / kernels.tree_name for kernels in KernelSet]

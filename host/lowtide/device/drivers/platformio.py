@@ -1,17 +1,16 @@
-"""The PlatformIO driver: builds a board's firmware with a model in it, sizes the ELF, and uploads it.
+"""The PlatformIO driver: builds a board's firmware project (lowtide.project) with a model in it, sizes the ELF,
+and uploads it.
 
-The firmware is built once per model and runtime, in .pio/lowtide-build/<model sha256 prefix>-<runtime>/ (PlatformIO
-rebuilds only what changed), with the checkout's own PlatformIO core dir (.pio-core) so that no other checkout's
-platform or packages are used. Before building, the model's arena and constant data are checked against the board's
-SRAM and flash (`lowtide.device.spec`); after building, the ELF's sections are (`read_firmware_image`), so a model
-that cannot fit stops with its numbers rather than with a linker log. Uploading is PlatformIO's `-t upload` of the
-board's env: whatever uploader the env names (ST-LINK, esptool, bossac, or a `custom` upload_command).
+A project is written and built once per content (model, runtime, board env, lowtide) in the user cache, or where
+`--project-dir` says; a second run for the same content finds it built, and two at once build it once (a lock).
+Before building, the model's arena and constant data are checked against the board's SRAM and flash
+(`lowtide.device.spec`); after building, the ELF's sections are (`read_firmware_image`), so a model that cannot fit
+stops with its numbers rather than with a linker log. Uploading is PlatformIO's `-t upload` of the board's env:
+whatever uploader the env names (ST-LINK, esptool, bossac, or a `custom` upload_command).
 """
 
 from __future__ import annotations
 
-import fcntl
-import os
 import shutil
 import subprocess
 import sys
@@ -19,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lowtide.device.spec import (
-    PROJECT_DIR,
     RUNTIME_KERNELS,
     BoardSpec,
     capacity,
@@ -28,12 +26,22 @@ from lowtide.device.spec import (
     estimate_footprint,
     predict_board_arena,
 )
-from lowtide.errors import LowtideError
-from lowtide.model.ir import sha256_hex
+from lowtide.errors import LowtideError, missing_tool
 from lowtide.model.reader import load_model
+from lowtide.project import (
+    BUILT_STAMP,
+    FirmwareProject,
+    cached_project_dir,
+    check_platformio,
+    ensure_tool_scons,
+    platformio_core_dir,
+    platformio_environment,
+    project_files,
+    write_project,
+)
+from lowtide.storage import exclusive_lock
 from lowtide.tflm.sizer import Arena32
 
-TOOL_SCONS_DIR = PROJECT_DIR / "firmware" / "tools" / "tool-scons"
 BUILD_TIMEOUT_S = 900.0  # a cold build of a large model's weights; the board's own timeout bounds everything after
 UPLOAD_TIMEOUT_S = 300.0
 EMULATOR_TOOLS = ("arm-none-eabi-gcc", "qemu-system-arm")  # Debian's, on PATH; real boards get theirs from PlatformIO
@@ -76,9 +84,9 @@ def check_image_fits(spec: BoardSpec, image: FirmwareImage, model: str) -> None:
 def _size_tool() -> str:
     """arm-none-eabi-size: Debian's on PATH, else the toolchain PlatformIO installed for a real board."""
     found = shutil.which("arm-none-eabi-size") or next(
-        iter(sorted((PROJECT_DIR / ".pio-core" / "packages").glob("toolchain-*/bin/arm-none-eabi-size"))), None)
+        iter(sorted((platformio_core_dir() / "packages").glob("toolchain-*/bin/arm-none-eabi-size"))), None)
     if found is None:
-        raise LowtideError("arm-none-eabi-size not found: run scripts/install-firmware-deps.sh")
+        raise missing_tool("arm-none-eabi-size")
     return str(found)
 
 
@@ -114,21 +122,11 @@ def read_firmware_image(elf: Path, platformio_env: str) -> FirmwareImage:
 # --- building ------------------------------------------------------------------------------------------------------
 
 
-def pio_environment(extra: dict[str, str]) -> dict[str, str]:
-    """Environment for a `pio` run in this checkout: its own core dir, and no telemetry or update checks, which
-    would reach for the network."""
-    env = dict(os.environ)
-    env.update(PLATFORMIO_CORE_DIR=str(PROJECT_DIR / ".pio-core"), PLATFORMIO_SETTING_ENABLE_TELEMETRY="No",
-               PLATFORMIO_SETTING_CHECK_PLATFORMIO_INTERVAL="3650", PLATFORMIO_NO_ANSI="true")
-    env.update(extra)
-    return env
-
-
-def _run_pio(args: list[str], env: dict[str, str], timeout: float, what: str, log_path: Path | None = None) -> None:
-    """Runs `pio ARGS`; a failure becomes one line: lowtide's own error (the model pre-script's), a linker's memory
+def _run_pio(args: list[str], timeout: float, what: str, log_path: Path | None = None) -> None:
+    """Runs `pio ARGS`; a failure becomes one line: lowtide's own error (the project script's), a linker's memory
     overflow, or the log's last error line, with the whole log kept in `log_path`."""
     try:
-        done = subprocess.run([sys.executable, "-m", "platformio", *args], cwd=PROJECT_DIR, env=env,
+        done = subprocess.run([sys.executable, "-m", "platformio", *args], env=platformio_environment(),
                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -152,69 +150,51 @@ def _run_pio(args: list[str], env: dict[str, str], timeout: float, what: str, lo
 
 
 def _check_tools(tools: tuple[str, ...]) -> None:
-    if not (PROJECT_DIR / "platformio.ini").is_file():
-        raise LowtideError(f"lowtide builds the firmware from a lowtide checkout (pip install -e), and "
-                           f"{PROJECT_DIR} has no platformio.ini")
-    try:
-        import platformio  # noqa: F401
-    except ImportError:
-        raise LowtideError("PlatformIO is not installed: run scripts/install-firmware-deps.sh") from None
+    check_platformio()
     for tool in tools:
         if shutil.which(tool) is None:
-            raise LowtideError(f"{tool} not found: run scripts/install-firmware-deps.sh")
+            raise missing_tool(tool)
 
 
-def ensure_tool_scons() -> None:
-    """Registers the offline tool-scons shim in this checkout's core dir, as install-firmware-deps.sh does, so that
-    PlatformIO never goes to the registry for it."""
-    link = PROJECT_DIR / ".pio-core" / "packages" / "tool-scons.pio-link"
-    if not link.is_file():
-        _run_pio(["pkg", "install", "-g", "-t", f"symlink://{TOOL_SCONS_DIR}"], pio_environment({}), 120.0,
-                 "registering the tool-scons shim")
-
-
-def _pio_for_model(platformio_env: str, model_path: Path | None, tools: tuple[str, ...], extra_args: list[str],
-                   what: str, runtime: str, tflm_arena: Arena32 | None = None, config: Path | None = None,
-                   timeout: float = BUILD_TIMEOUT_S) -> Path:
-    """`pio run -e ENV EXTRA_ARGS` with the model and runtime, in their own build folder, which it returns. Runs
-    for one model are serialised by a lock file; different models build in different folders. `config`: a
-    PlatformIO project file other than the checkout's platformio.ini."""
-    _check_tools(tools)
+def firmware_project(spec: BoardSpec, model_path: Path | None, runtime: str, tflm_arena: Arena32 | None = None,
+                     project_dir: Path | None = None) -> FirmwareProject:
+    """The project for `spec` with the model in it (none: a model-less image) run by `runtime`, built: in the user
+    cache unless `project_dir` names a folder of the user's. Runs for the same content wait for one build."""
+    _check_tools(EMULATOR_TOOLS if spec.emulated else ())
     model_path = model_path.resolve() if model_path else None
-    model_key = sha256_hex(model_path.read_bytes())[:16] if model_path else "no-model"
-    build_dir = PROJECT_DIR / ".pio" / "lowtide-build" / f"{model_key}-{runtime}"
-    build_dir.mkdir(parents=True, exist_ok=True)
-    env = pio_environment({"PLATFORMIO_BUILD_DIR": str(build_dir), "LOWTIDE_RUNTIME": runtime})
-    for name in ("LOWTIDE_MODEL", "LOWTIDE_TFLM_ARENA_BYTES"):
-        env.pop(name, None)
-    if model_path:
-        env["LOWTIDE_MODEL"] = str(model_path)
-    if tflm_arena is not None:
-        env["LOWTIDE_TFLM_ARENA_BYTES"] = str(tflm_arena.arena_bytes)
-    with open(build_dir / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    kernels = RUNTIME_KERNELS[runtime] if model_path else None
+    files = project_files(spec.platformio_env, spec.platformio_config, f"{spec.name}: {spec.description}",
+                          model_path, runtime, kernels, spec.core, tflm_arena.arena_bytes if tflm_arena else None)
+    directory = project_dir.resolve() if project_dir else cached_project_dir(spec.platformio_env, runtime,
+                                                                             model_path, files)
+    project = FirmwareProject(directory, spec.platformio_env, runtime, model_path)
+    what = f"building the {spec.platformio_env} firmware" + (f" for {model_path.name}" if model_path else "")
+    with exclusive_lock(directory.with_name(directory.name + ".lock")):
+        stamp = directory / BUILT_STAMP
+        if project_dir is None and stamp.is_file() and project.elf.is_file():
+            return project
+        stamp.unlink(missing_ok=True)
+        write_project(directory, files)
         ensure_tool_scons()
-        _run_pio(["run", "-e", platformio_env, *(["-c", str(config)] if config else []), *extra_args], env, timeout,
-                 f"{what} the {platformio_env} firmware" + (f" for {model_path.name}" if model_path else ""),
-                 build_dir / f"pio-{platformio_env}.log")
-    return build_dir
+        _run_pio(["run", "-d", str(directory), "-e", spec.platformio_env], BUILD_TIMEOUT_S, what,
+                 directory / f"pio-{spec.platformio_env}.log")
+        if not project.elf.is_file():
+            raise LowtideError(f"the {spec.platformio_env} build produced no firmware.elf", directory)
+        stamp.write_text(f"{project.elf}\n")  # published last: a folder without it was never fully built
+    return project
 
 
-def build_firmware(platformio_env: str, model_path: Path | None, tools: tuple[str, ...] = EMULATOR_TOOLS,
-                   runtime: str = "compiled", tflm_arena: Arena32 | None = None, config: Path | None = None) -> Path:
-    """Builds the firmware for `platformio_env` with the model in it (none: a model-less image) run by `runtime`,
-    and returns the ELF. `tools` are the programs the build needs on PATH; `tflm_arena` sizes a TFLM arena."""
-    build_dir = _pio_for_model(platformio_env, model_path, tools, [], "building", runtime, tflm_arena, config)
-    elf = build_dir / platformio_env / "firmware.elf"
-    if not elf.is_file():
-        raise LowtideError(f"the {platformio_env} build produced no firmware.elf", build_dir)
-    return elf
-
-
-def build_board_firmware(spec: BoardSpec, model_path: Path, runtime: str | None = None) -> FirmwareImage:
+def build_board_firmware(spec: BoardSpec, model_path: Path, runtime: str | None = None,
+                         project_dir: Path | None = None) -> FirmwareImage:
     """The firmware for `spec` with the model in it, run by `runtime` (default: the board's): refused before
     building if the model cannot fit the board, built (or found built), and checked against the board's memory
     from its ELF."""
+    image, _ = _built(spec, model_path, runtime, project_dir)
+    return image
+
+
+def _built(spec: BoardSpec, model_path: Path, runtime: str | None,
+           project_dir: Path | None) -> tuple[FirmwareImage, FirmwareProject]:
     runtime = check_runtime(runtime or spec.runtime)
     graph = load_model(model_path)
     if RUNTIME_KERNELS[runtime] is not None:
@@ -222,20 +202,19 @@ def build_board_firmware(spec: BoardSpec, model_path: Path, runtime: str | None 
         check_estimate_fits(spec, estimate_footprint(graph, tflm_head_only=True))
     tflm_arena = predict_board_arena(spec, model_path, runtime, graph)
     check_estimate_fits(spec, estimate_footprint(graph, tflm_arena))
-    elf = build_firmware(spec.platformio_env, model_path, EMULATOR_TOOLS if spec.emulated else (), runtime,
-                         tflm_arena, spec.platformio_config)
-    image = read_firmware_image(elf, spec.platformio_env)
+    project = firmware_project(spec, model_path, runtime, tflm_arena, project_dir)
+    image = read_firmware_image(project.elf, spec.platformio_env)
     check_image_fits(spec, image, model_path.stem)
-    return image
+    return image, project
 
 
 def upload_firmware(spec: BoardSpec, model_path: Path, port: str, runtime: str | None = None) -> None:
-    """PlatformIO's upload of the (built) firmware for `spec` to the board on `port`: the env's own uploader."""
+    """PlatformIO's upload of the firmware for `spec` (built, or found built) to the board on `port`: the env's
+    own uploader."""
     if spec.emulated:
         raise LowtideError(f"{spec.name} is emulated: there is nothing to flash", spec.path)
-    runtime = check_runtime(runtime or spec.runtime)
-    _pio_for_model(spec.platformio_env, model_path, (), ["-t", "upload", "--upload-port", port], "uploading",
-                   runtime, predict_board_arena(spec, model_path, runtime), spec.platformio_config,
-                   UPLOAD_TIMEOUT_S)
-
-
+    _, project = _built(spec, model_path, runtime, None)
+    with exclusive_lock(project.directory.with_name(project.directory.name + ".lock")):
+        _run_pio(["run", "-d", str(project.directory), "-e", spec.platformio_env, "-t", "upload", "--upload-port",
+                  port], UPLOAD_TIMEOUT_S, f"uploading the {spec.platformio_env} firmware for {model_path.name}",
+                 project.directory / f"pio-{spec.platformio_env}-upload.log")

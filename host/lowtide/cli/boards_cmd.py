@@ -1,0 +1,89 @@
+"""`lowtide boards`: the boards lowtide ships, with what each runs and whether it can be built here.
+
+    lowtide boards           # table: name, core, SRAM, flash, runtimes, emulated, buildable here
+    lowtide boards --json    # one JSON object: {"boards": [...]}
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import asdict, dataclass
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from lowtide.cli.application import app
+from lowtide.device.drivers.platformio import EMULATOR_TOOLS
+from lowtide.device.spec import RUNTIME_KERNELS, BoardSpec, load_board_specs
+from lowtide.project import LOCAL_PLATFORM_URI, env_platform, platform_installed
+from lowtide.tflm.build import CORES, check_kernels_fit_core
+from lowtide.errors import LowtideError
+
+
+@dataclass(frozen=True)
+class BoardListing:
+    name: str
+    description: str
+    core: str
+    sram_bytes: int
+    flash_bytes: int
+    clock_hz: int
+    runtimes: list[str]
+    emulated: bool
+    platformio_env: str
+    platform: str
+    buildable_here: bool
+    why_not: str | None  # what building it here lacks
+
+
+def _runtimes(spec: BoardSpec) -> list[str]:
+    runtimes = []
+    for runtime, kernels in RUNTIME_KERNELS.items():
+        try:
+            if kernels is not None:
+                check_kernels_fit_core(kernels, CORES[spec.core])
+        except (KeyError, LowtideError):
+            continue
+        runtimes.append(runtime)
+    return runtimes
+
+
+def _listing(spec: BoardSpec) -> BoardListing:
+    platform = env_platform(spec.platformio_env, spec.platformio_config)
+    why_not = None
+    if platform == LOCAL_PLATFORM_URI:
+        missing = [tool for tool in EMULATOR_TOOLS if shutil.which(tool) is None]
+        why_not = f"{', '.join(missing)} not installed" if missing else None
+        platform = "lowtide's local dev-platform"
+    elif not platform_installed(platform):
+        why_not = f"needs PlatformIO's registry (platform {platform})"
+    return BoardListing(spec.name, spec.description, spec.core, spec.sram_bytes, spec.flash_bytes, spec.clock_hz,
+                        _runtimes(spec), spec.emulated, spec.platformio_env, platform, why_not is None, why_not)
+
+
+@app.command("boards")
+def boards_command(
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object instead of a table")] = False,
+) -> None:
+    """List the boards lowtide ships (use one with --board NAME, or your own board file with --board PATH)."""
+    listings = [_listing(spec) for spec in load_board_specs().values()]
+    if as_json:
+        print(json.dumps({"boards": [asdict(listing) for listing in listings]}))
+        return
+    table = Table(title="boards lowtide ships (host-tflm and serial are built in)")
+    for column in ("board", "core", "SRAM KiB", "flash KiB", "runtimes", "emulated", "builds here"):
+        table.add_column(column, justify="right" if "KiB" in column else "left", no_wrap=column == "board")
+    notes = []
+    for listing in listings:
+        if not listing.buildable_here:
+            notes.append(f"{listing.name}: {listing.why_not}")
+        table.add_row(listing.name, listing.core, f"{listing.sram_bytes // 1024:,}", f"{listing.flash_bytes // 1024:,}",
+                      " ".join(listing.runtimes), "yes" if listing.emulated else "no",
+                      "yes" if listing.buildable_here else f"no [{len(notes)}]")
+    console = Console()
+    console.print(table)
+    for number, note in enumerate(notes, start=1):
+        console.print(f"[{number}] {note}", markup=False, highlight=False)

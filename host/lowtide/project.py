@@ -1,0 +1,363 @@
+"""A firmware build as a self-contained PlatformIO project, the shape of microTVM's Project API.
+
+lowtide compiles the model (or links TFLM for it) and writes a project folder that PlatformIO builds on its own:
+
+    platformio.ini          one board's env (from the shipped envs, and the board file's own PlatformIO config)
+    lowtide_project.json    what the model adds: its sources, defines, include folders, the TFLM library
+    firmware/               lowtide's firmware sources: app, protocol core, board support, compiled runtime, TFLM glue
+    model/                  the model's generated C (compiled runtime), or its .tflite bytes and TFLM resolver list
+
+The project's one extra script (firmware/app/lowtide_project.py) only reads lowtide_project.json: PlatformIO never
+imports lowtide. `lowtide build MODEL --board B --project-dir DIR` leaves such a project where the user wants it,
+for their own `pio run`, `pio debug` or IDE; every other build lives in the user cache (lowtide.storage), one folder
+per content key, so the same model for the same board and runtime is built once per machine.
+
+The project points at two things in the user cache, not copied into it: the PlatformIO core dir (with the offline
+tool-scons shim registered) and, for the emulated boards, lowtide's local dev-platform; for the TFLM runtimes, the
+TFLM library built for the board's core (lowtide.tflm.build) and TFLM's headers.
+"""
+
+from __future__ import annotations
+
+import configparser
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lowtide.compile.codegen import compile_model
+from lowtide.errors import LowtideError, missing_tool
+from lowtide.model.ir import Graph, sha256_hex
+from lowtide.model.reader import load_model
+from lowtide.resources import (
+    FIRMWARE_DIR,
+    LOCAL_PLATFORM_DIR,
+    PLATFORMIO_INI,
+    TOOL_SCONS_DIR,
+    package_digest,
+    shipped_files,
+    tree_digest,
+)
+from lowtide.storage import cache_dir, cache_error, exclusive_lock, publish_directory, write_atomically
+from lowtide.tflm.build import DEBIAN_ARM_TOOLCHAIN, build_library, core_named, cxx_flags, resolver_calls
+from lowtide.tflm.sizer import resource_variable_count, write_resolver_include
+from lowtide.tflm.tree import KernelSet
+
+PROJECT_SPEC = "lowtide_project.json"
+PROJECT_FORMAT = 1
+# The firmware folders a project needs; the dev-platform, the shims and the firmware's own tests stay behind.
+FIRMWARE_PARTS = ("app", "bsp", "protocol", "runtime", "tflm")
+# How the shipped envs name lowtide's local dev-platform; a project names its copy in the user cache instead.
+LOCAL_PLATFORM_URI = "symlink://${PROJECT_DIR}/firmware/platform"
+BUILT_STAMP = ".lowtide-built"
+
+
+@dataclass(frozen=True)
+class SourceFolder:
+    """A folder PlatformIO compiles besides src_dir, into $BUILD_DIR/<name>."""
+
+    name: str
+    directory: str  # relative to the project
+    src_filter: str
+
+
+@dataclass
+class ModelBuild:
+    """What a model adds to the firmware, as the project's extra script applies it (lowtide_project.json)."""
+
+    model: str
+    runtime: str
+    defines: list[tuple[str, str | None]] = field(default_factory=list)
+    string_defines: list[tuple[str, str]] = field(default_factory=list)  # C string literals
+    include_dirs: list[str] = field(default_factory=list)  # relative to the project, or absolute (TFLM's headers)
+    ccflags: list[str] = field(default_factory=list)
+    cxxflags: list[str] = field(default_factory=list)
+    lib_dirs: list[str] = field(default_factory=list)
+    libs: list[str] = field(default_factory=list)  # linked before the C library
+    sources: list[SourceFolder] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "format": PROJECT_FORMAT, "model": self.model, "runtime": self.runtime,
+            "defines": [list(d) for d in self.defines], "string_defines": [list(d) for d in self.string_defines],
+            "include_dirs": self.include_dirs, "ccflags": self.ccflags, "cxxflags": self.cxxflags,
+            "lib_dirs": self.lib_dirs, "libs": self.libs,
+            "sources": [{"name": s.name, "dir": s.directory, "filter": s.src_filter} for s in self.sources],
+        }, indent=2) + "\n"
+
+
+@dataclass(frozen=True)
+class FirmwareProject:
+    """A written project folder and the env that builds it."""
+
+    directory: Path
+    platformio_env: str
+    runtime: str
+    model: Path | None
+
+    @property
+    def build_dir(self) -> Path:
+        return self.directory / ".pio" / "build"
+
+    @property
+    def elf(self) -> Path:
+        return self.build_dir / self.platformio_env / "firmware.elf"
+
+
+# --- the model's part -----------------------------------------------------------------------------------------------
+
+
+def _tflite_c_array(data: bytes) -> str:
+    rows = ",\n".join("  " + ", ".join(f"0x{b:02x}" for b in data[i : i + 16]) for i in range(0, len(data), 16))
+    return ("/* Generated by lowtide: the .tflite bytes for TFLM. */\n#include <stdint.h>\n"
+            f"const uint32_t lt_model_tflite_size = {len(data)}u;\n"
+            f"const uint8_t lt_model_tflite[{len(data)}] __attribute__((aligned(16))) = {{\n{rows}\n}};\n")
+
+
+def _compiled_model(path: Path, files: dict[str, bytes]) -> ModelBuild:
+    compiled = compile_model(path)
+    for name, text in compiled.files.items():
+        files[f"model/{name}"] = text.encode()
+    build = ModelBuild(path.name, "compiled")
+    build.defines += [("LT_RUNTIME_COMPILED", None),
+                      ("LT_MODEL_INPUT_BYTES_TOTAL", f"{sum(t.nbytes for t in compiled.inputs)}u")]
+    build.include_dirs += ["model", "firmware/runtime"]
+    build.sources += [SourceFolder("lowtide_runtime", "firmware/runtime", "+<*.c>"),
+                      SourceFolder("lowtide_model", "model", "+<*.c>")]
+    return build
+
+
+def _tflm_model(path: Path, graph: Graph, data: bytes, runtime: str, kernels: KernelSet, core_name: str,
+                arena_bytes: int, files: dict[str, bytes]) -> ModelBuild:
+    core = core_named(core_name)
+    opcodes = sorted({op.opcode for sg in graph.subgraphs for op in sg.operators})
+    library = build_library(kernels, core, opcodes, DEBIAN_ARM_TOOLCHAIN)
+    calls = resolver_calls(library.tree, opcodes)
+    files["model/lt_model_tflite.c"] = _tflite_c_array(data).encode()
+    with tempfile.TemporaryDirectory() as scratch:
+        include = Path(scratch) / "lt_model_ops.inc"
+        write_resolver_include(include, calls)
+        files["model/lt_model_ops.inc"] = include.read_bytes()
+    build = ModelBuild(path.name, runtime)
+    build.defines += [
+        ("LT_RUNTIME_TFLM", None), ("LT_TFLM_ARENA_BYTES", f"{arena_bytes}u"),
+        ("LT_TFLM_OP_TYPES", str(max(1, len(calls)))),
+        ("LT_TFLM_RESOURCE_VARIABLES", str(resource_variable_count(graph))),
+        ("LT_MODEL_OPERATOR_COUNT", str(len(graph.main.operators))),
+        ("LT_MODEL_INPUT_BYTES_TOTAL", f"{sum(graph.main.tensors[i].nbytes for i in graph.main.inputs)}u"),
+    ]
+    build.string_defines.append(("LT_TFLM_RUNTIME_NAME", runtime))
+    build.ccflags += list(library.compile_flags)
+    build.cxxflags += cxx_flags()
+    build.include_dirs += ["model", "firmware/tflm"]
+    build.lib_dirs.append(str(library.archive.parent))
+    build.libs.append("tflm")
+    build.sources += [SourceFolder("lowtide_tflm", "firmware/tflm", "+<lt_tflm_platform.cc>"),
+                      SourceFolder("lowtide_model", "model", "+<*.c>")]
+    return build
+
+
+def model_build(path: Path, runtime: str, kernels: KernelSet | None, core: str, tflm_arena_bytes: int | None,
+                files: dict[str, bytes]) -> ModelBuild:
+    """The model's part of a project (its files go into `files`): compiled C, or TFLM with `kernels`."""
+    data = path.read_bytes()
+    graph = load_model(path)
+    if kernels is None:
+        build = _compiled_model(path, files)
+    else:
+        assert tflm_arena_bytes is not None
+        build = _tflm_model(path, graph, data, runtime, kernels, core, tflm_arena_bytes, files)
+    build.defines.append(("LT_MODEL_SIZE", f"{len(data)}u"))
+    build.string_defines.append(("LT_MODEL_SHA256", sha256_hex(data)))
+    return build
+
+
+# --- platformio.ini -------------------------------------------------------------------------------------------------
+
+
+def _read_ini(text: str, source: Path) -> configparser.RawConfigParser:
+    config = configparser.RawConfigParser(interpolation=None, strict=False)
+    config.optionxform = str  # type: ignore[assignment, method-assign]  # PlatformIO's option names keep their case
+    try:
+        config.read_string(text, str(source))
+    except configparser.Error as exc:
+        raise LowtideError(f"bad PlatformIO config: {str(exc).splitlines()[0]}", source) from None
+    return config
+
+
+def platformio_ini(platformio_env: str, board_config: Path | None, platform_uri: str, core_dir: Path,
+                   description: str) -> str:
+    """One env's project file: the shipped envs with the board file's own PlatformIO config over them, lowtide's
+    [platformio] section, and the local dev-platform named by its copy in the cache."""
+    config = _read_ini(PLATFORMIO_INI.read_text(), PLATFORMIO_INI)
+    if board_config is not None:
+        try:
+            text = board_config.read_text()
+        except OSError as exc:
+            raise LowtideError(f"cannot read the board's PlatformIO config: {exc.strerror}", board_config) from None
+        for section in (own := _read_ini(text, board_config)).sections():
+            if section != "platformio":
+                config.remove_section(section)
+                config.add_section(section)
+                for key, value in own.items(section):
+                    config.set(section, key, value)
+    if not config.has_section(f"env:{platformio_env}"):
+        raise LowtideError(f"no PlatformIO env {platformio_env!r}: the shipped envs are "
+                           f"{', '.join(s[4:] for s in config.sections() if s.startswith('env:'))}"
+                           + (f", and {board_config} defines none by that name" if board_config else ""))
+    config.remove_section("platformio")
+    for section in config.sections():
+        for key, value in config.items(section):
+            config.set(section, key, value.replace(LOCAL_PLATFORM_URI, platform_uri))
+    out = io.StringIO()
+    out.write(f"; {description}\n; Generated by lowtide: `pio run` builds it, `pio run -t upload` flashes a real board."
+              f"\n\n[platformio]\ndefault_envs = {platformio_env}\nsrc_dir = firmware/app\ncore_dir = {core_dir}\n\n")
+    config.write(out)
+    return out.getvalue()
+
+
+# --- the user cache's PlatformIO --------------------------------------------------------------------------------------
+
+
+def platformio_core_dir() -> Path:
+    """The PlatformIO core dir every lowtide build uses (the user's own ~/.platformio is left alone)."""
+    return cache_dir("platformio", "core")
+
+
+def _content_copy(source: Path, name: str) -> Path:
+    """A copy of `source` in the cache named by its content, so the path stays valid whichever lowtide installed
+    it, and a changed lowtide makes a new one."""
+    target = cache_dir("platformio") / f"{name}-{tree_digest(source)[:12]}"
+    with exclusive_lock(target.with_name(target.name + ".lock")):
+        if not target.is_dir():
+            staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
+            try:
+                for path in shipped_files(source):
+                    (staging / path.relative_to(source)).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(path, staging / path.relative_to(source))
+                publish_directory(staging, target)
+            except OSError as exc:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise cache_error(exc, target) from None
+    return target
+
+
+def local_platform_uri() -> str:
+    return f"symlink://{_content_copy(LOCAL_PLATFORM_DIR, 'platform-lowtide-qemu')}"
+
+
+def platformio_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for a `pio` run: lowtide's core dir, and no telemetry or update checks, which would reach for
+    the network."""
+    env = dict(os.environ)
+    env.update(PLATFORMIO_CORE_DIR=str(platformio_core_dir()), PLATFORMIO_SETTING_ENABLE_TELEMETRY="No",
+               PLATFORMIO_SETTING_CHECK_PLATFORMIO_INTERVAL="3650", PLATFORMIO_NO_ANSI="true")
+    env.update(extra or {})
+    return env
+
+
+def check_platformio() -> None:
+    try:
+        import platformio  # noqa: F401
+    except ImportError:
+        raise missing_tool("platformio") from None
+
+
+def ensure_tool_scons() -> None:
+    """Registers the offline tool-scons shim in lowtide's core dir (once), so that PlatformIO never goes to the
+    registry for it."""
+    check_platformio()
+    shim = _content_copy(TOOL_SCONS_DIR, "tool-scons")
+    core = platformio_core_dir()
+    link = core / "packages" / "tool-scons.pio-link"
+    with exclusive_lock(core / ".tool-scons.lock"):
+        try:
+            registered = json.loads(link.read_text())["spec"]["uri"] if link.is_file() else None
+        except (OSError, ValueError, KeyError, TypeError):
+            registered = None
+        if registered == f"symlink://{shim}":
+            return
+        done = subprocess.run([sys.executable, "-m", "platformio", "pkg", "install", "-g", "-t", f"symlink://{shim}"],
+                              env=platformio_environment(), capture_output=True, text=True, timeout=120,
+                              stdin=subprocess.DEVNULL, check=False)
+        if done.returncode != 0:
+            lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()] or ["no output"]
+            raise LowtideError(f"registering the tool-scons shim with PlatformIO failed: {lines[-1]}", core)
+
+
+# --- writing a project ------------------------------------------------------------------------------------------------
+
+
+def project_files(platformio_env: str, board_config: Path | None, description: str, model: Path | None,
+                  runtime: str, kernels: KernelSet | None, core: str,
+                  tflm_arena_bytes: int | None) -> dict[str, bytes]:
+    """Every file of the project, by its path in the project."""
+    files: dict[str, bytes] = {}
+    for part in FIRMWARE_PARTS:
+        for path in shipped_files(FIRMWARE_DIR / part):
+            files[f"firmware/{path.relative_to(FIRMWARE_DIR).as_posix()}"] = path.read_bytes()
+    if model is not None:
+        build = model_build(model, runtime, kernels, core, tflm_arena_bytes, files)
+        files[PROJECT_SPEC] = build.to_json().encode()
+    files["platformio.ini"] = platformio_ini(platformio_env, board_config, local_platform_uri(),
+                                             platformio_core_dir(), description).encode()
+    return files
+
+
+def _content_key(files: dict[str, bytes]) -> str:
+    digest = hashlib.sha256(package_digest().encode())
+    for name in sorted(files):
+        digest.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
+    return digest.hexdigest()[:16]
+
+
+def write_project(directory: Path, files: dict[str, bytes]) -> None:
+    """Writes `files` into `directory` (created), each replaced whole; files of an earlier lowtide project there
+    that this one no longer has are removed, the build folder is kept."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        for name, content in files.items():
+            target = directory / name
+            if not target.is_file() or target.read_bytes() != content:
+                write_atomically(target, content)
+        for stale in (directory / "model", directory / "firmware"):
+            for path in stale.rglob("*") if stale.is_dir() else ():
+                if path.is_file() and path.relative_to(directory).as_posix() not in files:
+                    path.unlink()
+        if PROJECT_SPEC not in files:
+            (directory / PROJECT_SPEC).unlink(missing_ok=True)
+    except OSError as exc:
+        raise LowtideError(f"cannot write the firmware project: {exc.strerror or exc}", directory) from None
+
+
+def cached_project_dir(platformio_env: str, runtime: str, model: Path | None, files: dict[str, bytes]) -> Path:
+    """The cache folder of a project with these files: the same files, the same folder, on any checkout."""
+    stem = model.stem[:40] if model else "no-model"
+    return cache_dir("firmware") / f"{platformio_env}-{runtime}-{stem}-{_content_key(files)}"
+
+
+def env_platform(platformio_env: str, board_config: Path | None) -> str:
+    """The `platform` an env builds with (following `extends`), as the project file says it."""
+    config = _read_ini(platformio_ini(platformio_env, board_config, LOCAL_PLATFORM_URI, Path("."), ""), PLATFORMIO_INI)
+    section, seen = f"env:{platformio_env}", set()
+    while section and section not in seen and config.has_section(section):
+        seen.add(section)
+        if config.has_option(section, "platform"):
+            return config.get(section, "platform")
+        parents = config.get(section, "extends", fallback="").split(",")
+        section = parents[0].strip()
+        if section and not config.has_section(section) and config.has_section(f"env:{section}"):
+            section = f"env:{section}"
+    return ""
+
+
+def platform_installed(platform: str) -> bool:
+    """A registry platform PlatformIO already has in lowtide's core dir (so it builds without the registry)."""
+    name = platform.split("@")[0].split("/")[-1]
+    return (platformio_core_dir() / "platforms" / name).is_dir()
