@@ -25,7 +25,7 @@ from pathlib import Path
 
 from lowtide.errors import LowtideError, missing_tool
 from lowtide.storage import cache_dir, cache_error, exclusive_lock
-from lowtide.tflm.tree import KernelSet, TflmTree, locate_tree
+from lowtide.tflm.tree import TREE_FINGERPRINTS, KernelSet, TflmTree, locate_tree
 
 COMPILE_TIMEOUT_S = 600.0
 # The two files of the tree that the application replaces (firmware/tflm/lt_tflm_platform.cc), and TFLM's test
@@ -233,7 +233,9 @@ class TflmLibrary:
 
 def _object_dir(tree: TflmTree, core: Core, toolchain: Toolchain) -> Path:
     compiler = os.path.realpath(shutil.which(toolchain.cxx) or toolchain.cxx)  # one cache whichever way it is named
-    key = hashlib.sha256("\0".join([str(tree.root), compiler, *compile_flags(tree, core)]).encode())
+    # The tree by its content, not its place: the same sources unpacked elsewhere compile to the same objects.
+    flags = [flag.replace(str(tree.root), "<tree>") for flag in compile_flags(tree, core)]
+    key = hashlib.sha256("\0".join([TREE_FINGERPRINTS[tree.kernels], compiler, *flags]).encode())
     return cache_dir("tflm", "obj") / f"{tree.kernels.value}-{core.name}-{key.hexdigest()[:12]}"
 
 
