@@ -185,9 +185,6 @@ def test_labgrid_place_of_a_killed_run_is_released_by_the_next_run(lab):
 
 
 LAB_BOARD_INI = """\
-[platformio]
-extra_configs = {repo}/platformio.ini
-
 [env:lab-qemu-m4]
 extends = env:qemu-m4
 upload_protocol = custom

@@ -28,9 +28,6 @@ pytestmark = needs_firmware_tools
 STAND_IN_INI = """\
 ; The qemu-m4 firmware, uploaded as a real board's would be: PlatformIO runs upload_command with the ELF and
 ; the --upload-port lowtide gives it.
-[platformio]
-extra_configs = {repo}/platformio.ini
-
 [env:usb-stand-in]
 extends = env:qemu-m4
 upload_protocol = custom
