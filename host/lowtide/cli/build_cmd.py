@@ -66,7 +66,7 @@ def build_report(model: Path, spec: BoardSpec, image: FirmwareImage, runtime: st
         emulated=spec.emulated,
         runtime=runtime,
         elf=str(image.elf),
-        project_dir=str(image.elf.parents[3]),
+        project_dir=str(image.project_dir),
         flash_bytes=image.flash_bytes,
         flash_capacity_bytes=spec.flash_bytes,
         static_ram_bytes=image.static_ram_bytes,

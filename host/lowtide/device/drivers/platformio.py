@@ -11,6 +11,7 @@ whatever uploader the env names (ST-LINK, esptool, bossac, or a `custom` upload_
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 import sys
@@ -60,6 +61,7 @@ class FirmwareImage:
     data_bytes: int
     bss_bytes: int  # zeroed RAM: the arena is here, with the staging buffer and the runtime's state
     stack_bytes: int  # the linker script's fixed stack region; 0 where the script reserves none
+    project_dir: Path | None = None  # the PlatformIO project that built it (lowtide.project)
 
     @property
     def static_ram_bytes(self) -> int:
@@ -203,7 +205,7 @@ def _built(spec: BoardSpec, model_path: Path, runtime: str | None,
     tflm_arena = predict_board_arena(spec, model_path, runtime, graph)
     check_estimate_fits(spec, estimate_footprint(graph, tflm_arena))
     project = firmware_project(spec, model_path, runtime, tflm_arena, project_dir)
-    image = read_firmware_image(project.elf, spec.platformio_env)
+    image = dataclasses.replace(read_firmware_image(project.elf, spec.platformio_env), project_dir=project.directory)
     check_image_fits(spec, image, model_path.stem)
     return image, project
 
