@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pty
@@ -18,7 +19,8 @@ import lowtide.export.pipeline
 from lowtide import oracle
 from lowtide.cli import main
 from lowtide.export import OFFLINE_PLAN_NAME
-from lowtide.model import load_model, write_model
+from lowtide.model import load_model, read_model
+from lowtide.model.writer import model_bytes
 
 MODELS = Path(__file__).resolve().parents[1] / ".." / "shared" / "models"
 VWW = MODELS / "mlperf_vww_96_int8.tflite"
@@ -91,19 +93,18 @@ def test_user_errors_are_one_line_and_exit_2(args, message, tmp_path):
 
 
 def sabotage_plan(change):
-    """Wrap the exporter so that, after it has written a checked plan, the plan in the file is changed behind
-    its back: what `--verify` must catch on the real interpreter."""
+    """Wrap the exporter so that, after it has checked its plan, the plan in the model it will write is changed
+    behind its back: what `--verify` must catch on the real interpreter."""
     real_export = lowtide.export.pipeline.export_optimized
 
     def export(graph, order, offsets, out_path, *args):
         result = real_export(graph, order, offsets, out_path, *args)
-        raw = load_model(out_path).raw
+        raw = read_model(result.model_data).raw
         entry = next(m for m in raw.metadata if m.name == OFFLINE_PLAN_NAME.encode())
         words = list(struct.unpack(f"<{len(raw.buffers[entry.buffer].data) // 4}i", raw.buffers[entry.buffer].data))
         words[3:] = change(words[3:])
         raw.buffers[entry.buffer].data = np.frombuffer(struct.pack(f"<{len(words)}i", *words), dtype=np.uint8)
-        write_model(raw, out_path)
-        return result
+        return dataclasses.replace(result, model_data=model_bytes(raw))
 
     return export
 
