@@ -123,3 +123,33 @@ def test_verify_fails_with_exit_2_and_removes_the_output(change, message, tmp_pa
     error = capsys.readouterr().err
     assert "verification failed" in error and message in error
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("verify", [False, True])
+def test_a_failure_writing_one_file_writes_none(verify, tmp_path, monkeypatch, capsys):
+    """OUT.h cannot be written (a directory is in the way): neither OUT.tflite nor OUT.json is left either."""
+    out = tmp_path / "vww.tflite"
+    (tmp_path / "vww.h").mkdir()
+    monkeypatch.setattr(sys, "argv", ["lowtide", "optimize", str(VWW), "-o", str(out), "--json",
+                                      *(["--verify"] if verify else [])])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"lowtide: error: {tmp_path / 'vww.h'}: cannot write") and error.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["vww.h"] and not any((tmp_path / "vww.h").iterdir())
+
+
+def test_tflm_failing_on_the_optimized_model_in_verify_writes_nothing(tmp_path, monkeypatch, capsys):
+    """The plan moved 1 GiB up behind the exporter's back: TFLM cannot place the tensors in its arena and refuses
+    the model while --verify runs it. Before, the three files had been written by then and stayed."""
+    monkeypatch.setattr(lowtide.export.pipeline, "export_optimized",
+                        sabotage_plan(lambda offsets: [o + (1 << 30) if o >= 0 else o for o in offsets]))
+    out = tmp_path / "vww.tflite"
+    monkeypatch.setattr(sys, "argv", ["lowtide", "optimize", str(VWW), "-o", str(out), "--verify", "--json"])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"lowtide: error: {out}: TFLite Micro") and error.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
