@@ -330,7 +330,53 @@ def test_an_options_tag_without_its_table_is_refused_before_anything_writes_the_
     out = tmp_path / "out"
     out.mkdir()
     for command in ("validate", "optimize"):
-        assert_kept_promise(run_in_process(command, model, out), model, out, expect_error="holds no options table")
+        assert_kept_promise(run_in_process(command, model, out), model, out, expect_error="builtinOptions type 1 (Conv2DOptions) without its table")
+
+
+def _unaligned(raw) -> bytes:
+    """The object tree packed by the flatbuffers library alone: TFLM's aligner, which lowtide's writer runs, is
+    what crashes on a union tag without its table."""
+    import flatbuffers
+
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(raw.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
+
+
+def _tensor_with_quantization(raw):
+    return next(t for t in raw.subgraphs[0].tensors if t.quantization is not None and t.quantization.scale is not None)
+
+
+# Union tags that name a table the bytes do not hold (one flipped byte in a real model's file).
+UNION_FLIPS = {
+    "details_custom": (lambda raw: setattr(_tensor_with_quantization(raw).quantization, "detailsType", 1),
+                       "details type 1 (CustomQuantization) without its table"),
+    "details_blockwise": (lambda raw: setattr(_tensor_with_quantization(raw).quantization, "detailsType", 2),
+                          "details type 2 (BlockwiseQuantization) without its table"),
+    "details_unknown": (lambda raw: setattr(_tensor_with_quantization(raw).quantization, "detailsType", 9),
+                        "details type 9 is no QuantizationDetails member"),
+    "builtin_options2": (lambda raw: setattr(raw.subgraphs[0].operators[0], "builtinOptions2Type", 3),
+                         "builtinOptions2 type 3 (StablehloSliceOptions) without its table"),
+    "builtin_options_unknown": (lambda raw: setattr(raw.subgraphs[0].operators[0], "builtinOptionsType", 250),
+                                "builtinOptions type 250 is no BuiltinOptions member"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNION_FLIPS))
+def test_a_union_whose_type_and_table_disagree_is_a_validation_error(case, tmp_path):
+    """Before, `optimize` serialised such a model (its offline plan) and died of a segmentation fault."""
+    flip, message = UNION_FLIPS[case]
+    raw = read_model((SHARED_MODELS / "tflm_hello_world_int8.tflite").read_bytes()).raw
+    flip(raw)
+    model = tmp_path / "in" / f"{case}.tflite"
+    model.parent.mkdir()
+    model.write_bytes(_unaligned(raw))
+    for command, runner in (("validate", run_in_process), ("optimize", run_subprocess), ("compile", run_subprocess)):
+        out = tmp_path / command
+        out.mkdir()
+        outcome = runner(command, model, out)
+        assert_kept_promise(outcome, model, out, expect_error=message)
+        assert outcome.stderr.count("\n") == 1
 
 
 def test_the_host_tflm_board_survives_a_crash_in_a_run(monkeypatch):

@@ -24,6 +24,7 @@ from lowtide.errors import ModelError
 from lowtide.model.ir import Graph, Operator, Subgraph, Tensor, TensorKind
 from lowtide.model.offline_memory import NAME as OFFLINE_PLAN_NAME
 from lowtide.model.offline_memory import VERSION, OfflinePlan, PlanFormatError
+from lowtide.model.schema import fb
 
 # RuntimeShape's inline storage in TFLM (kMaxSmallSize): kernels index at most this many dimensions.
 MAX_RANK = 6
@@ -96,6 +97,10 @@ _INPUT_RANKS: dict[str, dict[int, int]] = {
 }
 _OUTPUT_RANKS = {"CONV_2D": 4, "DEPTHWISE_CONV_2D": 4, "TRANSPOSE_CONV": 4, "AVERAGE_POOL_2D": 4,
                  "MAX_POOL_2D": 4, "L2_POOL_2D": 4}
+# The schema's union fields (each `field` with its tag `fieldType`) and the union each tag names a member of.
+_UNIONS = {"builtinOptions": fb.BuiltinOptions, "builtinOptions2": fb.BuiltinOptions2,
+           "details": fb.QuantizationDetails, "arraySegments": fb.SparseIndexVector,
+           "arrayIndices": fb.SparseIndexVector}
 # Operators that produce nothing through tensors: all others must have an output.
 _NO_OUTPUT_OPCODES = frozenset({"ASSIGN_VARIABLE", "CALL_ONCE"})
 
@@ -242,14 +247,43 @@ def _read_after_written(m: _Model, sg: Subgraph) -> Iterator[str]:
             yield f"subgraph output tensor {t} '{sg.tensors[t].name}' is never written"
 
 
+def _union_mismatches(tables: list) -> Iterator[str]:
+    """Union fields of the object-API `tables` whose tag and table disagree. The reader builds a union's table
+    from its tag; a tag that names a table where the bytes hold none (or a tag no member has) leaves the tag
+    without its table, and TFLM's flatbuffer aligner, which writes every model lowtide writes, follows that tag
+    into memory that is not there (a segmentation fault in lowtide's own process)."""
+    for table in tables:
+        for field, union in _UNIONS.items():
+            tag = getattr(table, f"{field}Type", None)
+            if not tag:
+                continue
+            members = {v: k for k, v in vars(union).items() if not k.startswith("_")}
+            if tag not in members:
+                yield f"{field} type {tag} is no {union.__name__} member"
+            elif getattr(table, field) is None:
+                yield f"{field} type {tag} ({members[tag]}) without its table"
+
+
+@_check(TENSOR_CHECKS)
+def _tensor_unions(m: _Model, sg: Subgraph, t: Tensor) -> Iterator[str]:
+    """a union's type and table disagree"""
+    raw = m.raw.subgraphs[sg.index].tensors[t.index]
+    sparsity = (raw.sparsity.dimMetadata or []) if raw.sparsity is not None else []
+    yield from _union_mismatches([raw.quantization, *sparsity] if raw.quantization is not None else sparsity)
+
+
+@_check(OPERATOR_CHECKS)
+def _operator_unions(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
+    """a union's type and table disagree"""
+    yield from _union_mismatches([m.raw.subgraphs[sg.index].operators[op.index]])
+
+
 @_check(OPERATOR_CHECKS)
 def _options_type(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
     """builtin options missing or of the wrong type"""
-    tag = m.raw.subgraphs[sg.index].operators[op.index].builtinOptionsType
     found = type(op.options).__name__ if op.options is not None else None
-    if tag and found is None:  # writing such an operator back crashes TFLM's flatbuffer aligner
-        yield f"the operator names options type {tag} but holds no options table"
-        return
+    if m.raw.subgraphs[sg.index].operators[op.index].builtinOptionsType and found is None:
+        return  # a tag without its table: _operator_unions says so
     expected, required = _OPTIONS.get(op.opcode, (None, False))
     if expected is None:
         return
