@@ -391,3 +391,61 @@ def test_the_host_tflm_board_survives_a_crash_in_a_run(monkeypatch):
     reply = board._run(Run(0, 2), 2, sent.append)
     assert isinstance(reply, Error) and reply.code == ErrorCode.INVOKE_FAILED
     assert reply.text.startswith(f"TFLite Micro crashed (signal {int(signal.SIGSEGV)}) while")
+
+
+def _declared_shape_case(opcode: str) -> tuple[bytes, int]:
+    """A builder model whose operator `opcode` declares an output with one channel more than it computes (TFLM's
+    host interpreter runs it, writing only the channels it computes); the operator's index."""
+    b = ModelBuilder(seed=2)
+    x = b.input((1, 8, 8, 4))
+    y = {"CONV_2D": lambda: b.conv2d(x, 8, 3), "DEPTHWISE_CONV_2D": lambda: b.depthwise_conv2d(x, 3),
+         "MAX_POOL_2D": lambda: b.max_pool(x, 2), "AVERAGE_POOL_2D": lambda: b.avg_pool(x, 2),
+         "FULLY_CONNECTED": lambda: b.fully_connected(x, 6), "ADD": lambda: b.add(x, b.conv2d(x, 4, 1)),
+         "RELU": lambda: b.activation(x, "RELU"), "LOGISTIC": lambda: b.activation(x, "LOGISTIC")}[opcode]()
+    b.output(y)
+    raw = read_model(b.build()).raw
+    op = next(i for i, o in enumerate(raw.subgraphs[0].operators)
+              if raw.operatorCodes[o.opcodeIndex].builtinCode == fb.BuiltinOperator.__dict__[opcode])
+    out = raw.subgraphs[0].tensors[raw.subgraphs[0].operators[op].outputs[0]]
+    out.shape = [*out.shape[:-1], out.shape[-1] + 1]
+    return model_bytes(raw), op
+
+
+@pytest.mark.parametrize("opcode", ["ADD", "AVERAGE_POOL_2D", "CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED",
+                                    "LOGISTIC", "MAX_POOL_2D", "RELU"])
+def test_a_declared_output_shape_the_operator_does_not_compute_is_one_line(opcode, tmp_path):
+    """compile sized per-channel quantization from the declared shape and ended in an IndexError traceback."""
+    data, op = _declared_shape_case(opcode)
+    model = tmp_path / "in" / f"{opcode.lower()}.tflite"
+    model.parent.mkdir()
+    model.write_bytes(data)
+    problems = model_problems(read_model(data))
+    assert [p.where for p in problems] == [f"subgraph 0 operator {op} ({opcode})"]
+    assert "declared output shape is not the one the operator computes" in problems[0].reason
+    for command in ("validate", "compile", "optimize"):
+        out = tmp_path / command
+        out.mkdir()
+        assert_kept_promise(run_in_process(command, model, out), model, out,
+                            expect_error=f"operator {op} ({opcode}): declared output shape")
+
+
+@pytest.mark.parametrize("name", ["tflm_micro_speech_quantized", "mww_v2_vad", "tflm_keyword_scrambled_8bit"])
+def test_every_operator_with_a_mismatched_declared_output_keeps_the_promise(name, tmp_path):
+    """Each operator of a real model in turn declares one more element along its output's last axis: validate and
+    compile give exit 0 or one line, never a traceback, and write nothing on an error."""
+    raw = read_model((SHARED_MODELS / f"{name}.tflite").read_bytes()).raw
+    for index, op in enumerate(raw.subgraphs[0].operators):
+        if op.outputs is None or not len(op.outputs):
+            continue  # ASSIGN_VARIABLE writes no tensor
+        mutated = copy.deepcopy(raw)
+        output = mutated.subgraphs[0].tensors[op.outputs[0]]
+        if output.shape is None or not len(output.shape):
+            continue
+        output.shape = [*output.shape[:-1], output.shape[-1] + 1]
+        model = tmp_path / f"op{index}" / "model.tflite"
+        model.parent.mkdir()
+        model.write_bytes(model_bytes(mutated))
+        for command in ("validate", "compile"):
+            out = tmp_path / f"op{index}" / command
+            out.mkdir()
+            assert_kept_promise(run_in_process(command, model, out), model, out)

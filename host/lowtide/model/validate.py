@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lowtide.errors import ModelError
+from lowtide.model import padding
 from lowtide.model.ir import Graph, Operator, Subgraph, Tensor, TensorKind
 from lowtide.model.offline_memory import NAME as OFFLINE_PLAN_NAME
 from lowtide.model.offline_memory import VERSION, OfflinePlan, PlanFormatError
@@ -435,6 +436,54 @@ def _svdf_rank(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
     """SVDF rank must be >= 1"""
     if op.opcode == "SVDF" and op.options is not None and op.options.rank < 1:
         yield f"rank = {op.options.rank}"
+
+
+def _computed_output_shape(sg: Subgraph, op: Operator) -> tuple[int, ...] | None:
+    """The shape TFLM's kernel computes for output 0 from the inputs and options, where lowtide relies on the
+    declared one (the compiler sizes per-channel quantization and loop bounds from it); None where it does not
+    judge (other operators, or inputs of ranks the rank check already refuses)."""
+    # rewrite depends on model: imported when needed
+    from lowtide.rewrite.regions import BINARY_OPCODES, CONV_OPCODES, POOL_OPCODES, UNARY_OPCODES
+
+    shapes = [tuple(sg.tensors[t].shape) if t >= 0 else None for t in op.inputs]
+    if not shapes or shapes[0] is None:
+        return None
+    x = shapes[0]
+    if op.opcode in CONV_OPCODES | POOL_OPCODES:
+        if len(x) != 4 or op.options is None or (op.opcode in CONV_OPCODES and (len(shapes) < 2 or shapes[1] is None
+                                                                                or len(shapes[1]) != 4)):
+            return None
+        o = op.options
+        if op.opcode in CONV_OPCODES:
+            kernel, dilation = shapes[1][1:3], (o.dilationHFactor, o.dilationWFactor)
+            channels = shapes[1][0] if op.opcode == "CONV_2D" else shapes[1][3]
+        else:
+            kernel, dilation, channels = (o.filterHeight, o.filterWidth), (1, 1), x[3]
+        if min(*kernel, *dilation, o.strideH, o.strideW) < 1 or o.padding not in (padding.SAME, padding.VALID):
+            return None  # the window check refuses these
+        return (x[0], padding.output_size(o.padding, x[1], kernel[0], o.strideH, dilation[0]),
+                padding.output_size(o.padding, x[2], kernel[1], o.strideW, dilation[1]), channels)
+    if op.opcode == "FULLY_CONNECTED":
+        if len(shapes) < 2 or shapes[1] is None or len(shapes[1]) != 2 or not op.outputs:
+            return None
+        declared = tuple(sg.tensors[op.outputs[0]].shape)
+        return (*declared[:-1], shapes[1][0]) if declared else None  # the units; TFLM flattens the rest itself
+    if op.opcode in UNARY_OPCODES:
+        return x
+    if op.opcode in BINARY_OPCODES and len(shapes) >= 2 and shapes[1] is not None:
+        try:
+            return tuple(int(d) for d in np.broadcast_shapes(x, shapes[1]))
+        except ValueError:
+            return None
+    return None
+
+
+@_check(OPERATOR_CHECKS)
+def _declared_shape(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
+    """declared output shape is not the one the operator computes"""
+    computed = _computed_output_shape(sg, op)
+    if computed is not None and op.outputs and tuple(sg.tensors[op.outputs[0]].shape) != computed:
+        yield f"output {op.outputs[0]} is declared {list(sg.tensors[op.outputs[0]].shape)}, computed {list(computed)}"
 
 
 # ---- OfflineMemoryAllocation -------------------------------------------------------------------------------------
