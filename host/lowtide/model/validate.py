@@ -449,9 +449,12 @@ def _computed_output_shape(sg: Subgraph, op: Operator) -> tuple[int, ...] | None
     if not shapes or shapes[0] is None:
         return None
     x = shapes[0]
+    expected = _OPTIONS.get(op.opcode, (None, False))[0]
+    if op.options is not None and expected is not None and type(op.options).__name__ != expected:
+        return None  # options of another type: _options_type says so
     if op.opcode in CONV_OPCODES | POOL_OPCODES:
-        if len(x) != 4 or op.options is None or (op.opcode in CONV_OPCODES and (len(shapes) < 2 or shapes[1] is None
-                                                                                or len(shapes[1]) != 4)):
+        if len(x) != 4 or op.options is None or (op.opcode in CONV_OPCODES and (
+                len(shapes) < 2 or shapes[1] is None or len(shapes[1]) != 4)):
             return None
         o = op.options
         if op.opcode in CONV_OPCODES:
