@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pty
@@ -18,7 +19,8 @@ import lowtide.export.pipeline
 from lowtide import oracle
 from lowtide.cli import main
 from lowtide.export import OFFLINE_PLAN_NAME
-from lowtide.model import load_model, write_model
+from lowtide.model import load_model, read_model
+from lowtide.model.writer import model_bytes
 
 MODELS = Path(__file__).resolve().parents[1] / ".." / "shared" / "models"
 VWW = MODELS / "mlperf_vww_96_int8.tflite"
@@ -91,19 +93,18 @@ def test_user_errors_are_one_line_and_exit_2(args, message, tmp_path):
 
 
 def sabotage_plan(change):
-    """Wrap the exporter so that, after it has written a checked plan, the plan in the file is changed behind
-    its back: what `--verify` must catch on the real interpreter."""
+    """Wrap the exporter so that, after it has checked its plan, the plan in the model it will write is changed
+    behind its back: what `--verify` must catch on the real interpreter."""
     real_export = lowtide.export.pipeline.export_optimized
 
     def export(graph, order, offsets, out_path, *args):
         result = real_export(graph, order, offsets, out_path, *args)
-        raw = load_model(out_path).raw
+        raw = read_model(result.model_data).raw
         entry = next(m for m in raw.metadata if m.name == OFFLINE_PLAN_NAME.encode())
         words = list(struct.unpack(f"<{len(raw.buffers[entry.buffer].data) // 4}i", raw.buffers[entry.buffer].data))
         words[3:] = change(words[3:])
         raw.buffers[entry.buffer].data = np.frombuffer(struct.pack(f"<{len(words)}i", *words), dtype=np.uint8)
-        write_model(raw, out_path)
-        return result
+        return dataclasses.replace(result, model_data=model_bytes(raw))
 
     return export
 
@@ -121,4 +122,34 @@ def test_verify_fails_with_exit_2_and_removes_the_output(change, message, tmp_pa
     assert exited.value.code == 2
     error = capsys.readouterr().err
     assert "verification failed" in error and message in error
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("verify", [False, True])
+def test_a_failure_writing_one_file_writes_none(verify, tmp_path, monkeypatch, capsys):
+    """OUT.h cannot be written (a directory is in the way): neither OUT.tflite nor OUT.json is left either."""
+    out = tmp_path / "vww.tflite"
+    (tmp_path / "vww.h").mkdir()
+    monkeypatch.setattr(sys, "argv", ["lowtide", "optimize", str(VWW), "-o", str(out), "--json",
+                                      *(["--verify"] if verify else [])])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"lowtide: error: {tmp_path / 'vww.h'}: cannot write") and error.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["vww.h"] and not any((tmp_path / "vww.h").iterdir())
+
+
+def test_tflm_failing_on_the_optimized_model_in_verify_writes_nothing(tmp_path, monkeypatch, capsys):
+    """The plan moved 1 GiB up behind the exporter's back: TFLM cannot place the tensors in its arena and refuses
+    the model while --verify runs it. Before, the three files had been written by then and stayed."""
+    monkeypatch.setattr(lowtide.export.pipeline, "export_optimized",
+                        sabotage_plan(lambda offsets: [o + (1 << 30) if o >= 0 else o for o in offsets]))
+    out = tmp_path / "vww.tflite"
+    monkeypatch.setattr(sys, "argv", ["lowtide", "optimize", str(VWW), "-o", str(out), "--verify", "--json"])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"lowtide: error: {out}: TFLite Micro") and error.count("\n") == 1
     assert list(tmp_path.iterdir()) == []

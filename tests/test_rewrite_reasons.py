@@ -10,6 +10,8 @@ from lowtide.errors import LowtideError
 from lowtide.model import read_model
 from lowtide.model.builder import ModelBuilder
 from lowtide.rewrite import NotApplicable, RewriteResult, Tiling, partition_at_peak, partition_wide_layer
+from lowtide.tflm import DEFAULT_CORE, Arena32Mode
+from lowtide.tflm.tree import KernelSet
 
 
 def _bottleneck_with_relu_projection() -> bytes:
@@ -54,7 +56,8 @@ def test_fewer_patches_skips_variants_that_do_not_apply_and_passes_real_errors_o
         raise NotApplicable(f"grid {tilings[0].grid} does not fit")
 
     monkeypatch.setattr(pipeline, "apply_tilings", not_applicable)
-    assert pipeline._fewer_patches(graph, rewritten, "<test>", lambda data, g: 0) is None
+    weigh = pipeline._Weigher("<test>", KernelSet.REFERENCE, DEFAULT_CORE, Arena32Mode.AUTO, [])
+    assert pipeline._fewer_patches(graph, rewritten, weigh) is None
     assert len(tried) >= 2  # strips dropped, coarser grids: every variant tried, none applied
 
     def broken(_graph, _tilings):
@@ -62,4 +65,4 @@ def test_fewer_patches_skips_variants_that_do_not_apply_and_passes_real_errors_o
 
     monkeypatch.setattr(pipeline, "apply_tilings", broken)
     with pytest.raises(LowtideError, match="cannot be written"):
-        pipeline._fewer_patches(graph, rewritten, "<test>", lambda data, g: 0)
+        pipeline._fewer_patches(graph, rewritten, weigh)

@@ -27,6 +27,7 @@ import numpy as np
 from lowtide.errors import LowtideError
 from lowtide.model.ir import Graph
 from lowtide.model.reader import read_model
+from lowtide.model.validate import model_problems
 from lowtide.text import escape
 
 _ALLOCATION_LINE = re.compile(r"Arena allocation (total|head|tail) (\d+) bytes")
@@ -255,6 +256,21 @@ def run(model: bytes, inputs: list[np.ndarray] | None = None, arena_size: int | 
 
     report, outputs = isolated(work, path)
     return OracleRun(_figures(report, path), tuple(outputs))
+
+
+def refusal(model: bytes, path: str = "<model>") -> str | None:
+    """Why `model` cannot be used, or None: lowtide's validator's first problem, else what TFLM says when it
+    prepares the model and invokes it once on random inputs (in a child process, so a crash is a reason too).
+    For models lowtide made itself (rewrite candidates), before anything is weighed or written."""
+    try:
+        graph = read_model(model, path)
+        problems = model_problems(graph)
+        if problems:
+            return problems[0].message
+        run(model, random_inputs(graph), path=path)
+    except LowtideError as exc:
+        return exc.message
+    return None
 
 
 def run_sequence(model: bytes, input_sets: list[list[np.ndarray]], path: str = "<model>",

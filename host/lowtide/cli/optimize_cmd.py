@@ -91,6 +91,7 @@ def optimize_report(result: OptimizeResult) -> dict:
                 for c in r.pareto
             ],
             "seconds": round(r.seconds, 3),
+            "rejected_candidates": [c.to_json() for c in result.rejected],
         }
     return report
 
@@ -129,6 +130,8 @@ def _show(console: Console, result: OptimizeResult) -> None:
                           "tensors, TFLM's total is larger")
         else:
             console.print(f"rewrite: {r.reason}")
+        for c in result.rejected:
+            console.print(f"  dropped {escape(c.candidate)}: {escape(c.reason)}")
     if result.verification:
         _show_verification(console, result.verification)
     before, after = result.stock_mcu32, result.export.mcu32

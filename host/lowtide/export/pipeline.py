@@ -18,7 +18,7 @@ from lowtide.memory import buffers_to_plan, tflm_plan
 from lowtide.memory.lifetimes import Buffer, Order, stored_order
 from lowtide.memory.placement import Placement, place
 from lowtide.model import Graph, load_model, read_model
-from lowtide.rewrite import NotApplicable, RewriteResult, Tiling, apply_tilings, rewrite_auto
+from lowtide.rewrite import NotApplicable, RejectedCandidate, RewriteResult, Tiling, apply_tilings, rewrite_auto
 from lowtide.rewrite.regions import graph_macs
 from lowtide.schedule import Schedule, find_schedule
 from lowtide.stale import StaleReport, check_stale
@@ -67,6 +67,9 @@ class OptimizeResult:
     rewrite: RewriteResult | None = None  # only with rewrite=True
     rewrite_tilings: tuple[Tiling, ...] | None = None  # tilings of the written model; None: the original was kept
     rewrite_macs: int | None = None  # MACs of the written model when it is a rewritten one
+    # Rewritten graphs dropped because the validator or TFLM refused them (in the search, when weighed, exported
+    # or verified)
+    rejected: tuple[RejectedCandidate, ...] = ()
 
     @property
     def planned_head_bytes(self) -> int:
@@ -97,19 +100,33 @@ def _same_outputs(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...],
                for x, y, m in zip(a, b, masks))
 
 
-def _remove(paths: list[Path]) -> None:
-    for path in paths:
-        path.unlink(missing_ok=True)
+@dataclass(frozen=True)
+class _Candidate:
+    """A graph `optimize_model` may write: the original, or a rewrite of it that the validator and TFLM accept."""
+
+    graph: Graph
+    tail_bytes: int  # TFLM's persistent tail on the 32-bit MCU: what each patch's operators and tensors cost
+    tilings: tuple[Tiling, ...] | None  # None: the original graph
+
+    def describe(self) -> str:
+        return _describe(self.tilings) if self.tilings else "the original graph"
+
+
+def _describe(tilings: tuple[Tiling, ...]) -> str:
+    return "; then ".join(t.describe() for t in tilings)
 
 
 def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: float = 30.0, verify: bool = False,
                    progress: PhaseProgress | None = None, rewrite: bool = False,
                    max_mac_overhead: float = 0.20, kernels: KernelSet = KernelSet.REFERENCE,
                    core: str = DEFAULT_CORE, arena32: Arena32Mode = Arena32Mode.AUTO) -> OptimizeResult:
-    """Optimize `model_path` into `out_path` (+ .h, .json), the header sized for TFLM on `core` with `kernels`. With `verify`, both models run on the host TFLM on
-    the same random inputs; differing outputs or a head other than planned raise LowtideError, and the
-    written files are removed so a broken plan cannot reach a device. With `rewrite`, the graph is also rewritten
-    (patch tiling within `max_mac_overhead` extra MACs) and the rewritten graph is written if it places lower."""
+    """Optimize `model_path` into `out_path` (+ .h, .json), the header sized for TFLM on `core` with `kernels`.
+    With `verify`, both models run on the host TFLM on the same random inputs; differing outputs or a head other
+    than planned raise LowtideError. Files are written only once every check has passed: a failure leaves none.
+    With `rewrite`, the graph is also rewritten (patch tiling within `max_mac_overhead` extra MACs); every
+    rewritten graph is validated and run once on TFLM before it is weighed, and one that fails (there, or when
+    exported and verified) is dropped with its reason (`OptimizeResult.rejected`) for the next, down to the
+    original. The candidate with the smallest 32-bit arena is written."""
     started = time.monotonic()
     report = progress or (lambda phase, fraction, detail: None)
     model_path, out_path = Path(model_path), Path(out_path)
@@ -121,70 +138,56 @@ def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: flo
     stock_run = oracle.run(source, inputs, path=str(model_path)) if verify else None
     stock = stock_run.arena if stock_run else oracle.allocate(source, path=str(model_path))
     stock_plan = tflm_plan(graph)
-
-    rewritten = None
-    candidates = [graph]
-    def tail_on_mcu(data: bytes, candidate: Graph) -> int:
-        return mcu32_arena(data, candidate, 0, kernels, core, mode=arena32).tail_bytes
-
     stock_mcu32 = mcu32_arena(source, graph, stock_plan.head_bytes, kernels, core, mode=arena32)
-    tails = [stock_mcu32.tail_bytes]
-    tilings: list[tuple[Tiling, ...] | None] = [None]
+
+    candidates = [_Candidate(graph, stock_mcu32.tail_bytes, None)]
+    rejected: list[RejectedCandidate] = []
+    rewritten = None
     if rewrite:
         report("rewrite", None, "")
         rewritten = rewrite_auto(graph, max_mac_overhead, time_limit * REWRITE_SHARE)
         report("rewrite", 1.0, rewritten.reason)
+        rejected.extend(rewritten.rejected)
         if rewritten.rewritten:
-            candidates.append(read_model(rewritten.model, str(model_path)))
-            tails.append(tail_on_mcu(rewritten.model, candidates[-1]))
-            tilings.append(rewritten.tilings)
-            fewer = _fewer_patches(graph, rewritten, str(model_path), tail_on_mcu)
-            if fewer:
-                candidates.append(fewer[0])
-                tails.append(fewer[1])
-                tilings.append(fewer[2])
+            weigh = _Weigher(str(model_path), kernels, core, arena32, rejected)
+            tiled = weigh(rewritten.model, rewritten.tilings)
+            candidates += [tiled] if tiled else []
+            fewer = _fewer_patches(graph, rewritten, weigh)
+            candidates += [fewer] if fewer else []
     # Each candidate graph is scheduled and placed, and the one with the smaller arena on a 32-bit MCU is written:
     # tiling shrinks the head but adds operators and tensors, whose persistent structs grow the tail. The original
     # is always a candidate, so rewriting can never end above plain optimization.
     plans = []
     for candidate in candidates:
         remaining = time_limit * (1 - RESERVE_SHARE) - (time.monotonic() - started)
-        plans.append(_plan(candidate, tflm_plan(candidate).head_bytes, remaining / (len(candidates) - len(plans)),
-                           report))
-    best = min(range(len(plans)), key=lambda i: plans[i][3].head_bytes + tails[i])
-    graph = candidates[best]
-    schedule, order, buffers, placement = plans[best]
-
-    report("export", None, "")
-    export = export_optimized(graph, order, dict(zip(buffers, placement.offsets)), out_path, kernels, core,
-                              arena32)
-    written = [export.model_path, export.header_path, export.json_path]
-    if export.planned_head_bytes != placement.head_bytes:  # both come from the greedy replica
-        _remove(written)
-        raise LowtideError(f"internal error: placed head {placement.head_bytes} B but plan head "
-                           f"{export.planned_head_bytes} B", out_path)
-
-    verification = None
-    total = export.measured_total_bytes
-    if stock_run:
-        report("verify", None, "")
-        after = oracle.run(export.model_path.read_bytes(), inputs, path=str(out_path))
-        # Bytes that depend on stale memory differ between plans of the same model; only the others must match.
-        stale = check_stale(candidates[0], inputs)  # candidates[0]: the original model
-        verification = Verification(_same_outputs(stock_run.outputs, after.outputs),
-                                    _same_outputs(stock_run.outputs, after.outputs, stale.output_determined),
-                                    after.head_bytes, after.total_bytes, stale)
-        problems = []
-        if not verification.determined_identical:
-            problems.append("outputs differ from the original model's"
-                            + ("" if stale.clean else " on bytes that do not depend on stale memory"))
-        if verification.measured_head_bytes != export.planned_head_bytes:
-            problems.append(f"TFLM measured a head of {verification.measured_head_bytes:,} B, "
-                            f"planned {export.planned_head_bytes:,} B")
-        if problems:
-            _remove(written)
-            raise LowtideError(f"verification failed: {'; '.join(problems)} (output files removed)", out_path)
-        total = after.total_bytes
+        plans.append(_plan(candidate.graph, tflm_plan(candidate.graph).head_bytes,
+                           remaining / (len(candidates) - len(plans)), report))
+    by_arena = sorted(range(len(plans)), key=lambda i: plans[i][3].head_bytes + candidates[i].tail_bytes)
+    stale = None  # of the original model, computed once if a verification needs it
+    for best in by_arena:
+        candidate = candidates[best]
+        schedule, order, buffers, placement = plans[best]
+        try:
+            report("export", None, "")
+            export = export_optimized(candidate.graph, order, dict(zip(buffers, placement.offsets)), out_path,
+                                      kernels, core, arena32)
+            if export.planned_head_bytes != placement.head_bytes:  # both come from the greedy replica
+                raise LowtideError(f"internal error: placed head {placement.head_bytes} B but plan head "
+                                   f"{export.planned_head_bytes} B", out_path)
+            verification = None
+            if stock_run:
+                report("verify", None, "")
+                # Bytes that depend on stale memory differ between plans of the same model; only the others
+                # must match.
+                stale = stale or check_stale(graph, inputs)
+                verification = _verify(export, stock_run, inputs, stale, out_path)
+        except LowtideError as exc:
+            if candidate.tilings is None:
+                raise
+            rejected.append(RejectedCandidate(candidate.describe(), exc.message))
+            continue
+        break
+    export.write()
 
     return OptimizeResult(
         model_path=model_path,
@@ -196,22 +199,63 @@ def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: flo
         placement=placement,
         order=order,
         export=export,
-        total_bytes=total,
+        total_bytes=verification.measured_total_bytes if verification else export.measured_total_bytes,
         verification=verification,
         seconds=time.monotonic() - started,
         rewrite=rewritten,
-        rewrite_tilings=tilings[best],
-        rewrite_macs=graph_macs(graph) if best else None,
+        rewrite_tilings=candidate.tilings,
+        rewrite_macs=graph_macs(candidate.graph) if candidate.tilings else None,
+        rejected=tuple(rejected),
     )
 
 
-def _fewer_patches(graph: Graph, rewritten: RewriteResult, path: str,
-                   tail_on_mcu: Callable[[bytes, Graph], int]) -> tuple[Graph, int, tuple[Tiling, ...]] | None:
+def _verify(export: ExportResult, stock_run: oracle.OracleRun, inputs: list[np.ndarray], stale: StaleReport,
+            out_path: Path) -> Verification:
+    """Run the exported model on the host TFLM: LowtideError unless its outputs match the original's (but for
+    bytes that depend on stale memory) and its head is the planned one."""
+    after = oracle.run(export.model_data, inputs, path=str(out_path))
+    verification = Verification(_same_outputs(stock_run.outputs, after.outputs),
+                                _same_outputs(stock_run.outputs, after.outputs, stale.output_determined),
+                                after.head_bytes, after.total_bytes, stale)
+    problems = []
+    if not verification.determined_identical:
+        problems.append("outputs differ from the original model's"
+                        + ("" if stale.clean else " on bytes that do not depend on stale memory"))
+    if verification.measured_head_bytes != export.planned_head_bytes:
+        problems.append(f"TFLM measured a head of {verification.measured_head_bytes:,} B, "
+                        f"planned {export.planned_head_bytes:,} B")
+    if problems:
+        raise LowtideError(f"verification failed: {'; '.join(problems)} (nothing written)", out_path)
+    return verification
+
+
+@dataclass(frozen=True)
+class _Weigher:
+    """Turns a rewritten model into a candidate with its 32-bit tail, or records why it is refused: lowtide's
+    validator or TFLM (Prepare and one Invoke) must accept it before it is weighed, since weighing runs TFLM's
+    allocator too and a model it rejects must not end the command."""
+
+    path: str
+    kernels: KernelSet
+    core: str
+    arena32: Arena32Mode
+    rejected: list[RejectedCandidate]
+
+    def __call__(self, data: bytes, tilings: tuple[Tiling, ...]) -> _Candidate | None:
+        refused = oracle.refusal(data, self.path)
+        if refused:
+            self.rejected.append(RejectedCandidate(_describe(tilings), refused))
+            return None
+        graph = read_model(data, self.path)
+        return _Candidate(graph, mcu32_arena(data, graph, 0, self.kernels, self.core,
+                                                   mode=self.arena32).tail_bytes, tilings)
+
+
+def _fewer_patches(graph: Graph, rewritten: RewriteResult, weigh: _Weigher) -> _Candidate | None:
     """The rewrite with fewer operators: only its first tilings, sources sliced whole instead of cut into strips,
-    or its regions on a coarser grid. Returns (graph,
-    32-bit tail, tilings) of the variant whose arena (placed head + 32-bit tail) is smallest. rewrite_auto
-    minimises the head; each patch adds operators whose persistent state (per-channel quantization data, node
-    structs) grows the tail, so fewer patches often give the smaller arena in all."""
+    or its regions on a coarser grid; of those `weigh` accepts, the one whose arena (placed head + 32-bit tail)
+    is smallest. rewrite_auto minimises the head; each patch adds operators whose persistent state (per-channel
+    quantization data, node structs) grows the tail, so fewer patches often give the smaller arena in all."""
     tilings = rewritten.tilings
     variants = []
     for count in range(1, len(tilings) + 1):
@@ -221,18 +265,19 @@ def _fewer_patches(graph: Graph, rewritten: RewriteResult, path: str,
     for grid in COARSE_GRIDS:
         variants.append(tuple(dataclasses.replace(t, grid=grid) if grid[0] * grid[1] < t.grid[0] * t.grid[1] else t
                               for t in tilings))
-    best = None
+    best: tuple[int, _Candidate] | None = None
     for variant in dict.fromkeys(v for v in variants if v != tilings):
         try:
             data = apply_tilings(graph, variant)
         except NotApplicable:
             continue  # this variant's grid or regions do not fit the graph
-        tiled = read_model(data, path)
-        tail = tail_on_mcu(data, tiled)
-        total = place(buffers_to_plan(tiled, stored_order(tiled)), COARSE_PLACE_SECONDS).head_bytes + tail
-        if best is None or total < best[0]:
-            best = (total, tiled, tail, variant)
-    return best[1:] if best else None
+        candidate = weigh(data, variant)
+        if candidate is None:
+            continue
+        head = place(buffers_to_plan(candidate.graph, stored_order(candidate.graph)), COARSE_PLACE_SECONDS).head_bytes
+        if best is None or head + candidate.tail_bytes < best[0]:
+            best = (head + candidate.tail_bytes, candidate)
+    return best[1] if best else None
 
 
 def _plan(graph: Graph, stock_head_bytes: int, budget: float,

@@ -31,6 +31,7 @@ from lowtide.model.schema import fb, operator_code
 from lowtide.model.writer import model_bytes
 
 Activation = Literal["NONE", "RELU", "RELU6"]
+InputType = Literal["int8", "uint8", "float32"]
 Padding = Literal["SAME", "VALID"]
 
 _ACTIVATION_CODES: dict[str, int] = {
@@ -68,7 +69,7 @@ class _ActivationSpec:
     rms: float  # estimated root-mean-square of the real values
     nonnegative: bool  # after RELU/RELU6: the int8 range can start at 0
     fixed_range: tuple[float, float] | None = None  # model inputs: the range the caller gave
-    dtype: str = "int8"  # or "float32" (DEQUANTIZE's output): no quantization
+    dtype: str = "int8"  # "float32" (DEQUANTIZE's output, a float input): no quantization; "uint8" (an input)
     fixed_quant: _QuantParams | None = None  # what the kernel requires (LOGISTIC: 1/256, -128)
 
 
@@ -125,13 +126,18 @@ class ModelBuilder:
         self._same_quant_parent: dict[int, int] = {}
 
     # ---- graph inputs and outputs -------------------------------------------------------------------------
-    def input(self, shape: Sequence[int], value_range: tuple[float, float] = (-1.0, 1.0)) -> TensorRef:
-        """A model input, NHWC int8, covering `value_range` in real values."""
+    def input(self, shape: Sequence[int], value_range: tuple[float, float] = (-1.0, 1.0),
+              dtype: InputType = "int8") -> TensorRef:
+        """A model input, NHWC, covering `value_range` in real values: int8, or uint8 or float32 as camera
+        pipelines deliver them (follow it with `quantize` to reach int8)."""
         lo, hi = value_range
         if not lo < hi:
             raise LowtideError(f"input range {value_range} is empty")
+        if dtype not in ("int8", "uint8", "float32"):
+            raise LowtideError(f"input type must be int8, uint8 or float32, got {dtype!r}")
         rms = math.sqrt((lo * lo + lo * hi + hi * hi) / 3.0)  # of a uniform distribution on [lo, hi]
         ref = self._add_activation(f"input_{len(self._inputs)}", tuple(shape), rms, lo >= 0, None, (lo, hi))
+        self._tensors[ref.index] = dataclasses.replace(self._tensors[ref.index], dtype=dtype)
         self._inputs.append(ref.index)
         return ref
 
@@ -480,10 +486,14 @@ class ModelBuilder:
         return pieces
 
     def quantize(self, x: TensorRef, widen: float = 1.5) -> TensorRef:
-        """QUANTIZE: float32 to int8, or int8 to int8 on a range `widen` times the input's."""
+        """QUANTIZE to int8: from float32, from uint8 on the same scale (the zero point moves by 128, as the
+        TFLite converter writes a uint8 model input), or from int8 on a range `widen` times the input's."""
         spec = self._activation(x)
-        return self._add_op("QUANTIZE", (x.index,), x.shape, spec.rms * (1.0 if spec.dtype == "float32" else widen),
-                            spec.nonnegative, fb.BuiltinOptions.NONE, None)
+        out = self._add_op("QUANTIZE", (x.index,), x.shape, spec.rms * (widen if spec.dtype == "int8" else 1.0),
+                           spec.nonnegative, fb.BuiltinOptions.NONE, None)
+        if spec.dtype == "uint8":
+            self._share_quant(x.index, out.index)
+        return out
 
     def dequantize(self, x: TensorRef) -> TensorRef:
         """DEQUANTIZE: int8 to float32."""
@@ -514,9 +524,12 @@ class ModelBuilder:
             if isinstance(spec, _ActivationSpec) and spec.dtype == "float32":
                 t.shape, t.type, t.buffer, t.quantization = list(spec.shape), fb.TensorType.FLOAT32, 0, None
             elif isinstance(spec, _ActivationSpec):
-                t.shape, t.type, t.buffer = list(spec.shape), fb.TensorType.INT8, 0
+                t.shape, t.buffer = list(spec.shape), 0
                 q = quant[index]
-                t.quantization.scale, t.quantization.zeroPoint = [q.scale], [q.zero_point]
+                # A uint8 tensor holds the int8 value + 128: same scale, zero point shifted.
+                shift = 128 if spec.dtype == "uint8" else 0
+                t.type = fb.TensorType.UINT8 if shift else fb.TensorType.INT8
+                t.quantization.scale, t.quantization.zeroPoint = [q.scale], [q.zero_point + shift]
             elif isinstance(spec, _ConstantSpec):
                 q = quant[spec.quant_like] if spec.quant_like is not None else _QuantParams(
                     float(np.float32(max(np.abs(spec.values).max(), 1e-6) / 127.0)), 0)

@@ -21,9 +21,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from lowtide.errors import ModelError
+from lowtide.model import padding
 from lowtide.model.ir import Graph, Operator, Subgraph, Tensor, TensorKind
 from lowtide.model.offline_memory import NAME as OFFLINE_PLAN_NAME
 from lowtide.model.offline_memory import VERSION, OfflinePlan, PlanFormatError
+from lowtide.model.schema import fb
 
 # RuntimeShape's inline storage in TFLM (kMaxSmallSize): kernels index at most this many dimensions.
 MAX_RANK = 6
@@ -96,6 +98,10 @@ _INPUT_RANKS: dict[str, dict[int, int]] = {
 }
 _OUTPUT_RANKS = {"CONV_2D": 4, "DEPTHWISE_CONV_2D": 4, "TRANSPOSE_CONV": 4, "AVERAGE_POOL_2D": 4,
                  "MAX_POOL_2D": 4, "L2_POOL_2D": 4}
+# The schema's union fields (each `field` with its tag `fieldType`) and the union each tag names a member of.
+_UNIONS = {"builtinOptions": fb.BuiltinOptions, "builtinOptions2": fb.BuiltinOptions2,
+           "details": fb.QuantizationDetails, "arraySegments": fb.SparseIndexVector,
+           "arrayIndices": fb.SparseIndexVector}
 # Operators that produce nothing through tensors: all others must have an output.
 _NO_OUTPUT_OPCODES = frozenset({"ASSIGN_VARIABLE", "CALL_ONCE"})
 
@@ -242,14 +248,43 @@ def _read_after_written(m: _Model, sg: Subgraph) -> Iterator[str]:
             yield f"subgraph output tensor {t} '{sg.tensors[t].name}' is never written"
 
 
+def _union_mismatches(tables: list) -> Iterator[str]:
+    """Union fields of the object-API `tables` whose tag and table disagree. The reader builds a union's table
+    from its tag; a tag that names a table where the bytes hold none (or a tag no member has) leaves the tag
+    without its table, and TFLM's flatbuffer aligner, which writes every model lowtide writes, follows that tag
+    into memory that is not there (a segmentation fault in lowtide's own process)."""
+    for table in tables:
+        for field, union in _UNIONS.items():
+            tag = getattr(table, f"{field}Type", None)
+            if not tag:
+                continue
+            members = {v: k for k, v in vars(union).items() if not k.startswith("_")}
+            if tag not in members:
+                yield f"{field} type {tag} is no {union.__name__} member"
+            elif getattr(table, field) is None:
+                yield f"{field} type {tag} ({members[tag]}) without its table"
+
+
+@_check(TENSOR_CHECKS)
+def _tensor_unions(m: _Model, sg: Subgraph, t: Tensor) -> Iterator[str]:
+    """a union's type and table disagree"""
+    raw = m.raw.subgraphs[sg.index].tensors[t.index]
+    sparsity = (raw.sparsity.dimMetadata or []) if raw.sparsity is not None else []
+    yield from _union_mismatches([raw.quantization, *sparsity] if raw.quantization is not None else sparsity)
+
+
+@_check(OPERATOR_CHECKS)
+def _operator_unions(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
+    """a union's type and table disagree"""
+    yield from _union_mismatches([m.raw.subgraphs[sg.index].operators[op.index]])
+
+
 @_check(OPERATOR_CHECKS)
 def _options_type(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
     """builtin options missing or of the wrong type"""
-    tag = m.raw.subgraphs[sg.index].operators[op.index].builtinOptionsType
     found = type(op.options).__name__ if op.options is not None else None
-    if tag and found is None:  # writing such an operator back crashes TFLM's flatbuffer aligner
-        yield f"the operator names options type {tag} but holds no options table"
-        return
+    if m.raw.subgraphs[sg.index].operators[op.index].builtinOptionsType and found is None:
+        return  # a tag without its table: _operator_unions says so
     expected, required = _OPTIONS.get(op.opcode, (None, False))
     if expected is None:
         return
@@ -401,6 +436,57 @@ def _svdf_rank(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
     """SVDF rank must be >= 1"""
     if op.opcode == "SVDF" and op.options is not None and op.options.rank < 1:
         yield f"rank = {op.options.rank}"
+
+
+def _computed_output_shape(sg: Subgraph, op: Operator) -> tuple[int, ...] | None:
+    """The shape TFLM's kernel computes for output 0 from the inputs and options, where lowtide relies on the
+    declared one (the compiler sizes per-channel quantization and loop bounds from it); None where it does not
+    judge (other operators, or inputs of ranks the rank check already refuses)."""
+    # rewrite depends on model: imported when needed
+    from lowtide.rewrite.regions import BINARY_OPCODES, CONV_OPCODES, POOL_OPCODES, UNARY_OPCODES
+
+    shapes = [tuple(sg.tensors[t].shape) if t >= 0 else None for t in op.inputs]
+    if not shapes or shapes[0] is None:
+        return None
+    x = shapes[0]
+    expected = _OPTIONS.get(op.opcode, (None, False))[0]
+    if op.options is not None and expected is not None and type(op.options).__name__ != expected:
+        return None  # options of another type: _options_type says so
+    if op.opcode in CONV_OPCODES | POOL_OPCODES:
+        if len(x) != 4 or op.options is None or (op.opcode in CONV_OPCODES and (
+                len(shapes) < 2 or shapes[1] is None or len(shapes[1]) != 4)):
+            return None
+        o = op.options
+        if op.opcode in CONV_OPCODES:
+            kernel, dilation = shapes[1][1:3], (o.dilationHFactor, o.dilationWFactor)
+            channels = shapes[1][0] if op.opcode == "CONV_2D" else shapes[1][3]
+        else:
+            kernel, dilation, channels = (o.filterHeight, o.filterWidth), (1, 1), x[3]
+        if min(*kernel, *dilation, o.strideH, o.strideW) < 1 or o.padding not in (padding.SAME, padding.VALID):
+            return None  # the window check refuses these
+        return (x[0], padding.output_size(o.padding, x[1], kernel[0], o.strideH, dilation[0]),
+                padding.output_size(o.padding, x[2], kernel[1], o.strideW, dilation[1]), channels)
+    if op.opcode == "FULLY_CONNECTED":
+        if len(shapes) < 2 or shapes[1] is None or len(shapes[1]) != 2 or not op.outputs:
+            return None
+        declared = tuple(sg.tensors[op.outputs[0]].shape)
+        return (*declared[:-1], shapes[1][0]) if declared else None  # the units; TFLM flattens the rest itself
+    if op.opcode in UNARY_OPCODES:
+        return x
+    if op.opcode in BINARY_OPCODES and len(shapes) >= 2 and shapes[1] is not None:
+        try:
+            return tuple(int(d) for d in np.broadcast_shapes(x, shapes[1]))
+        except ValueError:
+            return None
+    return None
+
+
+@_check(OPERATOR_CHECKS)
+def _declared_shape(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
+    """declared output shape is not the one the operator computes"""
+    computed = _computed_output_shape(sg, op)
+    if computed is not None and op.outputs and tuple(sg.tensors[op.outputs[0]].shape) != computed:
+        yield f"output {op.outputs[0]} is declared {list(sg.tensors[op.outputs[0]].shape)}, computed {list(computed)}"
 
 
 # ---- OfflineMemoryAllocation -------------------------------------------------------------------------------------

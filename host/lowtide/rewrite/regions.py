@@ -46,6 +46,11 @@ CHANNEL_OPCODES = frozenset({"CONCATENATION", "SPLIT", "SPLIT_V"})  # along chan
 TILEABLE_OPCODES = (CONV_OPCODES | POOL_OPCODES | UNARY_OPCODES | BINARY_OPCODES | PAD_OPCODES | RESIZE_OPCODES
                     | CHANNEL_OPCODES)
 # Reductions: global when they reduce over rows or columns (a squeeze-and-excitation block's pooling).
+# Element types every operator tiling adds to a region's tensors runs on in TFLM (STRIDED_SLICE, CONCATENATION,
+# PAD/PADV2 and SPLIT_V all take these; STRIDED_SLICE and CONCATENATION refuse uint8). A window holds its tensor's
+# type, so a region whose tensors have another type (a uint8 model input before its QUANTIZE) cannot be tiled:
+# its region starts after the QUANTIZE instead.
+WINDOW_TYPES = frozenset({"float32", "int8", "int16", "int32"})
 REDUCE_OPCODES = frozenset({"MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD"})
 
 
@@ -322,6 +327,10 @@ def region_between(graph: Graph, source: int, target: int) -> Region | str:
         for edge in region_op.edges:
             if edge.tensor != source and not (edge.tensor in producers and members >> producers[edge.tensor] & 1):
                 return f"operator {region_op.op} reads a tensor from outside the region"
+    for t in sorted({source} | {t for rop in ops for t in rop.outputs}):
+        if sg.tensors[t].dtype not in WINDOW_TYPES:
+            return (f"tensor {t} '{sg.tensors[t].name}' is {sg.tensors[t].dtype}, which TFLM's STRIDED_SLICE and "
+                    f"CONCATENATION do not copy")
     return Region(source, target, tuple(ops), tuple(folded))
 
 

@@ -23,6 +23,7 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
+from lowtide import oracle
 from lowtide.memory import align_up, buffer_lifetimes, buffers_to_plan, stored_order, tflm_plan
 from lowtide.memory.lifetimes import Buffer
 from lowtide.memory.placement import Placement, check_no_overlap, offline_plan, place
@@ -92,6 +93,18 @@ class Tiling:
 
 
 @dataclass(frozen=True)
+class RejectedCandidate:
+    """A rewritten graph dropped before it was weighed: lowtide's validator or TFLM (Prepare, one Invoke)
+    refused it."""
+
+    candidate: str  # what was tried (`Tiling.describe`)
+    reason: str  # the validator's problem or TFLM's own log line
+
+    def to_json(self) -> dict:
+        return {"candidate": self.candidate, "reason": self.reason}
+
+
+@dataclass(frozen=True)
 class RewriteResult:
     model: bytes  # the rewritten model with its offline plan, or the original in its best order when rewriting
     # does not help
@@ -105,6 +118,7 @@ class RewriteResult:
     tilings: tuple[Tiling, ...]  # applied one after the other (`apply_tilings`); empty when not rewritten
     pareto: tuple[Candidate, ...]  # explored points no other point beats on both head (or live peak) and MACs
     seconds: float
+    rejected: tuple[RejectedCandidate, ...] = ()  # built candidates the validator or TFLM refused
 
     @property
     def mac_overhead(self) -> float:
@@ -154,11 +168,12 @@ def rewrite_auto(graph: Graph, max_mac_overhead: float = 0.20, time_limit: float
     macs_before = graph_macs(graph)
     budget = macs_before * (1.0 + max_mac_overhead)
     explored: list[Candidate] = []
-    rounds, found = _rounds(graph, budget, deadline, explored)
+    rejected: list[RejectedCandidate] = []
+    rounds, found = _rounds(graph, budget, deadline, explored, rejected)
     if not rounds:  # `found` is the first round: the original in its best order, and why it stays untiled
         return RewriteResult(found.base_model, False, found.reason, found.base_head_bytes, found.base_head_bytes,
                              stock.head_bytes, macs_before, macs_before, (), _pareto(explored),
-                             time.monotonic() - started)
+                             time.monotonic() - started, tuple(rejected))
     original_head, final = rounds[0].base_head_bytes, rounds[-1]
     tilings = tuple(r.tiling for r in rounds)
     for _ in range(len(tilings)):
@@ -171,7 +186,7 @@ def rewrite_auto(graph: Graph, max_mac_overhead: float = 0.20, time_limit: float
             later = read_model(apply_tilings(graph, tilings[1:]), graph.path)
         except NotApplicable:
             break
-        again = _rounds(later, budget, deadline, explored)[0]
+        again = _rounds(later, budget, deadline, explored, rejected)[0]
         if not again or again[-1].head_bytes >= final.head_bytes:
             break
         final, tilings = again[-1], tilings[1:] + tuple(r.tiling for r in again)
@@ -181,18 +196,20 @@ def rewrite_auto(graph: Graph, max_mac_overhead: float = 0.20, time_limit: float
     if ends:
         reason += " (" + "; ".join(ends) + ")"
     return RewriteResult(data, True, reason, head, original_head, stock.head_bytes, macs_before, final.macs,
-                         tilings, _pareto(explored), time.monotonic() - started)
+                         tilings, _pareto(explored), time.monotonic() - started, tuple(rejected))
 
 
-def _rounds(graph: Graph, budget: float, deadline: float,
-            explored: list[Candidate]) -> tuple[list[_Round], _Round]:
+def _rounds(graph: Graph, budget: float, deadline: float, explored: list[Candidate],
+            rejected: list[RejectedCandidate]) -> tuple[list[_Round], _Round]:
     """Tile around the peak, then around the peak of the tiled graph, for as long as the head falls: the rounds
-    that lowered it, and the last round searched. Adds every point explored to `explored`."""
+    that lowered it, and the last round searched. Adds every point explored to `explored`, and every built
+    candidate refused to `rejected`."""
     rounds: list[_Round] = []
     current = graph
     while True:  # each round returns within the deadline; a round without a better tiling ends the loop
         found = _tile_peak(current, budget, deadline)
         explored.extend(found.explored)
+        rejected.extend(found.rejected)
         if found.tiling is None or (rounds and found.head_bytes >= rounds[-1].head_bytes):
             return rounds, found
         rounds.append(found)
@@ -211,6 +228,7 @@ class _Round:
     macs: int  # of `model`
     reason: str  # why nothing was tiled
     explored: tuple[Candidate, ...]
+    rejected: tuple[RejectedCandidate, ...] = ()
 
 
 def _tile_peak(graph: Graph, budget: float, deadline: float) -> _Round:
@@ -227,8 +245,11 @@ def _tile_peak(graph: Graph, budget: float, deadline: float) -> _Round:
     macs_before = graph_macs(graph)
     base_model = model_bytes(apply_order(graph, base_orders))
 
+    rejected: list[RejectedCandidate] = []
+
     def unchanged(reason: str, explored: tuple[Candidate, ...] = ()) -> _Round:
-        return _Round(base_model, base.head_bytes, None, base_model, base.head_bytes, macs_before, reason, explored)
+        return _Round(base_model, base.head_bytes, None, base_model, base.head_bytes, macs_before, reason, explored,
+                      tuple(rejected))
 
     if not base_steps or not any(step.live_bytes for step in base_steps):
         return unchanged("the model has no activations to tile")
@@ -280,11 +301,17 @@ def _tile_peak(graph: Graph, budget: float, deadline: float) -> _Round:
         if best and (time.monotonic() > deadline or candidate.live_peak_bytes >= best[0]):
             break
         data = model_bytes(_emit(graph, plan, base_order))
+        refused = oracle.refusal(data, graph.path)
+        if refused:
+            rejected.append(RejectedCandidate(_tiling(candidate).describe(), refused))
+            continue
         head = _placed_head(read_model(data))
         built[index] = candidate = _with_head(candidate, head)
         if best is None or head < best[0]:
             best = (head, data, candidate)
     points = tuple(built.get(i, c) for i, (c, _) in enumerate(explored))
+    if best is None:
+        return unchanged(f"TFLM or lowtide's validator refused every tiling built ({rejected[0].reason})", points)
     head, data, candidate = best
     # The scheduler may find a better order of the rewritten graph than patch-major.
     remaining = deadline - time.monotonic()
@@ -298,8 +325,12 @@ def _tile_peak(graph: Graph, budget: float, deadline: float) -> _Round:
                 data, head = reordered_data, reordered_head
     if head >= base.head_bytes:
         return unchanged(f"the best tiling found plans {head:,} bytes, not below {base.head_bytes:,}", points)
-    tiling = Tiling(candidate.source, candidate.target, candidate.grid, candidate.split_source)
-    return _Round(base_model, base.head_bytes, tiling, data, head, candidate.macs, "", points)
+    return _Round(base_model, base.head_bytes, _tiling(candidate), data, head, candidate.macs, "", points,
+                  tuple(rejected))
+
+
+def _tiling(candidate: Candidate) -> Tiling:
+    return Tiling(candidate.source, candidate.target, candidate.grid, candidate.split_source)
 
 
 def _placement(graph: Graph, seconds: float = PLACE_SECONDS) -> tuple[list[Buffer], Placement]:
