@@ -45,12 +45,12 @@ RESIZE_OPCODES = frozenset({"RESIZE_NEAREST_NEIGHBOR", "RESIZE_BILINEAR"})
 CHANNEL_OPCODES = frozenset({"CONCATENATION", "SPLIT", "SPLIT_V"})  # along channels only: each pixel on its own
 TILEABLE_OPCODES = (CONV_OPCODES | POOL_OPCODES | UNARY_OPCODES | BINARY_OPCODES | PAD_OPCODES | RESIZE_OPCODES
                     | CHANNEL_OPCODES)
-# Reductions: global when they reduce over rows or columns (a squeeze-and-excitation block's pooling).
 # Element types every operator tiling adds to a region's tensors runs on in TFLM (STRIDED_SLICE, CONCATENATION,
 # PAD/PADV2 and SPLIT_V all take these; STRIDED_SLICE and CONCATENATION refuse uint8). A window holds its tensor's
 # type, so a region whose tensors have another type (a uint8 model input before its QUANTIZE) cannot be tiled:
 # its region starts after the QUANTIZE instead.
 WINDOW_TYPES = frozenset({"float32", "int8", "int16", "int32"})
+# Reductions: global when they reduce over rows or columns (a squeeze-and-excitation block's pooling).
 REDUCE_OPCODES = frozenset({"MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD"})
 
 
