@@ -34,9 +34,11 @@ demo-board: demo firmware-deps
 	lowtide measure $(BUILD)/demo.tflite --board qemu-m4
 	lowtide measure $(BUILD)/demo_optimized.tflite --board qemu-m4
 
+# Two workers, one test file each at a time (a file's tests share its fixtures and folders); the user cache's
+# builds are locked, so workers building the same thing build it once.
 test: install firmware-deps tflm-lib
 	$(PYTHON) -m ruff check host tests benchmarks scripts firmware
-	$(PYTHON) -m pytest -q --lowtide-board host-tflm --lowtide-board qemu-m4
+	$(PYTHON) -m pytest -q -n 2 --dist loadfile --lowtide-board host-tflm --lowtide-board qemu-m4
 
 bench: install
 	$(PYTHON) benchmarks/optimize_bench.py
