@@ -193,7 +193,7 @@ upload_command = {python} {directory}/record_upload.py $SOURCE $UPLOAD_PORT
 RECORD_UPLOAD = """\
 import json, pathlib, sys
 with open(pathlib.Path(__file__).with_name("uploads.jsonl"), "a") as log:
-    log.write(json.dumps({"elf": sys.argv[1], "port": sys.argv[2]}) + "\\n")
+    log.write(json.dumps({"elf": str(pathlib.Path(sys.argv[1]).resolve()), "port": sys.argv[2]}) + "\\n")
 """
 LAB_BOARD = """\
 name = "qemu-lab-board"

@@ -56,4 +56,4 @@ def main(elf: Path, port: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1]), Path(sys.argv[2])))
+    sys.exit(main(Path(sys.argv[1]).resolve(), Path(sys.argv[2])))  # PlatformIO passes it relative to the project

@@ -124,11 +124,12 @@ def read_firmware_image(elf: Path, platformio_env: str) -> FirmwareImage:
 # --- building ------------------------------------------------------------------------------------------------------
 
 
-def _run_pio(args: list[str], timeout: float, what: str, log_path: Path | None = None) -> None:
-    """Runs `pio ARGS`; a failure becomes one line: lowtide's own error (the project script's), a linker's memory
+def _run_pio(project: Path, args: list[str], timeout: float, what: str, log_path: Path | None = None) -> None:
+    """Runs `pio ARGS` on `project` from inside it (an uploader gets paths relative to it); a failure becomes one line: lowtide's own error (the project script's), a linker's memory
     overflow, or the log's last error line, with the whole log kept in `log_path`."""
     try:
-        done = subprocess.run([sys.executable, "-m", "platformio", *args], env=platformio_environment(),
+        done = subprocess.run([sys.executable, "-m", "platformio", *args, "-d", str(project)], cwd=project,
+                              env=platformio_environment(),
                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -178,7 +179,7 @@ def firmware_project(spec: BoardSpec, model_path: Path | None, runtime: str, tfl
         stamp.unlink(missing_ok=True)
         write_project(directory, files)
         ensure_tool_scons()
-        _run_pio(["run", "-d", str(directory), "-e", spec.platformio_env], BUILD_TIMEOUT_S, what,
+        _run_pio(directory, ["run", "-e", spec.platformio_env], BUILD_TIMEOUT_S, what,
                  directory / f"pio-{spec.platformio_env}.log")
         if not project.elf.is_file():
             raise LowtideError(f"the {spec.platformio_env} build produced no firmware.elf", directory)
@@ -217,6 +218,6 @@ def upload_firmware(spec: BoardSpec, model_path: Path, port: str, runtime: str |
         raise LowtideError(f"{spec.name} is emulated: there is nothing to flash", spec.path)
     _, project = _built(spec, model_path, runtime, None)
     with exclusive_lock(project.directory.with_name(project.directory.name + ".lock")):
-        _run_pio(["run", "-d", str(project.directory), "-e", spec.platformio_env, "-t", "upload", "--upload-port",
-                  port], UPLOAD_TIMEOUT_S, f"uploading the {spec.platformio_env} firmware for {model_path.name}",
+        _run_pio(project.directory, ["run", "-e", spec.platformio_env, "-t", "upload", "--upload-port", port],
+                 UPLOAD_TIMEOUT_S, f"uploading the {spec.platformio_env} firmware for {model_path.name}",
                  project.directory / f"pio-{spec.platformio_env}-upload.log")
