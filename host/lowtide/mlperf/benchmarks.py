@@ -28,7 +28,7 @@ class Benchmark:
     task: str
     element: str  # what the runner sends per input element: int8, uint8 or float32
     elements: int | None  # elements of one input; None: whatever the model takes (a user's own benchmark)
-    classes: int  # outputs scored for accuracy (1: an anomaly score)
+    label_classes: int  # the labels' classes (ad01: normal or anomalous); 0: a user's, the model's output count
     window_stride: int | None = None  # ad01: a dataset file is a recording, sent as windows this many bytes apart
 
     @property
@@ -44,7 +44,7 @@ BENCHMARKS = {b.id: b for b in (
     Benchmark("kws01", "keyword spotting", "int8", 490, 12),
     Benchmark("vww01", "visual wake words", "uint8", 96 * 96 * 3, 2),
     Benchmark("ic01", "image classification", "uint8", 32 * 32 * 3, 10),
-    Benchmark("ad01", "anomaly detection", "float32", 640, 1, window_stride=512),
+    Benchmark("ad01", "anomaly detection", "float32", 640, 2, window_stride=512),
 )}
 STREAMING_ID = "sww01"  # the streaming wake-word test: needs an interface board that plays audio, not the db grammar
 
