@@ -18,7 +18,7 @@ from lowtide import oracle
 from lowtide.device.measure import measure
 from lowtide.device.spec import get_board_spec
 from lowtide.mlperf.benchmarks import BENCHMARKS, mlperf_protocol
-from lowtide.mlperf.datasets import LABELS_FILE
+from lowtide.mlperf.datasets import LABELS_FILE, generate_dataset
 from lowtide.mlperf.runner import run_mlperf, session_results
 from lowtide.model.reader import load_model
 
@@ -189,8 +189,13 @@ def runs(request, tmp_path_factory):
     work = tmp_path_factory.mktemp(f"mlperf-{benchmark}-{runtime}")
     performance = run_mlperf(model, "qemu-m4", benchmark, "performance", runner=RUNNER_ARCHIVE, runtime=runtime,
                              work_dir=work)
-    accuracy = run_mlperf(model, "qemu-m4", benchmark, "accuracy", runner=RUNNER_ARCHIVE, runtime=runtime,
-                          work_dir=work)
+    # Accuracy on a dataset of the test's own (the generated one goes with its run), which --dataset checks.
+    graph = load_model(model)
+    dataset = generate_dataset(work / "datasets", BENCHMARKS[benchmark],
+                               mlperf_protocol(graph, BENCHMARKS[benchmark]).db_bytes,
+                               BENCHMARKS[benchmark].label_classes, seed=1, windows=2)
+    accuracy = run_mlperf(model, "qemu-m4", benchmark, "accuracy", dataset=dataset.root, runner=RUNNER_ARCHIVE,
+                          runtime=runtime, work_dir=work)
     return model, benchmark, runtime, performance, accuracy
 
 
@@ -203,9 +208,9 @@ def test_runner_throughput_is_instructions_at_the_boards_clock(runs):
     measured = measure(model, board="qemu-m4", runtime=runtime, iterations=1, warmup=0)
     instructions = measured.latency_cycles.median
     expected = get_board_spec("qemu-m4").clock_hz / instructions
-    # A window also holds copying the input in before each inference (the compiled runtime writes over it), and the
-    # runner's inputs are not lowtide's random ones: within 0.1 %.
-    assert performance.median_throughput == pytest.approx(expected, rel=1e-3)
+    # A window also holds preparing each inference (the input copied in, as the compiled runtime writes over it;
+    # TFLM's Reset), and the runner's inputs are not lowtide's random ones: within 0.5 %.
+    assert performance.median_throughput == pytest.approx(expected, rel=5e-3)
     log = (Path(performance.session_dir) / "log.txt").read_text()
     assert "Runtime requirements have been met." in log
 
