@@ -1,5 +1,5 @@
 /* The runtime interface: what the protocol core needs from whatever runs the model. One implementation is linked,
- * chosen at build time by firmware/app/lowtide_model.py:
+ * chosen at build time by firmware/app/lowtide_project.py:
  *   lt_model_compiled.c  the C99 code `lowtide compile` generates (LT_RUNTIME_COMPILED; the default)
  *   lt_model_tflm.cc     TensorFlow Lite Micro's MicroInterpreter, reference or CMSIS-NN kernels (LT_RUNTIME_TFLM)
  *   lt_model_none.c      no model configured: the board answers HELLO with "model not ready"
@@ -41,9 +41,12 @@ uint8_t *lt_model_input_staging(int index);
 uint32_t lt_model_output_bytes(int index);
 const uint8_t *lt_model_output(int index);
 
+/* lt_model_prepare's pattern for a timed benchmark (lt_mlperf.c): no painting, whose memset would be timed too. */
+#define LT_MODEL_NO_PAINT (-1)
+
 /* Before every invocation: reset the runtime's state, copy the staged inputs into the input tensors and, where the
- * runtime allows, paint the arena with `pattern` first. */
-void lt_model_prepare(uint8_t pattern);
+ * runtime allows, paint the arena with `pattern` (a byte, or LT_MODEL_NO_PAINT) first. */
+void lt_model_prepare(int pattern);
 /* Runs the model once; 0 on success. `hook` may be NULL. */
 int lt_model_invoke(lt_model_op_hook hook, void *user);
 /* Bytes of the arena found written since it was last painted; LT_UNKNOWN_U32 if this runtime cannot paint. */

@@ -65,12 +65,14 @@ uint32_t lt_model_output_bytes(int index) { return model_outputs[index].bytes; }
 
 const uint8_t *lt_model_output(int index) { return (const uint8_t *)model_output(arena, index); }
 
-void lt_model_prepare(uint8_t pattern) {
+void lt_model_prepare(int pattern) {
   /* The TFLM runtime resets its interpreter before every invocation (variables back to their initial values);
    * the compiled model's state does the same, so both compute what the host oracle computes from fresh state. */
   model_reset();
-  lt_arena_paint(arena, LT_ARENA_CAPACITY, pattern);
-  painted_with = pattern;
+  if (pattern != LT_MODEL_NO_PAINT) {
+    lt_arena_paint(arena, LT_ARENA_CAPACITY, (uint8_t)pattern);
+    painted_with = (uint8_t)pattern;
+  }
   for (int i = 0; i < MODEL_INPUT_COUNT; i++) {
     memcpy(model_input(arena, i), staging + staging_offset[i], model_inputs[i].bytes);
   }

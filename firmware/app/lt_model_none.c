@@ -22,7 +22,7 @@ uint32_t lt_model_input_bytes(int index) { return (void)index, 0; }
 uint8_t *lt_model_input_staging(int index) { return (void)index, NULL; }
 uint32_t lt_model_output_bytes(int index) { return (void)index, 0; }
 const uint8_t *lt_model_output(int index) { return (void)index, NULL; }
-void lt_model_prepare(uint8_t pattern) { (void)pattern; }
+void lt_model_prepare(int pattern) { (void)pattern; }
 int lt_model_invoke(lt_model_op_hook hook, void *user) { return (void)hook, (void)user, -1; }
 uint32_t lt_model_arena_high_water(void) { return LT_UNKNOWN_U32; }
 

@@ -132,7 +132,7 @@ uint32_t lt_model_output_bytes(int index) { return (uint32_t)tflm.interpreter->o
 
 const uint8_t *lt_model_output(int index) { return tflm.interpreter->output(index)->data.uint8; }
 
-void lt_model_prepare(uint8_t pattern) {
+void lt_model_prepare(int pattern) {
   (void)pattern; /* painted once, before AllocateTensors */
   tflm.interpreter->Reset();
   for (int i = 0; i < info.input_count; i++) {

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from lowtide.compile.codegen import compile_model
 from lowtide.errors import LowtideError, missing_tool
+from lowtide.mlperf.benchmarks import MlperfProtocol
 from lowtide.model.ir import Graph, sha256_hex
 from lowtide.model.reader import load_model
 from lowtide.resources import (
@@ -164,8 +165,9 @@ def _tflm_model(path: Path, graph: Graph, data: bytes, runtime: str, kernels: Ke
 
 
 def model_build(path: Path, runtime: str, kernels: KernelSet | None, core: str, tflm_arena_bytes: int | None,
-                files: dict[str, bytes]) -> ModelBuild:
-    """The model's part of a project (its files go into `files`): compiled C, or TFLM with `kernels`."""
+                files: dict[str, bytes], mlperf: MlperfProtocol | None = None) -> ModelBuild:
+    """The model's part of a project (its files go into `files`): compiled C, or TFLM with `kernels`; serving
+    MLPerf Tiny's grammar instead of lowtide's protocol where `mlperf` says so."""
     data = path.read_bytes()
     graph = load_model(path)
     if kernels is None:
@@ -175,6 +177,9 @@ def model_build(path: Path, runtime: str, kernels: KernelSet | None, core: str, 
         build = _tflm_model(path, graph, data, runtime, kernels, core, tflm_arena_bytes, files)
     build.defines.append(("LT_MODEL_SIZE", f"{len(data)}u"))
     build.string_defines.append(("LT_MODEL_SHA256", sha256_hex(data)))
+    if mlperf is not None:
+        build.defines += mlperf.defines()
+        build.string_defines.append(("LT_MLPERF_MODEL_ID", mlperf.model_id))
     return build
 
 
@@ -296,14 +301,14 @@ def ensure_tool_scons() -> None:
 
 def project_files(platformio_env: str, board_config: Path | None, description: str, model: Path | None,
                   runtime: str, kernels: KernelSet | None, core: str,
-                  tflm_arena_bytes: int | None) -> dict[str, bytes]:
+                  tflm_arena_bytes: int | None, mlperf: MlperfProtocol | None = None) -> dict[str, bytes]:
     """Every file of the project, by its path in the project."""
     files: dict[str, bytes] = {}
     for part in FIRMWARE_PARTS:
         for path in shipped_files(FIRMWARE_DIR / part):
             files[f"firmware/{path.relative_to(FIRMWARE_DIR).as_posix()}"] = path.read_bytes()
     if model is not None:
-        build = model_build(model, runtime, kernels, core, tflm_arena_bytes, files)
+        build = model_build(model, runtime, kernels, core, tflm_arena_bytes, files, mlperf)
         files[PROJECT_SPEC] = build.to_json().encode()
     files["platformio.ini"] = platformio_ini(platformio_env, board_config, local_platform_uri(),
                                              platformio_core_dir(), description).encode()

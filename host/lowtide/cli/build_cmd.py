@@ -32,6 +32,7 @@ from lowtide.device.spec import (
     predict_board_arena,
 )
 from lowtide.memory import tflm_plan
+from lowtide.mlperf.benchmarks import benchmark_named, mlperf_protocol
 from lowtide.model.reader import load_model
 
 
@@ -81,12 +82,13 @@ _BOARD_HELP = "a shipped board (`lowtide boards` lists them) or a board file's p
 
 
 def _build(model: Path, spec: BoardSpec, console: Console | None, runtime: str | None,
-           project_dir: Path | None = None) -> BuildReport:
+           project_dir: Path | None = None, mlperf_benchmark: str | None = None) -> BuildReport:
+    mlperf = mlperf_protocol(load_model(model), benchmark_named(mlperf_benchmark)) if mlperf_benchmark else None
     if console is None:
-        image = build_board_firmware(spec, model, runtime, project_dir)
+        image = build_board_firmware(spec, model, runtime, project_dir, mlperf)
     else:
         with console.status(f"building the {spec.platformio_env} firmware for {model.name}"):
-            image = build_board_firmware(spec, model, runtime, project_dir)
+            image = build_board_firmware(spec, model, runtime, project_dir, mlperf)
     return build_report(model, spec, image, runtime)
 
 
@@ -121,9 +123,13 @@ def build(
     project_dir: Annotated[Path | None, typer.Option(
         help="write the self-contained PlatformIO project here and build it there (then `pio run -d DIR`, "
              "`pio debug`, an IDE); default: the user cache")] = None,
+    mlperf: Annotated[str | None, typer.Option(
+        help="answer MLPerf Tiny's serial grammar as this benchmark (kws01, vww01, ic01, ad01, or your own id) "
+             "instead of lowtide's protocol (docs/mlperf.md)")] = None,
 ) -> None:
     """Build the firmware image for BOARD's PlatformIO env with MODEL in it."""
-    report = _build(model, get_board_spec(board), None if as_json else Console(stderr=True), runtime, project_dir)
+    report = _build(model, get_board_spec(board), None if as_json else Console(stderr=True), runtime, project_dir,
+                    mlperf)
     if as_json:
         print(json.dumps(asdict(report)))
         return

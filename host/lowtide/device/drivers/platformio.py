@@ -28,6 +28,7 @@ from lowtide.device.spec import (
     predict_board_arena,
 )
 from lowtide.errors import LowtideError, missing_tool
+from lowtide.mlperf.benchmarks import MlperfProtocol
 from lowtide.model.reader import load_model
 from lowtide.project import (
     BUILT_STAMP,
@@ -160,14 +161,15 @@ def _check_tools(tools: tuple[str, ...]) -> None:
 
 
 def firmware_project(spec: BoardSpec, model_path: Path | None, runtime: str, tflm_arena: Arena32 | None = None,
-                     project_dir: Path | None = None) -> FirmwareProject:
+                     project_dir: Path | None = None, mlperf: MlperfProtocol | None = None) -> FirmwareProject:
     """The project for `spec` with the model in it (none: a model-less image) run by `runtime`, built: in the user
-    cache unless `project_dir` names a folder of the user's. Runs for the same content wait for one build."""
+    cache unless `project_dir` names a folder of the user's. Runs for the same content wait for one build. `mlperf`:
+    the image answers MLPerf Tiny's grammar instead of lowtide's protocol."""
     _check_tools(EMULATOR_TOOLS if spec.emulated else ())
     model_path = model_path.resolve() if model_path else None
     kernels = RUNTIME_KERNELS[runtime] if model_path else None
     files = project_files(spec.platformio_env, spec.platformio_config, f"{spec.name}: {spec.description}",
-                          model_path, runtime, kernels, spec.core, tflm_arena.arena_bytes if tflm_arena else None)
+                          model_path, runtime, kernels, spec.core, tflm_arena.arena_bytes if tflm_arena else None, mlperf)
     directory = project_dir.resolve() if project_dir else cached_project_dir(spec.platformio_env, runtime,
                                                                              model_path, files)
     project = FirmwareProject(directory, spec.platformio_env, runtime, model_path)
@@ -188,16 +190,16 @@ def firmware_project(spec: BoardSpec, model_path: Path | None, runtime: str, tfl
 
 
 def build_board_firmware(spec: BoardSpec, model_path: Path, runtime: str | None = None,
-                         project_dir: Path | None = None) -> FirmwareImage:
+                         project_dir: Path | None = None, mlperf: MlperfProtocol | None = None) -> FirmwareImage:
     """The firmware for `spec` with the model in it, run by `runtime` (default: the board's): refused before
     building if the model cannot fit the board, built (or found built), and checked against the board's memory
     from its ELF."""
-    image, _ = _built(spec, model_path, runtime, project_dir)
+    image, _ = _built(spec, model_path, runtime, project_dir, mlperf)
     return image
 
 
-def _built(spec: BoardSpec, model_path: Path, runtime: str | None,
-           project_dir: Path | None) -> tuple[FirmwareImage, FirmwareProject]:
+def _built(spec: BoardSpec, model_path: Path, runtime: str | None, project_dir: Path | None,
+           mlperf: MlperfProtocol | None = None) -> tuple[FirmwareImage, FirmwareProject]:
     runtime = check_runtime(runtime or spec.runtime)
     graph = load_model(model_path)
     if RUNTIME_KERNELS[runtime] is not None:
@@ -205,18 +207,19 @@ def _built(spec: BoardSpec, model_path: Path, runtime: str | None,
         check_estimate_fits(spec, estimate_footprint(graph, tflm_head_only=True))
     tflm_arena = predict_board_arena(spec, model_path, runtime, graph)
     check_estimate_fits(spec, estimate_footprint(graph, tflm_arena))
-    project = firmware_project(spec, model_path, runtime, tflm_arena, project_dir)
+    project = firmware_project(spec, model_path, runtime, tflm_arena, project_dir, mlperf)
     image = dataclasses.replace(read_firmware_image(project.elf, spec.platformio_env), project_dir=project.directory)
     check_image_fits(spec, image, model_path.stem)
     return image, project
 
 
-def upload_firmware(spec: BoardSpec, model_path: Path, port: str, runtime: str | None = None) -> None:
+def upload_firmware(spec: BoardSpec, model_path: Path, port: str, runtime: str | None = None,
+                    mlperf: MlperfProtocol | None = None) -> None:
     """PlatformIO's upload of the firmware for `spec` (built, or found built) to the board on `port`: the env's
     own uploader."""
     if spec.emulated:
         raise LowtideError(f"{spec.name} is emulated: there is nothing to flash", spec.path)
-    _, project = _built(spec, model_path, runtime, None)
+    _, project = _built(spec, model_path, runtime, None, mlperf)
     with exclusive_lock(project.directory.with_name(project.directory.name + ".lock")):
         _run_pio(project.directory, ["run", "-e", spec.platformio_env, "-t", "upload", "--upload-port", port],
                  UPLOAD_TIMEOUT_S, f"uploading the {spec.platformio_env} firmware for {model_path.name}",

@@ -1,0 +1,269 @@
+"""MLPerf Tiny: the firmware's grammar (firmware/app/lt_mlperf.c) built on this machine and driven byte by byte, and
+MLCommons' runner, unmodified, driving qemu-m4 in performance and accuracy mode: its throughput is the board's
+instruction count at the board's clock, its scores are the host TFLM's on the same inputs."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import REPO, SHARED_MODELS, needs_firmware_tools
+from lowtide import oracle
+from lowtide.device.measure import measure
+from lowtide.device.spec import get_board_spec
+from lowtide.mlperf.benchmarks import BENCHMARKS, mlperf_protocol
+from lowtide.mlperf.datasets import LABELS_FILE, generate_dataset
+from lowtide.mlperf.runner import run_mlperf, session_results
+from lowtide.model.reader import load_model
+
+RUNNER_ARCHIVE = REPO.parent / "shared" / "mlperf-tiny" / "mlperf-tiny-runner-1afd2c98.tar.gz"
+APP = REPO / "firmware" / "app"
+KWS = SHARED_MODELS / "mlperf_kws_dscnn_int8.tflite"
+AD = SHARED_MODELS / "mlperf_ad01_int8.tflite"
+FAKE_INSTRUCTIONS, FAKE_CLOCK_HZ = 250000, 25000000  # firmware/hosttest/mlperf_host.c
+
+
+# --- the grammar on the host ----------------------------------------------------------------------------------------
+
+
+def _host_build(out: Path, name: str, defines: dict[str, str]) -> Path:
+    if shutil.which("gcc") is None:
+        pytest.fail("gcc is needed to build firmware/app/lt_mlperf.c on the host")
+    exe = out / name
+    flags = [f"-D{k}={v}" for k, v in defines.items()]
+    build = subprocess.run(
+        ["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-fsanitize=address,undefined", "-fno-sanitize-recover",
+         "-DLT_PROTOCOL_MLPERF", *flags, f"-I{APP}", f"-I{REPO / 'firmware' / 'bsp'}",
+         f"-I{REPO / 'firmware' / 'protocol'}", str(APP / "lt_mlperf.c"),
+         str(REPO / "firmware" / "hosttest" / "mlperf_host.c"), "-o", str(exe)],
+        capture_output=True, text=True, check=False)
+    assert build.returncode == 0, build.stderr
+    return exe
+
+
+@pytest.fixture(scope="module")
+def kws_like(tmp_path_factory) -> Path:
+    """8 int8 bytes in, the same 8 out as scores (scale 1/256, zero point -128)."""
+    return _host_build(tmp_path_factory.mktemp("mlperf_c"), "kws_like", {
+        "LT_MLPERF_MODEL_ID": '"kws01"', "LT_MLPERF_DB_BYTES": "8", "FAKE_INPUT_BYTES": "8",
+        "LT_MLPERF_OUTPUT_SCALE": "0.00390625f", "LT_MLPERF_OUTPUT_ZERO_POINT": "-128"})
+
+
+@pytest.fixture(scope="module")
+def ad_like(tmp_path_factory) -> Path:
+    """4 fp32 values in, quantized (scale 0.1, zero point 3); the score is the reconstruction's mean squared error."""
+    return _host_build(tmp_path_factory.mktemp("mlperf_c"), "ad_like", {
+        "LT_MLPERF_MODEL_ID": '"ad01"', "LT_MLPERF_DB_BYTES": "16", "FAKE_INPUT_BYTES": "4", "LT_MLPERF_INPUT": "2",
+        "LT_MLPERF_RESULT": "1", "LT_MLPERF_INPUT_SCALE": "0.1f", "LT_MLPERF_INPUT_ZERO_POINT": "3",
+        "LT_MLPERF_OUTPUT_SCALE": "0.1f", "LT_MLPERF_OUTPUT_ZERO_POINT": "3"})
+
+
+def _decimal(value: float) -> str:
+    """A score as the firmware prints it: 6 decimals, halves rounded up (not Python's round-half-even)."""
+    fixed = int(abs(value) * 10**6 + 0.5)
+    return f"{'-' if value < 0 else ''}{fixed // 10**6}.{fixed % 10**6:06d}"
+
+
+def _replies(exe: Path, commands: bytes) -> list[list[str]]:
+    """The board's lines for each command (after the boot lines), split at m-ready."""
+    run = subprocess.run([exe], input=commands, capture_output=True, check=False)
+    assert run.returncode == 0, run.stderr.decode()
+    text = run.stdout.decode()
+    assert "\r\n" in text and "\n" not in text.replace("\r\n", "")
+    replies, current = [], []
+    for line in text.split("\r\n")[:-1]:
+        current.append(line)
+        if line == "m-ready":
+            replies.append(current[:-1])
+            current = []
+    assert replies[0] == ["m-init-done"] and not current
+    return replies[1:]
+
+
+def test_grammar_answers_the_runners_commands(kws_like):
+    name, profile, load, chunk1, chunk2, infer, results = _replies(
+        kws_like, b"name%profile%db load 8%db 0001027f%db 80ff0203%infer 3 1%results%")
+    assert name == ["m-name-dut-[lowtide host]"]
+    assert profile == ["m-profile-[ULPMark for tinyML Firmware V0.0.1]", "m-model-[kws01]"]
+    assert load == ["m-[Expecting 8 bytes]"] and chunk1 == [] and chunk2 == ["m-load-done"]
+    assert infer[:3] == ["m-warmup-start-1", "m-warmup-done", "m-infer-start-3"]
+    t0, t1 = (int(line.removeprefix("m-lap-us-")) for line in infer[3:5])
+    # instructions at the board's clock: the warm-up's, then three inferences'
+    assert (t0, t1) == (FAKE_INSTRUCTIONS * 10**6 // FAKE_CLOCK_HZ, 4 * FAKE_INSTRUCTIONS * 10**6 // FAKE_CLOCK_HZ)
+    scores = [(b - 256 if b > 127 else b) for b in bytes.fromhex("0001027f80ff0203")]
+    expected = ",".join(_decimal((q + 128) / 256) for q in scores)
+    assert infer[5:] == ["m-infer-done", f"m-results-[{expected}]"]
+    assert results == [f"m-results-[{expected}]"]
+
+
+@pytest.mark.parametrize("commands, error", [
+    (b"x" * 81 + b"%", "e-[Command longer than the 80-character buffer]"),
+    (b"db load 9%", "e-[This model takes 8 bytes, not 9]"),
+    (b"db load 0%", "e-[Command 'db load' requires the # of bytes, >0]"),
+    (b"db 0011%", "e-[No db load in progress]"),
+    (b"db 0g%", "e-[Invalid hex digit in 0g]"),
+    (b"db 001%", "e-[Insufficent number of hex digits]"),
+    (b"infer 2%", "e-[Load the input first: db load 8, then its bytes]"),
+    (b"infer 0 1%", "e-[Inference iterations must be >0]"),
+    (b"infer 1 -1%", "e-[Inference warmup must be >=0]"),
+    (b"results%", "e-[No inference has completed]"),
+    (b"%", "e-[Empty command]"),
+    (b"bogus 1%", "e-[Unknown command: bogus]"),
+])
+def test_bad_commands_get_one_error_and_the_board_stays_ready(kws_like, commands, error):
+    *replies, after = _replies(kws_like, commands + b"db load 8%db 0001020304050607%infer 1 0%")
+    assert replies[0] == [error]
+    assert after[-2:] == ["m-infer-done", f"m-results-[{','.join(_decimal((q + 128) / 256) for q in range(8))}]"]
+
+
+def test_more_bytes_than_announced_abandon_the_load(kws_like):
+    load, over, infer = _replies(kws_like, b"db load 8%db 000102030405060708%infer 1 0%")
+    assert over == ["e-[More bytes than db load announced]"]
+    assert infer == ["e-[Load the input first: db load 8, then its bytes]"]
+
+
+def test_fp32_inputs_are_quantized_and_scored_by_reconstruction(ad_like):
+    values = np.array([1.0, -2.0, 0.26, 10.0], "<f4")
+    _, _, infer = _replies(ad_like, b"db load 16%db " + values.tobytes().hex().encode() + b"%infer 1 0%")
+    q = np.clip(np.trunc(values / np.float32(0.1) + np.copysign(np.float32(0.5), values)) + 3, -128, 127)
+    reconstruction = ((q - 3) * np.float32(0.1)).astype(np.float32)
+    assert infer[-1] == f"m-results-[{_decimal(float(np.mean((reconstruction - values) ** 2)))}]"
+
+
+# --- input checks ---------------------------------------------------------------------------------------------------
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO / "host"))
+    return subprocess.run([sys.executable, "-c", "from lowtide.cli import main; main()", "mlperf", *args],
+                          capture_output=True, text=True, env=env, cwd=cwd, check=False, timeout=120)
+
+
+def _bad_dataset(root: Path) -> Path:
+    folder = root / "kws01"
+    folder.mkdir(parents=True)
+    (folder / "a.bin").write_bytes(bytes(489))
+    (folder / LABELS_FILE).write_text("a.bin,12,3\n")
+    return root
+
+
+@pytest.mark.parametrize("case, message", [
+    ("model", r"input \(1, 640\) has 640 elements, but kws01 sends 490"),
+    ("runner", r"not MLCommons' MLPerf Tiny runner"),
+    ("dataset", r"a\.bin has 489 bytes; a kws01 input has 490"),
+    ("no dataset", r"not an MLPerf Tiny dataset for kws01: no kws01/y_labels.csv"),
+    ("streaming", r"sww01 streams audio through an interface board"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, case, message):
+    model, benchmark, extra = (AD if case == "model" else KWS), "sww01" if case == "streaming" else "kws01", []
+    if case == "runner":
+        extra = ["--runner", str(tmp_path)]
+    else:
+        extra = ["--runner", str(RUNNER_ARCHIVE)]
+    if case == "dataset":
+        extra += ["--dataset", str(_bad_dataset(tmp_path / "data"))]
+    if case == "no dataset":
+        extra += ["--dataset", str(tmp_path)]
+    done = _cli(str(model), "--board", "qemu-m4", "--benchmark", benchmark, *extra, cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith("lowtide: error: ")
+    assert re.search(message, done.stderr), done.stderr
+
+
+# --- the runner against qemu-m4 -----------------------------------------------------------------------------------
+
+CASES = [(KWS, "kws01", "compiled"), (KWS, "kws01", "tflm-cmsis-nn"), (AD, "ad01", "compiled"),
+         (AD, "ad01", "tflm-cmsis-nn")]
+
+
+@pytest.fixture(scope="module", params=CASES, ids=lambda c: f"{c[1]}-{c[2]}")
+def runs(request, tmp_path_factory):
+    """One performance and one accuracy run of the runner for a model and runtime (one firmware build)."""
+    model, benchmark, runtime = request.param
+    work = tmp_path_factory.mktemp(f"mlperf-{benchmark}-{runtime}")
+    performance = run_mlperf(model, "qemu-m4", benchmark, "performance", runner=RUNNER_ARCHIVE, runtime=runtime,
+                             work_dir=work)
+    # Accuracy on a dataset of the test's own (the generated one goes with its run), which --dataset checks. ad01's
+    # recordings cut into windows are the runner's doing, checked once: each window is 83 commands to QEMU.
+    graph = load_model(model)
+    dataset = generate_dataset(work / "datasets", BENCHMARKS[benchmark],
+                               mlperf_protocol(graph, BENCHMARKS[benchmark]).db_bytes,
+                               BENCHMARKS[benchmark].label_classes, seed=1, windows=2 if runtime == "compiled" else 1)
+    accuracy = run_mlperf(model, "qemu-m4", benchmark, "accuracy", dataset=dataset.root, runner=RUNNER_ARCHIVE,
+                          runtime=runtime, work_dir=work)
+    return model, benchmark, runtime, performance, accuracy
+
+
+@needs_firmware_tools
+def test_runner_throughput_is_instructions_at_the_boards_clock(runs):
+    model, benchmark, runtime, performance, _ = runs
+    assert len(performance.window_throughputs) == 5
+    assert performance.median_throughput == round(float(np.median(performance.window_throughputs)), 3)
+    # lowtide's own count of one invocation's instructions, at the clock the board states
+    measured = measure(model, board="qemu-m4", runtime=runtime, iterations=1, warmup=0)
+    instructions = measured.latency_cycles.median
+    expected = get_board_spec("qemu-m4").clock_hz / instructions
+    # A window also holds preparing each inference (the input copied in, as the compiled runtime writes over it;
+    # TFLM's Reset), and the runner's inputs are not lowtide's random ones: within 0.5 %.
+    assert performance.median_throughput == pytest.approx(expected, rel=5e-3)
+    log = (Path(performance.session_dir) / "log.txt").read_text()
+    assert "Runtime requirements have been met." in log
+
+
+def _host_scores(model: Path, benchmark: str, inputs: list[bytes]) -> list[list[float]]:
+    """What the firmware's m-results should say for each input, from the host TFLM."""
+    graph = load_model(model)
+    protocol = mlperf_protocol(graph, BENCHMARKS[benchmark])
+    if benchmark == "ad01":
+        floats = [np.frombuffer(data, "<f4") for data in inputs]
+        scale = np.float32(protocol.input_scale)
+        quantized = [np.clip(np.trunc(x / scale + np.copysign(np.float32(0.5), x)) + protocol.input_zero_point,
+                             -128, 127).astype(np.int8) for x in floats]
+    else:
+        quantized = [np.frombuffer(data, np.int8) for data in inputs]
+    shape = graph.main.tensors[graph.main.inputs[0]].shape
+    outputs = oracle.run_sequence(model.read_bytes(), [[q.reshape(shape)] for q in quantized], str(model),
+                                  reset_before=frozenset(range(len(inputs))))
+    scores = []
+    for x, (out,) in zip(inputs, outputs):
+        values = (out.astype(np.float32).ravel() - protocol.output_zero_point) * np.float32(protocol.output_scale)
+        if benchmark == "ad01":
+            diff = values - np.frombuffer(x, "<f4")
+            total = np.float32(0)
+            for d in diff:
+                total = np.float32(total + d * d)
+            scores.append([float(total / np.float32(len(diff)))])
+        else:
+            scores.append([float(v) for v in values])
+    return scores
+
+
+@needs_firmware_tools
+def test_runner_accuracy_scores_are_the_host_tflms(runs):
+    model, benchmark, runtime, _, accuracy = runs
+    entries = [e for e in session_results(accuracy) if "infer" in e]
+    folder = Path(accuracy.dataset) / benchmark
+    inputs, windows_sent = [], {}
+    for entry in entries:
+        data = (folder / entry["file"]).read_bytes()
+        if benchmark == "ad01":
+            # the runner's windows of each recording, in order: bytes_to_send every stride
+            index = windows_sent[entry["file"]] = windows_sent.get(entry["file"], -1) + 1
+            start = index * int(entry["stride"])
+            data = data[start:start + int(entry["bytes_to_send"])]
+        inputs.append(data)
+    expected = _host_scores(model, benchmark, inputs)
+    for entry, scores in zip(entries, expected):
+        assert entry["infer"]["results"] == pytest.approx([round(s, 6) for s in scores], abs=2e-6, rel=1e-5)
+    assert accuracy.top1_percent is not None and accuracy.auc is not None
+    if benchmark == "kws01":
+        labels = [int(e["class"]) for e in entries]
+        top1 = 100 * np.mean([int(np.argmax(s)) == label for s, label in zip(expected, labels)])
+        assert accuracy.top1_percent == round(float(top1), 1)
+    assert accuracy.median_throughput is None
