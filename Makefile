@@ -5,7 +5,7 @@ BUILD ?= build
 .PHONY: install firmware-deps tflm-lib demo demo-board test bench fuzz
 
 install:
-	$(PYTHON) -m pip install --quiet -e '.[test,labgrid,firmware]'
+	$(PYTHON) -m pip install --quiet -e '.[test,labgrid,firmware,mlperf]'
 
 # The Arm toolchain, QEMU and offline PlatformIO that the emulated boards' tests need (apt needs root).
 firmware-deps: install
