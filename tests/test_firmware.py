@@ -22,6 +22,7 @@ from lowtide.compile.codegen import arena_plan
 from lowtide.device.boards import known_boards
 from lowtide.device.drivers.platformio import firmware_project
 from lowtide.project import platformio_environment
+from lowtide.storage import cache_root
 from lowtide.device.drivers.qemu import run_emulator
 from lowtide.device.measure import measure
 from lowtide.device.protocol import PROTOCOL_VERSION, Counter
@@ -229,14 +230,16 @@ def test_measure_cli_json_on_qemu_m4():
 
 
 def test_measure_reports_a_model_the_compiler_rejects(tmp_path):
-    # A float L2_POOL_2D has no kernel in the compiled runtime: the user gets the compiler's one line, not
-    # PlatformIO's log.
+    # A float L2_POOL_2D has no kernel in the compiled runtime: the user gets the compiler's one line, before
+    # PlatformIO runs (the model is compiled when its project is written), and no project is left.
     path = unsupported_model(tmp_path / "l2_pool.tflite")
+    projects = set((cache_root() / "firmware").glob("*l2_pool*"))
     with pytest.raises(LowtideError) as failure:
         measure(path, "qemu-m4", iterations=1, timeout=20)
     message = str(failure.value)
-    assert message.startswith("building the qemu-m4 firmware for l2_pool.tflite failed: ")
-    assert "operator 0 (L2_POOL_2D" in message and "\n" not in message
+    assert message == (f"{path}: cannot compile operator 0 (L2_POOL_2D float32 -> float32): no kernel in the "
+                       f"lowtide runtime")
+    assert set((cache_root() / "firmware").glob("*l2_pool*")) == projects
 
 
 def test_pio_test_runs_firmware_unit_tests_in_qemu(checkout_packages):
