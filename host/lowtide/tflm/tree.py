@@ -164,6 +164,9 @@ def _install_tree(tree: Path, kernels: KernelSet) -> None:
                            tree)
     target = _cache_sources() / kernels.tree_name
     with exclusive_lock(target.with_name(target.name + ".lock")):
+        stamp = target / ".lowtide-fingerprint"
+        if stamp.is_file() and stamp.read_text().strip() == TREE_FINGERPRINTS[kernels]:
+            return  # already there: replacing it would pull it from under builds reading it now
         staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
         try:
             shutil.copytree(tree, staging, dirs_exist_ok=True, symlinks=True)
