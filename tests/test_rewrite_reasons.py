@@ -31,7 +31,7 @@ def test_not_applicable_is_a_one_line_user_error():
 def test_partition_at_peak_reports_why_each_candidate_does_not_apply():
     graph = read_model(_bottleneck_with_relu_projection())
     with pytest.raises(NotApplicable) as caught:
-        partition_at_peak(graph, time_limit=2)
+        partition_at_peak(graph)
     message = str(caught.value)
     assert message.startswith("the memory peak (operator ")
     # The bottleneck opened by the expand: its projection is not linear. The convolutions at and after the peak:

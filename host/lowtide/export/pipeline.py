@@ -1,5 +1,8 @@
 """The whole optimization of one model: schedule the operators, place the tensors, write the model with its
-offline plan, and measure both models on the host TFLM. Used by `lowtide optimize` and the benchmark."""
+offline plan, and measure both models on the host TFLM. Used by `lowtide optimize` and the benchmark.
+
+Every search runs to a budget of work units (`lowtide.budget`), scaled by `effort`, so the same model and options
+write the same bytes on any machine; the time limit is only the safety net of the whole run."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from lowtide import oracle
+from lowtide.budget import DEFAULT_WALL_SECONDS, WallClock, WorkBudget
 from lowtide.errors import LowtideError
 from lowtide.export.offline_plan import ExportResult, export_optimized
 from lowtide.memory import buffers_to_plan, tflm_plan
@@ -25,15 +29,19 @@ from lowtide.stale import StaleReport, check_stale
 from lowtide.tflm import DEFAULT_CORE, Mcu32Arena, mcu32_arena
 from lowtide.tflm.tree import KernelSet
 
-# Share of the time limit the operator-order search may use; placement gets what is left after it, less a
-# reserve for writing the model and running the host interpreter.
+# Work units (`lowtide.budget`) of scheduling and placing the graph at effort 1: the operator-order search may use
+# SCHEDULE_SHARE of them (the default `find_schedule` budget), placement gets what it leaves (the default `place`
+# budget, 1.5 deterministic seconds of CP-SAT, when the search used all of its share).
+PLAN_UNITS = 6_000_000
 SCHEDULE_SHARE = 0.5
-RESERVE_SHARE = 0.15
-# With --rewrite, the rewrite search takes this share first; the rest is split as above between both graphs.
-REWRITE_SHARE = 0.4
-# Coarser patch grids tried beside rewrite_auto's choice (see _fewer_patches).
+# With --rewrite, the candidate graphs (original, tiled, fewer patches) share this part of PLAN_UNITS, one after
+# another, each taking its share of what the ones before it left; the rewrite search has budgets of its own.
+REWRITE_PLAN_SHARE = 1.0
+# Coarser patch grids tried beside rewrite_auto's choice (see _fewer_patches), each placed within these units.
 COARSE_GRIDS = ((2, 2), (2, 3), (3, 2), (3, 3), (4, 4))
-COARSE_PLACE_SECONDS = 1.0
+COARSE_PLACE_UNITS = 250_000
+# Placement of the stored order, when the schedule's order placed above TFLM's own head.
+STORED_PLACE_UNITS = 250_000
 
 # (phase, fraction of the phase done or None, what it has found so far)
 PhaseProgress = Callable[[str, float | None, str], None]
@@ -63,6 +71,8 @@ class OptimizeResult:
     export: ExportResult
     total_bytes: int  # measured: host TFLM on the optimized model (after one invoke when verified)
     verification: Verification | None  # only with verify=True
+    wall_clock_cuts: tuple[str, ...]  # searches the time limit (the safety net) cut, in order: none, or the
+    # written files may differ between runs
     seconds: float
     rewrite: RewriteResult | None = None  # only with rewrite=True
     rewrite_tilings: tuple[Tiling, ...] | None = None  # tilings of the written model; None: the original was kept
@@ -102,15 +112,18 @@ def _remove(paths: list[Path]) -> None:
         path.unlink(missing_ok=True)
 
 
-def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: float = 30.0, verify: bool = False,
-                   progress: PhaseProgress | None = None, rewrite: bool = False,
+def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: float = DEFAULT_WALL_SECONDS,
+                   verify: bool = False, progress: PhaseProgress | None = None, rewrite: bool = False,
                    max_mac_overhead: float = 0.20, kernels: KernelSet = KernelSet.REFERENCE,
-                   core: str = DEFAULT_CORE) -> OptimizeResult:
+                   core: str = DEFAULT_CORE, effort: float = 1.0) -> OptimizeResult:
     """Optimize `model_path` into `out_path` (+ .h, .json), the header sized for TFLM on `core` with `kernels`. With `verify`, both models run on the host TFLM on
     the same random inputs; differing outputs or a head other than planned raise LowtideError, and the
     written files are removed so a broken plan cannot reach a device. With `rewrite`, the graph is also rewritten
-    (patch tiling within `max_mac_overhead` extra MACs) and the rewritten graph is written if it places lower."""
+    (patch tiling within `max_mac_overhead` extra MACs) and the rewritten graph is written if it places lower.
+    Every search gets `effort` times its budget of work units; `time_limit` (seconds) only stops searches that run
+    far longer than that, and the result names them (`wall_clock_cuts`)."""
     started = time.monotonic()
+    clock = WallClock(time_limit)
     report = progress or (lambda phase, fraction, detail: None)
     model_path, out_path = Path(model_path), Path(out_path)
     if out_path.resolve() == model_path.resolve():
@@ -132,13 +145,13 @@ def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: flo
     tilings: list[tuple[Tiling, ...] | None] = [None]
     if rewrite:
         report("rewrite", None, "")
-        rewritten = rewrite_auto(graph, max_mac_overhead, time_limit * REWRITE_SHARE)
+        rewritten = rewrite_auto(graph, max_mac_overhead, effort, clock)
         report("rewrite", 1.0, rewritten.reason)
         if rewritten.rewritten:
             candidates.append(read_model(rewritten.model, str(model_path)))
             tails.append(tail_on_mcu(rewritten.model, candidates[-1]))
             tilings.append(rewritten.tilings)
-            fewer = _fewer_patches(graph, rewritten, str(model_path), tail_on_mcu)
+            fewer = _fewer_patches(graph, rewritten, str(model_path), tail_on_mcu, effort, clock)
             if fewer:
                 candidates.append(fewer[0])
                 tails.append(fewer[1])
@@ -147,10 +160,10 @@ def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: flo
     # tiling shrinks the head but adds operators and tensors, whose persistent structs grow the tail. The original
     # is always a candidate, so rewriting can never end above plain optimization.
     plans = []
+    plan_work = WorkBudget.of(effort * PLAN_UNITS * (REWRITE_PLAN_SHARE if rewrite else 1.0), "plan", clock)
     for candidate in candidates:
-        remaining = time_limit * (1 - RESERVE_SHARE) - (time.monotonic() - started)
-        plans.append(_plan(candidate, tflm_plan(candidate).head_bytes, remaining / (len(candidates) - len(plans)),
-                           report))
+        plans.append(_plan(candidate, tflm_plan(candidate).head_bytes,
+                           plan_work.share(1 / (len(candidates) - len(plans))), effort, report))
     best = min(range(len(plans)), key=lambda i: plans[i][3].head_bytes + tails[i])
     graph = candidates[best]
     schedule, order, buffers, placement = plans[best]
@@ -197,6 +210,7 @@ def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: flo
         export=export,
         total_bytes=total,
         verification=verification,
+        wall_clock_cuts=tuple(clock.cuts),
         seconds=time.monotonic() - started,
         rewrite=rewritten,
         rewrite_tilings=tilings[best],
@@ -204,8 +218,8 @@ def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: flo
     )
 
 
-def _fewer_patches(graph: Graph, rewritten: RewriteResult, path: str,
-                   tail_on_mcu: Callable[[bytes, Graph], int]) -> tuple[Graph, int, tuple[Tiling, ...]] | None:
+def _fewer_patches(graph: Graph, rewritten: RewriteResult, path: str, tail_on_mcu: Callable[[bytes, Graph], int],
+                   effort: float, clock: WallClock) -> tuple[Graph, int, tuple[Tiling, ...]] | None:
     """The rewrite with fewer operators: only its first tilings, sources sliced whole instead of cut into strips,
     or its regions on a coarser grid. Returns (graph,
     32-bit tail, tilings) of the variant whose arena (placed head + 32-bit tail) is smallest. rewrite_auto
@@ -228,18 +242,18 @@ def _fewer_patches(graph: Graph, rewritten: RewriteResult, path: str,
             continue  # this variant's grid or regions do not fit the graph
         tiled = read_model(data, path)
         tail = tail_on_mcu(data, tiled)
-        total = place(buffers_to_plan(tiled, stored_order(tiled)), COARSE_PLACE_SECONDS).head_bytes + tail
+        work = WorkBudget.of(effort * COARSE_PLACE_UNITS, "coarse grids: placement", clock)
+        total = place(buffers_to_plan(tiled, stored_order(tiled)), work).head_bytes + tail
         if best is None or total < best[0]:
             best = (total, tiled, tail, variant)
     return best[1:] if best else None
 
 
-def _plan(graph: Graph, stock_head_bytes: int, budget: float,
+def _plan(graph: Graph, stock_head_bytes: int, work: WorkBudget, effort: float,
           report: PhaseProgress) -> tuple[Schedule, Order, list[Buffer], Placement]:
-    """Best operator order, then the best placement of its buffers, within `budget` seconds."""
-    started = time.monotonic()
+    """Best operator order, then the best placement of its buffers, within `work`."""
     report("schedule", 0.0, "")
-    schedule = find_schedule(graph, budget * SCHEDULE_SHARE,
+    schedule = find_schedule(graph, work.share(SCHEDULE_SHARE, "schedule"),
                              lambda fraction, peak: report("schedule", fraction, f"best live peak {peak:,} B"),
                              in_place=True)
     report("schedule", 1.0, f"live peak {schedule.live_peak_bytes:,} B")
@@ -247,12 +261,12 @@ def _plan(graph: Graph, stock_head_bytes: int, budget: float,
     report("place", None, "")
     order = schedule.order
     buffers = buffers_to_plan(graph, order)
-    placement = place(buffers, max(budget - (time.monotonic() - started), 1.0))
+    placement = place(buffers, work.share(1.0, "placement"))
     if placement.head_bytes > stock_head_bytes:
-        # A lower live peak does not guarantee a lower head if the placement search ran out of time; the stored
+        # A lower live peak does not guarantee a lower head if the placement search ran out of work; the stored
         # order always places at least as well as TFLM (its greedy planner is one of the heuristics).
         order = stored_order(graph)
         buffers = buffers_to_plan(graph, order)
-        placement = place(buffers, 1.0)
+        placement = place(buffers, WorkBudget.of(effort * STORED_PLACE_UNITS, "placement", work.clock))
     report("place", 1.0, f"head {placement.head_bytes:,} B ({placement.method})")
     return schedule, order, buffers, placement
