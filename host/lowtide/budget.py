@@ -45,7 +45,7 @@ class _Counter:
     """Units charged so far, shared by every budget split from one root."""
 
     def __init__(self) -> None:
-        self.done = 0
+        self.done = 0.0
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class WorkBudget:
         return cls(units, where, clock or WallClock(), _Counter())
 
     @property
-    def done(self) -> int:
+    def done(self) -> float:
         """Units charged so far on the shared counter (differences of it: what a phase took)."""
         return self.counter.done
 
@@ -72,7 +72,7 @@ class WorkBudget:
     def left(self) -> float:
         return max(self.until - self.counter.done, 0)
 
-    def charge(self, units: int) -> None:
+    def charge(self, units: float) -> None:
         self.counter.done += units
 
     def spent(self) -> bool:
@@ -80,7 +80,8 @@ class WorkBudget:
 
     def share(self, fraction: float, where: str | None = None) -> WorkBudget:
         """A phase that may use `fraction` of what is left (named `where` in a wall-clock cut, if given)."""
-        return dataclasses.replace(self, until=self.counter.done + fraction * self.left, where=where or self.where)
+        units = fraction * self.left if fraction > 0 else 0.0  # 0 x an unlimited budget is none, not NaN
+        return dataclasses.replace(self, until=self.counter.done + units, where=where or self.where)
 
     def limit(self, units: float) -> WorkBudget:
         """A phase that may use at most `units` of what is left."""

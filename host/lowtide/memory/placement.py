@@ -246,7 +246,7 @@ def _solve_cp_sat(buffers: Sequence[Buffer], groups: Sequence[tuple[tuple[int, i
     solver.parameters.num_workers = CP_SAT_WORKERS
     solver.parameters.random_seed = CP_SAT_SEED
     status = solver.solve(model)
-    work.charge(round(work.left))  # what it was given, not what it took: the same figure whatever the machine
+    work.charge(work.left)  # what it was given, not what it took: the same figure whatever the machine
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     offsets = [solver.value(y) * unit for y in ys]

@@ -1,4 +1,4 @@
-"""Blocks the exact search cannot finish in time: a tighter lower bound, and better orders found along the way.
+"""Blocks the exact search cannot finish within its budget: a tighter lower bound, and better orders found on the way.
 
 Lower bound, per operator, by minimum cut. While an operator runs, the operators already run form a set closed
 under "must run before" that holds all its ancestors and none of its descendants. Given that set, the bytes live
@@ -16,9 +16,9 @@ Orders, from the best heuristic order on:
   conquer, Ahn et al. 2020, cutting at minimum cuts rather than only at single operators);
 - probes under a byte budget (the exact search for an order within the budget, deepest state first, each state
   dropped once its cuts exceed the budget), the budget moved by bisection between the bound and the best peak:
-  a budget a probe meets becomes the new best, one it exhausts raises the bound, one it cannot settle in time
+  a budget a probe meets becomes the new best, one it exhausts raises the bound, one it cannot settle within its budget
   is loosened (SERENITY's adaptive soft budgeting).
-The probes use all the time left: each is the exact search from the budget with the cuts of each search state as
+The probes use all the work left: each is the exact search from the budget with the cuts of each search state as
 its lookahead (`CutLookahead`: the cut bound again, over the "run before" sets that hold what the state has run),
 which drops most states before they are expanded.
 """

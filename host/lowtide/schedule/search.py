@@ -38,7 +38,7 @@ POP_UNITS = 12
 # States the beam search keeps per depth for the starting upper bound: enough to beat the greedy order on wide
 # graphs, cheap enough (width x available operators steps per depth) to run on every block.
 BEAM_WIDTH = 64
-# Memoised states at which a block's search gives up as if out of time (about 200 bytes each, with the heap).
+# Memoised states at which a block's search gives up as if out of work (about 200 bytes each, with the heap).
 MAX_STATES = 6_000_000
 
 
