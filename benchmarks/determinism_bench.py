@@ -4,10 +4,10 @@ repository root:
 
     python benchmarks/determinism_bench.py [--busy 2] [--only MODEL ...] [--doc docs/benchmarks.md]
 
-Every model is optimized once on the machine as it is, then again with `--busy` processes spinning beside it (all
-models of the second pass under the same load) and another PYTHONHASHSEED. Every file written (.tflite, .h,
-.json) must be byte-identical between the two runs, and no search may have been cut by the wall clock (`--json`:
-`wall_clock_cut`). Exit status 1 if any model fails either.
+Every model is optimized once on the machine as it is, then again with `--busy` processes spinning beside it and
+another PYTHONHASHSEED. Every file written (.tflite, .h, .json) must be byte-identical between the two runs, and no
+search may have been cut by the wall clock (`--json`: `wall_clock_cut`). The section is written again after every
+model, so an interrupted run leaves the models done so far. Exit status 1 if any model fails either.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def optimize(model: Path, out_dir: Path, options: tuple[str, ...], hash_seed: st
                time.monotonic() - started)
 
 
-def markdown_section(rows: list[Row], command: str, busy: int, load: tuple[float, float]) -> str:
+def markdown_section(rows: list[Row], models: int, command: str, busy: int, load: tuple[float, float]) -> str:
     lines = [
         "## Deterministic output: the same bytes beside CPU-bound jobs",
         "",
@@ -116,7 +116,7 @@ def markdown_section(rows: list[Row], command: str, busy: int, load: tuple[float
     lines += [
         "",
         f"{identical} of {len(rows)} runs byte-identical; {cut} cut by the wall clock; slowest loaded run "
-        f"{max(row.loaded.seconds for row in rows):.1f} s.",
+        f"{max(row.loaded.seconds for row in rows):.1f} s; {len(rows) // len(MODES)} of {models} models done.",
     ]
     return "\n".join(lines) + "\n"
 
@@ -133,22 +133,20 @@ def main(argv: list[str] | None = None) -> int:
         SHARED_MODELS.glob("*.tflite"))
     console = Console()
     load_at_start = os.getloadavg()[0]
-    cases = [(path, mode) for path in paths for mode in MODES]
+    rows = []
     with tempfile.TemporaryDirectory(prefix="lowtide-determinism-") as tmp:
-        quiet = {}
-        for index, (path, mode) in enumerate(cases):
-            quiet[path, mode] = optimize(path, Path(tmp) / "quiet" / str(index), MODES[mode], "1")
-            console.print(f"{path.stem} ({mode}): {quiet[path, mode].head_bytes:,} B, "
-                          f"{quiet[path, mode].seconds:.1f} s")
-        rows = []
-        with cpu_load(args.busy):
-            for index, (path, mode) in enumerate(cases):
-                loaded = optimize(path, Path(tmp) / "loaded" / str(index), MODES[mode], "2")
-                rows.append(Row(path.stem, mode, quiet[path, mode], loaded))
-                console.print(f"{path.stem} ({mode}) beside {args.busy} busy processes: "
-                              f"{'identical' if rows[-1].identical else 'DIFFERENT'}, {loaded.seconds:.1f} s"
-                              + (f", cut: {', '.join(loaded.wall_clock_cuts)}" if loaded.wall_clock_cuts else ""))
-    write_section(args.doc, SECTION, markdown_section(rows, command, args.busy, (load_at_start, os.getloadavg()[0])))
+        for path in paths:
+            for mode, options in MODES.items():
+                out = Path(tmp) / f"{path.stem} {mode}"
+                quiet = optimize(path, out / "quiet", options, "1")
+                with cpu_load(args.busy):
+                    loaded = optimize(path, out / "loaded", options, "2")
+                rows.append(Row(path.stem, mode, quiet, loaded))
+                console.print(f"{path.stem} ({mode}): {quiet.head_bytes:,} B, {quiet.seconds:.1f} s; beside "
+                              f"{args.busy} busy processes {'identical' if rows[-1].identical else 'DIFFERENT'}, "
+                              f"{loaded.seconds:.1f} s" + (", wall-clock cut" if rows[-1].cut else ""))
+            load = (load_at_start, os.getloadavg()[0])
+            write_section(args.doc, SECTION, markdown_section(rows, len(paths), command, args.busy, load))
     console.print(f"wrote the {SECTION} section of {args.doc}")
     return 0 if all(row.identical and not row.cut for row in rows) else 1
 

@@ -173,7 +173,6 @@ def test_randwire_schedule_is_within_ten_percent_and_never_worse_than_simple_heu
     graph = read_model(randwire_model(spec))
     assert graph.operator_count >= 200
     schedule = find_schedule(graph, in_place=True)
-    assert schedule.seconds < 25
     assert_valid(graph, schedule.order)
     assert schedule.live_peak_bytes <= best_simple_peak(graph, in_place=True)
     assert schedule.lower_bound_bytes <= schedule.live_peak_bytes
@@ -181,13 +180,14 @@ def test_randwire_schedule_is_within_ten_percent_and_never_worse_than_simple_heu
 
 
 def test_randwire_graph_beyond_the_exact_search_is_proven_optimal_and_runs_identically():
-    """Alone, the exact search does not prove this graph's optimum in 20 s (the per-operator bound is far below
-    it); with the cut bounds it is proven in seconds. The reordered model on the host TFLM: outputs bit-identical,
+    """Alone, the exact search does not prove this graph's optimum within the default budget (the per-operator
+    bound is far below it); with the cut bounds it is proven within half of it. The reordered model on the host TFLM: outputs bit-identical,
     head as predicted."""
     graph = read_model(randwire_model(RandWireSpec("ws", 48, 2, "concat", seed=1)))
-    schedule = find_schedule(graph)
+    work = schedule_budget()
+    schedule = find_schedule(graph, work)
     assert schedule.optimal and not schedule.unfinished and schedule.gap_bytes == 0
-    assert schedule.seconds < 15
+    assert work.done < work.until / 2
     assert_valid(graph, schedule.order)
     assert schedule.live_peak_bytes == tflm_plan(graph, schedule.order).live_peak_bytes
     assert schedule.live_peak_bytes < best_simple_peak(graph, in_place=False)
@@ -199,7 +199,6 @@ def test_randwire_graph_beyond_the_exact_search_is_proven_optimal_and_runs_ident
 def test_unfinished_randwire_graph_reports_its_gap():
     graph = read_model(randwire_model(RandWireSpec("ws", 48, 2, "add", seed=2)))
     schedule = find_schedule(graph, schedule_budget(0.3), in_place=True)
-    assert schedule.seconds < 8
     assert schedule.unfinished and not schedule.optimal
     assert schedule.lower_bound_bytes < schedule.live_peak_bytes <= best_simple_peak(graph, in_place=True)
     assert schedule.gap_bytes == schedule.live_peak_bytes - schedule.lower_bound_bytes

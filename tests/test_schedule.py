@@ -180,8 +180,8 @@ def parallel_chains_graph(chains: int) -> Graph:
     return Graph("<chains>", (main,), {}, "", 0, None)
 
 
-def test_wide_graphs_get_at_least_the_chain_by_chain_order_within_the_time_limit():
-    """16 chains are far too many orders to search exhaustively in a second. Starting every chain first (what a
+def test_wide_graphs_get_at_least_the_chain_by_chain_order_within_a_small_budget():
+    """16 chains are far too many orders to search exhaustively within a tenth of the default budget. Starting every chain first (what a
     one-step greedy choice does) keeps 16 tensors alive; running chain after chain peaks, by construction, at
     the input + 14 finished chain ends + a 2 KiB and a 1 KiB tensor: 4096 + 14*128 + 2048 + 1024 = 8960."""
     chains = 16
@@ -190,7 +190,6 @@ def test_wide_graphs_get_at_least_the_chain_by_chain_order_within_the_time_limit
     assert tflm_plan(graph, {0: chain_by_chain}).live_peak_bytes == 8960
     schedule = find_schedule(graph, schedule_budget(0.1))
     assert_valid(graph, schedule.order)
-    assert schedule.seconds < 3
     assert schedule.live_peak_bytes <= 8960 < schedule.stored_peak_bytes
     assert schedule.lower_bound_bytes <= schedule.live_peak_bytes
 
@@ -223,12 +222,18 @@ def test_builder_model_optimum_known_by_construction_and_in_tflm():
 
 
 # ---- the shared models -----------------------------------------------------------------------------------
+# Share of the default budget within which every shared model is proven optimal (the most, mww_v1_okay_nabu,
+# takes under 0.5%).
+QUICKLY = 0.01
+
+
 def test_every_shared_model_reaches_the_reference_optimum_quickly():
     reference = reference_figures()
     for name in shared_model_names():
         graph = load_model(SHARED_MODELS / f"{name}.tflite")
-        schedule = find_schedule(graph)
-        assert schedule.seconds < 5, name
+        work = schedule_budget()
+        schedule = find_schedule(graph, work)
+        assert work.done < work.until * QUICKLY, name
         assert schedule.optimal and not schedule.unfinished, name
         assert_valid(graph, schedule.order)
         assert schedule.live_peak_bytes == tflm_plan(graph, schedule.order).live_peak_bytes, name
@@ -285,13 +290,12 @@ def test_apply_order_leaves_the_original_untouched():
     assert graph.raw.subgraphs[0].operators == stored
 
 
-# ---- time limit and bad input ----------------------------------------------------------------------------
-def test_time_limit_returns_best_so_far_with_a_proven_bound():
+# ---- work budget and bad input ----------------------------------------------------------------------------
+def test_a_spent_budget_returns_the_best_so_far_with_a_proven_bound():
     graph = random_graph(op_count=60, seed=5, width=6)  # takes minutes to prove
     fractions = []
     schedule = find_schedule(graph, schedule_budget(0.04), progress=lambda fraction, peak: fractions.append(fraction))
-    assert schedule.unfinished and not schedule.optimal
-    assert schedule.seconds < 5
+    assert schedule.unfinished and not schedule.optimal and not schedule.wall_clock_cut
     assert_valid(graph, schedule.order)
     assert schedule.live_peak_bytes == tflm_plan(graph, schedule.order).live_peak_bytes
     assert schedule.lower_bound_bytes < schedule.live_peak_bytes <= schedule.stored_peak_bytes
