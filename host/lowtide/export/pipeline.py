@@ -34,9 +34,8 @@ from lowtide.tflm.tree import KernelSet
 # budget, 1.5 deterministic seconds of CP-SAT, when the search used all of its share).
 PLAN_UNITS = 6_000_000
 SCHEDULE_SHARE = 0.5
-# With --rewrite, the candidate graphs (original, tiled, fewer patches) share this part of PLAN_UNITS, one after
-# another, each taking its share of what the ones before it left; the rewrite search has budgets of its own.
-REWRITE_PLAN_SHARE = 1.0
+# With --rewrite, the candidate graphs (original, tiled, fewer patches) share PLAN_UNITS one after another, each
+# taking its share of what the ones before it left; the rewrite search has budgets of its own.
 # Coarser patch grids tried beside rewrite_auto's choice (see _fewer_patches), each placed within these units.
 COARSE_GRIDS = ((2, 2), (2, 3), (3, 2), (3, 3), (4, 4))
 COARSE_PLACE_UNITS = 250_000
@@ -160,7 +159,7 @@ def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: flo
     # tiling shrinks the head but adds operators and tensors, whose persistent structs grow the tail. The original
     # is always a candidate, so rewriting can never end above plain optimization.
     plans = []
-    plan_work = WorkBudget.of(effort * PLAN_UNITS * (REWRITE_PLAN_SHARE if rewrite else 1.0), "plan", clock)
+    plan_work = WorkBudget.of(effort * PLAN_UNITS, "plan", clock)
     for candidate in candidates:
         plans.append(_plan(candidate, tflm_plan(candidate).head_bytes,
                            plan_work.share(1 / (len(candidates) - len(plans))), effort, report))
