@@ -178,6 +178,7 @@ def rewrite_auto(graph: Graph, max_mac_overhead: float = 0.20, effort: float = 1
 
     def wall_clock_cut() -> bool:
         return any(where.startswith("rewrite") for where in limits.clock.cuts)
+
     stock = tflm_plan(graph)
     macs_before = graph_macs(graph)
     budget = macs_before * (1.0 + max_mac_overhead)
