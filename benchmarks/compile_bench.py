@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 stock = verify_compiled(path)
                 optimized_path = Path(tmp) / path.name
-                optimize_model(path, optimized_path, time_limit=30)
+                optimize_model(path, optimized_path)
                 optimized = verify_compiled(optimized_path)
             except LowtideError as exc:
                 if "cannot compile" in str(exc):

@@ -1,10 +1,12 @@
 """Time the scheduler on every shared model, or on RandWire graphs: stored and best live peak, proven bound, time.
 
-    python benchmarks/schedule_bench.py [--time-limit 30] [--json] [MODEL.tflite ...]
-    python benchmarks/schedule_bench.py --randwire [--time-limit 55] [--doc docs/benchmarks.md]
+    python benchmarks/schedule_bench.py [--effort 1] [--json] [MODEL.tflite ...]
+    python benchmarks/schedule_bench.py --randwire [--effort 4] [--doc docs/benchmarks.md]
 
 `--randwire` schedules the builder's RandWire graphs (`lowtide.model.builder.RandWireSpec`) as `lowtide optimize`
 does (outputs placed inside dying inputs where allowed) and writes the schedule-randwire section of the doc.
+Each search gets `--effort` times `find_schedule`'s default budget of work units, so the orders and bounds are the
+same on any machine; only the times vary.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 from lowtide.model import load_model, read_model
 from lowtide.model.builder import RandWireSpec, randwire_model
 from lowtide.model.ir import Graph
-from lowtide.schedule import Schedule, find_schedule, subgraph_problem
+from lowtide.schedule import SCHEDULE_UNITS, Schedule, find_schedule, schedule_budget, subgraph_problem
 from lowtide.schedule.search import Block, simple_orders
 from report import DOC, SHARED_MODELS, write_section
 from rich.console import Console
@@ -62,15 +64,16 @@ def best_simple_peak(graph: Graph, in_place: bool) -> int:
     return min(peak for peak, _ in simple_orders(problem, Block(0, problem.all_ops, 0)))
 
 
-def randwire_section(rows: list[RandWireRow], command: str, time_limit: float,
+def randwire_section(rows: list[RandWireRow], command: str, effort: float,
                      load: tuple[float, float]) -> str:
     lines = [
         "## Scheduling RandWire graphs: anytime search, gap to the lower bound",
         "",
-        f"Made by `{command}` (Python {platform.python_version()}, {platform.machine()}, time limit "
-        f"{time_limit:g} s of wall-clock time, on {os.cpu_count()} cores shared with other jobs: load average "
-        f"{load[0]:.1f} at the start, {load[1]:.1f} at the end, so times, and how far a search gets in them, vary "
-        "from run to run).",
+        f"Made by `{command}` (Python {platform.python_version()}, {platform.machine()}, a budget of "
+        f"{effort * SCHEDULE_UNITS:,.0f} work units per graph, `lowtide.budget`, on {os.cpu_count()} cores shared "
+        f"with other jobs: load average {load[0]:.1f} at the start, {load[1]:.1f} at the end). Every figure but the "
+        "time is the same on any machine under any load; no search was cut by the wall clock"
+        + ("" if not any(r.schedule.wall_clock_cut for r in rows) else " but those marked (cut)") + ".",
         "",
         "Randomly wired int8 networks in the shape of Xie et al. 2019 from `lowtide.model.builder.RandWireSpec`",
         "(generator, aggregation, stages x nodes, seed): every node a CONCATENATION or a chain of ADDs of its",
@@ -87,7 +90,8 @@ def randwire_section(rows: list[RandWireRow], command: str, time_limit: float,
         s = row.schedule
         lines.append(
             f"| {row.spec.name} | {row.ops} | {s.stored_peak_bytes:,} | {s.lower_bound_bytes:,} | "
-            f"{s.live_peak_bytes:,} | {s.gap:.1%} | {'yes' if s.optimal else 'no'} | {s.seconds:.1f} s | "
+            f"{s.live_peak_bytes:,} | {s.gap:.1%} | {'yes' if s.optimal else 'no'} | {s.seconds:.1f} s"
+            f"{' (cut)' if s.wall_clock_cut else ''} | "
             f"{row.best_simple_peak_bytes:,} |"
         )
     proven = sum(1 for r in rows if r.schedule.optimal)
@@ -103,7 +107,7 @@ def randwire_section(rows: list[RandWireRow], command: str, time_limit: float,
     return "\n".join(lines) + "\n"
 
 
-def run_randwire(time_limit: float, doc: Path, command: str) -> int:
+def run_randwire(effort: float, doc: Path, command: str) -> int:
     console = Console()
     table = Table("graph", "ops", "lower bound", "result", "gap", "proven", "seconds", "best heuristic",
                   title="RandWire scheduling", title_justify="left")
@@ -111,7 +115,7 @@ def run_randwire(time_limit: float, doc: Path, command: str) -> int:
     load_at_start = os.getloadavg()[0]
     for spec in RANDWIRE_SPECS:
         graph = read_model(randwire_model(spec))
-        schedule = find_schedule(graph, time_limit=time_limit, in_place=True)
+        schedule = find_schedule(graph, schedule_budget(effort), in_place=True)
         row = RandWireRow(spec, graph.operator_count, schedule, best_simple_peak(graph, in_place=True))
         rows.append(row)
         table.add_row(spec.name, str(row.ops), f"{schedule.lower_bound_bytes:,}", f"{schedule.live_peak_bytes:,}",
@@ -120,7 +124,7 @@ def run_randwire(time_limit: float, doc: Path, command: str) -> int:
         console.print(f"{spec.name}: {schedule.live_peak_bytes:,} B, gap {schedule.gap:.1%}, "
                       f"{schedule.seconds:.1f} s")
     console.print(table)
-    write_section(doc, SECTION, randwire_section(rows, command, time_limit, (load_at_start, os.getloadavg()[0])))
+    write_section(doc, SECTION, randwire_section(rows, command, effort, (load_at_start, os.getloadavg()[0])))
     console.print(f"wrote the {SECTION} section of {doc}")
     return 0 if all(r.schedule.live_peak_bytes <= r.best_simple_peak_bytes for r in rows) else 1
 
@@ -128,19 +132,19 @@ def run_randwire(time_limit: float, doc: Path, command: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", type=Path)
-    parser.add_argument("--time-limit", type=float, default=30.0)
+    parser.add_argument("--effort", type=float, default=1.0, help="times find_schedule's default work budget")
     parser.add_argument("--json", action="store_true", help="one JSON object per model on stdout")
     parser.add_argument("--randwire", action="store_true", help="RandWire graphs instead of models; writes --doc")
     parser.add_argument("--doc", type=Path, default=DOC)
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     if args.randwire:
-        return run_randwire(args.time_limit, args.doc, " ".join(["python benchmarks/schedule_bench.py", *argv]))
+        return run_randwire(args.effort, args.doc, " ".join(["python benchmarks/schedule_bench.py", *argv]))
     paths = args.models or sorted(SHARED_MODELS.glob("*.tflite"))
     table = Table("model", "ops", "stored peak", "best peak", "lower bound", "optimal", "states", "seconds")
     for path in paths:
         graph = load_model(path)
-        s = find_schedule(graph, time_limit=args.time_limit)
+        s = find_schedule(graph, schedule_budget(args.effort))
         row = {
             "model": path.stem, "ops": graph.operator_count, "stored_peak_bytes": s.stored_peak_bytes,
             "live_peak_bytes": s.live_peak_bytes, "lower_bound_bytes": s.lower_bound_bytes,

@@ -74,7 +74,7 @@ class ModelFigures:
 def _measure_model(path: Path, board: str, tmp: Path, timeout: float) -> ModelFigures:
     started = time.monotonic()
     optimized_path = tmp / path.name
-    optimize_model(path, optimized_path, time_limit=10)
+    optimize_model(path, optimized_path)
     stock = measure(path, board, runtime="tflm", iterations=1, timeout=timeout)
     optimized = measure(optimized_path, board, runtime="tflm", iterations=1, timeout=timeout)
     figures = ModelFigures(path.stem, stock=ArenaFigures.of(stock), optimized=ArenaFigures.of(optimized),

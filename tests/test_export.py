@@ -34,10 +34,10 @@ def same_outputs(a, b) -> bool:
 
 def test_export_writes_order_plan_header_and_sidecar_that_tflm_honours(tmp_path):
     graph = load_model(MODELS / "mww_v1_okay_nabu.tflite")
-    order = find_schedule(graph, time_limit=10).order
+    order = find_schedule(graph).order
     assert order != stored_order(graph)
     buffers = unplanned(graph, order)
-    placement = place(buffers, time_limit=10)
+    placement = place(buffers)
     out = tmp_path / "nabu-opt.tflite"
     result = export_optimized(graph, order, dict(zip(buffers, placement.offsets)), out)
 
@@ -106,7 +106,7 @@ def test_existing_plan_is_replaced_and_scratch_buffers_are_placed_by_tflm(tmp_pa
 
     # Second plan over the first: the old entry is replaced, not duplicated.
     replanned_buffers = unplanned(planned, order)
-    placement = place(replanned_buffers, time_limit=5)
+    placement = place(replanned_buffers)
     second = export_optimized(planned, order, dict(zip(replanned_buffers, placement.offsets)),
                               tmp_path / "second.tflite")
     data = (tmp_path / "second.tflite").read_bytes()
@@ -124,7 +124,7 @@ def test_overlapping_plan_is_rejected_before_anything_is_written(tmp_path):
     graph = load_model(MODELS / "mlperf_vww_96_int8.tflite")
     order = stored_order(graph)
     buffers = unplanned(graph, order)
-    offsets = dict(zip(buffers, place(buffers, time_limit=5).offsets))
+    offsets = dict(zip(buffers, place(buffers).offsets))
     # Put the first operator's output where its input is: both live while that operator runs.
     first_op = graph.main.operators[0]
     by_tensor = {b.tensor: b for b in buffers}
@@ -141,8 +141,8 @@ def test_plan_made_for_another_order_is_refused(tmp_path):
     graph = load_model(MODELS / "mltk_kws_on_off_v3.tflite")
     stored = stored_order(graph)
     buffers = unplanned(graph, stored)
-    offsets = dict(zip(buffers, place(buffers, time_limit=5).offsets))
-    scheduled = find_schedule(graph, time_limit=10).order
+    offsets = dict(zip(buffers, place(buffers).offsets))
+    scheduled = find_schedule(graph).order
     assert scheduled != stored
     with pytest.raises(LowtideError, match="another operator order"):
         export_optimized(graph, scheduled, offsets, tmp_path / "x.tflite")
@@ -152,7 +152,7 @@ def test_plan_made_for_another_order_is_refused(tmp_path):
 def test_missing_offset_is_refused(tmp_path):
     graph = load_model(MODELS / "tflm_person_detect.tflite")
     buffers = unplanned(graph, stored_order(graph))
-    offsets = dict(zip(buffers[1:], place(buffers, time_limit=5).offsets[1:]))
+    offsets = dict(zip(buffers[1:], place(buffers).offsets[1:]))
     with pytest.raises(LowtideError, match=re.escape(f"no offset for {buffers[0].label}")):
         export_optimized(graph, stored_order(graph), offsets, tmp_path / "x.tflite")
 
@@ -164,7 +164,7 @@ HEAD_TARGETS = {"mltk_kws_on_off_v3": 19_616, "mlperf_vww_96_int8": 55_296, "mww
 @pytest.mark.slow
 @pytest.mark.parametrize("path", MODEL_PATHS, ids=lambda p: p.stem)
 def test_every_shared_model_optimizes_and_verifies_on_host_tflm(path, tmp_path):
-    result = optimize_model(path, tmp_path / "out.tflite", time_limit=30, verify=True)
+    result = optimize_model(path, tmp_path / "out.tflite", verify=True)
     assert result.verification is not None and result.verification.outputs_identical
     assert result.verification.measured_head_bytes == result.planned_head_bytes
     assert result.planned_head_bytes <= result.stock_head_bytes

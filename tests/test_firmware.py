@@ -195,7 +195,7 @@ def test_tiled_model_with_in_place_strips_runs_on_qemu_m4_in_its_planned_arena(t
     """mlperf_vww_96 rewritten with its input cut into row strips by a SPLIT_V planned inside the input's bytes:
     the compiled firmware, which copies nothing for the in-place SPLIT_V, computes what the host TFLM computes
     within the planned half of the stock head."""
-    rewritten = rewrite_auto(load_model(SHARED_MODELS / "mlperf_vww_96_int8.tflite"), time_limit=20)
+    rewritten = rewrite_auto(load_model(SHARED_MODELS / "mlperf_vww_96_int8.tflite"))
     assert any(t.split_source for t in rewritten.tilings) and rewritten.head_bytes <= 73_728 // 2
     out = tmp_path / "vww_tiled.tflite"
     out.write_bytes(rewritten.model)

@@ -80,7 +80,7 @@ def free_port() -> int:
 def test_worse_model_fails_against_a_fresh_baseline_with_figures_in_message_and_junit(pytester: pytest.Pytester):
     model = pytester.path / "mlperf_vww_96_int8.tflite"
     (pytester.path / "optimized").mkdir()
-    optimized = optimize_model(VWW, pytester.path / "optimized" / "vww.tflite", time_limit=5.0)
+    optimized = optimize_model(VWW, pytester.path / "optimized" / "vww.tflite")
     shutil.copy(optimized.export.model_path, model)
     pytester.makepyfile(test_vww=ONE_MODEL_TEST.format(model=str(model)))
     baselines = pytester.path / "baselines.json"

@@ -55,7 +55,7 @@ def test_placement_matches_exhaustive_search_on_small_instances():
     rng = np.random.default_rng(7)
     for _ in range(40):
         buffers = random_buffers(rng, 6)
-        placement = place(buffers, time_limit=5)
+        placement = place(buffers)
         check_no_overlap(buffers, placement.offsets)
         assert placement.head_bytes == brute_force_head(buffers)
         assert placement.lower_bound_bytes == live_lower_bound(buffers) <= placement.head_bytes
@@ -66,7 +66,7 @@ def test_cp_sat_finds_the_optimum_where_every_heuristic_falls_short():
     # Found by random search: every first-fit order tried and TFLM's greedy leave a 16-byte hole (160 bytes).
     shape = [(3, 0, 0), (3, 4, 7), (3, 1, 4), (2, 1, 3), (2, 3, 6), (4, 0, 2)]
     buffers = [tensor(i, units, first, last) for i, (units, first, last) in enumerate(shape)]
-    placement = place(buffers, time_limit=10)
+    placement = place(buffers)
     check_no_overlap(buffers, placement.offsets)
     assert placement.method == "cp-sat"
     assert placement.head_bytes == brute_force_head(buffers) == placement.lower_bound_bytes == 144
@@ -78,7 +78,7 @@ def test_shared_models_stored_order(path):
     graph = load_model(path)
     buffers, _ = buffer_lifetimes(graph)
     stock = tflm_plan(graph).head_bytes
-    placement = place(buffers, time_limit=10)
+    placement = place(buffers)
     check_no_overlap(buffers, placement.offsets)
     assert placement.lower_bound_bytes <= placement.head_bytes <= stock
     assert placement.head_bytes <= 1.05 * placement.lower_bound_bytes
@@ -87,7 +87,7 @@ def test_shared_models_stored_order(path):
 def test_mlperf_vww_reaches_the_live_bound_where_tflm_greedy_does_not():
     graph = load_model(MODELS / "mlperf_vww_96_int8.tflite")
     buffers, _ = buffer_lifetimes(graph)
-    placement = place(buffers, time_limit=10)
+    placement = place(buffers)
     assert tflm_plan(graph).head_bytes == 73_728
     assert placement.head_bytes == placement.lower_bound_bytes == 55_296
     assert placement.optimal
@@ -127,7 +127,7 @@ def _strips_then_patch() -> list[Buffer]:
 
 def test_in_place_outputs_stay_inside_their_input_and_free_its_bytes():
     buffers = _strips_then_patch()
-    placement = place(buffers, time_limit=5)
+    placement = place(buffers)
     check_no_overlap(buffers, placement.offsets)
     x, first, second, patch = placement.offsets
     assert (first, second) == (x, x + 64)
@@ -153,6 +153,6 @@ def test_random_instances_with_in_place_groups_place_validly():
             if size:
                 buffers.append(Buffer(0, 10 + k, None, size, root.last + 1, root.last + 1 + int(rng.integers(0, 4)),
                                       shares=(root.tensor, k * strip)))
-        placement = place(buffers, time_limit=2)
+        placement = place(buffers)
         check_no_overlap(buffers, placement.offsets)
         assert placement.lower_bound_bytes <= placement.head_bytes

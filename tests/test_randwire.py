@@ -11,16 +11,22 @@ import pytest
 from test_optimize_cli import lowtide_cli
 from test_schedule import assert_reordered_model_runs_identically, assert_valid, random_graph, valid_orders
 
+from lowtide.budget import WorkBudget
 from lowtide.memory import tflm_plan
 from lowtide.model import read_model
 from lowtide.model.builder import RandWireSpec, randwire_model
 from lowtide.oracle import random_inputs, run
-from lowtide.schedule import find_schedule, subgraph_problem
+from lowtide.schedule import find_schedule, schedule_budget, subgraph_problem
 from lowtide.schedule.anytime import (
     CutLookahead, budgeted_descent, divide_at_cuts, ordered_pair_bound, step_cut, step_cuts,
 )
 from lowtide.schedule.problem import bits
 from lowtide.schedule.search import Block, blocks, heuristic_order, simple_orders, solve_block
+
+
+def unlimited() -> WorkBudget:
+    """A budget only the wall clock ends: the searches run to completion."""
+    return WorkBudget.of(math.inf, "test")
 
 
 def best_simple_peak(graph, in_place: bool) -> int:
@@ -77,11 +83,11 @@ def test_ordered_pair_bound_stays_below_the_exact_optimum_and_raises_the_cut_bou
         graph = random_graph(op_count=24, seed=seed, width=5)
         problem = subgraph_problem(graph, 0)
         block = Block(0, problem.all_ops, 0)
-        exact = solve_block(problem, block, 0, math.inf, heuristic_order(problem, block))
+        exact = solve_block(problem, block, 0, unlimited(), heuristic_order(problem, block))
         assert exact.complete
-        cuts = step_cuts(problem, block, math.inf)
+        cuts = step_cuts(problem, block, unlimited())
         cut_bound = max(c.bound for c in cuts)
-        pair_bound = ordered_pair_bound(problem, block, cuts, cut_bound, math.inf)
+        pair_bound = ordered_pair_bound(problem, block, cuts, cut_bound, unlimited())
         assert cut_bound <= pair_bound <= exact.peak
         raised += pair_bound > cut_bound
     assert raised >= 2
@@ -94,7 +100,7 @@ def test_cut_lookahead_stays_below_the_best_continuation_of_every_state(seed):
     graph = random_graph(op_count=8, seed=seed, width=3, effects=seed % 4 == 0)
     problem = subgraph_problem(graph, 0)
     block = Block(0, problem.all_ops, 0)
-    lookahead = CutLookahead(problem, block)
+    lookahead = CutLookahead(problem, block, unlimited())
     best_after: dict[int, int] = {}
     paths = []
     for order in valid_orders(graph):
@@ -127,15 +133,15 @@ def test_budget_probes_with_the_lookahead_agree_with_the_exact_search():
         problem = subgraph_problem(graph, 0)
         block = Block(0, problem.all_ops, 0)
         fallback = heuristic_order(problem, block)
-        best = solve_block(problem, block, 0, math.inf, fallback).peak
-        lookahead = CutLookahead(problem, block)
-        assert solve_block(problem, block, 0, math.inf, fallback, None, lookahead).peak == best
-        below = solve_block(problem, block, best - 16, math.inf, fallback, None, lookahead, beat=best)
+        best = solve_block(problem, block, 0, unlimited(), fallback).peak
+        lookahead = CutLookahead(problem, block, unlimited())
+        assert solve_block(problem, block, 0, unlimited(), fallback, None, lookahead).peak == best
+        below = solve_block(problem, block, best - 16, unlimited(), fallback, None, lookahead, beat=best)
         assert below.complete and below.peak > best - 16 and below.bound == best
-        at = solve_block(problem, block, best, math.inf, fallback, None, lookahead, beat=best + 16)
+        at = solve_block(problem, block, best, unlimited(), fallback, None, lookahead, beat=best + 16)
         assert at.peak == problem.peak(at.order) <= best
         if best >= 256:
-            low = solve_block(problem, block, best // 2, math.inf, fallback, None, lookahead, beat=best // 2 + 16)
+            low = solve_block(problem, block, best // 2, unlimited(), fallback, None, lookahead, beat=best // 2 + 16)
             assert low.complete and best // 2 < low.bound <= best
 
 
@@ -146,7 +152,7 @@ def test_budgeted_descent_reaches_and_proves_the_brute_force_optimum(seed):
     problem = subgraph_problem(graph, 0)
     block = Block(0, problem.all_ops, 0)
     start = heuristic_order(problem, block)
-    descent = budgeted_descent(problem, block, 0, start, math.inf)
+    descent = budgeted_descent(problem, block, 0, start, unlimited())
     assert descent.peak == descent.bound == best == problem.peak(descent.order)
     assert sorted(descent.order) == list(range(problem.op_count))
 
@@ -156,7 +162,7 @@ def test_divide_and_conquer_is_valid_and_never_worse_than_the_heuristic_order(se
     graph = random_graph(op_count=80, seed=seed, width=5)
     problem = subgraph_problem(graph, 0)
     for block in blocks(problem):
-        order, peak = divide_at_cuts(problem, block, 0, math.inf)
+        order, peak = divide_at_cuts(problem, block, 0, unlimited())
         assert sorted(order) == sorted(bits(block.ops))
         assert peak == problem.peak(order, block.before) <= heuristic_order(problem, block)[1]
 
@@ -166,8 +172,7 @@ def test_divide_and_conquer_is_valid_and_never_worse_than_the_heuristic_order(se
 def test_randwire_schedule_is_within_ten_percent_and_never_worse_than_simple_heuristics(spec):
     graph = read_model(randwire_model(spec))
     assert graph.operator_count >= 200
-    schedule = find_schedule(graph, time_limit=20, in_place=True)
-    assert schedule.seconds < 25
+    schedule = find_schedule(graph, in_place=True)
     assert_valid(graph, schedule.order)
     assert schedule.live_peak_bytes <= best_simple_peak(graph, in_place=True)
     assert schedule.lower_bound_bytes <= schedule.live_peak_bytes
@@ -175,13 +180,14 @@ def test_randwire_schedule_is_within_ten_percent_and_never_worse_than_simple_heu
 
 
 def test_randwire_graph_beyond_the_exact_search_is_proven_optimal_and_runs_identically():
-    """Alone, the exact search does not prove this graph's optimum in 20 s (the per-operator bound is far below
-    it); with the cut bounds it is proven in seconds. The reordered model on the host TFLM: outputs bit-identical,
+    """Alone, the exact search does not prove this graph's optimum within the default budget (the per-operator
+    bound is far below it); with the cut bounds it is proven within half of it. The reordered model on the host TFLM: outputs bit-identical,
     head as predicted."""
     graph = read_model(randwire_model(RandWireSpec("ws", 48, 2, "concat", seed=1)))
-    schedule = find_schedule(graph, time_limit=20)
-    assert schedule.optimal and not schedule.timed_out and schedule.gap_bytes == 0
-    assert schedule.seconds < 15
+    work = schedule_budget()
+    schedule = find_schedule(graph, work)
+    assert schedule.optimal and not schedule.unfinished and schedule.gap_bytes == 0
+    assert work.done < work.until / 2
     assert_valid(graph, schedule.order)
     assert schedule.live_peak_bytes == tflm_plan(graph, schedule.order).live_peak_bytes
     assert schedule.live_peak_bytes < best_simple_peak(graph, in_place=False)
@@ -192,9 +198,8 @@ def test_randwire_graph_beyond_the_exact_search_is_proven_optimal_and_runs_ident
 
 def test_unfinished_randwire_graph_reports_its_gap():
     graph = read_model(randwire_model(RandWireSpec("ws", 48, 2, "add", seed=2)))
-    schedule = find_schedule(graph, time_limit=4, in_place=True)
-    assert schedule.seconds < 8
-    assert schedule.timed_out and not schedule.optimal
+    schedule = find_schedule(graph, schedule_budget(0.3), in_place=True)
+    assert schedule.unfinished and not schedule.optimal
     assert schedule.lower_bound_bytes < schedule.live_peak_bytes <= best_simple_peak(graph, in_place=True)
     assert schedule.gap_bytes == schedule.live_peak_bytes - schedule.lower_bound_bytes
     assert schedule.gap == schedule.gap_bytes / schedule.lower_bound_bytes
@@ -203,14 +208,14 @@ def test_unfinished_randwire_graph_reports_its_gap():
 def test_optimize_cli_reports_the_gap_and_that_it_is_not_proven(tmp_path):
     model = tmp_path / "randwire.tflite"
     model.write_bytes(randwire_model(RandWireSpec("ws", 48, 2, "add", seed=2)))
-    done = lowtide_cli("optimize", str(model), "-o", str(tmp_path / "out.tflite"), "--time-limit", "4", "--json")
+    done = lowtide_cli("optimize", str(model), "-o", str(tmp_path / "out.tflite"), "--effort", "0.3", "--json")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    assert report["optimal"] is False and report["schedule_timed_out"] is True
+    assert report["optimal"] is False and report["schedule_unfinished"] is True
     assert report["gap_bytes"] == report["after"]["planned_head_bytes"] - report["lower_bound_bytes"] > 0
     assert report["gap"] == round(report["gap_bytes"] / report["lower_bound_bytes"], 4)
     assert 0 < report["schedule_gap_bytes"] <= report["gap_bytes"]
-    done = lowtide_cli("optimize", str(model), "-o", str(tmp_path / "out.tflite"), "--time-limit", "4",
+    done = lowtide_cli("optimize", str(model), "-o", str(tmp_path / "out.tflite"), "--effort", "0.3",
                        env={**os.environ, "COLUMNS": "160"})
     assert done.returncode == 0, done.stderr
     assert "lower bound" in done.stdout and "gap" in done.stdout

@@ -157,7 +157,7 @@ def test_bad_tilings_are_refused():
 
 def test_auto_keeps_the_original_when_nothing_is_spatial():
     graph = load_model(MODELS / "tflm_hello_world_int8.tflite")
-    result = rewrite_auto(graph, time_limit=10)
+    result = rewrite_auto(graph)
     assert not result.rewritten
     assert result.reason
     assert result.head_bytes == result.original_head_bytes
@@ -167,7 +167,7 @@ def test_auto_keeps_the_original_when_nothing_is_spatial():
 def test_auto_tiles_person_detect_below_half_its_stock_head():
     path = MODELS / "tflm_person_detect.tflite"
     graph = load_model(path)
-    result = rewrite_auto(graph, max_mac_overhead=0.20, time_limit=20)
+    result = rewrite_auto(graph, max_mac_overhead=0.20)
     assert result.rewritten, result.reason
     run = _same_outputs(path.read_bytes(), result.model)
     assert run.head_bytes == result.head_bytes
@@ -188,7 +188,7 @@ def _concat_then_conv() -> bytes:
 def test_channel_partitioning_drops_the_concatenation_within_one_lsb():
     data = _concat_then_conv()
     graph = read_model(data)
-    split = partition_concat_conv(graph, conv_op=3, time_limit=5)
+    split = partition_concat_conv(graph, conv_op=3)
     assert split.parts == 2
     ops = [op.opcode for op in read_model(split.model).main.operators]
     assert "CONCATENATION" not in ops and ops.count("CONV_2D") == 4 and ops.count("ADD") == 1
@@ -214,7 +214,7 @@ def _inverted_bottleneck() -> bytes:
 def test_wide_layer_partitioning_within_one_lsb(parts, head):
     data = _inverted_bottleneck()
     graph = read_model(data)
-    split = partition_wide_layer(graph, expand_op=0, parts=parts, time_limit=5)
+    split = partition_wide_layer(graph, expand_op=0, parts=parts)
     ops = [op.opcode for op in read_model(split.model).main.operators]
     assert ops.count("CONV_2D") == 2 * parts and ops.count("DEPTHWISE_CONV_2D") == parts
     assert ops.count("ADD") == parts - 1
@@ -263,7 +263,7 @@ TARGETS = {
 def test_auto_never_ends_above_the_unrewritten_optimum(name):
     path = MODELS / name
     graph = load_model(path)
-    result = rewrite_auto(graph, time_limit=10)
+    result = rewrite_auto(graph)
     assert result.original_head_bytes <= result.stock_head_bytes == tflm_plan(graph).head_bytes
     assert result.head_bytes <= result.original_head_bytes
     assert result.reason
@@ -280,6 +280,6 @@ def test_auto_never_ends_above_the_unrewritten_optimum(name):
 @pytest.mark.parametrize("name", sorted(TARGETS))
 def test_auto_meets_the_memory_targets(name):
     path = MODELS / name
-    result = rewrite_auto(load_model(path), max_mac_overhead=0.20, time_limit=60)
+    result = rewrite_auto(load_model(path), max_mac_overhead=0.20)
     run = _same_outputs(path.read_bytes(), result.model)
     assert run.head_bytes <= TARGETS[name]

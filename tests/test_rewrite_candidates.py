@@ -88,7 +88,7 @@ def test_patches_keep_their_source_type_and_quantization_and_tflm_runs_them(name
     build, stock_head, tiled_head = MODELS[name]
     data = build()
     original = read_model(data)
-    result = rewrite_auto(original, max_mac_overhead=0.20, time_limit=5)
+    result = rewrite_auto(original, max_mac_overhead=0.20)
     assert result.rewritten, result.reason
     assert result.rejected == ()  # every built candidate passed the validator and TFLM's Prepare and Invoke
     _assert_windows_follow_their_sources(original, result.model)
@@ -126,7 +126,7 @@ def test_float32_windows_at_both_edges(split_source, tiled_head):
 def test_a_uint8_input_is_quantized_whole_and_the_region_starts_after_it():
     """STRIDED_SLICE and CONCATENATION refuse uint8 in TFLM: the uint8 input is never cut into windows."""
     original = read_model(_camera_net("uint8"))
-    result = rewrite_auto(original, time_limit=5)
+    result = rewrite_auto(original)
     assert [t.source for t in result.tilings] == ["quantize_0"]
     tiled = read_model(result.model).main
     assert {t.dtype for t in tiled.tensors if "/patch_r" in t.name} == {"int8"}

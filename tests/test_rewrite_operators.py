@@ -59,7 +59,7 @@ def _peak_model(operator) -> bytes:
 @pytest.mark.parametrize("name", sorted(PEAK_OPERATORS))
 def test_auto_tiles_each_operator_class_at_the_peak_to_half_the_best_order(name):
     data = _peak_model(PEAK_OPERATORS[name])
-    result = rewrite_auto(read_model(data), max_mac_overhead=0.20, time_limit=3)
+    result = rewrite_auto(read_model(data), max_mac_overhead=0.20)
     assert result.rewritten, result.reason
     run = _same_outputs(data, result.model)
     assert run.head_bytes == result.head_bytes
@@ -128,7 +128,7 @@ def test_what_cannot_run_on_patches_says_why():
 
 def test_squeeze_excitation_ends_a_region_and_the_report_says_so():
     data = mobilenet_v3_stem(48).build()
-    result = rewrite_auto(read_model(data), time_limit=5)
+    result = rewrite_auto(read_model(data))
     assert result.rewritten, result.reason
     assert "(MEAN) reduces over rows and columns, so a region ends before it" in result.reason
     _same_outputs(data, result.model)

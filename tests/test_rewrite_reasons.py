@@ -11,6 +11,7 @@ from lowtide.model import read_model
 from lowtide.model.builder import ModelBuilder
 from lowtide.rewrite import NotApplicable, RewriteResult, Tiling, partition_at_peak, partition_wide_layer
 from lowtide.tflm import DEFAULT_CORE, Arena32Mode
+from lowtide.budget import WallClock
 from lowtide.tflm.tree import KernelSet
 
 
@@ -33,7 +34,7 @@ def test_not_applicable_is_a_one_line_user_error():
 def test_partition_at_peak_reports_why_each_candidate_does_not_apply():
     graph = read_model(_bottleneck_with_relu_projection())
     with pytest.raises(NotApplicable) as caught:
-        partition_at_peak(graph, time_limit=2)
+        partition_at_peak(graph)
     message = str(caught.value)
     assert message.startswith("the memory peak (operator ")
     # The bottleneck opened by the expand: its projection is not linear. The convolutions at and after the peak:
@@ -47,7 +48,8 @@ def test_fewer_patches_skips_variants_that_do_not_apply_and_passes_real_errors_o
     graph = read_model(_bottleneck_with_relu_projection())
     rewritten = RewriteResult(model=b"", rewritten=True, reason="", head_bytes=0, original_head_bytes=0,
                               stock_head_bytes=0, macs_before=0, macs_after=0,
-                              tilings=(Tiling("a", "b", (4, 4), True),), pareto=(), seconds=0.0)
+                              tilings=(Tiling("a", "b", (4, 4), True),), pareto=(), wall_clock_cut=False,
+                              seconds=0.0)
 
     tried = []
 
@@ -57,7 +59,7 @@ def test_fewer_patches_skips_variants_that_do_not_apply_and_passes_real_errors_o
 
     monkeypatch.setattr(pipeline, "apply_tilings", not_applicable)
     weigh = pipeline._Weigher("<test>", KernelSet.REFERENCE, DEFAULT_CORE, Arena32Mode.AUTO, [])
-    assert pipeline._fewer_patches(graph, rewritten, weigh) is None
+    assert pipeline._fewer_patches(graph, rewritten, weigh, 1.0, WallClock(60)) is None
     assert len(tried) >= 2  # strips dropped, coarser grids: every variant tried, none applied
 
     def broken(_graph, _tilings):
@@ -65,4 +67,4 @@ def test_fewer_patches_skips_variants_that_do_not_apply_and_passes_real_errors_o
 
     monkeypatch.setattr(pipeline, "apply_tilings", broken)
     with pytest.raises(LowtideError, match="cannot be written"):
-        pipeline._fewer_patches(graph, rewritten, weigh)
+        pipeline._fewer_patches(graph, rewritten, weigh, 1.0, WallClock(60))

@@ -14,7 +14,7 @@ from lowtide.model import load_model, model_bytes, read_model
 from lowtide.model.builder import ModelBuilder
 from lowtide.model.ir import Graph, Operator, Subgraph, Tensor, TensorKind
 from lowtide.oracle import random_inputs, run
-from lowtide.schedule import apply_order, check_order, find_schedule, subgraph_problem
+from lowtide.schedule import apply_order, check_order, find_schedule, schedule_budget, subgraph_problem
 from lowtide.schedule.problem import bits
 from lowtide.schedule.search import blocks, heuristic_order
 
@@ -128,18 +128,18 @@ def test_step_costs_match_tflm_plan_in_random_orders(name):
 def test_random_small_graphs_reach_the_brute_force_optimum(seed):
     graph = random_graph(op_count=6 + seed % 3, seed=seed, width=2 + seed % 2, effects=seed % 3 == 0)
     best = min(tflm_plan(graph, {0: order}).live_peak_bytes for order in valid_orders(graph))
-    schedule = find_schedule(graph, time_limit=20)
+    schedule = find_schedule(graph)
     assert_valid(graph, schedule.order)
     assert schedule.live_peak_bytes == tflm_plan(graph, schedule.order).live_peak_bytes == best
     assert schedule.lower_bound_bytes == best
-    assert schedule.optimal and not schedule.timed_out
+    assert schedule.optimal and not schedule.unfinished
     assert schedule.stored_peak_bytes == tflm_plan(graph).live_peak_bytes
 
 
 def test_search_proves_optima_the_simple_bound_misses():
     """Across the random graphs, the per-operator lower bound is often not tight: the exact search must
     explore states to reach and prove the brute-force optimum (checked above)."""
-    explored = [find_schedule(random_graph(8, seed), time_limit=20).explored_states for seed in range(40)]
+    explored = [find_schedule(random_graph(8, seed)).explored_states for seed in range(40)]
     assert sum(1 for states in explored if states > 0) >= 5
 
 
@@ -152,7 +152,7 @@ def test_heuristic_orders_are_valid_and_report_their_own_peak(seed):
         assert sorted(order) == sorted(bits(block.ops))
         assert peak == problem.peak(order, block.before)
     stored = tflm_plan(graph).live_peak_bytes
-    schedule = find_schedule(graph, time_limit=0)  # no time to search: heuristic orders only
+    schedule = find_schedule(graph, schedule_budget(0))  # no work to search: heuristic orders only
     assert_valid(graph, schedule.order)
     assert schedule.live_peak_bytes <= stored
 
@@ -180,17 +180,16 @@ def parallel_chains_graph(chains: int) -> Graph:
     return Graph("<chains>", (main,), {}, "", 0, None)
 
 
-def test_wide_graphs_get_at_least_the_chain_by_chain_order_within_the_time_limit():
-    """16 chains are far too many orders to search exhaustively in a second. Starting every chain first (what a
+def test_wide_graphs_get_at_least_the_chain_by_chain_order_within_a_small_budget():
+    """16 chains are far too many orders to search exhaustively within a tenth of the default budget. Starting every chain first (what a
     one-step greedy choice does) keeps 16 tensors alive; running chain after chain peaks, by construction, at
     the input + 14 finished chain ends + a 2 KiB and a 1 KiB tensor: 4096 + 14*128 + 2048 + 1024 = 8960."""
     chains = 16
     graph = parallel_chains_graph(chains)
     chain_by_chain = [layer * chains + chain for chain in range(chains) for layer in range(5)] + [5 * chains]
     assert tflm_plan(graph, {0: chain_by_chain}).live_peak_bytes == 8960
-    schedule = find_schedule(graph, time_limit=1.0)
+    schedule = find_schedule(graph, schedule_budget(0.1))
     assert_valid(graph, schedule.order)
-    assert schedule.seconds < 3
     assert schedule.live_peak_bytes <= 8960 < schedule.stored_peak_bytes
     assert schedule.lower_bound_bytes <= schedule.live_peak_bytes
 
@@ -223,13 +222,19 @@ def test_builder_model_optimum_known_by_construction_and_in_tflm():
 
 
 # ---- the shared models -----------------------------------------------------------------------------------
+# Share of the default budget within which every shared model is proven optimal (the most, mww_v1_okay_nabu,
+# takes under 0.5%).
+QUICKLY = 0.01
+
+
 def test_every_shared_model_reaches_the_reference_optimum_quickly():
     reference = reference_figures()
     for name in shared_model_names():
         graph = load_model(SHARED_MODELS / f"{name}.tflite")
-        schedule = find_schedule(graph, time_limit=30)
-        assert schedule.seconds < 5, name
-        assert schedule.optimal and not schedule.timed_out, name
+        work = schedule_budget()
+        schedule = find_schedule(graph, work)
+        assert work.done < work.until * QUICKLY, name
+        assert schedule.optimal and not schedule.unfinished, name
         assert_valid(graph, schedule.order)
         assert schedule.live_peak_bytes == tflm_plan(graph, schedule.order).live_peak_bytes, name
         assert schedule.lower_bound_bytes == schedule.live_peak_bytes <= schedule.stored_peak_bytes, name
@@ -285,13 +290,12 @@ def test_apply_order_leaves_the_original_untouched():
     assert graph.raw.subgraphs[0].operators == stored
 
 
-# ---- time limit and bad input ----------------------------------------------------------------------------
-def test_time_limit_returns_best_so_far_with_a_proven_bound():
+# ---- work budget and bad input ----------------------------------------------------------------------------
+def test_a_spent_budget_returns_the_best_so_far_with_a_proven_bound():
     graph = random_graph(op_count=60, seed=5, width=6)  # takes minutes to prove
     fractions = []
-    schedule = find_schedule(graph, time_limit=0.5, progress=lambda fraction, peak: fractions.append(fraction))
-    assert schedule.timed_out and not schedule.optimal
-    assert schedule.seconds < 5
+    schedule = find_schedule(graph, schedule_budget(0.04), progress=lambda fraction, peak: fractions.append(fraction))
+    assert schedule.unfinished and not schedule.optimal and not schedule.wall_clock_cut
     assert_valid(graph, schedule.order)
     assert schedule.live_peak_bytes == tflm_plan(graph, schedule.order).live_peak_bytes
     assert schedule.lower_bound_bytes < schedule.live_peak_bytes <= schedule.stored_peak_bytes

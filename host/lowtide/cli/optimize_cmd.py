@@ -13,6 +13,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn
 from rich.markup import escape
 from rich.table import Table
 
+from lowtide.budget import DEFAULT_WALL_SECONDS
 from lowtide.cli.application import app
 from lowtide.cli.options import Arena32Option
 from lowtide.export import OptimizeResult, Verification, optimize_model
@@ -61,12 +62,15 @@ def optimize_report(result: OptimizeResult) -> dict:
         "gap": round(result.gap_bytes / result.lower_bound_bytes, 4) if result.lower_bound_bytes else 0.0,
         "schedule_optimal": schedule.optimal,
         "schedule_gap_bytes": schedule.gap_bytes,
-        "schedule_timed_out": schedule.timed_out,
+        "schedule_unfinished": schedule.unfinished,
         "placement_optimal": placement.optimal,
         "placement_method": placement.method,
         "schedule_seconds": round(schedule.seconds, 3),
         "placement_seconds": round(placement.seconds, 3),
         "seconds": round(result.seconds, 3),
+        # The time limit is only a safety net: when it cut a search, the written files may differ between runs.
+        "wall_clock_cut": bool(result.wall_clock_cuts),
+        "wall_clock_cut_at": list(result.wall_clock_cuts),
         "verified": result.verification is not None,
     }
     if result.verification:
@@ -90,6 +94,7 @@ def optimize_report(result: OptimizeResult) -> dict:
                  "macs": c.macs, "live_peak_bytes": c.live_peak_bytes, "head_bytes": c.head_bytes}
                 for c in r.pareto
             ],
+            "wall_clock_cut": r.wall_clock_cut,
             "seconds": round(r.seconds, 3),
             "rejected_candidates": [c.to_json() for c in result.rejected],
         }
@@ -134,6 +139,9 @@ def _show(console: Console, result: OptimizeResult) -> None:
             console.print(f"  dropped {escape(c.candidate)}: {escape(c.reason)}")
     if result.verification:
         _show_verification(console, result.verification)
+    if result.wall_clock_cuts:
+        console.print(f"[yellow]the time limit cut {', '.join(result.wall_clock_cuts)}[/]: this result may differ "
+                      "between runs (a higher --time-limit lets every search finish its --effort budget)")
     before, after = result.stock_mcu32, result.export.mcu32
     console.print(f"TFLM arena on {after.core} ({after.kernels} kernels): used {before.used_bytes:,} B -> "
                   f"{after.used_bytes:,} B; declare {after.arena_bytes:,} B (see {result.export.header_path.name})"
@@ -160,7 +168,11 @@ def _show_verification(console: Console, verification: Verification) -> None:
 def optimize(
     model: Annotated[Path, typer.Argument(help=".tflite model to optimize")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Optimized .tflite to write (.h and .json beside it)")],
-    time_limit: Annotated[float, typer.Option("--time-limit", min=1.0, help="Seconds to search in all")] = 30.0,
+    time_limit: Annotated[float, typer.Option(
+        "--time-limit", min=1.0, help="Safety net, in seconds: searches stop at their work budgets (--effort), the "
+        "same on any machine; only one that runs past this is cut, and the output says so")] = DEFAULT_WALL_SECONDS,
+    effort: Annotated[float, typer.Option(
+        "--effort", min=0.0, help="Multiplies every search's budget of work units (same effort, same output)")] = 1.0,
     verify: Annotated[bool, typer.Option("--verify", help="Run both models on host TFLM and compare")] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables")] = False,
     rewrite: Annotated[RewriteMode, typer.Option("--rewrite", help="auto: also try patch tiling of the graph")] = RewriteMode.none,
@@ -175,7 +187,7 @@ def optimize(
     rewriting = rewrite is RewriteMode.auto
     if json_output:
         result = optimize_model(model, output, time_limit, verify, None, rewriting, max_mac_overhead,
-                                kernels, core, arena32)
+                                kernels, core, arena32, effort)
         print(json.dumps(optimize_report(result)))
         return
     console = Console(stderr=True)
@@ -195,5 +207,5 @@ def optimize(
                 bar.update(tasks[phase], detail=detail)
 
         result = optimize_model(model, output, time_limit, verify, on_progress, rewriting, max_mac_overhead,
-                                kernels, core, arena32)
+                                kernels, core, arena32, effort)
     _show(Console(), result)

@@ -20,6 +20,7 @@ from rich.table import Table
 from lowtide.cli.application import app
 from lowtide.device.measure import MeasureResult, measure
 from lowtide.device.spec import RUNTIME_KERNELS, check_runtime, get_board_spec
+from lowtide.budget import DEFAULT_WALL_SECONDS
 from lowtide.export import optimize_model
 from lowtide.model import load_model
 from lowtide.tflm.tree import KernelSet
@@ -130,7 +131,8 @@ def savings(
     board: Annotated[str, typer.Option(help="a board lowtide builds firmware for (boards/*.toml), e.g. qemu-m4")],
     runtime: Annotated[Optional[str], typer.Option(help="compiled, tflm or tflm-cmsis-nn (default: the board's)")] = None,
     out_dir: Annotated[Optional[Path], typer.Option("--out-dir", help="keep the optimized models here")] = None,
-    time_limit: Annotated[float, typer.Option("--time-limit", min=1.0, help="seconds for each optimize")] = 30.0,
+    time_limit: Annotated[float, typer.Option("--time-limit", min=1.0, help="safety net, in seconds, of each "
+                                              "optimize (see lowtide optimize --help)")] = DEFAULT_WALL_SECONDS,
     iterations: Annotated[int, typer.Option(min=1, help="measured invocations per variant (after one warm-up)")] = 1,
     timeout: Annotated[float, typer.Option(min=0.1, help="longest wait, in seconds, for the board (one inference "
                                                          "of a large model takes minutes under emulation)")] = 300.0,

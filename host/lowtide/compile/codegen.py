@@ -30,7 +30,7 @@ from lowtide.compile.lowering.conv import pad_fusions
 from lowtide.compile.lowering.emitter import PadFusion
 from lowtide.errors import LowtideError
 from lowtide.memory import Buffer, Executor, align_up, arena_head, buffers_to_plan, tflm_plan
-from lowtide.memory.placement import place, tflm_offsets_with_plan
+from lowtide.memory.placement import place, placement_budget, tflm_offsets_with_plan
 from lowtide.model import Graph, load_model
 from lowtide.model.ir import TensorKind
 
@@ -165,7 +165,7 @@ def arena_plan(graph: Graph, data: bytes, keep_model_plan: bool = False) -> Aren
     # Depthwise outputs may share their input only where the fast kernel runs them (it copies before writing).
     unsafe = any(b.shares is not None and b.subgraph == 0 and view.main.operators[producers[b.tensor]].opcode
                  == "DEPTHWISE_CONV_2D" and producers[b.tensor] not in probe.in_place_safe for b in buffers)
-    placement = place(buffers, 0) if buffers and not unsafe and not keep_model_plan else None
+    placement = place(buffers, placement_budget(0)) if buffers and not unsafe and not keep_model_plan else None
     stock_buffers = list(stock.buffers) + fast_scratch
     stock_offsets = tflm_offsets_with_plan(stock_buffers, list(stock.offsets) + [0] * len(fast_scratch))
     stock_head = arena_head(stock_buffers, stock_offsets)

@@ -1,5 +1,8 @@
 """The whole optimization of one model: schedule the operators, place the tensors, write the model with its
-offline plan, and measure both models on the host TFLM. Used by `lowtide optimize` and the benchmark."""
+offline plan, and measure both models on the host TFLM. Used by `lowtide optimize` and the benchmark.
+
+Every search runs to a budget of work units (`lowtide.budget`), scaled by `effort`, so the same model and options
+write the same bytes on any machine; the time limit is only the safety net of the whole run."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from lowtide import oracle
+from lowtide.budget import DEFAULT_WALL_SECONDS, WallClock, WorkBudget
 from lowtide.errors import LowtideError
 from lowtide.export.offline_plan import ExportResult, export_optimized
 from lowtide.memory import buffers_to_plan, tflm_plan
@@ -25,15 +29,18 @@ from lowtide.stale import StaleReport, check_stale
 from lowtide.tflm import DEFAULT_CORE, Arena32Mode, Mcu32Arena, mcu32_arena
 from lowtide.tflm.tree import KernelSet
 
-# Share of the time limit the operator-order search may use; placement gets what is left after it, less a
-# reserve for writing the model and running the host interpreter.
+# Work units (`lowtide.budget`) of scheduling and placing the graph at effort 1: the operator-order search may use
+# SCHEDULE_SHARE of them (the default `find_schedule` budget), placement gets what it leaves (the default `place`
+# budget, 1.5 deterministic seconds of CP-SAT, when the search used all of its share).
+PLAN_UNITS = 6_000_000
 SCHEDULE_SHARE = 0.5
-RESERVE_SHARE = 0.15
-# With --rewrite, the rewrite search takes this share first; the rest is split as above between both graphs.
-REWRITE_SHARE = 0.4
-# Coarser patch grids tried beside rewrite_auto's choice (see _fewer_patches).
+# With --rewrite, the candidate graphs (original, tiled, fewer patches) share PLAN_UNITS one after another, each
+# taking its share of what the ones before it left; the rewrite search has budgets of its own.
+# Coarser patch grids tried beside rewrite_auto's choice (see _fewer_patches), each placed within these units.
 COARSE_GRIDS = ((2, 2), (2, 3), (3, 2), (3, 3), (4, 4))
-COARSE_PLACE_SECONDS = 1.0
+COARSE_PLACE_UNITS = 250_000
+# Placement of the stored order, when the schedule's order placed above TFLM's own head.
+STORED_PLACE_UNITS = 250_000
 
 # (phase, fraction of the phase done or None, what it has found so far)
 PhaseProgress = Callable[[str, float | None, str], None]
@@ -63,6 +70,8 @@ class OptimizeResult:
     export: ExportResult
     total_bytes: int  # measured: host TFLM on the optimized model (after one invoke when verified)
     verification: Verification | None  # only with verify=True
+    wall_clock_cuts: tuple[str, ...]  # searches the time limit (the safety net) cut, in order: none, or the
+    # written files may differ between runs
     seconds: float
     rewrite: RewriteResult | None = None  # only with rewrite=True
     rewrite_tilings: tuple[Tiling, ...] | None = None  # tilings of the written model; None: the original was kept
@@ -116,18 +125,22 @@ def _describe(tilings: tuple[Tiling, ...]) -> str:
     return "; then ".join(t.describe() for t in tilings)
 
 
-def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: float = 30.0, verify: bool = False,
-                   progress: PhaseProgress | None = None, rewrite: bool = False,
+def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: float = DEFAULT_WALL_SECONDS,
+                   verify: bool = False, progress: PhaseProgress | None = None, rewrite: bool = False,
                    max_mac_overhead: float = 0.20, kernels: KernelSet = KernelSet.REFERENCE,
-                   core: str = DEFAULT_CORE, arena32: Arena32Mode = Arena32Mode.AUTO) -> OptimizeResult:
+                   core: str = DEFAULT_CORE, arena32: Arena32Mode = Arena32Mode.AUTO,
+                   effort: float = 1.0) -> OptimizeResult:
     """Optimize `model_path` into `out_path` (+ .h, .json), the header sized for TFLM on `core` with `kernels`.
     With `verify`, both models run on the host TFLM on the same random inputs; differing outputs or a head other
     than planned raise LowtideError. Files are written only once every check has passed: a failure leaves none.
     With `rewrite`, the graph is also rewritten (patch tiling within `max_mac_overhead` extra MACs); every
     rewritten graph is validated and run once on TFLM before it is weighed, and one that fails (there, or when
     exported and verified) is dropped with its reason (`OptimizeResult.rejected`) for the next, down to the
-    original. The candidate with the smallest 32-bit arena is written."""
+    original. The candidate with the smallest 32-bit arena is written. Every search gets `effort` times its budget
+    of work units; `time_limit` (seconds) only stops searches that run far longer than that, and the result names
+    them (`wall_clock_cuts`)."""
     started = time.monotonic()
+    clock = WallClock(time_limit)
     report = progress or (lambda phase, fraction, detail: None)
     model_path, out_path = Path(model_path), Path(out_path)
     if out_path.resolve() == model_path.resolve():
@@ -145,23 +158,23 @@ def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: flo
     rewritten = None
     if rewrite:
         report("rewrite", None, "")
-        rewritten = rewrite_auto(graph, max_mac_overhead, time_limit * REWRITE_SHARE)
+        rewritten = rewrite_auto(graph, max_mac_overhead, effort, clock)
         report("rewrite", 1.0, rewritten.reason)
         rejected.extend(rewritten.rejected)
         if rewritten.rewritten:
             weigh = _Weigher(str(model_path), kernels, core, arena32, rejected)
             tiled = weigh(rewritten.model, rewritten.tilings)
             candidates += [tiled] if tiled else []
-            fewer = _fewer_patches(graph, rewritten, weigh)
+            fewer = _fewer_patches(graph, rewritten, weigh, effort, clock)
             candidates += [fewer] if fewer else []
     # Each candidate graph is scheduled and placed, and the one with the smaller arena on a 32-bit MCU is written:
     # tiling shrinks the head but adds operators and tensors, whose persistent structs grow the tail. The original
     # is always a candidate, so rewriting can never end above plain optimization.
     plans = []
+    plan_work = WorkBudget.of(effort * PLAN_UNITS, "plan", clock)
     for candidate in candidates:
-        remaining = time_limit * (1 - RESERVE_SHARE) - (time.monotonic() - started)
         plans.append(_plan(candidate.graph, tflm_plan(candidate.graph).head_bytes,
-                           remaining / (len(candidates) - len(plans)), report))
+                           plan_work.share(1 / (len(candidates) - len(plans))), effort, report))
     by_arena = sorted(range(len(plans)), key=lambda i: plans[i][3].head_bytes + candidates[i].tail_bytes)
     stale = None  # of the original model, computed once if a verification needs it
     for best in by_arena:
@@ -201,6 +214,7 @@ def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: flo
         export=export,
         total_bytes=verification.measured_total_bytes if verification else export.measured_total_bytes,
         verification=verification,
+        wall_clock_cuts=tuple(clock.cuts),
         seconds=time.monotonic() - started,
         rewrite=rewritten,
         rewrite_tilings=candidate.tilings,
@@ -251,7 +265,8 @@ class _Weigher:
                                                    mode=self.arena32).tail_bytes, tilings)
 
 
-def _fewer_patches(graph: Graph, rewritten: RewriteResult, weigh: _Weigher) -> _Candidate | None:
+def _fewer_patches(graph: Graph, rewritten: RewriteResult, weigh: _Weigher, effort: float,
+                   clock: WallClock) -> _Candidate | None:
     """The rewrite with fewer operators: only its first tilings, sources sliced whole instead of cut into strips,
     or its regions on a coarser grid; of those `weigh` accepts, the one whose arena (placed head + 32-bit tail)
     is smallest. rewrite_auto minimises the head; each patch adds operators whose persistent state (per-channel
@@ -274,18 +289,18 @@ def _fewer_patches(graph: Graph, rewritten: RewriteResult, weigh: _Weigher) -> _
         candidate = weigh(data, variant)
         if candidate is None:
             continue
-        head = place(buffers_to_plan(candidate.graph, stored_order(candidate.graph)), COARSE_PLACE_SECONDS).head_bytes
+        work = WorkBudget.of(effort * COARSE_PLACE_UNITS, "coarse grids: placement", clock)
+        head = place(buffers_to_plan(candidate.graph, stored_order(candidate.graph)), work).head_bytes
         if best is None or head + candidate.tail_bytes < best[0]:
             best = (head + candidate.tail_bytes, candidate)
     return best[1] if best else None
 
 
-def _plan(graph: Graph, stock_head_bytes: int, budget: float,
+def _plan(graph: Graph, stock_head_bytes: int, work: WorkBudget, effort: float,
           report: PhaseProgress) -> tuple[Schedule, Order, list[Buffer], Placement]:
-    """Best operator order, then the best placement of its buffers, within `budget` seconds."""
-    started = time.monotonic()
+    """Best operator order, then the best placement of its buffers, within `work`."""
     report("schedule", 0.0, "")
-    schedule = find_schedule(graph, budget * SCHEDULE_SHARE,
+    schedule = find_schedule(graph, work.share(SCHEDULE_SHARE, "schedule"),
                              lambda fraction, peak: report("schedule", fraction, f"best live peak {peak:,} B"),
                              in_place=True)
     report("schedule", 1.0, f"live peak {schedule.live_peak_bytes:,} B")
@@ -293,12 +308,12 @@ def _plan(graph: Graph, stock_head_bytes: int, budget: float,
     report("place", None, "")
     order = schedule.order
     buffers = buffers_to_plan(graph, order)
-    placement = place(buffers, max(budget - (time.monotonic() - started), 1.0))
+    placement = place(buffers, work.share(1.0, "placement"))
     if placement.head_bytes > stock_head_bytes:
-        # A lower live peak does not guarantee a lower head if the placement search ran out of time; the stored
+        # A lower live peak does not guarantee a lower head if the placement search ran out of work; the stored
         # order always places at least as well as TFLM (its greedy planner is one of the heuristics).
         order = stored_order(graph)
         buffers = buffers_to_plan(graph, order)
-        placement = place(buffers, 1.0)
+        placement = place(buffers, WorkBudget.of(effort * STORED_PLACE_UNITS, "placement", work.clock))
     report("place", 1.0, f"head {placement.head_bytes:,} B ({placement.method})")
     return schedule, order, buffers, placement

@@ -5,6 +5,8 @@ the highest rectangle; no placement can beat the most bytes live in one scope (`
 
 Fast first-fit heuristics run first; if none reaches the lower bound, OR-Tools CP-SAT searches for the best
 placement (2-D no-overlap, offsets in 16-byte units), hinted with the best heuristic, and may prove it optimal.
+CP-SAT runs one worker with a fixed seed and stops at a deterministic time (`lowtide.budget`), so the placement is
+the same on any machine under any load.
 
 TFLM cannot be told where kernel scratch buffers go: with an offline plan its greedy planner still places them,
 around the tensors whose offsets are fixed. Every candidate is therefore judged by the head TFLM will really
@@ -14,16 +16,28 @@ have (`tflm_offsets_with_plan`), not by where the search put the scratch buffers
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from lowtide.budget import WallClock, WorkBudget
 from lowtide.errors import LowtideError
 from lowtide.memory.greedy import arena_head, greedy_offsets
 from lowtide.memory.lifetimes import ALIGNMENT, Buffer
 from lowtide.model.ir import Graph
 from lowtide.model.offline_memory import OfflinePlan
+
+# Work units (`lowtide.budget`) per second of CP-SAT's deterministic time: on one worker, a deterministic second took
+# about 8 s of one core of the machine the budgets were tuned on, as long as this many units of the schedule search.
+UNITS_PER_DETERMINISTIC_SECOND = 2_000_000
+# Units of `place` when the caller gives none: 1.5 deterministic seconds (about 12 s, placement's share of the
+# former 30 s time limit).
+PLACE_UNITS = 3_000_000
+# One worker: CP-SAT's parallel portfolio is not reproducible (its workers race), and one sequential search proved
+# the tiled person_detect and mobilenet_v2 placements optimal sooner (0.2 s and 3.7 s) than two racing workers.
+# Any fixed seed would do.
+CP_SAT_WORKERS = 1
+CP_SAT_SEED = 0
 
 
 @dataclass(frozen=True)
@@ -33,6 +47,7 @@ class Placement:
     lower_bound_bytes: int  # most aligned bytes live in any one scope: no placement can do better
     optimal: bool  # head_bytes is proven minimal for these lifetimes
     method: str  # which heuristic or solver produced the placement
+    wall_clock_cut: bool  # the safety net (`WallClock`) stopped CP-SAT: the placement may differ between runs
     seconds: float
 
 
@@ -201,8 +216,9 @@ def _heuristics(buffers: Sequence[Buffer],
 
 
 def _solve_cp_sat(buffers: Sequence[Buffer], groups: Sequence[tuple[tuple[int, int], ...]], hint: Sequence[int],
-                  lower: int, upper: int, time_limit: float) -> tuple[list[int], int, bool] | None:
-    """Minimise the head exactly. Returns (offsets, head, proven optimal), or None if no solution in time."""
+                  lower: int, upper: int, work: WorkBudget) -> tuple[list[int], int, bool] | None:
+    """Minimise the head exactly within `work`. Returns (offsets, head, proven optimal), or None if no solution
+    within it."""
     from ortools.sat.python import cp_model
 
     unit = ALIGNMENT
@@ -225,19 +241,28 @@ def _solve_cp_sat(buffers: Sequence[Buffer], groups: Sequence[tuple[tuple[int, i
             model.add(ys[j] == ys[root] + inside // unit)
     model.minimize(head)
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(time_limit, 0.1)
-    solver.parameters.num_workers = max(os.cpu_count() or 1, 1)
+    solver.parameters.max_deterministic_time = work.left / UNITS_PER_DETERMINISTIC_SECOND
+    solver.parameters.max_time_in_seconds = work.clock.seconds_left()  # the safety net only
+    solver.parameters.num_workers = CP_SAT_WORKERS
+    solver.parameters.random_seed = CP_SAT_SEED
     status = solver.solve(model)
+    work.charge(work.left)  # what it was given, not what it took: the same figure whatever the machine
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     offsets = [solver.value(y) * unit for y in ys]
     return offsets, solver.value(head) * unit, status == cp_model.OPTIMAL
 
 
-def place(buffers: Sequence[Buffer], time_limit: float = 10.0) -> Placement:
-    """Best placement found within `time_limit` seconds (0: the heuristics only, no solver). Buffer sizes must be
-    multiples of 16 (they are, as `buffer_lifetimes` returns them)."""
+def placement_budget(effort: float = 1.0, clock: WallClock | None = None) -> WorkBudget:
+    """`effort` times the default budget of `place`, on its own counter (effort 0: the heuristics only)."""
+    return WorkBudget.of(effort * PLACE_UNITS, "placement", clock)
+
+
+def place(buffers: Sequence[Buffer], work: WorkBudget | None = None) -> Placement:
+    """Best placement found within `work` (default `placement_budget()`; none left: the heuristics only, no
+    solver). Buffer sizes must be multiples of 16 (they are, as `buffer_lifetimes` returns them)."""
     started = time.monotonic()
+    work = work or placement_budget()
     buffers = list(buffers)
     lower = live_lower_bound(buffers)
 
@@ -246,7 +271,8 @@ def place(buffers: Sequence[Buffer], time_limit: float = 10.0) -> Placement:
         where the solver did."""
         realised = tflm_offsets_with_plan(buffers, offsets)
         head = arena_head(buffers, realised)
-        return Placement(tuple(realised), head, lower, head in (lower, proven_head), method, time.monotonic() - started)
+        return Placement(tuple(realised), head, lower, head in (lower, proven_head), method, False,
+                         time.monotonic() - started)
 
     best: Placement | None = None
     groups = in_place_groups(buffers)
@@ -257,13 +283,14 @@ def place(buffers: Sequence[Buffer], time_limit: float = 10.0) -> Placement:
         if best.optimal:
             return best
     assert best is not None  # the heuristics list is never empty
-    if time_limit <= 0:
+    if work.spent():
         return dataclasses.replace(best, seconds=time.monotonic() - started)
-    remaining = time_limit - (time.monotonic() - started)
-    solved = _solve_cp_sat(buffers, groups, best.offsets, lower, best.head_bytes, remaining)
+    solved = _solve_cp_sat(buffers, groups, best.offsets, lower, best.head_bytes, work)
+    # The clock's deadline was CP-SAT's time limit: if it has passed, the solver may have stopped there.
+    cut = work.clock.passed(work.where)
     if solved is not None:
         offsets, cp_head, proven = solved
         candidate = result(offsets, "cp-sat", cp_head if proven else None)
         if candidate.head_bytes < best.head_bytes or (candidate.optimal and candidate.head_bytes == best.head_bytes):
             best = candidate
-    return dataclasses.replace(best, seconds=time.monotonic() - started)
+    return dataclasses.replace(best, wall_clock_cut=cut, seconds=time.monotonic() - started)

@@ -38,12 +38,11 @@ class ChannelSplit:
     original_head_bytes: int  # planned TFLM head of the original in its best order
 
 
-def partition_at_peak(graph: Graph, parts: int = 2, partial_headroom: float = 1.0,
-                      time_limit: float = 10.0) -> ChannelSplit:
+def partition_at_peak(graph: Graph, parts: int = 2, partial_headroom: float = 1.0) -> ChannelSplit:
     """Channel-partition what holds the live peak of the graph's best order: the inverted bottleneck or the
     concatenation-fed convolution its operator belongs to."""
     sg = graph.main
-    order = find_schedule(graph, time_limit=time_limit).order
+    order = find_schedule(graph).order
     peak = max(tflm_plan(graph, order).steps, key=lambda step: step.live_bytes)
     op = sg.operators[peak.op]
     producers, consumers = sg.producers(), sg.consumers()
@@ -63,13 +62,13 @@ def partition_at_peak(graph: Graph, parts: int = 2, partial_headroom: float = 1.
     for expand in expands:
         if expand is not None and sg.operators[expand].opcode == "CONV_2D":
             try:
-                return partition_wide_layer(graph, expand, parts, partial_headroom, time_limit)
+                return partition_wide_layer(graph, expand, parts, partial_headroom)
             except NotApplicable as reason:
                 reasons.append(str(reason))
     for conv in (peak.op, reader_of(peak.op)):
         if conv is not None and sg.operators[conv].opcode == "CONV_2D":
             try:
-                return partition_concat_conv(graph, conv, partial_headroom, time_limit)
+                return partition_concat_conv(graph, conv, partial_headroom)
             except NotApplicable as reason:
                 reasons.append(str(reason))
     tried = f": {'; '.join(reasons)}" if reasons else " (no CONV_2D there to try)"
@@ -77,8 +76,7 @@ def partition_at_peak(graph: Graph, parts: int = 2, partial_headroom: float = 1.
                         f"concatenation-fed convolution{tried}")
 
 
-def partition_concat_conv(graph: Graph, conv_op: int, partial_headroom: float = 1.0,
-                          time_limit: float = 10.0) -> ChannelSplit:
+def partition_concat_conv(graph: Graph, conv_op: int, partial_headroom: float = 1.0) -> ChannelSplit:
     """Split main-subgraph CONV_2D `conv_op`, which reads a CONCATENATION along channels, into partial
     convolutions summed by ADD."""
     sg = graph.main
@@ -96,11 +94,10 @@ def partition_concat_conv(graph: Graph, conv_op: int, partial_headroom: float = 
             operators.extend(replacement)
         elif op.index != concat_op:
             operators.append(writer.original(op.index))
-    return _scheduled(graph, writer, operators, len(pieces), sg.operators[conv_op].outputs[0], time_limit)
+    return _scheduled(graph, writer, operators, len(pieces), sg.operators[conv_op].outputs[0])
 
 
-def partition_wide_layer(graph: Graph, expand_op: int, parts: int = 2, partial_headroom: float = 1.0,
-                         time_limit: float = 10.0) -> ChannelSplit:
+def partition_wide_layer(graph: Graph, expand_op: int, parts: int = 2, partial_headroom: float = 1.0) -> ChannelSplit:
     """Split a linear inverted bottleneck (MobileNetV2-style: CONV_2D `expand_op` widening the channels, an
     optional PAD, a depthwise convolution, a CONV_2D without activation projecting them back) into `parts` groups
     of the wide channels. Each group's expand, pad and depthwise outputs are exact (every channel has its own
@@ -139,7 +136,7 @@ def partition_wide_layer(graph: Graph, expand_op: int, parts: int = 2, partial_h
             operators.extend(replacement)
         elif op.index not in chain:
             operators.append(writer.original(op.index))
-    return _scheduled(graph, writer, operators, parts, sg.operators[project_op].outputs[0], time_limit)
+    return _scheduled(graph, writer, operators, parts, sg.operators[project_op].outputs[0])
 
 
 def _partial_convolutions(writer: ModelWriter, graph: Graph, conv_op: int, pieces: list[tuple[int, np.ndarray]],
@@ -178,11 +175,10 @@ def _partial_convolutions(writer: ModelWriter, graph: Graph, conv_op: int, piece
     return replacement
 
 
-def _scheduled(graph: Graph, writer: ModelWriter, operators: list, parts: int, summed: int,
-               time_limit: float) -> ChannelSplit:
+def _scheduled(graph: Graph, writer: ModelWriter, operators: list, parts: int, summed: int) -> ChannelSplit:
     partitioned = read_model(model_bytes(writer.finish(operators)))
-    schedule = find_schedule(partitioned, time_limit=time_limit)
-    original = find_schedule(graph, time_limit=time_limit)
+    schedule = find_schedule(partitioned)
+    original = find_schedule(graph)
     return ChannelSplit(model_bytes(apply_order(partitioned, schedule.order)), parts, graph.main.tensors[summed].name,
                         schedule.head_bytes, tflm_plan(graph, original.order).head_bytes)
 

@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 
 from lowtide import oracle
+from lowtide.budget import WallClock, WorkBudget
 from lowtide.memory import align_up, buffer_lifetimes, buffers_to_plan, stored_order, tflm_plan
 from lowtide.memory.lifetimes import Buffer
 from lowtide.memory.placement import Placement, check_no_overlap, offline_plan, place
@@ -59,10 +60,31 @@ MAX_PATCHES_PER_AXIS = 10
 GRID_STEPS = tuple(range(1, MAX_PATCHES_PER_AXIS + 1))
 BUILT_CANDIDATES = 6
 GRIDS_PLANNED_PER_REGION = 4
-RESCHEDULE_SECONDS = 5.0
-PLACE_SECONDS = 1.0  # per built candidate
-# For the model returned: at 1 s a loaded machine placed person_detect's tiling 5% higher.
-FINAL_PLACE_SECONDS = 4.0
+# Work units (`lowtide.budget`) of each search inside the rewrite search, at effort 1: a schedule of the graph
+# (about 5 s of one quiet core, the former limit), a placement of each built candidate and of the model returned
+# (1/8 and 1 deterministic second of CP-SAT: the former 1 s and 4 s, and enough to prove the tiled mobilenet_v2's
+# placement, which needs 0.48). Fixed per call, so a round searches as much whatever the rounds before it took.
+RESCHEDULE_UNITS = 1_250_000
+PLACE_UNITS = 250_000
+FINAL_PLACE_UNITS = 2_000_000
+
+
+@dataclass(frozen=True)
+class _Limits:
+    """The budgets of one rewrite search: `effort` times the fixed ones above, and the safety net."""
+
+    effort: float
+    clock: WallClock
+
+    def schedule(self) -> WorkBudget:
+        return WorkBudget.of(self.effort * RESCHEDULE_UNITS, "rewrite: schedule", self.clock)
+
+    def placement(self, units: float = PLACE_UNITS) -> WorkBudget:
+        return WorkBudget.of(self.effort * units, "rewrite: placement", self.clock)
+
+    def cut(self) -> bool:
+        """Whether the safety net ends the search over regions and candidates here."""
+        return self.clock.passed("rewrite: candidates")
 
 
 @dataclass(frozen=True)
@@ -117,6 +139,7 @@ class RewriteResult:
     macs_after: int
     tilings: tuple[Tiling, ...]  # applied one after the other (`apply_tilings`); empty when not rewritten
     pareto: tuple[Candidate, ...]  # explored points no other point beats on both head (or live peak) and MACs
+    wall_clock_cut: bool  # the safety net (`WallClock`) ended a search inside: the result may differ between runs
     seconds: float
     rejected: tuple[RejectedCandidate, ...] = ()  # built candidates the validator or TFLM refused
 
@@ -159,20 +182,26 @@ def apply_tilings(graph: Graph, tilings: tuple[Tiling, ...]) -> bytes:
     return data
 
 
-def rewrite_auto(graph: Graph, max_mac_overhead: float = 0.20, time_limit: float = 60.0) -> RewriteResult:
+def rewrite_auto(graph: Graph, max_mac_overhead: float = 0.20, effort: float = 1.0,
+                 clock: WallClock | None = None) -> RewriteResult:
     """Tile the region around the memory peak; when the peak moves to another tileable region, tile that too,
-    as long as the head keeps falling and the MACs stay within `max_mac_overhead` of the original's."""
+    as long as the head keeps falling and the MACs stay within `max_mac_overhead` of the original's. Every search
+    inside gets `effort` times its fixed budget; `clock` is the safety net (default `WallClock()`)."""
     started = time.monotonic()
-    deadline = started + time_limit
+    limits = _Limits(effort, clock or WallClock())
+
+    def wall_clock_cut() -> bool:
+        return any(where.startswith("rewrite") for where in limits.clock.cuts)
+
     stock = tflm_plan(graph)
     macs_before = graph_macs(graph)
     budget = macs_before * (1.0 + max_mac_overhead)
     explored: list[Candidate] = []
     rejected: list[RejectedCandidate] = []
-    rounds, found = _rounds(graph, budget, deadline, explored, rejected)
+    rounds, found = _rounds(graph, budget, limits, explored, rejected)
     if not rounds:  # `found` is the first round: the original in its best order, and why it stays untiled
         return RewriteResult(found.base_model, False, found.reason, found.base_head_bytes, found.base_head_bytes,
-                             stock.head_bytes, macs_before, macs_before, (), _pareto(explored),
+                             stock.head_bytes, macs_before, macs_before, (), _pareto(explored), wall_clock_cut(),
                              time.monotonic() - started, tuple(rejected))
     original_head, final = rounds[0].base_head_bytes, rounds[-1]
     tilings = tuple(r.tiling for r in rounds)
@@ -180,34 +209,34 @@ def rewrite_auto(graph: Graph, max_mac_overhead: float = 0.20, time_limit: float
         # The first region was tiled while the peak was still elsewhere, so its grid was chosen for the MACs it
         # saves; with the later regions tiled first, its own peak is what counts, and it may get a finer grid.
         # Each region gets that second look once, while the head falls.
-        if len(tilings) < 2 or time.monotonic() >= deadline:
+        if len(tilings) < 2 or limits.cut():
             break
         try:
             later = read_model(apply_tilings(graph, tilings[1:]), graph.path)
         except NotApplicable:
             break
-        again = _rounds(later, budget, deadline, explored, rejected)[0]
+        again = _rounds(later, budget, limits, explored, rejected)[0]
         if not again or again[-1].head_bytes >= final.head_bytes:
             break
         final, tilings = again[-1], tilings[1:] + tuple(r.tiling for r in again)
-    head, data = planned_model(final.model)
+    head, data = planned_model(final.model, limits.placement(FINAL_PLACE_UNITS))
     reason = "; then ".join(t.describe() for t in tilings)
     ends = [note for note in (region_end(graph, t.target) for t in tilings) if note]
     if ends:
         reason += " (" + "; ".join(ends) + ")"
     return RewriteResult(data, True, reason, head, original_head, stock.head_bytes, macs_before, final.macs,
-                         tilings, _pareto(explored), time.monotonic() - started, tuple(rejected))
+                         tilings, _pareto(explored), wall_clock_cut(), time.monotonic() - started, tuple(rejected))
 
 
-def _rounds(graph: Graph, budget: float, deadline: float, explored: list[Candidate],
+def _rounds(graph: Graph, budget: float, limits: _Limits, explored: list[Candidate],
             rejected: list[RejectedCandidate]) -> tuple[list[_Round], _Round]:
     """Tile around the peak, then around the peak of the tiled graph, for as long as the head falls: the rounds
     that lowered it, and the last round searched. Adds every point explored to `explored`, and every built
     candidate refused to `rejected`."""
     rounds: list[_Round] = []
     current = graph
-    while True:  # each round returns within the deadline; a round without a better tiling ends the loop
-        found = _tile_peak(current, budget, deadline)
+    while True:  # a round without a better tiling ends the loop
+        found = _tile_peak(current, budget, limits)
         explored.extend(found.explored)
         rejected.extend(found.rejected)
         if found.tiling is None or (rounds and found.head_bytes >= rounds[-1].head_bytes):
@@ -231,12 +260,11 @@ class _Round:
     rejected: tuple[RejectedCandidate, ...] = ()
 
 
-def _tile_peak(graph: Graph, budget: float, deadline: float) -> _Round:
+def _tile_peak(graph: Graph, budget: float, limits: _Limits) -> _Round:
     """The best tiling of one region around the peak of `graph` whose whole-model MACs stay within `budget`."""
     sg = graph.main
     stock = tflm_plan(graph)
-    remaining = deadline - time.monotonic()
-    schedule = find_schedule(graph, time_limit=min(max(remaining * 0.2, 1.0), RESCHEDULE_SECONDS), in_place=True)
+    schedule = find_schedule(graph, limits.schedule(), in_place=True)
     # The scheduler minimises the live peak; TFLM's greedy planner can still place the stored order tighter.
     base_orders = schedule.order if schedule.head_bytes < stock.head_bytes else stored_order(graph)
     base_order = base_orders[0]
@@ -264,7 +292,7 @@ def _tile_peak(graph: Graph, budget: float, deadline: float) -> _Round:
     explored: list[tuple[Candidate, TilingPlan]] = []
     best_live = base.head_bytes
     for floor, outside, region in sorted(_region_floors(sg, regions, outside_live), key=lambda item: item[0]):
-        if time.monotonic() > deadline:
+        if limits.cut():
             break
         if floor >= best_live:
             continue
@@ -280,7 +308,7 @@ def _tile_peak(graph: Graph, budget: float, deadline: float) -> _Round:
         grids += [grid for grid in affordable(_strip_grids(height)) if grid not in grids]
         for grid in grids:
             for split_source in (False, True):
-                if time.monotonic() > deadline:
+                if limits.cut():
                     break
                 plan = plan_tiling(graph, region, grid, split_source)
                 if split_source and not plan.split_source:
@@ -298,14 +326,14 @@ def _tile_peak(graph: Graph, budget: float, deadline: float) -> _Round:
     best: tuple[int, bytes, Candidate] | None = None
     built: dict[int, Candidate] = {}
     for index, (candidate, plan) in enumerate(explored[:BUILT_CANDIDATES]):
-        if best and (time.monotonic() > deadline or candidate.live_peak_bytes >= best[0]):
+        if best and (limits.cut() or candidate.live_peak_bytes >= best[0]):
             break
         data = model_bytes(_emit(graph, plan, base_order))
         refused = oracle.refusal(data, graph.path)
         if refused:
             rejected.append(RejectedCandidate(_tiling(candidate).describe(), refused))
             continue
-        head = _placed_head(read_model(data))
+        head = _placed_head(read_model(data), limits)
         built[index] = candidate = _with_head(candidate, head)
         if best is None or head < best[0]:
             best = (head, data, candidate)
@@ -314,13 +342,12 @@ def _tile_peak(graph: Graph, budget: float, deadline: float) -> _Round:
         return unchanged(f"TFLM or lowtide's validator refused every tiling built ({rejected[0].reason})", points)
     head, data, candidate = best
     # The scheduler may find a better order of the rewritten graph than patch-major.
-    remaining = deadline - time.monotonic()
-    if remaining > 1.0:
+    if not limits.cut():
         rewritten = read_model(data)
-        reordered = find_schedule(rewritten, time_limit=min(remaining, RESCHEDULE_SECONDS), in_place=True)
+        reordered = find_schedule(rewritten, limits.schedule(), in_place=True)
         if reordered.live_peak_bytes < head:
             reordered_data = model_bytes(apply_order(rewritten, reordered.order))
-            reordered_head = _placed_head(read_model(reordered_data))
+            reordered_head = _placed_head(read_model(reordered_data), limits)
             if reordered_head < head:
                 data, head = reordered_data, reordered_head
     if head >= base.head_bytes:
@@ -333,22 +360,22 @@ def _tiling(candidate: Candidate) -> Tiling:
     return Tiling(candidate.source, candidate.target, candidate.grid, candidate.split_source)
 
 
-def _placement(graph: Graph, seconds: float = PLACE_SECONDS) -> tuple[list[Buffer], Placement]:
+def _placement(graph: Graph, work: WorkBudget | None = None) -> tuple[list[Buffer], Placement]:
     """lowtide's placement of the stored order, in-place outputs inside their inputs: the offline plan
-    `lowtide optimize` writes."""
+    `lowtide optimize` writes (`work`: default `place`'s)."""
     buffers = buffers_to_plan(graph)
-    return buffers, place(buffers, seconds)
+    return buffers, place(buffers, work)
 
 
-def _placed_head(graph: Graph) -> int:
-    return _placement(graph)[1].head_bytes
+def _placed_head(graph: Graph, limits: _Limits) -> int:
+    return _placement(graph, limits.placement())[1].head_bytes
 
 
-def planned_model(data: bytes) -> tuple[int, bytes]:
+def planned_model(data: bytes, work: WorkBudget | None = None) -> tuple[int, bytes]:
     """The model with its placement as an OfflineMemoryAllocation plan, so stock TFLM allocates exactly that
     head (a SPLIT_V's strips only share their source's bytes through such a plan); and the head."""
     graph = read_model(data)
-    buffers, placement = _placement(graph, FINAL_PLACE_SECONDS)
+    buffers, placement = _placement(graph, work)
     check_no_overlap(buffers, placement.offsets)
     raw = copy.deepcopy(graph.raw)
     set_offline_plan(raw, offline_plan(graph, buffers, placement.offsets))

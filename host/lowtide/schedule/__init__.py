@@ -1,8 +1,9 @@
 """Stage 3: the operator order with the lowest live-memory peak, proven optimal where the search completes.
 
 `find_schedule` schedules every subgraph on its own cost (`problem`), split at cut points and searched exactly
-block by block (`search`); a block the exact search cannot finish in its share of the time gets a minimum-cut
-lower bound and the anytime searches (`anytime`), so the result is the best order found with an honest gap. The result is checked against the memory model everyone else uses (`tflm_plan`), so
+block by block (`search`); a block the exact search cannot finish in its share of the work budget gets a
+minimum-cut lower bound and the anytime searches (`anytime`), so the result is the best order found with an honest
+gap. Every budget is counted in units of work (`lowtide.budget`), so the order found is the same on any machine. The result is checked against the memory model everyone else uses (`tflm_plan`), so
 its figures are the ones the rest of lowtide reports. `apply_order` writes an order into a copy of the model.
 """
 
@@ -14,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from lowtide.budget import WallClock, WorkBudget
 from lowtide.memory import live_peak_bytes, tflm_plan
 from lowtide.memory.lifetimes import Order, stored_order
 from lowtide.model.ir import Graph
@@ -21,7 +23,11 @@ from lowtide.schedule.problem import SubgraphProblem, check_order, subgraph_prob
 from lowtide.schedule.anytime import budgeted_descent, cut_bound, solve_hard_block
 from lowtide.schedule.search import Block, BlockResult, blocks, heuristic_order
 
-# Share of the time limit the beam searches (upper bounds, fallback orders) may use before the exact search.
+# Work units (`search.POP_UNITS`: operator steps) of one search when the caller gives none: about 12 s of one quiet
+# core of the machine the budgets were tuned on (some 250,000 units a second there), the schedule's share of the
+# former 30 s time limit. It proves every shared model's order optimal (docs/benchmarks.md).
+SCHEDULE_UNITS = 3_000_000
+# Share of the budget the beam searches (upper bounds, fallback orders) may use before the exact search.
 HEURISTIC_SHARE = 0.25
 # progress(fraction of operators whose block is settled, best own-cost peak so far)
 Progress = Callable[[float, int], None]
@@ -36,7 +42,8 @@ class Schedule:
     stored_head_bytes: int
     lower_bound_bytes: int  # no valid order has a lower live peak
     optimal: bool  # live_peak_bytes == lower_bound_bytes
-    timed_out: bool  # the time limit (or a search's state cap) ended the search before it proved its order optimal
+    unfinished: bool  # the work budget (or a search's state cap) ended the search before it proved its order optimal
+    wall_clock_cut: bool  # the safety net (`WallClock`) ended a search: the order may differ between runs
     seconds: float
     explored_states: int
 
@@ -54,13 +61,19 @@ class Schedule:
         return self.gap_bytes / self.lower_bound_bytes if self.lower_bound_bytes else 0.0
 
 
-def find_schedule(graph: Graph, time_limit: float = 30.0, progress: Progress | None = None,
+def schedule_budget(effort: float = 1.0, clock: WallClock | None = None) -> WorkBudget:
+    """`effort` times the default budget of `find_schedule`, on its own counter."""
+    return WorkBudget.of(effort * SCHEDULE_UNITS, "schedule", clock)
+
+
+def find_schedule(graph: Graph, work: WorkBudget | None = None, progress: Progress | None = None,
                   in_place: bool = False) -> Schedule:
-    """With `in_place`, costs and live peaks count outputs that an offline plan may place inside a dying input
-    (`lowtide.memory.in_place`) once; TFLM's own planner (`head_bytes`) never does that."""
+    """The best order found within `work` (default: `schedule_budget()`). With `in_place`, costs and live peaks
+    count outputs that an offline plan may place inside a dying input (`lowtide.memory.in_place`) once; TFLM's own
+    planner (`head_bytes`) never does that."""
     started = time.monotonic()
-    deadline = started + time_limit
-    heuristic_deadline = started + HEURISTIC_SHARE * time_limit
+    work = work or schedule_budget()
+    heuristic_work = work.share(HEURISTIC_SHARE)
     problems = {i: subgraph_problem(graph, i, in_place) for i in sorted(_reachable_subgraphs(graph))}
     # Every operator's unavoidable step is a lower bound on the model's peak: the first target level.
     level = max(
@@ -72,11 +85,11 @@ def find_schedule(graph: Graph, time_limit: float = 30.0, progress: Progress | N
         split = blocks(problem)
         block_orders[sg] = [[] for _ in split]
         for position, block in enumerate(split):
-            heuristic = heuristic_order(problem, block, heuristic_deadline)
+            heuristic = heuristic_order(problem, block, heuristic_work)
             if heuristic[1] > level:
                 # A block's highest cut binds the model too: blocks that peak no higher are settled at once, and
-                # the time goes to those that do not.
-                level = max(level, cut_bound(problem, block, heuristic_deadline))
+                # the work goes to those that do not.
+                level = max(level, cut_bound(problem, block, heuristic_work))
             pending.append((heuristic, block, position))
     # Hardest blocks first: their optimum raises the level, which lets easier blocks stop sooner.
     pending.sort(key=lambda item: -item[0][1])
@@ -93,35 +106,34 @@ def find_schedule(graph: Graph, time_limit: float = 30.0, progress: Progress | N
             progress(settled_ops / total_ops, max(settled_peak, unsettled_peak))
 
     for index, (heuristic, block, position) in enumerate(pending):
-        # A block's share of the time left is its share of the operators still to search: those of the blocks
+        # A block's share of the work left is its share of the operators still to search: those of the blocks
         # whose heuristic order peaks above the bound (the others are settled at once).
         unsearched_ops = sum(b.size for (_, peak), b, _ in pending[index:] if b.size > 1 and peak > level)
-        now = time.monotonic()
         share = block.size / unsearched_ops if block.size > 1 and heuristic[1] > level else 0.0
-        result = solve_hard_block(problems[block.subgraph], block, level, now + share * max(deadline - now, 0.0),
-                                  heuristic, functools.partial(report, index))
+        result = solve_hard_block(problems[block.subgraph], block, level, work.share(share), heuristic,
+                                  functools.partial(report, index))
         results.append(result)
         explored += result.states
         level = max(level, result.bound)
         settled_ops += block.size
         settled_peak = max(settled_peak, result.peak)
         report(index + 1)
-    # Time the easier blocks left goes to budget probes (`anytime.budgeted_descent`), from the level now proven, on
+    # Work the easier blocks left goes to budget probes (`anytime.budgeted_descent`), from the level now proven, on
     # the block that sets the model's peak (the other blocks' gaps do not count) while it is not proven optimal.
-    while time.monotonic() < deadline:
+    while not work.spent():
         index = max(range(len(results)), key=lambda i: results[i].peak, default=None)
         if index is None or results[index].peak <= level:
             break
         _, block, _ = pending[index]
         result = results[index]
-        descent = budgeted_descent(problems[block.subgraph], block, level, (result.order, result.peak), deadline,
+        descent = budgeted_descent(problems[block.subgraph], block, level, (result.order, result.peak), work,
                                    functools.partial(report, len(pending)))
         level = max(level, descent.bound)
         results[index] = BlockResult(descent.order, descent.peak, level, result.states + descent.states,
                                      descent.peak <= level)
         explored += descent.states
         if descent.peak > level:
-            break  # out of time
+            break  # out of work
     for (_, block, position), result in zip(pending, results):
         block_orders[block.subgraph][position] = result.order
 
@@ -143,7 +155,8 @@ def find_schedule(graph: Graph, time_limit: float = 30.0, progress: Progress | N
         stored_head_bytes=tflm_plan(graph).head_bytes,
         lower_bound_bytes=level,
         optimal=peak == level,
-        timed_out=any(result.peak > level for result in results),
+        unfinished=any(result.peak > level for result in results),
+        wall_clock_cut=work.where in work.clock.cuts,
         seconds=time.monotonic() - started,
         explored_states=explored,
     )
@@ -172,4 +185,5 @@ def _reachable_subgraphs(graph: Graph) -> set[int]:
     return seen
 
 
-__all__ = ["Progress", "Schedule", "SubgraphProblem", "apply_order", "check_order", "find_schedule", "subgraph_problem"]
+__all__ = ["Progress", "Schedule", "SubgraphProblem", "apply_order", "check_order", "find_schedule", "schedule_budget",
+           "subgraph_problem"]

@@ -1,4 +1,4 @@
-"""Blocks the exact search cannot finish in time: a tighter lower bound, and better orders found along the way.
+"""Blocks the exact search cannot finish within its budget: a tighter lower bound, and better orders found on the way.
 
 Lower bound, per operator, by minimum cut. While an operator runs, the operators already run form a set closed
 under "must run before" that holds all its ancestors and none of its descendants. Given that set, the bytes live
@@ -16,9 +16,9 @@ Orders, from the best heuristic order on:
   conquer, Ahn et al. 2020, cutting at minimum cuts rather than only at single operators);
 - probes under a byte budget (the exact search for an order within the budget, deepest state first, each state
   dropped once its cuts exceed the budget), the budget moved by bisection between the bound and the best peak:
-  a budget a probe meets becomes the new best, one it exhausts raises the bound, one it cannot settle in time
+  a budget a probe meets becomes the new best, one it exhausts raises the bound, one it cannot settle within its budget
   is loosened (SERENITY's adaptive soft budgeting).
-The probes use all the time left: each is the exact search from the budget with the cuts of each search state as
+The probes use all the work left: each is the exact search from the budget with the cuts of each search state as
 its lookahead (`CutLookahead`: the cut bound again, over the "run before" sets that hold what the state has run),
 which drops most states before they are expanded.
 """
@@ -27,33 +27,35 @@ from __future__ import annotations
 
 import bisect
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 from ortools.graph.python import max_flow
 
+from lowtide.budget import WorkBudget
 from lowtide.memory.lifetimes import ALIGNMENT
 from lowtide.schedule.problem import SubgraphProblem, bits
 from lowtide.schedule.search import (
     BEAM_WIDTH, Block, BlockResult, Readiness, beam_order, heuristic_order, solve_block,
 )
 
-# Shares of the time left that each phase of `solve_hard_block` may use, in turn. The first exact search gets
-# enough to prove every shared model's blocks optimal, as before; the budget probes get whatever is left.
+# Shares of the work left (`lowtide.budget`) that each phase of `solve_hard_block` may use, in turn. The first exact
+# search gets enough to prove every shared model's blocks optimal; the budget probes get whatever is left.
 EXACT_SHARE = 0.05
 PAIR_SHARE = 0.15
 BEAM_SHARE = 0.2
 DIVIDE_SHARE = 0.15
 # Operators with the highest cuts whose conflicting pairs `ordered_pair_bound` tries.
 PAIR_BOTTLENECKS = 12
-# Parts of at most this many operators are searched exactly (in at most LEAF_SECONDS) instead of split again.
+# Parts of at most this many operators are searched exactly (within LEAF_UNITS) instead of split again.
 LEAF_OPS = 30
-LEAF_SECONDS = 0.5
-# The first budget probe may use this share of the time left (enough for the hardest RandWire block's first
+LEAF_UNITS = 125_000
+# The first budget probe may use this share of the work left (enough for the hardest RandWire block's first
 # budget); each later round doubles it.
 PROBE_SHARE = 0.9
+# Work units (operator steps, `search.POP_UNITS`) one minimum cut costs: one max-flow on the block's network.
+CUT_UNITS = 30
 
 
 @dataclass(frozen=True)
@@ -66,11 +68,13 @@ class StepCut:
 class BlockCuts:
     """The minimum-cut network of one block, built once. Nodes: the source (operators run before the one that
     runs), the sink (the others), each operator, each tensor; a query only switches which operators are tied to
-    the source and which to the sink (arcs of infinite or zero capacity), so each cut costs one max-flow."""
+    the source and which to the sink (arcs of infinite or zero capacity), so each cut costs one max-flow, charged
+    to `work` (None: not counted)."""
 
-    def __init__(self, problem: SubgraphProblem, block: Block):
+    def __init__(self, problem: SubgraphProblem, block: Block, work: WorkBudget | None = None):
         self.problem = problem
         self.block = block
+        self.work = work
         n = problem.op_count
         self._mask_bytes = (n + 7) // 8
         source, sink = 0, 1
@@ -121,6 +125,8 @@ class BlockCuts:
         `largest` the largest one (which stays valid for more of the sets a search adds operators to); none (0)
         once the bound reaches `limit`, where the caller only needs the bound."""
         problem, ops, n = self.problem, self.block.ops, self.problem.op_count
+        if self.work is not None:
+            self.work.charge(CUT_UNITS)
         source_side = (problem.ancestors[op] | run_before) & ops
         sink_side = (problem.descendants[op] | 1 << op | run_after) & ops
         switched = np.concatenate([self._vector(source_side), self._vector(sink_side)])
@@ -168,9 +174,9 @@ class CutLookahead:
 
     RECOMPUTED = 1
 
-    def __init__(self, problem: SubgraphProblem, block: Block):
+    def __init__(self, problem: SubgraphProblem, block: Block, work: WorkBudget):
         self.block = block
-        self.network = BlockCuts(problem, block)
+        self.network = BlockCuts(problem, block, work)
 
     def __call__(self, done: int, known: list[StepCut] | None, limit: int) -> tuple[int, list[StepCut]]:
         """(bound, the cuts it rests on, highest first, for the states that follow); stops early once the bound
@@ -197,30 +203,30 @@ def _highest_first(cut: StepCut) -> int:
     return -cut.bound
 
 
-def cut_bound(problem: SubgraphProblem, block: Block, deadline: float) -> int:
-    """The highest cut of the block's operators (0 if none is taken before `deadline`): no order of the whole
-    subgraph peaks lower."""
-    return max((cut.bound for cut in step_cuts(problem, block, deadline)), default=0)
+def cut_bound(problem: SubgraphProblem, block: Block, work: WorkBudget) -> int:
+    """The highest cut of the block's operators (0 if `work` allows none): no order of the whole subgraph peaks
+    lower."""
+    return max((cut.bound for cut in step_cuts(problem, block, work)), default=0)
 
 
-def step_cuts(problem: SubgraphProblem, block: Block, deadline: float) -> list[StepCut]:
-    """Every operator's cut, as many as `deadline` allows (each one is a valid bound on its own)."""
-    network = BlockCuts(problem, block)
+def step_cuts(problem: SubgraphProblem, block: Block, work: WorkBudget) -> list[StepCut]:
+    """Every operator's cut, as many as `work` allows (each one is a valid bound on its own)."""
+    network = BlockCuts(problem, block, work)
     cuts = []
     for op in bits(block.ops):
-        if time.monotonic() > deadline:
+        if work.spent():
             break
         cuts.append(network.cut(op))
     return cuts
 
 
 def ordered_pair_bound(problem: SubgraphProblem, block: Block, cuts: list[StepCut], bound: int,
-                       deadline: float) -> int:
+                       work: WorkBudget) -> int:
     """`bound` raised by pairs of operators that cannot both have their cheapest cut: v's set holds u and u's set
     holds v, but one of them runs first. Whichever it is, both cuts are taken again under that order, and the
     lower of the two orders' highest cut still binds every order. Pairs are drawn around the highest cuts."""
     by_op = {c.op: c for c in cuts}
-    network = BlockCuts(problem, block)
+    network = BlockCuts(problem, block, work)
 
     def order_cost(first: int, then: int) -> int:
         """A lower bound on the peak of every order that runs `first` before `then`."""
@@ -235,7 +241,7 @@ def ordered_pair_bound(problem: SubgraphProblem, block: Block, cuts: list[StepCu
         for u in bits(v_cut.before & ~problem.ancestors[v]):
             if u not in by_op or not by_op[u].before >> v & 1:
                 continue
-            if time.monotonic() > deadline:
+            if work.spent():
                 return bound
             bound = max(bound, min(order_cost(u, v), order_cost(v, u)))
     return bound
@@ -245,57 +251,52 @@ def solve_hard_block(
     problem: SubgraphProblem,
     block: Block,
     level: int,
-    deadline: float,
+    work: WorkBudget,
     fallback: tuple[list[int], int],
     tick: Callable[[], None] | None = None,
 ) -> BlockResult:
-    """`solve_block` for part of the time; if it cannot finish, the cut bounds, the widening beam, divide and
-    conquer, and the budget probes until `deadline`. The order returned is never worse than `fallback`."""
-
-    def until(share: float) -> float:
-        """The deadline of a phase that may use `share` of the time left."""
-        now = time.monotonic()
-        return now + share * max(deadline - now, 0.0)
-
-    exact = solve_block(problem, block, level, until(EXACT_SHARE), fallback, tick)
+    """`solve_block` for part of `work`; if it cannot finish, the cut bounds, the widening beam, divide and
+    conquer, and the budget probes until `work` is spent. The order returned is never worse than `fallback`."""
+    exact = solve_block(problem, block, level, work.share(EXACT_SHARE), fallback, tick)
     if exact.complete:
         return exact
     order, peak, states = exact.order, exact.peak, exact.states
-    cuts = step_cuts(problem, block, deadline)
+    cuts = step_cuts(problem, block, work)
     bound = max([exact.bound, *(c.bound for c in cuts)])
     if peak > bound:
-        bound = ordered_pair_bound(problem, block, cuts, bound, until(PAIR_SHARE))
+        bound = ordered_pair_bound(problem, block, cuts, bound, work.share(PAIR_SHARE))
     if peak > bound:
-        widened = widening_beam(problem, block, bound, until(BEAM_SHARE))
+        widened = widening_beam(problem, block, bound, work.share(BEAM_SHARE))
         if widened is not None and widened[1] < peak:
             order, peak = widened
     if peak > bound:
-        divided, divided_peak = divide_at_cuts(problem, block, bound, until(DIVIDE_SHARE), cuts)
+        divided, divided_peak = divide_at_cuts(problem, block, bound, work.share(DIVIDE_SHARE), cuts)
         if divided_peak < peak:
             order, peak = divided, divided_peak
     if peak > bound:
-        descent = budgeted_descent(problem, block, bound, (order, peak), deadline, tick)
+        descent = budgeted_descent(problem, block, bound, (order, peak), work, tick)
         order, peak, bound, states = descent.order, descent.peak, descent.bound, states + descent.states
     bound = max(bound, level)
     return BlockResult(order, peak, bound, states, peak <= bound)
 
 
 def widening_beam(problem: SubgraphProblem, block: Block, level: int,
-                  deadline: float) -> tuple[list[int], int] | None:
+                  work: WorkBudget) -> tuple[list[int], int] | None:
     """The best order of beam searches ever four times wider, ranked with `level` as the floor of every peak,
-    until one would not end before `deadline` (None if not even the first does). A beam four times wider takes
-    about four times as long: one that would not end in time is not started, its time goes to the next phase."""
+    until one would not end within `work` (None if not even the first does). A beam four times wider does about
+    four times the work: one that would not end within the budget is not started, its work goes to the next
+    phase."""
     best = None
     width = BEAM_WIDTH
     readiness = Readiness(problem, block)
-    seconds = 0.0
-    while time.monotonic() + 4 * seconds < deadline:
+    units = 0  # what the last beam took
+    while 4 * units < work.left:
         width *= 4
-        started = time.monotonic()
-        found = beam_order(problem, block, readiness, width, deadline, level)
+        started = work.done
+        found = beam_order(problem, block, readiness, width, work, level)
         if found is None:
             break
-        seconds = time.monotonic() - started
+        units = work.done - started
         order = found[1]
         peak = problem.peak(order, block.before)
         if best is None or peak < best[1]:
@@ -305,27 +306,26 @@ def widening_beam(problem: SubgraphProblem, block: Block, level: int,
     return best
 
 
-def divide_at_cuts(problem: SubgraphProblem, block: Block, level: int, deadline: float,
+def divide_at_cuts(problem: SubgraphProblem, block: Block, level: int, work: WorkBudget,
                    cuts: list[StepCut] | None = None) -> tuple[list[int], int]:
     """The block's bottleneck operator (the highest cut) splits it in two: its cheapest "run before" set, then the
     rest; each part is split again, or searched exactly once small. Each level keeps the heuristic order where
     that peaks lower, so the result never peaks above `heuristic_order`."""
-    best_order, best_peak = heuristic_order(problem, block, deadline)
-    if block.size <= LEAF_OPS or time.monotonic() > deadline:
+    best_order, best_peak = heuristic_order(problem, block, work)
+    if block.size <= LEAF_OPS or work.spent():
         if block.size <= LEAF_OPS and best_peak > level:
-            leaf_deadline = min(deadline, time.monotonic() + LEAF_SECONDS)
-            result = solve_block(problem, block, level, leaf_deadline, (best_order, best_peak))
+            result = solve_block(problem, block, level, work.limit(LEAF_UNITS), (best_order, best_peak))
             return result.order, result.peak
         return best_order, best_peak
     if cuts is None:
-        cuts = step_cuts(problem, block, deadline)
+        cuts = step_cuts(problem, block, work)
     splitting = [c for c in cuts if c.before & block.ops]  # an empty "before" set would not shrink the block
     if not splitting:
         return best_order, best_peak
     first_ops = max(splitting, key=lambda c: c.bound).before & block.ops
     first = Block(block.subgraph, first_ops, block.before)
     rest = Block(block.subgraph, block.ops & ~first_ops, block.before | first_ops)
-    order = divide_at_cuts(problem, first, level, deadline)[0] + divide_at_cuts(problem, rest, level, deadline)[0]
+    order = divide_at_cuts(problem, first, level, work)[0] + divide_at_cuts(problem, rest, level, work)[0]
     peak = problem.peak(order, block.before)
     return (order, peak) if peak < best_peak else (best_order, best_peak)
 
@@ -343,25 +343,25 @@ def budgeted_descent(
     block: Block,
     bound: int,
     start: tuple[list[int], int],
-    deadline: float,
+    work: WorkBudget,
     tick: Callable[[], None] | None = None,
 ) -> DescentResult:
-    """Bisect a byte budget between `bound` and the best peak until they meet or `deadline` passes: each probe is
-    `solve_block` with the budget as its level, only orders within it sought, and the cut lookahead."""
+    """Bisect a byte budget between `bound` and the best peak until they meet or `work` is spent: each probe is
+    `solve_block` with the byte budget as its level, only orders within it sought, and the cut lookahead."""
     order, peak = start
     floor = bound  # budgets below `floor` are proven impossible or were too slow to settle this round
-    probe_seconds = PROBE_SHARE * max(deadline - time.monotonic(), 0.0)
-    lookahead = CutLookahead(problem, block)
+    probe_units = PROBE_SHARE * work.left
+    lookahead = CutLookahead(problem, block, work)
     states = 0
-    while bound < peak and time.monotonic() < deadline:
+    while bound < peak and not work.spent():
         if floor >= peak:  # every budget between bound and peak was too slow: try them again for longer
-            floor, probe_seconds = bound, 2 * probe_seconds
+            floor, probe_units = bound, 2 * probe_units
         budget = (floor + peak - ALIGNMENT) // 2 // ALIGNMENT * ALIGNMENT
         budget = max(budget, floor)
         # Every step is a multiple of ALIGNMENT bytes: no order within the budget means none below budget + that,
         # or even none below the lowest cost the probe dropped.
-        probe = solve_block(problem, block, budget, min(deadline, time.monotonic() + probe_seconds),
-                            (order, peak), None, lookahead, beat=budget + ALIGNMENT)
+        probe = solve_block(problem, block, budget, work.limit(probe_units), (order, peak), None, lookahead,
+                            beat=budget + ALIGNMENT)
         states += probe.states
         if probe.peak <= budget:
             order, peak = probe.order, probe.peak

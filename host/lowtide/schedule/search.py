@@ -22,19 +22,23 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from lowtide.budget import WorkBudget
 from lowtide.schedule.problem import SubgraphProblem, bits
 
-# How many states to pop between looks at the clock and calls of the progress callback.
-CLOCK_EVERY = 64
+# How many states to pop between looks at the work budget and calls of the progress callback.
+CHECK_EVERY = 64
+# Work units (`lowtide.budget`) are operator steps evaluated (`SubgraphProblem.step`): a beam search charges one per
+# step. Popping a state of the exact search costs about as much as this many steps (the steps to its successors,
+# the heap and the memo), measured on the RandWire blocks.
+POP_UNITS = 12
 # States the beam search keeps per depth for the starting upper bound: enough to beat the greedy order on wide
 # graphs, cheap enough (width x available operators steps per depth) to run on every block.
 BEAM_WIDTH = 64
-# Memoised states at which a block's search gives up as if out of time (about 200 bytes each, with the heap).
+# Memoised states at which a block's search gives up as if out of work (about 200 bytes each, with the heap).
 MAX_STATES = 6_000_000
 
 
@@ -57,7 +61,7 @@ class BlockResult:
     peak: int  # highest step of `order`
     bound: int  # proven lower bound on max(level, best peak of this block)
     states: int  # states popped
-    complete: bool  # False when the deadline or MAX_STATES stopped the search
+    complete: bool  # False when the work budget or MAX_STATES stopped the search
 
 
 def blocks(problem: SubgraphProblem) -> list[Block]:
@@ -111,16 +115,17 @@ def simple_orders(problem: SubgraphProblem, block: Block) -> list[tuple[int, lis
         for reverse in (False, True):
             order = _depth_first_order(problem, block, reverse)
             candidates.append((problem.peak(order, block.before), order))
-        candidates.append(beam_order(problem, block, Readiness(problem, block), 1, math.inf))
+        candidates.append(beam_order(problem, block, Readiness(problem, block), 1))
     return candidates
 
 
-def heuristic_order(problem: SubgraphProblem, block: Block, deadline: float = math.inf) -> tuple[list[int], int]:
-    """The best of the simple orders and a beam search (if it ends before `deadline`): each an upper bound for
-    the exact search and the fallback when the time runs out."""
+def heuristic_order(problem: SubgraphProblem, block: Block,
+                    work: WorkBudget | None = None) -> tuple[list[int], int]:
+    """The best of the simple orders and a beam search (if it ends within `work`; None: no limit): each an upper
+    bound for the exact search and the fallback when its budget runs out."""
     candidates = simple_orders(problem, block)
     if block.size > 1:
-        beam = beam_order(problem, block, Readiness(problem, block), BEAM_WIDTH, deadline)
+        beam = beam_order(problem, block, Readiness(problem, block), BEAM_WIDTH, work)
         if beam is not None:
             candidates.append(beam)
     # On equal peaks the stored order wins (it compares lowest), so a model is only reordered for a gain.
@@ -155,18 +160,21 @@ def _depth_first_order(problem: SubgraphProblem, block: Block, reverse: bool) ->
 
 
 def beam_order(
-    problem: SubgraphProblem, block: Block, readiness: Readiness, width: int, deadline: float, level: int = 0
+    problem: SubgraphProblem, block: Block, readiness: Readiness, width: int, work: WorkBudget | None = None,
+    level: int = 0,
 ) -> tuple[int, list[int]] | None:
     """Run the block one operator at a time, keeping the `width` best distinct sets of run operators at each
     depth, best = lowest peak so far, then fewest bytes live (width 1 is the plain greedy order). Peaks up to
     `level`, a proven lower bound, count as `level`: no order avoids them, so fewer bytes live decides. None if
-    the deadline passes first."""
+    `work` is spent first (None: no limit); each step evaluated is charged to it."""
     # mask -> (peak so far, live bytes, ready operators, previous mask, operator run last)
     beam = {block.before: (0, problem.live_bytes(block.before), readiness.first, None, -1)}
     history = []
     for _ in range(block.size):
-        if time.monotonic() > deadline:
-            return None
+        if work is not None:
+            if work.spent():
+                return None
+            work.charge(sum(ready.bit_count() for _, _, ready, _, _ in beam.values()))
         following: dict[int, tuple[int, int, int, int | None, int]] = {}
         for done, (peak, live, ready, _, _) in beam.items():
             for op in bits(ready):
@@ -196,13 +204,13 @@ def solve_block(
     problem: SubgraphProblem,
     block: Block,
     level: int,
-    deadline: float,
+    work: WorkBudget,
     fallback: tuple[list[int], int],
     tick: Callable[[], None] | None = None,
     lookahead: Lookahead | None = None,
     beat: int | None = None,
 ) -> BlockResult:
-    """The block's best order if found before `deadline` (bound == max(level, peak)); otherwise `fallback`
+    """The block's best order if found within `work` (bound == max(level, peak)); otherwise `fallback`
     (an order and its peak, from `heuristic_order`), with the lowest cost not yet ruled out as bound.
 
     Only orders peaking below `beat` (by default the fallback's peak) are searched for: if there is none, the
@@ -245,10 +253,11 @@ def solve_block(
             order = _path(reached, block.before, goal)
             return BlockResult(order, problem.peak(order, block.before), cost, popped, True)
         popped += 1
-        if popped % CLOCK_EVERY == 0:
+        if popped % CHECK_EVERY == 0:
             if tick is not None:
                 tick()
-            if time.monotonic() > deadline or len(reached) > MAX_STATES:
+            work.charge(CHECK_EVERY * POP_UNITS)
+            if work.spent() or len(reached) > MAX_STATES:
                 return BlockResult(fallback, fallback_peak, cost, popped, False)
         successors = []
         for op in bits(ready):
