@@ -136,8 +136,7 @@ def test_a_uint8_input_is_quantized_whole_and_the_region_starts_after_it():
 
 def _optimize_json(model: Path, out: Path, *extra: str) -> tuple[int, dict | None]:
     stdout = io.StringIO()
-    argv = ["lowtide", "optimize", str(model), "-o", str(out), "--rewrite", "auto", "--verify", "--json",
-            "--time-limit", "20", *extra]
+    argv = ["lowtide", "optimize", str(model), "-o", str(out), "--rewrite", "auto", "--verify", "--json", *extra]
     with mock.patch.object(sys, "argv", argv), redirect_stdout(stdout):
         try:
             main()
