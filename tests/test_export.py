@@ -40,6 +40,8 @@ def test_export_writes_order_plan_header_and_sidecar_that_tflm_honours(tmp_path)
     placement = place(buffers)
     out = tmp_path / "nabu-opt.tflite"
     result = export_optimized(graph, order, dict(zip(buffers, placement.offsets)), out)
+    assert not out.exists()  # checked, not yet written: the pipeline writes once every check has passed
+    result.write()
 
     data = out.read_bytes()
     written = load_model(out)
@@ -99,6 +101,7 @@ def test_existing_plan_is_replaced_and_scratch_buffers_are_placed_by_tflm(tmp_pa
         stacked[b] = top
         top += b.size
     first = export_optimized(graph, order, stacked, tmp_path / "first.tflite")
+    first.write()
     planned = load_model(tmp_path / "first.tflite")
     assert planned.offline_plan is not None
     assert first.planned_head_bytes > tflm_plan(graph).head_bytes
@@ -109,6 +112,7 @@ def test_existing_plan_is_replaced_and_scratch_buffers_are_placed_by_tflm(tmp_pa
     placement = place(replanned_buffers)
     second = export_optimized(planned, order, dict(zip(replanned_buffers, placement.offsets)),
                               tmp_path / "second.tflite")
+    second.write()
     data = (tmp_path / "second.tflite").read_bytes()
     result = load_model(tmp_path / "second.tflite")
     assert [m.name for m in result.raw.metadata].count(OFFLINE_PLAN_NAME.encode()) == 1
