@@ -62,6 +62,8 @@ CORES = {
     for core in (
         Core("cortex-m4f", ("-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16"), dsp=True),
         Core("cortex-m7", ("-mcpu=cortex-m7", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv5-d16"), dsp=True),
+        # A Cortex-M7 whose FPU has single precision only (STM32F7x6): TFLM's doubles must stay in software.
+        Core("cortex-m7-sp", ("-mcpu=cortex-m7", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv5-sp-d16"), dsp=True),
         Core("cortex-m0plus", ("-mcpu=cortex-m0plus", "-mthumb", "-mfloat-abi=soft"), dsp=False),
         Core("xtensa-lx7", (), dsp=False, arm=False),
     )

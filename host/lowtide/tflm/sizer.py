@@ -52,6 +52,7 @@ SIZER_MACHINES = {
     "cortex-m4f": SizerMachine("mps2-an386", 0x21000000),
     "cortex-m0plus": SizerMachine("mps2-an386", 0x21000000),
     "cortex-m7": SizerMachine("mps2-an500", 0x60000000),
+    "cortex-m7-sp": SizerMachine("mps2-an500", 0x60000000),  # QEMU's M7 has a double-precision FPU: a superset
 }
 
 
@@ -129,7 +130,7 @@ def _link_sizer(library: TflmLibrary, core: Core, calls: list[str], out: Path, e
              f'-DLT_QEMU_MACHINE="{machine.qemu_machine}"', "-DLT_QEMU_ICOUNT_SHIFT=0"]
     sources = [TFLM_GLUE_DIR / "lt_tflm_sizer.cc", TFLM_GLUE_DIR / "lt_tflm_platform.cc",
                BSP_DIR / "mps2" / "lt_startup.c", BSP_DIR / "mps2" / "lt_board_mps2.c",
-               BSP_DIR / "cortexm" / "lt_semihosting.c"]
+               BSP_DIR / "cortexm" / "lt_semihosting.c", BSP_DIR / "cortexm" / "lt_systick.c"]
     objects = []
     for source in sources:
         obj = out / (source.name + ".o")
