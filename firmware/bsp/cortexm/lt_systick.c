@@ -36,9 +36,10 @@ uint64_t lt_systick_ticks(void) {
 /* The host's bytes arrive at arbitrary instruction counts, so an invocation would start at a random phase of the
  * tick and measure one tick more or less from run to run. Restarting SysTick here (a write to CVR clears it; the
  * next tick comes a full period later) puts every invocation at the same phase. */
-void lt_systick_align(void) {
+void lt_systick_align(uint32_t granule) {
   uint32_t primask = lt_irq_save();
-  ticks_before_align = lt_systick_ticks();
+  uint64_t ticks = lt_systick_ticks();
+  ticks_before_align = (ticks + granule - 1u) / granule * granule;
   LT_SYST_CVR = 0;
   LT_SCB_ICSR = LT_SCB_ICSR_PENDSTCLR;
   systick_wraps = 0;

@@ -11,7 +11,9 @@ void lt_systick_start(void);
 void lt_systick_count_wrap(void);
 /* Ticks since lt_systick_start() (plus a constant). */
 uint64_t lt_systick_ticks(void);
-/* Restarts the tick phase (lt_board_cycles_align()); lt_systick_ticks() stays monotonic across it. */
-void lt_systick_align(void);
+/* Restarts the tick phase (lt_board_cycles_align()), and moves the count on to a multiple of `granule`: a board
+ * converting ticks to instructions by a fraction n / granule then truncates every invocation's start alike.
+ * lt_systick_ticks() stays monotonic across it. */
+void lt_systick_align(uint32_t granule);
 
 #endif

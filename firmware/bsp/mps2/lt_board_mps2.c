@@ -71,7 +71,7 @@ void lt_board_write(const uint8_t *data, size_t length) {
 
 int lt_board_read_byte(void) { return (UART_STATE & UART_STATE_RX_FULL) ? (int)(UART_DATA & 0xFFu) : -1; }
 
-void lt_board_cycles_align(void) { lt_systick_align(); }
+void lt_board_cycles_align(void) { lt_systick_align(TICK_DENOMINATOR); }
 
 uint64_t lt_board_cycles(void) { return lt_systick_ticks() * TICK_NUMERATOR / TICK_DENOMINATOR; }
 

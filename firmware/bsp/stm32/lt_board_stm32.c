@@ -47,6 +47,8 @@
  * 1 ns of virtual time, so one tick is 1e9 / 168e6 = 125 / 21 instructions. */
 #define QEMU_SYSTICK_HZ 168000000u
 #define QEMU_INSTRUCTIONS_HZ 1000000000u
+#define QEMU_TICK_NUMERATOR (QEMU_INSTRUCTIONS_HZ / 8000000u) /* 125 */
+#define QEMU_TICK_DENOMINATOR (QEMU_SYSTICK_HZ / 8000000u)    /* 21 */
 
 static UART_HandleTypeDef host_uart;
 static int counting_instructions; /* DWT does not count: QEMU, SysTick counts instructions */
@@ -275,12 +277,12 @@ int lt_board_read_byte(void) {
 }
 
 uint64_t lt_board_cycles(void) {
-  if (counting_instructions) return lt_systick_ticks() * (QEMU_INSTRUCTIONS_HZ / 8000000u) / (QEMU_SYSTICK_HZ / 8000000u);
+  if (counting_instructions) return lt_systick_ticks() * QEMU_TICK_NUMERATOR / QEMU_TICK_DENOMINATOR;
   return lt_dwt_cycles();
 }
 
 void lt_board_cycles_align(void) {
-  if (counting_instructions) lt_systick_align();
+  if (counting_instructions) lt_systick_align(QEMU_TICK_DENOMINATOR);
 }
 
 uint32_t lt_board_cycle_hz(void) { return counting_instructions ? QEMU_INSTRUCTIONS_HZ : SystemCoreClock; }
