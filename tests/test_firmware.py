@@ -89,13 +89,14 @@ def test_board_files_describe_every_platformio_env():
     specs = load_board_specs()
     assert {"qemu-m4", "qemu-m7"} <= set(known_boards())  # what `lowtide measure --board` accepts
     ini = (REPO / "platformio.ini").read_text()
-    assert {"qemu-m4", "qemu-m7", "nucleo-f746zg", "nucleo-h743zi", "nano33ble", "esp32-s3-devkitc-1",
-            "pico"} <= set(specs)
+    assert {"qemu-m4", "qemu-m7", "qemu-m33", "qemu-m55", "qemu-nucleo-f446re", "nucleo-f446re", "nucleo-f401re",
+            "nucleo-l4r5zi", "nucleo-f746zg", "nucleo-h743zi", "nano33ble", "esp32-s3-devkitc-1", "pico"} <= set(specs)
     for spec in specs.values():
         assert f"[env:{spec.platformio_env}]" in ini, spec.name
         assert spec.sram_bytes > 0 and spec.flash_bytes > 0 and spec.clock_hz > 0
         assert spec.emulated or (spec.serial.baud > 0 and spec.serial.usb_ids), spec.name
-    assert [s.name for s in specs.values() if s.emulated] == ["qemu-m4", "qemu-m7"]
+    assert [s.name for s in specs.values() if s.emulated] == ["qemu-m33", "qemu-m4", "qemu-m55", "qemu-m7",
+                                                              "qemu-nucleo-f446re"]
     assert "{port}" in " ".join(specs["qemu-m4"].emulator_command) and "-icount" in specs["qemu-m4"].emulator_command
 
 

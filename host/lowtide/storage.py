@@ -16,7 +16,7 @@ import fcntl
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import platformdirs
@@ -98,3 +98,22 @@ def publish_directory(staging: Path, target: Path) -> None:
 
 def folder_bytes(directory: Path) -> int:
     return sum(p.stat().st_size for p in directory.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def cached_folder(target: Path, fill: Callable[[Path], None]) -> Path:
+    """`target` in the cache, made once: `fill` writes it into a staging folder, published by rename under a lock, so
+    two runs make it once and an interrupted one leaves nothing that looks made. The caller names `target` by its
+    content."""
+    with exclusive_lock(target.with_name(target.name + ".lock")):
+        if not target.is_dir():
+            staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
+            try:
+                fill(staging)
+                publish_directory(staging, target)
+            except OSError as exc:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise cache_error(exc, target) from None
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+    return target

@@ -20,6 +20,8 @@
 #define LT_DWT_CTRL LT_REG(0xE0001000u)
 #define LT_DWT_CTRL_CYCCNTENA 1u
 #define LT_DWT_CYCCNT LT_REG(0xE0001004u)
+#define LT_DWT_LAR LT_REG(0xE0001FB0u)
+#define LT_DWT_LAR_UNLOCK 0xC5ACCE55u
 
 static inline uint32_t lt_irq_save(void) {
   uint32_t primask;

@@ -7,6 +7,7 @@ static uint64_t wrapped; /* 2^32 times the number of wraps seen */
 
 void lt_dwt_start(void) {
   LT_DEMCR |= LT_DEMCR_TRCENA;
+  LT_DWT_LAR = LT_DWT_LAR_UNLOCK; /* the Cortex-M7 (STM32F7, H7) ignores CTRL writes until its DWT is unlocked */
   LT_DWT_CYCCNT = 0;
   LT_DWT_CTRL |= LT_DWT_CTRL_CYCCNTENA;
   last_count = 0;

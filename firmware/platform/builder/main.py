@@ -57,6 +57,9 @@ env.Append(
     CPPDEFINES=[
         ("F_CPU", "$BOARD_F_CPU"),
         ("LT_QEMU_MACHINE", '\\"%s\\"' % board.get("build.qemu_machine")),
+        # The machine's UART0 and SYSCLK, for firmware/bsp/mps2 (one BSP serves every MPS image).
+        ("LT_MPS_UART0_BASE", "%su" % board.get("build.uart0_base")),
+        ("LT_MPS_SYSCLK_HZ", "%su" % board.get("build.f_cpu").rstrip("L")),
     ],
     LINKFLAGS=cpu_flags + [
         "-O2",
@@ -70,8 +73,9 @@ env.Append(
     LIBS=["c", "m", "gcc"],
 )
 
-if not board.get("build.ldscript", ""):
-    env.Replace(LDSCRIPT_PATH=join(platform_dir, "ldscripts", "mps2.ld"))
+# The machine's memory map, which includes the sections every MPS image shares (found through -L).
+env.Replace(LDSCRIPT_PATH=join(platform_dir, "ldscripts", board.get("build.ldscript")))
+env.Append(LIBPATH=[join(platform_dir, "ldscripts")])
 
 env.Append(
     BUILDERS=dict(
@@ -93,7 +97,8 @@ target_size = env.Alias("size", target_elf, env.VerboseAction("$SIZEPRINTCMD", "
 AlwaysBuild(target_size)
 
 # "Uploading" to an emulated board means booting it: the same command line the host launcher uses, with UART0 on
-# this terminal. Ctrl-A X quits QEMU.
+# this terminal. Ctrl-A X quits QEMU. The board JSON says how the machine boots an ELF (qemu_boot): -kernel, or on
+# the AN505 the loader device, which also sets PC (QEMU 7.2 cannot fetch its Secure vector table at reset).
 env.Replace(
     UPLOADER="qemu-system-arm",
     UPLOADERFLAGS=[
@@ -103,9 +108,8 @@ env.Replace(
         "-serial", "mon:stdio",
         "-icount", "shift=0",
         "-semihosting-config", "enable=on,target=native",
-        "-kernel",
     ],
-    UPLOADCMD="$UPLOADER $UPLOADERFLAGS $SOURCE",
+    UPLOADCMD="$UPLOADER $UPLOADERFLAGS " + " ".join(board.get("build.qemu_boot")).replace("{elf}", "$SOURCE"),
 )
 AlwaysBuild(env.Alias("upload", target_elf, env.VerboseAction("$UPLOADCMD", "Booting $SOURCE in QEMU")))
 

@@ -18,7 +18,8 @@ from rich.table import Table
 from lowtide.cli.application import app
 from lowtide.device.drivers.platformio import EMULATOR_TOOLS
 from lowtide.device.spec import RUNTIME_KERNELS, BoardSpec, load_board_specs
-from lowtide.project import LOCAL_PLATFORM_URI, env_platform, platform_installed
+from lowtide.platformio_archives import ARCHIVES_SETTING, ST_PLATFORM, st_archives_missing
+from lowtide.project import LOCAL_PLATFORM_URI, env_option, env_platform, platform_installed
 from lowtide.tflm.build import CORES, check_kernels_fit_core
 from lowtide.errors import LowtideError
 
@@ -58,6 +59,10 @@ def _listing(spec: BoardSpec) -> BoardListing:
         missing = [tool for tool in EMULATOR_TOOLS if shutil.which(tool) is None]
         why_not = f"{', '.join(missing)} not installed" if missing else None
         platform = "lowtide's local dev-platform"
+    elif platform == ST_PLATFORM and not platform_installed(platform):
+        why_not = st_archives_missing(env_option(spec.platformio_env, spec.platformio_config, "board"))
+        if why_not is None:
+            platform = f"{ST_PLATFORM} (from ${ARCHIVES_SETTING})"
     elif not platform_installed(platform):
         why_not = f"needs PlatformIO's registry (platform {platform})"
     return BoardListing(spec.name, spec.description, spec.core, spec.sram_bytes, spec.flash_bytes, spec.clock_hz,

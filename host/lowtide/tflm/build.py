@@ -62,6 +62,11 @@ CORES = {
     for core in (
         Core("cortex-m4f", ("-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16"), dsp=True),
         Core("cortex-m7", ("-mcpu=cortex-m7", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv5-d16"), dsp=True),
+        # A Cortex-M7 whose FPU has single precision only (STM32F7x6): TFLM's doubles must stay in software.
+        Core("cortex-m7-sp", ("-mcpu=cortex-m7", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv5-sp-d16"), dsp=True),
+        Core("cortex-m33", ("-mcpu=cortex-m33", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv5-sp-d16"), dsp=True),
+        # -mfpu=auto: the FPU and Helium (MVE) the M55 has; CMSIS-NN then compiles its MVE kernels.
+        Core("cortex-m55", ("-mcpu=cortex-m55", "-mthumb", "-mfloat-abi=hard", "-mfpu=auto"), dsp=True),
         Core("cortex-m0plus", ("-mcpu=cortex-m0plus", "-mthumb", "-mfloat-abi=soft"), dsp=False),
         Core("xtensa-lx7", (), dsp=False, arm=False),
     )
@@ -90,20 +95,35 @@ def check_kernels_fit_core(kernels: KernelSet, core: Core) -> None:
 
 
 def include_dirs(tree: TflmTree) -> list[Path]:
+    """Where TFLM's API headers and theirs are: what code using the interpreter includes."""
     dirs = [tree.root] + [tree.root / "third_party" / name for name in ("gemmlowp", "ruy", "kissfft")]
     dirs.append(tree.root / "third_party" / "flatbuffers" / "include")
-    if tree.kernels is KernelSet.CMSIS_NN:
-        dirs += [tree.root / "third_party" / "cmsis_nn", tree.root / "third_party" / "cmsis_nn" / "Include",
-                 tree.root / "third_party" / "cmsis" / "CMSIS" / "Core" / "Include"]
     return dirs
 
 
+def _kernel_include_dirs(tree: TflmTree) -> list[Path]:
+    """What TFLM's CMSIS-NN kernels include besides: CMSIS-NN's and the CMSIS Core headers TFLM ships (CMSIS 6),
+    which must not reach a framework that brings its own CMSIS (STM32Cube's HAL)."""
+    if tree.kernels is not KernelSet.CMSIS_NN:
+        return []
+    return [tree.root / "third_party" / "cmsis_nn", tree.root / "third_party" / "cmsis_nn" / "Include",
+            tree.root / "third_party" / "cmsis" / "CMSIS" / "Core" / "Include"]
+
+
 def compile_flags(tree: TflmTree, core: Core) -> list[str]:
-    """Preprocessor and code-generation flags shared by TFLM's sources and the code that includes its headers."""
-    flags = [*core.cpu_flags, *_COMMON_FLAGS, *(f"-I{d}" for d in include_dirs(tree))]
+    """Preprocessor and code-generation flags TFLM's own sources compile with."""
+    flags = [*core.cpu_flags, *_COMMON_FLAGS,
+             *(f"-I{d}" for d in include_dirs(tree) + _kernel_include_dirs(tree))]
     if tree.kernels is KernelSet.CMSIS_NN:
         flags += _CMSIS_NN_FLAGS
     return flags
+
+
+def header_flags(tree: TflmTree, core: Core) -> list[str]:
+    """The flags for code that includes TFLM's headers (the firmware's TFLM glue, the sizer): TFLM's own, without
+    its kernels' include folders."""
+    kernel_dirs = {f"-I{d}" for d in _kernel_include_dirs(tree)}
+    return [flag for flag in compile_flags(tree, core) if flag not in kernel_dirs]
 
 
 def cxx_flags() -> list[str]:
@@ -297,7 +317,7 @@ def build_library(kernels: KernelSet, core: Core, opcodes: Iterable[str],
                 staging.unlink(missing_ok=True)
                 raise LowtideError(f"{toolchain.ar} failed: {done.stderr.strip()}", archive)
             os.replace(staging, archive)
-    return TflmLibrary(tree, core, archive, tuple(flags))
+    return TflmLibrary(tree, core, archive, tuple(header_flags(tree, core)))
 
 
 def _compile_all(toolchain: Toolchain, flags: list[str], tree: TflmTree, todo: list[Path],

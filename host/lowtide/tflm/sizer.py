@@ -18,12 +18,12 @@ import re
 import subprocess
 import tempfile
 from dataclasses import asdict, dataclass
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 
 from lowtide.errors import LowtideError, missing_tool
 from lowtide.model.ir import Graph
-from lowtide.resources import BSP_DIR, MPS2_LINKER_SCRIPT, PROTOCOL_DIR, TFLM_GLUE_DIR
+from lowtide.resources import BSP_DIR, LOCAL_PLATFORM_DIR, MPS_LINKER_SCRIPTS, PROTOCOL_DIR, TFLM_GLUE_DIR
 from lowtide.storage import cache_dir, cache_error, exclusive_lock, write_atomically
 from lowtide.tflm.build import (
     DEBIAN_ARM_TOOLCHAIN, Core, ProgressCallback, TflmLibrary, compile_source, build_library, core_named,
@@ -43,15 +43,28 @@ _ERROR = re.compile(r"lowtide-sizer error (.*)")
 
 @dataclass(frozen=True)
 class SizerMachine:
-    qemu_machine: str
-    ram_base: int  # 16 MiB of RAM beside the 4 MiB SRAMs: the model and the sizer's arena go there
+    """An emulated board the sizer runs on: its dev-platform board JSON (QEMU machine, UART0, SYSCLK, memory map)."""
+
+    platform_board: str  # firmware/platform/boards/<platform_board>.json
+    ram_base: int  # 16 MiB of RAM beside the firmware's own: the model and the sizer's arena go there
+
+    @cached_property
+    def build(self) -> dict[str, str]:
+        return json.loads((LOCAL_PLATFORM_DIR / "boards" / f"{self.platform_board}.json").read_text())["build"]
+
+    @property
+    def qemu_machine(self) -> str:
+        return self.build["qemu_machine"]
 
 
-# Every Armv6-M and Armv7-M core's code runs on the Cortex-M4 image; the M7 has its own.
+# Every Armv6-M and Armv7-M core's code runs on the Cortex-M4 image; the M7, M33 and M55 have their own.
 SIZER_MACHINES = {
-    "cortex-m4f": SizerMachine("mps2-an386", 0x21000000),
-    "cortex-m0plus": SizerMachine("mps2-an386", 0x21000000),
-    "cortex-m7": SizerMachine("mps2-an500", 0x60000000),
+    "cortex-m4f": SizerMachine("qemu_mps2_an386", 0x21000000),
+    "cortex-m0plus": SizerMachine("qemu_mps2_an386", 0x21000000),
+    "cortex-m7": SizerMachine("qemu_mps2_an500", 0x60000000),
+    "cortex-m7-sp": SizerMachine("qemu_mps2_an500", 0x60000000),  # QEMU's M7 has a double-precision FPU: a superset
+    "cortex-m33": SizerMachine("qemu_mps2_an505", 0x80000000),
+    "cortex-m55": SizerMachine("qemu_mps3_an547", 0x60000000),
 }
 
 
@@ -94,7 +107,7 @@ def _sources_digest() -> str:
     """Of the firmware sources the sizer and the measurement firmware share: a change invalidates cached figures.
     (lt_protocol.h is among them: the board support reads the protocol's limits.)"""
     digest = hashlib.sha256()
-    for path in sorted([*TFLM_GLUE_DIR.glob("*"), MPS2_LINKER_SCRIPT, *BSP_DIR.rglob("*.[ch]"),
+    for path in sorted([*TFLM_GLUE_DIR.glob("*"), *MPS_LINKER_SCRIPTS.glob("*.ld"), *BSP_DIR.rglob("*.[ch]"),
                         PROTOCOL_DIR / "lt_protocol.h"]):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:12]
@@ -126,10 +139,12 @@ def _link_sizer(library: TflmLibrary, core: Core, calls: list[str], out: Path, e
     toolchain = DEBIAN_ARM_TOOLCHAIN
     flags = [*library.compile_flags, f"-I{out}", f"-I{TFLM_GLUE_DIR}", f"-I{BSP_DIR}", f"-I{BSP_DIR / 'cortexm'}",
              f"-I{PROTOCOL_DIR}", f"-DLT_SIZER_RAM_BASE=0x{machine.ram_base:08x}u", f"-DLT_TFLM_OP_TYPES={max(1, len(calls))}",
-             f'-DLT_QEMU_MACHINE="{machine.qemu_machine}"', "-DLT_QEMU_ICOUNT_SHIFT=0"]
+             f'-DLT_QEMU_MACHINE="{machine.qemu_machine}"', "-DLT_QEMU_ICOUNT_SHIFT=0",
+             f"-DLT_MPS_UART0_BASE={machine.build['uart0_base']}u",
+             f"-DLT_MPS_SYSCLK_HZ={machine.build['f_cpu'].rstrip('L')}u"]
     sources = [TFLM_GLUE_DIR / "lt_tflm_sizer.cc", TFLM_GLUE_DIR / "lt_tflm_platform.cc",
                BSP_DIR / "mps2" / "lt_startup.c", BSP_DIR / "mps2" / "lt_board_mps2.c",
-               BSP_DIR / "cortexm" / "lt_semihosting.c"]
+               BSP_DIR / "cortexm" / "lt_semihosting.c", BSP_DIR / "cortexm" / "lt_systick.c"]
     objects = []
     for source in sources:
         obj = out / (source.name + ".o")
@@ -138,7 +153,8 @@ def _link_sizer(library: TflmLibrary, core: Core, calls: list[str], out: Path, e
             raise LowtideError(f"compiling the TFLM arena sizer failed: {error}", source)
         objects.append(str(obj))
     link = [toolchain.cc, *core.cpu_flags, "--specs=nano.specs", "--specs=nosys.specs", "-nostartfiles",
-            "-Wl,--gc-sections", "-Wl,--no-warn-rwx-segments", "-T", str(MPS2_LINKER_SCRIPT), *objects,
+            "-Wl,--gc-sections", "-Wl,--no-warn-rwx-segments", "-L", str(MPS_LINKER_SCRIPTS),
+            "-T", str(MPS_LINKER_SCRIPTS / machine.build["ldscript"]), *objects,
             str(library.archive), "-lm", "-lc", "-lgcc", "-o", str(elf) + ".tmp"]
     done = subprocess.run(link, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -153,7 +169,8 @@ def _run_sizer(elf: Path, core: Core, model: bytes, resource_variables: int, pat
         model_file.write(model)
         model_file.flush()
         argv = ["qemu-system-arm", "-machine", machine.qemu_machine, "-display", "none", "-monitor", "none",
-                "-serial", "stdio", "-semihosting-config", "enable=on,target=native", "-kernel", str(elf),
+                "-serial", "stdio", "-semihosting-config", "enable=on,target=native",
+                *(arg.replace("{elf}", str(elf)) for arg in machine.build["qemu_boot"]),
                 "-device", f"loader,file={model_file.name},addr=0x{machine.ram_base:08x},force-raw=on",
                 "-device", f"loader,addr=0x{machine.ram_base + PARAMETERS_OFFSET:08x},data={resource_variables},"
                            "data-len=4"]

@@ -12,6 +12,7 @@ whatever uploader the env names (ST-LINK, esptool, bossac, or a `custom` upload_
 from __future__ import annotations
 
 import dataclasses
+import re
 import shutil
 import subprocess
 import sys
@@ -30,17 +31,20 @@ from lowtide.device.spec import (
 from lowtide.errors import LowtideError, missing_tool
 from lowtide.mlperf.benchmarks import MlperfProtocol
 from lowtide.model.reader import load_model
+from lowtide.platformio_archives import ARCHIVES_SETTING
 from lowtide.project import (
     BUILT_STAMP,
     FirmwareProject,
     cached_project_dir,
     check_platformio,
+    env_option,
     ensure_tool_scons,
     platformio_core_dir,
     platformio_environment,
     project_files,
     write_project,
 )
+from lowtide.resources import DATA_DIR
 from lowtide.storage import exclusive_lock
 from lowtide.tflm.sizer import Arena32
 
@@ -147,10 +151,43 @@ def _run_pio(project: Path, args: list[str], timeout: float, what: str, log_path
         else:
             detail = (overflows or errors or lines or ["no output"])[-1]
             if any(marker in line for line in lines for marker in _REGISTRY_FAILURES):
-                detail += " (PlatformIO could not reach its registry, where real boards' platforms come from)"
+                detail += (" (PlatformIO could not reach its registry, where real boards' platforms come from; the ST "
+                           f"boards build without it from the archives {ARCHIVES_SETTING} names)")
             if log_path:
                 detail += f" (log: {log_path})"
         raise LowtideError(f"{what} failed: {detail}")
+
+
+_MEMORY_REGION = re.compile(r"^\s*(\w+)\s*\(([rwx!]+)\)\s*:\s*ORIGIN\s*=\s*\w+\s*,\s*LENGTH\s*=\s*(\d+)\s*([KM]?)", re.M)
+
+
+def linker_memory(script: Path) -> tuple[int, int]:
+    """(RAM, flash) bytes of a linker script's MEMORY regions: writable regions are RAM, the others flash."""
+    try:
+        text = script.read_text()
+    except OSError as exc:
+        raise LowtideError(f"cannot read the env's linker script: {exc.strerror}", script) from None
+    ram = flash = 0
+    for _, attributes, length, unit in _MEMORY_REGION.findall(text):
+        nbytes = int(length) * {"": 1, "K": 1024, "M": 1024 * 1024}[unit]
+        if "w" in attributes:
+            ram += nbytes
+        else:
+            flash += nbytes
+    return ram, flash
+
+
+def check_memory_map(spec: BoardSpec) -> None:
+    """Refuses a board file that states more SRAM or flash than the memory map its env links with (a shipped
+    linker script, board_build.ldscript) has: the fit checks would pass models the part cannot hold."""
+    script = env_option(spec.platformio_env, spec.platformio_config, "board_build.ldscript")
+    if not script.startswith("firmware/"):
+        return  # the platform's own script, or one of the user's project: not lowtide's to read
+    ram, flash = linker_memory(DATA_DIR / script)
+    for what, stated, mapped in (("sram_bytes", spec.sram_bytes, ram), ("flash_bytes", spec.flash_bytes, flash)):
+        if stated > mapped:
+            raise LowtideError(f"bad board file: {what} = {stated:,} does not fit the part: {spec.platformio_env}'s "
+                               f"memory map ({script}) has {mapped:,} B", spec.path)
 
 
 def _check_tools(tools: tuple[str, ...]) -> None:
@@ -166,6 +203,7 @@ def firmware_project(spec: BoardSpec, model_path: Path | None, runtime: str, tfl
     cache unless `project_dir` names a folder of the user's. Runs for the same content wait for one build. `mlperf`:
     the image answers MLPerf Tiny's grammar instead of lowtide's protocol."""
     _check_tools(EMULATOR_TOOLS if spec.emulated else ())
+    check_memory_map(spec)
     model_path = model_path.resolve() if model_path else None
     kernels = RUNTIME_KERNELS[runtime] if model_path else None
     files = project_files(spec.platformio_env, spec.platformio_config, f"{spec.name}: {spec.description}",
