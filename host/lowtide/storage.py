@@ -13,9 +13,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import gzip
 import os
 import shutil
+import tarfile
 import tempfile
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -117,3 +120,22 @@ def cached_folder(target: Path, fill: Callable[[Path], None]) -> Path:
                 shutil.rmtree(staging, ignore_errors=True)
                 raise
     return target
+
+
+# What a damaged archive raises while it is read (a truncated or corrupt gzip stream, a bad tar header): the
+# archive's fault, where any other OSError is the cache's (a full disk).
+_DAMAGED_ARCHIVE = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile)
+
+
+def unpacked_archive(archive: Path, target: Path, what: str) -> Path:
+    """`archive` (.tar.gz) unpacked once into the cache folder `target` (`cached_folder`); a damaged archive is one
+    line naming `what` it is."""
+    def fill(staging: Path) -> None:
+        try:
+            with tarfile.open(archive) as tar:
+                tar.extractall(staging, filter="data")
+        except _DAMAGED_ARCHIVE as exc:
+            detail = str(exc).splitlines()[0].rstrip(":")  # tarfile lists every method it tried, a line each
+            raise LowtideError(f"cannot unpack the {what}: {detail}", archive) from None
+
+    return cached_folder(target, fill)

@@ -22,7 +22,6 @@ import json
 import os
 import re
 import select
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -41,7 +40,7 @@ from lowtide.errors import LowtideError
 from lowtide.mlperf.benchmarks import Benchmark, benchmark_named, mlperf_protocol
 from lowtide.mlperf.datasets import check_dataset, generate_dataset
 from lowtide.model.reader import load_model
-from lowtide.storage import cache_dir, exclusive_lock, publish_directory
+from lowtide.storage import cache_dir, unpacked_archive
 
 RUNNER_ENV = "LOWTIDE_MLPERF_RUNNER"  # the runner's folder or archive when --runner is not given
 RUNNER_SUBDIR = Path("benchmark") / "runner"
@@ -96,18 +95,7 @@ def _unpacked(archive: Path) -> Path:
         digest = hashlib.sha256(archive.read_bytes()).hexdigest()[:16]
     except OSError as exc:
         raise LowtideError(f"cannot read the runner archive: {exc.strerror or exc}", archive) from None
-    target = cache_dir("mlperf") / f"runner-{digest}"
-    with exclusive_lock(target.with_name(target.name + ".lock")):
-        if not target.is_dir():
-            staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
-            try:
-                with tarfile.open(archive) as tar:
-                    tar.extractall(staging, filter="data")
-            except (OSError, tarfile.TarError) as exc:
-                shutil.rmtree(staging, ignore_errors=True)
-                raise LowtideError(f"cannot unpack the runner archive: {exc}", archive) from None
-            publish_directory(staging, target)
-    return target
+    return unpacked_archive(archive, cache_dir("mlperf") / f"runner-{digest}", "runner archive")
 
 
 def locate_runner(path: Path | None) -> Path:

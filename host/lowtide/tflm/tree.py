@@ -18,13 +18,12 @@ import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from lowtide.errors import LowtideError
-from lowtide.storage import cache_dir, cache_error, exclusive_lock, publish_directory
+from lowtide.storage import cache_dir, cache_error, exclusive_lock, publish_directory, unpacked_archive
 
 TFLM_COMMIT = "90b983c2b3f1480642e040bbd2ddb37b998f3424"
 TFLM_REPOSITORY = "https://github.com/tensorflow/tflite-micro"
@@ -72,20 +71,7 @@ def _cache_sources() -> Path:
 def _unpack(archive: Path, kernels: KernelSet) -> Path:
     """Unpacks `archive` once into the cache (under a lock: parallel builds share it); returns the tree inside."""
     target = _cache_sources() / "unpacked" / archive.name.removesuffix(".tar.gz")
-    tree = target / kernels.tree_name
-    with exclusive_lock(target.with_name(target.name + ".lock")):
-        if not (target / ".unpacked").is_file():
-            staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
-            try:
-                with tarfile.open(archive) as tar:
-                    tar.extractall(staging, filter="data")
-                (staging / ".unpacked").write_text(TFLM_COMMIT + "\n")
-                publish_directory(staging, target)
-            except (OSError, tarfile.TarError) as exc:
-                shutil.rmtree(staging, ignore_errors=True)
-                if isinstance(exc, OSError) and not isinstance(exc, tarfile.TarError) and archive.is_file():
-                    raise cache_error(exc, target) from None
-                raise LowtideError(f"cannot unpack the TFLM archive: {exc}", archive) from None
+    tree = unpacked_archive(archive, target, "TFLM archive") / kernels.tree_name
     if not (tree / "tensorflow").is_dir():
         raise LowtideError(f"the archive holds no {kernels.tree_name}/ tree", archive)
     return tree
