@@ -75,14 +75,15 @@ def _table(graph: Graph, plan: MemoryPlan) -> Table:
 def _stale_table(report: StaleReport) -> Table:
     table = Table(title="operators whose outputs depend on stale arena memory", title_justify="left")
     for name, justify in (("op", "right"), ("opcode", "left"), ("tensor", "left"), ("unwritten bytes", "right"),
-                          ("from stale bytes", "right"), ("", "left"), ("first byte ranges", "left")):
+                          ("from stale bytes", "right"), ("seen by fills", "right"), ("", "left"),
+                          ("first byte ranges", "left")):
         table.add_column(name, justify=justify)
     for s in report.operators:
         table.add_row(str(s.op), escape_markup(s.opcode), escape_markup(f"t{s.tensor} {s.tensor_name}"),
                       f"{sum(b - a for a, b in s.unwritten):,} / {s.tensor_bytes:,}",
-                      f"{sum(b - a for a, b in s.stale_read):,}",
-                      "origin" if s.inputs_determined else "passed on",
-                      _first_ranges(s.unwritten or s.stale_read), style="bold red" if s.inputs_determined else None)
+                      f"{sum(b - a for a, b in s.stale_read):,}", f"{sum(b - a for a, b in s.observed):,}",
+                      "origin" if s.origin else "passed on",
+                      _first_ranges(s.unwritten or s.stale_read), style="bold red" if s.origin else None)
     return table
 
 
@@ -128,8 +129,9 @@ def inspect(
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Draw live memory per step into this PNG")] = None,
     verify: Annotated[bool, typer.Option("--verify", help="Also run the host TFLM and compare its head")] = False,
     check_stale_memory: Annotated[bool, typer.Option(
-        "--check-stale", help="Run the host TFLM under different arena fills: name operators that read or leave "
-                              "stale memory, and the bytes")] = False,
+        "--check-stale", help="Prove which output bytes depend on stale arena memory: operators that leave or "
+                              "read it (from their geometry and host-TFLM runs under different arena fills), "
+                              "followed through every operator's reads")] = False,
     kernels: Annotated[KernelSet, typer.Option(help="TFLM kernels the 32-bit arena is predicted for")] = (
         KernelSet.REFERENCE),
     core: Annotated[str, typer.Option(help="MCU core the 32-bit arena is predicted for")] = DEFAULT_CORE,

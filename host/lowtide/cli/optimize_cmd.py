@@ -157,7 +157,7 @@ def _show_verification(console: Console, verification: Verification) -> None:
     determined = stale.output_bytes - stale.undetermined_output_bytes
     same = ("and the rest happen to match in this run" if verification.outputs_identical
             else "the rest differ, as they may between any two plans")
-    console.print(f"[green]verified[/]: the {determined:,} output bytes that do not depend on it are bit-identical "
+    console.print(f"[green]verified[/]: the {determined:,} output bytes proven independent of it are bit-identical "
                   f"({same}); measured head = planned head")
     for s in stale.origins:
         if s.fix:

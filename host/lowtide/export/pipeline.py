@@ -190,8 +190,8 @@ def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: flo
             verification = None
             if stock_run:
                 report("verify", None, "")
-                # Bytes that depend on stale memory differ between plans of the same model; only the others
-                # must match.
+                # Bytes that depend on stale memory differ between plans of the same model; only the others,
+                # proven independent, must match.
                 stale = stale or check_stale(graph, inputs)
                 verification = _verify(export, stock_run, inputs, stale, out_path)
         except LowtideError as exc:
@@ -200,6 +200,8 @@ def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: flo
             rejected.append(RejectedCandidate(candidate.describe(), exc.message))
             continue
         break
+    if verification and verification.stale.outputs_undefined:
+        raise LowtideError(_undefined_outputs(verification), out_path)
     export.write()
 
     return OptimizeResult(
@@ -226,7 +228,8 @@ def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: flo
 def _verify(export: ExportResult, stock_run: oracle.OracleRun, inputs: list[np.ndarray], stale: StaleReport,
             out_path: Path) -> Verification:
     """Run the exported model on the host TFLM: LowtideError unless its outputs match the original's (but for
-    bytes that depend on stale memory) and its head is the planned one."""
+    bytes that may depend on stale memory) and its head is the planned one. Where every output byte may, only
+    the head is checked here: `optimize_model` then refuses the model, whose outputs nothing can verify."""
     after = oracle.run(export.model_data, inputs, path=str(out_path))
     verification = Verification(_same_outputs(stock_run.outputs, after.outputs),
                                 _same_outputs(stock_run.outputs, after.outputs, stale.output_determined),
@@ -234,13 +237,25 @@ def _verify(export: ExportResult, stock_run: oracle.OracleRun, inputs: list[np.n
     problems = []
     if not verification.determined_identical:
         problems.append("outputs differ from the original model's"
-                        + ("" if stale.clean else " on bytes that do not depend on stale memory"))
+                        + ("" if stale.clean else " on bytes proven independent of stale memory"))
     if verification.measured_head_bytes != export.planned_head_bytes:
         problems.append(f"TFLM measured a head of {verification.measured_head_bytes:,} B, "
                         f"planned {export.planned_head_bytes:,} B")
     if problems:
         raise LowtideError(f"verification failed: {'; '.join(problems)} (nothing written)", out_path)
     return verification
+
+
+def _undefined_outputs(verification: Verification) -> str:
+    """Why `--verify` cannot pass on a model none of whose output bytes is defined, and what it did check."""
+    stale = verification.stale
+    origins = "; ".join(s.describe() for s in stale.origins)
+    fixes = "".join(f"; to make operator {s.op} deterministic, {s.fix}" for s in stale.origins if s.fix)
+    return (f"cannot verify: the original model's outputs are themselves undefined under TFLM: every one of its "
+            f"{stale.output_bytes:,} output bytes depends on stale memory ({origins}), so two plans, TFLM's own "
+            f"among them, may give any outputs and none can be compared; what can be checked holds: no two tensors "
+            f"live at once overlap, and TFLM measured the planned head ({verification.measured_head_bytes:,} B)"
+            f"{fixes}; without --verify, optimize writes the model with the overlap check only (nothing written)")
 
 
 @dataclass(frozen=True)

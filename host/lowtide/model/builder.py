@@ -469,6 +469,16 @@ class ModelBuilder:
         self._share_quant(x.index, out.index)
         return out
 
+    def softmax(self, x: TensorRef, beta: float = 1.0) -> TensorRef:
+        """SOFTMAX over the last axis, with the output quantization TFLM's int8 kernel requires (1/256, -128)."""
+        self._activation(x)
+        options = fb.SoftmaxOptionsT()
+        options.beta = beta
+        out = self._add_op("SOFTMAX", (x.index,), x.shape, 0.5, True, fb.BuiltinOptions.SoftmaxOptions, options)
+        self._tensors[out.index] = dataclasses.replace(self._tensors[out.index],
+                                                       fixed_quant=_QuantParams(1.0 / 256, -128))
+        return out
+
     def split_equal(self, x: TensorRef, parts: int, axis: int = -1) -> list[TensorRef]:
         """SPLIT: `parts` equal pieces along `axis`; they share the input's scale and zero point."""
         axis = _axis(axis, x.shape)

@@ -1,0 +1,465 @@
+"""Which output elements of an operator can depend on which input elements: the data dependence each kernel has,
+as boolean masks (one bool per tensor element, shaped like the tensor), propagated forward one operator at a time.
+
+`propagate` takes the masks of an operator's inputs (True: the element may hold or be computed from stale memory)
+and gives, per output, the elements that may then depend on stale memory, and the elements the kernel never writes
+at all (known from its geometry: BATCH_TO_SPACE_ND's declared output beyond what its input covers). Every rule
+over-approximates the kernel's reads: an output element marked False reads no marked input element, whatever
+values flow. An operator without a rule here, or one whose shapes or parameters the rule cannot read, gets the
+safe default: every output element depends on every input element, so it is marked as soon as any input element
+is. Masks never say False where the kernel may read a marked element: that is what makes a False a proof.
+
+Geometry follows TFLM's reference kernels (`tflm/sources/tflm-ref/tensorflow/lite/kernels/internal/reference/`);
+window padding comes from `lowtide.model.padding`, the opcode families from `lowtide.rewrite.regions`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from lowtide.model import padding
+from lowtide.model.ir import Graph, Operator
+from lowtide.rewrite.regions import BINARY_OPCODES, POOL_OPCODES, REDUCE_OPCODES, UNARY_OPCODES
+
+# Element by element, with numpy broadcasting of any operand (beyond regions' families, which tiling needs
+# narrower: comparisons, selects, sums of many operands).
+ELEMENTWISE_OPCODES = UNARY_OPCODES | BINARY_OPCODES | frozenset({
+    "ADD_N", "FLOOR_DIV", "FLOOR_MOD", "POW", "LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL", "EQUAL",
+    "NOT_EQUAL", "LOGICAL_AND", "LOGICAL_OR", "SELECT", "SELECT_V2",
+})
+# Every output element reads its whole last axis (a maximum, a sum or a norm over it).
+LAST_AXIS_OPCODES = frozenset({"SOFTMAX", "LOG_SOFTMAX", "L2_NORMALIZATION", "LOCAL_RESPONSE_NORMALIZATION"})
+# Outputs computed from shapes only, or constant: never from an element's value.
+VALUE_FREE_OPCODES = frozenset({"SHAPE", "ZEROS_LIKE"})
+
+
+@dataclass(frozen=True)
+class OutputDependence:
+    dependent: np.ndarray  # bool per output element: may be read from or computed with a marked input element
+    unwritten: np.ndarray  # bool per output element: the kernel never writes it (it keeps what the arena held)
+
+
+class _NoRule(Exception):
+    """The operator's rule cannot read its parameters or shapes: the safe default applies."""
+
+
+@dataclass(frozen=True)
+class _Operands:
+    graph: Graph
+    op: Operator
+    masks: dict[int, np.ndarray]  # main-subgraph tensor -> its mask; absent: nothing in it depends on stale memory
+
+    def mask(self, position: int) -> np.ndarray:
+        t = self.op.inputs[position] if position < len(self.op.inputs) else -1
+        if t < 0:
+            raise _NoRule
+        return self.masks.get(t, np.zeros(element_shape(self.graph, t), bool))
+
+    def shape(self, tensor: int) -> tuple[int, ...]:
+        return element_shape(self.graph, tensor)
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        return self.shape(self.op.outputs[0])
+
+    def constant(self, position: int) -> np.ndarray:
+        t = self.op.inputs[position] if position < len(self.op.inputs) else -1
+        values = self.graph.constant_array(t) if t >= 0 else None
+        if values is None:
+            raise _NoRule  # a parameter computed at run time: the rule cannot know its value
+        return values.astype(np.int64)
+
+    def option(self, name: str, default=None):
+        return getattr(self.op.options, name, default) if self.op.options is not None else default
+
+
+def element_shape(graph: Graph, tensor: int) -> tuple[int, ...]:
+    """The shape masks of `tensor` have: its declared shape, or its bytes when that shape does not count them."""
+    t = graph.main.tensors[tensor]
+    count = int(np.prod(t.shape)) if t.shape else 1
+    return tuple(t.shape) if count and t.nbytes % count == 0 else (t.nbytes,)
+
+
+def propagate(graph: Graph, op: Operator, masks: dict[int, np.ndarray]) -> list[OutputDependence]:
+    """The dependence of each output of `op` (main subgraph) on the marked elements of its inputs."""
+    operands = _Operands(graph, op, masks)
+    outputs = [t for t in op.outputs if t >= 0]
+    unwritten = [np.zeros(operands.shape(t), bool) for t in outputs]
+    marked = any(masks[t].any() for t in op.inputs if t in masks)
+    rule = _RULES.get(op.opcode)
+    try:
+        if op.opcode == "BATCH_TO_SPACE_ND":
+            dependent, unwritten = _batch_to_space(operands)
+            dependent, unwritten = [dependent], [unwritten]
+        elif not marked:
+            dependent = [np.zeros(operands.shape(t), bool) for t in outputs]
+        elif rule is None:
+            raise _NoRule
+        else:
+            dependent = rule(operands)
+        flat = rule in _FLAT_RULES
+        if len(dependent) != len(outputs) or not all(
+                d.shape == operands.shape(t) or (flat and d.size == np.prod(operands.shape(t), dtype=int))
+                for d, t in zip(dependent, outputs)):
+            raise _NoRule  # the declared shapes are not the ones the rule computes
+        dependent = [d.reshape(operands.shape(t)) for d, t in zip(dependent, outputs)]
+    except (_NoRule, ValueError, IndexError, TypeError, ZeroDivisionError):
+        dependent = [np.full(operands.shape(t), marked) for t in outputs]
+        unwritten = [np.zeros(operands.shape(t), bool) for t in outputs]
+    return [OutputDependence(d, u.reshape(d.shape)) for d, u in zip(dependent, unwritten)]
+
+
+# ---- element-wise, reductions, matrix products -----------------------------------------------------------------
+
+def _elementwise(o: _Operands) -> list[np.ndarray]:
+    out = np.zeros(o.out_shape, bool)
+    for position, t in enumerate(o.op.inputs):
+        if t >= 0 and t in o.masks and o.masks[t].any():
+            out |= np.broadcast_to(o.mask(position), out.shape)
+    return [out]
+
+
+def _last_axis(o: _Operands) -> list[np.ndarray]:
+    x = o.mask(0)
+    return [np.broadcast_to(x.any(axis=-1, keepdims=True), x.shape)]
+
+
+def _axes(o: _Operands, rank: int) -> tuple[int, ...]:
+    axes = {int(a) for a in np.ravel(o.constant(1))}
+    if any(not -rank <= a < rank for a in axes):
+        raise _NoRule
+    return tuple(sorted(a % rank for a in axes))
+
+
+def _reduction(o: _Operands) -> list[np.ndarray]:
+    """A reduced output element reads every input element along the reduced axes."""
+    x = o.mask(0)
+    return [x.any(axis=_axes(o, x.ndim), keepdims=True)]
+
+
+def _fully_connected(o: _Operands) -> list[np.ndarray]:
+    """Output row r, unit u reads input row r (the input flattened to rows of the weights' width) and weight
+    row u."""
+    x, weights = o.mask(0), o.mask(1)
+    units, features = o.shape(o.op.inputs[1])
+    if x.size % features:
+        raise _NoRule
+    rows = x.reshape(-1, features).any(axis=1)
+    out = rows[:, None] | weights.any(axis=1)[None, :]
+    if len(o.op.inputs) > 2 and o.op.inputs[2] >= 0:
+        out = out | o.mask(2).reshape(-1)[None, :]
+    return [out]
+
+
+def _batch_matmul(o: _Operands) -> list[np.ndarray]:
+    """Output (..., m, n) reads row m of x and column n of y (after their adjoints), batches broadcast."""
+    x, y = o.mask(0), o.mask(1)
+    rows = x.any(axis=-2 if o.option("adjX", False) else -1)
+    columns = y.any(axis=-1 if o.option("adjY", False) else -2)
+    return [rows[..., :, None] | columns[..., None, :]]
+
+
+# ---- windows ----------------------------------------------------------------------------------------------------
+
+def _window_any(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int], dilation: tuple[int, int],
+                before: tuple[int, int], out_hw: tuple[int, int]) -> np.ndarray:
+    """out[n, oh, ow, c] = any of x[n, oh * stride - before + k * dilation, ..., c] over the window's taps
+    inside the input (padding reads nothing)."""
+    n, h, w, c = x.shape
+    out = np.zeros((n, *out_hw, c), bool)
+    rows_out, cols_out = np.arange(out_hw[0]), np.arange(out_hw[1])
+    for kh in range(kernel[0]):
+        rows = rows_out * stride[0] - before[0] + kh * dilation[0]
+        inside_r = (rows >= 0) & (rows < h)
+        for kw in range(kernel[1]):
+            cols = cols_out * stride[1] - before[1] + kw * dilation[1]
+            inside_c = (cols >= 0) & (cols < w)
+            if inside_r.any() and inside_c.any():
+                out[:, np.flatnonzero(inside_r)[:, None], np.flatnonzero(inside_c)[None, :]] |= \
+                    x[:, rows[inside_r][:, None], cols[inside_c][None, :]]
+    return out
+
+
+def _window(o: _Operands) -> list[np.ndarray]:
+    """CONV_2D reads every input channel of its receptive field; DEPTHWISE_CONV_2D the channel each output
+    channel is a multiple of; pools their own channel. Filters and bias are read whole."""
+    x, out_shape = o.mask(0), o.out_shape
+    if x.ndim != 4 or len(out_shape) != 4 or x.shape[0] != out_shape[0]:
+        raise _NoRule
+    if o.op.opcode in POOL_OPCODES or o.op.opcode == "L2_POOL_2D":
+        kernel, dilation = (o.option("filterHeight"), o.option("filterWidth")), (1, 1)
+    else:
+        kernel = o.shape(o.op.inputs[1])[1:3]
+        dilation = (o.option("dilationHFactor", 1) or 1, o.option("dilationWFactor", 1) or 1)
+    stride, code = (o.option("strideH"), o.option("strideW")), o.option("padding")
+    if None in (*kernel, *stride, code) or min(*kernel, *stride, *dilation) < 1:
+        raise _NoRule
+    before = tuple(padding.padding_before(x.shape[1 + i], kernel[i], stride[i], dilation[i], out_shape[1 + i])
+                   if code == padding.SAME else 0 for i in range(2))
+    if o.op.opcode == "CONV_2D":
+        x = x.any(axis=3, keepdims=True)
+    out = _window_any(x, kernel, stride, dilation, before, out_shape[1:3])
+    if o.op.opcode == "CONV_2D":
+        out = np.broadcast_to(out, out_shape)
+    elif o.op.opcode == "DEPTHWISE_CONV_2D":
+        if out_shape[3] % x.shape[3]:
+            raise _NoRule
+        out = np.repeat(out, out_shape[3] // x.shape[3], axis=3)
+    if o.op.opcode not in POOL_OPCODES | {"L2_POOL_2D"} and any(
+            o.mask(k).any() for k in range(1, len(o.op.inputs)) if o.op.inputs[k] >= 0):
+        out = np.ones(out_shape, bool)
+    return [out]
+
+
+def _transpose_conv(o: _Operands) -> list[np.ndarray]:
+    """Input pixel (ih, iw), every channel, adds into output pixels (ih * stride - before + kh, ...) of every
+    output channel; before is the padding of a convolution from the output's size (TFLM's transpose_conv.cc)."""
+    x, out_shape = o.mask(2), o.out_shape
+    if x.ndim != 4 or len(out_shape) != 4:
+        raise _NoRule
+    kernel = o.shape(o.op.inputs[1])[1:3]
+    stride, code = (o.option("strideH"), o.option("strideW")), o.option("padding")
+    if None in (*stride, code) or min(*stride) < 1:
+        raise _NoRule
+    before = [padding.padding_before(out_shape[1 + i], kernel[i], stride[i], 1,
+                                     padding.output_size(code, out_shape[1 + i], kernel[i], stride[i]))
+              if code == padding.SAME else 0 for i in range(2)]
+    pixels = x.any(axis=3)
+    out = np.zeros(out_shape[:3], bool)
+    n, rows, cols = np.nonzero(pixels)
+    for kh in range(kernel[0]):
+        for kw in range(kernel[1]):
+            r, c = rows * stride[0] - before[0] + kh, cols * stride[1] - before[1] + kw
+            inside = (r >= 0) & (r < out_shape[1]) & (c >= 0) & (c < out_shape[2])
+            out[n[inside], r[inside], c[inside]] = True
+    out = np.broadcast_to(out[..., None], out_shape)
+    if o.mask(1).any() or (len(o.op.inputs) > 3 and o.op.inputs[3] >= 0 and o.mask(3).any()):
+        out = np.ones(out_shape, bool)
+    return [out]
+
+
+# ---- data movement: each output element is one input element, or a constant ------------------------------------
+
+def _reshape(o: _Operands) -> list[np.ndarray]:
+    return [o.mask(0).reshape(-1)]  # the same bytes in the same order
+
+
+def _transpose(o: _Operands) -> list[np.ndarray]:
+    return [np.transpose(o.mask(0), [int(p) for p in np.ravel(o.constant(1))])]
+
+
+def _concatenation(o: _Operands) -> list[np.ndarray]:
+    parts = [o.mask(k) for k in range(len(o.op.inputs))]
+    return [np.concatenate(parts, axis=o.option("axis", 0) % parts[0].ndim)]
+
+
+def _pack(o: _Operands) -> list[np.ndarray]:
+    parts = [o.mask(k) for k in range(len(o.op.inputs))]
+    return [np.stack(parts, axis=o.option("axis", 0) % (parts[0].ndim + 1))]
+
+
+def _unpack(o: _Operands) -> list[np.ndarray]:
+    x = o.mask(0)
+    return list(np.moveaxis(x, o.option("axis", 0) % x.ndim, 0))
+
+
+def _split(o: _Operands) -> list[np.ndarray]:
+    x = o.mask(1)
+    return np.split(x, len(o.op.outputs), axis=int(np.ravel(o.constant(0))[0]) % x.ndim)
+
+
+def _split_v(o: _Operands) -> list[np.ndarray]:
+    x = o.mask(0)
+    axis = int(np.ravel(o.constant(2))[0]) % x.ndim
+    sizes = [int(s) for s in np.ravel(o.constant(1))]
+    if sizes.count(-1) == 1:
+        sizes[sizes.index(-1)] = x.shape[axis] - sum(s for s in sizes if s != -1)
+    return np.split(x, np.cumsum(sizes)[:-1], axis=axis)
+
+
+def _slice(o: _Operands) -> list[np.ndarray]:
+    x = o.mask(0)
+    begin, size = np.ravel(o.constant(1)), np.ravel(o.constant(2))
+    return [x[tuple(slice(int(b), None if s == -1 else int(b + s)) for b, s in zip(begin, size))]]
+
+
+def _strided_slice(o: _Operands) -> list[np.ndarray]:
+    """Python's slice clamping is TFLite's StartForAxis/StopForAxis; ellipsis, new axes and offsets are
+    left to the default."""
+    x = o.mask(0)
+    if o.option("ellipsisMask", 0) or o.option("newAxisMask", 0) or o.option("offset", False):
+        raise _NoRule
+    begin, end, steps = (np.ravel(o.constant(k)) for k in (1, 2, 3))
+    begin_mask, end_mask, shrink = (o.option(name, 0) for name in ("beginMask", "endMask", "shrinkAxisMask"))
+    index = []
+    for axis, (b, e, s) in enumerate(zip(begin, end, steps)):
+        if shrink >> axis & 1:
+            first = int(b) % x.shape[axis]
+            index.append(slice(first, first + 1))
+        else:
+            index.append(slice(None if begin_mask >> axis & 1 else int(b), None if end_mask >> axis & 1 else int(e),
+                               int(s)))
+    return [x[tuple(index)]]
+
+
+def _pad(o: _Operands) -> list[np.ndarray]:
+    """Padded elements hold the pad value (the zero point, or PADV2's constant); MIRROR_PAD copies elements,
+    REFLECT without the edge and SYMMETRIC with it, as numpy does."""
+    x = o.mask(0)
+    widths = [(int(a), int(b)) for a, b in o.constant(1).reshape(-1, 2)]
+    if o.op.opcode == "MIRROR_PAD":
+        return [np.pad(x, widths, mode="symmetric" if o.option("mode", 0) == 1 else "reflect")]
+    value = o.op.opcode == "PADV2" and len(o.op.inputs) > 2 and bool(o.mask(2).any())
+    return [np.pad(x, widths, constant_values=value)]
+
+
+def _gather(o: _Operands) -> list[np.ndarray]:
+    x = o.mask(0)
+    if o.option("batchDims", 0):
+        raise _NoRule
+    axis = o.option("axis", 0) % x.ndim
+    t = o.op.inputs[1]
+    if o.graph.constant_array(t) is not None:
+        return [np.take(x, o.constant(1), axis=axis)]
+    if o.mask(1).any():
+        raise _NoRule
+    # Indices computed at run time (not stale): each output element may read any element along the axis.
+    return [np.take(x.any(axis=axis, keepdims=True), np.zeros(o.shape(t), int), axis=axis)]
+
+
+def _space_to_batch(o: _Operands) -> list[np.ndarray]:
+    """SpaceToBatchND loops over its output: input pixel or the pad value (space_to_batch_nd.h)."""
+    x = o.mask(0)
+    (bh, bw), widths = [int(b) for b in np.ravel(o.constant(1))], o.constant(2).reshape(2, 2)
+    if x.ndim != 4:
+        raise _NoRule
+    padded = np.pad(x, [(0, 0), tuple(int(w) for w in widths[0]), tuple(int(w) for w in widths[1]), (0, 0)])
+    n, h, w, c = padded.shape
+    return [padded.reshape(n, h // bh, bh, w // bw, bw, c).transpose(2, 4, 0, 1, 3, 5)
+            .reshape(bh * bw * n, h // bh, w // bw, c)]
+
+
+def _batch_to_space(o: _Operands) -> tuple[np.ndarray, np.ndarray]:
+    """BatchToSpaceND loops over its input (batch_to_space_nd.h): input batch b, row ih goes to output batch
+    b % N, row ih * bh + (b / N) / bw - crops_top (columns likewise, (b / N) % bw and crops_left), when inside
+    the declared output; crops_bottom and crops_right are never read. Output elements no input reaches are never
+    written. (dependent, unwritten), both shaped like the output."""
+    x, out_shape = o.mask(0), o.out_shape
+    (bh, bw), crops = [int(b) for b in np.ravel(o.constant(1))], o.constant(2).reshape(2, 2)
+    if x.ndim != 4 or len(out_shape) != 4 or out_shape[0] * bh * bw != x.shape[0] or out_shape[3] != x.shape[3]:
+        raise _NoRule
+    n, h, w, c = out_shape
+    _, in_h, in_w, _ = x.shape
+    full = x.reshape(bh, bw, n, in_h, in_w, c).transpose(2, 3, 0, 4, 1, 5).reshape(n, in_h * bh, in_w * bw, c)
+    top, left = int(crops[0][0]), int(crops[1][0])
+    covered = full[:, top:top + h, left:left + w]
+    dependent = np.zeros(out_shape, bool)
+    dependent[:, :covered.shape[1], :covered.shape[2]] = covered
+    unwritten = np.ones(out_shape, bool)
+    unwritten[:, :covered.shape[1], :covered.shape[2]] = False
+    return dependent | unwritten, unwritten
+
+
+def _depth_to_space(o: _Operands) -> list[np.ndarray]:
+    """Output (h * b + dh, w * b + dw, c) is input (h, w, (dh * b + dw) * C + c): TFLite's DCR order."""
+    x, b = o.mask(0), o.option("blockSize", 0)
+    n, h, w, c = x.shape
+    return [x.reshape(n, h, w, b, b, c // (b * b)).transpose(0, 1, 3, 2, 4, 5).reshape(n, h * b, w * b, -1)]
+
+
+def _space_to_depth(o: _Operands) -> list[np.ndarray]:
+    x, b = o.mask(0), o.option("blockSize", 0)
+    n, h, w, c = x.shape
+    return [x.reshape(n, h // b, b, w // b, b, c).transpose(0, 1, 3, 2, 4, 5).reshape(n, h // b, w // b, -1)]
+
+
+def _nearest_index(out_size: int, in_size: int, align_corners: bool, half_pixel: bool) -> np.ndarray:
+    """GetNearestNeighbor (resize_nearest_neighbor.h), in float32 as the kernel computes it: the floor, or with
+    align_corners TfLiteRound (half away from zero; the values are not negative here)."""
+    scale = (np.float32(in_size - 1) / np.float32(out_size - 1) if align_corners and out_size > 1
+             else np.float32(in_size) / np.float32(out_size))
+    at = (np.arange(out_size, dtype=np.float32) + np.float32(0.5 if half_pixel else 0.0)) * scale
+    index = np.floor(at + np.float32(0.5)) if align_corners else np.floor(at)
+    return np.clip(index.astype(np.int64), 0, in_size - 1)
+
+
+def _bilinear_sources(out_size: int, in_size: int, align_corners: bool, half_pixel: bool) -> list[np.ndarray]:
+    """For each output row, the input rows ComputeInterpolationValues can read: the floor and the one after of
+    the source point, and one more on the side of an integer within the int8 kernel's 10-bit fixed-point
+    rounding of the scale."""
+    scale = (in_size - 1) / (out_size - 1) if align_corners and out_size > 1 else in_size / out_size
+    at = (np.arange(out_size) + (0.5 if half_pixel else 0.0)) * scale - (0.5 if half_pixel else 0.0)
+    floor = np.floor(at).astype(np.int64)
+    fraction, slack = at - floor, 1 / 64
+    candidates = [floor, floor + 1, np.where(fraction < slack, floor - 1, floor),
+                  np.where(fraction > 1 - slack, floor + 2, floor)]
+    return [np.clip(c, 0, in_size - 1) for c in candidates]
+
+
+def _resize(o: _Operands) -> list[np.ndarray]:
+    """Nearest: one input pixel per output pixel. Bilinear: the rows and columns around the source point."""
+    x, out_shape = o.mask(0), o.out_shape
+    if x.ndim != 4 or len(out_shape) != 4:
+        raise _NoRule
+    align, half = bool(o.option("alignCorners", False)), bool(o.option("halfPixelCenters", False))
+    if o.op.opcode == "RESIZE_NEAREST_NEIGHBOR":
+        rows = _nearest_index(out_shape[1], x.shape[1], align, half)
+        cols = _nearest_index(out_shape[2], x.shape[2], align, half)
+        return [x[:, rows][:, :, cols]]
+    out = x
+    for axis in (1, 2):
+        sources = _bilinear_sources(out_shape[axis], x.shape[axis], align, half)
+        out = np.logical_or.reduce([np.take(out, rows, axis=axis) for rows in sources])
+    return [out]
+
+
+def _tile(o: _Operands) -> list[np.ndarray]:
+    return [np.tile(o.mask(0), [int(m) for m in np.ravel(o.constant(1))])]
+
+
+def _reverse(o: _Operands) -> list[np.ndarray]:
+    x = o.mask(0)
+    return [np.flip(x, axis=tuple(int(a) % x.ndim for a in np.ravel(o.constant(1))))]
+
+
+def _broadcast_to(o: _Operands) -> list[np.ndarray]:
+    return [np.broadcast_to(o.mask(0), o.out_shape)]
+
+
+def _value_free(o: _Operands) -> list[np.ndarray]:
+    return [np.zeros(o.shape(t), bool) for t in o.op.outputs if t >= 0]
+
+
+_RULES: dict[str, Callable[[_Operands], list[np.ndarray]]] = {
+    **{opcode: _elementwise for opcode in ELEMENTWISE_OPCODES},
+    **{opcode: _last_axis for opcode in LAST_AXIS_OPCODES},
+    **{opcode: _reduction for opcode in REDUCE_OPCODES | {"REDUCE_ANY", "REDUCE_ALL", "ARG_MAX", "ARG_MIN"}},
+    **{opcode: _window for opcode in POOL_OPCODES | {"CONV_2D", "DEPTHWISE_CONV_2D", "L2_POOL_2D"}},
+    **{opcode: _reshape for opcode in ("RESHAPE", "SQUEEZE", "EXPAND_DIMS")},
+    **{opcode: _pad for opcode in ("PAD", "PADV2", "MIRROR_PAD")},
+    **{opcode: _resize for opcode in ("RESIZE_NEAREST_NEIGHBOR", "RESIZE_BILINEAR")},
+    **{opcode: _value_free for opcode in VALUE_FREE_OPCODES},
+    "FULLY_CONNECTED": _fully_connected,
+    "BATCH_MATMUL": _batch_matmul,
+    "TRANSPOSE_CONV": _transpose_conv,
+    "TRANSPOSE": _transpose,
+    "CONCATENATION": _concatenation,
+    "PACK": _pack,
+    "UNPACK": _unpack,
+    "SPLIT": _split,
+    "SPLIT_V": _split_v,
+    "SLICE": _slice,
+    "STRIDED_SLICE": _strided_slice,
+    "GATHER": _gather,
+    "SPACE_TO_BATCH_ND": _space_to_batch,
+    "DEPTH_TO_SPACE": _depth_to_space,
+    "SPACE_TO_DEPTH": _space_to_depth,
+    "TILE": _tile,
+    "REVERSE_V2": _reverse,
+    "BROADCAST_TO": _broadcast_to,
+}
+# Rules whose output, in row-major order, is the declared output whatever dimensions it keeps or squeezes.
+_FLAT_RULES = frozenset({_reshape, _reduction, _fully_connected, _batch_matmul, _strided_slice})
