@@ -1,5 +1,6 @@
-"""Stale memory: the host TFLM under different arena fills names the operators that read or leave stale bytes, and
-`optimize --verify` compares only the bytes that do not depend on them."""
+"""Stale memory: the origins (BATCH_TO_SPACE_ND's geometry, the host TFLM under different arena fills) followed
+through every operator's reads prove which output bytes are independent; `optimize --verify` compares only those,
+and refuses a model none of whose output bytes is. On every model the analysis covers all the fill runs show."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import numpy as np
 from lowtide.export.pipeline import _same_outputs
 from lowtide.model import read_model
 from lowtide.model.builder import ModelBuilder
-from lowtide.stale import check_stale
+from lowtide.stale import StaleReport, check_stale
 
 LAUNCH = "import sys; from lowtide.cli import main; sys.argv[0] = 'lowtide'; main()"
 SIZE = 16  # input height and width
@@ -38,8 +39,50 @@ def dilated_model(declared: int | None = DECLARED) -> bytes:
     return b.build()
 
 
+def nas_model() -> bytes:
+    """The issue's NAS net in small: a dilated convolution whose BATCH_TO_SPACE_ND (operator 3) declares 20x20 of
+    the 16x16 it covers, a global MEAN, then a SOFTMAX sharp enough (beta 16) to saturate: the five fills change
+    only 4 of its 10 output bytes, yet every one reads the unwritten rows and columns through the MEAN."""
+    b = ModelBuilder(seed=5, name="nas")
+    stem = b.conv2d(b.input((1, SIZE, SIZE, 4)), 10, 3)
+    dilated = b.dilated_conv2d(stem, 10, kernel=3, dilation=2, declared_shape=(1, 20, 20, 10))
+    b.output(b.softmax(b.mean(dilated, axes=(1, 2), keep_dims=False), beta=16.0))
+    return b.build()
+
+
+def partial_model() -> bytes:
+    """BATCH_TO_SPACE_ND (operator 3) leaves rows and columns 16..19 of its 20x20x4 output unwritten; an ADD
+    with the stem padded to 20x20 passes exactly those on, a CONCATENATION puts them in channels 0..3 of 8
+    (output 0); a 2x2 max pool of it (output 1) reads them in its pooled rows and columns 8..9."""
+    b = ModelBuilder(seed=7, name="partial")
+    stem = b.conv2d(b.input((1, SIZE, SIZE, 4)), 4, 3)
+    dilated = b.dilated_conv2d(stem, 4, kernel=3, dilation=2, declared_shape=(1, 20, 20, 4))
+    padded = b.pad(stem, rows=(0, 4), cols=(0, 4))
+    joined = b.concat([b.add(dilated, padded), padded])
+    b.output(joined, b.max_pool(joined, 2))
+    return b.build()
+
+
 def _positions(mask: np.ndarray, shape: tuple[int, ...]) -> set[tuple[int, ...]]:
     return {tuple(int(i) for i in p) for p in np.argwhere(mask.reshape(shape))}
+
+
+def _mask(ranges, size: int) -> np.ndarray:
+    mask = np.zeros(size, bool)
+    for start, end in ranges:
+        mask[start:end] = True
+    return mask
+
+
+def assert_covers_the_fills(report: StaleReport, origins: list[tuple[int, str]]) -> None:
+    """What the fill runs saw change is inside what the analysis marks, on every tensor and output, and only
+    `origins` make stale bytes of their own: the analysis explains everything the fills saw."""
+    for determined, observed in zip(report.output_determined, report.output_observed):
+        assert not (observed & determined).any()
+    for s in report.operators:
+        marked = _mask(s.unwritten + s.stale_read, s.tensor_bytes)
+        assert not (_mask(s.observed, s.tensor_bytes) & ~marked).any(), s.describe()
+    assert [(s.op, s.opcode) for s in report.origins] == origins
 
 
 def test_batch_to_space_leaves_exactly_the_uncovered_rows_and_columns_unwritten():
@@ -59,8 +102,9 @@ def test_batch_to_space_leaves_exactly_the_uncovered_rows_and_columns_unwritten(
     assert origin.fix is not None and "(1, 16, 16, 8)" in origin.fix
     # The 2x2 VALID convolution reads row and column 16 for its last output row and column; the final 1x1
     # convolution mixes every channel, so exactly its row 15 and column 15 depend on stale memory.
-    passed_on = {s.opcode for s in report.operators if not s.inputs_determined}
+    passed_on = {s.opcode for s in report.operators if not s.origin}
     assert passed_on == {"CONV_2D", "CONCATENATION"}
+    assert_covers_the_fills(report, [(5, "BATCH_TO_SPACE_ND")])
     (determined,) = report.output_determined
     assert _positions(~determined, (1, SIZE, SIZE, 8)) == {
         (0, h, w, c) for h in range(SIZE) for w in range(SIZE) for c in range(8) if h == SIZE - 1 or w == SIZE - 1}
@@ -70,6 +114,50 @@ def test_batch_to_space_leaves_exactly_the_uncovered_rows_and_columns_unwritten(
 def test_a_dilated_convolution_whose_shapes_agree_is_deterministic():
     report = check_stale(read_model(dilated_model(declared=None)))
     assert report.clean and report.operators == ()
+    assert_covers_the_fills(report, [])
+
+
+def test_a_reduction_makes_every_output_byte_depend_though_the_fills_agree_on_most():
+    report = check_stale(read_model(nas_model()))
+    (origin,) = report.origins
+    assert (origin.op, origin.opcode, origin.inputs_determined) == (3, "BATCH_TO_SPACE_ND", True)
+    unwritten = _mask(origin.unwritten, origin.tensor_bytes)
+    assert _positions(unwritten, (1, 20, 20, 10)) == {
+        (0, h, w, c) for h in range(20) for w in range(20) for c in range(10) if h >= SIZE or w >= SIZE}
+    assert report.outputs_undefined and report.undetermined_output_bytes == report.output_bytes == 10
+    assert report.to_json()["outputs"][0]["independent"] == []
+    # Sampling alone would have called 6 of the 10 bytes determined: the proof does not rest on the fills.
+    assert report.observed_output_bytes == 4
+    assert [(s.op, s.opcode, s.stale_read) for s in report.operators if not s.origin] == [
+        (4, "MEAN", ((0, 10),)), (5, "SOFTMAX", ((0, 10),))]
+    assert_covers_the_fills(report, [(3, "BATCH_TO_SPACE_ND")])
+
+
+def test_partial_dependence_gets_the_exact_independent_bytes():
+    report = check_stale(read_model(partial_model()))
+    assert_covers_the_fills(report, [(3, "BATCH_TO_SPACE_ND")])
+    joined, pooled = report.to_json()["outputs"]
+    # 20x20 pixels of 8 channel bytes: a pixel in rows or columns 16..19 has channels 0..3 stale, 4..7 not.
+    expected: list[list[int]] = []
+    for pixel in range(20 * 20):
+        h, w = divmod(pixel, 20)
+        span = [8 * pixel, 8 * pixel + 8] if h < 16 and w < 16 else [8 * pixel + 4, 8 * pixel + 8]
+        if expected and expected[-1][1] == span[0]:
+            expected[-1][1] = span[1]
+        else:
+            expected.append(span)
+    assert joined["independent"] == expected
+    assert joined["bytes"] - sum(b - a for a, b in joined["independent"]) == (400 - 256) * 4
+    expected = []
+    for pixel in range(10 * 10):
+        h, w = divmod(pixel, 10)
+        span = [8 * pixel, 8 * pixel + 8] if h < 8 and w < 8 else [8 * pixel + 4, 8 * pixel + 8]
+        if expected and expected[-1][1] == span[0]:
+            expected[-1][1] = span[1]
+        else:
+            expected.append(span)
+    assert pooled["independent"] == expected
+    assert not report.outputs_undefined
 
 
 def test_outputs_are_compared_only_where_determined():
@@ -95,10 +183,28 @@ def test_optimize_verify_names_the_stale_operator_and_verifies_the_determined_by
     assert report["determined_outputs_identical"] is True
     stale = report["stale"]
     assert not stale["clean"] and stale["undetermined_output_bytes"] == (2 * SIZE - 1) * 8
+    assert (stale["proof"], stale["outputs_undefined"]) == ("analysis", False)
+    assert stale["independent_output_bytes"] == SIZE * SIZE * 8 - (2 * SIZE - 1) * 8
     origins = [op for op in stale["operators"] if op["origin"]]
     assert [(op["index"], op["opcode"], op["unwritten_bytes"]) for op in origins] == [
         (5, "BATCH_TO_SPACE_ND", (DECLARED * DECLARED - SIZE * SIZE) * 8)]
     inspected = subprocess.run([sys.executable, "-c", LAUNCH, "inspect", str(model), "--check-stale"],
-                               capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
+                               capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "300"})
     assert inspected.returncode == 0, inspected.stderr
     assert "operator 5 (BATCH_TO_SPACE_ND) leaves 264 of its 2,312 output bytes unwritten" in inspected.stdout
+
+
+def test_optimize_verify_refuses_a_model_whose_outputs_are_all_undefined_and_writes_nothing(tmp_path):
+    model, out = tmp_path / "nas.tflite", tmp_path / "nas_opt.tflite"
+    model.write_bytes(nas_model())
+    for extra in ([], ["--json"]):
+        done = subprocess.run([sys.executable, "-c", LAUNCH, "optimize", str(model), "-o", str(out), "--verify",
+                               *extra], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 2 and done.stdout == ""
+        (line,) = [line for line in done.stderr.splitlines() if line.strip()]  # the progress bar leaves a blank
+        assert line.startswith(f"lowtide: error: {out}: cannot verify: the original model's outputs are themselves "
+                               "undefined under TFLM: every one of its 10 output bytes depends on stale memory "
+                               "(operator 3 (BATCH_TO_SPACE_ND) leaves 1,440 of its 4,000 output bytes unwritten)")
+        assert "TFLM measured the planned head" in line and "declare its output (1, 16, 16, 10)" in line
+        assert "differ" not in line and "Traceback" not in done.stderr
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["nas.tflite"]

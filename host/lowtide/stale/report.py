@@ -97,7 +97,7 @@ class StaleReport:
         origins = "; ".join(s.describe() for s in self.origins) or "; ".join(s.describe() for s in self.operators)
         share = (f"all {self.output_bytes:,} output bytes depend" if self.outputs_undefined
                  else f"{self.undetermined_output_bytes:,} of {self.output_bytes:,} output bytes depend")
-        return (f"{share} on stale memory (by analysis of what every operator reads; the fill runs saw "
+        return (f"{share} on stale memory (by analysis; the fill runs saw "
                 f"{self.observed_output_bytes:,} change): {origins}")
 
     def to_json(self) -> dict:
