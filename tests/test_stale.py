@@ -10,11 +10,16 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from lowtide.export.pipeline import _same_outputs
-from lowtide.model import read_model
+from lowtide import oracle
+from lowtide.model import load_model, read_model
 from lowtide.model.builder import ModelBuilder
+from lowtide.model.ir import Graph
 from lowtide.stale import StaleReport, check_stale
+from lowtide.stale.dependence import element_shape, propagate
+from lowtide.stale.fills import Fixture
 
 LAUNCH = "import sys; from lowtide.cli import main; sys.argv[0] = 'lowtide'; main()"
 SIZE = 16  # input height and width
@@ -61,6 +66,74 @@ def partial_model() -> bytes:
     joined = b.concat([b.add(dilated, padded), padded])
     b.output(joined, b.max_pool(joined, 2))
     return b.build()
+
+
+def operators_model() -> bytes:
+    """One operator of each kind the builder makes, each rule's geometry off its simplest case (strides, SAME
+    windows, depth multipliers, half-pixel resizing, mirror padding, splits, products)."""
+    b = ModelBuilder(seed=11, name="operators")
+    stem = b.conv2d(b.input((1, SIZE, SIZE, 4)), 8, 3)
+    depthwise = b.depthwise_conv2d(stem, 3, stride=2, depth_multiplier=2)
+    pooled = b.avg_pool(stem, 3, stride=2, padding="SAME")
+    bilinear = b.resize(pooled, 2, "bilinear", half_pixel_centers=True)
+    nearest = b.resize(depthwise, 2, "nearest", align_corners=True)
+    mirrored = b.pad(stem, rows=(1, 2), cols=(2, 1), mode="REFLECT")
+    moved = b.batch_to_space_nd(b.space_to_batch_nd(stem, (2, 2), [(1, 1), (0, 2)]), (2, 2), [(1, 1), (0, 2)])
+    low, high = b.split(b.concat([bilinear, moved]), [3, -1], axis=3)
+    product = b.binary("MUL", low, b.mean(high, axes=(3,)))
+    flat = b.fully_connected(b.reshape(b.mean(nearest, axes=(3,)), (1, SIZE * SIZE)), 10)
+    b.output(product, b.max_pool(b.prelu(mirrored), 2), b.softmax(flat), b.quantize(b.activation(moved, "TANH")))
+    return b.build()
+
+
+def assert_input_dependence_covers_what_changes(graph: Graph) -> dict[int, np.ndarray]:
+    """Mark a corner of input 0 (rows of the last quarter, columns of the first third), propagate the marks, and
+    redraw those input elements three times: on every tensor of the fixture, each byte that changes is marked.
+    The same rules that follow stale bytes, checked against the host TFLM on values it can set."""
+    sg = graph.main
+    corner = np.zeros(element_shape(graph, sg.inputs[0]), bool)
+    if corner.ndim == 4:
+        corner[:, corner.shape[1] * 3 // 4:, :max(1, corner.shape[2] // 3)] = True
+    else:
+        corner[..., corner.shape[-1] * 3 // 4:] = True
+    masks = {sg.inputs[0]: corner}
+    for op in sg.operators:
+        for t, flow in zip([t for t in op.outputs if t >= 0], propagate(graph, op, masks)):
+            masks[t] = flow.dependent | flow.unwritten
+    base = oracle.random_inputs(graph)
+    input_sets = [base]
+    for seed in (1, 2, 3):
+        redrawn = [a.copy() for a in base]
+        redrawn[0][corner.reshape(base[0].shape)] = oracle.random_inputs(graph, seed)[0][corner.reshape(base[0].shape)]
+        input_sets.append(redrawn)
+    fixture = Fixture.of(graph)
+    first, *others = fixture.run(graph, [(np.zeros(fixture.fill_bytes, np.uint8), inputs) for inputs in input_sets])
+    for t, reference in first.items():
+        changed = np.zeros(reference.size, bool)
+        for run in others:
+            changed |= run[t] != reference
+        marked = np.repeat(masks[t].reshape(-1), reference.size // max(masks[t].size, 1))
+        opcode = sg.operators[sg.producers()[t]].opcode
+        assert not (changed & ~marked).any(), f"tensor {t} ({opcode}): {int((changed & ~marked).sum())} bytes"
+    return masks
+
+
+def test_every_rule_covers_what_changing_its_inputs_changes():
+    graph = read_model(operators_model())
+    masks = assert_input_dependence_covers_what_changes(graph)
+    # The rules are no blanket default: only the fully connected layer and the softmax see the whole corner.
+    partial = {graph.main.operators[op].opcode for t, op in graph.main.producers().items() if not masks[t].all()}
+    assert partial >= {"CONV_2D", "DEPTHWISE_CONV_2D", "AVERAGE_POOL_2D", "RESIZE_BILINEAR",
+                       "RESIZE_NEAREST_NEIGHBOR", "MIRROR_PAD", "SPACE_TO_BATCH_ND", "BATCH_TO_SPACE_ND",
+                       "CONCATENATION", "SPLIT_V", "MUL", "MEAN", "RESHAPE", "PRELU", "MAX_POOL_2D", "TANH",
+                       "QUANTIZE"}
+    assert_covers_the_fills(check_stale(graph), [])
+
+
+@pytest.mark.parametrize("name", ["mltk_anomaly_detection", "mww_v2_okay_nabu", "mcunet_vww"])
+def test_rules_cover_what_changes_on_real_models(shared_models, name):
+    """STRIDED_SLICE, PACK, SHAPE, SPLIT_V, TRANSPOSE, resource variables and CALL_ONCE, as converters write them."""
+    assert_input_dependence_covers_what_changes(load_model(shared_models / f"{name}.tflite"))
 
 
 def _positions(mask: np.ndarray, shape: tuple[int, ...]) -> set[tuple[int, ...]]:

@@ -35,6 +35,7 @@ FILL_SEED = 20190601
 # Room for TFLM's persistent tail beside the filled head.
 _TAIL_ROOM = 64 << 20
 
+
 @dataclass(frozen=True)
 class Observation:
     """What the fill runs showed of one tensor's bytes."""
@@ -45,7 +46,7 @@ class Observation:
 
 def observe(graph: Graph, inputs: list[np.ndarray]) -> dict[int, Observation]:
     """The fill runs on `inputs`: an observation per main-subgraph tensor an operator writes and TFLM plans."""
-    fixture = _Fixture.of(graph)
+    fixture = Fixture.of(graph)
     rng = np.random.default_rng(FILL_SEED)
     fills = {
         "0x00": np.zeros(fixture.fill_bytes, np.uint8),
@@ -54,32 +55,41 @@ def observe(graph: Graph, inputs: list[np.ndarray]) -> dict[int, Observation]:
         "0x80": np.full(fixture.fill_bytes, 0x80, np.uint8),
         "random": rng.integers(0, 256, fixture.fill_bytes, dtype=np.uint8),
     }
-    # One interpreter, reset before each fill so that variable tensors start from zero every time.
-    sequence = oracle.run_sequence(fixture.model, [[fill.view(np.int8), *inputs] for fill in fills.values()],
-                                   graph.path, frozenset(range(len(fills))), fixture.fill_bytes + _TAIL_ROOM)
-    runs = {name: [np.frombuffer(a.tobytes(), np.uint8) for a in outputs]
-            for name, outputs in zip(fills, sequence)}
+    runs = dict(zip(fills, fixture.run(graph, [(fill, inputs) for fill in fills.values()])))
     observed = {}
-    for t, position in fixture.output_positions.items():
-        first, offset = runs[FILLS[0]][position], fixture.offsets[t]
+    for t, offset in fixture.offsets.items():
+        if t not in runs[FILLS[0]]:
+            continue
+        first = runs[FILLS[0]][t]
         differs = np.zeros(first.size, bool)
         kept_fill = np.ones(first.size, bool)
         for name in FILLS:
-            differs |= runs[name][position] != first
-            kept_fill &= runs[name][position] == fills[name][offset:offset + first.size]
+            differs |= runs[name][t] != first
+            kept_fill &= runs[name][t] == fills[name][offset:offset + first.size]
         observed[t] = Observation(differs, kept_fill)
     return observed
 
 
 @dataclass(frozen=True)
-class _Fixture:
+class Fixture:
+    """The copy of a model the check runs: no two tensors share bytes, every main-subgraph tensor an output,
+    and the arena filled through an extra input (see the module's docstring)."""
+
     model: bytes
     fill_bytes: int  # size of the filling input: the whole head
     offsets: dict[int, int]  # main-subgraph tensor -> its offset in the head
     output_positions: dict[int, int]  # main-subgraph tensor -> its position among the fixture's outputs
 
+    def run(self, graph: Graph, runs: list[tuple[np.ndarray, list[np.ndarray]]]) -> list[dict[int, np.ndarray]]:
+        """One interpreter invoked once per (fill of `fill_bytes` bytes, model inputs), reset before each so that
+        variable tensors start from zero every time: the bytes of every planned tensor an operator writes."""
+        sequence = oracle.run_sequence(self.model, [[fill.view(np.int8), *inputs] for fill, inputs in runs],
+                                       graph.path, frozenset(range(len(runs))), self.fill_bytes + _TAIL_ROOM)
+        return [{t: np.frombuffer(outputs[p].tobytes(), np.uint8) for t, p in self.output_positions.items()}
+                for outputs in sequence]
+
     @classmethod
-    def of(cls, graph: Graph) -> _Fixture:
+    def of(cls, graph: Graph) -> Fixture:
         scratch = max((sum(scratch_sizes(graph, sg.index, op.index)) for sg in graph.subgraphs
                        for op in sg.operators), default=0)
         offset = align_up(scratch)
