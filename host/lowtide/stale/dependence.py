@@ -355,6 +355,8 @@ def _batch_to_space(o: _Operands) -> tuple[np.ndarray, np.ndarray]:
     _, in_h, in_w, _ = x.shape
     full = x.reshape(bh, bw, n, in_h, in_w, c).transpose(2, 3, 0, 4, 1, 5).reshape(n, in_h * bh, in_w * bw, c)
     top, left = int(crops[0][0]), int(crops[1][0])
+    if top < 0 or left < 0:
+        raise _NoRule
     covered = full[:, top:top + h, left:left + w]
     dependent = np.zeros(out_shape, bool)
     dependent[:, :covered.shape[1], :covered.shape[2]] = covered
