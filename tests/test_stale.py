@@ -281,3 +281,18 @@ def test_optimize_verify_refuses_a_model_whose_outputs_are_all_undefined_and_wri
         assert "TFLM measured the planned head" in line and "declare its output (1, 16, 16, 10)" in line
         assert "differ" not in line and "Traceback" not in done.stderr
         assert sorted(p.name for p in tmp_path.iterdir()) == ["nas.tflite"]
+
+
+def test_inspect_check_stale_reports_the_reduction_as_wholly_dependent(tmp_path):
+    model = tmp_path / "nas.tflite"
+    model.write_bytes(nas_model())
+    done = subprocess.run([sys.executable, "-c", LAUNCH, "inspect", str(model), "--check-stale", "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    stale = json.loads(done.stdout)["stale"]
+    assert (stale["proof"], stale["outputs_undefined"], stale["clean"]) == ("analysis", True, False)
+    assert (stale["undetermined_output_bytes"], stale["independent_output_bytes"], stale["observed_output_bytes"]) == (
+        10, 0, 4)
+    assert stale["outputs"][0]["undetermined"] == [[0, 10]] and stale["outputs"][0]["independent"] == []
+    assert [(op["index"], op["opcode"], op["origin"], op["own_bytes"]) for op in stale["operators"]] == [
+        (3, "BATCH_TO_SPACE_ND", True, 1440), (4, "MEAN", False, 0), (5, "SOFTMAX", False, 0)]
