@@ -331,38 +331,47 @@ def _gather(o: _Operands) -> list[np.ndarray]:
 
 
 def _space_to_batch(o: _Operands) -> list[np.ndarray]:
-    """SpaceToBatchND loops over its output: input pixel or the pad value (space_to_batch_nd.h)."""
+    """SpaceToBatchND loops over its output (space_to_batch_nd.h): output batch (shift_h * bw + shift_w) * N + b
+    is input batch b's pixel (oh * bh + shift_h - pad_top, ...) or the pad value. 3-D (N, H, C) is (N, H, 1, C)
+    with block width 1."""
     x = o.mask(0)
-    (bh, bw), widths = [int(b) for b in np.ravel(o.constant(1))], o.constant(2).reshape(2, 2)
-    if x.ndim != 4:
+    block, widths = [int(b) for b in np.ravel(o.constant(1))], [int(w) for w in np.ravel(o.constant(2))]
+    if x.ndim == 3 and len(block) == 1 and len(widths) == 2:
+        x, block, widths = x[:, :, None], [block[0], 1], [*widths, 0, 0]
+    if x.ndim != 4 or len(block) != 2 or len(widths) != 4:
         raise _NoRule
-    padded = np.pad(x, [(0, 0), tuple(int(w) for w in widths[0]), tuple(int(w) for w in widths[1]), (0, 0)])
+    (bh, bw), padded = block, np.pad(x, [(0, 0), tuple(widths[:2]), tuple(widths[2:]), (0, 0)])
     n, h, w, c = padded.shape
-    return [padded.reshape(n, h // bh, bh, w // bw, bw, c).transpose(2, 4, 0, 1, 3, 5)
-            .reshape(bh * bw * n, h // bh, w // bw, c)]
+    out = (padded.reshape(n, h // bh, bh, w // bw, bw, c).transpose(2, 4, 0, 1, 3, 5)
+           .reshape(bh * bw * n, h // bh, w // bw, c))
+    return [out if o.mask(0).ndim == 4 else out[:, :, 0]]
 
 
 def _batch_to_space(o: _Operands) -> tuple[np.ndarray, np.ndarray]:
     """BatchToSpaceND loops over its input (batch_to_space_nd.h): input batch b, row ih goes to output batch
     b % N, row ih * bh + (b / N) / bw - crops_top (columns likewise, (b / N) % bw and crops_left), when inside
     the declared output; crops_bottom and crops_right are never read. Output elements no input reaches are never
-    written. (dependent, unwritten), both shaped like the output."""
+    written. A 3-D (N, H, C) tensor is (N, H, 1, C) with block width 1 and no left crop. (dependent, unwritten),
+    both shaped like the output."""
     x, out_shape = o.mask(0), o.out_shape
-    (bh, bw), crops = [int(b) for b in np.ravel(o.constant(1))], o.constant(2).reshape(2, 2)
-    if x.ndim != 4 or len(out_shape) != 4 or out_shape[0] * bh * bw != x.shape[0] or out_shape[3] != x.shape[3]:
+    block, crops = [int(b) for b in np.ravel(o.constant(1))], [int(c) for c in np.ravel(o.constant(2))]
+    if x.ndim == 3 and len(out_shape) == 3 and len(block) == 1 and len(crops) == 2:
+        x, out_shape, block, crops = x[:, :, None], (*out_shape[:2], 1, out_shape[2]), [block[0], 1], [*crops, 0, 0]
+    if x.ndim != 4 or len(out_shape) != 4 or len(block) != 2 or len(crops) != 4:
+        raise _NoRule
+    (bh, bw), top, left = block, crops[0], crops[2]
+    if out_shape[0] * bh * bw != x.shape[0] or out_shape[3] != x.shape[3] or top < 0 or left < 0:
         raise _NoRule
     n, h, w, c = out_shape
     _, in_h, in_w, _ = x.shape
     full = x.reshape(bh, bw, n, in_h, in_w, c).transpose(2, 3, 0, 4, 1, 5).reshape(n, in_h * bh, in_w * bw, c)
-    top, left = int(crops[0][0]), int(crops[1][0])
-    if top < 0 or left < 0:
-        raise _NoRule
     covered = full[:, top:top + h, left:left + w]
     dependent = np.zeros(out_shape, bool)
     dependent[:, :covered.shape[1], :covered.shape[2]] = covered
     unwritten = np.ones(out_shape, bool)
     unwritten[:, :covered.shape[1], :covered.shape[2]] = False
-    return dependent | unwritten, unwritten
+    declared = o.out_shape
+    return (dependent | unwritten).reshape(declared), unwritten.reshape(declared)
 
 
 def _depth_to_space(o: _Operands) -> list[np.ndarray]:
