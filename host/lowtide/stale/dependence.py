@@ -427,10 +427,6 @@ def _resize(o: _Operands) -> list[np.ndarray]:
     return [out]
 
 
-def _tile(o: _Operands) -> list[np.ndarray]:
-    return [np.tile(o.mask(0), [int(m) for m in np.ravel(o.constant(1))])]
-
-
 def _reverse(o: _Operands) -> list[np.ndarray]:
     x = o.mask(0)
     return [np.flip(x, axis=tuple(int(a) % x.ndim for a in np.ravel(o.constant(1))))]
@@ -468,7 +464,6 @@ _RULES: dict[str, Callable[[_Operands], list[np.ndarray]]] = {
     "SPACE_TO_BATCH_ND": _space_to_batch,
     "DEPTH_TO_SPACE": _depth_to_space,
     "SPACE_TO_DEPTH": _space_to_depth,
-    "TILE": _tile,
     "REVERSE_V2": _reverse,
     "BROADCAST_TO": _broadcast_to,
 }
