@@ -93,7 +93,7 @@ def movement_model() -> bytes:
     """Operators the builder does not make, each appended to a 3x3 convolution's (1, 8, 8, 8) output `x` as a
     converter writes them (int8, the input's quantization), every one a model output: TRANSPOSE, SLICE,
     STRIDED_SLICE with a shrunk axis and strides, GATHER, DEPTH_TO_SPACE, SPACE_TO_DEPTH, UNPACK, REVERSE_V2,
-    BROADCAST_TO, PACK and BATCH_MATMUL."""
+    BROADCAST_TO, PACK, BATCH_MATMUL, and TRANSPOSE_CONV with SAME and VALID padding."""
     b = ModelBuilder(seed=13, name="movement")
     b.output(b.conv2d(b.input((1, 8, 8, 4)), 8, 3))
     raw = read_model(b.build()).raw
@@ -107,9 +107,13 @@ def movement_model() -> bytes:
             t.type, t.buffer, t.quantization = fb.TensorType.INT8, 0, copy.deepcopy(sg.tensors[x].quantization)
         else:
             data = fb.BufferT()
-            data.data = list(np.asarray(values, "<i4").tobytes())
+            data.data = list(np.asarray(values, "<i4" if values.dtype != np.int8 else np.int8).tobytes())
             raw.buffers.append(data)
-            t.type, t.buffer = fb.TensorType.INT32, len(raw.buffers) - 1
+            t.type, t.buffer = fb.TensorType.INT32 if values.dtype != np.int8 else fb.TensorType.INT8, len(
+                raw.buffers) - 1
+            if values.dtype == np.int8:  # TRANSPOSE_CONV's filter: per output channel, as TFLM's kernel needs
+                t.quantization = fb.QuantizationParametersT()
+                t.quantization.scale, t.quantization.zeroPoint = [0.01] * len(values), [0] * len(values)
         sg.tensors.append(t)
         return len(sg.tensors) - 1
 
@@ -140,6 +144,10 @@ def movement_model() -> bytes:
     outputs += append("BROADCAST_TO", [x, np.array([2, 8, 8, 8])], [(2, 8, 8, 8)], "BroadcastToOptions")
     outputs += append("PACK", [x, transposed], [(2, 1, 8, 8, 8)], "PackOptions", valuesCount=2, axis=0)
     outputs += append("BATCH_MATMUL", [x, transposed], [(1, 8, 8, 8)], "BatchMatMulOptions")
+    filters = np.random.default_rng(0).integers(-127, 128, (4, 3, 3, 8), dtype=np.int8)
+    for code, size in ((fb.Padding.SAME, 16), (fb.Padding.VALID, 17)):
+        outputs += append("TRANSPOSE_CONV", [np.array([1, size, size, 4]), filters, x], [(1, size, size, 4)],
+                          "TransposeConvOptions", padding=code, strideH=2, strideW=2)
     sg.outputs = [*sg.outputs, *outputs]
     return model_bytes(raw)
 
@@ -193,7 +201,7 @@ def test_movement_rules_cover_what_changing_their_inputs_changes():
     masks = assert_input_dependence_covers_what_changes(graph)
     partial = {graph.main.operators[op].opcode for t, op in graph.main.producers().items() if not masks[t].all()}
     assert partial >= {"TRANSPOSE", "SLICE", "STRIDED_SLICE", "GATHER", "DEPTH_TO_SPACE", "SPACE_TO_DEPTH",
-                       "UNPACK", "REVERSE_V2", "BROADCAST_TO", "PACK", "BATCH_MATMUL"}
+                       "UNPACK", "REVERSE_V2", "BROADCAST_TO", "PACK", "BATCH_MATMUL", "TRANSPOSE_CONV"}
 
 
 @pytest.mark.parametrize("name", ["mltk_anomaly_detection", "mww_v2_okay_nabu", "mcunet_vww"])
