@@ -20,7 +20,7 @@ import numpy as np
 from lowtide import oracle
 from lowtide.model.ir import Graph, Operator
 from lowtide.stale.dependence import propagate
-from lowtide.stale.fills import FILLS, observe
+from lowtide.stale.fills import FILLS, Observation, observe
 
 ByteRanges = tuple[tuple[int, int], ...]  # [start, end) byte offsets inside one tensor
 
@@ -149,7 +149,8 @@ def check_stale(graph: Graph, inputs: list[np.ndarray] | None = None) -> StaleRe
             fix = _deterministic_rewrite(graph, op, own) if own.any() else None
             operators.append(StaleOperator(
                 op.index, op.opcode, t, tensor.name, tensor.nbytes, _ranges(_bytes(unwritten, itemsize)),
-                _ranges(_bytes(masks[t] & ~unwritten, itemsize)), _ranges(_bytes(own, itemsize)), _ranges(seen[t]), inputs_determined, fix))
+                _ranges(_bytes(masks[t] & ~unwritten, itemsize)), _ranges(_bytes(own, itemsize)),
+                _ranges(seen[t]), inputs_determined, fix))
     determined, observed_outputs = [], []
     for t in sg.outputs:
         nbytes = sg.tensors[t].nbytes
@@ -164,7 +165,7 @@ def _bytes(mask: np.ndarray, itemsize: int) -> np.ndarray:
     return np.repeat(mask.reshape(-1), itemsize)
 
 
-def _elements(seen, shape: tuple[int, ...], itemsize: int) -> tuple[np.ndarray, np.ndarray]:
+def _elements(seen: Observation | None, shape: tuple[int, ...], itemsize: int) -> tuple[np.ndarray, np.ndarray]:
     """(differs, kept fill) per element: an element differs if any of its bytes does, and kept the fill if each
     of its bytes did; nothing for a tensor the fill runs did not read."""
     if seen is None or seen.differs.size != int(np.prod(shape)) * itemsize:
