@@ -310,6 +310,8 @@ def _pad(o: _Operands) -> list[np.ndarray]:
     REFLECT without the edge and SYMMETRIC with it, as numpy does."""
     x = o.mask(0)
     widths = [(int(a), int(b)) for a, b in o.constant(1).reshape(-1, 2)]
+    if len(widths) != x.ndim or tuple(n + a + b for n, (a, b) in zip(x.shape, widths)) != o.out_shape:
+        raise _NoRule  # before padding: a model's paddings can be anything
     if o.op.opcode == "MIRROR_PAD":
         return [np.pad(x, widths, mode="symmetric" if o.option("mode", 0) == 1 else "reflect")]
     value = o.op.opcode == "PADV2" and len(o.op.inputs) > 2 and bool(o.mask(2).any())
@@ -334,17 +336,19 @@ def _space_to_batch(o: _Operands) -> list[np.ndarray]:
     """SpaceToBatchND loops over its output (space_to_batch_nd.h): output batch (shift_h * bw + shift_w) * N + b
     is input batch b's pixel (oh * bh + shift_h - pad_top, ...) or the pad value. 3-D (N, H, C) is (N, H, 1, C)
     with block width 1."""
-    x = o.mask(0)
+    x, out_shape = o.mask(0), o.out_shape
     block, widths = [int(b) for b in np.ravel(o.constant(1))], [int(w) for w in np.ravel(o.constant(2))]
-    if x.ndim == 3 and len(block) == 1 and len(widths) == 2:
-        x, block, widths = x[:, :, None], [block[0], 1], [*widths, 0, 0]
-    if x.ndim != 4 or len(block) != 2 or len(widths) != 4:
+    if x.ndim == 3 and len(block) == 1 and len(widths) == 2 and len(out_shape) == 3:
+        x, block, widths, out_shape = x[:, :, None], [block[0], 1], [*widths, 0, 0], (*out_shape[:2], 1, out_shape[2])
+    if x.ndim != 4 or len(block) != 2 or len(widths) != 4 or min(block) < 1:
         raise _NoRule
-    (bh, bw), padded = block, np.pad(x, [(0, 0), tuple(widths[:2]), tuple(widths[2:]), (0, 0)])
-    n, h, w, c = padded.shape
-    out = (padded.reshape(n, h // bh, bh, w // bw, bw, c).transpose(2, 4, 0, 1, 3, 5)
-           .reshape(bh * bw * n, h // bh, w // bw, c))
-    return [out if o.mask(0).ndim == 4 else out[:, :, 0]]
+    (n, h, w, c), (bh, bw) = x.shape, block
+    padded_h, padded_w = h + widths[0] + widths[1], w + widths[2] + widths[3]
+    if padded_h % bh or padded_w % bw or out_shape != (n * bh * bw, padded_h // bh, padded_w // bw, c):
+        raise _NoRule  # checked before padding: a model's paddings can be anything
+    padded = np.pad(x, [(0, 0), tuple(widths[:2]), tuple(widths[2:]), (0, 0)])
+    out = padded.reshape(n, padded_h // bh, bh, padded_w // bw, bw, c).transpose(2, 4, 0, 1, 3, 5).reshape(out_shape)
+    return [out.reshape(o.out_shape)]
 
 
 def _batch_to_space(o: _Operands) -> tuple[np.ndarray, np.ndarray]:
