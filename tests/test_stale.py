@@ -339,6 +339,8 @@ def test_optimize_verify_names_the_stale_operator_and_verifies_the_determined_by
                                capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "300"})
     assert inspected.returncode == 0, inspected.stderr
     assert "operator 5 (BATCH_TO_SPACE_ND) leaves 264 of its 2,312 output bytes unwritten" in inspected.stdout
+    assert "output 0: 1,800 of 2,048 bytes proven independent of stale memory: [0, 120), [128, 248)" in (
+        inspected.stdout)
 
 
 def test_optimize_verify_refuses_a_model_whose_outputs_are_all_undefined_and_writes_nothing(tmp_path):

@@ -185,6 +185,10 @@ def inspect(
         if stale:
             if stale.operators:
                 console.print(_stale_table(stale))
+            for i, (determined, ranges) in enumerate(zip(stale.output_determined, stale.independent_ranges)):
+                if not determined.all():
+                    console.print(f"output {i}: {int(determined.sum()):,} of {determined.size:,} bytes proven "
+                                  "independent of stale memory" + (f": {_first_ranges(ranges)}" if ranges else ""))
             console.print(("[green]" if stale.clean else "[bold red]") + f"stale memory[/]: {escape_markup(stale.summary())}")
         if arena and not arena.exact:
             console.print(f"[dim]* {escape_markup(arena.method)}.[/]")

@@ -75,6 +75,11 @@ class StaleReport:
         return tuple(s for s in self.operators if s.origin)
 
     @property
+    def independent_ranges(self) -> tuple[ByteRanges, ...]:
+        """Per model output: the byte ranges proven independent of stale memory."""
+        return tuple(_ranges(mask) for mask in self.output_determined)
+
+    @property
     def undetermined_output_bytes(self) -> int:
         return int(sum((~mask).sum() for mask in self.output_determined))
 
@@ -111,8 +116,9 @@ class StaleReport:
             "observed_output_bytes": self.observed_output_bytes,
             "outputs_undefined": self.outputs_undefined,
             "outputs": [{"index": i, "bytes": int(m.size), "undetermined": _ranges_json(_ranges(~m)),
-                         "independent": _ranges_json(_ranges(m)), "observed": _ranges_json(_ranges(seen))}
-                        for i, (m, seen) in enumerate(zip(self.output_determined, self.output_observed))],
+                         "independent": _ranges_json(independent), "observed": _ranges_json(_ranges(seen))}
+                        for i, (m, independent, seen) in enumerate(zip(self.output_determined,
+                                                                       self.independent_ranges, self.output_observed))],
             "operators": [{
                 "index": s.op, "opcode": s.opcode, "tensor": s.tensor, "tensor_name": s.tensor_name,
                 "tensor_bytes": s.tensor_bytes, "origin": s.origin, "inputs_determined": s.inputs_determined,
