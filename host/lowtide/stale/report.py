@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from lowtide import oracle
-from lowtide.model.ir import Graph, Operator
-from lowtide.stale.dependence import propagate
+from lowtide.model.ir import Graph, Operator, TensorKind
+from lowtide.stale.dependence import element_shape, propagate
 from lowtide.stale.fills import FILLS, Observation, observe
 
 ByteRanges = tuple[tuple[int, int], ...]  # [start, end) byte offsets inside one tensor
@@ -135,8 +135,38 @@ def check_stale(graph: Graph, inputs: list[np.ndarray] | None = None) -> StaleRe
     """Prove which bytes of `graph`'s outputs depend on stale memory; the fill runs use `inputs` (default:
     `oracle.random_inputs`)."""
     observed = observe(graph, oracle.random_inputs(graph) if inputs is None else inputs)
+    # State that outlives an invocation carries stale bytes into the next one, to operators before the one that
+    # wrote it: follow the graph again with that state marked until nothing more is.
+    state = _State(frozenset(), False)
+    while True:
+        followed = _follow(graph, observed, state)
+        grown = _stale_state(graph, followed[1], state)
+        if grown == state:
+            return followed[0]
+        state = grown
+
+
+@dataclass(frozen=True)
+class _State:
+    variables: frozenset[int]  # variable tensors (SVDF's, LSTM's state) an operator updates from marked inputs
+    resources: bool  # an ASSIGN_VARIABLE stores a marked value: every READ_VARIABLE may read it
+
+
+def _stale_state(graph: Graph, masks: dict[int, np.ndarray], state: _State) -> _State:
     sg = graph.main
-    masks: dict[int, np.ndarray] = {}  # tensor -> bool per element: may depend on stale memory
+    variables, resources = set(state.variables), state.resources
+    for op in sg.operators:
+        if any(masks[t].any() for t in op.inputs if t in masks):
+            variables |= {t for t in op.inputs if t >= 0 and sg.tensors[t].kind is TensorKind.VARIABLE}
+            resources |= op.opcode == "ASSIGN_VARIABLE"
+    return _State(frozenset(variables), resources)
+
+
+def _follow(graph: Graph, observed: dict[int, Observation], state: _State) -> tuple[StaleReport,
+                                                                                    dict[int, np.ndarray]]:
+    """One pass over the operators in stored order: the report, and every tensor's mask."""
+    sg = graph.main
+    masks: dict[int, np.ndarray] = {t: np.ones(element_shape(graph, t), bool) for t in state.variables}
     seen: dict[int, np.ndarray] = {}  # tensor -> bool per byte: the fill runs saw it differ
     operators = []
     for op in sg.operators:
@@ -147,7 +177,7 @@ def check_stale(graph: Graph, inputs: list[np.ndarray] | None = None) -> StaleRe
             differs, kept_fill = _elements(observed.get(t), flow.dependent.shape, itemsize)
             unwritten = flow.unwritten | (differs & kept_fill)
             own = unwritten | (differs & ~flow.dependent)
-            masks[t] = flow.dependent | own
+            masks[t] = flow.dependent | own | (state.resources and op.opcode == "READ_VARIABLE")
             seen[t] = _bytes(differs, itemsize)
             if not masks[t].any():
                 continue
@@ -163,7 +193,7 @@ def check_stale(graph: Graph, inputs: list[np.ndarray] | None = None) -> StaleRe
         mask = masks.get(t)
         determined.append(np.ones(nbytes, bool) if mask is None else ~_bytes(mask, nbytes // max(mask.size, 1)))
         observed_outputs.append(seen.get(t, np.zeros(nbytes, bool)))
-    return StaleReport(tuple(operators), tuple(determined), tuple(observed_outputs), FILLS)
+    return StaleReport(tuple(operators), tuple(determined), tuple(observed_outputs), FILLS), masks
 
 
 def _bytes(mask: np.ndarray, itemsize: int) -> np.ndarray:
