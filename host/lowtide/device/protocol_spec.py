@@ -20,6 +20,7 @@ import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 VERSION = 2
 MAX_PAYLOAD = 1000  # bytes of payload in one frame, on both sides
@@ -117,7 +118,7 @@ class Field:
     """One field of a message's fixed head."""
 
     name: str  # the host's attribute and the C offset macro's name; a flags field's attribute is per flag
-    type: str  # u8, u16, u32, u64, sha256
+    type: Literal["u8", "u16", "u32", "u64", "sha256"]
     doc: str
     values: CodeTable | None = None  # the codes the field carries (listed in its description)
     checked: bool = False  # decoding turns the value into the table's enum and rejects values not in it
@@ -139,7 +140,7 @@ class Tail:
     - "strings": one length-prefixed string per name (cut to STRING_MAX_BYTES), then nothing;
     - "entries": the rest of the payload is head field `count` entries of the layout `entry`."""
 
-    kind: str
+    kind: Literal["bytes", "text", "strings", "entries"]
     names: tuple[str, ...]
     doc: tuple[str, ...]
     entry: str = ""
