@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from lowtide.storage import write_atomically
+
 VERSION = 2
 MAX_PAYLOAD = 1000  # bytes of payload in one frame, on both sides
 UNKNOWN_U32 = 0xFFFFFFFF  # "this board cannot measure this figure"
@@ -688,7 +690,11 @@ def generated() -> dict[Path, str]:
 
 
 if __name__ == "__main__":
+    if not (C_HEADER.parent.is_dir() and DOCS.is_file()):
+        sys.stderr.write(f"lowtide: error: {ROOT}: not a lowtide checkout (the generator writes its firmware/ and "
+                         "docs/)\n")
+        sys.exit(2)
     for path, text in generated().items():
         if not path.is_file() or path.read_text() != text:
-            path.write_text(text)
+            write_atomically(path, text)
             sys.stdout.write(f"wrote {path.relative_to(ROOT)}\n")
