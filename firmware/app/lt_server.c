@@ -279,7 +279,7 @@ static void handle_read(void) {
   } else if (region == LT_REGION_OP_CYCLES && op_cycles_count) {
     if (index != 0) { reply_error(LT_ERR_BAD_INDEX, "region OP_CYCLES has only index 0"); return; }
     bytes = (const uint8_t *)op_cycles; /* Cortex-M and Xtensa are little-endian: the u64s are already LE */
-    total = 8u * op_cycles_count;
+    total = (uint32_t)sizeof op_cycles[0] * op_cycles_count;
   } else {
     reply_error(LT_ERR_BAD_RANGE, "this board holds no such region");
     return;
