@@ -290,7 +290,7 @@ class InjectedReset:
         data = self.inner.read(timeout)
         for frame in FrameDecoder().feed(data):
             if frame.type == MessageType.HELLO and frame.seq == BOOT_SEQ:
-                self.hello = encode_message(Hello.from_payload(frame.payload), BOOT_SEQ)
+                self.hello = encode_message(Hello.decode(frame.payload), BOOT_SEQ)
         return pending + data
 
     def close(self) -> None:
@@ -477,6 +477,6 @@ def test_a_board_whose_arena_is_too_small_says_so_and_refuses_to_run():
     boot = [decode_message(f) for f in FrameDecoder().feed(board.boot_frames())]
     assert isinstance(boot[1], Log) and "model not ready" in boot[1].text
     sent: list[bytes] = []
-    board.handle(Frame(MessageType.RUN, 5, Run(0, 1).to_payload()), sent.append)
+    board.handle(Frame(MessageType.RUN, 5, Run(0, 1).encode()), sent.append)
     (reply,) = [decode_message(f) for f in FrameDecoder().feed(b"".join(sent))]
     assert isinstance(reply, Error) and reply.code == ErrorCode.MODEL_NOT_READY

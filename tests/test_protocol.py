@@ -1,5 +1,5 @@
-"""The protocol's messages and framing (docs/protocol.md): the C layout header generated from the one definition,
-round trips of every message type, sizes within a 1 KB receive buffer, a clear error for a board of protocol
+"""The protocol's messages and framing (docs/protocol.md): the C layout header, the host's message classes and the
+document's tables generated from the one definition, round trips of every message type, sizes within a 1 KB receive buffer, a clear error for a board of protocol
 version 1, and a frame decoder that survives any byte stream and never accepts a damaged frame."""
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def test_the_largest_frame_fits_a_1kb_receive_buffer_and_a_larger_payload_is_ref
     assert frames_of(encoded)[0].payload == worst[:MAX_PAYLOAD]
     with pytest.raises(ProtocolError):
         encode_frame(MessageType.DATA, 1, bytes(MAX_PAYLOAD + 1))
-    assert SetInput.MAX_CHUNK + 9 == MAX_PAYLOAD and Read.MAX_CHUNK + 11 == MAX_PAYLOAD
+    assert SetInput.MAX_CHUNK + 9 == MAX_PAYLOAD and Data.MAX_CHUNK + 11 == MAX_PAYLOAD
 
 
 def test_frame_layout_is_type_seq_payload_crc32_le():
@@ -112,27 +112,57 @@ def test_frame_layout_is_type_seq_payload_crc32_le():
     assert cobs.decode(encode_frame(0x84, 7, b"\x01\x02")[:-1]) == raw + struct.pack("<I", zlib.crc32(raw))
 
 
-def test_the_checked_in_c_header_is_the_one_the_definition_generates():
-    header = Path(__file__).resolve().parents[1] / "firmware" / "protocol" / "lt_protocol.h"
-    assert header.read_text() == protocol_spec.c_header(), (
-        "firmware/protocol/lt_protocol.h disagrees with host/lowtide/device/protocol_spec.py: regenerate it with "
-        "`python -m lowtide.device.protocol_spec > firmware/protocol/lt_protocol.h`")
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = {
+    "firmware/protocol/lt_protocol.h": protocol_spec.c_header,
+    "host/lowtide/device/protocol_messages.py": protocol_spec.python_module,
+    "docs/protocol.md": lambda: protocol_spec.render_docs((ROOT / "docs" / "protocol.md").read_text()),
+}
+
+
+@pytest.mark.parametrize("artifact", ARTIFACTS)
+def test_the_checked_in_artifact_is_the_one_the_definition_generates(artifact):
+    assert (ROOT / artifact).read_text() == ARTIFACTS[artifact](), (
+        f"{artifact} disagrees with host/lowtide/device/protocol_spec.py: regenerate it with "
+        "`python -m lowtide.device.protocol_spec`")
+
+
+def test_the_generator_writes_exactly_the_checked_in_artifacts():
+    assert {str(path.relative_to(ROOT)) for path in protocol_spec.generated()} == set(ARTIFACTS)
+
+
+def test_a_document_without_a_tables_marker_is_refused():
+    text = (ROOT / "docs" / "protocol.md").read_text()
+    without_result = text.replace("<!-- generated: RESULT ", "<!-- RESULT ")
+    with pytest.raises(KeyError, match="RESULT"):
+        protocol_spec.render_docs(without_result)
+
+
+def test_the_documents_tables_state_the_layouts():
+    """A few rows as a reader finds them, typed here: the generated tables carry the definition's offsets."""
+    text = (ROOT / "docs" / "protocol.md").read_text()
+    for row in ("| 56 | u8 + text | board name", "| 9 | 0..991 | the chunk's bytes |", "| 66 | u8 | number of outputs K |",
+                "| 67 | 8 x K | per output: u32 size in bytes, u32 zlib/IEEE CRC32 of its bytes (the output digest); "
+                "K is at most 116 |", "| 0x03 | RUN | host -> board | PROGRESS*, then RESULT |",
+                "| frame encoded, with its delimiter | 1011 |", "| 5 | MODEL_NOT_READY |"):
+        assert row in text
 
 
 def test_the_codec_and_the_header_share_every_layout():
     """The Python messages pack exactly the fields the definition lists, at its offsets (HELLO's board name right
     after the fixed head, RESULT's outputs right after its own)."""
-    hello = EVERY_MESSAGE[1].to_payload()
+    hello = EVERY_MESSAGE[1].encode()
     assert len(hello) == protocol_spec.LAYOUTS["HELLO"].size + 1 + len("stm32h743") + 1 + len("tflite-micro cmsis-nn")
     at = protocol_spec.LAYOUTS["HELLO"].offset
     assert struct.unpack_from("<I", hello, at("max_iterations")) == (256,)
     assert struct.unpack_from("<H", hello, at("max_payload")) == (1000,)
     assert hello[at("counter")] == protocol_spec.COUNTERS["CYCLES"]
-    result = EVERY_MESSAGE[11].to_payload()
+    result = EVERY_MESSAGE[11].encode()
     at = protocol_spec.LAYOUTS["RESULT"].offset
     assert struct.unpack_from("<II", result, at("stack_high_water_bytes")) == (1_804, 65_536)
     assert struct.unpack_from("<I", result, protocol_spec.LAYOUTS["RESULT"].size) == (4,)
-    assert {m.name: m.value for m in MessageType} == protocol_spec.MESSAGE_TYPES
+    assert {m.name: m.value for m in MessageType} == {c.name: c.value for c in protocol_spec.MESSAGE_TYPES.codes}
+    assert MessageType.RESULT == 0x84 and Counter.INSTRUCTIONS == 2 and ErrorCode.BAD_ARGUMENT == 8
 
 
 def test_a_version_1_board_gets_a_clear_version_error():
@@ -154,7 +184,7 @@ VARIABLE_TAIL = {SetInput: 9, Data: 11, Log: 1, Error: 3}  # bytes of fixed head
 
 @pytest.mark.parametrize("message", FIXED_LENGTH, ids=lambda m: type(m).__name__)
 def test_payloads_of_the_wrong_length_are_rejected(message):
-    payload = message.to_payload()
+    payload = message.encode()
     for damaged in ([payload[:-1]] if payload else []) + [payload + b"\x00"]:
         with pytest.raises(ProtocolError):
             decode_message(Frame(message.TYPE, 1, damaged))
@@ -166,7 +196,23 @@ def test_payloads_of_the_wrong_length_are_rejected(message):
 def test_payloads_cut_inside_their_fixed_header_are_rejected(message):
     header = VARIABLE_TAIL[type(message)]
     with pytest.raises(ProtocolError):
-        decode_message(Frame(message.TYPE, 1, message.to_payload()[: header - 1]))
+        decode_message(Frame(message.TYPE, 1, message.encode()[: header - 1]))
+
+
+def test_a_hello_with_an_unknown_counter_kind_is_a_protocol_error():
+    payload = bytearray(EVERY_MESSAGE[1].encode())
+    payload[protocol_spec.LAYOUTS["HELLO"].offset("counter")] = 7
+    with pytest.raises(ProtocolError, match="HELLO counter 7 is not one of"):
+        decode_message(Frame(MessageType.HELLO, 1, bytes(payload)))
+
+
+def test_texts_and_strings_are_cut_to_fit_and_unknown_figures_are_all_ones():
+    assert len(Log(LogLevel.INFO, "x" * 2000).encode()) == MAX_PAYLOAD
+    assert len(Error(ErrorCode.INTERNAL, 0, "é" * 1000).encode()) == MAX_PAYLOAD
+    hello = Hello(PROTOCOL_VERSION, True, 1, 1, 0, Counter.NONE, 1, 1000, 0, 0, SHA, "b" * 300, "r")
+    assert decode_message(Frame(MessageType.HELLO, 1, hello.encode())).board == "b" * 255
+    unknown = EVERY_MESSAGE[12].encode()
+    assert unknown[8:28] == b"\xff" * 20 and unknown[28:52] == b"\xff" * 24 and unknown[52:64] == b"\xff" * 12
 
 
 def test_unknown_type_is_a_protocol_error():

@@ -8,8 +8,6 @@
 #include "lt_board.h"
 
 #define PROGRESS_INTERVAL_US 250000u
-#define MAX_DATA_CHUNK (LT_FRAME_MAX_PAYLOAD - LT_DATA_FIXED_BYTES)
-#define MAX_RESULT_OUTPUTS ((LT_FRAME_MAX_PAYLOAD - LT_RESULT_FIXED_BYTES) / LT_RESULT_OUTPUT_FIXED_BYTES)
 
 static const lt_model_info *model;
 static lt_send_fn send_bytes;
@@ -76,7 +74,7 @@ static void reply(uint8_t type, const uint8_t *payload, size_t length) {
 
 static void reply_error(uint16_t code, const char *text) {
   size_t text_len = strlen(text);
-  if (text_len > LT_FRAME_MAX_PAYLOAD - LT_ERROR_FIXED_BYTES) text_len = LT_FRAME_MAX_PAYLOAD - LT_ERROR_FIXED_BYTES;
+  if (text_len > LT_ERROR_MAX_TEXT_BYTES) text_len = LT_ERROR_MAX_TEXT_BYTES;
   put_u16(reply_payload + LT_ERROR_CODE_AT, code);
   reply_payload[LT_ERROR_REQUEST_TYPE_AT] = request.type;
   memcpy(reply_payload + LT_ERROR_FIXED_BYTES, text, text_len);
@@ -86,7 +84,7 @@ static void reply_error(uint16_t code, const char *text) {
 void lt_server_log(uint8_t level, const char *text) {
   uint8_t payload[LT_FRAME_MAX_PAYLOAD];
   size_t text_len = strlen(text);
-  if (text_len > LT_FRAME_MAX_PAYLOAD - LT_LOG_FIXED_BYTES) text_len = LT_FRAME_MAX_PAYLOAD - LT_LOG_FIXED_BYTES;
+  if (text_len > LT_LOG_MAX_TEXT_BYTES) text_len = LT_LOG_MAX_TEXT_BYTES;
   payload[LT_LOG_LEVEL_AT] = level;
   memcpy(payload + LT_LOG_FIXED_BYTES, text, text_len);
   send_uncached(LT_MSG_LOG, 0, payload, LT_LOG_FIXED_BYTES + text_len);
@@ -95,9 +93,9 @@ void lt_server_log(uint8_t level, const char *text) {
 static size_t hello_payload(uint8_t *p) {
   const char *board = lt_board_name();
   size_t board_len = strlen(board), runtime_len = strlen(model->runtime);
-  if (board_len > 255) board_len = 255;
-  if (runtime_len > 255) runtime_len = 255;
-  put_u16(p + LT_HELLO_VERSION_AT, LT_PROTOCOL_VERSION);
+  if (board_len > LT_STRING_MAX_BYTES) board_len = LT_STRING_MAX_BYTES;
+  if (runtime_len > LT_STRING_MAX_BYTES) runtime_len = LT_STRING_MAX_BYTES;
+  put_u16(p + LT_HELLO_PROTOCOL_VERSION_AT, LT_PROTOCOL_VERSION);
   p[LT_HELLO_FLAGS_AT] = model->ready ? LT_HELLO_FLAG_MODEL_READY : 0u;
   p[LT_HELLO_INPUT_COUNT_AT] = model->input_count;
   p[LT_HELLO_OUTPUT_COUNT_AT] = model->output_count;
@@ -107,7 +105,7 @@ static size_t hello_payload(uint8_t *p) {
   put_u16(p + LT_HELLO_MAX_PAYLOAD_AT, LT_FRAME_MAX_PAYLOAD);
   put_u32(p + LT_HELLO_ARENA_CAPACITY_BYTES_AT, model->arena_capacity_bytes);
   put_u32(p + LT_HELLO_MODEL_SIZE_BYTES_AT, model->model_size_bytes);
-  memcpy(p + LT_HELLO_MODEL_SHA256_AT, model->model_sha256, 32);
+  memcpy(p + LT_HELLO_MODEL_SHA256_AT, model->model_sha256, LT_HELLO_MODEL_SHA256_BYTES);
   size_t at = LT_HELLO_FIXED_BYTES;
   p[at++] = (uint8_t)board_len;
   memcpy(p + at, board, board_len);
@@ -177,7 +175,7 @@ static void send_progress(uint32_t done, uint32_t total) {
 
 static void handle_run(void) {
   if (request.payload_len != LT_RUN_FIXED_BYTES) {
-    reply_error(LT_ERR_BAD_MESSAGE, "RUN payload must be 9 bytes");
+    reply_error(LT_ERR_BAD_MESSAGE, "RUN payload has the wrong size");
     return;
   }
   uint32_t warmup = get_u32(request.payload + LT_RUN_WARMUP_AT);
@@ -235,7 +233,7 @@ static void handle_run(void) {
   sort_u64(sample_cycles, iterations);
   sort_u32(sample_us, iterations);
   uint32_t mid = (iterations - 1u) / 2u;
-  uint8_t outputs = model->output_count > MAX_RESULT_OUTPUTS ? MAX_RESULT_OUTPUTS : model->output_count;
+  uint8_t outputs = model->output_count > LT_RESULT_MAX_OUTPUTS ? LT_RESULT_MAX_OUTPUTS : model->output_count;
   uint8_t *p = reply_payload;
   put_u32(p + LT_RESULT_WARMUP_AT, warmup);
   put_u32(p + LT_RESULT_ITERATIONS_AT, iterations);
@@ -244,9 +242,9 @@ static void handle_run(void) {
   put_u32(p + LT_RESULT_ARENA_HIGH_WATER_BYTES_AT, high_water);
   put_u32(p + LT_RESULT_STACK_HIGH_WATER_BYTES_AT, has_stack ? stack_high_water : LT_UNKNOWN_U32);
   put_u32(p + LT_RESULT_STACK_SIZE_BYTES_AT, has_stack ? lt_stack_size_bytes() : LT_UNKNOWN_U32);
-  put_u64(p + LT_RESULT_COUNTER_MIN_AT, has_counter ? sample_cycles[0] : UINT64_MAX);
-  put_u64(p + LT_RESULT_COUNTER_MEDIAN_AT, has_counter ? sample_cycles[mid] : UINT64_MAX);
-  put_u64(p + LT_RESULT_COUNTER_MAX_AT, has_counter ? sample_cycles[iterations - 1u] : UINT64_MAX);
+  put_u64(p + LT_RESULT_COUNTER_MIN_AT, has_counter ? sample_cycles[0] : LT_UNKNOWN_U64);
+  put_u64(p + LT_RESULT_COUNTER_MEDIAN_AT, has_counter ? sample_cycles[mid] : LT_UNKNOWN_U64);
+  put_u64(p + LT_RESULT_COUNTER_MAX_AT, has_counter ? sample_cycles[iterations - 1u] : LT_UNKNOWN_U64);
   put_u32(p + LT_RESULT_US_MIN_AT, real_time ? sample_us[0] : LT_UNKNOWN_U32);
   put_u32(p + LT_RESULT_US_MEDIAN_AT, real_time ? sample_us[mid] : LT_UNKNOWN_U32);
   put_u32(p + LT_RESULT_US_MAX_AT, real_time ? sample_us[iterations - 1u] : LT_UNKNOWN_U32);
@@ -264,7 +262,7 @@ static void handle_run(void) {
 
 static void handle_read(void) {
   if (request.payload_len != LT_READ_FIXED_BYTES) {
-    reply_error(LT_ERR_BAD_MESSAGE, "READ payload must be 9 bytes");
+    reply_error(LT_ERR_BAD_MESSAGE, "READ payload has the wrong size");
     return;
   }
   uint8_t region = request.payload[LT_READ_REGION_AT];
@@ -279,9 +277,9 @@ static void handle_read(void) {
     bytes = lt_model_output(index);
     total = lt_model_output_bytes(index);
   } else if (region == LT_REGION_OP_CYCLES && op_cycles_count) {
-    if (index != 0) { reply_error(LT_ERR_BAD_INDEX, "region 2 has only index 0"); return; }
+    if (index != 0) { reply_error(LT_ERR_BAD_INDEX, "region OP_CYCLES has only index 0"); return; }
     bytes = (const uint8_t *)op_cycles; /* Cortex-M and Xtensa are little-endian: the u64s are already LE */
-    total = 8u * op_cycles_count;
+    total = (uint32_t)sizeof op_cycles[0] * op_cycles_count;
   } else {
     reply_error(LT_ERR_BAD_RANGE, "this board holds no such region");
     return;
@@ -289,7 +287,7 @@ static void handle_read(void) {
   if (offset > total) { reply_error(LT_ERR_BAD_RANGE, "offset past the end of the region"); return; }
   uint32_t length = total - offset;
   if (length > wanted) length = wanted;
-  if (length > MAX_DATA_CHUNK) length = MAX_DATA_CHUNK;
+  if (length > LT_DATA_MAX_CHUNK) length = LT_DATA_MAX_CHUNK;
   reply_payload[LT_DATA_REGION_AT] = region;
   put_u16(reply_payload + LT_DATA_INDEX_AT, index);
   put_u32(reply_payload + LT_DATA_OFFSET_AT, offset);
@@ -344,7 +342,9 @@ void lt_server_push_byte(uint8_t byte) {
   if (status == LT_FRAME_OK) {
     handle_request();
   } else if (status == LT_FRAME_BAD) {
-    uint8_t payload[LT_ERROR_FIXED_BYTES] = {LT_ERR_BAD_FRAME, 0, 0};
+    uint8_t payload[LT_ERROR_FIXED_BYTES];
+    put_u16(payload + LT_ERROR_CODE_AT, LT_ERR_BAD_FRAME);
+    payload[LT_ERROR_REQUEST_TYPE_AT] = 0; /* no request: the frame was damaged */
     send_uncached(LT_MSG_ERROR, 0, payload, sizeof payload);
   }
 }

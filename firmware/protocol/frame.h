@@ -16,12 +16,9 @@
 extern "C" {
 #endif
 
+/* The frame's sizes (LT_FRAME_HEADER_BYTES, LT_FRAME_CRC_BYTES, LT_FRAME_MAX_RAW, LT_FRAME_MAX_ENCODED: fits a 1 KB
+ * buffer) come from the protocol's definition, in lt_protocol.h. */
 #define LT_FRAME_MAX_PAYLOAD LT_PROTOCOL_MAX_PAYLOAD
-#define LT_FRAME_HEADER_BYTES 2u /* type, seq */
-#define LT_FRAME_CRC_BYTES 4u
-#define LT_FRAME_MAX_RAW (LT_FRAME_HEADER_BYTES + LT_FRAME_MAX_PAYLOAD + LT_FRAME_CRC_BYTES)
-/* COBS adds a code byte per started 254-byte run; plus the 0x00 delimiter. 1011 bytes: fits a 1 KB buffer. */
-#define LT_FRAME_MAX_ENCODED (LT_FRAME_MAX_RAW + LT_FRAME_MAX_RAW / 254u + 1u + 1u)
 
 typedef struct {
   uint8_t type;

@@ -5,6 +5,14 @@
 
 #define LT_PROTOCOL_VERSION 2u
 #define LT_PROTOCOL_MAX_PAYLOAD 1000u
+#define LT_UNKNOWN_U64 0xFFFFFFFFFFFFFFFFull /* a u64 figure this board cannot measure */
+#define LT_STRING_MAX_BYTES 255u /* a u8 length, then that many bytes of UTF-8 */
+
+/* A frame: COBS(type | seq | payload | CRC32 LE), then a 0x00 delimiter. */
+#define LT_FRAME_HEADER_BYTES 2u /* type, seq */
+#define LT_FRAME_CRC_BYTES 4u
+#define LT_FRAME_MAX_RAW 1006u /* before COBS */
+#define LT_FRAME_MAX_ENCODED 1011u /* COBS code bytes and the delimiter included */
 
 enum {
   LT_MSG_HELLO_REQUEST = 0x01,
@@ -61,8 +69,8 @@ enum {
 /* HELLO_REQUEST */
 #define LT_HELLO_REQUEST_FIXED_BYTES 0u
 
-/* HELLO; then board name, then runtime: each a u8 length and that many bytes of UTF-8 */
-#define LT_HELLO_VERSION_AT 0u /* u16 */
+/* HELLO; then board, then runtime: each a u8 length and that many bytes of UTF-8 */
+#define LT_HELLO_PROTOCOL_VERSION_AT 0u /* u16 */
 #define LT_HELLO_FLAGS_AT 2u /* u8 */
 #define LT_HELLO_INPUT_COUNT_AT 3u /* u8 */
 #define LT_HELLO_OUTPUT_COUNT_AT 4u /* u8 */
@@ -73,13 +81,15 @@ enum {
 #define LT_HELLO_ARENA_CAPACITY_BYTES_AT 16u /* u32 */
 #define LT_HELLO_MODEL_SIZE_BYTES_AT 20u /* u32 */
 #define LT_HELLO_MODEL_SHA256_AT 24u /* sha256 */
+#define LT_HELLO_MODEL_SHA256_BYTES 32u
 #define LT_HELLO_FIXED_BYTES 56u
 
-/* SET_INPUT; then the chunk's bytes */
+/* SET_INPUT; then data: the rest of the payload */
 #define LT_SET_INPUT_INDEX_AT 0u /* u8 */
 #define LT_SET_INPUT_TOTAL_BYTES_AT 1u /* u32 */
 #define LT_SET_INPUT_OFFSET_AT 5u /* u32 */
 #define LT_SET_INPUT_FIXED_BYTES 9u
+#define LT_SET_INPUT_MAX_CHUNK 991u /* what fits in one frame */
 
 /* INPUT_ACK */
 #define LT_INPUT_ACK_INDEX_AT 0u /* u8 */
@@ -100,12 +110,13 @@ enum {
 #define LT_READ_MAX_LENGTH_AT 7u /* u16 */
 #define LT_READ_FIXED_BYTES 9u
 
-/* DATA; then the bytes */
+/* DATA; then data: the rest of the payload */
 #define LT_DATA_REGION_AT 0u /* u8 */
 #define LT_DATA_INDEX_AT 1u /* u16 */
 #define LT_DATA_OFFSET_AT 3u /* u32 */
 #define LT_DATA_TOTAL_BYTES_AT 7u /* u32 */
 #define LT_DATA_FIXED_BYTES 11u
+#define LT_DATA_MAX_CHUNK 989u /* what fits in one frame */
 
 /* PROGRESS */
 #define LT_PROGRESS_DONE_AT 0u /* u32 */
@@ -129,19 +140,22 @@ enum {
 #define LT_RESULT_OP_CYCLES_COUNT_AT 64u /* u16 */
 #define LT_RESULT_OUTPUT_COUNT_AT 66u /* u8 */
 #define LT_RESULT_FIXED_BYTES 67u
+#define LT_RESULT_MAX_OUTPUTS 116u /* what fits in one frame */
 
 /* RESULT_OUTPUT */
 #define LT_RESULT_OUTPUT_NBYTES_AT 0u /* u32 */
 #define LT_RESULT_OUTPUT_CRC32_AT 4u /* u32 */
 #define LT_RESULT_OUTPUT_FIXED_BYTES 8u
 
-/* LOG; then text */
+/* LOG; then text: the rest of the payload, UTF-8 */
 #define LT_LOG_LEVEL_AT 0u /* u8 */
 #define LT_LOG_FIXED_BYTES 1u
+#define LT_LOG_MAX_TEXT_BYTES 999u /* what fits in one frame */
 
-/* ERROR; then text */
+/* ERROR; then text: the rest of the payload, UTF-8 */
 #define LT_ERROR_CODE_AT 0u /* u16 */
 #define LT_ERROR_REQUEST_TYPE_AT 2u /* u8 */
 #define LT_ERROR_FIXED_BYTES 3u
+#define LT_ERROR_MAX_TEXT_BYTES 997u /* what fits in one frame */
 
 #endif /* LT_PROTOCOL_H */

@@ -57,9 +57,9 @@ static void test_boot_hello_has_sequence_zero(void) {
   lt_server_init(model, capture);
   LT_CHECK(last_reply());
   LT_CHECK(reply.type == LT_MSG_HELLO && reply.seq == 0);
-  LT_CHECK(u16_at(reply.payload) == LT_PROTOCOL_VERSION);
-  LT_CHECK((reply.payload[2] & 1u) == (model->ready ? 1u : 0u));
-  LT_CHECK(memcmp(reply.payload + LT_HELLO_MODEL_SHA256_AT, model->model_sha256, 32) == 0);
+  LT_CHECK(u16_at(reply.payload + LT_HELLO_PROTOCOL_VERSION_AT) == LT_PROTOCOL_VERSION);
+  LT_CHECK(!(reply.payload[LT_HELLO_FLAGS_AT] & LT_HELLO_FLAG_MODEL_READY) == !model->ready);
+  LT_CHECK(memcmp(reply.payload + LT_HELLO_MODEL_SHA256_AT, model->model_sha256, LT_HELLO_MODEL_SHA256_BYTES) == 0);
   size_t board_len = reply.payload[LT_HELLO_FIXED_BYTES];
   LT_CHECK(board_len == strlen(lt_board_name()) &&
            memcmp(reply.payload + LT_HELLO_FIXED_BYTES + 1, lt_board_name(), board_len) == 0);
@@ -89,19 +89,23 @@ static void test_damaged_frame_is_nacked(void) {
   sent_length = 0;
   for (size_t i = 0; i < sizeof garbage; i++) lt_server_push_byte(garbage[i]);
   LT_CHECK(last_reply());
-  LT_CHECK(reply.type == LT_MSG_ERROR && reply.seq == 0 && u16_at(reply.payload) == LT_ERR_BAD_FRAME);
+  LT_CHECK(reply.type == LT_MSG_ERROR && reply.seq == 0);
+  LT_CHECK(u16_at(reply.payload + LT_ERROR_CODE_AT) == LT_ERR_BAD_FRAME);
 }
 
 static void test_unknown_type_is_bad_message(void) {
   request(LT_MSG_RESULT, 9, NULL, 0);
   LT_CHECK(last_reply() && reply.type == LT_MSG_ERROR && reply.seq == 9);
-  LT_CHECK(u16_at(reply.payload) == LT_ERR_BAD_MESSAGE && reply.payload[LT_ERROR_REQUEST_TYPE_AT] == LT_MSG_RESULT);
+  LT_CHECK(u16_at(reply.payload + LT_ERROR_CODE_AT) == LT_ERR_BAD_MESSAGE &&
+           reply.payload[LT_ERROR_REQUEST_TYPE_AT] == LT_MSG_RESULT);
 }
 
 static void test_read_before_run_is_no_result(void) {
-  uint8_t read[9] = {LT_REGION_OUTPUT, 0, 0, 0, 0, 0, 0, 100, 0};
+  uint8_t read[LT_READ_FIXED_BYTES] = {0};
+  read[LT_READ_REGION_AT] = LT_REGION_OUTPUT;
+  read[LT_READ_MAX_LENGTH_AT] = 100;
   request(LT_MSG_READ, 10, read, sizeof read);
-  LT_CHECK(last_reply() && reply.type == LT_MSG_ERROR && u16_at(reply.payload) == LT_ERR_NO_RESULT);
+  LT_CHECK(last_reply() && reply.type == LT_MSG_ERROR && u16_at(reply.payload + LT_ERROR_CODE_AT) == LT_ERR_NO_RESULT);
 }
 
 static void test_run_over_the_iteration_limit_is_refused(void) {
@@ -110,28 +114,31 @@ static void test_run_over_the_iteration_limit_is_refused(void) {
   memcpy(run + LT_RUN_ITERATIONS_AT, &iterations, 4);
   request(LT_MSG_RUN, 13, run, sizeof run);
   LT_CHECK(last_reply() && reply.type == LT_MSG_ERROR);
-  LT_CHECK(u16_at(reply.payload) == (model->ready ? LT_ERR_BAD_ARGUMENT : LT_ERR_MODEL_NOT_READY));
+  LT_CHECK(u16_at(reply.payload + LT_ERROR_CODE_AT) == (model->ready ? LT_ERR_BAD_ARGUMENT : LT_ERR_MODEL_NOT_READY));
 }
 
 static void test_run_with_zero_iterations_or_no_model_is_refused(void) {
-  uint8_t run[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+  uint8_t run[LT_RUN_FIXED_BYTES] = {0};
   request(LT_MSG_RUN, 11, run, sizeof run);
   LT_CHECK(last_reply() && reply.type == LT_MSG_ERROR);
-  LT_CHECK(u16_at(reply.payload) == (model->ready ? LT_ERR_BAD_ARGUMENT : LT_ERR_MODEL_NOT_READY));
+  LT_CHECK(u16_at(reply.payload + LT_ERROR_CODE_AT) == (model->ready ? LT_ERR_BAD_ARGUMENT : LT_ERR_MODEL_NOT_READY));
 }
 
 static void test_set_input_range_checks(void) {
-  uint8_t chunk[9 + 4] = {0};
-  chunk[0] = model->input_count; /* one past the last input */
+  uint8_t chunk[LT_SET_INPUT_FIXED_BYTES + 4] = {0};
+  chunk[LT_SET_INPUT_INDEX_AT] = model->input_count; /* one past the last input */
   request(LT_MSG_SET_INPUT, 12, chunk, sizeof chunk);
   LT_CHECK(last_reply() && reply.type == LT_MSG_ERROR);
-  LT_CHECK(u16_at(reply.payload) == (model->ready ? LT_ERR_BAD_INDEX : LT_ERR_MODEL_NOT_READY));
+  LT_CHECK(u16_at(reply.payload + LT_ERROR_CODE_AT) == (model->ready ? LT_ERR_BAD_INDEX : LT_ERR_MODEL_NOT_READY));
 }
 
 /* With a model: two RUNs give the same instruction counts, the digest matches the bytes READ returns, and the
  * painted high-water mark lies within the plan. */
 static uint64_t run_once(uint8_t seq) {
-  uint8_t run[9] = {1, 0, 0, 0, 2, 0, 0, 0, 0};
+  uint8_t run[LT_RUN_FIXED_BYTES] = {0};
+  uint32_t warmup = 1u, iterations = 2u;
+  memcpy(run + LT_RUN_WARMUP_AT, &warmup, 4); /* Cortex-M is little-endian, as the protocol */
+  memcpy(run + LT_RUN_ITERATIONS_AT, &iterations, 4);
   request(LT_MSG_RUN, seq, run, sizeof run);
   if (!last_reply() || reply.type != LT_MSG_RESULT) return 0;
   return u64_at(reply.payload + LT_RESULT_COUNTER_MEDIAN_AT);
@@ -141,14 +148,14 @@ static void test_run_and_read_with_a_model(void) {
   if (!model->ready) return; /* nothing to run in a model-less image: covered by the refusal test */
   for (uint8_t i = 0; i < model->input_count; i++) {
     uint32_t bytes = lt_model_input_bytes(i);
-    static uint8_t chunk[9 + 64];
+    static uint8_t chunk[LT_SET_INPUT_FIXED_BYTES + 64];
     for (uint32_t offset = 0; offset < bytes; offset += 64) {
       uint32_t n = bytes - offset < 64 ? bytes - offset : 64;
-      chunk[0] = i;
-      memcpy(chunk + 1, &bytes, 4);
-      memcpy(chunk + 5, &offset, 4);
-      for (uint32_t k = 0; k < n; k++) chunk[9 + k] = (uint8_t)(offset + k);
-      request(LT_MSG_SET_INPUT, (uint8_t)(20 + (offset / 64) % 2), chunk, 9 + n);
+      chunk[LT_SET_INPUT_INDEX_AT] = i;
+      memcpy(chunk + LT_SET_INPUT_TOTAL_BYTES_AT, &bytes, 4);
+      memcpy(chunk + LT_SET_INPUT_OFFSET_AT, &offset, 4);
+      for (uint32_t k = 0; k < n; k++) chunk[LT_SET_INPUT_FIXED_BYTES + k] = (uint8_t)(offset + k);
+      request(LT_MSG_SET_INPUT, (uint8_t)(20 + (offset / 64) % 2), chunk, LT_SET_INPUT_FIXED_BYTES + n);
       LT_CHECK(last_reply() && reply.type == LT_MSG_INPUT_ACK);
     }
   }
@@ -158,7 +165,7 @@ static void test_run_and_read_with_a_model(void) {
   LT_CHECK(high_water <= u32_at(reply.payload + LT_RESULT_ARENA_PLANNED_BYTES_AT) && high_water > 0);
   uint32_t stack = u32_at(reply.payload + LT_RESULT_STACK_HIGH_WATER_BYTES_AT);
   LT_CHECK(stack > 0 && stack <= u32_at(reply.payload + LT_RESULT_STACK_SIZE_BYTES_AT));
-  LT_CHECK(u32_at(reply.payload + LT_RESULT_US_MEDIAN_AT) == 0xFFFFFFFFu); /* instructions are not real time */
+  LT_CHECK(u32_at(reply.payload + LT_RESULT_US_MEDIAN_AT) == LT_UNKNOWN_U32); /* instructions are not real time */
   const uint8_t *output0 = reply.payload + LT_RESULT_FIXED_BYTES;
   uint32_t digest = u32_at(output0 + LT_RESULT_OUTPUT_CRC32_AT), out_bytes = u32_at(output0 + LT_RESULT_OUTPUT_NBYTES_AT);
   LT_CHECK(lt_crc32(0, lt_model_output(0), out_bytes) == digest);

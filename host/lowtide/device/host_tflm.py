@@ -243,7 +243,7 @@ class TflmBoard:
         data = self.outputs[request.index]
         if request.offset > len(data):
             return Error(ErrorCode.BAD_RANGE, request.TYPE, f"output {request.index} has {len(data)} bytes")
-        length = min(request.max_length, Read.MAX_CHUNK)
+        length = min(request.max_length, Data.MAX_CHUNK)
         return Data(
             request.region, request.index, request.offset, len(data), data[request.offset : request.offset + length]
         )

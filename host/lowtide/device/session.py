@@ -36,15 +36,16 @@ from lowtide.device.protocol import (
     SetInput,
     VersionMismatch,
     decode_message,
+    describe_error,
     encode_message,
 )
 from lowtide.device.transport import Link
 from lowtide.errors import LowtideError
 
 log = logging.getLogger("lowtide.device")
-Reply = TypeVar("Reply")
+Reply = TypeVar("Reply", bound=Message)
 ProgressCallback = Callable[[int, int], None]  # (done, total)
-_LOG_LEVELS = {
+_LOG_LEVELS: dict[int, int] = {
     LogLevel.DEBUG: logging.DEBUG,
     LogLevel.INFO: logging.INFO,
     LogLevel.WARNING: logging.WARNING,
@@ -145,7 +146,7 @@ class DeviceSession:
                     on_progress(reply.done, reply.total)
                 continue
             if isinstance(reply, Error):
-                raise self._fail(f"board rejected the request while {what}: {reply.describe()}")
+                raise self._fail(f"board rejected the request while {what}: {describe_error(reply)}")
             if isinstance(reply, expect):
                 return reply
             log.debug("%s: unexpected %s for seq %d", self.link.name, type(reply).__name__, seq)
@@ -188,7 +189,7 @@ class DeviceSession:
         data = bytearray()
         while len(data) < nbytes:
             chunk = self.request(
-                Read(region, index, len(data), min(Read.MAX_CHUNK, nbytes - len(data))),
+                Read(region, index, len(data), min(Data.MAX_CHUNK, nbytes - len(data))),
                 Data,
                 f"reading region {region} index {index} at byte {len(data)}",
             )

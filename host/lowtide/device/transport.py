@@ -66,7 +66,8 @@ class SerialLink:
                 if not ready:
                     return b""
                 # Non-blocking read; pyserial raises if the descriptor was ready but the peer has gone.
-                return self._port.read(_READ_CHUNK)
+                data: bytes = self._port.read(_READ_CHUNK)
+                return data
             # No descriptor: wait for one byte at most one slice at a time, then take whatever else is queued.
             first = b""
             remaining = timeout
