@@ -334,25 +334,27 @@ def uploads_with_openocd(spec: BoardSpec) -> bool:
 
 
 def upload_probe(spec: BoardSpec, port: str) -> str | None:
-    """The USB serial number of the ST-LINK that flashes the board on `port`: the port's own (an ST-LINK's virtual
-    COM port is the ST-LINK), else `--probe` / the board file's `probe_serial`. Refused: a port whose ST-LINK is
-    another than the one asked for, and no serial number at all while several boards with the board file's USB IDs
-    are attached (OpenOCD would flash whichever it finds first)."""
+    """The USB serial number of the probe that flashes the board on `port`: the port's own (an ST-LINK's virtual
+    COM port is the ST-LINK), else `--probe` / the board file's `probe_serial`. A port whose USB serial number is
+    another than the one asked for is refused: one board would be flashed and another measured."""
     wanted = spec.serial.probe_serial if spec.serial else None
-    usb_ids = {usb_id.upper() for usb_id in spec.serial.usb_ids} if spec.serial else set()
     found = port_candidate(port)
     serial = found.serial_number if found else None
     if wanted and serial and serial.lower() != wanted.lower():
         raise LowtideError(f"{port} is the port of the probe with serial {serial}, not {wanted} (--probe or the "
                            f"board file's probe_serial): not flashing one board to measure another")
-    if serial or wanted or "://" in port:
-        return serial or wanted
+    return serial or wanted
+
+
+def check_one_probe(spec: BoardSpec, port: str) -> None:
+    """Refuses an OpenOCD upload that no serial number points at while several boards with the board file's USB
+    IDs are attached: OpenOCD would flash whichever ST-LINK it finds first."""
+    usb_ids = {usb_id.upper() for usb_id in spec.serial.usb_ids} if spec.serial else set()
     attached = [candidate for candidate in serial_port_candidates() if candidate.usb_id in usb_ids]
     if len(attached) > 1:
         raise LowtideError(f"{port} has no USB serial number and {len(attached)} boards with {spec.name}'s USB IDs "
                            f"are attached ({'; '.join(candidate.describe() for candidate in attached)}): OpenOCD "
                            f"would flash any one of them; choose it with --probe SERIAL")
-    return None
 
 
 _PROBE_SERIAL = re.compile(r"[0-9A-Za-z._-]+")
@@ -372,12 +374,15 @@ def openocd_upload_flags(probe_serial: str | None) -> dict[str, str]:
 def upload_firmware(spec: BoardSpec, model_path: Path, port: str, runtime: str | None = None,
                     mlperf: MlperfProtocol | None = None) -> None:
     """PlatformIO's upload of the firmware for `spec` (built, or found built) to the board on `port`: the env's
-    own uploader; for an ST board, OpenOCD on the ST-LINK of that board (`upload_probe`)."""
+    own uploader; for an ST board, OpenOCD on that board's ST-LINK (`upload_probe`)."""
     if spec.emulated:
         raise LowtideError(f"{spec.name} is emulated: there is nothing to flash", spec.path)
+    probe = upload_probe(spec, port)
     settings: dict[str, str] = {}
     if uploads_with_openocd(spec):
-        settings = openocd_upload_flags(upload_probe(spec, port))
+        if probe is None and "://" not in port:  # a farm's port: its probe is not on this machine's USB
+            check_one_probe(spec, port)
+        settings = openocd_upload_flags(probe)
         if archives_dir() is not None and shutil.which("openocd") is None:
             raise LowtideError("openocd not found: install OpenOCD (Debian: apt-get install --no-install-recommends "
                                "openocd), which flashes the ST boards without PlatformIO's registry")
