@@ -30,6 +30,7 @@ from lowtide.device.drivers.platformio import (
     check_one_probe,
     openocd_upload_flags,
     read_firmware_image,
+    registry_unreachable,
     upload_probe,
 )
 from lowtide.device.drivers.serialport import detect_serial_port
@@ -38,6 +39,7 @@ from lowtide.errors import LowtideError
 from lowtide.model.ir import TensorKind
 from lowtide.model.reader import load_model
 from lowtide.resources import BOARDS_DIR
+from lowtide.storage import cache_dir
 
 REFERENCE = reference_figures()
 KWS_DSCNN = SHARED_MODELS / "mlperf_kws_dscnn_int8.tflite"
@@ -187,6 +189,26 @@ def test_port_autodetection_says_when_no_port_matches(fake_ports):
     fake_ports.clear()
     with pytest.raises(LowtideError, match="no serial ports at all"):
         detect_serial_port("nano33ble", ("2341:805A",))
+
+
+# --- the Arduino envs: not built here ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("board", ["nano33ble", "esp32-s3-devkitc-1", "pico"])
+def test_an_arduino_board_without_the_registry_fails_in_one_line_before_platformio_runs(board):
+    if registry_unreachable() is None:
+        pytest.skip("PlatformIO's registry is reachable from here: the Arduino envs can be built")
+    projects = set(cache_dir("firmware").glob(f"{board}-*"))
+    started = time.monotonic()
+    result = _lowtide("build", str(HELLO_WORLD), "--board", board, "--runtime", "tflm", "--json", timeout=120)
+    assert result.returncode == 2 and result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    platform = {"nano33ble": "nordicnrf52", "esp32-s3-devkitc-1": "espressif32", "pico": "raspberrypi"}[board]
+    assert line.startswith(f"lowtide: error: {board} is not built here: its platform {platform} (framework arduino) "
+                           f"comes from PlatformIO's registry, which this machine cannot reach "
+                           f"(api.registry.platformio.org: ")
+    assert time.monotonic() - started < 30  # neither TFLM built for the core nor a PlatformIO run
+    assert set(cache_dir("firmware").glob(f"{board}-*")) == projects  # no project written
 
 
 # --- several boards with one VID:PID: the ST-LINK's USB serial number picks one --------------------------------------
