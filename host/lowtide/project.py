@@ -13,7 +13,8 @@ for their own `pio run`, `pio debug` or IDE; every other build lives in the user
 per content key, so the same model for the same board and runtime is built once per machine.
 
 The project points at things in the user cache, not copied into it: the PlatformIO core dir (with the offline
-tool-scons shim registered, and for an ST board's upload from archives the tool-openocd shim); for the emulated boards, lowtide's local dev-platform; for the ST boards built from
+tool-scons shim registered, and for an ST board's upload from archives the tool-openocd shim and the other
+uploaders' placeholders); for the emulated boards, lowtide's local dev-platform; for the ST boards built from
 archives, PlatformIO's unpacked ST platform and framework and lowtide's toolchain shims
 (lowtide.platformio_archives); for the TFLM runtimes, the TFLM library built for the board's core
 (lowtide.tflm.build) and TFLM's headers.
