@@ -27,13 +27,19 @@ from lowtide.device.drivers.platformio import (
     FirmwareImage,
     build_board_firmware,
     check_image_fits,
+    check_one_probe,
+    openocd_upload_flags,
     read_firmware_image,
+    registry_unreachable,
+    upload_probe,
 )
 from lowtide.device.drivers.serialport import detect_serial_port
 from lowtide.device.measure import measure
 from lowtide.errors import LowtideError
 from lowtide.model.ir import TensorKind
 from lowtide.model.reader import load_model
+from lowtide.resources import BOARDS_DIR
+from lowtide.storage import cache_dir
 
 REFERENCE = reference_figures()
 KWS_DSCNN = SHARED_MODELS / "mlperf_kws_dscnn_int8.tflite"
@@ -143,8 +149,8 @@ def test_flash_on_an_emulated_board_builds_and_says_there_is_nothing_to_flash():
     assert Path(report["elf"]).is_file()
 
 
-def _fake_port(device: str, vid: int | None, pid: int | None) -> SimpleNamespace:
-    return SimpleNamespace(device=device, vid=vid, pid=pid, description="fake")
+def _fake_port(device: str, vid: int | None, pid: int | None, serial_number: str | None = None) -> SimpleNamespace:
+    return SimpleNamespace(device=device, vid=vid, pid=pid, description="fake", serial_number=serial_number)
 
 
 @pytest.fixture
@@ -171,7 +177,7 @@ def test_port_autodetection_lists_the_candidates_when_ambiguous(fake_ports):
     message = str(failure.value)
     assert message.startswith("several serial ports match nucleo-f746zg (USB 0483:374B): ")
     assert "/dev/ttyACM0 (0483:374B: fake)" in message and "/dev/ttyACM1" in message
-    assert "/dev/ttyUSB0" not in message and message.endswith("choose one with --port")
+    assert "/dev/ttyUSB0" not in message and message.endswith("choose one with --probe SERIAL or --port")
 
 
 def test_port_autodetection_says_when_no_port_matches(fake_ports):
@@ -183,6 +189,96 @@ def test_port_autodetection_says_when_no_port_matches(fake_ports):
     fake_ports.clear()
     with pytest.raises(LowtideError, match="no serial ports at all"):
         detect_serial_port("nano33ble", ("2341:805A",))
+
+
+# --- the Arduino envs: not built here ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("board", ["nano33ble", "esp32-s3-devkitc-1", "pico"])
+def test_an_arduino_board_without_the_registry_fails_in_one_line_before_platformio_runs(board):
+    if registry_unreachable() is None:
+        pytest.skip("PlatformIO's registry is reachable from here: the Arduino envs can be built")
+    projects = set(cache_dir("firmware").glob(f"{board}-*"))
+    started = time.monotonic()
+    result = _lowtide("build", str(HELLO_WORLD), "--board", board, "--runtime", "tflm", "--json", timeout=120)
+    assert result.returncode == 2 and result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    platform = {"nano33ble": "nordicnrf52", "esp32-s3-devkitc-1": "espressif32", "pico": "raspberrypi"}[board]
+    assert line.startswith(f"lowtide: error: {board} is not built here: its platform {platform} (framework arduino) "
+                           f"comes from PlatformIO's registry, which this machine cannot reach "
+                           f"(api.registry.platformio.org: ")
+    assert time.monotonic() - started < 30  # neither TFLM built for the core nor a PlatformIO run
+    assert set(cache_dir("firmware").glob(f"{board}-*")) == projects  # no project written
+
+
+# --- several boards with one VID:PID: the ST-LINK's USB serial number picks one --------------------------------------
+
+F446RE = board_spec.get_board_spec("nucleo-f446re")
+TWO_NUCLEOS = [("/dev/ttyACM0", "066DFF495150898367063731"), ("/dev/ttyACM1", "0670FF383930434B43152231")]
+
+
+@pytest.fixture
+def two_nucleos(fake_ports):
+    fake_ports += [_fake_port(device, 0x0483, 0x374B, serial) for device, serial in TWO_NUCLEOS]
+    fake_ports.append(_fake_port("/dev/ttyUSB0", 0x10C4, 0xEA60, "0001"))
+    return fake_ports
+
+
+def test_two_boards_with_one_vid_pid_and_no_serial_given_are_refused_naming_their_serials(two_nucleos):
+    with pytest.raises(LowtideError) as failure:
+        detect_serial_port("nucleo-f446re", ("0483:374B",))
+    assert str(failure.value) == (
+        "several serial ports match nucleo-f446re (USB 0483:374B): "
+        "/dev/ttyACM0 (0483:374B serial 066DFF495150898367063731: fake); "
+        "/dev/ttyACM1 (0483:374B serial 0670FF383930434B43152231: fake); choose one with --probe SERIAL or --port")
+
+
+def test_the_probe_serial_picks_the_port_and_the_port_picks_the_probe(two_nucleos):
+    assert detect_serial_port("nucleo-f446re", ("0483:374B",), "0670ff383930434b43152231") == "/dev/ttyACM1"
+    with pytest.raises(LowtideError) as failure:
+        detect_serial_port("nucleo-f446re", ("0483:374B",), "0001")  # the CP210x's serial, not an ST-LINK's port
+    assert str(failure.value).startswith("no serial port matches nucleo-f446re (USB 0483:374B, serial 0001); "
+                                         "ports found: /dev/ttyACM0 (0483:374B serial 066DFF")
+    # OpenOCD is told the ST-LINK whose virtual COM port is the port measured, whatever the board file says.
+    assert upload_probe(F446RE, "/dev/ttyACM0") == "066DFF495150898367063731"
+    assert upload_probe(board_spec.with_probe(F446RE, "0670FF383930434B43152231"), "/dev/ttyACM1") == \
+        "0670FF383930434B43152231"
+    with pytest.raises(LowtideError) as failure:
+        upload_probe(board_spec.with_probe(F446RE, "0670FF383930434B43152231"), "/dev/ttyACM0")
+    assert str(failure.value) == ("/dev/ttyACM0 is the port of the probe with serial 066DFF495150898367063731, not "
+                                  "0670FF383930434B43152231 (--probe or the board file's probe_serial): not flashing "
+                                  "one board to measure another")
+    assert openocd_upload_flags("066DFF495150898367063731") == {
+        "PLATFORMIO_UPLOAD_FLAGS": "-c\nadapter serial 066DFF495150898367063731"}  # one argument a line
+    with pytest.raises(LowtideError, match="bad probe serial number"):
+        openocd_upload_flags('066D"; shutdown')
+
+
+def test_a_port_with_no_serial_number_is_refused_while_several_st_links_are_attached(two_nucleos):
+    # A port pyserial does not list (a pty, a by-id link to nothing): OpenOCD would take the first ST-LINK it finds.
+    assert upload_probe(F446RE, "/dev/pts/9") is None
+    with pytest.raises(LowtideError) as failure:
+        check_one_probe(F446RE, "/dev/pts/9")
+    assert str(failure.value).startswith("/dev/pts/9 has no USB serial number and 2 boards with nucleo-f446re's USB "
+                                         "IDs are attached (/dev/ttyACM0 (0483:374B serial 066DFF")
+    assert str(failure.value).endswith("OpenOCD would flash any one of them; choose it with --probe SERIAL")
+    del two_nucleos[1]
+    check_one_probe(F446RE, "/dev/pts/9")  # one ST-LINK attached: it is the board's
+
+
+def test_the_board_file_names_its_probe_and_only_real_boards_take_one(tmp_path):
+    text = (BOARDS_DIR / "nucleo-f446re.toml").read_text()
+    board = tmp_path / "mine.toml"
+    board.write_text(text.replace("[serial]\n", '[serial]\nprobe_serial = "066DFF495150898367063731"\n'))
+    assert board_spec.load_board_spec(board).serial.probe_serial == "066DFF495150898367063731"
+    assert F446RE.serial.probe_serial is None
+    result = _lowtide("flash", str(HELLO_WORLD), "--board", "qemu-m4", "--probe", "066DFF495150898367063731")
+    assert result.returncode == 2
+    assert result.stderr == "lowtide: error: qemu-m4 is emulated: there is no probe to choose\n"
+    result = _lowtide("measure", str(HELLO_WORLD), "--board", "host-tflm", "--probe", "066DFF495150898367063731",
+                      "--json")
+    assert result.returncode == 2
+    assert result.stderr == "lowtide: error: --probe picks a board lowtide flashes: --board host-tflm is not one\n"
 
 
 def test_flash_cli_fails_fast_without_the_board():

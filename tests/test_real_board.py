@@ -16,9 +16,13 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import serial.tools.list_ports
 from conftest import SHARED_MODELS, needs_firmware_tools
+from lowtide.device.measure import measure
+from lowtide.errors import LowtideError
 
 REPO = Path(__file__).resolve().parents[1]
 HELLO_WORLD = SHARED_MODELS / "tflm_hello_world_int8.tflite"
@@ -105,3 +109,28 @@ def test_the_pytest_plugin_takes_the_same_path(stand_in, tmp_path):
     recorded = json.loads((tmp_path / "baselines.json").read_text())["boards"]["qemu-mps2-an386"]
     (figures,) = [entry["figures"] for runtime in recorded.values() for entry in runtime.values()]
     assert figures["outputs_match"] is True and figures["latency_median_cycles"] > 0
+
+
+def test_the_probe_serial_number_chooses_between_two_boards_with_one_vid_pid(stand_in, monkeypatch):
+    # Two boards with the stand-in's VID:PID on this machine's USB, told apart only by their USB serial numbers: the
+    # stand-in's port, and another board's. The board file fixes no port, so lowtide must choose.
+    board, port = stand_in
+    board.write_text("\n".join(line for line in board.read_text().splitlines() if not line.startswith("port =")))
+    attached = [SimpleNamespace(device=str(port), vid=0x1209, pid=0x0001, description="stand-in",
+                                serial_number="STANDIN1"),
+                SimpleNamespace(device="/dev/ttyACM-other", vid=0x1209, pid=0x0001, description="another board",
+                                serial_number="OTHER2")]
+    monkeypatch.setattr(serial.tools.list_ports, "comports", lambda *args, **kwargs: list(attached))
+    with pytest.raises(LowtideError) as failure:  # which one? never a guess
+        measure(HELLO_WORLD, str(board), iterations=3)
+    assert str(failure.value) == (
+        f"several serial ports match usb-stand-in (USB 1209:0001): {port} (1209:0001 serial STANDIN1: stand-in); "
+        "/dev/ttyACM-other (1209:0001 serial OTHER2: another board); choose one with --probe SERIAL or --port")
+    assert uploads(port) == []
+    report = measure(HELLO_WORLD, str(board), iterations=3, probe="standin1")  # serial numbers match in any case
+    assert report.outputs_match and report.port == str(port)
+    assert [upload["port"] for upload in uploads(port)] == [str(port)]
+    # A port and a probe that are two different boards: nothing is flashed.
+    with pytest.raises(LowtideError, match=f"{port} is the port of the probe with serial STANDIN1, not OTHER2"):
+        measure(HELLO_WORLD, str(board), str(port), iterations=3, probe="OTHER2")
+    assert len(uploads(port)) == 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -129,3 +130,29 @@ def test_the_nucleo_f446re_image_measures_in_qemu_netduinoplus2(runtime):
     assert result["arena_high_water_bytes"] > 0
     if runtime != "compiled":
         assert result["arena_used_bytes"] == result["arena_predicted_used_bytes"]  # lowtide's cortex-m4f sizer
+
+
+# --- flashing: PlatformIO's upload through OpenOCD, with no probe attached ----------------------------------------
+
+PROBE = "066DFF495150898367063731"  # an ST-LINK/V2-1's serial number, as its virtual COM port reports it
+
+
+@pytest.mark.skipif(shutil.which("openocd") is None, reason="no openocd (scripts/install-firmware-deps.sh)")
+@pytest.mark.parametrize("command", ["flash", "measure"])
+def test_an_upload_with_no_probe_attached_runs_openocd_on_that_probe_and_fails_in_one_line(command):
+    # No ST-LINK is attached here: the real upload runs, offline, through the tool-openocd shim into Debian's
+    # OpenOCD, which finds no probe. --port: a port that is not a USB device, so the probe comes from --probe.
+    done = lowtide(command, str(KWS), "--board", "nucleo-f446re", "--runtime", "compiled", "--port", "/dev/null",
+                   "--probe", PROBE, "--json")
+    message = one_line_error(done)
+    assert message.startswith("lowtide: error: uploading the nucleo-f446re firmware for mlperf_kws_dscnn_int8.tflite "
+                              "failed: no debug probe found (openocd: Error: open failed): connect the board's "
+                              "ST-LINK USB port (log: ")
+    log = Path(message.split("(log: ")[-1].rstrip(")")).read_text()
+    # The exact command PlatformIO ran: the ST platform's own stlink upload, with the probe chosen first.
+    (command_line,) = [line for line in log.splitlines() if line.startswith("openocd ")]
+    assert re.fullmatch(
+        rf'openocd -c "adapter serial {PROBE}" -d2 -s \S+/platformio/tool-openocd-[0-9a-f]{{12}}/openocd/scripts '
+        r'-f board/st_nucleo_f4\.cfg -c "program \{\.pio/build/nucleo-f446re/firmware\.elf\}  verify reset; shutdown;"',
+        command_line), command_line
+    assert "tool-openocd @ 3.1200.0" in log and "Open On-Chip Debugger 0.12.0" in log  # the shim ran the real one

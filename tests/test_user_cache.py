@@ -145,6 +145,8 @@ def test_boards_lists_every_shipped_board_with_what_it_runs_and_whether_it_build
     assert boards["qemu-m4"]["emulated"] and boards["qemu-m4"]["runtimes"] == ["compiled", "tflm", "tflm-cmsis-nn"]
     assert boards["esp32-s3-devkitc-1"]["runtimes"] == ["compiled", "tflm"]  # CMSIS-NN is for Arm cores
     assert not boards["nucleo-f746zg"]["buildable_here"]
-    assert boards["nucleo-f746zg"]["why_not"] == ("needs PlatformIO's registry (platform ststm32) or "
-                                                  "LOWTIDE_PLATFORMIO_ARCHIVES")
-    assert boards["nano33ble"]["why_not"] == "needs PlatformIO's registry (platform nordicnrf52)"
+    assert boards["nucleo-f746zg"]["why_not"] == (
+        "not built here: its platform ststm32 (framework stm32cube) comes from PlatformIO's registry, which this "
+        "machine cannot reach; set LOWTIDE_PLATFORMIO_ARCHIVES to build it from PlatformIO's archives")
+    assert boards["nano33ble"]["why_not"] == ("not built here: its platform nordicnrf52 (framework arduino) comes from "
+                                              "PlatformIO's registry, which this machine cannot reach")

@@ -12,6 +12,10 @@ into its framework folder, so never in place) and handed to PlatformIO as `platf
 - `tool-ldscripts-ststm32`: empty. The platform requires it for stm32cube; lowtide's envs bring their own linker
   scripts (firmware/bsp/stm32/ld).
 
+An upload (`pio run -t upload`) requires every uploader package the platform lists, whatever `upload_protocol`
+says: lowtide registers its tool-openocd shim (firmware/tools/tool-openocd, over the system's OpenOCD) and, for the
+others, empty placeholders (`st_uploader_placeholders`) in its core dir (lowtide.project).
+
 Without the setting an ST env's project names `ststm32` and PlatformIO installs the same packages from its registry.
 """
 
@@ -33,6 +37,8 @@ ARCHIVES_SETTING = "LOWTIDE_PLATFORMIO_ARCHIVES"
 ST_PLATFORM = "ststm32"
 _PLATFORM_PACKAGE = "platform-ststm32"
 _OWNER = "platformio"  # how the registry names these packages' owner; PlatformIO matches on it
+# tool-openocd is lowtide's shim (firmware/tools/tool-openocd); the platform drops tool-jlink unless J-Link is used.
+_UPLOADERS_NOT_PLACEHELD = ("tool-openocd", "tool-jlink")
 
 
 def archives_dir() -> Path | None:
@@ -118,13 +124,33 @@ def _framework_package(platform_dir: Path, board: str) -> str:
     return f"framework-stm32cube{mcu[5:7].lower()}"
 
 
+def _platform_dir(folder: Path) -> Path:
+    return _unpacked(_archive(folder, _PLATFORM_PACKAGE), _PLATFORM_PACKAGE)
+
+
+def st_uploader_placeholders() -> list[Path]:
+    """Empty packages named as the ST platform's uploaders other than OpenOCD (stm32flash, dfu-util, ...): PlatformIO
+    requires each of them for an upload, and lowtide's ST envs upload with ST-LINK through OpenOCD, so none of them
+    ever runs. None without `LOWTIDE_PLATFORMIO_ARCHIVES` (the registry provides the real ones)."""
+    folder = archives_dir()
+    if folder is None:
+        return []
+    manifest = _platform_dir(folder) / "platform.json"
+    try:
+        packages = json.loads(manifest.read_text())["packages"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise LowtideError(f"cannot read the platform's packages: {exc}", manifest) from None
+    return [_shim(name, package["version"].lstrip("~^"), {}) for name, package in sorted(packages.items())
+            if package.get("type") == "uploader" and name not in _UPLOADERS_NOT_PLACEHELD]
+
+
 def st_env_settings(board: str) -> dict[str, str] | None:
     """What an ST env's project sets to build `board` from the archives (platform, platform_packages); None when
     `LOWTIDE_PLATFORMIO_ARCHIVES` is not set (PlatformIO's registry provides them)."""
     folder = archives_dir()
     if folder is None:
         return None
-    platform_dir = _unpacked(_archive(folder, _PLATFORM_PACKAGE), _PLATFORM_PACKAGE)
+    platform_dir = _platform_dir(folder)
     framework = _framework_package(platform_dir, board)
     framework_dir = _unpacked(_archive(folder, framework), framework)
     toolchain = _shim("toolchain-gccarmnoneeabi", *_debian_toolchain())

@@ -13,7 +13,8 @@ for their own `pio run`, `pio debug` or IDE; every other build lives in the user
 per content key, so the same model for the same board and runtime is built once per machine.
 
 The project points at things in the user cache, not copied into it: the PlatformIO core dir (with the offline
-tool-scons shim registered); for the emulated boards, lowtide's local dev-platform; for the ST boards built from
+tool-scons shim registered, and for an ST board's upload from archives the tool-openocd shim and the other
+uploaders' placeholders); for the emulated boards, lowtide's local dev-platform; for the ST boards built from
 archives, PlatformIO's unpacked ST platform and framework and lowtide's toolchain shims
 (lowtide.platformio_archives); for the TFLM runtimes, the TFLM library built for the board's core
 (lowtide.tflm.build) and TFLM's headers.
@@ -38,11 +39,12 @@ from lowtide.errors import LowtideError, missing_tool
 from lowtide.mlperf.benchmarks import MlperfProtocol
 from lowtide.model.ir import Graph, sha256_hex
 from lowtide.model.reader import load_model
-from lowtide.platformio_archives import ST_PLATFORM, st_env_settings
+from lowtide.platformio_archives import ST_PLATFORM, st_env_settings, st_uploader_placeholders
 from lowtide.resources import (
     FIRMWARE_DIR,
     LOCAL_PLATFORM_DIR,
     PLATFORMIO_INI,
+    TOOL_OPENOCD_DIR,
     TOOL_SCONS_DIR,
     package_digest,
     shipped_files,
@@ -273,26 +275,47 @@ def check_platformio() -> None:
         raise missing_tool("platformio") from None
 
 
-def ensure_tool_scons() -> None:
-    """Registers the offline tool-scons shim in lowtide's core dir (once), so that PlatformIO never goes to the
-    registry for it."""
-    check_platformio()
-    shim = _content_copy(TOOL_SCONS_DIR, "tool-scons")
-    core = platformio_core_dir()
-    link = core / "packages" / "tool-scons.pio-link"
-    with exclusive_lock(core / ".tool-scons.lock"):
+def _registered_package_uris(core: Path) -> set[str]:
+    """The `symlink://` folders registered in `core` (each a packages/*.pio-link)."""
+    uris = set()
+    for link in (core / "packages").glob("*.pio-link"):
         try:
-            registered = json.loads(link.read_text())["spec"]["uri"] if link.is_file() else None
+            uris.add(json.loads(link.read_text())["spec"]["uri"])
         except (OSError, ValueError, KeyError, TypeError):
-            registered = None
-        if registered == f"symlink://{shim}":
+            continue
+    return uris
+
+
+def _register_package(package: Path, what: str) -> None:
+    """Registers the package folder `package` in lowtide's core dir (once) with `pio pkg install -g`: PlatformIO then
+    takes it for the registry package its package.json names, and never goes to the registry for that one."""
+    check_platformio()
+    core = platformio_core_dir()
+    uri = f"symlink://{package}"
+    with exclusive_lock(core / ".packages.lock"):
+        if uri in _registered_package_uris(core):
             return
-        done = subprocess.run([sys.executable, "-m", "platformio", "pkg", "install", "-g", "-t", f"symlink://{shim}"],
+        done = subprocess.run([sys.executable, "-m", "platformio", "pkg", "install", "-g", "-t", uri],
                               env=platformio_environment(), capture_output=True, text=True, timeout=120,
                               stdin=subprocess.DEVNULL, check=False)
         if done.returncode != 0:
             lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()] or ["no output"]
-            raise LowtideError(f"registering the tool-scons shim with PlatformIO failed: {lines[-1]}", core)
+            raise LowtideError(f"registering the {what} with PlatformIO failed: {lines[-1]}", core)
+
+
+def ensure_tool_scons() -> None:
+    """Registers the offline tool-scons shim in lowtide's core dir, so that PlatformIO never goes to the registry
+    for it."""
+    _register_package(_content_copy(TOOL_SCONS_DIR, "tool-scons"), "tool-scons shim")
+
+
+def ensure_st_uploaders() -> None:
+    """Registers what `pio run -t upload` of an ST env needs besides the archives: the tool-openocd shim, which
+    runs the system's OpenOCD (firmware/tools/tool-openocd), and the platform's other uploaders as empty
+    packages (lowtide.platformio_archives)."""
+    _register_package(_content_copy(TOOL_OPENOCD_DIR, "tool-openocd"), "tool-openocd shim")
+    for package in st_uploader_placeholders():
+        _register_package(package, f"{package.name} placeholder")
 
 
 # --- writing a project ------------------------------------------------------------------------------------------------

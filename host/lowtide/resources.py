@@ -23,6 +23,7 @@ BSP_DIR = FIRMWARE_DIR / "bsp"
 PROTOCOL_DIR = FIRMWARE_DIR / "protocol"
 LOCAL_PLATFORM_DIR = FIRMWARE_DIR / "platform"  # the emulated boards' PlatformIO dev-platform
 TOOL_SCONS_DIR = FIRMWARE_DIR / "tools" / "tool-scons"
+TOOL_OPENOCD_DIR = FIRMWARE_DIR / "tools" / "tool-openocd"  # an ST board's upload without the registry
 MPS_LINKER_SCRIPTS = LOCAL_PLATFORM_DIR / "ldscripts"  # a memory map per MPS machine, and the sections they share
 # Not part of any firmware: build outputs a developer may have left in the checkout's firmware/.
 _NOT_SHIPPED = ("__pycache__", "build", ".pio")

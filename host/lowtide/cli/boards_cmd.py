@@ -1,4 +1,5 @@
-"""`lowtide boards`: the boards lowtide ships, with what each runs and whether it can be built here.
+"""`lowtide boards`: the boards lowtide ships, with what each runs and whether it can be built here (the Arduino
+envs need PlatformIO's registry: where it cannot be reached, they are listed as not built here, and why).
 
     lowtide boards           # table: name, core, SRAM, flash, runtimes, emulated, buildable here
     lowtide boards --json    # one JSON object: {"boards": [...]}
@@ -7,6 +8,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from dataclasses import asdict, dataclass
 from typing import Annotated
@@ -16,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lowtide.cli.application import app
-from lowtide.device.drivers.platformio import EMULATOR_TOOLS
+from lowtide.device.drivers.platformio import EMULATOR_TOOLS, registry_needed
 from lowtide.device.spec import RUNTIME_KERNELS, BoardSpec, load_board_specs
 from lowtide.platformio_archives import ARCHIVES_SETTING, ST_PLATFORM, st_archives_missing
 from lowtide.project import LOCAL_PLATFORM_URI, env_option, env_platform, platform_installed
@@ -59,12 +61,14 @@ def _listing(spec: BoardSpec) -> BoardListing:
         missing = [tool for tool in EMULATOR_TOOLS if shutil.which(tool) is None]
         why_not = f"{', '.join(missing)} not installed" if missing else None
         platform = "lowtide's local dev-platform"
-    elif platform == ST_PLATFORM and not platform_installed(platform):
+    elif platform == ST_PLATFORM and os.environ.get(ARCHIVES_SETTING) and not platform_installed(platform):
         why_not = st_archives_missing(env_option(spec.platformio_env, spec.platformio_config, "board"))
         if why_not is None:
             platform = f"{ST_PLATFORM} (from ${ARCHIVES_SETTING})"
     elif not platform_installed(platform):
-        why_not = f"needs PlatformIO's registry (platform {platform})"
+        why_not = registry_needed(spec)
+        if why_not is None:
+            platform = f"{platform} (from PlatformIO's registry)"
     return BoardListing(spec.name, spec.description, spec.core, spec.sram_bytes, spec.flash_bytes, spec.clock_hz,
                         _runtimes(spec), spec.emulated, spec.platformio_env, platform, why_not is None, why_not)
 

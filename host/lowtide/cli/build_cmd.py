@@ -3,6 +3,7 @@
     lowtide build MODEL --board qemu-m4             # ELF path, flash and static RAM use, arena
     lowtide build MODEL --board qemu-m4 --project-dir fw   # the same, and the PlatformIO project left in fw/
     lowtide flash MODEL --board nucleo-f746zg       # build, then PlatformIO's upload to the board's USB port
+    lowtide flash MODEL --board nucleo-f746zg --probe 066DFF...   # the board whose ST-LINK has that serial number
                                                     # (lowtide measure --board nucleo-f746zg does this, then measures)
 
 Both refuse a model that cannot fit the board before building (arena + static RAM against SRAM, weights + code
@@ -30,6 +31,7 @@ from lowtide.device.spec import (
     compiled_arena_bytes,
     get_board_spec,
     predict_board_arena,
+    with_probe,
 )
 from lowtide.memory import tflm_plan
 from lowtide.mlperf.benchmarks import benchmark_named, mlperf_protocol
@@ -143,6 +145,9 @@ def flash(
     port: Annotated[
         str | None, typer.Option(help="upload port; default: the one port with the board file's USB ID")
     ] = None,
+    probe: Annotated[str | None, typer.Option(
+        help="the USB serial number of the board's probe (ST-LINK), where several boards with the same USB VID:PID "
+             "are attached (default: the board file's probe_serial)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object instead of a table")] = False,
     runtime: Annotated[str | None, typer.Option(help=_RUNTIME_HELP)] = None,
 ) -> None:
@@ -152,7 +157,12 @@ def flash(
         if spec.serial is None:
             raise LowtideError(f"{spec.name} is reached through its labgrid place, not a local port: "
                                f"`lowtide measure {model} --board {spec.name}` builds, flashes and measures it")
-        port = port or spec.serial.port or detect_serial_port(spec.name, spec.serial.usb_ids)  # before building
+        spec = with_probe(spec, probe)
+        assert spec.serial is not None
+        port = port or spec.serial.port or detect_serial_port(spec.name, spec.serial.usb_ids,  # before building
+                                                              spec.serial.probe_serial)
+    elif probe is not None:
+        raise LowtideError(f"{spec.name} is emulated: there is no probe to choose")
     console = None if as_json else Console(stderr=True)
     report = _build(model, spec, console, runtime)
     if spec.emulated:

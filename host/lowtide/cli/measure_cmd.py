@@ -3,6 +3,7 @@ the host TFLM interpreter.
 
     lowtide measure MODEL --board qemu-m4              # build, boot in QEMU, measure
     lowtide measure MODEL --board nucleo-f746zg        # build, flash (PlatformIO), find the port, measure
+    lowtide measure MODEL --board nucleo-f746zg --probe 066DFF...   # the one whose ST-LINK has that serial number
     lowtide measure MODEL --board labgrid:PLACE        # acquire a labgrid place, measure, release it
 """
 
@@ -47,6 +48,9 @@ def measure(
     runtime: str | None = typer.Option(
         None, help="what runs the model on a board lowtide builds for: compiled, tflm or tflm-cmsis-nn "
                    "(default: the board file's)"),
+    probe: str | None = typer.Option(
+        None, help="real boards: the USB serial number of the board's probe (ST-LINK), where several boards with "
+                   "the same USB VID:PID are attached (default: the board file's probe_serial)"),
     profile_ops: bool = typer.Option(False, "--profile-ops", help="also count cycles per operator"),
     lock_timeout: float = typer.Option(DEFAULT_WAIT_S, min=0, help="longest wait, in seconds, for a board another "
                                                                     "run or labgrid client is using"),
@@ -60,7 +64,7 @@ def measure(
                       f"(--lock-timeout)", markup=False, highlight=False)
 
     kwargs = {"iterations": iterations, "warmup": warmup, "timeout": timeout, "seed": seed, "runtime": runtime,
-              "profile_ops": profile_ops, "lock_timeout": lock_timeout, "on_wait": say_wait}
+              "profile_ops": profile_ops, "lock_timeout": lock_timeout, "on_wait": say_wait, "probe": probe}
     if as_json:
         result = measure_on_board(model, board, port, **kwargs)
         print(json.dumps(result.to_json()))

@@ -144,7 +144,8 @@ class EmulatedBoard(BoardFromFile):
 
 class UsbBoard(BoardFromFile):
     """A real board on this machine (a board file with `[serial]`): built and uploaded with PlatformIO, then
-    measured on its serial port: --port, else the board file's `port`, else the one port with its USB VID:PID."""
+    measured on its serial port: --port, else the board file's `port`, else the one port with its USB VID:PID (and
+    the USB serial number `--probe` or the board file's `probe_serial` gives)."""
 
     def __init__(self, spec: BoardSpec):
         if spec.serial is None:
@@ -153,10 +154,12 @@ class UsbBoard(BoardFromFile):
         self.serial = spec.serial
 
     def port(self, port: str | None) -> str:
-        return port or self.serial.port or detect_serial_port(self.name, self.serial.usb_ids)
+        return port or self.serial.port or detect_serial_port(self.name, self.serial.usb_ids, self.serial.probe_serial)
 
     def lock_resource(self, port: str | None) -> str | None:
-        return f"port:{port_resource(port or self.serial.port)}" if port or self.serial.port else f"board:{self.name}"
+        if port or self.serial.port:
+            return f"port:{port_resource(port or self.serial.port)}"
+        return f"probe:{self.serial.probe_serial}" if self.serial.probe_serial else f"board:{self.name}"
 
     @contextlib.contextmanager
     def connect(self, model_path, port, timeout, image=None, runtime=None, wait=DEFAULT_WAIT_S,

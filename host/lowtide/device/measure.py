@@ -13,11 +13,11 @@ from pathlib import Path
 
 from lowtide import oracle
 from lowtide.device import locking
-from lowtide.device.boards import DEFAULT_WAIT_S, Board, get_board
+from lowtide.device.boards import DEFAULT_WAIT_S, Board, board_for_spec, get_board
 from lowtide.device.protocol import Counter, Hello, ReadRegion, Result
 from lowtide.device.drivers.platformio import FirmwareImage
 from lowtide.device.session import BoardReset, DeviceSession
-from lowtide.device.spec import ARENA_SLACK_BYTES, RUNTIME_KERNELS
+from lowtide.device.spec import ARENA_SLACK_BYTES, RUNTIME_KERNELS, with_probe
 from lowtide.device.static_ram import StaticRamSplit, static_ram_split
 from lowtide.errors import LowtideError
 from lowtide.memory import tflm_plan
@@ -105,16 +105,22 @@ def measure(
     lock_timeout: float = DEFAULT_WAIT_S,
     take_lock: bool = True,
     on_wait: WaitNotice | None = None,
+    probe: str | None = None,
 ) -> MeasureResult:
     """Measure `model_path` on `board` (see lowtide.device.boards), run by `runtime` (None: the board's own).
     `timeout` bounds every wait for the board; `lock_timeout` the wait for a board another run or labgrid client
     holds. `take_lock=False`: the caller holds the board's lock (`Board.lock_resource`) already, as the HIL plugin
-    does for a whole session."""
+    does for a whole session. `probe`: the USB serial number of a real board's probe (`--probe`), over its board
+    file's `probe_serial`."""
     if iterations < 1 or warmup < 0:
         raise LowtideError(f"need iterations >= 1 and warmup >= 0, got {iterations} and {warmup}")
     model_path = Path(model_path)
     graph = load_model(model_path)
     target = get_board(board)
+    if probe is not None:
+        if target.spec is None:
+            raise LowtideError(f"--probe picks a board lowtide flashes: --board {target.name} is not one")
+        target = board_for_spec(with_probe(target.spec, probe))
     resource = target.lock_resource(port) if take_lock else None
     if resource is None:
         return _measure(target, graph, model_path, port, iterations, warmup, timeout, seed, profile_ops, progress,

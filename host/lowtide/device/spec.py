@@ -19,6 +19,8 @@ A board file holds only what lowtide reads:
     baud = 115200
     usb_ids = ["0483:374B"]           # VID:PID, for pyserial's list_ports
     port = "/dev/serial/by-id/..."    # optional: a fixed port instead
+    probe_serial = "066DFF..."        # optional: the USB serial number of the board's ST-LINK, where several
+                                      # boards share its VID:PID (`--probe` on the command line)
     [emulator]                        # emulated boards: QEMU's command line, {port} and {elf} filled in
     command = [...]
     [labgrid]                         # a board in a labgrid farm: the place that holds it
@@ -31,7 +33,7 @@ A key lowtide does not read is an error, so a board file never carries a field t
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from lowtide.compile.codegen import arena_plan
@@ -57,7 +59,8 @@ TFLM_CODE_BYTES = 60_000  # TFLM's framework with the fewest kernels: 64,752 B o
 
 _KEYS = {"name", "description", "core", "sram_bytes", "flash_bytes", "clock_hz", "platformio_env", "runtime",
          "platformio_config", "serial", "emulator", "labgrid"}
-_TABLE_KEYS = {"serial": {"baud", "usb_ids", "port"}, "emulator": {"command"}, "labgrid": {"place", "coordinator"}}
+_TABLE_KEYS = {"serial": {"baud", "usb_ids", "port", "probe_serial"}, "emulator": {"command"},
+               "labgrid": {"place", "coordinator"}}
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,7 @@ class SerialSettings:
     baud: int
     usb_ids: tuple[str, ...]  # "VID:PID", hex, for autodetection
     port: str | None  # a fixed port, used instead of autodetection
+    probe_serial: str | None = None  # the USB serial number that picks the board's port and its probe
 
 
 @dataclass(frozen=True)
@@ -130,7 +134,7 @@ def load_board_spec(path: Path) -> BoardSpec:
             runtime=check_runtime(data.get("runtime", "compiled")),
             platformio_config=(path.parent / config).resolve() if config else None,
             serial=SerialSettings(int(serial.get("baud", 115200)), tuple(serial.get("usb_ids", ())),
-                                  serial.get("port")) if serial is not None else None,
+                                  serial.get("port"), serial.get("probe_serial")) if serial is not None else None,
             emulator_command=tuple(emulator["command"]) if emulator else None,
             labgrid=LabgridSettings(labgrid["place"], labgrid.get("coordinator")) if labgrid else None,
             path=path,
@@ -139,6 +143,16 @@ def load_board_spec(path: Path) -> BoardSpec:
         raise LowtideError(f"bad board file: {type(exc).__name__}: {exc}", path) from None
     except LowtideError as exc:
         raise LowtideError(f"bad board file: {exc.message}", path) from None
+
+
+def with_probe(spec: BoardSpec, probe_serial: str | None) -> BoardSpec:
+    """`spec` with `probe_serial` over its board file's (`--probe`); `spec` itself for None."""
+    if probe_serial is None:
+        return spec
+    if spec.serial is None:
+        raise LowtideError(f"--probe picks a board on this machine's USB: {spec.name} is "
+                           f"{'emulated' if spec.emulated else 'reached through labgrid'}")
+    return replace(spec, serial=replace(spec.serial, probe_serial=probe_serial))
 
 
 def load_board_specs(directory: Path = BOARDS_DIR) -> dict[str, BoardSpec]:

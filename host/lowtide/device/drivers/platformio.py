@@ -7,16 +7,26 @@ Before building, the model's arena and constant data are checked against the boa
 (`lowtide.device.spec`); after building, the ELF's sections are (`read_firmware_image`), so a model that cannot fit
 stops with its numbers rather than with a linker log. Uploading is PlatformIO's `-t upload` of the board's env:
 whatever uploader the env names (ST-LINK, esptool, bossac, or a `custom` upload_command).
+
+An ST board uploads with ST-LINK through OpenOCD (the platform's `upload_protocol = stlink`), told which ST-LINK by
+its USB serial number (`adapter serial`, through PlatformIO's upload_flags): the serial number of the port the
+board is measured on, which is its ST-LINK's virtual COM port, else `--probe` or the board file's `probe_serial`.
+So the board flashed is the board measured, whatever else is plugged in. Without the registry, OpenOCD is the
+system's, behind lowtide's tool-openocd shim. A board whose env needs PlatformIO's registry (the Arduino envs)
+is refused in one line when the registry cannot be reached, before PlatformIO spends a minute finding that out.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from lowtide.device.spec import (
@@ -31,14 +41,19 @@ from lowtide.device.spec import (
 from lowtide.errors import LowtideError, missing_tool
 from lowtide.mlperf.benchmarks import MlperfProtocol
 from lowtide.model.reader import load_model
-from lowtide.platformio_archives import ARCHIVES_SETTING
+from lowtide.device.drivers.serialport import port_candidate, serial_port_candidates
+from lowtide.platformio_archives import ARCHIVES_SETTING, ST_PLATFORM, archives_dir
 from lowtide.project import (
     BUILT_STAMP,
+    LOCAL_PLATFORM_URI,
     FirmwareProject,
     cached_project_dir,
     check_platformio,
-    env_option,
+    ensure_st_uploaders,
     ensure_tool_scons,
+    env_option,
+    env_platform,
+    platform_installed,
     platformio_core_dir,
     platformio_environment,
     project_files,
@@ -52,6 +67,14 @@ BUILD_TIMEOUT_S = 900.0  # a cold build of a large model's weights; the board's 
 UPLOAD_TIMEOUT_S = 300.0
 EMULATOR_TOOLS = ("arm-none-eabi-gcc", "qemu-system-arm")  # Debian's, on PATH; real boards get theirs from PlatformIO
 _REGISTRY_FAILURES = ("HTTPClientError", "InternetConnectionError", "Could not resolve")  # in PlatformIO's log
+# PlatformIO's registry API (platformio.registry.client: https://api.<mirror>), tried before a build needs it.
+REGISTRY_HOSTS = ("api.registry.platformio.org", "api.registry.nm1.platformio.org")
+_REGISTRY_CONNECT_TIMEOUT_S = 5.0
+# OpenOCD 0.12's words when no probe answers (ST-LINK, CMSIS-DAP, J-Link, FTDI), and when one is there but its USB
+# device may not be opened (no udev rule).
+_NO_PROBE = ("open failed", "unable to find a matching CMSIS-DAP device", "No J-Link device found",
+             "unable to open ftdi device")
+_PROBE_DENIED = "LIBUSB_ERROR_ACCESS"
 # Sections of a GCC ELF that are neither loaded into flash nor RAM.
 _UNLOADED_SECTIONS = (".comment", ".ARM.attributes", ".debug", ".stab", ".note", ".gnu")
 
@@ -129,12 +152,15 @@ def read_firmware_image(elf: Path, platformio_env: str) -> FirmwareImage:
 # --- building ------------------------------------------------------------------------------------------------------
 
 
-def _run_pio(project: Path, args: list[str], timeout: float, what: str, log_path: Path | None = None) -> None:
-    """Runs `pio ARGS` on `project` from inside it (an uploader gets paths relative to it); a failure becomes one line: lowtide's own error (the project script's), a linker's memory
-    overflow, or the log's last error line, with the whole log kept in `log_path`."""
+def _run_pio(project: Path, args: list[str], timeout: float, what: str, log_path: Path | None = None,
+             settings: dict[str, str] | None = None) -> None:
+    """Runs `pio ARGS` on `project` from inside it (an uploader gets paths relative to it), with `settings`
+    (PLATFORMIO_* variables) in its environment; a failure becomes one line: lowtide's own error (the project
+    script's), a linker's memory overflow, no probe answering an upload, or the log's last error line, with the
+    whole log kept in `log_path`."""
     try:
         done = subprocess.run([sys.executable, "-m", "platformio", *args, "-d", str(project)], cwd=project,
-                              env=platformio_environment(),
+                              env=platformio_environment(settings),
                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -146,8 +172,16 @@ def _run_pio(project: Path, args: list[str], timeout: float, what: str, log_path
         ours = [line[len("lowtide: error: "):] for line in lines if line.startswith("lowtide: error: ")]
         overflows = [line.split("ld: ")[-1] for line in lines if "overflowed by" in line or "RAM overflow" in line]
         errors = [line for line in lines if "error" in line.lower()]
+        no_probe = [line for line in lines if any(marker in line for marker in _NO_PROBE)]
+        denied = [line for line in lines if _PROBE_DENIED in line]
         if ours:
             detail = ours[-1]
+        elif denied:
+            detail = (f"the probe's USB device cannot be opened ({_PROBE_DENIED}): install OpenOCD's udev rules "
+                      "(Debian's openocd ships /usr/lib/udev/rules.d/60-openocd.rules) or run as a user who may")
+        elif no_probe:
+            detail = (f"no debug probe found (openocd: {no_probe[-1]}): connect the board's ST-LINK USB port"
+                      + (f" (log: {log_path})" if log_path else ""))
         else:
             detail = (overflows or errors or lines or ["no output"])[-1]
             if any(marker in line for line in lines for marker in _REGISTRY_FAILURES):
@@ -190,6 +224,46 @@ def check_memory_map(spec: BoardSpec) -> None:
                                f"memory map ({script}) has {mapped:,} B", spec.path)
 
 
+@cache
+def registry_unreachable() -> str | None:
+    """Why PlatformIO's registry cannot be reached from here (each host's connect error), None if it can; asked
+    once per process."""
+    failures = []
+    for host in REGISTRY_HOSTS:
+        try:
+            socket.create_connection((host, 443), timeout=_REGISTRY_CONNECT_TIMEOUT_S).close()
+            return None
+        except OSError as exc:
+            failures.append(f"{host}: {exc.strerror or exc}")
+    return "; ".join(failures)
+
+
+def registry_needed(spec: BoardSpec) -> str | None:
+    """Why `spec` cannot be built here: its platform only PlatformIO's registry has (not installed in lowtide's core
+    dir, not lowtide's local platform, not ST from archives) and no registry host answers; None if it can be (as
+    far as the registry goes). Behind a proxy PlatformIO is left to try."""
+    platform = env_platform(spec.platformio_env, spec.platformio_config)
+    if platform == LOCAL_PLATFORM_URI or platform_installed(platform) or any(
+            os.environ.get(proxy) for proxy in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return None
+    if platform == ST_PLATFORM and os.environ.get(ARCHIVES_SETTING):
+        return None
+    if registry_unreachable() is None:
+        return None
+    framework = env_option(spec.platformio_env, spec.platformio_config, "framework")
+    return (f"not built here: its platform {platform}" + (f" (framework {framework})" if framework else "")
+            + " comes from PlatformIO's registry, which this machine cannot reach"
+            + (f"; set {ARCHIVES_SETTING} to build it from PlatformIO's archives" if platform == ST_PLATFORM else ""))
+
+
+def check_registry_reachable(spec: BoardSpec) -> None:
+    """Refuses, in one line, a board `registry_needed` says cannot be built here: PlatformIO itself would take a
+    minute to find that out."""
+    why = registry_needed(spec)
+    if why is not None:
+        raise LowtideError(f"{spec.name} is {why} ({registry_unreachable()})")
+
+
 def _check_tools(tools: tuple[str, ...]) -> None:
     check_platformio()
     for tool in tools:
@@ -204,6 +278,7 @@ def firmware_project(spec: BoardSpec, model_path: Path | None, runtime: str, tfl
     the image answers MLPerf Tiny's grammar instead of lowtide's protocol."""
     _check_tools(EMULATOR_TOOLS if spec.emulated else ())
     check_memory_map(spec)
+    check_registry_reachable(spec)
     model_path = model_path.resolve() if model_path else None
     kernels = RUNTIME_KERNELS[runtime] if model_path else None
     files = project_files(spec.platformio_env, spec.platformio_config, f"{spec.name}: {spec.description}",
@@ -243,6 +318,7 @@ def _built(spec: BoardSpec, model_path: Path, runtime: str | None, project_dir: 
     if RUNTIME_KERNELS[runtime] is not None:
         # Before TFLM is built to size the arena: the head alone and the model file must fit.
         check_estimate_fits(spec, estimate_footprint(graph, tflm_head_only=True))
+        check_registry_reachable(spec)
     tflm_arena = predict_board_arena(spec, model_path, runtime, graph)
     check_estimate_fits(spec, estimate_footprint(graph, tflm_arena))
     project = firmware_project(spec, model_path, runtime, tflm_arena, project_dir, mlperf)
@@ -251,14 +327,69 @@ def _built(spec: BoardSpec, model_path: Path, runtime: str | None, project_dir: 
     return image, project
 
 
+def uploads_with_openocd(spec: BoardSpec) -> bool:
+    """The env uploads through OpenOCD with an ST-LINK: an ST env with the platform's own upload protocol."""
+    return (env_platform(spec.platformio_env, spec.platformio_config) == ST_PLATFORM
+            and env_option(spec.platformio_env, spec.platformio_config, "upload_protocol") in ("", "stlink"))
+
+
+def upload_probe(spec: BoardSpec, port: str) -> str | None:
+    """The USB serial number of the probe that flashes the board on `port`: the port's own (an ST-LINK's virtual
+    COM port is the ST-LINK), else `--probe` / the board file's `probe_serial`. A port whose USB serial number is
+    another than the one asked for is refused: one board would be flashed and another measured."""
+    wanted = spec.serial.probe_serial if spec.serial else None
+    found = port_candidate(port)
+    serial = found.serial_number if found else None
+    if wanted and serial and serial.lower() != wanted.lower():
+        raise LowtideError(f"{port} is the port of the probe with serial {serial}, not {wanted} (--probe or the "
+                           f"board file's probe_serial): not flashing one board to measure another")
+    return serial or wanted
+
+
+def check_one_probe(spec: BoardSpec, port: str) -> None:
+    """Refuses an OpenOCD upload that no serial number points at while several boards with the board file's USB
+    IDs are attached: OpenOCD would flash whichever ST-LINK it finds first."""
+    usb_ids = {usb_id.upper() for usb_id in spec.serial.usb_ids} if spec.serial else set()
+    attached = [candidate for candidate in serial_port_candidates() if candidate.usb_id in usb_ids]
+    if len(attached) > 1:
+        raise LowtideError(f"{port} has no USB serial number and {len(attached)} boards with {spec.name}'s USB IDs "
+                           f"are attached ({'; '.join(candidate.describe() for candidate in attached)}): OpenOCD "
+                           f"would flash any one of them; choose it with --probe SERIAL")
+
+
+_PROBE_SERIAL = re.compile(r"[0-9A-Za-z._-]+")
+
+
+def openocd_upload_flags(probe_serial: str | None) -> dict[str, str]:
+    """PlatformIO's upload_flags (its environment variable: one argument a line) that make OpenOCD open the ST-LINK
+    `probe_serial`: PlatformIO puts them before the platform's own arguments, and `adapter serial` holds until
+    OpenOCD's `init`."""
+    if probe_serial is None:
+        return {}
+    if not _PROBE_SERIAL.fullmatch(probe_serial):
+        raise LowtideError(f"bad probe serial number {probe_serial!r}: letters, digits, '.', '_' and '-' only")
+    return {"PLATFORMIO_UPLOAD_FLAGS": f"-c\nadapter serial {probe_serial}"}
+
+
 def upload_firmware(spec: BoardSpec, model_path: Path, port: str, runtime: str | None = None,
                     mlperf: MlperfProtocol | None = None) -> None:
     """PlatformIO's upload of the firmware for `spec` (built, or found built) to the board on `port`: the env's
-    own uploader."""
+    own uploader; for an ST board, OpenOCD on that board's ST-LINK (`upload_probe`)."""
     if spec.emulated:
         raise LowtideError(f"{spec.name} is emulated: there is nothing to flash", spec.path)
+    probe = upload_probe(spec, port)
+    settings: dict[str, str] = {}
+    if uploads_with_openocd(spec):
+        if probe is None and "://" not in port:  # a farm's port: its probe is not on this machine's USB
+            check_one_probe(spec, port)
+        settings = openocd_upload_flags(probe)
+        if archives_dir() is not None and shutil.which("openocd") is None:
+            raise LowtideError("openocd not found: install OpenOCD (Debian: apt-get install --no-install-recommends "
+                               "openocd), which flashes the ST boards without PlatformIO's registry")
     _, project = _built(spec, model_path, runtime, None, mlperf)
+    if env_platform(spec.platformio_env, spec.platformio_config) == ST_PLATFORM and archives_dir() is not None:
+        ensure_st_uploaders()
     with exclusive_lock(project.directory.with_name(project.directory.name + ".lock")):
-        _run_pio(project.directory, ["run", "-e", spec.platformio_env, "-t", "upload", "--upload-port", port],
+        _run_pio(project.directory, ["run", "-v", "-e", spec.platformio_env, "-t", "upload", "--upload-port", port],
                  UPLOAD_TIMEOUT_S, f"uploading the {spec.platformio_env} firmware for {model_path.name}",
-                 project.directory / f"pio-{spec.platformio_env}-upload.log")
+                 project.directory / f"pio-{spec.platformio_env}-upload.log", settings)
