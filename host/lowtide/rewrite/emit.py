@@ -14,7 +14,8 @@ import copy
 import numpy as np
 
 from lowtide.model.schema import operator_code
-from lowtide.model.ir import OFFLINE_PLAN_NAME, Graph
+from lowtide.model.ir import Graph
+from lowtide.model.offline_memory import NAME as OFFLINE_PLAN_NAME
 from lowtide.model.schema import BUILTIN_CODES, TYPE_CODES, TYPE_NAMES, builtin_code, fb
 from lowtide.rewrite.regions import (
     Apply,
