@@ -740,7 +740,7 @@ def _patch(graph: Graph, region: Region, rows: Interval, cols: Interval, patch: 
         padding = None
         if rop.pads:  # the PAD's own padding, where this window of its output leaves its input
             (_, piece), edge = inputs[0], rop.edges[0]
-            top, left = edge.rows.offset, edge.cols.offset  # type: ignore[union-attr]
+            top, left = _padding_before(edge.rows), _padding_before(edge.cols)
             padding = ((piece.rows[0] + top - out_rows[0], out_rows[1] - piece.rows[1] - top),
                        (piece.cols[0] + left - out_cols[0], out_cols[1] - piece.cols[1] - left))
         steps.append(Apply(rop.op, tuple(inputs), results, padding))
@@ -755,8 +755,10 @@ def _clip(sg: Subgraph, tensor: int, rows: Interval, cols: Interval) -> tuple[In
     return (max(rows[0], 0), min(rows[1], shape[1])), (max(cols[0], 0), min(cols[1], shape[2]))
 
 
-def _hull(a: tuple[Interval, Interval], b: tuple[Interval, Interval]) -> tuple[Interval, Interval]:
-    return tuple((min(x[0], y[0]), max(x[1], y[1])) for x, y in zip(a, b))  # type: ignore[return-value]
+def _padding_before(axis: WindowMap) -> int:
+    """Rows or columns a PAD or MIRROR_PAD adds before its input along `axis`."""
+    assert not isinstance(axis, ResizeMap)  # a PAD's maps are affine (PAD, PADV2) or mirrored (MIRROR_PAD)
+    return axis.offset
 
 
 def op_macs(sg: Subgraph, op: Operator, pixels: int | None = None) -> int:
