@@ -192,7 +192,7 @@ def isolated(work: Callable[[TflmChild], T], path: str) -> T:
 
 def _read_all(fd: int, deadline: float) -> tuple[bytes, bool]:
     """Everything the child writes until it closes the pipe, and whether it did before `deadline`."""
-    chunks = []
+    chunks: list[bytes] = []
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
@@ -212,7 +212,8 @@ def _explaining_line(log_text: str) -> str | None:
     """The log line that says why TFLM failed: the last specific one, skipping its generic summaries."""
     lines = [line.strip() for line in log_text.splitlines() if line.strip()]
     specific = [line for line in lines if not _GENERIC_LOG.search(line)]
-    return (specific or lines or [None])[-1]
+    found = specific or lines
+    return found[-1] if found else None
 
 
 def _because(log_text: str) -> str:

@@ -9,6 +9,7 @@ the host TFLM interpreter.
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
 )
@@ -63,10 +65,11 @@ def measure(
         waiting.print(f"lowtide: board {board} is in use by {where} ({holder}); waiting up to {lock_timeout:g} s "
                       f"(--lock-timeout)", markup=False, highlight=False)
 
-    kwargs = {"iterations": iterations, "warmup": warmup, "timeout": timeout, "seed": seed, "runtime": runtime,
-              "profile_ops": profile_ops, "lock_timeout": lock_timeout, "on_wait": say_wait, "probe": probe}
+    run = functools.partial(measure_on_board, model, board, port, iterations=iterations, warmup=warmup,
+                            timeout=timeout, seed=seed, runtime=runtime, profile_ops=profile_ops,
+                            lock_timeout=lock_timeout, on_wait=say_wait, probe=probe)
     if as_json:
-        result = measure_on_board(model, board, port, **kwargs)
+        result = run()
         print(json.dumps(result.to_json()))
         return
     console = Console()
@@ -78,14 +81,14 @@ def measure(
         console=Console(stderr=True),
         transient=True,
     ) as bar:
-        tasks: dict[str, int] = {}
+        tasks: dict[str, TaskID] = {}
 
         def show(phase: str, done: int, total: int) -> None:
             if phase not in tasks:
                 tasks[phase] = bar.add_task(_PHASE_LABELS[phase], total=total)
             bar.update(tasks[phase], completed=done, total=total)
 
-        result = measure_on_board(model, board, port, progress=show, **kwargs)
+        result = run(progress=show)
     console.print(_table(result))
 
 

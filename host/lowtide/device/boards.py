@@ -114,6 +114,8 @@ class SerialBoard(Board):
 class BoardFromFile(Board, ABC):
     """A board described by a board file, known by its name there."""
 
+    spec: BoardSpec
+
     def __init__(self, spec: BoardSpec):
         self.spec = spec
         self.name = spec.name
@@ -127,6 +129,7 @@ class EmulatedBoard(BoardFromFile):
         if spec.emulator_command is None:
             raise LowtideError("not an emulated board (no [emulator] command)", spec.path)
         super().__init__(spec)
+        self.emulator_command = spec.emulator_command
 
     def lock_resource(self, port: str | None) -> str | None:
         return None
@@ -137,8 +140,8 @@ class EmulatedBoard(BoardFromFile):
         if port:
             raise LowtideError(f"--board {self.name} starts its own emulator: leave out --port")
         image = image or self.build(model_path, runtime)
-        assert image is not None and self.spec.emulator_command is not None
-        with run_emulator(self.spec.emulator_command, image.elf, timeout) as link:
+        assert image is not None  # a board file's board builds its firmware
+        with run_emulator(self.emulator_command, image.elf, timeout) as link:
             yield link
 
 

@@ -194,7 +194,8 @@ def _measure(target: Board, graph: Graph, model_path: Path, port: str | None, it
         resends=session.resends,
         static_ram_bytes=image.static_ram_bytes if image else None,
         flash_bytes=image.flash_bytes if image else None,
-        static_ram=_static_ram(image, runtime or target.spec.runtime) if image else None,
+        # Only a board with a board file builds an image.
+        static_ram=_static_ram(image, runtime or target.spec.runtime) if image and target.spec else None,
         stack_high_water_bytes=result.stack_high_water_bytes,
         stack_size_bytes=result.stack_size_bytes,
         arena_predicted_used_bytes=predicted.used_bytes if predicted else None,

@@ -5,7 +5,7 @@ declare on a 32-bit microcontroller. `optimize_model` runs the whole pipeline (s
 from lowtide.export.offline_plan import ExportResult, export_optimized
 from lowtide.export.pipeline import OptimizeResult, PhaseProgress, Verification, optimize_model
 from lowtide.memory.placement import offline_plan
-from lowtide.model.writer import OFFLINE_PLAN_NAME
+from lowtide.model.offline_memory import NAME as OFFLINE_PLAN_NAME
 
 __all__ = [
     "OFFLINE_PLAN_NAME", "ExportResult", "OptimizeResult", "PhaseProgress",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 from lowtide.hil.baselines import Baseline, BaselineKey, Figure
 
@@ -42,6 +43,16 @@ class Tolerances:
         return before + int(before * percent / 100), f"+{percent:g}%"
 
 
+class ToleranceOverrides(TypedDict, total=False):
+    """Fields of `Tolerances` that one check sets otherwise (`assert_no_regression(result, **overrides)`)."""
+
+    arena_bytes: int
+    arena_percent: float
+    latency_percent: float | None
+    cycles_percent: float | None
+    outputs: bool
+
+
 # figure -> kind (which tolerance applies) and unit; outputs_match is checked on its own.
 FIGURE_KINDS = {
     "arena_used_bytes": "arena",
@@ -63,30 +74,43 @@ class FigureChange:
     allowed: str  # the tolerance as the message shows it
 
     @property
+    def before_after(self) -> tuple[int, int] | None:
+        """(before, after) when both are known."""
+        if self.before is None or self.after is None:
+            return None
+        return self.before, self.after
+
+    @property
     def comparable(self) -> bool:
-        return self.before is not None and self.after is not None
+        return self.before_after is not None
 
     @property
     def regressed(self) -> bool:
-        return self.comparable and self.limit is not None and self.after > self.limit  # type: ignore[operator]
+        values = self.before_after
+        return values is not None and self.limit is not None and values[1] > self.limit
 
     @property
     def improved(self) -> bool:
         """Dropped by more than the tolerance band (any drop for an exact figure): not noise."""
-        if not self.comparable or self.limit is None:
+        values = self.before_after
+        if values is None or self.limit is None:
             return False
-        return self.before - self.after > self.limit - self.before  # type: ignore[operator]
+        before, after = values
+        return before - after > self.limit - before
 
     @property
     def percent(self) -> float | None:
-        if not self.comparable or not self.before:
+        values = self.before_after
+        if values is None or not values[0]:
             return None
-        return 100.0 * (self.after - self.before) / self.before  # type: ignore[operator]
+        before, after = values
+        return 100.0 * (after - before) / before
 
     def line(self) -> str:
-        if not self.comparable:
+        values = self.before_after
+        if values is None:
             return f"{self.figure:<24} {_amount(self.before, self.unit)} -> {_amount(self.after, self.unit)}"
-        delta = self.after - self.before  # type: ignore[operator]
+        delta = values[1] - values[0]
         percent = f" ({self.percent:+.1f}%)" if self.percent is not None else ""
         if self.limit is None:
             verdict = "not compared"
@@ -173,4 +197,5 @@ def _amount(value: int | None, unit: str) -> str:
 
 
 def _outputs(match: Figure) -> str:
-    return {True: "match", False: "MISMATCH"}.get(match, "n/a")  # type: ignore[arg-type]
+    words: dict[Figure, str] = {True: "match", False: "MISMATCH"}
+    return words.get(match, "n/a")

@@ -17,14 +17,14 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, Unpack
 
 import pytest
 
 from lowtide.errors import LowtideError
 from lowtide.device import locking
 from lowtide.hil.baselines import Baseline, BaselineKey, baseline_of, figures_of, load_baselines, merge_baselines
-from lowtide.hil.compare import Comparison, Tolerances, compare
+from lowtide.hil.compare import Comparison, ToleranceOverrides, Tolerances, compare
 
 if TYPE_CHECKING:
     from lowtide.device.measure import MeasureResult
@@ -45,7 +45,12 @@ class NewBaselineWarning(UserWarning):
 
 
 MeasureModel = Callable[..., "MeasureResult"]
-CheckRegression = Callable[..., Comparison | None]
+
+
+class CheckRegression(Protocol):
+    """What `assert_no_regression` returns."""
+
+    def __call__(self, result: MeasureResult, **overrides: Unpack[ToleranceOverrides]) -> Comparison | None: ...
 
 
 @dataclass(frozen=True)
@@ -341,6 +346,7 @@ def lowtide_measure(request: pytest.FixtureRequest, lowtide_board: str) -> Measu
         try:
             hil.lock_board(lowtide_board)
             if hil.flash is not None:
+                assert hil.port is not None  # --lowtide-flash needs --lowtide-port (pytest_configure)
                 upload_firmware(hil.flash, model_path, hil.port, runtime)
             result = measure(
                 model_path, lowtide_board, hil.port, iterations=iterations, warmup=warmup, timeout=timeout, seed=seed,
@@ -374,7 +380,7 @@ def assert_no_regression(request: pytest.FixtureRequest, lowtide_tolerances: Tol
     NEW, or fails with --lowtide-require-baselines). With --lowtide-update-baselines it records instead of failing."""
     hil = request.config.stash[_SESSION]
 
-    def check(result: MeasureResult, **overrides) -> Comparison | None:
+    def check(result: MeasureResult, **overrides: Unpack[ToleranceOverrides]) -> Comparison | None:
         measurement = next((m for m in request.node.stash.get(_MEASUREMENTS, []) if m.result is result), None)
         if measurement is None:
             pytest.fail("lowtide: assert_no_regression needs a result that lowtide_measure returned in this test")
@@ -392,7 +398,8 @@ def assert_no_regression(request: pytest.FixtureRequest, lowtide_tolerances: Tol
             hil.updates[key] = measured
         record = request.node.user_properties.append
         if baseline is None:
-            return _no_baseline(hil, key, measured, record, measurement.label)
+            _no_baseline(hil, key, measured, record, measurement.label)
+            return None
         counter_unit = result.latency_cycles.unit if result.latency_cycles else "cycles"
         comparison = compare(key, baseline, measured, tolerances, counter_unit)
         for figure, before in baseline.figures.items():
@@ -482,11 +489,12 @@ def _ini_number(config: pytest.Config, name: str, may_be_off: bool) -> float | N
 
 
 def _ini_tolerances(config: pytest.Config) -> Tolerances:
-    values = {}
-    for name, (tolerance, _, may_be_off) in _INI_TOLERANCES.items():
-        value = _ini_number(config, name, may_be_off)
-        values[tolerance] = int(value) if tolerance == "arena_bytes" and value is not None else value
+    values = {tolerance: _ini_number(config, name, may_be_off)
+              for name, (tolerance, _, may_be_off) in _INI_TOLERANCES.items()}
+    arena_bytes, arena_percent = values["arena_bytes"], values["arena_percent"]
+    assert arena_bytes is not None and arena_percent is not None  # their options cannot be 'off'
     try:
-        return Tolerances(**values)
+        return Tolerances(arena_bytes=int(arena_bytes), arena_percent=arena_percent,
+                          latency_percent=values["latency_percent"], cycles_percent=values["cycles_percent"])
     except ValueError as exc:
         raise pytest.UsageError(f"lowtide tolerances in the ini file: {exc}") from None

@@ -77,11 +77,11 @@ def _shared_blocks(graph: Graph, sg: Subgraph, op: Operator, alignment: int) -> 
     """(output, input, byte offset of the output inside the input) the kernel allows."""
     if op.opcode in ("SPLIT", "SPLIT_V"):
         data, axis_input = (op.inputs[1], op.inputs[0]) if op.opcode == "SPLIT" else (op.inputs[0], op.inputs[2])
-        axis = graph.constant_array(axis_input)
+        axis_value = graph.constant_array(axis_input)
         shape = sg.tensors[data].shape
-        if axis is None or axis.size != 1 or not shape:
+        if axis_value is None or axis_value.size != 1 or not shape:
             return []
-        axis = int(axis.reshape(-1)[0]) % len(shape)
+        axis = int(axis_value.reshape(-1)[0]) % len(shape)
         if math.prod(shape[:axis]) != 1:
             return []  # the outputs interleave in the input
         blocks, offset = [], 0

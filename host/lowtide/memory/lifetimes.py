@@ -76,14 +76,14 @@ def buffer_lifetimes(graph: Graph, order: Order | None = None, in_place: bool = 
     op_scopes: list[tuple[int, int, int]] = []  # (subgraph, op, scope)
     scope = 0
 
-    def created(key, s):
+    def created(key: tuple[int, int], s: int) -> None:
         first.setdefault(key, s)
 
-    def used(key, s):
+    def used(key: tuple[int, int], s: int) -> None:
         last[key] = max(last.get(key, s), s)
 
     # Recursion follows subgraph nesting (a handful of levels), never the operator count.
-    def mark(sg_index: int):
+    def mark(sg_index: int) -> None:
         nonlocal scope
         sg = graph.subgraphs[sg_index]
         for t in sg.inputs:

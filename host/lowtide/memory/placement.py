@@ -16,6 +16,7 @@ have (`tflm_offsets_with_plan`), not by where the search put the scratch buffers
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -123,8 +124,8 @@ def in_place_groups(buffers: Sequence[Buffer]) -> list[tuple[tuple[int, int], ..
     members: dict[int, list[tuple[int, int]]] = {}
     for i, b in enumerate(buffers):
         root, offset = i, 0
-        while buffers[root].shares is not None:
-            tensor, inside = buffers[root].shares
+        while (shared := buffers[root].shares) is not None:
+            tensor, inside = shared
             parent = index.get((buffers[root].subgraph, tensor))
             if parent is None:
                 raise LowtideError(f"{buffers[root].label} shares the bytes of t{tensor}, which is not planned")
@@ -208,8 +209,8 @@ def _heuristics(buffers: Sequence[Buffer],
         online = [dataclasses.replace(b, offline_offset=None) for b in buffers]
         candidates.append(("tflm greedy", lambda: greedy_offsets(online)))
     for name, order in orders.items():
-        candidates.append((f"first fit by {name}", lambda order=order: _first_fit(buffers, order, False, groups)))
-        candidates.append((f"best fit by {name}", lambda order=order: _first_fit(buffers, order, True, groups)))
+        candidates.append((f"first fit by {name}", functools.partial(_first_fit, buffers, order, False, groups)))
+        candidates.append((f"best fit by {name}", functools.partial(_first_fit, buffers, order, True, groups)))
     if len(groups) == len(buffers):
         candidates.append(("greedy by offset", lambda: _lowest_offset_first(buffers)))
     return candidates

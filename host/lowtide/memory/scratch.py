@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from lowtide.errors import ModelError
 from lowtide.model.ir import Graph, Tensor
 from lowtide.model.schema import ELEMENT_BYTES
 
@@ -40,6 +41,13 @@ def scratch_sizes(graph: Graph, subgraph: int, op: int) -> list[int]:
     def tensor(position: int) -> Tensor | None:
         return sg.tensors[inputs[position]] if len(inputs) > position and inputs[position] >= 0 else None
 
+    def required(position: int) -> Tensor:
+        """An input the kernel reads unconditionally."""
+        found = tensor(position)
+        if found is None:
+            raise ModelError(f"subgraph {subgraph} operator {op} ({opcode}) needs input {position}", graph.path)
+        return found
+
     if opcode == "SVDF":
         batch = sg.tensors[inputs[0]].shape[0]
         num_filters = sg.tensors[inputs[1]].shape[0]
@@ -52,20 +60,20 @@ def scratch_sizes(graph: Graph, subgraph: int, op: int) -> list[int]:
         cell = sg.tensors[inputs[_LSTM_CELL_STATE_INPUT]]
         return [math.prod(cell.shape) * ELEMENT_BYTES[cell.dtype]] * _LSTM_GATE_BUFFERS
     if opcode == "MIRROR_PAD":  # mirror_pad.cc: the input's and the output's dimension strides
-        return [len(tensor(0).shape) * _INT] * 2
+        return [len(required(0).shape) * _INT] * 2
     if opcode in _MIN_MAX_REDUCERS:
-        return [len(tensor(0).shape) * _INT, _elements(tensor(1)) * _INT]
+        return [len(required(0).shape) * _INT, _elements(required(1)) * _INT]
     if opcode in _MEAN_SUM_REDUCERS:
         accumulator = ([_elements(sg.tensors[operator.outputs[0]]) * _INT]
-                       if tensor(0).dtype in ("int8", "int16") else [])
-        return [*accumulator, len(tensor(0).shape) * _INT, _elements(tensor(1)) * _INT]
+                       if required(0).dtype in ("int8", "int16") else [])
+        return [*accumulator, len(required(0).shape) * _INT, _elements(required(1)) * _INT]
     if opcode == "ADD_N" and sg.tensors[operator.outputs[0]].dtype in ("float32", "int8"):
         return [_HOST_POINTER * len(inputs)]
     if opcode == "TRANSPOSE_CONV":  # inputs: output shape, filter, input, bias; transpose_conv.cc
         output_elements = _elements(sg.tensors[operator.outputs[0]])
-        if tensor(2).dtype == "int8":
+        if required(2).dtype == "int8":
             return [output_elements * 4]  # int32 accumulators
-        if tensor(2).dtype == "int16":  # int64 accumulators, after the 16-bit bias widened to 64 bits
+        if required(2).dtype == "int16":  # int64 accumulators, after the 16-bit bias widened to 64 bits
             bias = tensor(3)
             widened_bias = [_elements(bias) * 8] if bias is not None and bias.dtype == "int16" else []
             return [*widened_bias, output_elements * 8]

@@ -273,7 +273,7 @@ def run_mlperf(model: Path, board_name: str, benchmark_id: str, mode: str = "per
         if isinstance(board, EmulatedBoard):
             image = build_board_firmware(board.spec, model, runtime, mlperf=protocol)
             devices.write_text(devices_yaml(f"lowtide-{board.name}", [EMULATED_USB_ID], EMULATED_BAUD))
-            link = stack.enter_context(run_emulator(board.spec.emulator_command, image.elf, BOOT_TIMEOUT_S))
+            link = stack.enter_context(run_emulator(board.emulator_command, image.elf, BOOT_TIMEOUT_S))
             relay = stack.enter_context(_PtyRelay(link, hold_windows=mode == "performance"))
             vid, pid = EMULATED_USB_ID
             argv = [sys.executable, str(LAUNCHER), relay.path, f"{vid:04x}", f"{pid:04x}",

@@ -31,6 +31,7 @@ from lowtide.model.schema import fb, operator_code
 from lowtide.model.writer import model_bytes
 
 Activation = Literal["NONE", "RELU", "RELU6"]
+UnaryActivation = Literal["LOGISTIC", "TANH", "HARD_SWISH", "RELU", "RELU6", "RELU_N1_TO_1", "LEAKY_RELU"]
 InputType = Literal["int8", "uint8", "float32"]
 Padding = Literal["SAME", "VALID"]
 
@@ -137,7 +138,7 @@ class ModelBuilder:
             raise LowtideError(f"input type must be int8, uint8 or float32, got {dtype!r}")
         rms = math.sqrt((lo * lo + lo * hi + hi * hi) / 3.0)  # of a uniform distribution on [lo, hi]
         ref = self._add_activation(f"input_{len(self._inputs)}", tuple(shape), rms, lo >= 0, None, (lo, hi))
-        self._tensors[ref.index] = dataclasses.replace(self._tensors[ref.index], dtype=dtype)
+        self._tensors[ref.index] = dataclasses.replace(self._activation_spec(ref.index), dtype=dtype)
         self._inputs.append(ref.index)
         return ref
 
@@ -333,7 +334,7 @@ class ModelBuilder:
         return self.batch_to_space_nd(convolved, (dilation, dilation), crops, declared_shape)
 
     # ---- element-wise operators, padding, resizing, reductions --------------------------------------------
-    def activation(self, x: TensorRef, kind: str, alpha: float = 0.2) -> TensorRef:
+    def activation(self, x: TensorRef, kind: UnaryActivation, alpha: float = 0.2) -> TensorRef:
         """A unary activation operator: LOGISTIC, TANH, HARD_SWISH, RELU, RELU6, RELU_N1_TO_1 or LEAKY_RELU
         (slope `alpha` below zero). LOGISTIC and TANH get the output quantization TFLM's int8 kernels require."""
         spec = self._activation(x)
@@ -355,7 +356,7 @@ class ModelBuilder:
             raise LowtideError(f"unknown activation {kind!r}")
         out = self._add_op(kind, (x.index,), x.shape, rms, nonnegative, options_type, options)
         if kind in fixed:
-            self._tensors[out.index] = dataclasses.replace(self._tensors[out.index], fixed_quant=fixed[kind])
+            self._tensors[out.index] = dataclasses.replace(self._activation_spec(out.index), fixed_quant=fixed[kind])
         return out
 
     def prelu(self, x: TensorRef) -> TensorRef:
@@ -418,6 +419,7 @@ class ModelBuilder:
         spec = self._activation(x)
         op_index = len(self._operators)
         paddings = self._add_int32(f"pad_{op_index}/paddings", [[0, 0], list(rows), list(cols), list(channels)])
+        inputs: tuple[int, ...]
         if mode == "CONSTANT" and value is None:
             opcode, inputs, options_type, options = "PAD", (x.index, paddings), fb.BuiltinOptions.PadOptions, \
                 fb.PadOptionsT()
@@ -510,7 +512,7 @@ class ModelBuilder:
         spec = self._activation(x)
         out = self._add_op("DEQUANTIZE", (x.index,), x.shape, spec.rms, spec.nonnegative, fb.BuiltinOptions.NONE,
                            None)
-        self._tensors[out.index] = dataclasses.replace(self._tensors[out.index], dtype="float32")
+        self._tensors[out.index] = dataclasses.replace(self._activation_spec(out.index), dtype="float32")
         return out
 
     # ---- serialisation ------------------------------------------------------------------------------------
@@ -569,14 +571,14 @@ class ModelBuilder:
             tensors.append(t)
 
         # The opcode table follows call order, so that orders of one graph differ only in the operator vector.
-        opcodes = list(dict.fromkeys(spec.opcode for spec in self._operators))
+        opcodes = list(dict.fromkeys(op_spec.opcode for op_spec in self._operators))
         operators = []
         for op_index in order:
-            spec = self._operators[op_index]
+            op_spec = self._operators[op_index]
             op = fb.OperatorT()
-            op.opcodeIndex = opcodes.index(spec.opcode)
-            op.inputs, op.outputs = list(spec.inputs), list(spec.outputs)
-            op.builtinOptionsType, op.builtinOptions = spec.options_type, spec.options
+            op.opcodeIndex = opcodes.index(op_spec.opcode)
+            op.inputs, op.outputs = list(op_spec.inputs), list(op_spec.outputs)
+            op.builtinOptionsType, op.builtinOptions = op_spec.options_type, op_spec.options
             operators.append(op)
 
         subgraph = fb.SubGraphT()
@@ -619,7 +621,7 @@ class ModelBuilder:
         self._tensors.append(_ConstantSpec(name, np.asarray(values, dtype=np.float32), quant_like))
         return len(self._tensors) - 1
 
-    def _add_int32(self, name: str, values: int | Sequence[int]) -> int:
+    def _add_int32(self, name: str, values: int | Sequence[int] | Sequence[Sequence[int]]) -> int:
         self._tensors.append(_Int32Spec(name, np.asarray(values, dtype=np.int32)))
         return len(self._tensors) - 1
 
@@ -659,7 +661,11 @@ class ModelBuilder:
 
     def _activation(self, t: TensorRef) -> _ActivationSpec:
         self._check_activation(t)
-        spec = self._tensors[t.index]
+        return self._activation_spec(t.index)
+
+    def _activation_spec(self, index: int) -> _ActivationSpec:
+        """The spec of activation tensor `index`: every TensorRef, and every operator output, is one."""
+        spec = self._tensors[index]
         assert isinstance(spec, _ActivationSpec)
         return spec
 

@@ -8,6 +8,7 @@ from a corrupt file cannot cause a huge allocation: the accessors fail as soon a
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from pathlib import Path
 
 from lowtide.errors import ModelError
@@ -52,7 +53,7 @@ def read_model(data: bytes, path: str = "<bytes>") -> Graph:
     return _graph_from_raw(raw, data, path)
 
 
-def _graph_from_raw(raw, data: bytes, path: str) -> Graph:
+def _graph_from_raw(raw: fb.ModelT, data: bytes, path: str) -> Graph:
     buffers = raw.buffers or []
     opcodes = raw.operatorCodes or []
     if not raw.subgraphs:
@@ -72,7 +73,7 @@ def _graph_from_raw(raw, data: bytes, path: str) -> Graph:
     )
 
 
-def buffer_bytes(buffer, data: bytes, path: str) -> bytes:
+def buffer_bytes(buffer: fb.BufferT, data: bytes, path: str) -> bytes:
     if buffer.data is not None and len(buffer.data) > 0:
         return bytes(buffer.data)
     # Models over 2 GB keep buffer contents after the flatbuffer, addressed by offset and size.
@@ -83,20 +84,21 @@ def buffer_bytes(buffer, data: bytes, path: str) -> bytes:
     return b""
 
 
-def _has_data(buffer) -> bool:
+def _has_data(buffer: fb.BufferT) -> bool:
     return (buffer.data is not None and len(buffer.data) > 0) or (
         getattr(buffer, "offset", 0) > 1 and getattr(buffer, "size", 0) > 0
     )
 
 
-def _read_subgraph(index, sg, buffers, opcodes, subgraph_count, file_size, path) -> Subgraph:
+def _read_subgraph(index: int, sg: fb.SubGraphT, buffers: list[fb.BufferT], opcodes: list[fb.OperatorCodeT],
+                   subgraph_count: int, file_size: int, path: str) -> Subgraph:
     raw_tensors = sg.tensors or []
     tensors = []
     for t_index, t in enumerate(raw_tensors):
         tensors.append(_read_tensor(index, t_index, t, buffers, path))
     n_tensors = len(tensors)
 
-    def check_tensor_refs(refs, what: str, allow_omitted: bool) -> tuple[int, ...]:
+    def check_tensor_refs(refs: Iterable[int] | None, what: str, allow_omitted: bool) -> tuple[int, ...]:
         out = tuple(int(r) for r in (refs if refs is not None else ()))
         for r in out:
             if not (0 <= r < n_tensors or (allow_omitted and r == -1)):
@@ -137,7 +139,7 @@ def _read_subgraph(index, sg, buffers, opcodes, subgraph_count, file_size, path)
     )
 
 
-def _opcode_name(opcode) -> str:
+def _opcode_name(opcode: fb.OperatorCodeT) -> str:
     code = builtin_code(opcode)
     if code == fb.BuiltinOperator.CUSTOM:
         custom = model_text(opcode.customCode) or "?"
@@ -145,7 +147,7 @@ def _opcode_name(opcode) -> str:
     return BUILTIN_NAMES.get(code, f"BUILTIN_{code}")
 
 
-def _read_tensor(sg_index, t_index, t, buffers, path) -> Tensor:
+def _read_tensor(sg_index: int, t_index: int, t: fb.TensorT, buffers: list[fb.BufferT], path: str) -> Tensor:
     name = model_text(t.name)
     where = f"subgraph {sg_index} tensor {t_index} '{name}'"
     dtype = TYPE_NAMES.get(t.type)

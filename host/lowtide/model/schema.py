@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from tflite_micro.tensorflow.lite.micro.python import schema_py_generated as fb
 
+# `fb` is re-exported: every stage reaches the generated schema through this module.
+__all__ = ["BUILTIN_CODES", "BUILTIN_NAMES", "ELEMENT_BYTES", "FILE_IDENTIFIER", "TYPE_CODES", "TYPE_NAMES",
+           "builtin_code", "fb", "operator_code"]
+
 FILE_IDENTIFIER = b"TFL3"
 
 BUILTIN_NAMES: dict[int, str] = {
@@ -27,7 +31,7 @@ ELEMENT_BYTES: dict[str, int] = {
 
 def builtin_code(opcode: "fb.OperatorCodeT") -> int:
     """Old models store small codes in `deprecatedBuiltinCode`; new ones in `builtinCode`."""
-    return max(opcode.builtinCode, opcode.deprecatedBuiltinCode)
+    return int(max(opcode.builtinCode, opcode.deprecatedBuiltinCode))
 
 
 # Highest opcode that fits the schema's legacy int8 `deprecated_builtin_code` field.

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 from dataclasses import dataclass
 
 import numpy as np
@@ -134,7 +135,7 @@ class _Model:
     max_bytes: int
 
     @property
-    def raw(self):
+    def raw(self) -> fb.ModelT:
         return self.graph.raw
 
 
@@ -155,7 +156,8 @@ def _check(table: list[Check]) -> Callable[[Check], Check]:
 
 
 def _reason(check: Check, detail: str) -> str:
-    return f"{check.__doc__.strip()}: {detail}" if detail else check.__doc__.strip()
+    summary = (check.__doc__ or "").strip()  # every registered check has its reason as its docstring
+    return f"{summary}: {detail}" if detail else summary
 
 
 # ---- structure ---------------------------------------------------------------------------------------------------
@@ -248,7 +250,7 @@ def _read_after_written(m: _Model, sg: Subgraph) -> Iterator[str]:
             yield f"subgraph output tensor {t} '{sg.tensors[t].name}' is never written"
 
 
-def _union_mismatches(tables: list) -> Iterator[str]:
+def _union_mismatches(tables: Sequence[object]) -> Iterator[str]:
     """Union fields of the object-API `tables` whose tag and table disagree. The reader builds a union's table
     from its tag; a tag that names a table where the bytes hold none (or a tag no member has) leaves the tag
     without its table, and TFLM's flatbuffer aligner, which writes every model lowtide writes, follows that tag
@@ -312,9 +314,9 @@ def _ranks(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
             shape = sg.tensors[op.inputs[position]].shape
             if len(shape) != rank:
                 yield f"input {position} has shape {list(shape)}, {op.opcode} needs rank {rank}"
-    rank = _OUTPUT_RANKS.get(op.opcode)
-    if rank is not None and op.outputs and len(sg.tensors[op.outputs[0]].shape) != rank:
-        yield f"output has shape {list(sg.tensors[op.outputs[0]].shape)}, {op.opcode} needs rank {rank}"
+    output_rank = _OUTPUT_RANKS.get(op.opcode)
+    if output_rank is not None and op.outputs and len(sg.tensors[op.outputs[0]].shape) != output_rank:
+        yield f"output has shape {list(sg.tensors[op.outputs[0]].shape)}, {op.opcode} needs rank {output_rank}"
     if op.opcode == "CONCATENATION" and op.outputs:
         ranks = {len(sg.tensors[t].shape) for t in (*op.inputs, op.outputs[0]) if t >= 0}
         if len(ranks) > 1:
@@ -387,7 +389,7 @@ def _quantization(m: _Model, sg: Subgraph, t: Tensor) -> Iterator[str]:
         yield f"zero point {zeros[(zeros < low) | (zeros > high)][0]} outside {t.dtype}'s range {low}..{high}"
 
 
-def _option(op: Operator, name: str, default=None):
+def _option(op: Operator, name: str, default: object = None) -> Any:  # a field of the schema's options object
     return getattr(op.options, name, default)
 
 
@@ -449,17 +451,19 @@ def _computed_output_shape(sg: Subgraph, op: Operator) -> tuple[int, ...] | None
     if not shapes or shapes[0] is None:
         return None
     x = shapes[0]
+    second = shapes[1] if len(shapes) >= 2 else None
     expected = _OPTIONS.get(op.opcode, (None, False))[0]
     if op.options is not None and expected is not None and type(op.options).__name__ != expected:
         return None  # options of another type: _options_type says so
     if op.opcode in CONV_OPCODES | POOL_OPCODES:
-        if len(x) != 4 or op.options is None or (op.opcode in CONV_OPCODES and (
-                len(shapes) < 2 or shapes[1] is None or len(shapes[1]) != 4)):
+        if len(x) != 4 or op.options is None:
             return None
         o = op.options
         if op.opcode in CONV_OPCODES:
-            kernel, dilation = shapes[1][1:3], (o.dilationHFactor, o.dilationWFactor)
-            channels = shapes[1][0] if op.opcode == "CONV_2D" else shapes[1][3]
+            if second is None or len(second) != 4:
+                return None
+            kernel, dilation = second[1:3], (o.dilationHFactor, o.dilationWFactor)
+            channels = second[0] if op.opcode == "CONV_2D" else second[3]
         else:
             kernel, dilation, channels = (o.filterHeight, o.filterWidth), (1, 1), x[3]
         if min(*kernel, *dilation, o.strideH, o.strideW) < 1 or o.padding not in (padding.SAME, padding.VALID):
@@ -467,15 +471,15 @@ def _computed_output_shape(sg: Subgraph, op: Operator) -> tuple[int, ...] | None
         return (x[0], padding.output_size(o.padding, x[1], kernel[0], o.strideH, dilation[0]),
                 padding.output_size(o.padding, x[2], kernel[1], o.strideW, dilation[1]), channels)
     if op.opcode == "FULLY_CONNECTED":
-        if len(shapes) < 2 or shapes[1] is None or len(shapes[1]) != 2 or not op.outputs:
+        if second is None or len(second) != 2 or not op.outputs:
             return None
         declared = tuple(sg.tensors[op.outputs[0]].shape)
-        return (*declared[:-1], shapes[1][0]) if declared else None  # the units; TFLM flattens the rest itself
+        return (*declared[:-1], second[0]) if declared else None  # the units; TFLM flattens the rest itself
     if op.opcode in UNARY_OPCODES:
         return x
-    if op.opcode in BINARY_OPCODES and len(shapes) >= 2 and shapes[1] is not None:
+    if op.opcode in BINARY_OPCODES and second is not None:
         try:
-            return tuple(int(d) for d in np.broadcast_shapes(x, shapes[1]))
+            return tuple(int(d) for d in np.broadcast_shapes(x, second))
         except ValueError:
             return None
     return None
@@ -521,12 +525,12 @@ def _plan_no_overlap(m: _Model, plan: OfflinePlan) -> Iterator[str]:
     """OfflineMemoryAllocation overlaps tensors live at the same time"""
     # memory depends on model: imported when needed
     from lowtide.memory.in_place import COMPILED_ONLY
-    from lowtide.memory.lifetimes import buffer_lifetimes
+    from lowtide.memory.lifetimes import Buffer, buffer_lifetimes
 
     buffers, steps = buffer_lifetimes(m.graph)
     op_at = {step.scope: m.graph.subgraphs[step.subgraph].operators[step.op] for step in steps}
 
-    def in_place(a, b) -> bool:
+    def in_place(a: Buffer, b: Buffer) -> bool:
         """Live together only while one operator reads one and writes the other: an in-place plan (a SPLIT_V
         output inside its input, a CONCATENATION input inside its output), whose kernel lowtide checked. A
         model's plan runs on TFLM, whose depthwise and element-wise kernels are not safe in place (only lowtide's
@@ -537,15 +541,14 @@ def _plan_no_overlap(m: _Model, plan: OfflinePlan) -> Iterator[str]:
             return False
         return bool({a.tensor, b.tensor} & set(op.inputs) and {a.tensor, b.tensor} & set(op.outputs))
 
-    fixed = sorted((b for b in buffers if b.offline_offset is not None), key=lambda b: b.first)
-    for k, a in enumerate(fixed):
-        for b in fixed[k + 1:]:
+    fixed = sorted(((b, b.offline_offset) for b in buffers if b.offline_offset is not None), key=lambda p: p[0].first)
+    for k, (a, a_offset) in enumerate(fixed):
+        for b, b_offset in fixed[k + 1:]:
             if b.first > a.last:
                 break
-            if a.offline_offset < b.offline_offset + b.size and b.offline_offset < a.offline_offset + a.size \
-                    and not in_place(a, b):
-                yield (f"{a.label} [{a.offline_offset}, {a.offline_offset + a.size}) and {b.label} "
-                       f"[{b.offline_offset}, {b.offline_offset + b.size}) are both live in scope {b.first}")
+            if a_offset < b_offset + b.size and b_offset < a_offset + a.size and not in_place(a, b):
+                yield (f"{a.label} [{a_offset}, {a_offset + a.size}) and {b.label} "
+                       f"[{b_offset}, {b_offset + b.size}) are both live in scope {b.first}")
                 return  # one overlap is enough to refuse the plan; a broken plan can overlap quadratically often
 
 

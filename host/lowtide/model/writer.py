@@ -13,12 +13,13 @@ import numpy as np
 from tflite_micro.tensorflow.lite.micro.tools.tflite_flatbuffer_align_wrapper import align_tflite_model
 
 from lowtide.errors import LowtideError
-from lowtide.model.ir import OFFLINE_PLAN_NAME, Graph
+from lowtide.model.ir import Graph
+from lowtide.model.offline_memory import NAME as OFFLINE_PLAN_NAME
 from lowtide.model.offline_memory import OfflinePlan
 from lowtide.model.schema import FILE_IDENTIFIER, fb
 
 
-def set_offline_plan(raw, plan: OfflinePlan) -> None:
+def set_offline_plan(raw: fb.ModelT, plan: OfflinePlan) -> None:
     """Store `plan` as TFLM's `OfflineMemoryAllocation` metadata in the ModelT `raw`, replacing any plan it
     carries."""
     data = np.frombuffer(plan.encode(), dtype=np.uint8)
@@ -44,7 +45,7 @@ def with_outputs(graph: Graph, tensors: list[int]) -> bytes:
     return model_bytes(raw)
 
 
-def model_bytes(raw) -> bytes:
+def model_bytes(raw: fb.ModelT) -> bytes:
     """Serialise `raw` (a ModelT). The Python builder aligns buffers to 4 bytes only; TFLM's own C++ aligner
     (shipped in the tflite-micro package) repacks the flatbuffer with 16-byte buffer alignment."""
     builder = flatbuffers.Builder(1024)
@@ -56,7 +57,7 @@ def model_bytes(raw) -> bytes:
         return Path(aligned).read_bytes()
 
 
-def write_model(raw, path: str | Path) -> bytes:
+def write_model(raw: fb.ModelT, path: str | Path) -> bytes:
     """Write atomically, so an interrupted run never leaves a half-written model behind."""
     data = model_bytes(raw)
     write_files({Path(path): data})

@@ -233,7 +233,7 @@ def _concatenation_feeding(graph: Graph, conv_op: int) -> int:
         raise NotApplicable(f"the concatenation feeding operator {conv_op} has other readers")
     if sg.tensors[conv.inputs[0]].dtype != "int8" or len(conv.inputs) < 3 or conv.inputs[2] < 0:
         raise NotApplicable(f"operator {conv_op} is not an int8 convolution with a bias")
-    return concat_op
+    return concat.index
 
 
 def _without_activation(options):

@@ -10,11 +10,13 @@ operator uses any more are dropped, so TFLM allocates no per-tensor structs for 
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 
 import numpy as np
 
 from lowtide.model.schema import operator_code
-from lowtide.model.ir import OFFLINE_PLAN_NAME, Graph
+from lowtide.model.ir import Graph
+from lowtide.model.offline_memory import NAME as OFFLINE_PLAN_NAME
 from lowtide.model.schema import BUILTIN_CODES, TYPE_CODES, TYPE_NAMES, builtin_code, fb
 from lowtide.rewrite.regions import (
     Apply,
@@ -39,7 +41,7 @@ def emit_tiled(graph: Graph, plan: TilingPlan, before: list[int], after: list[in
     height, width = shape_hw(sg, plan.region.source)
     whole = {
         Piece(plan.region.source, (0, height), (0, width), plan.region.source): plan.region.source,
-        plan.steps[-1].result: plan.region.target,
+        plan.target_piece: plan.region.target,
     }
     tensor_of = dict(whole)
 
@@ -139,6 +141,7 @@ class ModelWriter:
         """Constant `like` restricted to `channels` along `axis`; per-channel quantization along that axis is
         restricted with it, so every kept channel computes exactly as before."""
         values = self._graph.constant_array(like)
+        assert values is not None  # `like` is a weight or bias tensor, a constant
         index = self.constant_like(like, np.ascontiguousarray(np.take(values, channels, axis=axis)), name)
         q = self.tensors[index].quantization
         if q is not None and q.scale is not None and len(q.scale) > 1 and (q.quantizedDimension or 0) == axis:
@@ -146,7 +149,7 @@ class ModelWriter:
             q.zeroPoint = np.asarray(q.zeroPoint)[channels]
         return index
 
-    def int32_constant(self, values: list) -> int:
+    def int32_constant(self, values: int | Sequence[int] | Sequence[Sequence[int]]) -> int:
         array = np.asarray(values, dtype="<i4")
         key = (array.shape, array.tobytes())
         if key not in self._constants:

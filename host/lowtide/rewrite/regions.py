@@ -27,6 +27,7 @@ from lowtide.memory.lifetimes import ALIGNMENT
 from lowtide.model import padding as window
 from lowtide.model.ir import Graph, Operator, Subgraph
 from lowtide.model.schema import ELEMENT_BYTES, fb
+from lowtide.rewrite.errors import NotApplicable
 
 Interval = tuple[int, int]  # half-open [lo, hi)
 
@@ -239,6 +240,13 @@ class TilingPlan:
     steps: tuple[Step, ...]  # in execution order: patch by patch, rows of patches concatenated as they finish
     macs: int  # multiply-accumulates of the steps (the region's own MACs plus halo recomputation)
 
+    @property
+    def target_piece(self) -> Piece:
+        """The whole target, as the last step writes it: a CONCATENATION of patches (one patch: its operator)."""
+        last = self.steps[-1]
+        assert isinstance(last, Concat | Apply)
+        return last.result
+
 
 def shape_hw(sg: Subgraph, tensor: int) -> tuple[int, int]:
     return sg.tensors[tensor].shape[1], sg.tensors[tensor].shape[2]
@@ -293,20 +301,20 @@ def _ancestors(sg: Subgraph) -> list[int]:
     return result
 
 
-def region_between(graph: Graph, source: int, target: int) -> Region | str:
-    """The tileable region from cut `source` to cut `target`, or why there is none."""
+def region_between(graph: Graph, source: int, target: int) -> Region:
+    """The tileable region from cut `source` to cut `target`; NotApplicable says why there is none."""
     sg = graph.main
     producers = sg.producers()
     ancestors = _ancestors(sg)
     if target not in producers:
-        return "the target tensor is a model input"
+        raise NotApplicable("the target tensor is a model input")
     t_op = producers[target]
     before_target = ancestors[t_op] | 1 << t_op
     before_source = 0
     if source in producers:
         before_source = ancestors[producers[source]] | 1 << producers[source]
     if before_source & ~before_target:
-        return "the source does not precede the target"
+        raise NotApplicable("the source does not precede the target")
     members = before_target & ~before_source
     consumers = sg.consumers()
     ops: list[RegionOp] = []
@@ -317,20 +325,17 @@ def region_between(graph: Graph, source: int, target: int) -> Region | str:
         if op.opcode == "PAD" and not _foldable_pad(graph, op, consumers, members):
             folded.append(op.index)
             continue
-        region_op = _region_op(graph, op, producers, members, set(folded))
-        if isinstance(region_op, str):
-            return region_op
-        ops.append(region_op)
+        ops.append(_region_op(graph, op, producers, members, set(folded)))
     if not ops or t_op in folded:
-        return "the region ends in a PAD folded into its consumers or holds no operator"
+        raise NotApplicable("the region ends in a PAD folded into its consumers or holds no operator")
     for region_op in ops:
         for edge in region_op.edges:
             if edge.tensor != source and not (edge.tensor in producers and members >> producers[edge.tensor] & 1):
-                return f"operator {region_op.op} reads a tensor from outside the region"
+                raise NotApplicable(f"operator {region_op.op} reads a tensor from outside the region")
     for t in sorted({source} | {t for rop in ops for t in rop.outputs}):
         if sg.tensors[t].dtype not in WINDOW_TYPES:
-            return (f"tensor {t} '{sg.tensors[t].name}' is {sg.tensors[t].dtype}, which TFLM's STRIDED_SLICE and "
-                    f"CONCATENATION do not copy")
+            raise NotApplicable(f"tensor {t} '{sg.tensors[t].name}' is {sg.tensors[t].dtype}, which TFLM's "
+                                f"STRIDED_SLICE and CONCATENATION do not copy")
     return Region(source, target, tuple(ops), tuple(folded))
 
 
@@ -405,19 +410,20 @@ def _axis_map(kernel: int, dilation: int, stride: int, in_size: int, out_size: i
     return AxisMap(window.effective_size(kernel, dilation), stride, offset)
 
 
-def _region_op(graph: Graph, op: Operator, producers: dict[int, int], members: int,
-               folded: set[int]) -> RegionOp | str:
+def _region_op(graph: Graph, op: Operator, producers: dict[int, int], members: int, folded: set[int]) -> RegionOp:
+    """`op` as a step of the region; NotApplicable says why it cannot run on patches."""
     sg = graph.main
     for output in op.outputs:
         if len(sg.tensors[output].shape) != 4 or sg.tensors[output].shape[0] != 1:
-            return f"operator {op.index} ({op.opcode}) has no single-image NHWC output"
+            raise NotApplicable(f"operator {op.index} ({op.opcode}) has no single-image NHWC output")
     out_hw = shape_hw(sg, op.outputs[0])
     fill_lowest = False
     pads = False
+    maps: dict[int, tuple[WindowMap, WindowMap]]
     if op.opcode in CONV_OPCODES or op.opcode in POOL_OPCODES:
         if op.opcode == "AVERAGE_POOL_2D" and _same_padding_used(sg, op):
             # AVERAGE_POOL's SAME padding divides by the in-image count: no explicit PAD reproduces it.
-            return f"operator {op.index} ({op.opcode}) averages over SAME padding"
+            raise NotApplicable(f"operator {op.index} ({op.opcode}) averages over SAME padding")
         fill_lowest = op.opcode == "MAX_POOL_2D" and _same_padding_used(sg, op)
         rows, cols = _axis_maps(sg, op)
         maps = {0: (rows, cols)}
@@ -430,33 +436,28 @@ def _region_op(graph: Graph, op: Operator, producers: dict[int, int], members: i
             if reason is None:
                 maps[slot] = (IDENTITY, IDENTITY)
             elif reason:
-                return reason
+                raise NotApplicable(reason)
     elif op.opcode in PAD_OPCODES:
         maps = _pad_maps(graph, op)
-        if isinstance(maps, str):
-            return maps
         pads = True
     elif op.opcode in RESIZE_OPCODES:
         maps = _resize_maps(graph, op)
-        if isinstance(maps, str):
-            return maps
     elif op.opcode in CHANNEL_OPCODES:
         maps = _channel_maps(graph, op, out_hw)
-        if isinstance(maps, str):
-            return maps
     else:
-        return global_operator(graph, op) or f"operator {op.index} ({op.opcode}) cannot run on patches"
+        raise NotApplicable(global_operator(graph, op) or f"operator {op.index} ({op.opcode}) cannot run on patches")
     edges = []
-    for slot, (rows, cols) in maps.items():
+    for slot, (row_map, col_map) in maps.items():
         tensor = op.inputs[slot]
         pad_op = producers.get(tensor)
         if pad_op is not None and pad_op in folded:
             paddings = graph.constant_array(sg.operators[pad_op].inputs[1])
+            assert paddings is not None  # only PADs with constant paddings fold (`_foldable_pad`)
             tensor = sg.operators[pad_op].inputs[0]
-            edges.append(Edge(slot, tensor, _shifted(rows, int(paddings[1][0])), _shifted(cols, int(paddings[2][0])),
+            edges.append(Edge(slot, tensor, _shifted(row_map, int(paddings[1][0])), _shifted(col_map, int(paddings[2][0])),
                               pad_op))
         else:
-            edges.append(Edge(slot, tensor, rows, cols, None, fill_lowest))
+            edges.append(Edge(slot, tensor, row_map, col_map, None, fill_lowest))
     return RegionOp(op.index, tuple(edges), tuple(op.outputs), pads)
 
 
@@ -474,11 +475,11 @@ def _broadcast_operand(graph: Graph, op: Operator, slot: int, out_hw: tuple[int,
     return ""
 
 
-def _pad_maps(graph: Graph, op: Operator) -> dict[int, tuple[WindowMap, WindowMap]] | str:
+def _pad_maps(graph: Graph, op: Operator) -> dict[int, tuple[WindowMap, WindowMap]]:
     sg = graph.main
     paddings = graph.constant_array(op.inputs[1])
     if paddings is None or paddings.shape != (4, 2) or paddings[0].any():
-        return f"operator {op.index} ({op.opcode}) pads the batch or has no constant paddings"
+        raise NotApplicable(f"operator {op.index} ({op.opcode}) pads the batch or has no constant paddings")
     if op.opcode != "MIRROR_PAD":
         return {0: (AxisMap(1, 1, int(paddings[1][0])), AxisMap(1, 1, int(paddings[2][0])))}
     reflect = op.options.mode == fb.MirrorPadMode.REFLECT
@@ -486,7 +487,7 @@ def _pad_maps(graph: Graph, op: Operator) -> dict[int, tuple[WindowMap, WindowMa
     return {0: (MirrorMap(in_h, int(paddings[1][0]), reflect), MirrorMap(in_w, int(paddings[2][0]), reflect))}
 
 
-def _resize_maps(graph: Graph, op: Operator) -> dict[int, tuple[WindowMap, WindowMap]] | str:
+def _resize_maps(graph: Graph, op: Operator) -> dict[int, tuple[WindowMap, WindowMap]]:
     sg = graph.main
     o = op.options
     integer = sg.tensors[op.outputs[0]].dtype != "float32"
@@ -495,8 +496,8 @@ def _resize_maps(graph: Graph, op: Operator) -> dict[int, tuple[WindowMap, Windo
         axis = _resize_axis(op.opcode == "RESIZE_BILINEAR", n_in, n_out, bool(o.alignCorners),
                             bool(o.halfPixelCenters), integer)
         if axis is None:
-            return (f"operator {op.index} ({op.opcode}) maps a window of {n_out} rows or columns back to {n_in} "
-                    f"in a way no smaller resize reproduces (a non-integer factor or align_corners)")
+            raise NotApplicable(f"operator {op.index} ({op.opcode}) maps a window of {n_out} rows or columns back to "
+                                f"{n_in} in a way no smaller resize reproduces (a non-integer factor or align_corners)")
         maps.append(axis)
     return {0: (maps[0], maps[1])}
 
@@ -568,20 +569,21 @@ def _resize_sources(bilinear: bool, n_in: int, n_out: int, align_corners: bool, 
     return index, index, np.zeros(n_out)
 
 
-def _channel_maps(graph: Graph, op: Operator, out_hw: tuple[int, int]) -> dict[int, tuple[AxisMap, AxisMap]] | str:
+def _channel_maps(graph: Graph, op: Operator, out_hw: tuple[int, int]) -> dict[int, tuple[WindowMap, WindowMap]]:
     if op.opcode == "CONCATENATION":
-        axis, slots = op.options.axis, range(len(op.inputs))
+        axis, slots = op.options.axis, list(range(len(op.inputs)))
     else:
         data, axis_slot = (1, 0) if op.opcode == "SPLIT" else (0, 2)
         axis_value = graph.constant_array(op.inputs[axis_slot])
         if axis_value is None:
-            return f"operator {op.index} ({op.opcode}) has no constant axis"
+            raise NotApplicable(f"operator {op.index} ({op.opcode}) has no constant axis")
         axis, slots = int(np.ravel(axis_value)[0]), [data]
     if axis % 4 != 3:
-        return f"operator {op.index} ({op.opcode}) works along rows or columns, not channels"
+        raise NotApplicable(f"operator {op.index} ({op.opcode}) works along rows or columns, not channels")
     for slot in slots:
         if _broadcast_operand(graph, op, slot, out_hw) is not None:
-            return f"operator {op.index} ({op.opcode}) joins a constant or tensors of other rows and columns"
+            raise NotApplicable(f"operator {op.index} ({op.opcode}) joins a constant or tensors of other rows and "
+                                f"columns")
     return {slot: (IDENTITY, IDENTITY) for slot in slots}
 
 
@@ -738,7 +740,7 @@ def _patch(graph: Graph, region: Region, rows: Interval, cols: Interval, patch: 
         padding = None
         if rop.pads:  # the PAD's own padding, where this window of its output leaves its input
             (_, piece), edge = inputs[0], rop.edges[0]
-            top, left = edge.rows.offset, edge.cols.offset  # type: ignore[union-attr]
+            top, left = _padding_before(edge.rows), _padding_before(edge.cols)
             padding = ((piece.rows[0] + top - out_rows[0], out_rows[1] - piece.rows[1] - top),
                        (piece.cols[0] + left - out_cols[0], out_cols[1] - piece.cols[1] - left))
         steps.append(Apply(rop.op, tuple(inputs), results, padding))
@@ -753,8 +755,10 @@ def _clip(sg: Subgraph, tensor: int, rows: Interval, cols: Interval) -> tuple[In
     return (max(rows[0], 0), min(rows[1], shape[1])), (max(cols[0], 0), min(cols[1], shape[2]))
 
 
-def _hull(a: tuple[Interval, Interval], b: tuple[Interval, Interval]) -> tuple[Interval, Interval]:
-    return tuple((min(x[0], y[0]), max(x[1], y[1])) for x, y in zip(a, b))  # type: ignore[return-value]
+def _padding_before(axis: WindowMap) -> int:
+    """Rows or columns a PAD or MIRROR_PAD adds before its input along `axis`."""
+    assert not isinstance(axis, ResizeMap)  # a PAD's maps are affine (PAD, PADV2) or mirrored (MIRROR_PAD)
+    return axis.offset
 
 
 def op_macs(sg: Subgraph, op: Operator, pixels: int | None = None) -> int:

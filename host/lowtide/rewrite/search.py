@@ -157,9 +157,10 @@ def tile(graph: Graph, source: int, target: int, grid: tuple[int, int], order: l
     for tensor in (source, target):
         if tensor not in cuts:
             raise NotApplicable(f"cannot tile at tensor {tensor}: other tensors computed before it are read after it")
-    region = region_between(graph, source, target)
-    if isinstance(region, str):
-        raise NotApplicable(f"cannot tile tensor {source} -> {target}: {region}")
+    try:
+        region = region_between(graph, source, target)
+    except NotApplicable as exc:
+        raise NotApplicable(f"cannot tile tensor {source} -> {target}: {exc.message}") from None
     height, width = graph.main.tensors[target].shape[1:3]
     limit = (min(height, MAX_PATCHES_PER_AXIS), min(width, MAX_PATCHES_PER_AXIS))
     if not (1 <= grid[0] <= limit[0] and 1 <= grid[1] <= limit[1]) or grid == (1, 1):
@@ -204,7 +205,7 @@ def rewrite_auto(graph: Graph, max_mac_overhead: float = 0.20, effort: float = 1
                              stock.head_bytes, macs_before, macs_before, (), _pareto(explored), wall_clock_cut(),
                              time.monotonic() - started, tuple(rejected))
     original_head, final = rounds[0].base_head_bytes, rounds[-1]
-    tilings = tuple(r.tiling for r in rounds)
+    tilings = _tilings(rounds)
     for _ in range(len(tilings)):
         # The first region was tiled while the peak was still elsewhere, so its grid was chosen for the MACs it
         # saves; with the later regions tiled first, its own peak is what counts, and it may get a finer grid.
@@ -218,7 +219,7 @@ def rewrite_auto(graph: Graph, max_mac_overhead: float = 0.20, effort: float = 1
         again = _rounds(later, budget, limits, explored, rejected)[0]
         if not again or again[-1].head_bytes >= final.head_bytes:
             break
-        final, tilings = again[-1], tilings[1:] + tuple(r.tiling for r in again)
+        final, tilings = again[-1], tilings[1:] + _tilings(again)
     head, data = planned_model(final.model, limits.placement(FINAL_PLACE_UNITS))
     reason = "; then ".join(t.describe() for t in tilings)
     ends = [note for note in (region_end(graph, t.target) for t in tilings) if note]
@@ -243,6 +244,11 @@ def _rounds(graph: Graph, budget: float, limits: _Limits, explored: list[Candida
             return rounds, found
         rounds.append(found)
         current = read_model(found.model, graph.path)
+
+
+def _tilings(rounds: list[_Round]) -> tuple[Tiling, ...]:
+    """The tilings of rounds `_rounds` kept: each of them tiled."""
+    return tuple(r.tiling for r in rounds if r.tiling is not None)
 
 
 @dataclass(frozen=True)
@@ -423,10 +429,11 @@ def _regions_at_peak(graph: Graph, peak_op: int) -> tuple[list[Region], str]:
         for target in cuts[position[source] + 1:]:
             if producers.get(target, -1) < peak_op or sg.operators[producers[target]].opcode == "PAD":
                 continue  # a PAD's output is reassembled unpadded by its consumer's patches instead
-            region = region_between(graph, source, target)
-            if isinstance(region, str):
+            try:
+                region = region_between(graph, source, target)
+            except NotApplicable as exc:
                 if producers.get(target, -1) > peak_op:
-                    reason = f"{reason}: {region}"
+                    reason = f"{reason}: {exc.message}"
                     break
                 continue
             if peak_op in {rop.op for rop in region.ops} | set(region.folded_pads):
@@ -506,7 +513,7 @@ def _pareto(candidates: list[Candidate]) -> tuple[Candidate, ...]:
     def memory(c: Candidate) -> int:
         return c.head_bytes if c.head_bytes is not None else c.live_peak_bytes
 
-    front = []
+    front: list[Candidate] = []
     for c in sorted(candidates, key=lambda c: (c.macs, memory(c))):
         if not front or memory(c) < memory(front[-1]):
             front.append(c)

@@ -19,6 +19,7 @@ from lowtide.budget import WallClock, WorkBudget
 from lowtide.memory import live_peak_bytes, tflm_plan
 from lowtide.memory.lifetimes import Order, stored_order
 from lowtide.model.ir import Graph
+from lowtide.model.schema import fb
 from lowtide.schedule.problem import SubgraphProblem, check_order, subgraph_problem
 from lowtide.schedule.anytime import budgeted_descent, cut_bound, solve_hard_block
 from lowtide.schedule.search import Block, BlockResult, blocks, heuristic_order
@@ -121,15 +122,15 @@ def find_schedule(graph: Graph, work: WorkBudget | None = None, progress: Progre
     # Work the easier blocks left goes to budget probes (`anytime.budgeted_descent`), from the level now proven, on
     # the block that sets the model's peak (the other blocks' gaps do not count) while it is not proven optimal.
     while not work.spent():
-        index = max(range(len(results)), key=lambda i: results[i].peak, default=None)
-        if index is None or results[index].peak <= level:
+        peak_index = max(range(len(results)), key=lambda i: results[i].peak, default=None)
+        if peak_index is None or results[peak_index].peak <= level:
             break
-        _, block, _ = pending[index]
-        result = results[index]
+        _, block, _ = pending[peak_index]
+        result = results[peak_index]
         descent = budgeted_descent(problems[block.subgraph], block, level, (result.order, result.peak), work,
                                    functools.partial(report, len(pending)))
         level = max(level, descent.bound)
-        results[index] = BlockResult(descent.order, descent.peak, level, result.states + descent.states,
+        results[peak_index] = BlockResult(descent.order, descent.peak, level, result.states + descent.states,
                                      descent.peak <= level)
         explored += descent.states
         if descent.peak > level:
@@ -162,7 +163,7 @@ def find_schedule(graph: Graph, work: WorkBudget | None = None, progress: Progre
     )
 
 
-def apply_order(graph: Graph, order: Order):
+def apply_order(graph: Graph, order: Order) -> fb.ModelT:
     """A deep copy of the model (`graph.raw`, a schema ModelT) with each subgraph's operators stored in `order`."""
     check_order(graph, order)
     model = copy.deepcopy(graph.raw)

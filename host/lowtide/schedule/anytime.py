@@ -187,7 +187,7 @@ class CutLookahead:
                           key=_highest_first)
         else:
             cuts = [cut for cut in known if not done >> cut.op & 1]
-            stale = []
+            stale: list[int] = []
             for position, cut in enumerate(cuts):
                 if cut.bound >= limit or len(stale) == self.RECOMPUTED:
                     break
@@ -289,7 +289,7 @@ def widening_beam(problem: SubgraphProblem, block: Block, level: int,
     best = None
     width = BEAM_WIDTH
     readiness = Readiness(problem, block)
-    units = 0  # what the last beam took
+    units = 0.0  # what the last beam took
     while 4 * units < work.left:
         width *= 4
         started = work.done

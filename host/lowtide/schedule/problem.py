@@ -11,6 +11,7 @@ as a subgraph output) is live, together with this operator's outputs and its scr
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from lowtide.errors import LowtideError
@@ -119,19 +120,19 @@ def subgraph_problem(graph: Graph, sg_index: int, in_place: bool = False) -> Sub
         if sg.tensors[t].planned:
             planned_id(t, None)
     op_creates: list[tuple[int, ...]] = []
-    for op in sg.operators:
-        reads = {t for t in op.inputs if t >= 0}
+    for operator in sg.operators:
+        inputs = {t for t in operator.inputs if t >= 0}
         creates = []
-        for t in dict.fromkeys(op.outputs):
-            if sg.tensors[t].planned and t not in planned_ids and t not in reads:
-                creates.append(planned_id(t, op.index))
+        for t in dict.fromkeys(operator.outputs):
+            if sg.tensors[t].planned and t not in planned_ids and t not in inputs:
+                creates.append(planned_id(t, operator.index))
         op_creates.append(tuple(creates))
     consumers = [0] * len(producer)
     op_reads: list[tuple[int, ...]] = []
-    for op in sg.operators:
-        reads = tuple(planned_ids[t] for t in dict.fromkeys(op.inputs) if t in planned_ids)
+    for operator in sg.operators:
+        reads = tuple(planned_ids[t] for t in dict.fromkeys(operator.inputs) if t in planned_ids)
         for t in reads:
-            consumers[t] |= 1 << op.index
+            consumers[t] |= 1 << operator.index
         op_reads.append(reads)
     kept = [False] * len(producer)
     for t in sg.outputs:
@@ -229,7 +230,7 @@ def _closure(predecessors: list[int]) -> list[int]:
     return ancestors
 
 
-def bits(mask: int):
+def bits(mask: int) -> Iterator[int]:
     while mask:
         low = mask & -mask
         yield low.bit_length() - 1

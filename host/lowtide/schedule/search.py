@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -115,7 +114,9 @@ def simple_orders(problem: SubgraphProblem, block: Block) -> list[tuple[int, lis
         for reverse in (False, True):
             order = _depth_first_order(problem, block, reverse)
             candidates.append((problem.peak(order, block.before), order))
-        candidates.append(beam_order(problem, block, Readiness(problem, block), 1))
+        greedy = beam_order(problem, block, Readiness(problem, block), 1)
+        assert greedy is not None  # with no work budget the beam always ends
+        candidates.append(greedy)
     return candidates
 
 
@@ -159,6 +160,11 @@ def _depth_first_order(problem: SubgraphProblem, block: Block, reverse: bool) ->
     return order
 
 
+# A beam state, keyed by the set of run operators: (peak so far, live bytes, ready operators, previous set, operator
+# run last).
+_BeamState = tuple[int, int, int, int | None, int]
+
+
 def beam_order(
     problem: SubgraphProblem, block: Block, readiness: Readiness, width: int, work: WorkBudget | None = None,
     level: int = 0,
@@ -167,15 +173,14 @@ def beam_order(
     depth, best = lowest peak so far, then fewest bytes live (width 1 is the plain greedy order). Peaks up to
     `level`, a proven lower bound, count as `level`: no order avoids them, so fewer bytes live decides. None if
     `work` is spent first (None: no limit); each step evaluated is charged to it."""
-    # mask -> (peak so far, live bytes, ready operators, previous mask, operator run last)
-    beam = {block.before: (0, problem.live_bytes(block.before), readiness.first, None, -1)}
+    beam: dict[int, _BeamState] = {block.before: (0, problem.live_bytes(block.before), readiness.first, None, -1)}
     history = []
     for _ in range(block.size):
         if work is not None:
             if work.spent():
                 return None
             work.charge(sum(ready.bit_count() for _, _, ready, _, _ in beam.values()))
-        following: dict[int, tuple[int, int, int, int | None, int]] = {}
+        following: dict[int, _BeamState] = {}
         for done, (peak, live, ready, _, _) in beam.items():
             for op in bits(ready):
                 during, after = problem.step(done, live, op)
@@ -189,6 +194,7 @@ def beam_order(
     order = []
     for layer in reversed(history):
         order.append(op)
+        assert previous is not None  # only the block's starting state has none, and no layer looks it up
         _, _, _, previous, op = layer[previous]
     order.reverse()
     return peak, order
@@ -221,9 +227,9 @@ def solve_block(
     With `lookahead`, a state's cost is also raised to its bound when it is popped (once): states that cannot
     beat `fallback` are dropped, and the cost popped stays a lower bound on every order not yet ruled out (A*
     with an admissible estimate, for the highest step instead of a sum)."""
-    fallback, fallback_peak = fallback
+    fallback_order, fallback_peak = fallback
     if fallback_peak <= level or block.size == 1:
-        return BlockResult(fallback, fallback_peak, max(level, fallback_peak), 0, True)
+        return BlockResult(fallback_order, fallback_peak, max(level, fallback_peak), 0, True)
     beat = fallback_peak if beat is None else beat
     goal = block.before | block.ops
     step = problem.step
@@ -236,12 +242,12 @@ def solve_block(
     heap = [(level, 0, next(tie), block.before, problem.live_bytes(block.before), readiness.first, level, None,
              lookahead is None)]
     popped = 0
-    dropped = math.inf  # the lowest cost of a state dropped for reaching `beat`
+    dropped = fallback_peak  # the lowest cost of a state dropped for reaching `beat`, or the fallback's peak
     while heap:
         cost, depth, _, done, live, ready, way, token, looked = heapq.heappop(heap)
         if reached[done][0] < way:
             continue
-        if not looked:
+        if lookahead is not None and not looked:
             ahead, token = lookahead(done, token, beat)
             if ahead >= beat:
                 dropped = min(dropped, ahead)  # no continuation beats it
@@ -258,7 +264,7 @@ def solve_block(
                 tick()
             work.charge(CHECK_EVERY * POP_UNITS)
             if work.spent() or len(reached) > MAX_STATES:
-                return BlockResult(fallback, fallback_peak, cost, popped, False)
+                return BlockResult(fallback_order, fallback_peak, cost, popped, False)
         successors = []
         for op in bits(ready):
             during, after = step(done, live, op)
@@ -280,7 +286,7 @@ def solve_block(
             heapq.heappush(heap, (next_cost, depth - 1, next(tie), following, after,
                                   readiness.after(ready, op, following), next_way, token, lookahead is None))
     # No order beats `beat` (by default the fallback is optimal), nor even the lowest cost dropped.
-    return BlockResult(fallback, fallback_peak, max(level, min(dropped, fallback_peak)), popped, True)
+    return BlockResult(fallback_order, fallback_peak, max(level, dropped), popped, True)
 
 
 def _path(reached: dict[int, tuple[int, int]], start: int, goal: int) -> list[int]:

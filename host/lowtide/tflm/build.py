@@ -201,7 +201,8 @@ def sources_for(tree: TflmTree, opcodes: Iterable[str]) -> list[Path]:
 def _cmsis_nn_definitions(root: Path) -> tuple[dict[str, Path], dict[str, Path]]:
     """CMSIS-NN's functions and the source defining each (mostly one function per file, named after it), and its
     lookup tables and the source defining each."""
-    functions, tables = {}, {}
+    functions: dict[str, Path] = {}
+    tables: dict[str, Path] = {}
     for path in sorted((root / "third_party" / "cmsis_nn" / "Source").rglob("*.c")):
         text = path.read_text(errors="replace")
         for name in _CMSIS_NN_DEFINITION.findall(text):

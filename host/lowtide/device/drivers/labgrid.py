@@ -118,7 +118,7 @@ def acquired_place(place: str, coordinator: str | None, wait: float,
     finally:
         with _sigterm_as_exit():
             try:
-                if acquired:
+                if acquired and session is not None:
                     run(session.release(), "releasing the place")
                     note.unlink(missing_ok=True)
             finally:
