@@ -6,6 +6,7 @@ the host TFLM's on the same inputs. The MLPerf image is that of a real Nucleo (n
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -20,9 +21,9 @@ from conftest import REPO, SHARED_MODELS, needs_firmware_tools
 from lowtide import oracle
 from lowtide.device.measure import measure
 from lowtide.device.spec import get_board_spec
-from lowtide.mlperf.benchmarks import BENCHMARKS, mlperf_protocol
+from lowtide.mlperf.benchmarks import BENCHMARKS, INPUT_UINT8_AS_INT8, RESULT_SCORES, mlperf_protocol
 from lowtide.mlperf.datasets import LABELS_FILE, generate_dataset
-from lowtide.mlperf.runner import run_mlperf, session_results
+from lowtide.mlperf.runner import locate_runner, run_mlperf, session_results
 from lowtide.model.reader import load_model
 
 RUNNER_ARCHIVE = REPO.parent / "shared" / "mlperf-tiny" / "mlperf-tiny-runner-1afd2c98.tar.gz"
@@ -30,6 +31,8 @@ PLATFORMIO_ARCHIVES = REPO.parent / "shared" / "platformio"  # the ST platform, 
 APP = REPO / "firmware" / "app"
 KWS = SHARED_MODELS / "mlperf_kws_dscnn_int8.tflite"
 AD = SHARED_MODELS / "mlperf_ad01_int8.tflite"
+IC = SHARED_MODELS / "mlperf_ic_resnet8_int8.tflite"
+VWW = SHARED_MODELS / "mlperf_vww_96_int8.tflite"
 FAKE_INSTRUCTIONS, FAKE_CLOCK_HZ = 250000, 25000000  # firmware/hosttest/mlperf_host.c
 
 
@@ -178,6 +181,30 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, case, message):
     assert done.returncode == 2, done.stdout + done.stderr
     assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith("lowtide: error: ")
     assert re.search(message, done.stderr), done.stderr
+
+
+@pytest.mark.parametrize("model, benchmark_id", [(IC, "ic01"), (VWW, "vww01")])
+def test_the_image_benchmarks_inputs_are_what_the_runner_reads(tmp_path, model, benchmark_id):
+    """ic01 and vww01 end to end take minutes on qemu-m4 (docs/mlperf.md: their figures, from a run by hand): here
+    their models' grammar, and the generated inputs as the runner's own datasets.py reads them."""
+    spec = BENCHMARKS[benchmark_id]
+    graph = load_model(model)
+    protocol = mlperf_protocol(graph, spec)
+    assert protocol.db_bytes == {"ic01": 32 * 32 * 3, "vww01": 96 * 96 * 3}[benchmark_id]
+    assert (protocol.input_encoding, protocol.result, protocol.output_float32) == (INPUT_UINT8_AS_INT8,
+                                                                                    RESULT_SCORES, False)
+    assert graph.main.tensors[graph.main.outputs[0]].shape[-1] == spec.label_classes  # one score per class
+    dataset = generate_dataset(tmp_path, spec, protocol.db_bytes, spec.label_classes)
+    module = importlib.util.spec_from_file_location("mlperf_runner_datasets",
+                                                    locate_runner(RUNNER_ARCHIVE) / "datasets.py")
+    runner_datasets = importlib.util.module_from_spec(module)
+    module.loader.exec_module(runner_datasets)
+    files = runner_datasets.DataSet(str(dataset.folder), LABELS_FILE)
+    read = [files.get_file_by_index(i) for i in range(files.get_num_files())]
+    assert len(read) == max(5, spec.label_classes)  # performance mode's five windows, and every class
+    assert {len(data) for _, data in read} == {protocol.db_bytes}
+    assert {truth["classes"] for truth, _ in read} == {str(spec.label_classes)}
+    assert {int(truth["class"]) for truth, _ in read} == set(range(spec.label_classes))
 
 
 # --- the runner against the emulated boards -----------------------------------------------------------------------
