@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from conftest import REPO, SHARED_MODELS, needs_firmware_tools
 from lowtide import oracle
+from lowtide.device.drivers.platformio import build_board_firmware
 from lowtide.device.measure import measure
 from lowtide.device.spec import get_board_spec
 from lowtide.mlperf.benchmarks import BENCHMARKS, INPUT_UINT8_AS_INT8, RESULT_SCORES, mlperf_protocol
@@ -325,10 +326,10 @@ def test_runner_accuracy_scores_are_the_host_tflms(runs):
 
 
 @needs_firmware_tools
-def test_the_mlperf_image_builds_for_a_real_nucleo(tmp_path):
+def test_the_mlperf_image_builds_for_a_real_nucleo(tmp_path, monkeypatch):
     """nucleo-f446re (USART2 to the ST-LINK, DWT cycles at 180 MHz), built offline with the grammar in place of
-    lowtide's protocol: the very image qemu-nucleo-f446re runs above (the same build, from the cache). Silicon is not
-    here: on the real part it is only built, not run."""
+    lowtide's protocol: byte for byte the image qemu-nucleo-f446re runs above. Silicon is not here: on the real part
+    it is only built, not run."""
     env = dict(os.environ, PYTHONPATH=str(REPO / "host"), LOWTIDE_PLATFORMIO_ARCHIVES=str(PLATFORMIO_ARCHIVES))
     done = subprocess.run([sys.executable, "-c", "from lowtide.cli import main; main()", "build", str(KWS),
                            "--board", "nucleo-f446re", "--runtime", "compiled", "--mlperf", "kws01", "--json"],
@@ -344,3 +345,7 @@ def test_the_mlperf_image_builds_for_a_real_nucleo(tmp_path):
     strings = subprocess.run(["arm-none-eabi-strings", image["elf"]], capture_output=True, text=True,
                              check=True).stdout
     assert "m-model-[kws01]" in strings and "m-name-dut-[lowtide " in strings
+    monkeypatch.setenv("LOWTIDE_PLATFORMIO_ARCHIVES", str(PLATFORMIO_ARCHIVES))
+    emulated = build_board_firmware(get_board_spec("qemu-nucleo-f446re"), KWS, "compiled",
+                                    mlperf=mlperf_protocol(load_model(KWS), BENCHMARKS["kws01"]))  # the cached build
+    assert Path(image["elf"]).read_bytes() == emulated.elf.read_bytes()
