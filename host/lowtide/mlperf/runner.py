@@ -106,9 +106,9 @@ class MlperfResult:
     top1_percent: float | None  # accuracy mode
     auc: float | None  # accuracy mode
     session_dir: str  # the runner's log.txt, results.txt, results.json
-    windows: tuple[MlperfWindow, ...] = ()  # performance mode: each window's timestamps and throughput
-    median_throughput_from_timestamps: float | None = None  # lowtide's, unrounded: median of windows' throughput
-    throughput_formula: str | None = None  # how lowtide computed it (performance mode)
+    windows: tuple[MlperfWindow, ...]  # performance mode: each window's timestamps and throughput
+    median_throughput_from_timestamps: float | None  # lowtide's, unrounded: the median of the windows' throughput
+    throughput_formula: str | None  # how lowtide computed it (performance mode)
 
 
 # --- the runner ---------------------------------------------------------------------------------------------------
@@ -335,11 +335,13 @@ def run_mlperf(model: Path, board_name: str, benchmark_id: str, mode: str = "per
 
 
 def timed_windows(results: list[dict]) -> tuple[MlperfWindow, ...]:
-    """The performance windows of a session's results.json, with the throughput computed from their timestamps."""
+    """The performance windows of a session's results.json, with the throughput computed from their timestamps:
+    the entries the runner's median takes (main.py, summarize_result), an infer with a throughput and no error."""
     windows = []
     for entry in results:
         infer = entry.get("infer") if isinstance(entry, dict) else None
-        if not isinstance(infer, dict) or entry.get("mode") != "p" or "throughput" not in infer:
+        if (not isinstance(infer, dict) or "throughput" not in infer or entry.get("error")
+                or not {"class", "file"} <= entry.keys()):
             continue
         try:
             n, t0, t1 = int(infer["iterations"]), int(infer["start_time"]), int(infer["end_time"])
