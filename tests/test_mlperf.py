@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import random
+import statistics
 import re
 import shutil
 import subprocess
@@ -24,7 +26,7 @@ from lowtide.device.measure import measure
 from lowtide.device.spec import get_board_spec
 from lowtide.mlperf.benchmarks import BENCHMARKS, INPUT_UINT8_AS_INT8, RESULT_SCORES, mlperf_protocol
 from lowtide.mlperf.datasets import LABELS_FILE, generate_dataset
-from lowtide.mlperf.runner import locate_runner, run_mlperf, session_results
+from lowtide.mlperf.runner import locate_runner, run_mlperf, session_results, window_throughput
 from lowtide.model.reader import load_model
 
 RUNNER_ARCHIVE = REPO.parent / "shared" / "mlperf-tiny" / "mlperf-tiny-runner-1afd2c98.tar.gz"
@@ -206,6 +208,37 @@ def test_the_image_benchmarks_inputs_are_what_the_runner_reads(tmp_path, model, 
     assert {len(data) for _, data in read} == {protocol.db_bytes}
     assert {truth["classes"] for truth, _ in read} == {str(spec.label_classes)}
     assert {int(truth["class"]) for truth, _ in read} == set(range(spec.label_classes))
+
+
+_RUNNERS_THROUGHPUT = """
+import json, sys
+import numpy as np
+from script import _ScriptInferStep
+out = []
+for n, t0, t1 in json.loads(sys.argv[1]):
+    infer = {"elapsed_time": t1 - t0, "results": []}
+    _ScriptInferStep(iterations=n)._print_AP_results(infer, "p")
+    out.append(infer["throughput"])
+print(json.dumps({"windows": out, "medians": [float(np.median(m)) for m in json.loads(sys.argv[2])]}))
+"""
+
+
+def test_lowtides_throughput_is_the_runners_own_code_to_the_bit(tmp_path):
+    """window_throughput and the median against the runner's own functions (script.py, numpy's median), on windows
+    of every size a board gives, a wrapped counter among them (T1 < T0: 0), and on odd and even counts of windows."""
+    rng = random.Random(7)
+    windows = [(n, t0, t0 + d) for n, t0, d in [(70, 10148793, 15373429), (1500, 5, 1), (20, 2**32 - 10, -2**32 + 20),
+                                               (70, 4000000000, -3999999000), (1, 0, 0)]]
+    windows += [(rng.choice([1, 20, 70, 1500]), rng.randrange(2**32), rng.randrange(1, 2**31)) for _ in range(300)]
+    medians = [[rng.uniform(0.1, 5000) for _ in range(rng.choice([1, 2, 4, 5, 6]))] for _ in range(100)]
+    done = subprocess.run([sys.executable, "-c", _RUNNERS_THROUGHPUT, json.dumps(windows), json.dumps(medians)],
+                          cwd=tmp_path, capture_output=True, text=True, check=False, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(locate_runner(RUNNER_ARCHIVE))))
+    assert done.returncode == 0, done.stderr
+    runners = json.loads(done.stdout.splitlines()[-1])
+    assert [window_throughput(*w) for w in windows] == runners["windows"]
+    assert runners["windows"][2:5] == [0, 0, 0]
+    assert [statistics.median(m) for m in medians] == runners["medians"]
 
 
 # --- the runner against the emulated boards -----------------------------------------------------------------------
