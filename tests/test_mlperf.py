@@ -1,10 +1,16 @@
 """MLPerf Tiny: the firmware's grammar (firmware/app/lt_mlperf.c) built on this machine and driven byte by byte, and
-MLCommons' runner, unmodified, driving qemu-m4 in performance and accuracy mode: its throughput is the board's
-instruction count at the board's clock, its scores are the host TFLM's on the same inputs."""
+MLCommons' runner, unmodified, driving qemu-m4 and the emulated real STM32 (qemu-nucleo-f446re: nucleo-f446re's image
+in QEMU's netduinoplus2) in performance and accuracy mode: the throughput it prints is lowtide's, computed from the
+board's timestamps, to every digit printed, and the board's instruction count at the board's clock; its scores are
+the host TFLM's on the same inputs. The MLPerf image is that of a real Nucleo (nucleo-f446re)."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
+import random
+import statistics
 import re
 import shutil
 import subprocess
@@ -15,17 +21,21 @@ import numpy as np
 import pytest
 from conftest import REPO, SHARED_MODELS, needs_firmware_tools
 from lowtide import oracle
+from lowtide.device.drivers.platformio import build_board_firmware
 from lowtide.device.measure import measure
 from lowtide.device.spec import get_board_spec
-from lowtide.mlperf.benchmarks import BENCHMARKS, mlperf_protocol
+from lowtide.mlperf.benchmarks import BENCHMARKS, INPUT_UINT8_AS_INT8, RESULT_SCORES, mlperf_protocol
 from lowtide.mlperf.datasets import LABELS_FILE, generate_dataset
-from lowtide.mlperf.runner import run_mlperf, session_results
+from lowtide.mlperf.runner import locate_runner, run_mlperf, session_results, window_throughput
 from lowtide.model.reader import load_model
 
 RUNNER_ARCHIVE = REPO.parent / "shared" / "mlperf-tiny" / "mlperf-tiny-runner-1afd2c98.tar.gz"
+PLATFORMIO_ARCHIVES = REPO.parent / "shared" / "platformio"  # the ST platform, offline (tests/test_st_boards.py)
 APP = REPO / "firmware" / "app"
 KWS = SHARED_MODELS / "mlperf_kws_dscnn_int8.tflite"
 AD = SHARED_MODELS / "mlperf_ad01_int8.tflite"
+IC = SHARED_MODELS / "mlperf_ic_resnet8_int8.tflite"
+VWW = SHARED_MODELS / "mlperf_vww_96_int8.tflite"
 FAKE_INSTRUCTIONS, FAKE_CLOCK_HZ = 250000, 25000000  # firmware/hosttest/mlperf_host.c
 
 
@@ -176,44 +186,120 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, case, message):
     assert re.search(message, done.stderr), done.stderr
 
 
-# --- the runner against qemu-m4 -----------------------------------------------------------------------------------
-
-CASES = [(KWS, "kws01", "compiled"), (KWS, "kws01", "tflm-cmsis-nn"), (AD, "ad01", "compiled"),
-         (AD, "ad01", "tflm-cmsis-nn")]
-
-
-@pytest.fixture(scope="module", params=CASES, ids=lambda c: f"{c[1]}-{c[2]}")
-def runs(request, tmp_path_factory):
-    """One performance and one accuracy run of the runner for a model and runtime (one firmware build)."""
-    model, benchmark, runtime = request.param
-    work = tmp_path_factory.mktemp(f"mlperf-{benchmark}-{runtime}")
-    performance = run_mlperf(model, "qemu-m4", benchmark, "performance", runner=RUNNER_ARCHIVE, runtime=runtime,
-                             work_dir=work)
-    # Accuracy on a dataset of the test's own (the generated one goes with its run), which --dataset checks. ad01's
-    # recordings cut into windows are the runner's doing, checked once: each window is 83 commands to QEMU.
+@pytest.mark.parametrize("model, benchmark_id", [(IC, "ic01"), (VWW, "vww01")])
+def test_the_image_benchmarks_inputs_are_what_the_runner_reads(tmp_path, model, benchmark_id):
+    """ic01 and vww01 end to end take minutes on qemu-m4 (docs/mlperf.md: their figures, from a run by hand): here
+    their models' grammar, and the generated inputs as the runner's own datasets.py reads them."""
+    spec = BENCHMARKS[benchmark_id]
     graph = load_model(model)
-    dataset = generate_dataset(work / "datasets", BENCHMARKS[benchmark],
-                               mlperf_protocol(graph, BENCHMARKS[benchmark]).db_bytes,
-                               BENCHMARKS[benchmark].label_classes, seed=1, windows=2 if runtime == "compiled" else 1)
-    accuracy = run_mlperf(model, "qemu-m4", benchmark, "accuracy", dataset=dataset.root, runner=RUNNER_ARCHIVE,
-                          runtime=runtime, work_dir=work)
-    return model, benchmark, runtime, performance, accuracy
+    protocol = mlperf_protocol(graph, spec)
+    assert protocol.db_bytes == {"ic01": 32 * 32 * 3, "vww01": 96 * 96 * 3}[benchmark_id]
+    assert (protocol.input_encoding, protocol.result, protocol.output_float32) == (INPUT_UINT8_AS_INT8,
+                                                                                    RESULT_SCORES, False)
+    assert graph.main.tensors[graph.main.outputs[0]].shape[-1] == spec.label_classes  # one score per class
+    dataset = generate_dataset(tmp_path, spec, protocol.db_bytes, spec.label_classes)
+    module = importlib.util.spec_from_file_location("mlperf_runner_datasets",
+                                                    locate_runner(RUNNER_ARCHIVE) / "datasets.py")
+    runner_datasets = importlib.util.module_from_spec(module)
+    module.loader.exec_module(runner_datasets)
+    files = runner_datasets.DataSet(str(dataset.folder), LABELS_FILE)
+    read = [files.get_file_by_index(i) for i in range(files.get_num_files())]
+    assert len(read) == max(5, spec.label_classes)  # performance mode's five windows, and every class
+    assert {len(data) for _, data in read} == {protocol.db_bytes}
+    assert {truth["classes"] for truth, _ in read} == {str(spec.label_classes)}
+    assert {int(truth["class"]) for truth, _ in read} == set(range(spec.label_classes))
+
+
+_RUNNERS_THROUGHPUT = """
+import json, sys
+import numpy as np
+from script import _ScriptInferStep
+out = []
+for n, t0, t1 in json.loads(sys.argv[1]):
+    infer = {"elapsed_time": t1 - t0, "results": []}
+    _ScriptInferStep(iterations=n)._print_AP_results(infer, "p")
+    out.append(infer["throughput"])
+print(json.dumps({"windows": out, "medians": [float(np.median(m)) for m in json.loads(sys.argv[2])]}))
+"""
+
+
+def test_lowtides_throughput_is_the_runners_own_code_to_the_bit(tmp_path):
+    """window_throughput and the median against the runner's own functions (script.py, numpy's median), on windows
+    of every size a board gives, a wrapped counter among them (T1 < T0: 0), and on odd and even counts of windows."""
+    rng = random.Random(7)
+    windows = [(n, t0, t0 + d) for n, t0, d in [(70, 10148793, 15373429), (1500, 5, 1), (20, 2**32 - 10, -2**32 + 20),
+                                               (70, 4000000000, -3999999000), (1, 0, 0)]]
+    windows += [(rng.choice([1, 20, 70, 1500]), rng.randrange(2**32), rng.randrange(1, 2**31)) for _ in range(300)]
+    medians = [[rng.uniform(0.1, 5000) for _ in range(rng.choice([1, 2, 4, 5, 6]))] for _ in range(100)]
+    done = subprocess.run([sys.executable, "-c", _RUNNERS_THROUGHPUT, json.dumps(windows), json.dumps(medians)],
+                          cwd=tmp_path, capture_output=True, text=True, check=False, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(locate_runner(RUNNER_ARCHIVE))))
+    assert done.returncode == 0, done.stderr
+    runners = json.loads(done.stdout.splitlines()[-1])
+    assert [window_throughput(*w) for w in windows] == runners["windows"]
+    assert runners["windows"][2:5] == [0, 0, 0]
+    assert [statistics.median(m) for m in medians] == runners["medians"]
+
+
+# --- the runner against the emulated boards -----------------------------------------------------------------------
+
+# (model, benchmark, runtime, board). qemu-nucleo-f446re runs nucleo-f446re's own image, built with the ST platform
+# from its archives: one model and one runtime, as its build and QEMU's netduinoplus2 are the slow ones.
+CASES = [(KWS, "kws01", "compiled", "qemu-m4"), (KWS, "kws01", "tflm-cmsis-nn", "qemu-m4"),
+         (AD, "ad01", "compiled", "qemu-m4"), (AD, "ad01", "tflm-cmsis-nn", "qemu-m4"),
+         (KWS, "kws01", "compiled", "qemu-nucleo-f446re")]
+# m-name-dut-[lowtide NAME]: the board the image was built for (qemu-nucleo-f446re runs nucleo-f446re's unmodified)
+IMAGE_NAMES = {"qemu-m4": "qemu-mps2-an386", "qemu-nucleo-f446re": "nucleo-f446re"}
+
+
+@pytest.fixture(scope="module", params=CASES, ids=lambda c: f"{c[1]}-{c[2]}-{c[3]}")
+def runs(request, tmp_path_factory):
+    """One performance and one accuracy run of the runner for a model, runtime and board (one firmware build)."""
+    model, benchmark, runtime, board = request.param
+    work = tmp_path_factory.mktemp(f"mlperf-{benchmark}-{runtime}-{board}")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("LOWTIDE_PLATFORMIO_ARCHIVES", str(PLATFORMIO_ARCHIVES))
+        performance = run_mlperf(model, board, benchmark, "performance", runner=RUNNER_ARCHIVE, runtime=runtime,
+                                 work_dir=work)
+        # Accuracy on a dataset of the test's own (the generated one goes with its run), which --dataset checks.
+        # ad01's recordings cut into windows are the runner's doing, checked once: each window is 83 commands to QEMU.
+        graph = load_model(model)
+        dataset = generate_dataset(work / "datasets", BENCHMARKS[benchmark],
+                                   mlperf_protocol(graph, BENCHMARKS[benchmark]).db_bytes,
+                                   BENCHMARKS[benchmark].label_classes, seed=1,
+                                   windows=2 if (runtime, board) == ("compiled", "qemu-m4") else 1)
+        accuracy = run_mlperf(model, board, benchmark, "accuracy", dataset=dataset.root, runner=RUNNER_ARCHIVE,
+                              runtime=runtime, work_dir=work)
+        # lowtide's own count of one invocation's instructions, through its own protocol on the same board
+        measured = measure(model, board=board, runtime=runtime, iterations=1, warmup=0)
+    return model, benchmark, runtime, board, performance, accuracy, measured
 
 
 @needs_firmware_tools
-def test_runner_throughput_is_instructions_at_the_boards_clock(runs):
-    model, benchmark, runtime, performance, _ = runs
-    assert len(performance.window_throughputs) == 5
-    assert performance.median_throughput == round(float(np.median(performance.window_throughputs)), 3)
-    # lowtide's own count of one invocation's instructions, at the clock the board states
-    measured = measure(model, board="qemu-m4", runtime=runtime, iterations=1, warmup=0)
-    instructions = measured.latency_cycles.median
-    expected = get_board_spec("qemu-m4").clock_hz / instructions
-    # A window also holds preparing each inference (the input copied in, as the compiled runtime writes over it;
-    # TFLM's Reset), and the runner's inputs are not lowtide's random ones: within 0.5 %.
-    assert performance.median_throughput == pytest.approx(expected, rel=5e-3)
+def test_runner_throughput_is_lowtides_from_the_boards_instruction_count(runs):
+    model, benchmark, runtime, board, performance, _, measured = runs
+    windows = performance.windows
+    assert len(windows) == len(performance.window_throughputs) == 5
+    assert all(w.inferences == {"kws01": 70, "ad01": 1500}[benchmark] for w in windows)
+    # lowtide's figure from the board's timestamps is the runner's: each window's as it printed it (every digit:
+    # results.txt prints the float whole), the median to the 3 decimals it prints.
+    assert tuple(w.throughput for w in windows) == performance.window_throughputs
+    assert f"{performance.median_throughput_from_timestamps:.3f}" == f"{performance.median_throughput:.3f}"
+    assert "T1 - T0" in performance.throughput_formula
+    # On an emulator a timestamp is instructions * 1e6 // clock, at the clock the image itself reports (QEMU's
+    # netduinoplus2 has no RCC: nucleo-f446re's image stays on its 16 MHz reset clock): each window's inferences
+    # took that many instructions, to the one-microsecond truncation at each end.
+    clock = get_board_spec(board).clock_hz
+    assert clock == measured.clock_hz == {"qemu-m4": 25_000_000, "qemu-nucleo-f446re": 16_000_000}[board]
+    for w in windows:
+        per_inference = (w.end_us - w.start_us) * clock / 1e6 / w.inferences
+        # lowtide's own count of one invocation on its own random input: a window's inference also copies the input
+        # in (the compiled runtime writes over it; TFLM also resets), reads the counter, and runs on the runner's
+        # input; m-lap-us- T0's line is inside the window too, as in MLCommons' reference DUT.
+        assert per_inference == pytest.approx(measured.latency_cycles.median, rel=5e-3)
     log = (Path(performance.session_dir) / "log.txt").read_text()
     assert "Runtime requirements have been met." in log
+    assert f"Device name retrieved: lowtide {IMAGE_NAMES[board]}\n" in log
 
 
 def _host_scores(model: Path, benchmark: str, inputs: list[bytes]) -> list[list[float]]:
@@ -246,7 +332,7 @@ def _host_scores(model: Path, benchmark: str, inputs: list[bytes]) -> list[list[
 
 @needs_firmware_tools
 def test_runner_accuracy_scores_are_the_host_tflms(runs):
-    model, benchmark, runtime, _, accuracy = runs
+    model, benchmark, runtime, _, _, accuracy, _ = runs
     entries = [e for e in session_results(accuracy) if "infer" in e]
     folder = Path(accuracy.dataset) / benchmark
     inputs, windows_sent = [], {}
@@ -267,3 +353,32 @@ def test_runner_accuracy_scores_are_the_host_tflms(runs):
         top1 = 100 * np.mean([int(np.argmax(s)) == label for s, label in zip(expected, labels)])
         assert accuracy.top1_percent == round(float(top1), 1)
     assert accuracy.median_throughput is None
+
+
+# --- a real Nucleo ------------------------------------------------------------------------------------------------
+
+
+@needs_firmware_tools
+def test_the_mlperf_image_builds_for_a_real_nucleo(tmp_path, monkeypatch):
+    """nucleo-f446re (USART2 to the ST-LINK, DWT cycles at 180 MHz), built offline with the grammar in place of
+    lowtide's protocol: byte for byte the image qemu-nucleo-f446re runs above. Silicon is not here: on the real part
+    it is only built, not run."""
+    env = dict(os.environ, PYTHONPATH=str(REPO / "host"), LOWTIDE_PLATFORMIO_ARCHIVES=str(PLATFORMIO_ARCHIVES))
+    done = subprocess.run([sys.executable, "-c", "from lowtide.cli import main; main()", "build", str(KWS),
+                           "--board", "nucleo-f446re", "--runtime", "compiled", "--mlperf", "kws01", "--json"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, check=False, timeout=1500)
+    assert done.returncode == 0, done.stderr
+    image = json.loads(done.stdout)
+    assert image["board"] == "nucleo-f446re" and not image["emulated"]
+    assert image["static_ram_bytes"] + image["stack_bytes"] <= image["sram_capacity_bytes"]
+    symbols = subprocess.run(["arm-none-eabi-nm", image["elf"]], capture_output=True, text=True, check=True).stdout
+    names = {line.split()[-1] for line in symbols.splitlines()}
+    assert {"lt_mlperf_push_byte", "lt_dwt_cycles", "HAL_UART_Init"} <= names
+    assert "lt_server_push_byte" not in names  # lowtide's own protocol is not in this image
+    strings = subprocess.run(["arm-none-eabi-strings", image["elf"]], capture_output=True, text=True,
+                             check=True).stdout
+    assert "m-model-[kws01]" in strings and "m-name-dut-[lowtide " in strings
+    monkeypatch.setenv("LOWTIDE_PLATFORMIO_ARCHIVES", str(PLATFORMIO_ARCHIVES))
+    emulated = build_board_firmware(get_board_spec("qemu-nucleo-f446re"), KWS, "compiled",
+                                    mlperf=mlperf_protocol(load_model(KWS), BENCHMARKS["kws01"]))  # the cached build
+    assert Path(image["elf"]).read_bytes() == emulated.elf.read_bytes()

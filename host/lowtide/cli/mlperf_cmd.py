@@ -24,14 +24,17 @@ def _table(result: MlperfResult) -> Table:
     table = Table(title=f"MLPerf Tiny {result.benchmark} ({result.mode}): {result.model} on {result.board}, "
                         f"{result.runtime}")
     table.add_column("figure")
-    table.add_column("as the runner printed it", justify="right")
+    table.add_column("value", justify="right")
     if result.median_throughput is not None:
-        table.add_row("median throughput", f"{result.median_throughput:.3f} inf./s")
-        table.add_row("windows", ", ".join(f"{t:.3f}" for t in result.window_throughputs))
+        table.add_row("median throughput (the runner's)", f"{result.median_throughput:.3f} inf./s")
+        table.add_row("windows (the runner's)", ", ".join(f"{t:.3f}" for t in result.window_throughputs))
+    if result.median_throughput_from_timestamps is not None:
+        table.add_row("median throughput (lowtide's: N / (T1 - T0) of each window's m-lap-us-)",
+                      f"{result.median_throughput_from_timestamps:.6f} inf./s")
     if result.top1_percent is not None:
-        table.add_row("Top-1", f"{result.top1_percent:.1f} %")
+        table.add_row("Top-1 (the runner's)", f"{result.top1_percent:.1f} %")
     if result.auc is not None:
-        table.add_row("AUC", f"{result.auc:.3f}")
+        table.add_row("AUC (the runner's)", f"{result.auc:.3f}")
     table.add_row("dataset", "random inputs of the benchmark's format" if result.generated_dataset
                   else result.dataset)
     table.add_row("session", result.session_dir)

@@ -8,8 +8,12 @@ built for MLPerf Tiny's grammar (firmware/app/lt_mlperf.h).
 The runner writes its session (log.txt, results.txt, results.json) under `work_dir`/sessions/ and prints the median
 throughput (performance mode) or Top-1 and AUC (accuracy mode), which are read from what it printed.
 
-Timing on an emulator is the firmware's: m-lap-us- counts retired instructions at the board's stated clock. The
-runner also refuses a performance run whose five windows took under 10 s of host time (ERROR 2), a rule for real
+Throughput is the board's: the runner takes each window's m-lap-us- timestamps T0 and T1 (microseconds from the
+board's counter; on an emulator retired instructions at the board's stated clock, truncated to whole microseconds)
+and computes N / ((T1 - T0) / 1e6), then the median of the five windows. lowtide computes the same figure itself
+from the same timestamps (the runner's results.json) in the same floating-point steps, so it equals what the
+runner printed to every digit printed, and reports it unrounded (`median_throughput_from_timestamps`). The runner
+also refuses a performance run whose five windows took under 10 s of host time (ERROR 2), a rule for real
 timers that an emulator, faster than the board it stands for, can break: the relay holds each window's m-infer-done
 until MIN_WINDOW_HOST_S after its infer command. That wait changes no figure.
 """
@@ -22,6 +26,7 @@ import json
 import os
 import re
 import select
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -61,9 +66,33 @@ _REFUSED = re.compile(r"(ERROR \d+ - .*)$")
 _SESSION = re.compile(r"Session logged in file (\S+)")
 
 
+THROUGHPUT_FORMULA = ("inferences / ((T1 - T0) / 1e6) per window, T0 and T1 the board's m-lap-us- microseconds "
+                      "around its inferences (on an emulator: instructions * 1e6 // clock_hz), the median of the "
+                      "windows: the runner's own formula, on the timestamps it recorded in results.json")
+
+
+@dataclass(frozen=True)
+class MlperfWindow:
+    """One performance window as the board timed it: the runner's record of its m-lap-us- lines (results.json)."""
+
+    file: str  # the input the runner loaded for it
+    inferences: int
+    start_us: int  # T0
+    end_us: int  # T1
+    throughput: float  # inf./s, computed as the runner does: inferences / ((T1 - T0) / 1e6); 0 if T1 <= T0
+
+
+def window_throughput(inferences: int, start_us: int, end_us: int) -> float:
+    """The runner's throughput of one window (script.py, _print_AP_results), step for step: the same float
+    operations give the same float. A window whose counter wrapped (T1 <= T0) is 0 there too."""
+    elapsed_us = end_us - start_us
+    return inferences / (elapsed_us / 1_000_000) if elapsed_us > 0 else 0.0
+
+
 @dataclass(frozen=True)
 class MlperfResult:
-    """One run of the runner, with its figures as it printed them."""
+    """One run of the runner, with its figures as it printed them, and in performance mode lowtide's own
+    computation of the throughput from the board's timestamps (THROUGHPUT_FORMULA)."""
 
     model: str
     benchmark: str
@@ -77,6 +106,9 @@ class MlperfResult:
     top1_percent: float | None  # accuracy mode
     auc: float | None  # accuracy mode
     session_dir: str  # the runner's log.txt, results.txt, results.json
+    windows: tuple[MlperfWindow, ...]  # performance mode: each window's timestamps and throughput
+    median_throughput_from_timestamps: float | None  # lowtide's, unrounded: the median of the windows' throughput
+    throughput_formula: str | None  # how lowtide computed it (performance mode)
 
 
 # --- the runner ---------------------------------------------------------------------------------------------------
@@ -291,18 +323,44 @@ def run_mlperf(model: Path, board_name: str, benchmark_id: str, mode: str = "per
                                             board.serial.baud))
             argv = [sys.executable, str(runner_dir / "main.py"), f"--device_list={devices}", *arguments]
             output = _run_runner(argv, work_dir, timeout)
-        median, windows, top1, auc, session = _figures(output, work_dir)
+        median, printed_windows, top1, auc, session = _figures(output, work_dir)
+        windows = timed_windows(_results(session)) if mode == "performance" else ()
+        # statistics.median is numpy's (the runner's) to the bit: the middle value, or the two middle ones' mean
+        computed = statistics.median(w.throughput for w in windows) if windows else None
         return MlperfResult(model=model.name, benchmark=benchmark.id, mode=mode, board=board.name, runtime=runtime,
                             dataset=str(data.root), generated_dataset=dataset is None, median_throughput=median,
-                            window_throughputs=windows, top1_percent=top1, auc=auc, session_dir=str(session))
+                            window_throughputs=printed_windows, top1_percent=top1, auc=auc, session_dir=str(session),
+                            windows=windows, median_throughput_from_timestamps=computed,
+                            throughput_formula=THROUGHPUT_FORMULA if windows else None)
 
 
-def session_results(result: MlperfResult) -> list[dict]:
-    """The runner's results.json of the run: one entry per window or input file."""
-    path = Path(result.session_dir) / "results.json"
+def timed_windows(results: list[dict]) -> tuple[MlperfWindow, ...]:
+    """The performance windows of a session's results.json, with the throughput computed from their timestamps:
+    the entries the runner's median takes (main.py, summarize_result), an infer with a throughput and no error."""
+    windows = []
+    for entry in results:
+        infer = entry.get("infer") if isinstance(entry, dict) else None
+        if (not isinstance(infer, dict) or "throughput" not in infer or entry.get("error")
+                or not {"class", "file"} <= entry.keys()):
+            continue
+        try:
+            n, t0, t1 = int(infer["iterations"]), int(infer["start_time"]), int(infer["end_time"])
+        except (KeyError, TypeError, ValueError):
+            raise LowtideError(f"the runner's results hold a window without its timestamps: {infer}") from None
+        windows.append(MlperfWindow(str(entry.get("file")), n, t0, t1, window_throughput(n, t0, t1)))
+    return tuple(windows)
+
+
+def _results(session: Path) -> list[dict]:
+    path = session / "results.json"
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise LowtideError(f"cannot read the runner's results: {exc}", path) from None
+
+
+def session_results(result: MlperfResult) -> list[dict]:
+    """The runner's results.json of the run: one entry per window or input file."""
+    return _results(Path(result.session_dir))
 
 
