@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.markup import escape as escape_markup
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
@@ -57,11 +57,15 @@ def inspect_report(graph: Graph, plan: MemoryPlan, arena: Mcu32Arena | None) -> 
     }
 
 
+def _add_columns(table: Table, *columns: tuple[str, JustifyMethod]) -> None:
+    for name, justify in columns:
+        table.add_column(name, justify=justify)
+
+
 def _table(graph: Graph, plan: MemoryPlan) -> Table:
     table = Table(title=f"{Path(graph.path).name}: operators in execution order", title_justify="left")
-    for name, justify in (("step", "right"), ("sg", "right"), ("op", "right"), ("opcode", "left"),
-                          ("live tensors", "right"), ("live bytes", "right"), ("", "left")):
-        table.add_column(name, justify=justify)
+    _add_columns(table, ("step", "right"), ("sg", "right"), ("op", "right"), ("opcode", "left"),
+                 ("live tensors", "right"), ("live bytes", "right"), ("", "left"))
     width = 30
     for i, step in enumerate(plan.steps):
         bar = "█" * max(1, round(width * step.live_bytes / plan.live_peak_bytes)) if plan.live_peak_bytes else ""
@@ -74,10 +78,8 @@ def _table(graph: Graph, plan: MemoryPlan) -> Table:
 
 def _stale_table(report: StaleReport) -> Table:
     table = Table(title="operators whose outputs depend on stale arena memory", title_justify="left")
-    for name, justify in (("op", "right"), ("opcode", "left"), ("tensor", "left"), ("unwritten bytes", "right"),
-                          ("from stale bytes", "right"), ("seen by fills", "right"), ("", "left"),
-                          ("first byte ranges", "left")):
-        table.add_column(name, justify=justify)
+    _add_columns(table, ("op", "right"), ("opcode", "left"), ("tensor", "left"), ("unwritten bytes", "right"),
+                 ("from stale bytes", "right"), ("seen by fills", "right"), ("", "left"), ("first byte ranges", "left"))
     for s in report.operators:
         table.add_row(str(s.op), escape_markup(s.opcode), escape_markup(f"t{s.tensor} {s.tensor_name}"),
                       f"{sum(b - a for a, b in s.unwritten):,} / {s.tensor_bytes:,}",

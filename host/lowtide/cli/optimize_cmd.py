@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -38,7 +38,7 @@ _PHASES = {
 def optimize_report(result: OptimizeResult) -> dict:
     """The JSON object of `lowtide optimize --json`."""
     export, schedule, placement = result.export, result.schedule, result.placement
-    report = {
+    report: dict[str, Any] = {
         "model": str(result.model_path),
         "output": str(export.model_path),
         "header": str(export.header_path),

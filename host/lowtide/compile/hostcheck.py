@@ -8,6 +8,7 @@ the arena again before each one: state that must persist has to live outside the
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -19,10 +20,11 @@ import numpy as np
 
 from lowtide import oracle
 from lowtide.compile.codegen import CompiledModel, compile_model
-from lowtide.resources import RUNTIME_DIR
 from lowtide.compile.lowering import NUMPY_TYPES
 from lowtide.errors import LowtideError
 from lowtide.model import load_model
+from lowtide.resources import RUNTIME_DIR, tree_digest
+from lowtide.storage import cache_dir, cached_folder
 
 CFLAGS = ("-O2", "-std=c99", "-Wall", "-Wextra", "-Werror")
 # Any out-of-bounds access or undefined arithmetic in a kernel aborts the run instead of passing unnoticed.
@@ -128,16 +130,39 @@ def build_host_binary(compiled: CompiledModel, workdir: Path, sanitize: bool = F
     compiled.write(workdir)
     harness = workdir / "lowtide_harness.c"
     harness.write_text(_HARNESS.format(prefix=compiled.prefix, PREFIX=compiled.prefix.upper()))
-    sources = [workdir / f"{compiled.prefix}.c", harness, *sorted(RUNTIME_DIR.glob("*.c"))]
     objects = []
-    for src in sources:
+    for src in (workdir / f"{compiled.prefix}.c", harness):
         obj = workdir / (src.stem + ".o")
         _run([cc, *flags, "-I", str(RUNTIME_DIR), "-I", str(workdir), "-c", str(src), "-o", str(obj)],
              f"compiling {src.name}")
         objects.append(obj)
+    for obj in _runtime_objects(cc, flags):
+        # Beside the model's own objects, where fixed_state_bytes counts every object's static data.
+        local = workdir / obj.name
+        local.unlink(missing_ok=True)
+        try:
+            os.link(obj, local)
+        except OSError:  # another file system than the cache's
+            shutil.copyfile(obj, local)
+        objects.append(local)
     binary = workdir / "lowtide_check"
     _run([cc, *(SANITIZE_FLAGS if sanitize else ()), *[str(o) for o in objects], "-lm", "-o", str(binary)], "linking")
     return binary
+
+
+def _runtime_objects(cc: str, flags: list[str]) -> list[Path]:
+    """The runtime's objects for this compiler and these flags, compiled once per machine into the user cache: the
+    runtime includes only its own headers, so every model links the same objects (a check that compiled them per
+    model spent most of its time there, under the sanitizers most of all)."""
+    version = _run([cc, "--version"], "asking the host C compiler its version").stdout
+    key = hashlib.sha256("\0".join([tree_digest(RUNTIME_DIR), version, *flags]).encode()).hexdigest()[:16]
+
+    def fill(staging: Path) -> None:
+        for src in sorted(RUNTIME_DIR.glob("*.c")):
+            _run([cc, *flags, "-I", str(RUNTIME_DIR), "-c", str(src), "-o", str(staging / (src.stem + ".o"))],
+                 f"compiling {src.name}")
+
+    return sorted(cached_folder(cache_dir("runtime-objects") / key, fill).glob("*.o"))
 
 
 def _run(cmd: list[str], what: str) -> subprocess.CompletedProcess:

@@ -160,8 +160,8 @@ class UsbBoard(BoardFromFile):
         return port or self.serial.port or detect_serial_port(self.name, self.serial.usb_ids, self.serial.probe_serial)
 
     def lock_resource(self, port: str | None) -> str | None:
-        if port or self.serial.port:
-            return f"port:{port_resource(port or self.serial.port)}"
+        if fixed := port or self.serial.port:
+            return f"port:{port_resource(fixed)}"
         return f"probe:{self.serial.probe_serial}" if self.serial.probe_serial else f"board:{self.name}"
 
     @contextlib.contextmanager

@@ -170,7 +170,7 @@ def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: flo
     # Each candidate graph is scheduled and placed, and the one with the smaller arena on a 32-bit MCU is written:
     # tiling shrinks the head but adds operators and tensors, whose persistent structs grow the tail. The original
     # is always a candidate, so rewriting can never end above plain optimization.
-    plans = []
+    plans: list[tuple[Schedule, Order, list[Buffer], Placement]] = []
     plan_work = WorkBudget.of(effort * PLAN_UNITS, "plan", clock)
     for candidate in candidates:
         plans.append(_plan(candidate.graph, tflm_plan(candidate.graph).head_bytes,

@@ -477,7 +477,7 @@ class ModelBuilder:
         options = fb.SoftmaxOptionsT()
         options.beta = beta
         out = self._add_op("SOFTMAX", (x.index,), x.shape, 0.5, True, fb.BuiltinOptions.SoftmaxOptions, options)
-        self._tensors[out.index] = dataclasses.replace(self._tensors[out.index],
+        self._tensors[out.index] = dataclasses.replace(self._activation_spec(out.index),
                                                        fixed_quant=_QuantParams(1.0 / 256, -128))
         return out
 

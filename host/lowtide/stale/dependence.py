@@ -87,13 +87,14 @@ def propagate(graph: Graph, op: Operator, masks: dict[int, np.ndarray]) -> list[
     """The dependence of each output of `op` (main subgraph) on the marked elements of its inputs."""
     operands = _Operands(graph, op, masks)
     outputs = [t for t in op.outputs if t >= 0]
-    unwritten = [np.zeros(operands.shape(t), bool) for t in outputs]
+    unwritten: list[np.ndarray] = [np.zeros(operands.shape(t), bool) for t in outputs]
+    dependent: list[np.ndarray]
     marked = any(masks[t].any() for t in op.inputs if t in masks)
     rule = _RULES.get(op.opcode)
     try:
         if op.opcode == "BATCH_TO_SPACE_ND":
-            dependent, unwritten = _batch_to_space(operands)
-            dependent, unwritten = [dependent], [unwritten]
+            covered, never_written = _batch_to_space(operands)
+            dependent, unwritten = [covered], [never_written]
         elif not marked:
             dependent = [np.zeros(operands.shape(t), bool) for t in outputs]
         elif rule is None:
@@ -137,7 +138,7 @@ def _axes(o: _Operands, rank: int) -> tuple[int, ...]:
 def _reduction(o: _Operands) -> list[np.ndarray]:
     """A reduced output element reads every input element along the reduced axes."""
     x = o.mask(0)
-    return [x.any(axis=_axes(o, x.ndim), keepdims=True)]
+    return [np.asarray(x.any(axis=_axes(o, x.ndim), keepdims=True))]
 
 
 def _fully_connected(o: _Operands) -> list[np.ndarray]:
@@ -147,8 +148,8 @@ def _fully_connected(o: _Operands) -> list[np.ndarray]:
     units, features = o.shape(o.op.inputs[1])
     if x.size % features:
         raise _NoRule
-    rows = x.reshape(-1, features).any(axis=1)
-    out = rows[:, None] | weights.any(axis=1)[None, :]
+    rows = np.asarray(x.reshape(-1, features).any(axis=1))
+    out = rows[:, None] | np.asarray(weights.any(axis=1))[None, :]
     if len(o.op.inputs) > 2 and o.op.inputs[2] >= 0:
         out = out | o.mask(2).reshape(-1)[None, :]
     return [out]
@@ -157,8 +158,8 @@ def _fully_connected(o: _Operands) -> list[np.ndarray]:
 def _batch_matmul(o: _Operands) -> list[np.ndarray]:
     """Output (..., m, n) reads row m of x and column n of y (after their adjoints), batches broadcast."""
     x, y = o.mask(0), o.mask(1)
-    rows = x.any(axis=-2 if o.option("adjX", False) else -1)
-    columns = y.any(axis=-1 if o.option("adjY", False) else -2)
+    rows = np.asarray(x.any(axis=-2 if o.option("adjX", False) else -1))
+    columns = np.asarray(y.any(axis=-1 if o.option("adjY", False) else -2))
     return [rows[..., :, None] | columns[..., None, :]]
 
 
@@ -192,7 +193,8 @@ def _window(o: _Operands) -> list[np.ndarray]:
     if o.op.opcode in POOL_OPCODES or o.op.opcode == "L2_POOL_2D":
         kernel, dilation = (o.option("filterHeight"), o.option("filterWidth")), (1, 1)
     else:
-        kernel = o.shape(o.op.inputs[1])[1:3]
+        _, kernel_h, kernel_w, *_ = o.shape(o.op.inputs[1])
+        kernel = (kernel_h, kernel_w)
         dilation = (o.option("dilationHFactor", 1) or 1, o.option("dilationWFactor", 1) or 1)
     stride, code = (o.option("strideH"), o.option("strideW")), o.option("padding")
     if None in (*kernel, *stride, code) or min(*kernel, *stride, *dilation) < 1:
@@ -200,8 +202,8 @@ def _window(o: _Operands) -> list[np.ndarray]:
     before = tuple(padding.padding_before(x.shape[1 + i], kernel[i], stride[i], dilation[i], out_shape[1 + i])
                    if code == padding.SAME else 0 for i in range(2))
     if o.op.opcode == "CONV_2D":
-        x = x.any(axis=3, keepdims=True)
-    out = _window_any(x, kernel, stride, dilation, before, out_shape[1:3])
+        x = np.asarray(x.any(axis=3, keepdims=True))
+    out = _window_any(x, kernel, stride, dilation, (before[0], before[1]), (out_shape[1], out_shape[2]))
     if o.op.opcode == "CONV_2D":
         out = np.broadcast_to(out, out_shape)
     elif o.op.opcode == "DEPTHWISE_CONV_2D":

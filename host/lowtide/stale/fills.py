@@ -121,7 +121,7 @@ class Fixture:
         model = model_bytes(raw)
         read_model(model, graph.path)  # the copy must parse as the original did
         main_offsets = {t: o for (sg, t), o in offsets.items() if sg == 0}
-        positions = {}
+        positions: dict[int, int] = {}
         for position, t in enumerate(main.outputs):
             positions.setdefault(t, position)
         return cls(model, offset, main_offsets, {t: p for t, p in positions.items() if t in main_offsets})

@@ -206,8 +206,8 @@ def _elements(seen: Observation | None, shape: tuple[int, ...], itemsize: int) -
     of its bytes did; nothing for a tensor the fill runs did not read."""
     if seen is None or seen.differs.size != int(np.prod(shape)) * itemsize:
         return np.zeros(shape, bool), np.zeros(shape, bool)
-    return (seen.differs.reshape(*shape, itemsize).any(axis=-1),
-            seen.kept_fill.reshape(*shape, itemsize).all(axis=-1))
+    return (np.asarray(seen.differs.reshape(*shape, itemsize).any(axis=-1)),
+            np.asarray(seen.kept_fill.reshape(*shape, itemsize).all(axis=-1)))
 
 
 def _deterministic_rewrite(graph: Graph, op: Operator, own: np.ndarray) -> str | None:

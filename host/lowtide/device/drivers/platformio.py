@@ -281,7 +281,9 @@ def firmware_project(spec: BoardSpec, model_path: Path | None, runtime: str, tfl
     check_registry_reachable(spec)
     model_path = model_path.resolve() if model_path else None
     kernels = RUNTIME_KERNELS[runtime] if model_path else None
-    files = project_files(spec.platformio_env, spec.platformio_config, f"{spec.name}: {spec.description}",
+    # The project names its env, not the board: boards that run one image (nucleo-f446re and qemu-nucleo-f446re)
+    # then share one project in the cache, built once.
+    files = project_files(spec.platformio_env, spec.platformio_config, f"PlatformIO env {spec.platformio_env}",
                           model_path, runtime, kernels, spec.core, tflm_arena.arena_bytes if tflm_arena else None, mlperf)
     directory = project_dir.resolve() if project_dir else cached_project_dir(spec.platformio_env, runtime,
                                                                              model_path, files)
