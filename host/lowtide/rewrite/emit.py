@@ -25,7 +25,7 @@ from lowtide.rewrite.regions import (
     Slice,
     Split,
     TilingPlan,
-    shape_hw,
+    whole_piece,
 )
 
 RESIZE_CODES = frozenset(BUILTIN_CODES[name] for name in RESIZE_OPCODES)
@@ -36,11 +36,7 @@ def emit_tiled(graph: Graph, plan: TilingPlan, before: list[int], after: list[in
     `graph.raw` is left untouched; weight buffers are shared with it, not copied."""
     writer = ModelWriter(graph)
     sg = graph.main
-    height, width = shape_hw(sg, plan.region.source)
-    whole = {
-        Piece(plan.region.source, (0, height), (0, width), plan.region.source): plan.region.source,
-        plan.steps[-1].result: plan.region.target,
-    }
+    whole = {whole_piece(sg, t): t for t in plan.region.held_whole} | {plan.steps[-1].result: plan.region.target}
     tensor_of = dict(whole)
 
     def window(piece: Piece) -> int:

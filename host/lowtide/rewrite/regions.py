@@ -158,6 +158,17 @@ class Region:
     target: int
     ops: tuple[RegionOp, ...]  # in a topological order
     folded_pads: tuple[int, ...]  # PAD operators absorbed into their consumers' edges
+    # Operators run once, whole, before the patches (`broadcast_branch`): every patch reads their per-channel
+    # result as a broadcast operand.
+    broadcast_ops: tuple[int, ...] = ()
+    # Tensors computed before the source and read inside the region (`skip_inputs`: a decoder's skip tensors, a
+    # residual block's input): held whole, like the source, while every patch reads its window of them.
+    skips: tuple[int, ...] = ()
+
+    @property
+    def held_whole(self) -> tuple[int, ...]:
+        """The tensors the patches read their windows from: the source and the skip tensors."""
+        return (self.source, *self.skips)
 
 
 WHOLE = -1  # `Piece.patch` of the source, the target and its rows: not made by one patch
@@ -308,6 +319,8 @@ def region_between(graph: Graph, source: int, target: int) -> Region | str:
     if before_source & ~before_target:
         return "the source does not precede the target"
     members = before_target & ~before_source
+    branch = broadcast_branch(graph, source, members)
+    members &= ~sum(1 << op for op in branch)
     consumers = sg.consumers()
     ops: list[RegionOp] = []
     folded: list[int] = []
@@ -323,15 +336,98 @@ def region_between(graph: Graph, source: int, target: int) -> Region | str:
         ops.append(region_op)
     if not ops or t_op in folded:
         return "the region ends in a PAD folded into its consumers or holds no operator"
+    skips = skip_inputs(graph, source, ops, members)
+    if isinstance(skips, str):
+        return skips
     for region_op in ops:
-        for edge in region_op.edges:
-            if edge.tensor != source and not (edge.tensor in producers and members >> producers[edge.tensor] & 1):
-                return f"operator {region_op.op} reads a tensor from outside the region"
-    for t in sorted({source} | {t for rop in ops for t in rop.outputs}):
+        outside = _broadcast_read_elsewhere(graph, region_op, branch)
+        if outside:
+            return outside
+    for t in sorted({source, *skips} | {t for rop in ops for t in rop.outputs}):
         if sg.tensors[t].dtype not in WINDOW_TYPES:
             return (f"tensor {t} '{sg.tensors[t].name}' is {sg.tensors[t].dtype}, which TFLM's STRIDED_SLICE and "
                     f"CONCATENATION do not copy")
-    return Region(source, target, tuple(ops), tuple(folded))
+    return Region(source, target, tuple(ops), tuple(folded), branch, skips)
+
+
+def skip_inputs(graph: Graph, source: int, ops: list[RegionOp], members: int) -> tuple[int, ...] | str:
+    """The tensors other than the source that the region's operators read windows of and that are computed
+    before it (a decoder's skip tensors from the encoder, the input of a residual block tiled from inside it),
+    or why one cannot be held whole beside the source. They are whole before the first patch, like the source."""
+    sg = graph.main
+    producers = sg.producers()
+    skips: list[int] = []
+    for region_op in ops:
+        for edge in region_op.edges:
+            t = edge.tensor
+            if t == source or t in skips or (t in producers and members >> producers[t] & 1):
+                continue
+            shape = sg.tensors[t].shape
+            if not sg.tensors[t].planned or len(shape) != 4 or shape[0] != 1:
+                return f"operator {region_op.op} reads a tensor from outside the region"
+            skips.append(t)
+    return tuple(sorted(skips))
+
+
+def escaping_tensor(graph: Graph, source: int, target: int) -> str:
+    """Why the operators from `source` to `target` do not form a region that ends in `target` (one of the
+    tensors they compute is read after it, or is a model output), or ''. Unlike a cut tensor, the target may
+    have tensors from before the region read after it (the source, a decoder's skip tensors): they are whole
+    anyway."""
+    sg = graph.main
+    producers = sg.producers()
+    if target not in producers:
+        return "the target tensor is a model input"
+    ancestors = _ancestors(sg)
+    before_source = ancestors[producers[source]] | 1 << producers[source] if source in producers else 0
+    members = (ancestors[producers[target]] | 1 << producers[target]) & ~before_source
+    consumers = sg.consumers()
+    for op in sg.operators:
+        if not members >> op.index & 1:
+            continue
+        for t in op.outputs:
+            if t != target and (t in sg.outputs or any(not members >> c & 1 for c in consumers.get(t, []))):
+                return f"tensor {t} '{sg.tensors[t].name}' is read after the region ends"
+    return ""
+
+
+def broadcast_branch(graph: Graph, source: int, members: int) -> tuple[int, ...]:
+    """The operators among `members` that compute per-channel vectors from a global reduction of the source: a
+    squeeze-and-excitation branch (MEAN, 1x1 convolutions or dense layers, its gate). The source is whole before
+    the first patch, so they run once, whole, before the patches, and each patch reads their result whole as a
+    broadcast operand (the MUL scaling the block per channel). A reduction of any other tensor of the region
+    still ends the region: the tensor is never whole there."""
+    sg = graph.main
+    branch: list[int] = []
+    vectors: set[int] = set()
+    for op in sg.operators:
+        if not members >> op.index & 1 or not all(_per_channel(sg, t) for t in op.outputs):
+            continue
+        activations = [t for t in op.inputs if t >= 0 and sg.tensors[t].planned]
+        reduces_source = activations == [source] and bool(global_operator(graph, op))
+        if reduces_source or (activations and all(t in vectors for t in activations)):
+            branch.append(op.index)
+            vectors.update(op.outputs)
+    return tuple(branch)
+
+
+def _per_channel(sg: Subgraph, tensor: int) -> bool:
+    """A tensor with no rows or columns: one value per channel (or a scalar)."""
+    return all(d == 1 for d in sg.tensors[tensor].shape[:-1])
+
+
+def _broadcast_read_elsewhere(graph: Graph, region_op: RegionOp, branch: tuple[int, ...]) -> str:
+    """Why a per-channel activation `region_op` reads whole is not the result of the region's broadcast branch
+    (nothing else computes it before the patches), or ''."""
+    sg = graph.main
+    producers = sg.producers()
+    read = {edge.slot for edge in region_op.edges}
+    op = sg.operators[region_op.op]
+    for slot, t in enumerate(op.inputs):
+        if slot not in read and t >= 0 and sg.tensors[t].planned and producers.get(t) not in branch:
+            return (f"operator {op.index} ({op.opcode}) broadcasts an activation of shape {sg.tensors[t].shape} "
+                    "computed inside the region")
+    return ""
 
 
 def global_operator(graph: Graph, op: Operator) -> str:
@@ -468,6 +564,8 @@ def _broadcast_operand(graph: Graph, op: Operator, slot: int, out_hw: tuple[int,
     if tensor.planned:
         if len(tensor.shape) == 4 and tensor.shape[0] == 1 and tensor.shape[1:3] == out_hw:
             return None
+        if _per_channel(sg, op.inputs[slot]) and tensor.shape[-1] in (1, sg.tensors[op.outputs[0]].shape[-1]):
+            return ""  # a broadcast branch's result (`broadcast_branch`; region_between checks it is one)
         return f"operator {op.index} ({op.opcode}) broadcasts an activation of shape {tensor.shape} over rows or columns"
     if graph.constant_array(op.inputs[slot]) is None or any(d != 1 for d in tensor.shape[:-1]):
         return f"operator {op.index} ({op.opcode}) reads a constant with rows or columns"
@@ -610,9 +708,10 @@ def plan_tiling(graph: Graph, region: Region, grid: tuple[int, int], split_sourc
     for row_index, rows in enumerate(itertools.pairwise(row_cuts)):
         first_patch = row_index * grid[1]
         held = _window_of_strips(strips, row_windows[row_index], first_patch, steps) if len(strips) > 1 else source
+        held_whole = {region.source: held} | {t: whole_piece(sg, t) for t in region.skips}
         patches: list[Piece] = []
         for col_index, cols in enumerate(itertools.pairwise(col_cuts)):
-            result, patch_macs = _patch(graph, region, rows, cols, first_patch + col_index, steps, held)
+            result, patch_macs = _patch(graph, region, rows, cols, first_patch + col_index, steps, held_whole)
             patches.append(result)
             macs += patch_macs
         if len(patches) > 1:
@@ -699,14 +798,14 @@ def _bounds(size: int, parts: int) -> list[int]:
 
 
 def _patch(graph: Graph, region: Region, rows: Interval, cols: Interval, patch: int, steps: list[Step],
-           source: Piece) -> tuple[Piece, int]:
-    """Append one patch's steps, reading the source from the piece `source`; return the patch of the target
-    and the MACs spent on it."""
+           sources: dict[int, Piece]) -> tuple[Piece, int]:
+    """Append one patch's steps, reading the source and the skip tensors from the pieces `sources`; return the
+    patch of the target and the MACs spent on it."""
     sg = graph.main
     # Backwards: the window of every tensor this patch needs (the hull over its readers).
     need_rows, need_cols = _needed(sg, region, 0, rows), _needed(sg, region, 1, cols)
     # Forwards: crop what is held to what each reader wants, pad where the window leaves the image, apply.
-    held = {region.source: source}
+    held = dict(sources)
     made: set[Piece] = set()
 
     def cropped(piece: Piece, inside: tuple[Interval, Interval]) -> Piece:
@@ -746,6 +845,11 @@ def _patch(graph: Graph, region: Region, rows: Interval, cols: Interval, patch: 
             held[result.tensor] = result
         macs += op_macs(sg, sg.operators[rop.op], results[0].height * results[0].width)
     return cropped(held[region.target], (rows, cols)), macs
+
+
+def whole_piece(sg: Subgraph, tensor: int) -> Piece:
+    height, width = shape_hw(sg, tensor)
+    return Piece(tensor, (0, height), (0, width), tensor)
 
 
 def _clip(sg: Subgraph, tensor: int, rows: Interval, cols: Interval) -> tuple[Interval, Interval]:

@@ -45,6 +45,7 @@ from lowtide.rewrite.regions import (
     Split,
     TilingPlan,
     cut_tensors,
+    escaping_tensor,
     graph_macs,
     grid_macs,
     op_macs,
@@ -150,13 +151,12 @@ class RewriteResult:
 
 def tile(graph: Graph, source: int, target: int, grid: tuple[int, int], order: list[int] | None = None,
          split_source: bool = False) -> bytes:
-    """The model with the region `source` -> `target` (main-subgraph tensor indices, both cut tensors) run as
-    `grid` (rows, columns) patches. `order`: main-subgraph operator order for the rest (default: stored).
+    """The model with the region `source` -> `target` (main-subgraph tensor indices; `target` a cut tensor, and
+    what the region reads from before `source` held whole beside it) run as `grid` (rows, columns) patches. `order`: main-subgraph operator order for the rest (default: stored).
     `split_source`: cut the source into row strips in place first (needs an offline plan: `lowtide optimize`)."""
-    cuts = cut_tensors(graph)
-    for tensor in (source, target):
-        if tensor not in cuts:
-            raise NotApplicable(f"cannot tile at tensor {tensor}: other tensors computed before it are read after it")
+    escaping = escaping_tensor(graph, source, target)
+    if escaping:
+        raise NotApplicable(f"cannot tile tensor {source} -> {target}: {escaping}")
     region = region_between(graph, source, target)
     if isinstance(region, str):
         raise NotApplicable(f"cannot tile tensor {source} -> {target}: {region}")
@@ -388,9 +388,10 @@ def _region_floors(sg, regions: list[Region], outside_live: dict[int, int]) -> l
     CONCATENATION holds the target twice."""
     floors = []
     for region in regions:
-        region_ops = {rop.op for rop in region.ops} | set(region.folded_pads)
+        region_ops = {rop.op for rop in region.ops} | set(region.folded_pads) | set(region.broadcast_ops)
         outside = max((b for op, b in outside_live.items() if op not in region_ops), default=0)
-        source, target = _piece_bytes(sg, _whole(sg, region.source)), _piece_bytes(sg, _whole(sg, region.target))
+        source = sum(_piece_bytes(sg, _whole(sg, t)) for t in region.held_whole)
+        target = _piece_bytes(sg, _whole(sg, region.target))
         floors.append((max(outside, 2 * target, source), outside, region))
     return floors
 
@@ -415,12 +416,11 @@ def _regions_at_peak(graph: Graph, peak_op: int) -> tuple[list[Region], str]:
     if not cuts:
         return [], "no tensor cuts the graph in two (no single spatial prefix)"
     producers = sg.producers()
-    position = {t: i for i, t in enumerate(cuts)}
-    sources = [t for t in cuts if producers.get(t, -1) < peak_op and _feeds_spatial(graph, t)]
+    sources = [t for t in _sources(graph, cuts, peak_op) if _feeds_spatial(graph, t)]
     regions: list[Region] = []
     reason = f"the peak (operator {peak_op}, {sg.operators[peak_op].opcode}) is in no tileable region"
     for source in sources:
-        for target in cuts[position[source] + 1:]:
+        for target in _targets(graph, cuts, source, peak_op):
             if producers.get(target, -1) < peak_op or sg.operators[producers[target]].opcode == "PAD":
                 continue  # a PAD's output is reassembled unpadded by its consumer's patches instead
             region = region_between(graph, source, target)
@@ -429,9 +429,36 @@ def _regions_at_peak(graph: Graph, peak_op: int) -> tuple[list[Region], str]:
                     reason = f"{reason}: {region}"
                     break
                 continue
-            if peak_op in {rop.op for rop in region.ops} | set(region.folded_pads):
+            if peak_op in {rop.op for rop in region.ops} | set(region.folded_pads) | set(region.broadcast_ops):
                 regions.append(region)
     return regions, ("" if regions else reason)
+
+
+def _sources(graph: Graph, cuts: list[int], peak_op: int) -> list[int]:
+    """Where a region around the peak may start: the cut tensors before it, and every 4-D activation computed
+    after the last of them and before the peak (a region starting there holds what it reads from before it
+    whole: a decoder's skip tensors, a residual block's input)."""
+    sg = graph.main
+    producers = sg.producers()
+    before = [t for t in cuts if producers.get(t, -1) < peak_op]
+    last = producers.get(before[-1], -1) if before else -1
+    inside = [t for op in sg.operators[last + 1:peak_op] for t in op.outputs
+              if t not in cuts and sg.tensors[t].planned and len(sg.tensors[t].shape) == 4]
+    return before + inside
+
+
+def _targets(graph: Graph, cuts: list[int], source: int, peak_op: int) -> list[int]:
+    """Where a region from `source` around the peak may end, nearest first: the cut tensors after it, and the
+    4-D activations computed from the peak up to the first cut after it that no later operator reads but through
+    them (`escaping_tensor`: an encoder's block output while its input is still read by the decoder)."""
+    sg = graph.main
+    producers = sg.producers()
+    after = [t for t in cuts if producers.get(t, -1) > producers.get(source, -1)]
+    next_cut = next((producers[t] for t in after if producers[t] >= peak_op), len(sg.operators))
+    inside = [t for op in sg.operators[peak_op:next_cut] for t in op.outputs
+              if t not in cuts and sg.tensors[t].planned and len(sg.tensors[t].shape) == 4
+              and not escaping_tensor(graph, source, t)]
+    return sorted(set(after) | set(inside), key=lambda t: producers[t])
 
 
 def _feeds_spatial(graph: Graph, tensor: int) -> bool:
@@ -440,19 +467,20 @@ def _feeds_spatial(graph: Graph, tensor: int) -> bool:
 
 
 def _emit(graph: Graph, plan: TilingPlan, order: list[int] | None):
-    """The plan placed in `order`: operators the source depends on, the patches, then everything else."""
+    """The plan placed in `order`: operators the source depends on, the region's broadcast branch, the patches,
+    then everything else."""
     sg = graph.main
     order = order if order is not None else list(range(len(sg.operators)))
-    region_ops = {rop.op for rop in plan.region.ops} | set(plan.region.folded_pads)
+    region_ops = {rop.op for rop in plan.region.ops} | set(plan.region.folded_pads) | set(plan.region.broadcast_ops)
     producers = sg.producers()
     before_mask: set[int] = set()
-    stack = [producers[plan.region.source]] if plan.region.source in producers else []
+    stack = [producers[t] for t in plan.region.held_whole if t in producers]
     while stack:
         op = stack.pop()
         if op not in before_mask:
             before_mask.add(op)
             stack.extend(producers[t] for t in sg.operators[op].inputs if t in producers)
-    before = [op for op in order if op in before_mask]
+    before = [op for op in order if op in before_mask or op in plan.region.broadcast_ops]
     after = [op for op in order if op not in before_mask and op not in region_ops]
     return emit_tiled(graph, plan, before, after)
 
@@ -470,7 +498,7 @@ def _piece_bytes(sg, piece: Piece) -> int:
 def _tiled_live_peak(sg, plan: TilingPlan) -> int:
     """Live bytes of the tiled part in its emitted order, under TFLM's lifetime rules (an operator's inputs and
     outputs are live together; a tensor lives from its producer to its last reader), except that the strips
-    of a `Split` occupy the source's own bytes."""
+    of a `Split` occupy the source's own bytes. The source and the skip tensors are whole at the start."""
     reads: list[tuple[Piece, ...]] = []
     writes: list[tuple[Piece, ...]] = []
     for step in plan.steps:
@@ -486,10 +514,14 @@ def _tiled_live_peak(sg, plan: TilingPlan) -> int:
         for p in pieces:
             last[p] = i
     last[writes[-1][0]] = len(writes)  # the target outlives the tiled part
+    region_ops = {rop.op for rop in plan.region.ops} | set(plan.region.folded_pads) | set(plan.region.broadcast_ops)
+    for t in plan.region.held_whole:  # and so does a tensor held whole that is read after it
+        if any(c not in region_ops for c in sg.consumers().get(t, [])):
+            last[_whole(sg, t)] = len(writes)
     freed_after: dict[int, int] = {}
     for p, i in last.items():
         freed_after[i] = freed_after.get(i, 0) + _piece_bytes(sg, p)
-    live = _piece_bytes(sg, _whole(sg, plan.region.source))
+    live = sum(_piece_bytes(sg, _whole(sg, t)) for t in plan.region.held_whole)
     peak = live
     for i, (step, results) in enumerate(zip(plan.steps, writes)):
         made = sum(_piece_bytes(sg, p) for p in results)
