@@ -374,21 +374,31 @@ def escaping_tensor(graph: Graph, source: int, target: int) -> str:
     tensors they compute is read after it, or is a model output), or ''. Unlike a cut tensor, the target may
     have tensors from before the region read after it (the source, a decoder's skip tensors): they are whole
     anyway."""
-    sg = graph.main
-    producers = sg.producers()
-    if target not in producers:
-        return "the target tensor is a model input"
-    ancestors = _ancestors(sg)
-    before_source = ancestors[producers[source]] | 1 << producers[source] if source in producers else 0
-    members = (ancestors[producers[target]] | 1 << producers[target]) & ~before_source
-    consumers = sg.consumers()
-    for op in sg.operators:
-        if not members >> op.index & 1:
-            continue
-        for t in op.outputs:
-            if t != target and (t in sg.outputs or any(not members >> c & 1 for c in consumers.get(t, []))):
-                return f"tensor {t} '{sg.tensors[t].name}' is read after the region ends"
-    return ""
+    return RegionEnds(graph).escaping(source, target)
+
+
+class RegionEnds:
+    """`escaping_tensor` for many regions of one graph: its dependences computed once."""
+
+    def __init__(self, graph: Graph):
+        self._sg = graph.main
+        self._producers = self._sg.producers()
+        self._consumers = self._sg.consumers()
+        self._ancestors = _ancestors(self._sg)
+
+    def escaping(self, source: int, target: int) -> str:
+        sg, producers, ancestors = self._sg, self._producers, self._ancestors
+        if target not in producers:
+            return "the target tensor is a model input"
+        before_source = ancestors[producers[source]] | 1 << producers[source] if source in producers else 0
+        members = (ancestors[producers[target]] | 1 << producers[target]) & ~before_source
+        for op in sg.operators:
+            if not members >> op.index & 1:
+                continue
+            for t in op.outputs:
+                if t != target and (t in sg.outputs or any(not members >> c & 1 for c in self._consumers.get(t, []))):
+                    return f"tensor {t} '{sg.tensors[t].name}' is read after the region ends"
+        return ""
 
 
 def broadcast_branch(graph: Graph, source: int, members: int) -> tuple[int, ...]:

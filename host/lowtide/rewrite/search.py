@@ -41,6 +41,7 @@ from lowtide.rewrite.regions import (
     Pad,
     Piece,
     Region,
+    RegionEnds,
     Slice,
     Split,
     TilingPlan,
@@ -419,8 +420,9 @@ def _regions_at_peak(graph: Graph, peak_op: int) -> tuple[list[Region], str]:
     sources = [t for t in _sources(graph, cuts, peak_op) if _feeds_spatial(graph, t)]
     regions: list[Region] = []
     reason = f"the peak (operator {peak_op}, {sg.operators[peak_op].opcode}) is in no tileable region"
+    ends = RegionEnds(graph)
     for source in sources:
-        for target in _targets(graph, cuts, source, peak_op):
+        for target in _targets(graph, ends, cuts, source, peak_op):
             if producers.get(target, -1) < peak_op or sg.operators[producers[target]].opcode == "PAD":
                 continue  # a PAD's output is reassembled unpadded by its consumer's patches instead
             region = region_between(graph, source, target)
@@ -447,7 +449,7 @@ def _sources(graph: Graph, cuts: list[int], peak_op: int) -> list[int]:
     return before + inside
 
 
-def _targets(graph: Graph, cuts: list[int], source: int, peak_op: int) -> list[int]:
+def _targets(graph: Graph, ends: RegionEnds, cuts: list[int], source: int, peak_op: int) -> list[int]:
     """Where a region from `source` around the peak may end, nearest first: the cut tensors after it, and the
     4-D activations computed from the peak up to the first cut after it that no later operator reads but through
     them (`escaping_tensor`: an encoder's block output while its input is still read by the decoder)."""
@@ -457,7 +459,7 @@ def _targets(graph: Graph, cuts: list[int], source: int, peak_op: int) -> list[i
     next_cut = next((producers[t] for t in after if producers[t] >= peak_op), len(sg.operators))
     inside = [t for op in sg.operators[peak_op:next_cut] for t in op.outputs
               if t not in cuts and sg.tensors[t].planned and len(sg.tensors[t].shape) == 4
-              and not escaping_tensor(graph, source, t)]
+              and not ends.escaping(source, t)]
     return sorted(set(after) | set(inside), key=lambda t: producers[t])
 
 

@@ -39,13 +39,13 @@ def _inverted_bottleneck(b: ModelBuilder, x: TensorRef, expand: int, out: int, s
 
 
 def mobilenet_v3_se(size: int = 224) -> ModelBuilder:
-    """MobileNetV3-Small's first stages: a stride-2 hard-swish stem, a stride-2 depthwise with SE at the widest
-    resolution (the block whose MEAN ends a region today), then bottlenecks with SE and a classifier."""
+    """MobileNetV3-Small's first stages: a stride-2 hard-swish stem, its first bottleneck (a stride-2 depthwise
+    with SE at the widest resolution, no expansion), bottlenecks without and with SE, and a classifier."""
     b = ModelBuilder(seed=41, name=f"mobilenet_v3_se_{size}")
     x = b.activation(b.conv2d(b.input((1, size, size, 3)), 16, stride=2, activation="NONE"), "HARD_SWISH")
-    y = squeeze_excite(b, b.depthwise_conv2d(x, kernel=3, activation="RELU"), 8, "hard_sigmoid")
-    x = b.add(x, b.conv2d(y, 16, kernel=1, activation="NONE"))
-    x = _inverted_bottleneck(b, x, 64, 24, stride=2)
+    y = squeeze_excite(b, b.depthwise_conv2d(x, kernel=3, stride=2, activation="RELU"), 8, "hard_sigmoid")
+    x = b.conv2d(y, 16, kernel=1, activation="NONE")
+    x = _inverted_bottleneck(b, _inverted_bottleneck(b, x, 72, 24, stride=2), 88, 24)
     x = _inverted_bottleneck(b, x, 96, 40, stride=2, kernel=5, se="hard_sigmoid")
     x = _inverted_bottleneck(b, x, 160, 40, kernel=5, se="hard_sigmoid")
     b.output(b.fully_connected(b.mean(x), 10))
