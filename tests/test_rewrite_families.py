@@ -90,7 +90,7 @@ def test_a_region_may_end_before_the_encoder_skip_tensor_is_read_again():
     stem, depthwise = _tensor(graph, "conv_2d_0"), _tensor(graph, "depthwise_conv_2d_2")
     assert escaping_tensor(graph, stem, depthwise) == ""
     assert escaping_tensor(graph, _tensor(graph, "input_0"), depthwise) == (
-        f"tensor {stem} 'conv_2d_0' is read after the region ends")
+        f"tensor {stem} 'conv_2d_0' computed in the region is read after it")
     _same_outputs(data, tile(graph, stem, depthwise, (4, 1)))
 
 

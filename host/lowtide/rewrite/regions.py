@@ -397,7 +397,7 @@ class RegionEnds:
                 continue
             for t in op.outputs:
                 if t != target and (t in sg.outputs or any(not members >> c & 1 for c in self._consumers.get(t, []))):
-                    return f"tensor {t} '{sg.tensors[t].name}' is read after the region ends"
+                    return f"tensor {t} '{sg.tensors[t].name}' computed in the region is read after it"
         return ""
 
 

@@ -61,6 +61,8 @@ from lowtide.schedule import apply_order, find_schedule
 MAX_PATCHES_PER_AXIS = 10
 GRID_STEPS = tuple(range(1, MAX_PATCHES_PER_AXIS + 1))
 BUILT_CANDIDATES = 6
+# Regions around the peak end at most this many cut tensors past it, or at a tensor computed before that.
+TARGET_CUTS_PAST_PEAK = 2
 GRIDS_PLANNED_PER_REGION = 4
 # Work units (`lowtide.budget`) of each search inside the rewrite search, at effort 1: a schedule of the graph
 # (about 5 s of one quiet core, the former limit), a placement of each built candidate and of the model returned
@@ -451,13 +453,15 @@ def _sources(graph: Graph, cuts: list[int], peak_op: int) -> list[int]:
 
 def _targets(graph: Graph, ends: RegionEnds, cuts: list[int], source: int, peak_op: int) -> list[int]:
     """Where a region from `source` around the peak may end, nearest first: the cut tensors after it, and the
-    4-D activations computed from the peak up to the first cut after it that no later operator reads but through
-    them (`escaping_tensor`: an encoder's block output while its input is still read by the decoder)."""
+    4-D activations computed from the peak up to the second cut after it that no later operator reads but
+    through them (`escaping_tensor`: an encoder's block output while its input is still read by the decoder, a
+    backbone's stage read again by the FPN)."""
     sg = graph.main
     producers = sg.producers()
     after = [t for t in cuts if producers.get(t, -1) > producers.get(source, -1)]
-    next_cut = next((producers[t] for t in after if producers[t] >= peak_op), len(sg.operators))
-    inside = [t for op in sg.operators[peak_op:next_cut] for t in op.outputs
+    later = [producers[t] for t in after if producers[t] >= peak_op]
+    end = later[TARGET_CUTS_PAST_PEAK - 1] if len(later) >= TARGET_CUTS_PAST_PEAK else len(sg.operators)
+    inside = [t for op in sg.operators[peak_op:end] for t in op.outputs
               if t not in cuts and sg.tensors[t].planned and len(sg.tensors[t].shape) == 4
               and not ends.escaping(source, t)]
     return sorted(set(after) | set(inside), key=lambda t: producers[t])
