@@ -80,8 +80,16 @@ def emit_tiled(graph: Graph, plan: TilingPlan, before: list[int], after: list[in
     return writer.finish(operators)
 
 
+WINDOW_NAME = "/patch_r"  # in the name of every window tensor a tiling creates
+
+
 def _piece_name(sg, piece: Piece) -> str:
-    return f"{sg.tensors[piece.tensor].name}/patch_r{piece.rows[0]}_{piece.rows[1]}_c{piece.cols[0]}_{piece.cols[1]}"
+    return f"{sg.tensors[piece.tensor].name}{WINDOW_NAME}{piece.rows[0]}_{piece.rows[1]}_c{piece.cols[0]}_{piece.cols[1]}"
+
+
+def is_window(name: str) -> bool:
+    """Whether the tensor named `name` is a window of another, made by an earlier tiling."""
+    return WINDOW_NAME in name
 
 
 class ModelWriter:

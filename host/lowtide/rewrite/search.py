@@ -33,7 +33,7 @@ from lowtide.rewrite.errors import NotApplicable
 from lowtide.model.reader import read_model
 from lowtide.model.schema import ELEMENT_BYTES
 from lowtide.model.writer import model_bytes, set_offline_plan
-from lowtide.rewrite.emit import emit_tiled
+from lowtide.rewrite.emit import emit_tiled, is_window
 from lowtide.rewrite.regions import (
     TILEABLE_OPCODES,
     Apply,
@@ -447,7 +447,8 @@ def _sources(graph: Graph, cuts: list[int], peak_op: int) -> list[int]:
     before = [t for t in cuts if producers.get(t, -1) < peak_op]
     last = producers.get(before[-1], -1) if before else -1
     inside = [t for op in sg.operators[last + 1:peak_op] for t in op.outputs
-              if t not in cuts and sg.tensors[t].planned and len(sg.tensors[t].shape) == 4]
+              if t not in cuts and sg.tensors[t].planned and len(sg.tensors[t].shape) == 4
+              and not is_window(sg.tensors[t].name)]
     return before + inside
 
 
@@ -463,7 +464,7 @@ def _targets(graph: Graph, ends: RegionEnds, cuts: list[int], source: int, peak_
     end = later[TARGET_CUTS_PAST_PEAK - 1] if len(later) >= TARGET_CUTS_PAST_PEAK else len(sg.operators)
     inside = [t for op in sg.operators[peak_op:end] for t in op.outputs
               if t not in cuts and sg.tensors[t].planned and len(sg.tensors[t].shape) == 4
-              and not ends.escaping(source, t)]
+              and not is_window(sg.tensors[t].name) and not ends.escaping(source, t)]
     return sorted(set(after) | set(inside), key=lambda t: producers[t])
 
 
