@@ -421,7 +421,7 @@ def _regions_at_peak(graph: Graph, peak_op: int) -> tuple[list[Region], str]:
     producers = sg.producers()
     sources = [t for t in _sources(graph, cuts, peak_op) if _feeds_spatial(graph, t)]
     regions: list[Region] = []
-    reason = f"the peak (operator {peak_op}, {sg.operators[peak_op].opcode}) is in no tileable region"
+    refusals: list[str] = []  # why regions from each source end before the peak's tensors are done, each once
     ends = RegionEnds(graph)
     for source in sources:
         for target in _targets(graph, ends, cuts, source, peak_op):
@@ -430,12 +430,13 @@ def _regions_at_peak(graph: Graph, peak_op: int) -> tuple[list[Region], str]:
             region = region_between(graph, source, target)
             if isinstance(region, str):
                 if producers.get(target, -1) > peak_op:
-                    reason = f"{reason}: {region}"
+                    refusals += [region] if region not in refusals else []
                     break
                 continue
             if peak_op in {rop.op for rop in region.ops} | set(region.folded_pads) | set(region.broadcast_ops):
                 regions.append(region)
-    return regions, ("" if regions else reason)
+    reason = f"the peak (operator {peak_op}, {sg.operators[peak_op].opcode}) is in no tileable region"
+    return regions, ("" if regions else ": ".join([reason, "; ".join(refusals)] if refusals else [reason]))
 
 
 def _sources(graph: Graph, cuts: list[int], peak_op: int) -> list[int]:
