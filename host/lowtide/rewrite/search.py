@@ -328,7 +328,8 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits) -> _Round:
     explored.sort(key=lambda item: (item[0].live_peak_bytes, item[0].macs))
     best: tuple[int, bytes, Candidate] | None = None
     built: dict[int, Candidate] = {}
-    for index, (candidate, plan) in enumerate(explored[:BUILT_CANDIDATES]):
+    for index in _to_build(graph, explored):
+        candidate, plan = explored[index]
         if best and (limits.cut() or candidate.live_peak_bytes >= best[0]):
             break
         data = model_bytes(_emit(graph, plan, base_order))
@@ -357,6 +358,15 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits) -> _Round:
         return unchanged(f"the best tiling found plans {head:,} bytes, not below {base.head_bytes:,}", points)
     return _Round(base_model, base.head_bytes, _tiling(candidate), data, head, candidate.macs, "", points,
                   tuple(rejected))
+
+
+def _to_build(graph: Graph, explored: list[tuple[Candidate, TilingPlan]]) -> list[int]:
+    """Which of the explored points (lowest live peak first) to build: the first `BUILT_CANDIDATES`, and the first
+    as many of regions between two cut tensors. Regions holding skip tensors or ending before a cut add points
+    whose live peak is low but whose placement may not be, and must not crowd out the plain regions' best."""
+    cuts = set(cut_tensors(graph))
+    plain = [i for i, (_, plan) in enumerate(explored) if plan.region.source in cuts and plan.region.target in cuts]
+    return sorted(set(range(min(BUILT_CANDIDATES, len(explored)))) | set(plain[:BUILT_CANDIDATES]))
 
 
 def _tiling(candidate: Candidate) -> Tiling:
