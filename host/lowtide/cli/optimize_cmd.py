@@ -17,7 +17,7 @@ from lowtide.budget import DEFAULT_WALL_SECONDS
 from lowtide.cli.application import app
 from lowtide.cli.options import Arena32Option
 from lowtide.export import OptimizeResult, Verification, optimize_model
-from lowtide.rewrite import Tiling
+from lowtide.rewrite import RewriteResult, Tiling
 from lowtide.tflm import DEFAULT_CORE, Arena32Mode
 from lowtide.tflm.tree import KernelSet
 
@@ -137,6 +137,8 @@ def _show(console: Console, result: OptimizeResult) -> None:
             console.print(f"rewrite: {r.reason}")
         for c in result.rejected:
             console.print(f"  dropped {escape(c.candidate)}: {escape(c.reason)}")
+        if r.pareto:
+            console.print(_pareto_table(r, tilings or ()))
     if result.verification:
         _show_verification(console, result.verification)
     if result.wall_clock_cuts:
@@ -146,6 +148,24 @@ def _show(console: Console, result: OptimizeResult) -> None:
     console.print(f"TFLM arena on {after.core} ({after.kernels} kernels): used {before.used_bytes:,} B -> "
                   f"{after.used_bytes:,} B; declare {after.arena_bytes:,} B (see {result.export.header_path.name})"
                   + ("" if after.exact else f" [dim]({escape(after.method)})[/]"))
+
+
+def _pareto_table(rewrite: RewriteResult, written: tuple[Tiling, ...]) -> Table:
+    """The rewrite's Pareto front: each point's head (placed, or the live peak of one not built) against its MAC
+    overhead; the written tilings marked, or the search's own when `optimize` kept fewer patches or none."""
+    table = Table(title="rewrite: Pareto front, head against extra MACs", title_justify="left")
+    for name in ("region", "grid", "extra MACs", "head", ""):
+        table.add_column(name, justify="right" if name in ("extra MACs", "head") else "left")
+    label = "written" if written else "lowest head, not written"
+    chosen = {(t.source, t.target, t.grid, t.split_source) for t in written or rewrite.tilings}
+    for c in rewrite.pareto:
+        overhead = c.macs / max(rewrite.macs_before, 1) - 1
+        head = f"{c.head_bytes:,} B" if c.head_bytes is not None else f"{c.live_peak_bytes:,} B live"
+        grid = f"{c.grid[0]}x{c.grid[1]}" + (" strips" if c.split_source else "")
+        mark = label if (c.source, c.target, c.grid, c.split_source) in chosen else ""
+        table.add_row(escape(f"{c.source} -> {c.target}"), grid, f"{overhead:+.1%}", head, mark,
+                      style="bold green" if mark else None)
+    return table
 
 
 def _show_verification(console: Console, verification: Verification) -> None:

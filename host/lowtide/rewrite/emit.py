@@ -10,13 +10,11 @@ operator uses any more are dropped, so TFLM allocates no per-tensor structs for 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
 
 import numpy as np
 
 from lowtide.model.schema import operator_code
-from lowtide.model.ir import Graph
-from lowtide.model.offline_memory import NAME as OFFLINE_PLAN_NAME
+from lowtide.model.ir import OFFLINE_PLAN_NAME, Graph
 from lowtide.model.schema import BUILTIN_CODES, TYPE_CODES, TYPE_NAMES, builtin_code, fb
 from lowtide.rewrite.regions import (
     Apply,
@@ -27,7 +25,7 @@ from lowtide.rewrite.regions import (
     Slice,
     Split,
     TilingPlan,
-    shape_hw,
+    whole_piece,
 )
 
 RESIZE_CODES = frozenset(BUILTIN_CODES[name] for name in RESIZE_OPCODES)
@@ -38,11 +36,7 @@ def emit_tiled(graph: Graph, plan: TilingPlan, before: list[int], after: list[in
     `graph.raw` is left untouched; weight buffers are shared with it, not copied."""
     writer = ModelWriter(graph)
     sg = graph.main
-    height, width = shape_hw(sg, plan.region.source)
-    whole = {
-        Piece(plan.region.source, (0, height), (0, width), plan.region.source): plan.region.source,
-        plan.target_piece: plan.region.target,
-    }
+    whole = {whole_piece(sg, t): t for t in plan.region.held_whole} | {plan.steps[-1].result: plan.region.target}
     tensor_of = dict(whole)
 
     def window(piece: Piece) -> int:
@@ -86,8 +80,16 @@ def emit_tiled(graph: Graph, plan: TilingPlan, before: list[int], after: list[in
     return writer.finish(operators)
 
 
+WINDOW_NAME = "/patch_r"  # in the name of every window tensor a tiling creates
+
+
 def _piece_name(sg, piece: Piece) -> str:
-    return f"{sg.tensors[piece.tensor].name}/patch_r{piece.rows[0]}_{piece.rows[1]}_c{piece.cols[0]}_{piece.cols[1]}"
+    return f"{sg.tensors[piece.tensor].name}{WINDOW_NAME}{piece.rows[0]}_{piece.rows[1]}_c{piece.cols[0]}_{piece.cols[1]}"
+
+
+def is_window(name: str) -> bool:
+    """Whether the tensor named `name` is a window of another, made by an earlier tiling."""
+    return WINDOW_NAME in name
 
 
 class ModelWriter:
@@ -141,7 +143,6 @@ class ModelWriter:
         """Constant `like` restricted to `channels` along `axis`; per-channel quantization along that axis is
         restricted with it, so every kept channel computes exactly as before."""
         values = self._graph.constant_array(like)
-        assert values is not None  # `like` is a weight or bias tensor, a constant
         index = self.constant_like(like, np.ascontiguousarray(np.take(values, channels, axis=axis)), name)
         q = self.tensors[index].quantization
         if q is not None and q.scale is not None and len(q.scale) > 1 and (q.quantizedDimension or 0) == axis:
@@ -149,7 +150,7 @@ class ModelWriter:
             q.zeroPoint = np.asarray(q.zeroPoint)[channels]
         return index
 
-    def int32_constant(self, values: int | Sequence[int] | Sequence[Sequence[int]]) -> int:
+    def int32_constant(self, values: list) -> int:
         array = np.asarray(values, dtype="<i4")
         key = (array.shape, array.tobytes())
         if key not in self._constants:

@@ -27,7 +27,6 @@ from lowtide.memory.lifetimes import ALIGNMENT
 from lowtide.model import padding as window
 from lowtide.model.ir import Graph, Operator, Subgraph
 from lowtide.model.schema import ELEMENT_BYTES, fb
-from lowtide.rewrite.errors import NotApplicable
 
 Interval = tuple[int, int]  # half-open [lo, hi)
 
@@ -159,6 +158,17 @@ class Region:
     target: int
     ops: tuple[RegionOp, ...]  # in a topological order
     folded_pads: tuple[int, ...]  # PAD operators absorbed into their consumers' edges
+    # Operators run once, whole, before the patches (`broadcast_branch`): every patch reads their per-channel
+    # result as a broadcast operand.
+    broadcast_ops: tuple[int, ...] = ()
+    # Tensors computed before the source and read inside the region (`skip_inputs`: a decoder's skip tensors, a
+    # residual block's input): held whole, like the source, while every patch reads its window of them.
+    skips: tuple[int, ...] = ()
+
+    @property
+    def held_whole(self) -> tuple[int, ...]:
+        """The tensors the patches read their windows from: the source and the skip tensors."""
+        return (self.source, *self.skips)
 
 
 WHOLE = -1  # `Piece.patch` of the source, the target and its rows: not made by one patch
@@ -240,13 +250,6 @@ class TilingPlan:
     steps: tuple[Step, ...]  # in execution order: patch by patch, rows of patches concatenated as they finish
     macs: int  # multiply-accumulates of the steps (the region's own MACs plus halo recomputation)
 
-    @property
-    def target_piece(self) -> Piece:
-        """The whole target, as the last step writes it: a CONCATENATION of patches (one patch: its operator)."""
-        last = self.steps[-1]
-        assert isinstance(last, Concat | Apply)
-        return last.result
-
 
 def shape_hw(sg: Subgraph, tensor: int) -> tuple[int, int]:
     return sg.tensors[tensor].shape[1], sg.tensors[tensor].shape[2]
@@ -301,21 +304,23 @@ def _ancestors(sg: Subgraph) -> list[int]:
     return result
 
 
-def region_between(graph: Graph, source: int, target: int) -> Region:
-    """The tileable region from cut `source` to cut `target`; NotApplicable says why there is none."""
+def region_between(graph: Graph, source: int, target: int) -> Region | str:
+    """The tileable region from cut `source` to cut `target`, or why there is none."""
     sg = graph.main
     producers = sg.producers()
     ancestors = _ancestors(sg)
     if target not in producers:
-        raise NotApplicable("the target tensor is a model input")
+        return "the target tensor is a model input"
     t_op = producers[target]
     before_target = ancestors[t_op] | 1 << t_op
     before_source = 0
     if source in producers:
         before_source = ancestors[producers[source]] | 1 << producers[source]
     if before_source & ~before_target:
-        raise NotApplicable("the source does not precede the target")
+        return "the source does not precede the target"
     members = before_target & ~before_source
+    branch = broadcast_branch(graph, source, members)
+    members &= ~sum(1 << op for op in branch)
     consumers = sg.consumers()
     ops: list[RegionOp] = []
     folded: list[int] = []
@@ -325,18 +330,114 @@ def region_between(graph: Graph, source: int, target: int) -> Region:
         if op.opcode == "PAD" and not _foldable_pad(graph, op, consumers, members):
             folded.append(op.index)
             continue
-        ops.append(_region_op(graph, op, producers, members, set(folded)))
+        region_op = _region_op(graph, op, producers, members, set(folded))
+        if isinstance(region_op, str):
+            return region_op
+        ops.append(region_op)
     if not ops or t_op in folded:
-        raise NotApplicable("the region ends in a PAD folded into its consumers or holds no operator")
+        return "the region ends in a PAD folded into its consumers or holds no operator"
+    skips = skip_inputs(graph, source, ops, members)
+    if isinstance(skips, str):
+        return skips
+    for region_op in ops:
+        outside = _broadcast_read_elsewhere(graph, region_op, branch)
+        if outside:
+            return outside
+    for t in sorted({source, *skips} | {t for rop in ops for t in rop.outputs}):
+        if sg.tensors[t].dtype not in WINDOW_TYPES:
+            return (f"tensor {t} '{sg.tensors[t].name}' is {sg.tensors[t].dtype}, which TFLM's STRIDED_SLICE and "
+                    f"CONCATENATION do not copy")
+    return Region(source, target, tuple(ops), tuple(folded), branch, skips)
+
+
+def skip_inputs(graph: Graph, source: int, ops: list[RegionOp], members: int) -> tuple[int, ...] | str:
+    """The tensors other than the source that the region's operators read windows of and that are computed
+    before it (a decoder's skip tensors from the encoder, the input of a residual block tiled from inside it),
+    or why one cannot be held whole beside the source. They are whole before the first patch, like the source."""
+    sg = graph.main
+    producers = sg.producers()
+    skips: list[int] = []
     for region_op in ops:
         for edge in region_op.edges:
-            if edge.tensor != source and not (edge.tensor in producers and members >> producers[edge.tensor] & 1):
-                raise NotApplicable(f"operator {region_op.op} reads a tensor from outside the region")
-    for t in sorted({source} | {t for rop in ops for t in rop.outputs}):
-        if sg.tensors[t].dtype not in WINDOW_TYPES:
-            raise NotApplicable(f"tensor {t} '{sg.tensors[t].name}' is {sg.tensors[t].dtype}, which TFLM's "
-                                f"STRIDED_SLICE and CONCATENATION do not copy")
-    return Region(source, target, tuple(ops), tuple(folded))
+            t = edge.tensor
+            if t == source or t in skips or (t in producers and members >> producers[t] & 1):
+                continue
+            shape = sg.tensors[t].shape
+            if not sg.tensors[t].planned or len(shape) != 4 or shape[0] != 1:
+                return f"operator {region_op.op} reads a tensor from outside the region"
+            skips.append(t)
+    return tuple(sorted(skips))
+
+
+def escaping_tensor(graph: Graph, source: int, target: int) -> str:
+    """Why the operators from `source` to `target` do not form a region that ends in `target` (one of the
+    tensors they compute is read after it, or is a model output), or ''. Unlike a cut tensor, the target may
+    have tensors from before the region read after it (the source, a decoder's skip tensors): they are whole
+    anyway."""
+    return RegionEnds(graph).escaping(source, target)
+
+
+class RegionEnds:
+    """`escaping_tensor` for many regions of one graph: its dependences computed once."""
+
+    def __init__(self, graph: Graph):
+        self._sg = graph.main
+        self._producers = self._sg.producers()
+        self._consumers = self._sg.consumers()
+        self._ancestors = _ancestors(self._sg)
+
+    def escaping(self, source: int, target: int) -> str:
+        sg, producers, ancestors = self._sg, self._producers, self._ancestors
+        if target not in producers:
+            return "the target tensor is a model input"
+        before_source = ancestors[producers[source]] | 1 << producers[source] if source in producers else 0
+        members = (ancestors[producers[target]] | 1 << producers[target]) & ~before_source
+        for op in sg.operators:
+            if not members >> op.index & 1:
+                continue
+            for t in op.outputs:
+                if t != target and (t in sg.outputs or any(not members >> c & 1 for c in self._consumers.get(t, []))):
+                    return f"tensor {t} '{sg.tensors[t].name}' computed in the region is read after it"
+        return ""
+
+
+def broadcast_branch(graph: Graph, source: int, members: int) -> tuple[int, ...]:
+    """The operators among `members` that compute per-channel vectors from a global reduction of the source: a
+    squeeze-and-excitation branch (MEAN, 1x1 convolutions or dense layers, its gate). The source is whole before
+    the first patch, so they run once, whole, before the patches, and each patch reads their result whole as a
+    broadcast operand (the MUL scaling the block per channel). A reduction of any other tensor of the region
+    still ends the region: the tensor is never whole there."""
+    sg = graph.main
+    branch: list[int] = []
+    vectors: set[int] = set()
+    for op in sg.operators:
+        if not members >> op.index & 1 or not all(_per_channel(sg, t) for t in op.outputs):
+            continue
+        activations = [t for t in op.inputs if t >= 0 and sg.tensors[t].planned]
+        reduces_source = activations == [source] and bool(global_operator(graph, op))
+        if reduces_source or (activations and all(t in vectors for t in activations)):
+            branch.append(op.index)
+            vectors.update(op.outputs)
+    return tuple(branch)
+
+
+def _per_channel(sg: Subgraph, tensor: int) -> bool:
+    """A tensor with no rows or columns: one value per channel (or a scalar)."""
+    return all(d == 1 for d in sg.tensors[tensor].shape[:-1])
+
+
+def _broadcast_read_elsewhere(graph: Graph, region_op: RegionOp, branch: tuple[int, ...]) -> str:
+    """Why a per-channel activation `region_op` reads whole is not the result of the region's broadcast branch
+    (nothing else computes it before the patches), or ''."""
+    sg = graph.main
+    producers = sg.producers()
+    read = {edge.slot for edge in region_op.edges}
+    op = sg.operators[region_op.op]
+    for slot, t in enumerate(op.inputs):
+        if slot not in read and t >= 0 and sg.tensors[t].planned and producers.get(t) not in branch:
+            return (f"operator {op.index} ({op.opcode}) broadcasts an activation of shape {sg.tensors[t].shape} "
+                    "computed inside the region")
+    return ""
 
 
 def global_operator(graph: Graph, op: Operator) -> str:
@@ -410,20 +511,19 @@ def _axis_map(kernel: int, dilation: int, stride: int, in_size: int, out_size: i
     return AxisMap(window.effective_size(kernel, dilation), stride, offset)
 
 
-def _region_op(graph: Graph, op: Operator, producers: dict[int, int], members: int, folded: set[int]) -> RegionOp:
-    """`op` as a step of the region; NotApplicable says why it cannot run on patches."""
+def _region_op(graph: Graph, op: Operator, producers: dict[int, int], members: int,
+               folded: set[int]) -> RegionOp | str:
     sg = graph.main
     for output in op.outputs:
         if len(sg.tensors[output].shape) != 4 or sg.tensors[output].shape[0] != 1:
-            raise NotApplicable(f"operator {op.index} ({op.opcode}) has no single-image NHWC output")
+            return f"operator {op.index} ({op.opcode}) has no single-image NHWC output"
     out_hw = shape_hw(sg, op.outputs[0])
     fill_lowest = False
     pads = False
-    maps: dict[int, tuple[WindowMap, WindowMap]]
     if op.opcode in CONV_OPCODES or op.opcode in POOL_OPCODES:
         if op.opcode == "AVERAGE_POOL_2D" and _same_padding_used(sg, op):
             # AVERAGE_POOL's SAME padding divides by the in-image count: no explicit PAD reproduces it.
-            raise NotApplicable(f"operator {op.index} ({op.opcode}) averages over SAME padding")
+            return f"operator {op.index} ({op.opcode}) averages over SAME padding"
         fill_lowest = op.opcode == "MAX_POOL_2D" and _same_padding_used(sg, op)
         rows, cols = _axis_maps(sg, op)
         maps = {0: (rows, cols)}
@@ -436,28 +536,33 @@ def _region_op(graph: Graph, op: Operator, producers: dict[int, int], members: i
             if reason is None:
                 maps[slot] = (IDENTITY, IDENTITY)
             elif reason:
-                raise NotApplicable(reason)
+                return reason
     elif op.opcode in PAD_OPCODES:
         maps = _pad_maps(graph, op)
+        if isinstance(maps, str):
+            return maps
         pads = True
     elif op.opcode in RESIZE_OPCODES:
         maps = _resize_maps(graph, op)
+        if isinstance(maps, str):
+            return maps
     elif op.opcode in CHANNEL_OPCODES:
         maps = _channel_maps(graph, op, out_hw)
+        if isinstance(maps, str):
+            return maps
     else:
-        raise NotApplicable(global_operator(graph, op) or f"operator {op.index} ({op.opcode}) cannot run on patches")
+        return global_operator(graph, op) or f"operator {op.index} ({op.opcode}) cannot run on patches"
     edges = []
-    for slot, (row_map, col_map) in maps.items():
+    for slot, (rows, cols) in maps.items():
         tensor = op.inputs[slot]
         pad_op = producers.get(tensor)
         if pad_op is not None and pad_op in folded:
             paddings = graph.constant_array(sg.operators[pad_op].inputs[1])
-            assert paddings is not None  # only PADs with constant paddings fold (`_foldable_pad`)
             tensor = sg.operators[pad_op].inputs[0]
-            edges.append(Edge(slot, tensor, _shifted(row_map, int(paddings[1][0])), _shifted(col_map, int(paddings[2][0])),
+            edges.append(Edge(slot, tensor, _shifted(rows, int(paddings[1][0])), _shifted(cols, int(paddings[2][0])),
                               pad_op))
         else:
-            edges.append(Edge(slot, tensor, row_map, col_map, None, fill_lowest))
+            edges.append(Edge(slot, tensor, rows, cols, None, fill_lowest))
     return RegionOp(op.index, tuple(edges), tuple(op.outputs), pads)
 
 
@@ -469,17 +574,19 @@ def _broadcast_operand(graph: Graph, op: Operator, slot: int, out_hw: tuple[int,
     if tensor.planned:
         if len(tensor.shape) == 4 and tensor.shape[0] == 1 and tensor.shape[1:3] == out_hw:
             return None
+        if _per_channel(sg, op.inputs[slot]) and tensor.shape[-1] in (1, sg.tensors[op.outputs[0]].shape[-1]):
+            return ""  # a broadcast branch's result (`broadcast_branch`; region_between checks it is one)
         return f"operator {op.index} ({op.opcode}) broadcasts an activation of shape {tensor.shape} over rows or columns"
     if graph.constant_array(op.inputs[slot]) is None or any(d != 1 for d in tensor.shape[:-1]):
         return f"operator {op.index} ({op.opcode}) reads a constant with rows or columns"
     return ""
 
 
-def _pad_maps(graph: Graph, op: Operator) -> dict[int, tuple[WindowMap, WindowMap]]:
+def _pad_maps(graph: Graph, op: Operator) -> dict[int, tuple[WindowMap, WindowMap]] | str:
     sg = graph.main
     paddings = graph.constant_array(op.inputs[1])
     if paddings is None or paddings.shape != (4, 2) or paddings[0].any():
-        raise NotApplicable(f"operator {op.index} ({op.opcode}) pads the batch or has no constant paddings")
+        return f"operator {op.index} ({op.opcode}) pads the batch or has no constant paddings"
     if op.opcode != "MIRROR_PAD":
         return {0: (AxisMap(1, 1, int(paddings[1][0])), AxisMap(1, 1, int(paddings[2][0])))}
     reflect = op.options.mode == fb.MirrorPadMode.REFLECT
@@ -487,7 +594,7 @@ def _pad_maps(graph: Graph, op: Operator) -> dict[int, tuple[WindowMap, WindowMa
     return {0: (MirrorMap(in_h, int(paddings[1][0]), reflect), MirrorMap(in_w, int(paddings[2][0]), reflect))}
 
 
-def _resize_maps(graph: Graph, op: Operator) -> dict[int, tuple[WindowMap, WindowMap]]:
+def _resize_maps(graph: Graph, op: Operator) -> dict[int, tuple[WindowMap, WindowMap]] | str:
     sg = graph.main
     o = op.options
     integer = sg.tensors[op.outputs[0]].dtype != "float32"
@@ -496,8 +603,8 @@ def _resize_maps(graph: Graph, op: Operator) -> dict[int, tuple[WindowMap, Windo
         axis = _resize_axis(op.opcode == "RESIZE_BILINEAR", n_in, n_out, bool(o.alignCorners),
                             bool(o.halfPixelCenters), integer)
         if axis is None:
-            raise NotApplicable(f"operator {op.index} ({op.opcode}) maps a window of {n_out} rows or columns back to "
-                                f"{n_in} in a way no smaller resize reproduces (a non-integer factor or align_corners)")
+            return (f"operator {op.index} ({op.opcode}) maps a window of {n_out} rows or columns back to {n_in} "
+                    f"in a way no smaller resize reproduces (a non-integer factor or align_corners)")
         maps.append(axis)
     return {0: (maps[0], maps[1])}
 
@@ -569,21 +676,20 @@ def _resize_sources(bilinear: bool, n_in: int, n_out: int, align_corners: bool, 
     return index, index, np.zeros(n_out)
 
 
-def _channel_maps(graph: Graph, op: Operator, out_hw: tuple[int, int]) -> dict[int, tuple[WindowMap, WindowMap]]:
+def _channel_maps(graph: Graph, op: Operator, out_hw: tuple[int, int]) -> dict[int, tuple[AxisMap, AxisMap]] | str:
     if op.opcode == "CONCATENATION":
-        axis, slots = op.options.axis, list(range(len(op.inputs)))
+        axis, slots = op.options.axis, range(len(op.inputs))
     else:
         data, axis_slot = (1, 0) if op.opcode == "SPLIT" else (0, 2)
         axis_value = graph.constant_array(op.inputs[axis_slot])
         if axis_value is None:
-            raise NotApplicable(f"operator {op.index} ({op.opcode}) has no constant axis")
+            return f"operator {op.index} ({op.opcode}) has no constant axis"
         axis, slots = int(np.ravel(axis_value)[0]), [data]
     if axis % 4 != 3:
-        raise NotApplicable(f"operator {op.index} ({op.opcode}) works along rows or columns, not channels")
+        return f"operator {op.index} ({op.opcode}) works along rows or columns, not channels"
     for slot in slots:
         if _broadcast_operand(graph, op, slot, out_hw) is not None:
-            raise NotApplicable(f"operator {op.index} ({op.opcode}) joins a constant or tensors of other rows and "
-                                f"columns")
+            return f"operator {op.index} ({op.opcode}) joins a constant or tensors of other rows and columns"
     return {slot: (IDENTITY, IDENTITY) for slot in slots}
 
 
@@ -612,9 +718,10 @@ def plan_tiling(graph: Graph, region: Region, grid: tuple[int, int], split_sourc
     for row_index, rows in enumerate(itertools.pairwise(row_cuts)):
         first_patch = row_index * grid[1]
         held = _window_of_strips(strips, row_windows[row_index], first_patch, steps) if len(strips) > 1 else source
+        held_whole = {region.source: held} | {t: whole_piece(sg, t) for t in region.skips}
         patches: list[Piece] = []
         for col_index, cols in enumerate(itertools.pairwise(col_cuts)):
-            result, patch_macs = _patch(graph, region, rows, cols, first_patch + col_index, steps, held)
+            result, patch_macs = _patch(graph, region, rows, cols, first_patch + col_index, steps, held_whole)
             patches.append(result)
             macs += patch_macs
         if len(patches) > 1:
@@ -701,14 +808,14 @@ def _bounds(size: int, parts: int) -> list[int]:
 
 
 def _patch(graph: Graph, region: Region, rows: Interval, cols: Interval, patch: int, steps: list[Step],
-           source: Piece) -> tuple[Piece, int]:
-    """Append one patch's steps, reading the source from the piece `source`; return the patch of the target
-    and the MACs spent on it."""
+           sources: dict[int, Piece]) -> tuple[Piece, int]:
+    """Append one patch's steps, reading the source and the skip tensors from the pieces `sources`; return the
+    patch of the target and the MACs spent on it."""
     sg = graph.main
     # Backwards: the window of every tensor this patch needs (the hull over its readers).
     need_rows, need_cols = _needed(sg, region, 0, rows), _needed(sg, region, 1, cols)
     # Forwards: crop what is held to what each reader wants, pad where the window leaves the image, apply.
-    held = {region.source: source}
+    held = dict(sources)
     made: set[Piece] = set()
 
     def cropped(piece: Piece, inside: tuple[Interval, Interval]) -> Piece:
@@ -740,7 +847,7 @@ def _patch(graph: Graph, region: Region, rows: Interval, cols: Interval, patch: 
         padding = None
         if rop.pads:  # the PAD's own padding, where this window of its output leaves its input
             (_, piece), edge = inputs[0], rop.edges[0]
-            top, left = _padding_before(edge.rows), _padding_before(edge.cols)
+            top, left = edge.rows.offset, edge.cols.offset  # type: ignore[union-attr]
             padding = ((piece.rows[0] + top - out_rows[0], out_rows[1] - piece.rows[1] - top),
                        (piece.cols[0] + left - out_cols[0], out_cols[1] - piece.cols[1] - left))
         steps.append(Apply(rop.op, tuple(inputs), results, padding))
@@ -750,15 +857,18 @@ def _patch(graph: Graph, region: Region, rows: Interval, cols: Interval, patch: 
     return cropped(held[region.target], (rows, cols)), macs
 
 
+def whole_piece(sg: Subgraph, tensor: int) -> Piece:
+    height, width = shape_hw(sg, tensor)
+    return Piece(tensor, (0, height), (0, width), tensor)
+
+
 def _clip(sg: Subgraph, tensor: int, rows: Interval, cols: Interval) -> tuple[Interval, Interval]:
     shape = sg.tensors[tensor].shape
     return (max(rows[0], 0), min(rows[1], shape[1])), (max(cols[0], 0), min(cols[1], shape[2]))
 
 
-def _padding_before(axis: WindowMap) -> int:
-    """Rows or columns a PAD or MIRROR_PAD adds before its input along `axis`."""
-    assert not isinstance(axis, ResizeMap)  # a PAD's maps are affine (PAD, PADV2) or mirrored (MIRROR_PAD)
-    return axis.offset
+def _hull(a: tuple[Interval, Interval], b: tuple[Interval, Interval]) -> tuple[Interval, Interval]:
+    return tuple((min(x[0], y[0]), max(x[1], y[1])) for x, y in zip(a, b))  # type: ignore[return-value]
 
 
 def op_macs(sg: Subgraph, op: Operator, pixels: int | None = None) -> int:

@@ -33,7 +33,7 @@ from lowtide.rewrite.errors import NotApplicable
 from lowtide.model.reader import read_model
 from lowtide.model.schema import ELEMENT_BYTES
 from lowtide.model.writer import model_bytes, set_offline_plan
-from lowtide.rewrite.emit import emit_tiled
+from lowtide.rewrite.emit import emit_tiled, is_window
 from lowtide.rewrite.regions import (
     TILEABLE_OPCODES,
     Apply,
@@ -41,10 +41,12 @@ from lowtide.rewrite.regions import (
     Pad,
     Piece,
     Region,
+    RegionEnds,
     Slice,
     Split,
     TilingPlan,
     cut_tensors,
+    escaping_tensor,
     graph_macs,
     grid_macs,
     op_macs,
@@ -59,6 +61,8 @@ from lowtide.schedule import apply_order, find_schedule
 MAX_PATCHES_PER_AXIS = 10
 GRID_STEPS = tuple(range(1, MAX_PATCHES_PER_AXIS + 1))
 BUILT_CANDIDATES = 6
+# Regions around the peak end at most this many cut tensors past it, or at a tensor computed before that.
+TARGET_CUTS_PAST_PEAK = 2
 GRIDS_PLANNED_PER_REGION = 4
 # Work units (`lowtide.budget`) of each search inside the rewrite search, at effort 1: a schedule of the graph
 # (about 5 s of one quiet core, the former limit), a placement of each built candidate and of the model returned
@@ -150,17 +154,15 @@ class RewriteResult:
 
 def tile(graph: Graph, source: int, target: int, grid: tuple[int, int], order: list[int] | None = None,
          split_source: bool = False) -> bytes:
-    """The model with the region `source` -> `target` (main-subgraph tensor indices, both cut tensors) run as
-    `grid` (rows, columns) patches. `order`: main-subgraph operator order for the rest (default: stored).
+    """The model with the region `source` -> `target` (main-subgraph tensor indices; `target` a cut tensor, and
+    what the region reads from before `source` held whole beside it) run as `grid` (rows, columns) patches. `order`: main-subgraph operator order for the rest (default: stored).
     `split_source`: cut the source into row strips in place first (needs an offline plan: `lowtide optimize`)."""
-    cuts = cut_tensors(graph)
-    for tensor in (source, target):
-        if tensor not in cuts:
-            raise NotApplicable(f"cannot tile at tensor {tensor}: other tensors computed before it are read after it")
-    try:
-        region = region_between(graph, source, target)
-    except NotApplicable as exc:
-        raise NotApplicable(f"cannot tile tensor {source} -> {target}: {exc.message}") from None
+    escaping = escaping_tensor(graph, source, target)
+    if escaping:
+        raise NotApplicable(f"cannot tile tensor {source} -> {target}: {escaping}")
+    region = region_between(graph, source, target)
+    if isinstance(region, str):
+        raise NotApplicable(f"cannot tile tensor {source} -> {target}: {region}")
     height, width = graph.main.tensors[target].shape[1:3]
     limit = (min(height, MAX_PATCHES_PER_AXIS), min(width, MAX_PATCHES_PER_AXIS))
     if not (1 <= grid[0] <= limit[0] and 1 <= grid[1] <= limit[1]) or grid == (1, 1):
@@ -205,7 +207,7 @@ def rewrite_auto(graph: Graph, max_mac_overhead: float = 0.20, effort: float = 1
                              stock.head_bytes, macs_before, macs_before, (), _pareto(explored), wall_clock_cut(),
                              time.monotonic() - started, tuple(rejected))
     original_head, final = rounds[0].base_head_bytes, rounds[-1]
-    tilings = _tilings(rounds)
+    tilings = tuple(r.tiling for r in rounds)
     for _ in range(len(tilings)):
         # The first region was tiled while the peak was still elsewhere, so its grid was chosen for the MACs it
         # saves; with the later regions tiled first, its own peak is what counts, and it may get a finer grid.
@@ -219,7 +221,7 @@ def rewrite_auto(graph: Graph, max_mac_overhead: float = 0.20, effort: float = 1
         again = _rounds(later, budget, limits, explored, rejected)[0]
         if not again or again[-1].head_bytes >= final.head_bytes:
             break
-        final, tilings = again[-1], tilings[1:] + _tilings(again)
+        final, tilings = again[-1], tilings[1:] + tuple(r.tiling for r in again)
     head, data = planned_model(final.model, limits.placement(FINAL_PLACE_UNITS))
     reason = "; then ".join(t.describe() for t in tilings)
     ends = [note for note in (region_end(graph, t.target) for t in tilings) if note]
@@ -244,11 +246,6 @@ def _rounds(graph: Graph, budget: float, limits: _Limits, explored: list[Candida
             return rounds, found
         rounds.append(found)
         current = read_model(found.model, graph.path)
-
-
-def _tilings(rounds: list[_Round]) -> tuple[Tiling, ...]:
-    """The tilings of rounds `_rounds` kept: each of them tiled."""
-    return tuple(r.tiling for r in rounds if r.tiling is not None)
 
 
 @dataclass(frozen=True)
@@ -331,7 +328,8 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits) -> _Round:
     explored.sort(key=lambda item: (item[0].live_peak_bytes, item[0].macs))
     best: tuple[int, bytes, Candidate] | None = None
     built: dict[int, Candidate] = {}
-    for index, (candidate, plan) in enumerate(explored[:BUILT_CANDIDATES]):
+    for index in _to_build(graph, explored):
+        candidate, plan = explored[index]
         if best and (limits.cut() or candidate.live_peak_bytes >= best[0]):
             break
         data = model_bytes(_emit(graph, plan, base_order))
@@ -360,6 +358,15 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits) -> _Round:
         return unchanged(f"the best tiling found plans {head:,} bytes, not below {base.head_bytes:,}", points)
     return _Round(base_model, base.head_bytes, _tiling(candidate), data, head, candidate.macs, "", points,
                   tuple(rejected))
+
+
+def _to_build(graph: Graph, explored: list[tuple[Candidate, TilingPlan]]) -> list[int]:
+    """Which of the explored points (lowest live peak first) to build: the first `BUILT_CANDIDATES`, and the first
+    as many of regions between two cut tensors. Regions holding skip tensors or ending before a cut add points
+    whose live peak is low but whose placement may not be, and must not crowd out the plain regions' best."""
+    cuts = set(cut_tensors(graph))
+    plain = [i for i, (_, plan) in enumerate(explored) if plan.region.source in cuts and plan.region.target in cuts]
+    return sorted(set(range(min(BUILT_CANDIDATES, len(explored)))) | set(plain[:BUILT_CANDIDATES]))
 
 
 def _tiling(candidate: Candidate) -> Tiling:
@@ -394,9 +401,10 @@ def _region_floors(sg, regions: list[Region], outside_live: dict[int, int]) -> l
     CONCATENATION holds the target twice."""
     floors = []
     for region in regions:
-        region_ops = {rop.op for rop in region.ops} | set(region.folded_pads)
+        region_ops = {rop.op for rop in region.ops} | set(region.folded_pads) | set(region.broadcast_ops)
         outside = max((b for op, b in outside_live.items() if op not in region_ops), default=0)
-        source, target = _piece_bytes(sg, _whole(sg, region.source)), _piece_bytes(sg, _whole(sg, region.target))
+        source = sum(_piece_bytes(sg, _whole(sg, t)) for t in region.held_whole)
+        target = _piece_bytes(sg, _whole(sg, region.target))
         floors.append((max(outside, 2 * target, source), outside, region))
     return floors
 
@@ -421,24 +429,54 @@ def _regions_at_peak(graph: Graph, peak_op: int) -> tuple[list[Region], str]:
     if not cuts:
         return [], "no tensor cuts the graph in two (no single spatial prefix)"
     producers = sg.producers()
-    position = {t: i for i, t in enumerate(cuts)}
-    sources = [t for t in cuts if producers.get(t, -1) < peak_op and _feeds_spatial(graph, t)]
+    sources = [t for t in _sources(graph, cuts, peak_op) if _feeds_spatial(graph, t)]
     regions: list[Region] = []
-    reason = f"the peak (operator {peak_op}, {sg.operators[peak_op].opcode}) is in no tileable region"
+    refusals: list[str] = []  # why regions from each source end before the peak's tensors are done, each once
+    ends = RegionEnds(graph)
     for source in sources:
-        for target in cuts[position[source] + 1:]:
+        for target in _targets(graph, ends, cuts, source, peak_op):
             if producers.get(target, -1) < peak_op or sg.operators[producers[target]].opcode == "PAD":
                 continue  # a PAD's output is reassembled unpadded by its consumer's patches instead
-            try:
-                region = region_between(graph, source, target)
-            except NotApplicable as exc:
+            region = region_between(graph, source, target)
+            if isinstance(region, str):
                 if producers.get(target, -1) > peak_op:
-                    reason = f"{reason}: {exc.message}"
+                    refusals += [region] if region not in refusals else []
                     break
                 continue
-            if peak_op in {rop.op for rop in region.ops} | set(region.folded_pads):
+            if peak_op in {rop.op for rop in region.ops} | set(region.folded_pads) | set(region.broadcast_ops):
                 regions.append(region)
-    return regions, ("" if regions else reason)
+    reason = f"the peak (operator {peak_op}, {sg.operators[peak_op].opcode}) is in no tileable region"
+    return regions, ("" if regions else ": ".join([reason, "; ".join(refusals)] if refusals else [reason]))
+
+
+def _sources(graph: Graph, cuts: list[int], peak_op: int) -> list[int]:
+    """Where a region around the peak may start: the cut tensors before it, and every 4-D activation computed
+    after the last of them and before the peak (a region starting there holds what it reads from before it
+    whole: a decoder's skip tensors, a residual block's input)."""
+    sg = graph.main
+    producers = sg.producers()
+    before = [t for t in cuts if producers.get(t, -1) < peak_op]
+    last = producers.get(before[-1], -1) if before else -1
+    inside = [t for op in sg.operators[last + 1:peak_op] for t in op.outputs
+              if t not in cuts and sg.tensors[t].planned and len(sg.tensors[t].shape) == 4
+              and not is_window(sg.tensors[t].name)]
+    return before + inside
+
+
+def _targets(graph: Graph, ends: RegionEnds, cuts: list[int], source: int, peak_op: int) -> list[int]:
+    """Where a region from `source` around the peak may end, nearest first: the cut tensors after it, and the
+    4-D activations computed from the peak up to the second cut after it that no later operator reads but
+    through them (`escaping_tensor`: an encoder's block output while its input is still read by the decoder, a
+    backbone's stage read again by the FPN)."""
+    sg = graph.main
+    producers = sg.producers()
+    after = [t for t in cuts if producers.get(t, -1) > producers.get(source, -1)]
+    later = [producers[t] for t in after if producers[t] >= peak_op]
+    end = later[TARGET_CUTS_PAST_PEAK - 1] if len(later) >= TARGET_CUTS_PAST_PEAK else len(sg.operators)
+    inside = [t for op in sg.operators[peak_op:end] for t in op.outputs
+              if t not in cuts and sg.tensors[t].planned and len(sg.tensors[t].shape) == 4
+              and not is_window(sg.tensors[t].name) and not ends.escaping(source, t)]
+    return sorted(set(after) | set(inside), key=lambda t: producers[t])
 
 
 def _feeds_spatial(graph: Graph, tensor: int) -> bool:
@@ -447,19 +485,20 @@ def _feeds_spatial(graph: Graph, tensor: int) -> bool:
 
 
 def _emit(graph: Graph, plan: TilingPlan, order: list[int] | None):
-    """The plan placed in `order`: operators the source depends on, the patches, then everything else."""
+    """The plan placed in `order`: operators the source depends on, the region's broadcast branch, the patches,
+    then everything else."""
     sg = graph.main
     order = order if order is not None else list(range(len(sg.operators)))
-    region_ops = {rop.op for rop in plan.region.ops} | set(plan.region.folded_pads)
+    region_ops = {rop.op for rop in plan.region.ops} | set(plan.region.folded_pads) | set(plan.region.broadcast_ops)
     producers = sg.producers()
     before_mask: set[int] = set()
-    stack = [producers[plan.region.source]] if plan.region.source in producers else []
+    stack = [producers[t] for t in plan.region.held_whole if t in producers]
     while stack:
         op = stack.pop()
         if op not in before_mask:
             before_mask.add(op)
             stack.extend(producers[t] for t in sg.operators[op].inputs if t in producers)
-    before = [op for op in order if op in before_mask]
+    before = [op for op in order if op in before_mask or op in plan.region.broadcast_ops]
     after = [op for op in order if op not in before_mask and op not in region_ops]
     return emit_tiled(graph, plan, before, after)
 
@@ -477,7 +516,7 @@ def _piece_bytes(sg, piece: Piece) -> int:
 def _tiled_live_peak(sg, plan: TilingPlan) -> int:
     """Live bytes of the tiled part in its emitted order, under TFLM's lifetime rules (an operator's inputs and
     outputs are live together; a tensor lives from its producer to its last reader), except that the strips
-    of a `Split` occupy the source's own bytes."""
+    of a `Split` occupy the source's own bytes. The source and the skip tensors are whole at the start."""
     reads: list[tuple[Piece, ...]] = []
     writes: list[tuple[Piece, ...]] = []
     for step in plan.steps:
@@ -493,10 +532,14 @@ def _tiled_live_peak(sg, plan: TilingPlan) -> int:
         for p in pieces:
             last[p] = i
     last[writes[-1][0]] = len(writes)  # the target outlives the tiled part
+    region_ops = {rop.op for rop in plan.region.ops} | set(plan.region.folded_pads) | set(plan.region.broadcast_ops)
+    for t in plan.region.held_whole:  # and so does a tensor held whole that is read after it
+        if any(c not in region_ops for c in sg.consumers().get(t, [])):
+            last[_whole(sg, t)] = len(writes)
     freed_after: dict[int, int] = {}
     for p, i in last.items():
         freed_after[i] = freed_after.get(i, 0) + _piece_bytes(sg, p)
-    live = _piece_bytes(sg, _whole(sg, plan.region.source))
+    live = sum(_piece_bytes(sg, _whole(sg, t)) for t in plan.region.held_whole)
     peak = live
     for i, (step, results) in enumerate(zip(plan.steps, writes)):
         made = sum(_piece_bytes(sg, p) for p in results)
@@ -513,7 +556,7 @@ def _pareto(candidates: list[Candidate]) -> tuple[Candidate, ...]:
     def memory(c: Candidate) -> int:
         return c.head_bytes if c.head_bytes is not None else c.live_peak_bytes
 
-    front: list[Candidate] = []
+    front = []
     for c in sorted(candidates, key=lambda c: (c.macs, memory(c))):
         if not front or memory(c) < memory(front[-1]):
             front.append(c)

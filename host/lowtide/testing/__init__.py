@@ -1,0 +1,2 @@
+"""Models for tests and benchmarks, built with `lowtide.model.builder.ModelBuilder` (the zoo, apart from the
+builder's API)."""
