@@ -14,7 +14,8 @@ import copy
 import numpy as np
 
 from lowtide.model.schema import operator_code
-from lowtide.model.ir import OFFLINE_PLAN_NAME, Graph
+from lowtide.model.ir import Graph
+from lowtide.model.offline_memory import NAME as OFFLINE_PLAN_NAME
 from lowtide.model.schema import BUILTIN_CODES, TYPE_CODES, TYPE_NAMES, builtin_code, fb
 from lowtide.rewrite.regions import (
     Apply,
@@ -36,7 +37,9 @@ def emit_tiled(graph: Graph, plan: TilingPlan, before: list[int], after: list[in
     `graph.raw` is left untouched; weight buffers are shared with it, not copied."""
     writer = ModelWriter(graph)
     sg = graph.main
-    whole = {whole_piece(sg, t): t for t in plan.region.held_whole} | {plan.steps[-1].result: plan.region.target}
+    last = plan.steps[-1]
+    assert not isinstance(last, Split)  # a plan ends in the step that writes its target
+    whole = {whole_piece(sg, t): t for t in plan.region.held_whole} | {last.result: plan.region.target}
     tensor_of = dict(whole)
 
     def window(piece: Piece) -> int:
@@ -143,6 +146,7 @@ class ModelWriter:
         """Constant `like` restricted to `channels` along `axis`; per-channel quantization along that axis is
         restricted with it, so every kept channel computes exactly as before."""
         values = self._graph.constant_array(like)
+        assert values is not None, like  # the callers restrict constant operands only
         index = self.constant_like(like, np.ascontiguousarray(np.take(values, channels, axis=axis)), name)
         q = self.tensors[index].quantization
         if q is not None and q.scale is not None and len(q.scale) > 1 and (q.quantizedDimension or 0) == axis:
@@ -150,7 +154,7 @@ class ModelWriter:
             q.zeroPoint = np.asarray(q.zeroPoint)[channels]
         return index
 
-    def int32_constant(self, values: list) -> int:
+    def int32_constant(self, values: int | list[int] | list[list[int]]) -> int:
         array = np.asarray(values, dtype="<i4")
         key = (array.shape, array.tobytes())
         if key not in self._constants:

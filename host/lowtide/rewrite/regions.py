@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -520,13 +521,14 @@ def _region_op(graph: Graph, op: Operator, producers: dict[int, int], members: i
     out_hw = shape_hw(sg, op.outputs[0])
     fill_lowest = False
     pads = False
+    maps: dict[int, tuple[WindowMap, WindowMap]] | str
     if op.opcode in CONV_OPCODES or op.opcode in POOL_OPCODES:
         if op.opcode == "AVERAGE_POOL_2D" and _same_padding_used(sg, op):
             # AVERAGE_POOL's SAME padding divides by the in-image count: no explicit PAD reproduces it.
             return f"operator {op.index} ({op.opcode}) averages over SAME padding"
         fill_lowest = op.opcode == "MAX_POOL_2D" and _same_padding_used(sg, op)
-        rows, cols = _axis_maps(sg, op)
-        maps = {0: (rows, cols)}
+        conv_rows, conv_cols = _axis_maps(sg, op)
+        maps = {0: (conv_rows, conv_cols)}
     elif op.opcode in UNARY_OPCODES:
         maps = {0: (IDENTITY, IDENTITY)}
     elif op.opcode in BINARY_OPCODES:
@@ -558,6 +560,7 @@ def _region_op(graph: Graph, op: Operator, producers: dict[int, int], members: i
         pad_op = producers.get(tensor)
         if pad_op is not None and pad_op in folded:
             paddings = graph.constant_array(sg.operators[pad_op].inputs[1])
+            assert paddings is not None  # _foldable_pad folds only a PAD with constant paddings
             tensor = sg.operators[pad_op].inputs[0]
             edges.append(Edge(slot, tensor, _shifted(rows, int(paddings[1][0])), _shifted(cols, int(paddings[2][0])),
                               pad_op))
@@ -676,7 +679,9 @@ def _resize_sources(bilinear: bool, n_in: int, n_out: int, align_corners: bool, 
     return index, index, np.zeros(n_out)
 
 
-def _channel_maps(graph: Graph, op: Operator, out_hw: tuple[int, int]) -> dict[int, tuple[AxisMap, AxisMap]] | str:
+def _channel_maps(graph: Graph, op: Operator,
+                  out_hw: tuple[int, int]) -> dict[int, tuple[WindowMap, WindowMap]] | str:
+    slots: Sequence[int]
     if op.opcode == "CONCATENATION":
         axis, slots = op.options.axis, range(len(op.inputs))
     else:

@@ -207,7 +207,7 @@ def rewrite_auto(graph: Graph, max_mac_overhead: float = 0.20, effort: float = 1
                              stock.head_bytes, macs_before, macs_before, (), _pareto(explored), wall_clock_cut(),
                              time.monotonic() - started, tuple(rejected))
     original_head, final = rounds[0].base_head_bytes, rounds[-1]
-    tilings = tuple(r.tiling for r in rounds)
+    tilings = tuple(r.tiling for r in rounds if r.tiling is not None)  # every round after the first tiled
     for _ in range(len(tilings)):
         # The first region was tiled while the peak was still elsewhere, so its grid was chosen for the MACs it
         # saves; with the later regions tiled first, its own peak is what counts, and it may get a finer grid.
@@ -221,7 +221,7 @@ def rewrite_auto(graph: Graph, max_mac_overhead: float = 0.20, effort: float = 1
         again = _rounds(later, budget, limits, explored, rejected)[0]
         if not again or again[-1].head_bytes >= final.head_bytes:
             break
-        final, tilings = again[-1], tilings[1:] + tuple(r.tiling for r in again)
+        final, tilings = again[-1], tilings[1:] + tuple(r.tiling for r in again if r.tiling is not None)
     head, data = planned_model(final.model, limits.placement(FINAL_PLACE_UNITS))
     reason = "; then ".join(t.describe() for t in tilings)
     ends = [note for note in (region_end(graph, t.target) for t in tilings) if note]
@@ -556,7 +556,7 @@ def _pareto(candidates: list[Candidate]) -> tuple[Candidate, ...]:
     def memory(c: Candidate) -> int:
         return c.head_bytes if c.head_bytes is not None else c.live_peak_bytes
 
-    front = []
+    front: list[Candidate] = []
     for c in sorted(candidates, key=lambda c: (c.macs, memory(c))):
         if not front or memory(c) < memory(front[-1]):
             front.append(c)
