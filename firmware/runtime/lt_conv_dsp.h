@@ -224,6 +224,84 @@ LT_ALWAYS_INLINE void lt_matmul_1_s8(const int16_t *x0, const int8_t *w, int32_t
     }
 }
 
+/* ---- matrix x vector over int8 rows packed four by four (LSTM gates, SVDF features) -------------------------- */
+
+/* The last k % 4 of x's k values as a word, zero-padded: the dot products read x's whole words in place and this
+ * one instead of the bytes past x. */
+static inline uint32_t lt_tail_word(const int8_t *x, int32_t k) {
+    uint32_t tail = 0;
+    memcpy(&tail, x + (k & ~3), (size_t)(k & 3));
+    return tail;
+}
+
+/* One word of x (4 values) against one word of a row: two SMLAD on the sign-extended pairs. */
+#define LT_DOT_WORD(x02, x13, u, acc)                        \
+    do {                                                     \
+        (acc) = lt_smlad((x02), lt_sxtb16(u), (acc));        \
+        (acc) = lt_smlad((x13), lt_sxtb16_ror8(u), (acc));   \
+    } while (0)
+
+/* acc[0..3] += dot(x, row) for the four rows at w, laid out by lowtide (`pack_rows_by_four`): interleaved word
+ * by word (row 0's word j, row 1's, row 2's, row 3's, then word j + 1), every row zero-padded to whole words.
+ * x is read once for the four rows: per 16 products 5 loads, 10 SXTB16 and 8 SMLAD. Returns the rows after
+ * these four. */
+LT_ALWAYS_INLINE const int8_t *lt_dot_rows4_s8(const int8_t *x, int32_t k, uint32_t x_tail, const int8_t *w,
+                                               int32_t *acc) {
+    int32_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
+    const int8_t *end = x + (k & ~3);
+    for (;;) {
+        uint32_t xv;
+        if (x < end) {
+            xv = lt_read32(x);
+            x += 4;
+        } else if (x == end && (k & 3)) {
+            xv = x_tail;
+            ++x; /* past end: the loop stops after this word */
+        } else {
+            break;
+        }
+        const uint32_t x02 = lt_sxtb16(xv), x13 = lt_sxtb16_ror8(xv);
+        const uint32_t u0 = lt_read32(w), u1 = lt_read32(w + 4), u2 = lt_read32(w + 8), u3 = lt_read32(w + 12);
+        w += 16;
+        LT_DOT_WORD(x02, x13, u0, a0);
+        LT_DOT_WORD(x02, x13, u1, a1);
+        LT_DOT_WORD(x02, x13, u2, a2);
+        LT_DOT_WORD(x02, x13, u3, a3);
+    }
+    acc[0] = a0;
+    acc[1] = a1;
+    acc[2] = a2;
+    acc[3] = a3;
+    return w;
+}
+
+/* *acc += dot(x, row) for the one row at w (zero-padded to whole words); returns the row after it. */
+LT_ALWAYS_INLINE const int8_t *lt_dot_row_s8(const int8_t *x, int32_t k, uint32_t x_tail, const int8_t *w,
+                                             int32_t *acc) {
+    int32_t a0 = *acc;
+    const int8_t *end = x + (k & ~3);
+    for (; x < end; x += 4, w += 4) {
+        const uint32_t xv = lt_read32(x);
+        LT_DOT_WORD(lt_sxtb16(xv), lt_sxtb16_ror8(xv), lt_read32(w), a0);
+    }
+    if (k & 3) {
+        LT_DOT_WORD(lt_sxtb16(x_tail), lt_sxtb16_ror8(x_tail), lt_read32(w), a0);
+        w += 4;
+    }
+    *acc = a0;
+    return w;
+}
+
+/* TFLM's MultiplyByQuantizedMultiplier for a multiplier >= 0: SaturatingRoundingDoublingHighMul as one SMLAL
+ * (lt_doubling_high_mul), then gemmlowp's RoundingDivideByPOT. */
+static inline int32_t lt_scale_by_quantized_multiplier(int32_t x, int32_t multiplier, int32_t shift) {
+    const int32_t left = shift > 0 ? shift : 0, right = shift > 0 ? 0 : -shift;
+    const int32_t high = lt_doubling_high_mul((int32_t)((uint32_t)x << left), multiplier);
+    if (!right) return high;
+    const int32_t mask = (int32_t)((1u << right) - 1u), threshold = (mask >> 1) + (high < 0);
+    return (high >> right) + ((high & mask) > threshold);
+}
+
 /* ---- CONV_2D (groups 1, any window, stride, padding and dilation) and FULLY_CONNECTED ------------------------- */
 
 /* The expanded window of output pixel `pixel` (its k4 values, padding taps at the input zero point). `gather` is

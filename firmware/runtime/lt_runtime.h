@@ -194,10 +194,12 @@ typedef struct {
     int32_t cell_tanh_multiplier, cell_tanh_shift;       /* tanh input scaling of the cell state */
 } lt_lstm_params;
 
+/* Each gate's weights packed four rows by four (lt_dot_rows_s8), and its biases with the zero points folded in. */
 typedef struct {
-    const int8_t *input_weights[4];     /* state_size x input_size */
-    const int8_t *recurrent_weights[4]; /* state_size x state_size */
-    const int32_t *bias[4];             /* state_size */
+    const int8_t *input_weights[4];     /* state_size rows of input_size */
+    const int8_t *recurrent_weights[4]; /* state_size rows of state_size */
+    const int32_t *input_bias[4];       /* bias - input_zero_point * row sums (state_size) */
+    const int32_t *recurrent_bias[4];   /* -hidden_zero_point * row sums (state_size) */
 } lt_lstm_weights;
 
 /* int8 kernels */

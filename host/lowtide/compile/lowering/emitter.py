@@ -308,6 +308,27 @@ def element_size(t: Tensor) -> int:
 
 
 
+def pack_rows_by_four(rows: np.ndarray) -> np.ndarray:
+    """int8 weight rows [R][K] in the order `lt_dot_rows_s8` (lt_conv_dsp.h) reads them: each row zero-padded to
+    whole words, each block of four rows interleaved word by word, the last R % 4 rows one after another."""
+    count, depth = rows.shape
+    words = -(-depth // 4)
+    padded = np.zeros((count, words * 4), dtype=np.int8)
+    padded[:, :depth] = rows
+    blocks = count // 4 * 4
+    interleaved = padded[:blocks].reshape(-1, 4, words, 4).transpose(0, 2, 1, 3)
+    return np.concatenate([interleaved.reshape(-1), padded[blocks:].reshape(-1)])
+
+
+def folded_bias(bias: np.ndarray | None, zero_point: int, rows: np.ndarray) -> np.ndarray:
+    """bias - zero_point * row sums, wrapped to int32 like the kernel's sums: a dot product of raw values plus
+    this equals the reference kernel's sum over (value - zero_point) plus bias, modulo 2^32."""
+    total = -zero_point * rows.astype(np.int64).sum(axis=1)
+    if bias is not None:
+        total = total + bias.astype(np.int64)
+    return ((total + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)
+
+
 Lowering = Callable[[ModelEmitter, Operator, str], str]
 
 

@@ -5,7 +5,15 @@ from __future__ import annotations
 import math
 
 from lowtide.compile import quantization as q
-from lowtide.compile.lowering.emitter import Kernel, Unsupported, fused_activation, require, tensor_types
+from lowtide.compile.lowering.emitter import (
+    Kernel,
+    Unsupported,
+    folded_bias,
+    fused_activation,
+    pack_rows_by_four,
+    require,
+    tensor_types,
+)
 from lowtide.model.ir import TensorKind
 
 # UNIDIRECTIONAL_SEQUENCE_LSTM inputs (lstm_shared.h): weights per gate in the order input, forget, cell, output
@@ -71,10 +79,16 @@ def lower_unidirectional_sequence_lstm(e, op, name):
         "update_shift": update[1], "hidden_multiplier": hidden_mul[0], "hidden_shift": hidden_mul[1],
         "cell_clip": q.lstm_cell_clip(o.cellClip, cell_q.scale), "cell_tanh_multiplier": tanh_multiplier,
         "cell_tanh_shift": tanh_shift})
-    pointers = [e.pointer(t) for t in weights + biases]
+    packed, folded = [], []
+    for gate in range(4):
+        for side, zero_point, bias in (("input", in_q.zero_point, biases[gate]), ("recurrent", hidden_q.zero_point, None)):
+            rows = e.constant_values(weights[gate if side == "input" else 4 + gate])
+            packed.append(e.array(f"{name}_{side}_weights{gate}", "int8_t", pack_rows_by_four(rows), aligned=True))
+            folded.append(e.array(f"{name}_{side}_bias{gate}", "int32_t", folded_bias(
+                e.constant_values(bias) if bias is not None else None, zero_point, rows)))
     e.declarations.append(
-        f"static const lt_lstm_weights {name}_weights = {{{{{', '.join(pointers[:4])}}}, "
-        f"{{{', '.join(pointers[4:8])}}}, {{{', '.join(pointers[8:])}}}}};")
+        f"static const lt_lstm_weights {name}_weights = {{{{{', '.join(packed[0::2])}}}, "
+        f"{{{', '.join(packed[1::2])}}}, {{{', '.join(folded[0::2])}}}, {{{', '.join(folded[1::2])}}}}};")
     scratch = [e.scratch_pointer(op, k, "int16_t") for k in range(4)]
     args = [p, f"&{name}_weights", e.pointer(data), e.pointer(hidden, True), e.pointer(cell, True), *scratch,
             e.pointer(op.outputs[0], True)]
