@@ -67,6 +67,7 @@ static inline int32_t lt_smlad(uint32_t a, uint32_t b, int32_t acc) { return __s
 /* acc + lo(a) * lo(b) */
 static inline int32_t lt_smlabb(uint32_t a, uint32_t b, int32_t acc) { return __smlabb((int32_t)a, (int32_t)b, acc); }
 static inline int32_t lt_ssat8(int32_t x) { return __ssat(x, 8); }
+static inline int32_t lt_ssat16(int32_t x) { return __ssat(x, 16); }
 /* (a * b + 2^31) >> 32 */
 static inline int32_t lt_smmulr(int32_t a, int32_t b) {
     int32_t r;
@@ -88,6 +89,7 @@ static inline int32_t lt_smlabb(uint32_t a, uint32_t b, int32_t acc) {
     return (int32_t)((uint32_t)acc + (uint32_t)(lt_lo16(a) * lt_lo16(b)));
 }
 static inline int32_t lt_ssat8(int32_t x) { return x < -128 ? -128 : (x > 127 ? 127 : x); }
+static inline int32_t lt_ssat16(int32_t x) { return x < -32768 ? -32768 : (x > 32767 ? 32767 : x); }
 static inline int32_t lt_smmulr(int32_t a, int32_t b) { return (int32_t)(((int64_t)a * b + 0x80000000LL) >> 32); }
 #endif
 
@@ -241,33 +243,27 @@ static inline uint32_t lt_tail_word(const int8_t *x, int32_t k) {
         (acc) = lt_smlad((x13), lt_sxtb16_ror8(u), (acc));   \
     } while (0)
 
-/* acc[0..3] += dot(x, row) for the four rows at w, laid out by lowtide (`pack_rows_by_four`): interleaved word
- * by word (row 0's word j, row 1's, row 2's, row 3's, then word j + 1), every row zero-padded to whole words.
- * x is read once for the four rows: per 16 products 5 loads, 10 SXTB16 and 8 SMLAD. Returns the rows after
- * these four. */
-LT_ALWAYS_INLINE const int8_t *lt_dot_rows4_s8(const int8_t *x, int32_t k, uint32_t x_tail, const int8_t *w,
-                                               int32_t *acc) {
+/* acc[0..3] += dot(x, row) for the four rows at w, laid out by lowtide (`pack_rows_by_four`, on a 4-byte
+ * boundary): interleaved word by word (row 0's word j, row 1's, row 2's, row 3's, then word j + 1), every row
+ * zero-padded to whole words. x is read once for the four rows: per 16 products 1 + 2 loads (LDRD), 10 SXTB16 and
+ * 8 SMLAD. Returns the rows after these four. */
+LT_ALWAYS_INLINE const uint32_t *lt_dot_rows4_s8(const int8_t *x, int32_t k, uint32_t x_tail, const uint32_t *w,
+                                                 int32_t *acc) {
     int32_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
+#define LT_DOT4_WORD(xv)                                                               \
+    do {                                                                               \
+        const uint32_t x02 = lt_sxtb16(xv), x13 = lt_sxtb16_ror8(xv);                  \
+        const uint32_t u0 = w[0], u1 = w[1], u2 = w[2], u3 = w[3];                     \
+        w += 4;                                                                        \
+        LT_DOT_WORD(x02, x13, u0, a0);                                                 \
+        LT_DOT_WORD(x02, x13, u1, a1);                                                 \
+        LT_DOT_WORD(x02, x13, u2, a2);                                                 \
+        LT_DOT_WORD(x02, x13, u3, a3);                                                 \
+    } while (0)
     const int8_t *end = x + (k & ~3);
-    for (;;) {
-        uint32_t xv;
-        if (x < end) {
-            xv = lt_read32(x);
-            x += 4;
-        } else if (x == end && (k & 3)) {
-            xv = x_tail;
-            ++x; /* past end: the loop stops after this word */
-        } else {
-            break;
-        }
-        const uint32_t x02 = lt_sxtb16(xv), x13 = lt_sxtb16_ror8(xv);
-        const uint32_t u0 = lt_read32(w), u1 = lt_read32(w + 4), u2 = lt_read32(w + 8), u3 = lt_read32(w + 12);
-        w += 16;
-        LT_DOT_WORD(x02, x13, u0, a0);
-        LT_DOT_WORD(x02, x13, u1, a1);
-        LT_DOT_WORD(x02, x13, u2, a2);
-        LT_DOT_WORD(x02, x13, u3, a3);
-    }
+    for (; x < end; x += 4) LT_DOT4_WORD(lt_read32(x));
+    if (k & 3) LT_DOT4_WORD(x_tail);
+#undef LT_DOT4_WORD
     acc[0] = a0;
     acc[1] = a1;
     acc[2] = a2;
@@ -276,17 +272,17 @@ LT_ALWAYS_INLINE const int8_t *lt_dot_rows4_s8(const int8_t *x, int32_t k, uint3
 }
 
 /* *acc += dot(x, row) for the one row at w (zero-padded to whole words); returns the row after it. */
-LT_ALWAYS_INLINE const int8_t *lt_dot_row_s8(const int8_t *x, int32_t k, uint32_t x_tail, const int8_t *w,
-                                             int32_t *acc) {
+LT_ALWAYS_INLINE const uint32_t *lt_dot_row_s8(const int8_t *x, int32_t k, uint32_t x_tail, const uint32_t *w,
+                                               int32_t *acc) {
     int32_t a0 = *acc;
     const int8_t *end = x + (k & ~3);
-    for (; x < end; x += 4, w += 4) {
+    for (; x < end; x += 4, ++w) {
         const uint32_t xv = lt_read32(x);
-        LT_DOT_WORD(lt_sxtb16(xv), lt_sxtb16_ror8(xv), lt_read32(w), a0);
+        LT_DOT_WORD(lt_sxtb16(xv), lt_sxtb16_ror8(xv), *w, a0);
     }
     if (k & 3) {
-        LT_DOT_WORD(lt_sxtb16(x_tail), lt_sxtb16_ror8(x_tail), lt_read32(w), a0);
-        w += 4;
+        LT_DOT_WORD(lt_sxtb16(x_tail), lt_sxtb16_ror8(x_tail), *w, a0);
+        ++w;
     }
     *acc = a0;
     return w;
@@ -300,6 +296,16 @@ static inline int32_t lt_scale_by_quantized_multiplier(int32_t x, int32_t multip
     if (!right) return high;
     const int32_t mask = (int32_t)((1u << right) - 1u), threshold = (mask >> 1) + (high < 0);
     return (high >> right) + ((high & mask) > threshold);
+}
+
+/* The same where lowtide proved |x| < 2^30 and shift < 0 and passes round = 2^(-shift - 1) (0: not proved): the
+ * doubling high product is SMMULR(2 x, m) and the rounding shift one add (as LT_SHORT_ACC does below). */
+static inline int32_t lt_scale_short_or_full(int32_t x, int32_t multiplier, int32_t shift, int32_t round) {
+    if (round) {
+        const int32_t high = lt_smmulr((int32_t)((uint32_t)x << 1), multiplier);
+        return (int32_t)((uint32_t)high + (uint32_t)round + (uint32_t)(high >> 31)) >> -shift;
+    }
+    return lt_scale_by_quantized_multiplier(x, multiplier, shift);
 }
 
 /* ---- CONV_2D (groups 1, any window, stride, padding and dilation) and FULLY_CONNECTED ------------------------- */

@@ -24,12 +24,13 @@ static void lt_lstm_tanh(const int16_t *input, int16_t *output, int32_t count, i
 static void lt_lstm_gate(const lt_lstm_params *p, const lt_lstm_weights *w, int32_t gate, const int8_t *input,
                          const int8_t *hidden, int32_t rows, int16_t *out) {
     const int32_t units = p->state_size, in_k = p->input_size;
-    const int32_t in_m = p->input_multiplier[gate], in_s = p->input_shift[gate];
+    const int32_t in_m = p->input_multiplier[gate], in_s = p->input_shift[gate], in_r = p->input_round[gate];
     const int32_t rec_m = p->recurrent_multiplier[gate], rec_s = p->recurrent_shift[gate];
+    const int32_t rec_r = p->recurrent_round[gate];
     for (int32_t r = 0; r < rows; ++r) {
         const int8_t *x = input + r * in_k, *h = hidden + r * units;
         const uint32_t x_tail = lt_tail_word(x, in_k), h_tail = lt_tail_word(h, units);
-        const int8_t *wi = w->input_weights[gate], *wr = w->recurrent_weights[gate];
+        const uint32_t *wi = w->input_weights[gate], *wr = w->recurrent_weights[gate];
         const int32_t *bi = w->input_bias[gate], *br = w->recurrent_bias[gate];
         int16_t *o = out + r * units;
         int32_t u = 0;
@@ -39,21 +40,18 @@ static void lt_lstm_gate(const lt_lstm_params *p, const lt_lstm_weights *w, int3
             wi = lt_dot_rows4_s8(x, in_k, x_tail, wi, acc_in);
             wr = lt_dot_rows4_s8(h, units, h_tail, wr, acc_rec);
             for (int32_t j = 0; j < 4; ++j) {
-                const int32_t a = lt_clamp(lt_scale_by_quantized_multiplier(acc_in[j], in_m, in_s), INT16_MIN,
-                                           INT16_MAX);
-                const int32_t b = lt_clamp(lt_scale_by_quantized_multiplier(acc_rec[j], rec_m, rec_s), INT16_MIN,
-                                           INT16_MAX);
-                o[u + j] = (int16_t)lt_clamp(a + b, INT16_MIN, INT16_MAX);
+                const int32_t a = lt_ssat16(lt_scale_short_or_full(acc_in[j], in_m, in_s, in_r));
+                const int32_t b = lt_ssat16(lt_scale_short_or_full(acc_rec[j], rec_m, rec_s, rec_r));
+                o[u + j] = (int16_t)lt_ssat16(a + b);
             }
         }
         for (; u < units; ++u) {
             int32_t acc_in[1] = {bi[u]}, acc_rec[1] = {br[u]};
             wi = lt_dot_row_s8(x, in_k, x_tail, wi, acc_in);
             wr = lt_dot_row_s8(h, units, h_tail, wr, acc_rec);
-            const int32_t a = lt_clamp(lt_scale_by_quantized_multiplier(acc_in[0], in_m, in_s), INT16_MIN, INT16_MAX);
-            const int32_t b = lt_clamp(lt_scale_by_quantized_multiplier(acc_rec[0], rec_m, rec_s), INT16_MIN,
-                                       INT16_MAX);
-            o[u] = (int16_t)lt_clamp(a + b, INT16_MIN, INT16_MAX);
+            const int32_t a = lt_ssat16(lt_scale_short_or_full(acc_in[0], in_m, in_s, in_r));
+            const int32_t b = lt_ssat16(lt_scale_short_or_full(acc_rec[0], rec_m, rec_s, rec_r));
+            o[u] = (int16_t)lt_ssat16(a + b);
         }
     }
     /* Q3.12 input: the power-of-two case with no shift */

@@ -187,6 +187,8 @@ typedef struct {
     int32_t input_zero_point, hidden_zero_point;
     int32_t input_multiplier[4], input_shift[4];         /* input x input weights -> Q3.12 */
     int32_t recurrent_multiplier[4], recurrent_shift[4]; /* hidden x recurrent weights -> Q3.12 */
+    /* 2^(-shift - 1) where lowtide bounds every sum below 2^30 and shift < 0, else 0 (lt_scale_short_or_full) */
+    int32_t input_round[4], recurrent_round[4];
     int32_t forget_multiplier, forget_shift;             /* forget gate x cell -> cell */
     int32_t update_multiplier, update_shift;             /* input gate x cell gate -> cell */
     int32_t hidden_multiplier, hidden_shift;             /* tanh(cell) x output gate -> hidden */
@@ -196,8 +198,8 @@ typedef struct {
 
 /* Each gate's weights packed four rows by four (lt_dot_rows_s8), and its biases with the zero points folded in. */
 typedef struct {
-    const int8_t *input_weights[4];     /* state_size rows of input_size */
-    const int8_t *recurrent_weights[4]; /* state_size rows of state_size */
+    const uint32_t *input_weights[4];     /* state_size rows of input_size */
+    const uint32_t *recurrent_weights[4]; /* state_size rows of state_size */
     const int32_t *input_bias[4];       /* bias - input_zero_point * row sums (state_size) */
     const int32_t *recurrent_bias[4];   /* -hidden_zero_point * row sums (state_size) */
 } lt_lstm_weights;
