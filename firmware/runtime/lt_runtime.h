@@ -75,10 +75,9 @@ typedef struct {
 typedef struct {
     int32_t count;
     int32_t input_zero_point, output_zero_point;
-    int32_t multiplier, shift;             /* the identity rescale (RELU, LEAKY_RELU), or the input's (TANH) */
+    int32_t multiplier, shift;             /* the identity rescale (RELU, LEAKY_RELU) */
     int32_t alpha_multiplier, alpha_shift; /* LEAKY_RELU: input x alpha -> output */
     int32_t act_min, act_max;              /* the clamp of RELU and RELU6 */
-    int32_t input_range_radius;            /* TANH: inputs this far from the zero point saturate */
     int32_t rescale;                       /* ABS: 0 when input and output scales are equal */
     float alpha;                           /* float LEAKY_RELU */
 } lt_activation_params;
@@ -217,8 +216,6 @@ void lt_add_s8(const lt_binary_params *p, const int8_t *input1, const int8_t *in
 void lt_mul_s8(const lt_binary_params *p, const int8_t *input1, const int8_t *input2, int8_t *output);
 void lt_softmax_s8(const lt_softmax_params *p, const int8_t *input, int8_t *output);
 void lt_softmax_s8_s16(const lt_softmax_params *p, const int8_t *input, int16_t *output);
-void lt_logistic_s8(const int8_t *input, int8_t *output, int32_t count, int32_t input_zero_point,
-                    int32_t input_range_radius, int32_t input_multiplier, int32_t input_left_shift);
 /* RELU: requantize with p->multiplier/shift, clamp to [act_min, act_max]. RELU6: clamp the raw input to
  * [act_min, act_max] (TFLM's RELU6 does not requantize). LEAKY_RELU: identity or alpha rescale by sign. */
 void lt_relu_s8(const lt_activation_params *p, const int8_t *input, int8_t *output);
@@ -232,8 +229,6 @@ void lt_leaky_relu_s16(const lt_activation_params *p, const int16_t *input, int1
 void lt_prelu_s8(const lt_binary_params *p, const int8_t *input, const int8_t *alpha, int8_t *output);
 void lt_prelu_s16(const lt_binary_params *p, const int16_t *input, const int8_t *alpha, int16_t *output);
 void lt_hard_swish_s8(const lt_hard_swish_params *p, const int8_t *input, int8_t *output);
-/* TANH (gemmlowp tanh on Q4.27): input_zero_point, input_range_radius, multiplier and shift. */
-void lt_tanh_s8(const lt_activation_params *p, const int8_t *input, int8_t *output);
 /* int16 LOGISTIC and TANH (zero points 0, output scale 2^-15): TFLM's interpolated uint16 sigmoid table; multiplier
  * and shift rescale the input, a multiplier of 0 meaning the power-of-two case. */
 void lt_logistic_s16(const lt_activation_params *p, const int16_t *input, int16_t *output);
@@ -242,7 +237,7 @@ void lt_tanh_s16(const lt_activation_params *p, const int16_t *input, int16_t *o
  * input steps. */
 void lt_log_softmax_s8(const lt_softmax_params *p, int32_t reverse_scaling_divisor, int32_t reverse_scaling_shift,
                        const int8_t *input, int8_t *output);
-/* A 256-entry table indexed by the input byte (ELU's int8 kernel, built at compile time as TFLM's Prepare does). */
+/* A 256-entry table indexed by the input byte: int8 LOGISTIC, TANH and ELU, the table built at compile time. */
 void lt_lookup_s8(const int8_t *table, const int8_t *input, int8_t *output, int32_t count);
 /* SUM uses the MEAN kernels with a multiplier that leaves out 1/count (and lt_sum_f32 for float). */
 void lt_mean_s16(const lt_mean_params *p, const int16_t *input, int16_t *output);
