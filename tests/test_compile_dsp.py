@@ -98,3 +98,24 @@ def test_a_single_pixel_convolution_keeps_its_gather_inside_its_planned_scratch(
     for seed in (0, 1):
         result = verify_compiled(path, seed=seed, sanitize=True)
         assert result.passed, result.outputs
+
+
+def test_im2col_gathers_rows_between_paddings_and_dilated_taps(tmp_path):
+    """Channel counts that are not multiples of 4 (3, 5, 1) make im2col gather bytes: one copy per filter row
+    between the left and right padding (5x5 SAME at stride 1 and 2; a 7x7 filter over a 7-wide one-channel
+    input, whose windows are cut by 1 to 3 columns on either side) and tap by tap where dilation spreads them (3x3
+    dilated by 2); bit-exact with the host TFLM under ASan/UBSan."""
+    b = ModelBuilder(seed=5, name="gathers")
+    x = b.input((1, 9, 7, 3))
+    y = b.conv2d(x, 5, kernel=5, stride=1, activation="NONE")
+    y = b.conv2d(y, 6, kernel=5, stride=2, activation="RELU")
+    z = b.conv2d(b.conv2d(x, 5, kernel=3, dilation=2, activation="RELU"), 1, kernel=1, activation="NONE")
+    z = b.conv2d(z, 4, kernel=7, stride=1, activation="RELU")
+    b.output(y)
+    b.output(z)
+    path = tmp_path / "gathers.tflite"
+    path.write_bytes(b.build())
+    assert compile_model(path).files["model.c"].count("lt_conv_s8_fast") == 5
+    for seed in (0, 1):
+        result = verify_compiled(path, seed=seed, sanitize=True)
+        assert result.passed, result.outputs
