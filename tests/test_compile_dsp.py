@@ -85,12 +85,13 @@ def test_dsp_kernels_bit_exact_on_qemu_m4():
 
 
 def test_a_single_pixel_convolution_keeps_its_gather_inside_its_planned_scratch(tmp_path):
-    """A 3x3 VALID convolution of a 3x3x3 input has one output pixel: its one int16 row (k4 = 28 values) is
-    followed by the byte gather (3 channels: not a multiple of 4), and the plan reserves exactly those 84 B (the
-    kernel puts the gather after the rows it uses, not where two rows would end); bit-exact with the host TFLM."""
+    """A 3x3 SAME convolution of a 1x1x3 input has one output pixel, its window padded: its one int16 row (k4 = 28
+    values) is followed by the byte gather (3 channels: not a multiple of 4), and the plan reserves exactly those
+    84 B (the kernel puts the gather after the rows it uses, not where two rows would end); bit-exact with the
+    host TFLM."""
     b = ModelBuilder(seed=3, name="one_pixel")
-    x = b.input((1, 3, 3, 3))
-    b.output(b.fully_connected(b.conv2d(x, 8, kernel=3, padding="VALID", activation="RELU"), 4))
+    x = b.input((1, 1, 1, 3))
+    b.output(b.fully_connected(b.conv2d(x, 8, kernel=3, padding="SAME", activation="RELU"), 4))
     path = tmp_path / "one_pixel.tflite"
     path.write_bytes(b.build())
     plan = arena_plan(load_model(path), path.read_bytes())
@@ -117,5 +118,23 @@ def test_im2col_gathers_rows_between_paddings_and_dilated_taps(tmp_path):
     path.write_bytes(b.build())
     assert compile_model(path).files["model.c"].count("lt_conv_s8_fast") == 5
     for seed in (0, 1):
+        result = verify_compiled(path, seed=seed, sanitize=True)
+        assert result.passed, result.outputs
+
+
+def test_one_pixel_over_the_whole_input_reads_it_in_place(tmp_path):
+    """FULLY_CONNECTED of one row and a VALID convolution whose window is its whole input run lt_vector_s8_fast:
+    no im2col and no scratch; output channels in blocks of four and a remainder (6, 7, 5), depths that are not
+    multiples of 4 (3 x 3 x 3 = 27, 6, 7); bit-exact with the host TFLM under ASan/UBSan."""
+    b = ModelBuilder(seed=7, name="whole_input")
+    x = b.input((1, 3, 3, 3))
+    y = b.conv2d(x, 6, kernel=3, padding="VALID", activation="RELU")
+    y = b.fully_connected(b.fully_connected(y, 7, activation="RELU"), 5)
+    b.output(y)
+    path = tmp_path / "whole_input.tflite"
+    path.write_bytes(b.build())
+    assert compile_model(path).files["model.c"].count("lt_vector_s8_fast(") == 3
+    assert not arena_plan(load_model(path), path.read_bytes()).fast_scratch_bytes
+    for seed in (0, 1, 2):
         result = verify_compiled(path, seed=seed, sanitize=True)
         assert result.passed, result.outputs

@@ -346,6 +346,32 @@ LT_ALWAYS_INLINE void lt_conv_s8_fast(const lt_conv_params *p, const int8_t *inp
     }
 }
 
+/* ---- one output pixel whose window is the whole input: FULLY_CONNECTED of one row, such a CONV_2D ------------ */
+
+/* The input is the window itself (no padding, no im2col, no scratch): four channels at a time, each block of
+ * four filter rows read once against the input's words (lt_dot_rows4_s8), the filter packed by lowtide's
+ * `pack_rows_by_four`. */
+LT_ALWAYS_INLINE void lt_vector_s8_fast(const lt_conv_params *p, const int8_t *input, const uint32_t *filter,
+                                        const int32_t *bias, const lt_requant *rq, int8_t *output,
+                                        const unsigned flags) {
+    const int32_t k = p->filter_h * p->filter_w * p->in_c, out_c = p->out_c;
+    const uint32_t tail = lt_tail_word(input, k);
+    int32_t oc = 0;
+    for (; oc + 4 <= out_c; oc += 4) {
+        int32_t acc[4] = {bias[oc], bias[oc + 1], bias[oc + 2], bias[oc + 3]};
+        filter = lt_dot_rows4_s8(input, k, tail, filter, acc);
+        output[oc] = (int8_t)lt_requantize_s8(acc[0], &rq[oc], p, flags);
+        output[oc + 1] = (int8_t)lt_requantize_s8(acc[1], &rq[oc + 1], p, flags);
+        output[oc + 2] = (int8_t)lt_requantize_s8(acc[2], &rq[oc + 2], p, flags);
+        output[oc + 3] = (int8_t)lt_requantize_s8(acc[3], &rq[oc + 3], p, flags);
+    }
+    for (; oc < out_c; ++oc) {
+        int32_t acc = bias[oc];
+        filter = lt_dot_row_s8(input, k, tail, filter, &acc);
+        output[oc] = (int8_t)lt_requantize_s8(acc, &rq[oc], p, flags);
+    }
+}
+
 /* ---- DEPTHWISE_CONV_2D (depth multiplier 1) ------------------------------------------------------------------- */
 
 /* Channel `c` of the input as an int16 plane of plane_h x plane_w (the padded window area), padding at the input
