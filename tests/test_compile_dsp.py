@@ -123,18 +123,26 @@ def test_im2col_gathers_rows_between_paddings_and_dilated_taps(tmp_path):
 
 
 def test_one_pixel_over_the_whole_input_reads_it_in_place(tmp_path):
-    """FULLY_CONNECTED of one row and a VALID convolution whose window is its whole input run lt_vector_s8_fast:
-    no im2col and no scratch; output channels in blocks of four and a remainder (6, 7, 5), depths that are not
-    multiples of 4 (3 x 3 x 3 = 27, 6, 7); bit-exact with the host TFLM under ASan/UBSan."""
+    """FULLY_CONNECTED of one row and a VALID convolution whose window is its whole input run lt_vector_s8_fast,
+    such depthwise convolutions lt_depthwise_vector_s8_fast: no im2col, no plane, no scratch; output channels in
+    blocks of four and a remainder (6, 7, 5; depthwise 6 and 4), depths that are not multiples of 4 (3 x 3 x 3 =
+    27, 6, 7); bit-exact with the host TFLM under ASan/UBSan."""
     b = ModelBuilder(seed=7, name="whole_input")
     x = b.input((1, 3, 3, 3))
     y = b.conv2d(x, 6, kernel=3, padding="VALID", activation="RELU")
     y = b.fully_connected(b.fully_connected(y, 7, activation="RELU"), 5)
     b.output(y)
+    z = b.depthwise_conv2d(b.conv2d(x, 6, kernel=1, activation="RELU"), kernel=3, padding="VALID", activation="NONE")
+    b.output(z)
+    w = b.depthwise_conv2d(b.conv2d(b.input((1, 5, 5, 2)), 4, kernel=1, activation="NONE"), kernel=5,
+                           padding="VALID", activation="RELU")
+    b.output(w)
     path = tmp_path / "whole_input.tflite"
     path.write_bytes(b.build())
-    assert compile_model(path).files["model.c"].count("lt_vector_s8_fast(") == 3
-    assert not arena_plan(load_model(path), path.read_bytes()).fast_scratch_bytes
+    source = compile_model(path).files["model.c"]
+    assert source.count("lt_vector_s8_fast(") == 3 and source.count("lt_depthwise_vector_s8_fast(") == 2
+    # scratch only for the two 1x1 convolutions over 9 and 25 pixels (operators 3 and 5)
+    assert set(arena_plan(load_model(path), path.read_bytes()).fast_scratch_bytes) == {3, 5}
     for seed in (0, 1, 2):
         result = verify_compiled(path, seed=seed, sanitize=True)
         assert result.passed, result.outputs

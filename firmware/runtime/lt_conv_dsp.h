@@ -64,8 +64,9 @@ static inline uint32_t lt_sxtb16_ror8(uint32_t x) {
 }
 /* acc + lo(a) * lo(b) + hi(a) * hi(b) */
 static inline int32_t lt_smlad(uint32_t a, uint32_t b, int32_t acc) { return __smlad((int32_t)a, (int32_t)b, acc); }
-/* acc + lo(a) * lo(b) */
+/* acc + lo(a) * lo(b), acc + hi(a) * hi(b) */
 static inline int32_t lt_smlabb(uint32_t a, uint32_t b, int32_t acc) { return __smlabb((int32_t)a, (int32_t)b, acc); }
+static inline int32_t lt_smlatt(uint32_t a, uint32_t b, int32_t acc) { return __smlatt((int32_t)a, (int32_t)b, acc); }
 static inline int32_t lt_ssat8(int32_t x) { return __ssat(x, 8); }
 static inline int32_t lt_ssat16(int32_t x) { return __ssat(x, 16); }
 /* (a * b + 2^31) >> 32 */
@@ -87,6 +88,9 @@ static inline int32_t lt_smlad(uint32_t a, uint32_t b, int32_t acc) {
 }
 static inline int32_t lt_smlabb(uint32_t a, uint32_t b, int32_t acc) {
     return (int32_t)((uint32_t)acc + (uint32_t)(lt_lo16(a) * lt_lo16(b)));
+}
+static inline int32_t lt_smlatt(uint32_t a, uint32_t b, int32_t acc) {
+    return (int32_t)((uint32_t)acc + (uint32_t)(lt_hi16(a) * lt_hi16(b)));
 }
 static inline int32_t lt_ssat8(int32_t x) { return x < -128 ? -128 : (x > 127 ? 127 : x); }
 static inline int32_t lt_ssat16(int32_t x) { return x < -32768 ? -32768 : (x > 32767 ? 32767 : x); }
@@ -435,6 +439,40 @@ LT_ALWAYS_INLINE void lt_depthwise_s8_fast(const lt_conv_params *p, const int8_t
                 }
             }
         }
+    }
+}
+
+/* One output pixel whose window is the whole input (streaming wake-word models: a window of every past frame):
+ * channels four at a time, tap after tap, the input's and the filter's words sign-extended in pairs and each
+ * channel's product by SMLABB/SMLATT (per 4 products 2 loads, 4 SXTB16, 4 multiply-adds) instead of a plane copy
+ * per channel. filter: TFLite's own [tap][channel] order. Output channel c is written after every tap of it was
+ * read, and lands on input channel c of tap 0: the layer may run in place. */
+LT_ALWAYS_INLINE void lt_depthwise_vector_s8_fast(const lt_conv_params *p, const int8_t *input, const int8_t *filter,
+                                                  const int32_t *bias, const lt_requant *rq, int8_t *output,
+                                                  const unsigned flags) {
+    const int32_t taps = p->filter_h * p->filter_w, channels = p->out_c;
+    int32_t c = 0;
+    for (; c + 4 <= channels; c += 4) {
+        int32_t a0 = bias[c], a1 = bias[c + 1], a2 = bias[c + 2], a3 = bias[c + 3];
+        const int8_t *x = input + c, *w = filter + c;
+        for (int32_t t = 0; t < taps; ++t, x += channels, w += channels) {
+            const uint32_t xv = lt_read32(x), wv = lt_read32(w);
+            const uint32_t x02 = lt_sxtb16(xv), x13 = lt_sxtb16_ror8(xv);
+            const uint32_t w02 = lt_sxtb16(wv), w13 = lt_sxtb16_ror8(wv);
+            a0 = lt_smlabb(x02, w02, a0);
+            a2 = lt_smlatt(x02, w02, a2);
+            a1 = lt_smlabb(x13, w13, a1);
+            a3 = lt_smlatt(x13, w13, a3);
+        }
+        output[c] = (int8_t)lt_requantize_s8(a0, &rq[c], p, flags);
+        output[c + 1] = (int8_t)lt_requantize_s8(a1, &rq[c + 1], p, flags);
+        output[c + 2] = (int8_t)lt_requantize_s8(a2, &rq[c + 2], p, flags);
+        output[c + 3] = (int8_t)lt_requantize_s8(a3, &rq[c + 3], p, flags);
+    }
+    for (; c < channels; ++c) {
+        int32_t acc = bias[c];
+        for (int32_t t = 0; t < taps; ++t) acc += input[t * channels + c] * filter[t * channels + c];
+        output[c] = (int8_t)lt_requantize_s8(acc, &rq[c], p, flags);
     }
 }
 

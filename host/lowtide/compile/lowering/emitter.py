@@ -133,6 +133,8 @@ class ModelEmitter:
         self.fused_pads = fused_pads or {}  # depthwise operator index -> the PAD it absorbs
         # Operators lowered to a kernel that may write over its input (lowtide.memory.in_place, compiled runtime)
         self.in_place_safe: set[int] = set()
+        # Fast layers whose one window is their whole input, unpadded: a PAD before one cannot be absorbed
+        self.whole_input: set[int] = set()
         self.resources, self._handles = self._resource_variables()
 
     # ---- resource variables ------------------------------------------------------------------------------
