@@ -176,6 +176,16 @@ typedef struct {
     int32_t output_multiplier, output_shift;   /* state x time weights -> output */
 } lt_svdf_params;
 
+/* SVDF's weights as lowtide prepares them (lt_svdf.c): the feature weights packed four rows by four
+ * (lt_dot_rows4_s8), the zero points folded into a feature bias and a time offset. */
+typedef struct {
+    const uint32_t *feature_weights; /* num_filters rows of input_size */
+    const int32_t *feature_bias;     /* -input_zero_point * row sums (num_filters) */
+    const void *time_weights;        /* num_filters x memory_size, of the state's type */
+    const int32_t *time_offset;      /* -state_zero_point * sums of each filter's time weights (num_filters) */
+    const int32_t *bias;             /* num_units, or NULL */
+} lt_svdf_weights;
+
 /* UNIDIRECTIONAL_SEQUENCE_LSTM, integer (TFLM's lstm_eval: int8 input, weights, hidden state and output, int16
  * cell state and gates, int32 bias; no CIFG, peephole, projection or layer norm). Gates are in TFLite's input order:
  * 0 input, 1 forget, 2 cell, 3 output. Each gate is FC(input) + FC(hidden), each FC requantized to Q3.12, then a
@@ -251,12 +261,10 @@ void lt_cumsum_s8(const lt_axis_params *p, const lt_binary_params *q, const int8
 void lt_l2_normalization_s8(const lt_softmax_params *p, int32_t input_zero_point, const int8_t *input,
                             int8_t *output);
 void lt_mean_s8(const lt_mean_params *p, const int8_t *input, int8_t *output);
-void lt_svdf_s8_s16(const lt_svdf_params *p, const int8_t *input, const int8_t *weights_feature,
-                    const int16_t *weights_time, const int32_t *bias, int16_t *state, int32_t *filter_scratch,
-                    int32_t *unit_scratch, int8_t *output);
-void lt_svdf_s8_s8(const lt_svdf_params *p, const int8_t *input, const int8_t *weights_feature,
-                   const int8_t *weights_time, const int32_t *bias, int8_t *state, int32_t *filter_scratch,
-                   int32_t *unit_scratch, int8_t *output);
+void lt_svdf_s8_s16(const lt_svdf_params *p, const lt_svdf_weights *w, const int8_t *input, int16_t *state,
+                    int32_t *filter_scratch, int32_t *unit_scratch, int8_t *output);
+void lt_svdf_s8_s8(const lt_svdf_params *p, const lt_svdf_weights *w, const int8_t *input, int8_t *state,
+                   int32_t *filter_scratch, int32_t *unit_scratch, int8_t *output);
 void lt_lstm_s8_s16(const lt_lstm_params *p, const lt_lstm_weights *w, const int8_t *input, int8_t *hidden,
                     int16_t *cell, int16_t *scratch0, int16_t *scratch1, int16_t *scratch2, int16_t *scratch3,
                     int8_t *output);
