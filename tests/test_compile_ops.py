@@ -961,6 +961,6 @@ def test_int8_logistic_and_tanh_tables_equal_tflm_on_every_input(tmp_path, scale
     for want, is_tanh in ((want_logistic, False), (want_tanh, True)):
         table = np.array(sigmoid_table_int8(scale, zero_point, is_tanh), dtype=np.int8)
         assert np.array_equal(table[values.astype(np.uint8)], want)
-    assert len(np.unique(want_logistic)) > 20 and len(np.unique(want_tanh)) > 20
+    assert len(np.unique(want_logistic)) > 10 and len(np.unique(want_tanh)) > 10  # not all saturated
     result = verify_compiled(path, seed=0, sanitize=True)
     assert result.passed, result.outputs
