@@ -85,16 +85,64 @@ def test_dsp_kernels_bit_exact_on_qemu_m4():
 
 
 def test_a_single_pixel_convolution_keeps_its_gather_inside_its_planned_scratch(tmp_path):
-    """A 3x3 VALID convolution of a 3x3x3 input has one output pixel: its one int16 row (k4 = 28 values) is
-    followed by the byte gather (3 channels: not a multiple of 4), and the plan reserves exactly those 84 B (the
-    kernel puts the gather after the rows it uses, not where two rows would end); bit-exact with the host TFLM."""
+    """A 3x3 SAME convolution of a 1x1x3 input has one output pixel, its window padded: its one int16 row (k4 = 28
+    values) is followed by the byte gather (3 channels: not a multiple of 4), and the plan reserves exactly those
+    84 B (the kernel puts the gather after the rows it uses, not where two rows would end); bit-exact with the
+    host TFLM."""
     b = ModelBuilder(seed=3, name="one_pixel")
-    x = b.input((1, 3, 3, 3))
-    b.output(b.fully_connected(b.conv2d(x, 8, kernel=3, padding="VALID", activation="RELU"), 4))
+    x = b.input((1, 1, 1, 3))
+    b.output(b.fully_connected(b.conv2d(x, 8, kernel=3, padding="SAME", activation="RELU"), 4))
     path = tmp_path / "one_pixel.tflite"
     path.write_bytes(b.build())
     plan = arena_plan(load_model(path), path.read_bytes())
     assert plan.fast_scratch_bytes[0] == 2 * 28 + 28
     for seed in (0, 1):
+        result = verify_compiled(path, seed=seed, sanitize=True)
+        assert result.passed, result.outputs
+
+
+def test_im2col_gathers_rows_between_paddings_and_dilated_taps(tmp_path):
+    """Channel counts that are not multiples of 4 (3, 5, 1) make im2col gather bytes: one copy per filter row
+    between the left and right padding (5x5 SAME at stride 1 and 2; a 7x7 filter over a 7-wide one-channel
+    input, whose windows are cut by 1 to 3 columns on either side) and tap by tap where dilation spreads them (3x3
+    dilated by 2); bit-exact with the host TFLM under ASan/UBSan."""
+    b = ModelBuilder(seed=5, name="gathers")
+    x = b.input((1, 9, 7, 3))
+    y = b.conv2d(x, 5, kernel=5, stride=1, activation="NONE")
+    y = b.conv2d(y, 6, kernel=5, stride=2, activation="RELU")
+    z = b.conv2d(b.conv2d(x, 5, kernel=3, dilation=2, activation="RELU"), 1, kernel=1, activation="NONE")
+    z = b.conv2d(z, 4, kernel=7, stride=1, activation="RELU")
+    b.output(y)
+    b.output(z)
+    path = tmp_path / "gathers.tflite"
+    path.write_bytes(b.build())
+    assert compile_model(path).files["model.c"].count("lt_conv_s8_fast") == 5
+    for seed in (0, 1):
+        result = verify_compiled(path, seed=seed, sanitize=True)
+        assert result.passed, result.outputs
+
+
+def test_one_pixel_over_the_whole_input_reads_it_in_place(tmp_path):
+    """FULLY_CONNECTED of one row and a VALID convolution whose window is its whole input run lt_vector_s8_fast,
+    such depthwise convolutions lt_depthwise_vector_s8_fast: no im2col, no plane, no scratch; output channels in
+    blocks of four and a remainder (6, 7, 5; depthwise 6 and 4), depths that are not multiples of 4 (3 x 3 x 3 =
+    27, 6, 7); bit-exact with the host TFLM under ASan/UBSan."""
+    b = ModelBuilder(seed=7, name="whole_input")
+    x = b.input((1, 3, 3, 3))
+    y = b.conv2d(x, 6, kernel=3, padding="VALID", activation="RELU")
+    y = b.fully_connected(b.fully_connected(y, 7, activation="RELU"), 5)
+    b.output(y)
+    z = b.depthwise_conv2d(b.conv2d(x, 6, kernel=1, activation="RELU"), kernel=3, padding="VALID", activation="NONE")
+    b.output(z)
+    w = b.depthwise_conv2d(b.conv2d(b.input((1, 5, 5, 2)), 4, kernel=1, activation="NONE"), kernel=5,
+                           padding="VALID", activation="RELU")
+    b.output(w)
+    path = tmp_path / "whole_input.tflite"
+    path.write_bytes(b.build())
+    source = compile_model(path).files["model.c"]
+    assert source.count("lt_vector_s8_fast(") == 3 and source.count("lt_depthwise_vector_s8_fast(") == 2
+    # scratch only for the two 1x1 convolutions over 9 and 25 pixels (operators 3 and 5)
+    assert set(arena_plan(load_model(path), path.read_bytes()).fast_scratch_bytes) == {3, 5}
+    for seed in (0, 1, 2):
         result = verify_compiled(path, seed=seed, sanitize=True)
         assert result.passed, result.outputs

@@ -18,6 +18,7 @@ from lowtide.compile import verify_compiled
 from lowtide.compile.codegen import check_model
 from lowtide.compile.lowering import KERNELS, NOT_IN_TFLM, UNDEFINED_IN_TFLM
 from lowtide.compile.lowering.elementwise import DIV_INT8_RANGE
+from lowtide.compile.quantization import sigmoid_table_int8
 from lowtide.model import load_model
 from test_compile import TinyModel
 
@@ -942,3 +943,24 @@ def test_docs_support_table_is_generated_from_the_code():
 
     script = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / "operators_doc.py"))
     assert script["DOC"].read_text() == script["document"](), "run python scripts/operators_doc.py"
+
+
+@pytest.mark.parametrize("scale, zero_point", [(0.05, 3), (1 / 16, -128), (0.0123, 100), (0.5, 0), (0.002, -7)])
+def test_int8_logistic_and_tanh_tables_equal_tflm_on_every_input(tmp_path, scale, zero_point):
+    """`sigmoid_table_int8` (the int8 LOGISTIC and TANH kernels are its lookups) against the host TFLM's
+    gemmlowp arithmetic on all 256 int8 inputs, for input scales whose rescale multiplier and saturation radius
+    differ; the compiled model on the same inputs is those lookups."""
+    m = TinyModel()
+    x = m.tensor((1, 256), "int8", scale, zero_point)
+    logistic, tanh = m.tensor((1, 256), "int8", 1 / 256, -128), m.tensor((1, 256), "int8", 1 / 128, 0)
+    m.op("LOGISTIC", [x], [logistic])
+    m.op("TANH", [x], [tanh])
+    path = m.save(tmp_path / "sigmoids.tflite", [x], [logistic, tanh])
+    values = np.arange(-128, 128, dtype=np.int8).reshape(1, 256)
+    want_logistic, want_tanh = oracle.run(path.read_bytes(), [values]).outputs
+    for want, is_tanh in ((want_logistic, False), (want_tanh, True)):
+        table = np.array(sigmoid_table_int8(scale, zero_point, is_tanh), dtype=np.int8)
+        assert np.array_equal(table[values.astype(np.uint8)], want)
+    assert len(np.unique(want_logistic)) > 10 and len(np.unique(want_tanh)) > 10  # not all saturated
+    result = verify_compiled(path, seed=0, sanitize=True)
+    assert result.passed, result.outputs

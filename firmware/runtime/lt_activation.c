@@ -1,6 +1,6 @@
-/* SOFTMAX, LOGISTIC, TANH, RELU, RELU6, LEAKY_RELU, PRELU, HARD_SWISH and ELU. The int8 SOFTMAX, LOGISTIC and
- * TANH use gemmlowp's fixed-point exp and reciprocal exactly as reference/softmax.h and
- * reference/integer_ops/logistic.h and tanh.h do; the others mirror micro/kernels/activations.h,
+/* SOFTMAX, LOGISTIC, TANH, RELU, RELU6, LEAKY_RELU, PRELU, HARD_SWISH and ELU. The int8 SOFTMAX uses gemmlowp's
+ * fixed-point exp and reciprocal exactly as reference/softmax.h does (int8 LOGISTIC, TANH and ELU are a 256-entry
+ * table lowtide computes offline, lt_lookup_s8); the others mirror micro/kernels/activations.h,
  * reference/leaky_relu.h, prelu.h and hard_swish.h; L2_NORMALIZATION (reference/integer_ops/l2normalization.h,
  * l2normalization.h) and LOG_SOFTMAX (float, reference/log_softmax.h); float kernels follow the float
  * references. */
@@ -50,8 +50,7 @@ int32_t lt_exp_on_negative_values(int32_t a, int integer_bits) {
     return result;
 }
 
-/* The Newton-Raphson division both of gemmlowp's one_over_one_plus_x_for_x_in_0_1 and
- * one_minus_x_over_one_plus_x_for_x_in_0_1 run: 1 / (1 + a) for a in [0, 1), Q0.31 in, Q2.29 out. */
+/* The Newton-Raphson division of gemmlowp's one_over_one_plus_x_for_x_in_0_1: 1 / (1 + a) for a in [0, 1), Q0.31 in, Q2.29 out. */
 static int32_t lt_reciprocal_one_plus_x_q2(int32_t a) {
     /* half_denominator = RoundingHalfSum(a, One) in Q0.31 */
     const int64_t sum = (int64_t)a + (int64_t)INT32_MAX;
@@ -69,11 +68,6 @@ static int32_t lt_reciprocal_one_plus_x_q2(int32_t a) {
 
 int32_t lt_one_over_one_plus_x_for_x_in_0_1(int32_t a) {
     return lt_saturating_shl(lt_reciprocal_one_plus_x_q2(a), 1); /* ExactMulByPot<-1> then Rescale<0> */
-}
-
-/* gemmlowp one_minus_x_over_one_plus_x_for_x_in_0_1: (1 - a) / (1 + a) = 2 / (1 + a) - 1, Q0.31 in and out. */
-static int32_t lt_one_minus_x_over_one_plus_x_for_x_in_0_1(int32_t a) {
-    return lt_saturating_shl(lt_wrap_sub(lt_reciprocal_one_plus_x_q2(a), (int32_t)1 << 29), 2); /* Rescale<0> */
 }
 
 /* reference_ops::Softmax<int8_t, OutputT>: exactly one of output8 / output16 is given; the output type's width
@@ -144,33 +138,6 @@ void lt_softmax_f32(const lt_softmax_params *p, const float *input, float *outpu
     }
 }
 
-void lt_logistic_s8(const int8_t *input, int8_t *output, int32_t count, int32_t input_zero_point,
-                    int32_t input_range_radius, int32_t input_multiplier, int32_t input_left_shift) {
-    enum { kInputIntegerBits = 4, kOutputIntegerBits = 8 };
-    for (int32_t i = 0; i < count; ++i) {
-        const int32_t in = input[i] - input_zero_point;
-        if (in <= -input_range_radius) {
-            output[i] = INT8_MIN;
-        } else if (in >= input_range_radius) {
-            output[i] = INT8_MAX;
-        } else {
-            const int32_t a = lt_multiply_by_quantized_multiplier(in, input_multiplier, input_left_shift);
-            /* gemmlowp::logistic on Q4.27: 1 / (1 + exp(-|a|)), mirrored for negative a */
-            int32_t result;
-            if (a == 0) {
-                result = 1 << 30;
-            } else {
-                const int32_t abs_a = a > 0 ? a : lt_wrap_sub(0, a);
-                const int32_t positive = lt_one_over_one_plus_x_for_x_in_0_1(
-                    lt_exp_on_negative_values(lt_wrap_sub(0, abs_a), kInputIntegerBits));
-                result = a > 0 ? positive : lt_wrap_sub(INT32_MAX, positive);
-            }
-            const int32_t q = lt_rounding_divide_by_pot(result, 31 - kOutputIntegerBits) + INT8_MIN;
-            output[i] = (int8_t)lt_clamp(q, INT8_MIN, INT8_MAX);
-        }
-    }
-}
-
 void lt_logistic_f32(const float *input, float *output, int32_t count) {
     const float cutoff_upper = 16.619047164916992188f;
     const float cutoff_lower = -9.0f;
@@ -182,29 +149,6 @@ void lt_logistic_f32(const float *input, float *output, int32_t count) {
             output[i] = expf(v);
         } else {
             output[i] = 1.0f / (1.0f + expf(-v));
-        }
-    }
-}
-
-void lt_tanh_s8(const lt_activation_params *p, const int8_t *input, int8_t *output) {
-    enum { kScaledIntegerBits = 5 }; /* the Q4.27 input doubled (ExactMulByPot<1>) for exp(-2|x|) */
-    for (int32_t i = 0; i < p->count; ++i) {
-        const int32_t in = input[i] - p->input_zero_point;
-        if (in <= -p->input_range_radius) {
-            output[i] = INT8_MIN;
-        } else if (in >= p->input_range_radius) {
-            output[i] = INT8_MAX;
-        } else {
-            const int32_t a = lt_multiply_by_quantized_multiplier(in, p->multiplier, p->shift);
-            /* gemmlowp::tanh: -tanh(n) for n = -|a| is (1 - exp(2n)) / (1 + exp(2n)), the sign put back after */
-            int32_t result = 0;
-            if (a != 0) {
-                const int32_t negative = a < 0 ? a : lt_wrap_sub(0, a);
-                const int32_t t = lt_one_minus_x_over_one_plus_x_for_x_in_0_1(
-                    lt_exp_on_negative_values(negative, kScaledIntegerBits));
-                result = a < 0 ? lt_wrap_sub(0, t) : t;
-            }
-            output[i] = (int8_t)lt_clamp(lt_rounding_divide_by_pot(result, 31 - 7), INT8_MIN, INT8_MAX);
         }
     }
 }

@@ -50,17 +50,29 @@ void lt_im2col_s8(const lt_conv_params *p, const int8_t *input, int32_t pixel, i
         return;
     }
     int8_t *g = gather;
-    for (int32_t fy = 0; fy < p->filter_h; ++fy) {
+    const int32_t row_bytes = p->filter_w * c;
+    for (int32_t fy = 0; fy < p->filter_h; ++fy, g += row_bytes) {
         const int32_t y = y0 + fy * p->dilation_h;
-        for (int32_t fx = 0; fx < p->filter_w; ++fx, g += c) {
-            const int32_t x = x0 + fx * p->dilation_w;
-            if (y < 0 || y >= p->in_h || x < 0 || x >= p->in_w)
-                memset(g, zero_point, (size_t)c);
-            else
-                memcpy(g, in_b + (y * p->in_w + x) * c, (size_t)c);
+        if (y < 0 || y >= p->in_h) {
+            memset(g, zero_point, (size_t)row_bytes);
+        } else if (p->dilation_w == 1) { /* the row's taps are contiguous in NHWC: one copy between the paddings */
+            const int32_t left = x0 >= 0 ? 0 : (-x0 < p->filter_w ? -x0 : p->filter_w);
+            const int32_t end = x0 + p->filter_w > p->in_w ? p->in_w - x0 : p->filter_w;
+            if (left > 0) memset(g, zero_point, (size_t)(left * c));
+            if (end > left) memcpy(g + left * c, in_b + (y * p->in_w + x0 + left) * c, (size_t)((end - left) * c));
+            const int32_t right = end > left ? end : left;
+            if (right < p->filter_w) memset(g + right * c, zero_point, (size_t)((p->filter_w - right) * c));
+        } else {
+            for (int32_t fx = 0; fx < p->filter_w; ++fx) {
+                const int32_t x = x0 + fx * p->dilation_w;
+                if (x < 0 || x >= p->in_w)
+                    memset(g + fx * c, zero_point, (size_t)c);
+                else
+                    memcpy(g + fx * c, in_b + (y * p->in_w + x) * c, (size_t)c);
+            }
         }
     }
-    lt_expand_s8(gather, p->filter_h * p->filter_w * c, row);
+    lt_expand_s8(gather, p->filter_h * row_bytes, row);
 }
 
 void lt_depthwise_plane_s8(const lt_conv_params *p, const int8_t *input, int32_t c, int32_t plane_h,

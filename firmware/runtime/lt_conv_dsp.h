@@ -64,9 +64,11 @@ static inline uint32_t lt_sxtb16_ror8(uint32_t x) {
 }
 /* acc + lo(a) * lo(b) + hi(a) * hi(b) */
 static inline int32_t lt_smlad(uint32_t a, uint32_t b, int32_t acc) { return __smlad((int32_t)a, (int32_t)b, acc); }
-/* acc + lo(a) * lo(b) */
+/* acc + lo(a) * lo(b), acc + hi(a) * hi(b) */
 static inline int32_t lt_smlabb(uint32_t a, uint32_t b, int32_t acc) { return __smlabb((int32_t)a, (int32_t)b, acc); }
+static inline int32_t lt_smlatt(uint32_t a, uint32_t b, int32_t acc) { return __smlatt((int32_t)a, (int32_t)b, acc); }
 static inline int32_t lt_ssat8(int32_t x) { return __ssat(x, 8); }
+static inline int32_t lt_ssat16(int32_t x) { return __ssat(x, 16); }
 /* (a * b + 2^31) >> 32 */
 static inline int32_t lt_smmulr(int32_t a, int32_t b) {
     int32_t r;
@@ -87,7 +89,11 @@ static inline int32_t lt_smlad(uint32_t a, uint32_t b, int32_t acc) {
 static inline int32_t lt_smlabb(uint32_t a, uint32_t b, int32_t acc) {
     return (int32_t)((uint32_t)acc + (uint32_t)(lt_lo16(a) * lt_lo16(b)));
 }
+static inline int32_t lt_smlatt(uint32_t a, uint32_t b, int32_t acc) {
+    return (int32_t)((uint32_t)acc + (uint32_t)(lt_hi16(a) * lt_hi16(b)));
+}
 static inline int32_t lt_ssat8(int32_t x) { return x < -128 ? -128 : (x > 127 ? 127 : x); }
+static inline int32_t lt_ssat16(int32_t x) { return x < -32768 ? -32768 : (x > 32767 ? 32767 : x); }
 static inline int32_t lt_smmulr(int32_t a, int32_t b) { return (int32_t)(((int64_t)a * b + 0x80000000LL) >> 32); }
 #endif
 
@@ -224,6 +230,88 @@ LT_ALWAYS_INLINE void lt_matmul_1_s8(const int16_t *x0, const int8_t *w, int32_t
     }
 }
 
+/* ---- matrix x vector over int8 rows packed four by four (LSTM gates, SVDF features) -------------------------- */
+
+/* The last k % 4 of x's k values as a word, zero-padded: the dot products read x's whole words in place and this
+ * one instead of the bytes past x. */
+static inline uint32_t lt_tail_word(const int8_t *x, int32_t k) {
+    uint32_t tail = 0;
+    memcpy(&tail, x + (k & ~3), (size_t)(k & 3));
+    return tail;
+}
+
+/* One word of x (4 values) against one word of a row: two SMLAD on the sign-extended pairs. */
+#define LT_DOT_WORD(x02, x13, u, acc)                        \
+    do {                                                     \
+        (acc) = lt_smlad((x02), lt_sxtb16(u), (acc));        \
+        (acc) = lt_smlad((x13), lt_sxtb16_ror8(u), (acc));   \
+    } while (0)
+
+/* acc[0..3] += dot(x, row) for the four rows at w, laid out by lowtide (`pack_rows_by_four`, on a 4-byte
+ * boundary): interleaved word by word (row 0's word j, row 1's, row 2's, row 3's, then word j + 1), every row
+ * zero-padded to whole words. x is read once for the four rows: per 16 products 1 + 2 loads (LDRD), 10 SXTB16 and
+ * 8 SMLAD. Returns the rows after these four. */
+LT_ALWAYS_INLINE const uint32_t *lt_dot_rows4_s8(const int8_t *x, int32_t k, uint32_t x_tail, const uint32_t *w,
+                                                 int32_t *acc) {
+    int32_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
+#define LT_DOT4_WORD(xv)                                                               \
+    do {                                                                               \
+        const uint32_t x02 = lt_sxtb16(xv), x13 = lt_sxtb16_ror8(xv);                  \
+        const uint32_t u0 = w[0], u1 = w[1], u2 = w[2], u3 = w[3];                     \
+        w += 4;                                                                        \
+        LT_DOT_WORD(x02, x13, u0, a0);                                                 \
+        LT_DOT_WORD(x02, x13, u1, a1);                                                 \
+        LT_DOT_WORD(x02, x13, u2, a2);                                                 \
+        LT_DOT_WORD(x02, x13, u3, a3);                                                 \
+    } while (0)
+    const int8_t *end = x + (k & ~3);
+    for (; x < end; x += 4) LT_DOT4_WORD(lt_read32(x));
+    if (k & 3) LT_DOT4_WORD(x_tail);
+#undef LT_DOT4_WORD
+    acc[0] = a0;
+    acc[1] = a1;
+    acc[2] = a2;
+    acc[3] = a3;
+    return w;
+}
+
+/* *acc += dot(x, row) for the one row at w (zero-padded to whole words); returns the row after it. */
+LT_ALWAYS_INLINE const uint32_t *lt_dot_row_s8(const int8_t *x, int32_t k, uint32_t x_tail, const uint32_t *w,
+                                               int32_t *acc) {
+    int32_t a0 = *acc;
+    const int8_t *end = x + (k & ~3);
+    for (; x < end; x += 4, ++w) {
+        const uint32_t xv = lt_read32(x);
+        LT_DOT_WORD(lt_sxtb16(xv), lt_sxtb16_ror8(xv), *w, a0);
+    }
+    if (k & 3) {
+        LT_DOT_WORD(lt_sxtb16(x_tail), lt_sxtb16_ror8(x_tail), *w, a0);
+        ++w;
+    }
+    *acc = a0;
+    return w;
+}
+
+/* TFLM's MultiplyByQuantizedMultiplier for a multiplier >= 0: SaturatingRoundingDoublingHighMul as one SMLAL
+ * (lt_doubling_high_mul), then gemmlowp's RoundingDivideByPOT. */
+static inline int32_t lt_scale_by_quantized_multiplier(int32_t x, int32_t multiplier, int32_t shift) {
+    const int32_t left = shift > 0 ? shift : 0, right = shift > 0 ? 0 : -shift;
+    const int32_t high = lt_doubling_high_mul((int32_t)((uint32_t)x << left), multiplier);
+    if (!right) return high;
+    const int32_t mask = (int32_t)((1u << right) - 1u), threshold = (mask >> 1) + (high < 0);
+    return (high >> right) + ((high & mask) > threshold);
+}
+
+/* The same where lowtide proved |x| < 2^30 and shift < 0 and passes round = 2^(-shift - 1) (0: not proved): the
+ * doubling high product is SMMULR(2 x, m) and the rounding shift one add (as LT_SHORT_ACC does below). */
+static inline int32_t lt_scale_short_or_full(int32_t x, int32_t multiplier, int32_t shift, int32_t round) {
+    if (round) {
+        const int32_t high = lt_smmulr((int32_t)((uint32_t)x << 1), multiplier);
+        return (int32_t)((uint32_t)high + (uint32_t)round + (uint32_t)(high >> 31)) >> -shift;
+    }
+    return lt_scale_by_quantized_multiplier(x, multiplier, shift);
+}
+
 /* ---- CONV_2D (groups 1, any window, stride, padding and dilation) and FULLY_CONNECTED ------------------------- */
 
 /* The expanded window of output pixel `pixel` (its k4 values, padding taps at the input zero point). `gather` is
@@ -259,6 +347,32 @@ LT_ALWAYS_INLINE void lt_conv_s8_fast(const lt_conv_params *p, const int8_t *inp
         else
             lt_im2col_s8(p, input, px, row0, gather);
         lt_matmul_1_s8(row0, filter, k4, out_c, bias, rq, p, output + px * out_c, flags);
+    }
+}
+
+/* ---- one output pixel whose window is the whole input: FULLY_CONNECTED of one row, such a CONV_2D ------------ */
+
+/* The input is the window itself (no padding, no im2col, no scratch): four channels at a time, each block of
+ * four filter rows read once against the input's words (lt_dot_rows4_s8), the filter packed by lowtide's
+ * `pack_rows_by_four`. */
+LT_ALWAYS_INLINE void lt_vector_s8_fast(const lt_conv_params *p, const int8_t *input, const uint32_t *filter,
+                                        const int32_t *bias, const lt_requant *rq, int8_t *output,
+                                        const unsigned flags) {
+    const int32_t k = p->filter_h * p->filter_w * p->in_c, out_c = p->out_c;
+    const uint32_t tail = lt_tail_word(input, k);
+    int32_t oc = 0;
+    for (; oc + 4 <= out_c; oc += 4) {
+        int32_t acc[4] = {bias[oc], bias[oc + 1], bias[oc + 2], bias[oc + 3]};
+        filter = lt_dot_rows4_s8(input, k, tail, filter, acc);
+        output[oc] = (int8_t)lt_requantize_s8(acc[0], &rq[oc], p, flags);
+        output[oc + 1] = (int8_t)lt_requantize_s8(acc[1], &rq[oc + 1], p, flags);
+        output[oc + 2] = (int8_t)lt_requantize_s8(acc[2], &rq[oc + 2], p, flags);
+        output[oc + 3] = (int8_t)lt_requantize_s8(acc[3], &rq[oc + 3], p, flags);
+    }
+    for (; oc < out_c; ++oc) {
+        int32_t acc = bias[oc];
+        filter = lt_dot_row_s8(input, k, tail, filter, &acc);
+        output[oc] = (int8_t)lt_requantize_s8(acc, &rq[oc], p, flags);
     }
 }
 
@@ -325,6 +439,40 @@ LT_ALWAYS_INLINE void lt_depthwise_s8_fast(const lt_conv_params *p, const int8_t
                 }
             }
         }
+    }
+}
+
+/* One output pixel whose window is the whole input (streaming wake-word models: a window of every past frame):
+ * channels four at a time, tap after tap, the input's and the filter's words sign-extended in pairs and each
+ * channel's product by SMLABB/SMLATT (per 4 products 2 loads, 4 SXTB16, 4 multiply-adds) instead of a plane copy
+ * per channel. filter: TFLite's own [tap][channel] order. Output channel c is written after every tap of it was
+ * read, and lands on input channel c of tap 0: the layer may run in place. */
+LT_ALWAYS_INLINE void lt_depthwise_vector_s8_fast(const lt_conv_params *p, const int8_t *input, const int8_t *filter,
+                                                  const int32_t *bias, const lt_requant *rq, int8_t *output,
+                                                  const unsigned flags) {
+    const int32_t taps = p->filter_h * p->filter_w, channels = p->out_c;
+    int32_t c = 0;
+    for (; c + 4 <= channels; c += 4) {
+        int32_t a0 = bias[c], a1 = bias[c + 1], a2 = bias[c + 2], a3 = bias[c + 3];
+        const int8_t *x = input + c, *w = filter + c;
+        for (int32_t t = 0; t < taps; ++t, x += channels, w += channels) {
+            const uint32_t xv = lt_read32(x), wv = lt_read32(w);
+            const uint32_t x02 = lt_sxtb16(xv), x13 = lt_sxtb16_ror8(xv);
+            const uint32_t w02 = lt_sxtb16(wv), w13 = lt_sxtb16_ror8(wv);
+            a0 = lt_smlabb(x02, w02, a0);
+            a2 = lt_smlatt(x02, w02, a2);
+            a1 = lt_smlabb(x13, w13, a1);
+            a3 = lt_smlatt(x13, w13, a3);
+        }
+        output[c] = (int8_t)lt_requantize_s8(a0, &rq[c], p, flags);
+        output[c + 1] = (int8_t)lt_requantize_s8(a1, &rq[c + 1], p, flags);
+        output[c + 2] = (int8_t)lt_requantize_s8(a2, &rq[c + 2], p, flags);
+        output[c + 3] = (int8_t)lt_requantize_s8(a3, &rq[c + 3], p, flags);
+    }
+    for (; c < channels; ++c) {
+        int32_t acc = bias[c];
+        for (int32_t t = 0; t < taps; ++t) acc += input[t * channels + c] * filter[t * channels + c];
+        output[c] = (int8_t)lt_requantize_s8(acc, &rq[c], p, flags);
     }
 }
 

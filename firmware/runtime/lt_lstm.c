@@ -1,11 +1,13 @@
 /* UNIDIRECTIONAL_SEQUENCE_LSTM, integer (TFLM's lstm_eval.h EvalLstm<int8_t, int8_t, int16_t, int32_t>).
  *
  * One step per time step (time-major: all batches at once; batch-major: one batch row at a time, each with its
- * own slice of the state): the forget, input and cell gates from the input and the previous hidden state, the cell
- * update, the output gate, then hidden = tanh(cell) * output gate, copied to the output. The int16 sigmoid and
- * tanh are lt_activation.c's (reference_integer_ops' LUT interpolations). int32 sums wrap as TFLM's do on its targets. */
+ * own slice of the state): the four gates from the input and the previous hidden state (dot products over
+ * weights lowtide packs four rows by four, SMLAD on the DSP cores: lt_conv_dsp.h), the cell update, then
+ * hidden = tanh(cell) * output gate, copied to the output. The int16 sigmoid and tanh are lt_activation.c's
+ * (reference_integer_ops' LUT interpolations). int32 sums wrap as TFLM's do on its targets. */
 #include <string.h>
 
+#include "lt_conv_dsp.h"
 #include "lt_fixedpoint.h"
 #include "lt_runtime.h"
 
@@ -15,21 +17,47 @@ static void lt_lstm_tanh(const int16_t *input, int16_t *output, int32_t count, i
     lt_tanh_s16(&p, input, output);
 }
 
-/* reference_integer_ops::FullyConnected, int8 x int8 -> int16 with zero output offset and the full int16 range. */
-static void lt_gate_fc(const int8_t *input, int32_t input_offset, const int8_t *weights, const int32_t *bias,
-                       int32_t rows, int32_t depth, int32_t units, int32_t multiplier, int32_t shift,
-                       int16_t *output) {
+/* One gate for `rows` rows: FC(input) with the gate's bias and FC(hidden), each requantized to Q3.12 and saturated
+ * to int16 as reference_integer_ops::FullyConnected does, their saturating sum, then sigmoid (the cell gate: tanh).
+ * The weights are packed four rows by four and both zero points are folded offline into the biases
+ * (bias - zero_point * row sum), so the dot products multiply raw int8 values with SMLAD. */
+static void lt_lstm_gate(const lt_lstm_params *p, const lt_lstm_weights *w, int32_t gate, const int8_t *input,
+                         const int8_t *hidden, int32_t rows, int16_t *out) {
+    const int32_t units = p->state_size, in_k = p->input_size;
+    const int32_t in_m = p->input_multiplier[gate], in_s = p->input_shift[gate], in_r = p->input_round[gate];
+    const int32_t rec_m = p->recurrent_multiplier[gate], rec_s = p->recurrent_shift[gate];
+    const int32_t rec_r = p->recurrent_round[gate];
     for (int32_t r = 0; r < rows; ++r) {
-        for (int32_t u = 0; u < units; ++u) {
-            const int8_t *w = weights + u * depth;
-            const int8_t *in = input + r * depth;
-            int32_t acc = 0;
-            for (int32_t d = 0; d < depth; ++d) acc = lt_wrap_add(acc, w[d] * (in[d] + input_offset));
-            if (bias) acc = lt_wrap_add(acc, bias[u]);
-            const int32_t scaled = lt_multiply_by_quantized_multiplier(acc, multiplier, shift);
-            output[r * units + u] = (int16_t)lt_clamp(scaled, INT16_MIN, INT16_MAX);
+        const int8_t *x = input + r * in_k, *h = hidden + r * units;
+        const uint32_t x_tail = lt_tail_word(x, in_k), h_tail = lt_tail_word(h, units);
+        const uint32_t *wi = w->input_weights[gate], *wr = w->recurrent_weights[gate];
+        const int32_t *bi = w->input_bias[gate], *br = w->recurrent_bias[gate];
+        int16_t *o = out + r * units;
+        int32_t u = 0;
+        for (; u + 4 <= units; u += 4) {
+            int32_t acc_in[4] = {bi[u], bi[u + 1], bi[u + 2], bi[u + 3]};
+            int32_t acc_rec[4] = {br[u], br[u + 1], br[u + 2], br[u + 3]};
+            wi = lt_dot_rows4_s8(x, in_k, x_tail, wi, acc_in);
+            wr = lt_dot_rows4_s8(h, units, h_tail, wr, acc_rec);
+            for (int32_t j = 0; j < 4; ++j) {
+                const int32_t a = lt_ssat16(lt_scale_short_or_full(acc_in[j], in_m, in_s, in_r));
+                const int32_t b = lt_ssat16(lt_scale_short_or_full(acc_rec[j], rec_m, rec_s, rec_r));
+                o[u + j] = (int16_t)lt_ssat16(a + b);
+            }
+        }
+        for (; u < units; ++u) {
+            int32_t acc_in[1] = {bi[u]}, acc_rec[1] = {br[u]};
+            wi = lt_dot_row_s8(x, in_k, x_tail, wi, acc_in);
+            wr = lt_dot_row_s8(h, units, h_tail, wr, acc_rec);
+            const int32_t a = lt_ssat16(lt_scale_short_or_full(acc_in[0], in_m, in_s, in_r));
+            const int32_t b = lt_ssat16(lt_scale_short_or_full(acc_rec[0], rec_m, rec_s, rec_r));
+            o[u] = (int16_t)lt_ssat16(a + b);
         }
     }
+    /* Q3.12 input: the power-of-two case with no shift */
+    const lt_activation_params q312 = {.count = rows * units, .multiplier = 0, .shift = 0};
+    if (gate == 2) lt_tanh_s16(&q312, out, out);
+    else lt_logistic_s16(&q312, out, out);
 }
 
 /* AddElementWise: saturating int16 sum, in place into `a`. */
@@ -40,32 +68,18 @@ static void lt_add_sat_s16(int16_t *a, const int16_t *b, int32_t count) {
 /* MulElementwise on symmetric int16 inputs: the product requantized, plus the output zero point, clamped. */
 static int32_t lt_lstm_mul(int32_t a, int32_t b, int32_t multiplier, int32_t shift, int32_t offset, int32_t lo,
                           int32_t hi) {
-    return lt_clamp(offset + lt_multiply_by_quantized_multiplier(a * b, multiplier, shift), lo, hi);
+    return lt_clamp(offset + lt_scale_by_quantized_multiplier(a * b, multiplier, shift), lo, hi);
 }
 
-/* One gate: FC(input) with the gate's bias, plus FC(hidden) without bias, saturated, then sigmoid (the cell gate:
- * tanh). */
-static void lt_lstm_gate(const lt_lstm_params *p, const lt_lstm_weights *w, int32_t gate, const int8_t *input,
-                         const int8_t *hidden, int32_t rows, int16_t *out, int16_t *scratch) {
-    const int32_t n = rows * p->state_size;
-    lt_gate_fc(input, -p->input_zero_point, w->input_weights[gate], w->bias[gate], rows, p->input_size,
-               p->state_size, p->input_multiplier[gate], p->input_shift[gate], out);
-    lt_gate_fc(hidden, -p->hidden_zero_point, w->recurrent_weights[gate], NULL, rows, p->state_size, p->state_size,
-               p->recurrent_multiplier[gate], p->recurrent_shift[gate], scratch);
-    lt_add_sat_s16(out, scratch, n);
-    /* Q3.12 input: the power-of-two case with no shift */
-    const lt_activation_params q312 = {.count = n, .multiplier = 0, .shift = 0};
-    if (gate == 2) lt_tanh_s16(&q312, out, out);
-    else lt_logistic_s16(&q312, out, out);
-}
-
+/* Every gate reads only the input and the previous hidden state, so all four run before the state changes. */
 static void lt_lstm_step(const lt_lstm_params *p, const lt_lstm_weights *w, const int8_t *input, int8_t *hidden,
                          int16_t *cell, int32_t rows, int16_t *forget_gate, int16_t *input_gate, int16_t *cell_gate,
-                         int16_t *scratch, int8_t *output) {
+                         int16_t *output_gate, int8_t *output) {
     const int32_t n = rows * p->state_size;
-    lt_lstm_gate(p, w, 1, input, hidden, rows, forget_gate, scratch);
-    lt_lstm_gate(p, w, 0, input, hidden, rows, input_gate, scratch);
-    lt_lstm_gate(p, w, 2, input, hidden, rows, cell_gate, scratch);
+    lt_lstm_gate(p, w, 1, input, hidden, rows, forget_gate);
+    lt_lstm_gate(p, w, 0, input, hidden, rows, input_gate);
+    lt_lstm_gate(p, w, 2, input, hidden, rows, cell_gate);
+    lt_lstm_gate(p, w, 3, input, hidden, rows, output_gate);
 
     /* cell = forget * cell + input * cell_gate, saturated, then clipped */
     for (int32_t i = 0; i < n; ++i) {
@@ -78,9 +92,7 @@ static void lt_lstm_step(const lt_lstm_params *p, const lt_lstm_weights *w, cons
     if (p->cell_clip > 0)
         for (int32_t i = 0; i < n; ++i) cell[i] = (int16_t)lt_clamp(cell[i], -p->cell_clip, p->cell_clip);
 
-    /* hidden = tanh(cell) * output gate; the output gate reuses the input gate's buffer as TFLM does */
-    int16_t *output_gate = input_gate;
-    lt_lstm_gate(p, w, 3, input, hidden, rows, output_gate, scratch);
+    /* hidden = tanh(cell) * output gate */
     int16_t *cell_tanh = forget_gate;
     lt_lstm_tanh(cell, cell_tanh, n, p->cell_tanh_multiplier, p->cell_tanh_shift);
     for (int32_t i = 0; i < n; ++i)

@@ -75,10 +75,9 @@ typedef struct {
 typedef struct {
     int32_t count;
     int32_t input_zero_point, output_zero_point;
-    int32_t multiplier, shift;             /* the identity rescale (RELU, LEAKY_RELU), or the input's (TANH) */
+    int32_t multiplier, shift;             /* the identity rescale (RELU, LEAKY_RELU) */
     int32_t alpha_multiplier, alpha_shift; /* LEAKY_RELU: input x alpha -> output */
     int32_t act_min, act_max;              /* the clamp of RELU and RELU6 */
-    int32_t input_range_radius;            /* TANH: inputs this far from the zero point saturate */
     int32_t rescale;                       /* ABS: 0 when input and output scales are equal */
     float alpha;                           /* float LEAKY_RELU */
 } lt_activation_params;
@@ -177,6 +176,16 @@ typedef struct {
     int32_t output_multiplier, output_shift;   /* state x time weights -> output */
 } lt_svdf_params;
 
+/* SVDF's weights as lowtide prepares them (lt_svdf.c): the feature weights packed four rows by four
+ * (lt_dot_rows4_s8), the zero points folded into a feature bias and a time offset. */
+typedef struct {
+    const uint32_t *feature_weights; /* num_filters rows of input_size */
+    const int32_t *feature_bias;     /* -input_zero_point * row sums (num_filters) */
+    const void *time_weights;        /* num_filters x memory_size, of the state's type */
+    const int32_t *time_offset;      /* -state_zero_point * sums of each filter's time weights (num_filters) */
+    const int32_t *bias;             /* num_units, or NULL */
+} lt_svdf_weights;
+
 /* UNIDIRECTIONAL_SEQUENCE_LSTM, integer (TFLM's lstm_eval: int8 input, weights, hidden state and output, int16
  * cell state and gates, int32 bias; no CIFG, peephole, projection or layer norm). Gates are in TFLite's input order:
  * 0 input, 1 forget, 2 cell, 3 output. Each gate is FC(input) + FC(hidden), each FC requantized to Q3.12, then a
@@ -187,6 +196,8 @@ typedef struct {
     int32_t input_zero_point, hidden_zero_point;
     int32_t input_multiplier[4], input_shift[4];         /* input x input weights -> Q3.12 */
     int32_t recurrent_multiplier[4], recurrent_shift[4]; /* hidden x recurrent weights -> Q3.12 */
+    /* 2^(-shift - 1) where lowtide bounds every sum below 2^30 and shift < 0, else 0 (lt_scale_short_or_full) */
+    int32_t input_round[4], recurrent_round[4];
     int32_t forget_multiplier, forget_shift;             /* forget gate x cell -> cell */
     int32_t update_multiplier, update_shift;             /* input gate x cell gate -> cell */
     int32_t hidden_multiplier, hidden_shift;             /* tanh(cell) x output gate -> hidden */
@@ -194,10 +205,12 @@ typedef struct {
     int32_t cell_tanh_multiplier, cell_tanh_shift;       /* tanh input scaling of the cell state */
 } lt_lstm_params;
 
+/* Each gate's weights packed four rows by four (lt_dot_rows_s8), and its biases with the zero points folded in. */
 typedef struct {
-    const int8_t *input_weights[4];     /* state_size x input_size */
-    const int8_t *recurrent_weights[4]; /* state_size x state_size */
-    const int32_t *bias[4];             /* state_size */
+    const uint32_t *input_weights[4];     /* state_size rows of input_size */
+    const uint32_t *recurrent_weights[4]; /* state_size rows of state_size */
+    const int32_t *input_bias[4];       /* bias - input_zero_point * row sums (state_size) */
+    const int32_t *recurrent_bias[4];   /* -hidden_zero_point * row sums (state_size) */
 } lt_lstm_weights;
 
 /* int8 kernels */
@@ -213,8 +226,6 @@ void lt_add_s8(const lt_binary_params *p, const int8_t *input1, const int8_t *in
 void lt_mul_s8(const lt_binary_params *p, const int8_t *input1, const int8_t *input2, int8_t *output);
 void lt_softmax_s8(const lt_softmax_params *p, const int8_t *input, int8_t *output);
 void lt_softmax_s8_s16(const lt_softmax_params *p, const int8_t *input, int16_t *output);
-void lt_logistic_s8(const int8_t *input, int8_t *output, int32_t count, int32_t input_zero_point,
-                    int32_t input_range_radius, int32_t input_multiplier, int32_t input_left_shift);
 /* RELU: requantize with p->multiplier/shift, clamp to [act_min, act_max]. RELU6: clamp the raw input to
  * [act_min, act_max] (TFLM's RELU6 does not requantize). LEAKY_RELU: identity or alpha rescale by sign. */
 void lt_relu_s8(const lt_activation_params *p, const int8_t *input, int8_t *output);
@@ -228,8 +239,6 @@ void lt_leaky_relu_s16(const lt_activation_params *p, const int16_t *input, int1
 void lt_prelu_s8(const lt_binary_params *p, const int8_t *input, const int8_t *alpha, int8_t *output);
 void lt_prelu_s16(const lt_binary_params *p, const int16_t *input, const int8_t *alpha, int16_t *output);
 void lt_hard_swish_s8(const lt_hard_swish_params *p, const int8_t *input, int8_t *output);
-/* TANH (gemmlowp tanh on Q4.27): input_zero_point, input_range_radius, multiplier and shift. */
-void lt_tanh_s8(const lt_activation_params *p, const int8_t *input, int8_t *output);
 /* int16 LOGISTIC and TANH (zero points 0, output scale 2^-15): TFLM's interpolated uint16 sigmoid table; multiplier
  * and shift rescale the input, a multiplier of 0 meaning the power-of-two case. */
 void lt_logistic_s16(const lt_activation_params *p, const int16_t *input, int16_t *output);
@@ -238,7 +247,7 @@ void lt_tanh_s16(const lt_activation_params *p, const int16_t *input, int16_t *o
  * input steps. */
 void lt_log_softmax_s8(const lt_softmax_params *p, int32_t reverse_scaling_divisor, int32_t reverse_scaling_shift,
                        const int8_t *input, int8_t *output);
-/* A 256-entry table indexed by the input byte (ELU's int8 kernel, built at compile time as TFLM's Prepare does). */
+/* A 256-entry table indexed by the input byte: int8 LOGISTIC, TANH and ELU, the table built at compile time. */
 void lt_lookup_s8(const int8_t *table, const int8_t *input, int8_t *output, int32_t count);
 /* SUM uses the MEAN kernels with a multiplier that leaves out 1/count (and lt_sum_f32 for float). */
 void lt_mean_s16(const lt_mean_params *p, const int16_t *input, int16_t *output);
@@ -252,12 +261,10 @@ void lt_cumsum_s8(const lt_axis_params *p, const lt_binary_params *q, const int8
 void lt_l2_normalization_s8(const lt_softmax_params *p, int32_t input_zero_point, const int8_t *input,
                             int8_t *output);
 void lt_mean_s8(const lt_mean_params *p, const int8_t *input, int8_t *output);
-void lt_svdf_s8_s16(const lt_svdf_params *p, const int8_t *input, const int8_t *weights_feature,
-                    const int16_t *weights_time, const int32_t *bias, int16_t *state, int32_t *filter_scratch,
-                    int32_t *unit_scratch, int8_t *output);
-void lt_svdf_s8_s8(const lt_svdf_params *p, const int8_t *input, const int8_t *weights_feature,
-                   const int8_t *weights_time, const int32_t *bias, int8_t *state, int32_t *filter_scratch,
-                   int32_t *unit_scratch, int8_t *output);
+void lt_svdf_s8_s16(const lt_svdf_params *p, const lt_svdf_weights *w, const int8_t *input, int16_t *state,
+                    int32_t *filter_scratch, int32_t *unit_scratch, int8_t *output);
+void lt_svdf_s8_s8(const lt_svdf_params *p, const lt_svdf_weights *w, const int8_t *input, int8_t *state,
+                   int32_t *filter_scratch, int32_t *unit_scratch, int8_t *output);
 void lt_lstm_s8_s16(const lt_lstm_params *p, const lt_lstm_weights *w, const int8_t *input, int8_t *hidden,
                     int16_t *cell, int16_t *scratch0, int16_t *scratch1, int16_t *scratch2, int16_t *scratch3,
                     int8_t *output);

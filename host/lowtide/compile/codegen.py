@@ -158,7 +158,7 @@ def arena_plan(graph: Graph, data: bytes, keep_model_plan: bool = False) -> Aren
     scopes = {s.op: s.scope for s in stock.steps if s.subgraph == 0}
     fast_scratch = [Buffer(0, None, op, align_up(nbytes), scopes[op], scopes[op])
                     for op, nbytes in sorted(probe.fast_scratch_bytes.items())]
-    fusions = pad_fusions(ModelEmitter(graph, data, {}), probe.in_place_safe)
+    fusions = pad_fusions(ModelEmitter(graph, data, {}), probe.in_place_safe - probe.whole_input)
     view = _planning_view(graph, fusions)
     buffers = buffers_to_plan(view, executor=Executor.COMPILED) + fast_scratch
     producers = view.main.producers()

@@ -289,6 +289,98 @@ def elu_table_int8(input_scale: float, input_zero_point: int, output_scale: floa
     return table
 
 
+def _wrap32(x: int) -> int:
+    return (x + (1 << 31)) % (1 << 32) - (1 << 31)
+
+
+def _srdhm(a: int, b: int) -> int:
+    """gemmlowp SaturatingRoundingDoublingHighMul."""
+    if a == b == INT32_MIN:
+        return INT32_MAX
+    ab = a * b
+    nudged = ab + ((1 << 30) if ab >= 0 else 1 - (1 << 30))
+    quotient = abs(nudged) >> 31  # division truncating toward zero
+    return quotient if nudged >= 0 else -quotient
+
+
+def _rounding_divide_by_pot(x: int, exponent: int) -> int:
+    mask = (1 << exponent) - 1
+    threshold = (mask >> 1) + (1 if x < 0 else 0)
+    return (x >> exponent) + (1 if (x & mask) > threshold else 0)
+
+
+def _saturating_shl(x: int, exponent: int) -> int:
+    threshold = (1 << (31 - exponent)) - 1
+    return INT32_MAX if x > threshold else INT32_MIN if x < -threshold else _wrap32(x << exponent)
+
+
+def _exp_on_negative_values(a: int, integer_bits: int) -> int:
+    """gemmlowp exp_on_negative_values, Q(integer_bits).(31 - integer_bits) in, Q0.31 out."""
+    fractional_bits = 31 - integer_bits
+    one_quarter = 1 << (fractional_bits - 2)
+    a_mod_quarter_minus_one_quarter = _wrap32((a & (one_quarter - 1)) - one_quarter)
+    x = _wrap32(_saturating_shl(a_mod_quarter_minus_one_quarter, integer_bits) + (1 << 28))  # + 1/8
+    x2 = _srdhm(x, x)
+    x3 = _srdhm(x2, x)
+    x4_over_4 = _rounding_divide_by_pot(_srdhm(x2, x2), 2)
+    poly = _rounding_divide_by_pot(_wrap32(_srdhm(_wrap32(x4_over_4 + x3), 715827883) + x2), 1)
+    result = _wrap32(1895147668 + _srdhm(1895147668, _wrap32(x + poly)))  # exp(-1/8) (1 + x + poly)
+    remainder = _wrap32(a_mod_quarter_minus_one_quarter - a)
+    multipliers = (1672461947, 1302514674, 790015084, 290630308, 39332535, 720401, 242)
+    for exponent in range(-2, 5):
+        if integer_bits > exponent and remainder & (1 << (fractional_bits + exponent)):
+            result = _srdhm(result, multipliers[exponent + 2])
+    if integer_bits > 5 and a < -(1 << (36 - integer_bits)):
+        result = 0
+    return INT32_MAX if a == 0 else result
+
+
+def _reciprocal_one_plus_x_q2(a: int) -> int:
+    """The Newton-Raphson 1 / (1 + a) of gemmlowp's one_over_one_plus_x_for_x_in_0_1, Q0.31 in, Q2.29 out."""
+    total = a + INT32_MAX
+    half_denominator = (total + 1) // 2 if total >= 0 else -((-total + 1) // 2)  # RoundingHalfSum
+    x = _wrap32(1515870810 + _srdhm(half_denominator, -1010580540))  # 48/17 - 32/17 d
+    for _ in range(3):
+        one_minus = _wrap32((1 << 29) - _srdhm(half_denominator, x))
+        x = _wrap32(x + _saturating_shl(_srdhm(x, one_minus), 2))
+    return x
+
+
+def sigmoid_table_int8(input_scale: float, input_zero_point: int, tanh: bool) -> list[int]:
+    """reference_integer_ops::Logistic (output scale 1/256, zero point -128) or Tanh (1/128, 0) of every int8
+    input, gemmlowp's fixed point to the bit, indexed by the input's byte: the kernel is then one lookup."""
+    params = logistic_params_int8(input_scale)
+    radius, multiplier, shift = params["input_range_radius"], params["input_multiplier"], params["input_left_shift"]
+    table = [0] * 256
+    for value in range(INT8_MIN, INT8_MAX + 1):
+        centred = value - input_zero_point
+        if centred <= -radius:
+            out = INT8_MIN
+        elif centred >= radius:
+            out = INT8_MAX
+        else:
+            a = _rounding_divide_by_pot(_srdhm(_wrap32(centred << shift), multiplier), 0) if shift >= 0 else \
+                _rounding_divide_by_pot(_srdhm(centred, multiplier), -shift)
+            if tanh:  # -tanh(n) for n = -|a| is (1 - exp(2n)) / (1 + exp(2n)), the sign put back after
+                result = 0
+                if a:
+                    negative = a if a < 0 else _wrap32(-a)
+                    t = _saturating_shl(_wrap32(_reciprocal_one_plus_x_q2(_exp_on_negative_values(negative, 5))
+                                                - (1 << 29)), 2)
+                    result = _wrap32(-t) if a < 0 else t
+                out = _rounding_divide_by_pot(result, 24)
+            else:  # 1 / (1 + exp(-|a|)), mirrored for negative a
+                result = 1 << 30
+                if a:
+                    positive = _saturating_shl(_reciprocal_one_plus_x_q2(
+                        _exp_on_negative_values(_wrap32(-abs(a)), 4)), 1)
+                    result = positive if a > 0 else _wrap32(INT32_MAX - positive)
+                out = _rounding_divide_by_pot(result, 23) + INT8_MIN
+            out = min(INT8_MAX, max(INT8_MIN, out))
+        table[value & 0xFF] = out
+    return table
+
+
 def add_sub_params(scale1: float, scale2: float, output_scale: float, left_shift: int) -> dict[str, int]:
     """CalculateOpDataAdd and CalculateOpDataSub (left shift 20 for int8, 15 for int16): both inputs rescaled to
     twice the larger scale, in double. (The TFLM tree read divides the float32 scales in float32

@@ -121,9 +121,8 @@ def lower_logistic(e, op, name):
         require(out_q.zero_point == -128 and np.float32(out_q.scale) == np.float32(1 / 256),
                 "int8 logistic output must have scale 1/256 and zero point -128")
         in_q = e.quantization(op.inputs[0])
-        lp = q.logistic_params_int8(in_q.scale)
-        return (f"lt_logistic_s8({e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)}, {count}, "
-                f"{in_q.zero_point}, {lp['input_range_radius']}, {lp['input_multiplier']}, {lp['input_left_shift']});")
+        table = e.array(f"{name}_table", C_TYPES["int8"], q.sigmoid_table_int8(in_q.scale, in_q.zero_point, False))
+        return f"lt_lookup_s8({table}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)}, {count});"
     if ins == ["int16"] and outs == ["int16"]:
         return f"lt_logistic_s16({_sigmoid_int16_struct(e, op, name, tanh=False)}, {e.pointer(op.inputs[0])}, " \
                f"{e.pointer(op.outputs[0], True)});"
@@ -235,11 +234,8 @@ def lower_tanh(e, op, name):
     if dtype == "int16":
         return f"lt_tanh_s16({_sigmoid_int16_struct(e, op, name, tanh=True)}, {source}, {target});"
     in_q = e.quantization(op.inputs[0])
-    tp = q.logistic_params_int8(in_q.scale)
-    p = _activation_struct(e, op, name, {"input_zero_point": in_q.zero_point, "multiplier": tp["input_multiplier"],
-                                         "shift": tp["input_left_shift"],
-                                         "input_range_radius": tp["input_range_radius"]})
-    return f"lt_tanh_s8({p}, {source}, {target});"
+    table = e.array(f"{name}_table", C_TYPES["int8"], q.sigmoid_table_int8(in_q.scale, in_q.zero_point, True))
+    return f"lt_lookup_s8({table}, {source}, {target}, {math.prod(e.tensor(op.inputs[0]).shape)});"
 
 
 def lower_elu(e, op, name):

@@ -15,6 +15,7 @@ from lowtide.compile.lowering.emitter import (
     PadFusion,
     Unsupported,
     float_activation,
+    pack_rows_by_four,
     quantized_activation,
     require,
     tensor_types,
@@ -152,6 +153,22 @@ def _fast_int8(e: ModelEmitter, op: Operator, name: str, kind: str, params: dict
     requant = ",\n    ".join(f"{{{m}, {s}, {r}}}" for m, s, r in zip(multipliers, shifts, rounds))
     e.declarations.append(f"static const lt_requant {name}_requant[{out_c}] = {{\n    {requant}\n}};")
     arrays = [e.array(f"{name}_bias", "int32_t", folded), f"{name}_requant"]
+    whole_input = (params["batches"] * params["out_h"] * params["out_w"] == 1 and params["pad_h"] == params["pad_w"] == 0
+                   and (params["filter_h"], params["filter_w"]) == (params["in_h"], params["in_w"]))
+    if whole_input:  # one output pixel over the whole input: the input is its window, read in place
+        e.whole_input.add(op.index)
+        if kind == "conv2d":
+            filter_ref = e.array(f"{name}_filter", "uint32_t", pack_rows_by_four(rows), aligned=True)
+            function = "lt_vector_s8_fast"
+        else:
+            filter_ref = e.array(f"{name}_filter", "int8_t", e.constant_values(op.inputs[1]), aligned=True)
+            function = "lt_depthwise_vector_s8_fast"
+            e.in_place_safe.add(op.index)  # output channel c is written after all of input channel c was read
+        body = (f"{function}({p}, (const int8_t *)input, {filter_ref}, {', '.join(arrays)}, "
+                f"(int8_t *)output, {' | '.join(flags)});")
+        e.declarations.append(f"static LT_NOINLINE void {name}_run(const void *input, void *output) "
+                              f"{{\n    {body}\n}}")
+        return f"{name}_run({e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
     if kind == "conv2d":
         k4 = -(-rows.shape[1] // 4) * 4
         packed = np.zeros((out_c, k4), dtype=np.int8)

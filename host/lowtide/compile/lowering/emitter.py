@@ -133,6 +133,8 @@ class ModelEmitter:
         self.fused_pads = fused_pads or {}  # depthwise operator index -> the PAD it absorbs
         # Operators lowered to a kernel that may write over its input (lowtide.memory.in_place, compiled runtime)
         self.in_place_safe: set[int] = set()
+        # Fast layers whose one window is their whole input, unpadded: a PAD before one cannot be absorbed
+        self.whole_input: set[int] = set()
         self.resources, self._handles = self._resource_variables()
 
     # ---- resource variables ------------------------------------------------------------------------------
@@ -306,6 +308,38 @@ def same_types(e: ModelEmitter, op: Operator, count: int = 1) -> str:
 def element_size(t: Tensor) -> int:
     return np.dtype(NUMPY_TYPES[t.dtype]).itemsize
 
+
+
+def pack_rows_by_four(rows: np.ndarray) -> np.ndarray:
+    """int8 weight rows [R][K] as the little-endian words `lt_dot_rows4_s8` (lt_conv_dsp.h) reads: each row
+    zero-padded to whole words, each block of four rows interleaved word by word, the last R % 4 rows one after
+    another."""
+    count, depth = rows.shape
+    words = -(-depth // 4)
+    padded = np.zeros((count, words * 4), dtype=np.int8)
+    padded[:, :depth] = rows
+    blocks = count // 4 * 4
+    interleaved = padded[:blocks].reshape(-1, 4, words, 4).transpose(0, 2, 1, 3)
+    return np.concatenate([interleaved.reshape(-1), padded[blocks:].reshape(-1)]).view("<u4")
+
+
+def folded_bias(bias: np.ndarray | None, zero_point: int, rows: np.ndarray) -> np.ndarray:
+    """bias - zero_point * row sums (int64, not wrapped): a dot product of raw values plus this equals the
+    reference kernel's sum over (value - zero_point) plus bias."""
+    total = -zero_point * rows.astype(np.int64).sum(axis=1)
+    return total if bias is None else total + bias.astype(np.int64)
+
+
+def wrapped_int32(values: np.ndarray) -> np.ndarray:
+    """int64 values modulo 2^32 as int32: what the kernels' wrapping int32 sums see."""
+    return ((values.astype(np.int64) + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)
+
+
+def short_round(folded: np.ndarray, rows: np.ndarray, shift: int) -> int:
+    """2^(-shift - 1) when every sum of raw int8 values times `rows` plus `folded` stays below 2^30 and the shift
+    is to the right (`lt_scale_short_or_full`'s SMMULR path), else 0."""
+    bound = int((np.abs(folded) + 128 * np.abs(rows.astype(np.int64)).sum(axis=1)).max()) if rows.size else 0
+    return 1 << (-shift - 1) if bound < (1 << 30) and -31 < shift < 0 else 0
 
 
 Lowering = Callable[[ModelEmitter, Operator, str], str]

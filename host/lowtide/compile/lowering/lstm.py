@@ -5,7 +5,17 @@ from __future__ import annotations
 import math
 
 from lowtide.compile import quantization as q
-from lowtide.compile.lowering.emitter import Kernel, Unsupported, fused_activation, require, tensor_types
+from lowtide.compile.lowering.emitter import (
+    Kernel,
+    Unsupported,
+    folded_bias,
+    fused_activation,
+    pack_rows_by_four,
+    require,
+    short_round,
+    tensor_types,
+    wrapped_int32,
+)
 from lowtide.model.ir import TensorKind
 
 # UNIDIRECTIONAL_SEQUENCE_LSTM inputs (lstm_shared.h): weights per gate in the order input, forget, cell, output
@@ -62,19 +72,28 @@ def lower_unidirectional_sequence_lstm(e, op, name):
     update = q.lstm_mul_multiplier(gate_out, gate_out, cell_q.scale)
     hidden_mul = q.lstm_mul_multiplier(gate_out, gate_out, hidden_q.scale)
     tanh_multiplier, tanh_shift = q.lstm_tanh_input_scaling(power)
+    packed, folded, rounds = [], [], []
+    for gate in range(4):
+        for side, zero_point, bias, (_, shift) in (("input", in_q.zero_point, biases[gate], gate_in[gate]),
+                                                   ("recurrent", hidden_q.zero_point, None, gate_rec[gate])):
+            rows = e.constant_values(weights[gate if side == "input" else 4 + gate])
+            total = folded_bias(e.constant_values(bias) if bias is not None else None, zero_point, rows)
+            packed.append(e.array(f"{name}_{side}_weights{gate}", "uint32_t", pack_rows_by_four(rows), aligned=True))
+            folded.append(e.array(f"{name}_{side}_bias{gate}", "int32_t", wrapped_int32(total)))
+            rounds.append(short_round(total, rows, shift))
+    e.declarations.append(
+        f"static const lt_lstm_weights {name}_weights = {{{{{', '.join(packed[0::2])}}}, "
+        f"{{{', '.join(packed[1::2])}}}, {{{', '.join(folded[0::2])}}}, {{{', '.join(folded[1::2])}}}}};")
     p = e.struct(f"{name}_params", "lt_lstm_params", {
         "batches": batches, "time_steps": time_steps, "input_size": input_size, "state_size": state_size,
         "time_major": int(time_major), "input_zero_point": in_q.zero_point, "hidden_zero_point": hidden_q.zero_point,
         "input_multiplier": tuple(m for m, _ in gate_in), "input_shift": tuple(s for _, s in gate_in),
         "recurrent_multiplier": tuple(m for m, _ in gate_rec), "recurrent_shift": tuple(s for _, s in gate_rec),
+        "input_round": tuple(rounds[0::2]), "recurrent_round": tuple(rounds[1::2]),
         "forget_multiplier": forget[0], "forget_shift": forget[1], "update_multiplier": update[0],
         "update_shift": update[1], "hidden_multiplier": hidden_mul[0], "hidden_shift": hidden_mul[1],
         "cell_clip": q.lstm_cell_clip(o.cellClip, cell_q.scale), "cell_tanh_multiplier": tanh_multiplier,
         "cell_tanh_shift": tanh_shift})
-    pointers = [e.pointer(t) for t in weights + biases]
-    e.declarations.append(
-        f"static const lt_lstm_weights {name}_weights = {{{{{', '.join(pointers[:4])}}}, "
-        f"{{{', '.join(pointers[4:8])}}}, {{{', '.join(pointers[8:])}}}}};")
     scratch = [e.scratch_pointer(op, k, "int16_t") for k in range(4)]
     args = [p, f"&{name}_weights", e.pointer(data), e.pointer(hidden, True), e.pointer(cell, True), *scratch,
             e.pointer(op.outputs[0], True)]

@@ -1,11 +1,18 @@
-"""SVDF: calls into firmware/runtime/lt_svdf.c."""
+"""SVDF: calls into firmware/runtime/lt_svdf.c, with its weights packed and its zero points folded offline."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from lowtide.compile import quantization as q
-from lowtide.compile.lowering.emitter import Kernel, require, tensor_types
+from lowtide.compile.lowering.emitter import (
+    Kernel,
+    folded_bias,
+    pack_rows_by_four,
+    require,
+    tensor_types,
+    wrapped_int32,
+)
 from lowtide.model.ir import TensorKind
 
 
@@ -34,8 +41,16 @@ def lower_svdf(e, op, name):
         "rank": rank, "memory_size": memory, "input_zero_point": in_q.zero_point,
         "output_zero_point": out_q.zero_point, "state_zero_point": s_q.zero_point, "feature_multiplier": m1,
         "feature_shift": s1, "output_multiplier": m2, "output_shift": s2})
-    args = [p, e.pointer(data), e.pointer(features), e.pointer(times), e.pointer(bias) if bias >= 0 else "NULL",
-            e.pointer(state, True), e.scratch_pointer(op, 0), e.scratch_pointer(op, 1), e.pointer(op.outputs[0], True)]
+    rows, time_rows = e.constant_values(features), e.constant_values(times)
+    packed = e.array(f"{name}_feature_weights", "uint32_t", pack_rows_by_four(rows), aligned=True)
+    feature_bias = e.array(f"{name}_feature_bias", "int32_t", wrapped_int32(folded_bias(None, in_q.zero_point, rows)))
+    time_offset = e.array(f"{name}_time_offset", "int32_t",
+                          wrapped_int32(folded_bias(None, s_q.zero_point, time_rows)))
+    e.declarations.append(
+        f"static const lt_svdf_weights {name}_weights = {{{packed}, {feature_bias}, {e.pointer(times)}, "
+        f"{time_offset}, {e.pointer(bias) if bias >= 0 else 'NULL'}}};")
+    args = [p, f"&{name}_weights", e.pointer(data), e.pointer(state, True), e.scratch_pointer(op, 0),
+            e.scratch_pointer(op, 1), e.pointer(op.outputs[0], True)]
     return f"lt_svdf_s8_{'s16' if ins[2] == 'int16' else 's8'}({', '.join(args)});"
 
 
