@@ -10,8 +10,19 @@ import sys
 
 # Importing the command modules registers their commands on `app`.
 from lowtide.cli import (  # noqa: F401
-    boards_cmd, build_cmd, cache_cmd, compile_cmd, demo_cmd, inspect_cmd, measure_cmd, mlperf_cmd, optimize_cmd,
-    partition_cmd, savings_cmd, tflm_cmd, validate_cmd,
+    boards_cmd,
+    build_cmd,
+    cache_cmd,
+    compile_cmd,
+    demo_cmd,
+    inspect_cmd,
+    measure_cmd,
+    mlperf_cmd,
+    optimize_cmd,
+    partition_cmd,
+    savings_cmd,
+    tflm_cmd,
+    validate_cmd,
 )
 from lowtide.cli.application import app
 from lowtide.errors import LowtideError

@@ -22,7 +22,6 @@ from rich.console import Console
 from rich.table import Table
 
 from lowtide.cli.application import app
-from lowtide.errors import LowtideError
 from lowtide.device.drivers.platformio import FirmwareImage, build_board_firmware, upload_firmware
 from lowtide.device.drivers.serialport import detect_serial_port
 from lowtide.device.spec import (
@@ -33,6 +32,7 @@ from lowtide.device.spec import (
     predict_board_arena,
     with_probe,
 )
+from lowtide.errors import LowtideError
 from lowtide.memory import tflm_plan
 from lowtide.mlperf.benchmarks import benchmark_named, mlperf_protocol
 from lowtide.model.reader import load_model

@@ -15,11 +15,11 @@ from rich.table import Table
 from lowtide import oracle
 from lowtide.cli.application import app
 from lowtide.compile import CompiledModel, VerifyResult, compile_model, verify_compiled
-from lowtide.resources import RUNTIME_DIR
 from lowtide.compile.codegen import Blocker, check_model
 from lowtide.compile.lowering import NOT_IN_TFLM, UNDEFINED_IN_TFLM, support_rows
 from lowtide.errors import LowtideError
 from lowtide.model import load_model
+from lowtide.resources import RUNTIME_DIR
 
 
 def compile_report(compiled: CompiledModel, output_dir: Path, written: list[Path], tflm_total: int,

@@ -22,6 +22,7 @@ from lowtide.stale import ByteRanges, StaleReport, check_stale
 from lowtide.tflm import DEFAULT_CORE, Arena32Mode, Mcu32Arena, mcu32_arena
 from lowtide.tflm.tree import KernelSet
 
+
 def inspect_report(graph: Graph, plan: MemoryPlan, arena: Mcu32Arena | None) -> dict:
     """The JSON object of `lowtide inspect --json`."""
     tensor_span = {(b.subgraph, b.tensor): (b, off) for b, off in zip(plan.buffers, plan.offsets) if b.tensor is not None}

@@ -9,8 +9,8 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.markup import escape
+from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from lowtide.budget import DEFAULT_WALL_SECONDS
@@ -20,6 +20,7 @@ from lowtide.export import OptimizeResult, Verification, optimize_model
 from lowtide.rewrite import RewriteResult, Tiling
 from lowtide.tflm import DEFAULT_CORE, Arena32Mode
 from lowtide.tflm.tree import KernelSet
+
 
 class RewriteMode(str, enum.Enum):
     none = "none"

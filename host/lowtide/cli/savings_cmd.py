@@ -17,10 +17,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from lowtide.budget import DEFAULT_WALL_SECONDS
 from lowtide.cli.application import app
 from lowtide.device.measure import MeasureResult, measure
 from lowtide.device.spec import RUNTIME_KERNELS, check_runtime, get_board_spec
-from lowtide.budget import DEFAULT_WALL_SECONDS
 from lowtide.export import optimize_model
 from lowtide.model import load_model
 from lowtide.tflm.tree import KernelSet

@@ -163,8 +163,9 @@ def arena_plan(graph: Graph, data: bytes, keep_model_plan: bool = False) -> Aren
     buffers = buffers_to_plan(view, executor=Executor.COMPILED) + fast_scratch
     producers = view.main.producers()
     # Depthwise outputs may share their input only where the fast kernel runs them (it copies before writing).
-    unsafe = any(b.shares is not None and b.subgraph == 0 and view.main.operators[producers[b.tensor]].opcode
-                 == "DEPTHWISE_CONV_2D" and producers[b.tensor] not in probe.in_place_safe for b in buffers)
+    unsafe = any(b.shares is not None and b.tensor is not None and b.subgraph == 0
+                 and view.main.operators[producers[b.tensor]].opcode == "DEPTHWISE_CONV_2D"
+                 and producers[b.tensor] not in probe.in_place_safe for b in buffers)
     placement = place(buffers, placement_budget(0)) if buffers and not unsafe and not keep_model_plan else None
     stock_buffers = list(stock.buffers) + fast_scratch
     stock_offsets = tflm_offsets_with_plan(stock_buffers, list(stock.offsets) + [0] * len(fast_scratch))

@@ -238,7 +238,7 @@ def run_compiled_invocations(compiled: CompiledModel, input_sets: list[list[np.n
     raw = out_path.read_bytes()
     sequence, position = [], 0
     for _ in input_sets:
-        outputs = []
+        outputs: list[np.ndarray] = []
         for t in compiled.outputs:
             chunk = raw[position:position + t.nbytes]
             outputs.append(np.frombuffer(chunk, dtype=NUMPY_TYPES[t.dtype]).reshape(t.shape))

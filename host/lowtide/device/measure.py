@@ -14,8 +14,8 @@ from pathlib import Path
 from lowtide import oracle
 from lowtide.device import locking
 from lowtide.device.boards import DEFAULT_WAIT_S, Board, board_for_spec, get_board
-from lowtide.device.protocol import Counter, Hello, ReadRegion, Result
 from lowtide.device.drivers.platformio import FirmwareImage
+from lowtide.device.protocol import Counter, Hello, ReadRegion, Result
 from lowtide.device.session import BoardReset, DeviceSession
 from lowtide.device.spec import ARENA_SLACK_BYTES, RUNTIME_KERNELS, with_probe
 from lowtide.device.static_ram import StaticRamSplit, static_ram_split

@@ -16,6 +16,7 @@ from typing import TypeVar
 from lowtide.device.protocol import (
     BOOT_SEQ,
     DELIMITER,
+    PROTOCOL_VERSION,
     Data,
     Error,
     ErrorCode,
@@ -26,7 +27,6 @@ from lowtide.device.protocol import (
     InputAck,
     Log,
     LogLevel,
-    PROTOCOL_VERSION,
     Message,
     Progress,
     ProtocolError,

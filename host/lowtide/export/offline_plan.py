@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lowtide.errors import LowtideError
-from lowtide.memory.greedy import arena_head
 from lowtide.memory import buffers_to_plan
+from lowtide.memory.greedy import arena_head
 from lowtide.memory.lifetimes import Buffer, Order
 from lowtide.memory.placement import check_no_overlap, offline_plan, tflm_offsets_with_plan
 from lowtide.model.ir import Graph
@@ -29,6 +29,7 @@ from lowtide.oracle import allocate
 from lowtide.schedule import apply_order
 from lowtide.tflm import DEFAULT_CORE, Arena32Mode, Mcu32Arena, mcu32_arena
 from lowtide.tflm.tree import KernelSet
+
 
 @dataclass(frozen=True)
 class ExportResult:

@@ -4,9 +4,9 @@ compares the figures with a baselines file (`baselines`, `compare`) and keeps tw
 This package imports nothing from pytest; only `lowtide.hil.plugin` does.
 """
 
+from lowtide.device.locking import LockTimeout, acquire
 from lowtide.hil.baselines import Baseline, BaselineKey, load_baselines, merge_baselines, write_atomically
 from lowtide.hil.compare import Comparison, FigureChange, Tolerances, compare
-from lowtide.device.locking import LockTimeout, acquire
 
 __all__ = [
     "Baseline",

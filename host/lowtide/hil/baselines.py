@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import lowtide
-from lowtide.errors import LowtideError
 from lowtide.device.locking import locked
+from lowtide.errors import LowtideError
 from lowtide.storage import write_atomically
 
 if TYPE_CHECKING:

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Protocol, Unpack
 
 import pytest
 
-from lowtide.errors import LowtideError
 from lowtide.device import locking
+from lowtide.errors import LowtideError
 from lowtide.hil.baselines import Baseline, BaselineKey, baseline_of, figures_of, load_baselines, merge_baselines
 from lowtide.hil.compare import Comparison, ToleranceOverrides, Tolerances, compare
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 

@@ -29,11 +29,11 @@ from lowtide.memory import align_up, buffer_lifetimes, buffers_to_plan, stored_o
 from lowtide.memory.lifetimes import Buffer
 from lowtide.memory.placement import Placement, check_no_overlap, offline_plan, place
 from lowtide.model.ir import Graph
-from lowtide.rewrite.errors import NotApplicable
 from lowtide.model.reader import read_model
 from lowtide.model.schema import ELEMENT_BYTES
 from lowtide.model.writer import model_bytes, set_offline_plan
 from lowtide.rewrite.emit import emit_tiled, is_window
+from lowtide.rewrite.errors import NotApplicable
 from lowtide.rewrite.regions import (
     TILEABLE_OPCODES,
     Apply,

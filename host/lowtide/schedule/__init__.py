@@ -20,8 +20,8 @@ from lowtide.memory import live_peak_bytes, tflm_plan
 from lowtide.memory.lifetimes import Order, stored_order
 from lowtide.model.ir import Graph
 from lowtide.model.schema import fb
-from lowtide.schedule.problem import SubgraphProblem, check_order, subgraph_problem
 from lowtide.schedule.anytime import budgeted_descent, cut_bound, solve_hard_block
+from lowtide.schedule.problem import SubgraphProblem, check_order, subgraph_problem
 from lowtide.schedule.search import Block, BlockResult, blocks, heuristic_order
 
 # Work units (`search.POP_UNITS`: operator steps) of one search when the caller gives none: about 12 s of one quiet

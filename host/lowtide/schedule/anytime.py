@@ -37,7 +37,13 @@ from lowtide.budget import WorkBudget
 from lowtide.memory.lifetimes import ALIGNMENT
 from lowtide.schedule.problem import SubgraphProblem, bits
 from lowtide.schedule.search import (
-    BEAM_WIDTH, Block, BlockResult, Readiness, beam_order, heuristic_order, solve_block,
+    BEAM_WIDTH,
+    Block,
+    BlockResult,
+    Readiness,
+    beam_order,
+    heuristic_order,
+    solve_block,
 )
 
 # Shares of the work left (`lowtide.budget`) that each phase of `solve_hard_block` may use, in turn. The first exact

@@ -26,7 +26,13 @@ from lowtide.model.ir import Graph
 from lowtide.resources import BSP_DIR, LOCAL_PLATFORM_DIR, MPS_LINKER_SCRIPTS, PROTOCOL_DIR, TFLM_GLUE_DIR
 from lowtide.storage import cache_dir, cache_error, exclusive_lock, write_atomically
 from lowtide.tflm.build import (
-    DEBIAN_ARM_TOOLCHAIN, Core, ProgressCallback, TflmLibrary, compile_source, build_library, core_named,
+    DEBIAN_ARM_TOOLCHAIN,
+    Core,
+    ProgressCallback,
+    TflmLibrary,
+    build_library,
+    compile_source,
+    core_named,
     resolver_calls,
 )
 from lowtide.tflm.tree import KernelSet

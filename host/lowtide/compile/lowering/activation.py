@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -150,7 +150,7 @@ def _unary(e: ModelEmitter, op: Operator) -> tuple[str, str, str]:
     return dtype, e.pointer(op.inputs[0]), e.pointer(op.outputs[0], True)
 
 
-def _activation_struct(e: ModelEmitter, op: Operator, name: str, fields: dict[str, object]) -> str:
+def _activation_struct(e: ModelEmitter, op: Operator, name: str, fields: Mapping[str, object]) -> str:
     return e.struct(f"{name}_params", "lt_activation_params",
                     {"count": math.prod(e.tensor(op.inputs[0]).shape), **fields})
 

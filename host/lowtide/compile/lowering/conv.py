@@ -5,6 +5,7 @@ the inline kernel with its constant parameters) and fed with weights packed offl
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -56,8 +57,9 @@ def _weighted(e: ModelEmitter, op: Operator, name: str, kind: str) -> str:
         source = e.tensor(fusion.source).shape
         geometry.update(in_h=source[1], in_w=source[2], pad_h=geometry["pad_h"] + fusion.top,
                         pad_w=geometry["pad_w"] + fusion.left)
-    params = dict(geometry, filter_in_c=filter_shape[3] if kind == "conv2d" else 1,
-                  depth_multiplier=geometry["out_c"] // geometry["in_c"] if kind == "depthwise_conv2d" else 1)
+    # C struct fields by name, ints but for a float activation's bounds
+    params: dict[str, Any] = dict(geometry, filter_in_c=filter_shape[3] if kind == "conv2d" else 1,
+                                  depth_multiplier=geometry["out_c"] // geometry["in_c"] if kind == "depthwise_conv2d" else 1)
     if kind == "conv2d":
         require(params["in_c"] % params["filter_in_c"] == 0, "input channels are not a multiple of the filter's")
     bias = op.inputs[2] if len(op.inputs) > 2 and op.inputs[2] >= 0 else None
@@ -81,13 +83,14 @@ def _weighted(e: ModelEmitter, op: Operator, name: str, kind: str) -> str:
 
 
 def _weighted_16x8(e: ModelEmitter, op: Operator, name: str, kind: str, struct_type: str,
-                   params: dict[str, object], bias: int | None, channels: int) -> str:
+                   params: dict[str, Any], bias: int | None, channels: int) -> str:
     """int16 activations (zero points 0), int8 filters; an int64 bias (CONV_2D and FULLY_CONNECTED also int32,
     which makes TFLM accumulate in int32). Without a bias TFLM picks the accumulator from the converter's
     metadata, which is not read here."""
     bias_type = e.tensor(bias).dtype if bias is not None else None
     allowed = ("int64",) if kind == "depthwise_conv2d" else ("int64", "int32")
-    require(bias_type in allowed, f"16x8 {kind} needs a bias of type {' or '.join(allowed)}, not {bias_type}")
+    if bias is None or bias_type not in allowed:
+        raise Unsupported(f"16x8 {kind} needs a bias of type {' or '.join(allowed)}, not {bias_type}")
     in_q, f_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.inputs[1]), e.quantization(op.outputs[0])
     require(in_q.zero_point == 0 and out_q.zero_point == 0, "int16 input and output need zero point 0")
     multipliers, shifts = q.per_channel_multipliers(in_q.scale, list(f_q.scales), out_q.scale, channels)

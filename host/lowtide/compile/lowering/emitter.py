@@ -4,8 +4,9 @@ values, and the checks that raise `Unsupported` with the reason an operator cann
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -158,9 +159,11 @@ class ModelEmitter:
     def resource(self, subgraph: int, handle: int, nbytes: int) -> str:
         """The state member behind a resource tensor; every read and assignment must move the same bytes."""
         key = self._handles.get((subgraph, handle))
-        require(key is not None, f"resource tensor {handle} does not come from a VAR_HANDLE")
+        if key is None:
+            raise Unsupported(f"resource tensor {handle} does not come from a VAR_HANDLE")
         variable = self.resources.get(key)
-        require(variable is not None, f"resource variable {key[1].decode(errors='replace')} is never assigned")
+        if variable is None:
+            raise Unsupported(f"resource variable {key[1].decode(errors='replace')} is never assigned")
         require(variable.nbytes == nbytes, f"resource variable {variable.member} holds {variable.nbytes} bytes, "
                                            f"not {nbytes}")
         return f"{STATE_OBJECT}.{variable.member}"
@@ -252,7 +255,7 @@ class ModelEmitter:
         self.declarations.append(f"static const {ctype} {name}[{len(items)}]{attribute} = {{\n    {body}\n}};")
         return name
 
-    def struct(self, name: str, ctype: str, fields: dict[str, object]) -> str:
+    def struct(self, name: str, ctype: str, fields: Mapping[str, object]) -> str:
         parts = []
         for key, value in fields.items():
             if isinstance(value, (list, tuple)):
@@ -262,7 +265,9 @@ class ModelEmitter:
             elif isinstance(value, float):
                 parts.append(f".{key} = {c_float(value)}")
             else:
-                parts.append(f".{key} = {c_int(value)}")
+                # Every other field is an integer (Python's or numpy's): lowering parameters are untyped dicts
+                # until they become dataclasses generated with their C structs.
+                parts.append(f".{key} = {c_int(cast(int, value))}")
         self.declarations.append(f"static const {ctype} {name} = {{{', '.join(parts)}}};")
         return f"&{name}"
 

@@ -18,6 +18,7 @@ from lowtide.compile.lowering.emitter import (
 from lowtide.model import padding
 from lowtide.model.ir import Operator
 
+
 def transpose_conv_geometry(e: ModelEmitter, op: Operator) -> dict[str, int]:
     """TRANSPOSE_CONV (inputs: output shape, filter [out_c, h, w, in_c], input, optional bias). TFLM pads as a
     convolution over the output would: ComputePaddingHeightWidth on the output's height and width."""

@@ -352,7 +352,7 @@ def _block_copies(e: ModelEmitter, op: Operator, name: str, batch: int, space: i
     require(batch_shape[0] == n * block[0] * block[1] and batch_shape[3] == space_shape[3],
             f"shapes {batch_shape} and {space_shape} do not match the block {block}")
     batch_st, space_st = strides(batch_shape), strides(space_shape)
-    copies = []
+    copies: list[str] = []
     for i in range(block[0]):
         for j in range(block[1]):
             ranges = []

@@ -4,6 +4,7 @@ CUMSUM): calls into firmware/runtime/lt_pool.c."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from lowtide.compile import quantization as q
 from lowtide.compile.lowering.conv import window_geometry
@@ -50,7 +51,7 @@ def lower_max_pool_2d(e, op, name):
 SUFFIXES = {"int8": "s8", "int16": "s16", "float32": "f32"}
 
 
-def _reduction(e: ModelEmitter, op: Operator) -> dict[str, object]:
+def _reduction(e: ModelEmitter, op: Operator) -> dict[str, Any]:
     """lt_mean_params' shape fields: kept and reduced dimensions (axes sorted, duplicates and negatives
     resolved as ResolveAxis does) with their steps in the input."""
     shape = e.tensor(op.inputs[0]).shape

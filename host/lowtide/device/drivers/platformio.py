@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from lowtide.device.drivers.serialport import port_candidate, serial_port_candidates
 from lowtide.device.spec import (
     RUNTIME_KERNELS,
     BoardSpec,
@@ -41,7 +42,6 @@ from lowtide.device.spec import (
 from lowtide.errors import LowtideError, missing_tool
 from lowtide.mlperf.benchmarks import MlperfProtocol
 from lowtide.model.reader import load_model
-from lowtide.device.drivers.serialport import port_candidate, serial_port_candidates
 from lowtide.platformio_archives import ARCHIVES_SETTING, ST_PLATFORM, archives_dir
 from lowtide.project import (
     BUILT_STAMP,
