@@ -90,14 +90,14 @@ def test_hello_world_end_to_end_with_ram_accounting(tmp_path):
     assert result.passed
     assert result.hook_pairs == result.operator_count == 3
     assert [o.mismatches for o in result.outputs] == [0]
-    # TFLM's 32 B of activations, and while the second and third FULLY_CONNECTED run their 16-value input row
-    # expanded to int16 for the fast kernel (32 B) in the arena too: nothing in static RAM.
+    # TFLM's 32 B of activations and nothing else: each FULLY_CONNECTED is one row, which the whole-input kernel
+    # reads in place with the packed weights (no int16 copy of the row in scratch); nothing in static RAM.
     assert_compiled_arena(result)
-    assert result.arena_bytes == result.tflm_head_bytes + 32 == 64
+    assert result.arena_bytes == result.tflm_head_bytes == 32
     assert result.fixed_state_bytes == 0
     assert result.ram_bytes < result.tflm_total_bytes
     header = (tmp_path / "model.h").read_text()
-    assert "#define MODEL_ARENA_SIZE 64u" in header
+    assert "#define MODEL_ARENA_SIZE 32u" in header
     assert "#define MODEL_OPERATOR_COUNT 3" in header
     graph_hash = compile_model(path).model_hash
     assert f'#define MODEL_HASH "{graph_hash}"' in header and len(graph_hash) == 16
@@ -155,7 +155,7 @@ def test_offline_plan_offsets_are_used(tmp_path):
     assert mirrored != dict(zip((b.tensor for b in tflm_plan(graph).buffers), tflm_plan(graph).offsets))
     planned_path = _with_offline_plan(path, mirrored, tmp_path / "planned.tflite")
     compiled = compile_model(planned_path)
-    assert compiled.arena_bytes == 32 + 32  # the FULLY_CONNECTED scratch above the two live tensors
+    assert compiled.arena_bytes == 32  # the two live tensors; the one-row FULLY_CONNECTEDs need no scratch
     assert [t.offset for t in compiled.inputs + compiled.outputs] == [
         mirrored[t] for t in graph.main.inputs + graph.main.outputs]
     result = verify_compiled(planned_path, seed=5)
