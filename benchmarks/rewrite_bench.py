@@ -27,8 +27,9 @@ from lowtide import oracle
 from lowtide.device.measure import measure
 from lowtide.errors import LowtideError
 from lowtide.model import load_model, read_model
+from lowtide.model.ir import Graph
 from lowtide.model.builder import STEMS
-from lowtide.rewrite import rewrite_auto
+from lowtide.rewrite import RewriteResult, rewrite_auto
 from lowtide.testing.families import FAMILIES
 from report import DOC, SHARED_MODELS, grid_text, write_section
 
@@ -46,6 +47,18 @@ def _instructions(path: Path) -> str:
     if not result.outputs_match or result.latency_cycles is None:
         return "MISMATCH"
     return f"{result.latency_cycles.median:,}"
+
+
+def _rewritten(graph: Graph, data: bytes) -> tuple[RewriteResult, oracle.OracleRun, oracle.OracleRun, float, bool]:
+    """`rewrite_auto` at a 20% MAC budget, the original and the rewritten model run on the host TFLM on the same
+    inputs, the search's wall-clock seconds, and whether the outputs are bit-identical."""
+    inputs = oracle.random_inputs(graph)
+    stock = oracle.run(data, inputs)
+    started = time.monotonic()
+    result = rewrite_auto(graph, max_mac_overhead=0.20)
+    seconds = time.monotonic() - started
+    run = oracle.run(result.model, inputs)
+    return result, stock, run, seconds, all(np.array_equal(a, b) for a, b in zip(stock.outputs, run.outputs))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,14 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             if name in STEMS:  # builder models in the shapes of MobileNetV3, YOLOv8, BlazeFace and U-Net
                 path = Path(tmp) / f"{name}.tflite"
                 path.write_bytes(STEMS[name]().build())
-            graph = load_model(path)
-            inputs = oracle.random_inputs(graph)
-            stock = oracle.run(path.read_bytes(), inputs)
-            started = time.monotonic()
-            result = rewrite_auto(graph, max_mac_overhead=0.20)
-            seconds = time.monotonic() - started
-            run = oracle.run(result.model, inputs)
-            identical = all(np.array_equal(a, b) for a, b in zip(stock.outputs, run.outputs))
+            result, stock, run, seconds, identical = _rewritten(load_model(path), path.read_bytes())
             failures += not identical
             grid = " + ".join(grid_text(t) for t in result.tilings) or f"none: {result.reason}"
             instructions = ""
@@ -132,14 +138,7 @@ def _families(names: list[str], doc: Path, argv: list[str]) -> int:
     for name in names:
         family = FAMILIES[name]
         data = family.build(family.full).build()
-        graph = read_model(data)
-        inputs = oracle.random_inputs(graph)
-        stock = oracle.run(data, inputs)
-        started = time.monotonic()
-        result = rewrite_auto(graph, max_mac_overhead=0.20)
-        seconds = time.monotonic() - started
-        run = oracle.run(result.model, inputs)
-        identical = all(np.array_equal(a, b) for a, b in zip(stock.outputs, run.outputs))
+        result, stock, run, seconds, identical = _rewritten(read_model(data), data)
         failures += not identical
         regions = f"{len(result.tilings)} regions" if result.tilings else f"none: {result.reason}"
         row = (f"| {name} | {family.full}x{family.full} | {stock.head_bytes:,} | {result.original_head_bytes:,} | "

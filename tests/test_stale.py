@@ -264,6 +264,20 @@ def test_a_dilated_convolution_whose_shapes_agree_is_deterministic():
     assert_covers_the_fills(report, [])
 
 
+def _independent_spans(side: int, covered: int) -> list[list[int]]:
+    """Byte ranges proven independent in a side x side map of 8 channel bytes whose first 4 channels are stale
+    outside the covered x covered corner, merged where they touch."""
+    spans: list[list[int]] = []
+    for pixel in range(side * side):
+        h, w = divmod(pixel, side)
+        span = [8 * pixel, 8 * pixel + 8] if h < covered and w < covered else [8 * pixel + 4, 8 * pixel + 8]
+        if spans and spans[-1][1] == span[0]:
+            spans[-1][1] = span[1]
+        else:
+            spans.append(span)
+    return spans
+
+
 def test_a_reduction_makes_every_output_byte_depend_though_the_fills_agree_on_most():
     report = check_stale(read_model(nas_model()))
     (origin,) = report.origins
@@ -285,25 +299,9 @@ def test_partial_dependence_gets_the_exact_independent_bytes():
     assert_covers_the_fills(report, [(3, "BATCH_TO_SPACE_ND")])
     joined, pooled = report.to_json()["outputs"]
     # 20x20 pixels of 8 channel bytes: a pixel in rows or columns 16..19 has channels 0..3 stale, 4..7 not.
-    expected: list[list[int]] = []
-    for pixel in range(20 * 20):
-        h, w = divmod(pixel, 20)
-        span = [8 * pixel, 8 * pixel + 8] if h < 16 and w < 16 else [8 * pixel + 4, 8 * pixel + 8]
-        if expected and expected[-1][1] == span[0]:
-            expected[-1][1] = span[1]
-        else:
-            expected.append(span)
-    assert joined["independent"] == expected
+    assert joined["independent"] == _independent_spans(side=20, covered=16)
     assert joined["bytes"] - sum(b - a for a, b in joined["independent"]) == (400 - 256) * 4
-    expected = []
-    for pixel in range(10 * 10):
-        h, w = divmod(pixel, 10)
-        span = [8 * pixel, 8 * pixel + 8] if h < 8 and w < 8 else [8 * pixel + 4, 8 * pixel + 8]
-        if expected and expected[-1][1] == span[0]:
-            expected[-1][1] = span[1]
-        else:
-            expected.append(span)
-    assert pooled["independent"] == expected
+    assert pooled["independent"] == _independent_spans(side=10, covered=8)
     assert not report.outputs_undefined
 
 
