@@ -93,7 +93,7 @@ def test_build_json_reports_the_elf_and_its_memory():
 def test_build_table_names_the_elf():
     result = _lowtide("build", str(HELLO_WORLD), "--board", "qemu-m7")
     assert result.returncode == 0, result.stderr
-    assert "qemu-m7" in result.stdout and "static RAM" in result.stdout and "1,088 B" in result.stdout  # 64 + 1,024
+    assert "qemu-m7" in result.stdout and "static RAM" in result.stdout and "1,056 B" in result.stdout  # 32 + 1,024
 
 
 def test_a_model_too_large_for_the_board_is_refused_before_building():

@@ -218,13 +218,13 @@ def test_measure_cli_json_on_qemu_m4():
     report = json.loads(result.stdout)
     assert report["outputs_match"] is True
     assert report["board"] == "qemu-mps2-an386"
-    assert 0 < report["arena_high_water_bytes"] <= report["board_planned_bytes"] == 64  # 32 B + the FC scratch
+    assert 0 < report["arena_high_water_bytes"] <= report["board_planned_bytes"] == 32  # activations only: one-row FCs need no scratch
     assert report["latency_cycles"]["min"] == report["latency_cycles"]["max"] > 0
     assert report["latency_cycles"]["unit"] == "instructions" and report["latency"] is None
-    # from the ELF: the 1,088-byte arena (64 B planned, 1 KiB painted slack), the 1-byte staging buffer and the
+    # from the ELF: the 1,056-byte arena (32 B planned, 1 KiB painted slack), the 1-byte staging buffer and the
     # protocol's buffers; a stateless compiled model has no globals of its own beyond the C library's
     split = report["static_ram"]
-    assert split["arena_bytes"] == 64 and split["harness_bytes"] >= 1024 + 1
+    assert split["arena_bytes"] == 32 and split["harness_bytes"] >= 1024 + 1
     assert split["arena_bytes"] + split["runtime_bytes"] + split["harness_bytes"] == report["static_ram_bytes"]
     assert split["runtime_bytes"] < 256 and split["stack_bytes"] == 0x10000
     assert 0 < report["stack_high_water_bytes"] < report["stack_size_bytes"] == 0x10000
