@@ -4,8 +4,11 @@ MultiplyByQuantizedMultiplier on the host, whole models bit-exact with the host 
 
 from __future__ import annotations
 
+import shutil
 import subprocess
+from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import SHARED_MODELS, needs_firmware_tools
 from lowtide.compile import compile_model, verify_compiled
@@ -14,12 +17,14 @@ from lowtide.resources import RUNTIME_DIR
 from lowtide.device.measure import measure
 from lowtide.model import load_model
 from lowtide.model.builder import ModelBuilder
+from lowtide.model.writer import model_bytes
 
 KWS_DSCNN = SHARED_MODELS / "mlperf_kws_dscnn_int8.tflite"
 PERSON_DETECT = SHARED_MODELS / "tflm_person_detect.tflite"
 
 # Random accumulators (below 2^30, as LT_SHORT_ACC requires), multipliers in [2^30, 2^31), right shifts 1..20,
-# output offsets -128..127: the one-add SMMULR path against the runtime's reference requantization.
+# output offsets -128..127: the SMMLAR path (on the sum and on the doubled sum of LT_DOUBLED_ACC layers) against
+# the runtime's reference requantization, and the offset added after the shift at right shifts 1..30.
 _REQUANT_CHECK = r"""
 #include <stdio.h>
 #include "lt_conv_dsp.h"
@@ -39,14 +44,22 @@ int main(void) {
         p.output_offset = (int32_t)(next() % 256u) - 128;
         p.act_min = -128 + (int32_t)(next() % 2u) * 100;
         p.act_max = 127;
-        const lt_requant q = {multiplier, shift, (1 << (-shift - 1)) + (p.output_offset << -shift)};
+        const lt_requant q = {multiplier, shift, (1 << (-shift - 1)) + (p.output_offset << -shift), -shift};
         int32_t want = lt_multiply_by_quantized_multiplier(acc, multiplier, shift) + p.output_offset;
         want = want < p.act_min ? p.act_min : (want > p.act_max ? p.act_max : want);
         const int32_t fast = lt_requantize_s8(acc, &q, &p, LT_SHORT_ACC);
+        const int32_t doubled = lt_requantize_s8((int32_t)((uint32_t)acc << 1), &q, &p, LT_SHORT_ACC | LT_DOUBLED_ACC);
         const int32_t general = lt_requantize_s8(acc, &q, &p, 0);
-        if (fast != want || general != want) {
-            printf("acc %ld multiplier %ld shift %ld: %ld %ld, want %ld\n", (long)acc, (long)multiplier,
-                   (long)shift, (long)fast, (long)general, (long)want);
+        /* the offset after the shift, at any right shift 1..30 */
+        const int32_t long_shift = -(int32_t)(1u + next() % 30u);
+        const lt_requant q_after = {multiplier, long_shift, 1 << (-long_shift - 1), -long_shift};
+        int32_t want_after = lt_multiply_by_quantized_multiplier(acc, multiplier, long_shift) + p.output_offset;
+        want_after = want_after < p.act_min ? p.act_min : (want_after > p.act_max ? p.act_max : want_after);
+        const int32_t after = lt_requantize_s8(acc, &q_after, &p, LT_SHORT_ACC | LT_OFFSET_AFTER);
+        if (fast != want || doubled != want || general != want || after != want_after) {
+            printf("acc %ld multiplier %ld shift %ld: %ld %ld %ld, want %ld; shift %ld: %ld, want %ld\n", (long)acc,
+                   (long)multiplier, (long)shift, (long)fast, (long)doubled, (long)general, (long)want,
+                   (long)long_shift, (long)after, (long)want_after);
             return 1;
         }
     }
@@ -146,3 +159,57 @@ def test_one_pixel_over_the_whole_input_reads_it_in_place(tmp_path):
     for seed in (0, 1, 2):
         result = verify_compiled(path, seed=seed, sanitize=True)
         assert result.passed, result.outputs
+
+
+def _with_edited_channels(path: Path, out: Path) -> Path:
+    """`path` (a 1x1 convolution of 16 channels first) with three channels of that convolution as real models have
+    them: channel 3 pruned (weights 0, bias 2^30, a filter scale of 2^-40), channel 5 near-dead (its filter scale
+    so small that no input moves its output off the zero point), channel 7 with a bias of 2^30 - 2^20 and a
+    right shift of 30 (an output the input moves, whose offset * 2^r does not fit the rounding term)."""
+    raw = load_model(path).raw
+    sg = raw.subgraphs[0]
+    conv = sg.operators[0]
+    filt, bias, inp, outp = (sg.tensors[i] for i in (conv.inputs[1], conv.inputs[2], conv.inputs[0], conv.outputs[0]))
+    weights = np.frombuffer(bytes(raw.buffers[filt.buffer].data), dtype=np.int8).reshape(16, -1).copy()
+    biases = np.frombuffer(bytes(raw.buffers[bias.buffer].data), dtype="<i4").copy()
+    scales = [float(s) for s in filt.quantization.scale]
+    ratio = float(outp.quantization.scale[0]) / float(inp.quantization.scale[0])  # filter scale per unit multiplier
+    weights[3] = 0
+    biases[3] = 1 << 30
+    scales[3] = 2.0 ** -40
+    scales[5] = 2.0 ** -36 * ratio
+    biases[7] = (1 << 30) - (1 << 20)
+    scales[7] = 2.0 ** -31 * (1 << 30) / ((1 << 30) - (1 << 20)) * ratio  # x near 2^29: the input moves its output
+    raw.buffers[filt.buffer].data = np.frombuffer(weights.tobytes(), dtype=np.uint8)
+    raw.buffers[bias.buffer].data = np.frombuffer(biases.astype("<i4").tobytes(), dtype=np.uint8)
+    filt.quantization.scale = scales
+    outp.quantization.zeroPoint = [23]  # an offset that the short path must add
+    bias.quantization.scale = [s * float(inp.quantization.scale[0]) for s in scales]
+    out.write_bytes(model_bytes(raw))
+    return out
+
+
+def test_constant_and_long_shift_channels_keep_the_short_requantization(tmp_path):
+    """Channels whose output is one value (pruned: weights 0 and a bias of 2^30; near-dead: a tiny scale) are
+    written as multiplier 0 with their value in the rounding term, so they do not keep the layer off the short
+    requantization, and a channel whose right shift is 30 adds the output offset after the shift; bit-exact with
+    the host TFLM on the host (portable path, ASan/UBSan) and through the DSP path on qemu-m4."""
+    b = ModelBuilder(seed=11, name="edited_channels")
+    x = b.input((1, 6, 6, 8))
+    y = b.conv2d(x, 16, kernel=1, activation="NONE")
+    y = b.depthwise_conv2d(y, kernel=3, activation="RELU")
+    b.output(b.conv2d(y, 4, kernel=3, stride=2, activation="NONE"))
+    built = tmp_path / "built.tflite"
+    built.write_bytes(b.build())
+    path = _with_edited_channels(built, tmp_path / "edited_channels.tflite")
+    source = compile_model(path).files["model.c"]
+    first = source[source.index("op0_run(const void"):].split("\n")[1]
+    assert "LT_SHORT_ACC" in first and "LT_OFFSET_AFTER" in first and "LT_DOUBLED_ACC" in first, first
+    requant = source[source.index("op0_requant[16] = {"):].split("};")[0]
+    assert requant.count("{0, -1, ") == 2  # channels 3 and 5
+    for seed in (0, 1, 2):
+        result = verify_compiled(path, seed=seed, sanitize=True)
+        assert result.passed, result.outputs
+    if shutil.which("arm-none-eabi-gcc") and shutil.which("qemu-system-arm"):
+        measured = measure(path, "qemu-m4", iterations=1, warmup=0, timeout=60, seed=4)
+        assert measured.outputs_match, measured.mismatched_outputs

@@ -7,10 +7,13 @@
  * What lowtide prepares offline (host/lowtide/compile/lowering/conv.py):
  * - the bias folded with the input zero point: bias[oc] - input_zero_point * sum(filter[oc]), so the kernels
  *   multiply raw int8 values and a padded tap holds the input zero point (its product cancels in the fold);
- * - convolution and fully-connected filters as [out_c][K4] with K = filter_h * filter_w * in_c rounded up to a
- *   multiple of 4 (zeros after K);
+ * - convolution and fully-connected filters as rows of K4 values, K = filter_h * filter_w * in_c rounded up to a
+ *   multiple of 4 (zeros after K), pairs of rows interleaved in the order the matrix core reads them; int8, or
+ *   (LT_WIDE_WEIGHTS, the layers with the most output pixels within a flash budget) int16 in SXTB16 order;
  * - depthwise filters per channel as int16 pairs: for each filter row, (w[fx], w[fx + 1]) words, and the last
- *   tap of an odd width alone in the low half of a word.
+ *   tap of an odd width alone in the low half of a word;
+ * - int16 weights and the bias doubled (LT_DOUBLED_ACC) where the short requantization applies, which wants
+ *   2 acc: the sums come out doubled at no cost.
  *
  * On cores with the DSP extension (Cortex-M4, M7, M33 with DSP: __ARM_FEATURE_DSP) the arithmetic is the SIMD
  * instructions SXTB16, SMLAD and SMLAxy through ACLE intrinsics; elsewhere (and in lowtide's host checks) the
@@ -67,12 +70,19 @@ static inline int32_t lt_smlad(uint32_t a, uint32_t b, int32_t acc) { return __s
 /* acc + lo(a) * lo(b), acc + hi(a) * hi(b) */
 static inline int32_t lt_smlabb(uint32_t a, uint32_t b, int32_t acc) { return __smlabb((int32_t)a, (int32_t)b, acc); }
 static inline int32_t lt_smlatt(uint32_t a, uint32_t b, int32_t acc) { return __smlatt((int32_t)a, (int32_t)b, acc); }
+static inline int32_t lt_smlatb(uint32_t a, uint32_t b, int32_t acc) { return __smlatb((int32_t)a, (int32_t)b, acc); }
 static inline int32_t lt_ssat8(int32_t x) { return __ssat(x, 8); }
 static inline int32_t lt_ssat16(int32_t x) { return __ssat(x, 16); }
 /* (a * b + 2^31) >> 32 */
 static inline int32_t lt_smmulr(int32_t a, int32_t b) {
     int32_t r;
     __asm__("smmulr %0, %1, %2" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+/* acc + ((a * b + 2^31) >> 32) */
+static inline int32_t lt_smmlar(int32_t a, int32_t b, int32_t acc) {
+    int32_t r;
+    __asm__("smmlar %0, %1, %2, %3" : "=r"(r) : "r"(a), "r"(b), "r"(acc));
     return r;
 }
 #else
@@ -92,9 +102,15 @@ static inline int32_t lt_smlabb(uint32_t a, uint32_t b, int32_t acc) {
 static inline int32_t lt_smlatt(uint32_t a, uint32_t b, int32_t acc) {
     return (int32_t)((uint32_t)acc + (uint32_t)(lt_hi16(a) * lt_hi16(b)));
 }
+static inline int32_t lt_smlatb(uint32_t a, uint32_t b, int32_t acc) {
+    return (int32_t)((uint32_t)acc + (uint32_t)(lt_hi16(a) * lt_lo16(b)));
+}
 static inline int32_t lt_ssat8(int32_t x) { return x < -128 ? -128 : (x > 127 ? 127 : x); }
 static inline int32_t lt_ssat16(int32_t x) { return x < -32768 ? -32768 : (x > 32767 ? 32767 : x); }
 static inline int32_t lt_smmulr(int32_t a, int32_t b) { return (int32_t)(((int64_t)a * b + 0x80000000LL) >> 32); }
+static inline int32_t lt_smmlar(int32_t a, int32_t b, int32_t acc) {
+    return (int32_t)((uint32_t)acc + (uint32_t)lt_smmulr(a, b));
+}
 #endif
 
 /* (x * m + 2^30) >> 31, one SMLAL on Cortex-M: TFLM's SaturatingRoundingDoublingHighMul for any m > 0 (gemmlowp's
@@ -107,25 +123,33 @@ static inline int32_t lt_doubling_high_mul(int32_t x, int32_t m) {
 /* ---- requantization ----------------------------------------------------------------------------------------- */
 
 /* One output channel's requantization as lowtide prepares it: TFLM's multiplier and shift, and for LT_SHORT_ACC
- * layers 2^(r - 1) + output_offset * 2^r with r = -shift (the rounding and the output offset in one add). */
+ * layers the right shift r = -shift and 2^(r - 1) + output_offset * 2^r (the rounding and the output offset in
+ * one add; LT_OFFSET_AFTER: 2^(r - 1), the offset added after the shift). */
 typedef struct {
-    int32_t multiplier, shift, round;
+    int32_t multiplier, shift, round, right_shift;
 } lt_requant;
 
 /* Layer flags lowtide knows at compile time. */
 #define LT_SHORT_ACC 1u  /* every shift < 0 and every accumulator (bounded from the weights) below 2^30 */
 #define LT_FULL_RANGE 2u /* the activation range is all of int8: one SSAT clamps */
+#define LT_WIDE_WEIGHTS 4u /* CONV_2D: the filter is int16, laid out for lt_matmul_2_w16 */
+#define LT_DOUBLED_ACC 8u  /* LT_SHORT_ACC layers: lowtide doubled the int16 weights and the bias, acc is 2 acc */
+#define LT_OFFSET_AFTER 16u /* LT_SHORT_ACC layers whose offset * 2^r does not fit round: added after the shift */
 
 /* TFLM's MultiplyByQuantizedMultiplier (double rounding) + output offset + activation clamp.
- * LT_SHORT_ACC: the doubling high product (acc * m + 2^30) >> 31 is SMMULR(2 acc, m), exact while 2 acc fits
+ * LT_SHORT_ACC: the doubling high product x = (acc * m + 2^30) >> 31 is SMMULR(2 acc, m), exact while 2 acc fits
  * int32, and the rounding right shift (x + 2^(r-1) - (x < 0)) >> r is gemmlowp's RoundingDivideByPOT (round half
- * away from zero), with the output offset added before the shift as offset * 2^r. */
+ * away from zero), with the output offset added before the shift as offset * 2^r: one SMMLAR adds that. m > 0,
+ * so x < 0 only where acc < 0, and where acc < 0 but x = 0 the -1 cannot change (2^(r-1) - 1) >> r = 0: the sign
+ * of acc stands for the sign of x, known before the product. */
 LT_ALWAYS_INLINE int32_t lt_requantize_s8(int32_t acc, const lt_requant *q, const lt_conv_params *p,
                                           const unsigned flags) {
     int32_t x;
     if (flags & LT_SHORT_ACC) {
-        x = lt_smmulr((int32_t)((uint32_t)acc << 1), q->multiplier);
-        x = (int32_t)((uint32_t)x + (uint32_t)q->round + (uint32_t)(x >> 31)) >> -q->shift;
+        const int32_t acc2 = (flags & LT_DOUBLED_ACC) ? acc : (int32_t)((uint32_t)acc << 1);
+        x = lt_smmlar(acc2, q->multiplier, q->round);
+        x = (int32_t)((uint32_t)x + (uint32_t)(acc2 >> 31)) >> q->right_shift;
+        if (flags & LT_OFFSET_AFTER) x += p->output_offset;
     } else {
         const int32_t left = q->shift > 0 ? q->shift : 0, right = q->shift > 0 ? 0 : -q->shift;
         x = lt_doubling_high_mul((int32_t)((uint32_t)acc << left), q->multiplier);
@@ -136,24 +160,132 @@ LT_ALWAYS_INLINE int32_t lt_requantize_s8(int32_t acc, const lt_requant *q, cons
     return x < p->act_min ? p->act_min : (x > p->act_max ? p->act_max : x);
 }
 
+/* Two channels of two pixels requantized, then stored: an int8 store may alias anything, so storing each as it is
+ * made would reload the channels' requantization between the pixels. */
+LT_ALWAYS_INLINE void lt_store_2x2_s8(int32_t a0, int32_t a1, int32_t b0, int32_t b1, const lt_requant *rq,
+                                      const lt_conv_params *p, int8_t *out0, const int32_t pixel_stride,
+                                      const unsigned flags) {
+    int8_t *out1 = out0 + pixel_stride; /* one base and constant offsets: fewer pointers live across the loop */
+    const lt_requant q0 = rq[0], q1 = rq[1];
+    const int8_t ya0 = (int8_t)lt_requantize_s8(a0, &q0, p, flags), ya1 = (int8_t)lt_requantize_s8(a1, &q1, p, flags);
+    const int8_t yb0 = (int8_t)lt_requantize_s8(b0, &q0, p, flags), yb1 = (int8_t)lt_requantize_s8(b1, &q1, p, flags);
+    out0[0] = ya0;
+    out0[1] = ya1;
+    out1[0] = yb0;
+    out1[1] = yb1;
+}
+
+#ifdef LT_DSP
+/* The matrix cores' loops run two groups of 4 values a pass; an odd count enters the first pass at its second
+ * group (k = groups / 2, rounded up). Per pass one SUBS and one BNE fewer than a group a pass. */
+#define LT_GROUPS_BY_TWO_ENTRY      \
+    "lsrs %[k], %[k], #1\n\t"        \
+    "bcc 1f\n\t"                      \
+    "adds %[k], %[k], #1\n\t"        \
+    "b 2f\n\t"
+#endif
+
 /* ---- matrix core: two pixels (or one) x every output channel ------------------------------------------------- */
 
-/* n int8 values as int16 in SXTB16 order (per 4: bytes 0 and 2, then 1 and 3), zero-padded to a multiple of 4. */
-void lt_expand_s8(const int8_t *src, int32_t n, int16_t *dst);
+/* n int8 values as int16 in SXTB16 order (per 4: bytes 0 and 2, then 1 and 3), zero-padded to a multiple of 4.
+ * Inline, like the window below: with the layer's constant channel count and window the copies unroll. */
+LT_ALWAYS_INLINE void lt_expand_s8(const int8_t *src, int32_t n, int16_t *dst) {
+    uint32_t *d = (uint32_t *)(void *)dst;
+    for (; n >= 8; n -= 8, src += 8, d += 4) {
+        const uint32_t u = lt_read32(src), v = lt_read32(src + 4);
+        d[0] = lt_sxtb16(u);
+        d[1] = lt_sxtb16_ror8(u);
+        d[2] = lt_sxtb16(v);
+        d[3] = lt_sxtb16_ror8(v);
+    }
+    if (n >= 4) {
+        const uint32_t u = lt_read32(src);
+        d[0] = lt_sxtb16(u);
+        d[1] = lt_sxtb16_ror8(u);
+        n -= 4;
+        src += 4;
+        d += 2;
+    }
+    if (n > 0) { /* the last 1-3 values and zeros: assembled in a register (a memcpy call costs more) */
+        uint32_t u = (uint8_t)src[0];
+        if (n > 1) u |= (uint32_t)(uint8_t)src[1] << 8;
+        if (n > 2) u |= (uint32_t)(uint8_t)src[2] << 16;
+        d[0] = lt_sxtb16(u);
+        d[1] = lt_sxtb16_ror8(u);
+    }
+}
 
-/* x0, x1: two expanded rows of k4 values; w: [out_c][k4]. Writes out_c channels at out0 and at out1. */
-LT_ALWAYS_INLINE void lt_matmul_2_s8(const int16_t *x0, const int16_t *x1, const int8_t *w, int32_t k4, int32_t out_c,
-                                     const int32_t *bias, const lt_requant *rq,
+
+/* x0, x1: two expanded rows of k4 values; w: the int8 filter [out_c][k4] with each pair of rows interleaved word
+ * by word (`pack_row_pairs`: row oc's word, row oc + 1's, ...), a last odd row alone. Writes out_c channels at
+ * out0 and at out1. Per 16 products: 3 LDRD, 4 SXTB16, 8 SMLAD. */
+LT_ALWAYS_INLINE void lt_matmul_2_s8(const int16_t *x0, const int16_t *x1, const uint32_t *w, int32_t k4,
+                                     int32_t out_c, const int32_t *bias, const lt_requant *rq,
                                      const lt_conv_params *p, int8_t *out0, int8_t *out1, const unsigned flags) {
     int32_t oc = 0;
     for (; oc + 2 <= out_c; oc += 2) {
-        const int8_t *w0 = w + oc * k4, *w1 = w0 + k4;
-        const uint32_t *a = (const uint32_t *)x0, *b = (const uint32_t *)x1;
         int32_t a0 = bias[oc], a1 = bias[oc + 1], b0 = a0, b1 = a1;
+#ifdef LT_DSP
+        /* as lt_matmul_2_w16's loop: every live value in a register of its own (GCC spills them) */
+        register const uint32_t *ra __asm__("r0") = (const uint32_t *)x0;
+        register const uint32_t *rb __asm__("r1") = (const uint32_t *)x1;
+        register const uint32_t *rw __asm__("r2") = w;
+        register int32_t groups __asm__("r3") = k4 >> 2;
+        register uint32_t u02 __asm__("r4"), u13 __asm__("r5"), v02 __asm__("r6"), v13 __asm__("r7");
+        register uint32_t x02 __asm__("r8"), x13 __asm__("r9");
+        register int32_t ra0 __asm__("r10") = a0, ra1 __asm__("r11") = a1, rb0 __asm__("r12") = b0;
+        register int32_t rb1 __asm__("lr") = b1;
+        __asm__ volatile(
+            LT_GROUPS_BY_TWO_ENTRY
+            "1:\n\t"
+            "ldrd %[u02], %[v02], [%[w]], #8\n\t"
+            "sxtb16 %[u13], %[u02], ror #8\n\t"
+            "sxtb16 %[u02], %[u02]\n\t"
+            "sxtb16 %[v13], %[v02], ror #8\n\t"
+            "sxtb16 %[v02], %[v02]\n\t"
+            "ldrd %[x02], %[x13], [%[a]], #8\n\t"
+            "smlad %[a0], %[x02], %[u02], %[a0]\n\t"
+            "smlad %[a0], %[x13], %[u13], %[a0]\n\t"
+            "smlad %[a1], %[x02], %[v02], %[a1]\n\t"
+            "smlad %[a1], %[x13], %[v13], %[a1]\n\t"
+            "ldrd %[x02], %[x13], [%[b]], #8\n\t"
+            "smlad %[b0], %[x02], %[u02], %[b0]\n\t"
+            "smlad %[b0], %[x13], %[u13], %[b0]\n\t"
+            "smlad %[b1], %[x02], %[v02], %[b1]\n\t"
+            "smlad %[b1], %[x13], %[v13], %[b1]\n\t"
+            "2:\n\t"
+            "ldrd %[u02], %[v02], [%[w]], #8\n\t"
+            "sxtb16 %[u13], %[u02], ror #8\n\t"
+            "sxtb16 %[u02], %[u02]\n\t"
+            "sxtb16 %[v13], %[v02], ror #8\n\t"
+            "sxtb16 %[v02], %[v02]\n\t"
+            "ldrd %[x02], %[x13], [%[a]], #8\n\t"
+            "smlad %[a0], %[x02], %[u02], %[a0]\n\t"
+            "smlad %[a0], %[x13], %[u13], %[a0]\n\t"
+            "smlad %[a1], %[x02], %[v02], %[a1]\n\t"
+            "smlad %[a1], %[x13], %[v13], %[a1]\n\t"
+            "ldrd %[x02], %[x13], [%[b]], #8\n\t"
+            "smlad %[b0], %[x02], %[u02], %[b0]\n\t"
+            "smlad %[b0], %[x13], %[u13], %[b0]\n\t"
+            "smlad %[b1], %[x02], %[v02], %[b1]\n\t"
+            "smlad %[b1], %[x13], %[v13], %[b1]\n\t"
+            "subs %[k], %[k], #1\n\t"
+            "bne 1b"
+            : [a] "+r"(ra), [b] "+r"(rb), [w] "+r"(rw), [k] "+r"(groups), [a0] "+r"(ra0), [a1] "+r"(ra1),
+              [b0] "+r"(rb0), [b1] "+r"(rb1), [u02] "=&r"(u02), [u13] "=&r"(u13), [v02] "=&r"(v02),
+              [v13] "=&r"(v13), [x02] "=&r"(x02), [x13] "=&r"(x13)
+            :
+            : "cc", "memory");
+        w = rw;
+        a0 = ra0;
+        a1 = ra1;
+        b0 = rb0;
+        b1 = rb1;
+#else
+        const uint32_t *a = (const uint32_t *)x0, *b = (const uint32_t *)x1;
         for (int32_t k = k4 >> 2; k > 0; --k) {
-            const uint32_t u = lt_read32(w0), v = lt_read32(w1);
-            w0 += 4;
-            w1 += 4;
+            const uint32_t u = w[0], v = w[1];
+            w += 2;
             const uint32_t u02 = lt_sxtb16(u), u13 = lt_sxtb16_ror8(u);
             const uint32_t v02 = lt_sxtb16(v), v13 = lt_sxtb16_ror8(v);
             const uint32_t a02 = a[0], a13 = a[1], b02 = b[0], b13 = b[1];
@@ -168,18 +300,14 @@ LT_ALWAYS_INLINE void lt_matmul_2_s8(const int16_t *x0, const int16_t *x1, const
             b1 = lt_smlad(b02, v02, b1);
             b1 = lt_smlad(b13, v13, b1);
         }
-        out0[oc] = (int8_t)lt_requantize_s8(a0, &rq[oc], p, flags);
-        out0[oc + 1] = (int8_t)lt_requantize_s8(a1, &rq[oc + 1], p, flags);
-        out1[oc] = (int8_t)lt_requantize_s8(b0, &rq[oc], p, flags);
-        out1[oc + 1] = (int8_t)lt_requantize_s8(b1, &rq[oc + 1], p, flags);
+#endif
+        lt_store_2x2_s8(a0, a1, b0, b1, &rq[oc], p, out0 + oc, out1 - out0, flags);
     }
     if (oc < out_c) {
-        const int8_t *w0 = w + oc * k4;
         const uint32_t *a = (const uint32_t *)x0, *b = (const uint32_t *)x1;
         int32_t a0 = bias[oc], b0 = a0;
         for (int32_t k = k4 >> 2; k > 0; --k) {
-            const uint32_t u = lt_read32(w0);
-            w0 += 4;
+            const uint32_t u = *w++;
             const uint32_t u02 = lt_sxtb16(u), u13 = lt_sxtb16_ror8(u);
             a0 = lt_smlad(a[0], u02, a0);
             a0 = lt_smlad(a[1], u13, a0);
@@ -193,18 +321,16 @@ LT_ALWAYS_INLINE void lt_matmul_2_s8(const int16_t *x0, const int16_t *x1, const
     }
 }
 
-LT_ALWAYS_INLINE void lt_matmul_1_s8(const int16_t *x0, const int8_t *w, int32_t k4, int32_t out_c,
+LT_ALWAYS_INLINE void lt_matmul_1_s8(const int16_t *x0, const uint32_t *w, int32_t k4, int32_t out_c,
                                      const int32_t *bias, const lt_requant *rq,
                                      const lt_conv_params *p, int8_t *out0, const unsigned flags) {
     int32_t oc = 0;
     for (; oc + 2 <= out_c; oc += 2) {
-        const int8_t *w0 = w + oc * k4, *w1 = w0 + k4;
         const uint32_t *a = (const uint32_t *)x0;
         int32_t a0 = bias[oc], a1 = bias[oc + 1];
         for (int32_t k = k4 >> 2; k > 0; --k) {
-            const uint32_t u = lt_read32(w0), v = lt_read32(w1);
-            w0 += 4;
-            w1 += 4;
+            const uint32_t u = w[0], v = w[1];
+            w += 2;
             const uint32_t a02 = a[0], a13 = a[1];
             a += 2;
             a0 = lt_smlad(a02, lt_sxtb16(u), a0);
@@ -216,15 +342,143 @@ LT_ALWAYS_INLINE void lt_matmul_1_s8(const int16_t *x0, const int8_t *w, int32_t
         out0[oc + 1] = (int8_t)lt_requantize_s8(a1, &rq[oc + 1], p, flags);
     }
     if (oc < out_c) {
-        const int8_t *w0 = w + oc * k4;
         const uint32_t *a = (const uint32_t *)x0;
         int32_t a0 = bias[oc];
         for (int32_t k = k4 >> 2; k > 0; --k) {
-            const uint32_t u = lt_read32(w0);
-            w0 += 4;
+            const uint32_t u = *w++;
             a0 = lt_smlad(a[0], lt_sxtb16(u), a0);
             a0 = lt_smlad(a[1], lt_sxtb16_ror8(u), a0);
             a += 2;
+        }
+        out0[oc] = (int8_t)lt_requantize_s8(a0, &rq[oc], p, flags);
+    }
+}
+
+/* The same products over weights lowtide widened offline (`pack_row_pairs`): int16 in the SXTB16 order of the
+ * expanded rows, two output channels interleaved by 4 values (channel oc's words 02 and 13, then channel
+ * oc + 1's), a last odd channel alone. No SXTB16 in the loop: per 16 products 2 LDRD of weights,
+ * 2 of the rows and 8 SMLAD, for twice the weights' flash. */
+LT_ALWAYS_INLINE void lt_matmul_2_w16(const int16_t *x0, const int16_t *x1, const uint32_t *w, int32_t k4,
+                                      int32_t out_c, const int32_t *bias, const lt_requant *rq,
+                                      const lt_conv_params *p, int8_t *out0, int8_t *out1, const unsigned flags) {
+    int32_t oc = 0;
+    for (; oc + 2 <= out_c; oc += 2) {
+        int32_t a0 = bias[oc], a1 = bias[oc + 1], b0 = a0, b1 = a1;
+#ifdef LT_DSP
+        /* GCC spills this loop's 14 live values to the stack (24 instructions per 16 products where 13 do):
+         * each in a register of its own, the weights by one LDM */
+        register const uint32_t *ra __asm__("r0") = (const uint32_t *)x0;
+        register const uint32_t *rb __asm__("r1") = (const uint32_t *)x1;
+        register const uint32_t *rw __asm__("r2") = w;
+        register int32_t groups __asm__("r3") = k4 >> 2;
+        register uint32_t u02 __asm__("r4"), u13 __asm__("r5"), v02 __asm__("r6"), v13 __asm__("r7");
+        register uint32_t x02 __asm__("r8"), x13 __asm__("r9");
+        register int32_t ra0 __asm__("r10") = a0, ra1 __asm__("r11") = a1, rb0 __asm__("r12") = b0;
+        register int32_t rb1 __asm__("lr") = b1;
+        __asm__ volatile(
+            LT_GROUPS_BY_TWO_ENTRY
+            "1:\n\t"
+            "ldm %[w]!, {%[u02], %[u13], %[v02], %[v13]}\n\t"
+            "ldrd %[x02], %[x13], [%[a]], #8\n\t"
+            "smlad %[a0], %[x02], %[u02], %[a0]\n\t"
+            "smlad %[a0], %[x13], %[u13], %[a0]\n\t"
+            "smlad %[a1], %[x02], %[v02], %[a1]\n\t"
+            "smlad %[a1], %[x13], %[v13], %[a1]\n\t"
+            "ldrd %[x02], %[x13], [%[b]], #8\n\t"
+            "smlad %[b0], %[x02], %[u02], %[b0]\n\t"
+            "smlad %[b0], %[x13], %[u13], %[b0]\n\t"
+            "smlad %[b1], %[x02], %[v02], %[b1]\n\t"
+            "smlad %[b1], %[x13], %[v13], %[b1]\n\t"
+            "2:\n\t"
+            "ldm %[w]!, {%[u02], %[u13], %[v02], %[v13]}\n\t"
+            "ldrd %[x02], %[x13], [%[a]], #8\n\t"
+            "smlad %[a0], %[x02], %[u02], %[a0]\n\t"
+            "smlad %[a0], %[x13], %[u13], %[a0]\n\t"
+            "smlad %[a1], %[x02], %[v02], %[a1]\n\t"
+            "smlad %[a1], %[x13], %[v13], %[a1]\n\t"
+            "ldrd %[x02], %[x13], [%[b]], #8\n\t"
+            "smlad %[b0], %[x02], %[u02], %[b0]\n\t"
+            "smlad %[b0], %[x13], %[u13], %[b0]\n\t"
+            "smlad %[b1], %[x02], %[v02], %[b1]\n\t"
+            "smlad %[b1], %[x13], %[v13], %[b1]\n\t"
+            "subs %[k], %[k], #1\n\t"
+            "bne 1b"
+            : [a] "+r"(ra), [b] "+r"(rb), [w] "+r"(rw), [k] "+r"(groups), [a0] "+r"(ra0), [a1] "+r"(ra1),
+              [b0] "+r"(rb0), [b1] "+r"(rb1), [u02] "=&r"(u02), [u13] "=&r"(u13), [v02] "=&r"(v02),
+              [v13] "=&r"(v13), [x02] "=&r"(x02), [x13] "=&r"(x13)
+            :
+            : "cc", "memory");
+        w = rw;
+        a0 = ra0;
+        a1 = ra1;
+        b0 = rb0;
+        b1 = rb1;
+#else
+        const uint32_t *a = (const uint32_t *)x0, *b = (const uint32_t *)x1;
+        for (int32_t k = k4 >> 2; k > 0; --k) {
+            const uint32_t u02 = w[0], u13 = w[1], v02 = w[2], v13 = w[3];
+            w += 4;
+            const uint32_t a02 = a[0], a13 = a[1];
+            a += 2;
+            a0 = lt_smlad(a02, u02, a0);
+            a0 = lt_smlad(a13, u13, a0);
+            a1 = lt_smlad(a02, v02, a1);
+            a1 = lt_smlad(a13, v13, a1);
+            const uint32_t b02 = b[0], b13 = b[1];
+            b += 2;
+            b0 = lt_smlad(b02, u02, b0);
+            b0 = lt_smlad(b13, u13, b0);
+            b1 = lt_smlad(b02, v02, b1);
+            b1 = lt_smlad(b13, v13, b1);
+        }
+#endif
+        lt_store_2x2_s8(a0, a1, b0, b1, &rq[oc], p, out0 + oc, out1 - out0, flags);
+    }
+    if (oc < out_c) {
+        const uint32_t *a = (const uint32_t *)x0, *b = (const uint32_t *)x1;
+        int32_t a0 = bias[oc], b0 = a0;
+        for (int32_t k = k4 >> 2; k > 0; --k) {
+            const uint32_t u02 = w[0], u13 = w[1];
+            w += 2;
+            a0 = lt_smlad(a[0], u02, a0);
+            a0 = lt_smlad(a[1], u13, a0);
+            b0 = lt_smlad(b[0], u02, b0);
+            b0 = lt_smlad(b[1], u13, b0);
+            a += 2;
+            b += 2;
+        }
+        out0[oc] = (int8_t)lt_requantize_s8(a0, &rq[oc], p, flags);
+        out1[oc] = (int8_t)lt_requantize_s8(b0, &rq[oc], p, flags);
+    }
+}
+
+LT_ALWAYS_INLINE void lt_matmul_1_w16(const int16_t *x0, const uint32_t *w, int32_t k4, int32_t out_c,
+                                      const int32_t *bias, const lt_requant *rq, const lt_conv_params *p,
+                                      int8_t *out0, const unsigned flags) {
+    int32_t oc = 0;
+    for (; oc + 2 <= out_c; oc += 2) {
+        const uint32_t *a = (const uint32_t *)x0;
+        int32_t a0 = bias[oc], a1 = bias[oc + 1];
+        for (int32_t k = k4 >> 2; k > 0; --k) {
+            const uint32_t a02 = a[0], a13 = a[1];
+            a += 2;
+            a0 = lt_smlad(a02, w[0], a0);
+            a0 = lt_smlad(a13, w[1], a0);
+            a1 = lt_smlad(a02, w[2], a1);
+            a1 = lt_smlad(a13, w[3], a1);
+            w += 4;
+        }
+        out0[oc] = (int8_t)lt_requantize_s8(a0, &rq[oc], p, flags);
+        out0[oc + 1] = (int8_t)lt_requantize_s8(a1, &rq[oc + 1], p, flags);
+    }
+    if (oc < out_c) {
+        const uint32_t *a = (const uint32_t *)x0;
+        int32_t a0 = bias[oc];
+        for (int32_t k = k4 >> 2; k > 0; --k) {
+            a0 = lt_smlad(a[0], w[0], a0);
+            a0 = lt_smlad(a[1], w[1], a0);
+            a += 2;
+            w += 2;
         }
         out0[oc] = (int8_t)lt_requantize_s8(a0, &rq[oc], p, flags);
     }
@@ -314,13 +568,87 @@ static inline int32_t lt_scale_short_or_full(int32_t x, int32_t multiplier, int3
 
 /* ---- CONV_2D (groups 1, any window, stride, padding and dilation) and FULLY_CONNECTED ------------------------- */
 
+/* n bytes from src to dst, a word at a time then the last 1-3: a window row of a few channels is a handful of
+ * bytes, where a call of memcpy costs more than the copy. */
+LT_ALWAYS_INLINE void lt_copy_small(int8_t *dst, const int8_t *src, int32_t n) {
+    int32_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const uint32_t v = lt_read32(src + i);
+        memcpy(dst + i, &v, 4);
+    }
+    if (n - i >= 2) {
+        uint16_t h;
+        memcpy(&h, src + i, 2);
+        memcpy(dst + i, &h, 2);
+        i += 2;
+    }
+    if (i < n) dst[i] = src[i];
+}
+
+LT_ALWAYS_INLINE void lt_fill_small(int8_t *dst, int32_t value, int32_t n) {
+    const uint32_t v = (uint8_t)value * 0x01010101u;
+    int32_t i = 0;
+    for (; i + 4 <= n; i += 4) memcpy(dst + i, &v, 4);
+    if (n - i >= 2) {
+        memcpy(dst + i, &v, 2);
+        i += 2;
+    }
+    if (i < n) dst[i] = (int8_t)value;
+}
+
 /* The expanded window of output pixel `pixel` (its k4 values, padding taps at the input zero point). `gather` is
  * room for k4 bytes, used when in_c is not a multiple of 4. */
-void lt_im2col_s8(const lt_conv_params *p, const int8_t *input, int32_t pixel, int16_t *row, int8_t *gather);
+LT_ALWAYS_INLINE void lt_im2col_s8(const lt_conv_params *p, const int8_t *input, int32_t pixel, int16_t *row, int8_t *gather) {
+    const int32_t ox = pixel % p->out_w, oy = (pixel / p->out_w) % p->out_h, b = pixel / (p->out_w * p->out_h);
+    const int32_t c = p->in_c, zero_point = -p->input_offset;
+    const int32_t y0 = oy * p->stride_h - p->pad_h, x0 = ox * p->stride_w - p->pad_w;
+    const int8_t *in_b = input + b * p->in_h * p->in_w * c;
+    if ((c & 3) == 0) { /* taps start on 4-value boundaries: expand each tap in place */
+        const uint32_t pad = (uint16_t)zero_point | ((uint32_t)(uint16_t)zero_point << 16);
+        uint32_t *d = (uint32_t *)(void *)row;
+        for (int32_t fy = 0; fy < p->filter_h; ++fy) {
+            const int32_t y = y0 + fy * p->dilation_h;
+            for (int32_t fx = 0; fx < p->filter_w; ++fx, d += c / 2) {
+                const int32_t x = x0 + fx * p->dilation_w;
+                if (y < 0 || y >= p->in_h || x < 0 || x >= p->in_w) {
+                    for (int32_t i = 0; i < c / 2; ++i) d[i] = pad;
+                } else {
+                    lt_expand_s8(in_b + (y * p->in_w + x) * c, c, (int16_t *)(void *)d);
+                }
+            }
+        }
+        return;
+    }
+    int8_t *g = gather;
+    const int32_t row_bytes = p->filter_w * c;
+    for (int32_t fy = 0; fy < p->filter_h; ++fy, g += row_bytes) {
+        const int32_t y = y0 + fy * p->dilation_h;
+        if (y < 0 || y >= p->in_h) {
+            lt_fill_small(g, zero_point, row_bytes);
+        } else if (p->dilation_w == 1) { /* the row's taps are contiguous in NHWC: one copy between the paddings */
+            const int32_t left = x0 >= 0 ? 0 : (-x0 < p->filter_w ? -x0 : p->filter_w);
+            const int32_t end = x0 + p->filter_w > p->in_w ? p->in_w - x0 : p->filter_w;
+            if (left > 0) lt_fill_small(g, zero_point, left * c);
+            if (end > left) lt_copy_small(g + left * c, in_b + (y * p->in_w + x0 + left) * c, (end - left) * c);
+            const int32_t right = end > left ? end : left;
+            if (right < p->filter_w) lt_fill_small(g + right * c, zero_point, (p->filter_w - right) * c);
+        } else {
+            for (int32_t fx = 0; fx < p->filter_w; ++fx) {
+                const int32_t x = x0 + fx * p->dilation_w;
+                if (x < 0 || x >= p->in_w)
+                    memset(g + fx * c, zero_point, (size_t)c);
+                else
+                    memcpy(g + fx * c, in_b + (y * p->in_w + x) * c, (size_t)c);
+            }
+        }
+    }
+    lt_expand_s8(gather, p->filter_h * row_bytes, row);
+}
+
 
 /* scratch: one expanded row per pixel computed together (2, or 1 when there is a single pixel) of k4 int16
  * values each, then k4 bytes for the byte gather, which a pointwise layer (no im2col) does not use. */
-LT_ALWAYS_INLINE void lt_conv_s8_fast(const lt_conv_params *p, const int8_t *input, const int8_t *filter,
+LT_ALWAYS_INLINE void lt_conv_s8_fast(const lt_conv_params *p, const int8_t *input, const void *filter,
                                       const int32_t *bias, const lt_requant *rq,
                                       int8_t *output, int16_t *scratch, const unsigned flags) {
     const int32_t k = p->filter_h * p->filter_w * p->in_c, k4 = (k + 3) & ~3;
@@ -338,15 +666,22 @@ LT_ALWAYS_INLINE void lt_conv_s8_fast(const lt_conv_params *p, const int8_t *inp
             lt_im2col_s8(p, input, px, row0, gather);
             lt_im2col_s8(p, input, px + 1, row1, gather);
         }
-        lt_matmul_2_s8(row0, row1, filter, k4, out_c, bias, rq, p, output + px * out_c,
-                       output + (px + 1) * out_c, flags);
+        if (flags & LT_WIDE_WEIGHTS)
+            lt_matmul_2_w16(row0, row1, (const uint32_t *)filter, k4, out_c, bias, rq, p, output + px * out_c,
+                            output + (px + 1) * out_c, flags);
+        else
+            lt_matmul_2_s8(row0, row1, (const uint32_t *)filter, k4, out_c, bias, rq, p, output + px * out_c,
+                           output + (px + 1) * out_c, flags);
     }
     if (px < pixels) {
         if (pointwise)
             lt_expand_s8(input + px * p->in_c, p->in_c, row0);
         else
             lt_im2col_s8(p, input, px, row0, gather);
-        lt_matmul_1_s8(row0, filter, k4, out_c, bias, rq, p, output + px * out_c, flags);
+        if (flags & LT_WIDE_WEIGHTS)
+            lt_matmul_1_w16(row0, (const uint32_t *)filter, k4, out_c, bias, rq, p, output + px * out_c, flags);
+        else
+            lt_matmul_1_s8(row0, (const uint32_t *)filter, k4, out_c, bias, rq, p, output + px * out_c, flags);
     }
 }
 
@@ -404,6 +739,45 @@ LT_ALWAYS_INLINE void lt_depthwise_s8_fast(const lt_conv_params *p, const int8_t
                 const int16_t *row = scratch + oy * p->stride_h * plane_w;
                 int32_t ox = 0;
                 if ((p->stride_w == 1 || p->stride_w == 2) && kw == 3) {
+                    /* four neighbouring outputs share their weights and their input pairs per row: 5 loads and
+                     * 8 multiply-adds a row for the four (x01, x23, x45 and at stride 1 the odd pairs x12, x34;
+                     * at stride 2 x67, x89) */
+                    for (; ox + 4 <= p->out_w; ox += 4, row += 4 * p->stride_w) {
+                        int32_t acc_0 = acc0, acc_1 = acc0, acc_2 = acc0, acc_3 = acc0;
+                        LT_UNROLL for (int32_t fy = 0; fy < kh; ++fy) {
+                            const int16_t *r = row + fy * plane_w;
+                            const uint32_t w01 = wc[fy * 2], w2 = wc[fy * 2 + 1];
+                            const uint32_t x01 = lt_read32(r), x23 = lt_read32(r + 2), x45 = lt_read32(r + 4);
+                            acc_0 = lt_smlad(x01, w01, acc_0);
+                            acc_0 = lt_smlabb(x23, w2, acc_0);
+                            if (p->stride_w == 1) {
+                                const uint32_t x12 = lt_read32(r + 1), x34 = lt_read32(r + 3);
+                                acc_1 = lt_smlad(x12, w01, acc_1);
+                                acc_1 = lt_smlatb(x23, w2, acc_1);
+                                acc_2 = lt_smlad(x23, w01, acc_2);
+                                acc_2 = lt_smlabb(x45, w2, acc_2);
+                                acc_3 = lt_smlad(x34, w01, acc_3);
+                                acc_3 = lt_smlatb(x45, w2, acc_3);
+                            } else {
+                                const uint32_t x67 = lt_read32(r + 6), x89 = lt_read32(r + 8);
+                                acc_1 = lt_smlad(x23, w01, acc_1);
+                                acc_1 = lt_smlabb(x45, w2, acc_1);
+                                acc_2 = lt_smlad(x45, w01, acc_2);
+                                acc_2 = lt_smlabb(x67, w2, acc_2);
+                                acc_3 = lt_smlad(x67, w01, acc_3);
+                                acc_3 = lt_smlabb(x89, w2, acc_3);
+                            }
+                        }
+                        const int8_t y0 = (int8_t)lt_requantize_s8(acc_0, &q, p, flags);
+                        const int8_t y1 = (int8_t)lt_requantize_s8(acc_1, &q, p, flags);
+                        const int8_t y2 = (int8_t)lt_requantize_s8(acc_2, &q, p, flags);
+                        const int8_t y3 = (int8_t)lt_requantize_s8(acc_3, &q, p, flags);
+                        out[0] = y0;
+                        out[c_count] = y1;
+                        out[2 * c_count] = y2;
+                        out[3 * c_count] = y3;
+                        out += 4 * c_count;
+                    }
                     /* two neighbouring outputs share their weights and some of their input pairs per row */
                     const int32_t step = 2 * p->stride_w;
                     for (; ox + 2 <= p->out_w; ox += 2, row += step) {

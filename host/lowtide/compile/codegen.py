@@ -105,6 +105,25 @@ class ArenaPlan:
     head_bytes: int
     fused_pads: dict[int, PadFusion]  # depthwise operator -> the PAD it absorbs
     in_place: bool  # lowtide's compiled-runtime plan; False: TFLM's tensor offsets
+    wide_weights: frozenset[int]  # CONV_2D layers whose filter is stored as int16 (`wide_weight_layers`)
+    wide_weight_bytes: int  # the flash those filters take beyond their int8 size
+
+
+# Flash the compiled model may spend beyond its int8 weights on int16 filters (lt_matmul_2_w16 needs no SXTB16
+# in its loop: 12 instead of 16 instructions per 16 products). The MLPerf Tiny models widen all their layers
+# within it; a large model widens the layers with the most output pixels (most products per filter byte).
+WIDE_WEIGHTS_BUDGET_BYTES = 128 * 1024
+
+
+def wide_weight_layers(matrix_layers: dict[int, tuple[int, int]]) -> tuple[frozenset[int], int]:
+    """The matrix layers (operator -> (output pixels, int8 filter bytes)) to widen, most pixels first (then the
+    earliest), each while the added bytes stay within WIDE_WEIGHTS_BUDGET_BYTES, and the bytes added."""
+    chosen, added = set(), 0
+    for op, (pixels, nbytes) in sorted(matrix_layers.items(), key=lambda item: (-item[1][0], item[0])):
+        if pixels > 1 and added + nbytes <= WIDE_WEIGHTS_BUDGET_BYTES:
+            chosen.add(op)
+            added += nbytes
+    return frozenset(chosen), added
 
 
 # Operators that may lower to a fast kernel of lt_conv_dsp.h (`_fast_int8` in lowering/conv.py)
@@ -171,17 +190,20 @@ def arena_plan(graph: Graph, data: bytes, keep_model_plan: bool = False) -> Aren
     stock_offsets = tflm_offsets_with_plan(stock_buffers, list(stock.offsets) + [0] * len(fast_scratch))
     stock_head = arena_head(stock_buffers, stock_offsets)
     needs = probe.fast_scratch_bytes
+    wide = wide_weight_layers(probe.matrix_layers)
     if placement is None or placement.head_bytes >= stock_head:
-        return ArenaPlan(*_split(stock_buffers, stock_offsets, len(fast_scratch)), needs, stock_head, {}, False)
+        return ArenaPlan(*_split(stock_buffers, stock_offsets, len(fast_scratch)), needs, stock_head, {}, False,
+                         *wide)
     return ArenaPlan(*_split(buffers, placement.offsets, len(fast_scratch)), needs, placement.head_bytes, fusions,
-                     True)
+                     True, *wide)
 
 
 def _emitter(graph: Graph, data: bytes, keep_model_plan: bool = False) -> tuple[ModelEmitter, int]:
     """An emitter with every activation and scratch buffer at its planned offset (`arena_plan`), and the arena
     head of that plan."""
     plan = arena_plan(graph, data, keep_model_plan)
-    return ModelEmitter(graph, data, plan.offsets, plan.scratch, plan.fused_pads, plan.fast_scratch), plan.head_bytes
+    return (ModelEmitter(graph, data, plan.offsets, plan.scratch, plan.fused_pads, plan.fast_scratch,
+                         plan.wide_weights), plan.head_bytes)
 
 
 def _lower_all(graph: Graph, emitter: ModelEmitter) -> tuple[list[str], list[Blocker]]:

@@ -309,6 +309,12 @@ def _rounding_divide_by_pot(x: int, exponent: int) -> int:
     return (x >> exponent) + (1 if (x & mask) > threshold else 0)
 
 
+def multiply_by_quantized_multiplier(x: int, multiplier: int, shift: int) -> int:
+    """TFLM's MultiplyByQuantizedMultiplier of an int32 (the left shift wrapping as its int32 product does)."""
+    left, right = max(shift, 0), max(-shift, 0)
+    return _rounding_divide_by_pot(_srdhm(_wrap32(x * (1 << left)), multiplier), right)
+
+
 def _saturating_shl(x: int, exponent: int) -> int:
     threshold = (1 << (31 - exponent)) - 1
     return INT32_MAX if x > threshold else INT32_MIN if x < -threshold else _wrap32(x << exponent)

@@ -196,8 +196,9 @@ def estimate_footprint(graph: Graph, tflm_arena: Arena32 | None = None,
         arena_bytes = tflm_arena.arena_bytes if tflm_arena else tflm_plan(graph).head_bytes
         image_bytes = Path(graph.path).stat().st_size + RUNTIME_CODE_BYTES + TFLM_CODE_BYTES
     else:
-        arena_bytes = compiled_arena_bytes(graph) + ARENA_SLACK_BYTES
-        image_bytes = sum(constant_buffers.values()) + RUNTIME_CODE_BYTES
+        plan = arena_plan(graph, Path(graph.path).read_bytes())
+        arena_bytes = plan.head_bytes + ARENA_SLACK_BYTES
+        image_bytes = sum(constant_buffers.values()) + plan.wide_weight_bytes + RUNTIME_CODE_BYTES
     return FootprintEstimate(
         model=Path(graph.path).stem,
         arena_bytes=arena_bytes,

@@ -17,6 +17,7 @@ from lowtide.compile.lowering.emitter import (
     Unsupported,
     float_activation,
     pack_rows_by_four,
+    pack_row_pairs,
     quantized_activation,
     require,
     tensor_types,
@@ -144,20 +145,42 @@ def _fast_int8(e: ModelEmitter, op: Operator, name: str, kind: str, params: dict
         return None
     flags = ["0"]
     # SMMULR(2 acc, m) is the doubling high product while 2 acc fits int32: bound acc by |bias| + 128 sum|w|
-    acc_bound = int((np.abs(folded) + 128 * np.abs(rows).sum(axis=1)).max())
-    short = acc_bound < (1 << 30) and all(-31 < s < 0 for s in shifts) \
-        and all((abs(params["output_offset"]) + 1) << -s < (1 << 30) for s in shifts)
+    acc_bounds = [int(b) for b in np.abs(folded) + 128 * np.abs(rows).sum(axis=1)]
+    constants = _constant_channels(multipliers, shifts, acc_bounds, folded, rows, params)
+    varying = [c for c in range(out_c) if c not in constants]
+    short = all(acc_bounds[c] < (1 << 30) and -31 < shifts[c] < 0 for c in varying)
+    # the output offset rides in the rounding term while offset * 2^r fits it; else one add after the shift
+    offset_in_round = all((abs(params["output_offset"]) + 1) << -shifts[c] < (1 << 30) for c in varying)
     if short:
         flags.append("LT_SHORT_ACC")
+        if not offset_in_round:
+            flags.append("LT_OFFSET_AFTER")
     if (params["act_min"], params["act_max"]) == (-128, 127):
         flags.append("LT_FULL_RANGE")
     p = e.struct(f"{name}_params", "lt_conv_params", params)
-    rounds = [(1 << (-s - 1)) + (params["output_offset"] << -s) if short else 0 for s in shifts]
-    requant = ",\n    ".join(f"{{{m}, {s}, {r}}}" for m, s, r in zip(multipliers, shifts, rounds))
+    requant_rows = []
+    for c, (m, shift) in enumerate(zip(multipliers, shifts)):
+        if not short:
+            requant_rows.append((m, shift, 0, 0))
+        elif c in constants:  # x = round whatever the sum: (2 y + 1 + (0 or -1)) >> 1 = y, before the offset
+            requant_rows.append((0, -1, 1 + 2 * (constants[c] - (0 if offset_in_round else params["output_offset"])), 1))
+        else:
+            offset_term = params["output_offset"] << -shift if offset_in_round else 0
+            requant_rows.append((m, shift, (1 << (-shift - 1)) + offset_term, -shift))
+    if short and constants:  # their sums are not used: 0 keeps a doubled bias within int32
+        folded = folded.copy()
+        folded[list(constants)] = 0
+    requant = ",\n    ".join(f"{{{m}, {sh}, {r}, {right}}}" for m, sh, r, right in requant_rows)
     e.declarations.append(f"static const lt_requant {name}_requant[{out_c}] = {{\n    {requant}\n}};")
-    arrays = [e.array(f"{name}_bias", "int32_t", folded), f"{name}_requant"]
     whole_input = (params["batches"] * params["out_h"] * params["out_w"] == 1 and params["pad_h"] == params["pad_w"] == 0
                    and (params["filter_h"], params["filter_w"]) == (params["in_h"], params["in_w"]))
+    # int16 weights (depthwise, widened convolutions) doubled offline with the bias: the sums are 2 acc, which the
+    # short requantization needs (and 2 acc fits int32 where it applies), without a shift per output
+    doubled = short and not whole_input and (kind != "conv2d" or op.index in e.wide_weights)
+    scale = 2 if doubled else 1
+    if doubled:
+        flags.append("LT_DOUBLED_ACC")
+    arrays = [e.array(f"{name}_bias", "int32_t", folded * scale), f"{name}_requant"]
     if whole_input:  # one output pixel over the whole input: the input is its window, read in place
         e.whole_input.add(op.index)
         if kind == "conv2d":
@@ -174,10 +197,13 @@ def _fast_int8(e: ModelEmitter, op: Operator, name: str, kind: str, params: dict
         return f"{name}_run({e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
     if kind == "conv2d":
         k4 = -(-rows.shape[1] // 4) * 4
-        packed = np.zeros((out_c, k4), dtype=np.int8)
-        packed[:, :rows.shape[1]] = rows
-        filter_ref = e.array(f"{name}_filter", "int8_t", packed, aligned=True)
-        pixels = 2 if params["batches"] * params["out_h"] * params["out_w"] > 1 else 1
+        output_pixels = params["batches"] * params["out_h"] * params["out_w"]
+        e.matrix_layers[op.index] = (output_pixels, out_c * k4)
+        wide = op.index in e.wide_weights
+        filter_ref = e.array(f"{name}_filter", "uint32_t", pack_row_pairs(rows * scale, k4, wide), aligned=True)
+        if wide:
+            flags.append("LT_WIDE_WEIGHTS")
+        pixels = 2 if output_pixels > 1 else 1
         # lt_conv_s8_fast's rows, and its byte gather unless the layer is pointwise (read without im2col)
         pointwise = (params["filter_h"], params["filter_w"], params["stride_h"], params["stride_w"], params["pad_h"],
                      params["pad_w"]) == (1, 1, 1, 1, 0, 0) and (params["in_h"], params["in_w"]) == (
@@ -186,7 +212,7 @@ def _fast_int8(e: ModelEmitter, op: Operator, name: str, kind: str, params: dict
         function = "lt_conv_s8_fast"
     else:
         kh, kw = params["filter_h"], params["filter_w"]
-        taps = rows.reshape(out_c, kh, kw)
+        taps = rows.reshape(out_c, kh, kw) * scale
         if kw % 2:
             taps = np.concatenate([taps, np.zeros((out_c, kh, 1), dtype=np.int64)], axis=2)
         halves = taps.reshape(out_c, kh, -1, 2) & 0xFFFF
@@ -203,6 +229,25 @@ def _fast_int8(e: ModelEmitter, op: Operator, name: str, kind: str, params: dict
     fusion = e.fused_pads.get(op.index)
     source = fusion.source if fusion is not None else op.inputs[0]
     return f"{name}_run({e.pointer(source)}, {e.pointer(op.outputs[0], True)}, {scratch});"
+
+
+def _constant_channels(multipliers: list[int], shifts: list[int], acc_bounds: list[int], folded: np.ndarray,
+                       rows: np.ndarray, params: dict[str, int]) -> dict[int, int]:
+    """The channels whose output is one value whatever the input, and that value: all weights zero (the sum is
+    the folded bias: pruned channels, whose bias can be 2^30 and keep a whole layer off the short
+    requantization), a zero multiplier, or a right shift r so large that |(acc * m + 2^30) >> 31| <= 2^(r-1) - 1
+    for every sum the bound allows, which RoundingDivideByPOT takes to 0."""
+    constants = {}
+    for c, (m, shift, bound) in enumerate(zip(multipliers, shifts, acc_bounds)):
+        right = -shift
+        if not rows[c].any():
+            value = params["output_offset"] + q.multiply_by_quantized_multiplier(int(folded[c]), m, shift)
+        elif m == 0 or (right >= 2 and bound * m + (1 << 30) <= ((1 << (right - 1)) - 1) << 31):
+            value = params["output_offset"]
+        else:
+            continue
+        constants[c] = min(max(value, params["act_min"]), params["act_max"])
+    return constants
 
 
 def pad_fusions(e: ModelEmitter, fast_depthwise: set[int]) -> dict[int, PadFusion]:

@@ -117,7 +117,7 @@ class ModelEmitter:
 
     def __init__(self, graph: Graph, model_data: bytes, offsets: dict[int, int],
                  scratch: dict[int, list[int]] | None = None, fused_pads: dict[int, PadFusion] | None = None,
-                 fast_scratch: dict[int, int] | None = None):
+                 fast_scratch: dict[int, int] | None = None, wide_weights: frozenset[int] = frozenset()):
         self.graph = graph
         self.sg = graph.main
         self.raw_tensors = graph.raw.subgraphs[0].tensors
@@ -136,6 +136,9 @@ class ModelEmitter:
         self.in_place_safe: set[int] = set()
         # Fast layers whose one window is their whole input, unpadded: a PAD before one cannot be absorbed
         self.whole_input: set[int] = set()
+        # CONV_2D matrix layers (lt_conv_s8_fast) -> (output pixels, int8 filter bytes), for choosing `wide_weights`
+        self.matrix_layers: dict[int, tuple[int, int]] = {}
+        self.wide_weights = wide_weights  # matrix layers whose filter is int16 (`pack_wide_weights`), as planned
         self.resources, self._handles = self._resource_variables()
 
     # ---- resource variables ------------------------------------------------------------------------------
@@ -326,6 +329,23 @@ def pack_rows_by_four(rows: np.ndarray) -> np.ndarray:
     blocks = count // 4 * 4
     interleaved = padded[:blocks].reshape(-1, 4, words, 4).transpose(0, 2, 1, 3)
     return np.concatenate([interleaved.reshape(-1), padded[blocks:].reshape(-1)]).view("<u4")
+
+
+def pack_row_pairs(rows: np.ndarray, k4: int, wide: bool) -> np.ndarray:
+    """Weight rows [R][K] as the words `lt_matmul_2_s8` or, `wide`, `lt_matmul_2_w16` (lt_conv_dsp.h) reads:
+    each row zero-padded to k4 values, each pair of rows interleaved by 4 values (row r's, then row r + 1's), a
+    last odd row alone. Plain: the int8 values, a word per 4. Wide: the values (int8, or twice them where the layer
+    doubles its sums) as int16 in SXTB16 order, two words per 4 (values 0 and 2, then 1 and 3, the first in the
+    low half)."""
+    count, depth = rows.shape
+    padded = np.zeros((count, k4), dtype=np.int16 if wide else np.int8)
+    padded[:, :depth] = rows
+    groups = padded.reshape(count, k4 // 4, 4)
+    if wide:
+        groups = groups[:, :, [0, 2, 1, 3]]
+    pairs = count // 2 * 2
+    interleaved = groups[:pairs].reshape(-1, 2, k4 // 4, 4).transpose(0, 2, 1, 3)
+    return np.ascontiguousarray(np.concatenate([interleaved.reshape(-1), groups[pairs:].reshape(-1)])).view("<u4")
 
 
 def folded_bias(bias: np.ndarray | None, zero_point: int, rows: np.ndarray) -> np.ndarray:
