@@ -77,6 +77,8 @@ _NO_PROBE = ("open failed", "unable to find a matching CMSIS-DAP device", "No J-
 _PROBE_DENIED = "LIBUSB_ERROR_ACCESS"
 # Sections of a GCC ELF that are neither loaded into flash nor RAM.
 _UNLOADED_SECTIONS = (".comment", ".ARM.attributes", ".debug", ".stab", ".note", ".gnu")
+# Sections placed in writable memory (.data loaded from flash, the others not loaded); the loaded rest is in flash.
+RAM_SECTIONS = (".data", ".bss", ".stack", ".heap", ".noinit")
 
 
 @dataclass(frozen=True)
@@ -120,30 +122,43 @@ def _size_tool() -> str:
     return str(found)
 
 
-def read_firmware_image(elf: Path, platformio_env: str) -> FirmwareImage:
-    """Sizes `elf` from `arm-none-eabi-size -A`: .data and .bss are static RAM, .stack is the stack region, and
-    every other loaded section is flash (.data's initial values are in flash too)."""
+@dataclass(frozen=True)
+class ElfSection:
+    """One section of an ELF, as `arm-none-eabi-size -A` lists it."""
+
+    name: str
+    size: int
+    address: int  # 0 for the sections that are not loaded (.comment, .ARM.attributes, debug information)
+
+
+def elf_sections(elf: Path) -> list[ElfSection]:
+    """`elf`'s sections, from `arm-none-eabi-size -A`."""
     try:
         done = subprocess.run([_size_tool(), "-A", str(elf)], capture_output=True, text=True, timeout=60, check=False)
     except subprocess.TimeoutExpired:
         raise LowtideError("arm-none-eabi-size took longer than 60 s", elf) from None
     if done.returncode != 0:
         raise LowtideError(f"arm-none-eabi-size failed: {done.stderr.strip() or done.returncode}", elf)
+    return [ElfSection(fields[0], int(fields[1]), int(fields[2])) for fields in map(str.split, done.stdout.splitlines())
+            if len(fields) == 3 and fields[0].startswith(".") and fields[1].isdigit() and fields[2].isdigit()]
+
+
+def read_firmware_image(elf: Path, platformio_env: str) -> FirmwareImage:
+    """Sizes `elf` from its sections: .data and .bss are static RAM, .stack is the stack region, and every other
+    loaded section is flash (.data's initial values are in flash too)."""
     sizes: dict[str, int] = {}
-    for line in done.stdout.splitlines():
-        fields = line.split()
-        if len(fields) == 3 and fields[0].startswith(".") and fields[1].isdigit():
-            sizes[fields[0]] = sizes.get(fields[0], 0) + int(fields[1])
+    for section in elf_sections(elf):
+        sizes[section.name] = sizes.get(section.name, 0) + section.size
 
     def total(*prefixes: str) -> int:
         return sum(size for name, size in sizes.items() if name.startswith(prefixes))
 
-    ram_only = total(".bss", ".stack", ".heap", ".noinit")
+    data = total(".data")  # in RAM, and its initial values in flash
     return FirmwareImage(
         elf=elf,
         platformio_env=platformio_env,
-        flash_bytes=sum(sizes.values()) - total(*_UNLOADED_SECTIONS) - ram_only,
-        data_bytes=total(".data"),
+        flash_bytes=sum(sizes.values()) - total(*_UNLOADED_SECTIONS) - (total(*RAM_SECTIONS) - data),
+        data_bytes=data,
         bss_bytes=total(".bss"),
         stack_bytes=total(".stack"),
     )
@@ -192,23 +207,44 @@ def _run_pio(project: Path, args: list[str], timeout: float, what: str, log_path
         raise LowtideError(f"{what} failed: {detail}")
 
 
-_MEMORY_REGION = re.compile(r"^\s*(\w+)\s*\(([rwx!]+)\)\s*:\s*ORIGIN\s*=\s*\w+\s*,\s*LENGTH\s*=\s*(\d+)\s*([KM]?)", re.M)
+_MEMORY_REGION = re.compile(r"^\s*(\w+)\s*\(([rwx!]+)\)\s*:\s*ORIGIN\s*=\s*(\w+)\s*,\s*LENGTH\s*=\s*(\d+)\s*([KM]?)",
+                            re.M)
 
 
-def linker_memory(script: Path) -> tuple[int, int]:
-    """(RAM, flash) bytes of a linker script's MEMORY regions: writable regions are RAM, the others flash."""
+@dataclass(frozen=True)
+class MemoryRegion:
+    """One region of a linker script's MEMORY command."""
+
+    name: str
+    origin: int
+    length: int
+    writable: bool  # RAM; a region without "w" is flash
+
+    def holds(self, section: ElfSection) -> bool:
+        return self.origin <= section.address and section.address + section.size <= self.origin + self.length
+
+
+def linker_regions(script: Path) -> list[MemoryRegion]:
+    """The regions of a linker script's MEMORY command."""
     try:
         text = script.read_text()
     except OSError as exc:
         raise LowtideError(f"cannot read the env's linker script: {exc.strerror}", script) from None
-    ram = flash = 0
-    for _, attributes, length, unit in _MEMORY_REGION.findall(text):
-        nbytes = int(length) * {"": 1, "K": 1024, "M": 1024 * 1024}[unit]
-        if "w" in attributes:
-            ram += nbytes
-        else:
-            flash += nbytes
-    return ram, flash
+    regions = []
+    for name, attributes, origin, length, unit in _MEMORY_REGION.findall(text):
+        try:
+            start = int(origin, 0)
+        except ValueError:
+            raise LowtideError(f"the linker script's region {name} has ORIGIN = {origin}, not a number", script) from None
+        regions.append(MemoryRegion(name, start, int(length) * {"": 1, "K": 1024, "M": 1024 * 1024}[unit],
+                                    "w" in attributes))
+    return regions
+
+
+def linker_memory(script: Path) -> tuple[int, int]:
+    """(RAM, flash) bytes of a linker script's MEMORY regions: writable regions are RAM, the others flash."""
+    regions = linker_regions(script)
+    return (sum(r.length for r in regions if r.writable), sum(r.length for r in regions if not r.writable))
 
 
 def check_memory_map(spec: BoardSpec) -> None:
