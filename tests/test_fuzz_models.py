@@ -1,5 +1,6 @@
-"""A structured fuzzer: change one field of a real model's flatbuffer object tree (the schema's object API), then
-run every command on it, in process and as a subprocess. Whatever the change, lowtide keeps its promise: no signal,
+"""A structured fuzzer: change one field of a real model's flatbuffer object tree (the schema's object API), or
+the declared shape of an operator's output (in those models and in a small model per operator the compiler lowers),
+then run every command on it, in process and as a subprocess. Whatever the change, lowtide keeps its promise: no signal,
 no traceback, exit 0, or exit 2 with one line naming the input file, and no file left behind.
 
 CI runs a small fixed budget (derandomized, so a failure reproduces); `make fuzz` runs longer:
@@ -26,6 +27,10 @@ from conftest import SHARED_MODELS
 from hostile import COMMANDS, assert_kept_promise, run_in_process, run_subprocess, serialise_isolated
 from lowtide.model import read_model
 from lowtide.model.builder import demo_model
+from lowtide.model.schema import BUILTIN_NAMES, builtin_code
+from lowtide.model.shapes import RULES
+from test_compile import TinyModel
+from test_declared_shapes import CASES
 
 # Small models covering the shapes of graph lowtide meets: a plain chain, a CNN, SVDF with state, and two subgraphs
 # with CALL_ONCE and resource variables; plus the builder's irregularly wired demo model.
@@ -75,8 +80,43 @@ def _fields(obj, path=()) -> list[Field]:
 _FIELDS = {name: [f for f in _fields(raw) if not f.path[-1].endswith("Type")] for name, raw in _RAW.items()}
 
 
+def _case_raw(opcode: str):
+    m = TinyModel()
+    m.sg.inputs, m.sg.outputs = (list(t) for t in CASES[opcode](m))
+    return m.model
+
+
+# Shape mutations also run on one small model per operator the compiler lowers (test_declared_shapes' cases).
+_SHAPE_RAW = {**_RAW, **{f"case_{opcode.lower()}": _case_raw(opcode) for opcode in sorted(CASES)}}
+# source -> (subgraph, tensor) of every output of an operator lowtide.model.shapes has a rule for
+_COMPUTED_OUTPUTS = {
+    name: [(k, int(t)) for k, sg in enumerate(raw.subgraphs) for op in sg.operators or []
+           if BUILTIN_NAMES.get(builtin_code(raw.operatorCodes[op.opcodeIndex])) in RULES
+           for t in (op.outputs if op.outputs is not None else []) if t >= 0 and sg.tensors[t].shape is not None and len(sg.tensors[t].shape)]
+    for name, raw in _SHAPE_RAW.items()}
+
+
 @st.composite
-def mutations(draw):
+def shape_mutations(draw):
+    """(source model, path, new shape): an operator's output declared with one dimension off by one, doubled,
+    or one, or with a dimension more or fewer."""
+    source = draw(st.sampled_from(sorted(s for s in _SHAPE_RAW if _COMPUTED_OUTPUTS[s])))
+    subgraph, tensor = draw(st.sampled_from(_COMPUTED_OUTPUTS[source]))
+    shape = [int(d) for d in _SHAPE_RAW[source].subgraphs[subgraph].tensors[tensor].shape]
+    axis = draw(st.integers(0, len(shape) - 1))
+    how = draw(st.sampled_from(("less", "more", "double", "one", "append", "drop")))
+    if how == "append":
+        new = shape + [1]
+    elif how == "drop":
+        new = shape[:axis] + shape[axis + 1:]
+    else:
+        new = list(shape)
+        new[axis] = {"less": shape[axis] - 1, "more": shape[axis] + 1, "double": 2 * shape[axis], "one": 1}[how]
+    return source, ("subgraphs", subgraph, "tensors", tensor, "shape"), np.array(new, dtype=np.int32)
+
+
+@st.composite
+def field_mutations(draw):
     """(source model, path, new value). Union type tags (`...Type`) are left alone: changing one without its
     table only tests the flatbuffers library."""
     source = draw(st.sampled_from(sorted(_RAW)))
@@ -123,8 +163,11 @@ def mutations(draw):
     return source, field.path, new
 
 
+mutations = st.one_of(field_mutations(), shape_mutations())
+
+
 def _mutated(source: str, path: tuple, value) -> bytes | None:
-    raw = copy.deepcopy(_RAW[source])
+    raw = copy.deepcopy(_SHAPE_RAW[source])
     target = raw
     for part in path[:-1]:
         target = target[part] if isinstance(part, int) else getattr(target, part)
@@ -137,6 +180,8 @@ def _check_every_command(mutation, runner, deadline: float) -> None:
         return  # the time is up: the remaining examples pass without running
     data = _mutated(*mutation)
     event("the schema cannot store the value" if data is None else "model written")
+    if mutation[1][-1] == "shape":
+        event("a declared shape changed")
     if data is None:
         return
     with tempfile.TemporaryDirectory(prefix="lowtide-fuzz-") as tmp:
@@ -161,13 +206,13 @@ _TIMEOUT = pytest.mark.timeout(0 if LONG_RUN else 600)
 
 @_TIMEOUT
 @settings(max_examples=EXAMPLES, **_SETTINGS)
-@given(mutations())
+@given(mutations)
 def test_every_command_on_a_mutated_model_in_process(mutation):
     _check_every_command(mutation, run_in_process, DEADLINES["in_process"])
 
 
 @_TIMEOUT
 @settings(max_examples=SUBPROCESS_EXAMPLES, **_SETTINGS)
-@given(mutations())
+@given(mutations)
 def test_every_command_on_a_mutated_model_as_a_subprocess(mutation):
     _check_every_command(mutation, run_subprocess, DEADLINES["subprocess"])

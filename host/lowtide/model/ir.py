@@ -132,5 +132,30 @@ class Graph:
         return np.frombuffer(bytes(data), dtype=np.dtype(t.dtype).newbyteorder("<")).reshape(t.shape)
 
 
+def resource_key(op: Operator) -> tuple[bytes, bytes]:
+    """The resource variable a VAR_HANDLE names: its container and shared name."""
+    return bytes(getattr(op.options, "container", None) or b""), bytes(getattr(op.options, "sharedName", None) or b"")
+
+
+def variable_handles(graph: Graph) -> dict[tuple[int, int], tuple[bytes, bytes]]:
+    """(subgraph, resource tensor) -> the resource variable of the VAR_HANDLE writing it."""
+    return {(sg.index, op.outputs[0]): resource_key(op) for sg in graph.subgraphs for op in sg.operators
+            if op.opcode == "VAR_HANDLE" and op.outputs}
+
+
+def first_assignments(graph: Graph) -> dict[tuple[bytes, bytes], tuple[int, int]]:
+    """Resource variable -> (subgraph, value tensor) of its first ASSIGN_VARIABLE in Prepare order (subgraph 0
+    first), which sets its size in TFLM's MicroResourceVariables."""
+    handles = variable_handles(graph)
+    found: dict[tuple[bytes, bytes], tuple[int, int]] = {}
+    for sg in graph.subgraphs:
+        for op in sg.operators:
+            if op.opcode == "ASSIGN_VARIABLE" and len(op.inputs) > 1 and min(op.inputs[:2]) >= 0:
+                key = handles.get((sg.index, op.inputs[0]))
+                if key is not None:
+                    found.setdefault(key, (sg.index, op.inputs[1]))
+    return found
+
+
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()

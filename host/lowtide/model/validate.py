@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from lowtide.errors import ModelError
-from lowtide.model import padding
+from lowtide.model import shapes
 from lowtide.model.ir import Graph, Operator, Subgraph, Tensor, TensorKind
 from lowtide.model.offline_memory import NAME as OFFLINE_PLAN_NAME
 from lowtide.model.offline_memory import VERSION, OfflinePlan, PlanFormatError
@@ -440,57 +440,35 @@ def _svdf_rank(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
         yield f"rank = {op.options.rank}"
 
 
-def _computed_output_shape(sg: Subgraph, op: Operator) -> tuple[int, ...] | None:
-    """The shape TFLM's kernel computes for output 0 from the inputs and options, where lowtide relies on the
-    declared one (the compiler sizes per-channel quantization and loop bounds from it); None where it does not
-    judge (other operators, or inputs of ranks the rank check already refuses)."""
-    # rewrite depends on model: imported when needed
-    from lowtide.rewrite.regions import BINARY_OPCODES, CONV_OPCODES, POOL_OPCODES, UNARY_OPCODES
-
-    shapes = [tuple(sg.tensors[t].shape) if t >= 0 else None for t in op.inputs]
-    if not shapes or shapes[0] is None:
-        return None
-    x = shapes[0]
-    second = shapes[1] if len(shapes) >= 2 else None
+def _judged_options(op: Operator) -> bool:
+    """The shape rules read the options only when they are of the class the kernel reads (_options_type says
+    when they are not)."""
     expected = _OPTIONS.get(op.opcode, (None, False))[0]
-    if op.options is not None and expected is not None and type(op.options).__name__ != expected:
-        return None  # options of another type: _options_type says so
-    if op.opcode in CONV_OPCODES | POOL_OPCODES:
-        if len(x) != 4 or op.options is None:
-            return None
-        o = op.options
-        if op.opcode in CONV_OPCODES:
-            if second is None or len(second) != 4:
-                return None
-            kernel, dilation = second[1:3], (o.dilationHFactor, o.dilationWFactor)
-            channels = second[0] if op.opcode == "CONV_2D" else second[3]
-        else:
-            kernel, dilation, channels = (o.filterHeight, o.filterWidth), (1, 1), x[3]
-        if min(*kernel, *dilation, o.strideH, o.strideW) < 1 or o.padding not in (padding.SAME, padding.VALID):
-            return None  # the window check refuses these
-        return (x[0], padding.output_size(o.padding, x[1], kernel[0], o.strideH, dilation[0]),
-                padding.output_size(o.padding, x[2], kernel[1], o.strideW, dilation[1]), channels)
-    if op.opcode == "FULLY_CONNECTED":
-        if second is None or len(second) != 2 or not op.outputs:
-            return None
-        declared = tuple(sg.tensors[op.outputs[0]].shape)
-        return (*declared[:-1], second[0]) if declared else None  # the units; TFLM flattens the rest itself
-    if op.opcode in UNARY_OPCODES:
-        return x
-    if op.opcode in BINARY_OPCODES and second is not None:
+    return op.options is None or expected is None or type(op.options).__name__ == expected
+
+
+@_check(OPERATOR_CHECKS)
+def _operand_shapes(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
+    """operand shapes do not fit the operator"""
+    if _judged_options(op):
         try:
-            return tuple(int(d) for d in np.broadcast_shapes(x, second))
-        except ValueError:
-            return None
-    return None
+            shapes.computed_outputs(m.graph, sg, op)
+        except shapes.OperandShapes as exc:
+            yield str(exc)
 
 
 @_check(OPERATOR_CHECKS)
 def _declared_shape(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
     """declared output shape is not the one the operator computes"""
-    computed = _computed_output_shape(sg, op)
-    if computed is not None and op.outputs and tuple(sg.tensors[op.outputs[0]].shape) != computed:
-        yield f"output {op.outputs[0]} is declared {list(sg.tensors[op.outputs[0]].shape)}, computed {list(computed)}"
+    if not _judged_options(op):
+        return
+    try:
+        computed = shapes.computed_outputs(m.graph, sg, op)
+    except shapes.OperandShapes:
+        return  # _operand_shapes says so
+    for t, expected in zip(op.outputs, computed):
+        if expected is not None and t >= 0 and not expected.matches(sg.tensors[t].shape):
+            yield f"output {t} is declared {list(sg.tensors[t].shape)}, computed {expected}"
 
 
 # ---- OfflineMemoryAllocation -------------------------------------------------------------------------------------

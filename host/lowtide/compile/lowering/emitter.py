@@ -11,7 +11,7 @@ from typing import cast
 import numpy as np
 
 from lowtide.compile import quantization as q
-from lowtide.model.ir import Graph, Operator, Tensor, TensorKind
+from lowtide.model.ir import Graph, Operator, Tensor, TensorKind, first_assignments, variable_handles
 from lowtide.model.reader import buffer_bytes
 
 MAX_DIMS = 6
@@ -53,10 +53,6 @@ class ResourceVariable:
     member: str
     nbytes: int
     reset_byte: int
-
-
-def _resource_key(op: Operator) -> tuple[bytes, bytes]:
-    return bytes(op.options.container or b""), bytes(op.options.sharedName or b"")
 
 
 @dataclass(frozen=True)
@@ -143,21 +139,14 @@ class ModelEmitter:
 
     # ---- resource variables ------------------------------------------------------------------------------
     def _resource_variables(self) -> tuple[dict[tuple[bytes, bytes], ResourceVariable], dict[tuple[int, int], tuple]]:
-        handles = {(sg.index, op.outputs[0]): _resource_key(op) for sg in self.graph.subgraphs
-                   for op in sg.operators if op.opcode == "VAR_HANDLE"}
         resources: dict[tuple[bytes, bytes], ResourceVariable] = {}
-        for sg in self.graph.subgraphs:
-            raw = self.graph.raw.subgraphs[sg.index].tensors
-            for op in sg.operators:
-                key = handles.get((sg.index, op.inputs[0])) if op.opcode == "ASSIGN_VARIABLE" else None
-                if key is None or key in resources:
-                    continue
-                value = sg.tensors[op.inputs[1]]
-                qp = raw[op.inputs[1]].quantization
-                zero = int(qp.zeroPoint[0]) if value.dtype == "int8" and qp is not None and qp.zeroPoint is not None \
-                    and len(qp.zeroPoint) else 0
-                resources[key] = ResourceVariable(f"resource{len(resources)}", value.nbytes, zero)
-        return resources, handles
+        for key, (subgraph, index) in first_assignments(self.graph).items():
+            value = self.graph.subgraphs[subgraph].tensors[index]
+            qp = self.graph.raw.subgraphs[subgraph].tensors[index].quantization
+            zero = int(qp.zeroPoint[0]) if value.dtype == "int8" and qp is not None and qp.zeroPoint is not None \
+                and len(qp.zeroPoint) else 0
+            resources[key] = ResourceVariable(f"resource{len(resources)}", value.nbytes, zero)
+        return resources, variable_handles(self.graph)
 
     def resource(self, subgraph: int, handle: int, nbytes: int) -> str:
         """The state member behind a resource tensor; every read and assignment must move the same bytes."""

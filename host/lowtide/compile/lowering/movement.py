@@ -12,6 +12,7 @@ from lowtide.compile.lowering.emitter import (
     MAX_DIMS,
     Kernel,
     ModelEmitter,
+    Unsupported,
     c_float,
     element_size,
     fused_activation,
@@ -21,6 +22,7 @@ from lowtide.compile.lowering.emitter import (
     tensor_types,
 )
 from lowtide.model.ir import Operator, TensorKind
+from lowtide.model.shapes import OperandShapes, strided_slice_axes
 
 
 def lower_reshape(e, op, name):
@@ -217,33 +219,16 @@ def lower_strided_slice(e, op, name):
     end = [int(v) for v in e.constant_values(op.inputs[2]).reshape(-1)]
     step = [int(v) for v in e.constant_values(op.inputs[3]).reshape(-1)]
     shape = t_in.shape
-    require(len(begin) == len(shape), "begin/end/strides must cover every dimension")
-    big = 1 << 31
-    dims, src_start, src_steps = [], 0, []
+    require(len(begin) == len(end) == len(step) == len(shape), "begin/end/strides must cover every dimension")
+    try:
+        axes = strided_slice_axes(shape, begin, end, step, o.beginMask, o.endMask, o.shrinkAxisMask,
+                                  bool(getattr(o, "offset", False)))
+    except OperandShapes as exc:
+        raise Unsupported(str(exc)) from None
     in_st = strides(shape)
-    for axis, size in enumerate(shape):
-        # StartForAxis / StopForAxis of strided_slice_logic.h
-        stride = step[axis]
-        require(stride != 0, "zero stride")
-        start = begin[axis]
-        if o.beginMask & (1 << axis):
-            start = -big if stride > 0 else big - 1
-        if start < 0:
-            start += size
-        start = min(max(start, 0), size) if stride > 0 else min(max(start, -1), size - 1)
-        if o.shrinkAxisMask & (1 << axis):
-            stop = start + 1
-        else:
-            stop = begin[axis] + end[axis] if getattr(o, "offset", False) else end[axis]
-            if o.endMask & (1 << axis):
-                stop = big - 1 if stride > 0 else -big
-            if stop < 0:
-                stop += size
-            stop = min(max(stop, 0), size) if stride > 0 else min(max(stop, -1), size - 1)
-        n = len(range(start, stop, stride))
-        dims.append(n)
-        src_start += start * in_st[axis] if n else 0
-        src_steps.append(stride * in_st[axis])
+    dims = [a.count for a in axes]
+    src_start = sum(a.start * st for a, st in zip(axes, in_st) if a.count)
+    src_steps = [a.step * st for a, st in zip(axes, in_st)]
     require(math.prod(dims) == math.prod(t_out.shape), "output size does not match the slice")
     return _copy_strided(e, f"{name}_params", dims, View(op.inputs[0], src_start, tuple(src_steps)),
                          View(op.outputs[0], 0, tuple(strides(tuple(dims)))))

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from lowtide.compile.lowering.emitter import C_TYPES, STATE_OBJECT, Kernel, _resource_key, require
+from lowtide.compile.lowering.emitter import C_TYPES, STATE_OBJECT, Kernel, require
+from lowtide.model.ir import resource_key
 
 
 def lower_var_handle(e, op, name):
     """Handles are resolved at compile time: READ_VARIABLE and ASSIGN_VARIABLE name the state member."""
-    variable = e.resources.get(_resource_key(op))
-    require(variable is not None, f"resource variable {_resource_key(op)[1].decode(errors='replace')} is never "
+    variable = e.resources.get(resource_key(op))
+    require(variable is not None, f"resource variable {resource_key(op)[1].decode(errors='replace')} is never "
                                   f"assigned")
     return f"/* handle of {STATE_OBJECT}.{variable.member} */"
 
