@@ -19,10 +19,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import Progress
+from rich.progress import Progress, TaskID
 
 from lowtide.compile import verify_compiled
 from lowtide.errors import LowtideError
@@ -67,52 +68,58 @@ def slowest_layers(path: Path, console: Console) -> str:
     return ", ".join(f"{i} {operators[i].opcode} {count / 1e3:,.0f} k" for i, count in ranked)
 
 
+def speed_row(path: Path, progress: Progress, task: TaskID, console: Console) -> tuple[str, dict[str, float], int]:
+    """One model's table row, its compiled / CMSIS-NN ratio per board, and how many of its figures failed."""
+    name = path.stem
+    cells, ram, ratios, failures = [], "", {}, 0
+    for board in SPEED_BOARDS:
+        figures = {}
+        for runtime in SPEED_RUNTIMES:
+            progress.update(task, description=f"{name} {runtime} on {board}")
+            figures[runtime] = measure(path, board, runtime)
+            progress.advance(task)
+        text = []
+        for runtime in SPEED_RUNTIMES:
+            f = figures[runtime]
+            if isinstance(f, str):
+                failures += 1
+                text.append(f"failed: {f[:60]}")
+                continue
+            exact = "" if f["outputs_match"] else " MISMATCH"
+            failures += not f["outputs_match"]
+            text.append(f"{f['latency_cycles']['median'] / 1e6:,.2f} M{exact}")
+        compiled, cmsis = figures["compiled"], figures["tflm-cmsis-nn"]
+        if not isinstance(compiled, str) and not isinstance(cmsis, str):
+            ratios[board] = compiled["latency_cycles"]["median"] / cmsis["latency_cycles"]["median"]
+            text.append(f"{ratios[board]:.2f}")
+        else:
+            text.append("")
+        cells += text
+        reference = figures["tflm"]
+        if board == "qemu-m4" and not isinstance(compiled, str) and not isinstance(reference, str):
+            # static RAM holds the arena and the runtime's state in both firmwares; the TFLM arena is
+            # arena_capacity_bytes (its size), the compiled one the plan + 1 KiB painted slack
+            tflm_total = reference["static_ram_bytes"]
+            compiled_total = compiled["static_ram_bytes"]
+            ram = f"{compiled_total:,} | {tflm_total:,} | {compiled_total / tflm_total:.2f}"
+    reference_cycles = REFERENCE_CYCLES.get(name)
+    best = f"{reference_cycles[1] / 1e6:,.3f} M ({reference_cycles[0]})" if reference_cycles else ""
+    row = f"| {name} | {' | '.join(cells)} | {ram or ' | | '} | {best} | {slowest_layers(path, console)} |"
+    return row, ratios, failures
+
+
 def speed(args, command: str, console: Console) -> int:
     """Instructions per inference under QEMU -icount for every runtime and board, and the compiled RAM next to
-    TFLM's measured total (arena + static RAM of the TFLM firmware less the compiled firmware's own)."""
-    rows, ratios, failures = [], {b: [] for b in SPEED_BOARDS}, 0
+    TFLM's measured total (arena + static RAM of the TFLM firmware less the compiled firmware's own). `--jobs`
+    models at a time: every figure is an instruction count, the same under any load."""
     models = args.only or sorted(path.stem for path in args.models.glob("*.tflite"))
-    with Progress(console=console) as progress:
+    with Progress(console=console) as progress, ThreadPoolExecutor(max_workers=args.jobs) as pool:
         task = progress.add_task("measuring", total=len(models) * len(SPEED_BOARDS) * len(SPEED_RUNTIMES))
-        for name in models:
-            path = args.models / f"{name}.tflite"
-            cells, ram = [], ""
-            for board in SPEED_BOARDS:
-                figures = {}
-                for runtime in SPEED_RUNTIMES:
-                    progress.update(task, description=f"{name} {runtime} on {board}")
-                    figures[runtime] = measure(path, board, runtime)
-                    progress.advance(task)
-                text = []
-                for runtime in SPEED_RUNTIMES:
-                    f = figures[runtime]
-                    if isinstance(f, str):
-                        failures += 1
-                        text.append(f"failed: {f[:60]}")
-                        continue
-                    exact = "" if f["outputs_match"] else " MISMATCH"
-                    failures += not f["outputs_match"]
-                    text.append(f"{f['latency_cycles']['median'] / 1e6:,.2f} M{exact}")
-                compiled, cmsis = figures["compiled"], figures["tflm-cmsis-nn"]
-                if not isinstance(compiled, str) and not isinstance(cmsis, str):
-                    ratio = compiled["latency_cycles"]["median"] / cmsis["latency_cycles"]["median"]
-                    ratios[board].append(ratio)
-                    text.append(f"{ratio:.2f}")
-                else:
-                    text.append("")
-                cells += text
-                reference = figures["tflm"]
-                if board == "qemu-m4" and not isinstance(compiled, str) and not isinstance(reference, str):
-                    # static RAM holds the arena and the runtime's state in both firmwares; the TFLM arena is
-                    # arena_capacity_bytes (its size), the compiled one the plan + 1 KiB painted slack
-                    tflm_total = reference["static_ram_bytes"]
-                    compiled_total = compiled["static_ram_bytes"]
-                    ram = f"{compiled_total:,} | {tflm_total:,} | {compiled_total / tflm_total:.2f}"
-            progress.update(task, description=f"{name} compiled per operator")
-            reference = REFERENCE_CYCLES.get(name)
-            best = f"{reference[1] / 1e6:,.3f} M ({reference[0]})" if reference else ""
-            rows.append(f"| {name} | {' | '.join(cells)} | {ram or ' | | '} | {best} | "
-                        f"{slowest_layers(path, console)} |")
+        results = list(pool.map(lambda name: speed_row(args.models / f"{name}.tflite", progress, task, console),
+                                models))
+    rows = [row for row, _, _ in results]
+    failures = sum(count for _, _, count in results)
+    ratios = {board: [r[board] for _, r, _ in results if board in r] for board in SPEED_BOARDS}
     m4, m7 = geomean(ratios["qemu-m4"]), geomean(ratios["qemu-m7"])
     body = "\n".join([
         "## `lowtide compile`: instructions per inference next to TFLM and TFLM with CMSIS-NN",
@@ -164,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--doc", type=Path, default=DOC)
     parser.add_argument("--speed", action="store_true", help="instructions per inference on qemu-m4 and qemu-m7")
     parser.add_argument("--only", nargs="+", metavar="MODEL", help="with --speed: these models (default: every model in --models)")
+    parser.add_argument("--jobs", type=int, default=1, help="with --speed: models measured at a time")
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     command = " ".join(["python benchmarks/compile_bench.py", *argv])
