@@ -1,6 +1,7 @@
 """Benchmark `lowtide compile`: RAM of the compiled model next to TFLM's, on every shared model it supports, and
 (`--speed`) instructions per inference of the compiled model, TFLM with its reference kernels and TFLM with
-CMSIS-NN on the emulated Cortex-M4 and M7.
+CMSIS-NN on the emulated Cortex-M4 and M7; (`--armv8m`) the same three runtimes on the emulated Cortex-M33 and
+Cortex-M55 (Helium) for the MLPerf Tiny models, with each TFLM arena measured against lowtide's prediction.
 
 For each model: TFLM's arena total for the stock model (host interpreter), then the compiled model's RAM (arena
 head + writable globals) for the stock operator order and for the model after `lowtide optimize`. Both compiled
@@ -9,6 +10,7 @@ qemu-m7 for each runtime (outputs compared with the host TFLM on the board). Run
 
     python benchmarks/compile_bench.py
     python benchmarks/compile_bench.py --speed [--only MODEL ...]
+    python benchmarks/compile_bench.py --armv8m [--only MODEL ...]
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ REFERENCE_CYCLES = {
 SLOWEST_LAYERS = 3
 SPEED_BOARDS = ("qemu-m4", "qemu-m7")
 SPEED_RUNTIMES = ("compiled", "tflm", "tflm-cmsis-nn")
+ARMV8M_SECTION = "compile-armv8m"
+ARMV8M_BOARDS = {"qemu-m33": "cortex-m33", "qemu-m55": "cortex-m55"}
+ARMV8M_MODELS = ("mlperf_ad01_int8", "mlperf_ic_resnet8_int8", "mlperf_kws_dscnn_int8", "mlperf_vww_96_int8")
 
 
 def measure(path: Path, board: str, runtime: str, profile: bool = False) -> dict | str:
@@ -165,18 +170,122 @@ def speed(args, command: str, console: Console) -> int:
     return 1 if failures else 0
 
 
+def _arena_cell(figures: dict) -> str:
+    """A TFLM run's arena: what its allocator used on the board against lowtide's prediction for the core."""
+    used, predicted = figures["arena_used_bytes"], figures["arena_predicted_used_bytes"]
+    if used == predicted:
+        return f"{used:,} exact"
+    return f"{used:,} vs {predicted:,} ({used - predicted:+,})"
+
+
+def armv8m(args, command: str, console: Console) -> int:
+    """Instructions per inference of every runtime on the Cortex-M33 and M55 boards, TFLM's arena on each against
+    lowtide's prediction for that core, and the outputs against the host TFLM."""
+    rows, ratios, failures = [], {b: [] for b in ARMV8M_BOARDS}, 0
+    exact = identical = tflm_runs = runs = 0
+    models = args.only or list(ARMV8M_MODELS)
+    with Progress(console=console) as progress:
+        task = progress.add_task("measuring", total=len(models) * len(ARMV8M_BOARDS) * len(SPEED_RUNTIMES))
+        for name in models:
+            path = args.models / f"{name}.tflite"
+            for board, core in ARMV8M_BOARDS.items():
+                figures: dict[str, dict | str] = {}
+                for runtime in SPEED_RUNTIMES:
+                    progress.update(task, description=f"{name} {runtime} on {board}")
+                    figures[runtime] = measure(path, board, runtime)
+                    progress.advance(task)
+                instructions, arenas, mismatches = [], [], []
+                for runtime in SPEED_RUNTIMES:
+                    f = figures[runtime]
+                    if isinstance(f, str):
+                        failures += 1
+                        instructions.append(f"failed: {f}")
+                        arenas.append("")
+                        continue
+                    runs += 1
+                    identical += f["outputs_match"]
+                    if not f["outputs_match"]:
+                        failures += 1
+                        mismatches.append(runtime)
+                    instructions.append(f"{f['latency_cycles']['median'] / 1e6:,.2f} M")
+                    if runtime == "compiled":
+                        arenas.append(f"{f['board_planned_bytes']:,} / {f['arena_high_water_bytes']:,}")
+                    else:
+                        tflm_runs += 1
+                        exact += f["arena_used_bytes"] == f["arena_predicted_used_bytes"]
+                        failures += f["arena_used_bytes"] != f["arena_predicted_used_bytes"]
+                        arenas.append(_arena_cell(f))
+                compiled, cmsis = figures["compiled"], figures["tflm-cmsis-nn"]
+                ratio = ""
+                if not isinstance(compiled, str) and not isinstance(cmsis, str):
+                    ratios[board].append(compiled["latency_cycles"]["median"] / cmsis["latency_cycles"]["median"])
+                    ratio = f"{ratios[board][-1]:.2f}"
+                measured = len(SPEED_RUNTIMES) - sum(isinstance(f, str) for f in figures.values())
+                outputs = (f"MISMATCH: {', '.join(mismatches)}" if mismatches
+                           else f"bit-identical ({measured} of {len(SPEED_RUNTIMES)})")
+                rows.append(f"| {name} | {core} | {' | '.join(instructions)} | {ratio} | {' | '.join(arenas)} "
+                            f"| {outputs} |")
+    body = "\n".join([
+        "## Cortex-M33 and Cortex-M55: instructions per inference and TFLM's arena, MLPerf Tiny models",
+        "",
+        f"Made by `{command}` on {time.strftime('%Y-%m-%d')}.",
+        "",
+        "`lowtide measure --json` on `qemu-m33` (QEMU `mps2-an505`, Cortex-M33: Armv8-M Mainline with the DSP",
+        "extension and a single-precision FPU) and `qemu-m55` (QEMU `mps3-an547`, Cortex-M55: Armv8.1-M with",
+        "Helium, MVE integer and float), one run after a warm-up, instructions counted under QEMU `-icount shift=0`",
+        "(exact and repeatable; not cycles: see the Cortex-M4/M7 section above). Runtimes: lowtide's compiled C,",
+        "TFLM with its reference kernels, and TFLM with CMSIS-NN, whose kernels the M33 build compiles with their",
+        "DSP paths and the M55 build with their MVE (Helium) paths (`-mfpu=auto`; `tests/test_armv8m_boards.py`",
+        "checks the M55 image's `Tag_MVE_arch` and its tail-predicated loops). Ratio = compiled / CMSIS-NN.",
+        "",
+        "The compiled C has no Helium kernels of its own: on both cores its int8 convolutions use the DSP",
+        "extension's 32-bit SIMD (SXTB16/SMLAD, `firmware/runtime/lt_conv_dsp.h`: two products an instruction),",
+        "while CMSIS-NN's MVE kernels multiply-accumulate sixteen int8 lanes in one instruction; so on the M55 the",
+        "compiled C runs about as many instructions as on the M33 and CMSIS-NN far fewer (a ratio above 1). An",
+        "instruction count flatters Helium: the Cortex-M55 has a 64-bit vector datapath, so a 128-bit MVE",
+        "instruction takes two beats (overlapped with its neighbours), which QEMU counts as one instruction.",
+        "CMSIS-NN's MVE kernels also ask for scratch buffers of other sizes than its DSP kernels, so its arena on",
+        "the M55 differs from the M33's; the prediction, from TFLM's allocator built for each core, follows it.",
+        "",
+        "TFLM arena = `arena_used_bytes()` of the interpreter on the board after `AllocateTensors` (head and tail)",
+        "against lowtide's prediction for that core and kernel set (`lowtide inspect --core CORE --kernels K",
+        "--arena32 exact`: TFLM's allocator built for the core, run in QEMU on the model); \"exact\" where they are",
+        "equal to the byte. Compiled arena = the compiled runtime's planned arena / its painted high-water mark.",
+        "Outputs = every output byte compared with the host TFLM interpreter on the same inputs.",
+        "",
+        "| model | core | compiled | TFLM ref | CMSIS-NN | ratio | compiled arena, B | TFLM ref arena, B "
+        "| CMSIS-NN arena, B | outputs |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        *rows,
+        "",
+        f"TFLM arenas as predicted to the byte: {exact} of {tflm_runs}; outputs bit-identical with the host TFLM: "
+        f"{identical} of {runs} runs.",
+        *(f"On {board} ({core}): compiled / CMSIS-NN geometric mean {geomean(ratios[board]):.2f} over "
+          f"{len(ratios[board])} models." for board, core in ARMV8M_BOARDS.items()),
+    ])
+    write_section(args.doc, ARMV8M_SECTION, body)
+    console.print(f"wrote the {ARMV8M_SECTION} section of {args.doc}")
+    return 1 if failures else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", type=Path, default=SHARED_MODELS)
     parser.add_argument("--doc", type=Path, default=DOC)
     parser.add_argument("--speed", action="store_true", help="instructions per inference on qemu-m4 and qemu-m7")
-    parser.add_argument("--only", nargs="+", metavar="MODEL", help="with --speed: these models (default: every model in --models)")
+    parser.add_argument("--armv8m", action="store_true",
+                        help="instructions per inference and TFLM's arena on qemu-m33 and qemu-m55, MLPerf Tiny models")
+    parser.add_argument("--only", nargs="+", metavar="MODEL",
+                        help="with --speed or --armv8m: these models (default: --speed every model in --models, "
+                             "--armv8m the four MLPerf Tiny models)")
     parser.add_argument("--jobs", type=int, default=1, help="with --speed: models measured at a time")
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     command = " ".join(["python benchmarks/compile_bench.py", *argv])
     if args.speed:
         return speed(args, command, Console(stderr=True))
+    if args.armv8m:
+        return armv8m(args, command, Console(stderr=True))
     rows, ratios, failures = [], [], 0
     paths = sorted(args.models.glob("*.tflite"))
     console = Console(stderr=True)
