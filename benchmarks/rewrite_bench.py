@@ -26,11 +26,12 @@ import numpy as np
 from lowtide import oracle
 from lowtide.device.measure import measure
 from lowtide.errors import LowtideError
-from lowtide.model import load_model, read_model
+from lowtide.model import read_model
 from lowtide.model.ir import Graph
 from lowtide.model.builder import STEMS
 from lowtide.rewrite import RewriteResult, rewrite_auto
 from lowtide.testing.families import FAMILIES
+from lowtide.validation import load_model
 from report import DOC, SHARED_MODELS, grid_text, write_section
 
 SECTION = "rewrite"

@@ -19,11 +19,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from lowtide.model import load_model, read_model
+from lowtide.model import read_model
 from lowtide.model.builder import RandWireSpec, randwire_model
 from lowtide.model.ir import Graph
 from lowtide.schedule import SCHEDULE_UNITS, Schedule, find_schedule, schedule_budget, subgraph_problem
 from lowtide.schedule.search import Block, simple_orders
+from lowtide.validation import load_model
 from report import DOC, SHARED_MODELS, write_section
 from rich.console import Console
 from rich.table import Table

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from conftest import SHARED_MODELS
-from lowtide.model import load_model, model_bytes
+from lowtide.model import model_bytes
+from lowtide.validation import load_model
 
 MODEL = SHARED_MODELS / "mlperf_ic_resnet8_int8.tflite"
 PNG = bytes.fromhex("89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c4890000000d4944415478da63f8ffff3f0005fe02fea7d6a4ab0000000049454e44ae426082")

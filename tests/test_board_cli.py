@@ -38,9 +38,10 @@ from lowtide.device.drivers.serialport import detect_serial_port
 from lowtide.device.measure import measure
 from lowtide.errors import LowtideError
 from lowtide.model.ir import TensorKind
-from lowtide.model.reader import load_model
+from lowtide import runtimes
 from lowtide.resources import BOARDS_DIR
 from lowtide.storage import cache_dir
+from lowtide.validation import load_model
 
 REFERENCE = reference_figures()
 KWS_DSCNN = SHARED_MODELS / "mlperf_kws_dscnn_int8.tflite"
@@ -105,11 +106,11 @@ def test_a_model_too_large_for_the_board_is_refused_before_building():
     message = result.stderr.strip()
     assert "\n" not in message, message
     # the compiled runtime's plan (in place, below TFLM's head) and the painted slack
-    planned = board_spec.compiled_arena_bytes(load_model(MOBILENET))
+    planned = runtimes.compiled_arena_bytes(load_model(MOBILENET))
     assert planned < int(REFERENCE[MOBILENET.stem]["tflm_head"])
     staging = 224 * 224 * 3
     assert message.startswith(f"lowtide: error: {MOBILENET.stem}: arena {planned + 1024:,} B + static RAM "
-                               f"{staging + board_spec.RUNTIME_STATIC_RAM_BYTES:,} B > SRAM of nucleo-f746zg "
+                               f"{staging + runtimes.RUNTIME_STATIC_RAM_BYTES:,} B > SRAM of nucleo-f746zg "
                                f"(327,680 B = 320 KiB)")
     assert "> flash of nucleo-f746zg (1,048,576 B = 1,024 KiB)" in message
     assert time.monotonic() - started < 60  # no PlatformIO run: that would go to the registry for ststm32
@@ -120,7 +121,7 @@ def test_the_estimate_is_a_lower_bound_of_the_built_image():
     # The check before building must never refuse a model that fits: its figures are below the built image's.
     spec = board_spec.load_board_specs()["qemu-m4"]
     for model in (HELLO_WORLD, KWS_DSCNN):
-        estimate = board_spec.estimate_footprint(load_model(model))
+        estimate = runtimes.estimate_footprint(load_model(model))
         image = build_board_firmware(spec, model)
         assert estimate.arena_bytes + estimate.static_ram_bytes <= image.static_ram_bytes
         assert estimate.image_bytes <= image.flash_bytes

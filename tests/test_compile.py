@@ -20,9 +20,9 @@ from lowtide.compile.hostcheck import first_divergence
 from lowtide.compile.quantization import mean_multiplier, quantize_multiplier, round_half_away
 from lowtide.errors import LowtideError
 from lowtide.memory import align_up, tflm_plan
-from lowtide.model import load_model
 from lowtide.model.schema import BUILTIN_CODES, TYPE_CODES, fb
 from lowtide.model.writer import model_bytes
+from lowtide.validation import load_model
 from typer.testing import CliRunner
 
 MODELS = Path(__file__).resolve().parents[1] / ".." / "shared" / "models"

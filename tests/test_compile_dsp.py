@@ -15,9 +15,9 @@ from lowtide.compile import compile_model, verify_compiled
 from lowtide.compile.codegen import arena_plan
 from lowtide.resources import RUNTIME_DIR
 from lowtide.device.measure import measure
-from lowtide.model import load_model
 from lowtide.model.builder import ModelBuilder
 from lowtide.model.writer import model_bytes
+from lowtide.validation import load_model
 
 KWS_DSCNN = SHARED_MODELS / "mlperf_kws_dscnn_int8.tflite"
 PERSON_DETECT = SHARED_MODELS / "tflm_person_detect.tflite"

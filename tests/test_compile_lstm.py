@@ -15,7 +15,7 @@ from lowtide import oracle
 from lowtide.compile import compile_model, verify_compiled
 from lowtide.compile.hostcheck import expose_operator_outputs, first_divergence
 from lowtide.errors import LowtideError
-from lowtide.model import load_model
+from lowtide.validation import load_model
 from test_compile import TinyModel, assert_compiled_arena
 
 MODELS = Path(__file__).resolve().parents[1] / ".." / "shared" / "models"

@@ -26,9 +26,9 @@ from lowtide.compile.hostcheck import (
 from lowtide.errors import LowtideError
 from lowtide.memory import align_up, buffer_lifetimes, tflm_plan
 from lowtide.memory.placement import offline_plan
-from lowtide.model import load_model
 from lowtide.model.builder import ModelBuilder
 from lowtide.model.writer import model_bytes, set_offline_plan
+from lowtide.validation import load_model
 from test_compile import TinyModel, assert_compiled_arena
 
 ROW_SIZES = [3, -1, 2]  # of 10 rows; a row of 4 x 8 int8 is 32 bytes, so every piece is a multiple of 16 bytes

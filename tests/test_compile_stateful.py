@@ -24,7 +24,7 @@ from lowtide.compile.hostcheck import (
     expose_operator_outputs,
     first_divergence,
 )
-from lowtide.model import load_model
+from lowtide.validation import load_model
 from test_compile import TinyModel, assert_compiled_arena
 
 MODELS = Path(__file__).resolve().parents[1] / ".." / "shared" / "models"

@@ -15,7 +15,7 @@ from lowtide import oracle
 from lowtide.compile.lowering import KERNELS
 from lowtide.model import load_model, read_model
 from lowtide.model.schema import BUILTIN_CODES, TYPE_CODES
-from lowtide.model.validate import model_problems
+from lowtide.validation import model_problems
 from test_compile import TinyModel
 from test_compile_lstm import ACT_TANH, _lstm
 from test_compile_stateful import _svdf_model

@@ -29,8 +29,8 @@ from lowtide.device.protocol import PROTOCOL_VERSION, Counter
 from lowtide.device.spec import load_board_specs
 from lowtide.device.session import DeviceSession
 from lowtide.errors import LowtideError
-from lowtide.model import load_model
 from lowtide.rewrite import rewrite_auto
+from lowtide.validation import load_model
 from test_compile import unsupported_model
 
 pytestmark = needs_firmware_tools

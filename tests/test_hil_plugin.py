@@ -34,7 +34,7 @@ from lowtide.hil.baselines import (
 )
 from lowtide.hil.compare import Tolerances, compare
 from lowtide.device.locking import locked
-from lowtide.model import load_model
+from lowtide.validation import load_model
 
 pytest_plugins = ["pytester"]
 

@@ -5,56 +5,15 @@ is an edge to pkg.sub alone: a package's __init__ importing its own submodules i
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import networkx as nx
-
-PACKAGE = Path(__file__).resolve().parents[1] / "host" / "lowtide"
-
-
-def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def load_time_imports(tree: ast.Module, name: str, is_package: bool, modules: set[str]) -> set[str]:
-    """What importing module `name` imports: `import a.b`, and `from a import b`: a.b if that is one of `modules`,
-    else a."""
-    found: set[str] = set()
-
-    def visit(statements: list[ast.stmt]) -> None:
-        for node in statements:
-            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-                visit(node.orelse)
-                continue
-            if isinstance(node, (ast.If, ast.Try, ast.With)):
-                visit(node.body)
-                for handler in getattr(node, "handlers", []):
-                    visit(handler.body)
-                visit(getattr(node, "orelse", []))
-                visit(getattr(node, "finalbody", []))
-            elif isinstance(node, ast.Import):
-                found.update(alias.name for alias in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    anchor = name.split(".") if is_package else name.split(".")[:-1]
-                    anchor = anchor[: len(anchor) - node.level + 1]
-                    base = ".".join(anchor + ([node.module] if node.module else []))
-                for alias in node.names:
-                    found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
-
-    visit(tree.body)
-    return found
+from package_imports import module_imports, package_imports, package_modules
 
 
 def import_graph() -> nx.DiGraph:
-    modules = {module_name(path): path for path in PACKAGE.rglob("*.py")}
     graph = nx.DiGraph()
-    graph.add_nodes_from(modules)
-    for name, path in modules.items():
-        imports = load_time_imports(ast.parse(path.read_text()), name, path.name == "__init__.py", set(modules))
-        graph.add_edges_from((name, target) for target in imports if target in modules and target != name)
+    graph.add_nodes_from(package_modules())
+    graph.add_edges_from((i.source, i.target) for i in package_imports() if i.at_load)
     return graph
 
 
@@ -67,8 +26,11 @@ def test_host_lowtide_has_no_import_cycle():
 
 def test_the_walk_sees_what_a_module_imports():
     modules = {"lowtide.x", "lowtide.x.a", "lowtide.x.b"}
-    code = "from lowtide.x import b, VALUE\nfrom . import a\nif TYPE_CHECKING:\n    import lowtide.y\n"
-    assert load_time_imports(ast.parse(code), "lowtide.x.c", False, modules) == {"lowtide.x.b", "lowtide.x",
-                                                                                  "lowtide.x.a"}
+    code = ("from lowtide.x import b, VALUE\nfrom . import a\nif TYPE_CHECKING:\n    import lowtide.y\n"
+            "def later():\n    import lowtide.z\n")
+    imports = module_imports(ast.parse(code), "lowtide.x.c", False, modules)
+    assert {i.target for i in imports if i.at_load} == {"lowtide.x.b", "lowtide.x", "lowtide.x.a"}
+    assert [(i.target, i.line) for i in imports if not i.at_load] == [("lowtide.y", 4), ("lowtide.z", 6)]
     # the cycle the cli had: the package imports its command modules, which import `app` from the package
-    assert load_time_imports(ast.parse("from lowtide.x import app\n"), "lowtide.x.a", False, modules) == {"lowtide.x"}
+    assert [i.target for i in module_imports(ast.parse("from lowtide.x import app\n"), "lowtide.x.a", False,
+                                             modules)] == ["lowtide.x"]

@@ -13,10 +13,10 @@ from lowtide.device.measure import measure
 from lowtide.memory import Executor, buffers_to_plan, tflm_plan
 from lowtide.memory.in_place import COMPILED_ONLY, in_place_outputs
 from lowtide.memory.placement import offline_plan, place
-from lowtide.model import load_model, read_model
+from lowtide.model import read_model
 from lowtide.model.builder import ModelBuilder
-from lowtide.model.validate import model_problems
 from lowtide.model.writer import model_bytes, set_offline_plan
+from lowtide.validation import load_model, model_problems
 
 
 def _block() -> bytes:

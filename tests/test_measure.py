@@ -36,7 +36,7 @@ from lowtide.device.protocol import (
 from lowtide.device.transport import Link, open_link
 from lowtide.errors import LowtideError
 from lowtide.memory import tflm_plan
-from lowtide.model import load_model
+from lowtide.validation import load_model
 
 PERSON = SHARED_MODELS / "tflm_person_detect.tflite"  # 9 KB input: ten SET_INPUT chunks
 HELLO_WORLD = SHARED_MODELS / "tflm_hello_world_int8.tflite"

@@ -9,8 +9,9 @@ from lowtide import oracle
 from lowtide.export import optimize_model
 from lowtide.memory import align_up, buffer_lifetimes, tflm_plan
 from lowtide.memory.in_place import InPlace, in_place_outputs
-from lowtide.model import load_model, read_model
+from lowtide.model import read_model
 from lowtide.model.builder import ModelBuilder
+from lowtide.validation import load_model
 
 REFERENCE = reference_figures()
 

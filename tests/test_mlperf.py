@@ -27,7 +27,7 @@ from lowtide.device.spec import get_board_spec
 from lowtide.mlperf.benchmarks import BENCHMARKS, INPUT_UINT8_AS_INT8, RESULT_SCORES, mlperf_protocol
 from lowtide.mlperf.datasets import LABELS_FILE, generate_dataset
 from lowtide.mlperf.runner import locate_runner, run_mlperf, session_results, window_throughput
-from lowtide.model.reader import load_model
+from lowtide.validation import load_model
 
 RUNNER_ARCHIVE = REPO.parent / "shared" / "mlperf-tiny" / "mlperf-tiny-runner-1afd2c98.tar.gz"
 PLATFORMIO_ARCHIVES = REPO.parent / "shared" / "platformio"  # the ST platform, offline (tests/test_st_boards.py)
@@ -379,6 +379,6 @@ def test_the_mlperf_image_builds_for_a_real_nucleo(tmp_path, monkeypatch):
                              check=True).stdout
     assert "m-model-[kws01]" in strings and "m-name-dut-[lowtide " in strings
     monkeypatch.setenv("LOWTIDE_PLATFORMIO_ARCHIVES", str(PLATFORMIO_ARCHIVES))
-    emulated = build_board_firmware(get_board_spec("qemu-nucleo-f446re"), KWS, "compiled",
-                                    mlperf=mlperf_protocol(load_model(KWS), BENCHMARKS["kws01"]))  # the cached build
+    protocol = mlperf_protocol(load_model(KWS), BENCHMARKS["kws01"]).firmware_defines()
+    emulated = build_board_firmware(get_board_spec("qemu-nucleo-f446re"), KWS, "compiled", protocol=protocol)  # cached
     assert Path(image["elf"]).read_bytes() == emulated.elf.read_bytes()

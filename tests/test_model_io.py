@@ -7,8 +7,9 @@ import pytest
 
 from conftest import SHARED_MODELS, reference_figures, shared_model_names
 from lowtide import oracle
-from lowtide.model import TensorKind, load_model, model_bytes, read_model
+from lowtide.model import TensorKind, model_bytes, read_model
 from lowtide.model.writer import misaligned_buffers
+from lowtide.validation import load_model
 
 REFERENCE = reference_figures()
 

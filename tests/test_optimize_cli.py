@@ -19,8 +19,9 @@ import lowtide.export.pipeline
 from lowtide import oracle
 from lowtide.cli import main
 from lowtide.export import OFFLINE_PLAN_NAME
-from lowtide.model import load_model, read_model
+from lowtide.model import read_model
 from lowtide.model.writer import model_bytes
+from lowtide.validation import load_model
 
 MODELS = Path(__file__).resolve().parents[1] / ".." / "shared" / "models"
 VWW = MODELS / "mlperf_vww_96_int8.tflite"

@@ -12,7 +12,7 @@ from lowtide.errors import LowtideError
 from lowtide.memory import buffer_lifetimes, tflm_plan
 from lowtide.memory.lifetimes import Buffer
 from lowtide.memory.placement import check_no_overlap, live_lower_bound, place, tflm_offsets_with_plan
-from lowtide.model import load_model
+from lowtide.validation import load_model
 
 MODELS = Path(__file__).resolve().parents[1] / ".." / "shared" / "models"
 MODEL_PATHS = sorted(MODELS.glob("*.tflite"))

@@ -10,7 +10,7 @@ import pytest
 from lowtide import oracle
 from lowtide.errors import LowtideError
 from lowtide.memory import tflm_plan
-from lowtide.model import load_model, read_model
+from lowtide.model import read_model
 from lowtide.model.builder import ModelBuilder
 from lowtide.rewrite import partition_concat_conv, partition_wide_layer, planned_model, rewrite_auto, tile
 from lowtide.rewrite.regions import (
@@ -21,6 +21,7 @@ from lowtide.rewrite.regions import (
     plan_tiling,
     region_between,
 )
+from lowtide.validation import load_model
 
 MODELS = Path(__file__).resolve().parents[1] / ".." / "shared" / "models"
 

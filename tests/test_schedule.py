@@ -10,13 +10,14 @@ import pytest
 from conftest import SHARED_MODELS, reference_figures, shared_model_names
 from lowtide.errors import LowtideError
 from lowtide.memory import tflm_plan
-from lowtide.model import load_model, model_bytes, read_model
+from lowtide.model import model_bytes, read_model
 from lowtide.model.builder import ModelBuilder
 from lowtide.model.ir import Graph, Operator, Subgraph, Tensor, TensorKind
 from lowtide.oracle import random_inputs, run
 from lowtide.schedule import apply_order, check_order, find_schedule, schedule_budget, subgraph_problem
 from lowtide.schedule.problem import bits
 from lowtide.schedule.search import blocks, heuristic_order
+from lowtide.validation import load_model
 
 
 # ---- independent references ------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import pytest
 
 from lowtide.export.pipeline import _same_outputs
 from lowtide import oracle
-from lowtide.model import load_model, read_model
+from lowtide.model import read_model
 from lowtide.model.builder import ModelBuilder
 from lowtide.model.ir import Graph
 from lowtide.model.schema import fb, operator_code
@@ -23,6 +23,7 @@ from lowtide.model.writer import model_bytes
 from lowtide.stale import StaleReport, check_stale
 from lowtide.stale.dependence import element_shape, propagate
 from lowtide.stale.fills import Fixture
+from lowtide.validation import load_model
 
 LAUNCH = "import sys; from lowtide.cli import main; sys.argv[0] = 'lowtide'; main()"
 SIZE = 16  # input height and width

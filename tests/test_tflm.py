@@ -17,10 +17,10 @@ import pytest
 from conftest import SHARED_MODELS, needs_firmware_tools
 from lowtide.device.measure import measure
 from lowtide.errors import LowtideError
-from lowtide.model import load_model
 from lowtide.tflm.build import CORES, build_library, check_kernels_fit_core, resolver_calls, sources_for
 from lowtide.tflm.sizer import predict_arena32
 from lowtide.tflm.tree import TFLM_COMMIT, TREE_SETTING, KernelSet, locate_tree
+from lowtide.validation import load_model
 
 HELLO = SHARED_MODELS / "tflm_hello_world_int8.tflite"
 KWS = SHARED_MODELS / "mlperf_kws_dscnn_int8.tflite"

@@ -19,13 +19,14 @@ from hostile import COMMANDS, assert_kept_promise, run_in_process, run_subproces
 from lowtide import oracle
 from lowtide.errors import LowtideError, ModelError
 from lowtide.memory import tflm_plan
-from lowtide.model import load_model, model_bytes, read_model
+from lowtide.model import model_bytes, read_model
 from lowtide.model.builder import ModelBuilder
 from lowtide.model.offline_memory import OfflinePlan, PlanFormatError
 from lowtide.model.schema import TYPE_CODES, fb
-from lowtide.model.validate import MAX_TENSOR_BYTES_ENV, model_problems
+from lowtide.model.validate import MAX_TENSOR_BYTES_ENV
 from lowtide.model.writer import set_offline_plan, write_files
 from lowtide.text import escape
+from lowtide.validation import load_model, model_problems
 
 
 def _builder_model() -> bytes:

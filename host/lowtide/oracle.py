@@ -27,8 +27,8 @@ import numpy as np
 from lowtide.errors import LowtideError
 from lowtide.model.ir import Graph
 from lowtide.model.reader import read_model
-from lowtide.model.validate import model_problems
 from lowtide.text import escape
+from lowtide.validation import model_problems
 
 _ALLOCATION_LINE = re.compile(r"Arena allocation (total|head|tail) (\d+) bytes")
 _RECORD_LINE = re.compile(r"'([^']+)' used (\d+) bytes .*for (\d+) ")

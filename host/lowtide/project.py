@@ -36,9 +36,7 @@ from pathlib import Path
 
 from lowtide.compile.codegen import compile_model
 from lowtide.errors import LowtideError, missing_tool
-from lowtide.mlperf.benchmarks import MlperfProtocol
 from lowtide.model.ir import Graph, sha256_hex
-from lowtide.model.reader import load_model
 from lowtide.platformio_archives import ST_PLATFORM, st_env_settings, st_uploader_placeholders
 from lowtide.resources import (
     FIRMWARE_DIR,
@@ -54,6 +52,7 @@ from lowtide.storage import cache_dir, cached_folder, exclusive_lock, write_atom
 from lowtide.tflm.build import DEBIAN_ARM_TOOLCHAIN, build_library, core_named, cxx_flags, resolver_calls
 from lowtide.tflm.sizer import resource_variable_count, write_resolver_include
 from lowtide.tflm.tree import KernelSet
+from lowtide.validation import load_model
 
 PROJECT_SPEC = "lowtide_project.json"
 PROJECT_FORMAT = 1
@@ -96,6 +95,15 @@ class ModelBuild:
             "lib_dirs": self.lib_dirs, "libs": self.libs,
             "sources": [{"name": s.name, "dir": s.directory, "filter": s.src_filter} for s in self.sources],
         }, indent=2) + "\n"
+
+
+@dataclass(frozen=True)
+class ProtocolDefines:
+    """Preprocessor defines that make the image answer another protocol than lowtide's own, added to the model's
+    part of the project: MLPerf Tiny's grammar (LT_PROTOCOL_MLPERF, made by lowtide.mlperf.benchmarks)."""
+
+    defines: tuple[tuple[str, str | None], ...]
+    string_defines: tuple[tuple[str, str], ...]  # C string literals
 
 
 @dataclass(frozen=True)
@@ -170,9 +178,9 @@ def _tflm_model(path: Path, graph: Graph, data: bytes, runtime: str, kernels: Ke
 
 
 def model_build(path: Path, runtime: str, kernels: KernelSet | None, core: str, tflm_arena_bytes: int | None,
-                files: dict[str, bytes], mlperf: MlperfProtocol | None = None) -> ModelBuild:
+                files: dict[str, bytes], protocol: ProtocolDefines | None = None) -> ModelBuild:
     """The model's part of a project (its files go into `files`): compiled C, or TFLM with `kernels`; serving
-    MLPerf Tiny's grammar instead of lowtide's protocol where `mlperf` says so."""
+    another protocol than lowtide's own where `protocol` says so."""
     data = path.read_bytes()
     graph = load_model(path)
     if kernels is None:
@@ -182,9 +190,9 @@ def model_build(path: Path, runtime: str, kernels: KernelSet | None, core: str, 
         build = _tflm_model(path, graph, data, runtime, kernels, core, tflm_arena_bytes, files)
     build.defines.append(("LT_MODEL_SIZE", f"{len(data)}u"))
     build.string_defines.append(("LT_MODEL_SHA256", sha256_hex(data)))
-    if mlperf is not None:
-        build.defines += mlperf.defines()
-        build.string_defines.append(("LT_MLPERF_MODEL_ID", mlperf.model_id))
+    if protocol is not None:
+        build.defines += protocol.defines
+        build.string_defines += protocol.string_defines
     return build
 
 
@@ -323,14 +331,14 @@ def ensure_st_uploaders() -> None:
 
 def project_files(platformio_env: str, board_config: Path | None, description: str, model: Path | None,
                   runtime: str, kernels: KernelSet | None, core: str,
-                  tflm_arena_bytes: int | None, mlperf: MlperfProtocol | None = None) -> dict[str, bytes]:
+                  tflm_arena_bytes: int | None, protocol: ProtocolDefines | None = None) -> dict[str, bytes]:
     """Every file of the project, by its path in the project."""
     files: dict[str, bytes] = {}
     for part in FIRMWARE_PARTS:
         for path in shipped_files(FIRMWARE_DIR / part):
             files[f"firmware/{path.relative_to(FIRMWARE_DIR).as_posix()}"] = path.read_bytes()
     if model is not None:
-        build = model_build(model, runtime, kernels, core, tflm_arena_bytes, files, mlperf)
+        build = model_build(model, runtime, kernels, core, tflm_arena_bytes, files, protocol)
         files[PROJECT_SPEC] = build.to_json().encode()
     env_settings = None
     if env_platform(platformio_env, board_config) == ST_PLATFORM:

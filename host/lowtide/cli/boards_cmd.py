@@ -19,10 +19,11 @@ from rich.table import Table
 
 from lowtide.cli.application import app
 from lowtide.device.drivers.platformio import EMULATOR_TOOLS, registry_needed
-from lowtide.device.spec import RUNTIME_KERNELS, BoardSpec, load_board_specs
+from lowtide.device.spec import BoardSpec, load_board_specs
 from lowtide.errors import LowtideError
 from lowtide.platformio_archives import ARCHIVES_SETTING, ST_PLATFORM, st_archives_missing
 from lowtide.project import LOCAL_PLATFORM_URI, env_option, env_platform, platform_installed
+from lowtide.runtimes import RUNTIME_KERNELS
 from lowtide.tflm.build import CORES, check_kernels_fit_core
 
 

@@ -24,18 +24,11 @@ from rich.table import Table
 from lowtide.cli.application import app
 from lowtide.device.drivers.platformio import FirmwareImage, build_board_firmware, upload_firmware
 from lowtide.device.drivers.serialport import detect_serial_port
-from lowtide.device.spec import (
-    ARENA_SLACK_BYTES,
-    BoardSpec,
-    compiled_arena_bytes,
-    get_board_spec,
-    predict_board_arena,
-    with_probe,
-)
+from lowtide.device.spec import BoardSpec, get_board_spec, with_probe
 from lowtide.errors import LowtideError
-from lowtide.memory import tflm_plan
 from lowtide.mlperf.benchmarks import benchmark_named, mlperf_protocol
-from lowtide.model.reader import load_model
+from lowtide.runtimes import ARENA_SLACK_BYTES, compiled_arena_bytes, planned_head_bytes, predict_arena
+from lowtide.validation import load_model
 
 
 @dataclass(frozen=True)
@@ -59,9 +52,9 @@ class BuildReport:
 
 def build_report(model: Path, spec: BoardSpec, image: FirmwareImage, runtime: str | None) -> BuildReport:
     runtime = runtime or spec.runtime
-    tflm_arena = predict_board_arena(spec, model, runtime)
+    tflm_arena = predict_arena(model, runtime, spec.core)
     graph = load_model(model)
-    planned = tflm_arena.head_bytes if tflm_arena else tflm_plan(graph).head_bytes
+    planned = planned_head_bytes(graph, tflm_arena)
     return BuildReport(
         model=str(model),
         board=spec.name,
@@ -85,12 +78,13 @@ _BOARD_HELP = "a shipped board (`lowtide boards` lists them) or a board file's p
 
 def _build(model: Path, spec: BoardSpec, console: Console | None, runtime: str | None,
            project_dir: Path | None = None, mlperf_benchmark: str | None = None) -> BuildReport:
-    mlperf = mlperf_protocol(load_model(model), benchmark_named(mlperf_benchmark)) if mlperf_benchmark else None
+    protocol = (mlperf_protocol(load_model(model), benchmark_named(mlperf_benchmark)).firmware_defines()
+                if mlperf_benchmark else None)
     if console is None:
-        image = build_board_firmware(spec, model, runtime, project_dir, mlperf)
+        image = build_board_firmware(spec, model, runtime, project_dir, protocol)
     else:
         with console.status(f"building the {spec.platformio_env} firmware for {model.name}"):
-            image = build_board_firmware(spec, model, runtime, project_dir, mlperf)
+            image = build_board_firmware(spec, model, runtime, project_dir, protocol)
     return build_report(model, spec, image, runtime)
 
 

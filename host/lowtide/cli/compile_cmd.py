@@ -18,8 +18,8 @@ from lowtide.compile import CompiledModel, VerifyResult, compile_model, verify_c
 from lowtide.compile.codegen import Blocker, check_model
 from lowtide.compile.lowering import NOT_IN_TFLM, UNDEFINED_IN_TFLM, support_rows
 from lowtide.errors import LowtideError
-from lowtide.model import load_model
 from lowtide.resources import RUNTIME_DIR
+from lowtide.validation import load_model
 
 
 def compile_report(compiled: CompiledModel, output_dir: Path, written: list[Path], tflm_total: int,
@@ -66,6 +66,7 @@ def support_table_markdown() -> str:
 
 
 def _check(model: Path, json_output: bool) -> None:
+    load_model(model)  # the whole validation: compile.codegen's own load leaves the plan's overlaps out
     blockers: list[Blocker] = check_model(model)
     if json_output:
         print(json.dumps({"model": str(model), "compiles": not blockers, "blockers": [asdict(b) for b in blockers]}))

@@ -17,10 +17,11 @@ from lowtide.cli.application import app
 from lowtide.cli.options import Arena32Option
 from lowtide.errors import LowtideError
 from lowtide.memory import MemoryPlan, tflm_plan
-from lowtide.model import Graph, load_model
+from lowtide.model import Graph
 from lowtide.stale import ByteRanges, StaleReport, check_stale
 from lowtide.tflm import DEFAULT_CORE, Arena32Mode, Mcu32Arena, mcu32_arena
 from lowtide.tflm.tree import KernelSet
+from lowtide.validation import load_model
 
 
 def inspect_report(graph: Graph, plan: MemoryPlan, arena: Mcu32Arena | None) -> dict:

@@ -15,9 +15,10 @@ from rich.table import Table
 from lowtide import oracle
 from lowtide.cli.application import app
 from lowtide.errors import LowtideError
-from lowtide.model import load_model, read_model
+from lowtide.model import read_model
 from lowtide.model.writer import with_outputs
 from lowtide.rewrite import partition_at_peak, partition_concat_conv, partition_wide_layer
+from lowtide.validation import load_model
 
 
 @app.command("partition")

@@ -20,10 +20,11 @@ from rich.table import Table
 from lowtide.budget import DEFAULT_WALL_SECONDS
 from lowtide.cli.application import app
 from lowtide.device.measure import MeasureResult, measure
-from lowtide.device.spec import RUNTIME_KERNELS, check_runtime, get_board_spec
+from lowtide.device.spec import get_board_spec
 from lowtide.export import optimize_model
-from lowtide.model import load_model
+from lowtide.runtimes import RUNTIME_KERNELS, check_runtime
 from lowtide.tflm.tree import KernelSet
+from lowtide.validation import load_model
 
 VARIANTS = ("stock", "optimize", "optimize --rewrite auto")
 

@@ -19,11 +19,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from lowtide.cli.application import app
-from lowtide.model import load_model
 from lowtide.storage import cache_dir
 from lowtide.tflm import DEFAULT_CORE
 from lowtide.tflm.build import build_library, core_named
 from lowtide.tflm.tree import TFLM_COMMIT, KernelSet, export_from_repository, install_archives
+from lowtide.validation import load_model
 
 
 @app.command("tflm-get")

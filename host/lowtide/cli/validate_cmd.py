@@ -12,7 +12,7 @@ import typer
 from lowtide.cli.application import app
 from lowtide.model import read_model
 from lowtide.model.reader import load_bytes
-from lowtide.model.validate import model_problems
+from lowtide.validation import model_problems
 
 
 @app.command()

@@ -22,9 +22,9 @@ from lowtide import oracle
 from lowtide.compile.codegen import CompiledModel, compile_model
 from lowtide.compile.lowering import NUMPY_TYPES
 from lowtide.errors import LowtideError
-from lowtide.model import load_model
 from lowtide.resources import RUNTIME_DIR, tree_digest
 from lowtide.storage import cache_dir, cached_folder
+from lowtide.validation import load_model
 
 CFLAGS = ("-O2", "-std=c99", "-Wall", "-Wextra", "-Werror")
 # Any out-of-bounds access or undefined arithmetic in a kernel aborts the run instead of passing unnoticed.
@@ -257,8 +257,8 @@ def verify_compiled(model_path: str | Path, seed: int = 0, workdir: str | Path |
     `invocations` > 1 invokes both sides that many times in a row (inputs from seeds seed, seed + 1, ...), so the
     state a model keeps between invocations is compared too. `keep_model_plan`: as `compile_model`'s."""
     model_path = str(model_path)
+    graph = load_model(model_path)  # before compiling: compile.codegen's own load leaves the plan's overlaps out
     compiled = compile_model(model_path, prefix, keep_model_plan)
-    graph = load_model(model_path)
     data = Path(model_path).read_bytes()
     input_sets = [oracle.random_inputs(graph, seed + n) for n in range(invocations)]
     figures = oracle.allocate(data, path=model_path)

@@ -29,9 +29,10 @@ from lowtide.device.drivers.process import board_process
 from lowtide.device.drivers.qemu import run_emulator
 from lowtide.device.drivers.serialport import detect_serial_port, open_port
 from lowtide.device.locking import port_resource
-from lowtide.device.spec import BoardSpec, get_board_spec, load_board_specs, predict_board_arena
+from lowtide.device.spec import BoardSpec, get_board_spec, load_board_specs
 from lowtide.device.transport import Link, open_link
 from lowtide.errors import LowtideError
+from lowtide.runtimes import predict_arena
 from lowtide.tflm.sizer import Arena32
 
 LABGRID_PREFIX = "labgrid:"
@@ -63,7 +64,7 @@ class Board(ABC):
         built by lowtide."""
         if self.spec is None:
             return None
-        return predict_board_arena(self.spec, Path(model_path), runtime or self.spec.runtime)
+        return predict_arena(Path(model_path), runtime or self.spec.runtime, self.spec.core)
 
     @abstractmethod
     def lock_resource(self, port: str | None) -> str | None:

@@ -17,12 +17,12 @@ from lowtide.device.boards import DEFAULT_WAIT_S, Board, board_for_spec, get_boa
 from lowtide.device.drivers.platformio import FirmwareImage
 from lowtide.device.protocol import Counter, Hello, ReadRegion, Result
 from lowtide.device.session import BoardReset, DeviceSession
-from lowtide.device.spec import ARENA_SLACK_BYTES, RUNTIME_KERNELS, with_probe
+from lowtide.device.spec import with_probe
 from lowtide.device.static_ram import StaticRamSplit, static_ram_split
 from lowtide.errors import LowtideError
-from lowtide.memory import tflm_plan
 from lowtide.model.ir import Graph
-from lowtide.model.reader import load_model
+from lowtide.runtimes import ARENA_SLACK_BYTES, RUNTIME_KERNELS, planned_head_bytes
+from lowtide.validation import load_model
 
 # (phase, done, total): phase is "upload" (bytes) or "run" (invocations, warm-up included)
 MeasureProgress = Callable[[str, int, int], None]
@@ -51,7 +51,7 @@ class MeasureResult:
     protocol_version: int
     clock_hz: int | None  # the CPU clock the board reports
     arena_capacity_bytes: int
-    arena_planned_bytes: int  # lowtide's prediction of TFLM's arena head (tflm_plan(graph).head_bytes)
+    arena_planned_bytes: int  # lowtide's prediction of TFLM's arena head (lowtide.runtimes.planned_head_bytes)
     board_planned_bytes: int | None  # the arena head as the board's runtime planned it
     arena_used_bytes: int | None  # what the board's allocator reports as used
     arena_high_water_bytes: int | None  # painted high-water mark; None where the board cannot paint
@@ -144,7 +144,7 @@ def _measure(target: Board, graph: Graph, model_path: Path, port: str | None, it
     expected = oracle.run(model, inputs, path=str(model_path)).outputs
     image = target.build(model_path, runtime)  # boards lowtide builds for: refused here if the model cannot fit
     predicted = target.predicted_arena(model_path, runtime)
-    planned = predicted.head_bytes if predicted else tflm_plan(graph).head_bytes
+    planned = planned_head_bytes(graph, predicted)
     place_wait = (lambda holder: on_wait("place", holder)) if on_wait else None
     with target.connect(model_path, port, timeout, image, runtime, wait, place_wait) as link:
         session = DeviceSession(link, timeout)  # one session across a restart: sequence numbers keep counting

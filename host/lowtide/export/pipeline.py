@@ -21,13 +21,14 @@ from lowtide.export.offline_plan import ExportResult, export_optimized
 from lowtide.memory import buffers_to_plan, tflm_plan
 from lowtide.memory.lifetimes import Buffer, Order, stored_order
 from lowtide.memory.placement import Placement, place
-from lowtide.model import Graph, load_model, read_model
+from lowtide.model import Graph, read_model
 from lowtide.rewrite import NotApplicable, RejectedCandidate, RewriteResult, Tiling, apply_tilings, rewrite_auto
 from lowtide.rewrite.regions import graph_macs
 from lowtide.schedule import Schedule, find_schedule
 from lowtide.stale import StaleReport, check_stale
 from lowtide.tflm import DEFAULT_CORE, Arena32Mode, Mcu32Arena, mcu32_arena
 from lowtide.tflm.tree import KernelSet
+from lowtide.validation import load_model
 
 # Work units (`lowtide.budget`) of scheduling and placing the graph at effort 1: the operator-order search may use
 # SCHEDULE_SHARE of them (the default `find_schedule` budget), placement gets what it leaves (the default `place`

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from lowtide.errors import LowtideError
 from lowtide.model.ir import Graph
+from lowtide.project import ProtocolDefines
 
 # firmware/app/lt_mlperf.h: LT_MLPERF_INPUT_* and LT_MLPERF_RESULT_*
 INPUT_BYTES, INPUT_UINT8_AS_INT8, INPUT_FLOAT32_QUANTIZED = 0, 1, 2
@@ -75,16 +76,17 @@ class MlperfProtocol:
     output_scale: float = 1.0
     output_zero_point: int = 0
 
-    def defines(self) -> list[tuple[str, str | None]]:
-        """The preprocessor defines lt_mlperf.c reads (lowtide_project.json), but for the model id: a string
-        define, LT_MLPERF_MODEL_ID."""
-        return [("LT_PROTOCOL_MLPERF", None), ("LT_MLPERF_DB_BYTES", str(self.db_bytes)),
-                ("LT_MLPERF_INPUT", str(self.input_encoding)), ("LT_MLPERF_RESULT", str(self.result)),
-                ("LT_MLPERF_OUTPUT_FLOAT32", "1" if self.output_float32 else "0"),
-                ("LT_MLPERF_INPUT_SCALE", _c_float(self.input_scale)),
-                ("LT_MLPERF_INPUT_ZERO_POINT", str(self.input_zero_point)),
-                ("LT_MLPERF_OUTPUT_SCALE", _c_float(self.output_scale)),
-                ("LT_MLPERF_OUTPUT_ZERO_POINT", str(self.output_zero_point))]
+    def firmware_defines(self) -> ProtocolDefines:
+        """The preprocessor defines lt_mlperf.c reads (lowtide_project.json); the model id is a string define,
+        LT_MLPERF_MODEL_ID."""
+        defines = (("LT_PROTOCOL_MLPERF", None), ("LT_MLPERF_DB_BYTES", str(self.db_bytes)),
+                   ("LT_MLPERF_INPUT", str(self.input_encoding)), ("LT_MLPERF_RESULT", str(self.result)),
+                   ("LT_MLPERF_OUTPUT_FLOAT32", "1" if self.output_float32 else "0"),
+                   ("LT_MLPERF_INPUT_SCALE", _c_float(self.input_scale)),
+                   ("LT_MLPERF_INPUT_ZERO_POINT", str(self.input_zero_point)),
+                   ("LT_MLPERF_OUTPUT_SCALE", _c_float(self.output_scale)),
+                   ("LT_MLPERF_OUTPUT_ZERO_POINT", str(self.output_zero_point)))
+        return ProtocolDefines(defines, (("LT_MLPERF_MODEL_ID", self.model_id),))
 
 
 def _c_float(value: float) -> str:

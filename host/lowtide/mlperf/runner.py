@@ -44,8 +44,8 @@ from lowtide.device.transport import Link
 from lowtide.errors import LowtideError
 from lowtide.mlperf.benchmarks import Benchmark, benchmark_named, mlperf_protocol
 from lowtide.mlperf.datasets import check_dataset, generate_dataset
-from lowtide.model.reader import load_model
 from lowtide.storage import cache_dir, unpacked_archive
+from lowtide.validation import load_model
 
 RUNNER_ENV = "LOWTIDE_MLPERF_RUNNER"  # the runner's folder or archive when --runner is not given
 RUNNER_SUBDIR = Path("benchmark") / "runner"
@@ -303,7 +303,7 @@ def run_mlperf(model: Path, board_name: str, benchmark_id: str, mode: str = "per
         arguments = [f"--dataset_path={data.root}", f"--test_script={test_script}", f"--mode={MODES[mode]}"]
         devices = scratch / "devices.yaml"
         if isinstance(board, EmulatedBoard):
-            image = build_board_firmware(board.spec, model, runtime, mlperf=protocol)
+            image = build_board_firmware(board.spec, model, runtime, protocol=protocol.firmware_defines())
             devices.write_text(devices_yaml(f"lowtide-{board.name}", [EMULATED_USB_ID], EMULATED_BAUD))
             link = stack.enter_context(run_emulator(board.emulator_command, image.elf, BOOT_TIMEOUT_S))
             relay = stack.enter_context(_PtyRelay(link, hold_windows=mode == "performance"))
@@ -318,7 +318,7 @@ def run_mlperf(model: Path, board_name: str, benchmark_id: str, mode: str = "per
                 raise
         else:
             port = board.port(port)
-            upload_firmware(board.spec, model, port, runtime, mlperf=protocol)
+            upload_firmware(board.spec, model, port, runtime, protocol=protocol.firmware_defines())
             devices.write_text(devices_yaml(f"lowtide-{board.name}", _usb_ids(board.serial.usb_ids),
                                             board.serial.baud))
             argv = [sys.executable, str(runner_dir / "main.py"), f"--device_list={devices}", *arguments]

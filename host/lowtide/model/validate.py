@@ -2,13 +2,15 @@
 
 TFLite Micro trusts its model: a bad stride divides by zero, a subgraph calling itself recurses until the stack
 overflows, a bad offline-plan offset writes outside the arena. lowtide's own stages would raise tracebacks on the
-same models. So every model a user gives is checked here first (`load_model` does it), and so is every model
-lowtide writes.
+same models. So every model a user gives is checked here first, and so is every model lowtide writes
+(`lowtide.validation`, which adds the memory stage's one check: an offline plan's offsets must not overlap
+tensors live at the same time).
 
 The checks are a table, in the shape of Arm Vela's supported-operator constraints: each is a function whose
 docstring is the reason given to the user, registered for the kind of thing it looks at (the model, a subgraph, a
-tensor, an operator), yielding one detail per problem found. `model_problems` runs them all and returns every
-problem, each one line naming where it is; structural problems stop the checks that rely on a sound structure.
+tensor, an operator), yielding one detail per problem found. `graph_problems` runs them all and returns every
+problem, each one line naming where it is; the memory stage's check, which needs a sound structure, runs only on
+a model these pass.
 """
 
 from __future__ import annotations
@@ -144,7 +146,7 @@ MODEL_CHECKS: list[Check] = []  # (model) -> details
 SUBGRAPH_CHECKS: list[Check] = []  # (model, subgraph) -> details
 TENSOR_CHECKS: list[Check] = []  # (model, subgraph, tensor) -> details
 OPERATOR_CHECKS: list[Check] = []  # (model, subgraph, operator) -> details
-PLAN_CHECKS: list[Check] = []  # (model, plan) -> details; only on a structurally sound model
+PLAN_CHECKS: list[Check] = []  # (model, plan) -> details
 
 
 def _check(table: list[Check]) -> Callable[[Check], Check]:
@@ -498,42 +500,12 @@ def _plan_offsets_in_range(m: _Model, plan: OfflinePlan) -> Iterator[str]:
                        f"(-1 or 0..{m.max_bytes - t.nbytes:,})")
 
 
-@_check(PLAN_CHECKS)
-def _plan_no_overlap(m: _Model, plan: OfflinePlan) -> Iterator[str]:
-    """OfflineMemoryAllocation overlaps tensors live at the same time"""
-    # memory depends on model: imported when needed
-    from lowtide.memory.in_place import COMPILED_ONLY
-    from lowtide.memory.lifetimes import Buffer, buffer_lifetimes
-
-    buffers, steps = buffer_lifetimes(m.graph)
-    op_at = {step.scope: m.graph.subgraphs[step.subgraph].operators[step.op] for step in steps}
-
-    def in_place(a: Buffer, b: Buffer) -> bool:
-        """Live together only while one operator reads one and writes the other: an in-place plan (a SPLIT_V
-        output inside its input, a CONCATENATION input inside its output), whose kernel lowtide checked. A
-        model's plan runs on TFLM, whose depthwise and element-wise kernels are not safe in place (only lowtide's
-        compiled runtime is: lowtide.memory.in_place)."""
-        scope = max(a.first, b.first)
-        op = op_at.get(scope)
-        if scope != min(a.last, b.last) or op is None or a.subgraph != b.subgraph or op.opcode in COMPILED_ONLY:
-            return False
-        return bool({a.tensor, b.tensor} & set(op.inputs) and {a.tensor, b.tensor} & set(op.outputs))
-
-    fixed = sorted(((b, b.offline_offset) for b in buffers if b.offline_offset is not None), key=lambda p: p[0].first)
-    for k, (a, a_offset) in enumerate(fixed):
-        for b, b_offset in fixed[k + 1:]:
-            if b.first > a.last:
-                break
-            if a_offset < b_offset + b.size and b_offset < a_offset + a.size and not in_place(a, b):
-                yield (f"{a.label} [{a_offset}, {a_offset + a.size}) and {b.label} "
-                       f"[{b_offset}, {b_offset + b.size}) are both live in scope {b.first}")
-                return  # one overlap is enough to refuse the plan; a broken plan can overlap quadratically often
-
-
 # ---- running the table -------------------------------------------------------------------------------------------
 
-def model_problems(graph: Graph) -> list[Problem]:
-    """Every problem the checks find in `graph`, in model, subgraph, tensor, operator, plan order."""
+def graph_problems(graph: Graph) -> list[Problem]:
+    """Every problem the checks here find in `graph`, in model, subgraph, tensor, operator, plan order. Whether
+    the plan's offsets overlap live tensors is the memory stage's check, run after these on a model they pass
+    (`lowtide.validation.model_problems` runs both)."""
     m = _Model(graph, max_tensor_bytes())
     problems = [Problem("model", _reason(c, d)) for c in MODEL_CHECKS for d in c(m)]
     for sg in graph.subgraphs:
@@ -552,19 +524,12 @@ def model_problems(graph: Graph) -> list[Problem]:
         except PlanFormatError as exc:
             problems.append(Problem("OfflineMemoryAllocation", str(exc)))
         else:
-            sound = not problems  # lifetimes need an acyclic graph whose tensors are written once, in order
-            for c in PLAN_CHECKS:
-                if c is _plan_no_overlap and not sound:
-                    continue
-                found = [Problem("model", _reason(c, d)) for d in c(m, plan)]
-                problems += found
-                sound = sound and not found
+            problems += [Problem("model", _reason(c, d)) for c in PLAN_CHECKS for d in c(m, plan)]
     return problems
 
 
-def check_model(graph: Graph) -> Graph:
-    """`graph`, or ModelError naming its first problem (and how many more there are)."""
-    problems = model_problems(graph)
+def refuse_problems(graph: Graph, problems: Sequence[Problem]) -> Graph:
+    """`graph` when `problems` (found in it) is empty, else ModelError naming the first (and how many more)."""
     if problems:
         more = f" (and {len(problems) - 1} more problems: lowtide validate lists them)" if len(problems) > 1 else ""
         raise ModelError(f"{problems[0].message}{more}", graph.path)

@@ -27,20 +27,11 @@ import numpy as np
 from lowtide.memory.lifetimes import ALIGNMENT
 from lowtide.model import padding as window
 from lowtide.model.ir import Graph, Operator, Subgraph
+from lowtide.model.operators import BINARY_OPCODES, CONV_OPCODES, POOL_OPCODES, REDUCE_OPCODES, UNARY_OPCODES
 from lowtide.model.schema import ELEMENT_BYTES, fb
 
 Interval = tuple[int, int]  # half-open [lo, hi)
 
-CONV_OPCODES = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D"})
-POOL_OPCODES = frozenset({"MAX_POOL_2D", "AVERAGE_POOL_2D"})
-# One input, one output, each element on its own: a patch of the output needs the same patch of the input.
-UNARY_OPCODES = frozenset({
-    "QUANTIZE", "DEQUANTIZE", "CAST", "RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1", "LEAKY_RELU", "LOGISTIC",
-    "TANH", "HARD_SWISH", "ELU", "GELU", "ABS", "NEG", "SQUARE", "SQRT", "RSQRT", "EXP", "LOG", "FLOOR", "CEIL",
-    "ROUND", "SIN", "COS", "LOGICAL_NOT",
-})
-# Two operands, element by element; either may be broadcast along channels, or be a per-channel or scalar constant.
-BINARY_OPCODES = frozenset({"ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE", "PRELU"})
 PAD_OPCODES = frozenset({"PAD", "PADV2", "MIRROR_PAD"})
 RESIZE_OPCODES = frozenset({"RESIZE_NEAREST_NEIGHBOR", "RESIZE_BILINEAR"})
 CHANNEL_OPCODES = frozenset({"CONCATENATION", "SPLIT", "SPLIT_V"})  # along channels only: each pixel on its own
@@ -51,8 +42,6 @@ TILEABLE_OPCODES = (CONV_OPCODES | POOL_OPCODES | UNARY_OPCODES | BINARY_OPCODES
 # type, so a region whose tensors have another type (a uint8 model input before its QUANTIZE) cannot be tiled:
 # its region starts after the QUANTIZE instead.
 WINDOW_TYPES = frozenset({"float32", "int8", "int16", "int32"})
-# Reductions: global when they reduce over rows or columns (a squeeze-and-excitation block's pooling).
-REDUCE_OPCODES = frozenset({"MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD"})
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,10 @@ import numpy as np
 
 from lowtide.model import padding
 from lowtide.model.ir import Graph, Operator
-from lowtide.rewrite.regions import BINARY_OPCODES, POOL_OPCODES, REDUCE_OPCODES, UNARY_OPCODES
+from lowtide.model.operators import BINARY_OPCODES, POOL_OPCODES, REDUCE_OPCODES, UNARY_OPCODES
 
-# Element by element, with numpy broadcasting of any operand (beyond regions' families, which tiling needs
-# narrower: comparisons, selects, sums of many operands).
+# Element by element, with numpy broadcasting of any operand (beyond the model's unary and binary families, which
+# tiling needs narrower: comparisons, selects, sums of many operands).
 ELEMENTWISE_OPCODES = UNARY_OPCODES | BINARY_OPCODES | frozenset({
     "ADD_N", "FLOOR_DIV", "FLOOR_MOD", "POW", "LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL", "EQUAL",
     "NOT_EQUAL", "LOGICAL_AND", "LOGICAL_OR", "SELECT", "SELECT_V2",

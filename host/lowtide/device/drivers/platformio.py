@@ -3,10 +3,10 @@ and uploads it.
 
 A project is written and built once per content (model, runtime, board env, lowtide) in the user cache, or where
 `--project-dir` says; a second run for the same content finds it built, and two at once build it once (a lock).
-Before building, the model's arena and constant data are checked against the board's SRAM and flash
-(`lowtide.device.spec`); after building, the ELF's sections are (`read_firmware_image`), so a model that cannot fit
-stops with its numbers rather than with a linker log. Uploading is PlatformIO's `-t upload` of the board's env:
-whatever uploader the env names (ST-LINK, esptool, bossac, or a `custom` upload_command).
+Before building, the model's arena and constant data, as lowtide.runtimes estimates them, are checked against the
+board's SRAM and flash (`lowtide.device.spec`); after building, the ELF's sections are (`read_firmware_image`), so a
+model that cannot fit stops with its numbers rather than with a linker log. Uploading is PlatformIO's `-t upload`
+of the board's env: whatever uploader the env names (ST-LINK, esptool, bossac, or a `custom` upload_command).
 
 An ST board uploads with ST-LINK through OpenOCD (the platform's `upload_protocol = stlink`), told which ST-LINK by
 its USB serial number (`adapter serial`, through PlatformIO's upload_flags): the serial number of the port the
@@ -30,23 +30,14 @@ from functools import cache
 from pathlib import Path
 
 from lowtide.device.drivers.serialport import port_candidate, serial_port_candidates
-from lowtide.device.spec import (
-    RUNTIME_KERNELS,
-    BoardSpec,
-    capacity,
-    check_estimate_fits,
-    check_runtime,
-    estimate_footprint,
-    predict_board_arena,
-)
+from lowtide.device.spec import BoardSpec, capacity, check_estimate_fits
 from lowtide.errors import LowtideError, missing_tool
-from lowtide.mlperf.benchmarks import MlperfProtocol
-from lowtide.model.reader import load_model
 from lowtide.platformio_archives import ARCHIVES_SETTING, ST_PLATFORM, archives_dir
 from lowtide.project import (
     BUILT_STAMP,
     LOCAL_PLATFORM_URI,
     FirmwareProject,
+    ProtocolDefines,
     cached_project_dir,
     check_platformio,
     ensure_st_uploaders,
@@ -60,8 +51,10 @@ from lowtide.project import (
     write_project,
 )
 from lowtide.resources import DATA_DIR
+from lowtide.runtimes import RUNTIME_KERNELS, check_runtime, estimate_footprint, predict_arena
 from lowtide.storage import exclusive_lock
 from lowtide.tflm.sizer import Arena32
+from lowtide.validation import load_model
 
 BUILD_TIMEOUT_S = 900.0  # a cold build of a large model's weights; the board's own timeout bounds everything after
 UPLOAD_TIMEOUT_S = 300.0
@@ -308,10 +301,10 @@ def _check_tools(tools: tuple[str, ...]) -> None:
 
 
 def firmware_project(spec: BoardSpec, model_path: Path | None, runtime: str, tflm_arena: Arena32 | None = None,
-                     project_dir: Path | None = None, mlperf: MlperfProtocol | None = None) -> FirmwareProject:
+                     project_dir: Path | None = None, protocol: ProtocolDefines | None = None) -> FirmwareProject:
     """The project for `spec` with the model in it (none: a model-less image) run by `runtime`, built: in the user
-    cache unless `project_dir` names a folder of the user's. Runs for the same content wait for one build. `mlperf`:
-    the image answers MLPerf Tiny's grammar instead of lowtide's protocol."""
+    cache unless `project_dir` names a folder of the user's. Runs for the same content wait for one build. `protocol`:
+    the image answers that protocol instead of lowtide's own (MLPerf Tiny's grammar: lowtide.mlperf)."""
     _check_tools(EMULATOR_TOOLS if spec.emulated else ())
     check_memory_map(spec)
     check_registry_reachable(spec)
@@ -320,7 +313,8 @@ def firmware_project(spec: BoardSpec, model_path: Path | None, runtime: str, tfl
     # The project names its env, not the board: boards that run one image (nucleo-f446re and qemu-nucleo-f446re)
     # then share one project in the cache, built once.
     files = project_files(spec.platformio_env, spec.platformio_config, f"PlatformIO env {spec.platformio_env}",
-                          model_path, runtime, kernels, spec.core, tflm_arena.arena_bytes if tflm_arena else None, mlperf)
+                          model_path, runtime, kernels, spec.core, tflm_arena.arena_bytes if tflm_arena else None,
+                          protocol)
     directory = project_dir.resolve() if project_dir else cached_project_dir(spec.platformio_env, runtime,
                                                                              model_path, files)
     project = FirmwareProject(directory, spec.platformio_env, runtime, model_path)
@@ -341,25 +335,25 @@ def firmware_project(spec: BoardSpec, model_path: Path | None, runtime: str, tfl
 
 
 def build_board_firmware(spec: BoardSpec, model_path: Path, runtime: str | None = None,
-                         project_dir: Path | None = None, mlperf: MlperfProtocol | None = None) -> FirmwareImage:
+                         project_dir: Path | None = None, protocol: ProtocolDefines | None = None) -> FirmwareImage:
     """The firmware for `spec` with the model in it, run by `runtime` (default: the board's): refused before
     building if the model cannot fit the board, built (or found built), and checked against the board's memory
     from its ELF."""
-    image, _ = _built(spec, model_path, runtime, project_dir, mlperf)
+    image, _ = _built(spec, model_path, runtime, project_dir, protocol)
     return image
 
 
 def _built(spec: BoardSpec, model_path: Path, runtime: str | None, project_dir: Path | None,
-           mlperf: MlperfProtocol | None = None) -> tuple[FirmwareImage, FirmwareProject]:
+           protocol: ProtocolDefines | None = None) -> tuple[FirmwareImage, FirmwareProject]:
     runtime = check_runtime(runtime or spec.runtime)
     graph = load_model(model_path)
     if RUNTIME_KERNELS[runtime] is not None:
         # Before TFLM is built to size the arena: the head alone and the model file must fit.
         check_estimate_fits(spec, estimate_footprint(graph, tflm_head_only=True))
         check_registry_reachable(spec)
-    tflm_arena = predict_board_arena(spec, model_path, runtime, graph)
+    tflm_arena = predict_arena(model_path, runtime, spec.core, graph)
     check_estimate_fits(spec, estimate_footprint(graph, tflm_arena))
-    project = firmware_project(spec, model_path, runtime, tflm_arena, project_dir, mlperf)
+    project = firmware_project(spec, model_path, runtime, tflm_arena, project_dir, protocol)
     image = dataclasses.replace(read_firmware_image(project.elf, spec.platformio_env), project_dir=project.directory)
     check_image_fits(spec, image, model_path.stem)
     return image, project
@@ -410,7 +404,7 @@ def openocd_upload_flags(probe_serial: str | None) -> dict[str, str]:
 
 
 def upload_firmware(spec: BoardSpec, model_path: Path, port: str, runtime: str | None = None,
-                    mlperf: MlperfProtocol | None = None) -> None:
+                    protocol: ProtocolDefines | None = None) -> None:
     """PlatformIO's upload of the firmware for `spec` (built, or found built) to the board on `port`: the env's
     own uploader; for an ST board, OpenOCD on that board's ST-LINK (`upload_probe`)."""
     if spec.emulated:
@@ -424,7 +418,7 @@ def upload_firmware(spec: BoardSpec, model_path: Path, port: str, runtime: str |
         if archives_dir() is not None and shutil.which("openocd") is None:
             raise LowtideError("openocd not found: install OpenOCD (Debian: apt-get install --no-install-recommends "
                                "openocd), which flashes the ST boards without PlatformIO's registry")
-    _, project = _built(spec, model_path, runtime, None, mlperf)
+    _, project = _built(spec, model_path, runtime, None, protocol)
     if env_platform(spec.platformio_env, spec.platformio_config) == ST_PLATFORM and archives_dir() is not None:
         ensure_st_uploaders()
     with exclusive_lock(project.directory.with_name(project.directory.name + ".lock")):
