@@ -183,6 +183,53 @@ LT_ALWAYS_INLINE void lt_store_2x2_s8(int32_t a0, int32_t a1, int32_t b0, int32_
     "bcc 1f\n\t"                      \
     "adds %[k], %[k], #1\n\t"        \
     "b 2f\n\t"
+/* One group's weights of two channels: int16 by one LDM; int8 by one LDRD and 4 SXTB16. */
+#define LT_LOAD_W16 "ldm %[w]!, {%[u02], %[u13], %[v02], %[v13]}\n\t"
+#define LT_LOAD_S8                              \
+    "ldrd %[u02], %[v02], [%[w]], #8\n\t"      \
+    "sxtb16 %[u13], %[u02], ror #8\n\t"        \
+    "sxtb16 %[u02], %[u02]\n\t"                \
+    "sxtb16 %[v13], %[v02], ror #8\n\t"        \
+    "sxtb16 %[v02], %[v02]\n\t"
+/* That group's 16 products: both pixels' expanded rows (x0 at a, x1 at b) against both channels. */
+#define LT_PRODUCTS_2X2                         \
+    "ldrd %[x02], %[x13], [%[a]], #8\n\t"      \
+    "smlad %[a0], %[x02], %[u02], %[a0]\n\t"   \
+    "smlad %[a0], %[x13], %[u13], %[a0]\n\t"   \
+    "smlad %[a1], %[x02], %[v02], %[a1]\n\t"   \
+    "smlad %[a1], %[x13], %[v13], %[a1]\n\t"   \
+    "ldrd %[x02], %[x13], [%[b]], #8\n\t"      \
+    "smlad %[b0], %[x02], %[u02], %[b0]\n\t"   \
+    "smlad %[b0], %[x13], %[u13], %[b0]\n\t"   \
+    "smlad %[b1], %[x02], %[v02], %[b1]\n\t"   \
+    "smlad %[b1], %[x13], %[v13], %[b1]\n\t"
+/* The k4 / 4 groups of one channel pair and pixel pair, in the enclosing kernel's x0, x1, w, k4 and a0..b1:
+ * every live value in a register of its own (GCC spills this loop's 14 values: 24 instructions per 16 products
+ * where 12 do). */
+#define LT_MATMUL_2X2_LOOP(LOAD_WEIGHTS)                                                                     \
+    do {                                                                                                     \
+        register const uint32_t *ra __asm__("r0") = (const uint32_t *)x0;                                    \
+        register const uint32_t *rb __asm__("r1") = (const uint32_t *)x1;                                    \
+        register const uint32_t *rw __asm__("r2") = w;                                                       \
+        register int32_t groups __asm__("r3") = k4 >> 2;                                                     \
+        register uint32_t u02 __asm__("r4"), u13 __asm__("r5"), v02 __asm__("r6"), v13 __asm__("r7");       \
+        register uint32_t x02 __asm__("r8"), x13 __asm__("r9");                                              \
+        register int32_t ra0 __asm__("r10") = a0, ra1 __asm__("r11") = a1, rb0 __asm__("r12") = b0;         \
+        register int32_t rb1 __asm__("lr") = b1;                                                             \
+        __asm__ volatile(LT_GROUPS_BY_TWO_ENTRY "1:\n\t" LOAD_WEIGHTS LT_PRODUCTS_2X2 "2:\n\t" LOAD_WEIGHTS    \
+                         LT_PRODUCTS_2X2 "subs %[k], %[k], #1\n\t"                                           \
+                         "bne 1b"                                                                            \
+                         : [a] "+r"(ra), [b] "+r"(rb), [w] "+r"(rw), [k] "+r"(groups), [a0] "+r"(ra0),       \
+                           [a1] "+r"(ra1), [b0] "+r"(rb0), [b1] "+r"(rb1), [u02] "=&r"(u02), [u13] "=&r"(u13), \
+                           [v02] "=&r"(v02), [v13] "=&r"(v13), [x02] "=&r"(x02), [x13] "=&r"(x13)            \
+                         :                                                                                   \
+                         : "cc", "memory");                                                                  \
+        w = rw;                                                                                              \
+        a0 = ra0;                                                                                            \
+        a1 = ra1;                                                                                            \
+        b0 = rb0;                                                                                            \
+        b1 = rb1;                                                                                            \
+    } while (0)
 #endif
 
 /* ---- matrix core: two pixels (or one) x every output channel ------------------------------------------------- */
@@ -226,61 +273,7 @@ LT_ALWAYS_INLINE void lt_matmul_2_s8(const int16_t *x0, const int16_t *x1, const
     for (; oc + 2 <= out_c; oc += 2) {
         int32_t a0 = bias[oc], a1 = bias[oc + 1], b0 = a0, b1 = a1;
 #ifdef LT_DSP
-        /* as lt_matmul_2_w16's loop: every live value in a register of its own (GCC spills them) */
-        register const uint32_t *ra __asm__("r0") = (const uint32_t *)x0;
-        register const uint32_t *rb __asm__("r1") = (const uint32_t *)x1;
-        register const uint32_t *rw __asm__("r2") = w;
-        register int32_t groups __asm__("r3") = k4 >> 2;
-        register uint32_t u02 __asm__("r4"), u13 __asm__("r5"), v02 __asm__("r6"), v13 __asm__("r7");
-        register uint32_t x02 __asm__("r8"), x13 __asm__("r9");
-        register int32_t ra0 __asm__("r10") = a0, ra1 __asm__("r11") = a1, rb0 __asm__("r12") = b0;
-        register int32_t rb1 __asm__("lr") = b1;
-        __asm__ volatile(
-            LT_GROUPS_BY_TWO_ENTRY
-            "1:\n\t"
-            "ldrd %[u02], %[v02], [%[w]], #8\n\t"
-            "sxtb16 %[u13], %[u02], ror #8\n\t"
-            "sxtb16 %[u02], %[u02]\n\t"
-            "sxtb16 %[v13], %[v02], ror #8\n\t"
-            "sxtb16 %[v02], %[v02]\n\t"
-            "ldrd %[x02], %[x13], [%[a]], #8\n\t"
-            "smlad %[a0], %[x02], %[u02], %[a0]\n\t"
-            "smlad %[a0], %[x13], %[u13], %[a0]\n\t"
-            "smlad %[a1], %[x02], %[v02], %[a1]\n\t"
-            "smlad %[a1], %[x13], %[v13], %[a1]\n\t"
-            "ldrd %[x02], %[x13], [%[b]], #8\n\t"
-            "smlad %[b0], %[x02], %[u02], %[b0]\n\t"
-            "smlad %[b0], %[x13], %[u13], %[b0]\n\t"
-            "smlad %[b1], %[x02], %[v02], %[b1]\n\t"
-            "smlad %[b1], %[x13], %[v13], %[b1]\n\t"
-            "2:\n\t"
-            "ldrd %[u02], %[v02], [%[w]], #8\n\t"
-            "sxtb16 %[u13], %[u02], ror #8\n\t"
-            "sxtb16 %[u02], %[u02]\n\t"
-            "sxtb16 %[v13], %[v02], ror #8\n\t"
-            "sxtb16 %[v02], %[v02]\n\t"
-            "ldrd %[x02], %[x13], [%[a]], #8\n\t"
-            "smlad %[a0], %[x02], %[u02], %[a0]\n\t"
-            "smlad %[a0], %[x13], %[u13], %[a0]\n\t"
-            "smlad %[a1], %[x02], %[v02], %[a1]\n\t"
-            "smlad %[a1], %[x13], %[v13], %[a1]\n\t"
-            "ldrd %[x02], %[x13], [%[b]], #8\n\t"
-            "smlad %[b0], %[x02], %[u02], %[b0]\n\t"
-            "smlad %[b0], %[x13], %[u13], %[b0]\n\t"
-            "smlad %[b1], %[x02], %[v02], %[b1]\n\t"
-            "smlad %[b1], %[x13], %[v13], %[b1]\n\t"
-            "subs %[k], %[k], #1\n\t"
-            "bne 1b"
-            : [a] "+r"(ra), [b] "+r"(rb), [w] "+r"(rw), [k] "+r"(groups), [a0] "+r"(ra0), [a1] "+r"(ra1),
-              [b0] "+r"(rb0), [b1] "+r"(rb1), [u02] "=&r"(u02), [u13] "=&r"(u13), [v02] "=&r"(v02),
-              [v13] "=&r"(v13), [x02] "=&r"(x02), [x13] "=&r"(x13)
-            :
-            : "cc", "memory");
-        w = rw;
-        a0 = ra0;
-        a1 = ra1;
-        b0 = rb0;
-        b1 = rb1;
+        LT_MATMUL_2X2_LOOP(LT_LOAD_S8);
 #else
         const uint32_t *a = (const uint32_t *)x0, *b = (const uint32_t *)x1;
         for (int32_t k = k4 >> 2; k > 0; --k) {
@@ -365,54 +358,7 @@ LT_ALWAYS_INLINE void lt_matmul_2_w16(const int16_t *x0, const int16_t *x1, cons
     for (; oc + 2 <= out_c; oc += 2) {
         int32_t a0 = bias[oc], a1 = bias[oc + 1], b0 = a0, b1 = a1;
 #ifdef LT_DSP
-        /* GCC spills this loop's 14 live values to the stack (24 instructions per 16 products where 13 do):
-         * each in a register of its own, the weights by one LDM */
-        register const uint32_t *ra __asm__("r0") = (const uint32_t *)x0;
-        register const uint32_t *rb __asm__("r1") = (const uint32_t *)x1;
-        register const uint32_t *rw __asm__("r2") = w;
-        register int32_t groups __asm__("r3") = k4 >> 2;
-        register uint32_t u02 __asm__("r4"), u13 __asm__("r5"), v02 __asm__("r6"), v13 __asm__("r7");
-        register uint32_t x02 __asm__("r8"), x13 __asm__("r9");
-        register int32_t ra0 __asm__("r10") = a0, ra1 __asm__("r11") = a1, rb0 __asm__("r12") = b0;
-        register int32_t rb1 __asm__("lr") = b1;
-        __asm__ volatile(
-            LT_GROUPS_BY_TWO_ENTRY
-            "1:\n\t"
-            "ldm %[w]!, {%[u02], %[u13], %[v02], %[v13]}\n\t"
-            "ldrd %[x02], %[x13], [%[a]], #8\n\t"
-            "smlad %[a0], %[x02], %[u02], %[a0]\n\t"
-            "smlad %[a0], %[x13], %[u13], %[a0]\n\t"
-            "smlad %[a1], %[x02], %[v02], %[a1]\n\t"
-            "smlad %[a1], %[x13], %[v13], %[a1]\n\t"
-            "ldrd %[x02], %[x13], [%[b]], #8\n\t"
-            "smlad %[b0], %[x02], %[u02], %[b0]\n\t"
-            "smlad %[b0], %[x13], %[u13], %[b0]\n\t"
-            "smlad %[b1], %[x02], %[v02], %[b1]\n\t"
-            "smlad %[b1], %[x13], %[v13], %[b1]\n\t"
-            "2:\n\t"
-            "ldm %[w]!, {%[u02], %[u13], %[v02], %[v13]}\n\t"
-            "ldrd %[x02], %[x13], [%[a]], #8\n\t"
-            "smlad %[a0], %[x02], %[u02], %[a0]\n\t"
-            "smlad %[a0], %[x13], %[u13], %[a0]\n\t"
-            "smlad %[a1], %[x02], %[v02], %[a1]\n\t"
-            "smlad %[a1], %[x13], %[v13], %[a1]\n\t"
-            "ldrd %[x02], %[x13], [%[b]], #8\n\t"
-            "smlad %[b0], %[x02], %[u02], %[b0]\n\t"
-            "smlad %[b0], %[x13], %[u13], %[b0]\n\t"
-            "smlad %[b1], %[x02], %[v02], %[b1]\n\t"
-            "smlad %[b1], %[x13], %[v13], %[b1]\n\t"
-            "subs %[k], %[k], #1\n\t"
-            "bne 1b"
-            : [a] "+r"(ra), [b] "+r"(rb), [w] "+r"(rw), [k] "+r"(groups), [a0] "+r"(ra0), [a1] "+r"(ra1),
-              [b0] "+r"(rb0), [b1] "+r"(rb1), [u02] "=&r"(u02), [u13] "=&r"(u13), [v02] "=&r"(v02),
-              [v13] "=&r"(v13), [x02] "=&r"(x02), [x13] "=&r"(x13)
-            :
-            : "cc", "memory");
-        w = rw;
-        a0 = ra0;
-        a1 = ra1;
-        b0 = rb0;
-        b1 = rb1;
+        LT_MATMUL_2X2_LOOP(LT_LOAD_W16);
 #else
         const uint32_t *a = (const uint32_t *)x0, *b = (const uint32_t *)x1;
         for (int32_t k = k4 >> 2; k > 0; --k) {
