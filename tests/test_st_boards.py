@@ -18,17 +18,12 @@ from pathlib import Path
 import pytest
 from conftest import SHARED_MODELS, needs_firmware_tools
 from lowtide.device.drivers.platformio import RAM_SECTIONS, elf_sections, linker_regions, read_firmware_image
-from lowtide.device.spec import (
-    ARENA_SLACK_BYTES,
-    RUNTIME_KERNELS,
-    compiled_arena_bytes,
-    estimate_footprint,
-    get_board_spec,
-)
+from lowtide.device.spec import get_board_spec
 from lowtide.device.static_ram import static_ram_split
 from lowtide.model.reader import load_model
 from lowtide.project import env_option
 from lowtide.resources import BOARDS_DIR, DATA_DIR
+from lowtide.runtimes import ARENA_SLACK_BYTES, RUNTIME_KERNELS, compiled_arena_bytes, estimate_footprint
 from lowtide.tflm.sizer import predict_arena32
 
 ARCHIVES = SHARED_MODELS.parent / "platformio"
