@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -31,7 +32,7 @@ from lowtide.compile import verify_compiled
 from lowtide.errors import LowtideError
 from lowtide.export import optimize_model
 from lowtide.validation import load_model
-from report import DOC, SHARED_MODELS, geomean, write_section
+from report import DOC, SHARED_MODELS, geomean, section_markers, write_section
 
 SECTION = "compile"
 SPEED_SECTION = "compile-speed"
@@ -113,6 +114,23 @@ def speed_row(path: Path, progress: Progress, task: TaskID, console: Console) ->
     return row, ratios, failures
 
 
+def previous_speed_rows(doc: Path) -> dict[str, tuple[str, dict[str, float]]]:
+    """The rows of the speed table as `doc` holds it, by model, with their compiled / CMSIS-NN ratio per board
+    (the 5th and 9th cells)."""
+    start, end = section_markers(SPEED_SECTION)
+    text = doc.read_text() if doc.exists() else ""
+    section = text[text.find(start):text.find(end)] if start in text else ""
+    rows = {}
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if not line.startswith("| ") or len(cells) < 9 or cells[0].startswith(("model", "**", "---")):
+            continue
+        ratios = {board: float(cells[column]) for board, column in zip(SPEED_BOARDS, (4, 8), strict=True)
+                  if re.fullmatch(r"\d+\.\d+", cells[column])}
+        rows[cells[0]] = (line, ratios)
+    return rows
+
+
 def speed(args, command: str, console: Console) -> int:
     """Instructions per inference under QEMU -icount for every runtime and board, and the compiled RAM next to
     TFLM's measured total (arena + static RAM of the TFLM firmware less the compiled firmware's own). `--jobs`
@@ -122,14 +140,19 @@ def speed(args, command: str, console: Console) -> int:
         task = progress.add_task("measuring", total=len(models) * len(SPEED_BOARDS) * len(SPEED_RUNTIMES))
         results = list(pool.map(lambda name: speed_row(args.models / f"{name}.tflite", progress, task, console),
                                 models))
-    rows = [row for row, _, _ in results]
+    # --only measures some models again: the other models keep their rows (and ratios) from the section as it is
+    measured = {name: (row, ratio) for name, (row, ratio, _) in zip(models, results, strict=True)}
+    kept = {name: entry for name, entry in previous_speed_rows(args.doc).items() if name not in measured}
+    table = dict(sorted({**kept, **measured}.items()))
+    rows = [row for row, _ in table.values()]
     failures = sum(count for _, _, count in results)
-    ratios = {board: [r[board] for _, r, _ in results if board in r] for board in SPEED_BOARDS}
+    ratios = {board: [r[board] for _, r in table.values() if board in r] for board in SPEED_BOARDS}
     m4, m7 = geomean(ratios["qemu-m4"]), geomean(ratios["qemu-m7"])
     body = "\n".join([
         "## `lowtide compile`: instructions per inference next to TFLM and TFLM with CMSIS-NN",
         "",
-        f"Made by `{command}` on {time.strftime('%Y-%m-%d')}.",
+        f"Made by `{command}` on {time.strftime('%Y-%m-%d')}"
+        + (f" (the other models' rows are from the runs before: {len(kept)} rows)." if kept else "."),
         "",
         "Instructions per inference under QEMU `-icount shift=0` (`lowtide measure --json`, one run after a warm-up;",
         "every figure is exact and repeatable), for the compiled C (fast int8 kernels, `firmware/runtime/lt_conv_dsp.h`:",
