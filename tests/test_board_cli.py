@@ -106,7 +106,7 @@ def test_a_model_too_large_for_the_board_is_refused_before_building():
     message = result.stderr.strip()
     assert "\n" not in message, message
     # the compiled runtime's plan (in place, below TFLM's head) and the painted slack
-    planned = runtimes.compiled_arena_bytes(load_model(MOBILENET))
+    planned = arena_plan(load_model(MOBILENET), MOBILENET.read_bytes()).head_bytes
     assert planned < int(REFERENCE[MOBILENET.stem]["tflm_head"])
     staging = 224 * 224 * 3
     assert message.startswith(f"lowtide: error: {MOBILENET.stem}: arena {planned + 1024:,} B + static RAM "
@@ -121,7 +121,7 @@ def test_the_estimate_is_a_lower_bound_of_the_built_image():
     # The check before building must never refuse a model that fits: its figures are below the built image's.
     spec = board_spec.load_board_specs()["qemu-m4"]
     for model in (HELLO_WORLD, KWS_DSCNN):
-        estimate = runtimes.estimate_footprint(load_model(model))
+        estimate = runtimes.RUNTIMES[runtimes.Runtime.COMPILED].estimate_footprint(load_model(model))
         image = build_board_firmware(spec, model)
         assert estimate.arena_bytes + estimate.static_ram_bytes <= image.static_ram_bytes
         assert estimate.image_bytes <= image.flash_bytes
@@ -309,7 +309,7 @@ class _PrebuiltQemuBoard(EmulatedBoard):
         super().__init__(spec)
         self.image = image
 
-    def build(self, model_path: Path, runtime: str | None = None) -> FirmwareImage:
+    def build(self, model_path: Path, runtime: runtimes.FirmwareRuntime | None = None) -> FirmwareImage:
         return self.image
 
 

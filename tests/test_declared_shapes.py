@@ -13,9 +13,9 @@ import pytest
 from hostile import assert_kept_promise, run_in_process
 from lowtide import oracle
 from lowtide.compile.lowering import KERNELS
-from lowtide.model import load_model, read_model
+from lowtide.model import read_model
 from lowtide.model.schema import BUILTIN_CODES, TYPE_CODES
-from lowtide.validation import model_problems
+from lowtide.validation import load_model, model_problems
 from test_compile import TinyModel
 from test_compile_lstm import ACT_TANH, _lstm
 from test_compile_stateful import _svdf_model

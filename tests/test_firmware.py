@@ -30,6 +30,7 @@ from lowtide.device.spec import load_board_specs
 from lowtide.device.session import DeviceSession
 from lowtide.errors import LowtideError
 from lowtide.rewrite import rewrite_auto
+from lowtide.runtimes import RUNTIMES, Runtime
 from lowtide.validation import load_model
 from test_compile import unsupported_model
 
@@ -74,7 +75,7 @@ def _pio(*args: str, build_dir: Path | None = None, timeout: float = 300) -> sub
 
 
 def build_firmware(spec, model: Path | None):
-    return firmware_project(spec, model, "compiled").elf
+    return firmware_project(spec, model, RUNTIMES[Runtime.COMPILED]).elf
 
 
 @pytest.fixture(scope="module")

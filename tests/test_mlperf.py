@@ -27,6 +27,7 @@ from lowtide.device.spec import get_board_spec
 from lowtide.mlperf.benchmarks import BENCHMARKS, INPUT_UINT8_AS_INT8, RESULT_SCORES, mlperf_protocol
 from lowtide.mlperf.datasets import LABELS_FILE, generate_dataset
 from lowtide.mlperf.runner import locate_runner, run_mlperf, session_results, window_throughput
+from lowtide.runtimes import RUNTIMES, Runtime
 from lowtide.validation import load_model
 
 RUNNER_ARCHIVE = REPO.parent / "shared" / "mlperf-tiny" / "mlperf-tiny-runner-1afd2c98.tar.gz"
@@ -380,5 +381,6 @@ def test_the_mlperf_image_builds_for_a_real_nucleo(tmp_path, monkeypatch):
     assert "m-model-[kws01]" in strings and "m-name-dut-[lowtide " in strings
     monkeypatch.setenv("LOWTIDE_PLATFORMIO_ARCHIVES", str(PLATFORMIO_ARCHIVES))
     protocol = mlperf_protocol(load_model(KWS), BENCHMARKS["kws01"]).firmware_defines()
-    emulated = build_board_firmware(get_board_spec("qemu-nucleo-f446re"), KWS, "compiled", protocol=protocol)  # cached
+    emulated = build_board_firmware(get_board_spec("qemu-nucleo-f446re"), KWS, RUNTIMES[Runtime.COMPILED],  # cached
+                                    protocol=protocol)
     assert Path(image["elf"]).read_bytes() == emulated.elf.read_bytes()

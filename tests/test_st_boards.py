@@ -20,11 +20,12 @@ from conftest import SHARED_MODELS, needs_firmware_tools
 from lowtide.device.drivers.platformio import RAM_SECTIONS, elf_sections, linker_regions, read_firmware_image
 from lowtide.device.spec import get_board_spec
 from lowtide.device.static_ram import static_ram_split
-from lowtide.model.reader import load_model
 from lowtide.project import env_option
 from lowtide.resources import BOARDS_DIR, DATA_DIR
-from lowtide.runtimes import ARENA_SLACK_BYTES, RUNTIME_KERNELS, compiled_arena_bytes, estimate_footprint
+from lowtide.compile.codegen import arena_plan
+from lowtide.runtimes import ARENA_SLACK_BYTES, runtime_named
 from lowtide.tflm.sizer import predict_arena32
+from lowtide.validation import load_model
 
 ARCHIVES = SHARED_MODELS.parent / "platformio"
 KWS = SHARED_MODELS / "mlperf_kws_dscnn_int8.tflite"
@@ -112,13 +113,14 @@ def test_each_st_board_builds_offline_with_each_runtime(board, runtime):
     # it for the board's core and kernels (head and tail, to the byte), or the compiled plan with its painted
     # slack; and the estimate is a lower bound of the built image.
     graph = load_model(KWS)
-    kernels = RUNTIME_KERNELS[runtime]
+    firmware = runtime_named(runtime)
+    kernels = firmware.kernels
     predicted = predict_arena32(KWS.read_bytes(), graph, kernels, spec.core) if kernels is not None else None
-    estimate = estimate_footprint(graph, predicted)
+    estimate = firmware.estimate_footprint(graph, predicted)
     arena = static_ram_split(elf, image.static_ram_bytes, image.stack_bytes, arena_slack_bytes=0).arena_bytes
     assert arena == estimate.arena_bytes == report["arena_capacity_bytes"]
     if predicted is None:
-        assert arena == compiled_arena_bytes(graph) + ARENA_SLACK_BYTES
+        assert arena == arena_plan(graph, KWS.read_bytes()).head_bytes + ARENA_SLACK_BYTES
     else:
         assert arena == predicted.arena_bytes >= predicted.used_bytes > 0
     assert estimate.arena_bytes + estimate.static_ram_bytes <= image.static_ram_bytes

@@ -3,28 +3,44 @@ involved: lowtide's compiled C (`compiled`, lowtide.compile, with its own arena 
 its reference or CMSIS-NN kernels (`tflm`, `tflm-cmsis-nn`), whose arena TFLM allocates itself (lowtide.tflm.sizer
 predicts it on the core's emulator).
 
+A runtime is named by a `Runtime` (the string the CLI, board files, the pytest plugin and JSON use) and is one
+`FirmwareRuntime` object (`RUNTIMES`, `runtime_named`) owning everything that differs between runtimes: its TFLM
+kernel set (or none), its arena prediction, its footprint estimate, the slack painted past its arena, the cores it
+runs on, and the sources, defines and libraries it adds to a firmware project (lowtide.project). The stages after
+this one hold a `FirmwareRuntime` and ask it; none compares runtime names.
+
 The figures here (the predicted arena, the footprint estimate) are computed from the model alone and handed to
 lowtide.device, which checks them against a board and builds nothing it cannot hold: the device layer runs no
-planner of its own.
+planner of its own. Which outputs may share their input's bytes is the memory stage's (`lowtide.memory.in_place`,
+by `Executor`): lowtide.compile, an earlier stage, plans the compiled runtime's arena with those rules.
 """
 
 from __future__ import annotations
 
+import enum
+import tempfile
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
-from lowtide.compile.codegen import arena_plan
+from lowtide.compile.codegen import arena_plan, compile_model
 from lowtide.errors import LowtideError
 from lowtide.memory import tflm_plan
 from lowtide.model.ir import Graph, TensorKind
-from lowtide.tflm.sizer import Arena32, predict_arena32
+from lowtide.project import ModelBuild, SourceFolder
+from lowtide.tflm.build import (
+    CORES,
+    DEBIAN_ARM_TOOLCHAIN,
+    build_library,
+    check_kernels_fit_core,
+    core_named,
+    cxx_flags,
+    resolver_calls,
+)
+from lowtide.tflm.sizer import Arena32, predict_arena32, resource_variable_count, write_resolver_include
 from lowtide.tflm.tree import KernelSet
-from lowtide.validation import load_model
 
-# What runs the model in the firmware: lowtide's compiled C, or TFLM's interpreter with one of its kernel sets.
-RUNTIME_KERNELS: dict[str, KernelSet | None] = {
-    "compiled": None, "tflm": KernelSet.REFERENCE, "tflm-cmsis-nn": KernelSet.CMSIS_NN,
-}
 # What the firmware adds to the model, for the size check before building. Both are lower bounds taken from the
 # qemu-m4 images of the compiled runtime, so the estimate never refuses a model that would fit; the ELF is checked
 # exactly after the build.
@@ -34,10 +50,12 @@ RUNTIME_CODE_BYTES = 8_000  # protocol core and the fewest kernels: 9,112 B of c
 TFLM_CODE_BYTES = 60_000  # TFLM's framework with the fewest kernels: 64,752 B of code for tflm_hello_world_int8
 
 
-def check_runtime(runtime: str) -> str:
-    if runtime not in RUNTIME_KERNELS:
-        raise LowtideError(f"unknown runtime {runtime!r}; runtimes: {', '.join(RUNTIME_KERNELS)}")
-    return runtime
+class Runtime(enum.StrEnum):
+    """What runs the model in the firmware, by the name `--runtime`, board files, `--lowtide-runtime` and JSON use."""
+
+    COMPILED = "compiled"  # lowtide's compiled C on its kernel runtime (firmware/runtime)
+    TFLM = "tflm"  # TFLM's interpreter with its reference kernels
+    TFLM_CMSIS_NN = "tflm-cmsis-nn"  # TFLM's interpreter with CMSIS-NN's kernels
 
 
 @dataclass(frozen=True)
@@ -45,47 +63,167 @@ class FootprintEstimate:
     """What a model's firmware needs, known before building it."""
 
     model: str  # the model's file name without .tflite, for messages
-    arena_bytes: int  # the planned arena head plus the painted slack
+    arena_bytes: int  # the arena the image declares: the planned head plus the painted slack, or TFLM's arena
     static_ram_bytes: int  # everything else in RAM: the input staging buffer and the runtime's own state
     image_bytes: int  # the model's constant data plus the runtime's code
 
 
-def estimate_footprint(graph: Graph, tflm_arena: Arena32 | None = None,
-                       tflm_head_only: bool = False) -> FootprintEstimate:
-    """The compiled runtime's footprint, or with `tflm_arena` TFLM's: its predicted arena, the whole .tflite in
-    flash, and TFLM's own code. `tflm_head_only`: TFLM's footprint with the arena's head alone, a lower bound known
-    before TFLM is built."""
-    constant_buffers = {t.buffer: t.nbytes for sg in graph.subgraphs for t in sg.tensors
-                        if t.kind is TensorKind.CONSTANT}
+class FirmwareRuntime(ABC):
+    """One runtime of the firmware and what it needs of a board (module docstring)."""
+
+    name: Runtime
+    kernels: KernelSet | None  # TFLM's kernel set in the firmware; None: no TFLM there
+    arena_slack_bytes: ClassVar[int]  # painted past the arena to catch overruns: the harness's, not the model's
+
+    def __str__(self) -> str:
+        return self.name.value
+
+    @abstractmethod
+    def runs_on(self, core: str) -> bool:
+        """Whether this runtime can be built for `core` (a board file's `core`)."""
+
+    @abstractmethod
+    def predict_arena(self, graph: Graph, core: str) -> Arena32 | None:
+        """TFLM's arena for the model on `core` with this runtime's kernels; None where no TFLM allocates one."""
+
+    @abstractmethod
+    def estimate_footprint(self, graph: Graph, tflm_arena: Arena32 | None = None) -> FootprintEstimate:
+        """The firmware's footprint with `tflm_arena`, the arena `predict_arena` returned."""
+
+    @abstractmethod
+    def estimate_before_sizing(self, graph: Graph) -> FootprintEstimate | None:
+        """A lower bound of the footprint known before `predict_arena`, where that builds TFLM first; None where
+        predicting costs nothing."""
+
+    @abstractmethod
+    def model_build(self, path: Path, graph: Graph, core: str, tflm_arena_bytes: int | None,
+                    files: dict[str, bytes]) -> ModelBuild:
+        """The model's sources, defines and libraries in a firmware project run by this runtime, its files written
+        into `files` (lowtide.project adds what every runtime's has)."""
+
+
+def _footprint(graph: Graph, arena_bytes: int, image_bytes: int) -> FootprintEstimate:
     staging = sum(graph.main.tensors[i].nbytes for i in graph.main.inputs)
-    if tflm_arena is not None or tflm_head_only:
-        arena_bytes = tflm_arena.arena_bytes if tflm_arena else tflm_plan(graph).head_bytes
-        image_bytes = Path(graph.path).stat().st_size + RUNTIME_CODE_BYTES + TFLM_CODE_BYTES
-    else:
-        plan = arena_plan(graph, Path(graph.path).read_bytes())
-        arena_bytes = plan.head_bytes + ARENA_SLACK_BYTES
-        image_bytes = sum(constant_buffers.values()) + plan.wide_weight_bytes + RUNTIME_CODE_BYTES
-    return FootprintEstimate(
-        model=Path(graph.path).stem,
-        arena_bytes=arena_bytes,
-        static_ram_bytes=staging + RUNTIME_STATIC_RAM_BYTES,
-        image_bytes=image_bytes,
-    )
+    return FootprintEstimate(model=Path(graph.path).stem, arena_bytes=arena_bytes,
+                             static_ram_bytes=staging + RUNTIME_STATIC_RAM_BYTES, image_bytes=image_bytes)
 
 
-def compiled_arena_bytes(graph: Graph) -> int:
-    """The arena the compiled runtime's generated code declares: lowtide's plan for it (in place, fused PADs, the
-    fast kernels' scratch), which can be below TFLM's head."""
-    return arena_plan(graph, Path(graph.path).read_bytes()).head_bytes
+class CompiledRuntime(FirmwareRuntime):
+    """lowtide's compiled C: the generated code declares its arena from lowtide's plan for it (in place, fused PADs,
+    the fast kernels' scratch), which can be below TFLM's head, and paints a slack past it."""
 
+    name = Runtime.COMPILED
+    kernels = None
+    arena_slack_bytes = ARENA_SLACK_BYTES
 
-def predict_arena(model_path: Path, runtime: str, core: str, graph: Graph | None = None) -> Arena32 | None:
-    """TFLM's arena for the model on `core` with `runtime`'s kernels (None for the compiled runtime)."""
-    kernels = RUNTIME_KERNELS[check_runtime(runtime)]
-    if kernels is None:
+    def runs_on(self, core: str) -> bool:
+        return True  # plain C99
+
+    def predict_arena(self, graph: Graph, core: str) -> Arena32 | None:
         return None
-    graph = graph or load_model(model_path)
-    return predict_arena32(Path(model_path).read_bytes(), graph, kernels, core)
+
+    def estimate_footprint(self, graph: Graph, tflm_arena: Arena32 | None = None) -> FootprintEstimate:
+        constant_buffers = {t.buffer: t.nbytes for sg in graph.subgraphs for t in sg.tensors
+                            if t.kind is TensorKind.CONSTANT}
+        plan = arena_plan(graph, Path(graph.path).read_bytes())
+        return _footprint(graph, plan.head_bytes + self.arena_slack_bytes,
+                          sum(constant_buffers.values()) + plan.wide_weight_bytes + RUNTIME_CODE_BYTES)
+
+    def estimate_before_sizing(self, graph: Graph) -> FootprintEstimate | None:
+        return None
+
+    def model_build(self, path: Path, graph: Graph, core: str, tflm_arena_bytes: int | None,
+                    files: dict[str, bytes]) -> ModelBuild:
+        compiled = compile_model(path)
+        for name, text in compiled.files.items():
+            files[f"model/{name}"] = text.encode()
+        build = ModelBuild(path.name, self.name)
+        build.defines += [("LT_RUNTIME_COMPILED", None),
+                          ("LT_MODEL_INPUT_BYTES_TOTAL", f"{sum(t.nbytes for t in compiled.inputs)}u")]
+        build.include_dirs += ["model", "firmware/runtime"]
+        build.sources += [SourceFolder("lowtide_runtime", "firmware/runtime", "+<*.c>"),
+                          SourceFolder("lowtide_model", "model", "+<*.c>")]
+        return build
+
+
+@dataclass(frozen=True)
+class TflmRuntime(FirmwareRuntime):
+    """TFLM's interpreter with one of its kernel sets, on the .tflite bytes in flash: TFLM allocates the arena itself,
+    so its size is TFLM's own, read on the core's emulator (lowtide.tflm.sizer)."""
+
+    name: Runtime
+    kernels: KernelSet
+    arena_slack_bytes: ClassVar[int] = 0
+
+    def runs_on(self, core: str) -> bool:
+        try:
+            check_kernels_fit_core(self.kernels, CORES[core])
+        except (KeyError, LowtideError):
+            return False
+        return True
+
+    def predict_arena(self, graph: Graph, core: str) -> Arena32 | None:
+        return predict_arena32(Path(graph.path).read_bytes(), graph, self.kernels, core)
+
+    def estimate_footprint(self, graph: Graph, tflm_arena: Arena32 | None = None) -> FootprintEstimate:
+        """With no `tflm_arena`, the arena's head alone (lowtide's replica of TFLM's planner): a lower bound."""
+        arena_bytes = tflm_arena.arena_bytes if tflm_arena else tflm_plan(graph).head_bytes
+        return _footprint(graph, arena_bytes,
+                          Path(graph.path).stat().st_size + RUNTIME_CODE_BYTES + TFLM_CODE_BYTES)
+
+    def estimate_before_sizing(self, graph: Graph) -> FootprintEstimate | None:
+        return self.estimate_footprint(graph)  # sizing TFLM's arena builds TFLM for the core first
+
+    def model_build(self, path: Path, graph: Graph, core: str, tflm_arena_bytes: int | None,
+                    files: dict[str, bytes]) -> ModelBuild:
+        assert tflm_arena_bytes is not None  # a TFLM image's arena is the one predict_arena sized
+        opcodes = sorted({op.opcode for sg in graph.subgraphs for op in sg.operators})
+        library = build_library(self.kernels, core_named(core), opcodes, DEBIAN_ARM_TOOLCHAIN)
+        calls = resolver_calls(library.tree, opcodes)
+        files["model/lt_model_tflite.c"] = _tflite_c_array(path.read_bytes()).encode()
+        with tempfile.TemporaryDirectory() as scratch:
+            include = Path(scratch) / "lt_model_ops.inc"
+            write_resolver_include(include, calls)
+            files["model/lt_model_ops.inc"] = include.read_bytes()
+        build = ModelBuild(path.name, self.name)
+        build.defines += [
+            ("LT_RUNTIME_TFLM", None), ("LT_TFLM_ARENA_BYTES", f"{tflm_arena_bytes}u"),
+            ("LT_TFLM_OP_TYPES", str(max(1, len(calls)))),
+            ("LT_TFLM_RESOURCE_VARIABLES", str(resource_variable_count(graph))),
+            ("LT_MODEL_OPERATOR_COUNT", str(len(graph.main.operators))),
+            ("LT_MODEL_INPUT_BYTES_TOTAL", f"{sum(graph.main.tensors[i].nbytes for i in graph.main.inputs)}u"),
+        ]
+        build.string_defines.append(("LT_TFLM_RUNTIME_NAME", self.name))
+        build.ccflags += list(library.compile_flags)
+        build.cxxflags += cxx_flags()
+        build.include_dirs += ["model", "firmware/tflm"]
+        build.lib_dirs.append(str(library.archive.parent))
+        build.libs.append("tflm")
+        build.sources += [SourceFolder("lowtide_tflm", "firmware/tflm", "+<lt_tflm_platform.cc>"),
+                          SourceFolder("lowtide_model", "model", "+<*.c>")]
+        return build
+
+
+def _tflite_c_array(data: bytes) -> str:
+    rows = ",\n".join("  " + ", ".join(f"0x{b:02x}" for b in data[i : i + 16]) for i in range(0, len(data), 16))
+    return ("/* Generated by lowtide: the .tflite bytes for TFLM. */\n#include <stdint.h>\n"
+            f"const uint32_t lt_model_tflite_size = {len(data)}u;\n"
+            f"const uint8_t lt_model_tflite[{len(data)}] __attribute__((aligned(16))) = {{\n{rows}\n}};\n")
+
+
+# Every runtime, in the order listings give them.
+RUNTIMES: dict[Runtime, FirmwareRuntime] = {runtime.name: runtime for runtime in (
+    CompiledRuntime(), TflmRuntime(Runtime.TFLM, KernelSet.REFERENCE),
+    TflmRuntime(Runtime.TFLM_CMSIS_NN, KernelSet.CMSIS_NN),
+)}
+
+
+def runtime_named(name: str) -> FirmwareRuntime:
+    """The runtime `name` names (`--runtime`, a board file's `runtime`, `--lowtide-runtime`)."""
+    try:
+        return RUNTIMES[Runtime(name)]
+    except ValueError:
+        raise LowtideError(f"unknown runtime {name!r}; runtimes: {', '.join(RUNTIMES)}") from None
 
 
 def planned_head_bytes(graph: Graph, tflm_arena: Arena32 | None) -> int:

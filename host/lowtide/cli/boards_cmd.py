@@ -20,11 +20,9 @@ from rich.table import Table
 from lowtide.cli.application import app
 from lowtide.device.drivers.platformio import EMULATOR_TOOLS, registry_needed
 from lowtide.device.spec import BoardSpec, load_board_specs
-from lowtide.errors import LowtideError
 from lowtide.platformio_archives import ARCHIVES_SETTING, ST_PLATFORM, st_archives_missing
 from lowtide.project import LOCAL_PLATFORM_URI, env_option, env_platform, platform_installed
-from lowtide.runtimes import RUNTIME_KERNELS
-from lowtide.tflm.build import CORES, check_kernels_fit_core
+from lowtide.runtimes import RUNTIMES
 
 
 @dataclass(frozen=True)
@@ -44,15 +42,7 @@ class BoardListing:
 
 
 def _runtimes(spec: BoardSpec) -> list[str]:
-    runtimes = []
-    for runtime, kernels in RUNTIME_KERNELS.items():
-        try:
-            if kernels is not None:
-                check_kernels_fit_core(kernels, CORES[spec.core])
-        except (KeyError, LowtideError):
-            continue
-        runtimes.append(runtime)
-    return runtimes
+    return [name for name, runtime in RUNTIMES.items() if runtime.runs_on(spec.core)]
 
 
 def _listing(spec: BoardSpec) -> BoardListing:

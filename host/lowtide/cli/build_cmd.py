@@ -27,7 +27,7 @@ from lowtide.device.drivers.serialport import detect_serial_port
 from lowtide.device.spec import BoardSpec, get_board_spec, with_probe
 from lowtide.errors import LowtideError
 from lowtide.mlperf.benchmarks import benchmark_named, mlperf_protocol
-from lowtide.runtimes import ARENA_SLACK_BYTES, compiled_arena_bytes, planned_head_bytes, predict_arena
+from lowtide.runtimes import FirmwareRuntime, planned_head_bytes, runtime_named
 from lowtide.validation import load_model
 
 
@@ -50,17 +50,18 @@ class BuildReport:
     arena_capacity_bytes: int
 
 
-def build_report(model: Path, spec: BoardSpec, image: FirmwareImage, runtime: str | None) -> BuildReport:
+def build_report(model: Path, spec: BoardSpec, image: FirmwareImage,
+                 runtime: FirmwareRuntime | None) -> BuildReport:
     runtime = runtime or spec.runtime
-    tflm_arena = predict_arena(model, runtime, spec.core)
     graph = load_model(model)
+    tflm_arena = runtime.predict_arena(graph, spec.core)
     planned = planned_head_bytes(graph, tflm_arena)
     return BuildReport(
         model=str(model),
         board=spec.name,
         platformio_env=spec.platformio_env,
         emulated=spec.emulated,
-        runtime=runtime,
+        runtime=runtime.name,
         elf=str(image.elf),
         project_dir=str(image.project_dir),
         flash_bytes=image.flash_bytes,
@@ -69,14 +70,14 @@ def build_report(model: Path, spec: BoardSpec, image: FirmwareImage, runtime: st
         stack_bytes=image.stack_bytes,
         sram_capacity_bytes=spec.sram_bytes,
         arena_planned_bytes=planned,
-        arena_capacity_bytes=tflm_arena.arena_bytes if tflm_arena else compiled_arena_bytes(graph) + ARENA_SLACK_BYTES,
+        arena_capacity_bytes=runtime.estimate_footprint(graph, tflm_arena).arena_bytes,
     )
 
 
 _BOARD_HELP = "a shipped board (`lowtide boards` lists them) or a board file's path"
 
 
-def _build(model: Path, spec: BoardSpec, console: Console | None, runtime: str | None,
+def _build(model: Path, spec: BoardSpec, console: Console | None, runtime: FirmwareRuntime | None,
            project_dir: Path | None = None, mlperf_benchmark: str | None = None) -> BuildReport:
     protocol = (mlperf_protocol(load_model(model), benchmark_named(mlperf_benchmark)).firmware_defines()
                 if mlperf_benchmark else None)
@@ -124,8 +125,8 @@ def build(
              "instead of lowtide's protocol (docs/mlperf.md)")] = None,
 ) -> None:
     """Build the firmware image for BOARD's PlatformIO env with MODEL in it."""
-    report = _build(model, get_board_spec(board), None if as_json else Console(stderr=True), runtime, project_dir,
-                    mlperf)
+    report = _build(model, get_board_spec(board), None if as_json else Console(stderr=True),
+                    runtime_named(runtime) if runtime else None, project_dir, mlperf)
     if as_json:
         print(json.dumps(asdict(report)))
         return
@@ -147,6 +148,7 @@ def flash(
 ) -> None:
     """Build the firmware for BOARD with MODEL and upload it with PlatformIO (emulated boards: build only)."""
     spec = get_board_spec(board)
+    chosen = runtime_named(runtime) if runtime else None
     if not spec.emulated:
         if spec.serial is None:
             raise LowtideError(f"{spec.name} is reached through its labgrid place, not a local port: "
@@ -158,17 +160,17 @@ def flash(
     elif probe is not None:
         raise LowtideError(f"{spec.name} is emulated: there is no probe to choose")
     console = None if as_json else Console(stderr=True)
-    report = _build(model, spec, console, runtime)
+    report = _build(model, spec, console, chosen)
     if spec.emulated:
         message = (f"{spec.name} is emulated: nothing to flash; `lowtide measure {model} --board {spec.name}` boots "
                    f"this image in QEMU")
     else:
         assert port is not None
         if console is None:
-            upload_firmware(spec, model, port, runtime)
+            upload_firmware(spec, model, port, chosen)
         else:
             with console.status(f"uploading to {spec.name} on {port}"):
-                upload_firmware(spec, model, port, runtime)
+                upload_firmware(spec, model, port, chosen)
         message = (f"flashed {spec.name} on {port}; measure it as it is with `lowtide measure {model} --board serial "
                    f"--port {port}`, or build, flash and measure in one with `lowtide measure {model} --board "
                    f"{spec.name}`")

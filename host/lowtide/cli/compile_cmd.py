@@ -66,7 +66,6 @@ def support_table_markdown() -> str:
 
 
 def _check(model: Path, json_output: bool) -> None:
-    load_model(model)  # the whole validation: compile.codegen's own load leaves the plan's overlaps out
     blockers: list[Blocker] = check_model(model)
     if json_output:
         print(json.dumps({"model": str(model), "compiles": not blockers, "blockers": [asdict(b) for b in blockers]}))

@@ -22,7 +22,7 @@ from lowtide.cli.application import app
 from lowtide.device.measure import MeasureResult, measure
 from lowtide.device.spec import get_board_spec
 from lowtide.export import optimize_model
-from lowtide.runtimes import RUNTIME_KERNELS, check_runtime
+from lowtide.runtimes import FirmwareRuntime, runtime_named
 from lowtide.tflm.tree import KernelSet
 from lowtide.validation import load_model
 
@@ -55,17 +55,16 @@ def _figures(variant: str, result: MeasureResult, stock_outputs_match: bool, rew
     )
 
 
-def measure_savings(model: Path, board: str, runtime: str | None, out_dir: Path, time_limit: float,
+def measure_savings(model: Path, board: str, runtime: FirmwareRuntime, out_dir: Path, time_limit: float,
                     iterations: int = 1, timeout: float = 300.0, report=lambda text: None) -> list[VariantFigures]:
-    """Builds and measures the three variants; the optimized models are written into `out_dir`."""
+    """Builds and measures the three variants, run by `runtime`; the optimized models are written into `out_dir`."""
     load_model(model)  # validated before anything is built
     spec = get_board_spec(board)
-    runtime = check_runtime(runtime or spec.runtime)
-    kernels = RUNTIME_KERNELS[runtime] or KernelSet.REFERENCE
+    kernels = runtime.kernels or KernelSet.REFERENCE  # optimize sizes a TFLM arena: the compiled runtime has none
     optimized = out_dir / f"{model.stem}_optimized.tflite"
     rewritten = out_dir / f"{model.stem}_rewritten.tflite"
     report("measuring the stock model")
-    stock = measure(model, board, runtime=runtime, iterations=iterations, timeout=timeout)
+    stock = measure(model, board, runtime=runtime.name, iterations=iterations, timeout=timeout)
     # The optimized models' outputs are compared with the host TFLM running each of them; `optimize --verify` shows
     # those equal the stock model's, so a variant is identical when both hold.
     report("optimizing")
@@ -77,7 +76,7 @@ def measure_savings(model: Path, board: str, runtime: str | None, out_dir: Path,
         report(f"measuring {variant}")
         identical = result.verification is not None and result.verification.outputs_identical
         rewrite = result.rewrite.reason if result.rewrite else None
-        measured = measure(path, board, runtime=runtime, iterations=iterations, timeout=timeout)
+        measured = measure(path, board, runtime=runtime.name, iterations=iterations, timeout=timeout)
         figures.append(_figures(variant, measured, identical, rewrite))
     return figures
 
@@ -86,7 +85,7 @@ def _bytes(value: int | None) -> str:
     return f"{value:,}" if value is not None else "-"
 
 
-def _table(model: Path, board: str, runtime: str, figures: list[VariantFigures]) -> Table:
+def _table(model: Path, board: str, runtime: FirmwareRuntime, figures: list[VariantFigures]) -> Table:
     table = Table(title=f"{model.name} on {board} ({runtime})", title_justify="left")
     for column in ("variant", "arena used B", "head B", "tail B", "predicted B", "high-water B", "static RAM B",
                    "instructions", "outputs"):
@@ -103,7 +102,7 @@ def _table(model: Path, board: str, runtime: str, figures: list[VariantFigures])
     return table
 
 
-def _plot(model: Path, board: str, runtime: str, figures: list[VariantFigures], path: Path) -> None:
+def _plot(model: Path, board: str, runtime: FirmwareRuntime, figures: list[VariantFigures], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -142,23 +141,23 @@ def savings(
 ) -> None:
     """Measure on BOARD how much arena lowtide saves: the stock model, optimize, and optimize --rewrite auto."""
     spec = get_board_spec(board)
-    runtime_name = check_runtime(runtime or spec.runtime)
+    chosen = runtime_named(runtime) if runtime else spec.runtime
     console = Console(stderr=True)
     with tempfile.TemporaryDirectory() as scratch:
         directory = out_dir or Path(scratch)
         directory.mkdir(parents=True, exist_ok=True)
         if json_output:
-            figures = measure_savings(model, board, runtime_name, directory, time_limit, iterations, timeout)
+            figures = measure_savings(model, board, chosen, directory, time_limit, iterations, timeout)
         else:
             with console.status("") as status:
-                figures = measure_savings(model, board, runtime_name, directory, time_limit, iterations, timeout,
+                figures = measure_savings(model, board, chosen, directory, time_limit, iterations, timeout,
                                           lambda text: status.update(f"{text}..."))
     if plot:
-        _plot(model, board, runtime_name, figures, plot)
+        _plot(model, board, chosen, figures, plot)
     if json_output:
-        print(json.dumps({"model": str(model), "board": board, "runtime": runtime_name,
+        print(json.dumps({"model": str(model), "board": board, "runtime": chosen.name,
                           "variants": [asdict(f) for f in figures]}))
         return
-    Console().print(_table(model, board, runtime_name, figures))
+    Console().print(_table(model, board, chosen, figures))
     if plot:
         Console().print(f"plot written to {plot}")

@@ -31,8 +31,9 @@ from lowtide.compile.lowering.emitter import PadFusion
 from lowtide.errors import LowtideError
 from lowtide.memory import Buffer, Executor, align_up, arena_head, buffers_to_plan, tflm_plan
 from lowtide.memory.placement import place, placement_budget, tflm_offsets_with_plan
-from lowtide.model import Graph, load_model
+from lowtide.model import Graph
 from lowtide.model.ir import TensorKind
+from lowtide.validation import load_model
 
 LT_TYPE_NAMES = {"float32": "LT_FLOAT32", "int32": "LT_INT32", "uint8": "LT_UINT8", "bool": "LT_BOOL",
                  "int16": "LT_INT16", "int8": "LT_INT8"}

@@ -257,7 +257,7 @@ def verify_compiled(model_path: str | Path, seed: int = 0, workdir: str | Path |
     `invocations` > 1 invokes both sides that many times in a row (inputs from seeds seed, seed + 1, ...), so the
     state a model keeps between invocations is compared too. `keep_model_plan`: as `compile_model`'s."""
     model_path = str(model_path)
-    graph = load_model(model_path)  # before compiling: compile.codegen's own load leaves the plan's overlaps out
+    graph = load_model(model_path)
     compiled = compile_model(model_path, prefix, keep_model_plan)
     data = Path(model_path).read_bytes()
     input_sets = [oracle.random_inputs(graph, seed + n) for n in range(invocations)]

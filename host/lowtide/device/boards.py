@@ -32,7 +32,8 @@ from lowtide.device.locking import port_resource
 from lowtide.device.spec import BoardSpec, get_board_spec, load_board_specs
 from lowtide.device.transport import Link, open_link
 from lowtide.errors import LowtideError
-from lowtide.runtimes import predict_arena
+from lowtide.model.ir import Graph
+from lowtide.runtimes import FirmwareRuntime
 from lowtide.tflm.sizer import Arena32
 
 LABGRID_PREFIX = "labgrid:"
@@ -49,7 +50,7 @@ class Board(ABC):
         """lowtide builds this board's firmware, so --runtime applies."""
         return self.spec is not None
 
-    def build(self, model_path: Path, runtime: str | None = None) -> FirmwareImage | None:
+    def build(self, model_path: Path, runtime: FirmwareRuntime | None = None) -> FirmwareImage | None:
         """The firmware this board runs for `model_path` with `runtime` (None: the board file's), built and checked
         against the board's memory; None for a board that runs what it is given or was flashed beforehand."""
         if self.spec is None:
@@ -59,12 +60,12 @@ class Board(ABC):
             return None
         return build_board_firmware(self.spec, Path(model_path), runtime)
 
-    def predicted_arena(self, model_path: Path, runtime: str | None = None) -> Arena32 | None:
-        """lowtide's prediction of the TFLM arena this board's firmware will report; None where it runs no TFLM
-        built by lowtide."""
+    def predicted_arena(self, graph: Graph, runtime: FirmwareRuntime | None = None) -> Arena32 | None:
+        """lowtide's prediction of the TFLM arena this board's firmware will report for `graph`; None where it runs
+        no TFLM built by lowtide."""
         if self.spec is None:
             return None
-        return predict_arena(Path(model_path), runtime or self.spec.runtime, self.spec.core)
+        return (runtime or self.spec.runtime).predict_arena(graph, self.spec.core)
 
     @abstractmethod
     def lock_resource(self, port: str | None) -> str | None:
@@ -73,7 +74,7 @@ class Board(ABC):
 
     @abstractmethod
     def connect(self, model_path: Path, port: str | None, timeout: float, image: FirmwareImage | None = None,
-                runtime: str | None = None, wait: float = DEFAULT_WAIT_S,
+                runtime: FirmwareRuntime | None = None, wait: float = DEFAULT_WAIT_S,
                 on_wait: Callable[[str], None] | None = None) -> contextlib.AbstractContextManager[Link]:
         """A link to the board running `model_path` (as `image`, when `build` made one, run by `runtime`). Waits
         at most `timeout` seconds for anything it starts, and `wait` seconds for a board someone else holds

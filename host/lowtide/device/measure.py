@@ -21,7 +21,7 @@ from lowtide.device.spec import with_probe
 from lowtide.device.static_ram import StaticRamSplit, static_ram_split
 from lowtide.errors import LowtideError
 from lowtide.model.ir import Graph
-from lowtide.runtimes import ARENA_SLACK_BYTES, RUNTIME_KERNELS, planned_head_bytes
+from lowtide.runtimes import FirmwareRuntime, planned_head_bytes, runtime_named
 from lowtide.validation import load_model
 
 # (phase, done, total): phase is "upload" (bytes) or "run" (invocations, warm-up included)
@@ -117,6 +117,7 @@ def measure(
     model_path = Path(model_path)
     graph = load_model(model_path)
     target = get_board(board)
+    chosen = runtime_named(runtime) if runtime else None
     if probe is not None:
         if target.spec is None:
             raise LowtideError(f"--probe picks a board lowtide flashes: --board {target.name} is not one")
@@ -124,7 +125,7 @@ def measure(
     resource = target.lock_resource(port) if take_lock else None
     if resource is None:
         return _measure(target, graph, model_path, port, iterations, warmup, timeout, seed, profile_ops, progress,
-                        runtime, lock_timeout, on_wait)
+                        chosen, lock_timeout, on_wait)
     what = f"board {target.name}" + (f" on {port}" if port else "")
 
     def lock_wait(holder: locking.LockHolder | None) -> None:
@@ -133,17 +134,17 @@ def measure(
 
     with locking.locked(resource, lock_timeout, what, lock_wait):
         return _measure(target, graph, model_path, port, iterations, warmup, timeout, seed, profile_ops, progress,
-                        runtime, lock_timeout, on_wait)
+                        chosen, lock_timeout, on_wait)
 
 
 def _measure(target: Board, graph: Graph, model_path: Path, port: str | None, iterations: int, warmup: int,
-             timeout: float, seed: int, profile_ops: bool, progress: MeasureProgress | None, runtime: str | None,
-             wait: float, on_wait: WaitNotice | None) -> MeasureResult:
+             timeout: float, seed: int, profile_ops: bool, progress: MeasureProgress | None,
+             runtime: FirmwareRuntime | None, wait: float, on_wait: WaitNotice | None) -> MeasureResult:
     model = model_path.read_bytes()
     inputs = oracle.random_inputs(graph, seed)
     expected = oracle.run(model, inputs, path=str(model_path)).outputs
     image = target.build(model_path, runtime)  # boards lowtide builds for: refused here if the model cannot fit
-    predicted = target.predicted_arena(model_path, runtime)
+    predicted = target.predicted_arena(graph, runtime)
     planned = planned_head_bytes(graph, predicted)
     place_wait = (lambda holder: on_wait("place", holder)) if on_wait else None
     with target.connect(model_path, port, timeout, image, runtime, wait, place_wait) as link:
@@ -202,10 +203,9 @@ def _measure(target: Board, graph: Graph, model_path: Path, port: str | None, it
     )
 
 
-def _static_ram(image: FirmwareImage, runtime: str) -> StaticRamSplit:
-    """The image's static RAM split; the painted slack after a compiled arena is the harness's."""
-    slack = ARENA_SLACK_BYTES if RUNTIME_KERNELS[runtime] is None else 0
-    return static_ram_split(image.elf, image.static_ram_bytes, image.stack_bytes, slack)
+def _static_ram(image: FirmwareImage, runtime: FirmwareRuntime) -> StaticRamSplit:
+    """The image's static RAM split; the slack the runtime paints past its arena is the harness's."""
+    return static_ram_split(image.elf, image.static_ram_bytes, image.stack_bytes, runtime.arena_slack_bytes)
 
 
 def _phase(progress: MeasureProgress | None, phase: str) -> Callable[[int, int], None] | None:

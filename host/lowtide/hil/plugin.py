@@ -337,6 +337,7 @@ def lowtide_measure(request: pytest.FixtureRequest, lowtide_board: str) -> Measu
         from lowtide.device.boards import get_board
         from lowtide.device.drivers.platformio import upload_firmware
         from lowtide.device.measure import measure
+        from lowtide.runtimes import runtime_named
 
         runtime = runtime or hil.runtime
         model_path = Path(model_path)
@@ -347,7 +348,7 @@ def lowtide_measure(request: pytest.FixtureRequest, lowtide_board: str) -> Measu
             hil.lock_board(lowtide_board)
             if hil.flash is not None:
                 assert hil.port is not None  # --lowtide-flash needs --lowtide-port (pytest_configure)
-                upload_firmware(hil.flash, model_path, hil.port, runtime)
+                upload_firmware(hil.flash, model_path, hil.port, runtime_named(runtime) if runtime else None)
             result = measure(
                 model_path, lowtide_board, hil.port, iterations=iterations, warmup=warmup, timeout=timeout, seed=seed,
                 # A flashed board or the host interpreter runs what it runs: the runtime went into the upload.

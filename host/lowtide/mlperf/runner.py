@@ -44,6 +44,7 @@ from lowtide.device.transport import Link
 from lowtide.errors import LowtideError
 from lowtide.mlperf.benchmarks import Benchmark, benchmark_named, mlperf_protocol
 from lowtide.mlperf.datasets import check_dataset, generate_dataset
+from lowtide.runtimes import runtime_named
 from lowtide.storage import cache_dir, unpacked_archive
 from lowtide.validation import load_model
 
@@ -288,6 +289,7 @@ def run_mlperf(model: Path, board_name: str, benchmark_id: str, mode: str = "per
     if not isinstance(board, (EmulatedBoard, UsbBoard)):
         raise LowtideError(f"--board {board.name}: lowtide mlperf builds the firmware for an emulated board or a real "
                            f"one on this machine's USB (a board file's board: `lowtide boards`)")
+    chosen = runtime_named(runtime) if runtime else board.spec.runtime
     work_dir = Path(work_dir or Path.cwd()).resolve()
     work_dir.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:
@@ -299,11 +301,10 @@ def run_mlperf(model: Path, board_name: str, benchmark_id: str, mode: str = "per
             data = generate_dataset(scratch / "datasets", benchmark, protocol.db_bytes,
                                     benchmark.label_classes or outputs.shape[-1],
                                     windows=2 if benchmark.window_stride else 1)
-        runtime = runtime or board.spec.runtime
         arguments = [f"--dataset_path={data.root}", f"--test_script={test_script}", f"--mode={MODES[mode]}"]
         devices = scratch / "devices.yaml"
         if isinstance(board, EmulatedBoard):
-            image = build_board_firmware(board.spec, model, runtime, protocol=protocol.firmware_defines())
+            image = build_board_firmware(board.spec, model, chosen, protocol=protocol.firmware_defines())
             devices.write_text(devices_yaml(f"lowtide-{board.name}", [EMULATED_USB_ID], EMULATED_BAUD))
             link = stack.enter_context(run_emulator(board.emulator_command, image.elf, BOOT_TIMEOUT_S))
             relay = stack.enter_context(_PtyRelay(link, hold_windows=mode == "performance"))
@@ -318,7 +319,7 @@ def run_mlperf(model: Path, board_name: str, benchmark_id: str, mode: str = "per
                 raise
         else:
             port = board.port(port)
-            upload_firmware(board.spec, model, port, runtime, protocol=protocol.firmware_defines())
+            upload_firmware(board.spec, model, port, chosen, protocol=protocol.firmware_defines())
             devices.write_text(devices_yaml(f"lowtide-{board.name}", _usb_ids(board.serial.usb_ids),
                                             board.serial.baud))
             argv = [sys.executable, str(runner_dir / "main.py"), f"--device_list={devices}", *arguments]
@@ -327,7 +328,7 @@ def run_mlperf(model: Path, board_name: str, benchmark_id: str, mode: str = "per
         windows = timed_windows(_results(session)) if mode == "performance" else ()
         # statistics.median is numpy's (the runner's) to the bit: the middle value, or the two middle ones' mean
         computed = statistics.median(w.throughput for w in windows) if windows else None
-        return MlperfResult(model=model.name, benchmark=benchmark.id, mode=mode, board=board.name, runtime=runtime,
+        return MlperfResult(model=model.name, benchmark=benchmark.id, mode=mode, board=board.name, runtime=chosen.name,
                             dataset=str(data.root), generated_dataset=dataset is None, median_throughput=median,
                             window_throughputs=printed_windows, top1_percent=top1, auc=auc, session_dir=str(session),
                             windows=windows, median_throughput_from_timestamps=computed,

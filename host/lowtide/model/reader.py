@@ -14,20 +14,10 @@ from pathlib import Path
 from lowtide.errors import ModelError
 from lowtide.model.ir import CONTROL_FLOW_SUBGRAPH_FIELDS, Graph, Operator, Subgraph, Tensor, TensorKind, sha256_hex
 from lowtide.model.schema import BUILTIN_NAMES, ELEMENT_BYTES, FILE_IDENTIFIER, TYPE_NAMES, builtin_code, fb
-from lowtide.model.validate import graph_problems, refuse_problems
 from lowtide.text import model_text
 
 # No microcontroller addresses more than 4 GiB: a tensor declared larger is corrupt, not ambitious.
 MAX_TENSOR_BYTES = 1 << 32
-
-
-def load_model(path: str | Path) -> Graph:
-    """The graph of the model file at `path`, refused (ModelError naming the file and its first problem) on what
-    the model's own checks find. lowtide's entry points load through `lowtide.validation.load_model`, which adds
-    the memory stage's check of an offline plan; compile.codegen still loads through this one
-    (docs/architecture.md, where the layers do not hold yet)."""
-    graph = read_model(load_bytes(path), str(path))
-    return refuse_problems(graph, graph_problems(graph))
 
 
 def load_bytes(path: str | Path) -> bytes:

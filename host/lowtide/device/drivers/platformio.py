@@ -51,7 +51,7 @@ from lowtide.project import (
     write_project,
 )
 from lowtide.resources import DATA_DIR
-from lowtide.runtimes import RUNTIME_KERNELS, check_runtime, estimate_footprint, predict_arena
+from lowtide.runtimes import FirmwareRuntime
 from lowtide.storage import exclusive_lock
 from lowtide.tflm.sizer import Arena32
 from lowtide.validation import load_model
@@ -300,8 +300,9 @@ def _check_tools(tools: tuple[str, ...]) -> None:
             raise missing_tool(tool)
 
 
-def firmware_project(spec: BoardSpec, model_path: Path | None, runtime: str, tflm_arena: Arena32 | None = None,
-                     project_dir: Path | None = None, protocol: ProtocolDefines | None = None) -> FirmwareProject:
+def firmware_project(spec: BoardSpec, model_path: Path | None, runtime: FirmwareRuntime,
+                     tflm_arena: Arena32 | None = None, project_dir: Path | None = None,
+                     protocol: ProtocolDefines | None = None) -> FirmwareProject:
     """The project for `spec` with the model in it (none: a model-less image) run by `runtime`, built: in the user
     cache unless `project_dir` names a folder of the user's. Runs for the same content wait for one build. `protocol`:
     the image answers that protocol instead of lowtide's own (MLPerf Tiny's grammar: lowtide.mlperf)."""
@@ -309,15 +310,13 @@ def firmware_project(spec: BoardSpec, model_path: Path | None, runtime: str, tfl
     check_memory_map(spec)
     check_registry_reachable(spec)
     model_path = model_path.resolve() if model_path else None
-    kernels = RUNTIME_KERNELS[runtime] if model_path else None
     # The project names its env, not the board: boards that run one image (nucleo-f446re and qemu-nucleo-f446re)
     # then share one project in the cache, built once.
     files = project_files(spec.platformio_env, spec.platformio_config, f"PlatformIO env {spec.platformio_env}",
-                          model_path, runtime, kernels, spec.core, tflm_arena.arena_bytes if tflm_arena else None,
-                          protocol)
-    directory = project_dir.resolve() if project_dir else cached_project_dir(spec.platformio_env, runtime,
+                          model_path, runtime, spec.core, tflm_arena.arena_bytes if tflm_arena else None, protocol)
+    directory = project_dir.resolve() if project_dir else cached_project_dir(spec.platformio_env, runtime.name,
                                                                              model_path, files)
-    project = FirmwareProject(directory, spec.platformio_env, runtime, model_path)
+    project = FirmwareProject(directory, spec.platformio_env, runtime.name, model_path)
     what = f"building the {spec.platformio_env} firmware" + (f" for {model_path.name}" if model_path else "")
     with exclusive_lock(directory.with_name(directory.name + ".lock")):
         stamp = directory / BUILT_STAMP
@@ -334,7 +333,7 @@ def firmware_project(spec: BoardSpec, model_path: Path | None, runtime: str, tfl
     return project
 
 
-def build_board_firmware(spec: BoardSpec, model_path: Path, runtime: str | None = None,
+def build_board_firmware(spec: BoardSpec, model_path: Path, runtime: FirmwareRuntime | None = None,
                          project_dir: Path | None = None, protocol: ProtocolDefines | None = None) -> FirmwareImage:
     """The firmware for `spec` with the model in it, run by `runtime` (default: the board's): refused before
     building if the model cannot fit the board, built (or found built), and checked against the board's memory
@@ -343,16 +342,17 @@ def build_board_firmware(spec: BoardSpec, model_path: Path, runtime: str | None 
     return image
 
 
-def _built(spec: BoardSpec, model_path: Path, runtime: str | None, project_dir: Path | None,
+def _built(spec: BoardSpec, model_path: Path, runtime: FirmwareRuntime | None, project_dir: Path | None,
            protocol: ProtocolDefines | None = None) -> tuple[FirmwareImage, FirmwareProject]:
-    runtime = check_runtime(runtime or spec.runtime)
+    runtime = runtime or spec.runtime
     graph = load_model(model_path)
-    if RUNTIME_KERNELS[runtime] is not None:
+    early = runtime.estimate_before_sizing(graph)
+    if early is not None:
         # Before TFLM is built to size the arena: the head alone and the model file must fit.
-        check_estimate_fits(spec, estimate_footprint(graph, tflm_head_only=True))
+        check_estimate_fits(spec, early)
         check_registry_reachable(spec)
-    tflm_arena = predict_arena(model_path, runtime, spec.core, graph)
-    check_estimate_fits(spec, estimate_footprint(graph, tflm_arena))
+    tflm_arena = runtime.predict_arena(graph, spec.core)
+    check_estimate_fits(spec, runtime.estimate_footprint(graph, tflm_arena))
     project = firmware_project(spec, model_path, runtime, tflm_arena, project_dir, protocol)
     image = dataclasses.replace(read_firmware_image(project.elf, spec.platformio_env), project_dir=project.directory)
     check_image_fits(spec, image, model_path.stem)
@@ -403,7 +403,7 @@ def openocd_upload_flags(probe_serial: str | None) -> dict[str, str]:
     return {"PLATFORMIO_UPLOAD_FLAGS": f"-c\nadapter serial {probe_serial}"}
 
 
-def upload_firmware(spec: BoardSpec, model_path: Path, port: str, runtime: str | None = None,
+def upload_firmware(spec: BoardSpec, model_path: Path, port: str, runtime: FirmwareRuntime | None = None,
                     protocol: ProtocolDefines | None = None) -> None:
     """PlatformIO's upload of the firmware for `spec` (built, or found built) to the board on `port`: the env's
     own uploader; for an ST board, OpenOCD on that board's ST-LINK (`upload_probe`)."""
