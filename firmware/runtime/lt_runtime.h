@@ -10,11 +10,11 @@
 
 #include <stdint.h>
 
+#include "lt_params.h" /* LT_MAX_DIMS and the kernels' parameter structs, generated */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-#define LT_MAX_DIMS 6
 
 typedef enum { LT_FLOAT32 = 1, LT_INT32 = 2, LT_UINT8 = 3, LT_BOOL = 6, LT_INT16 = 7, LT_INT8 = 9 } lt_type;
 
@@ -33,149 +33,6 @@ typedef struct {
 /* Called before (after == 0) and after (after == 1) each operator, e.g. to read a cycle counter. */
 typedef void (*lt_op_hook)(int op_index, int after, void *user);
 
-/* CONV_2D, DEPTHWISE_CONV_2D, AVERAGE_POOL_2D and MAX_POOL_2D on NHWC tensors. */
-typedef struct {
-    int32_t batches, in_h, in_w, in_c;
-    int32_t out_h, out_w, out_c;
-    int32_t filter_h, filter_w, filter_in_c; /* conv: input channels per group */
-    int32_t stride_h, stride_w, dilation_h, dilation_w, pad_h, pad_w;
-    int32_t depth_multiplier;
-    int32_t input_offset, output_offset; /* -input zero point, +output zero point */
-    int32_t act_min, act_max;
-    float act_min_f, act_max_f;
-} lt_conv_params;
-
-typedef struct {
-    int32_t batches, accum_depth, out_depth;
-    int32_t input_offset, filter_offset, output_offset;
-    int32_t act_min, act_max;
-    float act_min_f, act_max_f;
-} lt_fc_params;
-
-/* ADD and MUL with NumPy-style broadcasting: stepN[d] is input N's element step along output dim d (0 = broadcast). */
-typedef struct {
-    int32_t ndim;
-    int32_t dims[LT_MAX_DIMS];
-    int32_t step1[LT_MAX_DIMS], step2[LT_MAX_DIMS];
-    int32_t input1_offset, input2_offset, output_offset;
-    int32_t input1_multiplier, input2_multiplier, output_multiplier;
-    int32_t input1_shift, input2_shift, output_shift, left_shift;
-    int32_t act_min, act_max;
-    float act_min_f, act_max_f;
-} lt_binary_params;
-
-typedef struct {
-    int32_t outer, depth;
-    int32_t input_multiplier, input_left_shift, diff_min;
-    float beta;
-} lt_softmax_params;
-
-/* Element-wise activations, ABS and RSQRT over `count` elements (RELU, RELU6, LEAKY_RELU, TANH, ...). Which
- * fields a kernel reads is said at its declaration. */
-typedef struct {
-    int32_t count;
-    int32_t input_zero_point, output_zero_point;
-    int32_t multiplier, shift;             /* the identity rescale (RELU, LEAKY_RELU) */
-    int32_t alpha_multiplier, alpha_shift; /* LEAKY_RELU: input x alpha -> output */
-    int32_t act_min, act_max;              /* the clamp of RELU and RELU6 */
-    int32_t rescale;                       /* ABS: 0 when input and output scales are equal */
-    float alpha;                           /* float LEAKY_RELU */
-} lt_activation_params;
-
-/* HARD_SWISH (reference_ops::HardSwish<int8_t>): int16 fixed-point multipliers and their exponents. */
-typedef struct {
-    int32_t count;
-    int32_t input_zero_point, output_zero_point;
-    int32_t output_multiplier, output_exponent;   /* Q0.15 */
-    int32_t reluish_multiplier, reluish_exponent; /* Q0.15 */
-} lt_hard_swish_params;
-
-/* MEAN: kept dims (output order) and reduced dims, each with its element step in the input.
- * int8 requantizes the zero-point-corrected sum with a multiplier that already includes 1/count
- * (reference_ops::QuantizedMeanOrSum; the host TFLM takes this path even when input and output quantization are
- * equal). */
-typedef struct {
-    int32_t kept_ndim, kept_dims[LT_MAX_DIMS], kept_steps[LT_MAX_DIMS];
-    int32_t reduced_ndim, reduced_dims[LT_MAX_DIMS], reduced_steps[LT_MAX_DIMS];
-    int32_t count; /* elements reduced into each output */
-    int32_t input_zero_point, output_zero_point, multiplier, shift;
-} lt_mean_params;
-
-/* BATCH_MATMUL: output[batch][i][j] = sum over k of lhs[batch][i][k] x rhs[batch][k][j], the batch dimensions
- * broadcast (a step of 0), adj_x / adj_y as element steps. int8: each operand less its zero point, requantized. */
-typedef struct {
-    int32_t batch_ndim;
-    int32_t batch_dims[LT_MAX_DIMS], lhs_batch_steps[LT_MAX_DIMS], rhs_batch_steps[LT_MAX_DIMS];
-    int32_t rows, cols, depth;
-    int32_t lhs_row_step, lhs_depth_step, rhs_depth_step, rhs_col_step;
-    int32_t lhs_offset, rhs_offset, output_offset, multiplier, shift;
-} lt_batch_matmul_params;
-
-/* ARG_MAX, ARG_MIN and CUMSUM: lines of `axis_size` elements `inner` apart, `outer` x `inner` of them. */
-typedef struct {
-    int32_t outer, axis_size, inner;
-    int32_t exclusive, reverse; /* CUMSUM */
-} lt_axis_params;
-
-/* A box copy between two strided views: TRANSPOSE, STRIDED_SLICE, CONCATENATION, SPLIT, SPLIT_V, PAD's interior.
- * The views either share no byte or are one and the same view (same address, same steps along every dimension
- * longer than 1: an in-place SPLIT or CONCATENATION), which is left untouched. `lowtide compile` refuses any
- * other overlap, whose result would depend on the copy order. */
-typedef struct {
-    int32_t ndim;
-    int32_t dims[LT_MAX_DIMS];
-    int32_t src_steps[LT_MAX_DIMS], dst_steps[LT_MAX_DIMS]; /* in elements */
-    int32_t elem_size;
-} lt_copy_params;
-
-/* RESIZE_NEAREST_NEIGHBOR (elem_size) and RESIZE_BILINEAR (the scales, as TFLM's reference computes them). */
-typedef struct {
-    int32_t batches, in_h, in_w, channels, out_h, out_w, elem_size;
-    int32_t half_pixel_centers;
-    float height_scale, width_scale;          /* float: input / output size (align corners: both less 1) */
-    int32_t height_scale_10, width_scale_10;  /* int8: the same ratios rounded to 10 fractional bits */
-} lt_resize_params;
-
-/* GATHER: for each batch and outer index, `coords` slices of `inner` elements picked along an axis of
- * `axis_size` (coordinates of batch b at coords + b * coords_per_batch). */
-typedef struct {
-    int32_t batches, outer, axis_size, coords, inner, elem_size;
-} lt_gather_params;
-
-/* GATHER_ND: `slices` index tuples of `indices_nd` coordinates, each picking `slice_size` elements;
- * element_steps[j] is coordinate j's step in elements. */
-typedef struct {
-    int32_t slices, indices_nd, slice_size, elem_size;
-    int32_t element_steps[LT_MAX_DIMS];
-} lt_gather_nd_params;
-
-/* SELECT_V2 with broadcasting: each output element from the true or the false input as the condition says. */
-typedef struct {
-    int32_t ndim;
-    int32_t dims[LT_MAX_DIMS];
-    int32_t step_condition[LT_MAX_DIMS], step_true[LT_MAX_DIMS], step_false[LT_MAX_DIMS];
-    int32_t elem_size;
-} lt_select_params;
-
-/* A copy through one index map per output dimension (MIRROR_PAD): output element (i0, i1, ...) is input element
- * offsets[map_start[0] + i0] + offsets[map_start[1] + i1] + ... */
-typedef struct {
-    int32_t ndim;
-    int32_t dims[LT_MAX_DIMS];
-    int32_t map_start[LT_MAX_DIMS];
-    int32_t elem_size;
-} lt_mapped_copy_params;
-
-/* SVDF (integer): the time weights and the activation state share one type, int16 or int8. The state
- * (batches x num_filters x memory_size) persists across invocations; filter_scratch (batches x num_filters) and
- * unit_scratch (batches x num_units) are int32 arena scratch, as TFLM requests them. */
-typedef struct {
-    int32_t batches, input_size, num_filters, num_units, rank, memory_size;
-    int32_t input_zero_point, output_zero_point, state_zero_point;
-    int32_t feature_multiplier, feature_shift; /* input x feature weights -> state */
-    int32_t output_multiplier, output_shift;   /* state x time weights -> output */
-} lt_svdf_params;
-
 /* SVDF's weights as lowtide prepares them (lt_svdf.c): the feature weights packed four rows by four
  * (lt_dot_rows4_s8), the zero points folded into a feature bias and a time offset. */
 typedef struct {
@@ -185,25 +42,6 @@ typedef struct {
     const int32_t *time_offset;      /* -state_zero_point * sums of each filter's time weights (num_filters) */
     const int32_t *bias;             /* num_units, or NULL */
 } lt_svdf_weights;
-
-/* UNIDIRECTIONAL_SEQUENCE_LSTM, integer (TFLM's lstm_eval: int8 input, weights, hidden state and output, int16
- * cell state and gates, int32 bias; no CIFG, peephole, projection or layer norm). Gates are in TFLite's input order:
- * 0 input, 1 forget, 2 cell, 3 output. Each gate is FC(input) + FC(hidden), each FC requantized to Q3.12, then a
- * sigmoid (the cell gate: tanh) to Q0.15. Hidden and cell state persist across invocations;
- * the four int16 scratch buffers (batches x state_size each) are arena scratch, as TFLM requests them. */
-typedef struct {
-    int32_t batches, time_steps, input_size, state_size, time_major;
-    int32_t input_zero_point, hidden_zero_point;
-    int32_t input_multiplier[4], input_shift[4];         /* input x input weights -> Q3.12 */
-    int32_t recurrent_multiplier[4], recurrent_shift[4]; /* hidden x recurrent weights -> Q3.12 */
-    /* 2^(-shift - 1) where lowtide bounds every sum below 2^30 and shift < 0, else 0 (lt_scale_short_or_full) */
-    int32_t input_round[4], recurrent_round[4];
-    int32_t forget_multiplier, forget_shift;             /* forget gate x cell -> cell */
-    int32_t update_multiplier, update_shift;             /* input gate x cell gate -> cell */
-    int32_t hidden_multiplier, hidden_shift;             /* tanh(cell) x output gate -> hidden */
-    int32_t cell_clip;                                   /* quantized; 0: no clipping */
-    int32_t cell_tanh_multiplier, cell_tanh_shift;       /* tanh input scaling of the cell state */
-} lt_lstm_params;
 
 /* Each gate's weights packed four rows by four (lt_dot_rows_s8), and its biases with the zero points folded in. */
 typedef struct {
@@ -430,14 +268,6 @@ void lt_compare_s64(lt_comparison op, const lt_binary_params *p, const int64_t *
 void lt_floor_div_f32(const lt_binary_params *p, const float *input1, const float *input2, float *output);
 void lt_floor_mod_f32(const lt_binary_params *p, const float *input1, const float *input2, float *output);
 
-/* DYNAMIC_UPDATE_SLICE: the operand copied to the output, then the update written over it from the start
- * indices (int32 or int64, read when the operator runs), each clamped to [0, dims - update_dims]. */
-typedef struct {
-    int32_t ndim;
-    int32_t dims[LT_MAX_DIMS], update_dims[LT_MAX_DIMS];
-    int32_t elem_size;
-    int32_t indices_64; /* 1: the start indices are int64 */
-} lt_update_slice_params;
 void lt_dynamic_update_slice(const lt_update_slice_params *p, const void *operand, const void *update,
                              const void *indices, void *output);
 /* BROADCAST_ARGS: the broadcast of two shape vectors (int32 or int64 elements) of count1 and count2 elements

@@ -11,6 +11,7 @@ import ctypes
 import ctypes.util
 import math
 from collections.abc import Callable
+from typing import TypedDict
 
 import numpy as np
 
@@ -23,6 +24,75 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 # TFLite ActivationFunctionType codes
 ACT_NONE, ACT_RELU, ACT_RELU_N1_TO_1, ACT_RELU6 = 0, 1, 2, 3
+
+
+# What the Prepare functions below compute, keyed by the kernel parameter struct members they fill
+# (lowtide.compile.kernel_params): a lowering spreads one into the struct's dataclass.
+class SoftmaxScaling(TypedDict):
+    input_multiplier: int
+    input_left_shift: int
+    diff_min: int
+
+
+class LogSoftmaxScaling(SoftmaxScaling):
+    reverse_scaling_divisor: int  # not struct members: lt_log_softmax_s8's own arguments
+    reverse_scaling_shift: int
+
+
+class Rescale(TypedDict):
+    multiplier: int
+    shift: int
+
+
+class AbsRescale(Rescale):
+    rescale: int
+
+
+class ReluRescale(Rescale):
+    input_zero_point: int
+    output_zero_point: int
+    act_min: int
+    act_max: int
+
+
+class LeakyReluRescale(Rescale):
+    input_zero_point: int
+    output_zero_point: int
+    alpha_multiplier: int
+    alpha_shift: int
+
+
+class HardSwishRescale(TypedDict):
+    output_multiplier: int
+    output_exponent: int
+    reluish_multiplier: int
+    reluish_exponent: int
+
+
+class OutputRescale(TypedDict):
+    output_multiplier: int
+    output_shift: int
+
+
+class InputsRescale(TypedDict):
+    input1_multiplier: int
+    input1_shift: int
+    input2_multiplier: int
+    input2_shift: int
+
+
+class ComparisonRescale(InputsRescale):
+    left_shift: int
+
+
+class AddSubRescale(ComparisonRescale, OutputRescale):
+    pass
+
+
+class AddNRescale(OutputRescale):
+    left_shift: int
+    input1_multiplier: int
+    input1_shift: int
 
 
 def round_half_away(x: float) -> int:
@@ -120,7 +190,7 @@ def calculate_input_radius(input_integer_bits: int, input_left_shift: int, total
     return math.floor(max_input_rescaled)
 
 
-def softmax_params_int8(beta: float, input_scale: float) -> dict[str, int]:
+def softmax_params_int8(beta: float, input_scale: float) -> SoftmaxScaling:
     """PreprocessSoftmaxScaling with 5 integer bits for the scaled difference, and the diff_min cut-off."""
     scaled_diff_integer_bits = 5
     max_real_multiplier = float((1 << 31) - 1)
@@ -213,7 +283,7 @@ def lstm_mul_multiplier(scale1: float, scale2: float, output_scale: float) -> tu
 
 
 def relu_params(input_scale: float, input_zero_point: int, output_scale: float, output_zero_point: int,
-                dtype: str) -> dict[str, int]:
+                dtype: str) -> ReluRescale:
     """CalculateReluOpData: the input-to-output rescale (scales divided in float32) and the clamp from 0 up."""
     lo, hi = TYPE_RANGES[dtype]
     m, s = quantize_multiplier(float(np.float32(input_scale) / np.float32(output_scale)))
@@ -228,7 +298,7 @@ def float_to_quantized(value: float, scale: float, zero_point: int, dtype: str) 
 
 
 def leaky_relu_params(input_scale: float, input_zero_point: int, alpha: float, output_scale: float,
-                      output_zero_point: int) -> dict[str, int]:
+                      output_zero_point: int) -> LeakyReluRescale:
     """CalculateOpDataLeakyRelu: both multipliers from float32 products and quotients."""
     f32 = np.float32
     alpha_m, alpha_s = quantize_multiplier(float(f32(input_scale) * f32(alpha) / f32(output_scale)))
@@ -237,7 +307,7 @@ def leaky_relu_params(input_scale: float, input_zero_point: int, alpha: float, o
             "shift": s, "alpha_multiplier": alpha_m, "alpha_shift": alpha_s}
 
 
-def prelu_params(input_scale: float, alpha_scale: float, output_scale: float) -> dict[str, int]:
+def prelu_params(input_scale: float, alpha_scale: float, output_scale: float) -> InputsRescale:
     """CalculatePreluParams: identity and input x alpha multipliers, in double."""
     m1, s1 = quantize_multiplier(float(input_scale) / float(output_scale))
     m2, s2 = quantize_multiplier(float(input_scale) * float(alpha_scale) / float(output_scale))
@@ -252,7 +322,7 @@ def downscale_multiplier_to_int16(multiplier: int) -> int:
     return (multiplier + rounding) >> 16
 
 
-def hard_swish_params_int8(input_scale: float, output_scale: float) -> dict[str, int]:
+def hard_swish_params_int8(input_scale: float, output_scale: float) -> HardSwishRescale:
     """HardSwishPrepare: the input on a 128x finer scale, the output and 'reluish' multipliers in float32."""
     f32 = np.float32
     hires_input_scale = f32(1.0 / 128.0) * f32(input_scale)
@@ -387,7 +457,7 @@ def sigmoid_table_int8(input_scale: float, input_zero_point: int, tanh: bool) ->
     return table
 
 
-def add_sub_params(scale1: float, scale2: float, output_scale: float, left_shift: int) -> dict[str, int]:
+def add_sub_params(scale1: float, scale2: float, output_scale: float, left_shift: int) -> AddSubRescale:
     """CalculateOpDataAdd and CalculateOpDataSub (left shift 20 for int8, 15 for int16): both inputs rescaled to
     twice the larger scale, in double. (The TFLM tree read divides the float32 scales in float32
     first; the host TFLM the outputs are checked against computes in double, which differs in the last bit.)"""
@@ -400,7 +470,7 @@ def add_sub_params(scale1: float, scale2: float, output_scale: float, left_shift
 
 
 def squared_difference_params(scale1: float, scale2: float, output_scale: float,
-                              left_shift: int) -> dict[str, int]:
+                              left_shift: int) -> AddSubRescale:
     """squared_difference.cc's PrepareQuantized: in double, the output multiplier over the squared scale."""
     twice_max_input_scale = 2.0 * float(max(np.float32(scale1), np.float32(scale2)))
     m1, s1 = quantize_multiplier(float(scale1) / twice_max_input_scale)
@@ -411,7 +481,7 @@ def squared_difference_params(scale1: float, scale2: float, output_scale: float,
             "input2_shift": s2, "output_multiplier": mo, "output_shift": so}
 
 
-def add_n_params_int8(input_scale: float, output_scale: float) -> dict[str, int]:
+def add_n_params_int8(input_scale: float, output_scale: float) -> AddNRescale:
     """add_n.cc's CalculateOpData for int8: every input shares one scale; left shift 20, in double."""
     left_shift = 20
     twice_max_input_scale = 2 * float(input_scale)
@@ -421,7 +491,7 @@ def add_n_params_int8(input_scale: float, output_scale: float) -> dict[str, int]
             "output_shift": so}
 
 
-def rsqrt_params(input_scale: float, output_scale: float) -> dict[str, int]:
+def rsqrt_params(input_scale: float, output_scale: float) -> Rescale:
     """SetRsqrtOutputMultiplier: 1 / (sqrt(input scale) x output scale), the product in float32 (sqrt is exact
     rounding in both), the reciprocal in double."""
     f32 = np.float32
@@ -429,7 +499,7 @@ def rsqrt_params(input_scale: float, output_scale: float) -> dict[str, int]:
     return {"multiplier": m, "shift": s}
 
 
-def comparison_params_int8(scale1: float, scale2: float) -> dict[str, int]:
+def comparison_params_int8(scale1: float, scale2: float) -> ComparisonRescale:
     """ComparisonsPrepare for int8: inputs shifted left by 8 and multiplied by their own scales."""
     m1, s1 = quantize_multiplier(float(scale1))
     m2, s2 = quantize_multiplier(float(scale2))
@@ -437,14 +507,14 @@ def comparison_params_int8(scale1: float, scale2: float) -> dict[str, int]:
             "input2_shift": s2}
 
 
-def abs_params(input_scale: float, output_scale: float) -> dict[str, int]:
+def abs_params(input_scale: float, output_scale: float) -> AbsRescale:
     """ABS's Prepare: a rescale only when the float32 scales differ (input / output in float32)."""
     rescale = bool(np.float32(input_scale) != np.float32(output_scale))
     m, s = quantize_multiplier(float(np.float32(input_scale) / np.float32(output_scale))) if rescale else (0, 0)
     return {"rescale": int(rescale), "multiplier": m, "shift": s}
 
 
-def sigmoid_params_int16(input_scale: float, output_scale: float, tanh: bool) -> dict[str, int]:
+def sigmoid_params_int16(input_scale: float, output_scale: float, tanh: bool) -> Rescale:
     """The int16 LOGISTIC's and TANH's Prepare: the input rescaled to the sigmoid table's 1/(3*4096) steps, a
     multiplier of 0 for a power-of-two input scale the kernel shifts itself (LOGISTIC: shift 0; TANH: 0 or 1).
     The output scale must be 2^-15."""
@@ -461,7 +531,7 @@ def sigmoid_params_int16(input_scale: float, output_scale: float, tanh: bool) ->
     return {"multiplier": int(multiplier), "shift": shift}
 
 
-def log_softmax_params_int8(input_scale: float) -> dict[str, int]:
+def log_softmax_params_int8(input_scale: float) -> LogSoftmaxScaling:
     """LOG_SOFTMAX's Prepare (PreprocessLogSoftmaxScalingExp, beta 1, 5 integer bits): SOFTMAX's input scaling
     and its inverse for the log of the sum."""
     params = softmax_params_int8(1.0, input_scale)
@@ -472,7 +542,7 @@ def log_softmax_params_int8(input_scale: float) -> dict[str, int]:
     return {**params, "reverse_scaling_divisor": multiplier, "reverse_scaling_shift": shift}
 
 
-def div_params_int8(scale1: float, scale2: float, output_scale: float) -> dict[str, int]:
+def div_params_int8(scale1: float, scale2: float, output_scale: float) -> OutputRescale:
     """DIV's CalculateOpDataDiv for int8: scale1 / (scale2 * output_scale) computed in float32, then quantized."""
     f32 = np.float32
     m, s = quantize_multiplier(float(f32(scale1) / (f32(scale2) * f32(output_scale))))

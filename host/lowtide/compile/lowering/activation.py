@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from typing import TypedDict
 
 import numpy as np
 
 from lowtide.compile import quantization as q
-from lowtide.compile.lowering.elementwise import broadcast_steps
+from lowtide.compile.kernel_params import ActivationParams, BinaryParams, HardSwishParams, SoftmaxParams
+from lowtide.compile.lowering.elementwise import NO_RESCALE, broadcast_steps
 from lowtide.compile.lowering.emitter import (
     C_TYPES,
+    NO_FLOAT_ACTIVATION,
+    NO_QUANTIZED_ACTIVATION,
     Kernel,
     ModelEmitter,
     Unsupported,
@@ -27,29 +31,31 @@ SUFFIXES = {"int8": "s8", "int16": "s16", "float32": "f32"}
 
 def lower_softmax(e, op, name):
     ins, outs = tensor_types(e, op)
-    shape = e.tensor(op.inputs[0]).shape or (1,)
-    depth = shape[-1]
-    params: dict[str, object] = {"outer": math.prod(shape) // depth, "depth": depth, "beta": float(op.options.beta)}
+    rows = _rows(e, op, same_shape=False)
+    beta = float(op.options.beta)
     if ins == ["int8"] and outs == ["int8"]:
         out_q = e.quantization(op.outputs[0])
         require(out_q.zero_point == -128 and np.float32(out_q.scale) == np.float32(1 / 256),
                 "int8 softmax output must have scale 1/256 and zero point -128")
-        params.update(q.softmax_params_int8(op.options.beta, e.quantization(op.inputs[0]).scale))
+        params = SoftmaxParams(**rows, **q.softmax_params_int8(op.options.beta, e.quantization(op.inputs[0]).scale),
+                               beta=beta)
         suffix = "s8"
     elif ins == ["int8"] and outs == ["int16"]:
         out_q = e.quantization(op.outputs[0])
         # SoftmaxPrepare's TF_LITE_ENSURE_NEAR: within 0.1% of 1/65536
         require(out_q.zero_point == -32768 and abs(out_q.scale - 1 / 65536) <= 0.001 / 65536,
                 "int8 -> int16 softmax output must have scale 1/65536 and zero point -32768")
-        params.update(q.softmax_params_int8(op.options.beta, e.quantization(op.inputs[0]).scale))
+        params = SoftmaxParams(**rows, **q.softmax_params_int8(op.options.beta, e.quantization(op.inputs[0]).scale),
+                               beta=beta)
         suffix = "s8_s16"
     elif ins == ["int16"] and outs == ["int16"]:
-        return _lower_softmax_int16(e, op, name, params)
+        return _lower_softmax_int16(e, op, name, rows, beta)
     elif ins == ["float32"] and outs == ["float32"]:
+        params = SoftmaxParams(**rows, input_multiplier=0, input_left_shift=0, diff_min=0, beta=beta)
         suffix = "f32"
     else:
         raise Unsupported(f"types {ins} -> {outs}")
-    p = e.struct(f"{name}_params", "lt_softmax_params", params)
+    p = e.struct(f"{name}_params", params)
     return f"lt_softmax_{suffix}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
 
 
@@ -96,7 +102,7 @@ def softmax_luts_int16() -> tuple[list[int], list[int]]:
 SOFTMAX_LUTS = ("lt_softmax16_exp_lut", "lt_softmax16_one_over_one_plus_x_lut")
 
 
-def _lower_softmax_int16(e: ModelEmitter, op: Operator, name: str, params: dict[str, object]) -> str:
+def _lower_softmax_int16(e: ModelEmitter, op: Operator, name: str, rows: Rows, beta: float) -> str:
     """int16 -> int16: zero points 0, the output scale within 0.1% of 1/32768 (SoftmaxPrepare's checks); the
     input rescaled so that [-65535, 0] is [-10, 0]. The two tables are declared once per model."""
     in_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.outputs[0])
@@ -104,11 +110,11 @@ def _lower_softmax_int16(e: ModelEmitter, op: Operator, name: str, params: dict[
             "int16 softmax needs zero points 0 and output scale 1/32768")
     multiplier, shift = q.quantize_multiplier(float(np.float32(in_q.scale)) * float(np.float32(op.options.beta))
                                               / (10.0 / 65535.0))
-    params.update(input_multiplier=multiplier, input_left_shift=shift)
     if not any(f" {SOFTMAX_LUTS[0]}[" in d for d in e.declarations):
         for table_name, table in zip(SOFTMAX_LUTS, softmax_luts_int16()):
             e.array(table_name, "int16_t", table)
-    p = e.struct(f"{name}_params", "lt_softmax_params", params)
+    p = e.struct(f"{name}_params", SoftmaxParams(**rows, input_multiplier=multiplier, input_left_shift=shift,
+                                                 diff_min=0, beta=beta))
     return (f"lt_softmax_s16({p}, {SOFTMAX_LUTS[0]}, {SOFTMAX_LUTS[1]}, {e.pointer(op.inputs[0])}, "
             f"{e.pointer(op.outputs[0], True)});")
 
@@ -135,11 +141,13 @@ def _sigmoid_int16_struct(e: ModelEmitter, op: Operator, name: str, tanh: bool) 
     """int16 LOGISTIC and TANH: zero points 0, an output scale of 2^-15 (TFLM's Prepare refuses others)."""
     _symmetric_int16(e, op)
     try:
-        params = q.sigmoid_params_int16(e.quantization(op.inputs[0]).scale, e.quantization(op.outputs[0]).scale,
-                                        tanh)
+        rescale = q.sigmoid_params_int16(e.quantization(op.inputs[0]).scale, e.quantization(op.outputs[0]).scale,
+                                         tanh)
     except ValueError as exc:
         raise Unsupported(str(exc)) from None
-    return _activation_struct(e, op, name, params)
+    return e.struct(f"{name}_params", ActivationParams(
+        count=_count(e, op), input_zero_point=0, output_zero_point=0, **rescale, alpha_multiplier=0, alpha_shift=0,
+        act_min=0, act_max=0, rescale=0, alpha=0.0))
 
 
 def _unary(e: ModelEmitter, op: Operator) -> tuple[str, str, str]:
@@ -150,9 +158,8 @@ def _unary(e: ModelEmitter, op: Operator) -> tuple[str, str, str]:
     return dtype, e.pointer(op.inputs[0]), e.pointer(op.outputs[0], True)
 
 
-def _activation_struct(e: ModelEmitter, op: Operator, name: str, fields: Mapping[str, object]) -> str:
-    return e.struct(f"{name}_params", "lt_activation_params",
-                    {"count": math.prod(e.tensor(op.inputs[0]).shape), **fields})
+def _count(e: ModelEmitter, op: Operator) -> int:
+    return math.prod(e.tensor(op.inputs[0]).shape)
 
 
 def _symmetric_int16(e: ModelEmitter, op: Operator) -> None:
@@ -168,8 +175,9 @@ def lower_relu(e, op, name):
     if dtype == "int16":
         _symmetric_int16(e, op)
     in_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.outputs[0])
-    p = _activation_struct(e, op, name, q.relu_params(in_q.scale, in_q.zero_point, out_q.scale, out_q.zero_point,
-                                                      dtype))
+    p = e.struct(f"{name}_params", ActivationParams(
+        count=_count(e, op), **q.relu_params(in_q.scale, in_q.zero_point, out_q.scale, out_q.zero_point, dtype),
+        alpha_multiplier=0, alpha_shift=0, rescale=0, alpha=0.0))
     return f"lt_relu_{SUFFIXES[dtype]}({p}, {source}, {target});"
 
 
@@ -179,8 +187,10 @@ def lower_relu6(e, op, name):
     if dtype == "float32":
         return f"lt_relu6_f32({source}, {target}, {math.prod(e.tensor(op.inputs[0]).shape)});"
     in_q = e.quantization(op.inputs[0])
-    p = _activation_struct(e, op, name, {"act_min": in_q.zero_point,
-                                         "act_max": q.float_to_quantized(6.0, in_q.scale, in_q.zero_point, dtype)})
+    p = e.struct(f"{name}_params", ActivationParams(
+        count=_count(e, op), input_zero_point=0, output_zero_point=0, multiplier=0, shift=0, alpha_multiplier=0,
+        alpha_shift=0, act_min=in_q.zero_point, act_max=q.float_to_quantized(6.0, in_q.scale, in_q.zero_point, dtype),
+        rescale=0, alpha=0.0))
     return f"lt_relu6_{SUFFIXES[dtype]}({p}, {source}, {target});"
 
 
@@ -188,11 +198,13 @@ def lower_leaky_relu(e, op, name):
     dtype, source, target = _unary(e, op)
     alpha = float(op.options.alpha)
     if dtype == "float32":
-        p = _activation_struct(e, op, name, {"alpha": alpha})
+        params = ActivationParams(count=_count(e, op), input_zero_point=0, output_zero_point=0, multiplier=0, shift=0,
+                                  alpha_multiplier=0, alpha_shift=0, act_min=0, act_max=0, rescale=0, alpha=alpha)
     else:
         in_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.outputs[0])
-        p = _activation_struct(e, op, name, q.leaky_relu_params(in_q.scale, in_q.zero_point, alpha, out_q.scale,
-                                                                out_q.zero_point))
+        rescale = q.leaky_relu_params(in_q.scale, in_q.zero_point, alpha, out_q.scale, out_q.zero_point)
+        params = ActivationParams(count=_count(e, op), **rescale, act_min=0, act_max=0, rescale=0, alpha=0.0)
+    p = e.struct(f"{name}_params", params)
     return f"lt_leaky_relu_{SUFFIXES[dtype]}({p}, {source}, {target});"
 
 
@@ -202,12 +214,16 @@ def lower_prelu(e, op, name):
     ins, outs = tensor_types(e, op)
     dtype = ins[0]
     require(ins[1] == ("int8" if dtype == "int16" else dtype), f"alpha of type {ins[1]} for a {dtype} input")
-    params = broadcast_steps(e, op)
-    if dtype != "float32":
+    steps = broadcast_steps(e, op)
+    if dtype == "float32":
+        params = BinaryParams(**steps, **NO_RESCALE, **NO_QUANTIZED_ACTIVATION, **NO_FLOAT_ACTIVATION)
+    else:
         in_q, alpha_q, out_q = (e.quantization(t) for t in (op.inputs[0], op.inputs[1], op.outputs[0]))
-        params.update(input1_offset=-in_q.zero_point, input2_offset=-alpha_q.zero_point,
-                      output_offset=out_q.zero_point, **q.prelu_params(in_q.scale, alpha_q.scale, out_q.scale))
-    p = e.struct(f"{name}_params", "lt_binary_params", params)
+        params = BinaryParams(**steps, input1_offset=-in_q.zero_point, input2_offset=-alpha_q.zero_point,
+                              output_offset=out_q.zero_point, **q.prelu_params(in_q.scale, alpha_q.scale, out_q.scale),
+                              output_multiplier=0, output_shift=0, left_shift=0, **NO_QUANTIZED_ACTIVATION,
+                              **NO_FLOAT_ACTIVATION)
+    p = e.struct(f"{name}_params", params)
     return (f"lt_prelu_{SUFFIXES[dtype]}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
             f"{e.pointer(op.outputs[0], True)});")
 
@@ -219,11 +235,11 @@ def lower_hard_swish(e, op, name):
         return f"lt_hard_swish_f32({source}, {target}, {count});"
     in_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.outputs[0])
     try:
-        params = q.hard_swish_params_int8(in_q.scale, out_q.scale)
+        rescale = q.hard_swish_params_int8(in_q.scale, out_q.scale)
     except ValueError as exc:
         raise Unsupported(str(exc)) from None
-    p = e.struct(f"{name}_params", "lt_hard_swish_params", {
-        "count": count, "input_zero_point": in_q.zero_point, "output_zero_point": out_q.zero_point, **params})
+    p = e.struct(f"{name}_params", HardSwishParams(count=count, input_zero_point=in_q.zero_point,
+                                                   output_zero_point=out_q.zero_point, **rescale))
     return f"lt_hard_swish_s8({p}, {source}, {target});"
 
 
@@ -250,18 +266,27 @@ def lower_elu(e, op, name):
 
 
 
-def _rows(e: ModelEmitter, op: Operator) -> dict[str, object]:
-    """outer x depth: the last dimension is normalized."""
+class Rows(TypedDict):
+    """lt_softmax_params' shape: `outer` rows of `depth` values, the last dimension."""
+
+    outer: int
+    depth: int
+
+
+def _rows(e: ModelEmitter, op: Operator, same_shape: bool = True) -> Rows:
+    """outer x depth: the last dimension is normalized; `same_shape`: the output must have the input's shape."""
     shape = e.tensor(op.inputs[0]).shape or (1,)
-    require(shape == (e.tensor(op.outputs[0]).shape or (1,)), "output shape differs from the input's")
-    return {"outer": math.prod(shape) // shape[-1], "depth": shape[-1]}
+    if same_shape:
+        require(shape == (e.tensor(op.outputs[0]).shape or (1,)), "output shape differs from the input's")
+    return Rows(outer=math.prod(shape) // shape[-1], depth=shape[-1])
 
 
 def lower_l2_normalization(e, op, name):
     """TFLM's int8 kernel writes Q0.7 (scale 1/128, zero point 0) whatever the output says; no activation."""
     require(int(getattr(op.options, "fusedActivationFunction", 0) or 0) == 0, "fused activation")
     dtype = e.tensor(op.inputs[0]).dtype
-    p = e.struct(f"{name}_params", "lt_softmax_params", _rows(e, op))
+    p = e.struct(f"{name}_params", SoftmaxParams(**_rows(e, op), input_multiplier=0, input_left_shift=0, diff_min=0,
+                                                 beta=0.0))
     source, target = e.pointer(op.inputs[0]), e.pointer(op.outputs[0], True)
     if dtype == "float32":
         return f"lt_l2_normalization_f32({p}, {source}, {target});"
@@ -270,10 +295,12 @@ def lower_l2_normalization(e, op, name):
 
 def lower_log_softmax(e, op, name):
     """int8: TFLM's Prepare requires the output scale 16/256 and zero point 127."""
-    params = _rows(e, op)
+    rows = _rows(e, op)
     source, target = e.pointer(op.inputs[0]), e.pointer(op.outputs[0], True)
     if e.tensor(op.inputs[0]).dtype == "float32":
-        return f"lt_log_softmax_f32({e.struct(f'{name}_params', 'lt_softmax_params', params)}, {source}, {target});"
+        p = e.struct(f"{name}_params", SoftmaxParams(**rows, input_multiplier=0, input_left_shift=0, diff_min=0,
+                                                     beta=0.0))
+        return f"lt_log_softmax_f32({p}, {source}, {target});"
     out_q = e.quantization(op.outputs[0])
     require(np.float32(out_q.scale) == np.float32(16 / 256) and out_q.zero_point == 127,
             "int8 log_softmax output must have scale 16/256 and zero point 127")
@@ -281,8 +308,9 @@ def lower_log_softmax(e, op, name):
         scaling = q.log_softmax_params_int8(e.quantization(op.inputs[0]).scale)
     except ValueError as exc:
         raise Unsupported(str(exc)) from None
-    p = e.struct(f"{name}_params", "lt_softmax_params", {
-        **params, **{k: scaling[k] for k in ("input_multiplier", "input_left_shift", "diff_min")}})
+    p = e.struct(f"{name}_params", SoftmaxParams(**rows, input_multiplier=scaling["input_multiplier"],
+                                                 input_left_shift=scaling["input_left_shift"],
+                                                 diff_min=scaling["diff_min"], beta=0.0))
     return (f"lt_log_softmax_s8({p}, {scaling['reverse_scaling_divisor']}, {scaling['reverse_scaling_shift']}, "
             f"{source}, {target});")
 

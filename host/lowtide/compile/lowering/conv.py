@@ -5,15 +5,20 @@ the inline kernel with its constant parameters) and fed with weights packed offl
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import TypedDict
 
 import numpy as np
 
 from lowtide.compile import quantization as q
+from lowtide.compile.kernel_params import ConvParams, FcParams, KernelParams
 from lowtide.compile.lowering.emitter import (
+    NO_FLOAT_ACTIVATION,
+    NO_QUANTIZED_ACTIVATION,
     Kernel,
     ModelEmitter,
     PadFusion,
+    QuantizedActivation,
     Unsupported,
     float_activation,
     pack_rows_by_four,
@@ -26,7 +31,34 @@ from lowtide.model import padding
 from lowtide.model.ir import Operator, TensorKind
 
 
-def window_geometry(e: ModelEmitter, op: Operator, filter_h: int, filter_w: int) -> dict[str, int]:
+class Window(TypedDict):
+    """lt_conv_params' window geometry: the shapes, strides, dilations and padding before."""
+
+    batches: int
+    in_h: int
+    in_w: int
+    in_c: int
+    out_h: int
+    out_w: int
+    out_c: int
+    filter_h: int
+    filter_w: int
+    stride_h: int
+    stride_w: int
+    dilation_h: int
+    dilation_w: int
+    pad_h: int
+    pad_w: int
+
+
+class ConvShape(Window):
+    """lt_conv_params' shape members: the window, the filter's input channels and the depth multiplier."""
+
+    filter_in_c: int
+    depth_multiplier: int
+
+
+def window_geometry(e: ModelEmitter, op: Operator, filter_h: int, filter_w: int) -> Window:
     """Window geometry shared by convolutions and pools (ComputePaddingHeightWidth)."""
     in_shape, out_shape = e.tensor(op.inputs[0]).shape, e.tensor(op.outputs[0]).shape
     require(len(in_shape) == 4 and len(out_shape) == 4, "only 4-D NHWC tensors are supported")
@@ -40,11 +72,11 @@ def window_geometry(e: ModelEmitter, op: Operator, filter_h: int, filter_w: int)
     except ValueError as exc:
         raise Unsupported(str(exc)) from None
     require((out_h, out_w) == tuple(out_shape[1:3]), f"output shape {out_shape} does not match the padding")
-    return {"batches": in_shape[0], "in_h": in_shape[1], "in_w": in_shape[2], "in_c": in_shape[3],
-            "out_h": out_h, "out_w": out_w, "out_c": out_shape[3], "filter_h": filter_h, "filter_w": filter_w,
-            "stride_h": stride_h, "stride_w": stride_w, "dilation_h": dil_h, "dilation_w": dil_w,
-            "pad_h": padding.padding_before(in_shape[1], filter_h, stride_h, dil_h, out_h),
-            "pad_w": padding.padding_before(in_shape[2], filter_w, stride_w, dil_w, out_w)}
+    return Window(batches=in_shape[0], in_h=in_shape[1], in_w=in_shape[2], in_c=in_shape[3], out_h=out_h, out_w=out_w,
+                  out_c=out_shape[3], filter_h=filter_h, filter_w=filter_w, stride_h=stride_h, stride_w=stride_w,
+                  dilation_h=dil_h, dilation_w=dil_w,
+                  pad_h=padding.padding_before(in_shape[1], filter_h, stride_h, dil_h, out_h),
+                  pad_w=padding.padding_before(in_shape[2], filter_w, stride_w, dil_w, out_w))
 
 
 def _weighted(e: ModelEmitter, op: Operator, name: str, kind: str) -> str:
@@ -56,38 +88,41 @@ def _weighted(e: ModelEmitter, op: Operator, name: str, kind: str) -> str:
     fusion = e.fused_pads.get(op.index)
     if fusion is not None:  # read the PAD's input: its padding becomes part of this layer's
         source = e.tensor(fusion.source).shape
-        geometry.update(in_h=source[1], in_w=source[2], pad_h=geometry["pad_h"] + fusion.top,
-                        pad_w=geometry["pad_w"] + fusion.left)
-    # C struct fields by name, ints but for a float activation's bounds
-    params: dict[str, Any] = dict(geometry, filter_in_c=filter_shape[3] if kind == "conv2d" else 1,
-                                  depth_multiplier=geometry["out_c"] // geometry["in_c"] if kind == "depthwise_conv2d" else 1)
+        geometry["in_h"], geometry["in_w"] = source[1], source[2]
+        geometry["pad_h"] += fusion.top
+        geometry["pad_w"] += fusion.left
+    shape = ConvShape(**geometry, filter_in_c=filter_shape[3] if kind == "conv2d" else 1,
+                      depth_multiplier=geometry["out_c"] // geometry["in_c"] if kind == "depthwise_conv2d" else 1)
     if kind == "conv2d":
-        require(params["in_c"] % params["filter_in_c"] == 0, "input channels are not a multiple of the filter's")
+        require(shape["in_c"] % shape["filter_in_c"] == 0, "input channels are not a multiple of the filter's")
     bias = op.inputs[2] if len(op.inputs) > 2 and op.inputs[2] >= 0 else None
     if ins[:2] == ["int8", "int8"] and outs == ["int8"]:
         require(bias is None or ins[2] == "int32", "int8 convolution needs an int32 bias")
         in_q, f_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.inputs[1]), e.quantization(op.outputs[0])
-        multipliers, shifts = q.per_channel_multipliers(in_q.scale, list(f_q.scales), out_q.scale, params["out_c"])
-        params.update(input_offset=-in_q.zero_point, output_offset=out_q.zero_point,
-                      **quantized_activation(e, op, op.outputs[0]))
+        multipliers, shifts = q.per_channel_multipliers(in_q.scale, list(f_q.scales), out_q.scale, shape["out_c"])
+        params = ConvParams(**shape, input_offset=-in_q.zero_point, output_offset=out_q.zero_point,
+                            **quantized_activation(e, op, op.outputs[0]), **NO_FLOAT_ACTIVATION)
         fast = _fast_int8(e, op, name, kind, params, bias, multipliers, shifts)
         if fast is not None:
             return fast
         require(fusion is None, "a fused PAD needs the fast depthwise kernel")
-        return _weighted_call(e, op, name, f"lt_{kind}_s8", "lt_conv_params", params, bias, (multipliers, shifts))
+        return _weighted_call(e, op, name, f"lt_{kind}_s8", params, bias, (multipliers, shifts))
     if ins[:2] == ["int16", "int8"] and outs == ["int16"]:
-        return _weighted_16x8(e, op, name, kind, "lt_conv_params", params, bias, params["out_c"])
+        return _weighted_16x8(e, op, name, kind, bias, shape["out_c"], lambda activation: ConvParams(
+            **shape, input_offset=0, output_offset=0, **activation, **NO_FLOAT_ACTIVATION))
     if ins[:2] == ["float32", "float32"] and outs == ["float32"]:
-        params.update(float_activation(op))
-        return _weighted_call(e, op, name, f"lt_{kind}_f32", "lt_conv_params", params, bias)
+        params = ConvParams(**shape, input_offset=0, output_offset=0, **NO_QUANTIZED_ACTIVATION,
+                            **float_activation(op))
+        return _weighted_call(e, op, name, f"lt_{kind}_f32", params, bias)
     raise Unsupported(f"types {ins} -> {outs}")
 
 
-def _weighted_16x8(e: ModelEmitter, op: Operator, name: str, kind: str, struct_type: str,
-                   params: dict[str, Any], bias: int | None, channels: int) -> str:
-    """int16 activations (zero points 0), int8 filters; an int64 bias (CONV_2D and FULLY_CONNECTED also int32,
-    which makes TFLM accumulate in int32). Without a bias TFLM picks the accumulator from the converter's
-    metadata, which is not read here."""
+def _weighted_16x8(e: ModelEmitter, op: Operator, name: str, kind: str, bias: int | None, channels: int,
+                   params: Callable[[QuantizedActivation], KernelParams]) -> str:
+    """int16 activations (zero points 0, so no offsets), int8 filters; an int64 bias (CONV_2D and FULLY_CONNECTED
+    also int32, which makes TFLM accumulate in int32). Without a bias TFLM picks the accumulator from the
+    converter's metadata, which is not read here. `params`: the layer's struct with the fused activation's
+    clamp."""
     bias_type = e.tensor(bias).dtype if bias is not None else None
     allowed = ("int64",) if kind == "depthwise_conv2d" else ("int64", "int32")
     if bias is None or bias_type not in allowed:
@@ -95,8 +130,7 @@ def _weighted_16x8(e: ModelEmitter, op: Operator, name: str, kind: str, struct_t
     in_q, f_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.inputs[1]), e.quantization(op.outputs[0])
     require(in_q.zero_point == 0 and out_q.zero_point == 0, "int16 input and output need zero point 0")
     multipliers, shifts = q.per_channel_multipliers(in_q.scale, list(f_q.scales), out_q.scale, channels)
-    params.update(**quantized_activation(e, op, op.outputs[0]))
-    p = e.struct(f"{name}_params", struct_type, params)
+    p = e.struct(f"{name}_params", params(quantized_activation(e, op, op.outputs[0])))
     biases = [e.pointer(bias), "NULL"] if bias_type == "int32" else ["NULL", e.pointer(bias)]
     args = [p, e.pointer(op.inputs[0]), e.pointer(op.inputs[1]), *biases,
             e.array(f"{name}_multiplier", "int32_t", multipliers), e.array(f"{name}_shift", "int32_t", shifts),
@@ -104,9 +138,10 @@ def _weighted_16x8(e: ModelEmitter, op: Operator, name: str, kind: str, struct_t
     return f"lt_{kind}_s16({', '.join(args)});"
 
 
-def _weighted_call(e, op, name, function, struct_type, params, bias, requantization=None) -> str:
+def _weighted_call(e: ModelEmitter, op: Operator, name: str, function: str, params: KernelParams, bias: int | None,
+                   requantization: tuple[list[int], list[int]] | None = None) -> str:
     """The C call of a kernel with weights: (params, input, filter, bias[, multipliers, shifts], output)."""
-    params_ref = e.struct(f"{name}_params", struct_type, params)
+    params_ref = e.struct(f"{name}_params", params)
     requant_refs = []
     if requantization:
         multipliers, shifts = requantization
@@ -117,30 +152,26 @@ def _weighted_call(e, op, name, function, struct_type, params, bias, requantizat
     return f"{function}({', '.join(args)});"
 
 
-_POINTWISE = {"in_h": 1, "in_w": 1, "out_h": 1, "out_w": 1, "filter_h": 1, "filter_w": 1, "stride_h": 1,
-              "stride_w": 1, "dilation_h": 1, "dilation_w": 1, "pad_h": 0, "pad_w": 0, "depth_multiplier": 1}
-
-
-def _fast_int8(e: ModelEmitter, op: Operator, name: str, kind: str, params: dict[str, int], bias: int | None,
+def _fast_int8(e: ModelEmitter, op: Operator, name: str, kind: str, params: ConvParams, bias: int | None,
                multipliers: list[int], shifts: list[int]) -> str | None:
     """The call of this layer's specialised fast kernel (lt_conv_dsp.h), or None where only the reference-order
     kernel applies: grouped convolution, a depth multiplier, dilated depthwise convolution, or a folded bias
     beyond int32."""
     weights = e.constant_values(op.inputs[1]).astype(np.int64)
-    out_c = params["out_c"]
+    out_c = params.out_c
     if kind == "conv2d":
-        if params["filter_in_c"] != params["in_c"]:
+        if params.filter_in_c != params.in_c:
             return None
         rows = weights.reshape(out_c, -1)
     else:
         rows = weights.reshape(-1, out_c).T  # [channel][fy * filter_w + fx]
-        if params["in_c"] == 1:
+        if params.in_c == 1:
             kind = "conv2d"  # one input channel: a convolution with depth_multiplier filters (person_detect's first)
-        elif params["depth_multiplier"] != 1 or params["dilation_h"] != 1 or params["dilation_w"] != 1:
+        elif params.depth_multiplier != 1 or params.dilation_h != 1 or params.dilation_w != 1:
             return None
     bias_values = (e.constant_values(bias).astype(np.int64) if bias is not None
                    else np.zeros(out_c, dtype=np.int64))
-    folded = bias_values + params["input_offset"] * rows.sum(axis=1)
+    folded = bias_values + params.input_offset * rows.sum(axis=1)
     if folded.min() < -(1 << 31) or folded.max() >= (1 << 31):
         return None
     flags = ["0"]
@@ -150,30 +181,30 @@ def _fast_int8(e: ModelEmitter, op: Operator, name: str, kind: str, params: dict
     varying = [c for c in range(out_c) if c not in constants]
     short = all(acc_bounds[c] < (1 << 30) and -31 < shifts[c] < 0 for c in varying)
     # the output offset rides in the rounding term while offset * 2^r fits it; else one add after the shift
-    offset_in_round = all((abs(params["output_offset"]) + 1) << -shifts[c] < (1 << 30) for c in varying)
+    offset_in_round = all((abs(params.output_offset) + 1) << -shifts[c] < (1 << 30) for c in varying)
     if short:
         flags.append("LT_SHORT_ACC")
         if not offset_in_round:
             flags.append("LT_OFFSET_AFTER")
-    if (params["act_min"], params["act_max"]) == (-128, 127):
+    if (params.act_min, params.act_max) == (-128, 127):
         flags.append("LT_FULL_RANGE")
-    p = e.struct(f"{name}_params", "lt_conv_params", params)
+    p = e.struct(f"{name}_params", params)
     requant_rows = []
     for c, (m, shift) in enumerate(zip(multipliers, shifts)):
         if not short:
             requant_rows.append((m, shift, 0, 0))
         elif c in constants:  # x = round whatever the sum: (2 y + 1 + (0 or -1)) >> 1 = y, before the offset
-            requant_rows.append((0, -1, 1 + 2 * (constants[c] - (0 if offset_in_round else params["output_offset"])), 1))
+            requant_rows.append((0, -1, 1 + 2 * (constants[c] - (0 if offset_in_round else params.output_offset)), 1))
         else:
-            offset_term = params["output_offset"] << -shift if offset_in_round else 0
+            offset_term = params.output_offset << -shift if offset_in_round else 0
             requant_rows.append((m, shift, (1 << (-shift - 1)) + offset_term, -shift))
     if short and constants:  # their sums are not used: 0 keeps a doubled bias within int32
         folded = folded.copy()
         folded[list(constants)] = 0
     requant = ",\n    ".join(f"{{{m}, {sh}, {r}, {right}}}" for m, sh, r, right in requant_rows)
     e.declarations.append(f"static const lt_requant {name}_requant[{out_c}] = {{\n    {requant}\n}};")
-    whole_input = (params["batches"] * params["out_h"] * params["out_w"] == 1 and params["pad_h"] == params["pad_w"] == 0
-                   and (params["filter_h"], params["filter_w"]) == (params["in_h"], params["in_w"]))
+    whole_input = (params.batches * params.out_h * params.out_w == 1 and params.pad_h == params.pad_w == 0
+                   and (params.filter_h, params.filter_w) == (params.in_h, params.in_w))
     # int16 weights (depthwise, widened convolutions) doubled offline with the bias: the sums are 2 acc, which the
     # short requantization needs (and 2 acc fits int32 where it applies), without a shift per output
     doubled = short and not whole_input and (kind != "conv2d" or op.index in e.wide_weights)
@@ -197,7 +228,7 @@ def _fast_int8(e: ModelEmitter, op: Operator, name: str, kind: str, params: dict
         return f"{name}_run({e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
     if kind == "conv2d":
         k4 = -(-rows.shape[1] // 4) * 4
-        output_pixels = params["batches"] * params["out_h"] * params["out_w"]
+        output_pixels = params.batches * params.out_h * params.out_w
         e.matrix_layers[op.index] = (output_pixels, out_c * k4)
         wide = op.index in e.wide_weights
         filter_ref = e.array(f"{name}_filter", "uint32_t", pack_row_pairs(rows * scale, k4, wide), aligned=True)
@@ -205,20 +236,19 @@ def _fast_int8(e: ModelEmitter, op: Operator, name: str, kind: str, params: dict
             flags.append("LT_WIDE_WEIGHTS")
         pixels = 2 if output_pixels > 1 else 1
         # lt_conv_s8_fast's rows, and its byte gather unless the layer is pointwise (read without im2col)
-        pointwise = (params["filter_h"], params["filter_w"], params["stride_h"], params["stride_w"], params["pad_h"],
-                     params["pad_w"]) == (1, 1, 1, 1, 0, 0) and (params["in_h"], params["in_w"]) == (
-                         params["out_h"], params["out_w"])
+        pointwise = ((params.filter_h, params.filter_w, params.stride_h, params.stride_w, params.pad_h, params.pad_w)
+                     == (1, 1, 1, 1, 0, 0) and (params.in_h, params.in_w) == (params.out_h, params.out_w))
         scratch = e.fast_scratch_pointer(op, pixels * k4 + (0 if pointwise else k4 // 2))
         function = "lt_conv_s8_fast"
     else:
-        kh, kw = params["filter_h"], params["filter_w"]
+        kh, kw = params.filter_h, params.filter_w
         taps = rows.reshape(out_c, kh, kw) * scale
         if kw % 2:
             taps = np.concatenate([taps, np.zeros((out_c, kh, 1), dtype=np.int64)], axis=2)
         halves = taps.reshape(out_c, kh, -1, 2) & 0xFFFF
         words = (halves[..., 0] | (halves[..., 1] << 16)).astype(np.uint32)
         filter_ref = e.array(f"{name}_filter", "uint32_t", words)
-        plane = ((params["out_h"] - 1) * params["stride_h"] + kh) * ((params["out_w"] - 1) * params["stride_w"] + kw)
+        plane = ((params.out_h - 1) * params.stride_h + kh) * ((params.out_w - 1) * params.stride_w + kw)
         scratch = e.fast_scratch_pointer(op, plane)
         function = "lt_depthwise_s8_fast"
         e.in_place_safe.add(op.index)  # each channel's plane is copied before its outputs are written
@@ -232,7 +262,7 @@ def _fast_int8(e: ModelEmitter, op: Operator, name: str, kind: str, params: dict
 
 
 def _constant_channels(multipliers: list[int], shifts: list[int], acc_bounds: list[int], folded: np.ndarray,
-                       rows: np.ndarray, params: dict[str, int]) -> dict[int, int]:
+                       rows: np.ndarray, params: ConvParams) -> dict[int, int]:
     """The channels whose output is one value whatever the input, and that value: all weights zero (the sum is
     the folded bias: pruned channels, whose bias can be 2^30 and keep a whole layer off the short
     requantization), a zero multiplier, or a right shift r so large that |(acc * m + 2^30) >> 31| <= 2^(r-1) - 1
@@ -241,12 +271,12 @@ def _constant_channels(multipliers: list[int], shifts: list[int], acc_bounds: li
     for c, (m, shift, bound) in enumerate(zip(multipliers, shifts, acc_bounds)):
         right = -shift
         if not rows[c].any():
-            value = params["output_offset"] + q.multiply_by_quantized_multiplier(int(folded[c]), m, shift)
+            value = params.output_offset + q.multiply_by_quantized_multiplier(int(folded[c]), m, shift)
         elif m == 0 or (right >= 2 and bound * m + (1 << 30) <= ((1 << (right - 1)) - 1) << 31):
-            value = params["output_offset"]
+            value = params.output_offset
         else:
             continue
-        constants[c] = min(max(value, params["act_min"]), params["act_max"])
+        constants[c] = min(max(value, params.act_min), params.act_max)
     return constants
 
 
@@ -292,30 +322,36 @@ def lower_fully_connected(e, op, name):
     out_depth, accum_depth = filter_shape
     input_elements = math.prod(e.tensor(op.inputs[0]).shape)
     require(input_elements % accum_depth == 0, "input size is not a multiple of the filter depth")
-    params = {"batches": input_elements // accum_depth, "accum_depth": accum_depth, "out_depth": out_depth}
+    batches = input_elements // accum_depth
     bias = op.inputs[2] if len(op.inputs) > 2 and op.inputs[2] >= 0 else None
     if ins[:2] == ["int8", "int8"] and outs == ["int8"]:
         require(bias is None or ins[2] == "int32", "int8 fully connected needs an int32 bias")
         in_q, f_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.inputs[1]), e.quantization(op.outputs[0])
         multipliers, shifts = q.per_channel_multipliers(in_q.scale, list(f_q.scales), out_q.scale, out_depth)
-        params.update(input_offset=-in_q.zero_point, filter_offset=-f_q.zero_point if len(f_q.scales) == 1 else 0,
-                      output_offset=out_q.zero_point, **quantized_activation(e, op, op.outputs[0]))
-        if params["filter_offset"] == 0:  # as a 1x1 convolution over `batches` pixels
-            conv = dict(_POINTWISE, batches=params["batches"], in_c=accum_depth, out_c=out_depth,
-                        filter_in_c=accum_depth, input_offset=params["input_offset"],
-                        output_offset=params["output_offset"], act_min=params["act_min"], act_max=params["act_max"])
+        filter_offset = -f_q.zero_point if len(f_q.scales) == 1 else 0
+        activation = quantized_activation(e, op, op.outputs[0])
+        if filter_offset == 0:  # as a 1x1 convolution over `batches` pixels
+            conv = ConvParams(batches=batches, in_h=1, in_w=1, in_c=accum_depth, out_h=1, out_w=1, out_c=out_depth,
+                              filter_h=1, filter_w=1, filter_in_c=accum_depth, stride_h=1, stride_w=1, dilation_h=1,
+                              dilation_w=1, pad_h=0, pad_w=0, depth_multiplier=1, input_offset=-in_q.zero_point,
+                              output_offset=out_q.zero_point, **activation, **NO_FLOAT_ACTIVATION)
             fast = _fast_int8(e, op, name, "conv2d", conv, bias, multipliers, shifts)
             if fast is not None:
                 return fast
-        return _weighted_call(e, op, name, "lt_fully_connected_s8", "lt_fc_params", params, bias,
-                              (multipliers, shifts))
+        params = FcParams(batches=batches, accum_depth=accum_depth, out_depth=out_depth, input_offset=-in_q.zero_point,
+                          filter_offset=filter_offset, output_offset=out_q.zero_point, **activation,
+                          **NO_FLOAT_ACTIVATION)
+        return _weighted_call(e, op, name, "lt_fully_connected_s8", params, bias, (multipliers, shifts))
     if ins[:2] == ["int16", "int8"] and outs == ["int16"]:
         f_q = e.quantization(op.inputs[1])
-        params.update(filter_offset=-f_q.zero_point if len(f_q.scales) == 1 else 0)
-        return _weighted_16x8(e, op, name, "fully_connected", "lt_fc_params", params, bias, out_depth)
+        filter_offset = -f_q.zero_point if len(f_q.scales) == 1 else 0
+        return _weighted_16x8(e, op, name, "fully_connected", bias, out_depth, lambda activation: FcParams(
+            batches=batches, accum_depth=accum_depth, out_depth=out_depth, input_offset=0, filter_offset=filter_offset,
+            output_offset=0, **activation, **NO_FLOAT_ACTIVATION))
     if ins[:2] == ["float32", "float32"] and outs == ["float32"]:
-        params.update(float_activation(op))
-        return _weighted_call(e, op, name, "lt_fully_connected_f32", "lt_fc_params", params, bias)
+        params = FcParams(batches=batches, accum_depth=accum_depth, out_depth=out_depth, input_offset=0,
+                          filter_offset=0, output_offset=0, **NO_QUANTIZED_ACTIVATION, **float_activation(op))
+        return _weighted_call(e, op, name, "lt_fully_connected_f32", params, bias)
     raise Unsupported(f"types {ins} -> {outs}")
 
 

@@ -4,13 +4,18 @@ firmware/runtime/lt_elementwise.c."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import TypedDict
 
 from lowtide.compile import quantization as q
+from lowtide.compile.kernel_params import MAX_DIMS, ActivationParams, BinaryParams
 from lowtide.compile.lowering.emitter import (
     C_TYPES,
-    MAX_DIMS,
+    NO_FLOAT_ACTIVATION,
+    NO_QUANTIZED_ACTIVATION,
     Kernel,
     ModelEmitter,
+    QuantizedActivation,
     Unsupported,
     c_float,
     elementwise_count,
@@ -32,8 +37,36 @@ REQUANTIZE_TYPES = ("int8", "int8->uint8", "uint8->int8", "int8->int16", "int8->
                     "int16->int32", "int32->int8", "int32->int16")
 
 
-def broadcast_steps(e: ModelEmitter, op: Operator) -> dict[str, object]:
-    """lt_binary_params' shape fields: the output's dims and each of the first two inputs' steps along them."""
+class Broadcast(TypedDict):
+    """lt_binary_params' shape members."""
+
+    ndim: int
+    dims: list[int]
+    step1: list[int]
+    step2: list[int]
+
+
+class Offsets(TypedDict):
+    """lt_binary_params' zero points: -input1's, -input2's and the output's."""
+
+    input1_offset: int
+    input2_offset: int
+    output_offset: int
+
+
+class BinaryRescale(Offsets, q.AddSubRescale):
+    """Every member of lt_binary_params that requantizes."""
+
+
+NO_OFFSETS = Offsets(input1_offset=0, input2_offset=0, output_offset=0)
+NO_INPUTS_RESCALE = q.InputsRescale(input1_multiplier=0, input1_shift=0, input2_multiplier=0, input2_shift=0)
+NO_OUTPUT_RESCALE = q.OutputRescale(output_multiplier=0, output_shift=0)
+# raw values: float kernels, integer kernels that do not requantize
+NO_RESCALE = BinaryRescale(**NO_OFFSETS, **NO_INPUTS_RESCALE, **NO_OUTPUT_RESCALE, left_shift=0)
+
+
+def broadcast_steps(e: ModelEmitter, op: Operator) -> Broadcast:
+    """lt_binary_params' shape members: the output's dims and each of the first two inputs' steps along them."""
     out_shape = e.tensor(op.outputs[0]).shape or (1,)
     require(len(out_shape) <= MAX_DIMS, f"more than {MAX_DIMS} dimensions")
     steps = []
@@ -42,29 +75,43 @@ def broadcast_steps(e: ModelEmitter, op: Operator) -> dict[str, object]:
         shape = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
         require(all(s in (1, o) for s, o in zip(shape, out_shape)), "inputs do not broadcast to the output")
         steps.append([st if s > 1 else 0 for s, st in zip(shape, strides(shape))])
-    return {"ndim": len(out_shape), "dims": list(out_shape), "step1": steps[0], "step2": steps[1]}
+    return Broadcast(ndim=len(out_shape), dims=list(out_shape), step1=steps[0], step2=steps[1])
+
+
+def _offsets(e: ModelEmitter, op: Operator) -> Offsets:
+    q1, q2, qo = (e.quantization(t) for t in (op.inputs[0], op.inputs[1], op.outputs[0]))
+    return Offsets(input1_offset=-q1.zero_point, input2_offset=-q2.zero_point, output_offset=qo.zero_point)
+
+
+def raw_values(steps: Broadcast) -> BinaryParams:
+    """The broadcast alone: no requantization and no clamp (float kernels without an activation, MAXIMUM,
+    comparisons of unquantized values, logic)."""
+    return BinaryParams(**steps, **NO_RESCALE, **NO_QUANTIZED_ACTIVATION, **NO_FLOAT_ACTIVATION)
 
 
 def _binary(e, op, name, kind):
     """ADD and MUL: int8 and int16 requantized (ADD left-shifts by 20 and 15; MUL int16 needs zero points of 0),
     int32 wrapping (TFLM's int32 ADD ignores the fused activation; MUL applies it), float32."""
     dtype = _same_type_binary(e, op)
-    params = broadcast_steps(e, op)
+    steps = broadcast_steps(e, op)
     if dtype in ("int8", "int16"):
         q1, q2, qo = (e.quantization(t) for t in (op.inputs[0], op.inputs[1], op.outputs[0]))
-        params.update(input1_offset=-q1.zero_point, input2_offset=-q2.zero_point, output_offset=qo.zero_point)
+        offsets = _offsets(e, op)
         if kind == "add":
-            params.update(q.add_sub_params(q1.scale, q2.scale, qo.scale, 20 if dtype == "int8" else 15))
+            rescale = q.add_sub_params(q1.scale, q2.scale, qo.scale, 20 if dtype == "int8" else 15)
         else:
             if dtype == "int16":
                 require(q1.zero_point == q2.zero_point == qo.zero_point == 0, "int16 MUL needs zero points of 0")
             m, s = q.quantize_multiplier(float(q1.scale) * float(q2.scale) / float(qo.scale))
-            params.update(output_multiplier=m, output_shift=s)
-        params.update(quantized_activation(e, op, op.outputs[0]))
+            rescale = q.AddSubRescale(**NO_INPUTS_RESCALE, left_shift=0, output_multiplier=m, output_shift=s)
+        params = BinaryParams(**steps, **offsets, **rescale, **quantized_activation(e, op, op.outputs[0]),
+                              **NO_FLOAT_ACTIVATION)
     elif dtype == "int32":
-        params.update(_int32_activation(op) if kind == "mul" else {"act_min": -(1 << 31), "act_max": (1 << 31) - 1})
+        activation = (_int32_activation(op) if kind == "mul"
+                      else QuantizedActivation(act_min=q.INT32_MIN, act_max=q.INT32_MAX))
+        params = BinaryParams(**steps, **NO_RESCALE, **activation, **NO_FLOAT_ACTIVATION)
     else:
-        params.update(float_activation(op))
+        params = BinaryParams(**steps, **NO_RESCALE, **NO_QUANTIZED_ACTIVATION, **float_activation(op))
     return _binary_call(e, op, name, f"lt_{kind}_{SUFFIXES[dtype]}", params)
 
 
@@ -101,8 +148,8 @@ def lower_dequantize(e, op, name):
             f"{count}, {float(in_q.scale)!r}, {in_q.zero_point});")
 
 
-def _binary_call(e: ModelEmitter, op: Operator, name: str, function: str, params: dict[str, object]) -> str:
-    p = e.struct(f"{name}_params", "lt_binary_params", params)
+def _binary_call(e: ModelEmitter, op: Operator, name: str, function: str, params: BinaryParams) -> str:
+    p = e.struct(f"{name}_params", params)
     return (f"{function}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
             f"{e.pointer(op.outputs[0], True)});")
 
@@ -113,26 +160,26 @@ def _same_type_binary(e: ModelEmitter, op: Operator) -> str:
     return ins[0]
 
 
-def _int32_activation(op: Operator) -> dict[str, object]:
+def _int32_activation(op: Operator) -> QuantizedActivation:
     try:
         lo, hi = q.activation_range_int32(fused_activation(op))
     except ValueError as exc:
         raise Unsupported(str(exc)) from None
-    return {"act_min": lo, "act_max": hi}
+    return QuantizedActivation(act_min=lo, act_max=hi)
 
 
 def lower_sub(e, op, name):
     dtype = _same_type_binary(e, op)
-    params = broadcast_steps(e, op)
+    steps = broadcast_steps(e, op)
     if dtype in ("int8", "int16"):
         q1, q2, qo = (e.quantization(t) for t in (op.inputs[0], op.inputs[1], op.outputs[0]))
-        params.update(input1_offset=-q1.zero_point, input2_offset=-q2.zero_point, output_offset=qo.zero_point,
-                      **q.add_sub_params(q1.scale, q2.scale, qo.scale, 15 if dtype == "int16" else 20),
-                      **quantized_activation(e, op, op.outputs[0]))
+        params = BinaryParams(**steps, **_offsets(e, op),
+                              **q.add_sub_params(q1.scale, q2.scale, qo.scale, 15 if dtype == "int16" else 20),
+                              **quantized_activation(e, op, op.outputs[0]), **NO_FLOAT_ACTIVATION)
     elif dtype == "int32":
-        params.update(_int32_activation(op))
+        params = BinaryParams(**steps, **NO_RESCALE, **_int32_activation(op), **NO_FLOAT_ACTIVATION)
     else:
-        params.update(float_activation(op))
+        params = BinaryParams(**steps, **NO_RESCALE, **NO_QUANTIZED_ACTIVATION, **float_activation(op))
     return _binary_call(e, op, name, f"lt_sub_{SUFFIXES[dtype]}", params)
 
 
@@ -140,18 +187,18 @@ def lower_maximum(e, op, name):
     """TFLM compares the raw values: the inputs' and output's quantization must agree for it to mean a maximum,
     but it is not checked, as TFLM does not check it."""
     dtype = _same_type_binary(e, op)
-    return _binary_call(e, op, name, f"lt_maximum_{SUFFIXES[dtype]}", broadcast_steps(e, op))
+    return _binary_call(e, op, name, f"lt_maximum_{SUFFIXES[dtype]}", raw_values(broadcast_steps(e, op)))
 
 
 def lower_minimum(e, op, name):
     dtype = _same_type_binary(e, op)
-    return _binary_call(e, op, name, f"lt_minimum_{SUFFIXES[dtype]}", broadcast_steps(e, op))
+    return _binary_call(e, op, name, f"lt_minimum_{SUFFIXES[dtype]}", raw_values(broadcast_steps(e, op)))
 
 
 def _float_binary(function: str):
     def lower(e, op, name):
         _same_type_binary(e, op)
-        return _binary_call(e, op, name, function, broadcast_steps(e, op))
+        return _binary_call(e, op, name, function, raw_values(broadcast_steps(e, op)))
 
     lower.__doc__ = f"A float32 binary kernel with broadcasting: {function}."
     return lower
@@ -159,15 +206,17 @@ def _float_binary(function: str):
 
 def lower_squared_difference(e, op, name):
     dtype = _same_type_binary(e, op)
-    params = broadcast_steps(e, op)
+    steps = broadcast_steps(e, op)
     if dtype in ("int8", "int16"):
         q1, q2, qo = (e.quantization(t) for t in (op.inputs[0], op.inputs[1], op.outputs[0]))
         if dtype == "int16":
             require(q1.zero_point == q2.zero_point == qo.zero_point == 0, "int16 needs zero points of 0")
         lo, hi = q.TYPE_RANGES[dtype]
-        params.update(input1_offset=-q1.zero_point, input2_offset=-q2.zero_point, output_offset=qo.zero_point,
-                      act_min=lo, act_max=hi,
-                      **q.squared_difference_params(q1.scale, q2.scale, qo.scale, 7 if dtype == "int8" else 0))
+        params = BinaryParams(**steps, **_offsets(e, op), act_min=lo, act_max=hi,
+                              **q.squared_difference_params(q1.scale, q2.scale, qo.scale, 7 if dtype == "int8" else 0),
+                              **NO_FLOAT_ACTIVATION)
+    else:
+        params = raw_values(steps)
     return _binary_call(e, op, name, f"lt_squared_difference_{SUFFIXES[dtype]}", params)
 
 
@@ -185,19 +234,20 @@ def lower_div(e, op, name):
     """int8 requantizes the quotient of the zero-point-corrected values, only where TFLM's arithmetic is defined
     (see DIV_INT8_RANGE); int32 truncates (a zero divisor gives 0, as on Cortex-M)."""
     dtype = _same_type_binary(e, op)
-    params = broadcast_steps(e, op)
+    steps = broadcast_steps(e, op)
     if dtype == "int8":
         q1, q2, qo = (e.quantization(t) for t in (op.inputs[0], op.inputs[1], op.outputs[0]))
-        params.update(input1_offset=-q1.zero_point, input2_offset=-q2.zero_point, output_offset=qo.zero_point,
-                      **q.div_params_int8(q1.scale, q2.scale, qo.scale), **quantized_activation(e, op, op.outputs[0]))
+        rescale = q.div_params_int8(q1.scale, q2.scale, qo.scale)
+        params = BinaryParams(**steps, **_offsets(e, op), **NO_INPUTS_RESCALE, left_shift=0, **rescale,
+                              **quantized_activation(e, op, op.outputs[0]), **NO_FLOAT_ACTIVATION)
         low, high = DIV_INT8_SHIFTS
-        ratio = params["output_multiplier"] / 2 ** 31 * 2.0 ** params["output_shift"]
-        require(low <= params["output_shift"] <= high,
+        ratio = rescale["output_multiplier"] / 2 ** 31 * 2.0 ** rescale["output_shift"]
+        require(low <= rescale["output_shift"] <= high,
                 f"input1 scale / (input2 scale x output scale) is {ratio:.4g}: {DIV_INT8_RANGE}")
     elif dtype == "int32":
-        params.update(_int32_activation(op))
+        params = BinaryParams(**steps, **NO_RESCALE, **_int32_activation(op), **NO_FLOAT_ACTIVATION)
     else:
-        params.update(float_activation(op))
+        params = BinaryParams(**steps, **NO_RESCALE, **NO_QUANTIZED_ACTIVATION, **float_activation(op))
     return _binary_call(e, op, name, f"lt_div_{SUFFIXES[dtype]}", params)
 
 
@@ -216,14 +266,22 @@ def lower_add_n(e, op, name):
         return f"{{ {inputs} lt_add_n_f32({name}_inputs, {len(op.inputs)}, {output}, {count}); }}"
     in_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.outputs[0])
     require(all(e.quantization(t).scale == in_q.scale for t in op.inputs), "int8 inputs need one scale")
-    p = e.struct(f"{name}_params", "lt_binary_params", {
-        "input1_offset": -in_q.zero_point, "output_offset": out_q.zero_point,
-        **q.add_n_params_int8(in_q.scale, out_q.scale), **quantized_activation(e, op, op.outputs[0])})
+    p = e.struct(f"{name}_params", add_n_rescale(in_q.zero_point, in_q.scale, out_q.zero_point, out_q.scale,
+                                                 quantized_activation(e, op, op.outputs[0])))
     return f"{{ {inputs} lt_add_n_s8({p}, {name}_inputs, {len(op.inputs)}, {output}, {count}); }}"
 
 
-def _lower_rescaled_unary(e, op, name, float_op: str, params, kernel: str) -> str:
-    """ABS and RSQRT: a float kernel, or an int8/int16 one that rescales through `params(in_scale, out_scale)`."""
+def add_n_rescale(input_zero_point: int, input_scale: float, output_zero_point: int, output_scale: float,
+                  activation: QuantizedActivation) -> BinaryParams:
+    """ADD_N's int8 rescaling (lt_add_n_s8, and CUMSUM's lt_cumsum_s8): every input as input 1, no shape."""
+    return BinaryParams(ndim=0, dims=[], step1=[], step2=[], input1_offset=-input_zero_point, input2_offset=0,
+                        output_offset=output_zero_point, **q.add_n_params_int8(input_scale, output_scale),
+                        input2_multiplier=0, input2_shift=0, **activation, **NO_FLOAT_ACTIVATION)
+
+
+def _lower_rescaled_unary(e: ModelEmitter, op: Operator, name: str, float_op: str,
+                          rescale: Callable[[float, float], q.AbsRescale], kernel: str) -> str:
+    """ABS and RSQRT: a float kernel, or an int8/int16 one that rescales through `rescale(in_scale, out_scale)`."""
     count = elementwise_count(e, op)
     dtype = e.tensor(op.inputs[0]).dtype
     source, target = e.pointer(op.inputs[0]), e.pointer(op.outputs[0], True)
@@ -232,9 +290,9 @@ def _lower_rescaled_unary(e, op, name, float_op: str, params, kernel: str) -> st
     in_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.outputs[0])
     if dtype == "int16":
         require(in_q.zero_point == out_q.zero_point == 0, "int16 needs zero points of 0")
-    p = e.struct(f"{name}_params", "lt_activation_params", {
-        "count": count, "input_zero_point": in_q.zero_point, "output_zero_point": out_q.zero_point,
-        **params(in_q.scale, out_q.scale)})
+    p = e.struct(f"{name}_params", ActivationParams(
+        count=count, input_zero_point=in_q.zero_point, output_zero_point=out_q.zero_point,
+        **rescale(in_q.scale, out_q.scale), alpha_multiplier=0, alpha_shift=0, act_min=0, act_max=0, alpha=0.0))
     return f"{kernel}_{SUFFIXES[dtype]}({p}, {source}, {target});"
 
 
@@ -243,7 +301,10 @@ def lower_abs(e, op, name):
 
 
 def lower_rsqrt(e, op, name):
-    return _lower_rescaled_unary(e, op, name, "LT_RSQRT", q.rsqrt_params, "lt_rsqrt")
+    def rescale(input_scale: float, output_scale: float) -> q.AbsRescale:
+        return q.AbsRescale(**q.rsqrt_params(input_scale, output_scale), rescale=0)  # lt_rsqrt_* reads no flag
+
+    return _lower_rescaled_unary(e, op, name, "LT_RSQRT", rescale, "lt_rsqrt")
 
 
 COMPARISONS = {"EQUAL": "LT_EQUAL", "NOT_EQUAL": "LT_NOT_EQUAL", "LESS": "LT_LESS", "LESS_EQUAL": "LT_LESS_EQUAL",
@@ -254,12 +315,15 @@ COMPARISON_SUFFIXES = {"int8": "s8", "int32": "s32", "int64": "s64", "float32": 
 def lower_comparison(e, op, name):
     ins, outs = tensor_types(e, op)
     require(ins[0] == ins[1] and outs == ["bool"], f"types {ins} -> {outs}")
-    params = broadcast_steps(e, op)
+    steps = broadcast_steps(e, op)
     if ins[0] == "int8":
         q1, q2 = e.quantization(op.inputs[0]), e.quantization(op.inputs[1])
-        params.update(input1_offset=-q1.zero_point, input2_offset=-q2.zero_point,
-                      **q.comparison_params_int8(q1.scale, q2.scale))
-    p = e.struct(f"{name}_params", "lt_binary_params", params)
+        params = BinaryParams(**steps, input1_offset=-q1.zero_point, input2_offset=-q2.zero_point, output_offset=0,
+                              **q.comparison_params_int8(q1.scale, q2.scale), **NO_OUTPUT_RESCALE,
+                              **NO_QUANTIZED_ACTIVATION, **NO_FLOAT_ACTIVATION)
+    else:
+        params = raw_values(steps)
+    p = e.struct(f"{name}_params", params)
     return (f"lt_compare_{COMPARISON_SUFFIXES[ins[0]]}({COMPARISONS[op.opcode]}, {p}, {e.pointer(op.inputs[0])}, "
             f"{e.pointer(op.inputs[1])}, {e.pointer(op.outputs[0], True)});")
 
@@ -267,7 +331,7 @@ def lower_comparison(e, op, name):
 def _logical(and_op: bool):
     def lower(e, op, name):
         _same_type_binary(e, op)
-        p = e.struct(f"{name}_params", "lt_binary_params", broadcast_steps(e, op))
+        p = e.struct(f"{name}_params", raw_values(broadcast_steps(e, op)))
         return (f"lt_logical({int(and_op)}, {p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
                 f"{e.pointer(op.outputs[0], True)});")
 

@@ -4,17 +4,17 @@ values, and the checks that raise `Unsupported` with the reason an operator cann
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import cast
+from typing import TypedDict
 
 import numpy as np
 
 from lowtide.compile import quantization as q
+from lowtide.compile.kernel_params import KernelParams, c_members
 from lowtide.model.ir import Graph, Operator, Tensor, TensorKind, first_assignments, variable_handles
 from lowtide.model.reader import buffer_bytes
 
-MAX_DIMS = 6
 # TFLite's bool is one byte holding 0 or 1
 C_TYPES = {"int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "int32": "int32_t", "int64": "int64_t",
            "float32": "float", "bool": "uint8_t"}
@@ -247,22 +247,20 @@ class ModelEmitter:
         self.declarations.append(f"static const {ctype} {name}[{len(items)}]{attribute} = {{\n    {body}\n}};")
         return name
 
-    def struct(self, name: str, ctype: str, fields: Mapping[str, object]) -> str:
+    def struct(self, name: str, params: KernelParams) -> str:
+        """A const parameter struct in flash, every member named in the struct's order; its address."""
         parts = []
-        for key, value in fields.items():
-            if isinstance(value, (list, tuple)):
-                # a list fills an LT_MAX_DIMS array (zero-padded); a tuple is a fixed-size array given in full
-                padded = list(value) + [0] * (MAX_DIMS - len(value)) if isinstance(value, list) else list(value)
-                parts.append(f".{key} = {{{', '.join(c_int(v) for v in padded)}}}")
-            elif isinstance(value, float):
-                parts.append(f".{key} = {c_float(value)}")
+        for m in c_members(type(params)):
+            value = getattr(params, m.name)
+            if m.length:  # zero-padded: a MAX_DIMS array holds as many values as the tensor has dimensions
+                padded = [*value, *[0] * (m.length - len(value))]
+                parts.append(f".{m.name} = {{{', '.join(c_int(v) for v in padded)}}}")
+            elif m.ctype == "float":
+                parts.append(f".{m.name} = {c_float(value)}")
             else:
-                # Every other field is an integer (Python's or numpy's): lowering parameters are untyped dicts
-                # until they become dataclasses generated with their C structs.
-                parts.append(f".{key} = {c_int(cast(int, value))}")
-        self.declarations.append(f"static const {ctype} {name} = {{{', '.join(parts)}}};")
+                parts.append(f".{m.name} = {c_int(value)}")
+        self.declarations.append(f"static const {params.C_NAME} {name} = {{{', '.join(parts)}}};")
         return f"&{name}"
-
 
 
 def tensor_types(e: ModelEmitter, op: Operator) -> tuple[list[str], list[str]]:
@@ -278,22 +276,41 @@ def fused_activation(op: Operator) -> int:
     return int(getattr(op.options, "fusedActivationFunction", 0) or 0)
 
 
-def quantized_activation(e: ModelEmitter, op: Operator, output: int) -> dict[str, object]:
+class QuantizedActivation(TypedDict):
+    """A fused activation as the clamp of quantized outputs (act_min, act_max)."""
+
+    act_min: int
+    act_max: int
+
+
+class FloatActivation(TypedDict):
+    """A fused activation as the clamp of float outputs (act_min_f, act_max_f)."""
+
+    act_min_f: float
+    act_max_f: float
+
+
+NO_QUANTIZED_ACTIVATION = QuantizedActivation(act_min=0, act_max=0)  # a float kernel, which reads act_*_f
+NO_FLOAT_ACTIVATION = FloatActivation(act_min_f=0.0, act_max_f=0.0)  # a quantized kernel, which reads act_min/max
+
+
+def quantized_activation(e: ModelEmitter, op: Operator, output: int) -> QuantizedActivation:
     out_q = e.quantization(output)
     try:
         lo, hi = q.activation_range_quantized(fused_activation(op), out_q.scale, out_q.zero_point,
                                               e.tensor(output).dtype)
     except ValueError as exc:
         raise Unsupported(str(exc)) from None
-    return {"act_min": lo, "act_max": hi}
+    return QuantizedActivation(act_min=lo, act_max=hi)
 
 
-def float_activation(op: Operator) -> dict[str, object]:
+def float_activation(op: Operator) -> FloatActivation:
     try:
         lo, hi = q.activation_range_float(fused_activation(op))
     except ValueError as exc:
         raise Unsupported(str(exc)) from None
-    return {"act_min_f": lo, "act_max_f": hi}
+    return FloatActivation(act_min_f=lo, act_max_f=hi)
+
 
 def same_types(e: ModelEmitter, op: Operator, count: int = 1) -> str:
     ins, outs = tensor_types(e, op)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from lowtide.compile import quantization as q
+from lowtide.compile.kernel_params import LstmParams
 from lowtide.compile.lowering.emitter import (
     Kernel,
     Unsupported,
@@ -84,16 +85,15 @@ def lower_unidirectional_sequence_lstm(e, op, name):
     e.declarations.append(
         f"static const lt_lstm_weights {name}_weights = {{{{{', '.join(packed[0::2])}}}, "
         f"{{{', '.join(packed[1::2])}}}, {{{', '.join(folded[0::2])}}}, {{{', '.join(folded[1::2])}}}}};")
-    p = e.struct(f"{name}_params", "lt_lstm_params", {
-        "batches": batches, "time_steps": time_steps, "input_size": input_size, "state_size": state_size,
-        "time_major": int(time_major), "input_zero_point": in_q.zero_point, "hidden_zero_point": hidden_q.zero_point,
-        "input_multiplier": tuple(m for m, _ in gate_in), "input_shift": tuple(s for _, s in gate_in),
-        "recurrent_multiplier": tuple(m for m, _ in gate_rec), "recurrent_shift": tuple(s for _, s in gate_rec),
-        "input_round": tuple(rounds[0::2]), "recurrent_round": tuple(rounds[1::2]),
-        "forget_multiplier": forget[0], "forget_shift": forget[1], "update_multiplier": update[0],
-        "update_shift": update[1], "hidden_multiplier": hidden_mul[0], "hidden_shift": hidden_mul[1],
-        "cell_clip": q.lstm_cell_clip(o.cellClip, cell_q.scale), "cell_tanh_multiplier": tanh_multiplier,
-        "cell_tanh_shift": tanh_shift})
+    p = e.struct(f"{name}_params", LstmParams(
+        batches=batches, time_steps=time_steps, input_size=input_size, state_size=state_size,
+        time_major=int(time_major), input_zero_point=in_q.zero_point, hidden_zero_point=hidden_q.zero_point,
+        input_multiplier=[m for m, _ in gate_in], input_shift=[s for _, s in gate_in],
+        recurrent_multiplier=[m for m, _ in gate_rec], recurrent_shift=[s for _, s in gate_rec],
+        input_round=rounds[0::2], recurrent_round=rounds[1::2], forget_multiplier=forget[0], forget_shift=forget[1],
+        update_multiplier=update[0], update_shift=update[1], hidden_multiplier=hidden_mul[0],
+        hidden_shift=hidden_mul[1], cell_clip=q.lstm_cell_clip(o.cellClip, cell_q.scale),
+        cell_tanh_multiplier=tanh_multiplier, cell_tanh_shift=tanh_shift))
     scratch = [e.scratch_pointer(op, k, "int16_t") for k in range(4)]
     args = [p, f"&{name}_weights", e.pointer(data), e.pointer(hidden, True), e.pointer(cell, True), *scratch,
             e.pointer(op.outputs[0], True)]

@@ -3,9 +3,14 @@
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from lowtide.compile import quantization as q
+from lowtide.compile.kernel_params import MAX_DIMS, BatchMatmulParams, ConvParams
+from lowtide.compile.lowering.conv import ConvShape
 from lowtide.compile.lowering.emitter import (
-    MAX_DIMS,
+    NO_FLOAT_ACTIVATION,
+    NO_QUANTIZED_ACTIVATION,
     Kernel,
     ModelEmitter,
     Unsupported,
@@ -19,7 +24,7 @@ from lowtide.model import padding
 from lowtide.model.ir import Operator
 
 
-def transpose_conv_geometry(e: ModelEmitter, op: Operator) -> dict[str, int]:
+def transpose_conv_geometry(e: ModelEmitter, op: Operator) -> ConvShape:
     """TRANSPOSE_CONV (inputs: output shape, filter [out_c, h, w, in_c], input, optional bias). TFLM pads as a
     convolution over the output would: ComputePaddingHeightWidth on the output's height and width."""
     shape_input, filter_index, data = op.inputs[:3]
@@ -38,10 +43,10 @@ def transpose_conv_geometry(e: ModelEmitter, op: Operator) -> dict[str, int]:
                                                padding.output_size(int(o.padding), size, kernel, stride)))
         except ValueError as exc:
             raise Unsupported(str(exc)) from None
-    return {"batches": in_shape[0], "in_h": in_shape[1], "in_w": in_shape[2], "in_c": in_shape[3],
-            "out_h": out_shape[1], "out_w": out_shape[2], "out_c": out_shape[3], "filter_h": filter_shape[1],
-            "filter_w": filter_shape[2], "filter_in_c": in_shape[3], "stride_h": stride_h, "stride_w": stride_w,
-            "dilation_h": 1, "dilation_w": 1, "pad_h": pads[0], "pad_w": pads[1], "depth_multiplier": 1}
+    return ConvShape(batches=in_shape[0], in_h=in_shape[1], in_w=in_shape[2], in_c=in_shape[3], out_h=out_shape[1],
+                     out_w=out_shape[2], out_c=out_shape[3], filter_h=filter_shape[1], filter_w=filter_shape[2],
+                     filter_in_c=in_shape[3], stride_h=stride_h, stride_w=stride_w, dilation_h=1, dilation_w=1,
+                     pad_h=pads[0], pad_w=pads[1], depth_multiplier=1)
 
 
 def lower_transpose_conv(e, op, name):
@@ -54,7 +59,7 @@ def lower_transpose_conv(e, op, name):
     _, filter_index, data = op.inputs[:3]
     bias = op.inputs[3] if len(op.inputs) > 3 and op.inputs[3] >= 0 else None
     require(ins[1] == "int8" and outs == ["int16"], f"types {ins} -> {outs}")
-    params = transpose_conv_geometry(e, op)
+    shape = transpose_conv_geometry(e, op)
     if bias is None:
         bias_pointer = "NULL"
     elif e.tensor(bias).dtype == "int64":
@@ -63,15 +68,31 @@ def lower_transpose_conv(e, op, name):
         require(e.tensor(bias).dtype == "int16", "a 16x8 transpose convolution needs an int64 or int16 bias")
         bias_pointer = e.array(f"{name}_bias", "int64_t", e.constant_values(bias).astype("int64"))
     in_q, f_q, out_q = e.quantization(data), e.quantization(filter_index), e.quantization(op.outputs[0])
-    multipliers, shifts = q.per_channel_multipliers(in_q.scale, list(f_q.scales), out_q.scale, params["out_c"])
-    params.update(quantized_activation(e, op, op.outputs[0]))
-    p = e.struct(f"{name}_params", "lt_conv_params", params)
+    multipliers, shifts = q.per_channel_multipliers(in_q.scale, list(f_q.scales), out_q.scale, shape["out_c"])
+    p = e.struct(f"{name}_params", ConvParams(**shape, input_offset=0, output_offset=0,
+                                              **quantized_activation(e, op, op.outputs[0]), **NO_FLOAT_ACTIVATION))
     return (f"lt_transpose_conv_s16({p}, {e.pointer(data)}, {e.pointer(filter_index)}, {bias_pointer}, "
             f"{e.array(f'{name}_multiplier', 'int32_t', multipliers)}, {e.array(f'{name}_shift', 'int32_t', shifts)}, "
             f"{e.pointer(op.outputs[0], True)});")
 
 
-def batch_matmul_geometry(e: ModelEmitter, op: Operator) -> dict[str, object]:
+class MatmulShape(TypedDict):
+    """lt_batch_matmul_params' shape members."""
+
+    batch_ndim: int
+    batch_dims: list[int]
+    lhs_batch_steps: list[int]
+    rhs_batch_steps: list[int]
+    rows: int
+    cols: int
+    depth: int
+    lhs_row_step: int
+    lhs_depth_step: int
+    rhs_depth_step: int
+    rhs_col_step: int
+
+
+def batch_matmul_geometry(e: ModelEmitter, op: Operator) -> MatmulShape:
     """BATCH_MATMUL: the last two dimensions multiplied (adj_x / adj_y transpose them), the others broadcast."""
     lhs_shape, rhs_shape = e.tensor(op.inputs[0]).shape, e.tensor(op.inputs[1]).shape
     out_shape = e.tensor(op.outputs[0]).shape
@@ -91,10 +112,9 @@ def batch_matmul_geometry(e: ModelEmitter, op: Operator) -> dict[str, object]:
         padded_st = [0] * pad + st[:-2]
         require(all(s in (1, b) for s, b in zip(padded, batch)), f"batch dimensions {shape[:-2]} of {batch}")
         steps.append([t if s > 1 else 0 for s, t in zip(padded, padded_st)])
-    return {"batch_ndim": len(batch), "batch_dims": list(batch), "lhs_batch_steps": steps[0],
-            "rhs_batch_steps": steps[1], "rows": rows, "cols": cols, "depth": depth,
-            "lhs_row_step": lhs_row_step, "lhs_depth_step": lhs_depth_step, "rhs_depth_step": rhs_depth_step,
-            "rhs_col_step": rhs_col_step}
+    return MatmulShape(batch_ndim=len(batch), batch_dims=list(batch), lhs_batch_steps=steps[0],
+                       rhs_batch_steps=steps[1], rows=rows, cols=cols, depth=depth, lhs_row_step=lhs_row_step,
+                       lhs_depth_step=lhs_depth_step, rhs_depth_step=rhs_depth_step, rhs_col_step=rhs_col_step)
 
 
 def lower_batch_matmul(e, op, name):
@@ -106,10 +126,9 @@ def lower_batch_matmul(e, op, name):
     quants = [e.quantization(t) for t in (op.inputs[0], op.inputs[1], op.outputs[0])]
     require(all(qp.zero_point == 0 for qp in quants), "int16 BATCH_MATMUL needs zero points of 0")
     lhs_q, rhs_q, out_q = quants
-    params = batch_matmul_geometry(e, op)
     m, s = q.quantize_multiplier(float(lhs_q.scale) * float(rhs_q.scale) / float(out_q.scale))
-    params.update(multiplier=m, shift=s)
-    p = e.struct(f"{name}_params", "lt_batch_matmul_params", params)
+    p = e.struct(f"{name}_params", BatchMatmulParams(**batch_matmul_geometry(e, op), lhs_offset=0, rhs_offset=0,
+                                                     output_offset=0, multiplier=m, shift=s))
     return (f"lt_batch_matmul_s16({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
             f"{e.pointer(op.outputs[0], True)});")
 
@@ -119,20 +138,19 @@ def _lower_transpose_conv_8_or_float(e, op, name):
     ins, outs = tensor_types(e, op)
     _, filter_index, data = op.inputs[:3]
     bias = op.inputs[3] if len(op.inputs) > 3 and op.inputs[3] >= 0 else None
-    params = transpose_conv_geometry(e, op)
+    shape = transpose_conv_geometry(e, op)
     dtype = ins[2]
     require(outs == [dtype] and ins[1] == ("int8" if dtype == "int8" else "float32"), f"types {ins} -> {outs}")
     pointers = [e.pointer(data), e.pointer(filter_index), e.pointer(bias) if bias is not None else "NULL"]
     if dtype == "float32":
-        params.update(float_activation(op))
-        p = e.struct(f"{name}_params", "lt_conv_params", params)
+        p = e.struct(f"{name}_params", ConvParams(**shape, input_offset=0, output_offset=0, **NO_QUANTIZED_ACTIVATION,
+                                                  **float_activation(op)))
         return f"lt_transpose_conv_f32({p}, {', '.join(pointers)}, {e.pointer(op.outputs[0], True)});"
     require(bias is None or e.tensor(bias).dtype == "int32", "int8 transpose convolution needs an int32 bias")
     in_q, f_q, out_q = e.quantization(data), e.quantization(filter_index), e.quantization(op.outputs[0])
-    multipliers, shifts = q.per_channel_multipliers(in_q.scale, list(f_q.scales), out_q.scale, params["out_c"])
-    params.update(input_offset=-in_q.zero_point, output_offset=out_q.zero_point,
-                  **quantized_activation(e, op, op.outputs[0]))
-    p = e.struct(f"{name}_params", "lt_conv_params", params)
+    multipliers, shifts = q.per_channel_multipliers(in_q.scale, list(f_q.scales), out_q.scale, shape["out_c"])
+    p = e.struct(f"{name}_params", ConvParams(**shape, input_offset=-in_q.zero_point, output_offset=out_q.zero_point,
+                                              **quantized_activation(e, op, op.outputs[0]), **NO_FLOAT_ACTIVATION))
     return (f"lt_transpose_conv_s8({p}, {', '.join(pointers)}, {e.array(f'{name}_multiplier', 'int32_t', multipliers)}"
             f", {e.array(f'{name}_shift', 'int32_t', shifts)}, {e.pointer(op.outputs[0], True)});")
 
@@ -141,13 +159,15 @@ def _lower_batch_matmul_8_or_float(e, op, name):
     """int8 (operand zero points as offsets) and float32."""
     ins, outs = tensor_types(e, op)
     require(ins[0] == ins[1] == outs[0], f"types {ins} -> {outs}")
-    params = batch_matmul_geometry(e, op)
+    shape = batch_matmul_geometry(e, op)
     if ins[0] == "int8":
         lhs_q, rhs_q, out_q = (e.quantization(t) for t in (op.inputs[0], op.inputs[1], op.outputs[0]))
         m, s = q.quantize_multiplier(float(lhs_q.scale) * float(rhs_q.scale) / float(out_q.scale))
-        params.update(lhs_offset=-lhs_q.zero_point, rhs_offset=-rhs_q.zero_point, output_offset=out_q.zero_point,
-                      multiplier=m, shift=s)
-    p = e.struct(f"{name}_params", "lt_batch_matmul_params", params)
+        params = BatchMatmulParams(**shape, lhs_offset=-lhs_q.zero_point, rhs_offset=-rhs_q.zero_point,
+                                   output_offset=out_q.zero_point, multiplier=m, shift=s)
+    else:
+        params = BatchMatmulParams(**shape, lhs_offset=0, rhs_offset=0, output_offset=0, multiplier=0, shift=0)
+    p = e.struct(f"{name}_params", params)
     suffix = "s8" if ins[0] == "int8" else "f32"
     return (f"lt_batch_matmul_{suffix}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
             f"{e.pointer(op.outputs[0], True)});")

@@ -7,9 +7,18 @@ import math
 from dataclasses import dataclass
 
 from lowtide.compile import quantization as q
+from lowtide.compile.kernel_params import (
+    MAX_DIMS,
+    CopyParams,
+    GatherNdParams,
+    GatherParams,
+    MappedCopyParams,
+    ResizeParams,
+    SelectParams,
+    UpdateSliceParams,
+)
 from lowtide.compile.lowering.emitter import (
     C_TYPES,
-    MAX_DIMS,
     Kernel,
     ModelEmitter,
     Unsupported,
@@ -33,8 +42,8 @@ def lower_reshape(e, op, name):
 
 def _copy(e: ModelEmitter, name: str, dims, src_steps, dst_steps, elem_size: int) -> str:
     require(len(dims) <= MAX_DIMS, f"more than {MAX_DIMS} dimensions")
-    return e.struct(name, "lt_copy_params", {"ndim": len(dims), "dims": list(dims), "src_steps": list(src_steps),
-                                                  "dst_steps": list(dst_steps), "elem_size": elem_size})
+    return e.struct(name, CopyParams(ndim=len(dims), dims=list(dims), src_steps=list(src_steps),
+                                     dst_steps=list(dst_steps), elem_size=elem_size))
 
 
 
@@ -237,9 +246,10 @@ def lower_resize_nearest_neighbor(e, op, name):
     align, half = bool(op.options.alignCorners), bool(op.options.halfPixelCenters)
     y_map = e.array(f"{name}_y", "int32_t", q.nearest_neighbor_map(out_h, t_in.shape[1], align, half))
     x_map = e.array(f"{name}_x", "int32_t", q.nearest_neighbor_map(out_w, t_in.shape[2], align, half))
-    p = e.struct(f"{name}_params", "lt_resize_params",
-                 {"batches": t_in.shape[0], "in_h": t_in.shape[1], "in_w": t_in.shape[2], "channels": t_in.shape[3],
-                      "out_h": out_h, "out_w": out_w, "elem_size": element_size(t_in)})
+    p = e.struct(f"{name}_params", ResizeParams(
+        batches=t_in.shape[0], in_h=t_in.shape[1], in_w=t_in.shape[2], channels=t_in.shape[3], out_h=out_h,
+        out_w=out_w, elem_size=element_size(t_in), half_pixel_centers=0, height_scale=0.0, width_scale=0.0,
+        height_scale_10=0, width_scale_10=0))  # the maps carry the scales and the half-pixel offset
     return f"lt_resize_nearest({p}, {y_map}, {x_map}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
 
 
@@ -255,12 +265,11 @@ def lower_resize_bilinear(e, op, name):
     align, half = bool(op.options.alignCorners), bool(op.options.halfPixelCenters)
     require(not (align and half), "align_corners with half_pixel_centers")
     batches, in_h, in_w, channels = t_in.shape
-    params = {"batches": batches, "in_h": in_h, "in_w": in_w, "channels": channels, "out_h": out_h, "out_w": out_w,
-              "elem_size": element_size(t_in), "half_pixel_centers": int(half)}
-    for axis, (source, target) in (("height", (in_h, out_h)), ("width", (in_w, out_w))):
-        params[f"{axis}_scale"] = q.resize_scale(source, target, align)
-        params[f"{axis}_scale_10"] = q.resize_scale_10(source, target, align)
-    p = e.struct(f"{name}_params", "lt_resize_params", params)
+    p = e.struct(f"{name}_params", ResizeParams(
+        batches=batches, in_h=in_h, in_w=in_w, channels=channels, out_h=out_h, out_w=out_w,
+        elem_size=element_size(t_in), half_pixel_centers=int(half),
+        height_scale=q.resize_scale(in_h, out_h, align), width_scale=q.resize_scale(in_w, out_w, align),
+        height_scale_10=q.resize_scale_10(in_h, out_h, align), width_scale_10=q.resize_scale_10(in_w, out_w, align)))
     suffix = "s8" if t_in.dtype == "int8" else "f32"
     return f"lt_resize_bilinear_{suffix}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
 
@@ -461,9 +470,9 @@ def lower_dynamic_update_slice(e, op, name):
     require(len(shape) == len(update_shape) <= MAX_DIMS and e.tensor(op.inputs[2]).shape == (len(shape),)
             and all(u <= n for u, n in zip(update_shape, shape)) and e.tensor(op.outputs[0]).shape == shape,
             f"update {update_shape} does not fit operand {shape}")
-    p = e.struct(f"{name}_params", "lt_update_slice_params", {
-        "ndim": len(shape), "dims": list(shape), "update_dims": list(update_shape),
-        "elem_size": element_size(e.tensor(op.inputs[0])), "indices_64": int(ins[2] == "int64")})
+    p = e.struct(f"{name}_params", UpdateSliceParams(
+        ndim=len(shape), dims=list(shape), update_dims=list(update_shape),
+        elem_size=element_size(e.tensor(op.inputs[0])), indices_64=int(ins[2] == "int64")))
     return (f"lt_dynamic_update_slice({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
             f"{e.pointer(op.inputs[2])}, {e.pointer(op.outputs[0], True)});")
 
@@ -492,9 +501,9 @@ def lower_embedding_lookup(e, op, name):
             f"output shape {e.tensor(op.outputs[0]).shape} for {count} rows of {value_shape}")
     columns = math.prod(value_shape[1:])
     if ins[1] == outs[0]:
-        p = e.struct(f"{name}_params", "lt_gather_params", {
-            "batches": 1, "outer": 1, "axis_size": value_shape[0], "coords": count, "inner": columns,
-            "elem_size": element_size(e.tensor(op.inputs[1]))})
+        p = e.struct(f"{name}_params", GatherParams(
+            batches=1, outer=1, axis_size=value_shape[0], coords=count, inner=columns,
+            elem_size=element_size(e.tensor(op.inputs[1]))))
         return (f"lt_gather({p}, {e.pointer(op.inputs[1])}, {e.pointer(op.inputs[0])}, "
                 f"{e.pointer(op.outputs[0], True)});")
     value_q = e.quantization(op.inputs[1])
@@ -522,16 +531,16 @@ def lower_mirror_pad(e, op, name):
     paddings = e.constant_values(op.inputs[1]).reshape(-1, 2)
     require(len(paddings) == len(shape) <= MAX_DIMS, "paddings must cover every dimension")
     offset = 1 if int(op.options.mode) == 0 else 0  # MirrorPadMode REFLECT = 0, SYMMETRIC = 1
-    offsets, starts = [], []
+    offsets: list[int] = []
+    starts: list[int] = []
     for d, (size, step) in enumerate(zip(shape, strides(shape))):
         before, after = int(paddings[d][0]), int(paddings[d][1])
         require(size + before + after == out_shape[d], f"output shape {out_shape} does not match the paddings")
         starts.append(len(offsets))
         offsets += [_mirror_index(i, before, size, offset) * step for i in range(out_shape[d])]
     table = e.array(f"{name}_offsets", "int32_t", offsets)
-    p = e.struct(f"{name}_params", "lt_mapped_copy_params", {"ndim": len(shape), "dims": list(out_shape),
-                                                             "map_start": starts,
-                                                             "elem_size": element_size(e.tensor(op.inputs[0]))})
+    p = e.struct(f"{name}_params", MappedCopyParams(ndim=len(shape), dims=list(out_shape), map_start=starts,
+                                                    elem_size=element_size(e.tensor(op.inputs[0]))))
     return f"lt_copy_mapped({p}, {table}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
 
 
@@ -543,10 +552,10 @@ def lower_gather(e, op, name):
     batch_dims = int(op.options.batchDims)
     batch_dims += len(coords_shape) if batch_dims < 0 else 0
     require(batch_dims <= axis, f"batch_dims {batch_dims} above axis {axis}")
-    p = e.struct(f"{name}_params", "lt_gather_params", {
-        "batches": math.prod(shape[:batch_dims]), "outer": math.prod(shape[batch_dims:axis]),
-        "axis_size": shape[axis], "coords": math.prod(coords_shape[batch_dims:]),
-        "inner": math.prod(shape[axis + 1:]), "elem_size": element_size(e.tensor(op.inputs[0]))})
+    p = e.struct(f"{name}_params", GatherParams(
+        batches=math.prod(shape[:batch_dims]), outer=math.prod(shape[batch_dims:axis]), axis_size=shape[axis],
+        coords=math.prod(coords_shape[batch_dims:]), inner=math.prod(shape[axis + 1:]),
+        elem_size=element_size(e.tensor(op.inputs[0]))))
     return (f"lt_gather({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
             f"{e.pointer(op.outputs[0], True)});")
 
@@ -557,10 +566,9 @@ def lower_gather_nd(e, op, name):
     shape, indices_shape = e.tensor(op.inputs[0]).shape, e.tensor(op.inputs[1]).shape
     indices_nd = indices_shape[-1]
     require(1 <= indices_nd <= min(len(shape), MAX_DIMS), f"index tuples of {indices_nd} for rank {len(shape)}")
-    p = e.struct(f"{name}_params", "lt_gather_nd_params", {
-        "slices": math.prod(indices_shape[:-1]), "indices_nd": indices_nd,
-        "slice_size": math.prod(shape[indices_nd:]), "elem_size": element_size(e.tensor(op.inputs[0])),
-        "element_steps": strides(shape)[:indices_nd]})
+    p = e.struct(f"{name}_params", GatherNdParams(
+        slices=math.prod(indices_shape[:-1]), indices_nd=indices_nd, slice_size=math.prod(shape[indices_nd:]),
+        elem_size=element_size(e.tensor(op.inputs[0])), element_steps=strides(shape)[:indices_nd]))
     return (f"lt_gather_nd({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
             f"{e.pointer(op.outputs[0], True)});")
 
@@ -576,9 +584,9 @@ def lower_select_v2(e, op, name):
         shape = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
         require(all(s in (1, o) for s, o in zip(shape, out_shape)), "inputs do not broadcast to the output")
         steps.append([st if s > 1 else 0 for s, st in zip(shape, strides(shape))])
-    p = e.struct(f"{name}_params", "lt_select_params", {
-        "ndim": len(out_shape), "dims": list(out_shape), "step_condition": steps[0], "step_true": steps[1],
-        "step_false": steps[2], "elem_size": element_size(e.tensor(op.outputs[0]))})
+    p = e.struct(f"{name}_params", SelectParams(
+        ndim=len(out_shape), dims=list(out_shape), step_condition=steps[0], step_true=steps[1], step_false=steps[2],
+        elem_size=element_size(e.tensor(op.outputs[0]))))
     return (f"lt_select({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, {e.pointer(op.inputs[2])}, "
             f"{e.pointer(op.outputs[0], True)});")
 

@@ -4,14 +4,18 @@ CUMSUM): calls into firmware/runtime/lt_pool.c."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TypedDict
 
 from lowtide.compile import quantization as q
+from lowtide.compile.kernel_params import MAX_DIMS, AxisParams, ConvParams, MeanParams
 from lowtide.compile.lowering.conv import window_geometry
+from lowtide.compile.lowering.elementwise import add_n_rescale
 from lowtide.compile.lowering.emitter import (
-    MAX_DIMS,
+    NO_FLOAT_ACTIVATION,
+    NO_QUANTIZED_ACTIVATION,
     Kernel,
     ModelEmitter,
+    QuantizedActivation,
     Unsupported,
     float_activation,
     quantized_activation,
@@ -24,19 +28,21 @@ from lowtide.model.ir import Operator
 
 def _pool(e, op, name, kind):
     ins, outs = tensor_types(e, op)
-    params = window_geometry(e, op, int(op.options.filterHeight), int(op.options.filterWidth))
-    params.update(filter_in_c=1, depth_multiplier=1)
+    window = window_geometry(e, op, int(op.options.filterHeight), int(op.options.filterWidth))
     if ins == ["int8"] and outs == ["int8"]:
         in_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.outputs[0])
         require(in_q == out_q, "int8 pooling needs equal input and output quantization")
-        params.update(quantized_activation(e, op, op.outputs[0]))
+        # no offsets: the input's quantization is the output's
+        params = ConvParams(**window, filter_in_c=1, depth_multiplier=1, input_offset=0, output_offset=0,
+                            **quantized_activation(e, op, op.outputs[0]), **NO_FLOAT_ACTIVATION)
         suffix = "s8"
     elif ins == ["float32"] and outs == ["float32"]:
-        params.update(float_activation(op))
+        params = ConvParams(**window, filter_in_c=1, depth_multiplier=1, input_offset=0, output_offset=0,
+                            **NO_QUANTIZED_ACTIVATION, **float_activation(op))
         suffix = "f32"
     else:
         raise Unsupported(f"types {ins} -> {outs}")
-    p = e.struct(f"{name}_params", "lt_conv_params", params)
+    p = e.struct(f"{name}_params", params)
     return f"lt_{kind}_{suffix}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
 
 
@@ -51,33 +57,47 @@ def lower_max_pool_2d(e, op, name):
 SUFFIXES = {"int8": "s8", "int16": "s16", "float32": "f32"}
 
 
-def _reduction(e: ModelEmitter, op: Operator) -> dict[str, Any]:
-    """lt_mean_params' shape fields: kept and reduced dimensions (axes sorted, duplicates and negatives
+class Reduction(TypedDict):
+    """lt_mean_params' shape members."""
+
+    kept_ndim: int
+    kept_dims: list[int]
+    kept_steps: list[int]
+    reduced_ndim: int
+    reduced_dims: list[int]
+    reduced_steps: list[int]
+    count: int
+
+
+def _reduction(e: ModelEmitter, op: Operator) -> Reduction:
+    """lt_mean_params' shape members: kept and reduced dimensions (axes sorted, duplicates and negatives
     resolved as ResolveAxis does) with their steps in the input."""
     shape = e.tensor(op.inputs[0]).shape
     require(len(shape) <= MAX_DIMS, f"more than {MAX_DIMS} dimensions")
     axes = sorted({int(a) % len(shape) for a in e.constant_values(op.inputs[1]).reshape(-1)})
     kept = [d for d in range(len(shape)) if d not in axes]
     st = strides(shape)
-    return {"kept_ndim": len(kept), "kept_dims": [shape[d] for d in kept], "kept_steps": [st[d] for d in kept],
-            "reduced_ndim": len(axes), "reduced_dims": [shape[d] for d in axes],
-            "reduced_steps": [st[d] for d in axes], "count": math.prod(shape[d] for d in axes)}
+    return Reduction(kept_ndim=len(kept), kept_dims=[shape[d] for d in kept], kept_steps=[st[d] for d in kept],
+                     reduced_ndim=len(axes), reduced_dims=[shape[d] for d in axes],
+                     reduced_steps=[st[d] for d in axes], count=math.prod(shape[d] for d in axes))
 
 
 def _mean_or_sum(e: ModelEmitter, op: Operator, name: str, mean: bool) -> str:
     """MEAN and SUM (QuantizedMeanOrSum): the sum requantized; MEAN folds 1/count into the multiplier."""
     dtype = e.tensor(op.inputs[0]).dtype
-    params = _reduction(e, op)
+    shape = _reduction(e, op)
     if dtype == "float32":
+        params = MeanParams(**shape, input_zero_point=0, output_zero_point=0, multiplier=0, shift=0)
         function = "lt_mean_f32" if mean else "lt_sum_f32"
     else:
         in_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.outputs[0])
         m, s = q.quantize_multiplier(float(in_q.scale) / float(out_q.scale))
         if mean:
-            m, s = q.mean_multiplier(m, s, params["count"])
-        params.update(input_zero_point=in_q.zero_point, output_zero_point=out_q.zero_point, multiplier=m, shift=s)
+            m, s = q.mean_multiplier(m, s, shape["count"])
+        params = MeanParams(**shape, input_zero_point=in_q.zero_point, output_zero_point=out_q.zero_point,
+                            multiplier=m, shift=s)
         function = f"lt_mean_{SUFFIXES[dtype]}"
-    p = e.struct(f"{name}_params", "lt_mean_params", params)
+    p = e.struct(f"{name}_params", params)
     return f"{function}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
 
 
@@ -95,7 +115,9 @@ def _extremum(e: ModelEmitter, op: Operator, name: str, kind: str) -> str:
     if dtype == "int8":
         require(e.quantization(op.inputs[0]) == e.quantization(op.outputs[0]),
                 "int8 needs equal input and output quantization")
-    p = e.struct(f"{name}_params", "lt_mean_params", _reduction(e, op))
+    # the extremes are compared as they are: no rescale
+    params = MeanParams(**_reduction(e, op), input_zero_point=0, output_zero_point=0, multiplier=0, shift=0)
+    p = e.struct(f"{name}_params", params)
     return f"lt_reduce_{kind}_{SUFFIXES[dtype]}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
 
 
@@ -107,11 +129,12 @@ def lower_reduce_min(e, op, name):
     return _extremum(e, op, name, "min")
 
 
-def _axis_params(e: ModelEmitter, op: Operator, name: str, axis: int, **fields: int) -> str:
+def _axis_params(e: ModelEmitter, op: Operator, name: str, axis: int, exclusive: bool = False,
+                 reverse: bool = False) -> str:
     shape = e.tensor(op.inputs[0]).shape
-    return e.struct(f"{name}_params", "lt_axis_params", {
-        "outer": math.prod(shape[:axis]), "axis_size": shape[axis], "inner": math.prod(shape[axis + 1:]),
-        **fields})
+    return e.struct(f"{name}_params", AxisParams(
+        outer=math.prod(shape[:axis]), axis_size=shape[axis], inner=math.prod(shape[axis + 1:]),
+        exclusive=int(exclusive), reverse=int(reverse)))
 
 
 def _single_axis(e: ModelEmitter, op: Operator) -> int:
@@ -139,15 +162,14 @@ def lower_arg_min(e, op, name):
 
 def lower_cumsum(e, op, name):
     dtype = e.tensor(op.inputs[0]).dtype
-    p = _axis_params(e, op, name, _single_axis(e, op), exclusive=int(bool(op.options.exclusive)),
-                     reverse=int(bool(op.options.reverse)))
+    p = _axis_params(e, op, name, _single_axis(e, op), exclusive=bool(op.options.exclusive),
+                     reverse=bool(op.options.reverse))
     source, target = e.pointer(op.inputs[0]), e.pointer(op.outputs[0], True)
     if dtype == "float32":
         return f"lt_cumsum_f32({p}, {source}, {target});"
     in_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.outputs[0])
-    rescale = e.struct(f"{name}_rescale", "lt_binary_params", {
-        "input1_offset": -in_q.zero_point, "output_offset": out_q.zero_point,
-        **q.add_n_params_int8(in_q.scale, out_q.scale), "act_min": q.INT8_MIN, "act_max": q.INT8_MAX})
+    rescale = e.struct(f"{name}_rescale", add_n_rescale(in_q.zero_point, in_q.scale, out_q.zero_point, out_q.scale,
+                                                        QuantizedActivation(act_min=q.INT8_MIN, act_max=q.INT8_MAX)))
     return f"lt_cumsum_s8({p}, {rescale}, {source}, {target});"
 
 

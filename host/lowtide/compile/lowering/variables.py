@@ -29,7 +29,7 @@ def lower_call_once(e, op, name):
     set). The init subgraphs these models carry only assign constants to resource variables."""
     init = e.graph.subgraphs[int(op.options.initSubgraphIndex)]
     require(not init.inputs and not init.outputs, "the init subgraph has inputs or outputs")
-    statements = []
+    statements: list[str] = []
     for init_op in init.operators:
         if init_op.opcode == "VAR_HANDLE":
             continue
