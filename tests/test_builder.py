@@ -16,6 +16,7 @@ from lowtide.model.builder import ModelBuilder, demo_builder, demo_model, main
 from lowtide.model.ir import Graph
 from lowtide.model.schema import fb
 from lowtide.oracle import random_inputs, run
+from support.builder_models import BRANCH_BY_BRANCH, BREADTH_FIRST, two_branch_builder
 
 
 def every_op_builder(seed: int = 0) -> tuple[ModelBuilder, list]:
@@ -55,23 +56,6 @@ EVERY_OP_EXPECTED = [
 ]
 
 
-def two_branch_builder() -> ModelBuilder:
-    """Two branches that each expand a 1 KiB tensor to 16 KiB and project it back, then an ADD.
-
-    Op 0: a = conv(x, 64)  op 1: b = conv(x, 64)  op 2: a' = conv(a, 4)  op 3: b' = conv(b, 4)  op 4: add.
-    Both wide tensors are live together in call order (breadth first); branch by branch, only one is.
-    """
-    b = ModelBuilder(seed=3)
-    x = b.input((1, 16, 16, 4))
-    wide_a = b.conv2d(x, filters=64, kernel=1)
-    wide_b = b.conv2d(x, filters=64, kernel=1)
-    narrow_a = b.conv2d(wide_a, filters=4, kernel=1, activation="NONE")
-    narrow_b = b.conv2d(wide_b, filters=4, kernel=1, activation="NONE")
-    b.output(b.add(narrow_a, narrow_b))
-    return b
-
-
-BREADTH_FIRST, BRANCH_BY_BRANCH = [0, 1, 2, 3, 4], [0, 2, 1, 3, 4]
 WIDE, NARROW = 16 * 16 * 64, 16 * 16 * 4
 
 

@@ -15,14 +15,15 @@ import numpy as np
 import pytest
 from lowtide import oracle
 from lowtide.compile import compile_model, verify_compiled
-from lowtide.compile.codegen import arena_plan
 from lowtide.compile.hostcheck import first_divergence
 from lowtide.compile.quantization import mean_multiplier, quantize_multiplier, round_half_away
 from lowtide.errors import LowtideError
-from lowtide.memory import align_up, tflm_plan
-from lowtide.model.schema import BUILTIN_CODES, TYPE_CODES, fb
+from lowtide.memory import tflm_plan
+from lowtide.model.schema import fb
 from lowtide.model.writer import model_bytes
 from lowtide.validation import load_model
+from support.compiled import assert_compiled_arena
+from support.models import TinyModel, unsupported_model
 from typer.testing import CliRunner
 
 MODELS = Path(__file__).resolve().parents[1] / ".." / "shared" / "models"
@@ -73,16 +74,6 @@ def test_mean_multiplier_folds_in_the_element_count():
 
 
 # ---- shared models against the host TFLM ---------------------------------------------------------------------
-
-def assert_compiled_arena(result) -> None:
-    """The compiled model's arena is lowtide's plan for the compiled runtime (in place, fused PADs, each fast
-    layer's int16 scratch beside the tensors live while it runs), and never above TFLM's head with the largest of
-    those scratch buffers on top (what the generated code kept in a static buffer before)."""
-    plan = arena_plan(load_model(result.model_path), Path(result.model_path).read_bytes())
-    assert result.arena_bytes == plan.head_bytes
-    largest = max(plan.fast_scratch_bytes.values(), default=0)
-    assert result.arena_bytes <= result.tflm_head_bytes + align_up(largest)
-
 
 def test_hello_world_end_to_end_with_ram_accounting(tmp_path):
     path = _model("tflm_hello_world_int8")
@@ -169,59 +160,6 @@ def test_offline_plan_offsets_are_used(tmp_path):
 
 
 # ---- operators no shared model uses, on small models built here ----------------------------------------------
-
-class TinyModel:
-    """A one-subgraph model assembled with the flatbuffer object API."""
-
-    def __init__(self):
-        self.model = fb.ModelT()
-        self.model.version = 3
-        self.model.buffers = [fb.BufferT()]
-        self.model.operatorCodes = []
-        self.sg = fb.SubGraphT()
-        self.sg.tensors, self.sg.operators = [], []
-        self.model.subgraphs = [self.sg]
-
-    def tensor(self, shape, dtype: str, scale: float | list[float] | None = None, zero_point: int = 0, data=None,
-               axis: int = 0) -> int:
-        t = fb.TensorT()
-        t.shape, t.type, t.name = list(shape), TYPE_CODES[dtype], f"t{len(self.sg.tensors)}"
-        if scale is not None:
-            scales = scale if isinstance(scale, list) else [scale]
-            t.quantization = fb.QuantizationParametersT()
-            t.quantization.scale, t.quantization.zeroPoint = scales, [zero_point] * len(scales)
-            t.quantization.quantizedDimension = axis
-        t.buffer = 0
-        if data is not None:
-            buffer = fb.BufferT()
-            buffer.data = np.frombuffer(np.asarray(data, dtype=dtype).tobytes(), dtype=np.uint8)
-            self.model.buffers.append(buffer)
-            t.buffer = len(self.model.buffers) - 1
-        self.sg.tensors.append(t)
-        return len(self.sg.tensors) - 1
-
-    def op(self, opcode: str, inputs, outputs, options_type: str | None = None, **options) -> None:
-        code = BUILTIN_CODES[opcode]
-        codes = [c.builtinCode for c in self.model.operatorCodes]
-        if code not in codes:
-            oc = fb.OperatorCodeT()
-            oc.builtinCode, oc.deprecatedBuiltinCode, oc.version = code, min(code, 127), 1
-            self.model.operatorCodes.append(oc)
-            codes.append(code)
-        op = fb.OperatorT()
-        op.opcodeIndex, op.inputs, op.outputs = codes.index(code), list(inputs), list(outputs)
-        if options_type:
-            op.builtinOptionsType = getattr(fb.BuiltinOptions, options_type)
-            op.builtinOptions = getattr(fb, f"{options_type}T")()
-            for key, value in options.items():
-                setattr(op.builtinOptions, key, value)
-        self.sg.operators.append(op)
-
-    def save(self, path: Path, inputs, outputs) -> Path:
-        self.sg.inputs, self.sg.outputs = list(inputs), list(outputs)
-        path.write_bytes(model_bytes(self.model))
-        return path
-
 
 def _slice_graph(m: TinyModel, dtype: str, q) -> tuple[list[int], list[int]]:
     """CONCATENATION -> STRIDED_SLICE (negative begin, end mask, stride 3, shrink) -> LOGISTIC -> MUL (broadcast
@@ -339,15 +277,6 @@ def test_small_model_with_dilation_padding_and_resizes(tmp_path, dtype):
 
 
 # ---- errors, CLI ---------------------------------------------------------------------------------------------
-
-def unsupported_model(path: Path) -> Path:
-    """A float L2_POOL_2D: an operator the compiled runtime has no kernel for (every shared model compiles)."""
-    m = TinyModel()
-    x = m.tensor((1, 2, 2, 1), "float32")
-    y = m.tensor((1, 2, 2, 1), "float32")
-    m.op("L2_POOL_2D", [x], [y], "Pool2DOptions", padding=0, strideH=1, strideW=1, filterHeight=1, filterWidth=1)
-    return m.save(path, [x], [y])
-
 
 def test_unsupported_operator_fails_before_writing(tmp_path):
     path = unsupported_model(tmp_path / "l2_pool.tflite")

@@ -16,11 +16,11 @@ from lowtide.compile import compile_model, verify_compiled
 from lowtide.compile.hostcheck import expose_operator_outputs, first_divergence
 from lowtide.errors import LowtideError
 from lowtide.validation import load_model
-from test_compile import TinyModel, assert_compiled_arena
+from support.compiled import assert_compiled_arena
+from support.models import ACT_SIGN_BIT, ACT_TANH, TinyModel, lstm
 
 MODELS = Path(__file__).resolve().parents[1] / ".." / "shared" / "models"
 INVOCATIONS = 3
-ACT_TANH, ACT_SIGN_BIT = 4, 5
 
 
 def _model(name: str) -> Path:
@@ -69,40 +69,13 @@ def test_lstm_state_is_static_outside_the_arena(tmp_path):
     assert result.ram_bytes == result.arena_bytes + 62
 
 
-def _lstm(m: TinyModel, rng, source: int, shape: tuple[int, int, int], state: int, time_major: bool,
-          activation: int, cell_scale: float, cell_clip: float, hidden_zero: int, input_gate: bool = True) -> int:
-    """One LSTM on `source` (shape as the op reads it); returns its int8 output tensor."""
-    input_size = shape[2]
-    batches = shape[1] if time_major else shape[0]
-    in_q = m.sg.tensors[source].quantization
-    in_scale = in_q.scale[0]
-    hidden_scale = 1 / 128
-    inputs = [source]
-    for k in range(8):
-        depth = input_size if k < 4 else state
-        inputs.append(m.tensor((state, depth), "int8", 0.004 + 0.001 * k, 0,
-                               rng.integers(-127, 128, (state, depth))) if input_gate or k % 4 else -1)
-    inputs += [-1, -1, -1]  # no peephole
-    for k in range(4):
-        inputs.append(m.tensor((state,), "int32", in_scale * 0.004, 0, rng.integers(-3000, 3000, state)))
-    inputs += [-1, -1]  # no projection
-    hidden = m.tensor((batches, state), "int8", hidden_scale, hidden_zero)
-    cell = m.tensor((batches, state), "int16", cell_scale, 0)
-    m.sg.tensors[hidden].isVariable = m.sg.tensors[cell].isVariable = True
-    inputs += [hidden, cell, -1, -1, -1, -1]  # no layer norm
-    out = m.tensor(shape[:2] + (state,), "int8", hidden_scale, hidden_zero)
-    m.op("UNIDIRECTIONAL_SEQUENCE_LSTM", inputs, [out], "UnidirectionalSequenceLSTMOptions",
-         fusedActivationFunction=activation, cellClip=cell_clip, projClip=0.0, timeMajor=time_major)
-    return out
-
-
 def _small_lstm_model(m: TinyModel) -> tuple[list[int], list[int]]:
     """A time-major LSTM over two batches with a cell scale of 2^-13 (the tanh's right-shift path) and no clip, feeding a batch-major LSTM over three batches (each with its own state rows) with a cell
     scale of 2^-10 clipped at 0.5: geometry and arithmetic the shared models do not reach."""
     rng = np.random.default_rng(5)
     x = m.tensor((4, 2, 5), "int8", 0.05, 3)
-    first = _lstm(m, rng, x, (4, 2, 5), 6, True, ACT_TANH, 2.0 ** -13, 0.0, 3)
-    second = _lstm(m, rng, first, (4, 2, 6), 7, False, ACT_TANH, 2.0 ** -10, 0.5, -5)
+    first = lstm(m, rng, x, (4, 2, 5), 6, True, ACT_TANH, 2.0 ** -13, 0.0, 3)
+    second = lstm(m, rng, first, (4, 2, 6), 7, False, ACT_TANH, 2.0 ** -10, 0.5, -5)
     return [x], [first, second]
 
 
@@ -125,7 +98,7 @@ def test_lstm_variants_tflm_does_not_run_are_refused(tmp_path, activation, input
     """TFLM's kernel needs all four gates and applies only TANH to the cell gate (anything else skips it)."""
     m = TinyModel()
     x = m.tensor((1, 3, 5), "int8", 0.05, 3)
-    out = _lstm(m, np.random.default_rng(0), x, (1, 3, 5), 4, False, activation, 2.0 ** -11, 0.0, 0,
+    out = lstm(m, np.random.default_rng(0), x, (1, 3, 5), 4, False, activation, 2.0 ** -11, 0.0, 0,
                 input_gate=input_gate)
     path = m.save(tmp_path / "variant.tflite", [x], [out])
     with pytest.raises(LowtideError, match=rf"operator 0 \(UNIDIRECTIONAL_SEQUENCE_LSTM [^)]* -> int8\): .*{reason}"):

@@ -20,7 +20,7 @@ from lowtide.compile.lowering import KERNELS, NOT_IN_TFLM, UNDEFINED_IN_TFLM
 from lowtide.compile.lowering.elementwise import DIV_INT8_RANGE
 from lowtide.compile.quantization import sigmoid_table_int8
 from lowtide.validation import load_model
-from test_compile import TinyModel
+from support.models import TinyModel
 
 SHAPE = (2, 3, 4, 5)
 

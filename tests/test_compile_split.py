@@ -29,7 +29,8 @@ from lowtide.memory.placement import offline_plan
 from lowtide.model.builder import ModelBuilder
 from lowtide.model.writer import model_bytes, set_offline_plan
 from lowtide.validation import load_model
-from test_compile import TinyModel, assert_compiled_arena
+from support.compiled import assert_compiled_arena
+from support.models import TinyModel
 
 ROW_SIZES = [3, -1, 2]  # of 10 rows; a row of 4 x 8 int8 is 32 bytes, so every piece is a multiple of 16 bytes
 CHANNEL_SIZES = [2, 6]

@@ -25,7 +25,8 @@ from lowtide.compile.hostcheck import (
     first_divergence,
 )
 from lowtide.validation import load_model
-from test_compile import TinyModel, assert_compiled_arena
+from support.compiled import assert_compiled_arena
+from support.models import TinyModel, svdf_model
 
 MODELS = Path(__file__).resolve().parents[1] / ".." / "shared" / "models"
 KEYWORD_MODELS = ["tflm_keyword_scrambled", "tflm_keyword_scrambled_8bit"]
@@ -141,7 +142,7 @@ def test_reset_puts_the_state_back_like_tflm(tmp_path, source):
     non-zero zero point (the keyword model with int8 state saturates too much for the state to show)."""
     if source == "svdf_int8":
         m = TinyModel()
-        path = m.save(tmp_path / "svdf_int8.tflite", *_svdf_model(m, "int8"))
+        path = m.save(tmp_path / "svdf_int8.tflite", *svdf_model(m, "int8"))
     else:
         path = _model(source)
     data, exposed = expose_operator_outputs(path)
@@ -177,32 +178,10 @@ def test_reset_puts_the_state_back_like_tflm(tmp_path, source):
         assert all(np.array_equal(x, y) for x, y in zip(reference[2], fresh_b))
 
 
-def _svdf_model(m: TinyModel, state_type: str) -> tuple[list[int], list[int]]:
-    """Two batches, rank 2, memory 5, then a second SVDF of rank 1: geometry the keyword models do not reach."""
-    rng = np.random.default_rng(11)
-    x = m.tensor((2, 12), "int8", 0.04, -3)
-    lo, hi = (-32767, 32768) if state_type == "int16" else (-127, 128)
-    state_scale, time_scale = (0.002, 0.0005) if state_type == "int16" else (0.3, 0.01)
-    state_zero = 0 if state_type == "int16" else 7
-    outputs = []
-    for rank, filters, units, input_size, source in ((2, 8, 4, 12, x), (1, 4, 4, 4, None)):
-        source = outputs[-1] if source is None else source
-        features = m.tensor((filters, input_size), "int8", 0.01, 0, rng.integers(-127, 128, (filters, input_size)))
-        times = m.tensor((filters, 5), state_type, time_scale, 0, rng.integers(lo, hi, (filters, 5)))
-        bias = m.tensor((units,), "int32", state_scale * time_scale, 0, rng.integers(-4000, 4000, units))
-        state = m.tensor((2, 5 * filters), state_type, state_scale, state_zero)
-        m.sg.tensors[state].isVariable = True
-        out = m.tensor((2, units), "int8", 0.05, 4)
-        m.op("SVDF", [source, features, times, bias, state], [out], "SVDFOptions", rank=rank,
-             fusedActivationFunction=0)
-        outputs.append(out)
-    return [x], outputs
-
-
 @pytest.mark.parametrize("state_type", ["int16", "int8"])
 def test_small_svdf_model_with_batches_and_rank(tmp_path, state_type):
     m = TinyModel()
-    inputs, outputs = _svdf_model(m, state_type)
+    inputs, outputs = svdf_model(m, state_type)
     path = m.save(tmp_path / f"svdf_{state_type}.tflite", inputs, outputs)
     result = verify_compiled(path, seed=0, sanitize=True, invocations=6)
     assert result.passed, result.outputs

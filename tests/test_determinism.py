@@ -13,7 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from test_optimize_cli import LAUNCH, MODELS
+from conftest import SHARED_MODELS
+from support.cli import LAUNCH
 
 from lowtide.model.builder import RandWireSpec, randwire_model
 
@@ -51,8 +52,8 @@ def randwire_file(tmp_path: Path) -> Path:
 
 CASES = {
     # patch tiling: rewrite candidates, the scheduler on tiled graphs, CP-SAT placements
-    "magic_wand_rewrite": (lambda tmp: MODELS / "tflm_magic_wand.tflite", ("--rewrite", "auto")),
-    "kws_on_off_reordered": (lambda tmp: MODELS / "mltk_kws_on_off_v3.tflite", ()),
+    "magic_wand_rewrite": (lambda tmp: SHARED_MODELS / "tflm_magic_wand.tflite", ("--rewrite", "auto")),
+    "kws_on_off_reordered": (lambda tmp: SHARED_MODELS / "mltk_kws_on_off_v3.tflite", ()),
     "randwire_unfinished": (randwire_file, ("--effort", "0.3")),
 }
 

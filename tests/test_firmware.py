@@ -32,7 +32,7 @@ from lowtide.errors import LowtideError
 from lowtide.rewrite import rewrite_auto
 from lowtide.runtimes import RUNTIMES, Runtime
 from lowtide.validation import load_model
-from test_compile import unsupported_model
+from support.models import unsupported_model
 
 pytestmark = needs_firmware_tools
 

@@ -24,13 +24,13 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from conftest import SHARED_MODELS
-from hostile import COMMANDS, assert_kept_promise, run_in_process, run_subprocess, serialise_isolated
+from support.hostile import COMMANDS, assert_kept_promise, run_in_process, run_subprocess, serialise_isolated
 from lowtide.model import read_model
 from lowtide.model.builder import demo_model
 from lowtide.model.schema import BUILTIN_NAMES, builtin_code
 from lowtide.model.shapes import RULES
-from test_compile import TinyModel
-from test_declared_shapes import CASES
+from support.models import TinyModel
+from support.operator_cases import CASES
 
 # Small models covering the shapes of graph lowtide meets: a plain chain, a CNN, SVDF with state, and two subgraphs
 # with CALL_ONCE and resource variables; plus the builder's irregularly wired demo model.

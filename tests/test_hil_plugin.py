@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SHARED_MODELS, needs_firmware_tools
-from test_builder import BRANCH_BY_BRANCH, BREADTH_FIRST, two_branch_builder
+from support.builder_models import BRANCH_BY_BRANCH, BREADTH_FIRST, two_branch_builder
 from lowtide import oracle
 from lowtide.compile import compile_model
 from lowtide.export.pipeline import optimize_model

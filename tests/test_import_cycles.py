@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 
 import networkx as nx
-from package_imports import module_imports, package_imports, package_modules
+from support.package_imports import module_imports, package_imports, package_modules
 
 
 def import_graph() -> nx.DiGraph:

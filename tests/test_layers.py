@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from package_imports import Import, module_imports, package_imports, package_modules
+from support.package_imports import Import, module_imports, package_imports, package_modules
 
 ARCHITECTURE_DOC = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
 

@@ -22,18 +22,10 @@ from lowtide.export import OFFLINE_PLAN_NAME
 from lowtide.model import read_model
 from lowtide.model.writer import model_bytes
 from lowtide.validation import load_model
+from support.cli import LAUNCH, lowtide_cli
 
 MODELS = Path(__file__).resolve().parents[1] / ".." / "shared" / "models"
 VWW = MODELS / "mlperf_vww_96_int8.tflite"
-LAUNCH = ("import sys, lowtide.cli.optimize_cmd; from lowtide.cli import main; "
-          "sys.argv[0] = 'lowtide'; main()")
-
-
-def lowtide_cli(*args: str, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", LAUNCH, *args], capture_output=True, text=True, timeout=120,
-                          **kwargs)
-
-
 def test_json_reports_measured_figures_before_and_after(tmp_path):
     out = tmp_path / "vww.tflite"
     done = lowtide_cli("optimize", str(VWW), "-o", str(out), "--verify", "--json")

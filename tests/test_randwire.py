@@ -8,8 +8,8 @@ import math
 import os
 
 import pytest
-from test_optimize_cli import lowtide_cli
-from test_schedule import assert_reordered_model_runs_identically, assert_valid, random_graph, valid_orders
+from support.cli import lowtide_cli
+from support.schedules import assert_reordered_model_runs_identically, assert_valid, random_graph, valid_orders
 
 from lowtide.budget import WorkBudget
 from lowtide.memory import tflm_plan

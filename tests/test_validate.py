@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from conftest import SHARED_MODELS, shared_model_names
-from hostile import COMMANDS, assert_kept_promise, run_in_process, run_subprocess
+from support.hostile import COMMANDS, assert_kept_promise, run_in_process, run_subprocess
 from lowtide import oracle
 from lowtide.errors import LowtideError, ModelError
 from lowtide.memory import tflm_plan

@@ -13,7 +13,7 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "host" / "lowtide"
+PACKAGE = Path(__file__).resolve().parents[2] / "host" / "lowtide"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,123 @@
+"""Small models assembled operator by operator, for the operators and geometry no shared model reaches."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from lowtide.model.schema import BUILTIN_CODES, TYPE_CODES, fb
+from lowtide.model.writer import model_bytes
+
+# UnidirectionalSequenceLSTMOptions' fused activations TFLM's integer LSTM takes.
+ACT_TANH, ACT_SIGN_BIT = 4, 5
+
+
+class TinyModel:
+    """A one-subgraph model assembled with the flatbuffer object API."""
+
+    def __init__(self):
+        self.model = fb.ModelT()
+        self.model.version = 3
+        self.model.buffers = [fb.BufferT()]
+        self.model.operatorCodes = []
+        self.sg = fb.SubGraphT()
+        self.sg.tensors, self.sg.operators = [], []
+        self.model.subgraphs = [self.sg]
+
+    def tensor(self, shape, dtype: str, scale: float | list[float] | None = None, zero_point: int = 0, data=None,
+               axis: int = 0) -> int:
+        t = fb.TensorT()
+        t.shape, t.type, t.name = list(shape), TYPE_CODES[dtype], f"t{len(self.sg.tensors)}"
+        if scale is not None:
+            scales = scale if isinstance(scale, list) else [scale]
+            t.quantization = fb.QuantizationParametersT()
+            t.quantization.scale, t.quantization.zeroPoint = scales, [zero_point] * len(scales)
+            t.quantization.quantizedDimension = axis
+        t.buffer = 0
+        if data is not None:
+            buffer = fb.BufferT()
+            buffer.data = np.frombuffer(np.asarray(data, dtype=dtype).tobytes(), dtype=np.uint8)
+            self.model.buffers.append(buffer)
+            t.buffer = len(self.model.buffers) - 1
+        self.sg.tensors.append(t)
+        return len(self.sg.tensors) - 1
+
+    def op(self, opcode: str, inputs, outputs, options_type: str | None = None, **options) -> None:
+        code = BUILTIN_CODES[opcode]
+        codes = [c.builtinCode for c in self.model.operatorCodes]
+        if code not in codes:
+            oc = fb.OperatorCodeT()
+            oc.builtinCode, oc.deprecatedBuiltinCode, oc.version = code, min(code, 127), 1
+            self.model.operatorCodes.append(oc)
+            codes.append(code)
+        op = fb.OperatorT()
+        op.opcodeIndex, op.inputs, op.outputs = codes.index(code), list(inputs), list(outputs)
+        if options_type:
+            op.builtinOptionsType = getattr(fb.BuiltinOptions, options_type)
+            op.builtinOptions = getattr(fb, f"{options_type}T")()
+            for key, value in options.items():
+                setattr(op.builtinOptions, key, value)
+        self.sg.operators.append(op)
+
+    def save(self, path: Path, inputs, outputs) -> Path:
+        self.sg.inputs, self.sg.outputs = list(inputs), list(outputs)
+        path.write_bytes(model_bytes(self.model))
+        return path
+
+
+def unsupported_model(path: Path) -> Path:
+    """A float L2_POOL_2D: an operator the compiled runtime has no kernel for (every shared model compiles)."""
+    m = TinyModel()
+    x = m.tensor((1, 2, 2, 1), "float32")
+    y = m.tensor((1, 2, 2, 1), "float32")
+    m.op("L2_POOL_2D", [x], [y], "Pool2DOptions", padding=0, strideH=1, strideW=1, filterHeight=1, filterWidth=1)
+    return m.save(path, [x], [y])
+
+
+def lstm(m: TinyModel, rng, source: int, shape: tuple[int, int, int], state: int, time_major: bool,
+         activation: int, cell_scale: float, cell_clip: float, hidden_zero: int, input_gate: bool = True) -> int:
+    """One LSTM on `source` (shape as the op reads it); returns its int8 output tensor."""
+    input_size = shape[2]
+    batches = shape[1] if time_major else shape[0]
+    in_q = m.sg.tensors[source].quantization
+    in_scale = in_q.scale[0]
+    hidden_scale = 1 / 128
+    inputs = [source]
+    for k in range(8):
+        depth = input_size if k < 4 else state
+        inputs.append(m.tensor((state, depth), "int8", 0.004 + 0.001 * k, 0,
+                               rng.integers(-127, 128, (state, depth))) if input_gate or k % 4 else -1)
+    inputs += [-1, -1, -1]  # no peephole
+    for k in range(4):
+        inputs.append(m.tensor((state,), "int32", in_scale * 0.004, 0, rng.integers(-3000, 3000, state)))
+    inputs += [-1, -1]  # no projection
+    hidden = m.tensor((batches, state), "int8", hidden_scale, hidden_zero)
+    cell = m.tensor((batches, state), "int16", cell_scale, 0)
+    m.sg.tensors[hidden].isVariable = m.sg.tensors[cell].isVariable = True
+    inputs += [hidden, cell, -1, -1, -1, -1]  # no layer norm
+    out = m.tensor(shape[:2] + (state,), "int8", hidden_scale, hidden_zero)
+    m.op("UNIDIRECTIONAL_SEQUENCE_LSTM", inputs, [out], "UnidirectionalSequenceLSTMOptions",
+         fusedActivationFunction=activation, cellClip=cell_clip, projClip=0.0, timeMajor=time_major)
+    return out
+
+
+def svdf_model(m: TinyModel, state_type: str) -> tuple[list[int], list[int]]:
+    """Two batches, rank 2, memory 5, then a second SVDF of rank 1: geometry the keyword models do not reach."""
+    rng = np.random.default_rng(11)
+    x = m.tensor((2, 12), "int8", 0.04, -3)
+    lo, hi = (-32767, 32768) if state_type == "int16" else (-127, 128)
+    state_scale, time_scale = (0.002, 0.0005) if state_type == "int16" else (0.3, 0.01)
+    state_zero = 0 if state_type == "int16" else 7
+    outputs = []
+    for rank, filters, units, input_size, source in ((2, 8, 4, 12, x), (1, 4, 4, 4, None)):
+        source = outputs[-1] if source is None else source
+        features = m.tensor((filters, input_size), "int8", 0.01, 0, rng.integers(-127, 128, (filters, input_size)))
+        times = m.tensor((filters, 5), state_type, time_scale, 0, rng.integers(lo, hi, (filters, 5)))
+        bias = m.tensor((units,), "int32", state_scale * time_scale, 0, rng.integers(-4000, 4000, units))
+        state = m.tensor((2, 5 * filters), state_type, state_scale, state_zero)
+        m.sg.tensors[state].isVariable = True
+        out = m.tensor((2, units), "int8", 0.05, 4)
+        m.op("SVDF", [source, features, times, bias, state], [out], "SVDFOptions", rank=rank,
+             fusedActivationFunction=0)
+        outputs.append(out)
+    return [x], outputs
