@@ -35,7 +35,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("lowtide.testing",),  # models for tests and benchmarks: may use any stage, none uses it
 )
 LEAVES = frozenset({"lowtide", "lowtide.errors", "lowtide.text", "lowtide.storage", "lowtide.resources",
-                    "lowtide.budget", "lowtide.platformio_archives"})
+                    "lowtide.budget", "lowtide.platformio_archives", "lowtide.settings"})
 # Layers a layer does not reach although they are before it: the stages whose results it is handed.
 NOT_IMPORTED_BY = {
     "lowtide.device": ("lowtide.memory", "lowtide.schedule", "lowtide.rewrite", "lowtide.stale", "lowtide.export",

@@ -27,6 +27,7 @@ import numpy as np
 from lowtide.errors import LowtideError
 from lowtide.model.ir import Graph
 from lowtide.model.reader import read_model
+from lowtide.settings import TIMEOUT_ENV, read_settings
 from lowtide.text import escape
 from lowtide.validation import model_problems
 
@@ -35,9 +36,6 @@ _RECORD_LINE = re.compile(r"'([^']+)' used (\d+) bytes .*for (\d+) ")
 # Host (64-bit) minus 32-bit MCU size of the per-tensor and per-operator structs in the tail.
 _EVAL_TENSOR_SAVING = 24 - 12  # TfLiteEvalTensor
 _NODE_SAVING = 64 - 32  # NodeAndRegistration
-# A model can make TFLM loop forever (a WHILE whose condition never fails): the child is killed after this long.
-TIMEOUT_ENV = "LOWTIDE_TFLM_TIMEOUT"
-DEFAULT_TIMEOUT_S = 600.0
 T = TypeVar("T")
 
 
@@ -135,11 +133,11 @@ class TflmChild:
         return os.pread(self.log, end - start, start).decode("utf-8", "replace")
 
 
-def isolated(work: Callable[[TflmChild], T], path: str) -> T:
+def isolated(work: Callable[[TflmChild], T], path: str, timeout_s: float) -> T:
     """`work` run in a forked child; its result (pickled), or LowtideError for a rejection, a crash or a hang.
     Everything lowtide does with the TFLM interpreter goes through here: the oracle's calls and the host-tflm
-    board's runs."""
-    timeout = float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT_S))
+    board's runs. A child still running after `timeout_s` is killed: a model can make TFLM loop forever (a WHILE
+    whose condition never fails)."""
     with tempfile.TemporaryFile() as log:
         read_fd, write_fd = os.pipe()
         pid = os.fork()
@@ -164,7 +162,7 @@ def isolated(work: Callable[[TflmChild], T], path: str) -> T:
         os.close(write_fd)
         received, finished = b"", False
         try:
-            received, finished = _read_all(read_fd, time.monotonic() + timeout)
+            received, finished = _read_all(read_fd, time.monotonic() + timeout_s)
         finally:
             os.close(read_fd)
             if not finished:
@@ -175,7 +173,7 @@ def isolated(work: Callable[[TflmChild], T], path: str) -> T:
     phases, _, payload = received.partition(_RESULT)
     doing = _PHASES.get(phases[-1:], "starting")
     if not finished:
-        raise LowtideError(f"TFLite Micro did not finish within {timeout:g} s while {doing} "
+        raise LowtideError(f"TFLite Micro did not finish within {timeout_s:g} s while {doing} "
                            f"(set {TIMEOUT_ENV} to wait longer)", path)
     if os.WIFSIGNALED(status):
         raise LowtideError(f"TFLite Micro crashed (signal {os.WTERMSIG(status)}) while {doing}"
@@ -238,7 +236,7 @@ def allocate(model: bytes, arena_size: int | None = None, path: str = "<model>")
     def work(child: TflmChild) -> str:
         return child.allocations(child.interpreter(model, size))
 
-    return _figures(isolated(work, path), path)
+    return _figures(isolated(work, path, read_settings().tflm_timeout_s), path)
 
 
 def run(model: bytes, inputs: list[np.ndarray] | None = None, arena_size: int | None = None,
@@ -255,7 +253,7 @@ def run(model: bytes, inputs: list[np.ndarray] | None = None, arena_size: int | 
         report = child.allocations(interp)
         return report, [np.array(interp.get_output(i), copy=True) for i in range(output_count)]
 
-    report, outputs = isolated(work, path)
+    report, outputs = isolated(work, path, read_settings().tflm_timeout_s)
     return OracleRun(_figures(report, path), tuple(outputs))
 
 
@@ -295,4 +293,4 @@ def run_sequence(model: bytes, input_sets: list[list[np.ndarray]], path: str = "
             sequence.append(tuple(np.array(interp.get_output(i), copy=True) for i in range(output_count)))
         return sequence
 
-    return isolated(work, path)
+    return isolated(work, path, read_settings().tflm_timeout_s)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import tarfile
@@ -31,9 +30,9 @@ from functools import cache
 from pathlib import Path
 
 from lowtide.errors import LowtideError, missing_tool
+from lowtide.settings import ARCHIVES_SETTING, read_settings
 from lowtide.storage import cache_dir, cached_folder
 
-ARCHIVES_SETTING = "LOWTIDE_PLATFORMIO_ARCHIVES"
 ST_PLATFORM = "ststm32"
 _PLATFORM_PACKAGE = "platform-ststm32"
 _OWNER = "platformio"  # how the registry names these packages' owner; PlatformIO matches on it
@@ -43,7 +42,7 @@ _UPLOADERS_NOT_PLACEHELD = ("tool-openocd", "tool-jlink")
 
 def archives_dir() -> Path | None:
     """The folder `LOWTIDE_PLATFORMIO_ARCHIVES` names, or None if it is not set."""
-    configured = os.environ.get(ARCHIVES_SETTING)
+    configured = read_settings().platformio_archives
     if not configured:
         return None
     folder = Path(configured).expanduser()

@@ -25,13 +25,12 @@ from pathlib import Path
 import platformdirs
 
 from lowtide.errors import LowtideError
-
-CACHE_DIR_SETTING = "LOWTIDE_CACHE_DIR"
+from lowtide.settings import CACHE_DIR_SETTING, read_settings
 
 
 def cache_root() -> Path:
     """The user cache folder, created and checked writable; one line naming the folder and the problem if not."""
-    configured = os.environ.get(CACHE_DIR_SETTING)
+    configured = read_settings().cache_dir
     root = Path(configured).expanduser() if configured else Path(platformdirs.user_cache_dir("lowtide"))
     try:
         root.mkdir(parents=True, exist_ok=True)

@@ -14,16 +14,18 @@ from lowtide.memory.plan_check import plan_problems
 from lowtide.model.ir import Graph
 from lowtide.model.reader import load_bytes, read_model
 from lowtide.model.validate import Problem, graph_problems, refuse_problems
+from lowtide.settings import Settings, read_settings
 
 
-def model_problems(graph: Graph) -> list[Problem]:
+def model_problems(graph: Graph, settings: Settings | None = None) -> list[Problem]:
     """Every problem in `graph`: the model's checks', in their order, then, on a model that passes them, the
-    offline plan's overlap."""
-    return graph_problems(graph) or plan_problems(graph)
+    offline plan's overlap. The tensor limit is the settings' (the environment's when none are given)."""
+    limit = (settings or read_settings()).max_tensor_bytes
+    return graph_problems(graph, limit) or plan_problems(graph)
 
 
-def load_model(path: str | Path) -> Graph:
+def load_model(path: str | Path, settings: Settings | None = None) -> Graph:
     """The validated graph of the model file at `path`; ModelError names the file and its first problem (and how
     many more there are)."""
     graph = read_model(load_bytes(path), str(path))
-    return refuse_problems(graph, model_problems(graph))
+    return refuse_problems(graph, model_problems(graph, settings))

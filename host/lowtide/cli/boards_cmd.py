@@ -8,7 +8,6 @@ envs need PlatformIO's registry: where it cannot be reached, they are listed as 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from dataclasses import asdict, dataclass
 from typing import Annotated
@@ -23,6 +22,7 @@ from lowtide.device.spec import BoardSpec, load_board_specs
 from lowtide.platformio_archives import ARCHIVES_SETTING, ST_PLATFORM, st_archives_missing
 from lowtide.project import LOCAL_PLATFORM_URI, env_option, env_platform, platform_installed
 from lowtide.runtimes import RUNTIMES
+from lowtide.settings import read_settings
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ def _listing(spec: BoardSpec) -> BoardListing:
         missing = [tool for tool in EMULATOR_TOOLS if shutil.which(tool) is None]
         why_not = f"{', '.join(missing)} not installed" if missing else None
         platform = "lowtide's local dev-platform"
-    elif platform == ST_PLATFORM and os.environ.get(ARCHIVES_SETTING) and not platform_installed(platform):
+    elif platform == ST_PLATFORM and read_settings().platformio_archives and not platform_installed(platform):
         why_not = st_archives_missing(env_option(spec.platformio_env, spec.platformio_config, "board"))
         if why_not is None:
             platform = f"{ST_PLATFORM} (from ${ARCHIVES_SETTING})"

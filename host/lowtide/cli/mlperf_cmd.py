@@ -17,7 +17,8 @@ from rich.table import Table
 
 from lowtide.cli.application import app
 from lowtide.mlperf.benchmarks import BENCHMARKS
-from lowtide.mlperf.runner import MODES, RUNNER_ENV, MlperfResult, run_mlperf
+from lowtide.mlperf.runner import MODES, MlperfResult, run_mlperf
+from lowtide.settings import RUNNER_ENV
 
 
 def _table(result: MlperfResult) -> Table:

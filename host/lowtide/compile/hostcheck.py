@@ -23,6 +23,7 @@ from lowtide.compile.codegen import CompiledModel, compile_model
 from lowtide.compile.lowering import NUMPY_TYPES
 from lowtide.errors import LowtideError
 from lowtide.resources import RUNTIME_DIR, tree_digest
+from lowtide.settings import read_settings
 from lowtide.storage import cache_dir, cached_folder
 from lowtide.validation import load_model
 
@@ -116,8 +117,7 @@ class VerifyResult:
         return all(o.passed for o in self.outputs) and self.hook_pairs == self.operator_count * self.invocations
 
 
-def _compiler() -> str:
-    cc = os.environ.get("CC", "gcc")
+def _compiler(cc: str) -> str:
     if shutil.which(cc) is None:
         raise LowtideError(f"host C compiler '{cc}' not found (set CC)")
     return cc
@@ -125,7 +125,7 @@ def _compiler() -> str:
 
 def build_host_binary(compiled: CompiledModel, workdir: Path, sanitize: bool = False) -> Path:
     """Compile the generated sources, the runtime and the harness into one host executable."""
-    cc = _compiler()
+    cc = _compiler(read_settings().compiler)
     flags = [*CFLAGS, *(SANITIZE_FLAGS if sanitize else ())]
     compiled.write(workdir)
     harness = workdir / "lowtide_harness.c"

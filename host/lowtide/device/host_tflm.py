@@ -63,6 +63,7 @@ from lowtide.device.protocol import (
 )
 from lowtide.errors import LowtideError
 from lowtide.model.reader import read_model
+from lowtide.settings import read_settings
 
 BOARD_NAME = "host-tflm"
 PROGRESS_INTERVAL_S = 0.25  # at most four PROGRESS frames a second: enough for a progress bar and a liveness check
@@ -181,7 +182,8 @@ class TflmBoard:
         total = request.warmup + request.iterations
         send(encode_message(Progress(0, total), seq))
         try:
-            ran = oracle.isolated(lambda child: self._invocations(child, request, seq, send), self.path)
+            ran = oracle.isolated(lambda child: self._invocations(child, request, seq, send), self.path,
+                                  read_settings().tflm_timeout_s)
         except LowtideError as exc:  # TFLM refused the inputs, failed an operator or crashed: the board lives on
             return Error(ErrorCode.INVOKE_FAILED, request.TYPE, exc.message)
         if ran is None:

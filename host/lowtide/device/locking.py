@@ -23,9 +23,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from lowtide.errors import LowtideError
+from lowtide.settings import DEFAULT_LOCK_DIR, read_settings
 
-LOCK_DIR_ENV = "LOWTIDE_LOCK_DIR"
-DEFAULT_LOCK_DIR = Path("/tmp/lowtide-locks")
 _POLL_S = 0.05
 
 
@@ -44,7 +43,7 @@ class LockHolder:
 
 
 def lock_dir() -> Path:
-    return Path(os.environ.get(LOCK_DIR_ENV) or DEFAULT_LOCK_DIR)
+    return read_settings().lock_dir
 
 
 def lock_path(resource: str) -> Path:

@@ -45,10 +45,10 @@ from lowtide.errors import LowtideError
 from lowtide.mlperf.benchmarks import Benchmark, benchmark_named, mlperf_protocol
 from lowtide.mlperf.datasets import check_dataset, generate_dataset
 from lowtide.runtimes import runtime_named
+from lowtide.settings import RUNNER_ENV, read_settings
 from lowtide.storage import cache_dir, unpacked_archive
 from lowtide.validation import load_model
 
-RUNNER_ENV = "LOWTIDE_MLPERF_RUNNER"  # the runner's folder or archive when --runner is not given
 RUNNER_SUBDIR = Path("benchmark") / "runner"
 RUNNER_FILES = ("main.py", "device_under_test.py", "script.py", "datasets.py")
 MODES = {"performance": "p", "accuracy": "a"}
@@ -131,14 +131,14 @@ def _unpacked(archive: Path) -> Path:
     return unpacked_archive(archive, cache_dir("mlperf") / f"runner-{digest}", "runner archive")
 
 
-def locate_runner(path: Path | None) -> Path:
+def locate_runner(path: Path | None, configured: str | None = None) -> Path:
     """The runner's folder (the one with main.py): `path` (a folder of MLCommons' tiny repository, its
-    benchmark/runner, or an archive of either), else $LOWTIDE_MLPERF_RUNNER."""
+    benchmark/runner, or an archive of either), else `configured` ($LOWTIDE_MLPERF_RUNNER)."""
     if path is None:
-        if not os.environ.get(RUNNER_ENV):
+        if not configured:
             raise LowtideError(f"no MLPerf Tiny runner: give --runner (a checkout of github.com/mlcommons/tiny, its "
                                f"benchmark/runner, or an archive of it) or set {RUNNER_ENV}")
-        path = Path(os.environ[RUNNER_ENV])
+        path = Path(configured)
     path = Path(path)
     if path.is_file() and tarfile.is_tarfile(path):
         unpacked = _unpacked(path)
@@ -283,7 +283,7 @@ def run_mlperf(model: Path, board_name: str, benchmark_id: str, mode: str = "per
     benchmark = benchmark_named(benchmark_id)
     graph = load_model(model)
     protocol = mlperf_protocol(graph, benchmark)
-    runner_dir = locate_runner(runner)
+    runner_dir = locate_runner(runner, read_settings().mlperf_runner)
     test_script = _test_script(runner_dir, mode, benchmark)
     board = get_board(board_name)
     if not isinstance(board, (EmulatedBoard, UsbBoard)):

@@ -16,7 +16,6 @@ a model these pass.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,14 +28,10 @@ from lowtide.model.ir import Graph, Operator, Subgraph, Tensor, TensorKind
 from lowtide.model.offline_memory import NAME as OFFLINE_PLAN_NAME
 from lowtide.model.offline_memory import VERSION, OfflinePlan, PlanFormatError
 from lowtide.model.schema import fb
+from lowtide.settings import MAX_TENSOR_BYTES_ENV
 
 # RuntimeShape's inline storage in TFLM (kMaxSmallSize): kernels index at most this many dimensions.
 MAX_RANK = 6
-# The largest SRAM plus external RAM any microcontroller board offers is tens of megabytes: a tensor or planned
-# offset beyond this is a corrupt model, and honouring it would cost the host gigabytes. Raise it by setting
-# LOWTIDE_MAX_TENSOR_BYTES.
-DEFAULT_MAX_TENSOR_BYTES = 256 << 20
-MAX_TENSOR_BYTES_ENV = "LOWTIDE_MAX_TENSOR_BYTES"
 
 # Integer ranges of zero points, by tensor type.
 _ZERO_POINT_RANGE = {
@@ -107,16 +102,6 @@ _UNIONS = {"builtinOptions": fb.BuiltinOptions, "builtinOptions2": fb.BuiltinOpt
            "arrayIndices": fb.SparseIndexVector}
 # Operators that produce nothing through tensors: all others must have an output.
 _NO_OUTPUT_OPCODES = frozenset({"ASSIGN_VARIABLE", "CALL_ONCE"})
-
-
-def max_tensor_bytes() -> int:
-    value = os.environ.get(MAX_TENSOR_BYTES_ENV)
-    if value is None:
-        return DEFAULT_MAX_TENSOR_BYTES
-    try:
-        return int(value)
-    except ValueError:
-        raise ModelError(f"{MAX_TENSOR_BYTES_ENV}={value!r} is not a number of bytes") from None
 
 
 @dataclass(frozen=True)
@@ -502,11 +487,12 @@ def _plan_offsets_in_range(m: _Model, plan: OfflinePlan) -> Iterator[str]:
 
 # ---- running the table -------------------------------------------------------------------------------------------
 
-def graph_problems(graph: Graph) -> list[Problem]:
+def graph_problems(graph: Graph, max_tensor_bytes: int) -> list[Problem]:
     """Every problem the checks here find in `graph`, in model, subgraph, tensor, operator, plan order. Whether
     the plan's offsets overlap live tensors is the memory stage's check, run after these on a model they pass
-    (`lowtide.validation.model_problems` runs both)."""
-    m = _Model(graph, max_tensor_bytes())
+    (`lowtide.validation.model_problems` runs both). No tensor or planned offset may reach past
+    `max_tensor_bytes`."""
+    m = _Model(graph, max_tensor_bytes)
     problems = [Problem("model", _reason(c, d)) for c in MODEL_CHECKS for d in c(m)]
     for sg in graph.subgraphs:
         where = f"subgraph {sg.index}"

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import enum
 import hashlib
-import os
 import shutil
 import subprocess
 import sys
@@ -23,11 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lowtide.errors import LowtideError
+from lowtide.settings import TREE_SETTING, Settings, read_settings
 from lowtide.storage import cache_dir, cache_error, exclusive_lock, publish_directory, unpacked_archive
 
 TFLM_COMMIT = "90b983c2b3f1480642e040bbd2ddb37b998f3424"
 TFLM_REPOSITORY = "https://github.com/tensorflow/tflite-micro"
-TREE_SETTING = "LOWTIDE_TFLM_DIR"
 HOW_TO_GET = (f"run `lowtide tflm-get` (exports them from TFLM's repository: needs internet), `lowtide tflm-get "
               f"--archive DIR` (from the archives), or set {TREE_SETTING}")
 
@@ -77,8 +76,8 @@ def _unpack(archive: Path, kernels: KernelSet) -> Path:
     return tree
 
 
-def _find_root(kernels: KernelSet) -> Path:
-    configured = os.environ.get(TREE_SETTING)
+def _find_root(kernels: KernelSet, configured: str | None) -> Path:
+    """The tree in the folder `configured` names (LOWTIDE_TFLM_DIR), else the one fetched into the cache."""
     if configured:
         directory = Path(configured).expanduser()
         if not directory.is_dir():
@@ -102,9 +101,10 @@ def _owned_by_lowtide(root: Path) -> bool:
     return root.is_relative_to(_cache_sources())
 
 
-def locate_tree(kernels: KernelSet) -> TflmTree:
-    """The pinned tree for `kernels`, unpacked if it is an archive; refused if missing or at another commit."""
-    root = _find_root(kernels)
+def locate_tree(kernels: KernelSet, settings: Settings | None = None) -> TflmTree:
+    """The pinned tree for `kernels`, unpacked if it is an archive; refused if missing or at another commit. Where
+    it is looked for is the settings' (the environment's when none are given)."""
+    root = _find_root(kernels, (settings or read_settings()).tflm_dir)
     stamp = root / ".lowtide-fingerprint"
     owned = _owned_by_lowtide(root)
     fingerprint = stamp.read_text().strip() if owned and stamp.is_file() else None

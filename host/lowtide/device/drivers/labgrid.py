@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from lowtide.device.locking import lock_path
 from lowtide.errors import LowtideError
+from lowtide.settings import read_settings
 
 DEFAULT_COORDINATOR = "127.0.0.1:20408"
 COORDINATOR_TIMEOUT_S = 30.0  # connecting, and any one exchange with the coordinator
@@ -41,7 +42,7 @@ class PlaceSerial:
 
 
 def coordinator_address(configured: str | None = None) -> str:
-    return configured or os.environ.get("LG_COORDINATOR") or DEFAULT_COORDINATOR
+    return configured or read_settings().labgrid_coordinator or DEFAULT_COORDINATOR
 
 
 def lock_resource(place: str, coordinator: str | None) -> str:

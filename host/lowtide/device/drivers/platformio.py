@@ -19,7 +19,6 @@ is refused in one line when the registry cannot be reached, before PlatformIO sp
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 import shutil
 import socket
@@ -52,6 +51,7 @@ from lowtide.project import (
 )
 from lowtide.resources import DATA_DIR
 from lowtide.runtimes import FirmwareRuntime
+from lowtide.settings import read_settings
 from lowtide.storage import exclusive_lock
 from lowtide.tflm.sizer import Arena32
 from lowtide.validation import load_model
@@ -272,10 +272,10 @@ def registry_needed(spec: BoardSpec) -> str | None:
     dir, not lowtide's local platform, not ST from archives) and no registry host answers; None if it can be (as
     far as the registry goes). Behind a proxy PlatformIO is left to try."""
     platform = env_platform(spec.platformio_env, spec.platformio_config)
-    if platform == LOCAL_PLATFORM_URI or platform_installed(platform) or any(
-            os.environ.get(proxy) for proxy in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+    settings = read_settings()
+    if platform == LOCAL_PLATFORM_URI or platform_installed(platform) or settings.behind_proxy:
         return None
-    if platform == ST_PLATFORM and os.environ.get(ARCHIVES_SETTING):
+    if platform == ST_PLATFORM and settings.platformio_archives:
         return None
     if registry_unreachable() is None:
         return None
