@@ -7,10 +7,14 @@ import pytest
 from conftest import SHARED_MODELS, reference_figures, shared_model_names
 from lowtide import oracle
 from lowtide.export import optimize_model
-from lowtide.memory import align_up, buffer_lifetimes, tflm_plan
+from lowtide.errors import LowtideError
+from lowtide.memory import align_up, buffer_lifetimes, buffers_to_plan, tflm_plan
 from lowtide.memory.in_place import InPlace, in_place_outputs
+from lowtide.memory.placement import check_no_overlap, offline_plan, place
+from lowtide.memory.plan_check import plan_problems
 from lowtide.model import read_model
 from lowtide.model.builder import ModelBuilder
+from lowtide.model.writer import model_bytes, set_offline_plan
 from lowtide.validation import load_model
 
 REFERENCE = reference_figures()
@@ -115,6 +119,34 @@ def test_in_place_outputs_follow_the_kernels_rules():
     quantize = mcunet.main.operators[0]
     assert in_place_outputs(mcunet, 16) == {
         quantize.outputs[0]: InPlace(0, quantize.inputs[0], quantize.outputs[0], 0)}
+
+
+def _with_plan(graph, buffers, offsets):
+    raw = graph.raw
+    set_offline_plan(raw, offline_plan(graph, buffers, offsets))
+    return read_model(model_bytes(raw))
+
+
+def test_a_models_own_plan_and_lowtides_are_judged_by_one_overlap_check():
+    """The split's strips inside their source (in place, by memory.in_place's rules), as lowtide places them: a
+    plan lowtide makes and the same plan as the model's own pass alike; two tensors live together put on the same
+    bytes are refused by both, naming the same two."""
+    graph = read_model(_split_model(axis=1, sizes=[2, 6]))
+    buffers = buffers_to_plan(graph)
+    offsets = list(place(buffers, 0).offsets)
+    assert any(b.shares for b in buffers)
+    check_no_overlap(buffers, offsets)
+    assert plan_problems(_with_plan(graph, buffers, offsets)) == []
+
+    in_place = {b.tensor for b in buffers if b.shares} | {b.shares[0] for b in buffers if b.shares}
+    a, b = next((i, j) for i, x in enumerate(buffers) for j, y in enumerate(buffers) if i < j
+                and x.tensor is not None and y.tensor is not None and not {x.tensor, y.tensor} & in_place
+                and max(x.first, y.first) < min(x.last, y.last))  # live together beyond one operator
+    offsets[b] = offsets[a]
+    with pytest.raises(LowtideError, match="memory plan overlaps") as refused:
+        check_no_overlap(buffers, offsets)
+    [problem] = plan_problems(_with_plan(read_model(_split_model(axis=1, sizes=[2, 6])), buffers, offsets))
+    assert str(refused.value).split(": ", 1)[1] == problem.reason.split(": ", 1)[1]
 
 
 def test_in_place_quantize_frees_the_float_input_on_the_host_tflm(tmp_path):

@@ -46,6 +46,16 @@ COMPILED_ELEMENTWISE = frozenset({"ADD", "SUB", "MUL", "RELU", "RELU6", "LEAKY_R
 COMPILED_ONLY = COMPILED_ELEMENTWISE | {"DEPTHWISE_CONV_2D"}
 
 
+def tflm_runs_in_place(op: Operator, a: int, b: int) -> bool:
+    """Whether a model's own plan may put tensors `a` and `b`, one read and the other written by `op` and live
+    together only while it runs, on the same bytes: an in-place plan (a SPLIT_V output inside its input, a
+    CONCATENATION input inside its output, a model input quantized in place), which TFLM runs as the model's
+    author planned it. Never for the operators only the compiled runtime runs in place: TFLM's depthwise and
+    element-wise kernels read the input while they write. Lowtide's own plans share bytes only as
+    `in_place_outputs` allows."""
+    return op.opcode not in COMPILED_ONLY and bool({a, b} & set(op.inputs) and {a, b} & set(op.outputs))
+
+
 @dataclass(frozen=True)
 class InPlace:
     """`output` may be placed `offset` bytes into `input`, which dies at `op`."""

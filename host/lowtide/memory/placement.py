@@ -87,6 +87,21 @@ def check_no_overlap(buffers: Sequence[Buffer], offsets: Sequence[int]) -> None:
             if offsets[j] != offsets[root] + inside:
                 raise LowtideError(f"memory plan moves in-place output {buffers[j].label} off the bytes it shares "
                                    f"(offset {offsets[j]}, expected {offsets[root] + inside})")
+    overlap = first_overlap(buffers, offsets)
+    if overlap is not None:
+        (a, oa), (b, ob) = ((buffers[i], offsets[i]) for i in overlap)
+        raise LowtideError(f"memory plan overlaps: {a.label} [{oa}, {oa + a.size}) and {b.label} [{ob}, {ob + b.size}) "
+                           f"are both live in scope {b.first}")
+
+
+def first_overlap(buffers: Sequence[Buffer], offsets: Sequence[int],
+                  in_place: Callable[[Buffer, Buffer], bool] | None = None) -> tuple[int, int] | None:
+    """The first two buffers live at the same time on shared bytes, as indices into `buffers`, the one live first
+    first; None if there are none. The one overlap check of every plan: the plans lowtide makes
+    (`check_no_overlap`) and a model's own (`lowtide.memory.plan_check`). An output lowtide places in place
+    (`lowtide.memory.in_place`, `Buffer.shares`) is live only after the scope in which it shares its input's
+    bytes, so it never overlaps that input; `in_place` says which other pairs may share bytes (a model's own
+    plan's, by `in_place.tflm_runs_in_place`)."""
     by_first = sorted(range(len(buffers)), key=lambda i: buffers[i].first)
     for k, i in enumerate(by_first):
         a, oa = buffers[i], offsets[i]
@@ -94,11 +109,9 @@ def check_no_overlap(buffers: Sequence[Buffer], offsets: Sequence[int]) -> None:
             b, ob = buffers[j], offsets[j]
             if b.first > a.last:
                 break
-            if oa < ob + b.size and ob < oa + a.size:
-                raise LowtideError(
-                    f"memory plan overlaps: {a.label} [{oa}, {oa + a.size}) and {b.label} [{ob}, {ob + b.size}) "
-                    f"are both live in scope {max(a.first, b.first)}"
-                )
+            if oa < ob + b.size and ob < oa + a.size and not (in_place and in_place(a, b)):
+                return i, j
+    return None
 
 
 def _lowest_fit(size: int, busy: list[tuple[int, int]], best_fit: bool) -> int:
