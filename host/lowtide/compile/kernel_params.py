@@ -7,7 +7,9 @@ the struct's initializer, and firmware/runtime/lt_params.h, which lt_runtime.h i
 Member types: `int` is an int32_t member, `float` a float one, `Dims` an int32_t[LT_MAX_DIMS] array (up to that
 many values, the rest zero: one per dimension) and `Gates` an int32_t[4] one (exactly 4 values); a string in a
 member's `Annotated` is its comment in the header. Annotations, not `field()`s, carry these, so that a type
-checker sees every member as required.
+checker sees every member as required. Members that lowerings compute apart from the rest (a convolution's
+geometry, a matrix product's) are a dataclass of their own, which the struct's derives from: they come first, in
+the group's order, and a lowering hands its group on whole (`ConvParams(**asdict(shape), ...)`).
 
     python scripts/kernel_params_header.py     # regenerates firmware/runtime/lt_params.h
 """
@@ -104,9 +106,9 @@ def _read_members(cls: type[KernelParams]) -> tuple[CMember, ...]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ConvParams(KernelParams):
-    """CONV_2D, DEPTHWISE_CONV_2D, TRANSPOSE_CONV, AVERAGE_POOL_2D and MAX_POOL_2D on NHWC tensors (TRANSPOSE_CONV:
-    in_* is the input, out_* the output, pad_* as TFLM computes it from the output size)."""
+class ConvShape(KernelParams):
+    """lt_conv_params' first members, the geometry a lowering computes before the rest: the window (shapes,
+    strides, dilations, padding before), the filter's input channels per group and the depth multiplier."""
 
     C_NAME = "lt_conv_params"
     batches: int
@@ -126,6 +128,13 @@ class ConvParams(KernelParams):
     pad_h: int
     pad_w: int
     depth_multiplier: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConvParams(ConvShape):
+    """CONV_2D, DEPTHWISE_CONV_2D, TRANSPOSE_CONV, AVERAGE_POOL_2D and MAX_POOL_2D on NHWC tensors (TRANSPOSE_CONV:
+    in_* is the input, out_* the output, pad_* as TFLM computes it from the output size)."""
+
     input_offset: Annotated[int, "-input zero point"]
     output_offset: Annotated[int, "+output zero point"]
     act_min: int
@@ -246,9 +255,8 @@ class MeanParams(KernelParams):
 
 
 @dataclass(frozen=True, kw_only=True)
-class BatchMatmulParams(KernelParams):
-    """BATCH_MATMUL: output[batch][i][j] = sum over k of lhs[batch][i][k] x rhs[batch][k][j], the batch dimensions
-    broadcast (a step of 0), adj_x / adj_y as element steps. int8: each operand less its zero point, requantized."""
+class BatchMatmulShape(KernelParams):
+    """lt_batch_matmul_params' first members: the operands' geometry, as element steps."""
 
     C_NAME = "lt_batch_matmul_params"
     batch_ndim: int
@@ -262,6 +270,13 @@ class BatchMatmulParams(KernelParams):
     lhs_depth_step: int
     rhs_depth_step: int
     rhs_col_step: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchMatmulParams(BatchMatmulShape):
+    """BATCH_MATMUL: output[batch][i][j] = sum over k of lhs[batch][i][k] x rhs[batch][k][j], the batch dimensions
+    broadcast (a step of 0), adj_x / adj_y as element steps. int8: each operand less its zero point, requantized."""
+
     lhs_offset: int
     rhs_offset: int
     output_offset: int

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TypedDict
+from dataclasses import asdict, replace
 
 import numpy as np
 
 from lowtide.compile import quantization as q
-from lowtide.compile.kernel_params import ConvParams, FcParams, KernelParams
+from lowtide.compile.kernel_params import ConvParams, ConvShape, FcParams, KernelParams
 from lowtide.compile.lowering.emitter import (
     NO_FLOAT_ACTIVATION,
     NO_QUANTIZED_ACTIVATION,
@@ -31,35 +31,9 @@ from lowtide.model import padding
 from lowtide.model.ir import Operator, TensorKind
 
 
-class Window(TypedDict):
-    """lt_conv_params' window geometry: the shapes, strides, dilations and padding before."""
-
-    batches: int
-    in_h: int
-    in_w: int
-    in_c: int
-    out_h: int
-    out_w: int
-    out_c: int
-    filter_h: int
-    filter_w: int
-    stride_h: int
-    stride_w: int
-    dilation_h: int
-    dilation_w: int
-    pad_h: int
-    pad_w: int
-
-
-class ConvShape(Window):
-    """lt_conv_params' shape members: the window, the filter's input channels and the depth multiplier."""
-
-    filter_in_c: int
-    depth_multiplier: int
-
-
-def window_geometry(e: ModelEmitter, op: Operator, filter_h: int, filter_w: int) -> Window:
-    """Window geometry shared by convolutions and pools (ComputePaddingHeightWidth)."""
+def window_geometry(e: ModelEmitter, op: Operator, filter_h: int, filter_w: int) -> ConvShape:
+    """Window geometry shared by convolutions and pools (ComputePaddingHeightWidth), with a pool's one filter
+    input channel and depth multiplier 1."""
     in_shape, out_shape = e.tensor(op.inputs[0]).shape, e.tensor(op.outputs[0]).shape
     require(len(in_shape) == 4 and len(out_shape) == 4, "only 4-D NHWC tensors are supported")
     o = op.options
@@ -72,11 +46,11 @@ def window_geometry(e: ModelEmitter, op: Operator, filter_h: int, filter_w: int)
     except ValueError as exc:
         raise Unsupported(str(exc)) from None
     require((out_h, out_w) == tuple(out_shape[1:3]), f"output shape {out_shape} does not match the padding")
-    return Window(batches=in_shape[0], in_h=in_shape[1], in_w=in_shape[2], in_c=in_shape[3], out_h=out_h, out_w=out_w,
-                  out_c=out_shape[3], filter_h=filter_h, filter_w=filter_w, stride_h=stride_h, stride_w=stride_w,
-                  dilation_h=dil_h, dilation_w=dil_w,
-                  pad_h=padding.padding_before(in_shape[1], filter_h, stride_h, dil_h, out_h),
-                  pad_w=padding.padding_before(in_shape[2], filter_w, stride_w, dil_w, out_w))
+    return ConvShape(batches=in_shape[0], in_h=in_shape[1], in_w=in_shape[2], in_c=in_shape[3], out_h=out_h,
+                     out_w=out_w, out_c=out_shape[3], filter_h=filter_h, filter_w=filter_w, filter_in_c=1,
+                     stride_h=stride_h, stride_w=stride_w, dilation_h=dil_h, dilation_w=dil_w,
+                     pad_h=padding.padding_before(in_shape[1], filter_h, stride_h, dil_h, out_h),
+                     pad_w=padding.padding_before(in_shape[2], filter_w, stride_w, dil_w, out_w), depth_multiplier=1)
 
 
 def _weighted(e: ModelEmitter, op: Operator, name: str, kind: str) -> str:
@@ -88,19 +62,18 @@ def _weighted(e: ModelEmitter, op: Operator, name: str, kind: str) -> str:
     fusion = e.fused_pads.get(op.index)
     if fusion is not None:  # read the PAD's input: its padding becomes part of this layer's
         source = e.tensor(fusion.source).shape
-        geometry["in_h"], geometry["in_w"] = source[1], source[2]
-        geometry["pad_h"] += fusion.top
-        geometry["pad_w"] += fusion.left
-    shape = ConvShape(**geometry, filter_in_c=filter_shape[3] if kind == "conv2d" else 1,
-                      depth_multiplier=geometry["out_c"] // geometry["in_c"] if kind == "depthwise_conv2d" else 1)
+        geometry = replace(geometry, in_h=source[1], in_w=source[2], pad_h=geometry.pad_h + fusion.top,
+                           pad_w=geometry.pad_w + fusion.left)
+    shape = replace(geometry, filter_in_c=filter_shape[3] if kind == "conv2d" else 1,
+                    depth_multiplier=geometry.out_c // geometry.in_c if kind == "depthwise_conv2d" else 1)
     if kind == "conv2d":
-        require(shape["in_c"] % shape["filter_in_c"] == 0, "input channels are not a multiple of the filter's")
+        require(shape.in_c % shape.filter_in_c == 0, "input channels are not a multiple of the filter's")
     bias = op.inputs[2] if len(op.inputs) > 2 and op.inputs[2] >= 0 else None
     if ins[:2] == ["int8", "int8"] and outs == ["int8"]:
         require(bias is None or ins[2] == "int32", "int8 convolution needs an int32 bias")
         in_q, f_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.inputs[1]), e.quantization(op.outputs[0])
-        multipliers, shifts = q.per_channel_multipliers(in_q.scale, list(f_q.scales), out_q.scale, shape["out_c"])
-        params = ConvParams(**shape, input_offset=-in_q.zero_point, output_offset=out_q.zero_point,
+        multipliers, shifts = q.per_channel_multipliers(in_q.scale, list(f_q.scales), out_q.scale, shape.out_c)
+        params = ConvParams(**asdict(shape), input_offset=-in_q.zero_point, output_offset=out_q.zero_point,
                             **quantized_activation(e, op, op.outputs[0]), **NO_FLOAT_ACTIVATION)
         fast = _fast_int8(e, op, name, kind, params, bias, multipliers, shifts)
         if fast is not None:
@@ -108,10 +81,10 @@ def _weighted(e: ModelEmitter, op: Operator, name: str, kind: str) -> str:
         require(fusion is None, "a fused PAD needs the fast depthwise kernel")
         return _weighted_call(e, op, name, f"lt_{kind}_s8", params, bias, (multipliers, shifts))
     if ins[:2] == ["int16", "int8"] and outs == ["int16"]:
-        return _weighted_16x8(e, op, name, kind, bias, shape["out_c"], lambda activation: ConvParams(
-            **shape, input_offset=0, output_offset=0, **activation, **NO_FLOAT_ACTIVATION))
+        return _weighted_16x8(e, op, name, kind, bias, shape.out_c, lambda activation: ConvParams(
+            **asdict(shape), input_offset=0, output_offset=0, **activation, **NO_FLOAT_ACTIVATION))
     if ins[:2] == ["float32", "float32"] and outs == ["float32"]:
-        params = ConvParams(**shape, input_offset=0, output_offset=0, **NO_QUANTIZED_ACTIVATION,
+        params = ConvParams(**asdict(shape), input_offset=0, output_offset=0, **NO_QUANTIZED_ACTIVATION,
                             **float_activation(op))
         return _weighted_call(e, op, name, f"lt_{kind}_f32", params, bias)
     raise Unsupported(f"types {ins} -> {outs}")

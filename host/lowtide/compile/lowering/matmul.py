@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from typing import TypedDict
+from dataclasses import asdict
 
 from lowtide.compile import quantization as q
-from lowtide.compile.kernel_params import MAX_DIMS, BatchMatmulParams, ConvParams
-from lowtide.compile.lowering.conv import ConvShape
+from lowtide.compile.kernel_params import MAX_DIMS, BatchMatmulParams, BatchMatmulShape, ConvParams, ConvShape
 from lowtide.compile.lowering.emitter import (
     NO_FLOAT_ACTIVATION,
     NO_QUANTIZED_ACTIVATION,
@@ -68,31 +67,15 @@ def lower_transpose_conv(e, op, name):
         require(e.tensor(bias).dtype == "int16", "a 16x8 transpose convolution needs an int64 or int16 bias")
         bias_pointer = e.array(f"{name}_bias", "int64_t", e.constant_values(bias).astype("int64"))
     in_q, f_q, out_q = e.quantization(data), e.quantization(filter_index), e.quantization(op.outputs[0])
-    multipliers, shifts = q.per_channel_multipliers(in_q.scale, list(f_q.scales), out_q.scale, shape["out_c"])
-    p = e.struct(f"{name}_params", ConvParams(**shape, input_offset=0, output_offset=0,
+    multipliers, shifts = q.per_channel_multipliers(in_q.scale, list(f_q.scales), out_q.scale, shape.out_c)
+    p = e.struct(f"{name}_params", ConvParams(**asdict(shape), input_offset=0, output_offset=0,
                                               **quantized_activation(e, op, op.outputs[0]), **NO_FLOAT_ACTIVATION))
     return (f"lt_transpose_conv_s16({p}, {e.pointer(data)}, {e.pointer(filter_index)}, {bias_pointer}, "
             f"{e.array(f'{name}_multiplier', 'int32_t', multipliers)}, {e.array(f'{name}_shift', 'int32_t', shifts)}, "
             f"{e.pointer(op.outputs[0], True)});")
 
 
-class MatmulShape(TypedDict):
-    """lt_batch_matmul_params' shape members."""
-
-    batch_ndim: int
-    batch_dims: list[int]
-    lhs_batch_steps: list[int]
-    rhs_batch_steps: list[int]
-    rows: int
-    cols: int
-    depth: int
-    lhs_row_step: int
-    lhs_depth_step: int
-    rhs_depth_step: int
-    rhs_col_step: int
-
-
-def batch_matmul_geometry(e: ModelEmitter, op: Operator) -> MatmulShape:
+def batch_matmul_geometry(e: ModelEmitter, op: Operator) -> BatchMatmulShape:
     """BATCH_MATMUL: the last two dimensions multiplied (adj_x / adj_y transpose them), the others broadcast."""
     lhs_shape, rhs_shape = e.tensor(op.inputs[0]).shape, e.tensor(op.inputs[1]).shape
     out_shape = e.tensor(op.outputs[0]).shape
@@ -112,9 +95,9 @@ def batch_matmul_geometry(e: ModelEmitter, op: Operator) -> MatmulShape:
         padded_st = [0] * pad + st[:-2]
         require(all(s in (1, b) for s, b in zip(padded, batch)), f"batch dimensions {shape[:-2]} of {batch}")
         steps.append([t if s > 1 else 0 for s, t in zip(padded, padded_st)])
-    return MatmulShape(batch_ndim=len(batch), batch_dims=list(batch), lhs_batch_steps=steps[0],
-                       rhs_batch_steps=steps[1], rows=rows, cols=cols, depth=depth, lhs_row_step=lhs_row_step,
-                       lhs_depth_step=lhs_depth_step, rhs_depth_step=rhs_depth_step, rhs_col_step=rhs_col_step)
+    return BatchMatmulShape(batch_ndim=len(batch), batch_dims=list(batch), lhs_batch_steps=steps[0],
+                            rhs_batch_steps=steps[1], rows=rows, cols=cols, depth=depth, lhs_row_step=lhs_row_step,
+                            lhs_depth_step=lhs_depth_step, rhs_depth_step=rhs_depth_step, rhs_col_step=rhs_col_step)
 
 
 def lower_batch_matmul(e, op, name):
@@ -127,7 +110,7 @@ def lower_batch_matmul(e, op, name):
     require(all(qp.zero_point == 0 for qp in quants), "int16 BATCH_MATMUL needs zero points of 0")
     lhs_q, rhs_q, out_q = quants
     m, s = q.quantize_multiplier(float(lhs_q.scale) * float(rhs_q.scale) / float(out_q.scale))
-    p = e.struct(f"{name}_params", BatchMatmulParams(**batch_matmul_geometry(e, op), lhs_offset=0, rhs_offset=0,
+    p = e.struct(f"{name}_params", BatchMatmulParams(**asdict(batch_matmul_geometry(e, op)), lhs_offset=0, rhs_offset=0,
                                                      output_offset=0, multiplier=m, shift=s))
     return (f"lt_batch_matmul_s16({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
             f"{e.pointer(op.outputs[0], True)});")
@@ -143,13 +126,14 @@ def _lower_transpose_conv_8_or_float(e, op, name):
     require(outs == [dtype] and ins[1] == ("int8" if dtype == "int8" else "float32"), f"types {ins} -> {outs}")
     pointers = [e.pointer(data), e.pointer(filter_index), e.pointer(bias) if bias is not None else "NULL"]
     if dtype == "float32":
-        p = e.struct(f"{name}_params", ConvParams(**shape, input_offset=0, output_offset=0, **NO_QUANTIZED_ACTIVATION,
-                                                  **float_activation(op)))
+        p = e.struct(f"{name}_params", ConvParams(**asdict(shape), input_offset=0, output_offset=0,
+                                                  **NO_QUANTIZED_ACTIVATION, **float_activation(op)))
         return f"lt_transpose_conv_f32({p}, {', '.join(pointers)}, {e.pointer(op.outputs[0], True)});"
     require(bias is None or e.tensor(bias).dtype == "int32", "int8 transpose convolution needs an int32 bias")
     in_q, f_q, out_q = e.quantization(data), e.quantization(filter_index), e.quantization(op.outputs[0])
-    multipliers, shifts = q.per_channel_multipliers(in_q.scale, list(f_q.scales), out_q.scale, shape["out_c"])
-    p = e.struct(f"{name}_params", ConvParams(**shape, input_offset=-in_q.zero_point, output_offset=out_q.zero_point,
+    multipliers, shifts = q.per_channel_multipliers(in_q.scale, list(f_q.scales), out_q.scale, shape.out_c)
+    p = e.struct(f"{name}_params", ConvParams(**asdict(shape), input_offset=-in_q.zero_point,
+                                              output_offset=out_q.zero_point,
                                               **quantized_activation(e, op, op.outputs[0]), **NO_FLOAT_ACTIVATION))
     return (f"lt_transpose_conv_s8({p}, {', '.join(pointers)}, {e.array(f'{name}_multiplier', 'int32_t', multipliers)}"
             f", {e.array(f'{name}_shift', 'int32_t', shifts)}, {e.pointer(op.outputs[0], True)});")
@@ -163,10 +147,10 @@ def _lower_batch_matmul_8_or_float(e, op, name):
     if ins[0] == "int8":
         lhs_q, rhs_q, out_q = (e.quantization(t) for t in (op.inputs[0], op.inputs[1], op.outputs[0]))
         m, s = q.quantize_multiplier(float(lhs_q.scale) * float(rhs_q.scale) / float(out_q.scale))
-        params = BatchMatmulParams(**shape, lhs_offset=-lhs_q.zero_point, rhs_offset=-rhs_q.zero_point,
+        params = BatchMatmulParams(**asdict(shape), lhs_offset=-lhs_q.zero_point, rhs_offset=-rhs_q.zero_point,
                                    output_offset=out_q.zero_point, multiplier=m, shift=s)
     else:
-        params = BatchMatmulParams(**shape, lhs_offset=0, rhs_offset=0, output_offset=0, multiplier=0, shift=0)
+        params = BatchMatmulParams(**asdict(shape), lhs_offset=0, rhs_offset=0, output_offset=0, multiplier=0, shift=0)
     p = e.struct(f"{name}_params", params)
     suffix = "s8" if ins[0] == "int8" else "f32"
     return (f"lt_batch_matmul_{suffix}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "

@@ -4,6 +4,7 @@ CUMSUM): calls into firmware/runtime/lt_pool.c."""
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 from typing import TypedDict
 
 from lowtide.compile import quantization as q
@@ -33,11 +34,11 @@ def _pool(e, op, name, kind):
         in_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.outputs[0])
         require(in_q == out_q, "int8 pooling needs equal input and output quantization")
         # no offsets: the input's quantization is the output's
-        params = ConvParams(**window, filter_in_c=1, depth_multiplier=1, input_offset=0, output_offset=0,
+        params = ConvParams(**asdict(window), input_offset=0, output_offset=0,
                             **quantized_activation(e, op, op.outputs[0]), **NO_FLOAT_ACTIVATION)
         suffix = "s8"
     elif ins == ["float32"] and outs == ["float32"]:
-        params = ConvParams(**window, filter_in_c=1, depth_multiplier=1, input_offset=0, output_offset=0,
+        params = ConvParams(**asdict(window), input_offset=0, output_offset=0,
                             **NO_QUANTIZED_ACTIVATION, **float_activation(op))
         suffix = "f32"
     else:
