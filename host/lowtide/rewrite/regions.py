@@ -29,6 +29,7 @@ from lowtide.model import padding as window
 from lowtide.model.ir import Graph, Operator, Subgraph
 from lowtide.model.operators import BINARY_OPCODES, CONV_OPCODES, POOL_OPCODES, REDUCE_OPCODES, UNARY_OPCODES
 from lowtide.model.schema import ELEMENT_BYTES, fb
+from lowtide.rewrite.errors import NotApplicable
 
 Interval = tuple[int, int]  # half-open [lo, hi)
 
@@ -294,20 +295,20 @@ def _ancestors(sg: Subgraph) -> list[int]:
     return result
 
 
-def region_between(graph: Graph, source: int, target: int) -> Region | str:
-    """The tileable region from cut `source` to cut `target`, or why there is none."""
+def region_between(graph: Graph, source: int, target: int) -> Region:
+    """The tileable region from cut `source` to cut `target`; NotApplicable says why there is none."""
     sg = graph.main
     producers = sg.producers()
     ancestors = _ancestors(sg)
     if target not in producers:
-        return "the target tensor is a model input"
+        raise NotApplicable("the target tensor is a model input")
     t_op = producers[target]
     before_target = ancestors[t_op] | 1 << t_op
     before_source = 0
     if source in producers:
         before_source = ancestors[producers[source]] | 1 << producers[source]
     if before_source & ~before_target:
-        return "the source does not precede the target"
+        raise NotApplicable("the source does not precede the target")
     members = before_target & ~before_source
     branch = broadcast_branch(graph, source, members)
     members &= ~sum(1 << op for op in branch)
@@ -320,30 +321,26 @@ def region_between(graph: Graph, source: int, target: int) -> Region | str:
         if op.opcode == "PAD" and not _foldable_pad(graph, op, consumers, members):
             folded.append(op.index)
             continue
-        region_op = _region_op(graph, op, producers, members, set(folded))
-        if isinstance(region_op, str):
-            return region_op
-        ops.append(region_op)
+        ops.append(_region_op(graph, op, producers, members, set(folded)))
     if not ops or t_op in folded:
-        return "the region ends in a PAD folded into its consumers or holds no operator"
+        raise NotApplicable("the region ends in a PAD folded into its consumers or holds no operator")
     skips = skip_inputs(graph, source, ops, members)
-    if isinstance(skips, str):
-        return skips
     for region_op in ops:
         outside = _broadcast_read_elsewhere(graph, region_op, branch)
         if outside:
-            return outside
+            raise NotApplicable(outside)
     for t in sorted({source, *skips} | {t for rop in ops for t in rop.outputs}):
         if sg.tensors[t].dtype not in WINDOW_TYPES:
-            return (f"tensor {t} '{sg.tensors[t].name}' is {sg.tensors[t].dtype}, which TFLM's STRIDED_SLICE and "
-                    f"CONCATENATION do not copy")
+            raise NotApplicable(f"tensor {t} '{sg.tensors[t].name}' is {sg.tensors[t].dtype}, which TFLM's "
+                                f"STRIDED_SLICE and CONCATENATION do not copy")
     return Region(source, target, tuple(ops), tuple(folded), branch, skips)
 
 
-def skip_inputs(graph: Graph, source: int, ops: list[RegionOp], members: int) -> tuple[int, ...] | str:
+def skip_inputs(graph: Graph, source: int, ops: list[RegionOp], members: int) -> tuple[int, ...]:
     """The tensors other than the source that the region's operators read windows of and that are computed
-    before it (a decoder's skip tensors from the encoder, the input of a residual block tiled from inside it),
-    or why one cannot be held whole beside the source. They are whole before the first patch, like the source."""
+    before it (a decoder's skip tensors from the encoder, the input of a residual block tiled from inside it);
+    NotApplicable says why one cannot be held whole beside the source. They are whole before the first patch,
+    like the source."""
     sg = graph.main
     producers = sg.producers()
     skips: list[int] = []
@@ -354,7 +351,7 @@ def skip_inputs(graph: Graph, source: int, ops: list[RegionOp], members: int) ->
                 continue
             shape = sg.tensors[t].shape
             if not sg.tensors[t].planned or len(shape) != 4 or shape[0] != 1:
-                return f"operator {region_op.op} reads a tensor from outside the region"
+                raise NotApplicable(f"operator {region_op.op} reads a tensor from outside the region")
             skips.append(t)
     return tuple(sorted(skips))
 
@@ -502,19 +499,19 @@ def _axis_map(kernel: int, dilation: int, stride: int, in_size: int, out_size: i
 
 
 def _region_op(graph: Graph, op: Operator, producers: dict[int, int], members: int,
-               folded: set[int]) -> RegionOp | str:
+               folded: set[int]) -> RegionOp:
     sg = graph.main
     for output in op.outputs:
         if len(sg.tensors[output].shape) != 4 or sg.tensors[output].shape[0] != 1:
-            return f"operator {op.index} ({op.opcode}) has no single-image NHWC output"
+            raise NotApplicable(f"operator {op.index} ({op.opcode}) has no single-image NHWC output")
     out_hw = shape_hw(sg, op.outputs[0])
     fill_lowest = False
     pads = False
-    maps: dict[int, tuple[WindowMap, WindowMap]] | str
+    maps: dict[int, tuple[WindowMap, WindowMap]]
     if op.opcode in CONV_OPCODES or op.opcode in POOL_OPCODES:
         if op.opcode == "AVERAGE_POOL_2D" and _same_padding_used(sg, op):
             # AVERAGE_POOL's SAME padding divides by the in-image count: no explicit PAD reproduces it.
-            return f"operator {op.index} ({op.opcode}) averages over SAME padding"
+            raise NotApplicable(f"operator {op.index} ({op.opcode}) averages over SAME padding")
         fill_lowest = op.opcode == "MAX_POOL_2D" and _same_padding_used(sg, op)
         conv_rows, conv_cols = _axis_maps(sg, op)
         maps = {0: (conv_rows, conv_cols)}
@@ -527,22 +524,16 @@ def _region_op(graph: Graph, op: Operator, producers: dict[int, int], members: i
             if reason is None:
                 maps[slot] = (IDENTITY, IDENTITY)
             elif reason:
-                return reason
+                raise NotApplicable(reason)
     elif op.opcode in PAD_OPCODES:
         maps = _pad_maps(graph, op)
-        if isinstance(maps, str):
-            return maps
         pads = True
     elif op.opcode in RESIZE_OPCODES:
         maps = _resize_maps(graph, op)
-        if isinstance(maps, str):
-            return maps
     elif op.opcode in CHANNEL_OPCODES:
         maps = _channel_maps(graph, op, out_hw)
-        if isinstance(maps, str):
-            return maps
     else:
-        return global_operator(graph, op) or f"operator {op.index} ({op.opcode}) cannot run on patches"
+        raise NotApplicable(global_operator(graph, op) or f"operator {op.index} ({op.opcode}) cannot run on patches")
     edges = []
     for slot, (rows, cols) in maps.items():
         tensor = op.inputs[slot]
@@ -574,11 +565,11 @@ def _broadcast_operand(graph: Graph, op: Operator, slot: int, out_hw: tuple[int,
     return ""
 
 
-def _pad_maps(graph: Graph, op: Operator) -> dict[int, tuple[WindowMap, WindowMap]] | str:
+def _pad_maps(graph: Graph, op: Operator) -> dict[int, tuple[WindowMap, WindowMap]]:
     sg = graph.main
     paddings = graph.constant_array(op.inputs[1])
     if paddings is None or paddings.shape != (4, 2) or paddings[0].any():
-        return f"operator {op.index} ({op.opcode}) pads the batch or has no constant paddings"
+        raise NotApplicable(f"operator {op.index} ({op.opcode}) pads the batch or has no constant paddings")
     if op.opcode != "MIRROR_PAD":
         return {0: (AxisMap(1, 1, int(paddings[1][0])), AxisMap(1, 1, int(paddings[2][0])))}
     reflect = op.options.mode == fb.MirrorPadMode.REFLECT
@@ -586,7 +577,7 @@ def _pad_maps(graph: Graph, op: Operator) -> dict[int, tuple[WindowMap, WindowMa
     return {0: (MirrorMap(in_h, int(paddings[1][0]), reflect), MirrorMap(in_w, int(paddings[2][0]), reflect))}
 
 
-def _resize_maps(graph: Graph, op: Operator) -> dict[int, tuple[WindowMap, WindowMap]] | str:
+def _resize_maps(graph: Graph, op: Operator) -> dict[int, tuple[WindowMap, WindowMap]]:
     sg = graph.main
     o = op.options
     integer = sg.tensors[op.outputs[0]].dtype != "float32"
@@ -595,8 +586,8 @@ def _resize_maps(graph: Graph, op: Operator) -> dict[int, tuple[WindowMap, Windo
         axis = _resize_axis(op.opcode == "RESIZE_BILINEAR", n_in, n_out, bool(o.alignCorners),
                             bool(o.halfPixelCenters), integer)
         if axis is None:
-            return (f"operator {op.index} ({op.opcode}) maps a window of {n_out} rows or columns back to {n_in} "
-                    f"in a way no smaller resize reproduces (a non-integer factor or align_corners)")
+            raise NotApplicable(f"operator {op.index} ({op.opcode}) maps a window of {n_out} rows or columns back to "
+                                f"{n_in} in a way no smaller resize reproduces (a non-integer factor or align_corners)")
         maps.append(axis)
     return {0: (maps[0], maps[1])}
 
@@ -669,7 +660,7 @@ def _resize_sources(bilinear: bool, n_in: int, n_out: int, align_corners: bool, 
 
 
 def _channel_maps(graph: Graph, op: Operator,
-                  out_hw: tuple[int, int]) -> dict[int, tuple[WindowMap, WindowMap]] | str:
+                  out_hw: tuple[int, int]) -> dict[int, tuple[WindowMap, WindowMap]]:
     slots: Sequence[int]
     if op.opcode == "CONCATENATION":
         axis, slots = op.options.axis, range(len(op.inputs))
@@ -677,13 +668,14 @@ def _channel_maps(graph: Graph, op: Operator,
         data, axis_slot = (1, 0) if op.opcode == "SPLIT" else (0, 2)
         axis_value = graph.constant_array(op.inputs[axis_slot])
         if axis_value is None:
-            return f"operator {op.index} ({op.opcode}) has no constant axis"
+            raise NotApplicable(f"operator {op.index} ({op.opcode}) has no constant axis")
         axis, slots = int(np.ravel(axis_value)[0]), [data]
     if axis % 4 != 3:
-        return f"operator {op.index} ({op.opcode}) works along rows or columns, not channels"
+        raise NotApplicable(f"operator {op.index} ({op.opcode}) works along rows or columns, not channels")
     for slot in slots:
         if _broadcast_operand(graph, op, slot, out_hw) is not None:
-            return f"operator {op.index} ({op.opcode}) joins a constant or tensors of other rows and columns"
+            raise NotApplicable(f"operator {op.index} ({op.opcode}) joins a constant or tensors of other rows and "
+                                "columns")
     return {slot: (IDENTITY, IDENTITY) for slot in slots}
 
 

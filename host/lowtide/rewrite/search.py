@@ -160,9 +160,10 @@ def tile(graph: Graph, source: int, target: int, grid: tuple[int, int], order: l
     escaping = escaping_tensor(graph, source, target)
     if escaping:
         raise NotApplicable(f"cannot tile tensor {source} -> {target}: {escaping}")
-    region = region_between(graph, source, target)
-    if isinstance(region, str):
-        raise NotApplicable(f"cannot tile tensor {source} -> {target}: {region}")
+    try:
+        region = region_between(graph, source, target)
+    except NotApplicable as refused:
+        raise NotApplicable(f"cannot tile tensor {source} -> {target}: {refused.message}") from None
     height, width = graph.main.tensors[target].shape[1:3]
     limit = (min(height, MAX_PATCHES_PER_AXIS), min(width, MAX_PATCHES_PER_AXIS))
     if not (1 <= grid[0] <= limit[0] and 1 <= grid[1] <= limit[1]) or grid == (1, 1):
@@ -437,10 +438,11 @@ def _regions_at_peak(graph: Graph, peak_op: int) -> tuple[list[Region], str]:
         for target in _targets(graph, ends, cuts, source, peak_op):
             if producers.get(target, -1) < peak_op or sg.operators[producers[target]].opcode == "PAD":
                 continue  # a PAD's output is reassembled unpadded by its consumer's patches instead
-            region = region_between(graph, source, target)
-            if isinstance(region, str):
+            try:
+                region = region_between(graph, source, target)
+            except NotApplicable as refused:
                 if producers.get(target, -1) > peak_op:
-                    refusals += [region] if region not in refusals else []
+                    refusals += [refused.message] if refused.message not in refusals else []
                     break
                 continue
             if peak_op in {rop.op for rop in region.ops} | set(region.folded_pads) | set(region.broadcast_ops):
