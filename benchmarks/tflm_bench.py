@@ -27,7 +27,7 @@ from rich.progress import Progress
 
 from lowtide.device.measure import MeasureResult, measure
 from lowtide.errors import LowtideError
-from lowtide.export import optimize_model
+from lowtide.pipeline.optimize import optimize_model
 from report import DOC, REPO, SHARED_MODELS, geomean, write_section
 
 SECTION = "tflm"

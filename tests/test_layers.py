@@ -30,6 +30,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("lowtide.export", "lowtide.compile", "lowtide.tflm"),
     ("lowtide.runtimes", "lowtide.project"),  # what a model's firmware is, before any board is involved
     ("lowtide.device",),
+    ("lowtide.pipeline",),  # optimize, build and measure composed: the device layer is handed what they compute
     ("lowtide.hil", "lowtide.mlperf"),
     ("lowtide.cli", "lowtide.__main__"),
     ("lowtide.testing",),  # models for tests and benchmarks: may use any stage, none uses it

@@ -6,7 +6,7 @@ import pytest
 
 from conftest import SHARED_MODELS, reference_figures, shared_model_names
 from lowtide import oracle
-from lowtide.export import optimize_model
+from lowtide.pipeline.optimize import optimize_model
 from lowtide.memory import align_up, buffer_lifetimes, tflm_plan
 from lowtide.memory.in_place import InPlace, in_place_outputs
 from lowtide.model import read_model

@@ -21,7 +21,7 @@ from lowtide.budget import DEFAULT_WALL_SECONDS
 from lowtide.cli.application import app
 from lowtide.device.measure import MeasureResult, measure
 from lowtide.device.spec import get_board_spec
-from lowtide.export import optimize_model
+from lowtide.pipeline.optimize import optimize_model
 from lowtide.runtimes import FirmwareRuntime, runtime_named
 from lowtide.tflm.tree import KernelSet
 from lowtide.validation import load_model
