@@ -9,10 +9,11 @@ kernel set (or none), its arena prediction, its footprint estimate, the slack pa
 runs on, and the sources, defines and libraries it adds to a firmware project (lowtide.project). The stages after
 this one hold a `FirmwareRuntime` and ask it; none compares runtime names.
 
-The figures here (the predicted arena, the footprint estimate) are computed from the model alone and handed to
-lowtide.device, which checks them against a board and builds nothing it cannot hold: the device layer runs no
-planner of its own. Which outputs may share their input's bytes is the memory stage's (`lowtide.memory.in_place`,
-by `Executor`): lowtide.compile, an earlier stage, plans the compiled runtime's arena with those rules.
+The figures here (the predicted arena, the footprint estimate) are computed from the model alone; lowtide.pipeline
+checks them against a board and builds nothing it cannot hold, and hands the device layer the image and the
+predictions: the device layer runs no planner of its own. Which outputs may share their input's bytes is the memory
+stage's (`lowtide.memory.in_place`, by `Executor`): lowtide.compile, an earlier stage, plans the compiled runtime's
+arena with those rules.
 """
 
 from __future__ import annotations

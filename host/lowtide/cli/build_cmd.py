@@ -22,11 +22,12 @@ from rich.console import Console
 from rich.table import Table
 
 from lowtide.cli.application import app
-from lowtide.device.drivers.platformio import FirmwareImage, build_board_firmware, upload_firmware
+from lowtide.device.drivers.platformio import FirmwareImage
 from lowtide.device.drivers.serialport import detect_serial_port
 from lowtide.device.spec import BoardSpec, get_board_spec, with_probe
 from lowtide.errors import LowtideError
 from lowtide.mlperf.benchmarks import benchmark_named, mlperf_protocol
+from lowtide.pipeline.firmware import build_board_firmware, upload_firmware
 from lowtide.runtimes import FirmwareRuntime, planned_head_bytes, runtime_named
 from lowtide.validation import load_model
 

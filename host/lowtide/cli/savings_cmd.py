@@ -19,8 +19,9 @@ from rich.table import Table
 
 from lowtide.budget import DEFAULT_WALL_SECONDS
 from lowtide.cli.application import app
-from lowtide.device.measure import MeasureResult, measure
+from lowtide.device.measure import MeasureResult
 from lowtide.device.spec import get_board_spec
+from lowtide.pipeline.measure import measure
 from lowtide.pipeline.optimize import optimize_model
 from lowtide.runtimes import FirmwareRuntime, runtime_named
 from lowtide.tflm.tree import KernelSet

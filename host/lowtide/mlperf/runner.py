@@ -38,12 +38,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lowtide.device.boards import EmulatedBoard, UsbBoard, get_board
-from lowtide.device.drivers.platformio import build_board_firmware, upload_firmware
 from lowtide.device.drivers.qemu import run_emulator
 from lowtide.device.transport import Link
 from lowtide.errors import LowtideError
 from lowtide.mlperf.benchmarks import Benchmark, benchmark_named, mlperf_protocol
 from lowtide.mlperf.datasets import check_dataset, generate_dataset
+from lowtide.pipeline.firmware import build_board_firmware, upload_firmware
 from lowtide.runtimes import runtime_named
 from lowtide.storage import cache_dir, unpacked_archive
 from lowtide.validation import load_model
