@@ -38,7 +38,7 @@ from pathlib import Path
 
 from lowtide.errors import LowtideError
 from lowtide.resources import BOARDS_DIR
-from lowtide.runtimes import FirmwareRuntime, runtime_named
+from lowtide.project import Runtime
 
 _KEYS = {"name", "description", "core", "sram_bytes", "flash_bytes", "clock_hz", "platformio_env", "runtime",
          "platformio_config", "serial", "emulator", "labgrid"}
@@ -71,7 +71,8 @@ class BoardSpec:
     flash_bytes: int
     clock_hz: int
     platformio_env: str
-    runtime: FirmwareRuntime  # the runtime the board's firmware uses unless --runtime names another
+    runtime: Runtime  # the runtime the board's firmware uses unless --runtime names another (its object:
+    # lowtide.runtimes.runtime_for)
     platformio_config: Path | None  # envs over the shipped ones (lowtide.project); None: the shipped envs alone
     serial: SerialSettings | None  # None for emulated boards
     emulator_command: tuple[str, ...] | None  # with {port} and {elf}; None for a real board
@@ -108,7 +109,7 @@ def load_board_spec(path: Path) -> BoardSpec:
             flash_bytes=int(data["flash_bytes"]),
             clock_hz=int(data["clock_hz"]),
             platformio_env=data["platformio_env"],
-            runtime=runtime_named(data.get("runtime", "compiled")),
+            runtime=Runtime.named(data.get("runtime", "compiled")),
             platformio_config=(path.parent / config).resolve() if config else None,
             serial=SerialSettings(int(serial.get("baud", 115200)), tuple(serial.get("usb_ids", ())),
                                   serial.get("port"), serial.get("probe_serial")) if serial is not None else None,

@@ -25,7 +25,7 @@ from lowtide.device.spec import BoardSpec
 from lowtide.errors import LowtideError
 from lowtide.model.ir import Graph
 from lowtide.project import FirmwareProject, ProtocolDefines, cached_project_dir, project_files
-from lowtide.runtimes import FirmwareRuntime, FootprintEstimate
+from lowtide.runtimes import FirmwareRuntime, FootprintEstimate, runtime_for
 from lowtide.tflm.sizer import Arena32
 from lowtide.validation import load_model
 
@@ -84,7 +84,7 @@ def build_board_firmware(spec: BoardSpec, model_path: Path, runtime: FirmwareRun
     """The firmware for `spec` with the model in it, run by `runtime` (default: the board's): refused before
     building if the model cannot fit the board, built (or found built), and checked against the board's memory
     from its ELF."""
-    runtime = runtime or spec.runtime
+    runtime = runtime_for(spec.runtime, runtime)
     graph = load_model(model_path)
     early = runtime.estimate_before_sizing(graph)
     if early is not None:
@@ -125,4 +125,4 @@ def predicted_arena(board: Board, graph: Graph, runtime: FirmwareRuntime | None 
     built by lowtide."""
     if board.spec is None:
         return None
-    return (runtime or board.spec.runtime).predict_arena(graph, board.spec.core)
+    return runtime_for(board.spec.runtime, runtime).predict_arena(graph, board.spec.core)

@@ -19,7 +19,7 @@ from lowtide.device.static_ram import StaticRamSplit, static_ram_split
 from lowtide.errors import LowtideError
 from lowtide.model.ir import Graph
 from lowtide.pipeline.firmware import board_firmware, predicted_arena
-from lowtide.runtimes import FirmwareRuntime, planned_head_bytes, runtime_named
+from lowtide.runtimes import FirmwareRuntime, planned_head_bytes, runtime_for, runtime_named
 from lowtide.validation import load_model
 
 
@@ -88,7 +88,7 @@ def _measure(target: Board, graph: Graph, model_path: Path, port: str | None, it
         arena_planned_bytes=planned_head_bytes(graph, predicted),
         arena_predicted_used_bytes=predicted.used_bytes if predicted else None,
         # Only a board with a board file builds an image.
-        static_ram=_static_ram(image, runtime or target.spec.runtime) if image and target.spec else None,
+        static_ram=_static_ram(image, runtime_for(target.spec.runtime, runtime)) if image and target.spec else None,
     )
     place_wait = (lambda holder: on_wait("place", holder)) if on_wait else None
     connection = Connection(model_path, port, timeout, image, wait, place_wait)
