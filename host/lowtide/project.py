@@ -65,7 +65,8 @@ BUILT_STAMP = ".lowtide-built"
 
 
 class Runtime(enum.StrEnum):
-    """What runs the model in the firmware (its object: lowtide.runtimes), by the name `--runtime`, board files, `--lowtide-runtime` and JSON use."""
+    """What runs the model in the firmware, by the name `--runtime`, board files, `--lowtide-runtime` and JSON use;
+    its object is lowtide.runtimes'."""
 
     COMPILED = "compiled"  # lowtide's compiled C on its kernel runtime (firmware/runtime)
     TFLM = "tflm"  # TFLM's interpreter with its reference kernels

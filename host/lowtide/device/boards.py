@@ -84,7 +84,8 @@ class HostTflmBoard(Board):
         # The board's "firmware" is the host TFLM behind the protocol: lowtide.pipeline.host_tflm, run as a program.
         argv = [sys.executable, "-m", "lowtide.pipeline.host_tflm", "--model", str(connection.model_path), "--port",
                 connection.port or "tcp:0"]
-        with board_process(argv, "host-tflm board", connection.timeout) as url, contextlib.closing(open_link(url)) as link:
+        with (board_process(argv, "host-tflm board", connection.timeout) as url,
+              contextlib.closing(open_link(url)) as link):
             yield link
 
 

@@ -108,7 +108,8 @@ def run_on_board(board: Board, connection: Connection, expected: Expected, *, it
     invocations after `warmup` ones, each operator's counter too with `profile_ops`."""
     image = connection.image
     with board.connect(connection) as link:
-        session = DeviceSession(link, connection.timeout)  # one session across a restart: sequence numbers keep counting
+        # One session across a restart: sequence numbers keep counting.
+        session = DeviceSession(link, connection.timeout)
         for attempt in range(_RESET_RETRIES + 1):
             try:
                 hello = session.hello()

@@ -74,8 +74,8 @@ def firmware_project(spec: BoardSpec, model_path: Path | None, runtime: Firmware
     directory = project_dir.resolve() if project_dir else cached_project_dir(spec.platformio_env, runtime.name,
                                                                              model_path, files)
     project = FirmwareProject(directory, spec.platformio_env, runtime.name, model_path)
-    build_project(project, files, reuse_built=project_dir is None,
-                  what=f"building the {spec.platformio_env} firmware" + (f" for {model_path.name}" if model_path else ""))
+    what = f"building the {spec.platformio_env} firmware" + (f" for {model_path.name}" if model_path else "")
+    build_project(project, files, reuse_built=project_dir is None, what=what)
     return project
 
 
