@@ -21,8 +21,8 @@ from __future__ import annotations
 import contextlib
 import sys
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from lowtide.device.drivers import labgrid
