@@ -30,7 +30,7 @@ from rich.progress import Progress, TaskID
 
 from lowtide.compile import verify_compiled
 from lowtide.errors import LowtideError
-from lowtide.export import optimize_model
+from lowtide.pipeline.optimize import optimize_model
 from lowtide.validation import load_model
 from report import DOC, SHARED_MODELS, geomean, section_markers, write_section
 

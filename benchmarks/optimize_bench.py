@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lowtide.errors import LowtideError
-from lowtide.export import OptimizeResult, optimize_model
+from lowtide.pipeline.optimize import OptimizeResult, optimize_model
 from report import DOC, SHARED_MODELS, geomean, grid_text, write_section
 
 SECTION = "optimize"

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from lowtide import oracle
-from lowtide.device.measure import measure
+from lowtide.pipeline.measure import measure
 from lowtide.errors import LowtideError
 from lowtide.model import read_model
 from lowtide.model.ir import Graph

@@ -25,9 +25,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import Progress
 
-from lowtide.device.measure import MeasureResult, measure
+from lowtide.device.measure import MeasureResult
 from lowtide.errors import LowtideError
-from lowtide.export import optimize_model
+from lowtide.pipeline.measure import measure
+from lowtide.pipeline.optimize import optimize_model
 from report import DOC, REPO, SHARED_MODELS, geomean, write_section
 
 SECTION = "tflm"

@@ -14,7 +14,7 @@ from conftest import SHARED_MODELS, needs_firmware_tools
 from lowtide.compile import compile_model, verify_compiled
 from lowtide.compile.codegen import arena_plan
 from lowtide.resources import RUNTIME_DIR
-from lowtide.device.measure import measure
+from lowtide.pipeline.measure import measure
 from lowtide.model.builder import ModelBuilder
 from lowtide.model.writer import model_bytes
 from lowtide.validation import load_model

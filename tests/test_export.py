@@ -13,12 +13,13 @@ import pytest
 
 from lowtide import oracle
 from lowtide.errors import LowtideError
-from lowtide.export import OFFLINE_PLAN_NAME, export_optimized, optimize_model
+from lowtide.export import OFFLINE_PLAN_NAME, export_optimized
 from lowtide.memory import buffer_lifetimes, stored_order, tflm_plan
 from lowtide.memory.placement import place
 from lowtide.model.writer import misaligned_buffers
 from lowtide.schedule import find_schedule
 from lowtide.validation import load_model
+from lowtide.pipeline.optimize import optimize_model
 
 MODELS = Path(__file__).resolve().parents[1] / ".." / "shared" / "models"
 MODEL_PATHS = sorted(MODELS.glob("*.tflite"))

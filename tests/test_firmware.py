@@ -20,11 +20,11 @@ from conftest import REPO, SHARED_MODELS, needs_firmware_tools, reference_figure
 from lowtide.compile import compile_model
 from lowtide.compile.codegen import arena_plan
 from lowtide.device.boards import known_boards
-from lowtide.device.drivers.platformio import firmware_project
 from lowtide.project import platformio_environment
 from lowtide.storage import cache_root
 from lowtide.device.drivers.qemu import run_emulator
-from lowtide.device.measure import measure
+from lowtide.pipeline.firmware import firmware_project
+from lowtide.pipeline.measure import measure
 from lowtide.device.protocol import PROTOCOL_VERSION, Counter
 from lowtide.device.spec import load_board_specs
 from lowtide.device.session import DeviceSession

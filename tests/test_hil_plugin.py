@@ -23,7 +23,7 @@ from conftest import SHARED_MODELS, needs_firmware_tools
 from support.builder_models import BRANCH_BY_BRANCH, BREADTH_FIRST, two_branch_builder
 from lowtide import oracle
 from lowtide.compile import compile_model
-from lowtide.export.pipeline import optimize_model
+from lowtide.pipeline.optimize import optimize_model
 from lowtide.hil.baselines import (
     Baseline,
     BaselineKey,

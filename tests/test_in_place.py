@@ -9,7 +9,7 @@ import pytest
 from conftest import needs_firmware_tools
 from lowtide.compile import compile_model, verify_compiled
 from lowtide.compile.codegen import arena_plan
-from lowtide.device.measure import measure
+from lowtide.pipeline.measure import measure
 from lowtide.memory import Executor, buffers_to_plan, tflm_plan
 from lowtide.memory.in_place import COMPILED_ONLY, in_place_outputs
 from lowtide.memory.placement import offline_plan, place

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 from conftest import SHARED_MODELS, needs_firmware_tools
 
-from lowtide.device.drivers.platformio import build_board_firmware
 from lowtide.device.drivers.qemu import free_port
 from lowtide.device.spec import load_board_specs
+from lowtide.pipeline.firmware import build_board_firmware
 
 REPO = Path(__file__).resolve().parents[1]
 HELLO_WORLD = SHARED_MODELS / "tflm_hello_world_int8.tflite"

@@ -3,8 +3,9 @@ imports only modules of its own layer and of the layers before it. Every import 
 functions and under `if TYPE_CHECKING`, since each is a dependency of the design whenever it runs.
 
 Leaves are modules every stage may use (errors, paths, the user cache, budgets); they import no stage. The device
-layer is handed what the stages before the firmware compute (arena predictions, footprint estimates, built images:
-`lowtide.runtimes`, `lowtide.project`), so it imports none of the stages that plan, schedule, rewrite or compile.
+layer is handed what the stages before it compute (built images, expected outputs, predicted figures) by
+`lowtide.pipeline`, so it imports none of the stages that run the host TFLM, predict, plan, schedule, rewrite or
+compile; of the firmware's layer it uses `lowtide.project` (a project's folder and env, the runtimes' names) only.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("lowtide.export", "lowtide.compile", "lowtide.tflm"),
     ("lowtide.runtimes", "lowtide.project"),  # what a model's firmware is, before any board is involved
     ("lowtide.device",),
+    ("lowtide.pipeline",),  # optimize, build and measure composed: the device layer is handed what they compute
     ("lowtide.hil", "lowtide.mlperf"),
     ("lowtide.cli", "lowtide.__main__"),
     ("lowtide.testing",),  # models for tests and benchmarks: may use any stage, none uses it
@@ -38,8 +40,8 @@ LEAVES = frozenset({"lowtide", "lowtide.errors", "lowtide.text", "lowtide.storag
                     "lowtide.budget", "lowtide.platformio_archives", "lowtide.settings"})
 # Layers a layer does not reach although they are before it: the stages whose results it is handed.
 NOT_IMPORTED_BY = {
-    "lowtide.device": ("lowtide.memory", "lowtide.schedule", "lowtide.rewrite", "lowtide.stale", "lowtide.export",
-                       "lowtide.compile"),
+    "lowtide.device": ("lowtide.oracle", "lowtide.runtimes", "lowtide.memory", "lowtide.schedule", "lowtide.rewrite",
+                       "lowtide.stale", "lowtide.export", "lowtide.compile"),
 }
 
 
@@ -98,9 +100,11 @@ def test_the_contract_refuses_what_it_should():
     imports = module_imports(ast.parse(code), "lowtide.model.validate", False, modules)
     assert violations(imports) == ["lowtide.model.validate -> lowtide.device.spec (line 4)",
                                    "lowtide.model.validate -> lowtide.memory.lifetimes (line 6)"]
-    planner = module_imports(ast.parse("from lowtide.memory import tflm_plan\nfrom lowtide.runtimes import x\n"),
-                             "lowtide.device.measure", False, {"lowtide.memory", "lowtide.runtimes"})
-    assert violations(planner) == ["lowtide.device.measure -> lowtide.memory (line 1)"]
+    planner = module_imports(ast.parse("from lowtide.memory import tflm_plan\nfrom lowtide.project import x\n"
+                                       "from lowtide import oracle\n"),
+                             "lowtide.device.measure", False, {"lowtide.memory", "lowtide.project", "lowtide.oracle"})
+    assert violations(planner) == ["lowtide.device.measure -> lowtide.memory (line 1)",
+                                   "lowtide.device.measure -> lowtide.oracle (line 3)"]
     leaf = module_imports(ast.parse("from lowtide.model.ir import Graph\n"), "lowtide.storage", False,
                           {"lowtide.model.ir"})
     assert violations(leaf) == ["lowtide.storage -> lowtide.model.ir (line 1)"]

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from conftest import SHARED_MODELS, shared_model_names
 from lowtide import oracle
-from lowtide.device.measure import MeasureResult, measure
+from lowtide.device.measure import MeasureResult
 from lowtide.device.boards import BOARDS, Board, HostTflmBoard, register_board
 from lowtide.device.protocol import (
     Counter,
@@ -36,6 +36,7 @@ from lowtide.device.protocol import (
 from lowtide.device.transport import Link, open_link
 from lowtide.errors import LowtideError
 from lowtide.memory import tflm_plan
+from lowtide.pipeline.measure import measure
 from lowtide.validation import load_model
 
 PERSON = SHARED_MODELS / "tflm_person_detect.tflite"  # 9 KB input: ten SET_INPUT chunks
@@ -49,7 +50,7 @@ def board_processes() -> list[int]:
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             with contextlib.suppress(OSError):
-                if b"lowtide.device.host_tflm" in (entry / "cmdline").read_bytes():
+                if b"lowtide.pipeline.host_tflm" in (entry / "cmdline").read_bytes():
                     found.append(int(entry.name))
     return found
 
@@ -223,8 +224,8 @@ class WrappedHostTflm(Board):
         return None
 
     @contextlib.contextmanager
-    def connect(self, model_path, port, timeout, image=None, runtime=None, wait=0, on_wait=None):
-        with HostTflmBoard().connect(model_path, port, timeout, image) as link:
+    def connect(self, connection):
+        with HostTflmBoard().connect(connection) as link:
             wrapped = self.wrap(link)
             self.links.append(wrapped)
             yield wrapped
@@ -469,7 +470,7 @@ def test_a_board_that_hangs_up_is_an_error_naming_the_port():
 
 
 def test_a_board_whose_arena_is_too_small_says_so_and_refuses_to_run():
-    from lowtide.device.host_tflm import TflmBoard
+    from lowtide.pipeline.host_tflm import TflmBoard
     from lowtide.device.protocol import Error, ErrorCode, Frame, Log, Run, decode_message
 
     board = TflmBoard(PERSON.read_bytes(), str(PERSON), arena_bytes=4096)

@@ -6,7 +6,6 @@ import pytest
 
 from conftest import SHARED_MODELS, reference_figures, shared_model_names
 from lowtide import oracle
-from lowtide.export import optimize_model
 from lowtide.errors import LowtideError
 from lowtide.memory import align_up, buffer_lifetimes, buffers_to_plan, tflm_plan
 from lowtide.memory.in_place import InPlace, in_place_outputs
@@ -15,6 +14,7 @@ from lowtide.memory.plan_check import plan_problems
 from lowtide.model import read_model
 from lowtide.model.builder import ModelBuilder
 from lowtide.model.writer import model_bytes, set_offline_plan
+from lowtide.pipeline.optimize import optimize_model
 from lowtide.validation import load_model
 
 REFERENCE = reference_figures()

@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 from conftest import REPO, SHARED_MODELS, needs_firmware_tools
 from lowtide import oracle
-from lowtide.device.drivers.platformio import build_board_firmware
-from lowtide.device.measure import measure
+from lowtide.pipeline.firmware import build_board_firmware
+from lowtide.pipeline.measure import measure
 from lowtide.device.spec import get_board_spec
 from lowtide.mlperf.benchmarks import BENCHMARKS, INPUT_UINT8_AS_INT8, RESULT_SCORES, mlperf_protocol
 from lowtide.mlperf.datasets import LABELS_FILE, generate_dataset

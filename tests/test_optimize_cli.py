@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import lowtide.cli.optimize_cmd  # noqa: F401  registers the command
-import lowtide.export.pipeline
+import lowtide.pipeline.optimize
 from lowtide import oracle
 from lowtide.cli import main
 from lowtide.export import OFFLINE_PLAN_NAME
@@ -88,7 +88,7 @@ def test_user_errors_are_one_line_and_exit_2(args, message, tmp_path):
 def sabotage_plan(change):
     """Wrap the exporter so that, after it has checked its plan, the plan in the model it will write is changed
     behind its back: what `--verify` must catch on the real interpreter."""
-    real_export = lowtide.export.pipeline.export_optimized
+    real_export = lowtide.pipeline.optimize.export_optimized
 
     def export(graph, order, offsets, out_path, *args):
         result = real_export(graph, order, offsets, out_path, *args)
@@ -107,7 +107,7 @@ def sabotage_plan(change):
     (lambda offsets: [0 if o >= 0 else o for o in offsets], "outputs differ"),
 ])
 def test_verify_fails_with_exit_2_and_removes_the_output(change, message, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(lowtide.export.pipeline, "export_optimized", sabotage_plan(change))
+    monkeypatch.setattr(lowtide.pipeline.optimize, "export_optimized", sabotage_plan(change))
     out = tmp_path / "vww.tflite"
     monkeypatch.setattr(sys, "argv", ["lowtide", "optimize", str(VWW), "-o", str(out), "--verify", "--json"])
     with pytest.raises(SystemExit) as exited:
@@ -136,7 +136,7 @@ def test_a_failure_writing_one_file_writes_none(verify, tmp_path, monkeypatch, c
 def test_tflm_failing_on_the_optimized_model_in_verify_writes_nothing(tmp_path, monkeypatch, capsys):
     """The plan moved 1 GiB up behind the exporter's back: TFLM cannot place the tensors in its arena and refuses
     the model while --verify runs it. Before, the three files had been written by then and stayed."""
-    monkeypatch.setattr(lowtide.export.pipeline, "export_optimized",
+    monkeypatch.setattr(lowtide.pipeline.optimize, "export_optimized",
                         sabotage_plan(lambda offsets: [o + (1 << 30) if o >= 0 else o for o in offsets]))
     out = tmp_path / "vww.tflite"
     monkeypatch.setattr(sys, "argv", ["lowtide", "optimize", str(VWW), "-o", str(out), "--verify", "--json"])

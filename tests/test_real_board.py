@@ -21,7 +21,7 @@ from types import SimpleNamespace
 import pytest
 import serial.tools.list_ports
 from conftest import SHARED_MODELS, needs_firmware_tools
-from lowtide.device.measure import measure
+from lowtide.pipeline.measure import measure
 from lowtide.errors import LowtideError
 
 REPO = Path(__file__).resolve().parents[1]

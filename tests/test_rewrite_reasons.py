@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-import lowtide.export.pipeline as pipeline
+import lowtide.pipeline.optimize as pipeline
 from lowtide.errors import LowtideError
 from lowtide.model import read_model
 from lowtide.model.builder import ModelBuilder

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from lowtide.export.pipeline import _same_outputs
+from lowtide.pipeline.optimize import _same_outputs
 from lowtide import oracle
 from lowtide.model import read_model
 from lowtide.model.builder import ModelBuilder

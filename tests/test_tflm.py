@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from conftest import SHARED_MODELS, needs_firmware_tools
-from lowtide.device.measure import measure
+from lowtide.pipeline.measure import measure
 from lowtide.errors import LowtideError
 from lowtide.tflm.build import CORES, build_library, check_kernels_fit_core, resolver_calls, sources_for
 from lowtide.tflm.sizer import predict_arena32

@@ -387,7 +387,7 @@ def test_a_union_whose_type_and_table_disagree_is_a_validation_error(case, tmp_p
 
 def test_the_host_tflm_board_survives_a_crash_in_a_run(monkeypatch):
     """The board runs each RUN's invocations in a TFLM child: a crash there is an INVOKE_FAILED reply."""
-    from lowtide.device.host_tflm import TflmBoard
+    from lowtide.pipeline.host_tflm import TflmBoard
     from lowtide.device.protocol import Error, ErrorCode, Result, Run
 
     board = TflmBoard(_builder_model(), "m.tflite")

@@ -24,6 +24,7 @@ archives, PlatformIO's unpacked ST platform and framework and lowtide's toolchai
 from __future__ import annotations
 
 import configparser
+import enum
 import hashlib
 import io
 import json
@@ -61,6 +62,23 @@ FIRMWARE_PARTS = ("app", "bsp", "protocol", "runtime", "tflm")
 # How the shipped envs name lowtide's local dev-platform; a project names its copy in the user cache instead.
 LOCAL_PLATFORM_URI = "symlink://${PROJECT_DIR}/firmware/platform"
 BUILT_STAMP = ".lowtide-built"
+
+
+class Runtime(enum.StrEnum):
+    """What runs the model in the firmware, by the name `--runtime`, board files, `--lowtide-runtime` and JSON use;
+    its object is lowtide.runtimes'."""
+
+    COMPILED = "compiled"  # lowtide's compiled C on its kernel runtime (firmware/runtime)
+    TFLM = "tflm"  # TFLM's interpreter with its reference kernels
+    TFLM_CMSIS_NN = "tflm-cmsis-nn"  # TFLM's interpreter with CMSIS-NN's kernels
+
+    @classmethod
+    def named(cls, name: str) -> Runtime:
+        """The runtime `name` names (`--runtime`, a board file's `runtime`, `--lowtide-runtime`)."""
+        try:
+            return cls(name)
+        except ValueError:
+            raise LowtideError(f"unknown runtime {name!r}; runtimes: {', '.join(cls)}") from None
 
 
 @dataclass(frozen=True)

@@ -3,21 +3,22 @@ involved: lowtide's compiled C (`compiled`, lowtide.compile, with its own arena 
 its reference or CMSIS-NN kernels (`tflm`, `tflm-cmsis-nn`), whose arena TFLM allocates itself (lowtide.tflm.sizer
 predicts it on the core's emulator).
 
-A runtime is named by a `Runtime` (the string the CLI, board files, the pytest plugin and JSON use) and is one
+A runtime is named by a `Runtime` (lowtide.project's: the string the CLI, board files, the pytest plugin and JSON
+use; a board file holds the name, so the device layer needs nothing of this module) and is one
 `FirmwareRuntime` object (`RUNTIMES`, `runtime_named`) owning everything that differs between runtimes: its TFLM
 kernel set (or none), its arena prediction, its footprint estimate, the slack painted past its arena, the cores it
 runs on, and the sources, defines and libraries it adds to a firmware project (lowtide.project). The stages after
 this one hold a `FirmwareRuntime` and ask it; none compares runtime names.
 
-The figures here (the predicted arena, the footprint estimate) are computed from the model alone and handed to
-lowtide.device, which checks them against a board and builds nothing it cannot hold: the device layer runs no
-planner of its own. Which outputs may share their input's bytes is the memory stage's (`lowtide.memory.in_place`,
-by `Executor`): lowtide.compile, an earlier stage, plans the compiled runtime's arena with those rules.
+The figures here (the predicted arena, the footprint estimate) are computed from the model alone; lowtide.pipeline
+checks them against a board and builds nothing it cannot hold, and hands the device layer the image and the
+predictions: the device layer runs no planner of its own. Which outputs may share their input's bytes is the memory
+stage's (`lowtide.memory.in_place`, by `Executor`): lowtide.compile, an earlier stage, plans the compiled runtime's
+arena with those rules.
 """
 
 from __future__ import annotations
 
-import enum
 import tempfile
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from lowtide.compile.codegen import arena_plan, compile_model
 from lowtide.errors import LowtideError
 from lowtide.memory import tflm_plan
 from lowtide.model.ir import Graph, TensorKind
-from lowtide.project import ModelBuild, SourceFolder
+from lowtide.project import ModelBuild, Runtime, SourceFolder
 from lowtide.tflm.build import (
     CORES,
     DEBIAN_ARM_TOOLCHAIN,
@@ -48,14 +49,6 @@ ARENA_SLACK_BYTES = 1024  # painted beyond the plan (LT_ARENA_SLACK_BYTES in lt_
 RUNTIME_STATIC_RAM_BYTES = 13_000  # protocol buffers and per-invocation samples: 13,360 B with any model
 RUNTIME_CODE_BYTES = 8_000  # protocol core and the fewest kernels: 9,112 B of code for tflm_hello_world_int8
 TFLM_CODE_BYTES = 60_000  # TFLM's framework with the fewest kernels: 64,752 B of code for tflm_hello_world_int8
-
-
-class Runtime(enum.StrEnum):
-    """What runs the model in the firmware, by the name `--runtime`, board files, `--lowtide-runtime` and JSON use."""
-
-    COMPILED = "compiled"  # lowtide's compiled C on its kernel runtime (firmware/runtime)
-    TFLM = "tflm"  # TFLM's interpreter with its reference kernels
-    TFLM_CMSIS_NN = "tflm-cmsis-nn"  # TFLM's interpreter with CMSIS-NN's kernels
 
 
 @dataclass(frozen=True)
@@ -219,11 +212,13 @@ RUNTIMES: dict[Runtime, FirmwareRuntime] = {runtime.name: runtime for runtime in
 
 
 def runtime_named(name: str) -> FirmwareRuntime:
-    """The runtime `name` names (`--runtime`, a board file's `runtime`, `--lowtide-runtime`)."""
-    try:
-        return RUNTIMES[Runtime(name)]
-    except ValueError:
-        raise LowtideError(f"unknown runtime {name!r}; runtimes: {', '.join(RUNTIMES)}") from None
+    """The runtime `name` names (`--runtime`, `--lowtide-runtime`)."""
+    return RUNTIMES[Runtime.named(name)]
+
+
+def runtime_for(name: Runtime, chosen: FirmwareRuntime | None = None) -> FirmwareRuntime:
+    """`chosen` (`--runtime`), else the runtime `name` names: a board file's (`BoardSpec.runtime`)."""
+    return chosen or RUNTIMES[name]
 
 
 def planned_head_bytes(graph: Graph, tflm_arena: Arena32 | None) -> int:

@@ -44,7 +44,7 @@ def lowtide_tolerances(lowtide_tolerances: Tolerances, lowtide_board: str) -> To
 )
 def test_model_has_not_regressed(model: str, lowtide_board: str, lowtide_measure, assert_no_regression) -> None:
     board = get_board(lowtide_board)
-    if board.spec is not None and board.spec.runtime.name is Runtime.COMPILED:
+    if board.spec is not None and board.spec.runtime is Runtime.COMPILED:
         # Boards lowtide builds for run its compiled runtime by default, which has kernels for common operators only.
         try:
             compile_model(SHARED_MODELS / f"{model}.tflite")

@@ -22,12 +22,13 @@ from rich.console import Console
 from rich.table import Table
 
 from lowtide.cli.application import app
-from lowtide.device.drivers.platformio import FirmwareImage, build_board_firmware, upload_firmware
+from lowtide.device.drivers.platformio import FirmwareImage
 from lowtide.device.drivers.serialport import detect_serial_port
 from lowtide.device.spec import BoardSpec, get_board_spec, with_probe
 from lowtide.errors import LowtideError
 from lowtide.mlperf.benchmarks import benchmark_named, mlperf_protocol
-from lowtide.runtimes import FirmwareRuntime, planned_head_bytes, runtime_named
+from lowtide.pipeline.firmware import build_board_firmware, upload_firmware
+from lowtide.runtimes import FirmwareRuntime, planned_head_bytes, runtime_for, runtime_named
 from lowtide.validation import load_model
 
 
@@ -52,7 +53,7 @@ class BuildReport:
 
 def build_report(model: Path, spec: BoardSpec, image: FirmwareImage,
                  runtime: FirmwareRuntime | None) -> BuildReport:
-    runtime = runtime or spec.runtime
+    runtime = runtime_for(spec.runtime, runtime)
     graph = load_model(model)
     tflm_arena = runtime.predict_arena(graph, spec.core)
     planned = planned_head_bytes(graph, tflm_arena)

@@ -28,7 +28,7 @@ from rich.table import Table
 from lowtide.cli.application import app
 from lowtide.device.boards import DEFAULT_WAIT_S, LABGRID_PREFIX
 from lowtide.device.measure import MeasureResult
-from lowtide.device.measure import measure as measure_on_board
+from lowtide.pipeline.measure import measure as measure_on_board
 
 _PHASE_LABELS = {"upload": "sending inputs (bytes)", "run": "running (invocations)"}
 

@@ -16,7 +16,7 @@ from rich.table import Table
 from lowtide.budget import DEFAULT_WALL_SECONDS
 from lowtide.cli.application import app
 from lowtide.cli.options import Arena32Option
-from lowtide.export import OptimizeResult, Verification, optimize_model
+from lowtide.pipeline.optimize import OptimizeResult, Verification, optimize_model
 from lowtide.rewrite import RewriteResult, Tiling
 from lowtide.tflm import DEFAULT_CORE, Arena32Mode
 from lowtide.tflm.tree import KernelSet

@@ -19,10 +19,11 @@ from rich.table import Table
 
 from lowtide.budget import DEFAULT_WALL_SECONDS
 from lowtide.cli.application import app
-from lowtide.device.measure import MeasureResult, measure
+from lowtide.device.measure import MeasureResult
 from lowtide.device.spec import get_board_spec
-from lowtide.export import optimize_model
-from lowtide.runtimes import FirmwareRuntime, runtime_named
+from lowtide.pipeline.measure import measure
+from lowtide.pipeline.optimize import optimize_model
+from lowtide.runtimes import FirmwareRuntime, runtime_for, runtime_named
 from lowtide.tflm.tree import KernelSet
 from lowtide.validation import load_model
 
@@ -141,7 +142,7 @@ def savings(
 ) -> None:
     """Measure on BOARD how much arena lowtide saves: the stock model, optimize, and optimize --rewrite auto."""
     spec = get_board_spec(board)
-    chosen = runtime_named(runtime) if runtime else spec.runtime
+    chosen = runtime_for(spec.runtime, runtime_named(runtime) if runtime else None)
     console = Console(stderr=True)
     with tempfile.TemporaryDirectory() as scratch:
         directory = out_dir or Path(scratch)

@@ -1,11 +1,12 @@
 """Boards `lowtide measure` can talk to, composed from the drivers (`lowtide.device.drivers`).
 
-A board builds its firmware if it has any (`build`), says what a run must lock to use it (`lock_resource`), and
-yields a link that speaks the lowtide protocol (`connect`), cleaning up whatever it started:
+A board says what a run must lock to use it (`lock_resource`) and yields a link that speaks the lowtide protocol
+(`connect`), cleaning up whatever it started. It is handed the firmware image it runs (`Connection.image`): building
+it, and predicting what it will report, is lowtide.pipeline's; the build column says who builds it there.
 
 | board | from | build | connect | locks |
 | --- | --- | --- | --- | --- |
-| `host-tflm` | built in | none | a host_tflm process | its port, when fixed |
+| `host-tflm` | built in | none | a lowtide.pipeline.host_tflm process | its port, when fixed |
 | `serial` | built in | none (flashed beforehand) | `--port` | the port |
 | emulated (`qemu-m4`) | board file with `[emulator]` | PlatformIO | QEMU | nothing: each run boots its own |
 | real (`nucleo-f746zg`) | board file with `[serial]` | PlatformIO | upload, find the port, open it | the port |
@@ -21,10 +22,11 @@ import contextlib
 import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from lowtide.device.drivers import labgrid
-from lowtide.device.drivers.platformio import FirmwareImage, build_board_firmware, upload_firmware
+from lowtide.device.drivers.platformio import FirmwareImage, upload_image, upload_settings
 from lowtide.device.drivers.process import board_process
 from lowtide.device.drivers.qemu import run_emulator
 from lowtide.device.drivers.serialport import detect_serial_port, open_port
@@ -32,12 +34,21 @@ from lowtide.device.locking import port_resource
 from lowtide.device.spec import BoardSpec, get_board_spec, load_board_specs
 from lowtide.device.transport import Link, open_link
 from lowtide.errors import LowtideError
-from lowtide.model.ir import Graph
-from lowtide.runtimes import FirmwareRuntime
-from lowtide.tflm.sizer import Arena32
 
 LABGRID_PREFIX = "labgrid:"
 DEFAULT_WAIT_S = 300.0  # how long a board's own wait (a farm place another client holds) lasts by default
+
+
+@dataclass(frozen=True)
+class Connection:
+    """How a run reaches a board running a model."""
+
+    model_path: Path  # the model the board runs: the host-tflm board loads it, the others were built with it
+    port: str | None  # --port; None: the board's own (its board file's, autodetected, or one it starts)
+    timeout: float  # seconds, for anything the board starts
+    image: FirmwareImage | None = None  # the firmware built for a board file's board (lowtide.pipeline.firmware)
+    wait: float = DEFAULT_WAIT_S  # seconds, for a board someone else holds
+    on_wait: Callable[[str], None] | None = None  # told who holds the board, once
 
 
 class Board(ABC):
@@ -50,35 +61,15 @@ class Board(ABC):
         """lowtide builds this board's firmware, so --runtime applies."""
         return self.spec is not None
 
-    def build(self, model_path: Path, runtime: FirmwareRuntime | None = None) -> FirmwareImage | None:
-        """The firmware this board runs for `model_path` with `runtime` (None: the board file's), built and checked
-        against the board's memory; None for a board that runs what it is given or was flashed beforehand."""
-        if self.spec is None:
-            if runtime is not None:
-                raise LowtideError(f"--board {self.name} runs whatever it runs: --runtime applies to boards lowtide "
-                                   f"builds firmware for")
-            return None
-        return build_board_firmware(self.spec, Path(model_path), runtime)
-
-    def predicted_arena(self, graph: Graph, runtime: FirmwareRuntime | None = None) -> Arena32 | None:
-        """lowtide's prediction of the TFLM arena this board's firmware will report for `graph`; None where it runs
-        no TFLM built by lowtide."""
-        if self.spec is None:
-            return None
-        return (runtime or self.spec.runtime).predict_arena(graph, self.spec.core)
-
     @abstractmethod
     def lock_resource(self, port: str | None) -> str | None:
         """What a run must hold (lowtide.device.locking) while it uses this board on `port`; None when two runs
         can use it at once."""
 
     @abstractmethod
-    def connect(self, model_path: Path, port: str | None, timeout: float, image: FirmwareImage | None = None,
-                runtime: FirmwareRuntime | None = None, wait: float = DEFAULT_WAIT_S,
-                on_wait: Callable[[str], None] | None = None) -> contextlib.AbstractContextManager[Link]:
-        """A link to the board running `model_path` (as `image`, when `build` made one, run by `runtime`). Waits
-        at most `timeout` seconds for anything it starts, and `wait` seconds for a board someone else holds
-        (`on_wait` is told who, once)."""
+    def connect(self, connection: Connection) -> contextlib.AbstractContextManager[Link]:
+        """A link to the board running `connection.model_path` (as `connection.image`, for a board lowtide builds
+        firmware for)."""
 
 
 class HostTflmBoard(Board):
@@ -89,11 +80,12 @@ class HostTflmBoard(Board):
         return f"port:{port}" if port and port.startswith("tcp:") and port != "tcp:0" else None
 
     @contextlib.contextmanager
-    def connect(self, model_path, port, timeout, image=None, runtime=None, wait=DEFAULT_WAIT_S,
-                on_wait=None) -> Iterator[Link]:
-        argv = [sys.executable, "-m", "lowtide.device.host_tflm", "--model", str(model_path), "--port",
-                port or "tcp:0"]
-        with board_process(argv, "host-tflm board", timeout) as url, contextlib.closing(open_link(url)) as link:
+    def connect(self, connection: Connection) -> Iterator[Link]:
+        # The board's "firmware" is the host TFLM behind the protocol: lowtide.pipeline.host_tflm, run as a program.
+        argv = [sys.executable, "-m", "lowtide.pipeline.host_tflm", "--model", str(connection.model_path), "--port",
+                connection.port or "tcp:0"]
+        with (board_process(argv, "host-tflm board", connection.timeout) as url,
+              contextlib.closing(open_link(url)) as link):
             yield link
 
 
@@ -105,11 +97,10 @@ class SerialBoard(Board):
         return f"port:{port_resource(port)}" if port else f"board:{self.name}"
 
     @contextlib.contextmanager
-    def connect(self, model_path, port, timeout, image=None, runtime=None, wait=DEFAULT_WAIT_S,
-                on_wait=None) -> Iterator[Link]:
-        if not port:
+    def connect(self, connection: Connection) -> Iterator[Link]:
+        if not connection.port:
             raise LowtideError("--board serial needs --port (e.g. /dev/ttyACM0 or socket://127.0.0.1:4321)")
-        with contextlib.closing(open_link(port)) as link:
+        with contextlib.closing(open_link(connection.port)) as link:
             yield link
 
 
@@ -137,13 +128,11 @@ class EmulatedBoard(BoardFromFile):
         return None
 
     @contextlib.contextmanager
-    def connect(self, model_path, port, timeout, image=None, runtime=None, wait=DEFAULT_WAIT_S,
-                on_wait=None) -> Iterator[Link]:
-        if port:
+    def connect(self, connection: Connection) -> Iterator[Link]:
+        if connection.port:
             raise LowtideError(f"--board {self.name} starts its own emulator: leave out --port")
-        image = image or self.build(model_path, runtime)
-        assert image is not None  # a board file's board builds its firmware
-        with run_emulator(self.emulator_command, image.elf, timeout) as link:
+        assert connection.image is not None  # a board file's board is handed the firmware built for it
+        with run_emulator(self.emulator_command, connection.image.elf, connection.timeout) as link:
             yield link
 
 
@@ -167,11 +156,10 @@ class UsbBoard(BoardFromFile):
         return f"probe:{self.serial.probe_serial}" if self.serial.probe_serial else f"board:{self.name}"
 
     @contextlib.contextmanager
-    def connect(self, model_path, port, timeout, image=None, runtime=None, wait=DEFAULT_WAIT_S,
-                on_wait=None) -> Iterator[Link]:
-        port = self.port(port)
-        upload_firmware(self.spec, Path(model_path), port, runtime)
-        with contextlib.closing(open_port(port, timeout, self.serial.baud)) as link:
+    def connect(self, connection: Connection) -> Iterator[Link]:
+        port = self.port(connection.port)
+        _upload(self.spec, connection, port)
+        with contextlib.closing(open_port(port, connection.timeout, self.serial.baud)) as link:
             yield link
 
 
@@ -189,15 +177,20 @@ class LabgridBoard(Board):
         return labgrid.lock_resource(self.place, self.coordinator)
 
     @contextlib.contextmanager
-    def connect(self, model_path, port, timeout, image=None, runtime=None, wait=DEFAULT_WAIT_S,
-                on_wait=None) -> Iterator[Link]:
-        if port:
+    def connect(self, connection: Connection) -> Iterator[Link]:
+        if connection.port:
             raise LowtideError(f"--board {self.name} uses its labgrid place's serial port: leave out --port")
-        with labgrid.acquired_place(self.place, self.coordinator, wait, on_wait) as serial:
+        with labgrid.acquired_place(self.place, self.coordinator, connection.wait, connection.on_wait) as serial:
             if self.spec is not None:
-                upload_firmware(self.spec, Path(model_path), serial.url, runtime)
-            with contextlib.closing(open_port(serial.url, timeout, serial.speed)) as link:
+                _upload(self.spec, connection, serial.url)
+            with contextlib.closing(open_port(serial.url, connection.timeout, serial.speed)) as link:
                 yield link
+
+
+def _upload(spec: BoardSpec, connection: Connection, port: str) -> None:
+    """Flashes the image built for `spec` (`connection.image`) to the board on `port`."""
+    assert connection.image is not None  # a board file's board is handed the firmware built for it
+    upload_image(spec, connection.image, port, upload_settings(spec, port), connection.model_path.name)
 
 
 def board_for_spec(spec: BoardSpec) -> Board:

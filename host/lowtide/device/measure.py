@@ -1,7 +1,9 @@
-"""Measure a model on a board: upload reproducible inputs, run it, read its figures and outputs, and check the outputs
-against the host TFLM interpreter on the same inputs.
+"""Measure a model on a board: upload the inputs, run it, read its figures and outputs, and compare the outputs
+with the ones expected of it.
 
-`measure()` is the Python API (the pytest HIL plugin calls it); `lowtide measure` is its command line.
+The device layer is handed everything it measures against (`Expected`: the host TFLM's outputs on the same inputs,
+lowtide's predictions of the arena) and the image it runs (`Connection.image`); lowtide.pipeline.measure computes
+them, builds the image and holds the board's lock. `run_on_board` is the measurement itself.
 """
 
 from __future__ import annotations
@@ -9,20 +11,12 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
-from lowtide import oracle
-from lowtide.device import locking
-from lowtide.device.boards import DEFAULT_WAIT_S, Board, board_for_spec, get_board
-from lowtide.device.drivers.platformio import FirmwareImage
+from lowtide.device.boards import Board, Connection
 from lowtide.device.protocol import Counter, Hello, ReadRegion, Result
 from lowtide.device.session import BoardReset, DeviceSession
-from lowtide.device.spec import with_probe
-from lowtide.device.static_ram import StaticRamSplit, static_ram_split
+from lowtide.device.static_ram import StaticRamSplit
 from lowtide.errors import LowtideError
-from lowtide.model.ir import Graph
-from lowtide.runtimes import FirmwareRuntime, planned_head_bytes, runtime_named
-from lowtide.validation import load_model
 
 # (phase, done, total): phase is "upload" (bytes) or "run" (invocations, warm-up included)
 MeasureProgress = Callable[[str, int, int], None]
@@ -30,6 +24,24 @@ _RESET_RETRIES = 1  # a board that restarts mid-session is measured again from t
 # (phase, who): phase "lock" (another run on this machine holds the board) or "place" (another labgrid client)
 WaitNotice = Callable[[str, str], None]
 _COUNTER_UNITS = {Counter.CYCLES: "cycles", Counter.INSTRUCTIONS: "instructions"}
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What a run on a board is checked and reported against, known before it: the model the board must run, the
+    inputs uploaded and the outputs the host TFLM gave on them, and lowtide's predictions of the board's figures."""
+
+    model: str  # the model's path, as given
+    model_sha256: str
+    input_count: int
+    output_count: int
+    seed: int  # of the reproducible inputs (lowtide.oracle.random_inputs)
+    inputs: tuple[bytes, ...]
+    outputs: tuple[bytes, ...]  # lowtide.oracle.run's on `inputs`
+    arena_planned_bytes: int  # lowtide's prediction of TFLM's arena head (lowtide.runtimes.planned_head_bytes)
+    # TFLM runtimes on emulated boards: lowtide's 32-bit prediction of the arena used (lowtide.tflm.sizer).
+    arena_predicted_used_bytes: int | None = None
+    static_ram: StaticRamSplit | None = None  # of the image lowtide built, split (lowtide.device.static_ram)
 
 
 @dataclass(frozen=True)
@@ -51,7 +63,7 @@ class MeasureResult:
     protocol_version: int
     clock_hz: int | None  # the CPU clock the board reports
     arena_capacity_bytes: int
-    arena_planned_bytes: int  # lowtide's prediction of TFLM's arena head (lowtide.runtimes.planned_head_bytes)
+    arena_planned_bytes: int  # lowtide's prediction of TFLM's arena head (Expected.arena_planned_bytes)
     board_planned_bytes: int | None  # the arena head as the board's runtime planned it
     arena_used_bytes: int | None  # what the board's allocator reports as used
     arena_high_water_bytes: int | None  # painted high-water mark; None where the board cannot paint
@@ -59,7 +71,7 @@ class MeasureResult:
     latency_cycles: Latency | None  # the board's counter: cycles, or an emulator's instructions; None without one
     warmup: int
     seed: int
-    outputs_match: bool  # every output byte-identical to lowtide.oracle.run on the same inputs
+    outputs_match: bool  # every output byte-identical to the expected ones (Expected.outputs: the host TFLM's)
     mismatched_outputs: tuple[int, ...]
     op_cycles: tuple[int, ...] | None
     damaged_frames: int  # frames the host dropped for a bad CRC or encoding: a measure of the link
@@ -90,71 +102,20 @@ class MeasureResult:
         return data
 
 
-def measure(
-    model_path: str | Path,
-    board: str,
-    port: str | None = None,
-    *,
-    iterations: int = 10,
-    warmup: int = 1,
-    timeout: float = 10.0,
-    seed: int = 0,
-    profile_ops: bool = False,
-    progress: MeasureProgress | None = None,
-    runtime: str | None = None,
-    lock_timeout: float = DEFAULT_WAIT_S,
-    take_lock: bool = True,
-    on_wait: WaitNotice | None = None,
-    probe: str | None = None,
-) -> MeasureResult:
-    """Measure `model_path` on `board` (see lowtide.device.boards), run by `runtime` (None: the board's own).
-    `timeout` bounds every wait for the board; `lock_timeout` the wait for a board another run or labgrid client
-    holds. `take_lock=False`: the caller holds the board's lock (`Board.lock_resource`) already, as the HIL plugin
-    does for a whole session. `probe`: the USB serial number of a real board's probe (`--probe`), over its board
-    file's `probe_serial`."""
-    if iterations < 1 or warmup < 0:
-        raise LowtideError(f"need iterations >= 1 and warmup >= 0, got {iterations} and {warmup}")
-    model_path = Path(model_path)
-    graph = load_model(model_path)
-    target = get_board(board)
-    chosen = runtime_named(runtime) if runtime else None
-    if probe is not None:
-        if target.spec is None:
-            raise LowtideError(f"--probe picks a board lowtide flashes: --board {target.name} is not one")
-        target = board_for_spec(with_probe(target.spec, probe))
-    resource = target.lock_resource(port) if take_lock else None
-    if resource is None:
-        return _measure(target, graph, model_path, port, iterations, warmup, timeout, seed, profile_ops, progress,
-                        chosen, lock_timeout, on_wait)
-    what = f"board {target.name}" + (f" on {port}" if port else "")
-
-    def lock_wait(holder: locking.LockHolder | None) -> None:
-        if on_wait:
-            on_wait("lock", holder.describe() if holder else "another run")
-
-    with locking.locked(resource, lock_timeout, what, lock_wait):
-        return _measure(target, graph, model_path, port, iterations, warmup, timeout, seed, profile_ops, progress,
-                        chosen, lock_timeout, on_wait)
-
-
-def _measure(target: Board, graph: Graph, model_path: Path, port: str | None, iterations: int, warmup: int,
-             timeout: float, seed: int, profile_ops: bool, progress: MeasureProgress | None,
-             runtime: FirmwareRuntime | None, wait: float, on_wait: WaitNotice | None) -> MeasureResult:
-    model = model_path.read_bytes()
-    inputs = oracle.random_inputs(graph, seed)
-    expected = oracle.run(model, inputs, path=str(model_path)).outputs
-    image = target.build(model_path, runtime)  # boards lowtide builds for: refused here if the model cannot fit
-    predicted = target.predicted_arena(graph, runtime)
-    planned = planned_head_bytes(graph, predicted)
-    place_wait = (lambda holder: on_wait("place", holder)) if on_wait else None
-    with target.connect(model_path, port, timeout, image, runtime, wait, place_wait) as link:
-        session = DeviceSession(link, timeout)  # one session across a restart: sequence numbers keep counting
+def run_on_board(board: Board, connection: Connection, expected: Expected, *, iterations: int, warmup: int,
+                 profile_ops: bool = False, progress: MeasureProgress | None = None) -> MeasureResult:
+    """Measure the model `expected` describes on `board`, reached as `connection` says: `iterations` measured
+    invocations after `warmup` ones, each operator's counter too with `profile_ops`."""
+    image = connection.image
+    with board.connect(connection) as link:
+        # One session across a restart: sequence numbers keep counting.
+        session = DeviceSession(link, connection.timeout)
         for attempt in range(_RESET_RETRIES + 1):
             try:
                 hello = session.hello()
-                _check_hello(hello, graph, link.name, target, iterations)
-                for index, array in enumerate(inputs):
-                    session.set_input(index, array.tobytes(), _phase(progress, "upload"))
+                _check_hello(hello, expected, link.name, board, iterations)
+                for index, data in enumerate(expected.inputs):
+                    session.set_input(index, data, _phase(progress, "upload"))
                 result = session.run(warmup, iterations, profile_ops, _phase(progress, "run"))
                 outputs = [
                     session.read(ReadRegion.OUTPUT, i, summary.nbytes) for i, summary in enumerate(result.outputs)
@@ -167,19 +128,19 @@ def _measure(target: Board, graph: Graph, model_path: Path, port: str | None, it
     for index, (data, summary) in enumerate(zip(outputs, result.outputs)):
         if zlib.crc32(data) != summary.crc32:
             raise LowtideError(f"output {index} read from the board does not match the digest it reported", link.name)
-    if len(outputs) != len(expected):
-        raise LowtideError(f"board returned {len(outputs)} outputs, the model has {len(expected)}", link.name)
-    mismatched = tuple(i for i, (got, want) in enumerate(zip(outputs, expected)) if got != want.tobytes())
+    if len(outputs) != len(expected.outputs):
+        raise LowtideError(f"board returned {len(outputs)} outputs, the model has {len(expected.outputs)}", link.name)
+    mismatched = tuple(i for i, (got, want) in enumerate(zip(outputs, expected.outputs)) if got != want)
     return MeasureResult(
-        model=str(model_path),
-        model_sha256=graph.sha256,
+        model=expected.model,
+        model_sha256=expected.model_sha256,
         board=hello.board,
         runtime=hello.runtime,
         port=link.name,
         protocol_version=hello.protocol_version,
         clock_hz=hello.clock_hz or None,
         arena_capacity_bytes=hello.arena_capacity_bytes,
-        arena_planned_bytes=planned,
+        arena_planned_bytes=expected.arena_planned_bytes,
         board_planned_bytes=result.arena_planned_bytes,
         arena_used_bytes=result.arena_used_bytes,
         arena_high_water_bytes=result.arena_high_water_bytes,
@@ -187,7 +148,7 @@ def _measure(target: Board, graph: Graph, model_path: Path, port: str | None, it
         latency_cycles=_latency(_COUNTER_UNITS.get(hello.counter, ""), result.counter_min, result.counter_median,
                                 result.counter_max, iterations),
         warmup=warmup,
-        seed=seed,
+        seed=expected.seed,
         outputs_match=not mismatched,
         mismatched_outputs=mismatched,
         op_cycles=op_cycles,
@@ -195,38 +156,32 @@ def _measure(target: Board, graph: Graph, model_path: Path, port: str | None, it
         resends=session.resends,
         static_ram_bytes=image.static_ram_bytes if image else None,
         flash_bytes=image.flash_bytes if image else None,
-        # Only a board with a board file builds an image.
-        static_ram=_static_ram(image, runtime or target.spec.runtime) if image and target.spec else None,
+        static_ram=expected.static_ram,
         stack_high_water_bytes=result.stack_high_water_bytes,
         stack_size_bytes=result.stack_size_bytes,
-        arena_predicted_used_bytes=predicted.used_bytes if predicted else None,
+        arena_predicted_used_bytes=expected.arena_predicted_used_bytes,
     )
-
-
-def _static_ram(image: FirmwareImage, runtime: FirmwareRuntime) -> StaticRamSplit:
-    """The image's static RAM split; the slack the runtime paints past its arena is the harness's."""
-    return static_ram_split(image.elf, image.static_ram_bytes, image.stack_bytes, runtime.arena_slack_bytes)
 
 
 def _phase(progress: MeasureProgress | None, phase: str) -> Callable[[int, int], None] | None:
     return (lambda done, total: progress(phase, done, total)) if progress else None
 
 
-def _check_hello(hello: Hello, graph: Graph, port: str, board: Board, iterations: int) -> None:
-    if hello.model_sha256.hex() != graph.sha256:
+def _check_hello(hello: Hello, expected: Expected, port: str, board: Board, iterations: int) -> None:
+    if hello.model_sha256.hex() != expected.model_sha256:
         raise LowtideError(
             f"board runs another model (sha256 {hello.model_sha256.hex()[:16]}..., "
-            f"{graph.path} is {graph.sha256[:16]}...)",
+            f"{expected.model} is {expected.model_sha256[:16]}...)",
             port,
         )
     if not hello.model_ready:
         raise LowtideError(
             f"board could not allocate the model's tensors in its {hello.arena_capacity_bytes}-byte arena", port
         )
-    if (hello.input_count, hello.output_count) != (len(graph.main.inputs), len(graph.main.outputs)):
+    if (hello.input_count, hello.output_count) != (expected.input_count, expected.output_count):
         raise LowtideError(
             f"board reports {hello.input_count} inputs and {hello.output_count} outputs, the model has "
-            f"{len(graph.main.inputs)} and {len(graph.main.outputs)}",
+            f"{expected.input_count} and {expected.output_count}",
             port,
         )
     if iterations > hello.max_iterations:

@@ -1,5 +1,4 @@
-"""Board files as typed specs, and the checks that a model fits a board (its footprint estimated beforehand:
-lowtide.runtimes).
+"""Board files as typed specs (whether a model fits a board is checked against them by lowtide.pipeline.firmware).
 
 lowtide ships board files (the top-level boards/ of its source, installed with the package: lowtide.resources); a
 user's own board file is given by its path (`--board my-board.toml`).
@@ -9,7 +8,7 @@ A board file holds only what lowtide reads:
     name = "nucleo-f746zg"            # --board NAME; for emulated boards HELLO's name differs (qemu-mps2-an386)
     description = "..."               # the --board help and board listings
     core = "cortex-m7"                # TFLM's arena is predicted for this core
-    sram_bytes = 327680               # fit checks, before and after building
+    sram_bytes = 327680               # fit checks (lowtide.pipeline.firmware), before and after building
     flash_bytes = 1048576
     clock_hz = 216000000              # must equal the clock the board's HELLO reports
     platformio_env = "nucleo_f746zg"  # the firmware build (and upload) env
@@ -39,7 +38,7 @@ from pathlib import Path
 
 from lowtide.errors import LowtideError
 from lowtide.resources import BOARDS_DIR
-from lowtide.runtimes import FirmwareRuntime, FootprintEstimate, runtime_named
+from lowtide.project import Runtime
 
 _KEYS = {"name", "description", "core", "sram_bytes", "flash_bytes", "clock_hz", "platformio_env", "runtime",
          "platformio_config", "serial", "emulator", "labgrid"}
@@ -72,7 +71,8 @@ class BoardSpec:
     flash_bytes: int
     clock_hz: int
     platformio_env: str
-    runtime: FirmwareRuntime  # the runtime the board's firmware uses unless --runtime names another
+    runtime: Runtime  # the runtime the board's firmware uses unless --runtime names another (its object:
+    # lowtide.runtimes.runtime_for)
     platformio_config: Path | None  # envs over the shipped ones (lowtide.project); None: the shipped envs alone
     serial: SerialSettings | None  # None for emulated boards
     emulator_command: tuple[str, ...] | None  # with {port} and {elf}; None for a real board
@@ -109,7 +109,7 @@ def load_board_spec(path: Path) -> BoardSpec:
             flash_bytes=int(data["flash_bytes"]),
             clock_hz=int(data["clock_hz"]),
             platformio_env=data["platformio_env"],
-            runtime=runtime_named(data.get("runtime", "compiled")),
+            runtime=Runtime.named(data.get("runtime", "compiled")),
             platformio_config=(path.parent / config).resolve() if config else None,
             serial=SerialSettings(int(serial.get("baud", 115200)), tuple(serial.get("usb_ids", ())),
                                   serial.get("port"), serial.get("probe_serial")) if serial is not None else None,
@@ -147,23 +147,3 @@ def get_board_spec(name: str, directory: Path = BOARDS_DIR) -> BoardSpec:
         return specs[name]
     except KeyError:
         raise LowtideError(f"unknown board {name!r}; board files: {', '.join(sorted(specs))}") from None
-
-
-# --- will it fit? --------------------------------------------------------------------------------------------------
-
-
-def capacity(spec: BoardSpec, what: str, nbytes: int) -> str:
-    return f"{what} of {spec.name} ({nbytes:,} B = {nbytes / 1024:,.0f} KiB)"
-
-
-def check_estimate_fits(spec: BoardSpec, estimate: FootprintEstimate) -> None:
-    """Refuses, with the numbers, a model whose firmware cannot fit `spec`'s SRAM or flash."""
-    problems = []
-    if estimate.arena_bytes + estimate.static_ram_bytes > spec.sram_bytes:
-        problems.append(f"arena {estimate.arena_bytes:,} B + static RAM {estimate.static_ram_bytes:,} B > "
-                        + capacity(spec, "SRAM", spec.sram_bytes))
-    if estimate.image_bytes > spec.flash_bytes:
-        problems.append(f"constant data and code {estimate.image_bytes:,} B > "
-                        + capacity(spec, "flash", spec.flash_bytes))
-    if problems:
-        raise LowtideError(f"{estimate.model}: {'; '.join(problems)}")

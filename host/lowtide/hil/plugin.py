@@ -317,7 +317,7 @@ def lowtide_tolerances(pytestconfig: pytest.Config) -> Tolerances:
 @pytest.fixture
 def lowtide_measure(request: pytest.FixtureRequest, lowtide_board: str) -> MeasureModel:
     """`lowtide_measure(model_path, name=None, *, iterations=10, warmup=1, timeout=10.0, seed=0, runtime=None)
-    -> MeasureResult`: build, flash and measure the model on the test's board (see lowtide.device.measure), run by
+    -> MeasureResult`: build, flash and measure the model on the test's board (see lowtide.pipeline.measure), run by
     `runtime` (default: --lowtide-runtime, else the board file's). Give each measurement a
     `name` when a test measures more than one. Its figures become JUnit XML properties `lowtide.<name>.<figure>`."""
     hil = request.config.stash[_SESSION]
@@ -335,8 +335,8 @@ def lowtide_measure(request: pytest.FixtureRequest, lowtide_board: str) -> Measu
         runtime: str | None = None,
     ) -> MeasureResult:
         from lowtide.device.boards import get_board
-        from lowtide.device.drivers.platformio import upload_firmware
-        from lowtide.device.measure import measure
+        from lowtide.pipeline.firmware import upload_firmware
+        from lowtide.pipeline.measure import measure
         from lowtide.runtimes import runtime_named
 
         runtime = runtime or hil.runtime

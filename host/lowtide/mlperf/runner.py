@@ -38,13 +38,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lowtide.device.boards import EmulatedBoard, UsbBoard, get_board
-from lowtide.device.drivers.platformio import build_board_firmware, upload_firmware
 from lowtide.device.drivers.qemu import run_emulator
 from lowtide.device.transport import Link
 from lowtide.errors import LowtideError
 from lowtide.mlperf.benchmarks import Benchmark, benchmark_named, mlperf_protocol
 from lowtide.mlperf.datasets import check_dataset, generate_dataset
-from lowtide.runtimes import runtime_named
+from lowtide.pipeline.firmware import build_board_firmware, upload_firmware
+from lowtide.runtimes import runtime_for, runtime_named
 from lowtide.settings import RUNNER_ENV, read_settings
 from lowtide.storage import cache_dir, unpacked_archive
 from lowtide.validation import load_model
@@ -289,7 +289,7 @@ def run_mlperf(model: Path, board_name: str, benchmark_id: str, mode: str = "per
     if not isinstance(board, (EmulatedBoard, UsbBoard)):
         raise LowtideError(f"--board {board.name}: lowtide mlperf builds the firmware for an emulated board or a real "
                            f"one on this machine's USB (a board file's board: `lowtide boards`)")
-    chosen = runtime_named(runtime) if runtime else board.spec.runtime
+    chosen = runtime_for(board.spec.runtime, runtime_named(runtime) if runtime else None)
     work_dir = Path(work_dir or Path.cwd()).resolve()
     work_dir.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:

@@ -1,12 +1,10 @@
-"""The PlatformIO driver: builds a board's firmware project (lowtide.project) with a model in it, sizes the ELF,
-and uploads it.
+"""The PlatformIO driver: builds a firmware project (lowtide.project) it is handed, sizes the ELF, and uploads it.
 
-A project is written and built once per content (model, runtime, board env, lowtide) in the user cache, or where
-`--project-dir` says; a second run for the same content finds it built, and two at once build it once (a lock).
-Before building, the model's arena and constant data, as lowtide.runtimes estimates them, are checked against the
-board's SRAM and flash (`lowtide.device.spec`); after building, the ELF's sections are (`read_firmware_image`), so a
-model that cannot fit stops with its numbers rather than with a linker log. Uploading is PlatformIO's `-t upload`
-of the board's env: whatever uploader the env names (ST-LINK, esptool, bossac, or a `custom` upload_command).
+The driver only runs PlatformIO: which project to build, whether the model fits the board before and after
+building, is decided above it (lowtide.pipeline.firmware). A project built in the user cache is stamped when its
+build finished, so a second run for the same folder finds it built, and two at once build it once (a lock).
+`read_firmware_image` sizes the ELF's sections; uploading is PlatformIO's `-t upload` of the board's env: whatever
+uploader the env names (ST-LINK, esptool, bossac, or a `custom` upload_command).
 
 An ST board uploads with ST-LINK through OpenOCD (the platform's `upload_protocol = stlink`), told which ST-LINK by
 its USB serial number (`adapter serial`, through PlatformIO's upload_flags): the serial number of the port the
@@ -18,7 +16,6 @@ is refused in one line when the registry cannot be reached, before PlatformIO sp
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import shutil
 import socket
@@ -29,15 +26,13 @@ from functools import cache
 from pathlib import Path
 
 from lowtide.device.drivers.serialport import port_candidate, serial_port_candidates
-from lowtide.device.spec import BoardSpec, capacity, check_estimate_fits
+from lowtide.device.spec import BoardSpec
 from lowtide.errors import LowtideError, missing_tool
 from lowtide.platformio_archives import ARCHIVES_SETTING, ST_PLATFORM, archives_dir
 from lowtide.project import (
     BUILT_STAMP,
     LOCAL_PLATFORM_URI,
     FirmwareProject,
-    ProtocolDefines,
-    cached_project_dir,
     check_platformio,
     ensure_st_uploaders,
     ensure_tool_scons,
@@ -46,15 +41,11 @@ from lowtide.project import (
     platform_installed,
     platformio_core_dir,
     platformio_environment,
-    project_files,
     write_project,
 )
 from lowtide.resources import DATA_DIR
-from lowtide.runtimes import FirmwareRuntime
 from lowtide.settings import read_settings
 from lowtide.storage import exclusive_lock
-from lowtide.tflm.sizer import Arena32
-from lowtide.validation import load_model
 
 BUILD_TIMEOUT_S = 900.0  # a cold build of a large model's weights; the board's own timeout bounds everything after
 UPLOAD_TIMEOUT_S = 300.0
@@ -93,17 +84,6 @@ class FirmwareImage:
     @property
     def ram_bytes(self) -> int:
         return self.static_ram_bytes + self.stack_bytes
-
-
-def check_image_fits(spec: BoardSpec, image: FirmwareImage, model: str) -> None:
-    problems = []
-    if image.ram_bytes > spec.sram_bytes:
-        problems.append(f"static RAM {image.static_ram_bytes:,} B + stack {image.stack_bytes:,} B > "
-                        + capacity(spec, "SRAM", spec.sram_bytes))
-    if image.flash_bytes > spec.flash_bytes:
-        problems.append(f"image {image.flash_bytes:,} B > " + capacity(spec, "flash", spec.flash_bytes))
-    if problems:
-        raise LowtideError(f"{model}: the built firmware does not fit: {'; '.join(problems)}", image.elf)
 
 
 def _size_tool() -> str:
@@ -300,63 +280,30 @@ def _check_tools(tools: tuple[str, ...]) -> None:
             raise missing_tool(tool)
 
 
-def firmware_project(spec: BoardSpec, model_path: Path | None, runtime: FirmwareRuntime,
-                     tflm_arena: Arena32 | None = None, project_dir: Path | None = None,
-                     protocol: ProtocolDefines | None = None) -> FirmwareProject:
-    """The project for `spec` with the model in it (none: a model-less image) run by `runtime`, built: in the user
-    cache unless `project_dir` names a folder of the user's. Runs for the same content wait for one build. `protocol`:
-    the image answers that protocol instead of lowtide's own (MLPerf Tiny's grammar: lowtide.mlperf)."""
+def check_buildable(spec: BoardSpec) -> None:
+    """Refuses, before any project is written, a board whose env cannot be built here: a tool missing, a board
+    file stating more memory than its env's memory map, or a platform only PlatformIO's unreachable registry has."""
     _check_tools(EMULATOR_TOOLS if spec.emulated else ())
     check_memory_map(spec)
     check_registry_reachable(spec)
-    model_path = model_path.resolve() if model_path else None
-    # The project names its env, not the board: boards that run one image (nucleo-f446re and qemu-nucleo-f446re)
-    # then share one project in the cache, built once.
-    files = project_files(spec.platformio_env, spec.platformio_config, f"PlatformIO env {spec.platformio_env}",
-                          model_path, runtime, spec.core, tflm_arena.arena_bytes if tflm_arena else None, protocol)
-    directory = project_dir.resolve() if project_dir else cached_project_dir(spec.platformio_env, runtime.name,
-                                                                             model_path, files)
-    project = FirmwareProject(directory, spec.platformio_env, runtime.name, model_path)
-    what = f"building the {spec.platformio_env} firmware" + (f" for {model_path.name}" if model_path else "")
+
+
+def build_project(project: FirmwareProject, files: dict[str, bytes], reuse_built: bool, what: str) -> None:
+    """Writes `files` into `project`'s folder and builds its env with PlatformIO; with `reuse_built`, a folder a
+    finished build left (its stamp and ELF there) is taken as it is. Runs for the same folder wait for one build."""
+    directory = project.directory
     with exclusive_lock(directory.with_name(directory.name + ".lock")):
         stamp = directory / BUILT_STAMP
-        if project_dir is None and stamp.is_file() and project.elf.is_file():
-            return project
+        if reuse_built and stamp.is_file() and project.elf.is_file():
+            return
         stamp.unlink(missing_ok=True)
         write_project(directory, files)
         ensure_tool_scons()
-        _run_pio(directory, ["run", "-e", spec.platformio_env], BUILD_TIMEOUT_S, what,
-                 directory / f"pio-{spec.platformio_env}.log")
+        _run_pio(directory, ["run", "-e", project.platformio_env], BUILD_TIMEOUT_S, what,
+                 directory / f"pio-{project.platformio_env}.log")
         if not project.elf.is_file():
-            raise LowtideError(f"the {spec.platformio_env} build produced no firmware.elf", directory)
+            raise LowtideError(f"the {project.platformio_env} build produced no firmware.elf", directory)
         stamp.write_text(f"{project.elf}\n")  # published last: a folder without it was never fully built
-    return project
-
-
-def build_board_firmware(spec: BoardSpec, model_path: Path, runtime: FirmwareRuntime | None = None,
-                         project_dir: Path | None = None, protocol: ProtocolDefines | None = None) -> FirmwareImage:
-    """The firmware for `spec` with the model in it, run by `runtime` (default: the board's): refused before
-    building if the model cannot fit the board, built (or found built), and checked against the board's memory
-    from its ELF."""
-    image, _ = _built(spec, model_path, runtime, project_dir, protocol)
-    return image
-
-
-def _built(spec: BoardSpec, model_path: Path, runtime: FirmwareRuntime | None, project_dir: Path | None,
-           protocol: ProtocolDefines | None = None) -> tuple[FirmwareImage, FirmwareProject]:
-    runtime = runtime or spec.runtime
-    graph = load_model(model_path)
-    early = runtime.estimate_before_sizing(graph)
-    if early is not None:
-        # Before TFLM is built to size the arena: the head alone and the model file must fit.
-        check_estimate_fits(spec, early)
-        check_registry_reachable(spec)
-    tflm_arena = runtime.predict_arena(graph, spec.core)
-    check_estimate_fits(spec, runtime.estimate_footprint(graph, tflm_arena))
-    project = firmware_project(spec, model_path, runtime, tflm_arena, project_dir, protocol)
-    image = dataclasses.replace(read_firmware_image(project.elf, spec.platformio_env), project_dir=project.directory)
-    check_image_fits(spec, image, model_path.stem)
-    return image, project
 
 
 def uploads_with_openocd(spec: BoardSpec) -> bool:
@@ -403,10 +350,10 @@ def openocd_upload_flags(probe_serial: str | None) -> dict[str, str]:
     return {"PLATFORMIO_UPLOAD_FLAGS": f"-c\nadapter serial {probe_serial}"}
 
 
-def upload_firmware(spec: BoardSpec, model_path: Path, port: str, runtime: FirmwareRuntime | None = None,
-                    protocol: ProtocolDefines | None = None) -> None:
-    """PlatformIO's upload of the firmware for `spec` (built, or found built) to the board on `port`: the env's
-    own uploader; for an ST board, OpenOCD on that board's ST-LINK (`upload_probe`)."""
+def upload_settings(spec: BoardSpec, port: str) -> dict[str, str]:
+    """What PlatformIO's upload to the board on `port` needs in its environment, checked before anything is built:
+    for an ST board, OpenOCD told which ST-LINK (`upload_probe`); refuses an upload that would flash another board
+    than the one measured, or that has no uploader."""
     if spec.emulated:
         raise LowtideError(f"{spec.name} is emulated: there is nothing to flash", spec.path)
     probe = upload_probe(spec, port)
@@ -418,10 +365,17 @@ def upload_firmware(spec: BoardSpec, model_path: Path, port: str, runtime: Firmw
         if archives_dir() is not None and shutil.which("openocd") is None:
             raise LowtideError("openocd not found: install OpenOCD (Debian: apt-get install --no-install-recommends "
                                "openocd), which flashes the ST boards without PlatformIO's registry")
-    _, project = _built(spec, model_path, runtime, None, protocol)
+    return settings
+
+
+def upload_image(spec: BoardSpec, image: FirmwareImage, port: str, settings: dict[str, str], model: str) -> None:
+    """PlatformIO's upload of `image` (built in its project, `image.project_dir`) to the board on `port`: the env's
+    own uploader, with `settings` (`upload_settings`). `model` names the model in messages."""
+    assert image.project_dir is not None  # every image lowtide uploads was built in a project
+    project = image.project_dir
     if env_platform(spec.platformio_env, spec.platformio_config) == ST_PLATFORM and archives_dir() is not None:
         ensure_st_uploaders()
-    with exclusive_lock(project.directory.with_name(project.directory.name + ".lock")):
-        _run_pio(project.directory, ["run", "-v", "-e", spec.platformio_env, "-t", "upload", "--upload-port", port],
-                 UPLOAD_TIMEOUT_S, f"uploading the {spec.platformio_env} firmware for {model_path.name}",
-                 project.directory / f"pio-{spec.platformio_env}-upload.log", settings)
+    with exclusive_lock(project.with_name(project.name + ".lock")):
+        _run_pio(project, ["run", "-v", "-e", spec.platformio_env, "-t", "upload", "--upload-port", port],
+                 UPLOAD_TIMEOUT_S, f"uploading the {spec.platformio_env} firmware for {model}",
+                 project / f"pio-{spec.platformio_env}-upload.log", settings)

@@ -1,6 +1,6 @@
 """The `host-tflm` board: this machine's build of the real TFLM interpreter, served over the lowtide protocol.
 
-    python -m lowtide.device.host_tflm --model MODEL.tflite --port tcp:0      # or tcp:PORT, or pty
+    python -m lowtide.pipeline.host_tflm --model MODEL.tflite --port tcp:0    # or tcp:PORT, or pty
 
 It binds 127.0.0.1 only (or opens a pty), prints one line `LISTENING <url>` on stdout for the host to connect to,
 then behaves like a board: a HELLO with sequence number 0 on connect, then requests until the connection closes.

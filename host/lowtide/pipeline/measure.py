@@ -1,0 +1,101 @@
+"""Measure a model on a board: reproducible inputs and the host TFLM's outputs on them (lowtide.oracle), the firmware
+built for the board (lowtide.pipeline.firmware) and lowtide's predictions of its arena (lowtide.runtimes), all
+handed to the device layer, which runs the model on the board and compares (lowtide.device.measure).
+
+`measure()` is the Python API (the pytest HIL plugin calls it); `lowtide measure` is its command line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lowtide import oracle
+from lowtide.device import locking
+from lowtide.device.boards import DEFAULT_WAIT_S, Board, Connection, board_for_spec, get_board
+from lowtide.device.drivers.platformio import FirmwareImage
+from lowtide.device.measure import Expected, MeasureProgress, MeasureResult, WaitNotice, run_on_board
+from lowtide.device.spec import with_probe
+from lowtide.device.static_ram import StaticRamSplit, static_ram_split
+from lowtide.errors import LowtideError
+from lowtide.model.ir import Graph
+from lowtide.pipeline.firmware import board_firmware, predicted_arena
+from lowtide.runtimes import FirmwareRuntime, planned_head_bytes, runtime_for, runtime_named
+from lowtide.validation import load_model
+
+
+def measure(
+    model_path: str | Path,
+    board: str,
+    port: str | None = None,
+    *,
+    iterations: int = 10,
+    warmup: int = 1,
+    timeout: float = 10.0,
+    seed: int = 0,
+    profile_ops: bool = False,
+    progress: MeasureProgress | None = None,
+    runtime: str | None = None,
+    lock_timeout: float = DEFAULT_WAIT_S,
+    take_lock: bool = True,
+    on_wait: WaitNotice | None = None,
+    probe: str | None = None,
+) -> MeasureResult:
+    """Measure `model_path` on `board` (see lowtide.device.boards), run by `runtime` (None: the board's own).
+    `timeout` bounds every wait for the board; `lock_timeout` the wait for a board another run or labgrid client
+    holds. `take_lock=False`: the caller holds the board's lock (`Board.lock_resource`) already, as the HIL plugin
+    does for a whole session. `probe`: the USB serial number of a real board's probe (`--probe`), over its board
+    file's `probe_serial`."""
+    if iterations < 1 or warmup < 0:
+        raise LowtideError(f"need iterations >= 1 and warmup >= 0, got {iterations} and {warmup}")
+    model_path = Path(model_path)
+    graph = load_model(model_path)
+    target = get_board(board)
+    chosen = runtime_named(runtime) if runtime else None
+    if probe is not None:
+        if target.spec is None:
+            raise LowtideError(f"--probe picks a board lowtide flashes: --board {target.name} is not one")
+        target = board_for_spec(with_probe(target.spec, probe))
+    resource = target.lock_resource(port) if take_lock else None
+    if resource is None:
+        return _measure(target, graph, model_path, port, iterations, warmup, timeout, seed, profile_ops, progress,
+                        chosen, lock_timeout, on_wait)
+    what = f"board {target.name}" + (f" on {port}" if port else "")
+
+    def lock_wait(holder: locking.LockHolder | None) -> None:
+        if on_wait:
+            on_wait("lock", holder.describe() if holder else "another run")
+
+    with locking.locked(resource, lock_timeout, what, lock_wait):
+        return _measure(target, graph, model_path, port, iterations, warmup, timeout, seed, profile_ops, progress,
+                        chosen, lock_timeout, on_wait)
+
+
+def _measure(target: Board, graph: Graph, model_path: Path, port: str | None, iterations: int, warmup: int,
+             timeout: float, seed: int, profile_ops: bool, progress: MeasureProgress | None,
+             runtime: FirmwareRuntime | None, wait: float, on_wait: WaitNotice | None) -> MeasureResult:
+    inputs = oracle.random_inputs(graph, seed)
+    outputs = oracle.run(model_path.read_bytes(), inputs, path=str(model_path)).outputs
+    image = board_firmware(target, model_path, runtime)  # boards lowtide builds for: refused here if it cannot fit
+    predicted = predicted_arena(target, graph, runtime)
+    expected = Expected(
+        model=str(model_path),
+        model_sha256=graph.sha256,
+        input_count=len(graph.main.inputs),
+        output_count=len(graph.main.outputs),
+        seed=seed,
+        inputs=tuple(array.tobytes() for array in inputs),
+        outputs=tuple(array.tobytes() for array in outputs),
+        arena_planned_bytes=planned_head_bytes(graph, predicted),
+        arena_predicted_used_bytes=predicted.used_bytes if predicted else None,
+        # Only a board with a board file builds an image.
+        static_ram=_static_ram(image, runtime_for(target.spec.runtime, runtime)) if image and target.spec else None,
+    )
+    place_wait = (lambda holder: on_wait("place", holder)) if on_wait else None
+    connection = Connection(model_path, port, timeout, image, wait, place_wait)
+    return run_on_board(target, connection, expected, iterations=iterations, warmup=warmup, profile_ops=profile_ops,
+                        progress=progress)
+
+
+def _static_ram(image: FirmwareImage, runtime: FirmwareRuntime) -> StaticRamSplit:
+    """The image's static RAM split; the slack the runtime paints past its arena is the harness's."""
+    return static_ram_split(image.elf, image.static_ram_bytes, image.stack_bytes, runtime.arena_slack_bytes)
