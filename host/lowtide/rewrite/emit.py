@@ -10,9 +10,13 @@ operator uses any more are dropped, so TFLM allocates no per-tensor structs for 
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import numpy as np
 
+from lowtide.model.attributes import (
+    Conv2DAttributes, DepthwiseConv2DAttributes, Padding, Pool2DAttributes, TransposeConvAttributes, options_table,
+)
 from lowtide.model.ir import Graph
 from lowtide.model.offline_memory import NAME as OFFLINE_PLAN_NAME
 from lowtide.model.schema import BUILTIN_CODES, TYPE_CODES, TYPE_NAMES, builtin_code, fb, operator_code
@@ -29,6 +33,8 @@ from lowtide.rewrite.regions import (
 )
 
 RESIZE_CODES = frozenset(BUILTIN_CODES[name] for name in RESIZE_OPCODES)
+# Attributes with a padding, which windows run with VALID.
+WINDOW_ATTRIBUTES = (Conv2DAttributes, DepthwiseConv2DAttributes, Pool2DAttributes, TransposeConvAttributes)
 
 
 def emit_tiled(graph: Graph, plan: TilingPlan, before: list[int], after: list[int]):
@@ -237,9 +243,10 @@ class ModelWriter:
         op = copy.copy(self._sg_raw.operators[index])
         op.inputs = [inputs.get(slot, t) for slot, t in enumerate(op.inputs)]
         op.outputs = list(results)
-        if hasattr(op.builtinOptions, "padding"):
-            op.builtinOptions = copy.copy(op.builtinOptions)
-            op.builtinOptions.padding = fb.Padding.VALID
+        attributes = self._graph.main.operators[index].attributes
+        if isinstance(attributes, WINDOW_ATTRIBUTES):
+            op.builtinOptionsType, op.builtinOptions = options_table(dataclasses.replace(attributes,
+                                                                                         padding=Padding.VALID))
         if builtin_code(self.model.operatorCodes[op.opcodeIndex]) in RESIZE_CODES:
             op.inputs[1] = self.int32_constant(list(window))
         return op
