@@ -20,8 +20,10 @@ from lowtide.compile.hostcheck import first_divergence
 from lowtide.compile.quantization import mean_multiplier, quantize_multiplier, round_half_away
 from lowtide.errors import LowtideError
 from lowtide.memory import align_up, tflm_plan
-from lowtide.model.schema import BUILTIN_CODES, TYPE_CODES, fb
-from lowtide.model.writer import model_bytes
+from lowtide.model.attributes import from_schema_fields
+from lowtide.model.edit import GraphEditor, Quantization
+from lowtide.model.offline_memory import OfflinePlan
+from lowtide.model.writer import model_bytes, set_offline_plan
 from lowtide.validation import load_model
 from typer.testing import CliRunner
 
@@ -132,15 +134,9 @@ def test_every_operator_output_of_a_conv_model_matches_tflm():
 
 def _with_offline_plan(path: Path, offsets: dict[int, int], out: Path) -> Path:
     """`path` with an OfflineMemoryAllocation plan giving each tensor of `offsets` its offset (others: online)."""
-    raw = load_model(path).raw
-    column = [offsets.get(t, -1) for t in range(len(raw.subgraphs[0].tensors))]
-    buffer = fb.BufferT()
-    buffer.data = np.frombuffer(np.array([1, 1, len(column), *column], dtype="<i4").tobytes(), dtype=np.uint8)
-    raw.buffers.append(buffer)
-    entry = fb.MetadataT()
-    entry.name, entry.buffer = b"OfflineMemoryAllocation", len(raw.buffers) - 1
-    raw.metadata = list(raw.metadata or []) + [entry]
-    out.write_bytes(model_bytes(raw))
+    graph = load_model(path)
+    set_offline_plan(graph.raw, OfflinePlan.from_offsets(graph.tensor_counts, {(0, t): o for t, o in offsets.items()}))
+    out.write_bytes(model_bytes(graph.raw))
     return out
 
 
@@ -171,55 +167,37 @@ def test_offline_plan_offsets_are_used(tmp_path):
 # ---- operators no shared model uses, on small models built here ----------------------------------------------
 
 class TinyModel:
-    """A one-subgraph model assembled with the flatbuffer object API."""
+    """A one-subgraph model assembled with the graph editor, operators in the order they are added."""
 
     def __init__(self):
-        self.model = fb.ModelT()
-        self.model.version = 3
-        self.model.buffers = [fb.BufferT()]
-        self.model.operatorCodes = []
-        self.sg = fb.SubGraphT()
-        self.sg.tensors, self.sg.operators = [], []
-        self.model.subgraphs = [self.sg]
+        self.editor = GraphEditor.new()
+        self.operators: list = []
+        self.count = 0
+
+    @property
+    def tensors(self) -> list:
+        """The object-API tensors, to make a model malformed by hand."""
+        return self.editor.tensors
 
     def tensor(self, shape, dtype: str, scale: float | list[float] | None = None, zero_point: int = 0, data=None,
-               axis: int = 0) -> int:
-        t = fb.TensorT()
-        t.shape, t.type, t.name = list(shape), TYPE_CODES[dtype], f"t{len(self.sg.tensors)}"
-        if scale is not None:
-            scales = scale if isinstance(scale, list) else [scale]
-            t.quantization = fb.QuantizationParametersT()
-            t.quantization.scale, t.quantization.zeroPoint = scales, [zero_point] * len(scales)
-            t.quantization.quantizedDimension = axis
-        t.buffer = 0
-        if data is not None:
-            buffer = fb.BufferT()
-            buffer.data = np.frombuffer(np.asarray(data, dtype=dtype).tobytes(), dtype=np.uint8)
-            self.model.buffers.append(buffer)
-            t.buffer = len(self.model.buffers) - 1
-        self.sg.tensors.append(t)
-        return len(self.sg.tensors) - 1
+               axis: int = 0, variable: bool = False) -> int:
+        scales = None if scale is None else scale if isinstance(scale, list) else [scale]
+        quantization = None if scales is None else Quantization(scales, [zero_point] * len(scales), axis)
+        self.count += 1
+        return self.editor.tensor(f"t{self.count - 1}", shape, dtype, quantization,
+                                  None if data is None else np.asarray(data, dtype=dtype), variable)
 
     def op(self, opcode: str, inputs, outputs, options_type: str | None = None, **options) -> None:
-        code = BUILTIN_CODES[opcode]
-        codes = [c.builtinCode for c in self.model.operatorCodes]
-        if code not in codes:
-            oc = fb.OperatorCodeT()
-            oc.builtinCode, oc.deprecatedBuiltinCode, oc.version = code, min(code, 127), 1
-            self.model.operatorCodes.append(oc)
-            codes.append(code)
-        op = fb.OperatorT()
-        op.opcodeIndex, op.inputs, op.outputs = codes.index(code), list(inputs), list(outputs)
-        if options_type:
-            op.builtinOptionsType = getattr(fb.BuiltinOptions, options_type)
-            op.builtinOptions = getattr(fb, f"{options_type}T")()
-            for key, value in options.items():
-                setattr(op.builtinOptions, key, value)
-        self.sg.operators.append(op)
+        """Operator `opcode`, its options table `options_type` with `options` by their schema names."""
+        attributes = from_schema_fields(options_type, **options) if options_type else None
+        self.operators.append(self.editor.operator(opcode, inputs, outputs, attributes))
+
+    def finished(self, inputs, outputs):
+        """The model's object tree."""
+        return self.editor.finish(self.operators, inputs, outputs, prune=False)
 
     def save(self, path: Path, inputs, outputs) -> Path:
-        self.sg.inputs, self.sg.outputs = list(inputs), list(outputs)
-        path.write_bytes(model_bytes(self.model))
+        path.write_bytes(model_bytes(self.finished(inputs, outputs)))
         return path
 
 

@@ -74,7 +74,7 @@ def _lstm(m: TinyModel, rng, source: int, shape: tuple[int, int, int], state: in
     """One LSTM on `source` (shape as the op reads it); returns its int8 output tensor."""
     input_size = shape[2]
     batches = shape[1] if time_major else shape[0]
-    in_q = m.sg.tensors[source].quantization
+    in_q = m.tensors[source].quantization
     in_scale = in_q.scale[0]
     hidden_scale = 1 / 128
     inputs = [source]
@@ -86,9 +86,8 @@ def _lstm(m: TinyModel, rng, source: int, shape: tuple[int, int, int], state: in
     for k in range(4):
         inputs.append(m.tensor((state,), "int32", in_scale * 0.004, 0, rng.integers(-3000, 3000, state)))
     inputs += [-1, -1]  # no projection
-    hidden = m.tensor((batches, state), "int8", hidden_scale, hidden_zero)
-    cell = m.tensor((batches, state), "int16", cell_scale, 0)
-    m.sg.tensors[hidden].isVariable = m.sg.tensors[cell].isVariable = True
+    hidden = m.tensor((batches, state), "int8", hidden_scale, hidden_zero, variable=True)
+    cell = m.tensor((batches, state), "int16", cell_scale, 0, variable=True)
     inputs += [hidden, cell, -1, -1, -1, -1]  # no layer norm
     out = m.tensor(shape[:2] + (state,), "int8", hidden_scale, hidden_zero)
     m.op("UNIDIRECTIONAL_SEQUENCE_LSTM", inputs, [out], "UnidirectionalSequenceLSTMOptions",

@@ -190,8 +190,7 @@ def _svdf_model(m: TinyModel, state_type: str) -> tuple[list[int], list[int]]:
         features = m.tensor((filters, input_size), "int8", 0.01, 0, rng.integers(-127, 128, (filters, input_size)))
         times = m.tensor((filters, 5), state_type, time_scale, 0, rng.integers(lo, hi, (filters, 5)))
         bias = m.tensor((units,), "int32", state_scale * time_scale, 0, rng.integers(-4000, 4000, units))
-        state = m.tensor((2, 5 * filters), state_type, state_scale, state_zero)
-        m.sg.tensors[state].isVariable = True
+        state = m.tensor((2, 5 * filters), state_type, state_scale, state_zero, variable=True)
         out = m.tensor((2, units), "int8", 0.05, 4)
         m.op("SVDF", [source, features, times, bias, state], [out], "SVDFOptions", rank=rank,
              fusedActivationFunction=0)

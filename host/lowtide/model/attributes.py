@@ -71,7 +71,7 @@ def _activation() -> Any:
 
 
 def _bytes(value: Any) -> bytes:
-    return bytes(value or b"")
+    return value.encode() if isinstance(value, str) else bytes(value or b"")
 
 
 def _ints(value: Any) -> tuple[int, ...] | None:
@@ -375,6 +375,19 @@ def read_attributes(options: Any) -> Attributes | None:
         raw = [getattr(options, name) for name in names]
         values[f.name] = tuple(convert(v) for v in raw) if len(names) > 1 else convert(raw[0])
     return cls(**values)
+
+
+def from_schema_fields(table: str, **fields: Any) -> Attributes:
+    """The attributes of the schema options `table` (e.g. 'Conv2DOptions') with `fields` by their schema names,
+    the others at the schema's defaults: for models spelled out in the schema's own terms."""
+    options = getattr(fb, f"{table}T")()
+    for name, value in fields.items():
+        if not hasattr(options, name):
+            raise ValueError(f"{table} has no field {name}")
+        setattr(options, name, value)
+    attributes = read_attributes(options)
+    assert attributes is not None
+    return attributes
 
 
 def schema_fields(attributes: Attributes) -> dict[str, Any]:

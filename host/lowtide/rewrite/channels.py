@@ -22,12 +22,12 @@ import numpy as np
 from lowtide.memory import tflm_plan
 from lowtide.model.attributes import (
     Activation, AddAttributes, ConcatenationAttributes, Conv2DAttributes, DepthwiseConv2DAttributes, attributes_as,
-    fused_activation, options_table,
+    fused_activation,
 )
+from lowtide.model.edit import GraphEditor
 from lowtide.model.ir import Graph, Operator
 from lowtide.model.reader import read_model
 from lowtide.model.writer import model_bytes
-from lowtide.rewrite.emit import ModelWriter
 from lowtide.rewrite.errors import NotApplicable
 from lowtide.schedule import apply_order, find_schedule
 
@@ -84,7 +84,7 @@ def partition_concat_conv(graph: Graph, conv_op: int, partial_headroom: float = 
     convolutions summed by ADD."""
     sg = graph.main
     concat_op = _concatenation_feeding(graph, conv_op)
-    writer = ModelWriter(graph)
+    writer = GraphEditor(graph)
     pieces, first_channel = [], 0
     for source in sg.operators[concat_op].inputs:
         channels = sg.tensors[source].shape[3]
@@ -111,7 +111,7 @@ def partition_wide_layer(graph: Graph, expand_op: int, parts: int = 2, partial_h
     width = sg.tensors[sg.operators[expand_op].outputs[0]].shape[3]
     if not 2 <= parts <= width:
         raise NotApplicable(f"cannot split {width} channels into {parts} parts")
-    writer = ModelWriter(graph)
+    writer = GraphEditor(graph)
     replacement, pieces = [], []
     for part, channels in enumerate(np.array_split(np.arange(width), parts)):
         source = sg.operators[expand_op].inputs[0]
@@ -142,7 +142,7 @@ def partition_wide_layer(graph: Graph, expand_op: int, parts: int = 2, partial_h
     return _scheduled(graph, writer, operators, parts, sg.operators[project_op].outputs[0])
 
 
-def _partial_convolutions(writer: ModelWriter, graph: Graph, conv_op: int, pieces: list[tuple[int, np.ndarray]],
+def _partial_convolutions(writer: GraphEditor, graph: Graph, conv_op: int, pieces: list[tuple[int, np.ndarray]],
                           partial_headroom: float) -> list:
     """CONV_2D `conv_op` as one partial convolution per (input tensor, the conv's input channels it holds),
     summed by a chain of ADDs into the conv's output. The bias is added once, by the first partial."""
@@ -162,8 +162,7 @@ def _partial_convolutions(writer: ModelWriter, graph: Graph, conv_op: int, piece
         op.inputs = [source, writer.constant_slice(weights_index, 3, channels,
                                                    f"{sg.tensors[weights_index].name}/part{part}"), bias]
         op.outputs = [partial]
-        op.builtinOptionsType, op.builtinOptions = options_table(
-            dataclasses.replace(_conv_attributes(conv), fused_activation=Activation.NONE))
+        writer.set_attributes(op, dataclasses.replace(_conv_attributes(conv), fused_activation=Activation.NONE))
         replacement.append(op)
         partials.append(partial)
     total = partials[0]
@@ -172,12 +171,12 @@ def _partial_convolutions(writer: ModelWriter, graph: Graph, conv_op: int, piece
         result = output if last else writer.activation(sg.tensors[output].shape, output, partial_scale, 0,
                                                        f"{sg.tensors[output].name}/sum{part}")
         add = AddAttributes(fused_activation=_conv_attributes(conv).fused_activation if last else Activation.NONE)
-        replacement.append(writer.operator("ADD", [total, partial], result, *options_table(add)))
+        replacement.append(writer.operator("ADD", [total, partial], result, add))
         total = result
     return replacement
 
 
-def _scheduled(graph: Graph, writer: ModelWriter, operators: list, parts: int, summed: int) -> ChannelSplit:
+def _scheduled(graph: Graph, writer: GraphEditor, operators: list, parts: int, summed: int) -> ChannelSplit:
     partitioned = read_model(model_bytes(writer.finish(operators)))
     schedule = find_schedule(partitioned)
     original = find_schedule(graph)
