@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from test_optimize_cli import LAUNCH, MODELS
 
-from lowtide.model.builder import RandWireSpec, randwire_model
+from lowtide.testing.zoo import RandWireSpec, randwire_model
 
 # The second run's load: as many busy processes as the machine the budgets were tuned on has cores.
 BUSY_PROCESSES = 2

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from conftest import SHARED_MODELS
 from hostile import COMMANDS, assert_kept_promise, run_in_process, run_subprocess, serialise_isolated
 from lowtide.model import read_model
-from lowtide.model.builder import demo_model
+from lowtide.testing.zoo import demo_model
 from lowtide.model.schema import BUILTIN_NAMES, builtin_code
 from lowtide.model.shapes import RULES
 from test_compile import TinyModel

@@ -31,8 +31,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("lowtide.runtimes", "lowtide.project"),  # what a model's firmware is, before any board is involved
     ("lowtide.device",),
     ("lowtide.hil", "lowtide.mlperf"),
+    ("lowtide.testing",),  # models built with the builder, for tests, benchmarks and the CLI's demo command
     ("lowtide.cli", "lowtide.__main__"),
-    ("lowtide.testing",),  # models for tests and benchmarks: may use any stage, none uses it
 )
 LEAVES = frozenset({"lowtide", "lowtide.errors", "lowtide.text", "lowtide.storage", "lowtide.resources",
                     "lowtide.budget", "lowtide.platformio_archives"})
