@@ -50,14 +50,14 @@ class GraphEditor:
         self._constants: dict[tuple[tuple[int, ...], bytes], int] = {}
 
     @classmethod
-    def new(cls) -> GraphEditor:
+    def new(cls, description: str | None = None, subgraph_name: str | None = None) -> GraphEditor:
         """An editor of a new model of one empty subgraph."""
         raw = fb.ModelT()
-        raw.version = 3
+        raw.version, raw.description = 3, description
         raw.buffers = [fb.BufferT()]  # buffer 0: the empty buffer of every activation
         raw.operatorCodes = []
         sg = fb.SubGraphT()
-        sg.tensors, sg.operators, sg.inputs, sg.outputs = [], [], [], []
+        sg.name, sg.tensors, sg.operators, sg.inputs, sg.outputs = subgraph_name, [], [], [], []
         raw.subgraphs = [sg]
         return cls(None, raw)
 
