@@ -1,10 +1,11 @@
 """The typed graph that every later stage works on.
 
-The IR is a read-only view of a .tflite file: tensors and operators by their stable ids (a tensor's `index` is its
-position in its subgraph's tensor list, an operator's its position in the stored execution order; lowtide never
-renumbers either when it reorders or adds), operator attributes typed (`lowtide.model.attributes`). The flatbuffer
-object tree it came from (`Graph.raw`) is kept so that writers can change only what they mean to change (operator
-order, metadata) and leave the rest untouched.
+The IR is a read-only view of a .tflite file: tensors and operators by their ids (a tensor's `index` is its
+position in its subgraph's tensor list, an operator's its position in the stored execution order), operator
+attributes typed (`lowtide.model.attributes`). Tensor ids are stable: reordering operators keeps them, and the
+editor (`lowtide.model.edit`) appends new tensors; only its `finish` renumbers, when it drops the tensors no
+operator uses any more. The flatbuffer object tree a graph came from (`Graph.raw`) is kept so that writers can
+change only what they mean to change (operator order, metadata) and leave the rest untouched.
 """
 
 from __future__ import annotations
