@@ -28,7 +28,7 @@ from lowtide.pipeline.measure import measure
 from lowtide.errors import LowtideError
 from lowtide.model import read_model
 from lowtide.model.ir import Graph
-from lowtide.model.builder import STEMS
+from lowtide.testing.zoo import STEMS
 from lowtide.rewrite import RewriteResult, rewrite_auto
 from lowtide.testing.families import FAMILIES
 from lowtide.validation import load_model
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         "Placements and reorderings are searched within budgets of work units (`lowtide.budget`), so every figure",
         "but the time is the same on any machine under any load.",
         "",
-        "The `*_stem` models are made by `lowtide.model.builder.STEMS`: MobileNetV3-Small's first blocks (hard-swish,",
+        "The `*_stem` models are made by `lowtide.testing.zoo.STEMS`: MobileNetV3-Small's first blocks (hard-swish,",
         "squeeze-and-excitation: its global MEAN ends a region), a YOLOv8 stem with a C2f block (SiLU as LOGISTIC",
         "and MUL, SPLIT, CONCATENATION), BlazeFace's front (5x5 depthwise blocks, residual paths padded along",
         "channels and max-pooled) and a small U-Net (max-pool encoder, nearest and bilinear upsampling, skip",

@@ -3,7 +3,7 @@
     python benchmarks/schedule_bench.py [--effort 1] [--json] [MODEL.tflite ...]
     python benchmarks/schedule_bench.py --randwire [--effort 4] [--doc docs/benchmarks.md]
 
-`--randwire` schedules the builder's RandWire graphs (`lowtide.model.builder.RandWireSpec`) as `lowtide optimize`
+`--randwire` schedules the builder's RandWire graphs (`lowtide.testing.zoo.RandWireSpec`) as `lowtide optimize`
 does (outputs placed inside dying inputs where allowed) and writes the schedule-randwire section of the doc.
 Each search gets `--effort` times `find_schedule`'s default budget of work units, so the orders and bounds are the
 same on any machine; only the times vary.
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lowtide.model import read_model
-from lowtide.model.builder import RandWireSpec, randwire_model
+from lowtide.testing.zoo import RandWireSpec, randwire_model
 from lowtide.model.ir import Graph
 from lowtide.schedule import SCHEDULE_UNITS, Schedule, find_schedule, schedule_budget, subgraph_problem
 from lowtide.schedule.search import Block, simple_orders
@@ -76,7 +76,7 @@ def randwire_section(rows: list[RandWireRow], command: str, effort: float,
         "time is the same on any machine under any load; no search was cut by the wall clock"
         + ("" if not any(r.schedule.wall_clock_cut for r in rows) else " but those marked (cut)") + ".",
         "",
-        "Randomly wired int8 networks in the shape of Xie et al. 2019 from `lowtide.model.builder.RandWireSpec`",
+        "Randomly wired int8 networks in the shape of Xie et al. 2019 from `lowtide.testing.zoo.RandWireSpec`",
         "(generator, aggregation, stages x nodes, seed): every node a CONCATENATION or a chain of ADDs of its",
         "inputs, a 3x3 depthwise and a 1x1 convolution. Live peaks as `lowtide optimize` counts them (outputs",
         "placed inside dying inputs where allowed). Lower bound = the highest minimum cut of the bytes live at one",

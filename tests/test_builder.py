@@ -12,7 +12,8 @@ import pytest
 from lowtide.errors import LowtideError
 from lowtide.memory import tflm_plan
 from lowtide.model import read_model
-from lowtide.model.builder import ModelBuilder, demo_builder, demo_model, main
+from lowtide.model.builder import ModelBuilder
+from lowtide.testing.zoo import demo_builder, demo_model, main
 from lowtide.model.ir import Graph
 from lowtide.model.schema import fb
 from lowtide.oracle import random_inputs, run

@@ -19,8 +19,8 @@ from lowtide.compile.hostcheck import first_divergence
 from lowtide.compile.quantization import mean_multiplier, quantize_multiplier, round_half_away
 from lowtide.errors import LowtideError
 from lowtide.memory import tflm_plan
-from lowtide.model.schema import fb
-from lowtide.model.writer import model_bytes
+from lowtide.model.offline_memory import OfflinePlan
+from lowtide.model.writer import model_bytes, set_offline_plan
 from lowtide.validation import load_model
 from support.compiled import assert_compiled_arena
 from support.models import TinyModel, unsupported_model
@@ -123,15 +123,9 @@ def test_every_operator_output_of_a_conv_model_matches_tflm():
 
 def _with_offline_plan(path: Path, offsets: dict[int, int], out: Path) -> Path:
     """`path` with an OfflineMemoryAllocation plan giving each tensor of `offsets` its offset (others: online)."""
-    raw = load_model(path).raw
-    column = [offsets.get(t, -1) for t in range(len(raw.subgraphs[0].tensors))]
-    buffer = fb.BufferT()
-    buffer.data = np.frombuffer(np.array([1, 1, len(column), *column], dtype="<i4").tobytes(), dtype=np.uint8)
-    raw.buffers.append(buffer)
-    entry = fb.MetadataT()
-    entry.name, entry.buffer = b"OfflineMemoryAllocation", len(raw.buffers) - 1
-    raw.metadata = list(raw.metadata or []) + [entry]
-    out.write_bytes(model_bytes(raw))
+    graph = load_model(path)
+    set_offline_plan(graph.raw, OfflinePlan.from_offsets(graph.tensor_counts, {(0, t): o for t, o in offsets.items()}))
+    out.write_bytes(model_bytes(graph.raw))
     return out
 
 

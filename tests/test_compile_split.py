@@ -174,7 +174,7 @@ def _in_place_offsets(path: Path) -> tuple[dict[int, int], int]:
     graph = load_model(path)
     sg = graph.main
     split = next(op for op in _ops(path, "SPLIT_V") if sg.tensors[op.outputs[0]].shape[1] != 10)
-    concat = next(op for op in _ops(path, "CONCATENATION") if op.options.axis == 1)
+    concat = next(op for op in _ops(path, "CONCATENATION") if op.attributes.axis == 1)
     inside: dict[int, tuple[int, int]] = {}  # tensor -> (tensor it lies in, byte offset inside)
     for whole, parts in ((split.inputs[0], split.outputs), (concat.outputs[0], concat.inputs)):
         position = 0

@@ -36,9 +36,9 @@ def _model(opcode: str, folder: Path, corrupt: bool) -> tuple[Path, int, list[in
     and the output's shape as the case declares it."""
     m = TinyModel()
     inputs, outputs = CASES[opcode](m)
-    index = next(k for k, op in enumerate(m.sg.operators)
-                 if m.model.operatorCodes[op.opcodeIndex].builtinCode == BUILTIN_CODES[opcode])
-    output = m.sg.tensors[m.sg.operators[index].outputs[0]]
+    index = next(k for k, op in enumerate(m.operators)
+                 if m.editor.model.operatorCodes[op.opcodeIndex].builtinCode == BUILTIN_CODES[opcode])
+    output = m.tensors[m.operators[index].outputs[0]]
     shape = [int(d) for d in output.shape]
     if corrupt:
         output.shape = [*shape[:-1], shape[-1] + 1]

@@ -16,7 +16,7 @@ import pytest
 from conftest import SHARED_MODELS
 from support.cli import LAUNCH
 
-from lowtide.model.builder import RandWireSpec, randwire_model
+from lowtide.testing.zoo import RandWireSpec, randwire_model
 
 # The second run's load: as many busy processes as the machine the budgets were tuned on has cores.
 BUSY_PROCESSES = 2

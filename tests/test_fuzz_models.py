@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from conftest import SHARED_MODELS
 from support.hostile import COMMANDS, assert_kept_promise, run_in_process, run_subprocess, serialise_isolated
 from lowtide.model import read_model
-from lowtide.model.builder import demo_model
+from lowtide.testing.zoo import demo_model
 from lowtide.model.schema import BUILTIN_NAMES, builtin_code
 from lowtide.model.shapes import RULES
 from support.models import TinyModel
@@ -82,8 +82,7 @@ _FIELDS = {name: [f for f in _fields(raw) if not f.path[-1].endswith("Type")] fo
 
 def _case_raw(opcode: str):
     m = TinyModel()
-    m.sg.inputs, m.sg.outputs = (list(t) for t in CASES[opcode](m))
-    return m.model
+    return m.finished(*CASES[opcode](m))
 
 
 # Shape mutations also run on one small model per operator the compiler lowers (test_declared_shapes' cases).

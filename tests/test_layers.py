@@ -33,8 +33,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("lowtide.device",),
     ("lowtide.pipeline",),  # optimize, build and measure composed: the device layer is handed what they compute
     ("lowtide.hil", "lowtide.mlperf"),
+    ("lowtide.testing",),  # models built with the builder, for tests, benchmarks and the CLI's demo command
     ("lowtide.cli", "lowtide.__main__"),
-    ("lowtide.testing",),  # models for tests and benchmarks: may use any stage, none uses it
 )
 LEAVES = frozenset({"lowtide", "lowtide.errors", "lowtide.text", "lowtide.storage", "lowtide.resources",
                     "lowtide.budget", "lowtide.platformio_archives", "lowtide.settings"})

@@ -67,26 +67,16 @@ def test_control_flow_subgraph_is_nested_in_its_caller_scope():
 def test_offline_plan_is_honoured_by_replica_and_tflm(tmp_path):
     """Give every planned tensor of a model the offsets TFLM itself chose: the replica must place them there and
     TFLM must measure the same head."""
-    import struct
-
-    from lowtide.model.schema import fb
-    from lowtide.model.writer import model_bytes
+    from lowtide.model.offline_memory import OfflinePlan
     from lowtide.model.reader import read_model
+    from lowtide.model.writer import model_bytes, set_offline_plan
 
     graph = load_model(SHARED_MODELS / "mlperf_ic_resnet8_int8.tflite")
     plan = tflm_plan(graph)
     # Shift everything up by 64 bytes so the plan differs from what the greedy planner would do online.
-    offsets = [-1] * graph.tensor_count
-    for buffer, offset in zip(plan.buffers, plan.offsets):
-        offsets[buffer.tensor] = offset + 64
-    words = [1, 1, len(offsets), *offsets]
-    raw = graph.raw
-    raw.buffers.append(fb.BufferT())
-    raw.buffers[-1].data = list(struct.pack(f"<{len(words)}i", *words))
-    entry = fb.MetadataT()
-    entry.name, entry.buffer = "OfflineMemoryAllocation", len(raw.buffers) - 1
-    raw.metadata = (raw.metadata or []) + [entry]
-    data = model_bytes(raw)
+    shifted = {(0, buffer.tensor): offset + 64 for buffer, offset in zip(plan.buffers, plan.offsets)}
+    set_offline_plan(graph.raw, OfflinePlan.from_offsets(graph.tensor_counts, shifted))
+    data = model_bytes(graph.raw)
     planned = tflm_plan(read_model(data))
     assert planned.head_bytes == plan.head_bytes + 64
     assert oracle.allocate(data).head_bytes == planned.head_bytes

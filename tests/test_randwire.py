@@ -14,7 +14,7 @@ from support.schedules import assert_reordered_model_runs_identically, assert_va
 from lowtide.budget import WorkBudget
 from lowtide.memory import tflm_plan
 from lowtide.model import read_model
-from lowtide.model.builder import RandWireSpec, randwire_model
+from lowtide.testing.zoo import RandWireSpec, randwire_model
 from lowtide.oracle import random_inputs, run
 from lowtide.schedule import find_schedule, schedule_budget, subgraph_problem
 from lowtide.schedule.anytime import (

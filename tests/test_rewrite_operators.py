@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from lowtide import oracle
 from lowtide.model import read_model
-from lowtide.model.builder import ModelBuilder, TensorRef, mobilenet_v3_stem
+from lowtide.model.builder import ModelBuilder, TensorRef
+from lowtide.testing.zoo import mobilenet_v3_stem
 from lowtide.rewrite import NotApplicable, rewrite_auto, tile
 from lowtide.rewrite.regions import ResizeMap, _resize_axis, region_between
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from lowtide.model.schema import BUILTIN_CODES, TYPE_CODES, fb
+from lowtide.model.attributes import from_schema_fields
+from lowtide.model.edit import GraphEditor, Quantization
 from lowtide.model.writer import model_bytes
 
 # UnidirectionalSequenceLSTMOptions' fused activations TFLM's integer LSTM takes.
@@ -13,55 +14,37 @@ ACT_TANH, ACT_SIGN_BIT = 4, 5
 
 
 class TinyModel:
-    """A one-subgraph model assembled with the flatbuffer object API."""
+    """A one-subgraph model assembled with the graph editor, operators in the order they are added."""
 
     def __init__(self):
-        self.model = fb.ModelT()
-        self.model.version = 3
-        self.model.buffers = [fb.BufferT()]
-        self.model.operatorCodes = []
-        self.sg = fb.SubGraphT()
-        self.sg.tensors, self.sg.operators = [], []
-        self.model.subgraphs = [self.sg]
+        self.editor = GraphEditor.new()
+        self.operators: list = []
+        self.count = 0
+
+    @property
+    def tensors(self) -> list:
+        """The object-API tensors, to make a model malformed by hand."""
+        return self.editor.tensors
 
     def tensor(self, shape, dtype: str, scale: float | list[float] | None = None, zero_point: int = 0, data=None,
-               axis: int = 0) -> int:
-        t = fb.TensorT()
-        t.shape, t.type, t.name = list(shape), TYPE_CODES[dtype], f"t{len(self.sg.tensors)}"
-        if scale is not None:
-            scales = scale if isinstance(scale, list) else [scale]
-            t.quantization = fb.QuantizationParametersT()
-            t.quantization.scale, t.quantization.zeroPoint = scales, [zero_point] * len(scales)
-            t.quantization.quantizedDimension = axis
-        t.buffer = 0
-        if data is not None:
-            buffer = fb.BufferT()
-            buffer.data = np.frombuffer(np.asarray(data, dtype=dtype).tobytes(), dtype=np.uint8)
-            self.model.buffers.append(buffer)
-            t.buffer = len(self.model.buffers) - 1
-        self.sg.tensors.append(t)
-        return len(self.sg.tensors) - 1
+               axis: int = 0, variable: bool = False) -> int:
+        scales = None if scale is None else scale if isinstance(scale, list) else [scale]
+        quantization = None if scales is None else Quantization(scales, [zero_point] * len(scales), axis)
+        self.count += 1
+        return self.editor.tensor(f"t{self.count - 1}", shape, dtype, quantization,
+                                  None if data is None else np.asarray(data, dtype=dtype), variable)
 
     def op(self, opcode: str, inputs, outputs, options_type: str | None = None, **options) -> None:
-        code = BUILTIN_CODES[opcode]
-        codes = [c.builtinCode for c in self.model.operatorCodes]
-        if code not in codes:
-            oc = fb.OperatorCodeT()
-            oc.builtinCode, oc.deprecatedBuiltinCode, oc.version = code, min(code, 127), 1
-            self.model.operatorCodes.append(oc)
-            codes.append(code)
-        op = fb.OperatorT()
-        op.opcodeIndex, op.inputs, op.outputs = codes.index(code), list(inputs), list(outputs)
-        if options_type:
-            op.builtinOptionsType = getattr(fb.BuiltinOptions, options_type)
-            op.builtinOptions = getattr(fb, f"{options_type}T")()
-            for key, value in options.items():
-                setattr(op.builtinOptions, key, value)
-        self.sg.operators.append(op)
+        """Operator `opcode`, its options table `options_type` with `options` by their schema names."""
+        attributes = from_schema_fields(options_type, **options) if options_type else None
+        self.operators.append(self.editor.operator(opcode, inputs, outputs, attributes))
+
+    def finished(self, inputs, outputs):
+        """The model's object tree."""
+        return self.editor.finish(self.operators, inputs, outputs, prune=False)
 
     def save(self, path: Path, inputs, outputs) -> Path:
-        self.sg.inputs, self.sg.outputs = list(inputs), list(outputs)
-        path.write_bytes(model_bytes(self.model))
+        path.write_bytes(model_bytes(self.finished(inputs, outputs)))
         return path
 
 
@@ -79,7 +62,7 @@ def lstm(m: TinyModel, rng, source: int, shape: tuple[int, int, int], state: int
     """One LSTM on `source` (shape as the op reads it); returns its int8 output tensor."""
     input_size = shape[2]
     batches = shape[1] if time_major else shape[0]
-    in_q = m.sg.tensors[source].quantization
+    in_q = m.tensors[source].quantization
     in_scale = in_q.scale[0]
     hidden_scale = 1 / 128
     inputs = [source]
@@ -91,9 +74,8 @@ def lstm(m: TinyModel, rng, source: int, shape: tuple[int, int, int], state: int
     for k in range(4):
         inputs.append(m.tensor((state,), "int32", in_scale * 0.004, 0, rng.integers(-3000, 3000, state)))
     inputs += [-1, -1]  # no projection
-    hidden = m.tensor((batches, state), "int8", hidden_scale, hidden_zero)
-    cell = m.tensor((batches, state), "int16", cell_scale, 0)
-    m.sg.tensors[hidden].isVariable = m.sg.tensors[cell].isVariable = True
+    hidden = m.tensor((batches, state), "int8", hidden_scale, hidden_zero, variable=True)
+    cell = m.tensor((batches, state), "int16", cell_scale, 0, variable=True)
     inputs += [hidden, cell, -1, -1, -1, -1]  # no layer norm
     out = m.tensor(shape[:2] + (state,), "int8", hidden_scale, hidden_zero)
     m.op("UNIDIRECTIONAL_SEQUENCE_LSTM", inputs, [out], "UnidirectionalSequenceLSTMOptions",
@@ -114,8 +96,7 @@ def svdf_model(m: TinyModel, state_type: str) -> tuple[list[int], list[int]]:
         features = m.tensor((filters, input_size), "int8", 0.01, 0, rng.integers(-127, 128, (filters, input_size)))
         times = m.tensor((filters, 5), state_type, time_scale, 0, rng.integers(lo, hi, (filters, 5)))
         bias = m.tensor((units,), "int32", state_scale * time_scale, 0, rng.integers(-4000, 4000, units))
-        state = m.tensor((2, 5 * filters), state_type, state_scale, state_zero)
-        m.sg.tensors[state].isVariable = True
+        state = m.tensor((2, 5 * filters), state_type, state_scale, state_zero, variable=True)
         out = m.tensor((2, units), "int8", 0.05, 4)
         m.op("SVDF", [source, features, times, bias, state], [out], "SVDFOptions", rank=rank,
              fusedActivationFunction=0)

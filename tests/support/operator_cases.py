@@ -196,7 +196,6 @@ def _unidirectional_sequence_lstm(m):
 def _read_variable(m):
     """VAR_HANDLE, ASSIGN_VARIABLE of the input, READ_VARIABLE of the 48 values back."""
     x, handle, y = float_tensor(m), m.tensor((), "resource"), float_tensor(m)
-    m.sg.tensors[handle].type = TYPE_CODES["resource"]
     m.op("VAR_HANDLE", [], [handle], "VarHandleOptions", container="", sharedName="state")
     m.op("ASSIGN_VARIABLE", [handle, x], [])
     m.op("READ_VARIABLE", [handle], [y])

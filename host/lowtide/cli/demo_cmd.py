@@ -11,7 +11,7 @@ import typer
 from lowtide.cli.application import app
 from lowtide.errors import LowtideError
 from lowtide.model import read_model
-from lowtide.model.builder import demo_model
+from lowtide.testing.zoo import demo_model
 
 
 @app.command("demo-model")

@@ -29,6 +29,7 @@ import enum
 import math
 from dataclasses import dataclass
 
+from lowtide.model.attributes import DepthwiseConv2DAttributes, attributes_as
 from lowtide.model.ir import Graph, Operator, Subgraph, TensorKind
 from lowtide.model.schema import ELEMENT_BYTES
 
@@ -118,8 +119,7 @@ def _compiled_blocks(sg: Subgraph, op: Operator) -> list[tuple[int, int, int]]:
     if op.opcode == "DEPTHWISE_CONV_2D":
         source = sg.tensors[op.inputs[0]]
         weights = sg.tensors[op.inputs[1]]
-        o = op.options
-        dilated = int(getattr(o, "dilationHFactor", 1) or 1) != 1 or int(getattr(o, "dilationWFactor", 1) or 1) != 1
+        dilated = any((d or 1) != 1 for d in attributes_as(op.attributes, DepthwiseConv2DAttributes).dilation)
         if (source.dtype, weights.dtype, out.dtype) == ("int8",) * 3 and len(source.shape) == len(out.shape) == 4 \
                 and source.shape[3] == out.shape[3] > 1 and not dilated and out.nbytes <= source.nbytes:
             return [(op.outputs[0], op.inputs[0], 0)]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 from lowtide.errors import ModelError
+from lowtide.model.attributes import SvdfAttributes, attributes_as
 from lowtide.model.ir import Graph, Tensor
 from lowtide.model.schema import ELEMENT_BYTES
 
@@ -53,7 +54,7 @@ def scratch_sizes(graph: Graph, subgraph: int, op: int) -> list[int]:
         num_filters = sg.tensors[inputs[1]].shape[0]
         if sg.tensors[inputs[0]].dtype == "float32":
             return [batch * num_filters * 4]
-        rank = getattr(operator.options, "rank", 1) or 1
+        rank = attributes_as(operator.attributes, SvdfAttributes).rank or 1
         # Integer SVDF keeps int32 accumulators for every filter and every output unit.
         return [batch * num_filters * 4, batch * (num_filters // rank) * 4]
     if opcode == "UNIDIRECTIONAL_SEQUENCE_LSTM" and len(inputs) > _LSTM_CELL_STATE_INPUT:

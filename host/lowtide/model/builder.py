@@ -14,20 +14,19 @@ zero point across their inputs and outputs, as the TFLite converter arranges it.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
 from lowtide.errors import LowtideError
+from lowtide.model import attributes as attrs
 from lowtide.model import padding as window
-from lowtide.model.schema import fb, operator_code
+from lowtide.model.edit import GraphEditor, Quantization
 from lowtide.model.writer import model_bytes
 
 Activation = Literal["NONE", "RELU", "RELU6"]
@@ -35,12 +34,10 @@ UnaryActivation = Literal["LOGISTIC", "TANH", "HARD_SWISH", "RELU", "RELU6", "RE
 InputType = Literal["int8", "uint8", "float32"]
 Padding = Literal["SAME", "VALID"]
 
-_ACTIVATION_CODES: dict[str, int] = {
-    "NONE": fb.ActivationFunctionType.NONE,
-    "RELU": fb.ActivationFunctionType.RELU,
-    "RELU6": fb.ActivationFunctionType.RELU6,
+_ACTIVATION_CODES: dict[str, attrs.Activation] = {
+    "NONE": attrs.Activation.NONE, "RELU": attrs.Activation.RELU, "RELU6": attrs.Activation.RELU6,
 }
-_PADDING_CODES: dict[str, int] = {"SAME": fb.Padding.SAME, "VALID": fb.Padding.VALID}
+_PADDING_CODES: dict[str, attrs.Padding] = {"SAME": attrs.Padding.SAME, "VALID": attrs.Padding.VALID}
 # How many root-mean-squares of a tensor its int8 range covers: wide enough that few values clip, narrow
 # enough that typical values use most of the 256 levels.
 _RANGE_IN_RMS = 3.5
@@ -107,8 +104,7 @@ class _OperatorSpec:
     opcode: str
     inputs: tuple[int, ...]  # tensor indices, activations and constants as the kernel expects them
     outputs: tuple[int, ...]
-    options_type: int
-    options: object
+    attributes: attrs.Attributes | None
 
 
 class ModelBuilder:
@@ -154,13 +150,10 @@ class ModelBuilder:
         out_h, out_w = _conv_out(h, kernel, stride, padding, dilation), _conv_out(w, kernel, stride, padding, dilation)
         weights = self._draw_weights((filters, kernel, kernel, c), fan_in=kernel * kernel * c,
                                      activation=activation)
-        options = fb.Conv2DOptionsT()
-        options.padding, options.strideH, options.strideW = _PADDING_CODES[padding], stride, stride
-        options.dilationHFactor = options.dilationWFactor = dilation
-        options.fusedActivationFunction = _activation_code(activation)
+        attributes = attrs.Conv2DAttributes(padding=_PADDING_CODES[padding], stride=(stride, stride),
+                                        dilation=(dilation, dilation), fused_activation=_activation_code(activation))
         return self._add_weighted("CONV_2D", x, weights, channel_axis=0, out_shape=(n, out_h, out_w, filters),
-                                  activation=activation, options_type=fb.BuiltinOptions.Conv2DOptions,
-                                  options=options)
+                                  activation=activation, attributes=attributes)
 
     def depthwise_conv2d(self, x: TensorRef, kernel: int = 3, stride: int = 1, padding: Padding = "SAME",
                          activation: Activation = "RELU", depth_multiplier: int = 1, dilation: int = 1) -> TensorRef:
@@ -168,36 +161,29 @@ class ModelBuilder:
         out_h, out_w = _conv_out(h, kernel, stride, padding, dilation), _conv_out(w, kernel, stride, padding, dilation)
         channels = c * depth_multiplier
         weights = self._draw_weights((1, kernel, kernel, channels), fan_in=kernel * kernel, activation=activation)
-        options = fb.DepthwiseConv2DOptionsT()
-        options.padding, options.strideH, options.strideW = _PADDING_CODES[padding], stride, stride
-        options.depthMultiplier = depth_multiplier
-        options.dilationHFactor = options.dilationWFactor = dilation
-        options.fusedActivationFunction = _activation_code(activation)
+        attributes = attrs.DepthwiseConv2DAttributes(
+            padding=_PADDING_CODES[padding], stride=(stride, stride), depth_multiplier=depth_multiplier,
+            dilation=(dilation, dilation), fused_activation=_activation_code(activation))
         return self._add_weighted("DEPTHWISE_CONV_2D", x, weights, channel_axis=3,
-                                  out_shape=(n, out_h, out_w, channels), activation=activation,
-                                  options_type=fb.BuiltinOptions.DepthwiseConv2DOptions, options=options)
+                                  out_shape=(n, out_h, out_w, channels), activation=activation, attributes=attributes)
 
     def fully_connected(self, x: TensorRef, units: int, activation: Activation = "NONE") -> TensorRef:
         """Dense layer over all but the batch dimension (TFLM flattens a 4-D input itself)."""
         batch, features = x.shape[0], math.prod(x.shape[1:])
         weights = self._draw_weights((units, features), fan_in=features, activation=activation)
-        options = fb.FullyConnectedOptionsT()
-        options.fusedActivationFunction = _activation_code(activation)
         # TFLite quantizes FULLY_CONNECTED weights per tensor; TFLM's reference kernel expects that.
         return self._add_weighted("FULLY_CONNECTED", x, weights, channel_axis=None, out_shape=(batch, units),
-                                  activation=activation, options_type=fb.BuiltinOptions.FullyConnectedOptions,
-                                  options=options)
+                                  activation=activation,
+                                  attributes=attrs.FullyConnectedAttributes(fused_activation=_activation_code(activation)))
 
     def add(self, a: TensorRef, b: TensorRef, activation: Activation = "NONE") -> TensorRef:
         if a.shape != b.shape:
             raise LowtideError(f"ADD needs equal shapes, got {a.shape} and {b.shape}")
         sa, sb = self._activation(a), self._activation(b)
         pre_rms = math.hypot(sa.rms, sb.rms)  # branches treated as independent
-        options = fb.AddOptionsT()
-        options.fusedActivationFunction = _activation_code(activation)
         return self._add_op("ADD", (a.index, b.index), a.shape,
                             *_after_activation(pre_rms, activation, sa.nonnegative and sb.nonnegative),
-                            fb.BuiltinOptions.AddOptions, options)
+                            attrs.AddAttributes(fused_activation=_activation_code(activation)))
 
     def concat(self, tensors: Sequence[TensorRef], axis: int = -1) -> TensorRef:
         """Concatenate along `axis` (default: the channel, last, axis). TFLM's int8 kernel copies bytes, so
@@ -216,12 +202,9 @@ class ModelBuilder:
         specs = [self._activation(t) for t in tensors]
         sizes = [t.shape[axis] for t in tensors]
         rms = math.sqrt(sum(s.rms ** 2 * n for s, n in zip(specs, sizes)) / sum(sizes))
-        options = fb.ConcatenationOptionsT()
-        options.axis = axis
-        options.fusedActivationFunction = fb.ActivationFunctionType.NONE
         out = self._add_op("CONCATENATION", tuple(t.index for t in tensors),
                            (*first[:axis], sum(sizes), *first[axis + 1:]), rms, all(s.nonnegative for s in specs),
-                           fb.BuiltinOptions.ConcatenationOptions, options)
+                           attrs.ConcatenationAttributes(axis=axis))
         for t in tensors:
             self._share_quant(t.index, out.index)
         return out
@@ -241,11 +224,9 @@ class ModelBuilder:
         op_index = len(self._operators)
         sizes_index = self._add_int32(f"split_v_{op_index}/size_splits", sizes)
         axis_index = self._add_int32(f"split_v_{op_index}/axis", axis)
-        options = fb.SplitVOptionsT()
-        options.numSplits = len(sizes)
         shapes = [(*x.shape[:axis], rest if n == -1 else n, *x.shape[axis + 1:]) for n in sizes]
         pieces = self._add_op_outputs("SPLIT_V", (x.index, sizes_index, axis_index), shapes, spec.rms,
-                                      spec.nonnegative, fb.BuiltinOptions.SplitVOptions, options)
+                                      spec.nonnegative, attrs.SplitVAttributes(num_splits=len(sizes)))
         for piece in pieces:
             self._share_quant(x.index, piece.index)
         return pieces
@@ -263,10 +244,8 @@ class ModelBuilder:
         if math.prod(shape) != math.prod(x.shape):
             raise LowtideError(f"cannot reshape {x.shape} to {shape}: element counts differ")
         spec = self._activation(x)
-        options = fb.ReshapeOptionsT()
-        options.newShape = list(shape)
         out = self._add_op("RESHAPE", (x.index,), shape, spec.rms, spec.nonnegative,
-                           fb.BuiltinOptions.ReshapeOptions, options)
+                           attrs.ReshapeAttributes(new_shape=tuple(shape)))
         self._share_quant(x.index, out.index)
         return out
 
@@ -286,8 +265,7 @@ class ModelBuilder:
                   self._add_int32(f"space_to_batch_nd_{op_index}/paddings", [[top, bottom], [left, right]]))
         out = self._add_op("SPACE_TO_BATCH_ND", inputs, (n * bh * bw, (h + top + bottom) // bh,
                                                          (w + left + right) // bw, c),
-                           spec.rms, spec.nonnegative, fb.BuiltinOptions.SpaceToBatchNDOptions,
-                           fb.SpaceToBatchNDOptionsT())
+                           spec.rms, spec.nonnegative, attrs.UnreadAttributes("SpaceToBatchNDOptions"))
         self._share_quant(x.index, out.index)
         return out
 
@@ -309,7 +287,7 @@ class ModelBuilder:
         inputs = (x.index, self._add_int32(f"batch_to_space_nd_{op_index}/block_shape", [bh, bw]),
                   self._add_int32(f"batch_to_space_nd_{op_index}/crops", [[top, bottom], [left, right]]))
         out = self._add_op("BATCH_TO_SPACE_ND", inputs, out_shape, spec.rms, spec.nonnegative,
-                           fb.BuiltinOptions.BatchToSpaceNDOptions, fb.BatchToSpaceNDOptionsT())
+                           attrs.UnreadAttributes("BatchToSpaceNDOptions"))
         self._share_quant(x.index, out.index)
         return out
 
@@ -339,7 +317,7 @@ class ModelBuilder:
         (slope `alpha` below zero). LOGISTIC and TANH get the output quantization TFLM's int8 kernels require."""
         spec = self._activation(x)
         fixed = {"LOGISTIC": _QuantParams(1.0 / 256, -128), "TANH": _QuantParams(1.0 / 128, 0)}
-        options_type, options = fb.BuiltinOptions.NONE, None
+        attributes: attrs.Attributes | None = None
         if kind in fixed:
             rms, nonnegative = 0.5, kind == "LOGISTIC"
         elif kind in ("RELU", "RELU6"):
@@ -350,11 +328,10 @@ class ModelBuilder:
             rms, nonnegative = spec.rms / math.sqrt(2.0), False
         elif kind == "LEAKY_RELU":
             rms, nonnegative = spec.rms, False
-            options_type, options = fb.BuiltinOptions.LeakyReluOptions, fb.LeakyReluOptionsT()
-            options.alpha = alpha
+            attributes = attrs.LeakyReluAttributes(alpha=alpha)
         else:
             raise LowtideError(f"unknown activation {kind!r}")
-        out = self._add_op(kind, (x.index,), x.shape, rms, nonnegative, options_type, options)
+        out = self._add_op(kind, (x.index,), x.shape, rms, nonnegative, attributes)
         if kind in fixed:
             self._tensors[out.index] = dataclasses.replace(self._activation_spec(out.index), fixed_quant=fixed[kind])
         return out
@@ -364,21 +341,20 @@ class ModelBuilder:
         spec = self._activation(x)
         alpha = self._add_constant(f"prelu_{len(self._operators)}/alpha",
                                    self._rng.uniform(0.05, 0.3, size=(1, 1, x.shape[-1])), None)
-        return self._add_op("PRELU", (x.index, alpha), x.shape, spec.rms, False, fb.BuiltinOptions.NONE, None)
+        return self._add_op("PRELU", (x.index, alpha), x.shape, spec.rms, False, None)
 
     def binary(self, opcode: str, a: TensorRef, b: TensorRef | np.ndarray | float,
                activation: Activation = "NONE") -> TensorRef:
         """ADD, SUB, MUL, MAXIMUM, MINIMUM or SQUARED_DIFFERENCE of `a` with `b`: an activation (broadcast as
         numpy does) or a constant (a scalar, or one value per channel). MAXIMUM and MINIMUM compare raw int8
         values, so their operands and output share one scale and zero point."""
-        options_types = {"ADD": (fb.BuiltinOptions.AddOptions, fb.AddOptionsT),
-                         "SUB": (fb.BuiltinOptions.SubOptions, fb.SubOptionsT),
-                         "MUL": (fb.BuiltinOptions.MulOptions, fb.MulOptionsT),
-                         "MAXIMUM": (fb.BuiltinOptions.MaximumMinimumOptions, fb.MaximumMinimumOptionsT),
-                         "MINIMUM": (fb.BuiltinOptions.MaximumMinimumOptions, fb.MaximumMinimumOptionsT),
-                         "SQUARED_DIFFERENCE": (fb.BuiltinOptions.SquaredDifferenceOptions,
-                                                fb.SquaredDifferenceOptionsT)}
-        if opcode not in options_types:
+        fused = _activation_code(activation)
+        options_of: dict[str, attrs.Attributes] = {
+            "ADD": attrs.AddAttributes(fused_activation=fused), "SUB": attrs.SubAttributes(fused_activation=fused),
+            "MUL": attrs.MulAttributes(fused_activation=fused), "MAXIMUM": attrs.UnreadAttributes("MaximumMinimumOptions"),
+            "MINIMUM": attrs.UnreadAttributes("MaximumMinimumOptions"),
+            "SQUARED_DIFFERENCE": attrs.UnreadAttributes("SquaredDifferenceOptions")}
+        if opcode not in options_of:
             raise LowtideError(f"unknown binary operator {opcode!r}")
         sa = self._activation(a)
         shared = opcode in ("MAXIMUM", "MINIMUM")
@@ -399,12 +375,8 @@ class ModelBuilder:
         rms = {"MUL": sa.rms * b_rms, "SQUARED_DIFFERENCE": sa.rms ** 2 + b_rms ** 2}.get(
             opcode, max(sa.rms, b_rms) if shared else math.hypot(sa.rms, b_rms))
         nonnegative = opcode == "SQUARED_DIFFERENCE" or (sa.nonnegative and b_nonnegative and opcode != "SUB")
-        options_type, options_class = options_types[opcode]
-        options = options_class()
-        if hasattr(options, "fusedActivationFunction"):
-            options.fusedActivationFunction = _activation_code(activation)
         out = self._add_op(opcode, (a.index, b_index), shape, *_after_activation(rms, activation, nonnegative),
-                           options_type, options)
+                           options_of[opcode])
         if shared:
             self._share_quant(a.index, out.index)
             if isinstance(b, TensorRef):
@@ -420,21 +392,19 @@ class ModelBuilder:
         op_index = len(self._operators)
         paddings = self._add_int32(f"pad_{op_index}/paddings", [[0, 0], list(rows), list(cols), list(channels)])
         inputs: tuple[int, ...]
+        attributes: attrs.Attributes
         if mode == "CONSTANT" and value is None:
-            opcode, inputs, options_type, options = "PAD", (x.index, paddings), fb.BuiltinOptions.PadOptions, \
-                fb.PadOptionsT()
+            opcode, inputs, attributes = "PAD", (x.index, paddings), attrs.UnreadAttributes("PadOptions")
         elif mode == "CONSTANT":
             fill = self._add_constant(f"pad_{op_index}/value", np.array([value], dtype=np.float32), x.index)
-            opcode, inputs, options_type, options = "PADV2", (x.index, paddings, fill), \
-                fb.BuiltinOptions.PadV2Options, fb.PadV2OptionsT()
+            opcode, inputs, attributes = "PADV2", (x.index, paddings, fill), attrs.UnreadAttributes("PadV2Options")
         elif mode in ("REFLECT", "SYMMETRIC"):
-            options = fb.MirrorPadOptionsT()
-            options.mode = getattr(fb.MirrorPadMode, mode)
-            opcode, inputs, options_type = "MIRROR_PAD", (x.index, paddings), fb.BuiltinOptions.MirrorPadOptions
+            opcode, inputs = "MIRROR_PAD", (x.index, paddings)
+            attributes = attrs.MirrorPadAttributes(mode=attrs.MirrorPadMode[mode])
         else:
             raise LowtideError(f"padding mode must be CONSTANT, REFLECT or SYMMETRIC, got {mode!r}")
         shape = (n, h + sum(rows), w + sum(cols), c + sum(channels))
-        out = self._add_op(opcode, inputs, shape, spec.rms, spec.nonnegative, options_type, options)
+        out = self._add_op(opcode, inputs, shape, spec.rms, spec.nonnegative, attributes)
         self._share_quant(x.index, out.index)
         return out
 
@@ -446,16 +416,13 @@ class ModelBuilder:
         spec = self._activation(x)
         size = self._add_int32(f"resize_{len(self._operators)}/size", [h * factor, w * factor])
         if method == "nearest":
-            opcode, options_type, options = ("RESIZE_NEAREST_NEIGHBOR", fb.BuiltinOptions.ResizeNearestNeighborOptions,
-                                             fb.ResizeNearestNeighborOptionsT())
+            opcode, table = "RESIZE_NEAREST_NEIGHBOR", attrs.ResizeAttributes
         elif method == "bilinear":
-            opcode, options_type, options = ("RESIZE_BILINEAR", fb.BuiltinOptions.ResizeBilinearOptions,
-                                             fb.ResizeBilinearOptionsT())
+            opcode, table = "RESIZE_BILINEAR", attrs.ResizeBilinearAttributes
         else:
             raise LowtideError(f"resize method must be nearest or bilinear, got {method!r}")
-        options.alignCorners, options.halfPixelCenters = align_corners, half_pixel_centers
         out = self._add_op(opcode, (x.index, size), (n, h * factor, w * factor, c), spec.rms, spec.nonnegative,
-                           options_type, options)
+                           table(align_corners=align_corners, half_pixel_centers=half_pixel_centers))
         self._share_quant(x.index, out.index)
         return out
 
@@ -463,20 +430,16 @@ class ModelBuilder:
         """MEAN over `axes` (default: rows and columns, a global average pool). Shares the input's quantization."""
         spec = self._activation(x)
         axes = sorted(_axis(a, x.shape) for a in axes)
-        options = fb.ReducerOptionsT()
-        options.keepDims = keep_dims
         shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape) if keep_dims or i not in axes)
         out = self._add_op("MEAN", (x.index, self._add_int32(f"mean_{len(self._operators)}/axes", axes)), shape,
-                           spec.rms, spec.nonnegative, fb.BuiltinOptions.ReducerOptions, options)
+                           spec.rms, spec.nonnegative, attrs.ReducerAttributes(keep_dims=keep_dims))
         self._share_quant(x.index, out.index)
         return out
 
     def softmax(self, x: TensorRef, beta: float = 1.0) -> TensorRef:
         """SOFTMAX over the last axis, with the output quantization TFLM's int8 kernel requires (1/256, -128)."""
         self._activation(x)
-        options = fb.SoftmaxOptionsT()
-        options.beta = beta
-        out = self._add_op("SOFTMAX", (x.index,), x.shape, 0.5, True, fb.BuiltinOptions.SoftmaxOptions, options)
+        out = self._add_op("SOFTMAX", (x.index,), x.shape, 0.5, True, attrs.SoftmaxAttributes(beta=beta))
         self._tensors[out.index] = dataclasses.replace(self._activation_spec(out.index),
                                                        fixed_quant=_QuantParams(1.0 / 256, -128))
         return out
@@ -487,12 +450,10 @@ class ModelBuilder:
         if parts < 1 or x.shape[axis] % parts:
             raise LowtideError(f"SPLIT cannot cut axis {axis} of {x.shape} into {parts} equal parts")
         spec = self._activation(x)
-        options = fb.SplitOptionsT()
-        options.numSplits = parts
         shape = (*x.shape[:axis], x.shape[axis] // parts, *x.shape[axis + 1:])
         pieces = self._add_op_outputs("SPLIT", (self._add_int32(f"split_{len(self._operators)}/axis", axis), x.index),
-                                      [shape] * parts, spec.rms, spec.nonnegative, fb.BuiltinOptions.SplitOptions,
-                                      options)
+                                      [shape] * parts, spec.rms, spec.nonnegative,
+                                      attrs.SplitAttributes(num_splits=parts))
         for piece in pieces:
             self._share_quant(x.index, piece.index)
         return pieces
@@ -502,7 +463,7 @@ class ModelBuilder:
         TFLite converter writes a uint8 model input), or from int8 on a range `widen` times the input's."""
         spec = self._activation(x)
         out = self._add_op("QUANTIZE", (x.index,), x.shape, spec.rms * (widen if spec.dtype == "int8" else 1.0),
-                           spec.nonnegative, fb.BuiltinOptions.NONE, None)
+                           spec.nonnegative, None)
         if spec.dtype == "uint8":
             self._share_quant(x.index, out.index)
         return out
@@ -510,8 +471,7 @@ class ModelBuilder:
     def dequantize(self, x: TensorRef) -> TensorRef:
         """DEQUANTIZE: int8 to float32."""
         spec = self._activation(x)
-        out = self._add_op("DEQUANTIZE", (x.index,), x.shape, spec.rms, spec.nonnegative, fb.BuiltinOptions.NONE,
-                           None)
+        out = self._add_op("DEQUANTIZE", (x.index,), x.shape, spec.rms, spec.nonnegative, None)
         self._tensors[out.index] = dataclasses.replace(self._activation_spec(out.index), dtype="float32")
         return out
 
@@ -525,72 +485,42 @@ class ModelBuilder:
         quant = self._activation_quant()
         return model_bytes(self._model(order, quant))
 
-    def _model(self, order: list[int], quant: dict[int, _QuantParams]) -> fb.ModelT:
-        buffers = [fb.BufferT()]  # buffer 0: the empty sentinel every TFLite model starts with
-        tensors = []
+    def _model(self, order: list[int], quant: dict[int, _QuantParams]) -> Any:
+        editor = GraphEditor.new(description=self._name, subgraph_name="main")
         weight_scales: dict[int, np.ndarray] = {}
         for index, spec in enumerate(self._tensors):
-            t = fb.TensorT()
-            t.name = spec.name
-            t.quantization = fb.QuantizationParametersT()
             if isinstance(spec, _ActivationSpec) and spec.dtype == "float32":
-                t.shape, t.type, t.buffer, t.quantization = list(spec.shape), fb.TensorType.FLOAT32, 0, None
+                editor.tensor(spec.name, spec.shape, "float32")
             elif isinstance(spec, _ActivationSpec):
-                t.shape, t.buffer = list(spec.shape), 0
                 q = quant[index]
                 # A uint8 tensor holds the int8 value + 128: same scale, zero point shifted.
                 shift = 128 if spec.dtype == "uint8" else 0
-                t.type = fb.TensorType.UINT8 if shift else fb.TensorType.INT8
-                t.quantization.scale, t.quantization.zeroPoint = [q.scale], [q.zero_point + shift]
+                editor.tensor(spec.name, spec.shape, "uint8" if shift else "int8",
+                              Quantization([q.scale], [q.zero_point + shift]))
             elif isinstance(spec, _ConstantSpec):
                 q = quant[spec.quant_like] if spec.quant_like is not None else _QuantParams(
                     float(np.float32(max(np.abs(spec.values).max(), 1e-6) / 127.0)), 0)
                 data = np.clip(np.round(spec.values / q.scale) + q.zero_point, -128, 127).astype(np.int8)
-                t.shape, t.type, t.buffer = list(spec.values.shape), fb.TensorType.INT8, len(buffers)
-                t.quantization.scale, t.quantization.zeroPoint = [q.scale], [q.zero_point]
-                buffers.append(_buffer(data))
+                editor.tensor(spec.name, spec.values.shape, "int8", Quantization([q.scale], [q.zero_point]), data)
             elif isinstance(spec, _Int32Spec):
-                t.shape, t.type, t.quantization = list(spec.values.shape), fb.TensorType.INT32, None
-                t.buffer = len(buffers)
-                buffers.append(_buffer(spec.values.astype("<i4")))
+                editor.tensor(spec.name, spec.values.shape, "int32", data=spec.values)
             else:
                 if isinstance(spec, _WeightSpec):
                     scales, data = _quantize_weights(spec.values, spec.channel_axis)
                     weight_scales[index] = scales
-                    t.type = fb.TensorType.INT8
-                    t.quantization.quantizedDimension = spec.channel_axis or 0
+                    dtype, axis = "int8", spec.channel_axis or 0
                 else:
                     scales = quant[spec.input].scale * weight_scales[spec.weights]
                     data = np.round(spec.values / scales).astype("<i4")
-                    t.type = fb.TensorType.INT32
-                t.shape = list(spec.values.shape)
-                t.quantization.scale = [float(s) for s in scales]
-                t.quantization.zeroPoint = [0] * len(scales)
-                t.buffer = len(buffers)
-                buffers.append(_buffer(data))
-            tensors.append(t)
-
+                    dtype, axis = "int32", 0
+                editor.tensor(spec.name, spec.values.shape, dtype,
+                              Quantization([float(s) for s in scales], [0] * len(scales), axis), data)
         # The opcode table follows call order, so that orders of one graph differ only in the operator vector.
-        opcodes = list(dict.fromkeys(op_spec.opcode for op_spec in self._operators))
-        operators = []
-        for op_index in order:
-            op_spec = self._operators[op_index]
-            op = fb.OperatorT()
-            op.opcodeIndex = opcodes.index(op_spec.opcode)
-            op.inputs, op.outputs = list(op_spec.inputs), list(op_spec.outputs)
-            op.builtinOptionsType, op.builtinOptions = op_spec.options_type, op_spec.options
-            operators.append(op)
-
-        subgraph = fb.SubGraphT()
-        subgraph.name = "main"
-        subgraph.tensors, subgraph.operators = tensors, operators
-        subgraph.inputs, subgraph.outputs = list(self._inputs), list(self._outputs)
-        model = fb.ModelT()
-        model.version = 3
-        model.description = self._name
-        model.buffers, model.subgraphs = buffers, [subgraph]
-        model.operatorCodes = [operator_code(name) for name in opcodes]
-        return model
+        for opcode in dict.fromkeys(op_spec.opcode for op_spec in self._operators):
+            editor.opcode_index(opcode)
+        operators = [editor.operator(op_spec.opcode, op_spec.inputs, op_spec.outputs, op_spec.attributes)
+                     for op_spec in (self._operators[i] for i in order)]
+        return editor.finish(operators, self._inputs, self._outputs, prune=False)
 
     # ---- internals ----------------------------------------------------------------------------------------
     def _add_activation(self, name: str, shape: tuple[int, ...], rms: float, nonnegative: bool,
@@ -605,16 +535,16 @@ class ModelBuilder:
         return TensorRef(index, shape, producer, self._serial)
 
     def _add_op(self, opcode: str, inputs: tuple[int, ...], out_shape: tuple[int, ...], rms: float,
-                nonnegative: bool, options_type: int, options: object) -> TensorRef:
-        return self._add_op_outputs(opcode, inputs, [out_shape], rms, nonnegative, options_type, options)[0]
+                nonnegative: bool, attributes: attrs.Attributes | None) -> TensorRef:
+        return self._add_op_outputs(opcode, inputs, [out_shape], rms, nonnegative, attributes)[0]
 
     def _add_op_outputs(self, opcode: str, inputs: tuple[int, ...], out_shapes: Sequence[tuple[int, ...]],
-                        rms: float, nonnegative: bool, options_type: int, options: object) -> list[TensorRef]:
+                        rms: float, nonnegative: bool, attributes: attrs.Attributes | None) -> list[TensorRef]:
         op_index = len(self._operators)
         name = f"{opcode.lower()}_{op_index}"
         outs = [self._add_activation(name if len(out_shapes) == 1 else f"{name}/{k}", shape, rms, nonnegative,
                                      op_index) for k, shape in enumerate(out_shapes)]
-        self._operators.append(_OperatorSpec(opcode, inputs, tuple(o.index for o in outs), options_type, options))
+        self._operators.append(_OperatorSpec(opcode, inputs, tuple(o.index for o in outs), attributes))
         return outs
 
     def _add_constant(self, name: str, values: np.ndarray, quant_like: int | None) -> int:
@@ -626,8 +556,8 @@ class ModelBuilder:
         return len(self._tensors) - 1
 
     def _add_weighted(self, opcode: str, x: TensorRef, weights: np.ndarray, channel_axis: int | None,
-                      out_shape: tuple[int, ...], activation: Activation, options_type: int,
-                      options: object) -> TensorRef:
+                      out_shape: tuple[int, ...], activation: Activation,
+                      attributes: attrs.Attributes) -> TensorRef:
         spec = self._activation(x)
         # Weights of standard deviation gain/sqrt(fan_in) scale the input's root-mean-square by `gain`.
         pre_rms = spec.rms * _gain(activation)
@@ -639,18 +569,15 @@ class ModelBuilder:
         b_index = len(self._tensors)
         self._tensors.append(_BiasSpec(f"{opcode.lower()}_{op_index}/bias", bias, x.index, w_index))
         return self._add_op(opcode, (x.index, w_index, b_index), out_shape,
-                            *_after_activation(pre_rms, activation, False), options_type, options)
+                            *_after_activation(pre_rms, activation, False), attributes)
 
     def _pool(self, opcode: str, x: TensorRef, size: int, stride: int, padding: Padding) -> TensorRef:
         n, h, w, c = self._nhwc(x)
         spec = self._activation(x)
         out_shape = (n, _conv_out(h, size, stride, padding), _conv_out(w, size, stride, padding), c)
-        options = fb.Pool2DOptionsT()
-        options.padding, options.strideH, options.strideW = _PADDING_CODES[padding], stride, stride
-        options.filterHeight = options.filterWidth = size
-        options.fusedActivationFunction = fb.ActivationFunctionType.NONE
         out = self._add_op(opcode, (x.index,), out_shape, spec.rms, spec.nonnegative,
-                           fb.BuiltinOptions.Pool2DOptions, options)
+                           attrs.Pool2DAttributes(padding=_PADDING_CODES[padding], stride=(stride, stride),
+                                              filter=(size, size)))
         # TFLM's int8 pooling kernels do not requantize: the output keeps the input's scale and zero point.
         self._share_quant(x.index, out.index)
         return out
@@ -731,12 +658,6 @@ def _axis(axis: int, shape: tuple[int, ...]) -> int:
     return axis % len(shape)
 
 
-def _buffer(data: np.ndarray) -> fb.BufferT:
-    buffer = fb.BufferT()
-    buffer.data = np.frombuffer(data.tobytes(), dtype=np.uint8)
-    return buffer
-
-
 def _conv_out(size: int, kernel: int, stride: int, padding: Padding, dilation: int = 1) -> int:
     if padding not in _PADDING_CODES:
         raise LowtideError(f"padding must be SAME or VALID, got {padding!r}")
@@ -749,7 +670,7 @@ def _conv_out(size: int, kernel: int, stride: int, padding: Padding, dilation: i
     return out
 
 
-def _activation_code(activation: Activation) -> int:
+def _activation_code(activation: Activation) -> attrs.Activation:
     if activation not in _ACTIVATION_CODES:
         raise LowtideError(f"activation must be one of {sorted(_ACTIVATION_CODES)}, got {activation!r}")
     return _ACTIVATION_CODES[activation]
@@ -757,7 +678,7 @@ def _activation_code(activation: Activation) -> int:
 
 def _gain(activation: Activation) -> float:
     """Weight scale that keeps a layer's root-mean-square: He initialisation before a rectifier."""
-    return 1.0 if _activation_code(activation) == fb.ActivationFunctionType.NONE else math.sqrt(2.0)
+    return 1.0 if _activation_code(activation) == attrs.Activation.NONE else math.sqrt(2.0)
 
 
 def _after_activation(pre_rms: float, activation: Activation, inputs_nonnegative: bool) -> tuple[float, bool]:
@@ -783,213 +704,3 @@ def _quantize_weights(values: np.ndarray, channel_axis: int | None) -> tuple[np.
     scales = np.where(peak > 0, peak / 127.0, 1.0).astype(np.float32)
     data = np.clip(np.round(values / scales), -127, 127).astype(np.int8)
     return scales.reshape(-1).astype(np.float64), data
-
-
-def demo_model() -> bytes:
-    """The README demo model's bytes, operators in their (memory-poor) stored order; see `demo_builder`."""
-    return demo_builder().build()
-
-
-def demo_builder() -> ModelBuilder:
-    """The README demo: a 14-operator inception-like block with a residual connection, 48x48x3 input.
-
-    Three branches leave the stem: two expand to 48 and 16 channels, run a depthwise conv and project back to
-    16 and 8 channels; the third (24 channels) is max-pooled. They are concatenated, projected and added to
-    the stem. Stored breadth-first (every branch's first operator, then every second, ...), as a graph
-    exporter may well write it, all wide branch tensors are live at once: live peak 82,944 bytes and TFLM's
-    greedy head 92,160 bytes. Running one branch to the end before starting the next brings both down to
-    59,904 bytes (the best of all 560 topological orders, by brute force).
-    """
-    b = ModelBuilder(seed=0, name="lowtide_demo")
-    image = b.input((1, 48, 48, 3))
-    stem = b.conv2d(image, filters=8, kernel=3, stride=2)  # 24x24x8
-    expand_a = b.conv2d(stem, filters=48, kernel=1)
-    expand_b = b.conv2d(stem, filters=16, kernel=1)
-    expand_c = b.conv2d(stem, filters=24, kernel=1)
-    spatial_a = b.depthwise_conv2d(expand_a, kernel=3)
-    spatial_b = b.depthwise_conv2d(expand_b, kernel=5)
-    pooled_c = b.max_pool(expand_c, size=3, stride=1, padding="SAME")
-    project_a = b.conv2d(spatial_a, filters=16, kernel=1, activation="NONE")
-    project_b = b.conv2d(spatial_b, filters=8, kernel=1, activation="NONE")
-    merged = b.concat([project_a, project_b, pooled_c])
-    mixed = b.conv2d(merged, filters=8, kernel=1, activation="NONE")
-    block_out = b.add(stem, mixed, activation="RELU")
-    features = b.avg_pool(block_out, size=24)
-    b.output(b.fully_connected(features, units=10))
-    return b
-
-
-RandWireGenerator = Literal["ws", "er", "ba"]
-Aggregation = Literal["concat", "add"]
-
-
-@dataclass(frozen=True)
-class RandWireSpec:
-    """A randomly wired network in the shape of Xie et al. 2019 ("Exploring Randomly Wired Neural Networks"):
-    a stem, `stages` random graphs of `nodes` nodes each, a classifier. Each stage is drawn by networkx with the
-    paper's parameters (WS: k=4, p=0.75; ER: p=0.2; BA: m=5), its edges oriented from lower to higher node
-    number. A node aggregates its inputs (one CONCATENATION, or a chain of ADDs), then runs a separable
-    convolution: 3x3 depthwise, 1x1 to the stage's channels."""
-
-    generator: RandWireGenerator
-    nodes: int  # per stage
-    stages: int = 2
-    aggregation: Aggregation = "concat"
-    channels: int = 16  # of the first stage; doubled per stage as the resolution halves
-    size: int = 32  # input height and width
-    seed: int = 0
-
-    @property
-    def name(self) -> str:
-        return f"randwire_{self.generator}_{self.aggregation}_{self.stages}x{self.nodes}_s{self.seed}"
-
-
-def randwire_builder(spec: RandWireSpec) -> ModelBuilder:
-    """The operators of `spec` in a breadth-first stored order (each stage's nodes in number order)."""
-    import networkx as nx  # only the RandWire graphs need it
-
-    b = ModelBuilder(seed=spec.seed, name=spec.name)
-    image = b.input((1, spec.size, spec.size, 3))
-    x = b.conv2d(image, spec.channels, kernel=3)
-    for stage in range(spec.stages):
-        graph_seed = spec.seed * 1000 + stage
-        if spec.generator == "ws":
-            wiring = nx.connected_watts_strogatz_graph(spec.nodes, 4, 0.75, seed=graph_seed)
-        elif spec.generator == "er":
-            wiring = nx.erdos_renyi_graph(spec.nodes, 0.2, seed=graph_seed)
-        else:
-            wiring = nx.barabasi_albert_graph(spec.nodes, 5, seed=graph_seed)
-        channels = spec.channels << stage
-        outputs: dict[int, TensorRef] = {}
-        for node in range(spec.nodes):
-            sources = sorted(n for n in wiring.neighbors(node) if n < node)
-            merged = _aggregate(b, [outputs[n] for n in sources], spec.aggregation) if sources else x
-            # The stage's input nodes halve the resolution (the first stage keeps the stem's).
-            stride = 2 if stage and not sources else 1
-            spatial = b.depthwise_conv2d(merged, kernel=3, stride=stride)
-            outputs[node] = b.conv2d(spatial, channels, kernel=1)
-        sinks = [outputs[n] for n in range(spec.nodes) if not any(m > n for m in wiring.neighbors(n))]
-        x = _aggregate(b, sinks, spec.aggregation)
-    features = b.avg_pool(x, size=x.shape[1])
-    b.output(b.fully_connected(features, units=10))
-    return b
-
-
-def randwire_model(spec: RandWireSpec) -> bytes:
-    return randwire_builder(spec).build()
-
-
-def _aggregate(b: ModelBuilder, tensors: list[TensorRef], aggregation: Aggregation) -> TensorRef:
-    if len(tensors) == 1:
-        return tensors[0]
-    if aggregation == "concat":
-        return b.concat(tensors)
-    total = tensors[0]
-    for t in tensors[1:]:
-        total = b.add(total, t)
-    return total
-
-
-def _silu(b: ModelBuilder, x: TensorRef) -> TensorRef:
-    """SiLU as TFLite converts it: x * LOGISTIC(x)."""
-    return b.binary("MUL", x, b.activation(x, "LOGISTIC"))
-
-
-def _squeeze_excite(b: ModelBuilder, x: TensorRef, reduced: int) -> TensorRef:
-    """MobileNetV3's squeeze-and-excitation: a global MEAN, two 1x1 convolutions, hard-sigmoid
-    (RELU6(x + 3) / 6), the input scaled per channel."""
-    s = b.conv2d(b.mean(x), reduced, kernel=1, activation="RELU")
-    s = b.binary("ADD", b.conv2d(s, x.shape[-1], kernel=1, activation="NONE"), 3.0, activation="RELU6")
-    return b.binary("MUL", x, b.binary("MUL", s, 1.0 / 6.0))
-
-
-def mobilenet_v3_stem(size: int = 96) -> ModelBuilder:
-    """The first blocks of MobileNetV3-Small: a hard-swish stem, inverted bottlenecks with hard-swish and
-    squeeze-and-excitation, a residual add, then global pooling and a classifier."""
-    b = ModelBuilder(seed=31, name="mobilenet_v3_stem")
-    x = b.activation(b.conv2d(b.input((1, size, size, 3)), 16, kernel=3, stride=2, activation="NONE"), "HARD_SWISH")
-    y = _squeeze_excite(b, b.depthwise_conv2d(x, kernel=3, stride=2), 8)
-    x = b.conv2d(y, 16, kernel=1, activation="NONE")
-    x = b.conv2d(b.depthwise_conv2d(b.conv2d(x, 72, kernel=1), kernel=3, stride=2), 24, kernel=1, activation="NONE")
-    y = b.conv2d(b.depthwise_conv2d(b.conv2d(x, 88, kernel=1), kernel=3), 24, kernel=1, activation="NONE")
-    x = b.add(x, y)
-    y = b.activation(b.conv2d(x, 96, kernel=1, activation="NONE"), "HARD_SWISH")
-    y = b.activation(b.depthwise_conv2d(y, kernel=5, stride=2, activation="NONE"), "HARD_SWISH")
-    x = b.conv2d(_squeeze_excite(b, y, 24), 40, kernel=1, activation="NONE")
-    b.output(b.fully_connected(b.mean(x), 10))
-    return b
-
-
-def yolov8_stem(size: int = 96) -> ModelBuilder:
-    """YOLOv8's stem: two stride-2 convolutions and a C2f block (1x1 convolution, SPLIT in two halves, a
-    residual bottleneck on one, CONCATENATION of all three, 1x1 convolution), SiLU everywhere, then a
-    stride-2 convolution and a pooled classifier."""
-    b = ModelBuilder(seed=32, name="yolov8_stem")
-
-    def conv(x: TensorRef, filters: int, kernel: int = 3, stride: int = 1) -> TensorRef:
-        return _silu(b, b.conv2d(x, filters, kernel=kernel, stride=stride, activation="NONE"))
-
-    x = conv(conv(b.input((1, size, size, 3)), 16, stride=2), 32, stride=2)
-    first, second = b.split_equal(conv(x, 32, kernel=1), 2)
-    third = b.add(second, conv(conv(second, 16), 16))
-    x = conv(b.concat([first, second, third]), 32, kernel=1)
-    x = conv(x, 64, stride=2)
-    b.output(b.fully_connected(b.mean(x), 10))
-    return b
-
-
-def blazeface_stem(size: int = 128) -> ModelBuilder:
-    """BlazeFace's front: a 5x5 stride-2 convolution, then BlazeBlocks (5x5 depthwise, 1x1 projection, residual
-    add); where a block widens, the residual path pads channels with zeros (PAD along channels); where it
-    strides, the residual path is a 2x2 MAX_POOL."""
-    b = ModelBuilder(seed=33, name="blazeface_stem")
-
-    def block(x: TensorRef, filters: int, stride: int = 1) -> TensorRef:
-        y = b.conv2d(b.depthwise_conv2d(x, kernel=5, stride=stride, activation="NONE"), filters, kernel=1,
-                     activation="NONE")
-        skip = b.max_pool(x, 2) if stride == 2 else x
-        if filters > x.shape[-1]:
-            skip = b.pad(skip, channels=(0, filters - x.shape[-1]))
-        return b.activation(b.add(y, skip), "RELU")
-
-    x = b.conv2d(b.input((1, size, size, 3)), 24, kernel=5, stride=2)
-    x = block(block(x, 24), 28)
-    x = block(block(block(x, 32, stride=2), 36), 42)
-    x = block(block(x, 48, stride=2), 48)
-    b.output(b.conv2d(x, 2, kernel=1, activation="NONE"))
-    return b
-
-
-def unet_stem(size: int = 64) -> ModelBuilder:
-    """A small U-Net: two encoder stages (convolutions, 2x2 MAX_POOL), a bottleneck, two decoder stages that
-    upsample (RESIZE_NEAREST_NEIGHBOR, then RESIZE_BILINEAR), concatenate the encoder's skip tensor and
-    convolve, and a 1x1 per-pixel classifier at full resolution."""
-    b = ModelBuilder(seed=34, name="unet_stem")
-    e1 = b.conv2d(b.conv2d(b.input((1, size, size, 3)), 16), 16)
-    e2 = b.conv2d(b.conv2d(b.max_pool(e1, 2), 32), 32)
-    m = b.conv2d(b.max_pool(e2, 2), 64)
-    d2 = b.conv2d(b.concat([b.resize(m, 2), e2]), 32)
-    d1 = b.conv2d(b.concat([b.resize(d2, 2, "bilinear", half_pixel_centers=True), e1]), 16)
-    b.output(b.conv2d(d1, 2, kernel=1, activation="NONE"))
-    return b
-
-
-STEMS = {"mobilenet_v3_stem": mobilenet_v3_stem, "yolov8_stem": yolov8_stem, "blazeface_stem": blazeface_stem,
-         "unet_stem": unet_stem}
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lowtide.model.builder",
-                                     description="Write lowtide's demo model, an irregularly wired int8 graph.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="write the README demo model")
-    demo.add_argument("out", type=Path, help="where to write the .tflite file")
-    args = parser.parse_args(argv)
-    data = demo_model()
-    args.out.write_bytes(data)
-    print(f"wrote {args.out} ({len(data):,} bytes)")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,7 +1,11 @@
 """The typed graph that every later stage works on.
 
-The IR is a read-only view of a .tflite file. The flatbuffer object tree it came from (`Graph.raw`) is kept so
-that writers can change only what they mean to change (operator order, metadata) and leave the rest untouched.
+The IR is a read-only view of a .tflite file: tensors and operators by their ids (a tensor's `index` is its
+position in its subgraph's tensor list, an operator's its position in the stored execution order), operator
+attributes typed (`lowtide.model.attributes`). Tensor ids are stable: reordering operators keeps them, and the
+editor (`lowtide.model.edit`) appends new tensors; only its `finish` renumbers, when it drops the tensors no
+operator uses any more. The flatbuffer object tree a graph came from (`Graph.raw`) is kept so that writers can
+change only what they mean to change (operator order, metadata) and leave the rest untouched.
 """
 
 from __future__ import annotations
@@ -13,17 +17,31 @@ from typing import Any
 
 import numpy as np
 
+from lowtide.model.attributes import Attributes, CallOnceAttributes, IfAttributes, VarHandleAttributes, WhileAttributes
 from lowtide.model.offline_memory import NAME as OFFLINE_PLAN_NAME
 from lowtide.model.offline_memory import OfflinePlan, PlanFormatError
 
 # Operators whose effects are not visible through their tensors: their relative order must be kept.
 SIDE_EFFECT_OPCODES = frozenset({"VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE", "CALL_ONCE"})
-# Operators that call other subgraphs, and the option fields that name those subgraphs.
-CONTROL_FLOW_SUBGRAPH_FIELDS = {
-    "IF": ("thenSubgraphIndex", "elseSubgraphIndex"),
-    "WHILE": ("condSubgraphIndex", "bodySubgraphIndex"),
-    "CALL_ONCE": ("initSubgraphIndex",),
+# Operators that call other subgraphs: the attributes that name those subgraphs.
+CONTROL_FLOW_ATTRIBUTES: dict[str, type[Attributes]] = {
+    "IF": IfAttributes, "WHILE": WhileAttributes, "CALL_ONCE": CallOnceAttributes,
 }
+
+
+def named_subgraphs(opcode: str, attributes: Attributes | None) -> tuple[int | None, ...]:
+    """The subgraphs a control-flow operator names (None for each it cannot name: its attributes are missing or
+    of another table); () for other operators."""
+    cls = CONTROL_FLOW_ATTRIBUTES.get(opcode)
+    if cls is None:
+        return ()
+    if isinstance(attributes, IfAttributes):
+        return attributes.then_subgraph, attributes.else_subgraph
+    if isinstance(attributes, WhileAttributes):
+        return attributes.cond_subgraph, attributes.body_subgraph
+    if isinstance(attributes, CallOnceAttributes):
+        return (attributes.init_subgraph,)
+    return (None,)
 
 
 class TensorKind(enum.Enum):
@@ -56,7 +74,7 @@ class Operator:
     outputs: tuple[int, ...]
     intermediates: tuple[int, ...]
     called_subgraphs: tuple[int, ...]  # subgraphs run by control-flow operators (IF, WHILE, CALL_ONCE)
-    options: Any = field(default=None, compare=False, repr=False)  # builtin options object from the schema
+    attributes: Attributes | None = field(default=None, compare=False, repr=False)  # None: no options stored
 
     @property
     def has_side_effects(self) -> bool:
@@ -134,7 +152,8 @@ class Graph:
 
 def resource_key(op: Operator) -> tuple[bytes, bytes]:
     """The resource variable a VAR_HANDLE names: its container and shared name."""
-    return bytes(getattr(op.options, "container", None) or b""), bytes(getattr(op.options, "sharedName", None) or b"")
+    a = op.attributes
+    return (a.container, a.shared_name) if isinstance(a, VarHandleAttributes) else (b"", b"")
 
 
 def variable_handles(graph: Graph) -> dict[tuple[int, int], tuple[bytes, bytes]]:

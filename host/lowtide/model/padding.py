@@ -1,12 +1,14 @@
 """SAME and VALID window geometry, as TFLite computes it (ComputeOutSize and ComputePaddingHeightWidth in
 tensorflow/lite/kernels/padding.h): one place for the compiler, the model builder and the rewrites.
 
-`padding` is TFLite's Padding enum code (schema Padding: SAME = 0, VALID = 1).
+`padding` is TFLite's Padding enum code (`lowtide.model.attributes.Padding`).
 """
 
 from __future__ import annotations
 
-SAME, VALID = 0, 1
+from lowtide.model.attributes import Padding
+
+SAME, VALID = Padding.SAME, Padding.VALID
 
 
 def effective_size(kernel: int, dilation: int = 1) -> int:

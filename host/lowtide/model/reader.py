@@ -12,7 +12,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from lowtide.errors import ModelError
-from lowtide.model.ir import CONTROL_FLOW_SUBGRAPH_FIELDS, Graph, Operator, Subgraph, Tensor, TensorKind, sha256_hex
+from lowtide.model.attributes import read_attributes
+from lowtide.model.ir import Graph, Operator, Subgraph, Tensor, TensorKind, named_subgraphs, sha256_hex
 from lowtide.model.schema import BUILTIN_NAMES, ELEMENT_BYTES, FILE_IDENTIFIER, TYPE_NAMES, builtin_code, fb
 from lowtide.text import model_text
 
@@ -104,9 +105,9 @@ def _read_subgraph(index: int, sg: fb.SubGraphT, buffers: list[fb.BufferT], opco
         if not 0 <= op.opcodeIndex < len(opcodes):
             raise ModelError(f"subgraph {index} operator {op_index}: opcode index {op.opcodeIndex} out of range", path)
         opcode = _opcode_name(opcodes[op.opcodeIndex])
+        attributes = read_attributes(op.builtinOptions)
         called = []
-        for field_name in CONTROL_FLOW_SUBGRAPH_FIELDS.get(opcode, ()):
-            target = getattr(op.builtinOptions, field_name, None)
+        for target in named_subgraphs(opcode, attributes):
             if target is None or not 0 <= target < subgraph_count:
                 raise ModelError(f"subgraph {index} operator {op_index} ({opcode}) calls missing subgraph {target}", path)
             called.append(int(target))
@@ -119,7 +120,7 @@ def _read_subgraph(index: int, sg: fb.SubGraphT, buffers: list[fb.BufferT], opco
                 outputs=check_tensor_refs(op.outputs, f"{where} output", allow_omitted=False),
                 intermediates=check_tensor_refs(op.intermediates, f"{where} intermediate", allow_omitted=True),
                 called_subgraphs=tuple(called),
-                options=op.builtinOptions,
+                attributes=attributes,
             )
         )
     name = model_text(sg.name)

@@ -17,11 +17,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from lowtide.model import padding
+from lowtide.model.attributes import (
+    A, BatchMatMulAttributes, ConcatenationAttributes, Conv2DAttributes, DepthToSpaceAttributes,
+    DepthwiseConv2DAttributes, FullyConnectedAttributes, GatherAttributes, PackAttributes, Pool2DAttributes,
+    ReducerAttributes, SpaceToDepthAttributes, StridedSliceAttributes, SvdfAttributes, UnpackAttributes, attributes_as,
+)
 from lowtide.model.ir import Graph, Operator, Subgraph, TensorKind, first_assignments, variable_handles
 
 Dim = int | None  # None: any size, the kernel takes the declared one
@@ -109,11 +113,12 @@ class _Operands:
             raise _NotJudged
         return values[0]
 
-    def option(self, name: str, default: Any = None) -> Any:
-        value = getattr(self.op.options, name, default)
-        if value is None:
+    def attributes(self, cls: type[A], required: bool = False) -> A:
+        """The operator's attributes as a `cls`: the defaults when it stores none, unless the rule cannot judge
+        without them (`required`)."""
+        if required and not isinstance(self.op.attributes, cls):
             raise _NotJudged
-        return value
+        return attributes_as(self.op.attributes, cls)
 
     def scale_count(self, position: int) -> int:
         """How many scales the input's quantization has (0: none)."""
@@ -165,22 +170,24 @@ def _window(o: _Operands) -> list[Computed | None]:
     """CONV_2D, DEPTHWISE_CONV_2D and the pools: ComputeOutSize over the height and width; the channels are the
     filter's (CONV_2D: dimension 0, DEPTHWISE_CONV_2D: 3) or the input's (pools)."""
     x = o.shape(0, rank=4)
+    window: Conv2DAttributes | DepthwiseConv2DAttributes | Pool2DAttributes
     if o.op.opcode in ("CONV_2D", "DEPTHWISE_CONV_2D"):
         w = o.shape(1, rank=4)
-        kernel, dilation = w[1:3], (o.option("dilationHFactor", 1), o.option("dilationWFactor", 1))
         if o.op.opcode == "CONV_2D":
-            channels = w[0]
+            kernel, dilation, channels = w[1:3], o.attributes(Conv2DAttributes).dilation, w[0]
             if x[3] % w[3]:
                 raise OperandShapes(f"{x[3]} input channels for a filter of {w[3]}: not a whole number of groups")
         else:
-            channels = w[3]
+            kernel, dilation, channels = w[1:3], o.attributes(DepthwiseConv2DAttributes).dilation, w[3]
             if channels % x[3]:
                 raise OperandShapes(f"a filter of {channels} channels for {x[3]} input channels: not a depth multiple")
         _channels_of(o, channels, 1, 2)
+        window = (o.attributes(Conv2DAttributes, required=True) if o.op.opcode == "CONV_2D"
+                  else o.attributes(DepthwiseConv2DAttributes, required=True))
     else:
-        kernel, dilation, channels = (o.option("filterHeight"), o.option("filterWidth")), (1, 1), x[3]
-    strides = (o.option("strideH"), o.option("strideW"))
-    code = o.option("padding")
+        window = o.attributes(Pool2DAttributes, required=True)
+        kernel, dilation, channels = window.filter, (1, 1), x[3]
+    strides, code = window.stride, window.padding
     if min(*kernel, *dilation, *strides) < 1 or code not in (padding.SAME, padding.VALID):
         raise _NotJudged  # _windows and the options check refuse these
     return [Computed.exact((x[0], *(padding.output_size(code, size, k, s, d)
@@ -195,7 +202,7 @@ def _fully_connected(o: _Operands) -> list[Computed | None]:
     if elements % depth:
         raise OperandShapes(f"input of {elements} elements is not a whole number of rows of {depth}")
     _channels_of(o, units, 1, 2)
-    if o.option("keepNumDims", False):
+    if o.attributes(FullyConnectedAttributes).keep_num_dims:
         return [Computed.exact((*o.shape(0)[:-1], units))]
     rank = max(len(o.declared(0)), 1)
     return [Computed((None,) * (rank - 1) + (units,), elements // depth * units)]
@@ -217,8 +224,9 @@ def _batch_matmul(o: _Operands) -> list[Computed | None]:
     lhs, rhs = o.shape(0), o.shape(1)
     if min(len(lhs), len(rhs)) < 2:
         raise _NotJudged
-    rows, depth = (lhs[-1], lhs[-2]) if o.option("adjX", False) else lhs[-2:]
-    rhs_depth, cols = (rhs[-1], rhs[-2]) if o.option("adjY", False) else rhs[-2:]
+    matmul = o.attributes(BatchMatMulAttributes)
+    rows, depth = (lhs[-1], lhs[-2]) if matmul.adj_x else lhs[-2:]
+    rhs_depth, cols = (rhs[-1], rhs[-2]) if matmul.adj_y else rhs[-2:]
     try:
         batch = np.broadcast_shapes(lhs[:-2], rhs[:-2])
     except ValueError:
@@ -235,7 +243,7 @@ def _reduction(o: _Operands) -> list[Computed | None]:
     if any(not -len(x) <= a < len(x) for a in given):
         raise OperandShapes(f"axes {given} outside rank {len(x)}")
     axes = {a % len(x) for a in given}
-    if o.option("keepDims", False):
+    if o.attributes(ReducerAttributes).keep_dims:
         return [Computed.exact(tuple(1 if d in axes else n for d, n in enumerate(x)))]
     return [Computed.exact(tuple(n for d, n in enumerate(x) if d not in axes))]
 
@@ -251,7 +259,7 @@ def _concatenation(o: _Operands) -> list[Computed | None]:
     rank = len(shapes[0])
     if any(len(s) != rank for s in shapes):
         raise _NotJudged  # _ranks refuses these
-    axis = _axis(o.option("axis", 0), rank)
+    axis = _axis(o.attributes(ConcatenationAttributes).axis, rank)
     others = {s[:axis] + s[axis + 1:] for s in shapes}
     if len(others) > 1:
         raise OperandShapes(f"inputs of shapes {', '.join(str(list(s)) for s in shapes)} differ outside axis {axis}")
@@ -263,13 +271,13 @@ def _pack(o: _Operands) -> list[Computed | None]:
     if len(shapes) > 1:
         raise OperandShapes(f"inputs of shapes {', '.join(str(list(s)) for s in sorted(shapes))} do not stack")
     shape = shapes.pop()
-    axis = _axis(o.option("axis", 0), len(shape) + 1)
+    axis = _axis(o.attributes(PackAttributes).axis, len(shape) + 1)
     return [Computed.exact((*shape[:axis], len(o.op.inputs), *shape[axis:]))]
 
 
 def _unpack(o: _Operands) -> list[Computed | None]:
     x = o.shape(0)
-    axis = _axis(o.option("axis", 0), len(x))
+    axis = _axis(o.attributes(UnpackAttributes).axis, len(x))
     if len(o.op.outputs) != x[axis]:
         raise OperandShapes(f"{len(o.op.outputs)} outputs for an axis of {x[axis]}")
     return [Computed.exact(x[:axis] + x[axis + 1:])] * len(o.op.outputs)
@@ -384,10 +392,11 @@ def _strided_slice(o: _Operands) -> list[Computed | None]:
     """The shrunk axes removed (TFLM's Prepare checks the declared shape against this)."""
     x = o.shape(0)
     begin, end, steps = o.ints(1), o.ints(2), o.ints(3)
-    if o.option("ellipsisMask", 0) or o.option("newAxisMask", 0) or not len(begin) == len(end) == len(steps) == len(x):
+    masks = o.attributes(StridedSliceAttributes)
+    if masks.ellipsis_mask or masks.new_axis_mask or not len(begin) == len(end) == len(steps) == len(x):
         raise _NotJudged  # forms the compiler does not lower: it says so
-    axes = strided_slice_axes(x, begin, end, steps, o.option("beginMask", 0), o.option("endMask", 0),
-                              o.option("shrinkAxisMask", 0), bool(o.option("offset", False)))
+    axes = strided_slice_axes(x, begin, end, steps, masks.begin_mask, masks.end_mask, masks.shrink_axis_mask,
+                              masks.offset)
     return [Computed.exact(tuple(a.count for a in axes if not a.shrunk))]
 
 
@@ -401,7 +410,7 @@ def _resize(o: _Operands) -> list[Computed | None]:
 
 def _space_to_depth(o: _Operands) -> list[Computed | None]:
     n, h, w, c = o.shape(0, rank=4)
-    block = o.option("blockSize")
+    block = o.attributes(SpaceToDepthAttributes, required=True).block_size
     if block < 1:
         raise _NotJudged
     if h % block or w % block:
@@ -411,7 +420,7 @@ def _space_to_depth(o: _Operands) -> list[Computed | None]:
 
 def _depth_to_space(o: _Operands) -> list[Computed | None]:
     n, h, w, c = o.shape(0, rank=4)
-    block = o.option("blockSize")
+    block = o.attributes(DepthToSpaceAttributes, required=True).block_size
     if block < 1:
         raise _NotJudged
     if c % (block * block):
@@ -442,8 +451,9 @@ def _batch_space(o: _Operands) -> list[Computed | None]:
 
 def _gather(o: _Operands) -> list[Computed | None]:
     x, coords = o.shape(0), o.shape(1)
-    axis = _axis(o.option("axis", 0), len(x))
-    batch_dims = o.option("batchDims", 0)
+    gather = o.attributes(GatherAttributes)
+    axis = _axis(gather.axis, len(x))
+    batch_dims = gather.batch_dims
     batch_dims += len(coords) if batch_dims < 0 else 0
     if not 0 <= batch_dims <= min(axis, len(coords)) or x[:batch_dims] != coords[:batch_dims]:
         raise OperandShapes(f"batch_dims {batch_dims} for axis {axis} of {list(x)} and indices {list(coords)}")
@@ -491,7 +501,7 @@ def _shape(o: _Operands) -> list[Computed | None]:
 def _svdf(o: _Operands) -> list[Computed | None]:
     batches, _ = o.shape(0, rank=2)
     filters = o.shape(1, rank=2)[0]
-    rank = o.option("rank")
+    rank = o.attributes(SvdfAttributes, required=True).rank
     if rank < 1 or filters % rank:
         raise OperandShapes(f"{filters} filters do not divide into rank {rank}")
     return [Computed.exact((batches, filters // rank))]

@@ -24,6 +24,7 @@ import numpy as np
 
 from lowtide.errors import ModelError
 from lowtide.model import shapes
+from lowtide.model.attributes import SoftmaxAttributes, SvdfAttributes, schema_fields, table_name
 from lowtide.model.ir import Graph, Operator, Subgraph, Tensor, TensorKind
 from lowtide.model.offline_memory import NAME as OFFLINE_PLAN_NAME
 from lowtide.model.offline_memory import VERSION, OfflinePlan, PlanFormatError
@@ -49,32 +50,32 @@ _ARRAY_TYPES = frozenset({"float32", "float16", "float64", "int8", "uint8", "int
 # Builtin options class each operator's kernel reads (TFLM's flatbuffer_conversions.cc), and whether it must be
 # present: those whose fields lowtide and TFLM need (strides, axes, ranks) are required.
 _OPTIONS: dict[str, tuple[str, bool]] = {
-    "CONV_2D": ("Conv2DOptionsT", True),
-    "DEPTHWISE_CONV_2D": ("DepthwiseConv2DOptionsT", True),
-    "TRANSPOSE_CONV": ("TransposeConvOptionsT", True),
-    "AVERAGE_POOL_2D": ("Pool2DOptionsT", True),
-    "MAX_POOL_2D": ("Pool2DOptionsT", True),
-    "L2_POOL_2D": ("Pool2DOptionsT", True),
-    "FULLY_CONNECTED": ("FullyConnectedOptionsT", False),
-    "SOFTMAX": ("SoftmaxOptionsT", True),
-    "CONCATENATION": ("ConcatenationOptionsT", True),
-    "ADD": ("AddOptionsT", False),
-    "SUB": ("SubOptionsT", False),
-    "MUL": ("MulOptionsT", False),
-    "SVDF": ("SVDFOptionsT", True),
-    "PACK": ("PackOptionsT", True),
-    "UNPACK": ("UnpackOptionsT", True),
-    "GATHER": ("GatherOptionsT", False),
-    "RESHAPE": ("ReshapeOptionsT", False),
-    "STRIDED_SLICE": ("StridedSliceOptionsT", False),
-    "MEAN": ("ReducerOptionsT", False),
-    "SPLIT": ("SplitOptionsT", False),
-    "SPLIT_V": ("SplitVOptionsT", False),
-    "UNIDIRECTIONAL_SEQUENCE_LSTM": ("UnidirectionalSequenceLSTMOptionsT", True),
-    "CALL_ONCE": ("CallOnceOptionsT", True),
-    "IF": ("IfOptionsT", True),
-    "WHILE": ("WhileOptionsT", True),
-    "VAR_HANDLE": ("VarHandleOptionsT", False),
+    "CONV_2D": ("Conv2DOptions", True),
+    "DEPTHWISE_CONV_2D": ("DepthwiseConv2DOptions", True),
+    "TRANSPOSE_CONV": ("TransposeConvOptions", True),
+    "AVERAGE_POOL_2D": ("Pool2DOptions", True),
+    "MAX_POOL_2D": ("Pool2DOptions", True),
+    "L2_POOL_2D": ("Pool2DOptions", True),
+    "FULLY_CONNECTED": ("FullyConnectedOptions", False),
+    "SOFTMAX": ("SoftmaxOptions", True),
+    "CONCATENATION": ("ConcatenationOptions", True),
+    "ADD": ("AddOptions", False),
+    "SUB": ("SubOptions", False),
+    "MUL": ("MulOptions", False),
+    "SVDF": ("SVDFOptions", True),
+    "PACK": ("PackOptions", True),
+    "UNPACK": ("UnpackOptions", True),
+    "GATHER": ("GatherOptions", False),
+    "RESHAPE": ("ReshapeOptions", False),
+    "STRIDED_SLICE": ("StridedSliceOptions", False),
+    "MEAN": ("ReducerOptions", False),
+    "SPLIT": ("SplitOptions", False),
+    "SPLIT_V": ("SplitVOptions", False),
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": ("UnidirectionalSequenceLSTMOptions", True),
+    "CALL_ONCE": ("CallOnceOptions", True),
+    "IF": ("IfOptions", True),
+    "WHILE": ("WhileOptions", True),
+    "VAR_HANDLE": ("VarHandleOptions", False),
 }
 # Input positions each kernel reads without checking for an omitted (-1) or missing input.
 _REQUIRED_INPUTS: dict[str, tuple[int, ...]] = {
@@ -271,16 +272,16 @@ def _operator_unions(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
 @_check(OPERATOR_CHECKS)
 def _options_type(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
     """builtin options missing or of the wrong type"""
-    found = type(op.options).__name__ if op.options is not None else None
+    found = table_name(op.attributes) if op.attributes is not None else None
     if m.raw.subgraphs[sg.index].operators[op.index].builtinOptionsType and found is None:
         return  # a tag without its table: _operator_unions says so
     expected, required = _OPTIONS.get(op.opcode, (None, False))
     if expected is None:
         return
     if found is None and required:
-        yield f"expected {expected[:-1]}, found none"
+        yield f"expected {expected}, found none"
     elif found is not None and found != expected:
-        yield f"expected {expected[:-1]}, found {found[:-1]}"
+        yield f"expected {expected}, found {found}"
 
 
 @_check(OPERATOR_CHECKS)
@@ -376,8 +377,9 @@ def _quantization(m: _Model, sg: Subgraph, t: Tensor) -> Iterator[str]:
         yield f"zero point {zeros[(zeros < low) | (zeros > high)][0]} outside {t.dtype}'s range {low}..{high}"
 
 
-def _option(op: Operator, name: str, default: object = None) -> Any:  # a field of the schema's options object
-    return getattr(op.options, name, default)
+def _option(op: Operator, name: str, default: object = None) -> Any:
+    """A field of the operator's options table by its schema name: the name the messages give the user."""
+    return schema_fields(op.attributes).get(name, default) if op.attributes is not None else default
 
 
 @_check(OPERATOR_CHECKS)
@@ -416,22 +418,22 @@ def _axis_in_range(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
 @_check(OPERATOR_CHECKS)
 def _softmax_beta(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
     """SOFTMAX beta must be finite"""
-    if op.opcode == "SOFTMAX" and op.options is not None and not math.isfinite(op.options.beta):
-        yield f"beta = {op.options.beta}"
+    if op.opcode == "SOFTMAX" and isinstance(op.attributes, SoftmaxAttributes) and not math.isfinite(op.attributes.beta):
+        yield f"beta = {op.attributes.beta}"
 
 
 @_check(OPERATOR_CHECKS)
 def _svdf_rank(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
     """SVDF rank must be >= 1"""
-    if op.opcode == "SVDF" and op.options is not None and op.options.rank < 1:
-        yield f"rank = {op.options.rank}"
+    if op.opcode == "SVDF" and isinstance(op.attributes, SvdfAttributes) and op.attributes.rank < 1:
+        yield f"rank = {op.attributes.rank}"
 
 
 def _judged_options(op: Operator) -> bool:
     """The shape rules read the options only when they are of the class the kernel reads (_options_type says
     when they are not)."""
     expected = _OPTIONS.get(op.opcode, (None, False))[0]
-    return op.options is None or expected is None or type(op.options).__name__ == expected
+    return op.attributes is None or expected is None or table_name(op.attributes) == expected
 
 
 @_check(OPERATOR_CHECKS)

@@ -14,17 +14,20 @@ clipping but rounds more coarsely (2 LSB at headroom 2, measured on a builder gr
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
 from lowtide.memory import tflm_plan
-from lowtide.model.ir import Graph
+from lowtide.model.attributes import (
+    Activation, AddAttributes, ConcatenationAttributes, Conv2DAttributes, DepthwiseConv2DAttributes, attributes_as,
+    fused_activation,
+)
+from lowtide.model.edit import GraphEditor
+from lowtide.model.ir import Graph, Operator
 from lowtide.model.reader import read_model
-from lowtide.model.schema import fb
 from lowtide.model.writer import model_bytes
-from lowtide.rewrite.emit import ModelWriter
 from lowtide.rewrite.errors import NotApplicable
 from lowtide.schedule import apply_order, find_schedule
 
@@ -81,7 +84,7 @@ def partition_concat_conv(graph: Graph, conv_op: int, partial_headroom: float = 
     convolutions summed by ADD."""
     sg = graph.main
     concat_op = _concatenation_feeding(graph, conv_op)
-    writer = ModelWriter(graph)
+    writer = GraphEditor(graph)
     pieces, first_channel = [], 0
     for source in sg.operators[concat_op].inputs:
         channels = sg.tensors[source].shape[3]
@@ -108,7 +111,7 @@ def partition_wide_layer(graph: Graph, expand_op: int, parts: int = 2, partial_h
     width = sg.tensors[sg.operators[expand_op].outputs[0]].shape[3]
     if not 2 <= parts <= width:
         raise NotApplicable(f"cannot split {width} channels into {parts} parts")
-    writer = ModelWriter(graph)
+    writer = GraphEditor(graph)
     replacement, pieces = [], []
     for part, channels in enumerate(np.array_split(np.arange(width), parts)):
         source = sg.operators[expand_op].inputs[0]
@@ -139,7 +142,7 @@ def partition_wide_layer(graph: Graph, expand_op: int, parts: int = 2, partial_h
     return _scheduled(graph, writer, operators, parts, sg.operators[project_op].outputs[0])
 
 
-def _partial_convolutions(writer: ModelWriter, graph: Graph, conv_op: int, pieces: list[tuple[int, np.ndarray]],
+def _partial_convolutions(writer: GraphEditor, graph: Graph, conv_op: int, pieces: list[tuple[int, np.ndarray]],
                           partial_headroom: float) -> list:
     """CONV_2D `conv_op` as one partial convolution per (input tensor, the conv's input channels it holds),
     summed by a chain of ADDs into the conv's output. The bias is added once, by the first partial."""
@@ -159,7 +162,7 @@ def _partial_convolutions(writer: ModelWriter, graph: Graph, conv_op: int, piece
         op.inputs = [source, writer.constant_slice(weights_index, 3, channels,
                                                    f"{sg.tensors[weights_index].name}/part{part}"), bias]
         op.outputs = [partial]
-        op.builtinOptions = _without_activation(op.builtinOptions)
+        writer.set_attributes(op, dataclasses.replace(_conv_attributes(conv), fused_activation=Activation.NONE))
         replacement.append(op)
         partials.append(partial)
     total = partials[0]
@@ -167,15 +170,13 @@ def _partial_convolutions(writer: ModelWriter, graph: Graph, conv_op: int, piece
         last = part == len(partials) - 1
         result = output if last else writer.activation(sg.tensors[output].shape, output, partial_scale, 0,
                                                        f"{sg.tensors[output].name}/sum{part}")
-        options = fb.AddOptionsT()
-        options.fusedActivationFunction = (conv.options.fusedActivationFunction if last
-                                           else fb.ActivationFunctionType.NONE)
-        replacement.append(writer.operator("ADD", [total, partial], result, fb.BuiltinOptions.AddOptions, options))
+        add = AddAttributes(fused_activation=_conv_attributes(conv).fused_activation if last else Activation.NONE)
+        replacement.append(writer.operator("ADD", [total, partial], result, add))
         total = result
     return replacement
 
 
-def _scheduled(graph: Graph, writer: ModelWriter, operators: list, parts: int, summed: int) -> ChannelSplit:
+def _scheduled(graph: Graph, writer: GraphEditor, operators: list, parts: int, summed: int) -> ChannelSplit:
     partitioned = read_model(model_bytes(writer.finish(operators)))
     schedule = find_schedule(partitioned)
     original = find_schedule(graph)
@@ -208,13 +209,14 @@ def _bottleneck_after(graph: Graph, expand_op: int) -> tuple[list[int], int]:
             raise NotApplicable(f"PAD operator {chain[-1]} pads the channels")
         chain.append(only_reader(pad.outputs[0], ("DEPTHWISE_CONV_2D",)))
     dw = sg.operators[chain[-1]]
-    if (dw.options.depthMultiplier or 1) != 1 or len(dw.inputs) < 3 or dw.inputs[2] < 0:
+    if (attributes_as(dw.attributes, DepthwiseConv2DAttributes).depth_multiplier or 1) != 1 or len(dw.inputs) < 3 \
+            or dw.inputs[2] < 0:
         raise NotApplicable(f"depthwise operator {chain[-1]} multiplies channels or has no bias")
     project_op = only_reader(dw.outputs[0], ("CONV_2D",))
     project = sg.operators[project_op]
     if len(project.inputs) < 3 or project.inputs[2] < 0:
         raise NotApplicable(f"projection operator {project_op} has no bias")
-    if project.options.fusedActivationFunction != fb.ActivationFunctionType.NONE:
+    if fused_activation(project.attributes) != Activation.NONE:
         # Partials on the output's scale cannot hold pre-activation sums that an activation would clip.
         raise NotApplicable(f"projection operator {project_op} is not linear (fused activation)")
     return chain, project_op
@@ -227,7 +229,8 @@ def _concatenation_feeding(graph: Graph, conv_op: int) -> int:
         raise NotApplicable(f"operator {conv_op} is {conv.opcode}, not CONV_2D")
     concat_op = sg.producers().get(conv.inputs[0])
     concat = sg.operators[concat_op] if concat_op is not None else None
-    if concat is None or concat.opcode != "CONCATENATION" or concat.options.axis not in (3, -1):
+    if concat is None or concat.opcode != "CONCATENATION" \
+            or attributes_as(concat.attributes, ConcatenationAttributes).axis not in (3, -1):
         raise NotApplicable(f"CONV_2D operator {conv_op} does not read a concatenation along channels")
     if sg.consumers()[conv.inputs[0]] != [conv_op] or conv.inputs[0] in sg.outputs:
         raise NotApplicable(f"the concatenation feeding operator {conv_op} has other readers")
@@ -236,7 +239,6 @@ def _concatenation_feeding(graph: Graph, conv_op: int) -> int:
     return concat.index
 
 
-def _without_activation(options):
-    options = copy.copy(options)
-    options.fusedActivationFunction = fb.ActivationFunctionType.NONE
-    return options
+def _conv_attributes(op: Operator) -> Conv2DAttributes:
+    assert isinstance(op.attributes, Conv2DAttributes), op.opcode  # validated CONV_2D operators store them
+    return op.attributes

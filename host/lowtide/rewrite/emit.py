@@ -9,13 +9,17 @@ operator uses any more are dropped, so TFLM allocates no per-tensor structs for 
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 
 import numpy as np
 
+from lowtide.model.attributes import (
+    ConcatenationAttributes, Conv2DAttributes, DepthwiseConv2DAttributes, Padding, Pool2DAttributes, SplitVAttributes,
+    StridedSliceAttributes, TransposeConvAttributes, UnreadAttributes,
+)
+from lowtide.model.edit import GraphEditor
 from lowtide.model.ir import Graph
-from lowtide.model.offline_memory import NAME as OFFLINE_PLAN_NAME
-from lowtide.model.schema import BUILTIN_CODES, TYPE_CODES, TYPE_NAMES, builtin_code, fb, operator_code
+from lowtide.model.schema import TYPE_NAMES
 from lowtide.rewrite.regions import (
     RESIZE_OPCODES,
     Apply,
@@ -28,13 +32,14 @@ from lowtide.rewrite.regions import (
     whole_piece,
 )
 
-RESIZE_CODES = frozenset(BUILTIN_CODES[name] for name in RESIZE_OPCODES)
+# Attributes with a padding, which windows run with VALID.
+WINDOW_ATTRIBUTES = (Conv2DAttributes, DepthwiseConv2DAttributes, Pool2DAttributes, TransposeConvAttributes)
 
 
 def emit_tiled(graph: Graph, plan: TilingPlan, before: list[int], after: list[int]):
     """A new ModelT: main-subgraph operators `before` (original indices), the plan's steps, then `after`.
     `graph.raw` is left untouched; weight buffers are shared with it, not copied."""
-    writer = ModelWriter(graph)
+    writer = TilingEditor(graph)
     sg = graph.main
     last = plan.steps[-1]
     assert not isinstance(last, Split)  # a plan ends in the step that writes its target
@@ -94,123 +99,30 @@ def is_window(name: str) -> bool:
     return WINDOW_NAME in name
 
 
-class ModelWriter:
-    """Collects new tensors, buffers and operator codes on a shallow copy of the model."""
+class TilingEditor(GraphEditor):
+    """The graph editor with the operators a tiling plan adds."""
 
     def __init__(self, graph: Graph):
-        raw = graph.raw
-        self._graph = graph
-        self.model = copy.copy(raw)
-        self.model.buffers = list(raw.buffers)
-        self.model.operatorCodes = list(raw.operatorCodes)
-        self._sg_raw = raw.subgraphs[0]
-        self.tensors = list(self._sg_raw.tensors)
-        self._constants: dict[tuple, int] = {}
-
-    # ---- tensors --------------------------------------------------------------------------------------
-    def activation_like(self, like: int, shape: tuple[int, ...], name: str) -> int:
-        original = self._sg_raw.tensors[like]
-        t = fb.TensorT()
-        t.name = name
-        t.shape = list(shape)
-        t.type = original.type
-        t.buffer = 0
-        t.quantization = copy.deepcopy(original.quantization)
-        self.tensors.append(t)
-        return len(self.tensors) - 1
-
-    def activation(self, shape: tuple[int, ...], like: int, scale: float, zero_point: int, name: str) -> int:
-        """A new activation of `like`'s type with its own per-tensor quantization."""
-        index = self.activation_like(like, shape, name)
-        q = fb.QuantizationParametersT()
-        q.scale, q.zeroPoint = [float(scale)], [int(zero_point)]
-        self.tensors[index].quantization = q
-        return index
-
-    def constant_like(self, like: int, values: np.ndarray, name: str) -> int:
-        """A new constant holding `values`, with the type and quantization of tensor `like` (any tensor the
-        writer holds)."""
-        original = self.tensors[like]
-        buffer = fb.BufferT()
-        buffer.data = np.frombuffer(np.ascontiguousarray(values).tobytes(), dtype=np.uint8).copy()
-        self.model.buffers.append(buffer)
-        t = fb.TensorT()
-        t.name, t.shape, t.type = name, list(values.shape), original.type
-        t.buffer = len(self.model.buffers) - 1
-        t.quantization = copy.deepcopy(original.quantization)
-        self.tensors.append(t)
-        return len(self.tensors) - 1
-
-    def constant_slice(self, like: int, axis: int, channels: np.ndarray, name: str) -> int:
-        """Constant `like` restricted to `channels` along `axis`; per-channel quantization along that axis is
-        restricted with it, so every kept channel computes exactly as before."""
-        values = self._graph.constant_array(like)
-        assert values is not None, like  # the callers restrict constant operands only
-        index = self.constant_like(like, np.ascontiguousarray(np.take(values, channels, axis=axis)), name)
-        q = self.tensors[index].quantization
-        if q is not None and q.scale is not None and len(q.scale) > 1 and (q.quantizedDimension or 0) == axis:
-            q.scale = np.asarray(q.scale)[channels]
-            q.zeroPoint = np.asarray(q.zeroPoint)[channels]
-        return index
-
-    def int32_constant(self, values: int | list[int] | list[list[int]]) -> int:
-        array = np.asarray(values, dtype="<i4")
-        key = (array.shape, array.tobytes())
-        if key not in self._constants:
-            buffer = fb.BufferT()
-            buffer.data = np.frombuffer(array.tobytes(), dtype=np.uint8).copy()
-            self.model.buffers.append(buffer)
-            t = fb.TensorT()
-            t.name = f"lowtide/const_{len(self._constants)}"
-            t.shape = list(array.shape)
-            t.type = TYPE_CODES["int32"]
-            t.buffer = len(self.model.buffers) - 1
-            self.tensors.append(t)
-            self._constants[key] = len(self.tensors) - 1
-        return self._constants[key]
-
-    # ---- operators ------------------------------------------------------------------------------------
-    def opcode_index(self, name: str) -> int:
-        code = operator_code(name)
-        for i, existing in enumerate(self.model.operatorCodes):
-            if builtin_code(existing) == code.builtinCode:
-                return i
-        self.model.operatorCodes.append(code)
-        return len(self.model.operatorCodes) - 1
-
-    def original(self, index: int):
-        return copy.copy(self._sg_raw.operators[index])
-
-    def operator(self, name: str, inputs: list[int], output: int | list[int], options_type: int, options):
-        op = fb.OperatorT()
-        op.opcodeIndex = self.opcode_index(name)
-        op.inputs, op.outputs = list(inputs), list(output) if isinstance(output, list) else [output]
-        op.builtinOptionsType, op.builtinOptions = options_type, options
-        return op
+        super().__init__(graph)
+        self.source = graph
 
     def strided_slice(self, source: int, begin: list[int], end: list[int], result: int):
-        options = fb.StridedSliceOptionsT()
         inputs = [source, self.int32_constant(begin), self.int32_constant(end), self.int32_constant([1, 1, 1, 1])]
-        return self.operator("STRIDED_SLICE", inputs, result, fb.BuiltinOptions.StridedSliceOptions, options)
+        return self.operator("STRIDED_SLICE", inputs, result, StridedSliceAttributes())
 
     def pad(self, source: int, paddings: list[list[int]], result: int, pad_op: int | None):
         inputs = [source, self.int32_constant(paddings)]
         if pad_op is not None:  # keep the original PAD's constant_values input, if it has one
             inputs.extend(self._sg_raw.operators[pad_op].inputs[2:3])
-        return self.operator("PAD", inputs, result, fb.BuiltinOptions.PadOptions, fb.PadOptionsT())
+        return self.operator("PAD", inputs, result, UnreadAttributes("PadOptions"))
 
     def split_rows(self, source: int, heights: list[int], results: list[int]):
         """SPLIT_V of an NHWC tensor along its rows."""
-        options = fb.SplitVOptionsT()
-        options.numSplits = len(results)
         inputs = [source, self.int32_constant(heights), self.int32_constant(1)]
-        return self.operator("SPLIT_V", inputs, results, fb.BuiltinOptions.SplitVOptions, options)
+        return self.operator("SPLIT_V", inputs, results, SplitVAttributes(num_splits=len(results)))
 
     def concatenation(self, sources: list[int], axis: int, result: int):
-        options = fb.ConcatenationOptionsT()
-        options.axis = axis
-        options.fusedActivationFunction = fb.ActivationFunctionType.NONE
-        return self.operator("CONCATENATION", sources, result, fb.BuiltinOptions.ConcatenationOptions, options)
+        return self.operator("CONCATENATION", sources, result, ConcatenationAttributes(axis=axis))
 
     def pad_lowest(self, source: int, paddings: list[list[int]], result: int):
         """PADV2 with the lowest value of `source`'s type: what a SAME MAX_POOL's out-of-image taps amount to
@@ -219,13 +131,13 @@ class ModelWriter:
         lowest = np.array([np.finfo(dtype).min if dtype.kind == "f" else np.iinfo(dtype).min], dtype=dtype)
         fill = self.constant_like(source, lowest, f"{self.tensors[source].name}/lowest")
         inputs = [source, self.int32_constant(paddings), fill]
-        return self.operator("PADV2", inputs, result, fb.BuiltinOptions.PadV2Options, fb.PadV2OptionsT())
+        return self.operator("PADV2", inputs, result, UnreadAttributes("PadV2Options"))
 
     def pad_window(self, index: int, source: int, spatial: tuple[tuple[int, int], tuple[int, int]], result: int):
         """The PAD, PADV2 or MIRROR_PAD `index` on one window of its input: its own padding of the batch and
         channels, and `spatial` ((before, after) rows, columns): where the window leaves the input."""
-        op = copy.copy(self._sg_raw.operators[index])
-        paddings = np.array(self._graph.constant_array(op.inputs[1]), dtype=np.int64).tolist()
+        op = self.original(index)
+        paddings = np.array(self.source.constant_array(op.inputs[1]), dtype=np.int64).tolist()
         paddings[1], paddings[2] = list(spatial[0]), list(spatial[1])
         op.inputs = [source, self.int32_constant(paddings), *op.inputs[2:]]
         op.outputs = [result]
@@ -234,54 +146,12 @@ class ModelWriter:
     def valid(self, index: int, inputs: dict[int, int], results: list[int], window: tuple[int, int]):
         """The original operator on windows: same weights, bias, options and quantization, VALID padding; a
         resize gets the size of its output `window` (rows, columns)."""
-        op = copy.copy(self._sg_raw.operators[index])
+        op = self.original(index)
         op.inputs = [inputs.get(slot, t) for slot, t in enumerate(op.inputs)]
         op.outputs = list(results)
-        if hasattr(op.builtinOptions, "padding"):
-            op.builtinOptions = copy.copy(op.builtinOptions)
-            op.builtinOptions.padding = fb.Padding.VALID
-        if builtin_code(self.model.operatorCodes[op.opcodeIndex]) in RESIZE_CODES:
+        attributes = self.source.main.operators[index].attributes
+        if isinstance(attributes, WINDOW_ATTRIBUTES):
+            self.set_attributes(op, dataclasses.replace(attributes, padding=Padding.VALID))
+        if self.source.main.operators[index].opcode in RESIZE_OPCODES:
             op.inputs[1] = self.int32_constant(list(window))
         return op
-
-    # ---- the finished model ---------------------------------------------------------------------------
-    def finish(self, operators: list):
-        """Drop tensors no operator or subgraph boundary uses, renumber the rest, and drop metadata that
-        names tensors by index (an offline memory plan no longer fits)."""
-        sg = copy.copy(self._sg_raw)
-        used = sorted({t for op in operators for t in list(op.inputs) + list(op.outputs) + list(op.intermediates or [])
-                       if t >= 0} | set(sg.inputs) | set(sg.outputs))
-        renumber = {old: new for new, old in enumerate(used)}
-        for op in operators:
-            op.inputs = [renumber[t] if t >= 0 else t for t in op.inputs]
-            op.outputs = [renumber[t] for t in op.outputs]
-            if op.intermediates is not None and len(op.intermediates):
-                op.intermediates = [renumber[t] for t in op.intermediates]
-        sg.tensors = [self.tensors[t] for t in used]
-        sg.inputs = [renumber[t] for t in sg.inputs]
-        sg.outputs = [renumber[t] for t in sg.outputs]
-        sg.operators = operators
-        self.model.subgraphs = [sg] + list(self.model.subgraphs[1:])
-        if self.model.metadata:
-            self.model.metadata = [m for m in self.model.metadata if _name(m) != OFFLINE_PLAN_NAME]
-        if self.model.signatureDefs:
-            self.model.signatureDefs = [_renumbered_signature(s, renumber) for s in self.model.signatureDefs]
-        return self.model
-
-
-def _name(entry) -> str:
-    return entry.name.decode("utf-8", "replace") if isinstance(entry.name, bytes) else str(entry.name)
-
-
-def _renumbered_signature(signature, renumber: dict[int, int]):
-    if signature.subgraphIndex != 0:
-        return signature
-    signature = copy.copy(signature)
-    for field in ("inputs", "outputs"):
-        maps = []
-        for m in getattr(signature, field) or []:
-            m = copy.copy(m)
-            m.tensorIndex = renumber[m.tensorIndex]
-            maps.append(m)
-        setattr(signature, field, maps)
-    return signature

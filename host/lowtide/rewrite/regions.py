@@ -26,9 +26,13 @@ import numpy as np
 
 from lowtide.memory.lifetimes import ALIGNMENT
 from lowtide.model import padding as window
+from lowtide.model.attributes import (
+    ConcatenationAttributes, Conv2DAttributes, DepthwiseConv2DAttributes, MirrorPadAttributes, MirrorPadMode, Padding,
+    Pool2DAttributes, ResizeAttributes, attributes_as,
+)
 from lowtide.model.ir import Graph, Operator, Subgraph
 from lowtide.model.operators import BINARY_OPCODES, CONV_OPCODES, POOL_OPCODES, REDUCE_OPCODES, UNARY_OPCODES
-from lowtide.model.schema import ELEMENT_BYTES, fb
+from lowtide.model.schema import ELEMENT_BYTES
 from lowtide.rewrite.errors import NotApplicable
 
 Interval = tuple[int, int]  # half-open [lo, hi)
@@ -470,8 +474,7 @@ def _foldable_pad(graph: Graph, op: Operator, consumers: dict[int, list[int]], m
 
 
 def _same_padding_used(sg: Subgraph, op: Operator) -> bool:
-    o = op.options
-    if o.padding != fb.Padding.SAME:
+    if _window_attributes(op).padding != Padding.SAME:
         return False
     rows, cols = _axis_maps(sg, op)
     in_h, in_w = shape_hw(sg, op.inputs[0])
@@ -480,15 +483,23 @@ def _same_padding_used(sg: Subgraph, op: Operator) -> bool:
 
 
 def _axis_maps(sg: Subgraph, op: Operator) -> tuple[AxisMap, AxisMap]:
-    o = op.options
-    if op.opcode in POOL_OPCODES:
-        kh, kw, dh, dw = o.filterHeight, o.filterWidth, 1, 1
+    o = _window_attributes(op)
+    if isinstance(o, Pool2DAttributes):
+        (kh, kw), dh, dw = o.filter, 1, 1
     else:
         weights = sg.tensors[op.inputs[1]].shape  # CONV: (O, H, W, I); DEPTHWISE: (1, H, W, C)
-        kh, kw, dh, dw = weights[1], weights[2], o.dilationHFactor or 1, o.dilationWFactor or 1
+        kh, kw, dh, dw = weights[1], weights[2], o.dilation[0] or 1, o.dilation[1] or 1
     in_h, in_w = shape_hw(sg, op.inputs[0])
     out_h, out_w = shape_hw(sg, op.outputs[0])
-    return (_axis_map(kh, dh, o.strideH, in_h, out_h, o.padding), _axis_map(kw, dw, o.strideW, in_w, out_w, o.padding))
+    return (_axis_map(kh, dh, o.stride[0], in_h, out_h, o.padding),
+            _axis_map(kw, dw, o.stride[1], in_w, out_w, o.padding))
+
+
+def _window_attributes(op: Operator) -> Conv2DAttributes | DepthwiseConv2DAttributes | Pool2DAttributes:
+    """A convolution's or pool's attributes (validated models store them)."""
+    o = op.attributes
+    assert isinstance(o, (Conv2DAttributes, DepthwiseConv2DAttributes, Pool2DAttributes)), op.opcode
+    return o
 
 
 def _axis_map(kernel: int, dilation: int, stride: int, in_size: int, out_size: int, padding: int) -> AxisMap:
@@ -572,19 +583,19 @@ def _pad_maps(graph: Graph, op: Operator) -> dict[int, tuple[WindowMap, WindowMa
         raise NotApplicable(f"operator {op.index} ({op.opcode}) pads the batch or has no constant paddings")
     if op.opcode != "MIRROR_PAD":
         return {0: (AxisMap(1, 1, int(paddings[1][0])), AxisMap(1, 1, int(paddings[2][0])))}
-    reflect = op.options.mode == fb.MirrorPadMode.REFLECT
+    reflect = attributes_as(op.attributes, MirrorPadAttributes).mode == MirrorPadMode.REFLECT
     in_h, in_w = shape_hw(sg, op.inputs[0])
     return {0: (MirrorMap(in_h, int(paddings[1][0]), reflect), MirrorMap(in_w, int(paddings[2][0]), reflect))}
 
 
 def _resize_maps(graph: Graph, op: Operator) -> dict[int, tuple[WindowMap, WindowMap]]:
     sg = graph.main
-    o = op.options
+    o = attributes_as(op.attributes, ResizeAttributes)
     integer = sg.tensors[op.outputs[0]].dtype != "float32"
     maps = []
     for n_in, n_out in zip(shape_hw(sg, op.inputs[0]), shape_hw(sg, op.outputs[0])):
-        axis = _resize_axis(op.opcode == "RESIZE_BILINEAR", n_in, n_out, bool(o.alignCorners),
-                            bool(o.halfPixelCenters), integer)
+        axis = _resize_axis(op.opcode == "RESIZE_BILINEAR", n_in, n_out, o.align_corners,
+                            o.half_pixel_centers, integer)
         if axis is None:
             raise NotApplicable(f"operator {op.index} ({op.opcode}) maps a window of {n_out} rows or columns back to "
                                 f"{n_in} in a way no smaller resize reproduces (a non-integer factor or align_corners)")
@@ -663,7 +674,7 @@ def _channel_maps(graph: Graph, op: Operator,
                   out_hw: tuple[int, int]) -> dict[int, tuple[WindowMap, WindowMap]]:
     slots: Sequence[int]
     if op.opcode == "CONCATENATION":
-        axis, slots = op.options.axis, range(len(op.inputs))
+        axis, slots = attributes_as(op.attributes, ConcatenationAttributes).axis, range(len(op.inputs))
     else:
         data, axis_slot = (1, 0) if op.opcode == "SPLIT" else (0, 2)
         axis_value = graph.constant_array(op.inputs[axis_slot])

@@ -21,6 +21,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from lowtide.model import padding
+from lowtide.model.attributes import (
+    A, BatchMatMulAttributes, ConcatenationAttributes, Conv2DAttributes, DepthToSpaceAttributes,
+    DepthwiseConv2DAttributes, GatherAttributes, MirrorPadAttributes, MirrorPadMode, PackAttributes, Pool2DAttributes,
+    ResizeAttributes, SpaceToDepthAttributes, StridedSliceAttributes, TransposeConvAttributes, UnpackAttributes,
+    attributes_as,
+)
 from lowtide.model.ir import Graph, Operator
 from lowtide.model.operators import BINARY_OPCODES, POOL_OPCODES, REDUCE_OPCODES, UNARY_OPCODES
 
@@ -72,8 +78,12 @@ class _Operands:
             raise _NoRule  # a parameter computed at run time: the rule cannot know its value
         return values.astype(np.int64)
 
-    def option(self, name: str, default=None):
-        return getattr(self.op.options, name, default) if self.op.options is not None else default
+    def attributes(self, cls: type[A], required: bool = False) -> A:
+        """The operator's attributes as a `cls`: the defaults when it stores none, unless the rule needs them
+        (`required`)."""
+        if required and not isinstance(self.op.attributes, cls):
+            raise _NoRule
+        return attributes_as(self.op.attributes, cls)
 
 
 def element_shape(graph: Graph, tensor: int) -> tuple[int, ...]:
@@ -158,8 +168,9 @@ def _fully_connected(o: _Operands) -> list[np.ndarray]:
 def _batch_matmul(o: _Operands) -> list[np.ndarray]:
     """Output (..., m, n) reads row m of x and column n of y (after their adjoints), batches broadcast."""
     x, y = o.mask(0), o.mask(1)
-    rows = np.asarray(x.any(axis=-2 if o.option("adjX", False) else -1))
-    columns = np.asarray(y.any(axis=-1 if o.option("adjY", False) else -2))
+    matmul = o.attributes(BatchMatMulAttributes)
+    rows = np.asarray(x.any(axis=-2 if matmul.adj_x else -1))
+    columns = np.asarray(y.any(axis=-1 if matmul.adj_y else -2))
     return [rows[..., :, None] | columns[..., None, :]]
 
 
@@ -190,14 +201,19 @@ def _window(o: _Operands) -> list[np.ndarray]:
     x, out_shape = o.mask(0), o.out_shape
     if x.ndim != 4 or len(out_shape) != 4 or x.shape[0] != out_shape[0]:
         raise _NoRule
+    window: Conv2DAttributes | DepthwiseConv2DAttributes | Pool2DAttributes
     if o.op.opcode in POOL_OPCODES or o.op.opcode == "L2_POOL_2D":
-        kernel, dilation = (o.option("filterHeight"), o.option("filterWidth")), (1, 1)
+        window = o.attributes(Pool2DAttributes, required=True)
+        kernel, dilation = window.filter, (1, 1)
     else:
         _, kernel_h, kernel_w, *_ = o.shape(o.op.inputs[1])
         kernel = (kernel_h, kernel_w)
-        dilation = (o.option("dilationHFactor", 1) or 1, o.option("dilationWFactor", 1) or 1)
-    stride, code = (o.option("strideH"), o.option("strideW")), o.option("padding")
-    if None in (*kernel, *stride, code) or min(*kernel, *stride, *dilation) < 1:
+        conv: Conv2DAttributes | DepthwiseConv2DAttributes = (
+            o.attributes(Conv2DAttributes, required=True) if o.op.opcode == "CONV_2D"
+            else o.attributes(DepthwiseConv2DAttributes, required=True))
+        window, dilation = conv, (conv.dilation[0] or 1, conv.dilation[1] or 1)
+    stride, code = window.stride, window.padding
+    if min(*kernel, *stride, *dilation) < 1:
         raise _NoRule
     before = tuple(padding.padding_before(x.shape[1 + i], kernel[i], stride[i], dilation[i], out_shape[1 + i])
                    if code == padding.SAME else 0 for i in range(2))
@@ -223,8 +239,9 @@ def _transpose_conv(o: _Operands) -> list[np.ndarray]:
     if x.ndim != 4 or len(out_shape) != 4:
         raise _NoRule
     kernel = o.shape(o.op.inputs[1])[1:3]
-    stride, code = (o.option("strideH"), o.option("strideW")), o.option("padding")
-    if None in (*stride, code) or min(*stride) < 1:
+    conv = o.attributes(TransposeConvAttributes, required=True)
+    stride, code = conv.stride, conv.padding
+    if min(*stride) < 1:
         raise _NoRule
     before = [padding.padding_before(out_shape[1 + i], kernel[i], stride[i], 1,
                                      padding.output_size(code, out_shape[1 + i], kernel[i], stride[i]))
@@ -255,17 +272,17 @@ def _transpose(o: _Operands) -> list[np.ndarray]:
 
 def _concatenation(o: _Operands) -> list[np.ndarray]:
     parts = [o.mask(k) for k in range(len(o.op.inputs))]
-    return [np.concatenate(parts, axis=o.option("axis", 0) % parts[0].ndim)]
+    return [np.concatenate(parts, axis=o.attributes(ConcatenationAttributes).axis % parts[0].ndim)]
 
 
 def _pack(o: _Operands) -> list[np.ndarray]:
     parts = [o.mask(k) for k in range(len(o.op.inputs))]
-    return [np.stack(parts, axis=o.option("axis", 0) % (parts[0].ndim + 1))]
+    return [np.stack(parts, axis=o.attributes(PackAttributes).axis % (parts[0].ndim + 1))]
 
 
 def _unpack(o: _Operands) -> list[np.ndarray]:
     x = o.mask(0)
-    return list(np.moveaxis(x, o.option("axis", 0) % x.ndim, 0))
+    return list(np.moveaxis(x, o.attributes(UnpackAttributes).axis % x.ndim, 0))
 
 
 def _split(o: _Operands) -> list[np.ndarray]:
@@ -292,10 +309,11 @@ def _strided_slice(o: _Operands) -> list[np.ndarray]:
     """Python's slice clamping is TFLite's StartForAxis/StopForAxis; ellipsis, new axes and offsets are
     left to the default."""
     x = o.mask(0)
-    if o.option("ellipsisMask", 0) or o.option("newAxisMask", 0) or o.option("offset", False):
+    masks = o.attributes(StridedSliceAttributes)
+    if masks.ellipsis_mask or masks.new_axis_mask or masks.offset:
         raise _NoRule
     begin, end, steps = (np.ravel(o.constant(k)) for k in (1, 2, 3))
-    begin_mask, end_mask, shrink = (o.option(name, 0) for name in ("beginMask", "endMask", "shrinkAxisMask"))
+    begin_mask, end_mask, shrink = masks.begin_mask, masks.end_mask, masks.shrink_axis_mask
     index = []
     for axis, (b, e, s) in enumerate(zip(begin, end, steps)):
         if shrink >> axis & 1:
@@ -315,16 +333,18 @@ def _pad(o: _Operands) -> list[np.ndarray]:
     if len(widths) != x.ndim or tuple(n + a + b for n, (a, b) in zip(x.shape, widths)) != o.out_shape:
         raise _NoRule  # before padding: a model's paddings can be anything
     if o.op.opcode == "MIRROR_PAD":
-        return [np.pad(x, widths, mode="symmetric" if o.option("mode", 0) == 1 else "reflect")]
+        return [np.pad(x, widths, mode="symmetric" if o.attributes(MirrorPadAttributes).mode == MirrorPadMode.SYMMETRIC
+                       else "reflect")]
     value = o.op.opcode == "PADV2" and len(o.op.inputs) > 2 and bool(o.mask(2).any())
     return [np.pad(x, widths, constant_values=value)]
 
 
 def _gather(o: _Operands) -> list[np.ndarray]:
     x = o.mask(0)
-    if o.option("batchDims", 0):
+    gather = o.attributes(GatherAttributes)
+    if gather.batch_dims:
         raise _NoRule
-    axis = o.option("axis", 0) % x.ndim
+    axis = gather.axis % x.ndim
     t = o.op.inputs[1]
     if o.graph.constant_array(t) is not None:
         return [np.take(x, o.constant(1), axis=axis)]
@@ -382,13 +402,13 @@ def _batch_to_space(o: _Operands) -> tuple[np.ndarray, np.ndarray]:
 
 def _depth_to_space(o: _Operands) -> list[np.ndarray]:
     """Output (h * b + dh, w * b + dw, c) is input (h, w, (dh * b + dw) * C + c): TFLite's DCR order."""
-    x, b = o.mask(0), o.option("blockSize", 0)
+    x, b = o.mask(0), o.attributes(DepthToSpaceAttributes).block_size
     n, h, w, c = x.shape
     return [x.reshape(n, h, w, b, b, c // (b * b)).transpose(0, 1, 3, 2, 4, 5).reshape(n, h * b, w * b, -1)]
 
 
 def _space_to_depth(o: _Operands) -> list[np.ndarray]:
-    x, b = o.mask(0), o.option("blockSize", 0)
+    x, b = o.mask(0), o.attributes(SpaceToDepthAttributes).block_size
     n, h, w, c = x.shape
     return [x.reshape(n, h // b, b, w // b, b, c).transpose(0, 1, 3, 2, 4, 5).reshape(n, h // b, w // b, -1)]
 
@@ -421,7 +441,8 @@ def _resize(o: _Operands) -> list[np.ndarray]:
     x, out_shape = o.mask(0), o.out_shape
     if x.ndim != 4 or len(out_shape) != 4:
         raise _NoRule
-    align, half = bool(o.option("alignCorners", False)), bool(o.option("halfPixelCenters", False))
+    resize = o.attributes(ResizeAttributes)
+    align, half = resize.align_corners, resize.half_pixel_centers
     if o.op.opcode == "RESIZE_NEAREST_NEIGHBOR":
         rows = _nearest_index(out_shape[1], x.shape[1], align, half)
         cols = _nearest_index(out_shape[2], x.shape[2], align, half)

@@ -14,6 +14,8 @@ from lowtide.compile import quantization as q
 from lowtide.compile.kernel_params import ActivationParams, BinaryParams, HardSwishParams, SoftmaxParams
 from lowtide.compile.lowering.elementwise import NO_RESCALE, broadcast_steps
 from lowtide.compile.lowering.emitter import (
+    attributes_of,
+    fused_activation,
     C_TYPES,
     NO_FLOAT_ACTIVATION,
     NO_QUANTIZED_ACTIVATION,
@@ -24,6 +26,7 @@ from lowtide.compile.lowering.emitter import (
     require,
     tensor_types,
 )
+from lowtide.model.attributes import LeakyReluAttributes, SoftmaxAttributes
 from lowtide.model.ir import Operator
 
 SUFFIXES = {"int8": "s8", "int16": "s16", "float32": "f32"}
@@ -32,12 +35,12 @@ SUFFIXES = {"int8": "s8", "int16": "s16", "float32": "f32"}
 def lower_softmax(e, op, name):
     ins, outs = tensor_types(e, op)
     rows = _rows(e, op, same_shape=False)
-    beta = float(op.options.beta)
+    beta = attributes_of(op, SoftmaxAttributes).beta
     if ins == ["int8"] and outs == ["int8"]:
         out_q = e.quantization(op.outputs[0])
         require(out_q.zero_point == -128 and np.float32(out_q.scale) == np.float32(1 / 256),
                 "int8 softmax output must have scale 1/256 and zero point -128")
-        params = SoftmaxParams(**rows, **q.softmax_params_int8(op.options.beta, e.quantization(op.inputs[0]).scale),
+        params = SoftmaxParams(**rows, **q.softmax_params_int8(beta, e.quantization(op.inputs[0]).scale),
                                beta=beta)
         suffix = "s8"
     elif ins == ["int8"] and outs == ["int16"]:
@@ -45,7 +48,7 @@ def lower_softmax(e, op, name):
         # SoftmaxPrepare's TF_LITE_ENSURE_NEAR: within 0.1% of 1/65536
         require(out_q.zero_point == -32768 and abs(out_q.scale - 1 / 65536) <= 0.001 / 65536,
                 "int8 -> int16 softmax output must have scale 1/65536 and zero point -32768")
-        params = SoftmaxParams(**rows, **q.softmax_params_int8(op.options.beta, e.quantization(op.inputs[0]).scale),
+        params = SoftmaxParams(**rows, **q.softmax_params_int8(beta, e.quantization(op.inputs[0]).scale),
                                beta=beta)
         suffix = "s8_s16"
     elif ins == ["int16"] and outs == ["int16"]:
@@ -108,7 +111,7 @@ def _lower_softmax_int16(e: ModelEmitter, op: Operator, name: str, rows: Rows, b
     in_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.outputs[0])
     require(in_q.zero_point == 0 and out_q.zero_point == 0 and abs(out_q.scale - 1 / 32768) <= 0.001 / 32768,
             "int16 softmax needs zero points 0 and output scale 1/32768")
-    multiplier, shift = q.quantize_multiplier(float(np.float32(in_q.scale)) * float(np.float32(op.options.beta))
+    multiplier, shift = q.quantize_multiplier(float(np.float32(in_q.scale)) * float(np.float32(beta))
                                               / (10.0 / 65535.0))
     if not any(f" {SOFTMAX_LUTS[0]}[" in d for d in e.declarations):
         for table_name, table in zip(SOFTMAX_LUTS, softmax_luts_int16()):
@@ -196,7 +199,7 @@ def lower_relu6(e, op, name):
 
 def lower_leaky_relu(e, op, name):
     dtype, source, target = _unary(e, op)
-    alpha = float(op.options.alpha)
+    alpha = attributes_of(op, LeakyReluAttributes).alpha
     if dtype == "float32":
         params = ActivationParams(count=_count(e, op), input_zero_point=0, output_zero_point=0, multiplier=0, shift=0,
                                   alpha_multiplier=0, alpha_shift=0, act_min=0, act_max=0, rescale=0, alpha=alpha)
@@ -283,7 +286,7 @@ def _rows(e: ModelEmitter, op: Operator, same_shape: bool = True) -> Rows:
 
 def lower_l2_normalization(e, op, name):
     """TFLM's int8 kernel writes Q0.7 (scale 1/128, zero point 0) whatever the output says; no activation."""
-    require(int(getattr(op.options, "fusedActivationFunction", 0) or 0) == 0, "fused activation")
+    require(fused_activation(op) == 0, "fused activation")
     dtype = e.tensor(op.inputs[0]).dtype
     p = e.struct(f"{name}_params", SoftmaxParams(**_rows(e, op), input_multiplier=0, input_left_shift=0, diff_min=0,
                                                  beta=0.0))

@@ -28,6 +28,9 @@ from lowtide.compile.lowering.emitter import (
     tensor_types,
 )
 from lowtide.model import padding
+from lowtide.model.attributes import (
+    Conv2DAttributes, DepthwiseConv2DAttributes, FullyConnectedAttributes, Pool2DAttributes, attributes_as,
+)
 from lowtide.model.ir import Operator, TensorKind
 
 
@@ -36,10 +39,12 @@ def window_geometry(e: ModelEmitter, op: Operator, filter_h: int, filter_w: int)
     input channel and depth multiplier 1."""
     in_shape, out_shape = e.tensor(op.inputs[0]).shape, e.tensor(op.outputs[0]).shape
     require(len(in_shape) == 4 and len(out_shape) == 4, "only 4-D NHWC tensors are supported")
-    o = op.options
-    stride_h, stride_w = int(o.strideH), int(o.strideW)
-    dil_h, dil_w = int(getattr(o, "dilationHFactor", 1) or 1), int(getattr(o, "dilationWFactor", 1) or 1)
-    code = int(o.padding)
+    window = op.attributes
+    if not isinstance(window, (Conv2DAttributes, DepthwiseConv2DAttributes, Pool2DAttributes)):
+        raise Unsupported(f"no window options on {op.opcode}")
+    stride_h, stride_w = window.stride
+    dil_h, dil_w = (1, 1) if isinstance(window, Pool2DAttributes) else (d or 1 for d in window.dilation)
+    code = window.padding
     try:
         out_h = padding.output_size(code, in_shape[1], filter_h, stride_h, dil_h)
         out_w = padding.output_size(code, in_shape[2], filter_w, stride_w, dil_w)
@@ -289,7 +294,8 @@ def lower_depthwise_conv_2d(e, op, name):
 
 def lower_fully_connected(e, op, name):
     ins, outs = tensor_types(e, op)
-    require(getattr(op.options, "weightsFormat", 0) == 0, "shuffled weights are not supported")
+    require(attributes_as(op.attributes, FullyConnectedAttributes).weights_format == 0,
+            "shuffled weights are not supported")
     filter_shape = e.tensor(op.inputs[1]).shape
     require(len(filter_shape) == 2, "filter must be 2-D")
     out_depth, accum_depth = filter_shape

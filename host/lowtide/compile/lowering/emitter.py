@@ -12,6 +12,8 @@ import numpy as np
 
 from lowtide.compile import quantization as q
 from lowtide.compile.kernel_params import KernelParams, c_members
+from lowtide.model import attributes
+from lowtide.model.attributes import A
 from lowtide.model.ir import Graph, Operator, Tensor, TensorKind, first_assignments, variable_handles
 from lowtide.model.reader import buffer_bytes
 
@@ -273,7 +275,14 @@ def require(condition: bool, reason: str) -> None:
 
 
 def fused_activation(op: Operator) -> int:
-    return int(getattr(op.options, "fusedActivationFunction", 0) or 0)
+    return int(attributes.fused_activation(op.attributes))
+
+
+def attributes_of(op: Operator, cls: type[A]) -> A:
+    """The operator's attributes as its lowering reads them: Unsupported when it stores no `cls`."""
+    if not isinstance(op.attributes, cls):
+        raise Unsupported(f"no {cls.schema}")
+    return op.attributes
 
 
 class QuantizedActivation(TypedDict):

@@ -7,6 +7,7 @@ import math
 from lowtide.compile import quantization as q
 from lowtide.compile.kernel_params import LstmParams
 from lowtide.compile.lowering.emitter import (
+    attributes_of,
     Kernel,
     Unsupported,
     folded_bias,
@@ -17,6 +18,7 @@ from lowtide.compile.lowering.emitter import (
     tensor_types,
     wrapped_int32,
 )
+from lowtide.model.attributes import SequenceLstmAttributes
 from lowtide.model.ir import TensorKind
 
 # UNIDIRECTIONAL_SEQUENCE_LSTM inputs (lstm_shared.h): weights per gate in the order input, forget, cell, output
@@ -43,10 +45,10 @@ def lower_unidirectional_sequence_lstm(e, op, name):
             and all(e.tensor(t).dtype == "int32" for t in biases), f"types {ins} -> {outs}")
     require(all(e.tensor(t).kind is TensorKind.VARIABLE for t in (hidden, cell)),
             "the hidden and cell states must be variable tensors")
-    o = op.options
+    o = attributes_of(op, SequenceLstmAttributes)
     activation = fused_activation(op)
     require(activation == _ACT_TANH, f"cell gate activation {activation} (only TANH)")
-    time_major = bool(o.timeMajor)
+    time_major = o.time_major
     shape = e.tensor(data).shape
     require(len(shape) == 3, "the input must be 3-D")
     time_steps, batches = (shape[0], shape[1]) if time_major else (shape[1], shape[0])
@@ -92,7 +94,7 @@ def lower_unidirectional_sequence_lstm(e, op, name):
         recurrent_multiplier=[m for m, _ in gate_rec], recurrent_shift=[s for _, s in gate_rec],
         input_round=rounds[0::2], recurrent_round=rounds[1::2], forget_multiplier=forget[0], forget_shift=forget[1],
         update_multiplier=update[0], update_shift=update[1], hidden_multiplier=hidden_mul[0],
-        hidden_shift=hidden_mul[1], cell_clip=q.lstm_cell_clip(o.cellClip, cell_q.scale),
+        hidden_shift=hidden_mul[1], cell_clip=q.lstm_cell_clip(o.cell_clip, cell_q.scale),
         cell_tanh_multiplier=tanh_multiplier, cell_tanh_shift=tanh_shift))
     scratch = [e.scratch_pointer(op, k, "int16_t") for k in range(4)]
     args = [p, f"&{name}_weights", e.pointer(data), e.pointer(hidden, True), e.pointer(cell, True), *scratch,

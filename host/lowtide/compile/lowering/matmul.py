@@ -8,6 +8,7 @@ from dataclasses import asdict
 from lowtide.compile import quantization as q
 from lowtide.compile.kernel_params import MAX_DIMS, BatchMatmulParams, BatchMatmulShape, ConvParams, ConvShape
 from lowtide.compile.lowering.emitter import (
+    attributes_of,
     NO_FLOAT_ACTIVATION,
     NO_QUANTIZED_ACTIVATION,
     Kernel,
@@ -20,6 +21,7 @@ from lowtide.compile.lowering.emitter import (
     tensor_types,
 )
 from lowtide.model import padding
+from lowtide.model.attributes import BatchMatMulAttributes, TransposeConvAttributes
 from lowtide.model.ir import Operator
 
 
@@ -33,13 +35,13 @@ def transpose_conv_geometry(e: ModelEmitter, op: Operator) -> ConvShape:
     require(tuple(int(v) for v in e.constant_values(shape_input).reshape(-1)) == out_shape,
             "the output shape input differs from the output's shape")
     require(filter_shape[0] == out_shape[3] and filter_shape[3] == in_shape[3], "filter shape does not match")
-    o = op.options
-    stride_h, stride_w = int(o.strideH), int(o.strideW)
+    o = attributes_of(op, TransposeConvAttributes)
+    stride_h, stride_w = o.stride
     pads = []
     for size, kernel, stride in ((out_shape[1], filter_shape[1], stride_h), (out_shape[2], filter_shape[2], stride_w)):
         try:
             pads.append(padding.padding_before(size, kernel, stride, 1,
-                                               padding.output_size(int(o.padding), size, kernel, stride)))
+                                               padding.output_size(o.padding, size, kernel, stride)))
         except ValueError as exc:
             raise Unsupported(str(exc)) from None
     return ConvShape(batches=in_shape[0], in_h=in_shape[1], in_w=in_shape[2], in_c=in_shape[3], out_h=out_shape[1],
@@ -80,7 +82,8 @@ def batch_matmul_geometry(e: ModelEmitter, op: Operator) -> BatchMatmulShape:
     lhs_shape, rhs_shape = e.tensor(op.inputs[0]).shape, e.tensor(op.inputs[1]).shape
     out_shape = e.tensor(op.outputs[0]).shape
     require(min(len(lhs_shape), len(rhs_shape)) >= 2 and len(out_shape) <= MAX_DIMS, "rank below 2 or above 6")
-    adj_x, adj_y = bool(op.options.adjX), bool(op.options.adjY)
+    matmul = attributes_of(op, BatchMatMulAttributes)
+    adj_x, adj_y = matmul.adj_x, matmul.adj_y
     lhs_st, rhs_st = strides(lhs_shape), strides(rhs_shape)
     rows, depth = (lhs_shape[-1], lhs_shape[-2]) if adj_x else (lhs_shape[-2], lhs_shape[-1])
     lhs_row_step, lhs_depth_step = (1, lhs_st[-2]) if adj_x else (lhs_st[-2], 1)

@@ -18,6 +18,7 @@ from lowtide.compile.kernel_params import (
     UpdateSliceParams,
 )
 from lowtide.compile.lowering.emitter import (
+    attributes_of,
     C_TYPES,
     Kernel,
     ModelEmitter,
@@ -29,6 +30,10 @@ from lowtide.compile.lowering.emitter import (
     same_types,
     strides,
     tensor_types,
+)
+from lowtide.model.attributes import (
+    ConcatenationAttributes, DepthToSpaceAttributes, GatherAttributes, MirrorPadAttributes, MirrorPadMode,
+    PackAttributes, ResizeAttributes, SpaceToDepthAttributes, SplitAttributes, StridedSliceAttributes, UnpackAttributes,
 )
 from lowtide.model.ir import Operator, TensorKind
 from lowtide.model.shapes import OperandShapes, strided_slice_axes
@@ -100,9 +105,10 @@ def lower_shape(e, op, name):
 def lower_pack(e, op, name):
     """PACK: input k becomes index k along the new axis `axis` of the output; the kernel copies bytes."""
     dtype = same_types(e, op, len(op.inputs))
-    require(len(op.inputs) == int(op.options.valuesCount), "the input count differs from values_count")
+    pack = attributes_of(op, PackAttributes)
+    require(len(op.inputs) == pack.values_count, "the input count differs from values_count")
     t_out = e.tensor(op.outputs[0])
-    axis = int(op.options.axis) % len(t_out.shape)
+    axis = pack.axis % len(t_out.shape)
     shape = e.tensor(op.inputs[0]).shape
     require(dtype in C_TYPES and all(e.tensor(t).shape == shape for t in op.inputs)
             and t_out.shape == shape[:axis] + (len(op.inputs),) + shape[axis:],
@@ -157,7 +163,7 @@ def lower_concatenation(e, op, name):
         require(all(e.quantization(t) == out_q for t in op.inputs),
                 "int8 concatenation needs equal input and output quantization")
     require(fused_activation(op) == 0, "fused activation on concatenation")
-    axis = int(op.options.axis) % len(t_out.shape)
+    axis = attributes_of(op, ConcatenationAttributes).axis % len(t_out.shape)
     out_st = tuple(strides(t_out.shape))
     statements, position = [], 0
     for k, t in enumerate(op.inputs):
@@ -200,7 +206,8 @@ def _split(e: ModelEmitter, op: Operator, name: str, data: int, axis: int) -> st
 
 
 def lower_split(e, op, name):
-    require(len(op.outputs) == int(op.options.numSplits), "the output count differs from num_splits")
+    require(len(op.outputs) == attributes_of(op, SplitAttributes).num_splits,
+            "the output count differs from num_splits")
     data = op.inputs[1]
     return _split(e, op, name, data, _split_axis(e, op.inputs[0], len(e.tensor(data).shape)))
 
@@ -216,16 +223,15 @@ def lower_split_v(e, op, name):
 def lower_strided_slice(e, op, name):
     same_types(e, op)
     t_in, t_out = e.tensor(op.inputs[0]), e.tensor(op.outputs[0])
-    o = op.options
-    require(not o.ellipsisMask and not o.newAxisMask, "ellipsis and new-axis masks are not supported")
+    o = attributes_of(op, StridedSliceAttributes)
+    require(not o.ellipsis_mask and not o.new_axis_mask, "ellipsis and new-axis masks are not supported")
     begin = [int(v) for v in e.constant_values(op.inputs[1]).reshape(-1)]
     end = [int(v) for v in e.constant_values(op.inputs[2]).reshape(-1)]
     step = [int(v) for v in e.constant_values(op.inputs[3]).reshape(-1)]
     shape = t_in.shape
     require(len(begin) == len(end) == len(step) == len(shape), "begin/end/strides must cover every dimension")
     try:
-        axes = strided_slice_axes(shape, begin, end, step, o.beginMask, o.endMask, o.shrinkAxisMask,
-                                  bool(getattr(o, "offset", False)))
+        axes = strided_slice_axes(shape, begin, end, step, o.begin_mask, o.end_mask, o.shrink_axis_mask, o.offset)
     except OperandShapes as exc:
         raise Unsupported(str(exc)) from None
     in_st = strides(shape)
@@ -243,7 +249,8 @@ def lower_resize_nearest_neighbor(e, op, name):
     require(len(t_in.shape) == 4, "only 4-D NHWC tensors are supported")
     out_h, out_w = (int(v) for v in e.constant_values(op.inputs[1]).reshape(-1))
     require((out_h, out_w) == tuple(t_out.shape[1:3]), "output size does not match the size input")
-    align, half = bool(op.options.alignCorners), bool(op.options.halfPixelCenters)
+    resize = attributes_of(op, ResizeAttributes)
+    align, half = resize.align_corners, resize.half_pixel_centers
     y_map = e.array(f"{name}_y", "int32_t", q.nearest_neighbor_map(out_h, t_in.shape[1], align, half))
     x_map = e.array(f"{name}_x", "int32_t", q.nearest_neighbor_map(out_w, t_in.shape[2], align, half))
     p = e.struct(f"{name}_params", ResizeParams(
@@ -262,7 +269,8 @@ def lower_resize_bilinear(e, op, name):
     out_h, out_w = (int(v) for v in e.constant_values(op.inputs[1]).reshape(-1))
     require((out_h, out_w) == tuple(t_out.shape[1:3]) and t_out.shape[3] == t_in.shape[3],
             "output size does not match the size input")
-    align, half = bool(op.options.alignCorners), bool(op.options.halfPixelCenters)
+    resize = attributes_of(op, ResizeAttributes)
+    align, half = resize.align_corners, resize.half_pixel_centers
     require(not (align and half), "align_corners with half_pixel_centers")
     batches, in_h, in_w, channels = t_in.shape
     p = e.struct(f"{name}_params", ResizeParams(
@@ -274,7 +282,10 @@ def lower_resize_bilinear(e, op, name):
     return f"lt_resize_bilinear_{suffix}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
 
 def _block_size(op: Operator) -> int:
-    block = int(op.options.blockSize)
+    options = op.attributes
+    if not isinstance(options, (SpaceToDepthAttributes, DepthToSpaceAttributes)):
+        raise Unsupported(f"no block size on {op.opcode}")
+    block = options.block_size
     require(block >= 1, f"block size {block}")
     return block
 
@@ -404,7 +415,7 @@ def lower_unpack(e, op, name):
     """UNPACK: output k is index k along `axis` of the input, that axis removed."""
     dtype = e.tensor(op.inputs[0]).dtype
     shape = e.tensor(op.inputs[0]).shape
-    axis = int(op.options.axis) % len(shape)
+    axis = attributes_of(op, UnpackAttributes).axis % len(shape)
     piece = shape[:axis] + shape[axis + 1:]
     require(len(op.outputs) == shape[axis] and all(e.tensor(t).shape == piece and e.tensor(t).dtype == dtype
                                                    for t in op.outputs),
@@ -530,7 +541,7 @@ def lower_mirror_pad(e, op, name):
     shape, out_shape = e.tensor(op.inputs[0]).shape, e.tensor(op.outputs[0]).shape
     paddings = e.constant_values(op.inputs[1]).reshape(-1, 2)
     require(len(paddings) == len(shape) <= MAX_DIMS, "paddings must cover every dimension")
-    offset = 1 if int(op.options.mode) == 0 else 0  # MirrorPadMode REFLECT = 0, SYMMETRIC = 1
+    offset = 1 if attributes_of(op, MirrorPadAttributes).mode == MirrorPadMode.REFLECT else 0
     offsets: list[int] = []
     starts: list[int] = []
     for d, (size, step) in enumerate(zip(shape, strides(shape))):
@@ -548,8 +559,9 @@ def lower_gather(e, op, name):
     ins, outs = tensor_types(e, op)
     require(ins[0] == outs[0] and ins[1] == "int32", f"types {ins} -> {outs}")
     shape, coords_shape = e.tensor(op.inputs[0]).shape, e.tensor(op.inputs[1]).shape
-    axis = int(op.options.axis) % len(shape)
-    batch_dims = int(op.options.batchDims)
+    gather = attributes_of(op, GatherAttributes)
+    axis = gather.axis % len(shape)
+    batch_dims = gather.batch_dims
     batch_dims += len(coords_shape) if batch_dims < 0 else 0
     require(batch_dims <= axis, f"batch_dims {batch_dims} above axis {axis}")
     p = e.struct(f"{name}_params", GatherParams(

@@ -12,6 +12,7 @@ from lowtide.compile.kernel_params import MAX_DIMS, AxisParams, ConvParams, Mean
 from lowtide.compile.lowering.conv import window_geometry
 from lowtide.compile.lowering.elementwise import add_n_rescale
 from lowtide.compile.lowering.emitter import (
+    attributes_of,
     NO_FLOAT_ACTIVATION,
     NO_QUANTIZED_ACTIVATION,
     Kernel,
@@ -24,12 +25,13 @@ from lowtide.compile.lowering.emitter import (
     strides,
     tensor_types,
 )
+from lowtide.model.attributes import CumsumAttributes, Pool2DAttributes
 from lowtide.model.ir import Operator
 
 
 def _pool(e, op, name, kind):
     ins, outs = tensor_types(e, op)
-    window = window_geometry(e, op, int(op.options.filterHeight), int(op.options.filterWidth))
+    window = window_geometry(e, op, *attributes_of(op, Pool2DAttributes).filter)
     if ins == ["int8"] and outs == ["int8"]:
         in_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.outputs[0])
         require(in_q == out_q, "int8 pooling needs equal input and output quantization")
@@ -163,8 +165,8 @@ def lower_arg_min(e, op, name):
 
 def lower_cumsum(e, op, name):
     dtype = e.tensor(op.inputs[0]).dtype
-    p = _axis_params(e, op, name, _single_axis(e, op), exclusive=bool(op.options.exclusive),
-                     reverse=bool(op.options.reverse))
+    cumsum = attributes_of(op, CumsumAttributes)
+    p = _axis_params(e, op, name, _single_axis(e, op), exclusive=cumsum.exclusive, reverse=cumsum.reverse)
     source, target = e.pointer(op.inputs[0]), e.pointer(op.outputs[0], True)
     if dtype == "float32":
         return f"lt_cumsum_f32({p}, {source}, {target});"

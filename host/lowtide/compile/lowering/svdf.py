@@ -7,6 +7,7 @@ import numpy as np
 from lowtide.compile import quantization as q
 from lowtide.compile.kernel_params import SvdfParams
 from lowtide.compile.lowering.emitter import (
+    attributes_of,
     Kernel,
     folded_bias,
     pack_rows_by_four,
@@ -14,6 +15,7 @@ from lowtide.compile.lowering.emitter import (
     tensor_types,
     wrapped_int32,
 )
+from lowtide.model.attributes import SvdfAttributes
 from lowtide.model.ir import TensorKind
 
 
@@ -29,7 +31,7 @@ def lower_svdf(e, op, name):
     batches, input_size = e.tensor(data).shape
     num_filters = e.tensor(features).shape[0]
     memory = e.tensor(times).shape[1]
-    rank = int(op.options.rank)
+    rank = attributes_of(op, SvdfAttributes).rank
     require(rank > 0 and num_filters % rank == 0, f"{num_filters} filters do not divide into rank {rank}")
     require(e.tensor(state).shape == (batches, memory * num_filters), "state shape does not match")
     in_q, f_q, t_q, s_q, out_q = (e.quantization(t) for t in (data, features, times, state, op.outputs[0]))

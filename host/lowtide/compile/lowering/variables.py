@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from lowtide.compile.lowering.emitter import C_TYPES, STATE_OBJECT, Kernel, require
+from lowtide.compile.lowering.emitter import C_TYPES, STATE_OBJECT, Kernel, attributes_of, require
+from lowtide.model.attributes import CallOnceAttributes
 from lowtide.model.ir import resource_key
 
 
@@ -27,7 +28,7 @@ def lower_assign_variable(e, op, name):
 def lower_call_once(e, op, name):
     """CALL_ONCE runs its init subgraph on the first invocation only (TFLM's has_run flag, which Reset() leaves
     set). The init subgraphs these models carry only assign constants to resource variables."""
-    init = e.graph.subgraphs[int(op.options.initSubgraphIndex)]
+    init = e.graph.subgraphs[attributes_of(op, CallOnceAttributes).init_subgraph]
     require(not init.inputs and not init.outputs, "the init subgraph has inputs or outputs")
     statements: list[str] = []
     for init_op in init.operators:
