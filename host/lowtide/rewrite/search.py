@@ -209,20 +209,26 @@ def rewrite_auto(graph: Graph, max_mac_overhead: float = 0.20, effort: float = 1
                              time.monotonic() - started, tuple(rejected))
     original_head, final = rounds[0].base_head_bytes, rounds[-1]
     tilings = tuple(r.tiling for r in rounds if r.tiling is not None)  # every round after the first tiled
+    current, current_tilings = final, tilings
     for _ in range(len(tilings)):
         # The first region was tiled while the peak was still elsewhere, so its grid was chosen for the MACs it
         # saves; with the later regions tiled first, its own peak is what counts, and it may get a finer grid.
-        # Each region gets that second look once, while the head falls.
-        if len(tilings) < 2 or limits.cut():
+        # Each region gets that second look once, in turn, while the head does not rise: two regions whose
+        # peaks are level only go lower together, so a look that leaves the head where it was still counts
+        # (its region's own peak fell). The lowest head seen is kept.
+        if len(current_tilings) < 2 or limits.cut():
             break
         try:
-            later = read_model(apply_tilings(graph, tilings[1:]), graph.path)
+            later = read_model(apply_tilings(graph, current_tilings[1:]), graph.path)
         except NotApplicable:
             break
-        again = _rounds(later, budget, limits, explored, rejected)[0]
-        if not again or again[-1].head_bytes >= final.head_bytes:
+        again = _rounds(later, budget, limits, explored, rejected, level=True)[0]
+        if not again or again[-1].head_bytes > current.head_bytes:
             break
-        final, tilings = again[-1], tilings[1:] + tuple(r.tiling for r in again if r.tiling is not None)
+        current = again[-1]
+        current_tilings = current_tilings[1:] + tuple(r.tiling for r in again if r.tiling is not None)
+        if current.head_bytes < final.head_bytes:
+            final, tilings = current, current_tilings
     head, data = planned_model(final.model, limits.placement(FINAL_PLACE_UNITS))
     reason = "; then ".join(t.describe() for t in tilings)
     ends = [note for note in (region_end(graph, t.target) for t in tilings) if note]
@@ -233,14 +239,14 @@ def rewrite_auto(graph: Graph, max_mac_overhead: float = 0.20, effort: float = 1
 
 
 def _rounds(graph: Graph, budget: float, limits: _Limits, explored: list[Candidate],
-            rejected: list[RejectedCandidate]) -> tuple[list[_Round], _Round]:
+            rejected: list[RejectedCandidate], level: bool = False) -> tuple[list[_Round], _Round]:
     """Tile around the peak, then around the peak of the tiled graph, for as long as the head falls: the rounds
     that lowered it, and the last round searched. Adds every point explored to `explored`, and every built
-    candidate refused to `rejected`."""
+    candidate refused to `rejected`. `level`: the first round is a second look (`_tile_peak`)."""
     rounds: list[_Round] = []
     current = graph
     while True:  # a round without a better tiling ends the loop
-        found = _tile_peak(current, budget, limits)
+        found = _tile_peak(current, budget, limits, level and not rounds)
         explored.extend(found.explored)
         rejected.extend(found.rejected)
         if found.tiling is None or (rounds and found.head_bytes >= rounds[-1].head_bytes):
@@ -264,8 +270,9 @@ class _Round:
     rejected: tuple[RejectedCandidate, ...] = ()
 
 
-def _tile_peak(graph: Graph, budget: float, limits: _Limits) -> _Round:
-    """The best tiling of one region around the peak of `graph` whose whole-model MACs stay within `budget`."""
+def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False) -> _Round:
+    """The best tiling of one region around the peak of `graph` whose whole-model MACs stay within `budget`;
+    `level`: among grids of the same live peak, the one whose tiled part peaks lowest, not the fewest MACs."""
     sg = graph.main
     stock = tflm_plan(graph)
     schedule = find_schedule(graph, limits.schedule(), in_place=True)
@@ -294,6 +301,7 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits) -> _Round:
 
     outside_live = {step.op: step.live_bytes for step in base_steps if step.subgraph == 0}
     explored: list[tuple[Candidate, TilingPlan]] = []
+    tiled_peaks: dict[int, int] = {}  # by index into `explored`: the live peak of the tiled part alone
     best_live = base.head_bytes
     for floor, outside, region in sorted(_region_floors(sg, regions, outside_live), key=lambda item: item[0]):
         if limits.cut():
@@ -317,16 +325,23 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits) -> _Round:
                 plan = plan_tiling(graph, region, grid, split_source)
                 if split_source and not plan.split_source:
                     continue  # too few rows to cut: the same plan as without
-                live = max(outside, _tiled_live_peak(sg, plan))
+                tiled = _tiled_live_peak(sg, plan)
+                live = max(outside, tiled)
                 best_live = min(best_live, live)
                 explored.append((Candidate(sg.tensors[region.source].name, sg.tensors[region.target].name, grid,
                                            plan.split_source, macs_before - region_macs + plan.macs, live, None),
                                  plan))
+                tiled_peaks[len(explored) - 1] = tiled
     if not explored:
         return unchanged(f"no tiling of the {len(regions)} regions around the peak fits the budget or beats "
                          f"{base.head_bytes:,} bytes")
 
-    explored.sort(key=lambda item: (item[0].live_peak_bytes, item[0].macs))
+    # In a second look (`rewrite_auto`), where the peak outside the region sets the live peak, the region's own
+    # peak breaks the tie: its peak is level with another region's, and both only go lower together. Otherwise
+    # the fewest MACs do (finer grids also cost the schedule and the placement more).
+    ranked = sorted(range(len(explored)), key=lambda i: (explored[i][0].live_peak_bytes,
+                                                         tiled_peaks[i] if level else 0, explored[i][0].macs))
+    explored = [explored[i] for i in ranked]
     best: tuple[int, bytes, Candidate] | None = None
     built: dict[int, Candidate] = {}
     for index in _to_build(graph, explored):
