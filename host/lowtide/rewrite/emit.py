@@ -15,9 +15,9 @@ import numpy as np
 
 from lowtide.model.ir import Graph
 from lowtide.model.offline_memory import NAME as OFFLINE_PLAN_NAME
+from lowtide.model.operators import RESIZE_OPCODES
 from lowtide.model.schema import BUILTIN_CODES, TYPE_CODES, TYPE_NAMES, builtin_code, fb, operator_code
 from lowtide.rewrite.regions import (
-    RESIZE_OPCODES,
     Apply,
     Concat,
     Pad,
