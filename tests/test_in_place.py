@@ -11,10 +11,11 @@ from lowtide.compile import compile_model, verify_compiled
 from lowtide.compile.codegen import arena_plan
 from lowtide.pipeline.measure import measure
 from lowtide.memory import Executor, buffers_to_plan, tflm_plan
-from lowtide.memory.in_place import COMPILED_ONLY, in_place_outputs
+from lowtide.memory.in_place import in_place_outputs
 from lowtide.memory.placement import offline_plan, place
 from lowtide.model import read_model
 from lowtide.model.builder import ModelBuilder
+from lowtide.model.operators import TflmInPlace, semantics
 from lowtide.model.writer import model_bytes, set_offline_plan
 from lowtide.validation import load_model, model_problems
 
@@ -30,6 +31,10 @@ def _block() -> bytes:
     d2 = b.depthwise_conv2d(b.pad(e, rows=(1, 1), cols=(1, 1)), 3, stride=2, padding="VALID", activation="RELU6")
     b.output(b.activation(b.conv2d(d2, 16, kernel=1, activation="NONE"), "RELU"))
     return b.build()
+
+
+def _tflm_never_in_place(opcode: str) -> bool:
+    return semantics(opcode).tflm_in_place is TflmInPlace.NEVER
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +77,7 @@ def test_tflm_plans_never_use_compiled_only_in_place_rules(block):
     """TFLM's depthwise and element-wise kernels read while they write: neither optimize's plan nor the
     validator may put their outputs on their inputs, which the compiled runtime's plan does."""
     graph = load_model(block)
-    compiled_only = {op.outputs[0] for op in graph.main.operators if op.opcode in COMPILED_ONLY}
+    compiled_only = {op.outputs[0] for op in graph.main.operators if _tflm_never_in_place(op.opcode)}
     assert not set(in_place_outputs(graph, 16)) & compiled_only
     assert not any(b.shares for b in buffers_to_plan(graph) if b.tensor in compiled_only)
     assert set(in_place_outputs(graph, 16, Executor.COMPILED)) == compiled_only  # both depthwise, ADD, RELU
@@ -82,7 +87,7 @@ def test_tflm_plans_never_use_compiled_only_in_place_rules(block):
     buffers = buffers_to_plan(graph)
     placed = dict(zip(((b.subgraph, b.tensor) for b in buffers), place(buffers, 0).offsets))
     for op in graph.main.operators:
-        if op.opcode in COMPILED_ONLY:
+        if _tflm_never_in_place(op.opcode):
             (out, source), sizes = (op.outputs[0], op.inputs[0]), graph.main.tensors
             a, b = placed[(0, out)], placed[(0, source)]
             assert a + sizes[out].nbytes <= b or b + sizes[source].nbytes <= a, op

@@ -12,12 +12,11 @@ from lowtide.errors import LowtideError
 from lowtide.memory import tflm_plan
 from lowtide.model import read_model
 from lowtide.model.builder import ModelBuilder
+from lowtide.model.operators import graph_macs, op_macs
 from lowtide.rewrite import partition_concat_conv, partition_wide_layer, planned_model, rewrite_auto, tile
 from lowtide.rewrite.regions import (
     cut_tensors,
-    graph_macs,
     grid_macs,
-    op_macs,
     plan_tiling,
     region_between,
 )

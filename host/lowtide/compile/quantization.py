@@ -2,7 +2,8 @@
 
 Python floats are IEEE doubles and `math.frexp` is C's frexp, so the double arithmetic of TFLM's
 quantization_util.cc is reproduced exactly when the operations happen in the same order. Where TFLM computes in
-float32 (activation ranges, resize scales) numpy float32 scalars are used.
+float32 (activation ranges) numpy float32 scalars are used. TFLM's resize geometry is the model's
+(`lowtide.model.operators`).
 """
 
 from __future__ import annotations
@@ -207,39 +208,6 @@ def logistic_params_int8(input_scale: float) -> dict[str, int]:
     multiplier = round_half_away(q * (1 << 31))
     return {"input_multiplier": multiplier, "input_left_shift": left_shift,
                 "input_range_radius": calculate_input_radius(input_integer_bits, left_shift, 31)}
-
-
-def nearest_neighbor_map(output_size: int, input_size: int, align_corners: bool, half_pixel_centers: bool) -> list[int]:
-    """GetNearestNeighbor for every output coordinate, in float32 as the reference kernel computes it."""
-    f32 = np.float32
-    if align_corners and output_size > 1:
-        scale = f32(input_size - 1) / f32(output_size - 1)
-    else:
-        scale = f32(input_size) / f32(output_size)
-    offset = f32(0.5) if half_pixel_centers else f32(0.0)
-    result = []
-    for i in range(output_size):
-        value = (f32(i) + offset) * scale
-        index = round_half_away(float(value)) if align_corners else math.floor(float(value))
-        index = min(index, input_size - 1)
-        if half_pixel_centers:
-            index = max(0, index)
-        result.append(index)
-    return result
-
-
-def resize_scale(input_size: int, output_size: int, align_corners: bool) -> float:
-    """ResizeBilinear's float32 scale: input over output size, both less one when aligning corners."""
-    if align_corners and output_size > 1:
-        return float(np.float32(input_size - 1) / np.float32(output_size - 1))
-    return float(np.float32(input_size) / np.float32(output_size))
-
-
-def resize_scale_10(input_size: int, output_size: int, align_corners: bool) -> int:
-    """ResizeBilinearInteger's scale with 10 fractional bits, rounded (C integer division of positives)."""
-    if align_corners and output_size > 1:
-        input_size, output_size = input_size - 1, output_size - 1
-    return ((1 << 10) * input_size + output_size // 2) // output_size
 
 
 # The integer LSTM's fixed scales (lstm_eval_common.cc): gate pre-activations in Q3.12 and gate outputs in Q0.15,

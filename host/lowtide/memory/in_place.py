@@ -6,7 +6,8 @@ TFLM's own planner never shares bytes between an operator's inputs and outputs (
 offline plan can: TFLM honours its offsets and checks nothing. So lowtide may put such an output inside its
 input when that input dies at the operator (it has no other reader and is no subgraph output).
 
-TFLM's kernels (reference and CMSIS-NN), and so every plan written into a model's OfflineMemoryAllocation:
+TFLM's kernels (reference and CMSIS-NN), and so every plan written into a model's OfflineMemoryAllocation (their
+rows of `lowtide.model.operators.SEMANTICS`, `TflmInPlace`):
 - SPLIT / SPLIT_V along an axis with only size-1 dimensions before it: each output is one contiguous block of
   the input, copied element by element onto itself (output j at the input's offset + the bytes before it);
 - QUANTIZE with an output element no wider than the input's: element i is written at byte offset
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 
 from lowtide.model.attributes import DepthwiseConv2DAttributes, attributes_as
 from lowtide.model.ir import Graph, Operator, Subgraph, TensorKind
+from lowtide.model.operators import TflmInPlace, semantics
 from lowtide.model.schema import ELEMENT_BYTES
 
 
@@ -43,8 +45,6 @@ class Executor(enum.Enum):
 
 # Element-wise kernels of the compiled runtime that read element i before writing element i, and nothing else there.
 COMPILED_ELEMENTWISE = frozenset({"ADD", "SUB", "MUL", "RELU", "RELU6", "LEAKY_RELU", "HARD_SWISH"})
-# Operators only the compiled runtime runs in place: an offline plan for TFLM must never share their bytes.
-COMPILED_ONLY = COMPILED_ELEMENTWISE | {"DEPTHWISE_CONV_2D"}
 
 
 def tflm_runs_in_place(op: Operator, a: int, b: int) -> bool:
@@ -54,7 +54,8 @@ def tflm_runs_in_place(op: Operator, a: int, b: int) -> bool:
     author planned it. Never for the operators only the compiled runtime runs in place: TFLM's depthwise and
     element-wise kernels read the input while they write. Lowtide's own plans share bytes only as
     `in_place_outputs` allows."""
-    return op.opcode not in COMPILED_ONLY and bool({a, b} & set(op.inputs) and {a, b} & set(op.outputs))
+    return (semantics(op.opcode).tflm_in_place is not TflmInPlace.NEVER
+            and bool({a, b} & set(op.inputs) and {a, b} & set(op.outputs)))
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,8 @@ def in_place_outputs(graph: Graph, alignment: int, executor: Executor = Executor
 
 def _shared_blocks(graph: Graph, sg: Subgraph, op: Operator, alignment: int) -> list[tuple[int, int, int]]:
     """(output, input, byte offset of the output inside the input) the kernel allows."""
-    if op.opcode in ("SPLIT", "SPLIT_V"):
+    capability = semantics(op.opcode).tflm_in_place
+    if capability is TflmInPlace.BLOCKS:
         data, axis_input = (op.inputs[1], op.inputs[0]) if op.opcode == "SPLIT" else (op.inputs[0], op.inputs[2])
         axis_value = graph.constant_array(axis_input)
         shape = sg.tensors[data].shape
@@ -102,7 +104,7 @@ def _shared_blocks(graph: Graph, sg: Subgraph, op: Operator, alignment: int) -> 
             blocks.append((output, data, offset))
             offset += sg.tensors[output].nbytes
         return blocks if _aligned(offset, alignment) <= _aligned(sg.tensors[data].nbytes, alignment) else []
-    if op.opcode == "QUANTIZE":
+    if capability is TflmInPlace.NARROWING:
         source, output = op.inputs[0], op.outputs[0]
         a, b = sg.tensors[source], sg.tensors[output]
         if ELEMENT_BYTES[b.dtype] <= ELEMENT_BYTES[a.dtype] and math.prod(a.shape) == math.prod(b.shape) \

@@ -20,9 +20,8 @@ import numpy as np
 from lowtide.model.attributes import Attributes, CallOnceAttributes, IfAttributes, VarHandleAttributes, WhileAttributes
 from lowtide.model.offline_memory import NAME as OFFLINE_PLAN_NAME
 from lowtide.model.offline_memory import OfflinePlan, PlanFormatError
+from lowtide.model.operators import SIDE_EFFECT_OPCODES
 
-# Operators whose effects are not visible through their tensors: their relative order must be kept.
-SIDE_EFFECT_OPCODES = frozenset({"VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE", "CALL_ONCE"})
 # Operators that call other subgraphs: the attributes that name those subgraphs.
 CONTROL_FLOW_ATTRIBUTES: dict[str, type[Attributes]] = {
     "IF": IfAttributes, "WHILE": WhileAttributes, "CALL_ONCE": CallOnceAttributes,

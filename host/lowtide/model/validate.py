@@ -28,6 +28,7 @@ from lowtide.model.attributes import SoftmaxAttributes, SvdfAttributes, schema_f
 from lowtide.model.ir import Graph, Operator, Subgraph, Tensor, TensorKind
 from lowtide.model.offline_memory import NAME as OFFLINE_PLAN_NAME
 from lowtide.model.offline_memory import VERSION, OfflinePlan, PlanFormatError
+from lowtide.model.operators import NO_OUTPUT_OPCODES
 from lowtide.model.schema import fb
 from lowtide.settings import MAX_TENSOR_BYTES_ENV
 
@@ -101,8 +102,6 @@ _OUTPUT_RANKS = {"CONV_2D": 4, "DEPTHWISE_CONV_2D": 4, "TRANSPOSE_CONV": 4, "AVE
 _UNIONS = {"builtinOptions": fb.BuiltinOptions, "builtinOptions2": fb.BuiltinOptions2,
            "details": fb.QuantizationDetails, "arraySegments": fb.SparseIndexVector,
            "arrayIndices": fb.SparseIndexVector}
-# Operators that produce nothing through tensors: all others must have an output.
-_NO_OUTPUT_OPCODES = frozenset({"ASSIGN_VARIABLE", "CALL_ONCE"})
 
 
 @dataclass(frozen=True)
@@ -290,7 +289,7 @@ def _required_inputs(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
     missing = [i for i in _REQUIRED_INPUTS.get(op.opcode, ()) if i >= len(op.inputs) or op.inputs[i] < 0]
     if missing:
         yield f"{op.opcode} needs input {', '.join(map(str, missing))} (it has {len(op.inputs)} inputs)"
-    if not op.outputs and op.opcode not in _NO_OUTPUT_OPCODES:
+    if not op.outputs and op.opcode not in NO_OUTPUT_OPCODES:
         yield "it has no outputs"
 
 

@@ -22,8 +22,8 @@ from lowtide.memory import buffers_to_plan, tflm_plan
 from lowtide.memory.lifetimes import Buffer, Order, stored_order
 from lowtide.memory.placement import Placement, place
 from lowtide.model import Graph, read_model
+from lowtide.model.operators import graph_macs
 from lowtide.rewrite import NotApplicable, RejectedCandidate, RewriteResult, Tiling, apply_tilings, rewrite_auto
-from lowtide.rewrite.regions import graph_macs
 from lowtide.schedule import Schedule, find_schedule
 from lowtide.stale import StaleReport, check_stale
 from lowtide.tflm import DEFAULT_CORE, Arena32Mode, Mcu32Arena, mcu32_arena

@@ -19,9 +19,9 @@ from lowtide.model.attributes import (
 )
 from lowtide.model.edit import GraphEditor
 from lowtide.model.ir import Graph
+from lowtide.model.operators import RESIZE_OPCODES
 from lowtide.model.schema import TYPE_NAMES
 from lowtide.rewrite.regions import (
-    RESIZE_OPCODES,
     Apply,
     Concat,
     Pad,

@@ -31,17 +31,24 @@ from lowtide.model.attributes import (
     Pool2DAttributes, ResizeAttributes, attributes_as,
 )
 from lowtide.model.ir import Graph, Operator, Subgraph
-from lowtide.model.operators import BINARY_OPCODES, CONV_OPCODES, POOL_OPCODES, REDUCE_OPCODES, UNARY_OPCODES
+from lowtide.model.operators import (
+    BINARY_OPCODES,
+    CHANNEL_OPCODES,
+    CONV_OPCODES,
+    PAD_OPCODES,
+    POOL_OPCODES,
+    REDUCE_OPCODES,
+    RESIZE_OPCODES,
+    UNARY_OPCODES,
+    op_macs,
+    resize_kernel_scale,
+    resize_sources,
+)
 from lowtide.model.schema import ELEMENT_BYTES
 from lowtide.rewrite.errors import NotApplicable
 
 Interval = tuple[int, int]  # half-open [lo, hi)
 
-PAD_OPCODES = frozenset({"PAD", "PADV2", "MIRROR_PAD"})
-RESIZE_OPCODES = frozenset({"RESIZE_NEAREST_NEIGHBOR", "RESIZE_BILINEAR"})
-CHANNEL_OPCODES = frozenset({"CONCATENATION", "SPLIT", "SPLIT_V"})  # along channels only: each pixel on its own
-TILEABLE_OPCODES = (CONV_OPCODES | POOL_OPCODES | UNARY_OPCODES | BINARY_OPCODES | PAD_OPCODES | RESIZE_OPCODES
-                    | CHANNEL_OPCODES)
 # Element types every operator tiling adds to a region's tensors runs on in TFLM (STRIDED_SLICE, CONCATENATION,
 # PAD/PADV2 and SPLIT_V all take these; STRIDED_SLICE and CONCATENATION refuse uint8). A window holds its tensor's
 # type, so a region whose tensors have another type (a uint8 model input before its QUANTIZE) cannot be tiled:
@@ -613,61 +620,22 @@ def _resize_axis(bilinear: bool, n_in: int, n_out: int, align_corners: bool, hal
     if n_out % n_in:
         return None
     factor = n_out // n_in
-    whole = _resize_sources(bilinear, n_in, n_out, align_corners, half_pixel, integer)
-    if any(_resize_scale(bilinear, n, factor * n, align_corners, integer)
-           != _resize_scale(bilinear, n_in, n_out, align_corners, integer) for n in range(1, n_in)):
+    whole = resize_sources(bilinear, n_in, n_out, align_corners, half_pixel, integer)
+    if any(resize_kernel_scale(bilinear, n, factor * n, align_corners, integer)
+           != resize_kernel_scale(bilinear, n_in, n_out, align_corners, integer) for n in range(1, n_in)):
         return None
     first, last, weight = whole
     outputs = np.arange(n_out)
     if ((factor * first > outputs) | (outputs >= factor * (last + 1))).any():
         return None
     for a in range(1, n_in):
-        lf, ll, lw = _resize_sources(bilinear, n_in - a, n_out - factor * a, align_corners, half_pixel, integer)
+        lf, ll, lw = resize_sources(bilinear, n_in - a, n_out - factor * a, align_corners, half_pixel, integer)
         asked = first[factor * a:] >= a
         if not (np.array_equal((lf + a)[asked], first[factor * a:][asked])
                 and np.array_equal((ll + a)[asked], last[factor * a:][asked])
                 and np.array_equal(lw[asked], weight[factor * a:][asked])):
             return None
     return ResizeMap(factor, tuple(int(v) for v in first), tuple(int(v) for v in last))
-
-
-def _resize_scale(bilinear: bool, n_in: int, n_out: int, align_corners: bool, integer: bool):
-    """The scale TFLM's kernel derives from the sizes (reference resize_bilinear.h / resize_nearest_neighbor.h)."""
-    if bilinear and integer:
-        if align_corners and n_out > 1:
-            return ((1 << 10) * (n_in - 1) + (n_out - 1) // 2) // (n_out - 1)
-        return ((1 << 10) * n_in + n_out // 2) // n_out
-    if align_corners and n_out > 1:
-        return np.float32(n_in - 1) / np.float32(n_out - 1)
-    return np.float32(n_in) / np.float32(n_out)
-
-
-def _resize_sources(bilinear: bool, n_in: int, n_out: int, align_corners: bool, half_pixel: bool,
-                    integer: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per output index, as TFLM computes it: the first and last input index read, and the interpolation weight
-    (the fraction past the first: what the kernel multiplies with)."""
-    scale = _resize_scale(bilinear, n_in, n_out, align_corners, integer)
-    o = np.arange(n_out, dtype=np.int64)
-    if bilinear and integer:  # ComputeInterpolationValuesInteger: C++ division truncates towards zero
-        value = o * scale + scale // 2 - (1 << 9) if half_pixel else o * scale
-        first = np.maximum(np.fix(value / 1024).astype(np.int64), 0)
-        last = np.minimum(np.fix((value + 1023) / 1024).astype(np.int64), n_in - 1)
-        return first, last, value - 1024 * first
-    if bilinear:  # ComputeInterpolationValues, in float32
-        of = o.astype(np.float32)
-        value = (of + np.float32(0.5)) * scale - np.float32(0.5) if half_pixel else of * scale
-        first = np.maximum(np.floor(value).astype(np.int64), 0)
-        last = np.minimum(np.ceil(value).astype(np.int64), n_in - 1)
-        return first, last, (value - first.astype(np.float32)).astype(np.float32)
-    value = (o.astype(np.float32) + np.float32(0.5 if half_pixel else 0.0)) * scale  # GetNearestNeighbor
-    if align_corners:  # TfLiteRound: half away from zero
-        index = np.floor(value).astype(np.int64) + (value - np.floor(value) >= 0.5)
-    else:
-        index = np.floor(value).astype(np.int64)
-    index = np.minimum(index, n_in - 1)
-    if half_pixel:
-        index = np.maximum(index, 0)
-    return index, index, np.zeros(n_out)
 
 
 def _channel_maps(graph: Graph, op: Operator,
@@ -866,22 +834,3 @@ def _clip(sg: Subgraph, tensor: int, rows: Interval, cols: Interval) -> tuple[In
 
 def _hull(a: tuple[Interval, Interval], b: tuple[Interval, Interval]) -> tuple[Interval, Interval]:
     return tuple((min(x[0], y[0]), max(x[1], y[1])) for x, y in zip(a, b))  # type: ignore[return-value]
-
-
-def op_macs(sg: Subgraph, op: Operator, pixels: int | None = None) -> int:
-    """Multiply-accumulates of a convolution or dense layer; `pixels` overrides the output's spatial size."""
-    if op.opcode not in CONV_OPCODES and op.opcode != "FULLY_CONNECTED":
-        return 0
-    weights = sg.tensors[op.inputs[1]].shape
-    out_shape = sg.tensors[op.outputs[0]].shape
-    if op.opcode == "FULLY_CONNECTED":
-        return math.prod(weights) * math.prod(out_shape[:-1])
-    if pixels is None:
-        pixels = out_shape[1] * out_shape[2]
-    per_pixel = math.prod(weights[1:]) * (weights[0] if op.opcode == "CONV_2D" else 1)
-    return pixels * per_pixel
-
-
-def graph_macs(graph: Graph) -> int:
-    sg = graph.main
-    return sum(op_macs(sg, op) for op in sg.operators)

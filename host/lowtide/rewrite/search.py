@@ -29,13 +29,13 @@ from lowtide.memory import align_up, buffer_lifetimes, buffers_to_plan, stored_o
 from lowtide.memory.lifetimes import Buffer
 from lowtide.memory.placement import Placement, check_no_overlap, offline_plan, place
 from lowtide.model.ir import Graph
+from lowtide.model.operators import TILEABLE_OPCODES, graph_macs, op_macs
 from lowtide.model.reader import read_model
 from lowtide.model.schema import ELEMENT_BYTES
 from lowtide.model.writer import model_bytes, set_offline_plan
 from lowtide.rewrite.emit import emit_tiled, is_window
 from lowtide.rewrite.errors import NotApplicable
 from lowtide.rewrite.regions import (
-    TILEABLE_OPCODES,
     Apply,
     Concat,
     Pad,
@@ -47,9 +47,7 @@ from lowtide.rewrite.regions import (
     TilingPlan,
     cut_tensors,
     escaping_tensor,
-    graph_macs,
     grid_macs,
-    op_macs,
     plan_tiling,
     region_between,
     region_end,

@@ -10,7 +10,8 @@ safe default: every output element depends on every input element, so it is mark
 is. Masks never say False where the kernel may read a marked element: that is what makes a False a proof.
 
 Geometry follows TFLM's reference kernels (`tflm/sources/tflm-ref/tensorflow/lite/kernels/internal/reference/`);
-window padding comes from `lowtide.model.padding`, the opcode families from `lowtide.rewrite.regions`.
+window padding comes from `lowtide.model.padding`, the opcode families and the resize maps from
+`lowtide.model.operators`.
 """
 
 from __future__ import annotations
@@ -28,7 +29,15 @@ from lowtide.model.attributes import (
     attributes_as,
 )
 from lowtide.model.ir import Graph, Operator
-from lowtide.model.operators import BINARY_OPCODES, POOL_OPCODES, REDUCE_OPCODES, UNARY_OPCODES
+from lowtide.model.operators import (
+    BINARY_OPCODES,
+    PAD_OPCODES,
+    POOL_OPCODES,
+    REDUCE_OPCODES,
+    RESIZE_OPCODES,
+    UNARY_OPCODES,
+    nearest_indices,
+)
 
 # Element by element, with numpy broadcasting of any operand (beyond the model's unary and binary families, which
 # tiling needs narrower: comparisons, selects, sums of many operands).
@@ -413,16 +422,6 @@ def _space_to_depth(o: _Operands) -> list[np.ndarray]:
     return [x.reshape(n, h // b, b, w // b, b, c).transpose(0, 1, 3, 2, 4, 5).reshape(n, h // b, w // b, -1)]
 
 
-def _nearest_index(out_size: int, in_size: int, align_corners: bool, half_pixel: bool) -> np.ndarray:
-    """GetNearestNeighbor (resize_nearest_neighbor.h), in float32 as the kernel computes it: the floor, or with
-    align_corners TfLiteRound (half away from zero; the values are not negative here)."""
-    scale = (np.float32(in_size - 1) / np.float32(out_size - 1) if align_corners and out_size > 1
-             else np.float32(in_size) / np.float32(out_size))
-    at = (np.arange(out_size, dtype=np.float32) + np.float32(0.5 if half_pixel else 0.0)) * scale
-    index = np.floor(at + np.float32(0.5)) if align_corners else np.floor(at)
-    return np.clip(index.astype(np.int64), 0, in_size - 1)
-
-
 def _bilinear_sources(out_size: int, in_size: int, align_corners: bool, half_pixel: bool) -> list[np.ndarray]:
     """For each output row, the input rows ComputeInterpolationValues can read: the floor and the one after of
     the source point, and one more on the side of an integer within the int8 kernel's 10-bit fixed-point
@@ -444,8 +443,8 @@ def _resize(o: _Operands) -> list[np.ndarray]:
     resize = o.attributes(ResizeAttributes)
     align, half = resize.align_corners, resize.half_pixel_centers
     if o.op.opcode == "RESIZE_NEAREST_NEIGHBOR":
-        rows = _nearest_index(out_shape[1], x.shape[1], align, half)
-        cols = _nearest_index(out_shape[2], x.shape[2], align, half)
+        rows = nearest_indices(x.shape[1], out_shape[1], align, half)
+        cols = nearest_indices(x.shape[2], out_shape[2], align, half)
         return [x[:, rows][:, :, cols]]
     out = x
     for axis in (1, 2):
@@ -473,8 +472,8 @@ _RULES: dict[str, Callable[[_Operands], list[np.ndarray]]] = {
     **{opcode: _reduction for opcode in REDUCE_OPCODES | {"REDUCE_ANY", "REDUCE_ALL", "ARG_MAX", "ARG_MIN"}},
     **{opcode: _window for opcode in POOL_OPCODES | {"CONV_2D", "DEPTHWISE_CONV_2D", "L2_POOL_2D"}},
     **{opcode: _reshape for opcode in ("RESHAPE", "SQUEEZE", "EXPAND_DIMS")},
-    **{opcode: _pad for opcode in ("PAD", "PADV2", "MIRROR_PAD")},
-    **{opcode: _resize for opcode in ("RESIZE_NEAREST_NEIGHBOR", "RESIZE_BILINEAR")},
+    **{opcode: _pad for opcode in PAD_OPCODES},
+    **{opcode: _resize for opcode in RESIZE_OPCODES},
     **{opcode: _value_free for opcode in VALUE_FREE_OPCODES},
     "FULLY_CONNECTED": _fully_connected,
     "BATCH_MATMUL": _batch_matmul,

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from lowtide.compile import quantization as q
 from lowtide.compile.kernel_params import (
     MAX_DIMS,
     CopyParams,
@@ -36,6 +35,7 @@ from lowtide.model.attributes import (
     PackAttributes, ResizeAttributes, SpaceToDepthAttributes, SplitAttributes, StridedSliceAttributes, UnpackAttributes,
 )
 from lowtide.model.ir import Operator, TensorKind
+from lowtide.model.operators import nearest_indices, resize_scale, resize_scale_q10
 from lowtide.model.shapes import OperandShapes, strided_slice_axes
 
 
@@ -251,8 +251,8 @@ def lower_resize_nearest_neighbor(e, op, name):
     require((out_h, out_w) == tuple(t_out.shape[1:3]), "output size does not match the size input")
     resize = attributes_of(op, ResizeAttributes)
     align, half = resize.align_corners, resize.half_pixel_centers
-    y_map = e.array(f"{name}_y", "int32_t", q.nearest_neighbor_map(out_h, t_in.shape[1], align, half))
-    x_map = e.array(f"{name}_x", "int32_t", q.nearest_neighbor_map(out_w, t_in.shape[2], align, half))
+    y_map = e.array(f"{name}_y", "int32_t", nearest_indices(t_in.shape[1], out_h, align, half).tolist())
+    x_map = e.array(f"{name}_x", "int32_t", nearest_indices(t_in.shape[2], out_w, align, half).tolist())
     p = e.struct(f"{name}_params", ResizeParams(
         batches=t_in.shape[0], in_h=t_in.shape[1], in_w=t_in.shape[2], channels=t_in.shape[3], out_h=out_h,
         out_w=out_w, elem_size=element_size(t_in), half_pixel_centers=0, height_scale=0.0, width_scale=0.0,
@@ -276,8 +276,8 @@ def lower_resize_bilinear(e, op, name):
     p = e.struct(f"{name}_params", ResizeParams(
         batches=batches, in_h=in_h, in_w=in_w, channels=channels, out_h=out_h, out_w=out_w,
         elem_size=element_size(t_in), half_pixel_centers=int(half),
-        height_scale=q.resize_scale(in_h, out_h, align), width_scale=q.resize_scale(in_w, out_w, align),
-        height_scale_10=q.resize_scale_10(in_h, out_h, align), width_scale_10=q.resize_scale_10(in_w, out_w, align)))
+        height_scale=float(resize_scale(in_h, out_h, align)), width_scale=float(resize_scale(in_w, out_w, align)),
+        height_scale_10=resize_scale_q10(in_h, out_h, align), width_scale_10=resize_scale_q10(in_w, out_w, align)))
     suffix = "s8" if t_in.dtype == "int8" else "f32"
     return f"lt_resize_bilinear_{suffix}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
 
