@@ -38,6 +38,7 @@ demo-board: demo firmware-deps
 # builds are locked, so workers building the same thing build it once.
 test: install firmware-deps tflm-lib
 	$(PYTHON) -m ruff check host tests benchmarks scripts firmware
+	$(PYTHON) -m ruff format --check host tests benchmarks scripts firmware
 	$(PYTHON) -m mypy
 	$(PYTHON) -m pytest -q -n 2 --dist loadfile --lowtide-board host-tflm --lowtide-board qemu-m4
 

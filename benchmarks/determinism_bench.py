@@ -26,8 +26,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from report import DOC, SHARED_MODELS, write_section
 from rich.console import Console
+
+from report import DOC, SHARED_MODELS, write_section
 
 SECTION = "determinism"
 MODES = {"optimize": (), "optimize --rewrite auto": ("--rewrite", "auto")}
@@ -78,15 +79,20 @@ def optimize(model: Path, out_dir: Path, options: tuple[str, ...], hash_seed: st
     out_dir.mkdir(parents=True)
     out = out_dir / model.name
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", LAUNCH, "optimize", str(model), "-o", str(out), "--json", *options],
-                          capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
-                          env={**os.environ, "PYTHONHASHSEED": hash_seed})
+    done = subprocess.run(
+        [sys.executable, "-c", LAUNCH, "optimize", str(model), "-o", str(out), "--json", *options],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        env={**os.environ, "PYTHONHASHSEED": hash_seed},
+    )
     if done.returncode != 0:
         raise SystemExit(f"{model.name} {' '.join(options)}: lowtide optimize failed:\n{done.stderr}")
     report = json.loads(done.stdout)
     digests = {path.suffix: hashlib.sha256(path.read_bytes()).hexdigest() for path in sorted(out_dir.iterdir())}
-    return Run(digests, report["after"]["planned_head_bytes"], tuple(report["wall_clock_cut_at"]),
-               time.monotonic() - started)
+    return Run(
+        digests, report["after"]["planned_head_bytes"], tuple(report["wall_clock_cut_at"]), time.monotonic() - started
+    )
 
 
 def markdown_section(rows: list[Row], models: int, command: str, busy: int, load: tuple[float, float]) -> str:
@@ -129,8 +135,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     command = " ".join(["python benchmarks/determinism_bench.py", *argv])
-    paths = [SHARED_MODELS / f"{name}.tflite" for name in args.only] if args.only else sorted(
-        SHARED_MODELS.glob("*.tflite"))
+    paths = (
+        [SHARED_MODELS / f"{name}.tflite" for name in args.only]
+        if args.only
+        else sorted(SHARED_MODELS.glob("*.tflite"))
+    )
     console = Console()
     load_at_start = os.getloadavg()[0]
     rows = []
@@ -142,9 +151,11 @@ def main(argv: list[str] | None = None) -> int:
                 with cpu_load(args.busy):
                     loaded = optimize(path, out / "loaded", options, "2")
                 rows.append(Row(path.stem, mode, quiet, loaded))
-                console.print(f"{path.stem} ({mode}): {quiet.head_bytes:,} B, {quiet.seconds:.1f} s; beside "
-                              f"{args.busy} busy processes {'identical' if rows[-1].identical else 'DIFFERENT'}, "
-                              f"{loaded.seconds:.1f} s" + (", wall-clock cut" if rows[-1].cut else ""))
+                console.print(
+                    f"{path.stem} ({mode}): {quiet.head_bytes:,} B, {quiet.seconds:.1f} s; beside "
+                    f"{args.busy} busy processes {'identical' if rows[-1].identical else 'DIFFERENT'}, "
+                    f"{loaded.seconds:.1f} s" + (", wall-clock cut" if rows[-1].cut else "")
+                )
             load = (load_at_start, os.getloadavg()[0])
             write_section(args.doc, SECTION, markdown_section(rows, len(paths), command, args.busy, load))
     console.print(f"wrote the {SECTION} section of {args.doc}")

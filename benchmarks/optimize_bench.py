@@ -53,8 +53,9 @@ def markdown_section(rows: list[Row], command: str, effort: float, rewrite: bool
     head_ratios = [r.result.planned_head_bytes / r.result.stock_head_bytes for r in done if r.result.stock_head_bytes]
     total_ratios = [r.result.total_bytes / r.result.stock_total_bytes for r in done]
     lines = [
-        "## `lowtide optimize --rewrite auto`: arena before and after, patch tiling allowed" if rewrite else
-        "## `lowtide optimize`: arena before and after",
+        "## `lowtide optimize --rewrite auto`: arena before and after, patch tiling allowed"
+        if rewrite
+        else "## `lowtide optimize`: arena before and after",
         "",
         f"Made by `{command}` on {time.strftime('%Y-%m-%d')} (Python {platform.python_version()}, "
         f"tflite-micro {importlib.metadata.version('tflite-micro')}, {platform.machine()}, "
@@ -85,13 +86,17 @@ def markdown_section(rows: list[Row], command: str, effort: float, rewrite: bool
     for row in rows:
         r = row.result
         if r is None:
-            lines.append(f"| {row.model} | | | | | | | FAILED: {row.error} |" + (" |" if rewrite else "")
-                         + f" {row.seconds:.1f} s |")
+            lines.append(
+                f"| {row.model} | | | | | | | FAILED: {row.error} |"
+                + (" |" if rewrite else "")
+                + f" {row.seconds:.1f} s |"
+            )
             continue
         ratio = r.planned_head_bytes / r.stock_head_bytes if r.stock_head_bytes else 1.0
         lines.append(
             f"| {row.model} | {r.stock_head_bytes:,} | {r.stock_total_bytes:,} | {r.planned_head_bytes:,} | "
-            f"{r.total_bytes:,} | {r.export.arena_size_bytes:,} | {ratio:.3f} | {_gap(r)} |" + (f" {_rewrite_cell(r)} |" if rewrite else "")
+            f"{r.total_bytes:,} | {r.export.arena_size_bytes:,} | {ratio:.3f} | {_gap(r)} |"
+            + (f" {_rewrite_cell(r)} |" if rewrite else "")
             + f" {row.seconds:.1f} s |"
         )
     slowest = max((r.seconds for r in rows), default=0.0)
@@ -128,8 +133,9 @@ def main(argv: list[str] | None = None) -> int:
             started = time.monotonic()
             with console.status(f"optimizing {path.name}"):
                 try:
-                    result = optimize_model(path, Path(tmp) / path.name, verify=True, rewrite=args.rewrite,
-                                            effort=args.effort)
+                    result = optimize_model(
+                        path, Path(tmp) / path.name, verify=True, rewrite=args.rewrite, effort=args.effort
+                    )
                     row = Row(path.stem, result, None, time.monotonic() - started)
                 except LowtideError as exc:
                     row = Row(path.stem, None, str(exc), time.monotonic() - started)
@@ -137,8 +143,14 @@ def main(argv: list[str] | None = None) -> int:
             r = row.result
             if r:
                 ratio = r.planned_head_bytes / max(r.stock_head_bytes, 1)
-                table.add_row(row.model, f"{r.stock_head_bytes:,}", f"{r.planned_head_bytes:,}", f"{ratio:.3f}",
-                              _gap(r), f"{row.seconds:.1f} s")
+                table.add_row(
+                    row.model,
+                    f"{r.stock_head_bytes:,}",
+                    f"{r.planned_head_bytes:,}",
+                    f"{ratio:.3f}",
+                    _gap(r),
+                    f"{row.seconds:.1f} s",
+                )
             else:
                 table.add_row(row.model, "", "", "", f"[red]FAILED: {row.error}[/]", f"{row.seconds:.1f} s")
     console.print(table)

@@ -24,20 +24,29 @@ from pathlib import Path
 import numpy as np
 
 from lowtide import oracle
-from lowtide.pipeline.measure import measure
 from lowtide.errors import LowtideError
 from lowtide.model import read_model
 from lowtide.model.ir import Graph
-from lowtide.testing.zoo import STEMS
+from lowtide.pipeline.measure import measure
 from lowtide.rewrite import RewriteResult, rewrite_auto
 from lowtide.testing.families import FAMILIES
+from lowtide.testing.zoo import STEMS
 from lowtide.validation import load_model
 from report import DOC, SHARED_MODELS, grid_text, write_section
 
 SECTION = "rewrite"
 FAMILIES_SECTION = "rewrite-families"
-DEFAULT = ["tflm_mobilenet_v2_quantized_224", "tflm_person_detect", "mlperf_vww_96_int8", "mcunet_vww",
-           "mcunetv2_large", "mcunet_detection", "mltk_rock_paper_scissors", "mltk_image_example1", *STEMS]
+DEFAULT = [
+    "tflm_mobilenet_v2_quantized_224",
+    "tflm_person_detect",
+    "mlperf_vww_96_int8",
+    "mcunet_vww",
+    "mcunetv2_large",
+    "mcunet_detection",
+    "mltk_rock_paper_scissors",
+    "mltk_image_example1",
+    *STEMS,
+]
 
 
 def _instructions(path: Path) -> str:
@@ -67,8 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("models", nargs="*", default=DEFAULT)
     parser.add_argument("--qemu", action="store_true", help="also count instructions on qemu-m4")
     parser.add_argument("--doc", type=Path, default=DOC)
-    parser.add_argument("--families", action="store_true",
-                        help="the full-size family models (names: lowtide.testing.families.FAMILIES)")
+    parser.add_argument(
+        "--families", action="store_true", help="the full-size family models (names: lowtide.testing.families.FAMILIES)"
+    )
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     if args.families:
@@ -89,42 +99,53 @@ def main(argv: list[str] | None = None) -> int:
                 rewritten_path.write_bytes(result.model)
                 before, after = _instructions(path), _instructions(rewritten_path)
                 instructions = f" {before} | {after} |"
-            row = (f"| {name} | {stock.head_bytes:,} | {stock.total_bytes:,} | {result.original_head_bytes:,} | "
-                   f"{run.head_bytes:,} | {run.total_bytes:,} | {stock.head_bytes / run.head_bytes:.2f}x | "
-                   f"{100 * result.mac_overhead:.1f}% | {grid} | {'yes' if identical else 'NO'} |{instructions} "
-                   f"{seconds:.1f} s |")
+            row = (
+                f"| {name} | {stock.head_bytes:,} | {stock.total_bytes:,} | {result.original_head_bytes:,} | "
+                f"{run.head_bytes:,} | {run.total_bytes:,} | {stock.head_bytes / run.head_bytes:.2f}x | "
+                f"{100 * result.mac_overhead:.1f}% | {grid} | {'yes' if identical else 'NO'} |{instructions} "
+                f"{seconds:.1f} s |"
+            )
             print(row, flush=True)
             rows.append(row)
-    qemu_columns = (" instructions qemu-m4, original | instructions qemu-m4, tiled |", "---:|---:|") if args.qemu \
-        else ("", "")
-    body = "\n".join([
-        "## Graph rewriting: patch tiling (`rewrite_auto`, MAC budget 20%)",
-        "",
-        f"Made by `python benchmarks/rewrite_bench.py {' '.join(argv)}`.".replace(" `.", "`."),
-        "",
-        "Heads and totals are measured by the host TFLM interpreter on the model as `rewrite_auto` returns it (stored",
-        "order, lowtide's placement as its OfflineMemoryAllocation plan). Grids: one per tiled region, in the order",
-        "they were tiled; \"strips\": a SPLIT_V first cuts the region's input into row strips inside its own bytes",
-        "(mcunet_vww's float input is also quantized in place). `lowtide optimize --rewrite auto` may reorder further.",
-        "Totals include TFLM's persistent tail, which grows with the extra operators and tensors of the patches:",
-        "`lowtide optimize` writes fewer patches or the original when that outweighs the smaller head. The compiled",
-        "runtime (`lowtide compile`) has no such tail: there the tiled head is the whole RAM.",
-        *(["Instructions: the compiled model on qemu-m4 (`-icount shift=0`), one inference after none of warm-up;",
-           "both versions' outputs matched the host TFLM."] if args.qemu else []),
-        "Placements and reorderings are searched within budgets of work units (`lowtide.budget`), so every figure",
-        "but the time is the same on any machine under any load.",
-        "",
-        "The `*_stem` models are made by `lowtide.testing.zoo.STEMS`: MobileNetV3-Small's first blocks (hard-swish,",
-        "squeeze-and-excitation: its global MEAN ends a region), a YOLOv8 stem with a C2f block (SiLU as LOGISTIC",
-        "and MUL, SPLIT, CONCATENATION), BlazeFace's front (5x5 depthwise blocks, residual paths padded along",
-        "channels and max-pooled) and a small U-Net (max-pool encoder, nearest and bilinear upsampling, skip",
-        "concatenations, full-resolution output assembled from patches).",
-        "",
-        "| model | stock head | stock total | best-order head | tiled head | tiled total | head vs stock | extra MACs |"
-        f" grid | bit-identical |{qemu_columns[0]} rewrite time |",
-        f"|---|---:|---:|---:|---:|---:|---:|---:|---|---|{qemu_columns[1]}---:|",
-        *rows,
-    ])
+    qemu_columns = (
+        (" instructions qemu-m4, original | instructions qemu-m4, tiled |", "---:|---:|") if args.qemu else ("", "")
+    )
+    body = "\n".join(
+        [
+            "## Graph rewriting: patch tiling (`rewrite_auto`, MAC budget 20%)",
+            "",
+            f"Made by `python benchmarks/rewrite_bench.py {' '.join(argv)}`.".replace(" `.", "`."),
+            "",
+            "Heads and totals are measured by the host TFLM interpreter on the model as `rewrite_auto` returns it (stored",
+            "order, lowtide's placement as its OfflineMemoryAllocation plan). Grids: one per tiled region, in the order",
+            "they were tiled; \"strips\": a SPLIT_V first cuts the region's input into row strips inside its own bytes",
+            "(mcunet_vww's float input is also quantized in place). `lowtide optimize --rewrite auto` may reorder further.",
+            "Totals include TFLM's persistent tail, which grows with the extra operators and tensors of the patches:",
+            "`lowtide optimize` writes fewer patches or the original when that outweighs the smaller head. The compiled",
+            "runtime (`lowtide compile`) has no such tail: there the tiled head is the whole RAM.",
+            *(
+                [
+                    "Instructions: the compiled model on qemu-m4 (`-icount shift=0`), one inference after none of warm-up;",
+                    "both versions' outputs matched the host TFLM.",
+                ]
+                if args.qemu
+                else []
+            ),
+            "Placements and reorderings are searched within budgets of work units (`lowtide.budget`), so every figure",
+            "but the time is the same on any machine under any load.",
+            "",
+            "The `*_stem` models are made by `lowtide.testing.zoo.STEMS`: MobileNetV3-Small's first blocks (hard-swish,",
+            "squeeze-and-excitation: its global MEAN ends a region), a YOLOv8 stem with a C2f block (SiLU as LOGISTIC",
+            "and MUL, SPLIT, CONCATENATION), BlazeFace's front (5x5 depthwise blocks, residual paths padded along",
+            "channels and max-pooled) and a small U-Net (max-pool encoder, nearest and bilinear upsampling, skip",
+            "concatenations, full-resolution output assembled from patches).",
+            "",
+            "| model | stock head | stock total | best-order head | tiled head | tiled total | head vs stock | extra MACs |"
+            f" grid | bit-identical |{qemu_columns[0]} rewrite time |",
+            f"|---|---:|---:|---:|---:|---:|---:|---:|---|---|{qemu_columns[1]}---:|",
+            *rows,
+        ]
+    )
     write_section(args.doc, SECTION, body)
     return 1 if failures else 0
 
@@ -142,30 +163,34 @@ def _families(names: list[str], doc: Path, argv: list[str]) -> int:
         result, stock, run, seconds, identical = _rewritten(read_model(data), data)
         failures += not identical
         regions = f"{len(result.tilings)} regions" if result.tilings else f"none: {result.reason}"
-        row = (f"| {name} | {family.full}x{family.full} | {stock.head_bytes:,} | {result.original_head_bytes:,} | "
-               f"{run.head_bytes:,} | {result.original_head_bytes / run.head_bytes:.2f}x | "
-               f"{stock.head_bytes / run.head_bytes:.2f}x | {100 * result.mac_overhead:.1f}% | {regions} | "
-               f"{'yes' if identical else 'NO'} | {seconds:.1f} s |")
+        row = (
+            f"| {name} | {family.full}x{family.full} | {stock.head_bytes:,} | {result.original_head_bytes:,} | "
+            f"{run.head_bytes:,} | {result.original_head_bytes / run.head_bytes:.2f}x | "
+            f"{stock.head_bytes / run.head_bytes:.2f}x | {100 * result.mac_overhead:.1f}% | {regions} | "
+            f"{'yes' if identical else 'NO'} | {seconds:.1f} s |"
+        )
         print(row, flush=True)
         rows.append(row)
-    body = "\n".join([
-        "## Graph rewriting on the families of issue #23 (`rewrite_auto`, MAC budget 20%)",
-        "",
-        f"Made by `python benchmarks/rewrite_bench.py {' '.join(argv)}`.",
-        "",
-        "Builder models in the shapes of public nets, at their own input sizes (`lowtide.testing.families`):",
-        "MobileNetV3-Small's and EfficientNet-B0's first stages (squeeze-and-excitation), a BlazeFace/palm-style FPN",
-        "detector and a YOLO-style PAN detector (upsampling merges, per-anchor RESHAPE + CONCATENATION heads),",
-        "FastDepth (the peak in the decoder: skip ADDs and upsampling at 1/2 resolution), a face-mesh-style landmark",
-        "regressor. Stock and tiled heads are measured by the host TFLM (the tiled model with lowtide's placement as",
-        "its offline plan), the best-order head is planned; \"vs best\" is the best-order head over the tiled one",
-        "(the issue's target: 2x). \"regions\": how many regions were tiled, one after another.",
-        "",
-        "| model | input | stock head | best-order head | rewrite auto head | vs best | vs stock | extra MACs |"
-        " regions | bit-identical | rewrite time |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|",
-        *rows,
-    ])
+    body = "\n".join(
+        [
+            "## Graph rewriting on the families of issue #23 (`rewrite_auto`, MAC budget 20%)",
+            "",
+            f"Made by `python benchmarks/rewrite_bench.py {' '.join(argv)}`.",
+            "",
+            "Builder models in the shapes of public nets, at their own input sizes (`lowtide.testing.families`):",
+            "MobileNetV3-Small's and EfficientNet-B0's first stages (squeeze-and-excitation), a BlazeFace/palm-style FPN",
+            "detector and a YOLO-style PAN detector (upsampling merges, per-anchor RESHAPE + CONCATENATION heads),",
+            "FastDepth (the peak in the decoder: skip ADDs and upsampling at 1/2 resolution), a face-mesh-style landmark",
+            "regressor. Stock and tiled heads are measured by the host TFLM (the tiled model with lowtide's placement as",
+            "its offline plan), the best-order head is planned; \"vs best\" is the best-order head over the tiled one",
+            "(the issue's target: 2x). \"regions\": how many regions were tiled, one after another.",
+            "",
+            "| model | input | stock head | best-order head | rewrite auto head | vs best | vs stock | extra MACs |"
+            " regions | bit-identical | rewrite time |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|",
+            *rows,
+        ]
+    )
     write_section(doc, FAMILIES_SECTION, body)
     return 1 if failures else 0
 

@@ -19,15 +19,16 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from rich.console import Console
+from rich.table import Table
+
 from lowtide.model import read_model
-from lowtide.testing.zoo import RandWireSpec, randwire_model
 from lowtide.model.ir import Graph
 from lowtide.schedule import SCHEDULE_UNITS, Schedule, find_schedule, schedule_budget, subgraph_problem
 from lowtide.schedule.search import Block, simple_orders
+from lowtide.testing.zoo import RandWireSpec, randwire_model
 from lowtide.validation import load_model
 from report import DOC, SHARED_MODELS, write_section
-from rich.console import Console
-from rich.table import Table
 
 SECTION = "schedule-randwire"
 # WS, ER and BA wiring, concatenation and addition, 100 to 400 operators (two stages of 24 to 48 nodes, or three
@@ -65,8 +66,7 @@ def best_simple_peak(graph: Graph, in_place: bool) -> int:
     return min(peak for peak, _ in simple_orders(problem, Block(0, problem.all_ops, 0)))
 
 
-def randwire_section(rows: list[RandWireRow], command: str, effort: float,
-                     load: tuple[float, float]) -> str:
+def randwire_section(rows: list[RandWireRow], command: str, effort: float, load: tuple[float, float]) -> str:
     lines = [
         "## Scheduling RandWire graphs: anytime search, gap to the lower bound",
         "",
@@ -74,7 +74,8 @@ def randwire_section(rows: list[RandWireRow], command: str, effort: float,
         f"{effort * SCHEDULE_UNITS:,.0f} work units per graph, `lowtide.budget`, on {os.cpu_count()} cores shared "
         f"with other jobs: load average {load[0]:.1f} at the start, {load[1]:.1f} at the end). Every figure but the "
         "time is the same on any machine under any load; no search was cut by the wall clock"
-        + ("" if not any(r.schedule.wall_clock_cut for r in rows) else " but those marked (cut)") + ".",
+        + ("" if not any(r.schedule.wall_clock_cut for r in rows) else " but those marked (cut)")
+        + ".",
         "",
         "Randomly wired int8 networks in the shape of Xie et al. 2019 from `lowtide.testing.zoo.RandWireSpec`",
         "(generator, aggregation, stages x nodes, seed): every node a CONCATENATION or a chain of ADDs of its",
@@ -110,8 +111,18 @@ def randwire_section(rows: list[RandWireRow], command: str, effort: float,
 
 def run_randwire(effort: float, doc: Path, command: str) -> int:
     console = Console()
-    table = Table("graph", "ops", "lower bound", "result", "gap", "proven", "seconds", "best heuristic",
-                  title="RandWire scheduling", title_justify="left")
+    table = Table(
+        "graph",
+        "ops",
+        "lower bound",
+        "result",
+        "gap",
+        "proven",
+        "seconds",
+        "best heuristic",
+        title="RandWire scheduling",
+        title_justify="left",
+    )
     rows = []
     load_at_start = os.getloadavg()[0]
     for spec in RANDWIRE_SPECS:
@@ -119,11 +130,17 @@ def run_randwire(effort: float, doc: Path, command: str) -> int:
         schedule = find_schedule(graph, schedule_budget(effort), in_place=True)
         row = RandWireRow(spec, graph.operator_count, schedule, best_simple_peak(graph, in_place=True))
         rows.append(row)
-        table.add_row(spec.name, str(row.ops), f"{schedule.lower_bound_bytes:,}", f"{schedule.live_peak_bytes:,}",
-                      f"{schedule.gap:.1%}", "yes" if schedule.optimal else "no", f"{schedule.seconds:.1f}",
-                      f"{row.best_simple_peak_bytes:,}")
-        console.print(f"{spec.name}: {schedule.live_peak_bytes:,} B, gap {schedule.gap:.1%}, "
-                      f"{schedule.seconds:.1f} s")
+        table.add_row(
+            spec.name,
+            str(row.ops),
+            f"{schedule.lower_bound_bytes:,}",
+            f"{schedule.live_peak_bytes:,}",
+            f"{schedule.gap:.1%}",
+            "yes" if schedule.optimal else "no",
+            f"{schedule.seconds:.1f}",
+            f"{row.best_simple_peak_bytes:,}",
+        )
+        console.print(f"{spec.name}: {schedule.live_peak_bytes:,} B, gap {schedule.gap:.1%}, {schedule.seconds:.1f} s")
     console.print(table)
     write_section(doc, SECTION, randwire_section(rows, command, effort, (load_at_start, os.getloadavg()[0])))
     console.print(f"wrote the {SECTION} section of {doc}")
@@ -147,17 +164,29 @@ def main(argv: list[str] | None = None) -> int:
         graph = load_model(path)
         s = find_schedule(graph, schedule_budget(args.effort))
         row = {
-            "model": path.stem, "ops": graph.operator_count, "stored_peak_bytes": s.stored_peak_bytes,
-            "live_peak_bytes": s.live_peak_bytes, "lower_bound_bytes": s.lower_bound_bytes,
-            "optimal": s.optimal, "gap_bytes": s.gap_bytes, "explored_states": s.explored_states,
+            "model": path.stem,
+            "ops": graph.operator_count,
+            "stored_peak_bytes": s.stored_peak_bytes,
+            "live_peak_bytes": s.live_peak_bytes,
+            "lower_bound_bytes": s.lower_bound_bytes,
+            "optimal": s.optimal,
+            "gap_bytes": s.gap_bytes,
+            "explored_states": s.explored_states,
             "seconds": round(s.seconds, 3),
         }
         if args.json:
             print(json.dumps(row), flush=True)
         else:
-            table.add_row(path.stem, str(graph.operator_count), f"{s.stored_peak_bytes:,}", f"{s.live_peak_bytes:,}",
-                          f"{s.lower_bound_bytes:,}", "yes" if s.optimal else "no", f"{s.explored_states:,}",
-                          f"{s.seconds:.2f}")
+            table.add_row(
+                path.stem,
+                str(graph.operator_count),
+                f"{s.stored_peak_bytes:,}",
+                f"{s.live_peak_bytes:,}",
+                f"{s.lower_bound_bytes:,}",
+                "yes" if s.optimal else "no",
+                f"{s.explored_states:,}",
+                f"{s.seconds:.2f}",
+            )
     if not args.json:
         Console(width=None if sys.stdout.isatty() else 160).print(table)
     return 0

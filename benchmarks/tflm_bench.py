@@ -67,8 +67,9 @@ class ModelFigures:
 
     @classmethod
     def from_json(cls, data: dict) -> ModelFigures:
-        arenas = {key: ArenaFigures(**data[key]) if data.get(key) else None
-                  for key in ("stock", "optimized", "cmsis_nn")}
+        arenas = {
+            key: ArenaFigures(**data[key]) if data.get(key) else None for key in ("stock", "optimized", "cmsis_nn")
+        }
         return cls(**{**data, **arenas})
 
 
@@ -78,8 +79,13 @@ def _measure_model(path: Path, board: str, tmp: Path, timeout: float) -> ModelFi
     optimize_model(path, optimized_path)
     stock = measure(path, board, runtime="tflm", iterations=1, timeout=timeout)
     optimized = measure(optimized_path, board, runtime="tflm", iterations=1, timeout=timeout)
-    figures = ModelFigures(path.stem, stock=ArenaFigures.of(stock), optimized=ArenaFigures.of(optimized),
-                           outputs_match=stock.outputs_match and optimized.outputs_match, instructions={})
+    figures = ModelFigures(
+        path.stem,
+        stock=ArenaFigures.of(stock),
+        optimized=ArenaFigures.of(optimized),
+        outputs_match=stock.outputs_match and optimized.outputs_match,
+        instructions={},
+    )
     figures.instructions["tflm"] = stock.latency_cycles.median if stock.outputs_match else None
     for runtime in INSTRUCTION_RUNTIMES[1:]:
         _measure_runtime(figures, path, board, runtime, timeout)
@@ -112,14 +118,21 @@ def _row(figures: ModelFigures) -> str:
     arenas = [a for a in (stock, optimized, cmsis_nn) if a]
     prediction = f"{sum(a.exact for a in arenas)} of {len(arenas)}"
     instructions = figures.instructions
-    return (f"| {figures.model} | {stock.used:,} | {stock.tail:,} | {optimized.used:,} | "
-            f"{optimized.used / stock.used - 1:+.1%} | {f'{cmsis_nn.used:,}' if cmsis_nn else '-'} | {prediction} | "
-            f"{_millions(instructions['tflm'])} | {_millions(instructions['tflm-cmsis-nn'])} | "
-            f"{_millions(instructions['compiled'])} | {'yes' if figures.outputs_match else 'NO'} |")
+    return (
+        f"| {figures.model} | {stock.used:,} | {stock.tail:,} | {optimized.used:,} | "
+        f"{optimized.used / stock.used - 1:+.1%} | {f'{cmsis_nn.used:,}' if cmsis_nn else '-'} | {prediction} | "
+        f"{_millions(instructions['tflm'])} | {_millions(instructions['tflm-cmsis-nn'])} | "
+        f"{_millions(instructions['compiled'])} | {'yes' if figures.outputs_match else 'NO'} |"
+    )
 
 
-def _section(commands: list[str], board: str, results: dict[str, ModelFigures], total: int,
-             docs: tuple[Path, ...] = (DOC, FIRMWARE_DOC)) -> str:
+def _section(
+    commands: list[str],
+    board: str,
+    results: dict[str, ModelFigures],
+    total: int,
+    docs: tuple[Path, ...] = (DOC, FIRMWARE_DOC),
+) -> str:
     """Writes the table into docs/benchmarks.md and docs/firmware.md's TFLM section (the same markers in both)."""
     measured = [f for f in results.values() if not f.error]
     arenas = [a for f in measured for a in (f.stock, f.optimized, f.cmsis_nn) if a]
@@ -127,27 +140,29 @@ def _section(commands: list[str], board: str, results: dict[str, ModelFigures], 
     drops = [f.optimized.used / f.stock.used for f in measured]
     drop_exact = sum(f.optimized.used - f.stock.used == f.optimized.predicted - f.stock.predicted for f in measured)
     hours = sum(f.seconds for f in results.values()) / 3600
-    body = "\n".join([
-        f"## Stock TFLM on `{board}`: predicted and measured arena, before and after `optimize`",
-        "",
-        f"{', then '.join(f'`{c}`' for c in commands)} ({hours:.1f} h of measuring in all). "
-        "Arena = `arena_used_bytes()` as TFLM reports it on the board (reference kernels unless named); tail = its "
-        "persistent part; optimized = the model `lowtide optimize` writes (operator order and OfflineMemoryAllocation "
-        "plan), run by the same stock TFLM. Predicted = measured: how many of the model's measured arenas (stock, "
-        "optimized, stock under CMSIS-NN) lowtide's 32-bit figure (`lowtide inspect --kernels ...`, the header "
-        "`optimize` writes) matched to the byte. Instructions per inference under QEMU (`-icount shift=0`): TFLM with "
-        "reference kernels, TFLM with CMSIS-NN, lowtide's compiled C ('-' where a runtime cannot run the model). "
-        "Outputs: the stock and optimized models bit-identical to the host TFLM on TFLM reference kernels.",
-        "",
-        "| model | arena, stock | tail | arena, optimized | change | arena, CMSIS-NN | predicted = measured | "
-        "TFLM ref | TFLM CMSIS-NN | compiled | outputs |",
-        "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---|",
-        *(_row(results[name]) for name in sorted(results)),
-        "",
-        f"Prediction exact on {exact} of {len(arenas)} measured arenas; the drop after `optimize` equals the predicted "
-        f"drop on {drop_exact} of {len(measured)} models; geomean arena after/before {geomean(drops):.3f}; "
-        f"{len(results) - len(measured)} models not measured; {len(results)} of {total} models done.",
-    ])
+    body = "\n".join(
+        [
+            f"## Stock TFLM on `{board}`: predicted and measured arena, before and after `optimize`",
+            "",
+            f"{', then '.join(f'`{c}`' for c in commands)} ({hours:.1f} h of measuring in all). "
+            "Arena = `arena_used_bytes()` as TFLM reports it on the board (reference kernels unless named); tail = its "
+            "persistent part; optimized = the model `lowtide optimize` writes (operator order and OfflineMemoryAllocation "
+            "plan), run by the same stock TFLM. Predicted = measured: how many of the model's measured arenas (stock, "
+            "optimized, stock under CMSIS-NN) lowtide's 32-bit figure (`lowtide inspect --kernels ...`, the header "
+            "`optimize` writes) matched to the byte. Instructions per inference under QEMU (`-icount shift=0`): TFLM with "
+            "reference kernels, TFLM with CMSIS-NN, lowtide's compiled C ('-' where a runtime cannot run the model). "
+            "Outputs: the stock and optimized models bit-identical to the host TFLM on TFLM reference kernels.",
+            "",
+            "| model | arena, stock | tail | arena, optimized | change | arena, CMSIS-NN | predicted = measured | "
+            "TFLM ref | TFLM CMSIS-NN | compiled | outputs |",
+            "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---|",
+            *(_row(results[name]) for name in sorted(results)),
+            "",
+            f"Prediction exact on {exact} of {len(arenas)} measured arenas; the drop after `optimize` equals the predicted "
+            f"drop on {drop_exact} of {len(measured)} models; geomean arena after/before {geomean(drops):.3f}; "
+            f"{len(results) - len(measured)} models not measured; {len(results)} of {total} models done.",
+        ]
+    )
     for doc in docs:
         write_section(doc, SECTION, body)
     return body
@@ -158,11 +173,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", type=Path, default=SHARED_MODELS)
     parser.add_argument("--board", default="qemu-m4")
     parser.add_argument("--only", nargs="*", help="model names (file stems) to measure again")
-    parser.add_argument("--column", choices=INSTRUCTION_RUNTIMES[1:],
-                        help="measure only this runtime again, for the models already in the results file")
-    parser.add_argument("--timeout", type=float, default=300.0,
-                        help="seconds to wait for the board's answer (TFLM's reference kernels take minutes on the "
-                             "largest models under emulation)")
+    parser.add_argument(
+        "--column",
+        choices=INSTRUCTION_RUNTIMES[1:],
+        help="measure only this runtime again, for the models already in the results file",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        help="seconds to wait for the board's answer (TFLM's reference kernels take minutes on the "
+        "largest models under emulation)",
+    )
     parser.add_argument("--results", type=Path, help="results file (default .pio/bench/tflm-BOARD.json)")
     parser.add_argument("--doc", type=Path, nargs="+", default=[DOC, FIRMWARE_DOC])
     argv = sys.argv[1:] if argv is None else argv
@@ -174,8 +196,11 @@ def main(argv: list[str] | None = None) -> int:
     commands = [*stored["commands"], *([command] if command not in stored["commands"] else [])]
     all_paths = sorted(args.models.glob("*.tflite"))
     if args.column:  # a runtime changed since the sweep: its column alone, for every model measured
-        paths = [p for p in all_paths if p.stem in results and not results[p.stem].error
-                 and (not args.only or p.stem in args.only)]
+        paths = [
+            p
+            for p in all_paths
+            if p.stem in results and not results[p.stem].error and (not args.only or p.stem in args.only)
+        ]
     else:
         paths = [p for p in all_paths if (p.stem in args.only if args.only else p.stem not in results)]
     console = Console(stderr=True)
@@ -193,14 +218,18 @@ def main(argv: list[str] | None = None) -> int:
             except LowtideError as exc:
                 results[path.stem] = ModelFigures(path.stem, error=str(exc).split(": ", 1)[-1])
             results_path.parent.mkdir(parents=True, exist_ok=True)
-            results_path.write_text(json.dumps(
-                {"commands": commands, "models": {name: asdict(f) for name, f in results.items()}}, indent=1))
+            results_path.write_text(
+                json.dumps({"commands": commands, "models": {name: asdict(f) for name, f in results.items()}}, indent=1)
+            )
             _section(commands, args.board, results, len(all_paths), tuple(args.doc))
             progress.advance(task)
     body = _section(commands, args.board, results, len(all_paths), tuple(args.doc))
     console.print(body)
-    failed = [f for f in results.values() if f.error or not f.outputs_match
-              or not all(a.exact for a in (f.stock, f.optimized, f.cmsis_nn) if a)]
+    failed = [
+        f
+        for f in results.values()
+        if f.error or not f.outputs_match or not all(a.exact for a in (f.stock, f.optimized, f.cmsis_nn) if a)
+    ]
     return 1 if failed else 0
 
 

@@ -26,9 +26,19 @@ needs_firmware_tools = pytest.mark.skipif(
 # The files that take minutes, longest first (`pytest --durations`, warm cache, 2026-12-02): `make test` runs two
 # workers a file at a time (`--dist loadfile`) in collection order, so a long file collected last leaves one
 # worker busy while the other idles. The rest keep their order.
-LONG_FILES_FIRST = ("test_installed.py", "test_hil_models.py", "test_mlperf.py", "test_rewrite.py", "test_compile.py",
-                    "test_st_boards.py", "test_export.py", "test_firmware.py", "test_tflm.py", "test_rewrite_cli.py",
-                    "test_armv8m_boards.py")
+LONG_FILES_FIRST = (
+    "test_installed.py",
+    "test_hil_models.py",
+    "test_mlperf.py",
+    "test_rewrite.py",
+    "test_compile.py",
+    "test_st_boards.py",
+    "test_export.py",
+    "test_firmware.py",
+    "test_tflm.py",
+    "test_rewrite_cli.py",
+    "test_armv8m_boards.py",
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

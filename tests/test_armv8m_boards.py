@@ -11,18 +11,25 @@ import subprocess
 import sys
 
 import pytest
+
 from conftest import SHARED_MODELS, needs_firmware_tools
 
 KWS = SHARED_MODELS / "mlperf_kws_dscnn_int8.tflite"
-BOARDS = {"qemu-m33": ("cortex-m33", "qemu-mps2-an505", 20_000_000),
-          "qemu-m55": ("cortex-m55", "qemu-mps3-an547", 32_000_000)}
+BOARDS = {
+    "qemu-m33": ("cortex-m33", "qemu-mps2-an505", 20_000_000),
+    "qemu-m55": ("cortex-m55", "qemu-mps3-an547", 32_000_000),
+}
 
 pytestmark = needs_firmware_tools
 
 
 def lowtide(*args: str) -> dict:
-    done = subprocess.run([sys.executable, "-c", "from lowtide.cli import main; main()", *args, "--json"],
-                          capture_output=True, text=True, timeout=1800)
+    done = subprocess.run(
+        [sys.executable, "-c", "from lowtide.cli import main; main()", *args, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -48,11 +55,13 @@ def test_an_mlperf_model_measures_on_the_armv8m_boards(board, runtime):
 
 def test_the_m55_build_of_cmsis_nn_uses_helium():
     image = lowtide("build", str(KWS), "--board", "qemu-m55", "--runtime", "tflm-cmsis-nn")
-    attributes = subprocess.run(["arm-none-eabi-readelf", "-A", image["elf"]], capture_output=True, text=True,
-                                check=True).stdout
+    attributes = subprocess.run(
+        ["arm-none-eabi-readelf", "-A", image["elf"]], capture_output=True, text=True, check=True
+    ).stdout
     assert "Tag_MVE_arch: MVE Integer and FP" in attributes
     # Helium's tail-predicated loops (CMSIS-NN's MVE kernels); binutils 2.40 shows the MVE loads and dot products
     # themselves as coprocessor instructions, so they are not what is looked for.
-    disassembly = subprocess.run(["arm-none-eabi-objdump", "-d", image["elf"]], capture_output=True, text=True,
-                                 check=True).stdout
+    disassembly = subprocess.run(
+        ["arm-none-eabi-objdump", "-d", image["elf"]], capture_output=True, text=True, check=True
+    ).stdout
     assert "\tletp\t" in disassembly

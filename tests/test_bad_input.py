@@ -13,7 +13,9 @@ from lowtide.model import model_bytes
 from lowtide.validation import load_model
 
 MODEL = SHARED_MODELS / "mlperf_ic_resnet8_int8.tflite"
-PNG = bytes.fromhex("89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c4890000000d4944415478da63f8ffff3f0005fe02fea7d6a4ab0000000049454e44ae426082")
+PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c4890000000d4944415478da63f8ffff3f0005fe02fea7d6a4ab0000000049454e44ae426082"
+)
 
 
 def _bad_index_model() -> bytes:
@@ -24,7 +26,9 @@ def _bad_index_model() -> bytes:
 
 def _absurd_size_model() -> bytes:
     graph = load_model(MODEL)
-    graph.raw.subgraphs[0].tensors[graph.main.operators[0].outputs[0]].shape = np.array([1 << 20, 1 << 20, 1 << 12], dtype=np.int32)
+    graph.raw.subgraphs[0].tensors[graph.main.operators[0].outputs[0]].shape = np.array(
+        [1 << 20, 1 << 20, 1 << 12], dtype=np.int32
+    )
     return model_bytes(graph.raw)
 
 
@@ -94,6 +98,7 @@ def test_bit_flips_in_a_real_model_never_escape_as_traceback():
 
 def test_missing_file_and_directory(tmp_path):
     for target, expected in ((tmp_path / "nope.tflite", "no such file"), (tmp_path, "is a directory")):
-        result = subprocess.run([sys.executable, "-m", "lowtide", "inspect", str(target)],
-                                capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            [sys.executable, "-m", "lowtide", "inspect", str(target)], capture_output=True, text=True, timeout=60
+        )
         assert result.returncode == 2 and expected in result.stderr and "Traceback" not in result.stderr

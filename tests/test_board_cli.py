@@ -19,7 +19,9 @@ from types import SimpleNamespace
 
 import pytest
 import serial.tools.list_ports
+
 from conftest import SHARED_MODELS, needs_firmware_tools, reference_figures
+from lowtide import runtimes
 from lowtide.compile import compile_model
 from lowtide.compile.codegen import arena_plan
 from lowtide.device import spec as board_spec
@@ -33,11 +35,10 @@ from lowtide.device.drivers.platformio import (
     upload_probe,
 )
 from lowtide.device.drivers.serialport import detect_serial_port
-from lowtide.pipeline.firmware import build_board_firmware, check_image_fits
-from lowtide.pipeline.measure import measure
 from lowtide.errors import LowtideError
 from lowtide.model.ir import TensorKind
-from lowtide import runtimes
+from lowtide.pipeline.firmware import build_board_firmware, check_image_fits
+from lowtide.pipeline.measure import measure
 from lowtide.resources import BOARDS_DIR
 from lowtide.storage import cache_dir
 from lowtide.validation import load_model
@@ -50,10 +51,10 @@ MOBILENET = SHARED_MODELS / "tflm_mobilenet_v2_quantized_224.tflite"
 _CLI = "import lowtide.cli.build_cmd; from lowtide.cli import main; main()"
 
 
-
 def _lowtide(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", _CLI, *args], capture_output=True, text=True, timeout=timeout,
-                          check=False)
+    return subprocess.run(
+        [sys.executable, "-c", _CLI, *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 def _symbol_sizes(elf: Path) -> dict[str, int]:
@@ -108,9 +109,11 @@ def test_a_model_too_large_for_the_board_is_refused_before_building():
     planned = arena_plan(load_model(MOBILENET), MOBILENET.read_bytes()).head_bytes
     assert planned < int(REFERENCE[MOBILENET.stem]["tflm_head"])
     staging = 224 * 224 * 3
-    assert message.startswith(f"lowtide: error: {MOBILENET.stem}: arena {planned + 1024:,} B + static RAM "
-                               f"{staging + runtimes.RUNTIME_STATIC_RAM_BYTES:,} B > SRAM of nucleo-f746zg "
-                               f"(327,680 B = 320 KiB)")
+    assert message.startswith(
+        f"lowtide: error: {MOBILENET.stem}: arena {planned + 1024:,} B + static RAM "
+        f"{staging + runtimes.RUNTIME_STATIC_RAM_BYTES:,} B > SRAM of nucleo-f746zg "
+        f"(327,680 B = 320 KiB)"
+    )
     assert "> flash of nucleo-f746zg (1,048,576 B = 1,024 KiB)" in message
     assert time.monotonic() - started < 60  # no PlatformIO run: that would go to the registry for ststm32
 
@@ -127,15 +130,23 @@ def test_the_estimate_is_a_lower_bound_of_the_built_image():
 
 
 def test_the_built_image_is_checked_against_the_board():
-    spec = dataclasses.replace(board_spec.load_board_specs()["qemu-m4"], name="tiny", sram_bytes=64 * 1024,
-                               flash_bytes=32 * 1024)
-    image = FirmwareImage(elf=Path("firmware.elf"), platformio_env="qemu-m4", flash_bytes=43_320,
-                               data_bytes=8, bss_bytes=30_856, stack_bytes=65_536)
+    spec = dataclasses.replace(
+        board_spec.load_board_specs()["qemu-m4"], name="tiny", sram_bytes=64 * 1024, flash_bytes=32 * 1024
+    )
+    image = FirmwareImage(
+        elf=Path("firmware.elf"),
+        platformio_env="qemu-m4",
+        flash_bytes=43_320,
+        data_bytes=8,
+        bss_bytes=30_856,
+        stack_bytes=65_536,
+    )
     with pytest.raises(LowtideError) as failure:
         check_image_fits(spec, image, "kws")
     assert str(failure.value) == (
         "firmware.elf: kws: the built firmware does not fit: static RAM 30,864 B + stack 65,536 B > SRAM of tiny "
-        "(65,536 B = 64 KiB); image 43,320 B > flash of tiny (32,768 B = 32 KiB)")
+        "(65,536 B = 64 KiB); image 43,320 B > flash of tiny (32,768 B = 32 KiB)"
+    )
 
 
 # --- lowtide flash -------------------------------------------------------------------------------------------------
@@ -163,8 +174,11 @@ def fake_ports(monkeypatch):
 
 
 def test_port_autodetection_finds_the_one_matching_port(fake_ports):
-    fake_ports += [_fake_port("/dev/ttyS0", None, None), _fake_port("/dev/ttyUSB0", 0x10C4, 0xEA60),
-                   _fake_port("/dev/ttyACM3", 0x0483, 0x374B)]
+    fake_ports += [
+        _fake_port("/dev/ttyS0", None, None),
+        _fake_port("/dev/ttyUSB0", 0x10C4, 0xEA60),
+        _fake_port("/dev/ttyACM3", 0x0483, 0x374B),
+    ]
     assert detect_serial_port("nucleo-f746zg", ("0483:374B",)) == "/dev/ttyACM3"
     # board files may spell the hex in lower case; several IDs per board (the Pico's two firmwares)
     fake_ports.append(_fake_port("/dev/ttyACM7", 0x2E8A, 0x000A))
@@ -172,8 +186,11 @@ def test_port_autodetection_finds_the_one_matching_port(fake_ports):
 
 
 def test_port_autodetection_lists_the_candidates_when_ambiguous(fake_ports):
-    fake_ports += [_fake_port("/dev/ttyACM0", 0x0483, 0x374B), _fake_port("/dev/ttyACM1", 0x0483, 0x374B),
-                   _fake_port("/dev/ttyUSB0", 0x10C4, 0xEA60)]
+    fake_ports += [
+        _fake_port("/dev/ttyACM0", 0x0483, 0x374B),
+        _fake_port("/dev/ttyACM1", 0x0483, 0x374B),
+        _fake_port("/dev/ttyUSB0", 0x10C4, 0xEA60),
+    ]
     with pytest.raises(LowtideError) as failure:
         detect_serial_port("nucleo-f746zg", ("0483:374B",))
     message = str(failure.value)
@@ -186,8 +203,10 @@ def test_port_autodetection_says_when_no_port_matches(fake_ports):
     fake_ports.append(_fake_port("/dev/ttyUSB0", 0x10C4, 0xEA60))
     with pytest.raises(LowtideError) as failure:
         detect_serial_port("nano33ble", ("2341:805A",))
-    assert str(failure.value) == ("no serial port matches nano33ble (USB 2341:805A); ports found: /dev/ttyUSB0 "
-                                  "(10C4:EA60: fake); connect the board or give --port")
+    assert str(failure.value) == (
+        "no serial port matches nano33ble (USB 2341:805A); ports found: /dev/ttyUSB0 "
+        "(10C4:EA60: fake); connect the board or give --port"
+    )
     fake_ports.clear()
     with pytest.raises(LowtideError, match="no serial ports at all"):
         detect_serial_port("nano33ble", ("2341:805A",))
@@ -206,9 +225,11 @@ def test_an_arduino_board_without_the_registry_fails_in_one_line_before_platform
     assert result.returncode == 2 and result.stdout == ""
     (line,) = result.stderr.splitlines()
     platform = {"nano33ble": "nordicnrf52", "esp32-s3-devkitc-1": "espressif32", "pico": "raspberrypi"}[board]
-    assert line.startswith(f"lowtide: error: {board} is not built here: its platform {platform} (framework arduino) "
-                           f"comes from PlatformIO's registry, which this machine cannot reach "
-                           f"(api.registry.platformio.org: ")
+    assert line.startswith(
+        f"lowtide: error: {board} is not built here: its platform {platform} (framework arduino) "
+        f"comes from PlatformIO's registry, which this machine cannot reach "
+        f"(api.registry.platformio.org: "
+    )
     assert time.monotonic() - started < 30  # neither TFLM built for the core nor a PlatformIO run
     assert set(cache_dir("firmware").glob(f"{board}-*")) == projects  # no project written
 
@@ -232,26 +253,34 @@ def test_two_boards_with_one_vid_pid_and_no_serial_given_are_refused_naming_thei
     assert str(failure.value) == (
         "several serial ports match nucleo-f446re (USB 0483:374B): "
         "/dev/ttyACM0 (0483:374B serial 066DFF495150898367063731: fake); "
-        "/dev/ttyACM1 (0483:374B serial 0670FF383930434B43152231: fake); choose one with --probe SERIAL or --port")
+        "/dev/ttyACM1 (0483:374B serial 0670FF383930434B43152231: fake); choose one with --probe SERIAL or --port"
+    )
 
 
 def test_the_probe_serial_picks_the_port_and_the_port_picks_the_probe(two_nucleos):
     assert detect_serial_port("nucleo-f446re", ("0483:374B",), "0670ff383930434b43152231") == "/dev/ttyACM1"
     with pytest.raises(LowtideError) as failure:
         detect_serial_port("nucleo-f446re", ("0483:374B",), "0001")  # the CP210x's serial, not an ST-LINK's port
-    assert str(failure.value).startswith("no serial port matches nucleo-f446re (USB 0483:374B, serial 0001); "
-                                         "ports found: /dev/ttyACM0 (0483:374B serial 066DFF")
+    assert str(failure.value).startswith(
+        "no serial port matches nucleo-f446re (USB 0483:374B, serial 0001); "
+        "ports found: /dev/ttyACM0 (0483:374B serial 066DFF"
+    )
     # OpenOCD is told the ST-LINK whose virtual COM port is the port measured, whatever the board file says.
     assert upload_probe(F446RE, "/dev/ttyACM0") == "066DFF495150898367063731"
-    assert upload_probe(board_spec.with_probe(F446RE, "0670FF383930434B43152231"), "/dev/ttyACM1") == \
-        "0670FF383930434B43152231"
+    assert (
+        upload_probe(board_spec.with_probe(F446RE, "0670FF383930434B43152231"), "/dev/ttyACM1")
+        == "0670FF383930434B43152231"
+    )
     with pytest.raises(LowtideError) as failure:
         upload_probe(board_spec.with_probe(F446RE, "0670FF383930434B43152231"), "/dev/ttyACM0")
-    assert str(failure.value) == ("/dev/ttyACM0 is the port of the probe with serial 066DFF495150898367063731, not "
-                                  "0670FF383930434B43152231 (--probe or the board file's probe_serial): not flashing "
-                                  "one board to measure another")
+    assert str(failure.value) == (
+        "/dev/ttyACM0 is the port of the probe with serial 066DFF495150898367063731, not "
+        "0670FF383930434B43152231 (--probe or the board file's probe_serial): not flashing "
+        "one board to measure another"
+    )
     assert openocd_upload_flags("066DFF495150898367063731") == {
-        "PLATFORMIO_UPLOAD_FLAGS": "-c\nadapter serial 066DFF495150898367063731"}  # one argument a line
+        "PLATFORMIO_UPLOAD_FLAGS": "-c\nadapter serial 066DFF495150898367063731"
+    }  # one argument a line
     with pytest.raises(LowtideError, match="bad probe serial number"):
         openocd_upload_flags('066D"; shutdown')
 
@@ -261,8 +290,10 @@ def test_a_port_with_no_serial_number_is_refused_while_several_st_links_are_atta
     assert upload_probe(F446RE, "/dev/pts/9") is None
     with pytest.raises(LowtideError) as failure:
         check_one_probe(F446RE, "/dev/pts/9")
-    assert str(failure.value).startswith("/dev/pts/9 has no USB serial number and 2 boards with nucleo-f446re's USB "
-                                         "IDs are attached (/dev/ttyACM0 (0483:374B serial 066DFF")
+    assert str(failure.value).startswith(
+        "/dev/pts/9 has no USB serial number and 2 boards with nucleo-f446re's USB "
+        "IDs are attached (/dev/ttyACM0 (0483:374B serial 066DFF"
+    )
     assert str(failure.value).endswith("OpenOCD would flash any one of them; choose it with --probe SERIAL")
     del two_nucleos[1]
     check_one_probe(F446RE, "/dev/pts/9")  # one ST-LINK attached: it is the board's
@@ -277,8 +308,9 @@ def test_the_board_file_names_its_probe_and_only_real_boards_take_one(tmp_path):
     result = _lowtide("flash", str(HELLO_WORLD), "--board", "qemu-m4", "--probe", "066DFF495150898367063731")
     assert result.returncode == 2
     assert result.stderr == "lowtide: error: qemu-m4 is emulated: there is no probe to choose\n"
-    result = _lowtide("measure", str(HELLO_WORLD), "--board", "host-tflm", "--probe", "066DFF495150898367063731",
-                      "--json")
+    result = _lowtide(
+        "measure", str(HELLO_WORLD), "--board", "host-tflm", "--probe", "066DFF495150898367063731", "--json"
+    )
     assert result.returncode == 2
     assert result.stderr == "lowtide: error: --probe picks a board lowtide flashes: --board host-tflm is not one\n"
 
@@ -318,17 +350,22 @@ def _cpu_never_starts(command: tuple[str, ...]) -> tuple[str, ...]:
 
 def _uart_elsewhere(command: tuple[str, ...]) -> tuple[str, ...]:
     at = command.index("-serial") + 1  # UART0 to null: QEMU runs, but never opens the port the host waits on
-    return (*command[:at], "null", *command[at + 1:])
+    return (*command[:at], "null", *command[at + 1 :])
 
 
 @needs_firmware_tools
-@pytest.mark.parametrize(("hang", "expected"), [
-    (_cpu_never_starts, "no HELLO from the board within 1 s"),
-    (_uart_elsewhere, "QEMU did not open its serial port within 1 s"),
-], ids=["cpu-stopped", "no-serial-port"])
+@pytest.mark.parametrize(
+    ("hang", "expected"),
+    [
+        (_cpu_never_starts, "no HELLO from the board within 1 s"),
+        (_uart_elsewhere, "QEMU did not open its serial port within 1 s"),
+    ],
+    ids=["cpu-stopped", "no-serial-port"],
+)
 def test_a_hung_emulator_is_ended_at_the_timeout(monkeypatch, hang, expected):
-    from lowtide.cli import app
     from typer.testing import CliRunner
+
+    from lowtide.cli import app
 
     spec = board_spec.load_board_specs()["qemu-m4"]
     build_board_firmware(spec, KWS_DSCNN)  # built before the clock starts: the test times only the emulator
@@ -364,9 +401,15 @@ def test_every_board_file_loads_and_a_key_nothing_reads_is_refused(tmp_path):
 def test_a_board_reporting_another_clock_than_its_file_is_refused(tmp_path):
     """The board file's clock_hz is checked against the clock the board's HELLO reports (qemu-m4: 25 MHz SYSCLK)."""
     wrong = tmp_path / "qemu-m4-wrong-clock.toml"
-    wrong.write_text((board_spec.BOARDS_DIR / "qemu-m4.toml").read_text().replace(
-        'name = "qemu-m4"', 'name = "qemu-m4-wrong-clock"').replace("clock_hz = 25000000", "clock_hz = 24000000"))
-    with pytest.raises(LowtideError, match="board reports a 25,000,000 Hz clock, its board file "
-                                           "qemu-m4-wrong-clock.toml says 24,000,000 Hz"):
+    wrong.write_text(
+        (board_spec.BOARDS_DIR / "qemu-m4.toml")
+        .read_text()
+        .replace('name = "qemu-m4"', 'name = "qemu-m4-wrong-clock"')
+        .replace("clock_hz = 25000000", "clock_hz = 24000000")
+    )
+    with pytest.raises(
+        LowtideError,
+        match="board reports a 25,000,000 Hz clock, its board file qemu-m4-wrong-clock.toml says 24,000,000 Hz",
+    ):
         measure(HELLO_WORLD, str(wrong), iterations=1, timeout=20)
     assert measure(HELLO_WORLD, str(board_spec.BOARDS_DIR / "qemu-m4.toml"), iterations=1).outputs_match

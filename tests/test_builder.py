@@ -13,10 +13,10 @@ from lowtide.errors import LowtideError
 from lowtide.memory import tflm_plan
 from lowtide.model import read_model
 from lowtide.model.builder import ModelBuilder
-from lowtide.testing.zoo import demo_builder, demo_model, main
 from lowtide.model.ir import Graph
 from lowtide.model.schema import fb
 from lowtide.oracle import random_inputs, run
+from lowtide.testing.zoo import demo_builder, demo_model, main
 from support.builder_models import BRANCH_BY_BRANCH, BREADTH_FIRST, two_branch_builder
 
 
@@ -27,8 +27,9 @@ def every_op_builder(seed: int = 0) -> tuple[ModelBuilder, list]:
     c_same = b.conv2d(x, filters=8, kernel=3, stride=1, padding="SAME", activation="RELU")
     c_valid = b.conv2d(c_same, filters=12, kernel=3, stride=2, padding="VALID", activation="RELU6")  # 9x9
     d_same = b.depthwise_conv2d(c_valid, kernel=3, stride=1, padding="SAME", activation="NONE")
-    d_valid = b.depthwise_conv2d(d_same, kernel=3, stride=2, padding="VALID", activation="RELU6",
-                                 depth_multiplier=2)  # 4x4x24
+    d_valid = b.depthwise_conv2d(
+        d_same, kernel=3, stride=2, padding="VALID", activation="RELU6", depth_multiplier=2
+    )  # 4x4x24
     summed = b.add(c_valid, d_same, activation="RELU")
     merged = b.concat([c_valid, summed])  # 9x9x24
     maxed = b.max_pool(merged, size=3, stride=2, padding="VALID")  # 4x4x24
@@ -75,6 +76,7 @@ def oracle(data: bytes, seed: int = 0):
 
 # ---- structure --------------------------------------------------------------------------------------------
 
+
 def test_every_op_kind_builds_runs_and_reads_back():
     b, refs = every_op_builder()
     data = b.build()
@@ -96,8 +98,10 @@ def test_buffer_zero_is_the_empty_sentinel_and_constant_buffers_are_16_byte_alig
     assert raw.buffers[0].data is None or len(raw.buffers[0].data) == 0
     # The flatbuffer runtime reads buffer data as a view into `data`: its offset is where the bytes sit.
     model = fb.Model.GetRootAs(data, 0)
-    offsets = [model.Buffers(i).DataAsNumpy().ctypes.data - np.frombuffer(data, np.uint8).ctypes.data
-               for i in range(1, model.BuffersLength())]
+    offsets = [
+        model.Buffers(i).DataAsNumpy().ctypes.data - np.frombuffer(data, np.uint8).ctypes.data
+        for i in range(1, model.BuffersLength())
+    ]
     assert offsets and all(o % 16 == 0 for o in offsets)
 
 
@@ -123,12 +127,15 @@ def test_quantization_parameters_follow_the_int8_spec():
     # CONCATENATION and pooling copy int8 bytes: inputs and output must share scale and zero point.
     for op, opcode in zip(sg.operators, opcodes):
         if opcode in ("CONCATENATION", "MAX_POOL_2D", "AVERAGE_POOL_2D", "RESHAPE"):
-            params = {(tuple(sg.tensors[i].quantization.scale), tuple(sg.tensors[i].quantization.zeroPoint))
-                      for i in [*op.inputs, *op.outputs]}
+            params = {
+                (tuple(sg.tensors[i].quantization.scale), tuple(sg.tensors[i].quantization.zeroPoint))
+                for i in [*op.inputs, *op.outputs]
+            }
             assert len(params) == 1, opcode
 
 
 # ---- memory: TFLM's head is the predicted one ---------------------------------------------------------------
+
 
 def _every_op_model() -> bytes:
     return every_op_builder()[0].build()
@@ -138,8 +145,11 @@ def _two_branch(order):
     return lambda: two_branch_builder().build(order)
 
 
-@pytest.mark.parametrize("make", [_every_op_model, _two_branch(BREADTH_FIRST), _two_branch(BRANCH_BY_BRANCH),
-                                  demo_model], ids=["every-op", "two-branch-bad", "two-branch-good", "demo"])
+@pytest.mark.parametrize(
+    "make",
+    [_every_op_model, _two_branch(BREADTH_FIRST), _two_branch(BRANCH_BY_BRANCH), demo_model],
+    ids=["every-op", "two-branch-bad", "two-branch-good", "demo"],
+)
 def test_predicted_head_equals_tflm_head(make):
     data = make()
     assert tflm_plan(read_model(data)).head_bytes == oracle(data).head_bytes
@@ -168,18 +178,21 @@ def test_orders_that_are_not_topological_permutations_are_refused(order):
         two_branch_builder().build(order)
 
 
-@pytest.mark.parametrize("misuse", [
-    lambda b, x: b.add(x, b.conv2d(x, filters=4, stride=2)),
-    lambda b, x: b.concat([x]),
-    lambda b, x: b.conv2d(x, filters=4, kernel=9, padding="VALID"),
-    lambda b, x: b.conv2d(x, filters=4, activation="TANH"),
-    lambda b, x: b.conv2d(x, filters=4, stride=0),
-    lambda b, x: b.add(x, x, activation="SIGMOID"),
-    lambda b, x: b.max_pool(x, padding="FULL"),
-    lambda b, x: b.reshape(x, (1, 7)),
-    lambda b, x: b.avg_pool(b.fully_connected(x, 4)),
-    lambda b, x: b.add(x, ModelBuilder().input((1, 8, 8, 4))),
-])
+@pytest.mark.parametrize(
+    "misuse",
+    [
+        lambda b, x: b.add(x, b.conv2d(x, filters=4, stride=2)),
+        lambda b, x: b.concat([x]),
+        lambda b, x: b.conv2d(x, filters=4, kernel=9, padding="VALID"),
+        lambda b, x: b.conv2d(x, filters=4, activation="TANH"),
+        lambda b, x: b.conv2d(x, filters=4, stride=0),
+        lambda b, x: b.add(x, x, activation="SIGMOID"),
+        lambda b, x: b.max_pool(x, padding="FULL"),
+        lambda b, x: b.reshape(x, (1, 7)),
+        lambda b, x: b.avg_pool(b.fully_connected(x, 4)),
+        lambda b, x: b.add(x, ModelBuilder().input((1, 8, 8, 4))),
+    ],
+)
 def test_misuse_raises_a_lowtide_error(misuse):
     b = ModelBuilder()
     with pytest.raises(LowtideError):
@@ -187,6 +200,7 @@ def test_misuse_raises_a_lowtide_error(misuse):
 
 
 # ---- determinism and value spread --------------------------------------------------------------------------
+
 
 def test_same_description_and_seed_give_the_same_bytes():
     assert every_op_builder(seed=5)[0].build() == every_op_builder(seed=5)[0].build()
@@ -222,6 +236,7 @@ def test_demo_outputs_differ_between_inputs():
 
 # ---- the demo's memory story -------------------------------------------------------------------------------
 
+
 def test_demo_stored_order_is_clearly_not_the_best():
     builder = demo_builder()
     graph = read_model(builder.build())
@@ -247,6 +262,7 @@ def test_demo_entry_point_writes_the_demo(tmp_path, capsys):
 
 
 # ---- int8 arithmetic: a conv computed here the way TFLM's reference kernel does ---------------------------
+
 
 def _quantize_multiplier(real: float) -> tuple[int, int]:
     """TFLM's QuantizeMultiplier: real = q * 2^(shift - 31), q a Q31 fixed-point number."""
@@ -291,7 +307,7 @@ def test_conv_matches_a_numpy_reference_of_tflm_int8_arithmetic():
     acc = np.zeros((6, 6, 5), np.int64)
     for dy in range(3):
         for dx in range(3):
-            acc += np.einsum("hwc,oc->hwo", centred[0, dy:dy + 6, dx:dx + 6, :], weights[:, dy, dx, :])
+            acc += np.einsum("hwc,oc->hwo", centred[0, dy : dy + 6, dx : dx + 6, :], weights[:, dy, dx, :])
     acc += bias
     expected = np.empty_like(acc)
     for channel in range(5):

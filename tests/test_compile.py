@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
+
 from lowtide import oracle
 from lowtide.compile import compile_model, verify_compiled
 from lowtide.compile.hostcheck import first_divergence
@@ -24,7 +26,6 @@ from lowtide.model.writer import model_bytes, set_offline_plan
 from lowtide.validation import load_model
 from support.compiled import assert_compiled_arena
 from support.models import TinyModel, unsupported_model
-from typer.testing import CliRunner
 
 MODELS = Path(__file__).resolve().parents[1] / ".." / "shared" / "models"
 
@@ -37,10 +38,21 @@ QUICK_MODELS = [
     "mltk_rock_paper_scissors",  # float I/O
 ]
 SLOW_MODELS = [
-    "tflm_person_detect", "mlperf_ad01_int8", "mlperf_ic_resnet8_int8", "mlperf_ic_resnet_large_int8",
-    "mlperf_kws_dscnn_int8", "mlperf_str_ww_int8", "mlperf_vww_96_int8", "mlperf_vww_96_14blk_int8",
-    "mlperf_vww_96_20blk_int8", "mlperf_ic_resnet_6blk_750k_int8", "mcunet_vww", "mltk_kws_on_off_v3",
-    "mltk_kws_pacman_v3", "mltk_image_classification", "mltk_image_example1",
+    "tflm_person_detect",
+    "mlperf_ad01_int8",
+    "mlperf_ic_resnet8_int8",
+    "mlperf_ic_resnet_large_int8",
+    "mlperf_kws_dscnn_int8",
+    "mlperf_str_ww_int8",
+    "mlperf_vww_96_int8",
+    "mlperf_vww_96_14blk_int8",
+    "mlperf_vww_96_20blk_int8",
+    "mlperf_ic_resnet_6blk_750k_int8",
+    "mcunet_vww",
+    "mltk_kws_on_off_v3",
+    "mltk_kws_pacman_v3",
+    "mltk_image_classification",
+    "mltk_image_example1",
     "tflm_mobilenet_v2_quantized_224",  # TRANSPOSE, MEAN with equal in/out quantization
     "mcunetv2_large",  # broadcast MUL and ADD
 ]
@@ -55,6 +67,7 @@ def _model(name: str) -> Path:
 
 # ---- fixed-point preparation: values known by construction -------------------------------------------------
 
+
 def test_round_half_away_from_zero_like_c():
     assert [round_half_away(x) for x in (2.5, -2.5, 0.5, -0.5, 1.4999999, 0.49999999999999994)] == [3, -3, 1, -1, 1, 0]
 
@@ -64,8 +77,8 @@ def test_quantize_multiplier_matches_frexp_rounding():
     assert quantize_multiplier(1.0) == (1 << 30, 1)
     assert quantize_multiplier(0.0) == (0, 0)
     # 1 - 2^-40 rounds up to a full Q31 significand, which is halved and the exponent bumped
-    assert quantize_multiplier(1 - 2 ** -40) == (1 << 30, 1)
-    assert quantize_multiplier(2 ** -40) == (0, 0)  # exponent below -31 flushes to zero
+    assert quantize_multiplier(1 - 2**-40) == (1 << 30, 1)
+    assert quantize_multiplier(2**-40) == (0, 0)  # exponent below -31 flushes to zero
 
 
 def test_mean_multiplier_folds_in_the_element_count():
@@ -74,6 +87,7 @@ def test_mean_multiplier_folds_in_the_element_count():
 
 
 # ---- shared models against the host TFLM ---------------------------------------------------------------------
+
 
 def test_hello_world_end_to_end_with_ram_accounting(tmp_path):
     path = _model("tflm_hello_world_int8")
@@ -142,7 +156,8 @@ def test_offline_plan_offsets_are_used(tmp_path):
     compiled = compile_model(planned_path)
     assert compiled.arena_bytes == 32  # the two live tensors; the one-row FULLY_CONNECTEDs need no scratch
     assert [t.offset for t in compiled.inputs + compiled.outputs] == [
-        mirrored[t] for t in graph.main.inputs + graph.main.outputs]
+        mirrored[t] for t in graph.main.inputs + graph.main.outputs
+    ]
     result = verify_compiled(planned_path, seed=5)
     assert result.passed and result.tflm_head_bytes == 32
 
@@ -155,6 +170,7 @@ def test_offline_plan_offsets_are_used(tmp_path):
 
 # ---- operators no shared model uses, on small models built here ----------------------------------------------
 
+
 def _slice_graph(m: TinyModel, dtype: str, q) -> tuple[list[int], list[int]]:
     """CONCATENATION -> STRIDED_SLICE (negative begin, end mask, stride 3, shrink) -> LOGISTIC -> MUL (broadcast
     constant) -> ADD -> MEAN; int8 adds a requantizing QUANTIZE."""
@@ -166,12 +182,12 @@ def _slice_graph(m: TinyModel, dtype: str, q) -> tuple[list[int], list[int]]:
     end = m.tensor((4,), "int32", data=[1, 4, 0, 14])
     strides = m.tensor((4,), "int32", data=[1, 2, 1, 3])
     sl = m.tensor((2, 5, 4), dtype, *q(0.05, 3))  # axis 0 shrunk
-    m.op("STRIDED_SLICE", [cat, begin, end, strides], [sl], "StridedSliceOptions", endMask=1 << 2,
-         shrinkAxisMask=1)
+    m.op("STRIDED_SLICE", [cat, begin, end, strides], [sl], "StridedSliceOptions", endMask=1 << 2, shrinkAxisMask=1)
     lg = m.tensor((2, 5, 4), dtype, *q(1 / 256, -128))
     m.op("LOGISTIC", [sl], [lg])
-    k = m.tensor((1, 1, 4), dtype, *q(0.02, -7),
-                 data=[-100, 3, 77, 127] if dtype == "int8" else [-1.5, 0.25, 2.0, 0.75])
+    k = m.tensor(
+        (1, 1, 4), dtype, *q(0.02, -7), data=[-100, 3, 77, 127] if dtype == "int8" else [-1.5, 0.25, 2.0, 0.75]
+    )
     mul = m.tensor((2, 5, 4), dtype, *q(0.01, 2))
     m.op("MUL", [lg, k], [mul], "MulOptions", fusedActivationFunction=0)
     add = m.tensor((2, 5, 4), dtype, *q(0.03, -1))
@@ -224,38 +240,103 @@ def _window_graph(m: TinyModel, dtype: str) -> tuple[list[int], list[int]]:
     x = act((1, 9, 7, 4), 0.05, 3)
     w1_scales = rng.uniform(0.005, 0.02, size=6)
     conv = act((1, 5, 4, 6), 0.01, -2)
-    m.op("CONV_2D", [x, weights((6, 3, 3, 4), w1_scales, 0), bias(6, 0.05 * w1_scales)], [conv],
-         "Conv2DOptions", padding=0, strideH=2, strideW=2, dilationHFactor=2, dilationWFactor=2,
-         fusedActivationFunction=2)
+    m.op(
+        "CONV_2D",
+        [x, weights((6, 3, 3, 4), w1_scales, 0), bias(6, 0.05 * w1_scales)],
+        [conv],
+        "Conv2DOptions",
+        padding=0,
+        strideH=2,
+        strideW=2,
+        dilationHFactor=2,
+        dilationWFactor=2,
+        fusedActivationFunction=2,
+    )
     w2_scales = rng.uniform(0.005, 0.02, size=12)
     dw = act((1, 5, 4, 12), 0.02, 4)
-    m.op("DEPTHWISE_CONV_2D", [conv, weights((1, 3, 3, 12), w2_scales, 3), bias(12, 0.01 * w2_scales)], [dw],
-         "DepthwiseConv2DOptions", padding=0, strideH=1, strideW=1, depthMultiplier=2, dilationHFactor=2,
-         dilationWFactor=2, fusedActivationFunction=0)
+    m.op(
+        "DEPTHWISE_CONV_2D",
+        [conv, weights((1, 3, 3, 12), w2_scales, 3), bias(12, 0.01 * w2_scales)],
+        [dw],
+        "DepthwiseConv2DOptions",
+        padding=0,
+        strideH=1,
+        strideW=1,
+        depthMultiplier=2,
+        dilationHFactor=2,
+        dilationWFactor=2,
+        fusedActivationFunction=0,
+    )
     avg = act((1, 3, 2, 12), 0.02, 4)
-    m.op("AVERAGE_POOL_2D", [dw], [avg], "Pool2DOptions", padding=0, strideH=2, strideW=2, filterHeight=3,
-         filterWidth=3, fusedActivationFunction=3)
+    m.op(
+        "AVERAGE_POOL_2D",
+        [dw],
+        [avg],
+        "Pool2DOptions",
+        padding=0,
+        strideH=2,
+        strideW=2,
+        filterHeight=3,
+        filterWidth=3,
+        fusedActivationFunction=3,
+    )
     mx = act((1, 3, 2, 12), 0.02, 4)
-    m.op("MAX_POOL_2D", [avg], [mx], "Pool2DOptions", padding=0, strideH=1, strideW=1, filterHeight=2,
-         filterWidth=2, fusedActivationFunction=0)
+    m.op(
+        "MAX_POOL_2D",
+        [avg],
+        [mx],
+        "Pool2DOptions",
+        padding=0,
+        strideH=1,
+        strideW=1,
+        filterHeight=2,
+        filterWidth=2,
+        fusedActivationFunction=0,
+    )
     up = act((1, 6, 5, 12), 0.02, 4)
-    m.op("RESIZE_NEAREST_NEIGHBOR", [mx, m.tensor((2,), "int32", data=[6, 5])], [up],
-         "ResizeNearestNeighborOptions", alignCorners=True, halfPixelCenters=False)
+    m.op(
+        "RESIZE_NEAREST_NEIGHBOR",
+        [mx, m.tensor((2,), "int32", data=[6, 5])],
+        [up],
+        "ResizeNearestNeighborOptions",
+        alignCorners=True,
+        halfPixelCenters=False,
+    )
     up2 = act((1, 7, 8, 12), 0.02, 4)
-    m.op("RESIZE_NEAREST_NEIGHBOR", [up, m.tensor((2,), "int32", data=[7, 8])], [up2],
-         "ResizeNearestNeighborOptions", alignCorners=False, halfPixelCenters=True)
+    m.op(
+        "RESIZE_NEAREST_NEIGHBOR",
+        [up, m.tensor((2,), "int32", data=[7, 8])],
+        [up2],
+        "ResizeNearestNeighborOptions",
+        alignCorners=False,
+        halfPixelCenters=True,
+    )
     flat = act((1, 672), 0.02, 4)
     m.op("RESHAPE", [up2, m.tensor((2,), "int32", data=[1, 672])], [flat])
     w3_scales = rng.uniform(0.002, 0.004, size=8)
     fc = act((1, 8), 0.1, 0)
-    m.op("FULLY_CONNECTED", [flat, weights((8, 672), w3_scales, 0), bias(8, 0.02 * w3_scales)], [fc],
-         "FullyConnectedOptions", fusedActivationFunction=1)
+    m.op(
+        "FULLY_CONNECTED",
+        [flat, weights((8, 672), w3_scales, 0), bias(8, 0.02 * w3_scales)],
+        [fc],
+        "FullyConnectedOptions",
+        fusedActivationFunction=1,
+    )
     sm = act((1, 8), 1 / 256, -128)
     m.op("SOFTMAX", [fc], [sm], "SoftmaxOptions", beta=0.5)
     w4_scales = rng.uniform(0.005, 0.02, size=6)
     grouped = act((1, 9, 7, 6), 0.02, 1)  # 4 input channels, filters of depth 2: two groups
-    m.op("CONV_2D", [x, weights((6, 1, 1, 2), w4_scales, 0), bias(6, 0.05 * w4_scales)], [grouped],
-         "Conv2DOptions", padding=1, strideH=1, strideW=1, dilationHFactor=1, dilationWFactor=1)
+    m.op(
+        "CONV_2D",
+        [x, weights((6, 1, 1, 2), w4_scales, 0), bias(6, 0.05 * w4_scales)],
+        [grouped],
+        "Conv2DOptions",
+        padding=1,
+        strideH=1,
+        strideW=1,
+        dilationHFactor=1,
+        dilationWFactor=1,
+    )
     return [x], [sm, fc, up2, conv, grouped]
 
 
@@ -272,14 +353,14 @@ def test_small_model_with_dilation_padding_and_resizes(tmp_path, dtype):
 
 # ---- errors, CLI ---------------------------------------------------------------------------------------------
 
+
 def test_unsupported_operator_fails_before_writing(tmp_path):
     path = unsupported_model(tmp_path / "l2_pool.tflite")
     out = tmp_path / "generated"
     runner = CliRunner()
     from lowtide.cli import app, compile_cmd  # noqa: F401  (registers the command)
 
-    with pytest.raises(LowtideError,
-                       match=r"operator 0 \(L2_POOL_2D float32 -> float32\): no kernel") as error:
+    with pytest.raises(LowtideError, match=r"operator 0 \(L2_POOL_2D float32 -> float32\): no kernel") as error:
         compile_model(path)
     assert "l2_pool.tflite" in str(error.value) and len(str(error.value).splitlines()) == 1
     result = runner.invoke(app, ["compile", str(path), "-o", str(out)])
@@ -294,8 +375,11 @@ def test_unsupported_type_names_the_operator_and_its_types(tmp_path):
     y = m.tensor((1, 4), "int16", 0.01, 0)
     m.op("HARD_SWISH", [x], [y])
     path = m.save(tmp_path / "q.tflite", [x], [y])
-    with pytest.raises(LowtideError, match=r"operator 0 \(HARD_SWISH int16 -> int16\): no int16 kernel "
-                                           r"\(supported: int8, float32\)"):
+    with pytest.raises(
+        LowtideError,
+        match=r"operator 0 \(HARD_SWISH int16 -> int16\): no int16 kernel "
+        r"\(supported: int8, float32\)",
+    ):
         compile_model(path)
 
 
@@ -308,8 +392,9 @@ def test_cli_json_reports_ram_next_to_tflm(tmp_path):
     from lowtide.cli import app, compile_cmd  # noqa: F401
 
     path = _model("mlperf_kws_dscnn_int8")
-    result = CliRunner().invoke(app, ["compile", str(path), "-o", str(tmp_path), "--verify", "--json",
-                                      "--prefix", "kws"])
+    result = CliRunner().invoke(
+        app, ["compile", str(path), "-o", str(tmp_path), "--verify", "--json", "--prefix", "kws"]
+    )
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     reference = oracle.run(path.read_bytes(), path=str(path))

@@ -10,13 +10,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from conftest import SHARED_MODELS, needs_firmware_tools
 from lowtide.compile import compile_model, verify_compiled
 from lowtide.compile.codegen import arena_plan
-from lowtide.resources import RUNTIME_DIR
-from lowtide.pipeline.measure import measure
 from lowtide.model.builder import ModelBuilder
 from lowtide.model.writer import model_bytes
+from lowtide.pipeline.measure import measure
+from lowtide.resources import RUNTIME_DIR
 from lowtide.validation import load_model
 
 KWS_DSCNN = SHARED_MODELS / "mlperf_kws_dscnn_int8.tflite"
@@ -73,8 +74,22 @@ def test_requantization_matches_multiply_by_quantized_multiplier(tmp_path):
     source = tmp_path / "requant.c"
     source.write_text(_REQUANT_CHECK)
     binary = tmp_path / "requant"
-    subprocess.run(["gcc", "-O2", "-std=c99", "-Wall", "-Werror", "-I", str(RUNTIME_DIR), str(source),
-                    str(RUNTIME_DIR / "lt_conv_dsp.c"), "-o", str(binary)], check=True)
+    subprocess.run(
+        [
+            "gcc",
+            "-O2",
+            "-std=c99",
+            "-Wall",
+            "-Werror",
+            "-I",
+            str(RUNTIME_DIR),
+            str(source),
+            str(RUNTIME_DIR / "lt_conv_dsp.c"),
+            "-o",
+            str(binary),
+        ],
+        check=True,
+    )
     result = subprocess.run([str(binary)], capture_output=True, text=True, check=False)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stdout
 
@@ -147,8 +162,9 @@ def test_one_pixel_over_the_whole_input_reads_it_in_place(tmp_path):
     b.output(y)
     z = b.depthwise_conv2d(b.conv2d(x, 6, kernel=1, activation="RELU"), kernel=3, padding="VALID", activation="NONE")
     b.output(z)
-    w = b.depthwise_conv2d(b.conv2d(b.input((1, 5, 5, 2)), 4, kernel=1, activation="NONE"), kernel=5,
-                           padding="VALID", activation="RELU")
+    w = b.depthwise_conv2d(
+        b.conv2d(b.input((1, 5, 5, 2)), 4, kernel=1, activation="NONE"), kernel=5, padding="VALID", activation="RELU"
+    )
     b.output(w)
     path = tmp_path / "whole_input.tflite"
     path.write_bytes(b.build())
@@ -176,10 +192,10 @@ def _with_edited_channels(path: Path, out: Path) -> Path:
     ratio = float(outp.quantization.scale[0]) / float(inp.quantization.scale[0])  # filter scale per unit multiplier
     weights[3] = 0
     biases[3] = 1 << 30
-    scales[3] = 2.0 ** -40
-    scales[5] = 2.0 ** -36 * ratio
+    scales[3] = 2.0**-40
+    scales[5] = 2.0**-36 * ratio
     biases[7] = (1 << 30) - (1 << 20)
-    scales[7] = 2.0 ** -31 * (1 << 30) / ((1 << 30) - (1 << 20)) * ratio  # x near 2^29: the input moves its output
+    scales[7] = 2.0**-31 * (1 << 30) / ((1 << 30) - (1 << 20)) * ratio  # x near 2^29: the input moves its output
     raw.buffers[filt.buffer].data = np.frombuffer(weights.tobytes(), dtype=np.uint8)
     raw.buffers[bias.buffer].data = np.frombuffer(biases.astype("<i4").tobytes(), dtype=np.uint8)
     filt.quantization.scale = scales
@@ -203,9 +219,9 @@ def test_constant_and_long_shift_channels_keep_the_short_requantization(tmp_path
     built.write_bytes(b.build())
     path = _with_edited_channels(built, tmp_path / "edited_channels.tflite")
     source = compile_model(path).files["model.c"]
-    first = source[source.index("op0_run(const void"):].split("\n")[1]
+    first = source[source.index("op0_run(const void") :].split("\n")[1]
     assert "LT_SHORT_ACC" in first and "LT_OFFSET_AFTER" in first and "LT_DOUBLED_ACC" in first, first
-    requant = source[source.index("op0_requant[16] = {"):].split("};")[0]
+    requant = source[source.index("op0_requant[16] = {") :].split("};")[0]
     assert requant.count("{0, -1, ") == 2  # channels 3 and 5
     for seed in (0, 1, 2):
         result = verify_compiled(path, seed=seed, sanitize=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from lowtide import oracle
 from lowtide.compile import compile_model, verify_compiled
 from lowtide.compile.hostcheck import expose_operator_outputs, first_divergence
@@ -42,9 +43,14 @@ def _state_changes_outputs(path: Path, tensor: int, invocations: int) -> bool:
 
 
 # hidden (int8) + cell (int16) states of every LSTM, + the `ready` flag, rounded to the struct's 2-byte alignment
-@pytest.mark.parametrize("name, state_bytes", [("tflm_mnist_lstm_int8", 20 + 2 * 20 + 2),
-                                               ("tflm_micro_speech_lstm", 80 + 2 * 80 + 2),
-                                               ("tflm_dtln_noise_suppression", 2 * (128 + 2 * 128) + 2)])
+@pytest.mark.parametrize(
+    "name, state_bytes",
+    [
+        ("tflm_mnist_lstm_int8", 20 + 2 * 20 + 2),
+        ("tflm_micro_speech_lstm", 80 + 2 * 80 + 2),
+        ("tflm_dtln_noise_suppression", 2 * (128 + 2 * 128) + 2),
+    ],
+)
 def test_shared_lstm_models_bit_exact_over_invocations(name, state_bytes):
     path = _model(name)
     compiled = compile_model(path)
@@ -74,8 +80,8 @@ def _small_lstm_model(m: TinyModel) -> tuple[list[int], list[int]]:
     scale of 2^-10 clipped at 0.5: geometry and arithmetic the shared models do not reach."""
     rng = np.random.default_rng(5)
     x = m.tensor((4, 2, 5), "int8", 0.05, 3)
-    first = lstm(m, rng, x, (4, 2, 5), 6, True, ACT_TANH, 2.0 ** -13, 0.0, 3)
-    second = lstm(m, rng, first, (4, 2, 6), 7, False, ACT_TANH, 2.0 ** -10, 0.5, -5)
+    first = lstm(m, rng, x, (4, 2, 5), 6, True, ACT_TANH, 2.0**-13, 0.0, 3)
+    second = lstm(m, rng, first, (4, 2, 6), 7, False, ACT_TANH, 2.0**-10, 0.5, -5)
     return [x], [first, second]
 
 
@@ -92,14 +98,14 @@ def test_small_lstm_models_time_major_batch_major_clip(tmp_path):
     assert _state_changes_outputs(path, graph.main.outputs[1], 4)
 
 
-@pytest.mark.parametrize("activation, input_gate, reason", [(ACT_TANH, False, "CIFG"),
-                                                           (ACT_SIGN_BIT, True, "cell gate activation 5")])
+@pytest.mark.parametrize(
+    "activation, input_gate, reason", [(ACT_TANH, False, "CIFG"), (ACT_SIGN_BIT, True, "cell gate activation 5")]
+)
 def test_lstm_variants_tflm_does_not_run_are_refused(tmp_path, activation, input_gate, reason):
     """TFLM's kernel needs all four gates and applies only TANH to the cell gate (anything else skips it)."""
     m = TinyModel()
     x = m.tensor((1, 3, 5), "int8", 0.05, 3)
-    out = lstm(m, np.random.default_rng(0), x, (1, 3, 5), 4, False, activation, 2.0 ** -11, 0.0, 0,
-                input_gate=input_gate)
+    out = lstm(m, np.random.default_rng(0), x, (1, 3, 5), 4, False, activation, 2.0**-11, 0.0, 0, input_gate=input_gate)
     path = m.save(tmp_path / "variant.tflite", [x], [out])
     with pytest.raises(LowtideError, match=rf"operator 0 \(UNIDIRECTIONAL_SEQUENCE_LSTM [^)]* -> int8\): .*{reason}"):
         compile_model(path)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from lowtide import oracle
 from lowtide.compile import verify_compiled
 from lowtide.compile.codegen import check_model
@@ -43,6 +44,7 @@ def _varied(outputs: list[np.ndarray], at_least: int = 4) -> None:
 
 
 # ---- activations ---------------------------------------------------------------------------------------------
+
 
 def _activations_int8(m: TinyModel) -> tuple[list[int], list[int]]:
     x = m.tensor(SHAPE, "int8", 0.05, 3)
@@ -79,9 +81,13 @@ def _activations_int8(m: TinyModel) -> tuple[list[int], list[int]]:
 def _activations_int16(m: TinyModel) -> tuple[list[int], list[int]]:
     x = m.tensor(SHAPE, "int16", 6 / 32768, 0)
     outputs = []
-    for opcode, scale, options in (("RELU", 3 / 32768, {}), ("RELU", 8 / 32768, {}), ("RELU6", 6 / 32768, {}),
-                                   ("LEAKY_RELU", 5 / 32768, {"alpha": 0.3}),
-                                   ("LEAKY_RELU", 4 / 32768, {"alpha": -1.25})):
+    for opcode, scale, options in (
+        ("RELU", 3 / 32768, {}),
+        ("RELU", 8 / 32768, {}),
+        ("RELU6", 6 / 32768, {}),
+        ("LEAKY_RELU", 5 / 32768, {"alpha": 0.3}),
+        ("LEAKY_RELU", 4 / 32768, {"alpha": -1.25}),
+    ):
         y = m.tensor(SHAPE, "int16", scale, 0)
         m.op(opcode, [x], [y], "LeakyReluOptions" if options else None, **options)
         outputs.append(y)
@@ -112,11 +118,16 @@ def _activations_float32(m: TinyModel) -> tuple[list[int], list[int]]:
     wide = m.tensor(SHAPE, "float32")  # [-8, 8]
     m.op("MUL", [x, gain], [wide], "MulOptions", fusedActivationFunction=0)
     outputs = []
-    for opcode, options_type, options in (("RELU", None, {}), ("RELU6", None, {}),
-                                          ("LEAKY_RELU", "LeakyReluOptions", {"alpha": 0.1}),
-                                          ("LEAKY_RELU", "LeakyReluOptions", {"alpha": -2.0}),
-                                          ("HARD_SWISH", None, {}), ("TANH", None, {}), ("ELU", None, {}),
-                                          ("LOGISTIC", None, {})):
+    for opcode, options_type, options in (
+        ("RELU", None, {}),
+        ("RELU6", None, {}),
+        ("LEAKY_RELU", "LeakyReluOptions", {"alpha": 0.1}),
+        ("LEAKY_RELU", "LeakyReluOptions", {"alpha": -2.0}),
+        ("HARD_SWISH", None, {}),
+        ("TANH", None, {}),
+        ("ELU", None, {}),
+        ("LOGISTIC", None, {}),
+    ):
         y = m.tensor(SHAPE, "float32")
         m.op(opcode, [wide], [y], options_type, **options)
         outputs.append(y)
@@ -139,6 +150,7 @@ def test_activations_bit_exact(tmp_path, dtype):
 
 # ---- element-wise math -----------------------------------------------------------------------------------------
 
+
 def _binary_ops(m: TinyModel, dtype: str, a: int, b: int, quant: list[tuple]) -> list[int]:
     """SUB (plain, with a fused RELU, and reversed: the broadcast input first), MAXIMUM, MINIMUM,
     SQUARED_DIFFERENCE, ADD (with RELU6) and MUL (reversed) of `a` and `b`, with output quantizations `quant` in
@@ -146,13 +158,18 @@ def _binary_ops(m: TinyModel, dtype: str, a: int, b: int, quant: list[tuple]) ->
     assert len(quant) == 8
     outputs = []
     for (opcode, first, second, options_type, options), q in zip(
-            (("SUB", a, b, "SubOptions", {"fusedActivationFunction": 0}),
-             ("SUB", a, b, "SubOptions", {"fusedActivationFunction": 1}),
-             ("SUB", b, a, "SubOptions", {"fusedActivationFunction": 3}),
-             ("MAXIMUM", a, b, None, {}), ("MINIMUM", b, a, None, {}),
-             ("SQUARED_DIFFERENCE", a, b, None, {}),
-             ("ADD", a, b, "AddOptions", {"fusedActivationFunction": 3}),
-             ("MUL", b, a, "MulOptions", {"fusedActivationFunction": 0})), quant):
+        (
+            ("SUB", a, b, "SubOptions", {"fusedActivationFunction": 0}),
+            ("SUB", a, b, "SubOptions", {"fusedActivationFunction": 1}),
+            ("SUB", b, a, "SubOptions", {"fusedActivationFunction": 3}),
+            ("MAXIMUM", a, b, None, {}),
+            ("MINIMUM", b, a, None, {}),
+            ("SQUARED_DIFFERENCE", a, b, None, {}),
+            ("ADD", a, b, "AddOptions", {"fusedActivationFunction": 3}),
+            ("MUL", b, a, "MulOptions", {"fusedActivationFunction": 0}),
+        ),
+        quant,
+    ):
         y = m.tensor(SHAPE, dtype, *q)
         m.op(opcode, [first, second], [y], options_type, **options)
         outputs.append(y)
@@ -163,14 +180,18 @@ def _math_int8(m: TinyModel) -> tuple[list[int], list[int]]:
     a = m.tensor(SHAPE, "int8", 0.05, 3)
     b = m.tensor((3, 1, 5), "int8", 0.03, -7)
     c = m.tensor(SHAPE, "int8", 0.05, 3)
-    outputs = _binary_ops(m, "int8", a, b, [(0.06, 2), (0.04, -50), (0.1, 0), (0.05, 3), (0.03, -7), (0.2, -128),
-                                            (0.04, -20), (0.01, 5)])
+    outputs = _binary_ops(
+        m, "int8", a, b, [(0.06, 2), (0.04, -50), (0.1, 0), (0.05, 3), (0.03, -7), (0.2, -128), (0.04, -20), (0.01, 5)]
+    )
     # DIV, where TFLM's arithmetic is defined (input1 scale / (input2 scale x output scale) in [64, 2^22)): divisors
     # at their zero point (0 / 0 too), of -1, 1 and the extremes; the quotients saturate
     coarse = m.tensor(SHAPE, "int8", 0.5, -10)
     divisors = m.tensor((5,), "int8", 0.03, -7, data=[-7, -8, -6, 127, -128])
-    for (first, second), quant, activation in (((coarse, divisors), (0.1, 0), 0), ((coarse, b), (0.1, 0), 0),
-                                               ((coarse, a), (0.001, -100), 1)):
+    for (first, second), quant, activation in (
+        ((coarse, divisors), (0.1, 0), 0),
+        ((coarse, b), (0.1, 0), 0),
+        ((coarse, a), (0.001, -100), 1),
+    ):
         y = m.tensor(SHAPE, "int8", *quant)
         m.op("DIV", [first, second], [y], "DivOptions", fusedActivationFunction=activation)
         outputs.append(y)
@@ -192,11 +213,30 @@ def _math_int8(m: TinyModel) -> tuple[list[int], list[int]]:
 def _math_int16(m: TinyModel) -> tuple[list[int], list[int]]:
     a = m.tensor(SHAPE, "int16", 1 / 4096, 0)
     b = m.tensor((4, 5), "int16", 1 / 2048, 0)
-    outputs = _binary_ops(m, "int16", a, b, [(1 / 1024, 0), (1 / 4096, 0), (1 / 2048, 0), (1 / 4096, 0),
-                                             (1 / 2048, 0), (1 / 512, 0), (1 / 3000, 0), (1 / 500, 0)])
+    outputs = _binary_ops(
+        m,
+        "int16",
+        a,
+        b,
+        [
+            (1 / 1024, 0),
+            (1 / 4096, 0),
+            (1 / 2048, 0),
+            (1 / 4096, 0),
+            (1 / 2048, 0),
+            (1 / 512, 0),
+            (1 / 3000, 0),
+            (1 / 500, 0),
+        ],
+    )
     y = m.tensor(SHAPE, "int16", 1 / 5000, 7)  # ADD takes int16 zero points (MUL does not)
-    m.op("ADD", [a, m.tensor((5,), "int16", 1 / 1000, -3, data=[-32768, -5, 0, 900, 32767])], [y], "AddOptions",
-         fusedActivationFunction=1)
+    m.op(
+        "ADD",
+        [a, m.tensor((5,), "int16", 1 / 1000, -3, data=[-32768, -5, 0, 900, 32767])],
+        [y],
+        "AddOptions",
+        fusedActivationFunction=1,
+    )
     outputs.append(y)
     y = m.tensor(SHAPE, "int16", 1 / 8192, 0)
     m.op("ABS", [a], [y])
@@ -227,17 +267,29 @@ def _math_float32(m: TinyModel) -> tuple[list[int], list[int]]:
     a = m.tensor(SHAPE, "float32")  # [-4, 4]
     m.op("MUL", [x, gain], [a], "MulOptions", fusedActivationFunction=0)
     outputs = _binary_ops(m, "float32", a, b, [()] * 8)
-    for opcode, inputs, options_type, options in (("DIV", [a, b], "DivOptions", {"fusedActivationFunction": 0}),
-                                                  ("DIV", [b, a], "DivOptions", {"fusedActivationFunction": 3}),
-                                                  ("ADD_N", [a, x, a], None, {})):
+    for opcode, inputs, options_type, options in (
+        ("DIV", [a, b], "DivOptions", {"fusedActivationFunction": 0}),
+        ("DIV", [b, a], "DivOptions", {"fusedActivationFunction": 3}),
+        ("ADD_N", [a, x, a], None, {}),
+    ):
         y = m.tensor(SHAPE, "float32")
         m.op(opcode, inputs, [y], options_type, **options)
         outputs.append(y)
     magnitude = m.tensor(SHAPE, "float32")
     m.op("ABS", [a], [magnitude])
     outputs.append(magnitude)
-    for opcode, source in (("NEG", a), ("SQUARE", a), ("SQRT", magnitude), ("RSQRT", magnitude), ("EXP", a),
-                           ("LOG", magnitude), ("SIN", a), ("COS", a), ("FLOOR", a), ("CEIL", a)):
+    for opcode, source in (
+        ("NEG", a),
+        ("SQUARE", a),
+        ("SQRT", magnitude),
+        ("RSQRT", magnitude),
+        ("EXP", a),
+        ("LOG", magnitude),
+        ("SIN", a),
+        ("COS", a),
+        ("FLOOR", a),
+        ("CEIL", a),
+    ):
         y = m.tensor(SHAPE, "float32")
         m.op(opcode, [source], [y])
         outputs.append(y)
@@ -268,8 +320,13 @@ def test_cast_between_every_type_bit_exact(tmp_path):
     sources = {"int8": m.tensor(SHAPE, "int8"), "int16": m.tensor(SHAPE, "int16"), "int32": m.tensor(SHAPE, "int32")}
     x, flags = m.tensor(SHAPE, "float32"), m.tensor(SHAPE, "bool")
     sources["float32"] = m.tensor(SHAPE, "float32")
-    m.op("MUL", [x, m.tensor((1,), "float32", data=[200.0])], [sources["float32"]], "MulOptions",
-         fusedActivationFunction=0)
+    m.op(
+        "MUL",
+        [x, m.tensor((1,), "float32", data=[200.0])],
+        [sources["float32"]],
+        "MulOptions",
+        fusedActivationFunction=0,
+    )
     outputs = []
     for source_type, source in sources.items():
         for target_type in sources:
@@ -281,8 +338,7 @@ def test_cast_between_every_type_bit_exact(tmp_path):
         y = m.tensor(SHAPE, target_type)
         m.op("CAST", [flags], [y])
         outputs.append(y)
-    path = m.save(tmp_path / "cast.tflite", [sources["int8"], sources["int16"], sources["int32"], x, flags],
-                  outputs)
+    path = m.save(tmp_path / "cast.tflite", [sources["int8"], sources["int16"], sources["int32"], x, flags], outputs)
     results = _check(path)
     _varied(results[:-4])
     assert all(sorted(np.unique(r).tolist()) == [0, 1] for r in results[-4:])
@@ -290,13 +346,18 @@ def test_cast_between_every_type_bit_exact(tmp_path):
 
 # ---- quantization ----------------------------------------------------------------------------------------------
 
+
 def test_quantize_and_dequantize_between_every_type_bit_exact(tmp_path):
     """Every QUANTIZE TFLM has (float32 to int8/int16, requantizing between int8, uint8, int16 and int32:
     narrowing, widening, the scale ratio above and below one, equal scales with zero points 128 apart) and every
     DEQUANTIZE."""
     m = TinyModel()
-    sources = {"int8": m.tensor(SHAPE, "int8", 0.05, 3), "uint8": m.tensor(SHAPE, "uint8", 0.04, 130),
-               "int16": m.tensor(SHAPE, "int16", 1 / 3000, 0), "int32": m.tensor(SHAPE, "int32", 1e-4, 7)}
+    sources = {
+        "int8": m.tensor(SHAPE, "int8", 0.05, 3),
+        "uint8": m.tensor(SHAPE, "uint8", 0.04, 130),
+        "int16": m.tensor(SHAPE, "int16", 1 / 3000, 0),
+        "int32": m.tensor(SHAPE, "int32", 1e-4, 7),
+    }
     x = m.tensor(SHAPE, "float32")
     outputs = []
 
@@ -327,6 +388,7 @@ def test_quantize_and_dequantize_between_every_type_bit_exact(tmp_path):
 
 # ---- resizing and layout --------------------------------------------------------------------------------------
 
+
 def _layout(m: TinyModel, dtype: str) -> tuple[list[int], list[int]]:
     """RESIZE_BILINEAR up and down in all three coordinate modes, SPACE_TO_DEPTH and DEPTH_TO_SPACE, and
     SPACE_TO_BATCH_ND / BATCH_TO_SPACE_ND with padding and crops, 4-D and 3-D."""
@@ -340,22 +402,46 @@ def _layout(m: TinyModel, dtype: str) -> tuple[list[int], list[int]]:
         outputs.append(y)
         return y
 
-    for size, align, half in (((9, 7), False, False), ((9, 7), True, False), ((9, 7), False, True),
-                              ((4, 3), False, True), ((1, 5), True, False), ((3, 2), False, False)):
-        op("RESIZE_BILINEAR", [x, m.tensor((2,), "int32", data=list(size))], (2, *size, 3),
-           "ResizeBilinearOptions", alignCorners=align, halfPixelCenters=half)
+    for size, align, half in (
+        ((9, 7), False, False),
+        ((9, 7), True, False),
+        ((9, 7), False, True),
+        ((4, 3), False, True),
+        ((1, 5), True, False),
+        ((3, 2), False, False),
+    ):
+        op(
+            "RESIZE_BILINEAR",
+            [x, m.tensor((2,), "int32", data=list(size))],
+            (2, *size, 3),
+            "ResizeBilinearOptions",
+            alignCorners=align,
+            halfPixelCenters=half,
+        )
     deep = op("SPACE_TO_DEPTH", [x], (2, 3, 2, 12), "SpaceToDepthOptions", blockSize=2)
     op("DEPTH_TO_SPACE", [deep], (2, 6, 4, 3), "DepthToSpaceOptions", blockSize=2)
-    batched = op("SPACE_TO_BATCH_ND", [x, m.tensor((2,), "int32", data=[2, 3]),
-                                       m.tensor((2, 2), "int32", data=[[1, 3], [2, 0]])], (12, 5, 2, 3))
-    op("BATCH_TO_SPACE_ND", [batched, m.tensor((2,), "int32", data=[2, 3]),
-                             m.tensor((2, 2), "int32", data=[[1, 2], [0, 1]])], (2, 7, 5, 3))
+    batched = op(
+        "SPACE_TO_BATCH_ND",
+        [x, m.tensor((2,), "int32", data=[2, 3]), m.tensor((2, 2), "int32", data=[[1, 3], [2, 0]])],
+        (12, 5, 2, 3),
+    )
+    op(
+        "BATCH_TO_SPACE_ND",
+        [batched, m.tensor((2,), "int32", data=[2, 3]), m.tensor((2, 2), "int32", data=[[1, 2], [0, 1]])],
+        (2, 7, 5, 3),
+    )
     rows = m.tensor((2, 6, 12), dtype, *quant)
     m.op("RESHAPE", [x, m.tensor((3,), "int32", data=[2, 6, 12])], [rows])
-    batched_rows = op("SPACE_TO_BATCH_ND", [rows, m.tensor((1,), "int32", data=[4]),
-                                            m.tensor((1, 2), "int32", data=[[1, 1]])], (8, 2, 12))
-    op("BATCH_TO_SPACE_ND", [batched_rows, m.tensor((1,), "int32", data=[2]),
-                             m.tensor((1, 2), "int32", data=[[0, 1]])], (4, 3, 12))
+    batched_rows = op(
+        "SPACE_TO_BATCH_ND",
+        [rows, m.tensor((1,), "int32", data=[4]), m.tensor((1, 2), "int32", data=[[1, 1]])],
+        (8, 2, 12),
+    )
+    op(
+        "BATCH_TO_SPACE_ND",
+        [batched_rows, m.tensor((1,), "int32", data=[2]), m.tensor((1, 2), "int32", data=[[0, 1]])],
+        (4, 3, 12),
+    )
     return [x], outputs
 
 
@@ -368,6 +454,7 @@ def test_resizing_and_layout_bit_exact(tmp_path, dtype):
 
 
 # ---- gathering, slicing, padding --------------------------------------------------------------------------------
+
 
 def _gathering(m: TinyModel, dtype: str) -> tuple[list[int], list[int]]:
     quant = (0.05, -3) if dtype == "int8" else ()
@@ -394,12 +481,16 @@ def _gathering(m: TinyModel, dtype: str) -> tuple[list[int], list[int]]:
     pad_value = m.tensor((), dtype, *quant, data=7 if dtype == "int8" else 2.5)
     op("PADV2", [x, ints(0, 0, 1, 2, 0, 1, 2, 0, shape=(4, 2)), pad_value], (2, 6, 5, 7))
     for mode, pads, index_type in ((0, (0, 0, 2, 1, 1, 3, 0, 0), "int32"), (1, (1, 1, 3, 0, 0, 4, 2, 1), "int64")):
-        op("MIRROR_PAD", [x, m.tensor((4, 2), index_type, data=np.reshape(pads, (4, 2)))],
-           tuple(n + pads[2 * d] + pads[2 * d + 1] for d, n in enumerate(SHAPE)), "MirrorPadOptions", mode=mode)
+        op(
+            "MIRROR_PAD",
+            [x, m.tensor((4, 2), index_type, data=np.reshape(pads, (4, 2)))],
+            tuple(n + pads[2 * d] + pads[2 * d + 1] for d, n in enumerate(SHAPE)),
+            "MirrorPadOptions",
+            mode=mode,
+        )
     wide = op("BROADCAST_TO", [small, ints(*SHAPE)], SHAPE)
     op("GATHER", [x, ints(3, 0, 0, 2, 1)], (2, 3, 5, 5), "GatherOptions", axis=2, batchDims=0)
-    op("GATHER", [x, ints(2, 0, 1, 1, 0, 0, 2, 1, shape=(2, 4))], (2, 4, 4, 5), "GatherOptions", axis=1,
-       batchDims=1)
+    op("GATHER", [x, ints(2, 0, 1, 1, 0, 0, 2, 1, shape=(2, 4))], (2, 4, 4, 5), "GatherOptions", axis=1, batchDims=1)
     op("GATHER_ND", [x, ints(1, 2, 0, 0, 1, 1, 0, 2, shape=(4, 2))], (4, 4, 5))
     op("SELECT_V2", [condition, x, wide], SHAPE)
     # constant by design: last
@@ -421,6 +512,7 @@ def test_gathering_slicing_padding_bit_exact(tmp_path, dtype):
 
 # ---- reductions ------------------------------------------------------------------------------------------------
 
+
 def _reductions(m: TinyModel, dtype: str) -> tuple[list[int], list[int]]:
     """SUM, MEAN, REDUCE_MAX, REDUCE_MIN over one axis, several (negative, repeated) and all, with and without
     keep_dims; ARG_MAX and ARG_MIN along the first, a middle and the last axis; CUMSUM plain, exclusive,
@@ -437,12 +529,14 @@ def _reductions(m: TinyModel, dtype: str) -> tuple[list[int], list[int]]:
     def axes(*values):
         return m.tensor((len(values),), "int32", data=list(values))
 
-    for (axis_values, keep, shape) in (((1,), False, (2, 4, 5)), ((-1, 1, 1), True, (2, 1, 4, 1)),
-                                       ((0, 1, 2, 3), False, ())):
+    for axis_values, keep, shape in (
+        ((1,), False, (2, 4, 5)),
+        ((-1, 1, 1), True, (2, 1, 4, 1)),
+        ((0, 1, 2, 3), False, ()),
+    ):
         sum_quant = {"int8": (0.6, 5), "int16": (1 / 64, 0), "float32": ()}[dtype]
         op("SUM", [x, axes(*axis_values)], shape, "ReducerOptions", out_quant=sum_quant, keepDims=keep)
-        op("MEAN", [x, axes(*axis_values)], shape, "ReducerOptions", out_quant=sum_quant[:1] + quant[1:],
-           keepDims=keep)
+        op("MEAN", [x, axes(*axis_values)], shape, "ReducerOptions", out_quant=sum_quant[:1] + quant[1:], keepDims=keep)
         if dtype != "int16":
             op("REDUCE_MAX", [x, axes(*axis_values)], shape, "ReducerOptions", keepDims=keep)
             op("REDUCE_MIN", [x, axes(*axis_values)], shape, "ReducerOptions", keepDims=keep)
@@ -453,8 +547,15 @@ def _reductions(m: TinyModel, dtype: str) -> tuple[list[int], list[int]]:
         op("ARG_MIN", [x, axes(axis)], shape, "ArgMinOptions", out_type="int32", out_quant=(), outputType=2)
     cumsum_quant = (0.2, 10) if dtype == "int8" else ()
     for axis, exclusive, reverse in ((1, False, False), (2, True, False), (-1, True, True), (0, False, True)):
-        op("CUMSUM", [x, axes(axis)], SHAPE, "CumsumOptions", out_quant=cumsum_quant, exclusive=exclusive,
-           reverse=reverse)
+        op(
+            "CUMSUM",
+            [x, axes(axis)],
+            SHAPE,
+            "CumsumOptions",
+            out_quant=cumsum_quant,
+            exclusive=exclusive,
+            reverse=reverse,
+        )
     return [x], outputs
 
 
@@ -467,6 +568,7 @@ def test_reductions_bit_exact(tmp_path, dtype):
 
 
 # ---- normalizations ---------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("dtype", ["int8", "float32"])
 def test_l2_normalization_and_log_softmax_bit_exact(tmp_path, dtype):
@@ -492,6 +594,7 @@ def test_l2_normalization_and_log_softmax_bit_exact(tmp_path, dtype):
 
 # ---- comparisons and logic --------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dtype", ["int8", "int32", "float32", "bool"])
 def test_comparisons_and_logic_bit_exact(tmp_path, dtype):
     """Every comparison TFLM has for the type, broadcast; int8 inputs of different scales (values rescaled before
@@ -505,11 +608,17 @@ def test_comparisons_and_logic_bit_exact(tmp_path, dtype):
     coarse = b
     if dtype != "bool":
         coarse = m.tensor((1, 3, 4, 5), dtype, *quant1)
-        m.op("SLICE", [a, m.tensor((4,), "int32", data=[0, 0, 0, 0]),
-                       m.tensor((4,), "int32", data=[1, 3, 4, 5])], [coarse])
+        m.op(
+            "SLICE",
+            [a, m.tensor((4,), "int32", data=[0, 0, 0, 0]), m.tensor((4,), "int32", data=[1, 3, 4, 5])],
+            [coarse],
+        )
     outputs = []
-    opcodes = ("EQUAL", "NOT_EQUAL") if dtype == "bool" else ("EQUAL", "NOT_EQUAL", "LESS", "LESS_EQUAL", "GREATER",
-                                                                "GREATER_EQUAL")
+    opcodes = (
+        ("EQUAL", "NOT_EQUAL")
+        if dtype == "bool"
+        else ("EQUAL", "NOT_EQUAL", "LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL")
+    )
     for opcode in opcodes:
         for second in (b, coarse):
             y = m.tensor(SHAPE, "bool")
@@ -532,6 +641,7 @@ def test_comparisons_and_logic_bit_exact(tmp_path, dtype):
 
 # ---- convolutions ----------------------------------------------------------------------------------------------
 
+
 def test_convolutions_16x8_bit_exact(tmp_path):
     """CONV_2D with an int64 bias (SAME, stride 2, RELU6) and an int32 bias (VALID, dilated, grouped), a
     DEPTHWISE_CONV_2D (depth multiplier 2, dilated) and FULLY_CONNECTED with per-tensor filters and int64 and
@@ -545,32 +655,66 @@ def test_convolutions_16x8_bit_exact(tmp_path):
         return m.tensor(shape, "int8", scales, 0, rng.integers(-127, 128, size=shape), axis=axis), scales
 
     def bias(dtype, scales, low, high):
-        return m.tensor((len(scales),), dtype, [s / 1000 for s in scales], 0,
-                        rng.integers(low, high, size=len(scales)))
+        return m.tensor((len(scales),), dtype, [s / 1000 for s in scales], 0, rng.integers(low, high, size=len(scales)))
 
     outputs = []
     w1, s1 = weights((6, 3, 3, 4), 0)
     y = m.tensor((1, 4, 3, 6), "int16", 1 / 10, 0)
-    m.op("CONV_2D", [x, w1, bias("int64", s1, -(1 << 24), 1 << 24)], [y], "Conv2DOptions", padding=0, strideH=2,
-         strideW=2, dilationHFactor=1, dilationWFactor=1, fusedActivationFunction=3)
+    m.op(
+        "CONV_2D",
+        [x, w1, bias("int64", s1, -(1 << 24), 1 << 24)],
+        [y],
+        "Conv2DOptions",
+        padding=0,
+        strideH=2,
+        strideW=2,
+        dilationHFactor=1,
+        dilationWFactor=1,
+        fusedActivationFunction=3,
+    )
     outputs.append(y)
     w2, s2 = weights((6, 2, 2, 2), 0)
     y = m.tensor((1, 5, 4, 6), "int16", 1 / 30, 0)
-    m.op("CONV_2D", [x, w2, bias("int32", s2, -30000, 30000)], [y], "Conv2DOptions", padding=1, strideH=1,
-         strideW=1, dilationHFactor=2, dilationWFactor=2, fusedActivationFunction=0)
+    m.op(
+        "CONV_2D",
+        [x, w2, bias("int32", s2, -30000, 30000)],
+        [y],
+        "Conv2DOptions",
+        padding=1,
+        strideH=1,
+        strideW=1,
+        dilationHFactor=2,
+        dilationWFactor=2,
+        fusedActivationFunction=0,
+    )
     outputs.append(y)
     w3, s3 = weights((1, 3, 3, 8), 3)
     y = m.tensor((1, 7, 6, 8), "int16", 1 / 20, 0)
-    m.op("DEPTHWISE_CONV_2D", [x, w3, bias("int64", s3, -(1 << 24), 1 << 24)], [y], "DepthwiseConv2DOptions",
-         padding=0, strideH=1, strideW=1, depthMultiplier=2, dilationHFactor=2, dilationWFactor=1,
-         fusedActivationFunction=1)
+    m.op(
+        "DEPTHWISE_CONV_2D",
+        [x, w3, bias("int64", s3, -(1 << 24), 1 << 24)],
+        [y],
+        "DepthwiseConv2DOptions",
+        padding=0,
+        strideH=1,
+        strideW=1,
+        depthMultiplier=2,
+        dilationHFactor=2,
+        dilationWFactor=1,
+        fusedActivationFunction=1,
+    )
     outputs.append(y)
     for bias_type, bound in (("int64", 1 << 22), ("int32", 1 << 20)):
         scale = float(rng.uniform(0.002, 0.02))
         w = m.tensor((5, 168), "int8", scale, 0, rng.integers(-127, 128, size=(5, 168)))
         y = m.tensor((1, 5), "int16", 1 / 20, 0)
-        m.op("FULLY_CONNECTED", [x, w, bias(bias_type, [scale] * 5, -bound, bound)], [y], "FullyConnectedOptions",
-             fusedActivationFunction=0)
+        m.op(
+            "FULLY_CONNECTED",
+            [x, w, bias(bias_type, [scale] * 5, -bound, bound)],
+            [y],
+            "FullyConnectedOptions",
+            fusedActivationFunction=0,
+        )
         outputs.append(y)
     path = m.save(tmp_path / "conv16x8.tflite", [x], outputs)
     _varied(_check(path))
@@ -585,23 +729,34 @@ def test_transpose_conv_bit_exact(tmp_path, dtype):
     int8 = dtype == "int8"
     x = m.tensor((2, 4, 3, 3), dtype, *((0.05, 4) if int8 else ()))
     outputs = []
-    for out_shape, padding, stride, activation, with_bias in (((2, 7, 6, 5), 0, 2, 0, True),
-                                                             ((2, 12, 10, 4), 1, 3, 1, True),
-                                                             ((2, 8, 6, 2), 0, 2, 3, False)):
+    for out_shape, padding, stride, activation, with_bias in (
+        ((2, 7, 6, 5), 0, 2, 0, True),
+        ((2, 12, 10, 4), 1, 3, 1, True),
+        ((2, 8, 6, 2), 0, 2, 3, False),
+    ):
         kernel = (3, 4)
         filter_shape = (out_shape[3], *kernel, 3)
         scales = list(rng.uniform(0.005, 0.02, size=out_shape[3]))
         if int8:
             w = m.tensor(filter_shape, "int8", scales, 0, rng.integers(-127, 128, size=filter_shape), axis=0)
-            b = m.tensor((out_shape[3],), "int32", [0.05 * s for s in scales], 0,
-                         rng.integers(-2000, 2000, size=out_shape[3]))
+            b = m.tensor(
+                (out_shape[3],), "int32", [0.05 * s for s in scales], 0, rng.integers(-2000, 2000, size=out_shape[3])
+            )
         else:
             w = m.tensor(filter_shape, "float32", data=rng.uniform(-0.5, 0.5, size=filter_shape))
             b = m.tensor((out_shape[3],), "float32", data=rng.uniform(-1, 1, size=out_shape[3]))
         y = m.tensor(out_shape, dtype, *((0.04, -6) if int8 else ()))
         inputs = [m.tensor((4,), "int32", data=list(out_shape)), w, x] + ([b] if with_bias else [])
-        m.op("TRANSPOSE_CONV", inputs, [y], "TransposeConvOptions", padding=padding, strideH=stride,
-             strideW=stride, fusedActivationFunction=activation)
+        m.op(
+            "TRANSPOSE_CONV",
+            inputs,
+            [y],
+            "TransposeConvOptions",
+            padding=padding,
+            strideH=stride,
+            strideW=stride,
+            fusedActivationFunction=activation,
+        )
         outputs.append(y)
     path = m.save(tmp_path / f"transpose_conv_{dtype}.tflite", [x], outputs)
     _varied(_check(path))
@@ -623,9 +778,12 @@ def test_batch_matmul_bit_exact(tmp_path, dtype):
     weights = tensor((5, 6), 0.02, 0, rng.integers(-127, 128, (5, 6)) if int8 else rng.uniform(-1, 1, (5, 6)))
     small = tensor((4, 5), 0.03, 1, rng.integers(-127, 128, (4, 5)) if int8 else rng.uniform(-1, 1, (4, 5)))
     outputs = []
-    for lhs, rhs, adj_x, adj_y, shape in ((a, b, False, False, (2, 3, 4, 6)), (b, a, True, True, (2, 3, 6, 4)),
-                                          (a, weights, False, False, (2, 3, 4, 6)),
-                                          (small, b, False, False, (2, 3, 4, 6))):
+    for lhs, rhs, adj_x, adj_y, shape in (
+        (a, b, False, False, (2, 3, 4, 6)),
+        (b, a, True, True, (2, 3, 6, 4)),
+        (a, weights, False, False, (2, 3, 4, 6)),
+        (small, b, False, False, (2, 3, 4, 6)),
+    ):
         y = tensor(shape, 0.3, -4)
         m.op("BATCH_MATMUL", [lhs, rhs], [y], "BatchMatMulOptions", adjX=adj_x, adjY=adj_y)
         outputs.append(y)
@@ -641,27 +799,46 @@ def test_16bit_matrix_products_bit_exact(tmp_path):
     m = TinyModel()
     x = m.tensor((2, 4, 3, 3), "int16", 1 / 1000, 0)
     outputs = []
-    for out_shape, pad, stride, activation, bias_type in (((2, 7, 6, 5), 0, 2, 0, "int64"),
-                                                         ((2, 12, 10, 4), 1, 3, 3, "int16"),
-                                                         ((2, 8, 6, 2), 0, 2, 1, None)):
+    for out_shape, pad, stride, activation, bias_type in (
+        ((2, 7, 6, 5), 0, 2, 0, "int64"),
+        ((2, 12, 10, 4), 1, 3, 3, "int16"),
+        ((2, 8, 6, 2), 0, 2, 1, None),
+    ):
         filter_shape = (out_shape[3], 3, 4, 3)
         scales = list(rng.uniform(0.005, 0.02, size=out_shape[3]))
         w = m.tensor(filter_shape, "int8", scales, 0, rng.integers(-127, 128, size=filter_shape), axis=0)
         inputs = [m.tensor((4,), "int32", data=list(out_shape)), w, x]
         if bias_type:
             bound = (1 << 24) if bias_type == "int64" else (1 << 15) - 1
-            inputs.append(m.tensor((out_shape[3],), bias_type, [s / 1000 for s in scales], 0,
-                                   rng.integers(-bound, bound, size=out_shape[3])))
+            inputs.append(
+                m.tensor(
+                    (out_shape[3],),
+                    bias_type,
+                    [s / 1000 for s in scales],
+                    0,
+                    rng.integers(-bound, bound, size=out_shape[3]),
+                )
+            )
         y = m.tensor(out_shape, "int16", 1 / 200, 0)
-        m.op("TRANSPOSE_CONV", inputs, [y], "TransposeConvOptions", padding=pad, strideH=stride, strideW=stride,
-             fusedActivationFunction=activation)
+        m.op(
+            "TRANSPOSE_CONV",
+            inputs,
+            [y],
+            "TransposeConvOptions",
+            padding=pad,
+            strideH=stride,
+            strideW=stride,
+            fusedActivationFunction=activation,
+        )
         outputs.append(y)
     a = m.tensor((2, 3, 4, 5), "int16", 1 / 2000, 0)
     b = m.tensor((2, 3, 5, 6), "int16", 1 / 3000, 0)
     weights = m.tensor((5, 6), "int16", 1 / 1000, 0, rng.integers(-32768, 32768, (5, 6)))
-    for lhs, rhs, adj_x, adj_y, shape, scale in ((a, b, False, False, (2, 3, 4, 6), 1 / 300),
-                                                 (b, a, True, True, (2, 3, 6, 4), 1 / 100),
-                                                 (a, weights, False, False, (2, 3, 4, 6), 1 / 20)):
+    for lhs, rhs, adj_x, adj_y, shape, scale in (
+        (a, b, False, False, (2, 3, 4, 6), 1 / 300),
+        (b, a, True, True, (2, 3, 6, 4), 1 / 100),
+        (a, weights, False, False, (2, 3, 4, 6), 1 / 20),
+    ):
         y = m.tensor(shape, "int16", scale, 0)
         m.op("BATCH_MATMUL", [lhs, rhs], [y], "BatchMatMulOptions", adjX=adj_x, adjY=adj_y)
         outputs.append(y)
@@ -670,6 +847,7 @@ def test_16bit_matrix_products_bit_exact(tmp_path):
 
 
 # ---- int64 and bool data ---------------------------------------------------------------------------------------
+
 
 def test_int64_kernels_bit_exact(tmp_path):
     """Every kernel TFLM's reference runs on int64 data: RESHAPE, SQUEEZE, CONCATENATION, PACK, BROADCAST_TO,
@@ -715,8 +893,9 @@ def test_int64_kernels_bit_exact(tmp_path):
     m.op("LOGICAL_NOT", [flags], [passed])
     path = m.save(tmp_path / "int64.tflite", [flags], [passed, *outputs, *checks])
     _, *results = _check(path, seeds=(0,))
-    _varied(results[:len(outputs)], at_least=2)
-    assert all(np.all(same) for same in results[len(outputs):])
+    _varied(results[: len(outputs)], at_least=2)
+    assert all(np.all(same) for same in results[len(outputs) :])
+
 
 def test_bool_byte_copies_and_reverse_v2_bit_exact(tmp_path):
     """The byte copies TFLM's reference runs on bool data: SLICE (int32 and int64 begin and size), STRIDED_SLICE
@@ -736,12 +915,26 @@ def test_bool_byte_copies_and_reverse_v2_bit_exact(tmp_path):
         return m.tensor((len(values),), "int32", data=list(values))
 
     op("SLICE", [x, ints(1, 0, 1, 2), ints(1, -1, 2, 3)], (1, 3, 2, 3))
-    op("SLICE", [x, m.tensor((4,), "int64", data=[0, 1, 0, 1]), m.tensor((4,), "int64", data=[2, 2, -1, 3])],
-       (2, 2, 4, 3))
-    op("STRIDED_SLICE", [x, ints(0, 2, 3, 0), ints(2, 0, 0, 5), ints(1, -1, -2, 2)], (2, 2, 2, 3),
-       "StridedSliceOptions", beginMask=1, endMask=1)
-    op("STRIDED_SLICE", [x, ints(1, 0, 0, 4), ints(2, 3, 4, 5), ints(1, 1, 1, 1)], (3, 4), "StridedSliceOptions",
-       shrinkAxisMask=0b1001)
+    op(
+        "SLICE",
+        [x, m.tensor((4,), "int64", data=[0, 1, 0, 1]), m.tensor((4,), "int64", data=[2, 2, -1, 3])],
+        (2, 2, 4, 3),
+    )
+    op(
+        "STRIDED_SLICE",
+        [x, ints(0, 2, 3, 0), ints(2, 0, 0, 5), ints(1, -1, -2, 2)],
+        (2, 2, 2, 3),
+        "StridedSliceOptions",
+        beginMask=1,
+        endMask=1,
+    )
+    op(
+        "STRIDED_SLICE",
+        [x, ints(1, 0, 0, 4), ints(2, 3, 4, 5), ints(1, 1, 1, 1)],
+        (3, 4),
+        "StridedSliceOptions",
+        shrinkAxisMask=0b1001,
+    )
     op("CONCATENATION", [x, x], (2, 6, 4, 5), "ConcatenationOptions", axis=1)
     flat = op("RESHAPE", [small, ints(1, 15)], (1, 15))
     op("SQUEEZE", [flat], (15,), "SqueezeOptions", squeezeDims=[0])
@@ -770,11 +963,15 @@ def test_floor_div_and_floor_mod_bit_exact(tmp_path):
     gain = m.tensor((1,), "float32", data=[20.0])
     wide = m.tensor(SHAPE, "float32")
     m.op("MUL", [x, gain], [wide], "MulOptions", fusedActivationFunction=0)
-    divisor = m.tensor((4, 5), "float32", data=np.array([-3.0, -1.5, -0.25, 0.5, 0.7, 1.0, 2.0, 2.5, 3.0, 7.0] * 2)
-                       .reshape(4, 5))
+    divisor = m.tensor(
+        (4, 5), "float32", data=np.array([-3.0, -1.5, -0.25, 0.5, 0.7, 1.0, 2.0, 2.5, 3.0, 7.0] * 2).reshape(4, 5)
+    )
     outputs = []
-    for opcode, (first, second) in (("FLOOR_DIV", (wide, divisor)), ("FLOOR_MOD", (wide, divisor)),
-                                    ("FLOOR_MOD", (divisor, divisor))):
+    for opcode, (first, second) in (
+        ("FLOOR_DIV", (wide, divisor)),
+        ("FLOOR_MOD", (wide, divisor)),
+        ("FLOOR_MOD", (divisor, divisor)),
+    ):
         y = m.tensor(SHAPE if first is wide else (4, 5), "float32")
         m.op(opcode, [first, second], [y])
         outputs.append(y)
@@ -809,14 +1006,18 @@ def test_run_time_indices_and_shapes_bit_exact(tmp_path):
     m.op("BROADCAST_ARGS", [shape, m.tensor((2,), "int32", data=[4, 1])], [broadcast])
     outputs.append(broadcast)
     wide = m.tensor((3,), "int64")
-    m.op("BROADCAST_ARGS", [m.tensor((3,), "int64", data=[1, 1 << 30, 1]), m.tensor((2,), "int64", data=[1, 7])],
-         [wide])
+    m.op(
+        "BROADCAST_ARGS", [m.tensor((3,), "int64", data=[1, 1 << 30, 1]), m.tensor((2,), "int64", data=[1, 7])], [wide]
+    )
     same = m.tensor((3,), "bool")
     m.op("EQUAL", [wide, m.tensor((3,), "int64", data=[1, 1 << 30, 7])], [same])
     checks.append(same)
     rows = m.tensor((5,), "int32", data=[3, 0, 3, 1, 2])
-    for dtype, out_type, params in (("float32", "float32", ()), ("int8", "int8", (0.05, -3)),
-                                    ("int8", "float32", (0.05, 0))):
+    for dtype, out_type, params in (
+        ("float32", "float32", ()),
+        ("int8", "int8", (0.05, -3)),
+        ("int8", "float32", (0.05, 0)),
+    ):
         value = m.tensor((4, 3, 5), dtype, *params)
         inputs.append(value)
         y = m.tensor((5, 3, 5), out_type, *(params if out_type == dtype else ()))
@@ -824,23 +1025,33 @@ def test_run_time_indices_and_shapes_bit_exact(tmp_path):
         outputs.append(y)
     path = m.save(tmp_path / "run_time_indices.tflite", inputs, outputs + checks)
     results = _check(path, seeds=(0,))
-    _varied(results[:len(outputs)])
-    assert all(np.all(c) for c in results[len(outputs):])
+    _varied(results[: len(outputs)])
+    assert all(np.all(c) for c in results[len(outputs) :])
 
 
 # ---- random models per family ----------------------------------------------------------------------------------
 
 # opcode -> (arity, options type, options drawn from the generator); element-wise, any broadcastable shapes
 RANDOM_FAMILIES = {
-    "activations": {"RELU": (1, None, None), "RELU6": (1, None, None), "TANH": (1, None, None),
-                    "LOGISTIC": (1, None, None), "ELU": (1, None, None), "HARD_SWISH": (1, None, None),
-                    "LEAKY_RELU": (1, "LeakyReluOptions", lambda rng: {"alpha": float(rng.uniform(-1, 2))}),
-                    "PRELU": (2, None, None)},
-    "math": {"ADD": (2, "AddOptions", lambda rng: {"fusedActivationFunction": int(rng.choice([0, 1, 3]))}),
-             "SUB": (2, "SubOptions", lambda rng: {"fusedActivationFunction": int(rng.choice([0, 1, 3]))}),
-             "MUL": (2, "MulOptions", lambda rng: {"fusedActivationFunction": 0}),
-             "MAXIMUM": (2, None, None), "MINIMUM": (2, None, None), "SQUARED_DIFFERENCE": (2, None, None),
-             "ABS": (1, None, None)},
+    "activations": {
+        "RELU": (1, None, None),
+        "RELU6": (1, None, None),
+        "TANH": (1, None, None),
+        "LOGISTIC": (1, None, None),
+        "ELU": (1, None, None),
+        "HARD_SWISH": (1, None, None),
+        "LEAKY_RELU": (1, "LeakyReluOptions", lambda rng: {"alpha": float(rng.uniform(-1, 2))}),
+        "PRELU": (2, None, None),
+    },
+    "math": {
+        "ADD": (2, "AddOptions", lambda rng: {"fusedActivationFunction": int(rng.choice([0, 1, 3]))}),
+        "SUB": (2, "SubOptions", lambda rng: {"fusedActivationFunction": int(rng.choice([0, 1, 3]))}),
+        "MUL": (2, "MulOptions", lambda rng: {"fusedActivationFunction": 0}),
+        "MAXIMUM": (2, None, None),
+        "MINIMUM": (2, None, None),
+        "SQUARED_DIFFERENCE": (2, None, None),
+        "ABS": (1, None, None),
+    },
 }
 
 
@@ -864,10 +1075,19 @@ def _random_model(m: TinyModel, family: str, dtype: str, rng: np.random.Generato
         operands = [first]
         if arity == 2:
             keep = rng.integers(0, 2, size=len(SHAPE)).astype(bool)
-            shape = tuple(n if k else 1 for n, k in zip(SHAPE, keep))[int(rng.integers(0, 3)):]
-            operands.append(m.tensor(shape or (1,), dtype, *quant(),
-                                     data=(rng.integers(-128, 128, size=shape or (1,)) if dtype == "int8"
-                                           else rng.uniform(-2, 2, size=shape or (1,)))))
+            shape = tuple(n if k else 1 for n, k in zip(SHAPE, keep))[int(rng.integers(0, 3)) :]
+            operands.append(
+                m.tensor(
+                    shape or (1,),
+                    dtype,
+                    *quant(),
+                    data=(
+                        rng.integers(-128, 128, size=shape or (1,))
+                        if dtype == "int8"
+                        else rng.uniform(-2, 2, size=shape or (1,))
+                    ),
+                )
+            )
         out_quant = (1 / 256, -128) if opcode == "LOGISTIC" and dtype == "int8" else quant()
         y = m.tensor(SHAPE, dtype, *out_quant)
         m.op(opcode, operands, [y], options_type, **(draw(rng) if draw else {}))
@@ -888,6 +1108,7 @@ def test_random_models_per_family_bit_exact(tmp_path, family, dtype):
 
 # ---- the support table, errors and --check --------------------------------------------------------------------
 
+
 def test_operators_tflm_lacks_are_refused_with_the_reason(tmp_path):
     m = TinyModel()
     x = m.tensor((1, 2, 2, 1), "float32")
@@ -899,7 +1120,8 @@ def test_operators_tflm_lacks_are_refused_with_the_reason(tmp_path):
     blockers = check_model(path)
     assert [str(b) for b in blockers] == [
         f"operator 0 (RELU_N1_TO_1 float32 -> float32): {NOT_IN_TFLM['RELU_N1_TO_1']}",
-        "operator 1 (L2_POOL_2D float32 -> float32): no kernel in the lowtide runtime"]
+        "operator 1 (L2_POOL_2D float32 -> float32): no kernel in the lowtide runtime",
+    ]
     assert "RELU_N1_TO_1" not in KERNELS
 
 
@@ -915,12 +1137,14 @@ def test_types_tflm_leaves_undefined_are_refused_with_the_reason(tmp_path):
     path = m.save(tmp_path / "undefined.tflite", [a, b, x, y], [greater, quotient])
     assert [str(b) for b in check_model(path)] == [
         f"operator 0 (GREATER int16, int16 -> bool): {UNDEFINED_IN_TFLM[('GREATER', 'int16->bool')]}",
-        f"operator 1 (DIV int8, int8 -> int8): input1 scale / (input2 scale x output scale) is 2: {DIV_INT8_RANGE}"]
+        f"operator 1 (DIV int8, int8 -> int8): input1 scale / (input2 scale x output scale) is 2: {DIV_INT8_RANGE}",
+    ]
 
 
 def test_check_lists_every_blocker_as_json(tmp_path):
-    from lowtide.cli import app, compile_cmd  # noqa: F401  (registers the command)
     from typer.testing import CliRunner
+
+    from lowtide.cli import app, compile_cmd  # noqa: F401  (registers the command)
 
     m = TinyModel()
     x = m.tensor((1, 4), "int16", 0.1, 0)
@@ -933,9 +1157,15 @@ def test_check_lists_every_blocker_as_json(tmp_path):
     assert result.exit_code == 1, result.output
     report = json.loads(result.output)
     assert report["compiles"] is False
-    assert report["blockers"] == [{"op_index": 0, "opcode": "HARD_SWISH", "input_types": ["int16"],
-                                   "output_types": ["int16"],
-                                   "reason": "no int16 kernel (supported: int8, float32)"}]
+    assert report["blockers"] == [
+        {
+            "op_index": 0,
+            "opcode": "HARD_SWISH",
+            "input_types": ["int16"],
+            "output_types": ["int16"],
+            "reason": "no int16 kernel (supported: int8, float32)",
+        }
+    ]
 
 
 def test_docs_support_table_is_generated_from_the_code():

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from lowtide import oracle
 from lowtide.compile import compile_model, verify_compiled
 from lowtide.compile.hostcheck import (
@@ -43,8 +44,10 @@ def _split_model(tmp_path: Path) -> Path:
     x = b.input((1, 10, 4, 8))
     stem = b.conv2d(x, filters=8, kernel=3)
     rows = b.split(stem, ROW_SIZES, axis=1)
-    convs = [b.conv2d(piece, filters=8, kernel=3, activation=activation)
-             for piece, activation in zip(rows, ("RELU", "NONE", "RELU6"))]
+    convs = [
+        b.conv2d(piece, filters=8, kernel=3, activation=activation)
+        for piece, activation in zip(rows, ("RELU", "NONE", "RELU6"))
+    ]
     joined = b.concat(convs, axis=1)
     channels = b.split(joined, CHANNEL_SIZES, axis=-1)
     mixed = b.concat([b.conv2d(piece, filters=4, kernel=1) for piece in channels])
@@ -60,6 +63,7 @@ def _ops(path: Path, opcode: str):
 
 # ---- the builder's SPLIT_V on TFLM -------------------------------------------------------------------------------
 
+
 def test_builder_split_v_runs_on_tflm_and_cuts_where_asked(tmp_path):
     b = ModelBuilder(seed=2)
     x = b.input((1, 6, 5, 3))
@@ -74,8 +78,9 @@ def test_builder_split_v_runs_on_tflm_and_cuts_where_asked(tmp_path):
     assert graph.constant_array(op.inputs[1]).tolist() == [1, -1, 2]
     raw = graph.raw.subgraphs[0].tensors
     stem_q = (list(raw[stem.index].quantization.scale), list(raw[stem.index].quantization.zeroPoint))
-    assert all((list(raw[p.index].quantization.scale), list(raw[p.index].quantization.zeroPoint)) == stem_q
-               for p in pieces)
+    assert all(
+        (list(raw[p.index].quantization.scale), list(raw[p.index].quantization.zeroPoint)) == stem_q for p in pieces
+    )
 
     run = oracle.run(path.read_bytes(), oracle.random_inputs(graph, 0))
     whole, *cut = run.outputs
@@ -95,6 +100,7 @@ def test_builder_split_rejects_sizes_that_do_not_cut_the_axis():
 
 
 # ---- compiled against TFLM ---------------------------------------------------------------------------------------
+
 
 def test_split_v_rows_and_channels_bit_exact(tmp_path):
     path = _split_model(tmp_path)
@@ -118,8 +124,13 @@ def _split_graph(m: TinyModel, dtype: str) -> tuple[list[int], list[int]]:
     pieces = [act((2, 3, 2, 4)) for _ in range(3)]
     m.op("SPLIT", [m.tensor((1,), "int32", data=[2]), x], pieces, "SplitOptions", numSplits=3)
     narrow, wide = act((2, 3, 6, 1)), act((2, 3, 6, 3), scale=0.1, zero_point=-7)
-    m.op("SPLIT_V", [x, m.tensor((2,), "int32", data=[1, -1]), m.tensor((), "int32", data=-1)], [narrow, wide],
-         "SplitVOptions", numSplits=2)
+    m.op(
+        "SPLIT_V",
+        [x, m.tensor((2,), "int32", data=[1, -1]), m.tensor((), "int32", data=-1)],
+        [narrow, wide],
+        "SplitVOptions",
+        numSplits=2,
+    )
     swapped = act((2, 3, 4, 4))
     m.op("CONCATENATION", [pieces[2], pieces[0]], [swapped], "ConcatenationOptions", axis=2)
     return [x], [swapped, pieces[1], narrow, wide]
@@ -147,14 +158,23 @@ def test_size_splits_must_match_the_output_shapes(tmp_path):
     m = TinyModel()
     x = m.tensor((1, 4, 6), "float32")
     a, b = m.tensor((1, 4, 2), "float32"), m.tensor((1, 4, 4), "float32")
-    m.op("SPLIT_V", [x, m.tensor((2,), "int32", data=[3, -1]), m.tensor((), "int32", data=2)], [a, b],
-         "SplitVOptions", numSplits=2)
+    m.op(
+        "SPLIT_V",
+        [x, m.tensor((2,), "int32", data=[3, -1]), m.tensor((), "int32", data=2)],
+        [a, b],
+        "SplitVOptions",
+        numSplits=2,
+    )
     path = m.save(tmp_path / "mismatch.tflite", [x], [a, b])
-    with pytest.raises(LowtideError, match=r"operator 0 \(SPLIT_V\): declared output shape .* output 1 is declared \[1, 4, 2\], computed \[1, 4, 3\]"):
+    with pytest.raises(
+        LowtideError,
+        match=r"operator 0 \(SPLIT_V\): declared output shape .* output 1 is declared \[1, 4, 2\], computed \[1, 4, 3\]",
+    ):
         compile_model(path)
 
 
 # ---- in place: outputs on their input's bytes ----------------------------------------------------------------------
+
 
 def _with_plan(path: Path, offsets: dict[int, int], out: Path) -> Path:
     """`path` with an OfflineMemoryAllocation plan giving each activation its offset in `offsets`."""
@@ -278,8 +298,9 @@ def test_an_overlap_no_copy_can_run_in_place_is_refused(tmp_path):
     path = _split_model(tmp_path)
     offsets, _ = _in_place_offsets(path)
     sg = load_model(path).main
-    channel_split = next(op for op in sg.operators if op.opcode == "SPLIT_V"
-                         and sg.tensors[op.outputs[0]].shape[3] != 8)
+    channel_split = next(
+        op for op in sg.operators if op.opcode == "SPLIT_V" and sg.tensors[op.outputs[0]].shape[3] != 8
+    )
     offsets[channel_split.outputs[0]] = offsets[channel_split.inputs[0]]
     planned = _with_plan(path, offsets, tmp_path / "bad.tflite")
     with pytest.raises(LowtideError, match=r"\(SPLIT_V [^)]*\): the memory plan overlaps tensors"):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from lowtide import oracle
 from lowtide.compile import compile_model, verify_compiled
 from lowtide.compile.hostcheck import (
@@ -40,8 +41,9 @@ def _model(name: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("name, state_bytes", [("mww_v2_vad", 1122), ("mww_v2_okay_nabu", 3474),
-                                               ("mww_v1_okay_nabu", 8026)])
+@pytest.mark.parametrize(
+    "name, state_bytes", [("mww_v2_vad", 1122), ("mww_v2_okay_nabu", 3474), ("mww_v1_okay_nabu", 8026)]
+)
 def test_streaming_models_with_resource_variables_bit_exact(name, state_bytes):
     """CALL_ONCE assigns each resource variable its initial constant on the first invocation; READ_VARIABLE and
     ASSIGN_VARIABLE carry the streaming windows from one invocation to the next. State: the resource variables'
@@ -49,8 +51,9 @@ def test_streaming_models_with_resource_variables_bit_exact(name, state_bytes):
     path = _model(name)
     compiled = compile_model(path)
     graph = load_model(path)
-    resource_bytes = sum(graph.main.tensors[op.outputs[0]].nbytes for op in graph.main.operators
-                         if op.opcode == "READ_VARIABLE")
+    resource_bytes = sum(
+        graph.main.tensors[op.outputs[0]].nbytes for op in graph.main.operators if op.opcode == "READ_VARIABLE"
+    )
     assert compiled.fixed_state_bytes == state_bytes == resource_bytes + 2
     result = verify_compiled(path, seed=0, sanitize=True, invocations=INVOCATIONS)
     assert result.passed, result.outputs
@@ -92,8 +95,10 @@ def test_keyword_models_bit_exact_over_invocations(name):
     assert first_divergence(path, seed=1, invocations=INVOCATIONS) is None
 
 
-@pytest.mark.parametrize("name, state_bytes", [("tflm_keyword_scrambled", 2 * (4 * 512 + 3 * 1024) + 2),
-                                               ("tflm_keyword_scrambled_8bit", 4 * 512 + 3 * 1024 + 1)])
+@pytest.mark.parametrize(
+    "name, state_bytes",
+    [("tflm_keyword_scrambled", 2 * (4 * 512 + 3 * 1024) + 2), ("tflm_keyword_scrambled_8bit", 4 * 512 + 3 * 1024 + 1)],
+)
 def test_variable_tensors_are_static_state_outside_the_arena(name, state_bytes, tmp_path):
     """Seven SVDF states (+ the `ready` flag, rounded to the struct's alignment), measured in the object's .bss."""
     path = _model(name)
@@ -153,8 +158,11 @@ def test_reset_puts_the_state_back_like_tflm(tmp_path, source):
     (tmp_path / "main.c").write_text(_RESET_MAIN)
     binary = tmp_path / "reset_check"
     sources = [tmp_path / "model.c", tmp_path / "main.c", *sorted(RUNTIME_DIR.glob("*.c"))]
-    subprocess.run(["gcc", *CFLAGS, "-I", str(RUNTIME_DIR), "-I", str(tmp_path), *map(str, sources), "-lm",
-                    "-o", str(binary)], check=True, capture_output=True)
+    subprocess.run(
+        ["gcc", *CFLAGS, "-I", str(RUNTIME_DIR), "-I", str(tmp_path), *map(str, sources), "-lm", "-o", str(binary)],
+        check=True,
+        capture_output=True,
+    )
     graph = load_model(path)
     a, b = oracle.random_inputs(graph, 0), oracle.random_inputs(graph, 1)
     (tmp_path / "in.bin").write_bytes(a[0].tobytes() + b[0].tobytes())
@@ -165,7 +173,7 @@ def test_reset_puts_the_state_back_like_tflm(tmp_path, source):
     for _ in range(3):
         outputs = []
         for t in tensors:
-            outputs.append(np.frombuffer(raw[position:position + t.nbytes], dtype=t.dtype).reshape(t.shape))
+            outputs.append(np.frombuffer(raw[position : position + t.nbytes], dtype=t.dtype).reshape(t.shape))
             position += t.nbytes
         runs.append(outputs)
     reference = oracle.run_sequence(data, [a, b, b], str(path), reset_before=frozenset({2}))
@@ -186,15 +194,29 @@ def test_small_svdf_model_with_batches_and_rank(tmp_path, state_type):
     result = verify_compiled(path, seed=0, sanitize=True, invocations=6)
     assert result.passed, result.outputs
     graph = load_model(path)
-    sequence = oracle.run_sequence(path.read_bytes(), [oracle.random_inputs(graph, n) for n in range(6)],
-                                     str(path))
+    sequence = oracle.run_sequence(path.read_bytes(), [oracle.random_inputs(graph, n) for n in range(6)], str(path))
     assert len({s[1].tobytes() for s in sequence}) == 6  # each invocation's output differs: not saturated
 
 
 def test_cli_verifies_state_over_several_invocations(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "lowtide", "compile", str(MODELS / "tflm_keyword_scrambled.tflite"), "-o",
-         str(tmp_path / "c"), "--verify", "--invocations", "3", "--json"], capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "lowtide",
+            "compile",
+            str(MODELS / "tflm_keyword_scrambled.tflite"),
+            "-o",
+            str(tmp_path / "c"),
+            "--verify",
+            "--invocations",
+            "3",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["verify"]["passed"] is True and report["verify"]["invocations"] == 3

@@ -9,22 +9,31 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support.hostile import assert_kept_promise, run_in_process
+
 from lowtide import oracle
 from lowtide.compile.lowering import KERNELS
 from lowtide.model import read_model
 from lowtide.model.schema import BUILTIN_CODES
 from lowtide.validation import load_model, model_problems
+from support.hostile import assert_kept_promise, run_in_process
 from support.models import TinyModel
 from support.operator_cases import CASES, SHAPE, float_tensor
 
 # Operators whose output holds no data: nothing to declare wrongly.
-NO_DATA_OUTPUT = {"ASSIGN_VARIABLE": "writes no tensor", "CALL_ONCE": "writes no tensor",
-                  "VAR_HANDLE": "its output is a handle, whose shape neither TFLM nor lowtide reads"}
+NO_DATA_OUTPUT = {
+    "ASSIGN_VARIABLE": "writes no tensor",
+    "CALL_ONCE": "writes no tensor",
+    "VAR_HANDLE": "its output is a handle, whose shape neither TFLM nor lowtide reads",
+}
 # What the table computes where it is not one exact shape (lowtide.model.shapes says why at each rule).
-NOT_EXACT = {"FULLY_CONNECTED": "[any, 5] of 5 elements", "RESHAPE": "any shape of 48 elements",
-             "SQUEEZE": "any shape of 48 elements", "READ_VARIABLE": "any shape of 48 elements",
-             "SPACE_TO_BATCH_ND": "[4, any, any, 3]", "BATCH_TO_SPACE_ND": "[1, any, any, 3]"}
+NOT_EXACT = {
+    "FULLY_CONNECTED": "[any, 5] of 5 elements",
+    "RESHAPE": "any shape of 48 elements",
+    "SQUEEZE": "any shape of 48 elements",
+    "READ_VARIABLE": "any shape of 48 elements",
+    "SPACE_TO_BATCH_ND": "[4, any, any, 3]",
+    "BATCH_TO_SPACE_ND": "[1, any, any, 3]",
+}
 
 
 def test_every_lowered_operator_has_a_case():
@@ -36,8 +45,11 @@ def _model(opcode: str, folder: Path, corrupt: bool) -> tuple[Path, int, list[in
     and the output's shape as the case declares it."""
     m = TinyModel()
     inputs, outputs = CASES[opcode](m)
-    index = next(k for k, op in enumerate(m.operators)
-                 if m.editor.model.operatorCodes[op.opcodeIndex].builtinCode == BUILTIN_CODES[opcode])
+    index = next(
+        k
+        for k, op in enumerate(m.operators)
+        if m.editor.model.operatorCodes[op.opcodeIndex].builtinCode == BUILTIN_CODES[opcode]
+    )
     output = m.tensors[m.operators[index].outputs[0]]
     shape = [int(d) for d in output.shape]
     if corrupt:
@@ -64,12 +76,17 @@ def test_a_declared_output_shape_the_operator_does_not_compute_is_one_line(opcod
     assert [p.message for p in problems] == [
         f"subgraph 0 operator {index} ({opcode}): declared output shape is not the one the operator computes: "
         f"output {graph.main.operators[index].outputs[0]} is declared {declared}, "
-        f"computed {NOT_EXACT.get(opcode, str(shape))}"]
+        f"computed {NOT_EXACT.get(opcode, str(shape))}"
+    ]
     for command in ("validate", "inspect", "compile", "optimize"):
         out = tmp_path / command
         out.mkdir()
-        assert_kept_promise(run_in_process(command, path, out), path, out,
-                            expect_error=f"operator {index} ({opcode}): declared output shape is not the one")
+        assert_kept_promise(
+            run_in_process(command, path, out),
+            path,
+            out,
+            expect_error=f"operator {index} ({opcode}): declared output shape is not the one",
+        )
 
 
 def _int8_conv(m: TinyModel, bias_channels: int = 4, scale_axis: int = 0) -> tuple[list[int], list[int]]:
@@ -80,8 +97,17 @@ def _int8_conv(m: TinyModel, bias_channels: int = 4, scale_axis: int = 0) -> tup
     scales = [0.01 + 0.001 * k for k in range((4, 3, 3, 3)[scale_axis])]
     w = m.tensor((4, 3, 3, 3), "int8", scales, 0, rng.integers(-127, 128, (4, 3, 3, 3)), axis=scale_axis)
     bias = m.tensor((bias_channels,), "int32", 0.0005, 0, rng.integers(-500, 500, bias_channels))
-    m.op("CONV_2D", [x, w, bias], [y], "Conv2DOptions", padding=0, strideH=1, strideW=1, dilationHFactor=1,
-         dilationWFactor=1)
+    m.op(
+        "CONV_2D",
+        [x, w, bias],
+        [y],
+        "Conv2DOptions",
+        padding=0,
+        strideH=1,
+        strideW=1,
+        dilationHFactor=1,
+        dilationWFactor=1,
+    )
     return [x], [y]
 
 
@@ -91,18 +117,30 @@ def _concatenation_of_two_heights(m: TinyModel) -> tuple[list[int], list[int]]:
     return [a, b], [y]
 
 
-@pytest.mark.parametrize("name, build, reason", [
-    # per_channel_multipliers reads one filter scale per output channel: 3 along the input channels was an
-    # IndexError in compile
-    ("scales_along_inputs", lambda m: _int8_conv(m, scale_axis=3),
-     "operator 0 (CONV_2D): operand shapes do not fit the operator: filter quantized with 3 scales for 4 output "
-     "channels"),
-    ("short_bias", lambda m: _int8_conv(m, bias_channels=3),
-     "operator 0 (CONV_2D): operand shapes do not fit the operator: bias of shape [3] for 4 output channels"),
-    ("heights_differ", _concatenation_of_two_heights,
-     "operator 0 (CONCATENATION): operand shapes do not fit the operator: inputs of shapes [1, 4, 4, 3], "
-     "[1, 5, 4, 3] differ outside axis 3"),
-])
+@pytest.mark.parametrize(
+    "name, build, reason",
+    [
+        # per_channel_multipliers reads one filter scale per output channel: 3 along the input channels was an
+        # IndexError in compile
+        (
+            "scales_along_inputs",
+            lambda m: _int8_conv(m, scale_axis=3),
+            "operator 0 (CONV_2D): operand shapes do not fit the operator: filter quantized with 3 scales for 4 output "
+            "channels",
+        ),
+        (
+            "short_bias",
+            lambda m: _int8_conv(m, bias_channels=3),
+            "operator 0 (CONV_2D): operand shapes do not fit the operator: bias of shape [3] for 4 output channels",
+        ),
+        (
+            "heights_differ",
+            _concatenation_of_two_heights,
+            "operator 0 (CONCATENATION): operand shapes do not fit the operator: inputs of shapes [1, 4, 4, 3], "
+            "[1, 5, 4, 3] differ outside axis 3",
+        ),
+    ],
+)
 def test_operand_shapes_a_kernel_cannot_combine_are_one_line(name, build, reason, tmp_path):
     m = TinyModel()
     folder = tmp_path / "in"

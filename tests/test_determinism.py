@@ -13,10 +13,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import SHARED_MODELS
-from support.cli import LAUNCH
 
+from conftest import SHARED_MODELS
 from lowtide.testing.zoo import RandWireSpec, randwire_model
+from support.cli import LAUNCH
 
 # The second run's load: as many busy processes as the machine the budgets were tuned on has cores.
 BUSY_PROCESSES = 2
@@ -37,8 +37,13 @@ def cpu_load(processes: int) -> Iterator[None]:
 def optimize_outputs(model: Path, out: Path, options: tuple[str, ...], hash_seed: str) -> tuple[dict[str, bytes], dict]:
     """Every file `lowtide optimize` wrote (by suffix) and its --json report."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run([sys.executable, "-c", LAUNCH, "optimize", str(model), "-o", str(out), "--json", *options],
-                          capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONHASHSEED": hash_seed})
+    done = subprocess.run(
+        [sys.executable, "-c", LAUNCH, "optimize", str(model), "-o", str(out), "--json", *options],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONHASHSEED": hash_seed},
+    )
     assert done.returncode == 0, done.stderr
     return {path.suffix: path.read_bytes() for path in out.parent.iterdir()}, json.loads(done.stdout)
 
@@ -77,7 +82,6 @@ def test_optimize_writes_the_same_bytes_beside_cpu_load(tmp_path, case):
 def test_a_time_limit_that_cuts_a_search_is_reported(tmp_path):
     """The wall clock stays a safety net: when it does cut, the report says where."""
     model = randwire_file(tmp_path)
-    _, report = optimize_outputs(model, tmp_path / "cut" / "out.tflite", ("--time-limit", "1", "--effort", "100"),
-                                 "1")
+    _, report = optimize_outputs(model, tmp_path / "cut" / "out.tflite", ("--time-limit", "1", "--effort", "100"), "1")
     assert report["wall_clock_cut"] is True
     assert "schedule" in report["wall_clock_cut_at"]

@@ -17,9 +17,9 @@ from lowtide.export import OFFLINE_PLAN_NAME, export_optimized
 from lowtide.memory import buffer_lifetimes, stored_order, tflm_plan
 from lowtide.memory.placement import place
 from lowtide.model.writer import misaligned_buffers
+from lowtide.pipeline.optimize import optimize_model
 from lowtide.schedule import find_schedule
 from lowtide.validation import load_model
-from lowtide.pipeline.optimize import optimize_model
 
 MODELS = Path(__file__).resolve().parents[1] / ".." / "shared" / "models"
 MODEL_PATHS = sorted(MODELS.glob("*.tflite"))
@@ -50,7 +50,8 @@ def test_export_writes_order_plan_header_and_sidecar_that_tflm_honours(tmp_path)
     # Operators stored in the new order.
     for sg, ops in order.items():
         assert [op.opcode for op in written.subgraphs[sg].operators] == [
-            graph.subgraphs[sg].operators[i].opcode for i in ops]
+            graph.subgraphs[sg].operators[i].opcode for i in ops
+        ]
     # The plan: [version 1, subgraphs, n, offsets...], an offset for every planned tensor, -1 for the rest.
     words = struct.unpack(f"<{len(written.metadata[OFFLINE_PLAN_NAME]) // 4}i", written.metadata[OFFLINE_PLAN_NAME])
     assert words[:3] == (1, 2, graph.tensor_count)
@@ -111,8 +112,9 @@ def test_existing_plan_is_replaced_and_scratch_buffers_are_placed_by_tflm(tmp_pa
     # Second plan over the first: the old entry is replaced, not duplicated.
     replanned_buffers = unplanned(planned, order)
     placement = place(replanned_buffers)
-    second = export_optimized(planned, order, dict(zip(replanned_buffers, placement.offsets)),
-                              tmp_path / "second.tflite")
+    second = export_optimized(
+        planned, order, dict(zip(replanned_buffers, placement.offsets)), tmp_path / "second.tflite"
+    )
     second.write()
     data = (tmp_path / "second.tflite").read_bytes()
     result = load_model(tmp_path / "second.tflite")
@@ -135,8 +137,10 @@ def test_overlapping_plan_is_rejected_before_anything_is_written(tmp_path):
     by_tensor = {b.tensor: b for b in buffers}
     offsets[by_tensor[first_op.outputs[0]]] = offsets[by_tensor[first_op.inputs[0]]]
     out = tmp_path / "bad.tflite"
-    pattern = rf"overlaps: .*t{first_op.inputs[0]}\b.* and .*t{first_op.outputs[0]}\b|" \
-              rf"overlaps: .*t{first_op.outputs[0]}\b.* and .*t{first_op.inputs[0]}\b"
+    pattern = (
+        rf"overlaps: .*t{first_op.inputs[0]}\b.* and .*t{first_op.outputs[0]}\b|"
+        rf"overlaps: .*t{first_op.outputs[0]}\b.* and .*t{first_op.inputs[0]}\b"
+    )
     with pytest.raises(LowtideError, match=pattern):
         export_optimized(graph, order, offsets, out)
     assert list(tmp_path.iterdir()) == []

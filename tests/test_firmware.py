@@ -16,21 +16,22 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from conftest import REPO, SHARED_MODELS, needs_firmware_tools, reference_figures
 from lowtide.compile import compile_model
 from lowtide.compile.codegen import arena_plan
 from lowtide.device.boards import known_boards
-from lowtide.project import platformio_environment
-from lowtide.storage import cache_root
 from lowtide.device.drivers.qemu import run_emulator
+from lowtide.device.protocol import PROTOCOL_VERSION, Counter
+from lowtide.device.session import DeviceSession
+from lowtide.device.spec import load_board_specs
+from lowtide.errors import LowtideError
 from lowtide.pipeline.firmware import firmware_project
 from lowtide.pipeline.measure import measure
-from lowtide.device.protocol import PROTOCOL_VERSION, Counter
-from lowtide.device.spec import load_board_specs
-from lowtide.device.session import DeviceSession
-from lowtide.errors import LowtideError
+from lowtide.project import platformio_environment
 from lowtide.rewrite import rewrite_auto
 from lowtide.runtimes import RUNTIMES, Runtime
+from lowtide.storage import cache_root
 from lowtide.validation import load_model
 from support.models import unsupported_model
 
@@ -43,13 +44,31 @@ KWS_DSCNN = SHARED_MODELS / "mlperf_kws_dscnn_int8.tflite"
 # 4 MiB + 4 MiB (2.4 MB arena, 3.4 MB of weights); the keyword_scrambled (SVDF), mww (CALL_ONCE, resource variables)
 # and LSTM models keep state between runs.
 SWEEP_MODELS = [
-    "tflm_person_detect", "mcunet_vww", "mcunet_detection", "mlperf_ad01_int8", "mlperf_ic_resnet8_int8",
-    "mlperf_kws_dscnn_int8", "mlperf_vww_96_int8", "mlperf_str_ww_int8", "mlperf_ic_resnet_large_int8",
-    "mlperf_ic_resnet_6blk_750k_int8", "mlperf_vww_96_14blk_int8", "mlperf_vww_96_20blk_int8",
-    "mltk_image_classification", "mltk_rock_paper_scissors", "mltk_image_example1",
-    "tflm_mobilenet_v2_quantized_224", "mltk_anomaly_detection", "tflm_keyword_scrambled",
-    "tflm_keyword_scrambled_8bit", "mww_v1_okay_nabu", "mww_v2_okay_nabu", "mww_v2_vad",
-    "tflm_micro_speech_lstm", "tflm_mnist_lstm_int8", "tflm_dtln_noise_suppression",
+    "tflm_person_detect",
+    "mcunet_vww",
+    "mcunet_detection",
+    "mlperf_ad01_int8",
+    "mlperf_ic_resnet8_int8",
+    "mlperf_kws_dscnn_int8",
+    "mlperf_vww_96_int8",
+    "mlperf_str_ww_int8",
+    "mlperf_ic_resnet_large_int8",
+    "mlperf_ic_resnet_6blk_750k_int8",
+    "mlperf_vww_96_14blk_int8",
+    "mlperf_vww_96_20blk_int8",
+    "mltk_image_classification",
+    "mltk_rock_paper_scissors",
+    "mltk_image_example1",
+    "tflm_mobilenet_v2_quantized_224",
+    "mltk_anomaly_detection",
+    "tflm_keyword_scrambled",
+    "tflm_keyword_scrambled_8bit",
+    "mww_v1_okay_nabu",
+    "mww_v2_okay_nabu",
+    "mww_v2_vad",
+    "tflm_micro_speech_lstm",
+    "tflm_mnist_lstm_int8",
+    "tflm_dtln_noise_suppression",
 ]
 
 
@@ -68,10 +87,20 @@ CHECKOUT_CORE_DIR = REPO / ".pio-core"
 
 
 def _pio(*args: str, build_dir: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = platformio_environment({"PLATFORMIO_CORE_DIR": str(CHECKOUT_CORE_DIR),
-                                  **({"PLATFORMIO_BUILD_DIR": str(build_dir)} if build_dir else {})})
-    return subprocess.run([*_offline_prefix(), sys.executable, "-m", "platformio", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    env = platformio_environment(
+        {
+            "PLATFORMIO_CORE_DIR": str(CHECKOUT_CORE_DIR),
+            **({"PLATFORMIO_BUILD_DIR": str(build_dir)} if build_dir else {}),
+        }
+    )
+    return subprocess.run(
+        [*_offline_prefix(), sys.executable, "-m", "platformio", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def build_firmware(spec, model: Path | None):
@@ -90,14 +119,32 @@ def test_board_files_describe_every_platformio_env():
     specs = load_board_specs()
     assert {"qemu-m4", "qemu-m7"} <= set(known_boards())  # what `lowtide measure --board` accepts
     ini = (REPO / "platformio.ini").read_text()
-    assert {"qemu-m4", "qemu-m7", "qemu-m33", "qemu-m55", "qemu-nucleo-f446re", "nucleo-f446re", "nucleo-f401re",
-            "nucleo-l4r5zi", "nucleo-f746zg", "nucleo-h743zi", "nano33ble", "esp32-s3-devkitc-1", "pico"} <= set(specs)
+    assert {
+        "qemu-m4",
+        "qemu-m7",
+        "qemu-m33",
+        "qemu-m55",
+        "qemu-nucleo-f446re",
+        "nucleo-f446re",
+        "nucleo-f401re",
+        "nucleo-l4r5zi",
+        "nucleo-f746zg",
+        "nucleo-h743zi",
+        "nano33ble",
+        "esp32-s3-devkitc-1",
+        "pico",
+    } <= set(specs)
     for spec in specs.values():
         assert f"[env:{spec.platformio_env}]" in ini, spec.name
         assert spec.sram_bytes > 0 and spec.flash_bytes > 0 and spec.clock_hz > 0
         assert spec.emulated or (spec.serial.baud > 0 and spec.serial.usb_ids), spec.name
-    assert [s.name for s in specs.values() if s.emulated] == ["qemu-m33", "qemu-m4", "qemu-m55", "qemu-m7",
-                                                              "qemu-nucleo-f446re"]
+    assert [s.name for s in specs.values() if s.emulated] == [
+        "qemu-m33",
+        "qemu-m4",
+        "qemu-m55",
+        "qemu-m7",
+        "qemu-nucleo-f446re",
+    ]
     assert "{port}" in " ".join(specs["qemu-m4"].emulator_command) and "-icount" in specs["qemu-m4"].emulator_command
 
 
@@ -213,13 +260,30 @@ def test_tiled_model_with_in_place_strips_runs_on_qemu_m4_in_its_planned_arena(t
 
 
 def test_measure_cli_json_on_qemu_m4():
-    result = subprocess.run([sys.executable, "-m", "lowtide", "measure", str(HELLO_WORLD), "--board", "qemu-m4",
-                             "--iterations", "3", "--json"], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lowtide",
+            "measure",
+            str(HELLO_WORLD),
+            "--board",
+            "qemu-m4",
+            "--iterations",
+            "3",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["outputs_match"] is True
     assert report["board"] == "qemu-mps2-an386"
-    assert 0 < report["arena_high_water_bytes"] <= report["board_planned_bytes"] == 32  # activations only: one-row FCs need no scratch
+    assert (
+        0 < report["arena_high_water_bytes"] <= report["board_planned_bytes"] == 32
+    )  # activations only: one-row FCs need no scratch
     assert report["latency_cycles"]["min"] == report["latency_cycles"]["max"] > 0
     assert report["latency_cycles"]["unit"] == "instructions" and report["latency"] is None
     # from the ELF: the 1,056-byte arena (32 B planned, 1 KiB painted slack), the 1-byte staging buffer and the
@@ -239,8 +303,9 @@ def test_measure_reports_a_model_the_compiler_rejects(tmp_path):
     with pytest.raises(LowtideError) as failure:
         measure(path, "qemu-m4", iterations=1, timeout=20)
     message = str(failure.value)
-    assert message == (f"{path}: cannot compile operator 0 (L2_POOL_2D float32 -> float32): no kernel in the "
-                       f"lowtide runtime")
+    assert message == (
+        f"{path}: cannot compile operator 0 (L2_POOL_2D float32 -> float32): no kernel in the lowtide runtime"
+    )
     assert set((cache_root() / "firmware").glob("*l2_pool*")) == projects
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from lowtide.device.protocol import MAX_PAYLOAD, Frame, FrameDecoder, encode_frame
 
 FIRMWARE = Path(__file__).resolve().parents[1] / "firmware" / "protocol"

@@ -24,11 +24,11 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from conftest import SHARED_MODELS
-from support.hostile import COMMANDS, assert_kept_promise, run_in_process, run_subprocess, serialise_isolated
 from lowtide.model import read_model
-from lowtide.testing.zoo import demo_model
 from lowtide.model.schema import BUILTIN_NAMES, builtin_code
 from lowtide.model.shapes import RULES
+from lowtide.testing.zoo import demo_model
+from support.hostile import COMMANDS, assert_kept_promise, run_in_process, run_subprocess, serialise_isolated
 from support.models import TinyModel
 from support.operator_cases import CASES
 
@@ -89,10 +89,16 @@ def _case_raw(opcode: str):
 _SHAPE_RAW = {**_RAW, **{f"case_{opcode.lower()}": _case_raw(opcode) for opcode in sorted(CASES)}}
 # source -> (subgraph, tensor) of every output of an operator lowtide.model.shapes has a rule for
 _COMPUTED_OUTPUTS = {
-    name: [(k, int(t)) for k, sg in enumerate(raw.subgraphs) for op in sg.operators or []
-           if BUILTIN_NAMES.get(builtin_code(raw.operatorCodes[op.opcodeIndex])) in RULES
-           for t in (op.outputs if op.outputs is not None else []) if t >= 0 and sg.tensors[t].shape is not None and len(sg.tensors[t].shape)]
-    for name, raw in _SHAPE_RAW.items()}
+    name: [
+        (k, int(t))
+        for k, sg in enumerate(raw.subgraphs)
+        for op in sg.operators or []
+        if BUILTIN_NAMES.get(builtin_code(raw.operatorCodes[op.opcodeIndex])) in RULES
+        for t in (op.outputs if op.outputs is not None else [])
+        if t >= 0 and sg.tensors[t].shape is not None and len(sg.tensors[t].shape)
+    ]
+    for name, raw in _SHAPE_RAW.items()
+}
 
 
 @st.composite
@@ -107,7 +113,7 @@ def shape_mutations(draw):
     if how == "append":
         new = shape + [1]
     elif how == "drop":
-        new = shape[:axis] + shape[axis + 1:]
+        new = shape[:axis] + shape[axis + 1 :]
     else:
         new = list(shape)
         new[axis] = {"less": shape[axis] - 1, "more": shape[axis] + 1, "double": 2 * shape[axis], "one": 1}[how]
@@ -134,9 +140,16 @@ def field_mutations(draw):
         how = draw(st.sampled_from(("element", "truncate", "extend", "empty")))
         if how == "element" and array.size:
             index = draw(st.integers(0, array.size - 1))
-            choices = _FLOATS if array.dtype.kind == "f" else tuple(
-                v for v in _INTS if np.can_cast(np.min_scalar_type(v), array.dtype) or
-                np.iinfo(array.dtype).min <= v <= np.iinfo(array.dtype).max)
+            choices = (
+                _FLOATS
+                if array.dtype.kind == "f"
+                else tuple(
+                    v
+                    for v in _INTS
+                    if np.can_cast(np.min_scalar_type(v), array.dtype)
+                    or np.iinfo(array.dtype).min <= v <= np.iinfo(array.dtype).max
+                )
+            )
             array.reshape(-1)[index] = draw(st.sampled_from(choices))
         elif how == "truncate":
             array = array[: max(array.size - 1, 0)]
@@ -195,8 +208,7 @@ def _check_every_command(mutation, runner, deadline: float) -> None:
             event(f"{command}: exit {outcome.code}")
 
 
-_SETTINGS = dict(deadline=None, derandomize=not LONG_RUN, database=None,
-                 suppress_health_check=list(HealthCheck))
+_SETTINGS = dict(deadline=None, derandomize=not LONG_RUN, database=None, suppress_health_check=list(HealthCheck))
 
 
 # A long run is bounded by its own deadline, not pytest-timeout's per-test limit.

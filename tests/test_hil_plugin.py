@@ -19,11 +19,11 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+
 from conftest import SHARED_MODELS, needs_firmware_tools
-from support.builder_models import BRANCH_BY_BRANCH, BREADTH_FIRST, two_branch_builder
 from lowtide import oracle
 from lowtide.compile import compile_model
-from lowtide.pipeline.optimize import optimize_model
+from lowtide.device.locking import locked
 from lowtide.hil.baselines import (
     Baseline,
     BaselineKey,
@@ -33,8 +33,9 @@ from lowtide.hil.baselines import (
     write_atomically,
 )
 from lowtide.hil.compare import Tolerances, compare
-from lowtide.device.locking import locked
+from lowtide.pipeline.optimize import optimize_model
 from lowtide.validation import load_model
+from support.builder_models import BRANCH_BY_BRANCH, BREADTH_FIRST, two_branch_builder
 
 pytest_plugins = ["pytester"]
 
@@ -88,7 +89,7 @@ def test_worse_model_fails_against_a_fresh_baseline_with_figures_in_message_and_
 
     pytester.runpytest(*options, "--lowtide-update-baselines").assert_outcomes(passed=1)
     before = arena_used(model)
-    (key, recorded), = load_baselines(baselines).items()
+    ((key, recorded),) = load_baselines(baselines).items()
     assert key == BaselineKey("host-tflm", RUNTIME, "test_vww.py::test_model")
     assert recorded.model_sha256 == load_model(model).sha256 and recorded.model == model.name
     assert recorded.figures["arena_used_bytes"] == before
@@ -232,8 +233,15 @@ def test_tolerances_per_call_and_from_ini(pytester: pytest.Pytester):
 
 def test_compare_applies_each_tolerance_to_its_figure():
     key = BaselineKey("b", "r", "n")
-    base = entry({"arena_used_bytes": 1000, "latency_median_us": 100, "latency_median_cycles": 10_000,
-                  "arena_high_water_bytes": None, "outputs_match": True})
+    base = entry(
+        {
+            "arena_used_bytes": 1000,
+            "latency_median_us": 100,
+            "latency_median_cycles": 10_000,
+            "arena_high_water_bytes": None,
+            "outputs_match": True,
+        }
+    )
 
     def check(tolerances: Tolerances, **figures):
         return compare(key, base, entry({**base.figures, **figures}), tolerances)
@@ -246,8 +254,9 @@ def test_compare_applies_each_tolerance_to_its_figure():
     assert check(Tolerances(latency_percent=20), latency_median_us=121).regressed
     assert not check(Tolerances(latency_percent=None), latency_median_us=500).regressed
     assert check(Tolerances(cycles_percent=0), latency_median_cycles=10_001).regressed
-    emulated = compare(key, base, entry({**base.figures, "latency_median_cycles": 10_001}), Tolerances(),
-                       counter_unit="instructions")  # an emulator counts instructions, not cycles
+    emulated = compare(
+        key, base, entry({**base.figures, "latency_median_cycles": 10_001}), Tolerances(), counter_unit="instructions"
+    )  # an emulator counts instructions, not cycles
     assert "10,000 instructions -> 10,001 instructions" in emulated.message()
     assert check(Tolerances(), outputs_match=False).outputs_regressed
     assert not check(Tolerances(outputs=False), outputs_match=False).regressed
@@ -292,8 +301,11 @@ def test_without_lowtide_options_a_run_is_unchanged(pytester: pytest.Pytester, o
     without = pytester.runpytest("-p", "no:hypothesispytest", "-p", "no:lowtide", *plain)
     with_plugin = pytester.runpytest(*PLUGIN, *plain)
     assert with_plugin.ret == without.ret == 1
-    assert with_plugin.parseoutcomes() == without.parseoutcomes() == {"passed": 3, "failed": 1, "skipped": 1,
-                                                                       "deselected": 1}
+    assert (
+        with_plugin.parseoutcomes()
+        == without.parseoutcomes()
+        == {"passed": 3, "failed": 1, "skipped": 1, "deselected": 1}
+    )
     assert visible(with_plugin) == visible(without)
     named = [line for line in with_plugin.outlines if "lowtide" in line]
     assert all(line.startswith(("rootdir:", "plugins:")) for line in named)  # the test's directory; the distribution
@@ -323,7 +335,12 @@ def test_plugin_loads_through_its_pytest11_entry_point(pytester: pytest.Pytester
     env["PYTHONPATH"] = os.pathsep.join([str(site), *filter(None, [env.get("PYTHONPATH")])])
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", *HOST, "test_ep.py"],
-        cwd=pytester.path, env=env, capture_output=True, text=True, timeout=60, check=False,
+        cwd=pytester.path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "1 warning, 1 new" in run.stdout and "lowtide: boards host-tflm" in run.stdout
@@ -351,9 +368,24 @@ def test_second_run_on_a_board_waits_for_the_first_or_fails_after_the_lock_timeo
         """A pytest run whose output lines arrive in the returned list as it prints them."""
         env = {**os.environ, "MARK": str(pytester.path / mark), "PYTHONUNBUFFERED": "1"}
         run = subprocess.Popen(
-            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *PLUGIN, *HOST, *port,
-             "--lowtide-lock-timeout", str(lock_timeout), "test_hold.py"],
-            cwd=pytester.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-p",
+                "no:cacheprovider",
+                *PLUGIN,
+                *HOST,
+                *port,
+                "--lowtide-lock-timeout",
+                str(lock_timeout),
+                "test_hold.py",
+            ],
+            cwd=pytester.path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         lines: list[str] = []
         threading.Thread(target=lambda: lines.extend(run.stdout) or lines.append("<end>"), daemon=True).start()
@@ -401,10 +433,12 @@ for i in itertools.count():
 def test_baselines_survive_a_writer_killed_mid_write(tmp_path: Path):
     def content(seed: int) -> str:
         rng = random.Random(seed)
-        return dump_baselines({
-            BaselineKey("host-tflm", RUNTIME, f"test_{i}"): entry({"arena_used_bytes": rng.randrange(1 << 20)})
-            for i in range(3000)
-        })  # about 1 MB: each write takes long enough to be caught in the middle
+        return dump_baselines(
+            {
+                BaselineKey("host-tflm", RUNTIME, f"test_{i}"): entry({"arena_used_bytes": rng.randrange(1 << 20)})
+                for i in range(3000)
+            }
+        )  # about 1 MB: each write takes long enough to be caught in the middle
 
     old, new = content(1), content(2)
     (tmp_path / "old.json").write_text(old)
@@ -416,7 +450,8 @@ def test_baselines_survive_a_writer_killed_mid_write(tmp_path: Path):
         inode = baselines.stat().st_ino
         writer = subprocess.Popen(
             [sys.executable, "-c", WRITER, str(baselines), str(tmp_path / "new.json"), str(tmp_path / "old.json")],
-            stdout=subprocess.PIPE, text=True,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         assert writer.stdout.readline() == "writing\n"
         time.sleep(random.Random(attempt).uniform(0.05, 0.4))
@@ -449,7 +484,7 @@ def test_worse_model_fails_on_qemu_m4_with_painted_and_instruction_figures(pytes
     options = [*PLUGIN, "--lowtide-board", "qemu-m4", "--lowtide-baselines", str(pytester.path / "baselines.json")]
 
     pytester.runpytest(*options, "--lowtide-update-baselines").assert_outcomes(passed=1)
-    (key, recorded), = load_baselines(pytester.path / "baselines.json").items()
+    ((key, recorded),) = load_baselines(pytester.path / "baselines.json").items()
     assert key.board == "qemu-mps2-an386" and key.runtime == "lowtide-compiled"
     assert recorded.figures["arena_high_water_bytes"] == good_arena
     pytester.runpytest(*options).assert_outcomes(passed=1)
@@ -458,11 +493,13 @@ def test_worse_model_fails_on_qemu_m4_with_painted_and_instruction_figures(pytes
     run = pytester.runpytest(*options, "--junitxml=report.xml")
     run.assert_outcomes(failed=1)
     growth = bad_arena - good_arena
-    run.stdout.fnmatch_lines([
-        "*lowtide: two_branch.tflite regressed on qemu-mps2-an386*",
-        "*the model changed since its baseline*",
-        f"*arena_high_water_bytes*{good_arena:,} B -> {bad_arena:,} B*+{growth:,} B*REGRESSED",
-    ])
+    run.stdout.fnmatch_lines(
+        [
+            "*lowtide: two_branch.tflite regressed on qemu-mps2-an386*",
+            "*the model changed since its baseline*",
+            f"*arena_high_water_bytes*{good_arena:,} B -> {bad_arena:,} B*+{growth:,} B*REGRESSED",
+        ]
+    )
     testcase = ET.parse(pytester.path / "report.xml").find(".//testcase")
     properties = {p.get("name"): p.get("value") for p in testcase.iter("property")}
     assert properties["lowtide.two_branch.arena_high_water_bytes"] == str(bad_arena)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 
 import networkx as nx
+
 from support.package_imports import module_imports, package_imports, package_modules
 
 
@@ -26,11 +27,14 @@ def test_host_lowtide_has_no_import_cycle():
 
 def test_the_walk_sees_what_a_module_imports():
     modules = {"lowtide.x", "lowtide.x.a", "lowtide.x.b"}
-    code = ("from lowtide.x import b, VALUE\nfrom . import a\nif TYPE_CHECKING:\n    import lowtide.y\n"
-            "def later():\n    import lowtide.z\n")
+    code = (
+        "from lowtide.x import b, VALUE\nfrom . import a\nif TYPE_CHECKING:\n    import lowtide.y\n"
+        "def later():\n    import lowtide.z\n"
+    )
     imports = module_imports(ast.parse(code), "lowtide.x.c", False, modules)
     assert {i.target for i in imports if i.at_load} == {"lowtide.x.b", "lowtide.x", "lowtide.x.a"}
     assert [(i.target, i.line) for i in imports if not i.at_load] == [("lowtide.y", 4), ("lowtide.z", 6)]
     # the cycle the cli had: the package imports its command modules, which import `app` from the package
-    assert [i.target for i in module_imports(ast.parse("from lowtide.x import app\n"), "lowtide.x.a", False,
-                                             modules)] == ["lowtide.x"]
+    assert [
+        i.target for i in module_imports(ast.parse("from lowtide.x import app\n"), "lowtide.x.a", False, modules)
+    ] == ["lowtide.x"]

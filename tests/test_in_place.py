@@ -6,10 +6,10 @@ plans meant for TFLM (optimize's OfflineMemoryAllocation, the validator) never u
 from __future__ import annotations
 
 import pytest
+
 from conftest import needs_firmware_tools
 from lowtide.compile import compile_model, verify_compiled
 from lowtide.compile.codegen import arena_plan
-from lowtide.pipeline.measure import measure
 from lowtide.memory import Executor, buffers_to_plan, tflm_plan
 from lowtide.memory.in_place import in_place_outputs
 from lowtide.memory.placement import offline_plan, place
@@ -17,6 +17,7 @@ from lowtide.model import read_model
 from lowtide.model.builder import ModelBuilder
 from lowtide.model.operators import TflmInPlace, semantics
 from lowtide.model.writer import model_bytes, set_offline_plan
+from lowtide.pipeline.measure import measure
 from lowtide.validation import load_model, model_problems
 
 

@@ -24,7 +24,9 @@ def test_json_report_has_predicted_head_and_live_peak():
     assert len(report["ops"]) == 31 and max(op["live_bytes"] for op in report["ops"]) == 55296
     assert {t["kind"] for t in report["tensors"]} == {"activation", "constant"}
     # The 32-bit estimate sits below the 64-bit host total and above the head.
-    assert report["tflm_head_bytes"] < report["mcu32"]["used_bytes"] < int(REFERENCE["mlperf_vww_96_int8"]["tflm_total"])
+    assert (
+        report["tflm_head_bytes"] < report["mcu32"]["used_bytes"] < int(REFERENCE["mlperf_vww_96_int8"]["tflm_total"])
+    )
 
 
 def test_verify_and_plot(tmp_path):

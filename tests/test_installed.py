@@ -17,6 +17,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+
 from conftest import REPO, SHARED_MODELS, needs_firmware_tools
 
 pytestmark = needs_firmware_tools
@@ -47,14 +48,22 @@ def installed(tmp_path_factory) -> Path:
     """The virtualenv's bin folder, with the wheel and its firmware extra installed."""
     root = tmp_path_factory.mktemp("installed")
     wheels = root / "wheels"
-    built = subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(wheels), str(REPO)],
-                           capture_output=True, text=True, timeout=600)
+    built = subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--outdir", str(wheels), str(REPO)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
     (wheel,) = wheels.glob("lowtide-*.whl")
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    done = subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", f"{wheel}[firmware]", "pytest"],
-                          capture_output=True, text=True, timeout=1200)
+    done = subprocess.run(
+        [str(venv / "bin" / "pip"), "install", "--quiet", f"{wheel}[firmware]", "pytest"],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return venv / "bin"
 
@@ -68,14 +77,17 @@ def user_dir(tmp_path_factory) -> Path:
     return folder
 
 
-def run_installed(bin_dir: Path, cwd: Path, *argv: str, env: dict[str, str] | None = None,
-                  timeout: float = 1200) -> subprocess.CompletedProcess:
+def run_installed(
+    bin_dir: Path, cwd: Path, *argv: str, env: dict[str, str] | None = None, timeout: float = 1200
+) -> subprocess.CompletedProcess:
     """`argv` with the virtualenv first on PATH, in `cwd`, the checkout hidden."""
     environment = {key: value for key, value in os.environ.items() if not key.startswith(("PYTHON", "VIRTUAL_ENV"))}
-    environment.update(PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", VIRTUAL_ENV=str(bin_dir.parent),
-                       **(env or {}))
-    return subprocess.run([*_hiding_prefix(), *argv], cwd=cwd, env=environment, capture_output=True, text=True,
-                          timeout=timeout)
+    environment.update(
+        PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", VIRTUAL_ENV=str(bin_dir.parent), **(env or {})
+    )
+    return subprocess.run(
+        [*_hiding_prefix(), *argv], cwd=cwd, env=environment, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def lowtide_json(bin_dir: Path, cwd: Path, *args: str) -> dict:
@@ -85,16 +97,26 @@ def lowtide_json(bin_dir: Path, cwd: Path, *args: str) -> dict:
 
 
 def editable_json(cwd: Path, *args: str) -> dict:
-    done = subprocess.run([sys.executable, "-c", "from lowtide.cli import main; main()", *args, "--json"], cwd=cwd,
-                          capture_output=True, text=True, timeout=1200)
+    done = subprocess.run(
+        [sys.executable, "-c", "from lowtide.cli import main; main()", *args, "--json"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
 
 
 def test_the_installed_package_reads_nothing_of_the_checkout(installed, user_dir):
-    done = run_installed(installed, user_dir, "python", "-c",
-                         "import lowtide, lowtide.resources as r; print(lowtide.__file__); "
-                         "print(r.FIRMWARE_DIR); print(sorted(p.name for p in r.BOARDS_DIR.glob('*.toml')))")
+    done = run_installed(
+        installed,
+        user_dir,
+        "python",
+        "-c",
+        "import lowtide, lowtide.resources as r; print(lowtide.__file__); "
+        "print(r.FIRMWARE_DIR); print(sorted(p.name for p in r.BOARDS_DIR.glob('*.toml')))",
+    )
     assert done.returncode == 0, done.stderr
     package, firmware, boards = done.stdout.splitlines()
     assert Path(package).is_relative_to(installed.parent) and Path(firmware).is_relative_to(installed.parent)
@@ -107,8 +129,10 @@ def test_a_users_flow_from_the_wheel_gives_the_editable_installs_figures(install
     assert demo.returncode == 0 and (user_dir / "demo.tflite").is_file(), demo.stderr
 
     inspected = lowtide_json(installed, user_dir, "inspect", "kws.tflite", "--arena32", "exact")
-    assert inspected["mcu32"]["exact"] and inspected["mcu32"] == editable_json(
-        user_dir, "inspect", "kws.tflite", "--arena32", "exact")["mcu32"]
+    assert (
+        inspected["mcu32"]["exact"]
+        and inspected["mcu32"] == editable_json(user_dir, "inspect", "kws.tflite", "--arena32", "exact")["mcu32"]
+    )
 
     optimized = lowtide_json(installed, user_dir, "optimize", "kws.tflite", "-o", "kws_opt.tflite", "--verify")
     assert optimized["outputs_identical"] and (user_dir / "kws_opt.h").is_file()
@@ -140,8 +164,18 @@ def test_a_users_pytest_file_records_baselines_then_fails_a_regression_with_juni
     project.mkdir()
     (project / "test_vww.py").write_text(USER_TEST)
     optimized = lowtide_json(installed, user_dir, "optimize", "vww.tflite", "-o", str(project / "vww.tflite"))
-    options = ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "--lowtide-board", "host-tflm",
-               "--lowtide-baselines", "baselines.json"]
+    options = [
+        "python",
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--lowtide-board",
+        "host-tflm",
+        "--lowtide-baselines",
+        "baselines.json",
+    ]
     env = {"LOWTIDE_LOCK_DIR": str(tmp_path / "locks")}
     recorded = run_installed(installed, project, *options, "--lowtide-update-baselines", env=env)
     assert recorded.returncode == 0, recorded.stdout[-3000:]
@@ -163,8 +197,9 @@ def test_a_users_pytest_file_records_baselines_then_fails_a_regression_with_juni
 
 
 def test_a_project_left_for_the_user_builds_with_platformio_alone(installed, user_dir, tmp_path):
-    built = lowtide_json(installed, user_dir, "build", "kws.tflite", "--board", "qemu-m4", "--runtime", "tflm",
-                         "--project-dir", "kws-fw")
+    built = lowtide_json(
+        installed, user_dir, "build", "kws.tflite", "--board", "qemu-m4", "--runtime", "tflm", "--project-dir", "kws-fw"
+    )
     project = user_dir / "kws-fw"
     assert Path(built["project_dir"]) == project and (project / "platformio.ini").is_file()
     spec = json.loads((project / "lowtide_project.json").read_text())
@@ -174,7 +209,14 @@ def test_a_project_left_for_the_user_builds_with_platformio_alone(installed, use
     poison.mkdir(parents=True)
     (poison / "__init__.py").write_text(POISON)
     shutil.rmtree(project / ".pio")
-    pio = run_installed(installed, project, "python", "-m", "platformio", "run", env={
-        "PYTHONPATH": str(poison.parent), "PLATFORMIO_SETTING_ENABLE_TELEMETRY": "No"})
+    pio = run_installed(
+        installed,
+        project,
+        "python",
+        "-m",
+        "platformio",
+        "run",
+        env={"PYTHONPATH": str(poison.parent), "PLATFORMIO_SETTING_ENABLE_TELEMETRY": "No"},
+    )
     assert pio.returncode == 0, pio.stdout[-3000:]
     assert (project / ".pio" / "build" / "qemu-m4" / "firmware.elf").read_bytes()[:4] == b"\x7fELF"

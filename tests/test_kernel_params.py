@@ -34,7 +34,8 @@ AXIS = {"outer": 2, "axis_size": 5, "inner": 3, "exclusive": 0, "reverse": 1}
 def test_the_checked_in_header_is_the_one_the_definition_generates():
     assert HEADER.read_text() == c_header(), (
         "firmware/runtime/lt_params.h disagrees with host/lowtide/compile/kernel_params.py: regenerate it with "
-        "`python scripts/kernel_params_header.py`")
+        "`python scripts/kernel_params_header.py`"
+    )
 
 
 def test_the_compiler_lays_out_every_member_where_the_definition_puts_it(tmp_path):
@@ -43,12 +44,27 @@ def test_the_compiler_lays_out_every_member_where_the_definition_puts_it(tmp_pat
     lines = ["#include <stddef.h>", "#include <stdio.h>", '#include "lt_params.h"', "int main(void) {"]
     for struct in STRUCTS:
         lines.append(f'printf("{struct.C_NAME} %zu\\n", sizeof({struct.C_NAME}));')
-        lines += [f'printf("{struct.C_NAME}.{m.name} %zu %zu\\n", offsetof({struct.C_NAME}, {m.name}), '
-                  f'sizeof((({struct.C_NAME} *)0)->{m.name}));' for m in c_members(struct)]
+        lines += [
+            f'printf("{struct.C_NAME}.{m.name} %zu %zu\\n", offsetof({struct.C_NAME}, {m.name}), '
+            f'sizeof((({struct.C_NAME} *)0)->{m.name}));'
+            for m in c_members(struct)
+        ]
     (tmp_path / "layout.c").write_text("\n".join([*lines, "return 0;", "}"]) + "\n")
     cc = os.environ.get("CC", "gcc")
-    subprocess.run([cc, "-std=c99", "-Wall", "-Werror", "-I", str(HEADER.parent), str(tmp_path / "layout.c"), "-o",
-                    str(tmp_path / "layout")], check=True)
+    subprocess.run(
+        [
+            cc,
+            "-std=c99",
+            "-Wall",
+            "-Werror",
+            "-I",
+            str(HEADER.parent),
+            str(tmp_path / "layout.c"),
+            "-o",
+            str(tmp_path / "layout"),
+        ],
+        check=True,
+    )
     printed = subprocess.run([str(tmp_path / "layout")], check=True, capture_output=True, text=True).stdout
     expected = []
     for struct in STRUCTS:
@@ -101,7 +117,16 @@ def test_the_generated_code_names_every_member_in_the_struct_order():
     assert line is not None
     members = dict(part.split(" = ") for part in line.group(1).lstrip(".").split(", ."))
     assert list(members) == [m.name for m in c_members(ConvParams)]
-    assert {k: members[k] for k in ("in_c", "out_c", "filter_in_c", "input_offset", "output_offset", "act_min",
-                                    "act_max", "act_min_f")} == {
-        "in_c": "1", "out_c": "16", "filter_in_c": "1", "input_offset": "128", "output_offset": "-128",
-        "act_min": "-128", "act_max": "127", "act_min_f": "0.0f"}
+    assert {
+        k: members[k]
+        for k in ("in_c", "out_c", "filter_in_c", "input_offset", "output_offset", "act_min", "act_max", "act_min_f")
+    } == {
+        "in_c": "1",
+        "out_c": "16",
+        "filter_in_c": "1",
+        "input_offset": "128",
+        "output_offset": "-128",
+        "act_min": "-128",
+        "act_max": "127",
+        "act_min_f": "0.0f",
+    }

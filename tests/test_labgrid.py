@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import SHARED_MODELS, needs_firmware_tools
 
+from conftest import SHARED_MODELS, needs_firmware_tools
 from lowtide.device.drivers.qemu import free_port
 from lowtide.device.spec import load_board_specs
 from lowtide.pipeline.firmware import build_board_firmware
@@ -31,12 +31,16 @@ HELLO_WORLD = SHARED_MODELS / "tflm_hello_world_int8.tflite"
 PLACE = "qemu-lab"
 # The lab, as docs/hil.md gives it: $BOARD_PORT is the board's TCP serial port, $FIRMWARE its image,
 # $LG_COORDINATOR the coordinator's address.
-BOARD_COMMAND = ("qemu-system-arm -machine mps2-an386 -display none -monitor none "
-                 "-serial tcp:127.0.0.1:$BOARD_PORT,server=on,wait=off -icount shift=0 -kernel $FIRMWARE")
+BOARD_COMMAND = (
+    "qemu-system-arm -machine mps2-an386 -display none -monitor none "
+    "-serial tcp:127.0.0.1:$BOARD_PORT,server=on,wait=off -icount shift=0 -kernel $FIRMWARE"
+)
 COORDINATOR_COMMAND = "labgrid-coordinator --listen $LG_COORDINATOR"
 EXPORTER_COMMAND = "labgrid-exporter --coordinator $LG_COORDINATOR --name lowtide-lab exporter.yaml"
-PLACE_COMMANDS = ["labgrid-client --place qemu-lab create",
-                  "labgrid-client --place qemu-lab add-match 'lowtide-lab/qemu-m4/*'"]
+PLACE_COMMANDS = [
+    "labgrid-client --place qemu-lab create",
+    "labgrid-client --place qemu-lab add-match 'lowtide-lab/qemu-m4/*'",
+]
 MEASURE_COMMAND = "lowtide measure $MODEL --board labgrid:qemu-lab --json"
 LAB_COMMANDS = [BOARD_COMMAND, COORDINATOR_COMMAND, EXPORTER_COMMAND, *PLACE_COMMANDS, MEASURE_COMMAND]
 EXPORTER_YAML = """\
@@ -58,18 +62,31 @@ class Lab:
     directory: Path
 
     def shell(self, command: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["bash", "-c", command], env=self.env, cwd=self.directory, capture_output=True,
-                              text=True, timeout=120)
+        return subprocess.run(
+            ["bash", "-c", command], env=self.env, cwd=self.directory, capture_output=True, text=True, timeout=120
+        )
 
     def start(self, command: str, log: str) -> subprocess.Popen:
         with open(self.directory / log, "wb") as output:
-            return subprocess.Popen(["bash", "-c", f"exec {command}"], env=self.env, cwd=self.directory,
-                                    stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT)
+            return subprocess.Popen(
+                ["bash", "-c", f"exec {command}"],
+                env=self.env,
+                cwd=self.directory,
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+            )
 
     def measure(self, *extra: str, board: str = f"labgrid:{PLACE}") -> subprocess.Popen:
         command = MEASURE_COMMAND.replace(f"labgrid:{PLACE}", board)
-        return subprocess.Popen(["bash", "-c", f"exec {command} {' '.join(extra)}"], env=self.env,
-                                cwd=self.directory, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(
+            ["bash", "-c", f"exec {command} {' '.join(extra)}"],
+            env=self.env,
+            cwd=self.directory,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     def holder(self) -> str | None:
         shown = self.shell(f"labgrid-client --place {PLACE} show")
@@ -100,9 +117,15 @@ def stop(process: subprocess.Popen) -> None:
 def lab(tmp_path_factory):
     directory = tmp_path_factory.mktemp("lab")
     image = build_board_firmware(load_board_specs()["qemu-m4"], HELLO_WORLD)
-    env = {**os.environ, "BOARD_PORT": str(free_port()), "FIRMWARE": str(image.elf), "MODEL": str(HELLO_WORLD),
-           "LG_COORDINATOR": f"127.0.0.1:{free_port()}", "LOWTIDE_LOCK_DIR": str(directory / "locks"),
-           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    env = {
+        **os.environ,
+        "BOARD_PORT": str(free_port()),
+        "FIRMWARE": str(image.elf),
+        "MODEL": str(HELLO_WORLD),
+        "LG_COORDINATOR": f"127.0.0.1:{free_port()}",
+        "LOWTIDE_LOCK_DIR": str(directory / "locks"),
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    }
     env.pop("LG_USERNAME", None)
     (directory / "exporter.yaml").write_text(EXPORTER_YAML)
     lab = Lab(env, directory)
@@ -110,8 +133,10 @@ def lab(tmp_path_factory):
     try:
         _wait_until(lambda: lab.shell("labgrid-client places").returncode == 0, "the coordinator")
         processes.append(lab.start(EXPORTER_COMMAND, "exporter.log"))
-        _wait_until(lambda: "lowtide-lab/qemu-m4/NetworkSerialPort" in lab.shell("labgrid-client resources").stdout,
-                    "the exporter's NetworkSerialPort")
+        _wait_until(
+            lambda: "lowtide-lab/qemu-m4/NetworkSerialPort" in lab.shell("labgrid-client resources").stdout,
+            "the exporter's NetworkSerialPort",
+        )
         for command in PLACE_COMMANDS:
             done = lab.shell(command)
             assert done.returncode == 0, done.stderr
@@ -228,13 +253,15 @@ def test_labgrid_board_file_naming_a_place_builds_uploads_through_it_and_measure
 def test_labgrid_unknown_place_is_one_clear_error(lab):
     done = lab.shell("lowtide measure $MODEL --board labgrid:no-such-place")
     assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr.strip() == (f"lowtide: error: labgrid place 'no-such-place' does not exist on the "
-                                   f"coordinator at {lab.env['LG_COORDINATOR']} (places: {PLACE})")
+    assert done.stderr.strip() == (
+        f"lowtide: error: labgrid place 'no-such-place' does not exist on the "
+        f"coordinator at {lab.env['LG_COORDINATOR']} (places: {PLACE})"
+    )
 
 
 def test_labgrid_docs_give_the_commands_this_test_runs():
     docs = (REPO / "docs" / "hil.md").read_text()
-    section = docs[docs.index("## Boards on other machines: labgrid"):]
+    section = docs[docs.index("## Boards on other machines: labgrid") :]
     for command in LAB_COMMANDS:
         assert command in section, command
     assert EXPORTER_YAML in section

@@ -36,12 +36,30 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("lowtide.testing",),  # models built with the builder, for tests, benchmarks and the CLI's demo command
     ("lowtide.cli", "lowtide.__main__"),
 )
-LEAVES = frozenset({"lowtide", "lowtide.errors", "lowtide.text", "lowtide.storage", "lowtide.resources",
-                    "lowtide.budget", "lowtide.platformio_archives", "lowtide.settings"})
+LEAVES = frozenset(
+    {
+        "lowtide",
+        "lowtide.errors",
+        "lowtide.text",
+        "lowtide.storage",
+        "lowtide.resources",
+        "lowtide.budget",
+        "lowtide.platformio_archives",
+        "lowtide.settings",
+    }
+)
 # Layers a layer does not reach although they are before it: the stages whose results it is handed.
 NOT_IMPORTED_BY = {
-    "lowtide.device": ("lowtide.oracle", "lowtide.runtimes", "lowtide.memory", "lowtide.schedule", "lowtide.rewrite",
-                       "lowtide.stale", "lowtide.export", "lowtide.compile"),
+    "lowtide.device": (
+        "lowtide.oracle",
+        "lowtide.runtimes",
+        "lowtide.memory",
+        "lowtide.schedule",
+        "lowtide.rewrite",
+        "lowtide.stale",
+        "lowtide.export",
+        "lowtide.compile",
+    ),
 }
 
 
@@ -94,19 +112,29 @@ def test_every_import_follows_the_layers():
 
 def test_the_contract_refuses_what_it_should():
     modules = {"lowtide.model.validate", "lowtide.memory.lifetimes", "lowtide.device.spec", "lowtide.errors"}
-    code = ("from typing import TYPE_CHECKING\nfrom lowtide.errors import LowtideError\n"
-            "if TYPE_CHECKING:\n    from lowtide.device import spec\n"
-            "def check():\n    from lowtide.memory import lifetimes\n")
+    code = (
+        "from typing import TYPE_CHECKING\nfrom lowtide.errors import LowtideError\n"
+        "if TYPE_CHECKING:\n    from lowtide.device import spec\n"
+        "def check():\n    from lowtide.memory import lifetimes\n"
+    )
     imports = module_imports(ast.parse(code), "lowtide.model.validate", False, modules)
-    assert violations(imports) == ["lowtide.model.validate -> lowtide.device.spec (line 4)",
-                                   "lowtide.model.validate -> lowtide.memory.lifetimes (line 6)"]
-    planner = module_imports(ast.parse("from lowtide.memory import tflm_plan\nfrom lowtide.project import x\n"
-                                       "from lowtide import oracle\n"),
-                             "lowtide.device.measure", False, {"lowtide.memory", "lowtide.project", "lowtide.oracle"})
-    assert violations(planner) == ["lowtide.device.measure -> lowtide.memory (line 1)",
-                                   "lowtide.device.measure -> lowtide.oracle (line 3)"]
-    leaf = module_imports(ast.parse("from lowtide.model.ir import Graph\n"), "lowtide.storage", False,
-                          {"lowtide.model.ir"})
+    assert violations(imports) == [
+        "lowtide.model.validate -> lowtide.device.spec (line 4)",
+        "lowtide.model.validate -> lowtide.memory.lifetimes (line 6)",
+    ]
+    planner = module_imports(
+        ast.parse("from lowtide.memory import tflm_plan\nfrom lowtide.project import x\nfrom lowtide import oracle\n"),
+        "lowtide.device.measure",
+        False,
+        {"lowtide.memory", "lowtide.project", "lowtide.oracle"},
+    )
+    assert violations(planner) == [
+        "lowtide.device.measure -> lowtide.memory (line 1)",
+        "lowtide.device.measure -> lowtide.oracle (line 3)",
+    ]
+    leaf = module_imports(
+        ast.parse("from lowtide.model.ir import Graph\n"), "lowtide.storage", False, {"lowtide.model.ir"}
+    )
     assert violations(leaf) == ["lowtide.storage -> lowtide.model.ir (line 1)"]
 
 

@@ -19,14 +19,15 @@ import time
 from pathlib import Path
 
 import pytest
+
 from conftest import SHARED_MODELS, shared_model_names
 from lowtide import oracle
-from lowtide.device.measure import MeasureResult
 from lowtide.device.boards import BOARDS, Board, HostTflmBoard, register_board
+from lowtide.device.measure import MeasureResult
 from lowtide.device.protocol import (
-    Counter,
     BOOT_SEQ,
     PROTOCOL_VERSION,
+    Counter,
     FrameDecoder,
     Hello,
     MessageType,
@@ -365,17 +366,36 @@ def test_a_version_1_board_gets_one_line_naming_both_versions_and_the_fix():
     v1_hello = struct.pack("<HBBBIII32s", 1, 1, 1, 1, 0, 1 << 16, 1000, bytes(32)) + b"\x04fake\x04none"
     run = subprocess.run  # the CLI, for the one line the user sees
     with fake_board(reply=encode_frame(MessageType.HELLO, 1, v1_hello)) as url:
-        done = run([*CLI, str(HELLO_WORLD), "--board", "serial", "--port", url, "--timeout", "5"],
-                   capture_output=True, text=True, timeout=120)
+        done = run(
+            [*CLI, str(HELLO_WORLD), "--board", "serial", "--port", url, "--timeout", "5"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr.strip() == (f"lowtide: error: {url}: board speaks protocol version 1, this host speaks "
-                                   f"{PROTOCOL_VERSION}; rebuild and flash the board's firmware with this lowtide")
+    assert done.stderr.strip() == (
+        f"lowtide: error: {url}: board speaks protocol version 1, this host speaks "
+        f"{PROTOCOL_VERSION}; rebuild and flash the board's firmware with this lowtide"
+    )
 
 
 def test_a_run_over_the_limit_the_board_states_in_hello_is_refused_before_it_is_sent():
     model = load_model(HELLO_WORLD)
-    limited = Hello(PROTOCOL_VERSION, True, 1, 1, 0, Counter.NONE, 4, 1000, 1 << 16, 1000,
-                    bytes.fromhex(model.sha256), "fake", "none")
+    limited = Hello(
+        PROTOCOL_VERSION,
+        True,
+        1,
+        1,
+        0,
+        Counter.NONE,
+        4,
+        1000,
+        1 << 16,
+        1000,
+        bytes.fromhex(model.sha256),
+        "fake",
+        "none",
+    )
     with (
         fake_board(reply=encode_message(limited, 1)) as url,
         pytest.raises(LowtideError, match="runs at most 4 measured invocations at a time .* fewer than 5"),
@@ -470,8 +490,8 @@ def test_a_board_that_hangs_up_is_an_error_naming_the_port():
 
 
 def test_a_board_whose_arena_is_too_small_says_so_and_refuses_to_run():
-    from lowtide.pipeline.host_tflm import TflmBoard
     from lowtide.device.protocol import Error, ErrorCode, Frame, Log, Run, decode_message
+    from lowtide.pipeline.host_tflm import TflmBoard
 
     board = TflmBoard(PERSON.read_bytes(), str(PERSON), arena_bytes=4096)
     assert board.hello().model_ready is False

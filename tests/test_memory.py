@@ -107,8 +107,7 @@ def test_in_place_outputs_follow_the_kernels_rules():
     # mcunet_vww quantizes its float32 input into int8: element i lands on bytes the loop has already read.
     mcunet = load_model(SHARED_MODELS / "mcunet_vww.tflite")
     quantize = mcunet.main.operators[0]
-    assert in_place_outputs(mcunet, 16) == {
-        quantize.outputs[0]: InPlace(0, quantize.inputs[0], quantize.outputs[0], 0)}
+    assert in_place_outputs(mcunet, 16) == {quantize.outputs[0]: InPlace(0, quantize.inputs[0], quantize.outputs[0], 0)}
 
 
 def _with_plan(graph, buffers, offsets):
@@ -129,9 +128,16 @@ def test_a_models_own_plan_and_lowtides_are_judged_by_one_overlap_check():
     assert plan_problems(_with_plan(graph, buffers, offsets)) == []
 
     in_place = {b.tensor for b in buffers if b.shares} | {b.shares[0] for b in buffers if b.shares}
-    a, b = next((i, j) for i, x in enumerate(buffers) for j, y in enumerate(buffers) if i < j
-                and x.tensor is not None and y.tensor is not None and not {x.tensor, y.tensor} & in_place
-                and max(x.first, y.first) < min(x.last, y.last))  # live together beyond one operator
+    a, b = next(
+        (i, j)
+        for i, x in enumerate(buffers)
+        for j, y in enumerate(buffers)
+        if i < j
+        and x.tensor is not None
+        and y.tensor is not None
+        and not {x.tensor, y.tensor} & in_place
+        and max(x.first, y.first) < min(x.last, y.last)
+    )  # live together beyond one operator
     offsets[b] = offsets[a]
     with pytest.raises(LowtideError, match="memory plan overlaps") as refused:
         check_no_overlap(buffers, offsets)

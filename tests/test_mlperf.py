@@ -10,23 +10,24 @@ import importlib.util
 import json
 import os
 import random
-import statistics
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+
 from conftest import REPO, SHARED_MODELS, needs_firmware_tools
 from lowtide import oracle
-from lowtide.pipeline.firmware import build_board_firmware
-from lowtide.pipeline.measure import measure
 from lowtide.device.spec import get_board_spec
 from lowtide.mlperf.benchmarks import BENCHMARKS, INPUT_UINT8_AS_INT8, RESULT_SCORES, mlperf_protocol
 from lowtide.mlperf.datasets import LABELS_FILE, generate_dataset
 from lowtide.mlperf.runner import locate_runner, run_mlperf, session_results, window_throughput
+from lowtide.pipeline.firmware import build_board_firmware
+from lowtide.pipeline.measure import measure
 from lowtide.runtimes import RUNTIMES, Runtime
 from lowtide.validation import load_model
 
@@ -49,11 +50,28 @@ def _host_build(out: Path, name: str, defines: dict[str, str]) -> Path:
     exe = out / name
     flags = [f"-D{k}={v}" for k, v in defines.items()]
     build = subprocess.run(
-        ["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-fsanitize=address,undefined", "-fno-sanitize-recover",
-         "-DLT_PROTOCOL_MLPERF", *flags, f"-I{APP}", f"-I{REPO / 'firmware' / 'bsp'}",
-         f"-I{REPO / 'firmware' / 'protocol'}", str(APP / "lt_mlperf.c"),
-         str(REPO / "firmware" / "hosttest" / "mlperf_host.c"), "-o", str(exe)],
-        capture_output=True, text=True, check=False)
+        [
+            "gcc",
+            "-std=c99",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-fsanitize=address,undefined",
+            "-fno-sanitize-recover",
+            "-DLT_PROTOCOL_MLPERF",
+            *flags,
+            f"-I{APP}",
+            f"-I{REPO / 'firmware' / 'bsp'}",
+            f"-I{REPO / 'firmware' / 'protocol'}",
+            str(APP / "lt_mlperf.c"),
+            str(REPO / "firmware" / "hosttest" / "mlperf_host.c"),
+            "-o",
+            str(exe),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert build.returncode == 0, build.stderr
     return exe
 
@@ -61,18 +79,37 @@ def _host_build(out: Path, name: str, defines: dict[str, str]) -> Path:
 @pytest.fixture(scope="module")
 def kws_like(tmp_path_factory) -> Path:
     """8 int8 bytes in, the same 8 out as scores (scale 1/256, zero point -128)."""
-    return _host_build(tmp_path_factory.mktemp("mlperf_c"), "kws_like", {
-        "LT_MLPERF_MODEL_ID": '"kws01"', "LT_MLPERF_DB_BYTES": "8", "FAKE_INPUT_BYTES": "8",
-        "LT_MLPERF_OUTPUT_SCALE": "0.00390625f", "LT_MLPERF_OUTPUT_ZERO_POINT": "-128"})
+    return _host_build(
+        tmp_path_factory.mktemp("mlperf_c"),
+        "kws_like",
+        {
+            "LT_MLPERF_MODEL_ID": '"kws01"',
+            "LT_MLPERF_DB_BYTES": "8",
+            "FAKE_INPUT_BYTES": "8",
+            "LT_MLPERF_OUTPUT_SCALE": "0.00390625f",
+            "LT_MLPERF_OUTPUT_ZERO_POINT": "-128",
+        },
+    )
 
 
 @pytest.fixture(scope="module")
 def ad_like(tmp_path_factory) -> Path:
     """4 fp32 values in, quantized (scale 0.1, zero point 3); the score is the reconstruction's mean squared error."""
-    return _host_build(tmp_path_factory.mktemp("mlperf_c"), "ad_like", {
-        "LT_MLPERF_MODEL_ID": '"ad01"', "LT_MLPERF_DB_BYTES": "16", "FAKE_INPUT_BYTES": "4", "LT_MLPERF_INPUT": "2",
-        "LT_MLPERF_RESULT": "1", "LT_MLPERF_INPUT_SCALE": "0.1f", "LT_MLPERF_INPUT_ZERO_POINT": "3",
-        "LT_MLPERF_OUTPUT_SCALE": "0.1f", "LT_MLPERF_OUTPUT_ZERO_POINT": "3"})
+    return _host_build(
+        tmp_path_factory.mktemp("mlperf_c"),
+        "ad_like",
+        {
+            "LT_MLPERF_MODEL_ID": '"ad01"',
+            "LT_MLPERF_DB_BYTES": "16",
+            "FAKE_INPUT_BYTES": "4",
+            "LT_MLPERF_INPUT": "2",
+            "LT_MLPERF_RESULT": "1",
+            "LT_MLPERF_INPUT_SCALE": "0.1f",
+            "LT_MLPERF_INPUT_ZERO_POINT": "3",
+            "LT_MLPERF_OUTPUT_SCALE": "0.1f",
+            "LT_MLPERF_OUTPUT_ZERO_POINT": "3",
+        },
+    )
 
 
 def _decimal(value: float) -> str:
@@ -99,7 +136,8 @@ def _replies(exe: Path, commands: bytes) -> list[list[str]]:
 
 def test_grammar_answers_the_runners_commands(kws_like):
     name, profile, load, chunk1, chunk2, infer, results = _replies(
-        kws_like, b"name%profile%db load 8%db 0001027f%db 80ff0203%infer 3 1%results%")
+        kws_like, b"name%profile%db load 8%db 0001027f%db 80ff0203%infer 3 1%results%"
+    )
     assert name == ["m-name-dut-[lowtide host]"]
     assert profile == ["m-profile-[ULPMark for tinyML Firmware V0.0.1]", "m-model-[kws01]"]
     assert load == ["m-[Expecting 8 bytes]"] and chunk1 == [] and chunk2 == ["m-load-done"]
@@ -113,20 +151,23 @@ def test_grammar_answers_the_runners_commands(kws_like):
     assert results == [f"m-results-[{expected}]"]
 
 
-@pytest.mark.parametrize("commands, error", [
-    (b"x" * 81 + b"%", "e-[Command longer than the 80-character buffer]"),
-    (b"db load 9%", "e-[This model takes 8 bytes, not 9]"),
-    (b"db load 0%", "e-[Command 'db load' requires the # of bytes, >0]"),
-    (b"db 0011%", "e-[No db load in progress]"),
-    (b"db 0g%", "e-[Invalid hex digit in 0g]"),
-    (b"db 001%", "e-[Insufficent number of hex digits]"),
-    (b"infer 2%", "e-[Load the input first: db load 8, then its bytes]"),
-    (b"infer 0 1%", "e-[Inference iterations must be >0]"),
-    (b"infer 1 -1%", "e-[Inference warmup must be >=0]"),
-    (b"results%", "e-[No inference has completed]"),
-    (b"%", "e-[Empty command]"),
-    (b"bogus 1%", "e-[Unknown command: bogus]"),
-])
+@pytest.mark.parametrize(
+    "commands, error",
+    [
+        (b"x" * 81 + b"%", "e-[Command longer than the 80-character buffer]"),
+        (b"db load 9%", "e-[This model takes 8 bytes, not 9]"),
+        (b"db load 0%", "e-[Command 'db load' requires the # of bytes, >0]"),
+        (b"db 0011%", "e-[No db load in progress]"),
+        (b"db 0g%", "e-[Invalid hex digit in 0g]"),
+        (b"db 001%", "e-[Insufficent number of hex digits]"),
+        (b"infer 2%", "e-[Load the input first: db load 8, then its bytes]"),
+        (b"infer 0 1%", "e-[Inference iterations must be >0]"),
+        (b"infer 1 -1%", "e-[Inference warmup must be >=0]"),
+        (b"results%", "e-[No inference has completed]"),
+        (b"%", "e-[Empty command]"),
+        (b"bogus 1%", "e-[Unknown command: bogus]"),
+    ],
+)
 def test_bad_commands_get_one_error_and_the_board_stays_ready(kws_like, commands, error):
     *replies, after = _replies(kws_like, commands + b"db load 8%db 0001020304050607%infer 1 0%")
     assert replies[0] == [error]
@@ -152,8 +193,15 @@ def test_fp32_inputs_are_quantized_and_scored_by_reconstruction(ad_like):
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO / "host"))
-    return subprocess.run([sys.executable, "-c", "from lowtide.cli import main; main()", "mlperf", *args],
-                          capture_output=True, text=True, env=env, cwd=cwd, check=False, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", "from lowtide.cli import main; main()", "mlperf", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        check=False,
+        timeout=120,
+    )
 
 
 def _bad_dataset(root: Path) -> Path:
@@ -164,13 +212,16 @@ def _bad_dataset(root: Path) -> Path:
     return root
 
 
-@pytest.mark.parametrize("case, message", [
-    ("model", r"input \(1, 640\) has 640 elements, but kws01 sends 490"),
-    ("runner", r"not MLCommons' MLPerf Tiny runner"),
-    ("dataset", r"a\.bin has 489 bytes; a kws01 input has 490"),
-    ("no dataset", r"not an MLPerf Tiny dataset for kws01: no kws01/y_labels.csv"),
-    ("streaming", r"sww01 streams audio through an interface board"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("model", r"input \(1, 640\) has 640 elements, but kws01 sends 490"),
+        ("runner", r"not MLCommons' MLPerf Tiny runner"),
+        ("dataset", r"a\.bin has 489 bytes; a kws01 input has 490"),
+        ("no dataset", r"not an MLPerf Tiny dataset for kws01: no kws01/y_labels.csv"),
+        ("streaming", r"sww01 streams audio through an interface board"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(tmp_path, case, message):
     model, benchmark, extra = (AD if case == "model" else KWS), "sww01" if case == "streaming" else "kws01", []
     if case == "runner":
@@ -195,12 +246,16 @@ def test_the_image_benchmarks_inputs_are_what_the_runner_reads(tmp_path, model, 
     graph = load_model(model)
     protocol = mlperf_protocol(graph, spec)
     assert protocol.db_bytes == {"ic01": 32 * 32 * 3, "vww01": 96 * 96 * 3}[benchmark_id]
-    assert (protocol.input_encoding, protocol.result, protocol.output_float32) == (INPUT_UINT8_AS_INT8,
-                                                                                    RESULT_SCORES, False)
+    assert (protocol.input_encoding, protocol.result, protocol.output_float32) == (
+        INPUT_UINT8_AS_INT8,
+        RESULT_SCORES,
+        False,
+    )
     assert graph.main.tensors[graph.main.outputs[0]].shape[-1] == spec.label_classes  # one score per class
     dataset = generate_dataset(tmp_path, spec, protocol.db_bytes, spec.label_classes)
-    module = importlib.util.spec_from_file_location("mlperf_runner_datasets",
-                                                    locate_runner(RUNNER_ARCHIVE) / "datasets.py")
+    module = importlib.util.spec_from_file_location(
+        "mlperf_runner_datasets", locate_runner(RUNNER_ARCHIVE) / "datasets.py"
+    )
     runner_datasets = importlib.util.module_from_spec(module)
     module.loader.exec_module(runner_datasets)
     files = runner_datasets.DataSet(str(dataset.folder), LABELS_FILE)
@@ -228,13 +283,27 @@ def test_lowtides_throughput_is_the_runners_own_code_to_the_bit(tmp_path):
     """window_throughput and the median against the runner's own functions (script.py, numpy's median), on windows
     of every size a board gives, a wrapped counter among them (T1 < T0: 0), and on odd and even counts of windows."""
     rng = random.Random(7)
-    windows = [(n, t0, t0 + d) for n, t0, d in [(70, 10148793, 15373429), (1500, 5, 1), (20, 2**32 - 10, -2**32 + 20),
-                                               (70, 4000000000, -3999999000), (1, 0, 0)]]
+    windows = [
+        (n, t0, t0 + d)
+        for n, t0, d in [
+            (70, 10148793, 15373429),
+            (1500, 5, 1),
+            (20, 2**32 - 10, -(2**32) + 20),
+            (70, 4000000000, -3999999000),
+            (1, 0, 0),
+        ]
+    ]
     windows += [(rng.choice([1, 20, 70, 1500]), rng.randrange(2**32), rng.randrange(1, 2**31)) for _ in range(300)]
     medians = [[rng.uniform(0.1, 5000) for _ in range(rng.choice([1, 2, 4, 5, 6]))] for _ in range(100)]
-    done = subprocess.run([sys.executable, "-c", _RUNNERS_THROUGHPUT, json.dumps(windows), json.dumps(medians)],
-                          cwd=tmp_path, capture_output=True, text=True, check=False, timeout=120,
-                          env=dict(os.environ, PYTHONPATH=str(locate_runner(RUNNER_ARCHIVE))))
+    done = subprocess.run(
+        [sys.executable, "-c", _RUNNERS_THROUGHPUT, json.dumps(windows), json.dumps(medians)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(locate_runner(RUNNER_ARCHIVE))),
+    )
     assert done.returncode == 0, done.stderr
     runners = json.loads(done.stdout.splitlines()[-1])
     assert [window_throughput(*w) for w in windows] == runners["windows"]
@@ -246,9 +315,13 @@ def test_lowtides_throughput_is_the_runners_own_code_to_the_bit(tmp_path):
 
 # (model, benchmark, runtime, board). qemu-nucleo-f446re runs nucleo-f446re's own image, built with the ST platform
 # from its archives: one model and one runtime, as its build and QEMU's netduinoplus2 are the slow ones.
-CASES = [(KWS, "kws01", "compiled", "qemu-m4"), (KWS, "kws01", "tflm-cmsis-nn", "qemu-m4"),
-         (AD, "ad01", "compiled", "qemu-m4"), (AD, "ad01", "tflm-cmsis-nn", "qemu-m4"),
-         (KWS, "kws01", "compiled", "qemu-nucleo-f446re")]
+CASES = [
+    (KWS, "kws01", "compiled", "qemu-m4"),
+    (KWS, "kws01", "tflm-cmsis-nn", "qemu-m4"),
+    (AD, "ad01", "compiled", "qemu-m4"),
+    (AD, "ad01", "tflm-cmsis-nn", "qemu-m4"),
+    (KWS, "kws01", "compiled", "qemu-nucleo-f446re"),
+]
 # m-name-dut-[lowtide NAME]: the board the image was built for (qemu-nucleo-f446re runs nucleo-f446re's unmodified)
 IMAGE_NAMES = {"qemu-m4": "qemu-mps2-an386", "qemu-nucleo-f446re": "nucleo-f446re"}
 
@@ -260,17 +333,30 @@ def runs(request, tmp_path_factory):
     work = tmp_path_factory.mktemp(f"mlperf-{benchmark}-{runtime}-{board}")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("LOWTIDE_PLATFORMIO_ARCHIVES", str(PLATFORMIO_ARCHIVES))
-        performance = run_mlperf(model, board, benchmark, "performance", runner=RUNNER_ARCHIVE, runtime=runtime,
-                                 work_dir=work)
+        performance = run_mlperf(
+            model, board, benchmark, "performance", runner=RUNNER_ARCHIVE, runtime=runtime, work_dir=work
+        )
         # Accuracy on a dataset of the test's own (the generated one goes with its run), which --dataset checks.
         # ad01's recordings cut into windows are the runner's doing, checked once: each window is 83 commands to QEMU.
         graph = load_model(model)
-        dataset = generate_dataset(work / "datasets", BENCHMARKS[benchmark],
-                                   mlperf_protocol(graph, BENCHMARKS[benchmark]).db_bytes,
-                                   BENCHMARKS[benchmark].label_classes, seed=1,
-                                   windows=2 if (runtime, board) == ("compiled", "qemu-m4") else 1)
-        accuracy = run_mlperf(model, board, benchmark, "accuracy", dataset=dataset.root, runner=RUNNER_ARCHIVE,
-                              runtime=runtime, work_dir=work)
+        dataset = generate_dataset(
+            work / "datasets",
+            BENCHMARKS[benchmark],
+            mlperf_protocol(graph, BENCHMARKS[benchmark]).db_bytes,
+            BENCHMARKS[benchmark].label_classes,
+            seed=1,
+            windows=2 if (runtime, board) == ("compiled", "qemu-m4") else 1,
+        )
+        accuracy = run_mlperf(
+            model,
+            board,
+            benchmark,
+            "accuracy",
+            dataset=dataset.root,
+            runner=RUNNER_ARCHIVE,
+            runtime=runtime,
+            work_dir=work,
+        )
         # lowtide's own count of one invocation's instructions, through its own protocol on the same board
         measured = measure(model, board=board, runtime=runtime, iterations=1, warmup=0)
     return model, benchmark, runtime, board, performance, accuracy, measured
@@ -310,13 +396,21 @@ def _host_scores(model: Path, benchmark: str, inputs: list[bytes]) -> list[list[
     if benchmark == "ad01":
         floats = [np.frombuffer(data, "<f4") for data in inputs]
         scale = np.float32(protocol.input_scale)
-        quantized = [np.clip(np.trunc(x / scale + np.copysign(np.float32(0.5), x)) + protocol.input_zero_point,
-                             -128, 127).astype(np.int8) for x in floats]
+        quantized = [
+            np.clip(
+                np.trunc(x / scale + np.copysign(np.float32(0.5), x)) + protocol.input_zero_point, -128, 127
+            ).astype(np.int8)
+            for x in floats
+        ]
     else:
         quantized = [np.frombuffer(data, np.int8) for data in inputs]
     shape = graph.main.tensors[graph.main.inputs[0]].shape
-    outputs = oracle.run_sequence(model.read_bytes(), [[q.reshape(shape)] for q in quantized], str(model),
-                                  reset_before=frozenset(range(len(inputs))))
+    outputs = oracle.run_sequence(
+        model.read_bytes(),
+        [[q.reshape(shape)] for q in quantized],
+        str(model),
+        reset_before=frozenset(range(len(inputs))),
+    )
     scores = []
     for x, (out,) in zip(inputs, outputs):
         values = (out.astype(np.float32).ravel() - protocol.output_zero_point) * np.float32(protocol.output_scale)
@@ -343,7 +437,7 @@ def test_runner_accuracy_scores_are_the_host_tflms(runs):
             # the runner's windows of each recording, in order: bytes_to_send every stride
             index = windows_sent[entry["file"]] = windows_sent.get(entry["file"], -1) + 1
             start = index * int(entry["stride"])
-            data = data[start:start + int(entry["bytes_to_send"])]
+            data = data[start : start + int(entry["bytes_to_send"])]
         inputs.append(data)
     expected = _host_scores(model, benchmark, inputs)
     for entry, scores in zip(entries, expected):
@@ -365,9 +459,28 @@ def test_the_mlperf_image_builds_for_a_real_nucleo(tmp_path, monkeypatch):
     lowtide's protocol: byte for byte the image qemu-nucleo-f446re runs above. Silicon is not here: on the real part
     it is only built, not run."""
     env = dict(os.environ, PYTHONPATH=str(REPO / "host"), LOWTIDE_PLATFORMIO_ARCHIVES=str(PLATFORMIO_ARCHIVES))
-    done = subprocess.run([sys.executable, "-c", "from lowtide.cli import main; main()", "build", str(KWS),
-                           "--board", "nucleo-f446re", "--runtime", "compiled", "--mlperf", "kws01", "--json"],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, check=False, timeout=1500)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from lowtide.cli import main; main()",
+            "build",
+            str(KWS),
+            "--board",
+            "nucleo-f446re",
+            "--runtime",
+            "compiled",
+            "--mlperf",
+            "kws01",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        check=False,
+        timeout=1500,
+    )
     assert done.returncode == 0, done.stderr
     image = json.loads(done.stdout)
     assert image["board"] == "nucleo-f446re" and not image["emulated"]
@@ -376,11 +489,14 @@ def test_the_mlperf_image_builds_for_a_real_nucleo(tmp_path, monkeypatch):
     names = {line.split()[-1] for line in symbols.splitlines()}
     assert {"lt_mlperf_push_byte", "lt_dwt_cycles", "HAL_UART_Init"} <= names
     assert "lt_server_push_byte" not in names  # lowtide's own protocol is not in this image
-    strings = subprocess.run(["arm-none-eabi-strings", image["elf"]], capture_output=True, text=True,
-                             check=True).stdout
+    strings = subprocess.run(["arm-none-eabi-strings", image["elf"]], capture_output=True, text=True, check=True).stdout
     assert "m-model-[kws01]" in strings and "m-name-dut-[lowtide " in strings
     monkeypatch.setenv("LOWTIDE_PLATFORMIO_ARCHIVES", str(PLATFORMIO_ARCHIVES))
     protocol = mlperf_protocol(load_model(KWS), BENCHMARKS["kws01"]).firmware_defines()
-    emulated = build_board_firmware(get_board_spec("qemu-nucleo-f446re"), KWS, RUNTIMES[Runtime.COMPILED],  # cached
-                                    protocol=protocol)
+    emulated = build_board_firmware(
+        get_board_spec("qemu-nucleo-f446re"),
+        KWS,
+        RUNTIMES[Runtime.COMPILED],  # cached
+        protocol=protocol,
+    )
     assert Path(image["elf"]).read_bytes() == emulated.elf.read_bytes()

@@ -48,7 +48,11 @@ def test_tensor_kinds_and_side_effects():
     call_once = next(op for op in sg.operators if op.opcode == "CALL_ONCE")
     assert call_once.called_subgraphs == (1,) and call_once.has_side_effects
     assert {op.opcode for op in sg.operators if op.has_side_effects} == {
-        "CALL_ONCE", "VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE"}
+        "CALL_ONCE",
+        "VAR_HANDLE",
+        "READ_VARIABLE",
+        "ASSIGN_VARIABLE",
+    }
     kinds = {t.kind for t in sg.tensors}
     assert kinds == {TensorKind.ACTIVATION, TensorKind.CONSTANT}
     conv = next(op for op in sg.operators if op.opcode == "CONV_2D")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from lowtide import oracle
 from lowtide.compile.lowering import KERNELS
 from lowtide.memory.in_place import COMPILED_ELEMENTWISE
@@ -34,8 +35,13 @@ from support.models import TinyModel
 
 
 def test_every_opcode_lowtide_validates_lowers_or_propagates_has_a_row():
-    known = (set(KERNELS) | set(shapes.RULES) | set(validate._OPTIONS) | set(validate._REQUIRED_INPUTS)
-             | set(dependence._RULES))
+    known = (
+        set(KERNELS)
+        | set(shapes.RULES)
+        | set(validate._OPTIONS)
+        | set(validate._REQUIRED_INPUTS)
+        | set(dependence._RULES)
+    )
     assert known - set(SEMANTICS) == set()
     for row in SEMANTICS.values():
         assert isinstance(row.tiling, TilingClass) and isinstance(row.tflm_in_place, TflmInPlace)
@@ -50,8 +56,9 @@ def test_families_are_the_tables_tiling_classes():
     assert tiled_as(TilingClass.RESIZE) == RESIZE_OPCODES
     assert tiled_as(TilingClass.CHANNEL) == CHANNEL_OPCODES
     assert tiled_as(TilingClass.GLOBAL) == REDUCE_OPCODES
-    assert TILEABLE_OPCODES == (CONV_OPCODES | POOL_OPCODES | UNARY_OPCODES | BINARY_OPCODES | PAD_OPCODES
-                                | RESIZE_OPCODES | CHANNEL_OPCODES)
+    assert TILEABLE_OPCODES == (
+        CONV_OPCODES | POOL_OPCODES | UNARY_OPCODES | BINARY_OPCODES | PAD_OPCODES | RESIZE_OPCODES | CHANNEL_OPCODES
+    )
 
 
 def test_what_the_compiled_runtime_runs_in_place_tflm_never_does():
@@ -59,28 +66,42 @@ def test_what_the_compiled_runtime_runs_in_place_tflm_never_does():
     read while they write: no plan for TFLM may share their bytes, and a model's own plan may share any other's."""
     never = {opcode for opcode, row in SEMANTICS.items() if row.tflm_in_place is TflmInPlace.NEVER}
     assert never == COMPILED_ELEMENTWISE | {"DEPTHWISE_CONV_2D"}
-    assert {opcode for opcode, row in SEMANTICS.items() if row.tflm_in_place is TflmInPlace.BLOCKS} == {"SPLIT",
-                                                                                                     "SPLIT_V"}
-    assert {opcode for opcode, row in SEMANTICS.items() if row.tflm_in_place is TflmInPlace.NARROWING} == {
-        "QUANTIZE"}
+    assert {opcode for opcode, row in SEMANTICS.items() if row.tflm_in_place is TflmInPlace.BLOCKS} == {
+        "SPLIT",
+        "SPLIT_V",
+    }
+    assert {opcode for opcode, row in SEMANTICS.items() if row.tflm_in_place is TflmInPlace.NARROWING} == {"QUANTIZE"}
 
 
 # (input rows, input columns, output rows, output columns, align_corners, half_pixel_centers). 2 -> 83 with
 # align_corners has a source point just below .5 that float32 rounds up when 0.5 is added to it first.
-RESIZES = [(6, 4, 9, 7, False, False), (6, 4, 9, 7, True, False), (6, 4, 9, 7, False, True),
-           (6, 4, 4, 3, False, True), (2, 3, 83, 5, True, False), (2, 3, 84, 6, True, True)]
+RESIZES = [
+    (6, 4, 9, 7, False, False),
+    (6, 4, 9, 7, True, False),
+    (6, 4, 9, 7, False, True),
+    (6, 4, 4, 3, False, True),
+    (2, 3, 83, 5, True, False),
+    (2, 3, 84, 6, True, True),
+]
 
 
-def _run_resize(tmp_path, opcode: str, dtype: str, case: tuple[int, int, int, int, bool, bool],
-                x: np.ndarray) -> np.ndarray:
+def _run_resize(
+    tmp_path, opcode: str, dtype: str, case: tuple[int, int, int, int, bool, bool], x: np.ndarray
+) -> np.ndarray:
     in_h, in_w, out_h, out_w, align, half = case
     m = TinyModel()
     quant = (0.05, 0) if dtype == "int8" else ()
     source = m.tensor((1, in_h, in_w, 1), dtype, *quant)
     out = m.tensor((1, out_h, out_w, 1), dtype, *quant)
     options = "ResizeBilinearOptions" if opcode == "RESIZE_BILINEAR" else "ResizeNearestNeighborOptions"
-    m.op(opcode, [source, m.tensor((2,), "int32", data=[out_h, out_w])], [out], options, alignCorners=align,
-         halfPixelCenters=half)
+    m.op(
+        opcode,
+        [source, m.tensor((2,), "int32", data=[out_h, out_w])],
+        [out],
+        options,
+        alignCorners=align,
+        halfPixelCenters=half,
+    )
     path = m.save(tmp_path / "resize.tflite", [source], [out])
     return oracle.run(path.read_bytes(), [x.reshape(1, in_h, in_w, 1)]).outputs[0].reshape(out_h, out_w)
 

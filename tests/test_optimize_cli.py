@@ -26,6 +26,8 @@ from support.cli import LAUNCH, lowtide_cli
 
 MODELS = Path(__file__).resolve().parents[1] / ".." / "shared" / "models"
 VWW = MODELS / "mlperf_vww_96_int8.tflite"
+
+
 def test_json_reports_measured_figures_before_and_after(tmp_path):
     out = tmp_path / "vww.tflite"
     done = lowtide_cli("optimize", str(VWW), "-o", str(out), "--verify", "--json")
@@ -50,9 +52,14 @@ def test_tables_on_stdout_and_progress_on_a_terminal_stderr(tmp_path):
     out = tmp_path / "nabu.tflite"
     controller, terminal = pty.openpty()
     try:
-        done = subprocess.run([sys.executable, "-c", LAUNCH, "optimize", str(MODELS / "mww_v1_okay_nabu.tflite"),
-                               "-o", str(out)], stdout=subprocess.PIPE, stderr=terminal, text=True, timeout=120,
-                              env={**os.environ, "COLUMNS": "120"})
+        done = subprocess.run(
+            [sys.executable, "-c", LAUNCH, "optimize", str(MODELS / "mww_v1_okay_nabu.tflite"), "-o", str(out)],
+            stdout=subprocess.PIPE,
+            stderr=terminal,
+            text=True,
+            timeout=120,
+            env={**os.environ, "COLUMNS": "120"},
+        )
         os.close(terminal)
         terminal = None
         progress = b""
@@ -73,10 +80,13 @@ def test_tables_on_stdout_and_progress_on_a_terminal_stderr(tmp_path):
     assert b"searching operator orders" in progress
 
 
-@pytest.mark.parametrize("args, message", [
-    (["/nonexistent/model.tflite", "-o", "x.tflite"], "no such file"),
-    ([str(VWW), "-o", str(VWW)], "would overwrite the input model"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["/nonexistent/model.tflite", "-o", "x.tflite"], "no such file"),
+        ([str(VWW), "-o", str(VWW)], "would overwrite the input model"),
+    ],
+)
 def test_user_errors_are_one_line_and_exit_2(args, message, tmp_path):
     done = lowtide_cli("optimize", *args, "--json", cwd=tmp_path)
     assert done.returncode == 2
@@ -102,10 +112,16 @@ def sabotage_plan(change):
     return export
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda offsets: [o + 16 if o >= 0 else o for o in offsets], "TFLM measured a head of 55,312 B, planned 55,296 B"),
-    (lambda offsets: [0 if o >= 0 else o for o in offsets], "outputs differ"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            lambda offsets: [o + 16 if o >= 0 else o for o in offsets],
+            "TFLM measured a head of 55,312 B, planned 55,296 B",
+        ),
+        (lambda offsets: [0 if o >= 0 else o for o in offsets], "outputs differ"),
+    ],
+)
 def test_verify_fails_with_exit_2_and_removes_the_output(change, message, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(lowtide.pipeline.optimize, "export_optimized", sabotage_plan(change))
     out = tmp_path / "vww.tflite"
@@ -123,8 +139,9 @@ def test_a_failure_writing_one_file_writes_none(verify, tmp_path, monkeypatch, c
     """OUT.h cannot be written (a directory is in the way): neither OUT.tflite nor OUT.json is left either."""
     out = tmp_path / "vww.tflite"
     (tmp_path / "vww.h").mkdir()
-    monkeypatch.setattr(sys, "argv", ["lowtide", "optimize", str(VWW), "-o", str(out), "--json",
-                                      *(["--verify"] if verify else [])])
+    monkeypatch.setattr(
+        sys, "argv", ["lowtide", "optimize", str(VWW), "-o", str(out), "--json", *(["--verify"] if verify else [])]
+    )
     with pytest.raises(SystemExit) as exited:
         main()
     assert exited.value.code == 2
@@ -136,8 +153,11 @@ def test_a_failure_writing_one_file_writes_none(verify, tmp_path, monkeypatch, c
 def test_tflm_failing_on_the_optimized_model_in_verify_writes_nothing(tmp_path, monkeypatch, capsys):
     """The plan moved 1 GiB up behind the exporter's back: TFLM cannot place the tensors in its arena and refuses
     the model while --verify runs it. Before, the three files had been written by then and stayed."""
-    monkeypatch.setattr(lowtide.pipeline.optimize, "export_optimized",
-                        sabotage_plan(lambda offsets: [o + (1 << 30) if o >= 0 else o for o in offsets]))
+    monkeypatch.setattr(
+        lowtide.pipeline.optimize,
+        "export_optimized",
+        sabotage_plan(lambda offsets: [o + (1 << 30) if o >= 0 else o for o in offsets]),
+    )
     out = tmp_path / "vww.tflite"
     monkeypatch.setattr(sys, "argv", ["lowtide", "optimize", str(VWW), "-o", str(out), "--verify", "--json"])
     with pytest.raises(SystemExit) as exited:

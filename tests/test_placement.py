@@ -30,8 +30,11 @@ def brute_force_head(buffers: list[Buffer]) -> int:
         offsets: dict[int, int] = {}
         for i in order:
             b = buffers[i]
-            clashes = sorted((offsets[j], offsets[j] + buffers[j].size) for j in offsets
-                             if buffers[j].first <= b.last and b.first <= buffers[j].last)
+            clashes = sorted(
+                (offsets[j], offsets[j] + buffers[j].size)
+                for j in offsets
+                if buffers[j].first <= b.last and b.first <= buffers[j].last
+            )
             offset = 0
             for start, end in clashes:
                 if start - offset >= b.size:
@@ -151,8 +154,17 @@ def test_random_instances_with_in_place_groups_place_validly():
         for k in range(3):
             size = strip if k < 2 else root.size - 2 * strip
             if size:
-                buffers.append(Buffer(0, 10 + k, None, size, root.last + 1, root.last + 1 + int(rng.integers(0, 4)),
-                                      shares=(root.tensor, k * strip)))
+                buffers.append(
+                    Buffer(
+                        0,
+                        10 + k,
+                        None,
+                        size,
+                        root.last + 1,
+                        root.last + 1 + int(rng.integers(0, 4)),
+                        shares=(root.tensor, k * strip),
+                    )
+                )
         placement = place(buffers)
         check_no_overlap(buffers, placement.offsets)
         assert placement.lower_bound_bytes <= placement.head_bytes

@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from lowtide.device import protocol_spec
 from lowtide.device.protocol import (
     MAX_ENCODED_FRAME,
     MAX_PAYLOAD,
     PROTOCOL_VERSION,
-    Data,
     Counter,
+    Data,
     Error,
     ErrorCode,
     Frame,
@@ -46,8 +47,21 @@ from lowtide.device.protocol import (
 SHA = bytes(range(32))
 EVERY_MESSAGE = [
     HelloRequest(),
-    Hello(PROTOCOL_VERSION, True, 2, 3, 480_000_000, Counter.CYCLES, 256, 1000, 512 * 1024, 300_000, SHA, "stm32h743",
-          "tflite-micro cmsis-nn"),
+    Hello(
+        PROTOCOL_VERSION,
+        True,
+        2,
+        3,
+        480_000_000,
+        Counter.CYCLES,
+        256,
+        1000,
+        512 * 1024,
+        300_000,
+        SHA,
+        "stm32h743",
+        "tflite-micro cmsis-nn",
+    ),
     Hello(PROTOCOL_VERSION, False, 1, 1, 0, Counter.NONE, 0xFFFFFFFF, 1000, 0, 0, SHA, "", ""),
     SetInput(1, 150_528, 990, bytes(range(256)) * 3 + b"\x00" * 223),
     SetInput(0, 0, 0, b""),
@@ -124,7 +138,8 @@ ARTIFACTS = {
 def test_the_checked_in_artifact_is_the_one_the_definition_generates(artifact):
     assert (ROOT / artifact).read_text() == ARTIFACTS[artifact](), (
         f"{artifact} disagrees with host/lowtide/device/protocol_spec.py: regenerate it with "
-        "`python -m lowtide.device.protocol_spec`")
+        "`python -m lowtide.device.protocol_spec`"
+    )
 
 
 def test_the_generator_writes_exactly_the_checked_in_artifacts():
@@ -141,10 +156,16 @@ def test_a_document_without_a_tables_marker_is_refused():
 def test_the_documents_tables_state_the_layouts():
     """A few rows as a reader finds them, typed here: the generated tables carry the definition's offsets."""
     text = (ROOT / "docs" / "protocol.md").read_text()
-    for row in ("| 56 | u8 + text | board name", "| 9 | 0..991 | the chunk's bytes |", "| 66 | u8 | number of outputs K |",
-                "| 67 | 8 x K | per output: u32 size in bytes, u32 zlib/IEEE CRC32 of its bytes (the output digest); "
-                "K is at most 116 |", "| 0x03 | RUN | host -> board | PROGRESS*, then RESULT |",
-                "| frame encoded, with its delimiter | 1011 |", "| 5 | MODEL_NOT_READY |"):
+    for row in (
+        "| 56 | u8 + text | board name",
+        "| 9 | 0..991 | the chunk's bytes |",
+        "| 66 | u8 | number of outputs K |",
+        "| 67 | 8 x K | per output: u32 size in bytes, u32 zlib/IEEE CRC32 of its bytes (the output digest); "
+        "K is at most 116 |",
+        "| 0x03 | RUN | host -> board | PROGRESS*, then RESULT |",
+        "| frame encoded, with its delimiter | 1011 |",
+        "| 5 | MODEL_NOT_READY |",
+    ):
         assert row in text
 
 

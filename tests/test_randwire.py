@@ -8,20 +8,25 @@ import math
 import os
 
 import pytest
-from support.cli import lowtide_cli
-from support.schedules import assert_reordered_model_runs_identically, assert_valid, random_graph, valid_orders
 
 from lowtide.budget import WorkBudget
 from lowtide.memory import tflm_plan
 from lowtide.model import read_model
-from lowtide.testing.zoo import RandWireSpec, randwire_model
 from lowtide.oracle import random_inputs, run
 from lowtide.schedule import find_schedule, schedule_budget, subgraph_problem
 from lowtide.schedule.anytime import (
-    CutLookahead, budgeted_descent, divide_at_cuts, ordered_pair_bound, step_cut, step_cuts,
+    CutLookahead,
+    budgeted_descent,
+    divide_at_cuts,
+    ordered_pair_bound,
+    step_cut,
+    step_cuts,
 )
 from lowtide.schedule.problem import bits
 from lowtide.schedule.search import Block, blocks, heuristic_order, simple_orders, solve_block
+from lowtide.testing.zoo import RandWireSpec, randwire_model
+from support.cli import lowtide_cli
+from support.schedules import assert_reordered_model_runs_identically, assert_valid, random_graph, valid_orders
 
 
 def unlimited() -> WorkBudget:
@@ -49,11 +54,14 @@ def test_randwire_models_run_on_tflm_with_the_predicted_head(generator, aggregat
     assert randwire_model(spec) == data  # same spec, same bytes
 
 
-@pytest.mark.parametrize(("spec", "ops"), [
-    (RandWireSpec("ws", 48, 2, "concat", seed=2), 250),
-    (RandWireSpec("ba", 40, 2, "concat", seed=0), 233),
-    (RandWireSpec("ws", 48, 2, "add", seed=1), 319),
-])
+@pytest.mark.parametrize(
+    ("spec", "ops"),
+    [
+        (RandWireSpec("ws", 48, 2, "concat", seed=2), 250),
+        (RandWireSpec("ba", 40, 2, "concat", seed=0), 233),
+        (RandWireSpec("ws", 48, 2, "add", seed=1), 319),
+    ],
+)
 def test_benchmark_randwire_graphs_have_hundreds_of_operators(spec, ops):
     assert read_model(randwire_model(spec)).operator_count == ops
 
@@ -215,8 +223,15 @@ def test_optimize_cli_reports_the_gap_and_that_it_is_not_proven(tmp_path):
     assert report["gap_bytes"] == report["after"]["planned_head_bytes"] - report["lower_bound_bytes"] > 0
     assert report["gap"] == round(report["gap_bytes"] / report["lower_bound_bytes"], 4)
     assert 0 < report["schedule_gap_bytes"] <= report["gap_bytes"]
-    done = lowtide_cli("optimize", str(model), "-o", str(tmp_path / "out.tflite"), "--effort", "0.3",
-                       env={**os.environ, "COLUMNS": "160"})
+    done = lowtide_cli(
+        "optimize",
+        str(model),
+        "-o",
+        str(tmp_path / "out.tflite"),
+        "--effort",
+        "0.3",
+        env={**os.environ, "COLUMNS": "160"},
+    )
     assert done.returncode == 0, done.stderr
     assert "lower bound" in done.stdout and "gap" in done.stdout
     assert "above the lower bound, not proven optimal" in done.stdout

@@ -20,9 +20,10 @@ from types import SimpleNamespace
 
 import pytest
 import serial.tools.list_ports
+
 from conftest import SHARED_MODELS, needs_firmware_tools
-from lowtide.pipeline.measure import measure
 from lowtide.errors import LowtideError
+from lowtide.pipeline.measure import measure
 
 REPO = Path(__file__).resolve().parents[1]
 HELLO_WORLD = SHARED_MODELS / "tflm_hello_world_int8.tflite"
@@ -80,8 +81,23 @@ def uploads(port: Path) -> list[dict]:
 
 def test_one_command_builds_flashes_finds_the_port_and_measures(stand_in):
     board, port = stand_in
-    done = subprocess.run([sys.executable, "-m", "lowtide", "measure", str(HELLO_WORLD), "--board", str(board),
-                           "--iterations", "3", "--json"], capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lowtide",
+            "measure",
+            str(HELLO_WORLD),
+            "--board",
+            str(board),
+            "--iterations",
+            "3",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     # Measured on the board the upload booted, through the configured port, against the host TFLM's outputs.
@@ -98,10 +114,27 @@ def test_one_command_builds_flashes_finds_the_port_and_measures(stand_in):
 def test_the_pytest_plugin_takes_the_same_path(stand_in, tmp_path):
     board, port = stand_in
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(REPO / "tests" / "hil"),
-         "-k", "tflm_hello_world_int8", "--lowtide-board", str(board),
-         "--lowtide-baselines", str(tmp_path / "baselines.json"), "--lowtide-update-baselines"],
-        capture_output=True, text=True, timeout=600, cwd=REPO)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            str(REPO / "tests" / "hil"),
+            "-k",
+            "tflm_hello_world_int8",
+            "--lowtide-board",
+            str(board),
+            "--lowtide-baselines",
+            str(tmp_path / "baselines.json"),
+            "--lowtide-update-baselines",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "1 passed" in done.stdout
     (upload,) = uploads(port)  # flashed once, before its one measurement
@@ -116,16 +149,19 @@ def test_the_probe_serial_number_chooses_between_two_boards_with_one_vid_pid(sta
     # stand-in's port, and another board's. The board file fixes no port, so lowtide must choose.
     board, port = stand_in
     board.write_text("\n".join(line for line in board.read_text().splitlines() if not line.startswith("port =")))
-    attached = [SimpleNamespace(device=str(port), vid=0x1209, pid=0x0001, description="stand-in",
-                                serial_number="STANDIN1"),
-                SimpleNamespace(device="/dev/ttyACM-other", vid=0x1209, pid=0x0001, description="another board",
-                                serial_number="OTHER2")]
+    attached = [
+        SimpleNamespace(device=str(port), vid=0x1209, pid=0x0001, description="stand-in", serial_number="STANDIN1"),
+        SimpleNamespace(
+            device="/dev/ttyACM-other", vid=0x1209, pid=0x0001, description="another board", serial_number="OTHER2"
+        ),
+    ]
     monkeypatch.setattr(serial.tools.list_ports, "comports", lambda *args, **kwargs: list(attached))
     with pytest.raises(LowtideError) as failure:  # which one? never a guess
         measure(HELLO_WORLD, str(board), iterations=3)
     assert str(failure.value) == (
         f"several serial ports match usb-stand-in (USB 1209:0001): {port} (1209:0001 serial STANDIN1: stand-in); "
-        "/dev/ttyACM-other (1209:0001 serial OTHER2: another board); choose one with --probe SERIAL or --port")
+        "/dev/ttyACM-other (1209:0001 serial OTHER2: another board); choose one with --probe SERIAL or --port"
+    )
     assert uploads(port) == []
     report = measure(HELLO_WORLD, str(board), iterations=3, probe="standin1")  # serial numbers match in any case
     assert report.outputs_match and report.port == str(port)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from lowtide import oracle
 from lowtide.errors import LowtideError
 from lowtide.memory import tflm_plan
@@ -51,11 +52,15 @@ def _stem(kind: str, stride: int, padding: str, residual: bool) -> bytes:
     return b.build()
 
 
-@pytest.mark.parametrize("kind,stride,padding,residual", [
-    (kind, stride, padding, residual)
-    for kind, stride, padding, residual in itertools.product(("conv", "depthwise"), (1, 2), ("SAME", "VALID"),
-                                                             (False, True))
-])
+@pytest.mark.parametrize(
+    "kind,stride,padding,residual",
+    [
+        (kind, stride, padding, residual)
+        for kind, stride, padding, residual in itertools.product(
+            ("conv", "depthwise"), (1, 2), ("SAME", "VALID"), (False, True)
+        )
+    ],
+)
 def test_tiling_is_bit_identical_for_every_grid(kind, stride, padding, residual):
     data = _stem(kind, stride, padding, residual)
     graph = read_model(data)
@@ -222,8 +227,9 @@ def test_wide_layer_partitioning_within_one_lsb(parts, head):
     before, after = oracle.run(data, inputs), oracle.run(split.model, inputs)
     # The two 48-channel tensors (6,912 B each) are never whole: only a group's share of them is live at once.
     assert (before.head_bytes, after.head_bytes) == (13_824, head)
-    assert split.head_bytes == after.head_bytes and split.summed_tensor == graph.main.tensors[
-        graph.main.outputs[0]].name
+    assert (
+        split.head_bytes == after.head_bytes and split.summed_tensor == graph.main.tensors[graph.main.outputs[0]].name
+    )
     difference = np.abs(before.outputs[0].astype(int) - after.outputs[0].astype(int))
     assert difference.max() == 1
 

@@ -159,8 +159,9 @@ def test_optimize_drops_candidates_tflm_refuses_and_goes_on(tmp_path, monkeypatc
     rejected = report["rewrite"]["rejected_candidates"]
     assert rejected and all(set(r) == {"candidate", "reason"} for r in rejected)
     assert all("tiled input_0 -> " in r["candidate"] for r in rejected)
-    assert any("concatenation.cc" in r["reason"] or "Type UINT8 (3) not supported" in r["reason"]
-               for r in rejected), rejected
+    assert any("concatenation.cc" in r["reason"] or "Type UINT8 (3) not supported" in r["reason"] for r in rejected), (
+        rejected
+    )
     assert report["outputs_identical"] is True
     assert report["after"]["tflm_head_bytes"] == report["after"]["planned_head_bytes"]
     assert report["after"]["arena_size_bytes_mcu32"] <= report["before"]["mcu32"]["arena_bytes"]

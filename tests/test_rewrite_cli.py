@@ -13,9 +13,22 @@ from conftest import SHARED_MODELS
 
 def _optimize(model: str, out, *extra: str) -> dict:
     result = subprocess.run(
-        [sys.executable, "-m", "lowtide", "optimize", str(SHARED_MODELS / f"{model}.tflite"), "-o", str(out),
-         "--verify", "--json", *extra],
-        capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "lowtide",
+            "optimize",
+            str(SHARED_MODELS / f"{model}.tflite"),
+            "-o",
+            str(out),
+            "--verify",
+            "--json",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -41,6 +54,7 @@ def test_rewrite_never_ends_above_plain_optimize(tmp_path):
     assert rewritten["outputs_identical"] is True
     assert rewritten["after"]["tflm_head_bytes"] == rewritten["after"]["planned_head_bytes"]
     assert rewritten["rewrite"]["used"] is True
+
     def patches(tilings: list[dict]) -> int:
         return sum(t["grid"][0] * t["grid"][1] for t in tilings)
 
@@ -56,8 +70,9 @@ def test_rewrite_says_why_it_cannot(tmp_path):
 
 
 def _partition(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "lowtide", "partition", *args], capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "lowtide", "partition", *args], capture_output=True, text=True, timeout=300
+    )
 
 
 def test_partition_splits_the_bottleneck_at_mcunet_vww_peak_and_reports_the_difference(tmp_path):

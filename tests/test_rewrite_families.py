@@ -87,7 +87,8 @@ def test_a_region_may_end_before_the_encoder_skip_tensor_is_read_again():
     stem, depthwise = _tensor(graph, "conv_2d_0"), _tensor(graph, "depthwise_conv_2d_2")
     assert escaping_tensor(graph, stem, depthwise) == ""
     assert escaping_tensor(graph, _tensor(graph, "input_0"), depthwise) == (
-        f"tensor {stem} 'conv_2d_0' computed in the region is read after it")
+        f"tensor {stem} 'conv_2d_0' computed in the region is read after it"
+    )
     _same_outputs(data, tile(graph, stem, depthwise, (4, 1)))
 
 
@@ -120,12 +121,18 @@ def test_second_looks_in_turn_take_two_level_regions_below_half_the_best_order()
     assert result.original_head_bytes >= 2 * result.head_bytes
     assert result.macs_after <= 1.20 * result.macs_before
 
+
 def test_optimize_table_shows_the_pareto_front_with_the_written_point(tmp_path):
     model, out = tmp_path / "pan.tflite", tmp_path / "out.tflite"
     model.write_bytes(_small("pan_detector"))
     env = {**os.environ, "COLUMNS": "220"}
-    result = subprocess.run([sys.executable, "-m", "lowtide", "optimize", str(model), "-o", str(out), "--rewrite",
-                             "auto"], capture_output=True, text=True, timeout=600, env=env)
+    result = subprocess.run(
+        [sys.executable, "-m", "lowtide", "optimize", str(model), "-o", str(out), "--rewrite", "auto"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     start = next(i for i, line in enumerate(lines) if "Pareto front" in line)

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from lowtide import oracle
 from lowtide.model import read_model
 from lowtide.model.builder import ModelBuilder, TensorRef
-from lowtide.testing.zoo import mobilenet_v3_stem
 from lowtide.rewrite import NotApplicable, rewrite_auto, tile
 from lowtide.rewrite.regions import ResizeMap, _resize_axis, region_between
+from lowtide.testing.zoo import mobilenet_v3_stem
 
 
 def _same_outputs(original: bytes, rewritten: bytes) -> oracle.OracleRun:
@@ -27,8 +28,9 @@ def _same_outputs(original: bytes, rewritten: bytes) -> oracle.OracleRun:
 def _fpn_merge(b: ModelBuilder, y: TensorRef) -> TensorRef:
     """A skip path added to a half-resolution path upsampled by RESIZE_BILINEAR (half-pixel centres)."""
     low = b.conv2d(y, 16, kernel=3, stride=2, activation="NONE")
-    return b.binary("ADD", b.conv2d(y, 16, kernel=1, activation="NONE"),
-                    b.resize(low, 2, "bilinear", half_pixel_centers=True))
+    return b.binary(
+        "ADD", b.conv2d(y, 16, kernel=1, activation="NONE"), b.resize(low, 2, "bilinear", half_pixel_centers=True)
+    )
 
 
 # One model per operator class, the operator at the memory peak (on the 32x32x16 tensors).
@@ -36,8 +38,7 @@ PEAK_OPERATORS = {
     "hard_swish": lambda b, y: b.activation(y, "HARD_SWISH"),
     "silu": lambda b, y: b.binary("MUL", y, b.activation(y, "LOGISTIC")),
     "prelu": lambda b, y: b.prelu(y),
-    "broadcast": lambda b, y: b.binary("ADD", b.binary("MUL", y, np.linspace(0.5, 1.5, 16)),
-                                       b.depthwise_conv2d(y, 3)),
+    "broadcast": lambda b, y: b.binary("ADD", b.binary("MUL", y, np.linspace(0.5, 1.5, 16)), b.depthwise_conv2d(y, 3)),
     "channel_pad": lambda b, y: b.binary("ADD", b.pad(y, channels=(0, 16)), b.conv2d(y, 32, 3, activation="NONE")),
     "mirror_pad": lambda b, y: b.conv2d(b.pad(y, (1, 1), (1, 1), mode="REFLECT"), 16, 3, padding="VALID"),
     "same_max_pool": lambda b, y: b.conv2d(b.max_pool(y, 3, 1, "SAME"), 16, 1),
@@ -83,8 +84,9 @@ WINDOW_CASES = {
     "squared_difference": lambda b, y: b.binary("SQUARED_DIFFERENCE", y, b.depthwise_conv2d(y, 3, activation="NONE")),
     "minimum_scalar": lambda b, y: b.binary("MINIMUM", y, 0.2),
     "channel_broadcast": lambda b, y: b.binary("MUL", y, b.conv2d(y, 1, 3, activation="NONE")),
-    "padv2_rows_columns_channels": lambda b, y: b.conv2d(b.pad(y, (1, 2), (2, 1), (0, 3), value=0.5), 8, 3,
-                                                        padding="VALID"),
+    "padv2_rows_columns_channels": lambda b, y: b.conv2d(
+        b.pad(y, (1, 2), (2, 1), (0, 3), value=0.5), 8, 3, padding="VALID"
+    ),
     "mirror_symmetric": lambda b, y: b.conv2d(b.pad(y, (2, 2), (2, 1), mode="SYMMETRIC"), 8, 3, padding="VALID"),
     "same_max_pool_stride_2": lambda b, y: b.max_pool(y, 3, 2, "SAME"),
     "nearest_by_3": lambda b, y: b.conv2d(b.resize(y, 3), 8, 3),

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 import lowtide.pipeline.optimize as pipeline
+from lowtide.budget import WallClock
 from lowtide.errors import LowtideError
 from lowtide.model import read_model
 from lowtide.model.builder import ModelBuilder
 from lowtide.rewrite import NotApplicable, RewriteResult, Tiling, partition_at_peak, partition_wide_layer
 from lowtide.tflm import DEFAULT_CORE, Arena32Mode
-from lowtide.budget import WallClock
 from lowtide.tflm.tree import KernelSet
 
 
@@ -46,10 +46,20 @@ def test_partition_at_peak_reports_why_each_candidate_does_not_apply():
 
 def test_fewer_patches_skips_variants_that_do_not_apply_and_passes_real_errors_on(monkeypatch):
     graph = read_model(_bottleneck_with_relu_projection())
-    rewritten = RewriteResult(model=b"", rewritten=True, reason="", head_bytes=0, original_head_bytes=0,
-                              stock_head_bytes=0, macs_before=0, macs_after=0,
-                              tilings=(Tiling("a", "b", (4, 4), True),), pareto=(), wall_clock_cut=False,
-                              seconds=0.0)
+    rewritten = RewriteResult(
+        model=b"",
+        rewritten=True,
+        reason="",
+        head_bytes=0,
+        original_head_bytes=0,
+        stock_head_bytes=0,
+        macs_before=0,
+        macs_after=0,
+        tilings=(Tiling("a", "b", (4, 4), True),),
+        pareto=(),
+        wall_clock_cut=False,
+        seconds=0.0,
+    )
 
     tried = []
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import lowtide
 import pytest
+
+import lowtide
 from conftest import SHARED_MODELS
 from lowtide.errors import LowtideError
 from lowtide.runtimes import ARENA_SLACK_BYTES, RUNTIMES, Runtime, runtime_named
@@ -68,7 +69,10 @@ def _runtime_name_comparisons(tree: ast.AST) -> list[int]:
 
 def test_no_module_compares_runtime_names():
     assert _runtime_name_comparisons(ast.parse('if runtime == "tflm-cmsis-nn" or x in ("compiled",):\n    pass\n'))
-    found = [f"{path.relative_to(PACKAGE)}:{line}" for path in sorted(PACKAGE.rglob("*.py"))
-             if "data" not in path.relative_to(PACKAGE).parts
-             for line in _runtime_name_comparisons(ast.parse(path.read_text()))]
+    found = [
+        f"{path.relative_to(PACKAGE)}:{line}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if "data" not in path.relative_to(PACKAGE).parts
+        for line in _runtime_name_comparisons(ast.parse(path.read_text()))
+    ]
     assert not found, "runtime names compared (ask the lowtide.runtimes object instead): " + ", ".join(found)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
+
 from conftest import SHARED_MODELS, reference_figures, shared_model_names
 from lowtide.errors import LowtideError
 from lowtide.memory import tflm_plan
@@ -23,13 +24,17 @@ def unaligned_peak(graph: Graph, order) -> int:
     """Live peak in raw tensor bytes, as REFERENCE.tsv counts it."""
     plan = tflm_plan(graph, order)
     return max(
-        sum(graph.subgraphs[plan.buffers[i].subgraph].tensors[plan.buffers[i].tensor].nbytes
-            for i in step.buffers if plan.buffers[i].tensor is not None)
+        sum(
+            graph.subgraphs[plan.buffers[i].subgraph].tensors[plan.buffers[i].tensor].nbytes
+            for i in step.buffers
+            if plan.buffers[i].tensor is not None
+        )
         for step in plan.steps
     )
 
 
 # ---- cost model ------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", ["mltk_kws_on_off_v3", "mww_v1_okay_nabu", "mcunetv2_large", "tflm_keyword_scrambled"])
 def test_step_costs_match_tflm_plan_in_random_orders(name):
@@ -39,8 +44,9 @@ def test_step_costs_match_tflm_plan_in_random_orders(name):
     for _ in range(5):
         done, order = 0, []
         while len(order) < problem.op_count:
-            ready = [op for op in range(problem.op_count)
-                     if not done >> op & 1 and not problem.predecessors[op] & ~done]
+            ready = [
+                op for op in range(problem.op_count) if not done >> op & 1 and not problem.predecessors[op] & ~done
+            ]
             op = rng.choice(ready)
             order.append(op)
             done |= 1 << op

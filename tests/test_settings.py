@@ -22,8 +22,12 @@ def environment_reads(path: Path) -> list[tuple[str, int]]:
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 visit(child, child.name)
                 continue
-            if (isinstance(child, ast.Attribute) and child.attr in ("environ", "getenv")
-                    and isinstance(child.value, ast.Name) and child.value.id == "os"):
+            if (
+                isinstance(child, ast.Attribute)
+                and child.attr in ("environ", "getenv")
+                and isinstance(child.value, ast.Name)
+                and child.value.id == "os"
+            ):
                 found.append((function, child.lineno))
             visit(child, function)
 
@@ -32,30 +36,68 @@ def environment_reads(path: Path) -> list[tuple[str, int]]:
 
 
 def test_only_the_settings_read_the_environment():
-    reads = [f"{path.relative_to(PACKAGE)}:{line} ({function})"
-             for path in sorted(PACKAGE.rglob("*.py")) if path.name != "settings.py"
-             for function, line in environment_reads(path)
-             if (str(path.relative_to(PACKAGE)), function) not in PASSED_ON]
+    reads = [
+        f"{path.relative_to(PACKAGE)}:{line} ({function})"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.name != "settings.py"
+        for function, line in environment_reads(path)
+        if (str(path.relative_to(PACKAGE)), function) not in PASSED_ON
+    ]
     assert reads == []
 
 
 def test_unset_and_empty_variables_give_the_defaults():
-    for environ in ({}, dict.fromkeys(("LOWTIDE_TFLM_DIR", "LOWTIDE_CACHE_DIR", "LOWTIDE_LOCK_DIR",
-                                       "LOWTIDE_PLATFORMIO_ARCHIVES", "LOWTIDE_MLPERF_RUNNER", "LG_COORDINATOR",
-                                       "HTTPS_PROXY"), "")):
+    for environ in (
+        {},
+        dict.fromkeys(
+            (
+                "LOWTIDE_TFLM_DIR",
+                "LOWTIDE_CACHE_DIR",
+                "LOWTIDE_LOCK_DIR",
+                "LOWTIDE_PLATFORMIO_ARCHIVES",
+                "LOWTIDE_MLPERF_RUNNER",
+                "LG_COORDINATOR",
+                "HTTPS_PROXY",
+            ),
+            "",
+        ),
+    ):
         settings = read_settings(environ)
         assert settings.max_tensor_bytes == DEFAULT_MAX_TENSOR_BYTES and settings.tflm_timeout_s == DEFAULT_TIMEOUT_S
         assert settings.lock_dir == DEFAULT_LOCK_DIR and settings.compiler == "gcc" and not settings.behind_proxy
-        assert (settings.tflm_dir, settings.cache_dir, settings.platformio_archives, settings.mlperf_runner,
-                settings.labgrid_coordinator) == (None,) * 5
+        assert (
+            settings.tflm_dir,
+            settings.cache_dir,
+            settings.platformio_archives,
+            settings.mlperf_runner,
+            settings.labgrid_coordinator,
+        ) == (None,) * 5
 
 
 def test_variables_are_read_by_their_documented_names():
-    settings = read_settings({"LOWTIDE_MAX_TENSOR_BYTES": "4096", "LOWTIDE_TFLM_TIMEOUT": "2.5",
-                              "LOWTIDE_TFLM_DIR": "/t", "LOWTIDE_CACHE_DIR": "/c", "LOWTIDE_LOCK_DIR": "/l",
-                              "LOWTIDE_PLATFORMIO_ARCHIVES": "/a", "LOWTIDE_MLPERF_RUNNER": "/r", "CC": "clang",
-                              "LG_COORDINATOR": "farm:20408", "all_proxy": "http://proxy:3128"})
-    assert (settings.max_tensor_bytes, settings.tflm_timeout_s, settings.tflm_dir, settings.cache_dir,
-            settings.lock_dir, settings.platformio_archives, settings.mlperf_runner, settings.compiler,
-            settings.labgrid_coordinator, settings.behind_proxy) == (
-        4096, 2.5, "/t", "/c", Path("/l"), "/a", "/r", "clang", "farm:20408", True)
+    settings = read_settings(
+        {
+            "LOWTIDE_MAX_TENSOR_BYTES": "4096",
+            "LOWTIDE_TFLM_TIMEOUT": "2.5",
+            "LOWTIDE_TFLM_DIR": "/t",
+            "LOWTIDE_CACHE_DIR": "/c",
+            "LOWTIDE_LOCK_DIR": "/l",
+            "LOWTIDE_PLATFORMIO_ARCHIVES": "/a",
+            "LOWTIDE_MLPERF_RUNNER": "/r",
+            "CC": "clang",
+            "LG_COORDINATOR": "farm:20408",
+            "all_proxy": "http://proxy:3128",
+        }
+    )
+    assert (
+        settings.max_tensor_bytes,
+        settings.tflm_timeout_s,
+        settings.tflm_dir,
+        settings.cache_dir,
+        settings.lock_dir,
+        settings.platformio_archives,
+        settings.mlperf_runner,
+        settings.compiler,
+        settings.labgrid_coordinator,
+        settings.behind_proxy,
+    ) == (4096, 2.5, "/t", "/c", Path("/l"), "/a", "/r", "clang", "farm:20408", True)

@@ -16,13 +16,14 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from conftest import SHARED_MODELS, needs_firmware_tools
+from lowtide.compile.codegen import arena_plan
 from lowtide.device.drivers.platformio import RAM_SECTIONS, elf_sections, linker_regions, read_firmware_image
 from lowtide.device.spec import get_board_spec
 from lowtide.device.static_ram import static_ram_split
 from lowtide.project import env_option
 from lowtide.resources import BOARDS_DIR, DATA_DIR
-from lowtide.compile.codegen import arena_plan
 from lowtide.runtimes import ARENA_SLACK_BYTES, runtime_named
 from lowtide.tflm.sizer import predict_arena32
 from lowtide.validation import load_model
@@ -32,9 +33,12 @@ KWS = SHARED_MODELS / "mlperf_kws_dscnn_int8.tflite"
 ST_BOARDS = ("nucleo-f446re", "nucleo-f401re", "nucleo-l4r5zi", "nucleo-f746zg", "nucleo-h743zi")
 RUNTIMES = ("compiled", "tflm", "tflm-cmsis-nn")
 
-pytestmark = [needs_firmware_tools,
-              pytest.mark.skipif(not (ARCHIVES / "platform-ststm32.tar.gz").is_file(),
-                                 reason=f"no PlatformIO archives in {ARCHIVES}")]
+pytestmark = [
+    needs_firmware_tools,
+    pytest.mark.skipif(
+        not (ARCHIVES / "platform-ststm32.tar.gz").is_file(), reason=f"no PlatformIO archives in {ARCHIVES}"
+    ),
+]
 
 
 def _offline_prefix() -> list[str]:
@@ -45,14 +49,20 @@ def _offline_prefix() -> list[str]:
     return []
 
 
-def lowtide(*args: str, archives: Path | str = ARCHIVES, offline: bool = True,
-            timeout: float = 1500) -> subprocess.CompletedProcess:
+def lowtide(
+    *args: str, archives: Path | str = ARCHIVES, offline: bool = True, timeout: float = 1500
+) -> subprocess.CompletedProcess:
     """The CLI with the archives; `offline`: in a network namespace with no interface (no loopback either, so
     not for QEMU's TCP serial port)."""
     env = {**os.environ, "LOWTIDE_PLATFORMIO_ARCHIVES": str(archives)}
     prefix = _offline_prefix() if offline else []
-    return subprocess.run([*prefix, sys.executable, "-c", "from lowtide.cli import main; main()", *args],
-                          env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [*prefix, sys.executable, "-c", "from lowtide.cli import main; main()", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def one_line_error(done: subprocess.CompletedProcess) -> str:
@@ -70,8 +80,11 @@ def build(board: str, runtime: str) -> dict:
 
 # The FPU each board's image is built for, as `readelf -A` shows the linked ELF (TFLM's library merged with the
 # firmware's objects): a library built for another core's FPU would show through. True: single precision only.
-CORE_FPUS = {"cortex-m4f": ("VFPv4-D16", True), "cortex-m7-sp": ("FPv5/FP-D16 for ARMv8", True),
-             "cortex-m7": ("FPv5/FP-D16 for ARMv8", False)}
+CORE_FPUS = {
+    "cortex-m4f": ("VFPv4-D16", True),
+    "cortex-m7-sp": ("FPv5/FP-D16 for ARMv8", True),
+    "cortex-m7": ("FPv5/FP-D16 for ARMv8", False),
+}
 
 
 def symbol_names(elf: Path) -> set[str]:
@@ -106,7 +119,10 @@ def test_each_st_board_builds_offline_with_each_runtime(board, runtime):
         assert len(placed) == 1 and placed[0].writable == section.name.startswith(RAM_SECTIONS), (section, regions)
     image = read_firmware_image(elf, spec.platformio_env)
     assert (image.flash_bytes, image.static_ram_bytes, image.stack_bytes) == (
-        report["flash_bytes"], report["static_ram_bytes"], report["stack_bytes"])
+        report["flash_bytes"],
+        report["static_ram_bytes"],
+        report["stack_bytes"],
+    )
     assert 0 < image.ram_bytes <= spec.sram_bytes and 0 < image.flash_bytes <= spec.flash_bytes
 
     # The arena array in the image is what the fit check counted before building: TFLM's arena as lowtide predicts
@@ -130,8 +146,7 @@ def test_each_st_board_builds_offline_with_each_runtime(board, runtime):
     symbols = symbol_names(elf)
     assert ("tflite::MicroInterpreter::Invoke()" in symbols) == (kernels is not None)
     assert ("arm_convolve_wrapper_s8" in symbols) == (runtime == "tflm-cmsis-nn")  # KWS's CONV_2Ds in CMSIS-NN
-    attributes = subprocess.run(["arm-none-eabi-readelf", "-A", elf], capture_output=True, text=True,
-                                check=True).stdout
+    attributes = subprocess.run(["arm-none-eabi-readelf", "-A", elf], capture_output=True, text=True, check=True).stdout
     fp_arch, single_precision = CORE_FPUS[spec.core]
     assert f"Tag_FP_arch: {fp_arch}\n" in attributes and "Tag_ABI_VFP_args: VFP registers" in attributes
     assert ("Tag_ABI_HardFP_use: SP only" in attributes) == single_precision
@@ -167,8 +182,10 @@ def test_a_board_file_whose_memory_does_not_fit_the_part_is_one_line(tmp_path):
     text = (BOARDS_DIR / "nucleo-f446re.toml").read_text().replace("sram_bytes = 131072", "sram_bytes = 262144")
     (tmp_path / "big.toml").write_text(text)
     message = one_line_error(lowtide("build", str(KWS), "--board", str(tmp_path / "big.toml")))
-    assert ("sram_bytes = 262,144 does not fit the part: nucleo-f446re's memory map "
-            "(firmware/bsp/stm32/ld/stm32f446re.ld) has 131,072 B") in message
+    assert (
+        "sram_bytes = 262,144 does not fit the part: nucleo-f446re's memory map "
+        "(firmware/bsp/stm32/ld/stm32f446re.ld) has 131,072 B"
+    ) in message
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
@@ -198,17 +215,31 @@ PROBE = "066DFF495150898367063731"  # an ST-LINK/V2-1's serial number, as its vi
 def test_an_upload_with_no_probe_attached_runs_openocd_on_that_probe_and_fails_in_one_line(command):
     # No ST-LINK is attached here: the real upload runs, offline, through the tool-openocd shim into Debian's
     # OpenOCD, which finds no probe. --port: a port that is not a USB device, so the probe comes from --probe.
-    done = lowtide(command, str(KWS), "--board", "nucleo-f446re", "--runtime", "compiled", "--port", "/dev/null",
-                   "--probe", PROBE, "--json")
+    done = lowtide(
+        command,
+        str(KWS),
+        "--board",
+        "nucleo-f446re",
+        "--runtime",
+        "compiled",
+        "--port",
+        "/dev/null",
+        "--probe",
+        PROBE,
+        "--json",
+    )
     message = one_line_error(done)
-    assert message.startswith("lowtide: error: uploading the nucleo-f446re firmware for mlperf_kws_dscnn_int8.tflite "
-                              "failed: no debug probe found (openocd: Error: open failed): connect the board's "
-                              "ST-LINK USB port (log: ")
+    assert message.startswith(
+        "lowtide: error: uploading the nucleo-f446re firmware for mlperf_kws_dscnn_int8.tflite "
+        "failed: no debug probe found (openocd: Error: open failed): connect the board's "
+        "ST-LINK USB port (log: "
+    )
     log = Path(message.split("(log: ")[-1].rstrip(")")).read_text()
     # The exact command PlatformIO ran: the ST platform's own stlink upload, with the probe chosen first.
     (command_line,) = [line for line in log.splitlines() if line.startswith("openocd ")]
     assert re.fullmatch(
         rf'openocd -c "adapter serial {PROBE}" -d2 -s \S+/platformio/tool-openocd-[0-9a-f]{{12}}/openocd/scripts '
         r'-f board/st_nucleo_f4\.cfg -c "program \{\.pio/build/nucleo-f446re/firmware\.elf\}  verify reset; shutdown;"',
-        command_line), command_line
+        command_line,
+    ), command_line
     assert "tool-openocd @ 3.1200.0" in log and "Open On-Chip Debugger 0.12.0" in log  # the shim ran the real one

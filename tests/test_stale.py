@@ -13,13 +13,13 @@ import sys
 import numpy as np
 import pytest
 
-from lowtide.pipeline.optimize import _same_outputs
 from lowtide import oracle
 from lowtide.model import read_model
 from lowtide.model.builder import ModelBuilder
 from lowtide.model.ir import Graph
 from lowtide.model.schema import fb, operator_code
 from lowtide.model.writer import model_bytes
+from lowtide.pipeline.optimize import _same_outputs
 from lowtide.stale import StaleReport, check_stale
 from lowtide.stale.dependence import element_shape, propagate
 from lowtide.stale.fills import Fixture
@@ -110,8 +110,10 @@ def movement_model() -> bytes:
             data = fb.BufferT()
             data.data = list(np.asarray(values, "<i4" if values.dtype != np.int8 else np.int8).tobytes())
             raw.buffers.append(data)
-            t.type, t.buffer = fb.TensorType.INT32 if values.dtype != np.int8 else fb.TensorType.INT8, len(
-                raw.buffers) - 1
+            t.type, t.buffer = (
+                fb.TensorType.INT32 if values.dtype != np.int8 else fb.TensorType.INT8,
+                len(raw.buffers) - 1,
+            )
             if values.dtype == np.int8:  # TRANSPOSE_CONV's filter: per output channel, as TFLM's kernel needs
                 t.quantization = fb.QuantizationParametersT()
                 t.quantization.scale, t.quantization.zeroPoint = [0.01] * len(values), [0] * len(values)
@@ -125,8 +127,10 @@ def movement_model() -> bytes:
         op.opcodeIndex = [c.builtinCode for c in raw.operatorCodes].index(operator_code(opcode).builtinCode)
         op.inputs = [i if isinstance(i, int) else tensor(np.shape(i), i) for i in inputs]
         op.outputs = [tensor(shape) for shape in shapes]
-        op.builtinOptionsType, op.builtinOptions = getattr(fb.BuiltinOptions, options_name), getattr(
-            fb, options_name + "T")()
+        op.builtinOptionsType, op.builtinOptions = (
+            getattr(fb.BuiltinOptions, options_name),
+            getattr(fb, options_name + "T")(),
+        )
         for name, value in fields.items():
             setattr(op.builtinOptions, name, value)
         sg.operators.append(op)
@@ -135,8 +139,13 @@ def movement_model() -> bytes:
     (transposed,) = append("TRANSPOSE", [x, np.array([0, 2, 1, 3])], [(1, 8, 8, 8)], "TransposeOptions")
     outputs = [transposed]
     outputs += append("SLICE", [x, np.array([0, 1, 2, 0]), np.array([1, 5, -1, 4])], [(1, 5, 6, 4)], "SliceOptions")
-    outputs += append("STRIDED_SLICE", [x, np.array([0, 1, 0, 0]), np.array([1, 8, 8, 8]), np.array([1, 2, 3, 1])],
-                      [(4, 3, 8)], "StridedSliceOptions", shrinkAxisMask=1)
+    outputs += append(
+        "STRIDED_SLICE",
+        [x, np.array([0, 1, 0, 0]), np.array([1, 8, 8, 8]), np.array([1, 2, 3, 1])],
+        [(4, 3, 8)],
+        "StridedSliceOptions",
+        shrinkAxisMask=1,
+    )
     outputs += append("GATHER", [x, np.array([3, 0, 3])], [(1, 8, 8, 3)], "GatherOptions", axis=3)
     outputs += append("DEPTH_TO_SPACE", [x], [(1, 16, 16, 2)], "DepthToSpaceOptions", blockSize=2)
     outputs += append("SPACE_TO_DEPTH", [x], [(1, 4, 4, 32)], "SpaceToDepthOptions", blockSize=2)
@@ -147,8 +156,15 @@ def movement_model() -> bytes:
     outputs += append("BATCH_MATMUL", [x, transposed], [(1, 8, 8, 8)], "BatchMatMulOptions")
     filters = np.random.default_rng(0).integers(-127, 128, (4, 3, 3, 8), dtype=np.int8)
     for code, size in ((fb.Padding.SAME, 16), (fb.Padding.VALID, 17)):
-        outputs += append("TRANSPOSE_CONV", [np.array([1, size, size, 4]), filters, x], [(1, size, size, 4)],
-                          "TransposeConvOptions", padding=code, strideH=2, strideW=2)
+        outputs += append(
+            "TRANSPOSE_CONV",
+            [np.array([1, size, size, 4]), filters, x],
+            [(1, size, size, 4)],
+            "TransposeConvOptions",
+            padding=code,
+            strideH=2,
+            strideW=2,
+        )
     sg.outputs = [*sg.outputs, *outputs]
     return model_bytes(raw)
 
@@ -160,9 +176,9 @@ def assert_input_dependence_covers_what_changes(graph: Graph) -> dict[int, np.nd
     sg = graph.main
     corner = np.zeros(element_shape(graph, sg.inputs[0]), bool)
     if corner.ndim == 4:
-        corner[:, corner.shape[1] * 3 // 4:, :max(1, corner.shape[2] // 3)] = True
+        corner[:, corner.shape[1] * 3 // 4 :, : max(1, corner.shape[2] // 3)] = True
     else:
-        corner[..., corner.shape[-1] * 3 // 4:] = True
+        corner[..., corner.shape[-1] * 3 // 4 :] = True
     masks = {sg.inputs[0]: corner}
     for op in sg.operators:
         for t, flow in zip([t for t in op.outputs if t >= 0], propagate(graph, op, masks)):
@@ -190,10 +206,25 @@ def test_every_rule_covers_what_changing_its_inputs_changes():
     masks = assert_input_dependence_covers_what_changes(graph)
     # The rules are no blanket default: only the fully connected layer and the softmax see the whole corner.
     partial = {graph.main.operators[op].opcode for t, op in graph.main.producers().items() if not masks[t].all()}
-    assert partial >= {"CONV_2D", "DEPTHWISE_CONV_2D", "AVERAGE_POOL_2D", "RESIZE_BILINEAR",
-                       "RESIZE_NEAREST_NEIGHBOR", "MIRROR_PAD", "SPACE_TO_BATCH_ND", "BATCH_TO_SPACE_ND",
-                       "CONCATENATION", "SPLIT_V", "MUL", "MEAN", "RESHAPE", "PRELU", "MAX_POOL_2D", "TANH",
-                       "QUANTIZE"}
+    assert partial >= {
+        "CONV_2D",
+        "DEPTHWISE_CONV_2D",
+        "AVERAGE_POOL_2D",
+        "RESIZE_BILINEAR",
+        "RESIZE_NEAREST_NEIGHBOR",
+        "MIRROR_PAD",
+        "SPACE_TO_BATCH_ND",
+        "BATCH_TO_SPACE_ND",
+        "CONCATENATION",
+        "SPLIT_V",
+        "MUL",
+        "MEAN",
+        "RESHAPE",
+        "PRELU",
+        "MAX_POOL_2D",
+        "TANH",
+        "QUANTIZE",
+    }
     assert_covers_the_fills(check_stale(graph), [])
 
 
@@ -201,8 +232,20 @@ def test_movement_rules_cover_what_changing_their_inputs_changes():
     graph = read_model(movement_model())
     masks = assert_input_dependence_covers_what_changes(graph)
     partial = {graph.main.operators[op].opcode for t, op in graph.main.producers().items() if not masks[t].all()}
-    assert partial >= {"TRANSPOSE", "SLICE", "STRIDED_SLICE", "GATHER", "DEPTH_TO_SPACE", "SPACE_TO_DEPTH",
-                       "UNPACK", "REVERSE_V2", "BROADCAST_TO", "PACK", "BATCH_MATMUL", "TRANSPOSE_CONV"}
+    assert partial >= {
+        "TRANSPOSE",
+        "SLICE",
+        "STRIDED_SLICE",
+        "GATHER",
+        "DEPTH_TO_SPACE",
+        "SPACE_TO_DEPTH",
+        "UNPACK",
+        "REVERSE_V2",
+        "BROADCAST_TO",
+        "PACK",
+        "BATCH_MATMUL",
+        "TRANSPOSE_CONV",
+    }
 
 
 @pytest.mark.parametrize("name", ["mltk_anomaly_detection", "mww_v2_okay_nabu", "mcunet_vww"])
@@ -243,8 +286,9 @@ def test_batch_to_space_leaves_exactly_the_uncovered_rows_and_columns_unwritten(
     unwritten = np.zeros(DECLARED * DECLARED * 8, bool)
     for start, end in origin.unwritten:
         unwritten[start:end] = True
-    expected = {(0, h, w, c) for h in range(DECLARED) for w in range(DECLARED) for c in range(8)
-                if h == SIZE or w == SIZE}
+    expected = {
+        (0, h, w, c) for h in range(DECLARED) for w in range(DECLARED) for c in range(8) if h == SIZE or w == SIZE
+    }
     assert _positions(unwritten, (1, DECLARED, DECLARED, 8)) == expected
     assert origin.stale_read == ()
     assert origin.fix is not None and "(1, 16, 16, 8)" in origin.fix
@@ -255,7 +299,8 @@ def test_batch_to_space_leaves_exactly_the_uncovered_rows_and_columns_unwritten(
     assert_covers_the_fills(report, [(5, "BATCH_TO_SPACE_ND")])
     (determined,) = report.output_determined
     assert _positions(~determined, (1, SIZE, SIZE, 8)) == {
-        (0, h, w, c) for h in range(SIZE) for w in range(SIZE) for c in range(8) if h == SIZE - 1 or w == SIZE - 1}
+        (0, h, w, c) for h in range(SIZE) for w in range(SIZE) for c in range(8) if h == SIZE - 1 or w == SIZE - 1
+    }
     assert report.undetermined_output_bytes == (2 * SIZE - 1) * 8
 
 
@@ -285,13 +330,16 @@ def test_a_reduction_makes_every_output_byte_depend_though_the_fills_agree_on_mo
     assert (origin.op, origin.opcode, origin.inputs_determined) == (3, "BATCH_TO_SPACE_ND", True)
     unwritten = _mask(origin.unwritten, origin.tensor_bytes)
     assert _positions(unwritten, (1, 20, 20, 10)) == {
-        (0, h, w, c) for h in range(20) for w in range(20) for c in range(10) if h >= SIZE or w >= SIZE}
+        (0, h, w, c) for h in range(20) for w in range(20) for c in range(10) if h >= SIZE or w >= SIZE
+    }
     assert report.outputs_undefined and report.undetermined_output_bytes == report.output_bytes == 10
     assert report.to_json()["outputs"][0]["independent"] == []
     # Sampling alone would have called 6 of the 10 bytes determined: the proof does not rest on the fills.
     assert report.observed_output_bytes == 4
     assert [(s.op, s.opcode, s.stale_read) for s in report.operators if not s.origin] == [
-        (4, "MEAN", ((0, 10),)), (5, "SOFTMAX", ((0, 10),))]
+        (4, "MEAN", ((0, 10),)),
+        (5, "SOFTMAX", ((0, 10),)),
+    ]
     assert_covers_the_fills(report, [(3, "BATCH_TO_SPACE_ND")])
 
 
@@ -321,8 +369,24 @@ def test_outputs_are_compared_only_where_determined():
 def test_optimize_verify_names_the_stale_operator_and_verifies_the_determined_bytes(tmp_path):
     model, out = tmp_path / "dilated.tflite", tmp_path / "dilated_opt.tflite"
     model.write_bytes(dilated_model())
-    done = subprocess.run([sys.executable, "-c", LAUNCH, "optimize", str(model), "-o", str(out), "--verify",
-                           "--time-limit", "4", "--json"], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            LAUNCH,
+            "optimize",
+            str(model),
+            "-o",
+            str(out),
+            "--verify",
+            "--time-limit",
+            "4",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["after"]["planned_head_bytes"] < report["before"]["tflm_head_bytes"]  # reordered and placed
@@ -333,26 +397,39 @@ def test_optimize_verify_names_the_stale_operator_and_verifies_the_determined_by
     assert stale["independent_output_bytes"] == SIZE * SIZE * 8 - (2 * SIZE - 1) * 8
     origins = [op for op in stale["operators"] if op["origin"]]
     assert [(op["index"], op["opcode"], op["unwritten_bytes"]) for op in origins] == [
-        (5, "BATCH_TO_SPACE_ND", (DECLARED * DECLARED - SIZE * SIZE) * 8)]
-    inspected = subprocess.run([sys.executable, "-c", LAUNCH, "inspect", str(model), "--check-stale"],
-                               capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "300"})
+        (5, "BATCH_TO_SPACE_ND", (DECLARED * DECLARED - SIZE * SIZE) * 8)
+    ]
+    inspected = subprocess.run(
+        [sys.executable, "-c", LAUNCH, "inspect", str(model), "--check-stale"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "300"},
+    )
     assert inspected.returncode == 0, inspected.stderr
     assert "operator 5 (BATCH_TO_SPACE_ND) leaves 264 of its 2,312 output bytes unwritten" in inspected.stdout
     assert "output 0: 1,800 of 2,048 bytes proven independent of stale memory: [0, 120), [128, 248)" in (
-        inspected.stdout)
+        inspected.stdout
+    )
 
 
 def test_optimize_verify_refuses_a_model_whose_outputs_are_all_undefined_and_writes_nothing(tmp_path):
     model, out = tmp_path / "nas.tflite", tmp_path / "nas_opt.tflite"
     model.write_bytes(nas_model())
     for extra in ([], ["--json"]):
-        done = subprocess.run([sys.executable, "-c", LAUNCH, "optimize", str(model), "-o", str(out), "--verify",
-                               *extra], capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [sys.executable, "-c", LAUNCH, "optimize", str(model), "-o", str(out), "--verify", *extra],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert done.returncode == 2 and done.stdout == ""
         (line,) = [line for line in done.stderr.splitlines() if line.strip()]  # the progress bar leaves a blank
-        assert line.startswith(f"lowtide: error: {out}: cannot verify: the original model's outputs are themselves "
-                               "undefined under TFLM: every one of its 10 output bytes depends on stale memory "
-                               "(operator 3 (BATCH_TO_SPACE_ND) leaves 1,440 of its 4,000 output bytes unwritten)")
+        assert line.startswith(
+            f"lowtide: error: {out}: cannot verify: the original model's outputs are themselves "
+            "undefined under TFLM: every one of its 10 output bytes depends on stale memory "
+            "(operator 3 (BATCH_TO_SPACE_ND) leaves 1,440 of its 4,000 output bytes unwritten)"
+        )
         assert "TFLM measured the planned head" in line and "declare its output (1, 16, 16, 10)" in line
         assert "differ" not in line and "Traceback" not in done.stderr
         assert sorted(p.name for p in tmp_path.iterdir()) == ["nas.tflite"]
@@ -361,13 +438,23 @@ def test_optimize_verify_refuses_a_model_whose_outputs_are_all_undefined_and_wri
 def test_inspect_check_stale_reports_the_reduction_as_wholly_dependent(tmp_path):
     model = tmp_path / "nas.tflite"
     model.write_bytes(nas_model())
-    done = subprocess.run([sys.executable, "-c", LAUNCH, "inspect", str(model), "--check-stale", "--json"],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", LAUNCH, "inspect", str(model), "--check-stale", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     stale = json.loads(done.stdout)["stale"]
     assert (stale["proof"], stale["outputs_undefined"], stale["clean"]) == ("analysis", True, False)
     assert (stale["undetermined_output_bytes"], stale["independent_output_bytes"], stale["observed_output_bytes"]) == (
-        10, 0, 4)
+        10,
+        0,
+        4,
+    )
     assert stale["outputs"][0]["undetermined"] == [[0, 10]] and stale["outputs"][0]["independent"] == []
     assert [(op["index"], op["opcode"], op["origin"], op["own_bytes"]) for op in stale["operators"]] == [
-        (3, "BATCH_TO_SPACE_ND", True, 1440), (4, "MEAN", False, 0), (5, "SOFTMAX", False, 0)]
+        (3, "BATCH_TO_SPACE_ND", True, 1440),
+        (4, "MEAN", False, 0),
+        (5, "SOFTMAX", False, 0),
+    ]

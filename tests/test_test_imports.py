@@ -22,7 +22,10 @@ def imported_modules(path: Path) -> list[tuple[str, int]]:
 
 def test_files_import_no_other_test_file():
     test_modules = {path.stem for path in TESTS.rglob("test_*.py")}
-    imports = [f"{path.relative_to(TESTS)}:{line} imports {module}"
-               for path in sorted(TESTS.rglob("*.py"))
-               for module, line in imported_modules(path) if module.split(".")[0] in test_modules]
+    imports = [
+        f"{path.relative_to(TESTS)}:{line} imports {module}"
+        for path in sorted(TESTS.rglob("*.py"))
+        for module, line in imported_modules(path)
+        if module.split(".")[0] in test_modules
+    ]
     assert imports == []

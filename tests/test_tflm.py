@@ -15,8 +15,8 @@ import sys
 import pytest
 
 from conftest import SHARED_MODELS, needs_firmware_tools
-from lowtide.pipeline.measure import measure
 from lowtide.errors import LowtideError
+from lowtide.pipeline.measure import measure
 from lowtide.tflm.build import CORES, build_library, check_kernels_fit_core, resolver_calls, sources_for
 from lowtide.tflm.sizer import predict_arena32
 from lowtide.tflm.tree import TFLM_COMMIT, TREE_SETTING, KernelSet, locate_tree
@@ -29,13 +29,16 @@ MAGIC_WAND = SHARED_MODELS / "tflm_magic_wand.tflite"  # float32
 
 
 def lowtide(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "lowtide", *args], capture_output=True, text=True, env=env,
-                          timeout=1200)
+    return subprocess.run(
+        [sys.executable, "-m", "lowtide", *args], capture_output=True, text=True, env=env, timeout=1200
+    )
 
 
 def test_resolver_knows_tflm_builtins():
-    entries = {call.split(".")[1].split("(")[0] for call in
-               resolver_calls(locate_tree(KernelSet.REFERENCE), ["CONV_2D", "RESIZE_NEAREST_NEIGHBOR", "SVDF"])}
+    entries = {
+        call.split(".")[1].split("(")[0]
+        for call in resolver_calls(locate_tree(KernelSet.REFERENCE), ["CONV_2D", "RESIZE_NEAREST_NEIGHBOR", "SVDF"])
+    }
     assert entries == {"AddConv2D", "AddResizeNearestNeighbor", "AddSvdf"}
 
 
@@ -76,21 +79,30 @@ def test_missing_tree_is_one_line_and_builds_nothing(tmp_path):
 
 @needs_firmware_tools
 def test_model_too_big_for_the_board_is_refused_before_building(tmp_path):
-    done = lowtide("build", str(SHARED_MODELS / "tflm_mobilenet_v2_quantized_224.tflite"), "--board", "nano33ble",
-                   "--runtime", "tflm")
+    done = lowtide(
+        "build",
+        str(SHARED_MODELS / "tflm_mobilenet_v2_quantized_224.tflite"),
+        "--board",
+        "nano33ble",
+        "--runtime",
+        "tflm",
+    )
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "SRAM of nano33ble" in done.stderr, done.stderr
 
 
 @needs_firmware_tools
-@pytest.mark.parametrize(("model", "runtime", "board"), [
-    (HELLO, "tflm", "qemu-m4"),
-    (HELLO, "tflm", "qemu-m7"),
-    (KWS, "tflm", "qemu-m4"),
-    (KWS, "tflm-cmsis-nn", "qemu-m4"),
-    (MWW, "tflm", "qemu-m4"),
-    (MAGIC_WAND, "tflm", "qemu-m4"),
-])
+@pytest.mark.parametrize(
+    ("model", "runtime", "board"),
+    [
+        (HELLO, "tflm", "qemu-m4"),
+        (HELLO, "tflm", "qemu-m7"),
+        (KWS, "tflm", "qemu-m4"),
+        (KWS, "tflm-cmsis-nn", "qemu-m4"),
+        (MWW, "tflm", "qemu-m4"),
+        (MAGIC_WAND, "tflm", "qemu-m4"),
+    ],
+)
 def test_tflm_on_the_board_uses_the_predicted_arena(model, runtime, board):
     """The board's arena_used_bytes() equals lowtide's 32-bit prediction to the byte, the head is the predicted
     head, and the outputs are bit-identical to the host TFLM's."""
@@ -133,8 +145,19 @@ def test_optimized_model_uses_exactly_the_arena_its_header_declares(tmp_path):
 @needs_firmware_tools
 def test_savings_measures_three_variants_on_the_board(tmp_path):
     plot = tmp_path / "savings.png"
-    done = lowtide("savings", str(HELLO), "--board", "qemu-m4", "--runtime", "tflm", "--time-limit", "5",
-                   "--plot", str(plot), "--json")
+    done = lowtide(
+        "savings",
+        str(HELLO),
+        "--board",
+        "qemu-m4",
+        "--runtime",
+        "tflm",
+        "--time-limit",
+        "5",
+        "--plot",
+        str(plot),
+        "--json",
+    )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     variants = {v["variant"]: v for v in report["variants"]}

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from conftest import SHARED_MODELS, needs_firmware_tools
 from lowtide.resources import BOARDS_DIR
 
@@ -20,10 +21,16 @@ TFLM_ARCHIVES = SHARED_MODELS.parent / "tflm"
 HELLO = SHARED_MODELS / "tflm_hello_world_int8.tflite"
 
 
-def lowtide(*args: str, env: dict[str, str] | None = None, prefix: tuple[str, ...] = (),
-            timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([*prefix, sys.executable, "-c", "from lowtide.cli import main; main()", *args],
-                          env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=timeout)
+def lowtide(
+    *args: str, env: dict[str, str] | None = None, prefix: tuple[str, ...] = (), timeout: float = 600
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*prefix, sys.executable, "-c", "from lowtide.cli import main; main()", *args],
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def one_line_error(done: subprocess.CompletedProcess) -> str:
@@ -37,8 +44,10 @@ def _mount_prefix(options: str, folder: Path) -> tuple[str, ...]:
     """Runs a command with a tmpfs mounted on `folder` (its own mount namespace: root or user namespaces)."""
     script = f'mount -t tmpfs -o {options} lowtide-test "$0" && exec "$@"'
     for unshare in (("unshare", "--mount", "--propagation", "private"), ("unshare", "-r", "--mount")):
-        if shutil.which("unshare") and subprocess.run([*unshare, "sh", "-c", script, str(folder), "true"],
-                                                      capture_output=True).returncode == 0:
+        if (
+            shutil.which("unshare")
+            and subprocess.run([*unshare, "sh", "-c", script, str(folder), "true"], capture_output=True).returncode == 0
+        ):
             return (*unshare, "sh", "-c", script, str(folder))
     pytest.skip("cannot mount a tmpfs here: unshare --mount needs root or user namespaces")
 
@@ -64,7 +73,9 @@ def test_an_archive_that_is_not_the_pinned_tflm_is_refused_in_one_line(tmp_path)
     (fake / "x.cc").write_text("// not TFLM\n")
     archive = tmp_path / "tflm-ref-0000000.tar.gz"
     shutil.make_archive(str(archive).removesuffix(".tar.gz"), "gztar", tmp_path / "fake")
-    error = one_line_error(lowtide("tflm-get", "--archive", str(archive), env={"LOWTIDE_CACHE_DIR": str(tmp_path / "c")}))
+    error = one_line_error(
+        lowtide("tflm-get", "--archive", str(archive), env={"LOWTIDE_CACHE_DIR": str(tmp_path / "c")})
+    )
     assert "not the export of commit 90b983c" in error
     assert not (tmp_path / "c" / "tflm" / "sources" / "tflm-ref").exists()
 
@@ -72,12 +83,20 @@ def test_an_archive_that_is_not_the_pinned_tflm_is_refused_in_one_line(tmp_path)
 def test_a_read_only_cache_folder_is_one_line(tmp_path):
     cache = tmp_path / "cache"
     cache.mkdir()
-    error = one_line_error(lowtide("tflm-get", "--archive", str(TFLM_ARCHIVES), env={"LOWTIDE_CACHE_DIR": str(cache)},
-                                   prefix=_mount_prefix("ro", cache)))
+    error = one_line_error(
+        lowtide(
+            "tflm-get",
+            "--archive",
+            str(TFLM_ARCHIVES),
+            env={"LOWTIDE_CACHE_DIR": str(cache)},
+            prefix=_mount_prefix("ro", cache),
+        )
+    )
     assert "the cache folder is not writable" in error and "LOWTIDE_CACHE_DIR" in error
     # inspect still answers, with the estimate, and says why it is one
-    done = lowtide("inspect", str(HELLO), "--json", env={"LOWTIDE_CACHE_DIR": str(cache)},
-                   prefix=_mount_prefix("ro", cache))
+    done = lowtide(
+        "inspect", str(HELLO), "--json", env={"LOWTIDE_CACHE_DIR": str(cache)}, prefix=_mount_prefix("ro", cache)
+    )
     assert done.returncode == 0, done.stderr
     mcu32 = json.loads(done.stdout)["mcu32"]
     assert not mcu32["exact"] and "cache folder is not writable" in mcu32["method"]
@@ -86,12 +105,20 @@ def test_a_read_only_cache_folder_is_one_line(tmp_path):
 def test_a_full_cache_disk_is_one_line_and_leaves_no_half_unpacked_tree(tmp_path):
     cache = tmp_path / "cache"
     cache.mkdir()
-    done = subprocess.run([*_mount_prefix("size=2m", cache), "sh", "-c",
-                           f'{sys.executable} -c "from lowtide.cli import main; main()" tflm-get --archive '
-                           f'{TFLM_ARCHIVES}; '
-                           f'echo "left: $(ls -A {cache}/tflm/sources/unpacked 2>/dev/null | grep -v lock)"'],
-                          env={**os.environ, "LOWTIDE_CACHE_DIR": str(cache)}, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [
+            *_mount_prefix("size=2m", cache),
+            "sh",
+            "-c",
+            f'{sys.executable} -c "from lowtide.cli import main; main()" tflm-get --archive '
+            f'{TFLM_ARCHIVES}; '
+            f'echo "left: $(ls -A {cache}/tflm/sources/unpacked 2>/dev/null | grep -v lock)"',
+        ],
+        env={**os.environ, "LOWTIDE_CACHE_DIR": str(cache)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "the disk holding the cache is full" in lines[0], done.stderr
     assert done.stdout.strip() == "left:"  # the staging folder went with the failure
@@ -100,10 +127,19 @@ def test_a_full_cache_disk_is_one_line_and_leaves_no_half_unpacked_tree(tmp_path
 @needs_firmware_tools
 def test_two_runs_building_the_same_firmware_at_once_both_succeed_with_one_build(tmp_path):
     env = {**os.environ, "LOWTIDE_CACHE_DIR": str(tmp_path / "cache")}
-    argv = [sys.executable, "-c", "from lowtide.cli import main; main()", "build", str(HELLO), "--board", "qemu-m4",
-            "--json"]
-    runs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for _ in range(2)]
+    argv = [
+        sys.executable,
+        "-c",
+        "from lowtide.cli import main; main()",
+        "build",
+        str(HELLO),
+        "--board",
+        "qemu-m4",
+        "--json",
+    ]
+    runs = [
+        subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)
+    ]
     reports = []
     for run in runs:
         out, err = run.communicate(timeout=600)
@@ -141,12 +177,16 @@ def test_boards_lists_every_shipped_board_with_what_it_runs_and_whether_it_build
     assert done.returncode == 0, done.stderr
     boards = {b["name"]: b for b in json.loads(done.stdout)["boards"]}
     assert {"qemu-m4", "qemu-m7", "nucleo-f746zg", "nucleo-h743zi", "nano33ble", "esp32-s3-devkitc-1", "pico"} <= set(
-        boards)
+        boards
+    )
     assert boards["qemu-m4"]["emulated"] and boards["qemu-m4"]["runtimes"] == ["compiled", "tflm", "tflm-cmsis-nn"]
     assert boards["esp32-s3-devkitc-1"]["runtimes"] == ["compiled", "tflm"]  # CMSIS-NN is for Arm cores
     assert not boards["nucleo-f746zg"]["buildable_here"]
     assert boards["nucleo-f746zg"]["why_not"] == (
         "not built here: its platform ststm32 (framework stm32cube) comes from PlatformIO's registry, which this "
-        "machine cannot reach; set LOWTIDE_PLATFORMIO_ARCHIVES to build it from PlatformIO's archives")
-    assert boards["nano33ble"]["why_not"] == ("not built here: its platform nordicnrf52 (framework arduino) comes from "
-                                              "PlatformIO's registry, which this machine cannot reach")
+        "machine cannot reach; set LOWTIDE_PLATFORMIO_ARCHIVES to build it from PlatformIO's archives"
+    )
+    assert boards["nano33ble"]["why_not"] == (
+        "not built here: its platform nordicnrf52 (framework arduino) comes from "
+        "PlatformIO's registry, which this machine cannot reach"
+    )

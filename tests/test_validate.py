@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 from conftest import SHARED_MODELS, shared_model_names
-from support.hostile import COMMANDS, assert_kept_promise, run_in_process, run_subprocess
 from lowtide import oracle
 from lowtide.errors import LowtideError, ModelError
 from lowtide.memory import tflm_plan
@@ -27,6 +26,7 @@ from lowtide.model.validate import MAX_TENSOR_BYTES_ENV
 from lowtide.model.writer import set_offline_plan, write_files
 from lowtide.text import escape
 from lowtide.validation import load_model, model_problems
+from support.hostile import COMMANDS, assert_kept_promise, run_in_process, run_subprocess
 
 
 def _builder_model() -> bytes:
@@ -48,8 +48,10 @@ BUILDER = read_model(_builder_model())
 def _planned(raw, graph=BUILDER) -> OfflinePlan:
     """The plan TFLM's greedy planner would make, as an OfflineMemoryAllocation, stored in `raw`."""
     plan = tflm_plan(graph)
-    offline = OfflinePlan.from_offsets(graph.tensor_counts, {(b.subgraph, b.tensor): o for b, o in
-                                                             zip(plan.buffers, plan.offsets) if b.tensor is not None})
+    offline = OfflinePlan.from_offsets(
+        graph.tensor_counts,
+        {(b.subgraph, b.tensor): o for b, o in zip(plan.buffers, plan.offsets) if b.tensor is not None},
+    )
     set_offline_plan(raw, offline)
     return offline
 
@@ -59,11 +61,13 @@ def _with_plan_offsets(change: Callable[[list[int]], list[int]], header: Callabl
         plan = _planned(raw)
         version, subgraphs, _ = header(plan.words[:3])
         set_offline_plan(raw, OfflinePlan(version, subgraphs, tuple(change(list(plan.offsets)))))
+
     return mutate
 
 
 def _set(path: str, value) -> Callable:
     """Set a dotted attribute path below the ModelT, e.g. 'subgraphs.0.operators.0.builtinOptions.strideW'."""
+
     def mutate(raw):
         *parents, last = path.split(".")
         target = raw
@@ -73,6 +77,7 @@ def _set(path: str, value) -> Callable:
             target[int(last)] = value
         else:
             setattr(target, last, value)
+
     return mutate
 
 
@@ -80,6 +85,7 @@ def _options(kind: int, options) -> Callable:
     def mutate(raw):
         op = raw.subgraphs[0].operators[0]
         op.builtinOptionsType, op.builtinOptions = kind, options
+
     return mutate
 
 
@@ -125,9 +131,14 @@ def _call_once_itself(raw):
 
 def _options_of(opcode_name: str, raw) -> list:
     code = {v: k for k, v in vars(fb.BuiltinOperator).items() if not k.startswith("_")}
-    return [op for op in raw.subgraphs[0].operators
-            if code[max(raw.operatorCodes[op.opcodeIndex].builtinCode,
-                        raw.operatorCodes[op.opcodeIndex].deprecatedBuiltinCode)] == opcode_name]
+    return [
+        op
+        for op in raw.subgraphs[0].operators
+        if code[
+            max(raw.operatorCodes[op.opcodeIndex].builtinCode, raw.operatorCodes[op.opcodeIndex].deprecatedBuiltinCode)
+        ]
+        == opcode_name
+    ]
 
 
 def _softmax_beta_nan(raw):
@@ -143,8 +154,7 @@ CASES: dict[str, tuple[str | None, Callable, str]] = {
     # Killed by a signal in TFLM before.
     "empty_subgraph": (None, _empty_subgraph, "subgraph 1: subgraph has no operators"),
     "empty_plan_buffer": (None, _empty_plan_buffer, "has 0 bytes, fewer than the 12-byte header"),
-    "negative_plan_offset": (None, _with_plan_offsets(lambda o: [-32 if x > 0 else x for x in o]),
-                             "at offset -32"),
+    "negative_plan_offset": (None, _with_plan_offsets(lambda o: [-32 if x > 0 else x for x in o]), "at offset -32"),
     "softmax_beta_nan": ("tflm_micro_speech_quantized", _softmax_beta_nan, "SOFTMAX beta must be finite"),
     "svdf_rank_zero": ("tflm_keyword_scrambled_8bit", _svdf_rank_zero, "SVDF rank must be >= 1"),
     "call_once_itself": ("mww_v2_vad", _call_once_itself, "subgraph 0 -> subgraph 0"),
@@ -155,33 +165,56 @@ CASES: dict[str, tuple[str | None, Callable, str]] = {
     "constant_size": (None, _set("buffers.1.data", np.zeros(5, dtype=np.uint8)), "holds 5 bytes"),
     "scale_count": (None, _drop_one_scale, "7 scales for 8 channels"),
     "options_missing": (None, _options(fb.BuiltinOptions.NONE, None), "found none"),
-    "options_wrong_type": (None, _options(fb.BuiltinOptions.Pool2DOptions, fb.Pool2DOptionsT()),
-                           "expected Conv2DOptions, found Pool2DOptions"),
+    "options_wrong_type": (
+        None,
+        _options(fb.BuiltinOptions.Pool2DOptions, fb.Pool2DOptionsT()),
+        "expected Conv2DOptions, found Pool2DOptions",
+    ),
     "stride_zero": (None, _set("subgraphs.0.operators.0.builtinOptions.strideH", 0), "strideH = 0"),
     "filter_zero": (None, _set("subgraphs.0.operators.3.builtinOptions.filterWidth", 0), "filterWidth = 0"),
-    "dilation_zero": (None, _set("subgraphs.0.operators.1.builtinOptions.dilationWFactor", 0),
-                      "dilationWFactor = 0"),
-    "infinite_scale": (None, _set("subgraphs.0.tensors.3.quantization.scale", np.array([np.inf], np.float32)),
-                       "scales must be finite and positive"),
-    "missing_inputs": (None, _set("subgraphs.0.operators.0.inputs", np.array([0], dtype=np.int32)),
-                       "CONV_2D needs input 1"),
-    "string_input": (None, _set("subgraphs.0.tensors.0.type", TYPE_CODES["string"]),
-                     "input tensor 0 'input_0' is string"),
-    "resource_input": (None, _set("subgraphs.0.tensors.0.type", TYPE_CODES["resource"]),
-                       "input tensor 0 'input_0' is resource"),
-    "huge_tensor": (None, _set("subgraphs.0.tensors.0.shape", np.array([1, 1 << 15, 1 << 15, 1], np.int32)),
-                    "tensor larger than any microcontroller can hold"),
+    "dilation_zero": (None, _set("subgraphs.0.operators.1.builtinOptions.dilationWFactor", 0), "dilationWFactor = 0"),
+    "infinite_scale": (
+        None,
+        _set("subgraphs.0.tensors.3.quantization.scale", np.array([np.inf], np.float32)),
+        "scales must be finite and positive",
+    ),
+    "missing_inputs": (
+        None,
+        _set("subgraphs.0.operators.0.inputs", np.array([0], dtype=np.int32)),
+        "CONV_2D needs input 1",
+    ),
+    "string_input": (
+        None,
+        _set("subgraphs.0.tensors.0.type", TYPE_CODES["string"]),
+        "input tensor 0 'input_0' is string",
+    ),
+    "resource_input": (
+        None,
+        _set("subgraphs.0.tensors.0.type", TYPE_CODES["resource"]),
+        "input tensor 0 'input_0' is resource",
+    ),
+    "huge_tensor": (
+        None,
+        _set("subgraphs.0.tensors.0.shape", np.array([1, 1 << 15, 1 << 15, 1], np.int32)),
+        "tensor larger than any microcontroller can hold",
+    ),
     # Accepted with exit 0 before.
     "reads_own_output": (None, _set("subgraphs.0.operators.1.inputs.0", 6), "(its own output)"),
     "two_writers": (None, _second_writer, "is written by operator 0 and by operator 1"),
     "read_before_written": (None, _swap_first_two, "reads tensor 3 'conv_2d_0'"),
     "buffer_past_end": (None, _buffer_past_end, "a buffer lies past the end of the file"),
-    "huge_plan_offset": (None, _with_plan_offsets(lambda o: [x + 2_000_000_000 if x > 0 else x for x in o]),
-                         "OfflineMemoryAllocation offset out of range"),
+    "huge_plan_offset": (
+        None,
+        _with_plan_offsets(lambda o: [x + 2_000_000_000 if x > 0 else x for x in o]),
+        "OfflineMemoryAllocation offset out of range",
+    ),
     "plan_count": (None, _with_plan_offsets(lambda o: o[:-1]), "12 offsets, the model has 13 tensors"),
     "plan_version": (None, _with_plan_offsets(lambda o: o, lambda h: (7, h[1], h[2])), "version 7, expected 1"),
-    "plan_overlap": (None, _with_plan_offsets(lambda o: [0 if x >= 0 else x for x in o]),
-                     "OfflineMemoryAllocation overlaps tensors live at the same time"),
+    "plan_overlap": (
+        None,
+        _with_plan_offsets(lambda o: [0 if x >= 0 else x for x in o]),
+        "OfflineMemoryAllocation overlaps tensors live at the same time",
+    ),
     # Model text printed raw before.
     "hostile_names": (None, _hostile_names, "'w\\n\\x1b[31mred'"),
 }
@@ -189,8 +222,9 @@ CASES: dict[str, tuple[str | None, Callable, str]] = {
 
 def hostile_model(case: str, directory: Path) -> Path:
     source, mutate, _ = CASES[case]
-    raw = copy.deepcopy(BUILDER.raw if source is None else read_model((SHARED_MODELS / f"{source}.tflite")
-                                                                      .read_bytes()).raw)
+    raw = copy.deepcopy(
+        BUILDER.raw if source is None else read_model((SHARED_MODELS / f"{source}.tflite").read_bytes()).raw
+    )
     mutate(raw)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{case}.tflite"
@@ -229,7 +263,9 @@ def test_validate_lists_every_problem(tmp_path):
     assert all(line.startswith(f"{path}: subgraph 0 operator ") for line in outcome.stderr.splitlines())
     report = json.loads(run_in_process("validate", path, tmp_path, "--json").stdout)
     assert report["valid"] is False and [p["where"] for p in report["problems"]] == [
-        "subgraph 0 operator 0 (CONV_2D)", "subgraph 0 operator 2 (CONCATENATION)"]
+        "subgraph 0 operator 0 (CONV_2D)",
+        "subgraph 0 operator 2 (CONCATENATION)",
+    ]
 
 
 def test_a_valid_plan_passes_and_runs(tmp_path):
@@ -255,10 +291,12 @@ def test_tensor_limit_can_be_raised(tmp_path, monkeypatch):
     # The limit no longer applies; what is left is that the convolution reading the huge one-channel input has
     # the filter of the original four-channel one.
     assert [p.reason for p in model_problems(graph)] == [
-        "operand shapes do not fit the operator: 1 input channels for a filter of 4: not a whole number of groups"]
+        "operand shapes do not fit the operator: 1 input channels for a filter of 4: not a whole number of groups"
+    ]
 
 
 # ---- the host TFLM in a child process --------------------------------------------------------------------------
+
 
 def test_a_tflm_crash_is_one_line_and_lowtide_keeps_running(tmp_path):
     """The unvalidated bytes of a model that kills TFLM: the child dies, the caller gets a LowtideError."""
@@ -288,6 +326,7 @@ def test_a_hung_tflm_is_killed(monkeypatch):
 
 
 # ---- outputs and text ------------------------------------------------------------------------------------------
+
 
 def test_write_files_is_all_or_nothing(tmp_path):
     (tmp_path / "blocked").mkdir()  # a directory where a file should go: its rename fails
@@ -336,7 +375,12 @@ def test_an_options_tag_without_its_table_is_refused_before_anything_writes_the_
     out = tmp_path / "out"
     out.mkdir()
     for command in ("validate", "optimize"):
-        assert_kept_promise(run_in_process(command, model, out), model, out, expect_error="builtinOptions type 1 (Conv2DOptions) without its table")
+        assert_kept_promise(
+            run_in_process(command, model, out),
+            model,
+            out,
+            expect_error="builtinOptions type 1 (Conv2DOptions) without its table",
+        )
 
 
 def _unaligned(raw) -> bytes:
@@ -355,16 +399,26 @@ def _tensor_with_quantization(raw):
 
 # Union tags that name a table the bytes do not hold (one flipped byte in a real model's file).
 UNION_FLIPS = {
-    "details_custom": (lambda raw: setattr(_tensor_with_quantization(raw).quantization, "detailsType", 1),
-                       "details type 1 (CustomQuantization) without its table"),
-    "details_blockwise": (lambda raw: setattr(_tensor_with_quantization(raw).quantization, "detailsType", 2),
-                          "details type 2 (BlockwiseQuantization) without its table"),
-    "details_unknown": (lambda raw: setattr(_tensor_with_quantization(raw).quantization, "detailsType", 9),
-                        "details type 9 is no QuantizationDetails member"),
-    "builtin_options2": (lambda raw: setattr(raw.subgraphs[0].operators[0], "builtinOptions2Type", 3),
-                         "builtinOptions2 type 3 (StablehloSliceOptions) without its table"),
-    "builtin_options_unknown": (lambda raw: setattr(raw.subgraphs[0].operators[0], "builtinOptionsType", 250),
-                                "builtinOptions type 250 is no BuiltinOptions member"),
+    "details_custom": (
+        lambda raw: setattr(_tensor_with_quantization(raw).quantization, "detailsType", 1),
+        "details type 1 (CustomQuantization) without its table",
+    ),
+    "details_blockwise": (
+        lambda raw: setattr(_tensor_with_quantization(raw).quantization, "detailsType", 2),
+        "details type 2 (BlockwiseQuantization) without its table",
+    ),
+    "details_unknown": (
+        lambda raw: setattr(_tensor_with_quantization(raw).quantization, "detailsType", 9),
+        "details type 9 is no QuantizationDetails member",
+    ),
+    "builtin_options2": (
+        lambda raw: setattr(raw.subgraphs[0].operators[0], "builtinOptions2Type", 3),
+        "builtinOptions2 type 3 (StablehloSliceOptions) without its table",
+    ),
+    "builtin_options_unknown": (
+        lambda raw: setattr(raw.subgraphs[0].operators[0], "builtinOptionsType", 250),
+        "builtinOptions type 250 is no BuiltinOptions member",
+    ),
 }
 
 
@@ -387,8 +441,8 @@ def test_a_union_whose_type_and_table_disagree_is_a_validation_error(case, tmp_p
 
 def test_the_host_tflm_board_survives_a_crash_in_a_run(monkeypatch):
     """The board runs each RUN's invocations in a TFLM child: a crash there is an INVOKE_FAILED reply."""
-    from lowtide.pipeline.host_tflm import TflmBoard
     from lowtide.device.protocol import Error, ErrorCode, Result, Run
+    from lowtide.pipeline.host_tflm import TflmBoard
 
     board = TflmBoard(_builder_model(), "m.tflite")
     sent = []
@@ -404,21 +458,32 @@ def _declared_shape_case(opcode: str) -> tuple[bytes, int]:
     host interpreter runs it, writing only the channels it computes); the operator's index."""
     b = ModelBuilder(seed=2)
     x = b.input((1, 8, 8, 4))
-    y = {"CONV_2D": lambda: b.conv2d(x, 8, 3), "DEPTHWISE_CONV_2D": lambda: b.depthwise_conv2d(x, 3),
-         "MAX_POOL_2D": lambda: b.max_pool(x, 2), "AVERAGE_POOL_2D": lambda: b.avg_pool(x, 2),
-         "FULLY_CONNECTED": lambda: b.fully_connected(x, 6), "ADD": lambda: b.add(x, b.conv2d(x, 4, 1)),
-         "RELU": lambda: b.activation(x, "RELU"), "LOGISTIC": lambda: b.activation(x, "LOGISTIC")}[opcode]()
+    y = {
+        "CONV_2D": lambda: b.conv2d(x, 8, 3),
+        "DEPTHWISE_CONV_2D": lambda: b.depthwise_conv2d(x, 3),
+        "MAX_POOL_2D": lambda: b.max_pool(x, 2),
+        "AVERAGE_POOL_2D": lambda: b.avg_pool(x, 2),
+        "FULLY_CONNECTED": lambda: b.fully_connected(x, 6),
+        "ADD": lambda: b.add(x, b.conv2d(x, 4, 1)),
+        "RELU": lambda: b.activation(x, "RELU"),
+        "LOGISTIC": lambda: b.activation(x, "LOGISTIC"),
+    }[opcode]()
     b.output(y)
     raw = read_model(b.build()).raw
-    op = next(i for i, o in enumerate(raw.subgraphs[0].operators)
-              if raw.operatorCodes[o.opcodeIndex].builtinCode == fb.BuiltinOperator.__dict__[opcode])
+    op = next(
+        i
+        for i, o in enumerate(raw.subgraphs[0].operators)
+        if raw.operatorCodes[o.opcodeIndex].builtinCode == fb.BuiltinOperator.__dict__[opcode]
+    )
     out = raw.subgraphs[0].tensors[raw.subgraphs[0].operators[op].outputs[0]]
     out.shape = [*out.shape[:-1], out.shape[-1] + 1]
     return model_bytes(raw), op
 
 
-@pytest.mark.parametrize("opcode", ["ADD", "AVERAGE_POOL_2D", "CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED",
-                                    "LOGISTIC", "MAX_POOL_2D", "RELU"])
+@pytest.mark.parametrize(
+    "opcode",
+    ["ADD", "AVERAGE_POOL_2D", "CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "LOGISTIC", "MAX_POOL_2D", "RELU"],
+)
 def test_a_declared_output_shape_the_operator_does_not_compute_is_one_line(opcode, tmp_path):
     """compile sized per-channel quantization from the declared shape and ended in an IndexError traceback."""
     data, op = _declared_shape_case(opcode)
@@ -431,8 +496,12 @@ def test_a_declared_output_shape_the_operator_does_not_compute_is_one_line(opcod
     for command in ("validate", "compile", "optimize"):
         out = tmp_path / command
         out.mkdir()
-        assert_kept_promise(run_in_process(command, model, out), model, out,
-                            expect_error=f"operator {op} ({opcode}): declared output shape")
+        assert_kept_promise(
+            run_in_process(command, model, out),
+            model,
+            out,
+            expect_error=f"operator {op} ({opcode}): declared output shape",
+        )
 
 
 @pytest.mark.parametrize("name", ["tflm_micro_speech_quantized", "mww_v2_vad", "tflm_keyword_scrambled_8bit"])

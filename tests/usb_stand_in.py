@@ -29,17 +29,38 @@ BOOT_TIMEOUT_S = 10.0
 
 def main(elf: Path, port: Path) -> int:
     with open(f"{port}.uploads", "a") as log:
-        log.write(json.dumps({"elf": str(elf), "port": str(port),
-                              "sha256": hashlib.sha256(elf.read_bytes()).hexdigest()}) + "\n")
+        log.write(
+            json.dumps({"elf": str(elf), "port": str(port), "sha256": hashlib.sha256(elf.read_bytes()).hexdigest()})
+            + "\n"
+        )
     pid_file = Path(f"{port}.pid")
     with contextlib.suppress(FileNotFoundError, ProcessLookupError, ValueError):
         os.kill(int(pid_file.read_text()), signal.SIGKILL)  # the firmware flashed before stops running
     console = Path(f"{port}.qemu.log")
     with open(console, "wb") as output:
         board = subprocess.Popen(
-            ["qemu-system-arm", "-machine", MACHINE, "-display", "none", "-monitor", "none", "-serial", "pty",
-             "-icount", "shift=0", "-semihosting-config", "enable=on,target=native", "-kernel", str(elf)],
-            stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                "qemu-system-arm",
+                "-machine",
+                MACHINE,
+                "-display",
+                "none",
+                "-monitor",
+                "none",
+                "-serial",
+                "pty",
+                "-icount",
+                "shift=0",
+                "-semihosting-config",
+                "enable=on,target=native",
+                "-kernel",
+                str(elf),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     pid_file.write_text(str(board.pid))
     deadline = time.monotonic() + BOOT_TIMEOUT_S
     while not (found := re.search(rb"redirected to (/dev/pts/\d+)", console.read_bytes())):

@@ -41,8 +41,11 @@ def apply(spec):
     # Before the C library the platform links: the TFLM library needs it, and static libraries resolve in order.
     env.Prepend(LIBS=spec["libs"])  # noqa: F821
     for source in spec["sources"]:
-        env.BuildSources(str(Path("$BUILD_DIR") / source["name"]), in_project(source["dir"]),  # noqa: F821
-                         src_filter=source["filter"])
+        env.BuildSources(  # noqa: F821
+            str(Path("$BUILD_DIR") / source["name"]),
+            in_project(source["dir"]),
+            src_filter=source["filter"],
+        )
 
 
 if spec_path.is_file():

@@ -28,8 +28,13 @@ class CustomTestRunner(TestRunnerBase):
         elf = os.path.join(self.project_config.get("platformio", "build_dir"), env_name, "firmware.elf")
         command = self._emulator_command(env_name, elf)
         try:
-            done = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, timeout=TIME_LIMIT_S)
+            done = subprocess.run(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                timeout=TIME_LIMIT_S,
+            )
         except subprocess.TimeoutExpired as exc:
             self._output(exc.stdout or b"")
             self._error(f"test image did not finish within {TIME_LIMIT_S} s")
@@ -59,8 +64,14 @@ class CustomTestRunner(TestRunnerBase):
             self._testing_output_buffer = ""
 
     def _error(self, message):
-        self.test_suite.add_case(TestCase(f"{self.test_suite.test_name}:image", TestStatus.ERRORED,
-                                          message=message, exception=RuntimeError(message)))
+        self.test_suite.add_case(
+            TestCase(
+                f"{self.test_suite.test_name}:image",
+                TestStatus.ERRORED,
+                message=message,
+                exception=RuntimeError(message),
+            )
+        )
 
     def on_testing_line_output(self, line):
         super().on_testing_line_output(line)

@@ -21,7 +21,7 @@ class ModelError(LowtideError):
 # How a user gets each outside program lowtide runs (Debian's package names; any distribution's equivalents do).
 _TOOL_SOURCES = {
     "arm": "the Arm GNU toolchain (Debian: apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi "
-           "libstdc++-arm-none-eabi-dev)",
+    "libstdc++-arm-none-eabi-dev)",
     "qemu-system-arm": "QEMU's Arm system emulator (Debian: apt-get install qemu-system-arm)",
     "platformio": "PlatformIO (pip install platformio==6.2.0 scons)",
 }

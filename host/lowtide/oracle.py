@@ -100,8 +100,11 @@ def _arena_size(model: bytes, arena_size: int | None) -> int:
 # ---- in the child ------------------------------------------------------------------------------------------------
 # The child tells the parent which phase it is in with one byte before each, so that a crash can be placed; its
 # result follows a RESULT byte, pickled.
-_PHASES = {b"L": "loading the model and allocating tensors", b"I": "invoking the model",
-           b"F": "reporting the arena figures"}
+_PHASES = {
+    b"L": "loading the model and allocating tensors",
+    b"I": "invoking the model",
+    b"F": "reporting the arena figures",
+}
 _RESULT = b"R"
 
 
@@ -155,7 +158,7 @@ def isolated(work: Callable[[TflmChild], T], path: str, timeout_s: float) -> T:
                 os.write(write_fd, _RESULT)
                 view = memoryview(payload)
                 while view:
-                    view = view[os.write(write_fd, view):]
+                    view = view[os.write(write_fd, view) :]
                 status = 0
             finally:
                 os._exit(status)
@@ -173,14 +176,17 @@ def isolated(work: Callable[[TflmChild], T], path: str, timeout_s: float) -> T:
     phases, _, payload = received.partition(_RESULT)
     doing = _PHASES.get(phases[-1:], "starting")
     if not finished:
-        raise LowtideError(f"TFLite Micro did not finish within {timeout_s:g} s while {doing} "
-                           f"(set {TIMEOUT_ENV} to wait longer)", path)
+        raise LowtideError(
+            f"TFLite Micro did not finish within {timeout_s:g} s while {doing} (set {TIMEOUT_ENV} to wait longer)", path
+        )
     if os.WIFSIGNALED(status):
-        raise LowtideError(f"TFLite Micro crashed (signal {os.WTERMSIG(status)}) while {doing}"
-                           f"{_because(log_text)}", path)
+        raise LowtideError(
+            f"TFLite Micro crashed (signal {os.WTERMSIG(status)}) while {doing}{_because(log_text)}", path
+        )
     if not payload or os.WEXITSTATUS(status) != 0:
-        raise LowtideError(f"TFLite Micro exited (status {os.WEXITSTATUS(status)}) while {doing}"
-                           f"{_because(log_text)}", path)
+        raise LowtideError(
+            f"TFLite Micro exited (status {os.WEXITSTATUS(status)}) while {doing}{_because(log_text)}", path
+        )
     kind, value = pickle.loads(payload)
     if kind == "rejected":
         reason = _explaining_line(log_text) or (str(value).strip().splitlines() or ["unknown error"])[-1]
@@ -202,8 +208,11 @@ def _read_all(fd: int, deadline: float) -> tuple[bytes, bool]:
 
 
 # TFLM's own summary lines, printed after the line that says what went wrong.
-_GENERIC_LOG = re.compile(r"(Failed starting model allocation|AllocateTensors\(\) failed|Invoke\(\) failed"
-                          r"|Node .* failed to (prepare|invoke)|Failed to allocate memory)", re.IGNORECASE)
+_GENERIC_LOG = re.compile(
+    r"(Failed starting model allocation|AllocateTensors\(\) failed|Invoke\(\) failed"
+    r"|Node .* failed to (prepare|invoke)|Failed to allocate memory)",
+    re.IGNORECASE,
+)
 
 
 def _explaining_line(log_text: str) -> str | None:
@@ -229,6 +238,7 @@ def _figures(report: str, path: str) -> ArenaFigures:
 
 # ---- the oracle's calls ------------------------------------------------------------------------------------------
 
+
 def allocate(model: bytes, arena_size: int | None = None, path: str = "<model>") -> ArenaFigures:
     """Arena figures after AllocateTensors, without running the model."""
     size = _arena_size(model, arena_size)
@@ -239,8 +249,9 @@ def allocate(model: bytes, arena_size: int | None = None, path: str = "<model>")
     return _figures(isolated(work, path, read_settings().tflm_timeout_s), path)
 
 
-def run(model: bytes, inputs: list[np.ndarray] | None = None, arena_size: int | None = None,
-        path: str = "<model>") -> OracleRun:
+def run(
+    model: bytes, inputs: list[np.ndarray] | None = None, arena_size: int | None = None, path: str = "<model>"
+) -> OracleRun:
     """Build the interpreter (AllocateTensors), invoke it once on `inputs`, and read its arena figures."""
     output_count = len(read_model(model, path).main.outputs)
     size = _arena_size(model, arena_size)
@@ -272,9 +283,13 @@ def refusal(model: bytes, path: str = "<model>") -> str | None:
     return None
 
 
-def run_sequence(model: bytes, input_sets: list[list[np.ndarray]], path: str = "<model>",
-                 reset_before: frozenset[int] = frozenset(),
-                 arena_size: int | None = None) -> list[tuple[np.ndarray, ...]]:
+def run_sequence(
+    model: bytes,
+    input_sets: list[list[np.ndarray]],
+    path: str = "<model>",
+    reset_before: frozenset[int] = frozenset(),
+    arena_size: int | None = None,
+) -> list[tuple[np.ndarray, ...]]:
     """Outputs of one host TFLM interpreter invoked once per input set; variable tensors and resource variables
     carry over from one invocation to the next, except that `Reset()` is called before the invocations whose
     positions are in `reset_before`."""

@@ -54,8 +54,10 @@ def archives_dir() -> Path | None:
 def _archive(folder: Path, package: str) -> Path:
     path = folder / f"{package}.tar.gz"
     if not path.is_file():
-        raise LowtideError(f"no {path.name} in {folder} ({ARCHIVES_SETTING}): PlatformIO's {package} is needed "
-                           f"and the registry it comes from is not used")
+        raise LowtideError(
+            f"no {path.name} in {folder} ({ARCHIVES_SETTING}): PlatformIO's {package} is needed "
+            f"and the registry it comes from is not used"
+        )
     return path
 
 
@@ -66,8 +68,9 @@ def _unpacked(archive: Path, package: str) -> Path:
     def fill(staging: Path) -> None:
         try:
             with tarfile.open(archive) as tar:
-                tar.extractall(staging, members=[m for m in tar.getmembers() if m.name.startswith(f"{package}/")],
-                               filter="data")
+                tar.extractall(
+                    staging, members=[m for m in tar.getmembers() if m.name.startswith(f"{package}/")], filter="data"
+                )
         except (tarfile.TarError, EOFError) as exc:
             raise LowtideError(f"cannot unpack {archive.name}: {exc}", archive) from None
         if not (staging / package).is_dir():
@@ -77,10 +80,18 @@ def _unpacked(archive: Path, package: str) -> Path:
 
 
 def _manifest(name: str, version: str) -> dict[str, str]:
-    piopm = {"type": "tool", "name": name, "version": version,
-             "spec": {"owner": _OWNER, "id": None, "name": name, "requirements": None, "uri": None}}
-    package = {"name": name, "version": version, "system": "*",
-               "description": "lowtide's offline stand-in for PlatformIO's registry package"}
+    piopm = {
+        "type": "tool",
+        "name": name,
+        "version": version,
+        "spec": {"owner": _OWNER, "id": None, "name": name, "requirements": None, "uri": None},
+    }
+    package = {
+        "name": name,
+        "version": version,
+        "system": "*",
+        "description": "lowtide's offline stand-in for PlatformIO's registry package",
+    }
     return {".piopm": json.dumps(piopm), "package.json": json.dumps(package, indent=2) + "\n"}
 
 
@@ -139,8 +150,11 @@ def st_uploader_placeholders() -> list[Path]:
         packages = json.loads(manifest.read_text())["packages"]
     except (OSError, ValueError, KeyError) as exc:
         raise LowtideError(f"cannot read the platform's packages: {exc}", manifest) from None
-    return [_shim(name, package["version"].lstrip("~^"), {}) for name, package in sorted(packages.items())
-            if package.get("type") == "uploader" and name not in _UPLOADERS_NOT_PLACEHELD]
+    return [
+        _shim(name, package["version"].lstrip("~^"), {})
+        for name, package in sorted(packages.items())
+        if package.get("type") == "uploader" and name not in _UPLOADERS_NOT_PLACEHELD
+    ]
 
 
 def st_env_settings(board: str) -> dict[str, str] | None:
@@ -154,15 +168,21 @@ def st_env_settings(board: str) -> dict[str, str] | None:
     framework_dir = _unpacked(_archive(folder, framework), framework)
     toolchain = _shim("toolchain-gccarmnoneeabi", *_debian_toolchain())
     ldscripts = _shim("tool-ldscripts-ststm32", "0.2.0", {})
-    packages = [f"{_OWNER}/{framework}@symlink://{framework_dir}",
-                f"{_OWNER}/toolchain-gccarmnoneeabi@symlink://{toolchain}",
-                f"{_OWNER}/tool-ldscripts-ststm32@symlink://{ldscripts}"]
+    packages = [
+        f"{_OWNER}/{framework}@symlink://{framework_dir}",
+        f"{_OWNER}/toolchain-gccarmnoneeabi@symlink://{toolchain}",
+        f"{_OWNER}/tool-ldscripts-ststm32@symlink://{ldscripts}",
+    ]
     return {"platform": f"symlink://{platform_dir}", "platform_packages": "\n" + "\n".join(packages)}
 
 
 def st_archives_missing(board: str) -> str | None:
     """Why an ST board cannot be built here from the archives (None: it can)."""
     try:
-        return None if st_env_settings(board) else f"needs PlatformIO's registry (platform {ST_PLATFORM}) or {ARCHIVES_SETTING}"
+        return (
+            None
+            if st_env_settings(board)
+            else f"needs PlatformIO's registry (platform {ST_PLATFORM}) or {ARCHIVES_SETTING}"
+        )
     except LowtideError as exc:
         return exc.message

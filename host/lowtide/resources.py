@@ -31,8 +31,11 @@ _NOT_SHIPPED = ("__pycache__", "build", ".pio")
 
 def shipped_files(directory: Path) -> list[Path]:
     """The files under `directory` that lowtide ships, sorted."""
-    return sorted(p for p in directory.rglob("*")
-                  if p.is_file() and not any(part in _NOT_SHIPPED for part in p.relative_to(directory).parts))
+    return sorted(
+        p
+        for p in directory.rglob("*")
+        if p.is_file() and not any(part in _NOT_SHIPPED for part in p.relative_to(directory).parts)
+    )
 
 
 def tree_digest(directory: Path) -> str:

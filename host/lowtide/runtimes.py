@@ -89,16 +89,21 @@ class FirmwareRuntime(ABC):
         predicting costs nothing."""
 
     @abstractmethod
-    def model_build(self, path: Path, graph: Graph, core: str, tflm_arena_bytes: int | None,
-                    files: dict[str, bytes]) -> ModelBuild:
+    def model_build(
+        self, path: Path, graph: Graph, core: str, tflm_arena_bytes: int | None, files: dict[str, bytes]
+    ) -> ModelBuild:
         """The model's sources, defines and libraries in a firmware project run by this runtime, its files written
         into `files` (lowtide.project adds what every runtime's has)."""
 
 
 def _footprint(graph: Graph, arena_bytes: int, image_bytes: int) -> FootprintEstimate:
     staging = sum(graph.main.tensors[i].nbytes for i in graph.main.inputs)
-    return FootprintEstimate(model=Path(graph.path).stem, arena_bytes=arena_bytes,
-                             static_ram_bytes=staging + RUNTIME_STATIC_RAM_BYTES, image_bytes=image_bytes)
+    return FootprintEstimate(
+        model=Path(graph.path).stem,
+        arena_bytes=arena_bytes,
+        static_ram_bytes=staging + RUNTIME_STATIC_RAM_BYTES,
+        image_bytes=image_bytes,
+    )
 
 
 class CompiledRuntime(FirmwareRuntime):
@@ -116,26 +121,35 @@ class CompiledRuntime(FirmwareRuntime):
         return None
 
     def estimate_footprint(self, graph: Graph, tflm_arena: Arena32 | None = None) -> FootprintEstimate:
-        constant_buffers = {t.buffer: t.nbytes for sg in graph.subgraphs for t in sg.tensors
-                            if t.kind is TensorKind.CONSTANT}
+        constant_buffers = {
+            t.buffer: t.nbytes for sg in graph.subgraphs for t in sg.tensors if t.kind is TensorKind.CONSTANT
+        }
         plan = arena_plan(graph, Path(graph.path).read_bytes())
-        return _footprint(graph, plan.head_bytes + self.arena_slack_bytes,
-                          sum(constant_buffers.values()) + plan.wide_weight_bytes + RUNTIME_CODE_BYTES)
+        return _footprint(
+            graph,
+            plan.head_bytes + self.arena_slack_bytes,
+            sum(constant_buffers.values()) + plan.wide_weight_bytes + RUNTIME_CODE_BYTES,
+        )
 
     def estimate_before_sizing(self, graph: Graph) -> FootprintEstimate | None:
         return None
 
-    def model_build(self, path: Path, graph: Graph, core: str, tflm_arena_bytes: int | None,
-                    files: dict[str, bytes]) -> ModelBuild:
+    def model_build(
+        self, path: Path, graph: Graph, core: str, tflm_arena_bytes: int | None, files: dict[str, bytes]
+    ) -> ModelBuild:
         compiled = compile_model(path)
         for name, text in compiled.files.items():
             files[f"model/{name}"] = text.encode()
         build = ModelBuild(path.name, self.name)
-        build.defines += [("LT_RUNTIME_COMPILED", None),
-                          ("LT_MODEL_INPUT_BYTES_TOTAL", f"{sum(t.nbytes for t in compiled.inputs)}u")]
+        build.defines += [
+            ("LT_RUNTIME_COMPILED", None),
+            ("LT_MODEL_INPUT_BYTES_TOTAL", f"{sum(t.nbytes for t in compiled.inputs)}u"),
+        ]
         build.include_dirs += ["model", "firmware/runtime"]
-        build.sources += [SourceFolder("lowtide_runtime", "firmware/runtime", "+<*.c>"),
-                          SourceFolder("lowtide_model", "model", "+<*.c>")]
+        build.sources += [
+            SourceFolder("lowtide_runtime", "firmware/runtime", "+<*.c>"),
+            SourceFolder("lowtide_model", "model", "+<*.c>"),
+        ]
         return build
 
 
@@ -161,14 +175,14 @@ class TflmRuntime(FirmwareRuntime):
     def estimate_footprint(self, graph: Graph, tflm_arena: Arena32 | None = None) -> FootprintEstimate:
         """With no `tflm_arena`, the arena's head alone (lowtide's replica of TFLM's planner): a lower bound."""
         arena_bytes = tflm_arena.arena_bytes if tflm_arena else tflm_plan(graph).head_bytes
-        return _footprint(graph, arena_bytes,
-                          Path(graph.path).stat().st_size + RUNTIME_CODE_BYTES + TFLM_CODE_BYTES)
+        return _footprint(graph, arena_bytes, Path(graph.path).stat().st_size + RUNTIME_CODE_BYTES + TFLM_CODE_BYTES)
 
     def estimate_before_sizing(self, graph: Graph) -> FootprintEstimate | None:
         return self.estimate_footprint(graph)  # sizing TFLM's arena builds TFLM for the core first
 
-    def model_build(self, path: Path, graph: Graph, core: str, tflm_arena_bytes: int | None,
-                    files: dict[str, bytes]) -> ModelBuild:
+    def model_build(
+        self, path: Path, graph: Graph, core: str, tflm_arena_bytes: int | None, files: dict[str, bytes]
+    ) -> ModelBuild:
         assert tflm_arena_bytes is not None  # a TFLM image's arena is the one predict_arena sized
         opcodes = sorted({op.opcode for sg in graph.subgraphs for op in sg.operators})
         library = build_library(self.kernels, core_named(core), opcodes, DEBIAN_ARM_TOOLCHAIN)
@@ -180,7 +194,8 @@ class TflmRuntime(FirmwareRuntime):
             files["model/lt_model_ops.inc"] = include.read_bytes()
         build = ModelBuild(path.name, self.name)
         build.defines += [
-            ("LT_RUNTIME_TFLM", None), ("LT_TFLM_ARENA_BYTES", f"{tflm_arena_bytes}u"),
+            ("LT_RUNTIME_TFLM", None),
+            ("LT_TFLM_ARENA_BYTES", f"{tflm_arena_bytes}u"),
             ("LT_TFLM_OP_TYPES", str(max(1, len(calls)))),
             ("LT_TFLM_RESOURCE_VARIABLES", str(resource_variable_count(graph))),
             ("LT_MODEL_OPERATOR_COUNT", str(len(graph.main.operators))),
@@ -192,23 +207,31 @@ class TflmRuntime(FirmwareRuntime):
         build.include_dirs += ["model", "firmware/tflm"]
         build.lib_dirs.append(str(library.archive.parent))
         build.libs.append("tflm")
-        build.sources += [SourceFolder("lowtide_tflm", "firmware/tflm", "+<lt_tflm_platform.cc>"),
-                          SourceFolder("lowtide_model", "model", "+<*.c>")]
+        build.sources += [
+            SourceFolder("lowtide_tflm", "firmware/tflm", "+<lt_tflm_platform.cc>"),
+            SourceFolder("lowtide_model", "model", "+<*.c>"),
+        ]
         return build
 
 
 def _tflite_c_array(data: bytes) -> str:
     rows = ",\n".join("  " + ", ".join(f"0x{b:02x}" for b in data[i : i + 16]) for i in range(0, len(data), 16))
-    return ("/* Generated by lowtide: the .tflite bytes for TFLM. */\n#include <stdint.h>\n"
-            f"const uint32_t lt_model_tflite_size = {len(data)}u;\n"
-            f"const uint8_t lt_model_tflite[{len(data)}] __attribute__((aligned(16))) = {{\n{rows}\n}};\n")
+    return (
+        "/* Generated by lowtide: the .tflite bytes for TFLM. */\n#include <stdint.h>\n"
+        f"const uint32_t lt_model_tflite_size = {len(data)}u;\n"
+        f"const uint8_t lt_model_tflite[{len(data)}] __attribute__((aligned(16))) = {{\n{rows}\n}};\n"
+    )
 
 
 # Every runtime, in the order listings give them.
-RUNTIMES: dict[Runtime, FirmwareRuntime] = {runtime.name: runtime for runtime in (
-    CompiledRuntime(), TflmRuntime(Runtime.TFLM, KernelSet.REFERENCE),
-    TflmRuntime(Runtime.TFLM_CMSIS_NN, KernelSet.CMSIS_NN),
-)}
+RUNTIMES: dict[Runtime, FirmwareRuntime] = {
+    runtime.name: runtime
+    for runtime in (
+        CompiledRuntime(),
+        TflmRuntime(Runtime.TFLM, KernelSet.REFERENCE),
+        TflmRuntime(Runtime.TFLM_CMSIS_NN, KernelSet.CMSIS_NN),
+    )
+}
 
 
 def runtime_named(name: str) -> FirmwareRuntime:

@@ -56,8 +56,9 @@ class Settings:
         try:
             return int(self.max_tensor_bytes_text)
         except ValueError:
-            raise ModelError(f"{MAX_TENSOR_BYTES_ENV}={self.max_tensor_bytes_text!r} is not a number of "
-                             f"bytes") from None
+            raise ModelError(
+                f"{MAX_TENSOR_BYTES_ENV}={self.max_tensor_bytes_text!r} is not a number of bytes"
+            ) from None
 
     @property
     def tflm_timeout_s(self) -> float:

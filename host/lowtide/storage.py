@@ -37,8 +37,10 @@ def cache_root() -> Path:
         with tempfile.NamedTemporaryFile(dir=root, prefix=".probe-"):
             pass
     except OSError as exc:
-        raise LowtideError(f"the cache folder is not writable ({exc.strerror or exc}); set {CACHE_DIR_SETTING} to a "
-                           f"writable folder", root) from None
+        raise LowtideError(
+            f"the cache folder is not writable ({exc.strerror or exc}); set {CACHE_DIR_SETTING} to a writable folder",
+            root,
+        ) from None
     return root
 
 
@@ -55,8 +57,9 @@ def cache_dir(*parts: str) -> Path:
 def cache_error(exc: OSError, path: Path) -> LowtideError:
     """An OSError while writing into the cache, as one line (a full disk says so)."""
     what = "the disk holding the cache is full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
-    return LowtideError(f"cannot write into the cache: {what} (lowtide cache --clear frees it; "
-                        f"{CACHE_DIR_SETTING} moves it)", path)
+    return LowtideError(
+        f"cannot write into the cache: {what} (lowtide cache --clear frees it; {CACHE_DIR_SETTING} moves it)", path
+    )
 
 
 @contextlib.contextmanager
@@ -129,6 +132,7 @@ _DAMAGED_ARCHIVE = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile)
 def unpacked_archive(archive: Path, target: Path, what: str) -> Path:
     """`archive` (.tar.gz) unpacked once into the cache folder `target` (`cached_folder`); a damaged archive is one
     line naming `what` it is."""
+
     def fill(staging: Path) -> None:
         try:
             with tarfile.open(archive) as tar:

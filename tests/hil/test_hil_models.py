@@ -13,6 +13,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+
 from lowtide.compile import compile_model
 from lowtide.device.boards import get_board
 from lowtide.errors import LowtideError

@@ -42,8 +42,11 @@ def run_in_process(command: str, model: Path, out_dir: Path, *extra: str) -> Out
     """`lowtide.cli.main` as the console script runs it; an exception other than SystemExit escapes (a
     traceback is a failure of the test)."""
     out, err = io.StringIO(), io.StringIO()
-    with mock.patch.object(sys, "argv", ["lowtide", *command_args(command, model, out_dir), *extra]), \
-            redirect_stdout(out), redirect_stderr(err):
+    with (
+        mock.patch.object(sys, "argv", ["lowtide", *command_args(command, model, out_dir), *extra]),
+        redirect_stdout(out),
+        redirect_stderr(err),
+    ):
         try:
             main()
             code = 0
@@ -53,8 +56,12 @@ def run_in_process(command: str, model: Path, out_dir: Path, *extra: str) -> Out
 
 
 def run_subprocess(command: str, model: Path, out_dir: Path, timeout: float = 300) -> Outcome:
-    result = subprocess.run([sys.executable, "-m", "lowtide", *command_args(command, model, out_dir)],
-                            capture_output=True, text=True, timeout=timeout)
+    result = subprocess.run(
+        [sys.executable, "-m", "lowtide", *command_args(command, model, out_dir)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     return Outcome(command, result.returncode, result.stdout, result.stderr)
 
 
@@ -70,8 +77,9 @@ def assert_kept_promise(outcome: Outcome, model: Path, out_dir: Path, expect_err
         lines = outcome.stderr.strip().splitlines()
         if outcome.command != "validate":  # validate lists every problem, one line each
             assert len(lines) == 1, what
-        assert all(line.startswith(f"lowtide: error: {model}: ") or line.startswith(f"{model}: ")
-                   for line in lines), what
+        assert all(line.startswith(f"lowtide: error: {model}: ") or line.startswith(f"{model}: ") for line in lines), (
+            what
+        )
         if expect_error is not None:
             assert expect_error in outcome.stderr, what
         left = sorted(p.name for p in out_dir.iterdir())

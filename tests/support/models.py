@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+
 from lowtide.model.attributes import from_schema_fields
 from lowtide.model.edit import GraphEditor, Quantization
 from lowtide.model.writer import model_bytes
@@ -26,13 +27,27 @@ class TinyModel:
         """The object-API tensors, to make a model malformed by hand."""
         return self.editor.tensors
 
-    def tensor(self, shape, dtype: str, scale: float | list[float] | None = None, zero_point: int = 0, data=None,
-               axis: int = 0, variable: bool = False) -> int:
+    def tensor(
+        self,
+        shape,
+        dtype: str,
+        scale: float | list[float] | None = None,
+        zero_point: int = 0,
+        data=None,
+        axis: int = 0,
+        variable: bool = False,
+    ) -> int:
         scales = None if scale is None else scale if isinstance(scale, list) else [scale]
         quantization = None if scales is None else Quantization(scales, [zero_point] * len(scales), axis)
         self.count += 1
-        return self.editor.tensor(f"t{self.count - 1}", shape, dtype, quantization,
-                                  None if data is None else np.asarray(data, dtype=dtype), variable)
+        return self.editor.tensor(
+            f"t{self.count - 1}",
+            shape,
+            dtype,
+            quantization,
+            None if data is None else np.asarray(data, dtype=dtype),
+            variable,
+        )
 
     def op(self, opcode: str, inputs, outputs, options_type: str | None = None, **options) -> None:
         """Operator `opcode`, its options table `options_type` with `options` by their schema names."""
@@ -57,8 +72,19 @@ def unsupported_model(path: Path) -> Path:
     return m.save(path, [x], [y])
 
 
-def lstm(m: TinyModel, rng, source: int, shape: tuple[int, int, int], state: int, time_major: bool,
-         activation: int, cell_scale: float, cell_clip: float, hidden_zero: int, input_gate: bool = True) -> int:
+def lstm(
+    m: TinyModel,
+    rng,
+    source: int,
+    shape: tuple[int, int, int],
+    state: int,
+    time_major: bool,
+    activation: int,
+    cell_scale: float,
+    cell_clip: float,
+    hidden_zero: int,
+    input_gate: bool = True,
+) -> int:
     """One LSTM on `source` (shape as the op reads it); returns its int8 output tensor."""
     input_size = shape[2]
     batches = shape[1] if time_major else shape[0]
@@ -68,18 +94,29 @@ def lstm(m: TinyModel, rng, source: int, shape: tuple[int, int, int], state: int
     inputs = [source]
     for k in range(8):
         depth = input_size if k < 4 else state
-        inputs.append(m.tensor((state, depth), "int8", 0.004 + 0.001 * k, 0,
-                               rng.integers(-127, 128, (state, depth))) if input_gate or k % 4 else -1)
+        inputs.append(
+            m.tensor((state, depth), "int8", 0.004 + 0.001 * k, 0, rng.integers(-127, 128, (state, depth)))
+            if input_gate or k % 4
+            else -1
+        )
     inputs += [-1, -1, -1]  # no peephole
-    for k in range(4):
+    for _ in range(4):
         inputs.append(m.tensor((state,), "int32", in_scale * 0.004, 0, rng.integers(-3000, 3000, state)))
     inputs += [-1, -1]  # no projection
     hidden = m.tensor((batches, state), "int8", hidden_scale, hidden_zero, variable=True)
     cell = m.tensor((batches, state), "int16", cell_scale, 0, variable=True)
     inputs += [hidden, cell, -1, -1, -1, -1]  # no layer norm
     out = m.tensor(shape[:2] + (state,), "int8", hidden_scale, hidden_zero)
-    m.op("UNIDIRECTIONAL_SEQUENCE_LSTM", inputs, [out], "UnidirectionalSequenceLSTMOptions",
-         fusedActivationFunction=activation, cellClip=cell_clip, projClip=0.0, timeMajor=time_major)
+    m.op(
+        "UNIDIRECTIONAL_SEQUENCE_LSTM",
+        inputs,
+        [out],
+        "UnidirectionalSequenceLSTMOptions",
+        fusedActivationFunction=activation,
+        cellClip=cell_clip,
+        projClip=0.0,
+        timeMajor=time_major,
+    )
     return out
 
 
@@ -98,7 +135,6 @@ def svdf_model(m: TinyModel, state_type: str) -> tuple[list[int], list[int]]:
         bias = m.tensor((units,), "int32", state_scale * time_scale, 0, rng.integers(-4000, 4000, units))
         state = m.tensor((2, 5 * filters), state_type, state_scale, state_zero, variable=True)
         out = m.tensor((2, units), "int8", 0.05, 4)
-        m.op("SVDF", [source, features, times, bias, state], [out], "SVDFOptions", rank=rank,
-             fusedActivationFunction=0)
+        m.op("SVDF", [source, features, times, bias, state], [out], "SVDFOptions", rank=rank, fusedActivationFunction=0)
         outputs.append(out)
     return [x], outputs

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-from lowtide.model.schema import TYPE_CODES
 
+from lowtide.model.schema import TYPE_CODES
 from support.models import ACT_TANH, TinyModel, lstm, svdf_model
 
 SHAPE = (1, 4, 4, 3)
@@ -24,13 +24,15 @@ def _ints(m: TinyModel, values, dtype: str = "int32") -> int:
     return m.tensor(values.shape, dtype, data=values)
 
 
-def _unary(opcode: str, source: str = "float32", target: str | None = None, options: str | None = None,
-           **fields) -> Case:
+def _unary(
+    opcode: str, source: str = "float32", target: str | None = None, options: str | None = None, **fields
+) -> Case:
     def case(m):
         x = m.tensor(SHAPE, source, 0.05 if source == "int8" else None)
         y = m.tensor(SHAPE, target or source, 0.05 if (target or source) == "int8" else None)
         m.op(opcode, [x], [y], options, **fields)
         return [x], [y]
+
     return case
 
 
@@ -40,17 +42,21 @@ def _binary(opcode: str, target: str = "float32", source: str = "float32", optio
         y = m.tensor(SHAPE, target)
         m.op(opcode, [a, b], [y], options, **({"fusedActivationFunction": 0} if options else {}))
         return [a, b], [y]
+
     return case
 
 
-def _with_constants(opcode: str, out_shape, constants, options: str | None = None, source=SHAPE,
-                    out_type: str = "float32", **fields) -> Case:
+def _with_constants(
+    opcode: str, out_shape, constants, options: str | None = None, source=SHAPE, out_type: str = "float32", **fields
+) -> Case:
     """`opcode` on a float input of shape `source` and the constant int32 inputs `constants` after it."""
+
     def case(m):
         x = float_tensor(m, source)
         y = m.tensor(out_shape, out_type)
         m.op(opcode, [x, *(_ints(m, c) for c in constants)], [y], options, **fields)
         return [x], [y]
+
     return case
 
 
@@ -64,9 +70,20 @@ def _conv(opcode: str, weights) -> Case:
         y = m.tensor((1, 4, 4, channels), "float32")
         options = "Conv2DOptions" if opcode == "CONV_2D" else "DepthwiseConv2DOptions"
         extra = {} if opcode == "CONV_2D" else {"depthMultiplier": 1}
-        m.op(opcode, [x, w, bias], [y], options, padding=0, strideH=1, strideW=1, dilationHFactor=1,
-             dilationWFactor=1, **extra)
+        m.op(
+            opcode,
+            [x, w, bias],
+            [y],
+            options,
+            padding=0,
+            strideH=1,
+            strideW=1,
+            dilationHFactor=1,
+            dilationWFactor=1,
+            **extra,
+        )
         return [x], [y]
+
     return case
 
 
@@ -75,6 +92,7 @@ def _pool(opcode: str) -> Case:
         x, y = float_tensor(m), m.tensor((1, 2, 2, 3), "float32")
         m.op(opcode, [x], [y], "Pool2DOptions", padding=1, strideH=2, strideW=2, filterHeight=2, filterWidth=2)
         return [x], [y]
+
     return case
 
 
@@ -88,8 +106,7 @@ def _fully_connected(m):
 def _transpose_conv(m):
     x, y = float_tensor(m), m.tensor((1, 8, 8, 2), "float32")
     w = m.tensor((2, 3, 3, 3), "float32", data=np.random.default_rng(0).normal(size=(2, 3, 3, 3)))
-    m.op("TRANSPOSE_CONV", [_ints(m, [1, 8, 8, 2]), w, x], [y], "TransposeConvOptions", padding=0, strideH=2,
-         strideW=2)
+    m.op("TRANSPOSE_CONV", [_ints(m, [1, 8, 8, 2]), w, x], [y], "TransposeConvOptions", padding=0, strideH=2, strideW=2)
     return [x], [y]
 
 
@@ -105,6 +122,7 @@ def _several_inputs(opcode: str, count: int, out_shape, options: str | None = No
         y = float_tensor(m, out_shape)
         m.op(opcode, xs, [y], options, **fields)
         return xs, [y]
+
     return case
 
 
@@ -137,8 +155,7 @@ def _split_v(m):
 
 def _padv2(m):
     x, y = float_tensor(m), float_tensor(m, (1, 6, 6, 3))
-    m.op("PADV2", [x, _ints(m, [[0, 0], [1, 1], [1, 1], [0, 0]]), m.tensor((), "float32", data=np.float32(2))],
-         [y])
+    m.op("PADV2", [x, _ints(m, [[0, 0], [1, 1], [1, 1], [0, 0]]), m.tensor((), "float32", data=np.float32(2))], [y])
     return [x], [y]
 
 
@@ -180,6 +197,7 @@ def _logical(opcode: str) -> Case:
         a, b, y = m.tensor(SHAPE, "bool"), m.tensor((1, 1, 1, 3), "bool"), m.tensor(SHAPE, "bool")
         m.op(opcode, [a, b], [y])
         return [a, b], [y]
+
     return case
 
 
@@ -190,7 +208,7 @@ def _svdf(m):
 
 def _unidirectional_sequence_lstm(m):
     x = m.tensor((1, 3, 5), "int8", 0.05, 3)
-    return [x], [lstm(m, np.random.default_rng(0), x, (1, 3, 5), 4, False, ACT_TANH, 2.0 ** -11, 0.0, 0)]
+    return [x], [lstm(m, np.random.default_rng(0), x, (1, 3, 5), 4, False, ACT_TANH, 2.0**-11, 0.0, 0)]
 
 
 def _read_variable(m):
@@ -203,61 +221,107 @@ def _read_variable(m):
 
 
 CASES: dict[str, Case] = {
-    **{opcode: _unary(opcode) for opcode in (
-        "ABS", "CEIL", "COS", "EXP", "FLOOR", "LOG", "NEG", "ROUND", "RSQRT", "SIN", "SQRT", "SQUARE", "RELU",
-        "RELU6", "LOGISTIC", "TANH", "HARD_SWISH", "ELU", "ZEROS_LIKE", "LOG_SOFTMAX")},
+    **{
+        opcode: _unary(opcode)
+        for opcode in (
+            "ABS",
+            "CEIL",
+            "COS",
+            "EXP",
+            "FLOOR",
+            "LOG",
+            "NEG",
+            "ROUND",
+            "RSQRT",
+            "SIN",
+            "SQRT",
+            "SQUARE",
+            "RELU",
+            "RELU6",
+            "LOGISTIC",
+            "TANH",
+            "HARD_SWISH",
+            "ELU",
+            "ZEROS_LIKE",
+            "LOG_SOFTMAX",
+        )
+    },
     "LEAKY_RELU": _unary("LEAKY_RELU", options="LeakyReluOptions", alpha=0.2),
     "SOFTMAX": _unary("SOFTMAX", options="SoftmaxOptions", beta=1.0),
     "L2_NORMALIZATION": _unary("L2_NORMALIZATION", options="L2NormOptions"),
     "LOGICAL_NOT": _unary("LOGICAL_NOT", "bool"),
-    "QUANTIZE": _unary("QUANTIZE", "float32", "int8"), "DEQUANTIZE": _unary("DEQUANTIZE", "int8", "float32"),
+    "QUANTIZE": _unary("QUANTIZE", "float32", "int8"),
+    "DEQUANTIZE": _unary("DEQUANTIZE", "int8", "float32"),
     "CAST": _unary("CAST", "float32", "int32"),
     **{opcode: _binary(opcode, options=f"{opcode.title()}Options") for opcode in ("ADD", "SUB", "MUL", "DIV")},
-    **{opcode: _binary(opcode) for opcode in ("MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE", "PRELU", "FLOOR_DIV",
-                                              "FLOOR_MOD")},
-    **{opcode: _binary(opcode, "bool") for opcode in ("EQUAL", "NOT_EQUAL", "LESS", "LESS_EQUAL", "GREATER",
-                                                      "GREATER_EQUAL")},
-    "LOGICAL_AND": _logical("LOGICAL_AND"), "LOGICAL_OR": _logical("LOGICAL_OR"),
-    "SELECT_V2": _select_v2, "ADD_N": _several_inputs("ADD_N", 2, SHAPE),
-    "CONV_2D": _conv("CONV_2D", (2, 3, 3, 3)), "DEPTHWISE_CONV_2D": _conv("DEPTHWISE_CONV_2D", (1, 3, 3, 3)),
-    "AVERAGE_POOL_2D": _pool("AVERAGE_POOL_2D"), "MAX_POOL_2D": _pool("MAX_POOL_2D"),
-    "FULLY_CONNECTED": _fully_connected, "TRANSPOSE_CONV": _transpose_conv, "BATCH_MATMUL": _batch_matmul,
-    **{opcode: _with_constants(opcode, (1, 1, 1, 3), [[1, 2]], "ReducerOptions", keepDims=True)
-       for opcode in ("MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN")},
-    "ARG_MAX": _with_constants("ARG_MAX", (1, 4, 3), [[2]], "ArgMaxOptions", out_type="int32",
-                               outputType=TYPE_CODES["int32"]),
-    "ARG_MIN": _with_constants("ARG_MIN", (1, 4, 3), [[2]], "ArgMinOptions", out_type="int32",
-                               outputType=TYPE_CODES["int32"]),
+    **{
+        opcode: _binary(opcode)
+        for opcode in ("MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE", "PRELU", "FLOOR_DIV", "FLOOR_MOD")
+    },
+    **{
+        opcode: _binary(opcode, "bool")
+        for opcode in ("EQUAL", "NOT_EQUAL", "LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL")
+    },
+    "LOGICAL_AND": _logical("LOGICAL_AND"),
+    "LOGICAL_OR": _logical("LOGICAL_OR"),
+    "SELECT_V2": _select_v2,
+    "ADD_N": _several_inputs("ADD_N", 2, SHAPE),
+    "CONV_2D": _conv("CONV_2D", (2, 3, 3, 3)),
+    "DEPTHWISE_CONV_2D": _conv("DEPTHWISE_CONV_2D", (1, 3, 3, 3)),
+    "AVERAGE_POOL_2D": _pool("AVERAGE_POOL_2D"),
+    "MAX_POOL_2D": _pool("MAX_POOL_2D"),
+    "FULLY_CONNECTED": _fully_connected,
+    "TRANSPOSE_CONV": _transpose_conv,
+    "BATCH_MATMUL": _batch_matmul,
+    **{
+        opcode: _with_constants(opcode, (1, 1, 1, 3), [[1, 2]], "ReducerOptions", keepDims=True)
+        for opcode in ("MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN")
+    },
+    "ARG_MAX": _with_constants(
+        "ARG_MAX", (1, 4, 3), [[2]], "ArgMaxOptions", out_type="int32", outputType=TYPE_CODES["int32"]
+    ),
+    "ARG_MIN": _with_constants(
+        "ARG_MIN", (1, 4, 3), [[2]], "ArgMinOptions", out_type="int32", outputType=TYPE_CODES["int32"]
+    ),
     "CUMSUM": _with_constants("CUMSUM", SHAPE, [2], "CumsumOptions"),
     "REVERSE_V2": _with_constants("REVERSE_V2", SHAPE, [[1]]),
     "DYNAMIC_UPDATE_SLICE": _dynamic_update_slice,
     "CONCATENATION": _several_inputs("CONCATENATION", 2, (1, 4, 4, 6), "ConcatenationOptions", axis=3),
     "PACK": _several_inputs("PACK", 2, (2, 1, 4, 4, 3), "PackOptions", valuesCount=2, axis=0),
-    "UNPACK": _unpack, "SPLIT": _split, "SPLIT_V": _split_v,
+    "UNPACK": _unpack,
+    "SPLIT": _split,
+    "SPLIT_V": _split_v,
     "RESHAPE": _with_constants("RESHAPE", (1, 48), [[1, 48]]),
     "SQUEEZE": _with_constants("SQUEEZE", (4, 4, 3), [], "SqueezeOptions", squeezeDims=[0]),
     "EXPAND_DIMS": _with_constants("EXPAND_DIMS", (1, 1, 4, 4, 3), [[0]]),
     "TRANSPOSE": _with_constants("TRANSPOSE", (1, 4, 4, 3), [[0, 2, 1, 3]]),
     "PAD": _with_constants("PAD", (1, 6, 6, 3), [[[0, 0], [1, 1], [1, 1], [0, 0]]]),
     "PADV2": _padv2,
-    "MIRROR_PAD": _with_constants("MIRROR_PAD", (1, 6, 6, 3), [[[0, 0], [1, 1], [1, 1], [0, 0]]],
-                                  "MirrorPadOptions", mode=0),
+    "MIRROR_PAD": _with_constants(
+        "MIRROR_PAD", (1, 6, 6, 3), [[[0, 0], [1, 1], [1, 1], [0, 0]]], "MirrorPadOptions", mode=0
+    ),
     "SLICE": _with_constants("SLICE", (1, 2, 2, 3), [[0, 1, 1, 0], [1, 2, 2, -1]]),
-    "STRIDED_SLICE": _with_constants("STRIDED_SLICE", (1, 2, 2, 3), [[0, 0, 0, 0], [1, 4, 4, 3], [1, 2, 2, 1]],
-                                     "StridedSliceOptions"),
-    "RESIZE_NEAREST_NEIGHBOR": _with_constants("RESIZE_NEAREST_NEIGHBOR", (1, 8, 8, 3), [[8, 8]],
-                                               "ResizeNearestNeighborOptions"),
+    "STRIDED_SLICE": _with_constants(
+        "STRIDED_SLICE", (1, 2, 2, 3), [[0, 0, 0, 0], [1, 4, 4, 3], [1, 2, 2, 1]], "StridedSliceOptions"
+    ),
+    "RESIZE_NEAREST_NEIGHBOR": _with_constants(
+        "RESIZE_NEAREST_NEIGHBOR", (1, 8, 8, 3), [[8, 8]], "ResizeNearestNeighborOptions"
+    ),
     "RESIZE_BILINEAR": _with_constants("RESIZE_BILINEAR", (1, 8, 8, 3), [[8, 8]], "ResizeBilinearOptions"),
     "SPACE_TO_DEPTH": _with_constants("SPACE_TO_DEPTH", (1, 2, 2, 12), [], "SpaceToDepthOptions", blockSize=2),
-    "DEPTH_TO_SPACE": _with_constants("DEPTH_TO_SPACE", SHAPE, [], "DepthToSpaceOptions", source=(1, 2, 2, 12),
-                                      blockSize=2),
+    "DEPTH_TO_SPACE": _with_constants(
+        "DEPTH_TO_SPACE", SHAPE, [], "DepthToSpaceOptions", source=(1, 2, 2, 12), blockSize=2
+    ),
     "SPACE_TO_BATCH_ND": _with_constants("SPACE_TO_BATCH_ND", (4, 2, 2, 3), [[2, 2], [[0, 0], [0, 0]]]),
-    "BATCH_TO_SPACE_ND": _with_constants("BATCH_TO_SPACE_ND", SHAPE, [[2, 2], [[0, 0], [0, 0]]],
-                                         source=(4, 2, 2, 3)),
+    "BATCH_TO_SPACE_ND": _with_constants("BATCH_TO_SPACE_ND", SHAPE, [[2, 2], [[0, 0], [0, 0]]], source=(4, 2, 2, 3)),
     "GATHER": _with_constants("GATHER", (1, 2, 4, 3), [[2, 0]], "GatherOptions", axis=1),
-    "GATHER_ND": _gather_nd, "EMBEDDING_LOOKUP": _embedding_lookup, "FILL": _fill,
+    "GATHER_ND": _gather_nd,
+    "EMBEDDING_LOOKUP": _embedding_lookup,
+    "FILL": _fill,
     "BROADCAST_TO": _with_constants("BROADCAST_TO", (2, 3), [[2, 3]], source=(1, 3)),
     "BROADCAST_ARGS": _broadcast_args,
     "SHAPE": _with_constants("SHAPE", (4,), [], "ShapeOptions", out_type="int32", outType=TYPE_CODES["int32"]),
-    "SVDF": _svdf, "UNIDIRECTIONAL_SEQUENCE_LSTM": _unidirectional_sequence_lstm, "READ_VARIABLE": _read_variable,
+    "SVDF": _svdf,
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": _unidirectional_sequence_lstm,
+    "READ_VARIABLE": _read_variable,
 }

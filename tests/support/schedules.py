@@ -6,6 +6,7 @@ import itertools
 import random
 
 import numpy as np
+
 from lowtide.memory import tflm_plan
 from lowtide.model import model_bytes, read_model
 from lowtide.model.ir import Graph, Operator, Subgraph, Tensor, TensorKind
@@ -21,14 +22,12 @@ def valid_orders(graph: Graph, sg_index: int = 0):
     effectful = [op.index for op in sg.operators if op.has_side_effects]
     variable_users = [
         [op.index for op in sg.operators if t.index in (*op.inputs, *op.outputs)]
-        for t in sg.tensors if t.kind is TensorKind.VARIABLE
+        for t in sg.tensors
+        if t.kind is TensorKind.VARIABLE
     ]
     for order in itertools.permutations(range(len(sg.operators))):
         position = {op: i for i, op in enumerate(order)}
-        if any(
-            t in producer and position[producer[t]] > position[op.index]
-            for op in sg.operators for t in op.inputs
-        ):
+        if any(t in producer and position[producer[t]] > position[op.index] for op in sg.operators for t in op.inputs):
             continue
         if any(sorted(chain, key=position.get) != chain for chain in [effectful, *variable_users]):
             continue

@@ -35,9 +35,9 @@ env.Replace(
 )
 
 cpu_flags = [
-    "-mcpu=%s" % board.get("build.cpu"),
+    f"-mcpu={board.get('build.cpu')}",
     "-mthumb",
-    "-mfpu=%s" % board.get("build.fpu"),
+    f"-mfpu={board.get('build.fpu')}",
     "-mfloat-abi=hard",
 ]
 
@@ -46,7 +46,8 @@ env.Append(
     ASPPFLAGS=cpu_flags + ["-x", "assembler-with-cpp"],
     # C99 without GNU extensions: float kernels must not contract a*b+c into FMA, or they stop matching TFLM.
     CFLAGS=["-std=c99"],
-    CCFLAGS=cpu_flags + [
+    CCFLAGS=cpu_flags
+    + [
         "-O2",
         "-ffunction-sections",
         "-fdata-sections",
@@ -56,12 +57,13 @@ env.Append(
     ],
     CPPDEFINES=[
         ("F_CPU", "$BOARD_F_CPU"),
-        ("LT_QEMU_MACHINE", '\\"%s\\"' % board.get("build.qemu_machine")),
+        ("LT_QEMU_MACHINE", f'\\"{board.get("build.qemu_machine")}\\"'),
         # The machine's UART0 and SYSCLK, for firmware/bsp/mps2 (one BSP serves every MPS image).
-        ("LT_MPS_UART0_BASE", "%su" % board.get("build.uart0_base")),
-        ("LT_MPS_SYSCLK_HZ", "%su" % board.get("build.f_cpu").rstrip("L")),
+        ("LT_MPS_UART0_BASE", f"{board.get('build.uart0_base')}u"),
+        ("LT_MPS_SYSCLK_HZ", f"{board.get('build.f_cpu').rstrip('L')}u"),
     ],
-    LINKFLAGS=cpu_flags + [
+    LINKFLAGS=cpu_flags
+    + [
         "-O2",
         "--specs=nano.specs",
         "--specs=nosys.specs",
@@ -102,12 +104,18 @@ AlwaysBuild(target_size)
 env.Replace(
     UPLOADER="qemu-system-arm",
     UPLOADERFLAGS=[
-        "-machine", board.get("build.qemu_machine"),
-        "-display", "none",
-        "-monitor", "none",
-        "-serial", "mon:stdio",
-        "-icount", "shift=0",
-        "-semihosting-config", "enable=on,target=native",
+        "-machine",
+        board.get("build.qemu_machine"),
+        "-display",
+        "none",
+        "-monitor",
+        "none",
+        "-serial",
+        "mon:stdio",
+        "-icount",
+        "shift=0",
+        "-semihosting-config",
+        "enable=on,target=native",
     ],
     UPLOADCMD="$UPLOADER $UPLOADERFLAGS " + " ".join(board.get("build.qemu_boot")).replace("{elf}", "$SOURCE"),
 )

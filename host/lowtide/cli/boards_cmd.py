@@ -60,8 +60,20 @@ def _listing(spec: BoardSpec) -> BoardListing:
         why_not = registry_needed(spec)
         if why_not is None:
             platform = f"{platform} (from PlatformIO's registry)"
-    return BoardListing(spec.name, spec.description, spec.core, spec.sram_bytes, spec.flash_bytes, spec.clock_hz,
-                        _runtimes(spec), spec.emulated, spec.platformio_env, platform, why_not is None, why_not)
+    return BoardListing(
+        spec.name,
+        spec.description,
+        spec.core,
+        spec.sram_bytes,
+        spec.flash_bytes,
+        spec.clock_hz,
+        _runtimes(spec),
+        spec.emulated,
+        spec.platformio_env,
+        platform,
+        why_not is None,
+        why_not,
+    )
 
 
 @app.command("boards")
@@ -80,9 +92,15 @@ def boards_command(
     for listing in listings:
         if not listing.buildable_here:
             notes.append(f"{listing.name}: {listing.why_not}")
-        table.add_row(listing.name, listing.core, f"{listing.sram_bytes // 1024:,}", f"{listing.flash_bytes // 1024:,}",
-                      " ".join(listing.runtimes), "yes" if listing.emulated else "no",
-                      "yes" if listing.buildable_here else f"no [{len(notes)}]")
+        table.add_row(
+            listing.name,
+            listing.core,
+            f"{listing.sram_bytes // 1024:,}",
+            f"{listing.flash_bytes // 1024:,}",
+            " ".join(listing.runtimes),
+            "yes" if listing.emulated else "no",
+            "yes" if listing.buildable_here else f"no [{len(notes)}]",
+        )
     console = Console()
     console.print(table)
     for number, note in enumerate(notes, start=1):

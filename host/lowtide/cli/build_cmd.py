@@ -51,8 +51,7 @@ class BuildReport:
     arena_capacity_bytes: int
 
 
-def build_report(model: Path, spec: BoardSpec, image: FirmwareImage,
-                 runtime: FirmwareRuntime | None) -> BuildReport:
+def build_report(model: Path, spec: BoardSpec, image: FirmwareImage, runtime: FirmwareRuntime | None) -> BuildReport:
     runtime = runtime_for(spec.runtime, runtime)
     graph = load_model(model)
     tflm_arena = runtime.predict_arena(graph, spec.core)
@@ -78,10 +77,19 @@ def build_report(model: Path, spec: BoardSpec, image: FirmwareImage,
 _BOARD_HELP = "a shipped board (`lowtide boards` lists them) or a board file's path"
 
 
-def _build(model: Path, spec: BoardSpec, console: Console | None, runtime: FirmwareRuntime | None,
-           project_dir: Path | None = None, mlperf_benchmark: str | None = None) -> BuildReport:
-    protocol = (mlperf_protocol(load_model(model), benchmark_named(mlperf_benchmark)).firmware_defines()
-                if mlperf_benchmark else None)
+def _build(
+    model: Path,
+    spec: BoardSpec,
+    console: Console | None,
+    runtime: FirmwareRuntime | None,
+    project_dir: Path | None = None,
+    mlperf_benchmark: str | None = None,
+) -> BuildReport:
+    protocol = (
+        mlperf_protocol(load_model(model), benchmark_named(mlperf_benchmark)).firmware_defines()
+        if mlperf_benchmark
+        else None
+    )
     if console is None:
         image = build_board_firmware(spec, model, runtime, project_dir, protocol)
     else:
@@ -118,16 +126,30 @@ def build(
     board: Annotated[str, typer.Option(help=_BOARD_HELP)],
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object instead of a table")] = False,
     runtime: Annotated[str | None, typer.Option(help=_RUNTIME_HELP)] = None,
-    project_dir: Annotated[Path | None, typer.Option(
-        help="write the self-contained PlatformIO project here and build it there (then `pio run -d DIR`, "
-             "`pio debug`, an IDE); default: the user cache")] = None,
-    mlperf: Annotated[str | None, typer.Option(
-        help="answer MLPerf Tiny's serial grammar as this benchmark (kws01, vww01, ic01, ad01, or your own id) "
-             "instead of lowtide's protocol (docs/mlperf.md)")] = None,
+    project_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="write the self-contained PlatformIO project here and build it there (then `pio run -d DIR`, "
+            "`pio debug`, an IDE); default: the user cache"
+        ),
+    ] = None,
+    mlperf: Annotated[
+        str | None,
+        typer.Option(
+            help="answer MLPerf Tiny's serial grammar as this benchmark (kws01, vww01, ic01, ad01, or your own id) "
+            "instead of lowtide's protocol (docs/mlperf.md)"
+        ),
+    ] = None,
 ) -> None:
     """Build the firmware image for BOARD's PlatformIO env with MODEL in it."""
-    report = _build(model, get_board_spec(board), None if as_json else Console(stderr=True),
-                    runtime_named(runtime) if runtime else None, project_dir, mlperf)
+    report = _build(
+        model,
+        get_board_spec(board),
+        None if as_json else Console(stderr=True),
+        runtime_named(runtime) if runtime else None,
+        project_dir,
+        mlperf,
+    )
     if as_json:
         print(json.dumps(asdict(report)))
         return
@@ -141,9 +163,13 @@ def flash(
     port: Annotated[
         str | None, typer.Option(help="upload port; default: the one port with the board file's USB ID")
     ] = None,
-    probe: Annotated[str | None, typer.Option(
-        help="the USB serial number of the board's probe (ST-LINK), where several boards with the same USB VID:PID "
-             "are attached (default: the board file's probe_serial)")] = None,
+    probe: Annotated[
+        str | None,
+        typer.Option(
+            help="the USB serial number of the board's probe (ST-LINK), where several boards with the same USB VID:PID "
+            "are attached (default: the board file's probe_serial)"
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object instead of a table")] = False,
     runtime: Annotated[str | None, typer.Option(help=_RUNTIME_HELP)] = None,
 ) -> None:
@@ -152,19 +178,30 @@ def flash(
     chosen = runtime_named(runtime) if runtime else None
     if not spec.emulated:
         if spec.serial is None:
-            raise LowtideError(f"{spec.name} is reached through its labgrid place, not a local port: "
-                               f"`lowtide measure {model} --board {spec.name}` builds, flashes and measures it")
+            raise LowtideError(
+                f"{spec.name} is reached through its labgrid place, not a local port: "
+                f"`lowtide measure {model} --board {spec.name}` builds, flashes and measures it"
+            )
         spec = with_probe(spec, probe)
         assert spec.serial is not None
-        port = port or spec.serial.port or detect_serial_port(spec.name, spec.serial.usb_ids,  # before building
-                                                              spec.serial.probe_serial)
+        port = (
+            port
+            or spec.serial.port
+            or detect_serial_port(
+                spec.name,
+                spec.serial.usb_ids,  # before building
+                spec.serial.probe_serial,
+            )
+        )
     elif probe is not None:
         raise LowtideError(f"{spec.name} is emulated: there is no probe to choose")
     console = None if as_json else Console(stderr=True)
     report = _build(model, spec, console, chosen)
     if spec.emulated:
-        message = (f"{spec.name} is emulated: nothing to flash; `lowtide measure {model} --board {spec.name}` boots "
-                   f"this image in QEMU")
+        message = (
+            f"{spec.name} is emulated: nothing to flash; `lowtide measure {model} --board {spec.name}` boots "
+            f"this image in QEMU"
+        )
     else:
         assert port is not None
         if console is None:
@@ -172,9 +209,11 @@ def flash(
         else:
             with console.status(f"uploading to {spec.name} on {port}"):
                 upload_firmware(spec, model, port, chosen)
-        message = (f"flashed {spec.name} on {port}; measure it as it is with `lowtide measure {model} --board serial "
-                   f"--port {port}`, or build, flash and measure in one with `lowtide measure {model} --board "
-                   f"{spec.name}`")
+        message = (
+            f"flashed {spec.name} on {port}; measure it as it is with `lowtide measure {model} --board serial "
+            f"--port {port}`, or build, flash and measure in one with `lowtide measure {model} --board "
+            f"{spec.name}`"
+        )
     if as_json:
         print(json.dumps({**asdict(report), "flashed": not spec.emulated, "port": port, "message": message}))
         return

@@ -1,7 +1,7 @@
 """`lowtide cache`: the user cache folder (lowtide.storage): where it is, what it holds, and clearing it.
 
-    lowtide cache            # its folder and the size of each part (TFLM sources and objects, sizer, firmware, ...)
-    lowtide cache --clear    # removes everything in it; lowtide rebuilds what it needs on the next run
+lowtide cache            # its folder and the size of each part (TFLM sources and objects, sizer, firmware, ...)
+lowtide cache --clear    # removes everything in it; lowtide rebuilds what it needs on the next run
 """
 
 from __future__ import annotations
@@ -26,10 +26,14 @@ def cache_command(
 ) -> None:
     """Show the user cache folder lowtide builds into (TFLM, firmware projects, sizer figures), or clear it."""
     root = cache_root()
-    parts = sorted(p for p in root.rglob("*") if p.is_dir() and len(p.relative_to(root).parts) <= 2
-                   and not p.name.startswith("."))
-    sizes = {p.relative_to(root).as_posix(): folder_bytes(p) for p in parts if len(p.relative_to(root).parts) == 2
-             or not any(p.iterdir())}
+    parts = sorted(
+        p for p in root.rglob("*") if p.is_dir() and len(p.relative_to(root).parts) <= 2 and not p.name.startswith(".")
+    )
+    sizes = {
+        p.relative_to(root).as_posix(): folder_bytes(p)
+        for p in parts
+        if len(p.relative_to(root).parts) == 2 or not any(p.iterdir())
+    }
     total = folder_bytes(root)
     if clear:
         for entry in root.iterdir():
@@ -38,8 +42,17 @@ def cache_command(
             except OSError as exc:
                 raise LowtideError(f"cannot clear the cache: {exc.strerror or exc}", entry) from None
     if as_json:
-        print(json.dumps({"cache_dir": str(root), "setting": CACHE_DIR_SETTING, "total_bytes": total,
-                          "parts": sizes, "cleared": clear}))
+        print(
+            json.dumps(
+                {
+                    "cache_dir": str(root),
+                    "setting": CACHE_DIR_SETTING,
+                    "total_bytes": total,
+                    "parts": sizes,
+                    "cleared": clear,
+                }
+            )
+        )
         return
     table = Table(title=f"lowtide's cache: {root}" + (" (cleared)" if clear else ""))
     table.add_column("part")

@@ -22,8 +22,14 @@ from lowtide.resources import RUNTIME_DIR
 from lowtide.validation import load_model
 
 
-def compile_report(compiled: CompiledModel, output_dir: Path, written: list[Path], tflm_total: int,
-                   tflm_head: int, result: VerifyResult | None) -> dict:
+def compile_report(
+    compiled: CompiledModel,
+    output_dir: Path,
+    written: list[Path],
+    tflm_total: int,
+    tflm_head: int,
+    result: VerifyResult | None,
+) -> dict:
     """The JSON object of `lowtide compile --json`."""
     fixed_state = result.fixed_state_bytes if result else compiled.fixed_state_bytes
     return {
@@ -41,7 +47,9 @@ def compile_report(compiled: CompiledModel, output_dir: Path, written: list[Path
         "tflm_head_bytes": tflm_head,
         "inputs": [asdict(t) for t in compiled.inputs],
         "outputs": [asdict(t) for t in compiled.outputs],
-        "verify": None if result is None else {
+        "verify": None
+        if result is None
+        else {
             "passed": result.passed,
             "seed": result.seed,
             "invocations": result.invocations,
@@ -60,8 +68,10 @@ def support_table_markdown() -> str:
     lines += ["", "Not compiled because TFLM itself has no kernel for them:", ""]
     lines += [f"- {opcode}: {reason}" for opcode, reason in sorted(NOT_IN_TFLM.items())]
     lines += ["", "Not compiled because TFLM's kernel gives no defined result for these types:", ""]
-    lines += [f"- {opcode} {sig.replace('->', ' → ')}: {reason}"
-              for (opcode, sig), reason in sorted(UNDEFINED_IN_TFLM.items())]
+    lines += [
+        f"- {opcode} {sig.replace('->', ' → ')}: {reason}"
+        for (opcode, sig), reason in sorted(UNDEFINED_IN_TFLM.items())
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -87,15 +97,29 @@ def compile_command(
         bool, typer.Option("--verify", help="Build with the host C compiler and compare with TFLM")
     ] = False,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the random inputs used by --verify")] = 0,
-    invocations: Annotated[int, typer.Option(
-        "--invocations", min=1, help="--verify: invocations in a row (state carries over), each on new inputs")] = 1,
-    keep_model_plan: Annotated[bool, typer.Option(
-        "--keep-model-plan", help="Use the model's OfflineMemoryAllocation even where lowtide's plan is smaller")] = False,
+    invocations: Annotated[
+        int,
+        typer.Option(
+            "--invocations", min=1, help="--verify: invocations in a row (state carries over), each on new inputs"
+        ),
+    ] = 1,
+    keep_model_plan: Annotated[
+        bool,
+        typer.Option(
+            "--keep-model-plan", help="Use the model's OfflineMemoryAllocation even where lowtide's plan is smaller"
+        ),
+    ] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables")] = False,
-    check: Annotated[bool, typer.Option(
-        "--check", help="List everything that keeps MODEL from compiling (exit 1 if anything), write nothing")] = False,
-    support_table: Annotated[bool, typer.Option(
-        "--support-table", help="Print the operators and types the runtime compiles (Markdown) and exit")] = False,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check", help="List everything that keeps MODEL from compiling (exit 1 if anything), write nothing"
+        ),
+    ] = False,
+    support_table: Annotated[
+        bool,
+        typer.Option("--support-table", help="Print the operators and types the runtime compiles (Markdown) and exit"),
+    ] = False,
 ) -> None:
     """Generate C99 (weights in flash, activations where lowtide plans them for this runtime) and report its RAM."""
     if support_table:
@@ -113,8 +137,11 @@ def compile_command(
     load_model(model)
     reference = oracle.run(model.read_bytes(), path=str(model))
     compiled = compile_model(model, prefix, keep_model_plan)  # raises before anything is written
-    result = (verify_compiled(model, seed, prefix=prefix, invocations=invocations, keep_model_plan=keep_model_plan)
-              if verify else None)
+    result = (
+        verify_compiled(model, seed, prefix=prefix, invocations=invocations, keep_model_plan=keep_model_plan)
+        if verify
+        else None
+    )
     if result:
         tflm_total, tflm_head = result.tflm_total_bytes, result.tflm_head_bytes
     else:
@@ -134,8 +161,9 @@ def compile_command(
 
 def _print(report: dict) -> None:
     console = Console()
-    summary = Table(title=f"{Path(report['model']).name} -> {report['output_dir']}", title_justify="left",
-                    show_header=False)
+    summary = Table(
+        title=f"{Path(report['model']).name} -> {report['output_dir']}", title_justify="left", show_header=False
+    )
     summary.add_column(justify="left")
     summary.add_column(justify="right")
     summary.add_row("operators", str(report["operators"]))
@@ -151,9 +179,16 @@ def _print(report: dict) -> None:
         io.add_column(name)
     for kind in ("inputs", "outputs"):
         for i, t in enumerate(report[kind]):
-            io.add_row(f"{kind[:-1]} {i}", escape_markup(t["name"]), t["dtype"], str(tuple(t["shape"])),
-                       str(t["offset"]),
-                       f"{t['nbytes']:,}", f"{t['scale']:.6g}", str(t["zero_point"]))
+            io.add_row(
+                f"{kind[:-1]} {i}",
+                escape_markup(t["name"]),
+                t["dtype"],
+                str(tuple(t["shape"])),
+                str(t["offset"]),
+                f"{t['nbytes']:,}",
+                f"{t['scale']:.6g}",
+                str(t["zero_point"]),
+            )
     console.print(io)
     verify = report["verify"]
     if verify:
@@ -161,11 +196,20 @@ def _print(report: dict) -> None:
         for name in ("output", "type", "elements", "mismatches", "max abs diff", "max rel diff", ""):
             checks.add_column(name)
         for o in verify["outputs"]:
-            checks.add_row(str(o["index"]), o["dtype"], f"{o['elements']:,}", str(o["mismatches"]),
-                           f"{o['max_abs_diff']:.3g}", f"{o['max_rel_diff']:.3g}",
-                           "[green]exact[/]" if o["passed"] and o["max_abs_diff"] == 0 else
-                           ("[green]within 1e-5[/]" if o["passed"] else "[bold red]MISMATCH[/]"))
+            checks.add_row(
+                str(o["index"]),
+                o["dtype"],
+                f"{o['elements']:,}",
+                str(o["mismatches"]),
+                f"{o['max_abs_diff']:.3g}",
+                f"{o['max_rel_diff']:.3g}",
+                "[green]exact[/]"
+                if o["passed"] and o["max_abs_diff"] == 0
+                else ("[green]within 1e-5[/]" if o["passed"] else "[bold red]MISMATCH[/]"),
+            )
         console.print(checks)
         console.print("[green]bit-exact with TFLM[/]" if verify["passed"] else "[bold red]differs from TFLM[/]")
-    console.print(f"files: {', '.join(Path(f).name for f in report['files'])}; "
-                  f"build with -I {report['runtime_dir']} and {report['runtime_dir']}/*.c")
+    console.print(
+        f"files: {', '.join(Path(f).name for f in report['files'])}; "
+        f"build with -I {report['runtime_dir']} and {report['runtime_dir']}/*.c"
+    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console, JustifyMethod
@@ -26,25 +26,43 @@ from lowtide.validation import load_model
 
 def inspect_report(graph: Graph, plan: MemoryPlan, arena: Mcu32Arena | None) -> dict:
     """The JSON object of `lowtide inspect --json`."""
-    tensor_span = {(b.subgraph, b.tensor): (b, off) for b, off in zip(plan.buffers, plan.offsets) if b.tensor is not None}
+    tensor_span = {
+        (b.subgraph, b.tensor): (b, off) for b, off in zip(plan.buffers, plan.offsets) if b.tensor is not None
+    }
     tensors = []
     for sg in graph.subgraphs:
         for t in sg.tensors:
             buffer, offset = tensor_span.get((sg.index, t.index), (None, None))
-            tensors.append({
-                "subgraph": sg.index, "index": t.index, "name": t.name, "shape": list(t.shape), "dtype": t.dtype,
-                "bytes": t.nbytes, "kind": t.kind.value,
-                "first_scope": buffer.first if buffer else None, "last_scope": buffer.last if buffer else None,
-                "tflm_offset": offset,
-            })
+            tensors.append(
+                {
+                    "subgraph": sg.index,
+                    "index": t.index,
+                    "name": t.name,
+                    "shape": list(t.shape),
+                    "dtype": t.dtype,
+                    "bytes": t.nbytes,
+                    "kind": t.kind.value,
+                    "first_scope": buffer.first if buffer else None,
+                    "last_scope": buffer.last if buffer else None,
+                    "tflm_offset": offset,
+                }
+            )
     ops = []
     for step in plan.steps:
         op = graph.subgraphs[step.subgraph].operators[step.op]
-        ops.append({
-            "subgraph": step.subgraph, "index": step.op, "opcode": op.opcode, "scope": step.scope,
-            "inputs": list(op.inputs), "outputs": list(op.outputs), "side_effects": op.has_side_effects,
-            "live_tensors": [plan.buffers[i].label for i in step.buffers], "live_bytes": step.live_bytes,
-        })
+        ops.append(
+            {
+                "subgraph": step.subgraph,
+                "index": step.op,
+                "opcode": op.opcode,
+                "scope": step.scope,
+                "inputs": list(op.inputs),
+                "outputs": list(op.outputs),
+                "side_effects": op.has_side_effects,
+                "live_tensors": [plan.buffers[i].label for i in step.buffers],
+                "live_bytes": step.live_bytes,
+            }
+        )
     peak = plan.steps[plan.peak_step] if plan.peak_step is not None else None
     return {
         "model": graph.path,
@@ -66,28 +84,58 @@ def _add_columns(table: Table, *columns: tuple[str, JustifyMethod]) -> None:
 
 def _table(graph: Graph, plan: MemoryPlan) -> Table:
     table = Table(title=f"{Path(graph.path).name}: operators in execution order", title_justify="left")
-    _add_columns(table, ("step", "right"), ("sg", "right"), ("op", "right"), ("opcode", "left"),
-                 ("live tensors", "right"), ("live bytes", "right"), ("", "left"))
+    _add_columns(
+        table,
+        ("step", "right"),
+        ("sg", "right"),
+        ("op", "right"),
+        ("opcode", "left"),
+        ("live tensors", "right"),
+        ("live bytes", "right"),
+        ("", "left"),
+    )
     width = 30
     for i, step in enumerate(plan.steps):
         bar = "█" * max(1, round(width * step.live_bytes / plan.live_peak_bytes)) if plan.live_peak_bytes else ""
         peak = i == plan.peak_step
-        table.add_row(str(i), str(step.subgraph), str(step.op), escape_markup(step.opcode), str(len(step.buffers)),
-                      f"{step.live_bytes:,}", bar + (" ← peak" if peak else ""),
-                      style="bold red" if peak else None)
+        table.add_row(
+            str(i),
+            str(step.subgraph),
+            str(step.op),
+            escape_markup(step.opcode),
+            str(len(step.buffers)),
+            f"{step.live_bytes:,}",
+            bar + (" ← peak" if peak else ""),
+            style="bold red" if peak else None,
+        )
     return table
 
 
 def _stale_table(report: StaleReport) -> Table:
     table = Table(title="operators whose outputs depend on stale arena memory", title_justify="left")
-    _add_columns(table, ("op", "right"), ("opcode", "left"), ("tensor", "left"), ("unwritten bytes", "right"),
-                 ("from stale bytes", "right"), ("seen by fills", "right"), ("", "left"), ("first byte ranges", "left"))
+    _add_columns(
+        table,
+        ("op", "right"),
+        ("opcode", "left"),
+        ("tensor", "left"),
+        ("unwritten bytes", "right"),
+        ("from stale bytes", "right"),
+        ("seen by fills", "right"),
+        ("", "left"),
+        ("first byte ranges", "left"),
+    )
     for s in report.operators:
-        table.add_row(str(s.op), escape_markup(s.opcode), escape_markup(f"t{s.tensor} {s.tensor_name}"),
-                      f"{sum(b - a for a, b in s.unwritten):,} / {s.tensor_bytes:,}",
-                      f"{sum(b - a for a, b in s.stale_read):,}", f"{sum(b - a for a, b in s.observed):,}",
-                      "origin" if s.origin else "passed on",
-                      _first_ranges(s.unwritten or s.stale_read), style="bold red" if s.origin else None)
+        table.add_row(
+            str(s.op),
+            escape_markup(s.opcode),
+            escape_markup(f"t{s.tensor} {s.tensor_name}"),
+            f"{sum(b - a for a, b in s.unwritten):,} / {s.tensor_bytes:,}",
+            f"{sum(b - a for a, b in s.stale_read):,}",
+            f"{sum(b - a for a, b in s.observed):,}",
+            "origin" if s.origin else "passed on",
+            _first_ranges(s.unwritten or s.stale_read),
+            style="bold red" if s.origin else None,
+        )
     return table
 
 
@@ -110,8 +158,12 @@ def _plot(graph: Graph, plan: MemoryPlan, path: Path) -> None:
     if plan.peak_step is not None:
         ax.plot([plan.peak_step], [plan.live_peak_bytes], "o", color="black")
         peak = plan.steps[plan.peak_step]
-        ax.annotate(f"peak {plan.live_peak_bytes:,} B\n{peak.opcode} (op {peak.op})",
-                    (plan.peak_step, plan.live_peak_bytes), textcoords="offset points", xytext=(10, -30))
+        ax.annotate(
+            f"peak {plan.live_peak_bytes:,} B\n{peak.opcode} (op {peak.op})",
+            (plan.peak_step, plan.live_peak_bytes),
+            textcoords="offset points",
+            xytext=(10, -30),
+        )
     ax.set_xlabel("execution step")
     ax.set_ylabel("bytes")
     ax.set_ylim(bottom=0)
@@ -130,14 +182,20 @@ def _plot(graph: Graph, plan: MemoryPlan, path: Path) -> None:
 def inspect(
     model: Annotated[Path, typer.Argument(help=".tflite model to inspect")],
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables")] = False,
-    plot: Annotated[Optional[Path], typer.Option("--plot", help="Draw live memory per step into this PNG")] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Draw live memory per step into this PNG")] = None,
     verify: Annotated[bool, typer.Option("--verify", help="Also run the host TFLM and compare its head")] = False,
-    check_stale_memory: Annotated[bool, typer.Option(
-        "--check-stale", help="Prove which output bytes depend on stale arena memory: operators that leave or "
-                              "read it (from their geometry and host-TFLM runs under different arena fills), "
-                              "followed through every operator's reads")] = False,
+    check_stale_memory: Annotated[
+        bool,
+        typer.Option(
+            "--check-stale",
+            help="Prove which output bytes depend on stale arena memory: operators that leave or "
+            "read it (from their geometry and host-TFLM runs under different arena fills), "
+            "followed through every operator's reads",
+        ),
+    ] = False,
     kernels: Annotated[KernelSet, typer.Option(help="TFLM kernels the 32-bit arena is predicted for")] = (
-        KernelSet.REFERENCE),
+        KernelSet.REFERENCE
+    ),
     core: Annotated[str, typer.Option(help="MCU core the 32-bit arena is predicted for")] = DEFAULT_CORE,
     arena32: Arena32Option = Arena32Mode.AUTO,
 ) -> None:
@@ -147,8 +205,14 @@ def inspect(
     plan = tflm_plan(graph)
     data = model.read_bytes()
     try:
-        with Progress(TextColumn("building TFLM for {task.fields[core]} (once)"), BarColumn(), MofNCompleteColumn(),
-                      console=Console(stderr=True), transient=True, disable=json_output) as bar:
+        with Progress(
+            TextColumn("building TFLM for {task.fields[core]} (once)"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            console=Console(stderr=True),
+            transient=True,
+            disable=json_output,
+        ) as bar:
             task = bar.add_task("", total=None, core=core, visible=False)
 
             def building(done: int, total: int) -> None:
@@ -167,8 +231,12 @@ def inspect(
     if stale:
         report["stale"] = stale.to_json()
     if measured:
-        report["measured"] = {"tflm_head_bytes": measured.head_bytes, "tflm_total_bytes": measured.total_bytes,
-                              "tflm_tail_bytes": measured.tail_bytes, "head_matches": measured.head_bytes == plan.head_bytes}
+        report["measured"] = {
+            "tflm_head_bytes": measured.head_bytes,
+            "tflm_total_bytes": measured.total_bytes,
+            "tflm_tail_bytes": measured.tail_bytes,
+            "head_matches": measured.head_bytes == plan.head_bytes,
+        }
     if json_output:
         print(json.dumps(report))
     else:
@@ -178,9 +246,11 @@ def inspect(
         summary.add_row("predicted TFLM head", f"{plan.head_bytes:,} B")
         summary.add_row("lower bound (live peak, this order)", f"{plan.live_peak_bytes:,} B")
         if arena:
-            summary.add_row(f"TFLM arena on {arena.core}, {arena.kernels} kernels",
-                            f"{arena.used_bytes:,} B used (head {arena.head_bytes:,} + tail {arena.tail_bytes:,}); "
-                            f"declare {arena.arena_bytes:,} B" + ("" if arena.exact else " (estimate*)"))
+            summary.add_row(
+                f"TFLM arena on {arena.core}, {arena.kernels} kernels",
+                f"{arena.used_bytes:,} B used (head {arena.head_bytes:,} + tail {arena.tail_bytes:,}); "
+                f"declare {arena.arena_bytes:,} B" + ("" if arena.exact else " (estimate*)"),
+            )
         if measured:
             verdict = "[green]match[/]" if measured.head_bytes == plan.head_bytes else "[bold red]MISMATCH[/]"
             summary.add_row("measured head (host TFLM)", f"{measured.head_bytes:,} B  {verdict}")
@@ -191,9 +261,13 @@ def inspect(
                 console.print(_stale_table(stale))
             for i, (determined, ranges) in enumerate(zip(stale.output_determined, stale.independent_ranges)):
                 if not determined.all():
-                    console.print(f"output {i}: {int(determined.sum()):,} of {determined.size:,} bytes proven "
-                                  "independent of stale memory" + (f": {_first_ranges(ranges)}" if ranges else ""))
-            console.print(("[green]" if stale.clean else "[bold red]") + f"stale memory[/]: {escape_markup(stale.summary())}")
+                    console.print(
+                        f"output {i}: {int(determined.sum()):,} of {determined.size:,} bytes proven "
+                        "independent of stale memory" + (f": {_first_ranges(ranges)}" if ranges else "")
+                    )
+            console.print(
+                ("[green]" if stale.clean else "[bold red]") + f"stale memory[/]: {escape_markup(stale.summary())}"
+            )
         if arena and not arena.exact:
             console.print(f"[dim]* {escape_markup(arena.method)}.[/]")
         if plot:

@@ -36,11 +36,15 @@ _PHASE_LABELS = {"upload": "sending inputs (bytes)", "run": "running (invocation
 @app.command()
 def measure(
     model: Path = typer.Argument(..., help=".tflite model to measure"),
-    board: str = typer.Option("host-tflm", help="board to run on: host-tflm, serial, a shipped board (`lowtide "
-                                                f"boards` lists them), {LABGRID_PREFIX}PLACE, or a board file's path"),
+    board: str = typer.Option(
+        "host-tflm",
+        help="board to run on: host-tflm, serial, a shipped board (`lowtide "
+        f"boards` lists them), {LABGRID_PREFIX}PLACE, or a board file's path",
+    ),
     port: str | None = typer.Option(
-        None, help="serial device, socket://host:port or rfc2217://...; real boards: default the board file's port, "
-                   "else the one with its USB VID:PID; host-tflm: tcp:0 or pty"
+        None,
+        help="serial device, socket://host:port or rfc2217://...; real boards: default the board file's port, "
+        "else the one with its USB VID:PID; host-tflm: tcp:0 or pty",
     ),
     iterations: int = typer.Option(10, min=1, help="measured invocations"),
     warmup: int = typer.Option(1, min=0, help="invocations run before measuring"),
@@ -48,26 +52,47 @@ def measure(
     seed: int = typer.Option(0, help="seed of the random inputs (lowtide.oracle.random_inputs)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object instead of a table"),
     runtime: str | None = typer.Option(
-        None, help="what runs the model on a board lowtide builds for: compiled, tflm or tflm-cmsis-nn "
-                   "(default: the board file's)"),
+        None,
+        help="what runs the model on a board lowtide builds for: compiled, tflm or tflm-cmsis-nn "
+        "(default: the board file's)",
+    ),
     probe: str | None = typer.Option(
-        None, help="real boards: the USB serial number of the board's probe (ST-LINK), where several boards with "
-                   "the same USB VID:PID are attached (default: the board file's probe_serial)"),
+        None,
+        help="real boards: the USB serial number of the board's probe (ST-LINK), where several boards with "
+        "the same USB VID:PID are attached (default: the board file's probe_serial)",
+    ),
     profile_ops: bool = typer.Option(False, "--profile-ops", help="also count cycles per operator"),
-    lock_timeout: float = typer.Option(DEFAULT_WAIT_S, min=0, help="longest wait, in seconds, for a board another "
-                                                                    "run or labgrid client is using"),
+    lock_timeout: float = typer.Option(
+        DEFAULT_WAIT_S, min=0, help="longest wait, in seconds, for a board another run or labgrid client is using"
+    ),
 ) -> None:
     """Measure MODEL's arena use and latency on a board, and check its outputs against the host interpreter."""
     waiting = Console(stderr=True)
 
     def say_wait(phase: str, holder: str) -> None:
         where = "another run on this machine" if phase == "lock" else "another labgrid client"
-        waiting.print(f"lowtide: board {board} is in use by {where} ({holder}); waiting up to {lock_timeout:g} s "
-                      f"(--lock-timeout)", markup=False, highlight=False)
+        waiting.print(
+            f"lowtide: board {board} is in use by {where} ({holder}); waiting up to {lock_timeout:g} s "
+            f"(--lock-timeout)",
+            markup=False,
+            highlight=False,
+        )
 
-    run = functools.partial(measure_on_board, model, board, port, iterations=iterations, warmup=warmup,
-                            timeout=timeout, seed=seed, runtime=runtime, profile_ops=profile_ops,
-                            lock_timeout=lock_timeout, on_wait=say_wait, probe=probe)
+    run = functools.partial(
+        measure_on_board,
+        model,
+        board,
+        port,
+        iterations=iterations,
+        warmup=warmup,
+        timeout=timeout,
+        seed=seed,
+        runtime=runtime,
+        profile_ops=profile_ops,
+        lock_timeout=lock_timeout,
+        on_wait=say_wait,
+        probe=probe,
+    )
     if as_json:
         result = run()
         print(json.dumps(result.to_json()))
@@ -108,15 +133,20 @@ def _table(result: MeasureResult) -> Table:
     if result.arena_tail_bytes is not None:
         table.add_row("arena tail (persistent)", _bytes(result.arena_tail_bytes, ""))
     if result.arena_predicted_used_bytes is not None:
-        verdict = ("[green]exact[/green]" if result.arena_predicted_used_bytes == result.arena_used_bytes
-                   else "[bold red]differs[/bold red]")
+        verdict = (
+            "[green]exact[/green]"
+            if result.arena_predicted_used_bytes == result.arena_used_bytes
+            else "[bold red]differs[/bold red]"
+        )
         table.add_row("arena used, predicted (lowtide)", f"{result.arena_predicted_used_bytes:,} B {verdict}")
     table.add_row("arena high-water", _bytes(result.arena_high_water_bytes, "cannot paint"))
     table.add_row("static RAM (.data + .bss)", _bytes(result.static_ram_bytes, "firmware not built by lowtide"))
     if result.static_ram is not None:
         split = result.static_ram
-        table.add_row("  arena + runtime globals", f"{split.arena_bytes:,} + {split.runtime_bytes:,} = "
-                                                   f"{split.model_ram_bytes:,} B")
+        table.add_row(
+            "  arena + runtime globals",
+            f"{split.arena_bytes:,} + {split.runtime_bytes:,} = {split.model_ram_bytes:,} B",
+        )
         table.add_row("  measuring harness", _bytes(split.harness_bytes, ""))
     stack = _bytes(result.stack_high_water_bytes, "not reported")
     if result.stack_size_bytes is not None:
@@ -124,8 +154,9 @@ def _table(result: MeasureResult) -> Table:
     table.add_row("stack high-water", stack)
     for lat in (result.latency, result.latency_cycles):
         if lat is not None:
-            table.add_row(f"latency, {lat.unit} min/med/max ({lat.iterations})",
-                          f"{lat.min:,} / {lat.median:,} / {lat.max:,}")
+            table.add_row(
+                f"latency, {lat.unit} min/med/max ({lat.iterations})", f"{lat.min:,} / {lat.median:,} / {lat.max:,}"
+            )
     if result.clock_hz:
         table.add_row("clock", f"{result.clock_hz / 1e6:g} MHz")
     if result.op_cycles:

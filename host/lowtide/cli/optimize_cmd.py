@@ -22,7 +22,7 @@ from lowtide.tflm import DEFAULT_CORE, Arena32Mode
 from lowtide.tflm.tree import KernelSet
 
 
-class RewriteMode(str, enum.Enum):
+class RewriteMode(enum.StrEnum):
     none = "none"
     auto = "auto"
 
@@ -91,8 +91,15 @@ def optimize_report(result: OptimizeResult) -> dict:
             "macs_after": macs_after,
             "mac_overhead": round(macs_after / r.macs_before - 1, 4) if r.macs_before else 0.0,
             "pareto": [
-                {"source": c.source, "target": c.target, "grid": list(c.grid), "split_source": c.split_source,
-                 "macs": c.macs, "live_peak_bytes": c.live_peak_bytes, "head_bytes": c.head_bytes}
+                {
+                    "source": c.source,
+                    "target": c.target,
+                    "grid": list(c.grid),
+                    "split_source": c.split_source,
+                    "macs": c.macs,
+                    "live_peak_bytes": c.live_peak_bytes,
+                    "head_bytes": c.head_bytes,
+                }
                 for c in r.pareto
             ],
             "wall_clock_cut": r.wall_clock_cut,
@@ -103,8 +110,12 @@ def optimize_report(result: OptimizeResult) -> dict:
 
 
 def _tiling_json(tiling: Tiling) -> dict:
-    return {"source": tiling.source, "target": tiling.target, "grid": list(tiling.grid),
-            "split_source": tiling.split_source}
+    return {
+        "source": tiling.source,
+        "target": tiling.target,
+        "grid": list(tiling.grid),
+        "split_source": tiling.split_source,
+    }
 
 
 def _show(console: Console, result: OptimizeResult) -> None:
@@ -116,24 +127,33 @@ def _show(console: Console, result: OptimizeResult) -> None:
     table.add_row("lowtide", f"{result.planned_head_bytes:,} B", f"{result.total_bytes:,} B", style="bold green")
     table.add_row("lower bound", f"{result.lower_bound_bytes:,} B", "", style="dim")
     share = result.gap_bytes / max(result.lower_bound_bytes, 1)
-    table.add_row("gap", "proven optimal" if result.optimal else f"{result.gap_bytes:,} B ({share:.1%})", "",
-                  style="dim")
+    table.add_row(
+        "gap", "proven optimal" if result.optimal else f"{result.gap_bytes:,} B ({share:.1%})", "", style="dim"
+    )
     console.print(table)
-    verdict = "proven optimal" if result.optimal else (
-        f"{result.gap_bytes:,} B ({share:.1%}) above the lower bound, not proven optimal")
-    console.print(f"head saved: {saved:,} B ({saved / max(result.stock_head_bytes, 1):.1%}); {verdict}; "
-                  f"{result.seconds:.1f} s")
+    verdict = (
+        "proven optimal"
+        if result.optimal
+        else (f"{result.gap_bytes:,} B ({share:.1%}) above the lower bound, not proven optimal")
+    )
+    console.print(
+        f"head saved: {saved:,} B ({saved / max(result.stock_head_bytes, 1):.1%}); {verdict}; {result.seconds:.1f} s"
+    )
     if result.rewrite:
         r, tilings = result.rewrite, result.rewrite_tilings
         if tilings:
             overhead = (result.rewrite_macs or r.macs_before) / max(r.macs_before, 1) - 1
             console.print(f"rewrite: {'; then '.join(t.describe() for t in tilings)} (+{overhead:.1%} MACs)")
             if tilings != r.tilings:
-                console.print(f"  the search's lowest head: {'; then '.join(t.describe() for t in r.tilings)}; "
-                              "fewer patches leave TFLM a smaller persistent tail")
+                console.print(
+                    f"  the search's lowest head: {'; then '.join(t.describe() for t in r.tilings)}; "
+                    "fewer patches leave TFLM a smaller persistent tail"
+                )
         elif r.rewritten:
-            console.print(f"rewrite: {r.reason}; kept the original: with the tiled graph's extra operators and "
-                          "tensors, TFLM's total is larger")
+            console.print(
+                f"rewrite: {r.reason}; kept the original: with the tiled graph's extra operators and "
+                "tensors, TFLM's total is larger"
+            )
         else:
             console.print(f"rewrite: {r.reason}")
         for c in result.rejected:
@@ -143,12 +163,16 @@ def _show(console: Console, result: OptimizeResult) -> None:
     if result.verification:
         _show_verification(console, result.verification)
     if result.wall_clock_cuts:
-        console.print(f"[yellow]the time limit cut {', '.join(result.wall_clock_cuts)}[/]: this result may differ "
-                      "between runs (a higher --time-limit lets every search finish its --effort budget)")
+        console.print(
+            f"[yellow]the time limit cut {', '.join(result.wall_clock_cuts)}[/]: this result may differ "
+            "between runs (a higher --time-limit lets every search finish its --effort budget)"
+        )
     before, after = result.stock_mcu32, result.export.mcu32
-    console.print(f"TFLM arena on {after.core} ({after.kernels} kernels): used {before.used_bytes:,} B -> "
-                  f"{after.used_bytes:,} B; declare {after.arena_bytes:,} B (see {result.export.header_path.name})"
-                  + ("" if after.exact else f" [dim]({escape(after.method)})[/]"))
+    console.print(
+        f"TFLM arena on {after.core} ({after.kernels} kernels): used {before.used_bytes:,} B -> "
+        f"{after.used_bytes:,} B; declare {after.arena_bytes:,} B (see {result.export.header_path.name})"
+        + ("" if after.exact else f" [dim]({escape(after.method)})[/]")
+    )
 
 
 def _pareto_table(rewrite: RewriteResult, written: tuple[Tiling, ...]) -> Table:
@@ -164,8 +188,14 @@ def _pareto_table(rewrite: RewriteResult, written: tuple[Tiling, ...]) -> Table:
         head = f"{c.head_bytes:,} B" if c.head_bytes is not None else f"{c.live_peak_bytes:,} B live"
         grid = f"{c.grid[0]}x{c.grid[1]}" + (" strips" if c.split_source else "")
         mark = label if (c.source, c.target, c.grid, c.split_source) in chosen else ""
-        table.add_row(escape(f"{c.source} -> {c.target}"), grid, f"{overhead:+.1%}", head, mark,
-                      style="bold green" if mark else None)
+        table.add_row(
+            escape(f"{c.source} -> {c.target}"),
+            grid,
+            f"{overhead:+.1%}",
+            head,
+            mark,
+            style="bold green" if mark else None,
+        )
     return table
 
 
@@ -176,10 +206,15 @@ def _show_verification(console: Console, verification: Verification) -> None:
         return
     console.print(f"[yellow]the original model's outputs depend on stale memory[/]: {escape(stale.summary())}")
     determined = stale.output_bytes - stale.undetermined_output_bytes
-    same = ("and the rest happen to match in this run" if verification.outputs_identical
-            else "the rest differ, as they may between any two plans")
-    console.print(f"[green]verified[/]: the {determined:,} output bytes proven independent of it are bit-identical "
-                  f"({same}); measured head = planned head")
+    same = (
+        "and the rest happen to match in this run"
+        if verification.outputs_identical
+        else "the rest differ, as they may between any two plans"
+    )
+    console.print(
+        f"[green]verified[/]: the {determined:,} output bytes proven independent of it are bit-identical "
+        f"({same}); measured head = planned head"
+    )
     for s in stale.origins:
         if s.fix:
             console.print(f"  to make operator {s.op} deterministic: {escape(s.fix)}")
@@ -189,31 +224,51 @@ def _show_verification(console: Console, verification: Verification) -> None:
 def optimize(
     model: Annotated[Path, typer.Argument(help=".tflite model to optimize")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Optimized .tflite to write (.h and .json beside it)")],
-    time_limit: Annotated[float, typer.Option(
-        "--time-limit", min=1.0, help="Safety net, in seconds: searches stop at their work budgets (--effort), the "
-        "same on any machine; only one that runs past this is cut, and the output says so")] = DEFAULT_WALL_SECONDS,
-    effort: Annotated[float, typer.Option(
-        "--effort", min=0.0, help="Multiplies every search's budget of work units (same effort, same output)")] = 1.0,
+    time_limit: Annotated[
+        float,
+        typer.Option(
+            "--time-limit",
+            min=1.0,
+            help="Safety net, in seconds: searches stop at their work budgets (--effort), the "
+            "same on any machine; only one that runs past this is cut, and the output says so",
+        ),
+    ] = DEFAULT_WALL_SECONDS,
+    effort: Annotated[
+        float,
+        typer.Option(
+            "--effort", min=0.0, help="Multiplies every search's budget of work units (same effort, same output)"
+        ),
+    ] = 1.0,
     verify: Annotated[bool, typer.Option("--verify", help="Run both models on host TFLM and compare")] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables")] = False,
-    rewrite: Annotated[RewriteMode, typer.Option("--rewrite", help="auto: also try patch tiling of the graph")] = RewriteMode.none,
-    max_mac_overhead: Annotated[float, typer.Option("--max-mac-overhead", min=0.0,
-                                                    help="Extra MACs rewriting may add (0.2 = 20%)")] = 0.20,
+    rewrite: Annotated[
+        RewriteMode, typer.Option("--rewrite", help="auto: also try patch tiling of the graph")
+    ] = RewriteMode.none,
+    max_mac_overhead: Annotated[
+        float, typer.Option("--max-mac-overhead", min=0.0, help="Extra MACs rewriting may add (0.2 = 20%)")
+    ] = 0.20,
     kernels: Annotated[KernelSet, typer.Option(help="TFLM kernels the arena header is sized for")] = (
-        KernelSet.REFERENCE),
+        KernelSet.REFERENCE
+    ),
     core: Annotated[str, typer.Option(help="MCU core the arena header is sized for")] = DEFAULT_CORE,
     arena32: Arena32Option = Arena32Mode.AUTO,
 ) -> None:
     """Reorder operators and plan every tensor's offset (OfflineMemoryAllocation) to shrink TFLM's arena."""
     rewriting = rewrite is RewriteMode.auto
     if json_output:
-        result = optimize_model(model, output, time_limit, verify, None, rewriting, max_mac_overhead,
-                                kernels, core, arena32, effort)
+        result = optimize_model(
+            model, output, time_limit, verify, None, rewriting, max_mac_overhead, kernels, core, arena32, effort
+        )
         print(json.dumps(optimize_report(result)))
         return
     console = Console(stderr=True)
-    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[detail]}"),
-               TimeElapsedColumn())
+    columns = (
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[detail]}"),
+        TimeElapsedColumn(),
+    )
     with Progress(*columns, console=console, transient=True) as bar:
         tasks: dict[str, TaskID] = {}
 
@@ -227,6 +282,7 @@ def optimize(
             else:
                 bar.update(tasks[phase], detail=detail)
 
-        result = optimize_model(model, output, time_limit, verify, on_progress, rewriting, max_mac_overhead,
-                                kernels, core, arena32, effort)
+        result = optimize_model(
+            model, output, time_limit, verify, on_progress, rewriting, max_mac_overhead, kernels, core, arena32, effort
+        )
     _show(Console(), result)

@@ -25,13 +25,23 @@ from lowtide.validation import load_model
 def partition_command(
     model: Annotated[Path, typer.Argument(help="The .tflite model")],
     out: Annotated[Path, typer.Option("-o", "--out", help="Where to write the partitioned .tflite")],
-    op: Annotated[int | None, typer.Option(help="Operator to split: the expand CONV_2D of an inverted bottleneck "
-                                                "or a CONV_2D reading a concatenation (default: the one at the peak)")]
-    = None,
+    op: Annotated[
+        int | None,
+        typer.Option(
+            help="Operator to split: the expand CONV_2D of an inverted bottleneck "
+            "or a CONV_2D reading a concatenation (default: the one at the peak)"
+        ),
+    ] = None,
     parts: Annotated[int, typer.Option(min=2, help="Channel groups of an inverted bottleneck")] = 2,
-    headroom: Annotated[float, typer.Option(min=1.0, help="Partial sums' scale over the output's: 1 rounds to "
-                                                          "within 1 LSB but clips partials outside the output's "
-                                                          "range; more clips less, rounds coarser")] = 1.0,
+    headroom: Annotated[
+        float,
+        typer.Option(
+            min=1.0,
+            help="Partial sums' scale over the output's: 1 rounds to "
+            "within 1 LSB but clips partials outside the output's "
+            "range; more clips less, rounds coarser",
+        ),
+    ] = 1.0,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
 ) -> None:
     """Run the wide layers at the memory peak as channel groups whose partial convolutions are summed. The summed
@@ -86,8 +96,10 @@ def partition_command(
     table.add_row("partitioned (TFLM)", f"{after.head_bytes:,} B", style="bold green")
     console = Console()
     console.print(table)
-    console.print(f"{split.summed_tensor}: max difference {report['layer_max_difference']} (summed partials); "
-                  f"model outputs: max difference {report['output_max_difference']}")
+    console.print(
+        f"{split.summed_tensor}: max difference {report['layer_max_difference']} (summed partials); "
+        f"model outputs: max difference {report['output_max_difference']}"
+    )
 
 
 def _max_difference(a: np.ndarray, b: np.ndarray) -> float | int:

@@ -11,7 +11,7 @@ import json
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -47,17 +47,30 @@ class VariantFigures:
 
 def _figures(variant: str, result: MeasureResult, stock_outputs_match: bool, rewrite: str | None) -> VariantFigures:
     return VariantFigures(
-        variant=variant, model=result.model, arena_used_bytes=result.arena_used_bytes,
-        arena_head_bytes=result.board_planned_bytes, arena_tail_bytes=result.arena_tail_bytes,
+        variant=variant,
+        model=result.model,
+        arena_used_bytes=result.arena_used_bytes,
+        arena_head_bytes=result.board_planned_bytes,
+        arena_tail_bytes=result.arena_tail_bytes,
         arena_predicted_used_bytes=result.arena_predicted_used_bytes,
-        arena_high_water_bytes=result.arena_high_water_bytes, static_ram_bytes=result.static_ram_bytes,
+        arena_high_water_bytes=result.arena_high_water_bytes,
+        static_ram_bytes=result.static_ram_bytes,
         instructions=result.latency_cycles.median if result.latency_cycles else None,
-        outputs_identical=result.outputs_match and stock_outputs_match, rewrite=rewrite,
+        outputs_identical=result.outputs_match and stock_outputs_match,
+        rewrite=rewrite,
     )
 
 
-def measure_savings(model: Path, board: str, runtime: FirmwareRuntime, out_dir: Path, time_limit: float,
-                    iterations: int = 1, timeout: float = 300.0, report=lambda text: None) -> list[VariantFigures]:
+def measure_savings(
+    model: Path,
+    board: str,
+    runtime: FirmwareRuntime,
+    out_dir: Path,
+    time_limit: float,
+    iterations: int = 1,
+    timeout: float = 300.0,
+    report=lambda text: None,
+) -> list[VariantFigures]:
     """Builds and measures the three variants, run by `runtime`; the optimized models are written into `out_dir`."""
     load_model(model)  # validated before anything is built
     spec = get_board_spec(board)
@@ -88,18 +101,34 @@ def _bytes(value: int | None) -> str:
 
 def _table(model: Path, board: str, runtime: FirmwareRuntime, figures: list[VariantFigures]) -> Table:
     table = Table(title=f"{model.name} on {board} ({runtime})", title_justify="left")
-    for column in ("variant", "arena used B", "head B", "tail B", "predicted B", "high-water B", "static RAM B",
-                   "instructions", "outputs"):
+    for column in (
+        "variant",
+        "arena used B",
+        "head B",
+        "tail B",
+        "predicted B",
+        "high-water B",
+        "static RAM B",
+        "instructions",
+        "outputs",
+    ):
         table.add_column(column, justify="left" if column == "variant" else "right")
     stock = figures[0].arena_used_bytes
     for f in figures:
         used = _bytes(f.arena_used_bytes)
         if stock and f.arena_used_bytes is not None and f is not figures[0]:
             used += f" ({f.arena_used_bytes / stock - 1:+.1%})"
-        table.add_row(f.variant, used, _bytes(f.arena_head_bytes), _bytes(f.arena_tail_bytes),
-                      _bytes(f.arena_predicted_used_bytes), _bytes(f.arena_high_water_bytes),
-                      _bytes(f.static_ram_bytes), _bytes(f.instructions),
-                      "[green]identical[/]" if f.outputs_identical else "[red]differ[/]")
+        table.add_row(
+            f.variant,
+            used,
+            _bytes(f.arena_head_bytes),
+            _bytes(f.arena_tail_bytes),
+            _bytes(f.arena_predicted_used_bytes),
+            _bytes(f.arena_high_water_bytes),
+            _bytes(f.static_ram_bytes),
+            _bytes(f.instructions),
+            "[green]identical[/]" if f.outputs_identical else "[red]differ[/]",
+        )
     return table
 
 
@@ -130,14 +159,24 @@ def _plot(model: Path, board: str, runtime: FirmwareRuntime, figures: list[Varia
 def savings(
     model: Annotated[Path, typer.Argument(help=".tflite model")],
     board: Annotated[str, typer.Option(help="a board lowtide builds firmware for (boards/*.toml), e.g. qemu-m4")],
-    runtime: Annotated[Optional[str], typer.Option(help="compiled, tflm or tflm-cmsis-nn (default: the board's)")] = None,
-    out_dir: Annotated[Optional[Path], typer.Option("--out-dir", help="keep the optimized models here")] = None,
-    time_limit: Annotated[float, typer.Option("--time-limit", min=1.0, help="safety net, in seconds, of each "
-                                              "optimize (see lowtide optimize --help)")] = DEFAULT_WALL_SECONDS,
+    runtime: Annotated[str | None, typer.Option(help="compiled, tflm or tflm-cmsis-nn (default: the board's)")] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out-dir", help="keep the optimized models here")] = None,
+    time_limit: Annotated[
+        float,
+        typer.Option(
+            "--time-limit", min=1.0, help="safety net, in seconds, of each optimize (see lowtide optimize --help)"
+        ),
+    ] = DEFAULT_WALL_SECONDS,
     iterations: Annotated[int, typer.Option(min=1, help="measured invocations per variant (after one warm-up)")] = 1,
-    timeout: Annotated[float, typer.Option(min=0.1, help="longest wait, in seconds, for the board (one inference "
-                                                         "of a large model takes minutes under emulation)")] = 300.0,
-    plot: Annotated[Optional[Path], typer.Option("--plot", help="bar chart of the arena per variant (PNG)")] = None,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.1,
+            help="longest wait, in seconds, for the board (one inference "
+            "of a large model takes minutes under emulation)",
+        ),
+    ] = 300.0,
+    plot: Annotated[Path | None, typer.Option("--plot", help="bar chart of the arena per variant (PNG)")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table")] = False,
 ) -> None:
     """Measure on BOARD how much arena lowtide saves: the stock model, optimize, and optimize --rewrite auto."""
@@ -151,13 +190,24 @@ def savings(
             figures = measure_savings(model, board, chosen, directory, time_limit, iterations, timeout)
         else:
             with console.status("") as status:
-                figures = measure_savings(model, board, chosen, directory, time_limit, iterations, timeout,
-                                          lambda text: status.update(f"{text}..."))
+                figures = measure_savings(
+                    model,
+                    board,
+                    chosen,
+                    directory,
+                    time_limit,
+                    iterations,
+                    timeout,
+                    lambda text: status.update(f"{text}..."),
+                )
     if plot:
         _plot(model, board, chosen, figures, plot)
     if json_output:
-        print(json.dumps({"model": str(model), "board": board, "runtime": chosen.name,
-                          "variants": [asdict(f) for f in figures]}))
+        print(
+            json.dumps(
+                {"model": str(model), "board": board, "runtime": chosen.name, "variants": [asdict(f) for f in figures]}
+            )
+        )
         return
     Console().print(_table(model, board, chosen, figures))
     if plot:

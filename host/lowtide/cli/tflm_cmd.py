@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from lowtide.cli.application import app
 from lowtide.storage import cache_dir
@@ -28,8 +29,9 @@ from lowtide.validation import load_model
 
 @app.command("tflm-get")
 def tflm_get(
-    archive: Annotated[list[Path], typer.Option(help="offline: an archive of the trees, or a folder holding them "
-                                                "(repeat for several)")] = [],  # noqa: B006
+    archive: Annotated[
+        list[Path], typer.Option(help="offline: an archive of the trees, or a folder holding them (repeat for several)")
+    ] = [],  # noqa: B006
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
 ) -> None:
     """Get TFLM's sources at the commit lowtide is pinned to, into the user cache (the tflm runtimes and the exact
@@ -48,14 +50,21 @@ def tflm_get(
             Console().print(f"TFLM {TFLM_COMMIT[:7]}: {tree}")
 
 
+def _advance(bar: Progress, task: TaskID, done: int, total: int) -> None:
+    bar.update(task, completed=done, total=total)
+
+
 @app.command("tflm-build")
 def tflm_build(
-    kernels: Annotated[list[KernelSet], typer.Option(help="kernel sets to build (repeat for several)")] = (
-        [KernelSet.REFERENCE]),
+    kernels: Annotated[list[KernelSet], typer.Option(help="kernel sets to build (repeat for several)")] = [  # noqa: B006
+        KernelSet.REFERENCE
+    ],
     core: Annotated[list[str], typer.Option(help="cores to build for (repeat for several)")] = [DEFAULT_CORE],  # noqa: B006
     op: Annotated[list[str], typer.Option(help="also the kernels of these builtin operators, e.g. CONV_2D")] = [],  # noqa: B006
-    ops_from: Annotated[list[Path], typer.Option("--ops-from", help="also the kernels of every operator in these "
-                                                 ".tflite files or folders of them")] = [],  # noqa: B006
+    ops_from: Annotated[
+        list[Path],
+        typer.Option("--ops-from", help="also the kernels of every operator in these .tflite files or folders of them"),
+    ] = [],  # noqa: B006
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of progress")] = False,
 ) -> None:
     """Build TFLM from the pinned sources (lowtide tflm-get) for each core and kernel set, once per machine."""
@@ -64,13 +73,21 @@ def tflm_build(
         for model in sorted(path.glob("*.tflite")) if path.is_dir() else [path]:
             opcodes |= {o.opcode for sg in load_model(model).subgraphs for o in sg.operators}
     built = []
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=True, disable=json_output) as bar:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+        disable=json_output,
+    ) as bar:
         for core_name in core:
             for kernel_set in kernels:
                 task = bar.add_task(f"TFLM for {core_name}, {kernel_set.value} kernels", total=None)
-                library = build_library(kernel_set, core_named(core_name), sorted(opcodes),
-                                        progress=lambda done, total: bar.update(task, completed=done, total=total))
+                library = build_library(
+                    kernel_set, core_named(core_name), sorted(opcodes), progress=partial(_advance, bar, task)
+                )
                 built.append({"core": core_name, "kernels": kernel_set.value, "library": str(library.archive)})
     if json_output:
         print(json.dumps({"libraries": built}))

@@ -24,13 +24,22 @@ def validate(
     graph = read_model(load_bytes(model), str(model))  # unreadable files fail here, with one line
     problems = model_problems(graph)
     if json_output:
-        print(json.dumps({"model": str(model), "valid": not problems,
-                          "problems": [{"where": p.where, "reason": p.reason} for p in problems]}))
+        print(
+            json.dumps(
+                {
+                    "model": str(model),
+                    "valid": not problems,
+                    "problems": [{"where": p.where, "reason": p.reason} for p in problems],
+                }
+            )
+        )
     else:
         for p in problems:
             print(f"{model}: {p.message}", file=sys.stderr)
         if not problems:
-            print(f"{model}: valid ({len(graph.subgraphs)} subgraphs, {graph.operator_count} operators, "
-                  f"{graph.tensor_count} tensors)")
+            print(
+                f"{model}: valid ({len(graph.subgraphs)} subgraphs, {graph.operator_count} operators, "
+                f"{graph.tensor_count} tensors)"
+            )
     if problems:
         raise typer.Exit(2)

@@ -35,8 +35,14 @@ from lowtide.model import Graph
 from lowtide.model.ir import TensorKind
 from lowtide.validation import load_model
 
-LT_TYPE_NAMES = {"float32": "LT_FLOAT32", "int32": "LT_INT32", "uint8": "LT_UINT8", "bool": "LT_BOOL",
-                 "int16": "LT_INT16", "int8": "LT_INT8"}
+LT_TYPE_NAMES = {
+    "float32": "LT_FLOAT32",
+    "int32": "LT_INT32",
+    "uint8": "LT_UINT8",
+    "bool": "LT_BOOL",
+    "int16": "LT_INT16",
+    "int8": "LT_INT8",
+}
 
 
 @dataclass(frozen=True)
@@ -91,8 +97,10 @@ class Blocker:
     def __str__(self) -> str:
         if self.op_index is None:
             return self.reason
-        return (f"operator {self.op_index} ({self.opcode} {', '.join(self.input_types)} -> "
-                f"{', '.join(self.output_types)}): {self.reason}")
+        return (
+            f"operator {self.op_index} ({self.opcode} {', '.join(self.input_types)} -> "
+            f"{', '.join(self.output_types)}): {self.reason}"
+        )
 
 
 @dataclass(frozen=True)
@@ -176,16 +184,23 @@ def arena_plan(graph: Graph, data: bytes, keep_model_plan: bool = False) -> Aren
     stock = tflm_plan(graph)
     probe = _fast_kernels(graph, data)
     scopes = {s.op: s.scope for s in stock.steps if s.subgraph == 0}
-    fast_scratch = [Buffer(0, None, op, align_up(nbytes), scopes[op], scopes[op])
-                    for op, nbytes in sorted(probe.fast_scratch_bytes.items())]
+    fast_scratch = [
+        Buffer(0, None, op, align_up(nbytes), scopes[op], scopes[op])
+        for op, nbytes in sorted(probe.fast_scratch_bytes.items())
+    ]
     fusions = pad_fusions(ModelEmitter(graph, data, {}), probe.in_place_safe - probe.whole_input)
     view = _planning_view(graph, fusions)
     buffers = buffers_to_plan(view, executor=Executor.COMPILED) + fast_scratch
     producers = view.main.producers()
     # Depthwise outputs may share their input only where the fast kernel runs them (it copies before writing).
-    unsafe = any(b.shares is not None and b.tensor is not None and b.subgraph == 0
-                 and view.main.operators[producers[b.tensor]].opcode == "DEPTHWISE_CONV_2D"
-                 and producers[b.tensor] not in probe.in_place_safe for b in buffers)
+    unsafe = any(
+        b.shares is not None
+        and b.tensor is not None
+        and b.subgraph == 0
+        and view.main.operators[producers[b.tensor]].opcode == "DEPTHWISE_CONV_2D"
+        and producers[b.tensor] not in probe.in_place_safe
+        for b in buffers
+    )
     placement = place(buffers, placement_budget(0)) if buffers and not unsafe and not keep_model_plan else None
     stock_buffers = list(stock.buffers) + fast_scratch
     stock_offsets = tflm_offsets_with_plan(stock_buffers, list(stock.offsets) + [0] * len(fast_scratch))
@@ -193,18 +208,20 @@ def arena_plan(graph: Graph, data: bytes, keep_model_plan: bool = False) -> Aren
     needs = probe.fast_scratch_bytes
     wide = wide_weight_layers(probe.matrix_layers)
     if placement is None or placement.head_bytes >= stock_head:
-        return ArenaPlan(*_split(stock_buffers, stock_offsets, len(fast_scratch)), needs, stock_head, {}, False,
-                         *wide)
-    return ArenaPlan(*_split(buffers, placement.offsets, len(fast_scratch)), needs, placement.head_bytes, fusions,
-                     True, *wide)
+        return ArenaPlan(*_split(stock_buffers, stock_offsets, len(fast_scratch)), needs, stock_head, {}, False, *wide)
+    return ArenaPlan(
+        *_split(buffers, placement.offsets, len(fast_scratch)), needs, placement.head_bytes, fusions, True, *wide
+    )
 
 
 def _emitter(graph: Graph, data: bytes, keep_model_plan: bool = False) -> tuple[ModelEmitter, int]:
     """An emitter with every activation and scratch buffer at its planned offset (`arena_plan`), and the arena
     head of that plan."""
     plan = arena_plan(graph, data, keep_model_plan)
-    return (ModelEmitter(graph, data, plan.offsets, plan.scratch, plan.fused_pads, plan.fast_scratch,
-                         plan.wide_weights), plan.head_bytes)
+    return (
+        ModelEmitter(graph, data, plan.offsets, plan.scratch, plan.fused_pads, plan.fast_scratch, plan.wide_weights),
+        plan.head_bytes,
+    )
 
 
 def _lower_all(graph: Graph, emitter: ModelEmitter) -> tuple[list[str], list[Blocker]]:
@@ -219,9 +236,15 @@ def _lower_all(graph: Graph, emitter: ModelEmitter) -> tuple[list[str], list[Blo
             calls.append(lower_operator(emitter, op))
         except Unsupported as exc:
             tensors = graph.main.tensors
-            blockers.append(Blocker(op.index, op.opcode,
-                                    tuple(tensors[t].dtype if t >= 0 else "-" for t in op.inputs),
-                                    tuple(tensors[t].dtype for t in op.outputs), str(exc)))
+            blockers.append(
+                Blocker(
+                    op.index,
+                    op.opcode,
+                    tuple(tensors[t].dtype if t >= 0 else "-" for t in op.inputs),
+                    tuple(tensors[t].dtype for t in op.outputs),
+                    str(exc),
+                )
+            )
     blockers += [Blocker(None, "", (), (), reason) for reason in _graph_problems(graph)]
     return calls, blockers
 
@@ -257,10 +280,17 @@ def compile_model(model_path: str | Path, prefix: str = "model", keep_model_plan
     state_bytes = _struct_size(members)
     header = _header(prefix, head_bytes, state_bytes, graph, inputs, outputs, model_hash)
     source = _source(prefix, graph, emitter, calls, inputs, outputs, model_hash, members)
-    return CompiledModel(model_path=model_path, prefix=prefix, files={f"{prefix}.h": header, f"{prefix}.c": source},
-                         arena_bytes=head_bytes, fixed_state_bytes=state_bytes,
-                         operator_count=len(graph.main.operators),
-                         inputs=inputs, outputs=outputs, model_hash=model_hash)
+    return CompiledModel(
+        model_path=model_path,
+        prefix=prefix,
+        files={f"{prefix}.h": header, f"{prefix}.c": source},
+        arena_bytes=head_bytes,
+        fixed_state_bytes=state_bytes,
+        operator_count=len(graph.main.operators),
+        inputs=inputs,
+        outputs=outputs,
+        model_hash=model_hash,
+    )
 
 
 def _state_members(emitter: ModelEmitter) -> list[StateMember]:
@@ -284,8 +314,9 @@ def _graph_problems(graph: Graph) -> list[str]:
     init_subgraphs = {i for op in graph.main.operators if op.opcode == "CALL_ONCE" for i in op.called_subgraphs}
     for sg in graph.subgraphs[1:]:
         if sg.operators and sg.index not in init_subgraphs:
-            problems.append(f"subgraph {sg.index} has operators; only the main subgraph and CALL_ONCE init "
-                            f"subgraphs compile")
+            problems.append(
+                f"subgraph {sg.index} has operators; only the main subgraph and CALL_ONCE init subgraphs compile"
+            )
     for t in list(graph.main.inputs) + list(graph.main.outputs):
         tensor = graph.main.tensors[t]
         if tensor.dtype not in LT_TYPE_NAMES:
@@ -298,8 +329,16 @@ def _io(graph: Graph, emitter: ModelEmitter, index: int, offsets: dict[int, int]
     if index not in offsets:
         raise LowtideError(f"model input/output tensor {index} '{t.name}' is not an arena tensor", graph.path)
     qp = emitter.quantization(index, required=False)
-    return IoTensor(index=index, name=t.name, dtype=t.dtype, shape=t.shape, offset=offsets[index], nbytes=t.nbytes,
-                    scale=qp.scale, zero_point=qp.zero_point)
+    return IoTensor(
+        index=index,
+        name=t.name,
+        dtype=t.dtype,
+        shape=t.shape,
+        offset=offsets[index],
+        nbytes=t.nbytes,
+        scale=qp.scale,
+        zero_point=qp.zero_point,
+    )
 
 
 def _c_string(text: str) -> str:
@@ -370,8 +409,10 @@ def _header(prefix: str, arena_bytes: int, state_bytes: int, graph: Graph, input
 
 def _tensor_info(t) -> str:
     dims = list(t.shape) + [0] * (6 - len(t.shape))
-    return (f"{{{_c_string(t.name)}, {LT_TYPE_NAMES[t.dtype]}, {t.offset}u, {t.nbytes}u, {c_float(t.scale)}, "
-            f"{t.zero_point}, {len(t.shape)}, {{{', '.join(str(d) for d in dims)}}}}}")
+    return (
+        f"{{{_c_string(t.name)}, {LT_TYPE_NAMES[t.dtype]}, {t.offset}u, {t.nbytes}u, {c_float(t.scale)}, "
+        f"{t.zero_point}, {len(t.shape)}, {{{', '.join(str(d) for d in dims)}}}}}"
+    )
 
 
 def _state_source(prefix: str, members: list[StateMember]) -> list[str]:
@@ -381,15 +422,19 @@ def _state_source(prefix: str, members: list[StateMember]) -> list[str]:
     lines = ["static struct {"]
     lines += [f"    {m.ctype} {m.name}[{m.count}];" if m.count else f"    {m.ctype} {m.name};" for m in members]
     lines += [f"}} {STATE_OBJECT};", "", f"void {prefix}_reset(void) {{"]
-    lines += [f"    memset({STATE_OBJECT}.{m.name}, {m.reset_byte}, sizeof {STATE_OBJECT}.{m.name});"
-              for m in members if m.reset_byte is not None]
+    lines += [
+        f"    memset({STATE_OBJECT}.{m.name}, {m.reset_byte}, sizeof {STATE_OBJECT}.{m.name});"
+        for m in members
+        if m.reset_byte is not None
+    ]
     lines += [f"    {STATE_OBJECT}.ready = 1;", "}", ""]
     return lines
 
 
-def _source(prefix, graph: Graph, emitter: ModelEmitter, calls, inputs, outputs, model_hash: str,
-            members: list[StateMember]) -> str:
-    hash_bytes = ", ".join(f"0x{model_hash[i:i + 2]}" for i in range(0, 16, 2))
+def _source(
+    prefix, graph: Graph, emitter: ModelEmitter, calls, inputs, outputs, model_hash: str, members: list[StateMember]
+) -> str:
+    hash_bytes = ", ".join(f"0x{model_hash[i : i + 2]}" for i in range(0, 16, 2))
     lines = [
         f"/* Generated by `lowtide compile` from {Path(graph.path).name}. Do not edit. */",
         "#include <float.h>",
@@ -403,7 +448,8 @@ def _source(prefix, graph: Graph, emitter: ModelEmitter, calls, inputs, outputs,
         f"const lt_tensor_info {prefix}_inputs[{len(inputs)}] = {{{', '.join(_tensor_info(t) for t in inputs)}}};",
         f"const lt_tensor_info {prefix}_outputs[{len(outputs)}] = {{{', '.join(_tensor_info(t) for t in outputs)}}};",
         f"const char *const {prefix}_operator_names[{len(calls)}] = {{"
-        + ", ".join(_c_string(op.opcode) for op in graph.main.operators) + "};",
+        + ", ".join(_c_string(op.opcode) for op in graph.main.operators)
+        + "};",
         "",
         *emitter.declarations,
         "",

@@ -133,8 +133,10 @@ def build_host_binary(compiled: CompiledModel, workdir: Path, sanitize: bool = F
     objects = []
     for src in (workdir / f"{compiled.prefix}.c", harness):
         obj = workdir / (src.stem + ".o")
-        _run([cc, *flags, "-I", str(RUNTIME_DIR), "-I", str(workdir), "-c", str(src), "-o", str(obj)],
-             f"compiling {src.name}")
+        _run(
+            [cc, *flags, "-I", str(RUNTIME_DIR), "-I", str(workdir), "-c", str(src), "-o", str(obj)],
+            f"compiling {src.name}",
+        )
         objects.append(obj)
     for obj in _runtime_objects(cc, flags):
         # Beside the model's own objects, where fixed_state_bytes counts every object's static data.
@@ -159,8 +161,10 @@ def _runtime_objects(cc: str, flags: list[str]) -> list[Path]:
 
     def fill(staging: Path) -> None:
         for src in sorted(RUNTIME_DIR.glob("*.c")):
-            _run([cc, *flags, "-I", str(RUNTIME_DIR), "-c", str(src), "-o", str(staging / (src.stem + ".o"))],
-                 f"compiling {src.name}")
+            _run(
+                [cc, *flags, "-I", str(RUNTIME_DIR), "-c", str(src), "-o", str(staging / (src.stem + ".o"))],
+                f"compiling {src.name}",
+            )
 
     return sorted(cached_folder(cache_dir("runtime-objects") / key, fill).glob("*.o"))
 
@@ -192,8 +196,9 @@ def fixed_state_bytes(workdir: Path, prefix: str) -> int:
     return total
 
 
-def compare_outputs(expected: list[np.ndarray], actual: list[np.ndarray],
-                    invocation: int = 0) -> tuple[OutputComparison, ...]:
+def compare_outputs(
+    expected: list[np.ndarray], actual: list[np.ndarray], invocation: int = 0
+) -> tuple[OutputComparison, ...]:
     comparisons = []
     for i, (want, got) in enumerate(zip(expected, actual)):
         want = np.asarray(want).reshape(-1)
@@ -207,30 +212,43 @@ def compare_outputs(expected: list[np.ndarray], actual: list[np.ndarray],
             abs_diff = np.abs(want.astype(np.int64) - got.astype(np.int64)).astype(np.float64)
             rel_diff = abs_diff / np.maximum(np.abs(want.astype(np.float64)), 1.0)
             bad = int(np.count_nonzero(abs_diff))
-        comparisons.append(OutputComparison(
-            index=i, dtype=str(want.dtype), elements=int(want.size), mismatches=bad,
-            max_abs_diff=float(abs_diff.max(initial=0.0)), max_rel_diff=float(rel_diff.max(initial=0.0)),
-            invocation=invocation))
+        comparisons.append(
+            OutputComparison(
+                index=i,
+                dtype=str(want.dtype),
+                elements=int(want.size),
+                mismatches=bad,
+                max_abs_diff=float(abs_diff.max(initial=0.0)),
+                max_rel_diff=float(rel_diff.max(initial=0.0)),
+                invocation=invocation,
+            )
+        )
     return tuple(comparisons)
 
 
-def run_compiled(compiled: CompiledModel, inputs: list[np.ndarray], workdir: Path,
-                 binary: Path | None = None, sanitize: bool = False) -> tuple[list[np.ndarray], int]:
+def run_compiled(
+    compiled: CompiledModel, inputs: list[np.ndarray], workdir: Path, binary: Path | None = None, sanitize: bool = False
+) -> tuple[list[np.ndarray], int]:
     """Run the host build on `inputs`; returns the outputs and the count of hook pairs seen."""
     outputs, hook_pairs = run_compiled_invocations(compiled, [inputs], workdir, binary, sanitize)
     return outputs[0], hook_pairs
 
 
-def run_compiled_invocations(compiled: CompiledModel, input_sets: list[list[np.ndarray]], workdir: Path,
-                             binary: Path | None = None,
-                             sanitize: bool = False) -> tuple[list[list[np.ndarray]], int]:
+def run_compiled_invocations(
+    compiled: CompiledModel,
+    input_sets: list[list[np.ndarray]],
+    workdir: Path,
+    binary: Path | None = None,
+    sanitize: bool = False,
+) -> tuple[list[list[np.ndarray]], int]:
     """Invoke the host build once per input set, in one process (state carries over); returns each
     invocation's outputs and the count of hook pairs seen over all of them."""
     binary = binary or build_host_binary(compiled, workdir, sanitize)
     in_path, out_path = workdir / "inputs.bin", workdir / "outputs.bin"
     in_path.write_bytes(b"".join(np.ascontiguousarray(a).tobytes() for inputs in input_sets for a in inputs))
-    result = subprocess.run([str(binary), str(in_path), str(out_path), str(len(input_sets))], capture_output=True,
-                            text=True, check=False)
+    result = subprocess.run(
+        [str(binary), str(in_path), str(out_path), str(len(input_sets))], capture_output=True, text=True, check=False
+    )
     if result.returncode != 0:
         report = [line for line in result.stderr.splitlines() if "runtime error" in line or "ERROR:" in line]
         detail = f": {report[0].strip()}" if report else ""
@@ -240,7 +258,7 @@ def run_compiled_invocations(compiled: CompiledModel, input_sets: list[list[np.n
     for _ in input_sets:
         outputs: list[np.ndarray] = []
         for t in compiled.outputs:
-            chunk = raw[position:position + t.nbytes]
+            chunk = raw[position : position + t.nbytes]
             outputs.append(np.frombuffer(chunk, dtype=NUMPY_TYPES[t.dtype]).reshape(t.shape))
             position += t.nbytes
         sequence.append(outputs)
@@ -248,9 +266,15 @@ def run_compiled_invocations(compiled: CompiledModel, input_sets: list[list[np.n
     return sequence, hook_pairs
 
 
-def verify_compiled(model_path: str | Path, seed: int = 0, workdir: str | Path | None = None,
-                    prefix: str = "model", sanitize: bool = False, invocations: int = 1,
-                    keep_model_plan: bool = False) -> VerifyResult:
+def verify_compiled(
+    model_path: str | Path,
+    seed: int = 0,
+    workdir: str | Path | None = None,
+    prefix: str = "model",
+    sanitize: bool = False,
+    invocations: int = 1,
+    keep_model_plan: bool = False,
+) -> VerifyResult:
     """Compile `model_path`, build it with the host compiler, and compare with TFLM on `oracle.random_inputs`.
     `workdir` keeps the build (sources, objects, binary) for inspection; by default a temporary one is used.
     `sanitize` builds with AddressSanitizer and UBSan: any memory or arithmetic fault fails the check.
@@ -268,12 +292,23 @@ def verify_compiled(model_path: str | Path, seed: int = 0, workdir: str | Path |
         build_dir.mkdir(parents=True, exist_ok=True)
         outputs, hook_pairs = run_compiled_invocations(compiled, input_sets, build_dir, sanitize=sanitize)
         state = fixed_state_bytes(build_dir, compiled.prefix)
-    comparisons = tuple(c for n, (want, got) in enumerate(zip(reference, outputs))
-                        for c in compare_outputs(list(want), got, invocation=n))
+    comparisons = tuple(
+        c
+        for n, (want, got) in enumerate(zip(reference, outputs))
+        for c in compare_outputs(list(want), got, invocation=n)
+    )
     return VerifyResult(
-        model_path=model_path, seed=seed, outputs=comparisons, hook_pairs=hook_pairs,
-        operator_count=compiled.operator_count, arena_bytes=compiled.arena_bytes, fixed_state_bytes=state,
-        tflm_total_bytes=figures.total_bytes, tflm_head_bytes=figures.head_bytes, invocations=invocations)
+        model_path=model_path,
+        seed=seed,
+        outputs=comparisons,
+        hook_pairs=hook_pairs,
+        operator_count=compiled.operator_count,
+        arena_bytes=compiled.arena_bytes,
+        fixed_state_bytes=state,
+        tflm_total_bytes=figures.total_bytes,
+        tflm_head_bytes=figures.head_bytes,
+        invocations=invocations,
+    )
 
 
 @dataclass(frozen=True)

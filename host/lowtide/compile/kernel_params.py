@@ -61,8 +61,11 @@ class KernelParams:
         for m in c_members(type(self)):
             value = getattr(self, m.name)
             if m.length:
-                if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not all(
-                        isinstance(v, (int, np.integer)) for v in value):
+                if (
+                    isinstance(value, (str, bytes))
+                    or not isinstance(value, Sequence)
+                    or not all(isinstance(v, (int, np.integer)) for v in value)
+                ):
                     raise TypeError(f"{self.C_NAME}.{m.name} must be a sequence of integers, not {value!r}")
                 if len(value) > m.length or (m.length != MAX_DIMS and len(value) != m.length):
                     most = "at most " if m.length == MAX_DIMS else ""
@@ -404,7 +407,6 @@ class SvdfParams(KernelParams):
     output_shift: int
 
 
-
 @dataclass(frozen=True, kw_only=True)
 class LstmParams(KernelParams):
     """UNIDIRECTIONAL_SEQUENCE_LSTM, integer (TFLM's lstm_eval: int8 input, weights, hidden state and output,
@@ -425,8 +427,9 @@ class LstmParams(KernelParams):
     input_shift: Gates
     recurrent_multiplier: Annotated[Gates, "hidden x recurrent weights -> Q3.12"]
     recurrent_shift: Gates
-    input_round: Annotated[Gates, "2^(-shift - 1) where lowtide bounds every sum below 2^30 and shift < 0, else 0 "
-                                  "(lt_scale_short_or_full)"]
+    input_round: Annotated[
+        Gates, "2^(-shift - 1) where lowtide bounds every sum below 2^30 and shift < 0, else 0 (lt_scale_short_or_full)"
+    ]
     recurrent_round: Gates
     forget_multiplier: Annotated[int, "forget gate x cell -> cell"]
     forget_shift: int
@@ -453,9 +456,25 @@ class UpdateSliceParams(KernelParams):
 
 
 STRUCTS: tuple[type[KernelParams], ...] = (
-    ConvParams, FcParams, BinaryParams, SoftmaxParams, ActivationParams, HardSwishParams, MeanParams,
-    BatchMatmulParams, AxisParams, CopyParams, ResizeParams, GatherParams, GatherNdParams, SelectParams,
-    MappedCopyParams, SvdfParams, LstmParams, UpdateSliceParams)
+    ConvParams,
+    FcParams,
+    BinaryParams,
+    SoftmaxParams,
+    ActivationParams,
+    HardSwishParams,
+    MeanParams,
+    BatchMatmulParams,
+    AxisParams,
+    CopyParams,
+    ResizeParams,
+    GatherParams,
+    GatherNdParams,
+    SelectParams,
+    MappedCopyParams,
+    SvdfParams,
+    LstmParams,
+    UpdateSliceParams,
+)
 
 
 def _comment(text: str, indent: str = "") -> list[str]:
@@ -474,18 +493,19 @@ def _declaration(m: CMember) -> str:
 
 def c_header() -> str:
     """firmware/runtime/lt_params.h: LT_MAX_DIMS and every kernel parameter struct."""
-    lines = [f"/* {GENERATED_BY}: do not",
-             " * edit. The kernels' parameter structs (lt_runtime.h), each filled by `lowtide compile`. */",
-             "#ifndef LT_PARAMS_H",
-             "#define LT_PARAMS_H",
-             "",
-             "#include <stdint.h>",
-             "",
-             f"#define LT_MAX_DIMS {MAX_DIMS}",
-             ""]
+    lines = [
+        f"/* {GENERATED_BY}: do not",
+        " * edit. The kernels' parameter structs (lt_runtime.h), each filled by `lowtide compile`. */",
+        "#ifndef LT_PARAMS_H",
+        "#define LT_PARAMS_H",
+        "",
+        "#include <stdint.h>",
+        "",
+        f"#define LT_MAX_DIMS {MAX_DIMS}",
+        "",
+    ]
     for struct in STRUCTS:
         lines += _comment(struct.__doc__ or struct.C_NAME)
         lines += ["typedef struct {", *(_declaration(m) for m in c_members(struct)), f"}} {struct.C_NAME};", ""]
     lines.append("#endif /* LT_PARAMS_H */")
     return "\n".join(lines) + "\n"
-

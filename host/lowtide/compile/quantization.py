@@ -19,8 +19,12 @@ import numpy as np
 INT8_MIN, INT8_MAX = -128, 127
 INT16_MIN, INT16_MAX = -32768, 32767
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
-TYPE_RANGES = {"int8": (INT8_MIN, INT8_MAX), "int16": (INT16_MIN, INT16_MAX), "uint8": (0, 255),
-               "int32": (INT32_MIN, INT32_MAX)}
+TYPE_RANGES = {
+    "int8": (INT8_MIN, INT8_MAX),
+    "int16": (INT16_MIN, INT16_MAX),
+    "uint8": (0, 255),
+    "int32": (INT32_MIN, INT32_MAX),
+}
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 # TFLite ActivationFunctionType codes
@@ -126,8 +130,9 @@ def quantize_multiplier_greater_than_one(real_multiplier: float) -> tuple[int, i
     return multiplier, shift
 
 
-def per_channel_multipliers(input_scale: float, filter_scales: list[float], output_scale: float,
-                            channels: int) -> tuple[list[int], list[int]]:
+def per_channel_multipliers(
+    input_scale: float, filter_scales: list[float], output_scale: float, channels: int
+) -> tuple[list[int], list[int]]:
     """PopulateConvolutionQuantizationParams: one multiplier per output channel, per-tensor scales broadcast."""
     multipliers, shifts = [], []
     for c in range(channels):
@@ -138,8 +143,7 @@ def per_channel_multipliers(input_scale: float, filter_scales: list[float], outp
     return multipliers, shifts
 
 
-def activation_range_quantized(activation: int, scale: float, zero_point: int,
-                               dtype: str = "int8") -> tuple[int, int]:
+def activation_range_quantized(activation: int, scale: float, zero_point: int, dtype: str = "int8") -> tuple[int, int]:
     """CalculateActivationRangeQuantized for an int8 or int16 output: `zero_point + round(f / scale)` in float32."""
     lo, hi = TYPE_RANGES[dtype]
 
@@ -159,8 +163,7 @@ def activation_range_quantized(activation: int, scale: float, zero_point: int,
 
 def activation_range_int32(activation: int) -> tuple[int, int]:
     """CalculateActivationRange<int32_t>: the bounds themselves, no quantization."""
-    ranges = {ACT_NONE: (INT32_MIN, INT32_MAX), ACT_RELU: (0, INT32_MAX), ACT_RELU6: (0, 6),
-              ACT_RELU_N1_TO_1: (-1, 1)}
+    ranges = {ACT_NONE: (INT32_MIN, INT32_MAX), ACT_RELU: (0, INT32_MAX), ACT_RELU6: (0, 6), ACT_RELU_N1_TO_1: (-1, 1)}
     if activation not in ranges:
         raise ValueError(f"fused activation {activation} is not supported")
     return ranges[activation]
@@ -186,8 +189,12 @@ def mean_multiplier(multiplier: int, shift: int, count: int) -> tuple[int, int]:
 
 
 def calculate_input_radius(input_integer_bits: int, input_left_shift: int, total_signed_bits: int = 31) -> int:
-    max_input_rescaled = (1.0 * ((1 << input_integer_bits) - 1) * (1 << (total_signed_bits - input_integer_bits))
-                          / (1 << input_left_shift))
+    max_input_rescaled = (
+        1.0
+        * ((1 << input_integer_bits) - 1)
+        * (1 << (total_signed_bits - input_integer_bits))
+        / (1 << input_left_shift)
+    )
     return math.floor(max_input_rescaled)
 
 
@@ -206,8 +213,11 @@ def logistic_params_int8(input_scale: float) -> dict[str, int]:
     input_integer_bits = 4
     q, left_shift = math.frexp(float(input_scale) * (1 << (31 - input_integer_bits)))
     multiplier = round_half_away(q * (1 << 31))
-    return {"input_multiplier": multiplier, "input_left_shift": left_shift,
-                "input_range_radius": calculate_input_radius(input_integer_bits, left_shift, 31)}
+    return {
+        "input_multiplier": multiplier,
+        "input_left_shift": left_shift,
+        "input_range_radius": calculate_input_radius(input_integer_bits, left_shift, 31),
+    }
 
 
 # The integer LSTM's fixed scales (lstm_eval_common.cc): gate pre-activations in Q3.12 and gate outputs in Q0.15,
@@ -250,13 +260,20 @@ def lstm_mul_multiplier(scale1: float, scale2: float, output_scale: float) -> tu
     return quantize_multiplier(float(scale1) * float(scale2) / float(output_scale))
 
 
-def relu_params(input_scale: float, input_zero_point: int, output_scale: float, output_zero_point: int,
-                dtype: str) -> ReluRescale:
+def relu_params(
+    input_scale: float, input_zero_point: int, output_scale: float, output_zero_point: int, dtype: str
+) -> ReluRescale:
     """CalculateReluOpData: the input-to-output rescale (scales divided in float32) and the clamp from 0 up."""
     lo, hi = TYPE_RANGES[dtype]
     m, s = quantize_multiplier(float(np.float32(input_scale) / np.float32(output_scale)))
-    return {"input_zero_point": input_zero_point, "output_zero_point": output_zero_point, "multiplier": m,
-            "shift": s, "act_min": max(lo, output_zero_point), "act_max": hi}
+    return {
+        "input_zero_point": input_zero_point,
+        "output_zero_point": output_zero_point,
+        "multiplier": m,
+        "shift": s,
+        "act_min": max(lo, output_zero_point),
+        "act_max": hi,
+    }
 
 
 def float_to_quantized(value: float, scale: float, zero_point: int, dtype: str) -> int:
@@ -265,14 +282,21 @@ def float_to_quantized(value: float, scale: float, zero_point: int, dtype: str) 
     return min(hi, max(lo, round_half_away(float(np.float32(value) / np.float32(scale))) + zero_point))
 
 
-def leaky_relu_params(input_scale: float, input_zero_point: int, alpha: float, output_scale: float,
-                      output_zero_point: int) -> LeakyReluRescale:
+def leaky_relu_params(
+    input_scale: float, input_zero_point: int, alpha: float, output_scale: float, output_zero_point: int
+) -> LeakyReluRescale:
     """CalculateOpDataLeakyRelu: both multipliers from float32 products and quotients."""
     f32 = np.float32
     alpha_m, alpha_s = quantize_multiplier(float(f32(input_scale) * f32(alpha) / f32(output_scale)))
     m, s = quantize_multiplier(float(f32(input_scale) / f32(output_scale)))
-    return {"input_zero_point": input_zero_point, "output_zero_point": output_zero_point, "multiplier": m,
-            "shift": s, "alpha_multiplier": alpha_m, "alpha_shift": alpha_s}
+    return {
+        "input_zero_point": input_zero_point,
+        "output_zero_point": output_zero_point,
+        "multiplier": m,
+        "shift": s,
+        "alpha_multiplier": alpha_m,
+        "alpha_shift": alpha_s,
+    }
 
 
 def prelu_params(input_scale: float, alpha_scale: float, output_scale: float) -> InputsRescale:
@@ -299,8 +323,12 @@ def hard_swish_params_int8(input_scale: float, output_scale: float) -> HardSwish
     if out_e > 0:
         raise ValueError("HARD_SWISH output scale is below the input scale / 128 (TFLM needs exponent <= 0)")
     relu_m, relu_e = quantize_multiplier(float(hires_input_scale / reluish_scale))
-    return {"output_multiplier": downscale_multiplier_to_int16(out_m), "output_exponent": out_e,
-            "reluish_multiplier": downscale_multiplier_to_int16(relu_m), "reluish_exponent": relu_e}
+    return {
+        "output_multiplier": downscale_multiplier_to_int16(out_m),
+        "output_exponent": out_e,
+        "reluish_multiplier": downscale_multiplier_to_int16(relu_m),
+        "reluish_exponent": relu_e,
+    }
 
 
 def _libm_float_function(name: str) -> Callable[[float], float]:
@@ -311,8 +339,7 @@ def _libm_float_function(name: str) -> Callable[[float], float]:
     return function
 
 
-def elu_table_int8(input_scale: float, input_zero_point: int, output_scale: float,
-                   output_zero_point: int) -> list[int]:
+def elu_table_int8(input_scale: float, input_zero_point: int, output_scale: float, output_zero_point: int) -> list[int]:
     """ELU's PopulateLookupTable<int8_t>: every int8 input dequantized, transformed and requantized in float32,
     indexed by the input's byte."""
     f32, expf = np.float32, _libm_float_function("expf")
@@ -403,21 +430,26 @@ def sigmoid_table_int8(input_scale: float, input_zero_point: int, tanh: bool) ->
         elif centred >= radius:
             out = INT8_MAX
         else:
-            a = _rounding_divide_by_pot(_srdhm(_wrap32(centred << shift), multiplier), 0) if shift >= 0 else \
-                _rounding_divide_by_pot(_srdhm(centred, multiplier), -shift)
+            a = (
+                _rounding_divide_by_pot(_srdhm(_wrap32(centred << shift), multiplier), 0)
+                if shift >= 0
+                else _rounding_divide_by_pot(_srdhm(centred, multiplier), -shift)
+            )
             if tanh:  # -tanh(n) for n = -|a| is (1 - exp(2n)) / (1 + exp(2n)), the sign put back after
                 result = 0
                 if a:
                     negative = a if a < 0 else _wrap32(-a)
-                    t = _saturating_shl(_wrap32(_reciprocal_one_plus_x_q2(_exp_on_negative_values(negative, 5))
-                                                - (1 << 29)), 2)
+                    t = _saturating_shl(
+                        _wrap32(_reciprocal_one_plus_x_q2(_exp_on_negative_values(negative, 5)) - (1 << 29)), 2
+                    )
                     result = _wrap32(-t) if a < 0 else t
                 out = _rounding_divide_by_pot(result, 24)
             else:  # 1 / (1 + exp(-|a|)), mirrored for negative a
                 result = 1 << 30
                 if a:
-                    positive = _saturating_shl(_reciprocal_one_plus_x_q2(
-                        _exp_on_negative_values(_wrap32(-abs(a)), 4)), 1)
+                    positive = _saturating_shl(
+                        _reciprocal_one_plus_x_q2(_exp_on_negative_values(_wrap32(-abs(a)), 4)), 1
+                    )
                     result = positive if a > 0 else _wrap32(INT32_MAX - positive)
                 out = _rounding_divide_by_pot(result, 23) + INT8_MIN
             out = min(INT8_MAX, max(INT8_MIN, out))
@@ -433,20 +465,36 @@ def add_sub_params(scale1: float, scale2: float, output_scale: float, left_shift
     m1, s1 = quantize_multiplier(float(scale1) / twice_max_input_scale)
     m2, s2 = quantize_multiplier(float(scale2) / twice_max_input_scale)
     mo, so = quantize_multiplier(twice_max_input_scale / ((1 << left_shift) * float(output_scale)))
-    return {"left_shift": left_shift, "input1_multiplier": m1, "input1_shift": s1, "input2_multiplier": m2,
-            "input2_shift": s2, "output_multiplier": mo, "output_shift": so}
+    return {
+        "left_shift": left_shift,
+        "input1_multiplier": m1,
+        "input1_shift": s1,
+        "input2_multiplier": m2,
+        "input2_shift": s2,
+        "output_multiplier": mo,
+        "output_shift": so,
+    }
 
 
-def squared_difference_params(scale1: float, scale2: float, output_scale: float,
-                              left_shift: int) -> AddSubRescale:
+def squared_difference_params(scale1: float, scale2: float, output_scale: float, left_shift: int) -> AddSubRescale:
     """squared_difference.cc's PrepareQuantized: in double, the output multiplier over the squared scale."""
     twice_max_input_scale = 2.0 * float(max(np.float32(scale1), np.float32(scale2)))
     m1, s1 = quantize_multiplier(float(scale1) / twice_max_input_scale)
     m2, s2 = quantize_multiplier(float(scale2) / twice_max_input_scale)
-    mo, so = quantize_multiplier(twice_max_input_scale * twice_max_input_scale
-                                 / float(np.float32(1 << (2 * left_shift)) * np.float32(output_scale)))
-    return {"left_shift": left_shift, "input1_multiplier": m1, "input1_shift": s1, "input2_multiplier": m2,
-            "input2_shift": s2, "output_multiplier": mo, "output_shift": so}
+    mo, so = quantize_multiplier(
+        twice_max_input_scale
+        * twice_max_input_scale
+        / float(np.float32(1 << (2 * left_shift)) * np.float32(output_scale))
+    )
+    return {
+        "left_shift": left_shift,
+        "input1_multiplier": m1,
+        "input1_shift": s1,
+        "input2_multiplier": m2,
+        "input2_shift": s2,
+        "output_multiplier": mo,
+        "output_shift": so,
+    }
 
 
 def add_n_params_int8(input_scale: float, output_scale: float) -> AddNRescale:
@@ -455,8 +503,13 @@ def add_n_params_int8(input_scale: float, output_scale: float) -> AddNRescale:
     twice_max_input_scale = 2 * float(input_scale)
     m, s = quantize_multiplier(float(input_scale) / twice_max_input_scale)
     mo, so = quantize_multiplier(twice_max_input_scale / ((1 << left_shift) * float(output_scale)))
-    return {"left_shift": left_shift, "input1_multiplier": m, "input1_shift": s, "output_multiplier": mo,
-            "output_shift": so}
+    return {
+        "left_shift": left_shift,
+        "input1_multiplier": m,
+        "input1_shift": s,
+        "output_multiplier": mo,
+        "output_shift": so,
+    }
 
 
 def rsqrt_params(input_scale: float, output_scale: float) -> Rescale:
@@ -471,8 +524,7 @@ def comparison_params_int8(scale1: float, scale2: float) -> ComparisonRescale:
     """ComparisonsPrepare for int8: inputs shifted left by 8 and multiplied by their own scales."""
     m1, s1 = quantize_multiplier(float(scale1))
     m2, s2 = quantize_multiplier(float(scale2))
-    return {"left_shift": 8, "input1_multiplier": m1, "input1_shift": s1, "input2_multiplier": m2,
-            "input2_shift": s2}
+    return {"left_shift": 8, "input1_multiplier": m1, "input1_shift": s1, "input2_multiplier": m2, "input2_shift": s2}
 
 
 def abs_params(input_scale: float, output_scale: float) -> AbsRescale:

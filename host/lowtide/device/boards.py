@@ -82,10 +82,19 @@ class HostTflmBoard(Board):
     @contextlib.contextmanager
     def connect(self, connection: Connection) -> Iterator[Link]:
         # The board's "firmware" is the host TFLM behind the protocol: lowtide.pipeline.host_tflm, run as a program.
-        argv = [sys.executable, "-m", "lowtide.pipeline.host_tflm", "--model", str(connection.model_path), "--port",
-                connection.port or "tcp:0"]
-        with (board_process(argv, "host-tflm board", connection.timeout) as url,
-              contextlib.closing(open_link(url)) as link):
+        argv = [
+            sys.executable,
+            "-m",
+            "lowtide.pipeline.host_tflm",
+            "--model",
+            str(connection.model_path),
+            "--port",
+            connection.port or "tcp:0",
+        ]
+        with (
+            board_process(argv, "host-tflm board", connection.timeout) as url,
+            contextlib.closing(open_link(url)) as link,
+        ):
             yield link
 
 
@@ -222,12 +231,14 @@ def known_boards() -> dict[str, Board]:
 def get_board(name: str) -> Board:
     """A registered board, `labgrid:PLACE`, or the board in a board file given by its path (*.toml)."""
     if name.startswith(LABGRID_PREFIX) and len(name) > len(LABGRID_PREFIX):
-        return LabgridBoard(name[len(LABGRID_PREFIX):])
+        return LabgridBoard(name[len(LABGRID_PREFIX) :])
     if name.endswith(".toml"):
         return board_for_spec(get_board_spec(name))
     boards = known_boards()
     try:
         return boards[name]
     except KeyError:
-        raise LowtideError(f"unknown board {name!r}; known boards: {', '.join(sorted(boards))}, "
-                           f"{LABGRID_PREFIX}PLACE or a board file's path") from None
+        raise LowtideError(
+            f"unknown board {name!r}; known boards: {', '.join(sorted(boards))}, "
+            f"{LABGRID_PREFIX}PLACE or a board file's path"
+        ) from None

@@ -127,8 +127,9 @@ def acquire(
 
 
 @contextlib.contextmanager
-def locked(resource: str, timeout: float, what: str,
-           on_wait: Callable[[LockHolder | None], None] | None = None) -> Iterator[HeldLock]:
+def locked(
+    resource: str, timeout: float, what: str, on_wait: Callable[[LockHolder | None], None] | None = None
+) -> Iterator[HeldLock]:
     held = acquire(resource, timeout, what, on_wait)
     try:
         yield held

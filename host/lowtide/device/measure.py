@@ -102,8 +102,16 @@ class MeasureResult:
         return data
 
 
-def run_on_board(board: Board, connection: Connection, expected: Expected, *, iterations: int, warmup: int,
-                 profile_ops: bool = False, progress: MeasureProgress | None = None) -> MeasureResult:
+def run_on_board(
+    board: Board,
+    connection: Connection,
+    expected: Expected,
+    *,
+    iterations: int,
+    warmup: int,
+    profile_ops: bool = False,
+    progress: MeasureProgress | None = None,
+) -> MeasureResult:
     """Measure the model `expected` describes on `board`, reached as `connection` says: `iterations` measured
     invocations after `warmup` ones, each operator's counter too with `profile_ops`."""
     image = connection.image
@@ -145,8 +153,13 @@ def run_on_board(board: Board, connection: Connection, expected: Expected, *, it
         arena_used_bytes=result.arena_used_bytes,
         arena_high_water_bytes=result.arena_high_water_bytes,
         latency=_latency("us", result.us_min, result.us_median, result.us_max, iterations),
-        latency_cycles=_latency(_COUNTER_UNITS.get(hello.counter, ""), result.counter_min, result.counter_median,
-                                result.counter_max, iterations),
+        latency_cycles=_latency(
+            _COUNTER_UNITS.get(hello.counter, ""),
+            result.counter_min,
+            result.counter_median,
+            result.counter_max,
+            iterations,
+        ),
         warmup=warmup,
         seed=expected.seed,
         outputs_match=not mismatched,
@@ -185,11 +198,17 @@ def _check_hello(hello: Hello, expected: Expected, port: str, board: Board, iter
             port,
         )
     if iterations > hello.max_iterations:
-        raise LowtideError(f"board {hello.board} runs at most {hello.max_iterations} measured invocations at a time "
-                           f"(its HELLO says so); ask for fewer than {iterations}", port)
+        raise LowtideError(
+            f"board {hello.board} runs at most {hello.max_iterations} measured invocations at a time "
+            f"(its HELLO says so); ask for fewer than {iterations}",
+            port,
+        )
     if board.spec is not None and hello.clock_hz != board.spec.clock_hz:
-        raise LowtideError(f"board reports a {hello.clock_hz:,} Hz clock, its board file {board.spec.path.name} "
-                           f"says {board.spec.clock_hz:,} Hz: correct clock_hz, or the firmware's clock setup", port)
+        raise LowtideError(
+            f"board reports a {hello.clock_hz:,} Hz clock, its board file {board.spec.path.name} "
+            f"says {board.spec.clock_hz:,} Hz: correct clock_hz, or the firmware's clock setup",
+            port,
+        )
 
 
 def _latency(unit: str, low: int | None, median: int | None, high: int | None, iterations: int) -> Latency | None:

@@ -57,58 +57,84 @@ class CodeTable:
 
     def listing(self) -> str:
         """The values in prose, as a field's description lists them."""
+
         def one(code: Code) -> str:
             key = f"bit {code.value.bit_length() - 1}" if self.is_flags else str(code.value)
             return f"{key} {code.name}" + (f" ({code.doc})" if code.doc else "")
+
         return "; ".join(one(code) for code in self.codes) + ("; other bits 0" if self.is_flags else "")
 
 
 # The replies of a request, as the message-type table says them; board-to-host messages have none.
 REPLIES = {"HELLO_REQUEST": "HELLO", "SET_INPUT": "INPUT_ACK", "RUN": "PROGRESS*, then RESULT", "READ": "DATA"}
-MESSAGE_TYPES = CodeTable("MessageType", "LT_MSG_", (
-    # host -> board
-    Code("HELLO_REQUEST", 0x01),
-    Code("SET_INPUT", 0x02),
-    Code("RUN", 0x03),
-    Code("READ", 0x04),
-    # board -> host
-    Code("HELLO", 0x81),
-    Code("INPUT_ACK", 0x82),
-    Code("PROGRESS", 0x83),
-    Code("RESULT", 0x84),
-    Code("DATA", 0x85),
-    Code("LOG", 0x86),
-    Code("ERROR", 0x87),
-))
-ERROR_CODES = CodeTable("ErrorCode", "LT_ERR_", (
-    Code("BAD_FRAME", 1, "the board dropped a damaged frame; sent with sequence number 0; the host re-sends"),
-    Code("BAD_MESSAGE", 2, "unknown or host-bound message type, or a payload that does not fit its layout"),
-    Code("BAD_INDEX", 3, "input or output index out of range"),
-    Code("BAD_RANGE", 4, "offset or length outside the tensor or region, wrong total size, or a region the board "
-                         "lacks"),
-    Code("MODEL_NOT_READY", 5, "the model's tensors could not be allocated"),
-    Code("INVOKE_FAILED", 6, "`Invoke()` returned an error"),
-    Code("NO_RESULT", 7, "READ before any RUN completed"),
-    Code("BAD_ARGUMENT", 8, "an argument out of range (RUN with 0 iterations, or more than HELLO's max iterations)"),
-    Code("INTERNAL", 9, "anything else"),
-))
+MESSAGE_TYPES = CodeTable(
+    "MessageType",
+    "LT_MSG_",
+    (
+        # host -> board
+        Code("HELLO_REQUEST", 0x01),
+        Code("SET_INPUT", 0x02),
+        Code("RUN", 0x03),
+        Code("READ", 0x04),
+        # board -> host
+        Code("HELLO", 0x81),
+        Code("INPUT_ACK", 0x82),
+        Code("PROGRESS", 0x83),
+        Code("RESULT", 0x84),
+        Code("DATA", 0x85),
+        Code("LOG", 0x86),
+        Code("ERROR", 0x87),
+    ),
+)
+ERROR_CODES = CodeTable(
+    "ErrorCode",
+    "LT_ERR_",
+    (
+        Code("BAD_FRAME", 1, "the board dropped a damaged frame; sent with sequence number 0; the host re-sends"),
+        Code("BAD_MESSAGE", 2, "unknown or host-bound message type, or a payload that does not fit its layout"),
+        Code("BAD_INDEX", 3, "input or output index out of range"),
+        Code(
+            "BAD_RANGE",
+            4,
+            "offset or length outside the tensor or region, wrong total size, or a region the board lacks",
+        ),
+        Code("MODEL_NOT_READY", 5, "the model's tensors could not be allocated"),
+        Code("INVOKE_FAILED", 6, "`Invoke()` returned an error"),
+        Code("NO_RESULT", 7, "READ before any RUN completed"),
+        Code(
+            "BAD_ARGUMENT", 8, "an argument out of range (RUN with 0 iterations, or more than HELLO's max iterations)"
+        ),
+        Code("INTERNAL", 9, "anything else"),
+    ),
+)
 LOG_LEVELS = CodeTable("LogLevel", "LT_LOG_", (Code("DEBUG", 0), Code("INFO", 1), Code("WARNING", 2), Code("ERROR", 3)))
-READ_REGIONS = CodeTable("ReadRegion", "LT_REGION_", (
-    Code("OUTPUT", 1, "an output tensor"),
-    Code("OP_CYCLES", 2, "per-operator counts, one u64 per operator"),
-))
+READ_REGIONS = CodeTable(
+    "ReadRegion",
+    "LT_REGION_",
+    (
+        Code("OUTPUT", 1, "an output tensor"),
+        Code("OP_CYCLES", 2, "per-operator counts, one u64 per operator"),
+    ),
+)
 # What RESULT's counter figures count (HELLO's `counter`): real cycles at clock_hz, instructions an emulator
 # retired (no pipeline, cache or wait states: a regression figure), or nothing.
-COUNTERS = CodeTable("Counter", "LT_COUNTER_", (
-    Code("NONE", 0, "no counter"),
-    Code("CYCLES", 1, "CPU cycles at the clock"),
-    Code("INSTRUCTIONS", 2, "instructions an emulator retired; QEMU: no pipeline, cache or wait states, a regression "
-                            "figure, not time"),
-))
-HELLO_FLAGS = CodeTable("HelloFlag", "LT_HELLO_FLAG_", (Code("MODEL_READY", 0x01, "tensors allocated"),),
-                        is_flags=True)
-RUN_FLAGS = CodeTable("RunFlag", "LT_RUN_FLAG_", (
-    Code("PROFILE_OPS", 0x01, "per-operator counts, if the board can"),), is_flags=True)
+COUNTERS = CodeTable(
+    "Counter",
+    "LT_COUNTER_",
+    (
+        Code("NONE", 0, "no counter"),
+        Code("CYCLES", 1, "CPU cycles at the clock"),
+        Code(
+            "INSTRUCTIONS",
+            2,
+            "instructions an emulator retired; QEMU: no pipeline, cache or wait states, a regression figure, not time",
+        ),
+    ),
+)
+HELLO_FLAGS = CodeTable("HelloFlag", "LT_HELLO_FLAG_", (Code("MODEL_READY", 0x01, "tensors allocated"),), is_flags=True)
+RUN_FLAGS = CodeTable(
+    "RunFlag", "LT_RUN_FLAG_", (Code("PROFILE_OPS", 0x01, "per-operator counts, if the board can"),), is_flags=True
+)
 CODE_TABLES = (MESSAGE_TYPES, ERROR_CODES, LOG_LEVELS, READ_REGIONS, COUNTERS, HELLO_FLAGS, RUN_FLAGS)
 
 _FORMATS = {"u8": "B", "u16": "H", "u32": "I", "u64": "Q", "sha256": "32s"}
@@ -200,99 +226,185 @@ class Layout:
         raise KeyError(name)
 
 
-_DATA = Layout("DATA", (
-    Field("region", "u8", "region", READ_REGIONS),
-    Field("index", "u16", "index"),
-    Field("offset", "u32", "offset of these bytes"),
-    Field("total_bytes", "u32", "total size of the region"),
-), Tail("bytes", ("data",), ("the bytes",)))
+_DATA = Layout(
+    "DATA",
+    (
+        Field("region", "u8", "region", READ_REGIONS),
+        Field("index", "u16", "index"),
+        Field("offset", "u32", "offset of these bytes"),
+        Field("total_bytes", "u32", "total size of the region"),
+    ),
+    Tail("bytes", ("data",), ("the bytes",)),
+)
 LAYOUTS = {
     layout.name: layout
     for layout in (
         Layout("HELLO_REQUEST", ()),
-        Layout("HELLO", (
-            Field("protocol_version", "u16", f"protocol version ({VERSION})"),
-            Field("flags", "u8", "flags", HELLO_FLAGS),
-            Field("input_count", "u8", "number of model inputs"),
-            Field("output_count", "u8", "number of model outputs"),
-            Field("clock_hz", "u32", "CPU clock in Hz, as the board file's `clock_hz` states it (the host checks the "
-                                     "two agree); 0 = unknown"),
-            Field("counter", "u8", "counter: what RESULT's counter figures count", COUNTERS, checked=True),
-            Field("max_iterations", "u32", "max iterations: the most measured invocations one RUN may ask for (the C "
-                                           "server keeps 256 samples for the median: 256; host-tflm: 0xFFFFFFFF, no "
-                                           "limit). The host refuses a larger RUN before sending it"),
-            Field("max_payload", "u16", f"max payload: the largest frame payload the board accepts ({MAX_PAYLOAD})"),
-            Field("arena_capacity_bytes", "u32", "tensor arena capacity in bytes"),
-            Field("model_size_bytes", "u32", "model size in bytes"),
-            Field("model_sha256", "sha256", "SHA-256 of the .tflite file the board runs (the host refuses a board "
-                                            "running another model)"),
-        ), Tail("strings", ("board", "runtime"), (
-            "board name (e.g. `host-tflm`, `qemu-mps2-an386`, `nucleo-f746zg`)",
-            "runtime (e.g. `tflite-micro 2024-05 cmsis-nn`)",
-        )), versioned=True),
-        Layout("SET_INPUT", (
-            Field("index", "u8", "input index"),
-            Field("total_bytes", "u32", "total size of the input tensor in bytes (the board checks it)"),
-            Field("offset", "u32", "offset of this chunk in the tensor"),
-        ), Tail("bytes", ("data",), ("the chunk's bytes",))),
-        Layout("INPUT_ACK", (
-            Field("index", "u8", "input index"),
-            Field("offset", "u32", "offset of the chunk received"),
-            Field("length", "u16", "its length"),
-        )),
-        Layout("RUN", (
-            Field("warmup", "u32", "warm-up invocations (not timed)"),
-            Field("iterations", "u32", "measured invocations, >= 1"),
-            Field("flags", "u8", "flags", RUN_FLAGS),
-        )),
-        Layout("READ", (
-            Field("region", "u8", "region", READ_REGIONS),
-            Field("index", "u16", "index: the output index for region OUTPUT; 0 for region OP_CYCLES"),
-            Field("offset", "u32", "offset"),
-            Field("max_length", "u16", f"maximum length wanted (the board sends at most {_DATA.max_tail_bytes}, "
-                                       "what fits in one DATA)"),
-        )),
+        Layout(
+            "HELLO",
+            (
+                Field("protocol_version", "u16", f"protocol version ({VERSION})"),
+                Field("flags", "u8", "flags", HELLO_FLAGS),
+                Field("input_count", "u8", "number of model inputs"),
+                Field("output_count", "u8", "number of model outputs"),
+                Field(
+                    "clock_hz",
+                    "u32",
+                    "CPU clock in Hz, as the board file's `clock_hz` states it (the host checks the "
+                    "two agree); 0 = unknown",
+                ),
+                Field("counter", "u8", "counter: what RESULT's counter figures count", COUNTERS, checked=True),
+                Field(
+                    "max_iterations",
+                    "u32",
+                    "max iterations: the most measured invocations one RUN may ask for (the C "
+                    "server keeps 256 samples for the median: 256; host-tflm: 0xFFFFFFFF, no "
+                    "limit). The host refuses a larger RUN before sending it",
+                ),
+                Field(
+                    "max_payload", "u16", f"max payload: the largest frame payload the board accepts ({MAX_PAYLOAD})"
+                ),
+                Field("arena_capacity_bytes", "u32", "tensor arena capacity in bytes"),
+                Field("model_size_bytes", "u32", "model size in bytes"),
+                Field(
+                    "model_sha256",
+                    "sha256",
+                    "SHA-256 of the .tflite file the board runs (the host refuses a board running another model)",
+                ),
+            ),
+            Tail(
+                "strings",
+                ("board", "runtime"),
+                (
+                    "board name (e.g. `host-tflm`, `qemu-mps2-an386`, `nucleo-f746zg`)",
+                    "runtime (e.g. `tflite-micro 2024-05 cmsis-nn`)",
+                ),
+            ),
+            versioned=True,
+        ),
+        Layout(
+            "SET_INPUT",
+            (
+                Field("index", "u8", "input index"),
+                Field("total_bytes", "u32", "total size of the input tensor in bytes (the board checks it)"),
+                Field("offset", "u32", "offset of this chunk in the tensor"),
+            ),
+            Tail("bytes", ("data",), ("the chunk's bytes",)),
+        ),
+        Layout(
+            "INPUT_ACK",
+            (
+                Field("index", "u8", "input index"),
+                Field("offset", "u32", "offset of the chunk received"),
+                Field("length", "u16", "its length"),
+            ),
+        ),
+        Layout(
+            "RUN",
+            (
+                Field("warmup", "u32", "warm-up invocations (not timed)"),
+                Field("iterations", "u32", "measured invocations, >= 1"),
+                Field("flags", "u8", "flags", RUN_FLAGS),
+            ),
+        ),
+        Layout(
+            "READ",
+            (
+                Field("region", "u8", "region", READ_REGIONS),
+                Field("index", "u16", "index: the output index for region OUTPUT; 0 for region OP_CYCLES"),
+                Field("offset", "u32", "offset"),
+                Field(
+                    "max_length",
+                    "u16",
+                    f"maximum length wanted (the board sends at most {_DATA.max_tail_bytes}, what fits in one DATA)",
+                ),
+            ),
+        ),
         _DATA,
-        Layout("PROGRESS", (
-            Field("done", "u32", "invocations finished, warm-up included"),
-            Field("total", "u32", "invocations in total"),
-        )),
-        Layout("RESULT", (
-            Field("warmup", "u32", "warm-up invocations run"),
-            Field("iterations", "u32", "measured invocations run"),
-            Field("arena_planned_bytes", "u32", "planned arena: the non-persistent head the runtime's memory planner "
-                                                "laid out, bytes", unknown=True),
-            Field("arena_used_bytes", "u32", "arena used as the allocator reports it "
-                                             "(`MicroInterpreter::arena_used_bytes()`), bytes", unknown=True),
-            Field("arena_high_water_bytes", "u32", "painted high-water mark: bytes of the arena found written after "
-                                                   "the runs (firmware fills the arena with a pattern before "
-                                                   "`AllocateTensors` and scans for the first and last changed "
-                                                   "byte), bytes", unknown=True),
-            Field("stack_high_water_bytes", "u32", "stack high-water mark: the deepest the stack went over the RUN's "
-                                                   "invocations (painted before each), bytes", unknown=True),
-            Field("stack_size_bytes", "u32", "stack size: the linker script's stack region, bytes", unknown=True),
-            Field("counter_min", "u64", "counter per invocation (HELLO's counter: cycles or instructions), minimum",
-                  unknown=True),
-            Field("counter_median", "u64", "counter, median", unknown=True),
-            Field("counter_max", "u64", "counter, maximum", unknown=True),
-            Field("us_min", "u32", "microseconds of real time per invocation, minimum (from the cycles at the clock "
-                                   "where the counter counts cycles)", unknown=True),
-            Field("us_median", "u32", "microseconds, median", unknown=True),
-            Field("us_max", "u32", "microseconds, maximum", unknown=True),
-            Field("op_cycles_count", "u16", "number of per-operator counter entries readable with READ region "
-                                            "OP_CYCLES (0 = no profile)"),
-            Field("output_count", "u8", "number of outputs K"),
-        ), Tail("entries", ("outputs",), ("per output",), entry="RESULT_OUTPUT",
-                count="output_count")),
-        Layout("RESULT_OUTPUT", (
-            Field("nbytes", "u32", "size in bytes"),
-            Field("crc32", "u32", "zlib/IEEE CRC32 of its bytes (the output digest)"),
-        ), class_name="OutputSummary"),
+        Layout(
+            "PROGRESS",
+            (
+                Field("done", "u32", "invocations finished, warm-up included"),
+                Field("total", "u32", "invocations in total"),
+            ),
+        ),
+        Layout(
+            "RESULT",
+            (
+                Field("warmup", "u32", "warm-up invocations run"),
+                Field("iterations", "u32", "measured invocations run"),
+                Field(
+                    "arena_planned_bytes",
+                    "u32",
+                    "planned arena: the non-persistent head the runtime's memory planner laid out, bytes",
+                    unknown=True,
+                ),
+                Field(
+                    "arena_used_bytes",
+                    "u32",
+                    "arena used as the allocator reports it (`MicroInterpreter::arena_used_bytes()`), bytes",
+                    unknown=True,
+                ),
+                Field(
+                    "arena_high_water_bytes",
+                    "u32",
+                    "painted high-water mark: bytes of the arena found written after "
+                    "the runs (firmware fills the arena with a pattern before "
+                    "`AllocateTensors` and scans for the first and last changed "
+                    "byte), bytes",
+                    unknown=True,
+                ),
+                Field(
+                    "stack_high_water_bytes",
+                    "u32",
+                    "stack high-water mark: the deepest the stack went over the RUN's "
+                    "invocations (painted before each), bytes",
+                    unknown=True,
+                ),
+                Field("stack_size_bytes", "u32", "stack size: the linker script's stack region, bytes", unknown=True),
+                Field(
+                    "counter_min",
+                    "u64",
+                    "counter per invocation (HELLO's counter: cycles or instructions), minimum",
+                    unknown=True,
+                ),
+                Field("counter_median", "u64", "counter, median", unknown=True),
+                Field("counter_max", "u64", "counter, maximum", unknown=True),
+                Field(
+                    "us_min",
+                    "u32",
+                    "microseconds of real time per invocation, minimum (from the cycles at the clock "
+                    "where the counter counts cycles)",
+                    unknown=True,
+                ),
+                Field("us_median", "u32", "microseconds, median", unknown=True),
+                Field("us_max", "u32", "microseconds, maximum", unknown=True),
+                Field(
+                    "op_cycles_count",
+                    "u16",
+                    "number of per-operator counter entries readable with READ region OP_CYCLES (0 = no profile)",
+                ),
+                Field("output_count", "u8", "number of outputs K"),
+            ),
+            Tail("entries", ("outputs",), ("per output",), entry="RESULT_OUTPUT", count="output_count"),
+        ),
+        Layout(
+            "RESULT_OUTPUT",
+            (
+                Field("nbytes", "u32", "size in bytes"),
+                Field("crc32", "u32", "zlib/IEEE CRC32 of its bytes (the output digest)"),
+            ),
+            class_name="OutputSummary",
+        ),
         Layout("LOG", (Field("level", "u8", "level", LOG_LEVELS),), Tail("text", ("text",), ("text",))),
-        Layout("ERROR", (
-            Field("code", "u16", "error code (below)"),
-            Field("request_type", "u8", "type of the request that failed (0 for BAD_FRAME)"),
-        ), Tail("text", ("text",), ("text for a person",))),
+        Layout(
+            "ERROR",
+            (
+                Field("code", "u16", "error code (below)"),
+                Field("request_type", "u8", "type of the request that failed (0 for BAD_FRAME)"),
+            ),
+            Tail("text", ("text",), ("text for a person",)),
+        ),
     )
 }
 MESSAGES = tuple(LAYOUTS[code.name] for code in MESSAGE_TYPES.codes)
@@ -460,13 +572,20 @@ def _python_class(layout: Layout) -> list[str]:
     attributes: list[tuple[str, str, str]] = []  # name, type, description
     for f in layout.fields:
         if f.values is not None and f.values.is_flags:
-            attributes += [(code.name.lower(), "bool", f"{f.name} bit {code.value.bit_length() - 1}: {code.doc}")
-                           for code in f.values.codes]
+            attributes += [
+                (code.name.lower(), "bool", f"{f.name} bit {code.value.bit_length() - 1}: {code.doc}")
+                for code in f.values.codes
+            ]
         elif f.name != count:
             attributes.append((f.name, _python_type(f), f.description))
     if tail:
-        python_type = (f"tuple[{LAYOUTS[tail.entry].python_name}, ...]" if tail.kind == "entries"
-                       else "bytes" if tail.kind == "bytes" else "str")
+        python_type = (
+            f"tuple[{LAYOUTS[tail.entry].python_name}, ...]"
+            if tail.kind == "entries"
+            else "bytes"
+            if tail.kind == "bytes"
+            else "str"
+        )
         attributes += [(attribute, python_type, doc) for attribute, doc in zip(tail.names, tail.doc, strict=True)]
     optional = 0  # trailing flags may be left out: they are off
     while optional < len(attributes) and attributes[len(attributes) - 1 - optional][1] == "bool":
@@ -481,8 +600,9 @@ def _python_class(layout: Layout) -> list[str]:
     head_values, flag_lines = [], []
     for f in layout.fields:
         if f.values is not None and f.values.is_flags:
-            bits = " | ".join(f"({f.values.python_name}.{code.name} if self.{code.name.lower()} else 0)"
-                              for code in f.values.codes)
+            bits = " | ".join(
+                f"({f.values.python_name}.{code.name} if self.{code.name.lower()} else 0)" for code in f.values.codes
+            )
             flag_lines.append(f"        {f.name} = {bits}")
             head_values.append(f.name)
         elif f.name == count:
@@ -520,8 +640,9 @@ def _python_class(layout: Layout) -> list[str]:
     arguments = []
     for f in layout.fields:
         if f.values is not None and f.values.is_flags:
-            arguments += [f"{code.name.lower()}=bool({f.name} & {f.values.python_name}.{code.name})"
-                          for code in f.values.codes]
+            arguments += [
+                f"{code.name.lower()}=bool({f.name} & {f.values.python_name}.{code.name})" for code in f.values.codes
+            ]
         elif f.name == count:
             continue
         elif f.values is not None and f.checked:
@@ -539,8 +660,10 @@ def _python_class(layout: Layout) -> list[str]:
             lines.append(f"        {attribute}, at = _decode_string(payload, {at}, {_quoted(name)})")
             arguments.append(f"{attribute}={attribute}")
             at = "at"
-        lines += ["        if at != len(payload):",
-                  f'            raise ProtocolError("{name} payload has trailing bytes")']
+        lines += [
+            "        if at != len(payload):",
+            f'            raise ProtocolError("{name} payload has trailing bytes")',
+        ]
     elif tail and tail.kind == "entries":
         entry, attribute = LAYOUTS[tail.entry].python_name, tail.names[0]
         lines += [
@@ -592,10 +715,14 @@ def python_module() -> str:
     for layout in sorted(LAYOUTS.values(), key=lambda layout: layout in MESSAGES):  # entries before their messages
         lines += _python_class(layout)
     classes = [layout.python_name for layout in MESSAGES]
-    lines += ["", "", f"Message = {' | '.join(classes)}",
-              "MESSAGE_CLASSES: dict[int, type[Message]] = {cls.TYPE: cls for cls in (",
-              *textwrap.wrap(", ".join(classes) + ",", 116, initial_indent="    ", subsequent_indent="    "),
-              ")}"]
+    lines += [
+        "",
+        "",
+        f"Message = {' | '.join(classes)}",
+        "MESSAGE_CLASSES: dict[int, type[Message]] = {cls.TYPE: cls for cls in (",
+        *textwrap.wrap(", ".join(classes) + ",", 116, initial_indent="    ", subsequent_indent="    "),
+        ")}",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -618,8 +745,10 @@ def _layout_table(layout: Layout) -> str:
     if tail and tail.kind in ("bytes", "text"):
         rows.append((str(layout.size), f"0..{layout.max_tail_bytes}", tail.doc[0]))
     elif tail and tail.kind == "strings":
-        rows += [(str(layout.size) if i == 0 else "..", "u8 + text", f"{doc}, length-prefixed")
-                 for i, doc in enumerate(tail.doc)]
+        rows += [
+            (str(layout.size) if i == 0 else "..", "u8 + text", f"{doc}, length-prefixed")
+            for i, doc in enumerate(tail.doc)
+        ]
     elif tail and tail.kind == "entries":
         entry = LAYOUTS[tail.entry]
         parts = ", ".join(f"{_size(f)} {f.description}" for f in entry.fields)
@@ -630,26 +759,44 @@ def _layout_table(layout: Layout) -> str:
 def docs_tables() -> dict[str, str]:
     """The generated tables of docs/protocol.md, by marker name."""
     tables = {
-        "frame": _table(("offset", "size", "field"), [
-            ("0", "1", "message type (section 3)"),
-            ("1", "1", "sequence number"),
-            ("2", "N", f"payload, 0 <= N <= {MAX_PAYLOAD}"),
-            ("2+N", str(FRAME_CRC_BYTES), "CRC32 of bytes 0 .. 2+N-1 (IEEE 802.3, reflected polynomial 0xEDB88320, "
-                                          "init and final xor 0xFFFFFFFF: the same as `zlib.crc32`)"),
-        ]),
-        "limits": _table(("limit", "bytes"), [
-            ("payload", str(MAX_PAYLOAD)),
-            ("frame before encoding (type, seq, payload, CRC32)", str(MAX_RAW_FRAME)),
-            ("frame encoded", str(MAX_ENCODED_FRAME - 1)),
-            ("frame encoded, with its delimiter", str(MAX_ENCODED_FRAME)),
-        ]),
-        "message-types": _table(("code", "name", "direction", "reply"), [
-            (f"0x{code.value:02X}", code.name, "board -> host" if code.value & 0x80 else "host -> board",
-             REPLIES.get(code.name, "")) for code in MESSAGE_TYPES.codes
-        ]),
-        "error-codes": _table(("code", "name", "meaning"), [
-            (str(code.value), code.name, code.doc) for code in ERROR_CODES.codes
-        ]),
+        "frame": _table(
+            ("offset", "size", "field"),
+            [
+                ("0", "1", "message type (section 3)"),
+                ("1", "1", "sequence number"),
+                ("2", "N", f"payload, 0 <= N <= {MAX_PAYLOAD}"),
+                (
+                    "2+N",
+                    str(FRAME_CRC_BYTES),
+                    "CRC32 of bytes 0 .. 2+N-1 (IEEE 802.3, reflected polynomial 0xEDB88320, "
+                    "init and final xor 0xFFFFFFFF: the same as `zlib.crc32`)",
+                ),
+            ],
+        ),
+        "limits": _table(
+            ("limit", "bytes"),
+            [
+                ("payload", str(MAX_PAYLOAD)),
+                ("frame before encoding (type, seq, payload, CRC32)", str(MAX_RAW_FRAME)),
+                ("frame encoded", str(MAX_ENCODED_FRAME - 1)),
+                ("frame encoded, with its delimiter", str(MAX_ENCODED_FRAME)),
+            ],
+        ),
+        "message-types": _table(
+            ("code", "name", "direction", "reply"),
+            [
+                (
+                    f"0x{code.value:02X}",
+                    code.name,
+                    "board -> host" if code.value & 0x80 else "host -> board",
+                    REPLIES.get(code.name, ""),
+                )
+                for code in MESSAGE_TYPES.codes
+            ],
+        ),
+        "error-codes": _table(
+            ("code", "name", "meaning"), [(str(code.value), code.name, code.doc) for code in ERROR_CODES.codes]
+        ),
     }
     tables.update({layout.name: _layout_table(layout) for layout in MESSAGES if layout.fields or layout.tail})
     return tables
@@ -691,8 +838,9 @@ def generated() -> dict[Path, str]:
 
 if __name__ == "__main__":
     if not (C_HEADER.parent.is_dir() and DOCS.is_file()):
-        sys.stderr.write(f"lowtide: error: {ROOT}: not a lowtide checkout (the generator writes its firmware/ and "
-                         "docs/)\n")
+        sys.stderr.write(
+            f"lowtide: error: {ROOT}: not a lowtide checkout (the generator writes its firmware/ and docs/)\n"
+        )
         sys.exit(2)
     for path, text in generated().items():
         if not path.is_file() or path.read_text() != text:

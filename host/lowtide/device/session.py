@@ -120,8 +120,11 @@ class DeviceSession:
             try:
                 reply = decode_message(frame)
             except VersionMismatch as exc:
-                fix = ("rebuild and flash the board's firmware with this lowtide" if exc.version < PROTOCOL_VERSION
-                       else "update lowtide to the board firmware's version")
+                fix = (
+                    "rebuild and flash the board's firmware with this lowtide"
+                    if exc.version < PROTOCOL_VERSION
+                    else "update lowtide to the board firmware's version"
+                )
                 raise self._fail(f"{exc}; {fix}") from None
             except ProtocolError as exc:
                 log.debug("%s: ignoring malformed message: %s", self.link.name, exc)

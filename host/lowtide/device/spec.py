@@ -37,13 +37,28 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from lowtide.errors import LowtideError
-from lowtide.resources import BOARDS_DIR
 from lowtide.project import Runtime
+from lowtide.resources import BOARDS_DIR
 
-_KEYS = {"name", "description", "core", "sram_bytes", "flash_bytes", "clock_hz", "platformio_env", "runtime",
-         "platformio_config", "serial", "emulator", "labgrid"}
-_TABLE_KEYS = {"serial": {"baud", "usb_ids", "port", "probe_serial"}, "emulator": {"command"},
-               "labgrid": {"place", "coordinator"}}
+_KEYS = {
+    "name",
+    "description",
+    "core",
+    "sram_bytes",
+    "flash_bytes",
+    "clock_hz",
+    "platformio_env",
+    "runtime",
+    "platformio_config",
+    "serial",
+    "emulator",
+    "labgrid",
+}
+_TABLE_KEYS = {
+    "serial": {"baud", "usb_ids", "port", "probe_serial"},
+    "emulator": {"command"},
+    "labgrid": {"place", "coordinator"},
+}
 
 
 @dataclass(frozen=True)
@@ -86,8 +101,9 @@ class BoardSpec:
 
 def _check_keys(data: dict) -> None:
     unknown = [key for key in data if key not in _KEYS]
-    unknown += [f"{table}.{key}" for table, keys in _TABLE_KEYS.items() for key in data.get(table, {})
-                if key not in keys]
+    unknown += [
+        f"{table}.{key}" for table, keys in _TABLE_KEYS.items() for key in data.get(table, {}) if key not in keys
+    ]
     if unknown:
         raise LowtideError(f"unknown keys {', '.join(unknown)} (lowtide reads only: {', '.join(sorted(_KEYS))})")
 
@@ -111,8 +127,14 @@ def load_board_spec(path: Path) -> BoardSpec:
             platformio_env=data["platformio_env"],
             runtime=Runtime.named(data.get("runtime", "compiled")),
             platformio_config=(path.parent / config).resolve() if config else None,
-            serial=SerialSettings(int(serial.get("baud", 115200)), tuple(serial.get("usb_ids", ())),
-                                  serial.get("port"), serial.get("probe_serial")) if serial is not None else None,
+            serial=SerialSettings(
+                int(serial.get("baud", 115200)),
+                tuple(serial.get("usb_ids", ())),
+                serial.get("port"),
+                serial.get("probe_serial"),
+            )
+            if serial is not None
+            else None,
             emulator_command=tuple(emulator["command"]) if emulator else None,
             labgrid=LabgridSettings(labgrid["place"], labgrid.get("coordinator")) if labgrid else None,
             path=path,
@@ -128,8 +150,10 @@ def with_probe(spec: BoardSpec, probe_serial: str | None) -> BoardSpec:
     if probe_serial is None:
         return spec
     if spec.serial is None:
-        raise LowtideError(f"--probe picks a board on this machine's USB: {spec.name} is "
-                           f"{'emulated' if spec.emulated else 'reached through labgrid'}")
+        raise LowtideError(
+            f"--probe picks a board on this machine's USB: {spec.name} is "
+            f"{'emulated' if spec.emulated else 'reached through labgrid'}"
+        )
     return replace(spec, serial=replace(spec.serial, probe_serial=probe_serial))
 
 

@@ -46,8 +46,9 @@ def _nm(path: Path) -> list[tuple[str, int]]:
     if tool is None:
         raise missing_tool("arm-none-eabi-nm")
     try:
-        done = subprocess.run([tool, "-S", "-C", "--defined-only", str(path)], capture_output=True, text=True,
-                              timeout=60, check=False)
+        done = subprocess.run(
+            [tool, "-S", "-C", "--defined-only", str(path)], capture_output=True, text=True, timeout=60, check=False
+        )
     except subprocess.TimeoutExpired:
         raise LowtideError("arm-none-eabi-nm took longer than 60 s", path) from None
     if done.returncode != 0:
@@ -70,9 +71,16 @@ def static_ram_split(elf: Path, static_ram_bytes: int, stack_bytes: int, arena_s
     arena = sum(size for name, size in linked if name == _ARENA)
     if arena == 0:
         raise LowtideError("the firmware has no arena array", elf)
-    harness = sum(size for name, size in linked if (name, size) in harness_symbols
-                  and name != _ARENA and name not in _RUNTIME_IN_GLUE)
+    harness = sum(
+        size
+        for name, size in linked
+        if (name, size) in harness_symbols and name != _ARENA and name not in _RUNTIME_IN_GLUE
+    )
     harness += arena_slack_bytes
     arena -= arena_slack_bytes
-    return StaticRamSplit(arena_bytes=arena, runtime_bytes=static_ram_bytes - arena - harness,
-                          harness_bytes=harness, stack_bytes=stack_bytes)
+    return StaticRamSplit(
+        arena_bytes=arena,
+        runtime_bytes=static_ram_bytes - arena - harness,
+        harness_bytes=harness,
+        stack_bytes=stack_bytes,
+    )

@@ -174,8 +174,9 @@ class Comparison:
         return "\n".join(lines)
 
 
-def compare(key: BaselineKey, baseline: Baseline, measured: Baseline, tolerances: Tolerances,
-            counter_unit: str = "cycles") -> Comparison:
+def compare(
+    key: BaselineKey, baseline: Baseline, measured: Baseline, tolerances: Tolerances, counter_unit: str = "cycles"
+) -> Comparison:
     """`counter_unit`: what the board's counter counts ("cycles", or an emulator's "instructions")."""
     units = {**UNITS, "cycles": counter_unit}
     changes = []

@@ -241,8 +241,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
-    if report.when == "call" and report.passed and any(
-        name.endswith(".baseline") and value == "new" for name, value in report.user_properties
+    if (
+        report.when == "call"
+        and report.passed
+        and any(name.endswith(".baseline") and value == "new" for name, value in report.user_properties)
     ):
         return "new", "N", ("NEW", {"yellow": True})
     return None
@@ -350,13 +352,22 @@ def lowtide_measure(request: pytest.FixtureRequest, lowtide_board: str) -> Measu
                 assert hil.port is not None  # --lowtide-flash needs --lowtide-port (pytest_configure)
                 upload_firmware(hil.flash, model_path, hil.port, runtime_named(runtime) if runtime else None)
             result = measure(
-                model_path, lowtide_board, hil.port, iterations=iterations, warmup=warmup, timeout=timeout, seed=seed,
+                model_path,
+                lowtide_board,
+                hil.port,
+                iterations=iterations,
+                warmup=warmup,
+                timeout=timeout,
+                seed=seed,
                 # A flashed board or the host interpreter runs what it runs: the runtime went into the upload.
                 runtime=runtime if get_board(lowtide_board).builds_firmware else None,
                 # The session holds the board's lock; a labgrid place another client holds is waited for as long.
-                lock_timeout=hil.lock_timeout, take_lock=False,
-                on_wait=lambda phase, holder: hil.say(f"lowtide: board {lowtide_board} is in use by {holder}; "
-                                                      f"waiting up to {hil.lock_timeout:g} s (--lowtide-lock-timeout)"),
+                lock_timeout=hil.lock_timeout,
+                take_lock=False,
+                on_wait=lambda phase, holder: hil.say(
+                    f"lowtide: board {lowtide_board} is in use by {holder}; "
+                    f"waiting up to {hil.lock_timeout:g} s (--lowtide-lock-timeout)"
+                ),
             )
         except LowtideError as exc:
             message = f"lowtide: measuring {model_path.name} on {lowtide_board} failed: {exc}"
@@ -364,8 +375,13 @@ def lowtide_measure(request: pytest.FixtureRequest, lowtide_board: str) -> Measu
         hil.measured += 1
         key = BaselineKey(result.board, result.runtime, f"{test_name}::{name}" if name else test_name)
         measurements.append(Measurement(key, label, result))
-        properties = {"model": model_path.name, "model_sha256": result.model_sha256, "board": result.board,
-                      "runtime": result.runtime, **figures_of(result)}
+        properties = {
+            "model": model_path.name,
+            "model_sha256": result.model_sha256,
+            "board": result.board,
+            "runtime": result.runtime,
+            **figures_of(result),
+        }
         # A figure the board does not have (None) is left out rather than written as "None".
         request.node.user_properties.extend((f"lowtide.{label}.{k}", v) for k, v in properties.items() if v is not None)
         return result
@@ -410,8 +426,11 @@ def assert_no_regression(request: pytest.FixtureRequest, lowtide_tolerances: Tol
         record((f"lowtide.{measurement.label}.baseline", outcome))
         hil.note(outcome, f"{key.name} on {key.board}")
         if outcome == "compared" and comparison.improvements:
-            hil.note("improved", f"{key.name} on {key.board}: " + ", ".join(
-                f"{c.figure} {c.before:,} -> {c.after:,} {c.unit}" for c in comparison.improvements))
+            hil.note(
+                "improved",
+                f"{key.name} on {key.board}: "
+                + ", ".join(f"{c.figure} {c.before:,} -> {c.after:,} {c.unit}" for c in comparison.improvements),
+            )
         if outcome == "regressed":
             pytest.fail(comparison.message(hil.baselines_path), pytrace=False)
         return comparison
@@ -490,12 +509,17 @@ def _ini_number(config: pytest.Config, name: str, may_be_off: bool) -> float | N
 
 
 def _ini_tolerances(config: pytest.Config) -> Tolerances:
-    values = {tolerance: _ini_number(config, name, may_be_off)
-              for name, (tolerance, _, may_be_off) in _INI_TOLERANCES.items()}
+    values = {
+        tolerance: _ini_number(config, name, may_be_off) for name, (tolerance, _, may_be_off) in _INI_TOLERANCES.items()
+    }
     arena_bytes, arena_percent = values["arena_bytes"], values["arena_percent"]
     assert arena_bytes is not None and arena_percent is not None  # their options cannot be 'off'
     try:
-        return Tolerances(arena_bytes=int(arena_bytes), arena_percent=arena_percent,
-                          latency_percent=values["latency_percent"], cycles_percent=values["cycles_percent"])
+        return Tolerances(
+            arena_bytes=int(arena_bytes),
+            arena_percent=arena_percent,
+            latency_percent=values["latency_percent"],
+            cycles_percent=values["cycles_percent"],
+        )
     except ValueError as exc:
         raise pytest.UsageError(f"lowtide tolerances in the ini file: {exc}") from None

@@ -42,8 +42,10 @@ def buffers_to_plan(graph: Graph, order: Order | None = None, executor: Executor
     """The buffers of `order` as a new plan for `executor` places them: any plan the model already carries
     dropped, and outputs that may share a dying input's bytes under `executor`'s kernels marked so (the plan can
     put them there). Plans written into a model (OfflineMemoryAllocation) are TFLM's."""
-    return [dataclasses.replace(b, offline_offset=None)
-            for b in buffer_lifetimes(graph, order, in_place=True, executor=executor)[0]]
+    return [
+        dataclasses.replace(b, offline_offset=None)
+        for b in buffer_lifetimes(graph, order, in_place=True, executor=executor)[0]
+    ]
 
 
 def live_peak_bytes(graph: Graph, order: Order | None = None, in_place: bool = False) -> int:
@@ -52,6 +54,18 @@ def live_peak_bytes(graph: Graph, order: Order | None = None, in_place: bool = F
 
 
 __all__ = [
-    "ALIGNMENT", "Buffer", "Executor", "MemoryPlan", "Order", "Step", "align_up", "arena_head", "buffer_lifetimes", "buffers_to_plan",
-    "greedy_offsets", "live_peak_bytes", "stored_order", "tflm_plan",
+    "ALIGNMENT",
+    "Buffer",
+    "Executor",
+    "MemoryPlan",
+    "Order",
+    "Step",
+    "align_up",
+    "arena_head",
+    "buffer_lifetimes",
+    "buffers_to_plan",
+    "greedy_offsets",
+    "live_peak_bytes",
+    "stored_order",
+    "tflm_plan",
 ]

@@ -54,8 +54,9 @@ def tflm_runs_in_place(op: Operator, a: int, b: int) -> bool:
     author planned it. Never for the operators only the compiled runtime runs in place: TFLM's depthwise and
     element-wise kernels read the input while they write. Lowtide's own plans share bytes only as
     `in_place_outputs` allows."""
-    return (semantics(op.opcode).tflm_in_place is not TflmInPlace.NEVER
-            and bool({a, b} & set(op.inputs) and {a, b} & set(op.outputs)))
+    return semantics(op.opcode).tflm_in_place is not TflmInPlace.NEVER and bool(
+        {a, b} & set(op.inputs) and {a, b} & set(op.outputs)
+    )
 
 
 @dataclass(frozen=True)
@@ -107,8 +108,11 @@ def _shared_blocks(graph: Graph, sg: Subgraph, op: Operator, alignment: int) -> 
     if capability is TflmInPlace.NARROWING:
         source, output = op.inputs[0], op.outputs[0]
         a, b = sg.tensors[source], sg.tensors[output]
-        if ELEMENT_BYTES[b.dtype] <= ELEMENT_BYTES[a.dtype] and math.prod(a.shape) == math.prod(b.shape) \
-                and _aligned(b.nbytes, alignment) <= _aligned(a.nbytes, alignment):
+        if (
+            ELEMENT_BYTES[b.dtype] <= ELEMENT_BYTES[a.dtype]
+            and math.prod(a.shape) == math.prod(b.shape)
+            and _aligned(b.nbytes, alignment) <= _aligned(a.nbytes, alignment)
+        ):
             return [(output, source, 0)]
     return []
 
@@ -122,27 +126,45 @@ def _compiled_blocks(sg: Subgraph, op: Operator) -> list[tuple[int, int, int]]:
         source = sg.tensors[op.inputs[0]]
         weights = sg.tensors[op.inputs[1]]
         dilated = any((d or 1) != 1 for d in attributes_as(op.attributes, DepthwiseConv2DAttributes).dilation)
-        if (source.dtype, weights.dtype, out.dtype) == ("int8",) * 3 and len(source.shape) == len(out.shape) == 4 \
-                and source.shape[3] == out.shape[3] > 1 and not dilated and out.nbytes <= source.nbytes:
+        if (
+            (source.dtype, weights.dtype, out.dtype) == ("int8",) * 3
+            and len(source.shape) == len(out.shape) == 4
+            and source.shape[3] == out.shape[3] > 1
+            and not dilated
+            and out.nbytes <= source.nbytes
+        ):
             return [(op.outputs[0], op.inputs[0], 0)]
         return []
     if op.opcode in COMPILED_ELEMENTWISE:
-        return [(op.outputs[0], t, 0) for t in dict.fromkeys(op.inputs)
-                if t >= 0 and sg.tensors[t].shape == out.shape and sg.tensors[t].dtype == out.dtype]
+        return [
+            (op.outputs[0], t, 0)
+            for t in dict.fromkeys(op.inputs)
+            if t >= 0 and sg.tensors[t].shape == out.shape and sg.tensors[t].dtype == out.dtype
+        ]
     return []
 
 
 def _dies_at(sg: Subgraph, consumers: dict[int, list[int]], tensor: int, op: Operator) -> bool:
     t = sg.tensors[tensor]
-    return (t.kind is TensorKind.ACTIVATION and t.planned and tensor not in sg.outputs
-            and consumers.get(tensor, []) == [op.index] and list(op.inputs).count(tensor) == 1)
+    return (
+        t.kind is TensorKind.ACTIVATION
+        and t.planned
+        and tensor not in sg.outputs
+        and consumers.get(tensor, []) == [op.index]
+        and list(op.inputs).count(tensor) == 1
+    )
 
 
 def _placeable(sg: Subgraph, consumers: dict[int, list[int]], tensor: int, op: Operator) -> bool:
     t = sg.tensors[tensor]
     # An output nobody reads would live in its producer's scope only, where its bytes are the input's anyway.
-    return (t.kind is TensorKind.ACTIVATION and t.planned and tensor not in sg.inputs and tensor not in op.inputs
-            and (bool(consumers.get(tensor)) or tensor in sg.outputs))
+    return (
+        t.kind is TensorKind.ACTIVATION
+        and t.planned
+        and tensor not in sg.inputs
+        and tensor not in op.inputs
+        and (bool(consumers.get(tensor)) or tensor in sg.outputs)
+    )
 
 
 def _aligned(n: int, alignment: int) -> int:

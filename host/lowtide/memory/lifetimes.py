@@ -62,8 +62,9 @@ def stored_order(graph: Graph) -> Order:
     return {sg.index: [op.index for op in sg.operators] for sg in graph.subgraphs}
 
 
-def buffer_lifetimes(graph: Graph, order: Order | None = None, in_place: bool = False,
-                     executor: Executor = Executor.TFLM) -> tuple[list[Buffer], list[Step]]:
+def buffer_lifetimes(
+    graph: Graph, order: Order | None = None, in_place: bool = False, executor: Executor = Executor.TFLM
+) -> tuple[list[Buffer], list[Step]]:
     """Buffers in the order TFLM adds them to its planner (tensors of every subgraph, then scratch buffers),
     and one Step per operator execution in scope order. With `in_place`, outputs that may share their input's
     bytes when `executor`'s kernels run the plan (`lowtide.memory.in_place`) say so in `Buffer.shares`: what an
@@ -133,8 +134,9 @@ def buffer_lifetimes(graph: Graph, order: Order | None = None, in_place: bool = 
             key = (sg.index, t.index)
             if not t.planned or key not in first:
                 continue
-            buffer = Buffer(sg.index, t.index, None, align_up(t.nbytes), first[key], last[key],
-                            planned_offset(sg.index, t.index))
+            buffer = Buffer(
+                sg.index, t.index, None, align_up(t.nbytes), first[key], last[key], planned_offset(sg.index, t.index)
+            )
             share = shared.get(t.index) if sg.index == 0 else None
             if share is not None and last.get((0, share.input)) == first[key] < last[key]:
                 buffer = dataclasses.replace(buffer, first=first[key] + 1, shares=(share.input, share.offset))
@@ -146,7 +148,13 @@ def buffer_lifetimes(graph: Graph, order: Order | None = None, in_place: bool = 
     for sg_index, op_index, s in op_scopes:
         live = tuple(i for i, b in enumerate(buffers) if b.first <= s <= b.last)
         steps.append(
-            Step(sg_index, op_index, graph.subgraphs[sg_index].operators[op_index].opcode, s, live,
-                 sum(buffers[i].size for i in live))
+            Step(
+                sg_index,
+                op_index,
+                graph.subgraphs[sg_index].operators[op_index].opcode,
+                s,
+                live,
+                sum(buffers[i].size for i in live),
+            )
         )
     return buffers, steps

@@ -54,22 +54,24 @@ class Placement:
 
 def live_lower_bound(buffers: Sequence[Buffer]) -> int:
     """Most bytes live in one scope. Only scopes where some buffer starts can hold the maximum."""
-    return max((sum(b.size for b in buffers if b.first <= s <= b.last) for s in {b.first for b in buffers}),
-               default=0)
+    return max((sum(b.size for b in buffers if b.first <= s <= b.last) for s in {b.first for b in buffers}), default=0)
 
 
 def tflm_offsets_with_plan(buffers: Sequence[Buffer], offsets: Sequence[int]) -> list[int]:
     """Offsets TFLM ends up with when every tensor buffer is given its offset in an offline plan: the tensors
     stay where they are put, and the greedy planner fits the scratch buffers around them."""
-    return greedy_offsets([dataclasses.replace(b, offline_offset=None if b.tensor is None else o)
-                           for b, o in zip(buffers, offsets)])
+    return greedy_offsets(
+        [dataclasses.replace(b, offline_offset=None if b.tensor is None else o) for b, o in zip(buffers, offsets)]
+    )
 
 
 def offline_plan(graph: Graph, buffers: Sequence[Buffer], offsets: Sequence[int]) -> OfflinePlan:
     """The plan giving every tensor buffer its offset; tensors TFLM plans itself stay online (and so do constants
     and variables, which must not move into the head)."""
-    return OfflinePlan.from_offsets(graph.tensor_counts, {(b.subgraph, b.tensor): offset
-                                                          for b, offset in zip(buffers, offsets) if b.tensor is not None})
+    return OfflinePlan.from_offsets(
+        graph.tensor_counts,
+        {(b.subgraph, b.tensor): offset for b, offset in zip(buffers, offsets) if b.tensor is not None},
+    )
 
 
 def check_no_overlap(buffers: Sequence[Buffer], offsets: Sequence[int]) -> None:
@@ -85,17 +87,22 @@ def check_no_overlap(buffers: Sequence[Buffer], offsets: Sequence[int]) -> None:
         (root, _), *rest = group
         for j, inside in rest:
             if offsets[j] != offsets[root] + inside:
-                raise LowtideError(f"memory plan moves in-place output {buffers[j].label} off the bytes it shares "
-                                   f"(offset {offsets[j]}, expected {offsets[root] + inside})")
+                raise LowtideError(
+                    f"memory plan moves in-place output {buffers[j].label} off the bytes it shares "
+                    f"(offset {offsets[j]}, expected {offsets[root] + inside})"
+                )
     overlap = first_overlap(buffers, offsets)
     if overlap is not None:
         (a, oa), (b, ob) = ((buffers[i], offsets[i]) for i in overlap)
-        raise LowtideError(f"memory plan overlaps: {a.label} [{oa}, {oa + a.size}) and {b.label} [{ob}, {ob + b.size}) "
-                           f"are both live in scope {b.first}")
+        raise LowtideError(
+            f"memory plan overlaps: {a.label} [{oa}, {oa + a.size}) and {b.label} [{ob}, {ob + b.size}) "
+            f"are both live in scope {b.first}"
+        )
 
 
-def first_overlap(buffers: Sequence[Buffer], offsets: Sequence[int],
-                  in_place: Callable[[Buffer, Buffer], bool] | None = None) -> tuple[int, int] | None:
+def first_overlap(
+    buffers: Sequence[Buffer], offsets: Sequence[int], in_place: Callable[[Buffer, Buffer], bool] | None = None
+) -> tuple[int, int] | None:
     """The first two buffers live at the same time on shared bytes, as indices into `buffers`, the one live first
     first; None if there are none. The one overlap check of every plan: the plans lowtide makes
     (`check_no_overlap`) and a model's own (`lowtide.memory.plan_check`). An output lowtide places in place
@@ -105,7 +112,7 @@ def first_overlap(buffers: Sequence[Buffer], offsets: Sequence[int],
     by_first = sorted(range(len(buffers)), key=lambda i: buffers[i].first)
     for k, i in enumerate(by_first):
         a, oa = buffers[i], offsets[i]
-        for j in by_first[k + 1:]:
+        for j in by_first[k + 1 :]:
             b, ob = buffers[j], offsets[j]
             if b.first > a.last:
                 break
@@ -135,7 +142,7 @@ def in_place_groups(buffers: Sequence[Buffer]) -> list[tuple[tuple[int, int], ..
     root first."""
     index = {(b.subgraph, b.tensor): i for i, b in enumerate(buffers) if b.tensor is not None}
     members: dict[int, list[tuple[int, int]]] = {}
-    for i, b in enumerate(buffers):
+    for i in range(len(buffers)):
         root, offset = i, 0
         while (shared := buffers[root].shares) is not None:
             tensor, inside = shared
@@ -149,8 +156,9 @@ def in_place_groups(buffers: Sequence[Buffer]) -> list[tuple[tuple[int, int], ..
     return [tuple(group) for group in members.values()]
 
 
-def _first_fit(buffers: Sequence[Buffer], priority: Sequence[int], best_fit: bool,
-               groups: Sequence[tuple[tuple[int, int], ...]]) -> list[int]:
+def _first_fit(
+    buffers: Sequence[Buffer], priority: Sequence[int], best_fit: bool, groups: Sequence[tuple[tuple[int, int], ...]]
+) -> list[int]:
     """Place groups in the order their first member appears in `priority`. A single buffer goes into the lowest
     (or tightest) gap; a group goes to the lowest offset where every member fits."""
     group_of = {i: g for g, group in enumerate(groups) for i, _ in group}
@@ -159,8 +167,11 @@ def _first_fit(buffers: Sequence[Buffer], priority: Sequence[int], best_fit: boo
     done: set[int] = set()
 
     def busy(b: Buffer) -> list[tuple[int, int]]:
-        return sorted((offsets[j], offsets[j] + buffers[j].size) for j in placed
-                      if buffers[j].first <= b.last and b.first <= buffers[j].last)
+        return sorted(
+            (offsets[j], offsets[j] + buffers[j].size)
+            for j in placed
+            if buffers[j].first <= b.last and b.first <= buffers[j].last
+        )
 
     for i in priority:
         g = group_of[i]
@@ -177,8 +188,9 @@ def _first_fit(buffers: Sequence[Buffer], priority: Sequence[int], best_fit: boo
             while moved:  # jump past the first clash until none is left: the base only grows
                 moved = False
                 for inside, size, ranges in taken:
-                    clash = next((end for start, end in ranges if start < base + inside + size
-                                  and base + inside < end), None)
+                    clash = next(
+                        (end for start, end in ranges if start < base + inside + size and base + inside < end), None
+                    )
                     if clash is not None:
                         base, moved = clash - inside, True
                         break
@@ -192,8 +204,10 @@ def _lowest_offset_first(buffers: Sequence[Buffer]) -> list[int]:
     """Greedy by offset (Pisarchyk & Lee, 2020): repeatedly place the buffer that can go lowest, largest first
     among ties. Strong on chains, where TFLM's largest-first order leaves holes."""
     n = len(buffers)
-    overlapping = [[j for j in range(n) if j != i and buffers[j].first <= buffers[i].last
-                    and buffers[i].first <= buffers[j].last] for i in range(n)]
+    overlapping = [
+        [j for j in range(n) if j != i and buffers[j].first <= buffers[i].last and buffers[i].first <= buffers[j].last]
+        for i in range(n)
+    ]
     offsets = [0] * n
     lowest = [0] * n  # lowest offset each unplaced buffer could take now
     placed = [False] * n
@@ -207,8 +221,9 @@ def _lowest_offset_first(buffers: Sequence[Buffer]) -> list[int]:
     return offsets
 
 
-def _heuristics(buffers: Sequence[Buffer],
-                groups: Sequence[tuple[tuple[int, int], ...]]) -> list[tuple[str, Callable[[], list[int]]]]:
+def _heuristics(
+    buffers: Sequence[Buffer], groups: Sequence[tuple[tuple[int, int], ...]]
+) -> list[tuple[str, Callable[[], list[int]]]]:
     n = range(len(buffers))
     length = [b.last - b.first + 1 for b in buffers]
     orders = {
@@ -229,8 +244,14 @@ def _heuristics(buffers: Sequence[Buffer],
     return candidates
 
 
-def _solve_cp_sat(buffers: Sequence[Buffer], groups: Sequence[tuple[tuple[int, int], ...]], hint: Sequence[int],
-                  lower: int, upper: int, work: WorkBudget) -> tuple[list[int], int, bool] | None:
+def _solve_cp_sat(
+    buffers: Sequence[Buffer],
+    groups: Sequence[tuple[tuple[int, int], ...]],
+    hint: Sequence[int],
+    lower: int,
+    upper: int,
+    work: WorkBudget,
+) -> tuple[list[int], int, bool] | None:
     """Minimise the head exactly within `work`. Returns (offsets, head, proven optimal), or None if no solution
     within it."""
     from ortools.sat.python import cp_model
@@ -285,8 +306,9 @@ def place(buffers: Sequence[Buffer], work: WorkBudget | None = None) -> Placemen
         where the solver did."""
         realised = tflm_offsets_with_plan(buffers, offsets)
         head = arena_head(buffers, realised)
-        return Placement(tuple(realised), head, lower, head in (lower, proven_head), method, False,
-                         time.monotonic() - started)
+        return Placement(
+            tuple(realised), head, lower, head in (lower, proven_head), method, False, time.monotonic() - started
+        )
 
     best: Placement | None = None
     groups = in_place_groups(buffers)

@@ -32,13 +32,24 @@ def plan_problems(graph: Graph) -> list[Problem]:
         """Live together only while one operator reads one and writes the other, whose kernel runs in place."""
         scope = max(a.first, b.first)
         op = op_at.get(scope)
-        return (scope == min(a.last, b.last) and op is not None and a.subgraph == b.subgraph
-                and a.tensor is not None and b.tensor is not None and tflm_runs_in_place(op, a.tensor, b.tensor))
+        return (
+            scope == min(a.last, b.last)
+            and op is not None
+            and a.subgraph == b.subgraph
+            and a.tensor is not None
+            and b.tensor is not None
+            and tflm_runs_in_place(op, a.tensor, b.tensor)
+        )
 
     fixed = [(b, b.offline_offset) for b in buffers if b.offline_offset is not None]
     overlap = first_overlap([b for b, _ in fixed], [offset for _, offset in fixed], in_place)
     if overlap is None:
         return []
     (a, a_offset), (b, b_offset) = (fixed[i] for i in overlap)
-    return [Problem("model", f"{OVERLAP_REASON}: {a.label} [{a_offset}, {a_offset + a.size}) and {b.label} "
-                             f"[{b_offset}, {b_offset + b.size}) are both live in scope {b.first}")]
+    return [
+        Problem(
+            "model",
+            f"{OVERLAP_REASON}: {a.label} [{a_offset}, {a_offset + a.size}) and {b.label} "
+            f"[{b_offset}, {b_offset + b.size}) are both live in scope {b.first}",
+        )
+    ]

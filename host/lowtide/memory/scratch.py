@@ -65,8 +65,9 @@ def scratch_sizes(graph: Graph, subgraph: int, op: int) -> list[int]:
     if opcode in _MIN_MAX_REDUCERS:
         return [len(required(0).shape) * _INT, _elements(required(1)) * _INT]
     if opcode in _MEAN_SUM_REDUCERS:
-        accumulator = ([_elements(sg.tensors[operator.outputs[0]]) * _INT]
-                       if required(0).dtype in ("int8", "int16") else [])
+        accumulator = (
+            [_elements(sg.tensors[operator.outputs[0]]) * _INT] if required(0).dtype in ("int8", "int16") else []
+        )
         return [*accumulator, len(required(0).shape) * _INT, _elements(required(1)) * _INT]
     if opcode == "ADD_N" and sg.tensors[operator.outputs[0]].dtype in ("float32", "int8"):
         return [_HOST_POINTER * len(inputs)]

@@ -41,12 +41,15 @@ class Benchmark:
         return self.id == "ad01"
 
 
-BENCHMARKS = {b.id: b for b in (
-    Benchmark("kws01", "keyword spotting", "int8", 490, 12),
-    Benchmark("vww01", "visual wake words", "uint8", 96 * 96 * 3, 2),
-    Benchmark("ic01", "image classification", "uint8", 32 * 32 * 3, 10),
-    Benchmark("ad01", "anomaly detection", "float32", 640, 2, window_stride=512),
-)}
+BENCHMARKS = {
+    b.id: b
+    for b in (
+        Benchmark("kws01", "keyword spotting", "int8", 490, 12),
+        Benchmark("vww01", "visual wake words", "uint8", 96 * 96 * 3, 2),
+        Benchmark("ic01", "image classification", "uint8", 32 * 32 * 3, 10),
+        Benchmark("ad01", "anomaly detection", "float32", 640, 2, window_stride=512),
+    )
+}
 STREAMING_ID = "sww01"  # the streaming wake-word test: needs an interface board that plays audio, not the db grammar
 
 
@@ -56,8 +59,10 @@ def benchmark_named(benchmark_id: str) -> Benchmark:
     if benchmark_id in BENCHMARKS:
         return BENCHMARKS[benchmark_id]
     if not benchmark_id or len(benchmark_id) > 16 or not benchmark_id.isascii() or not benchmark_id.isalnum():
-        raise LowtideError(f"MLPerf benchmark id {benchmark_id!r}: 1 to 16 letters and digits "
-                           f"(known: {', '.join(BENCHMARKS)}, {STREAMING_ID})")
+        raise LowtideError(
+            f"MLPerf benchmark id {benchmark_id!r}: 1 to 16 letters and digits "
+            f"(known: {', '.join(BENCHMARKS)}, {STREAMING_ID})"
+        )
     return Benchmark(benchmark_id, "user benchmark", "int8", None, 0)
 
 
@@ -79,13 +84,17 @@ class MlperfProtocol:
     def firmware_defines(self) -> ProtocolDefines:
         """The preprocessor defines lt_mlperf.c reads (lowtide_project.json); the model id is a string define,
         LT_MLPERF_MODEL_ID."""
-        defines = (("LT_PROTOCOL_MLPERF", None), ("LT_MLPERF_DB_BYTES", str(self.db_bytes)),
-                   ("LT_MLPERF_INPUT", str(self.input_encoding)), ("LT_MLPERF_RESULT", str(self.result)),
-                   ("LT_MLPERF_OUTPUT_FLOAT32", "1" if self.output_float32 else "0"),
-                   ("LT_MLPERF_INPUT_SCALE", _c_float(self.input_scale)),
-                   ("LT_MLPERF_INPUT_ZERO_POINT", str(self.input_zero_point)),
-                   ("LT_MLPERF_OUTPUT_SCALE", _c_float(self.output_scale)),
-                   ("LT_MLPERF_OUTPUT_ZERO_POINT", str(self.output_zero_point)))
+        defines = (
+            ("LT_PROTOCOL_MLPERF", None),
+            ("LT_MLPERF_DB_BYTES", str(self.db_bytes)),
+            ("LT_MLPERF_INPUT", str(self.input_encoding)),
+            ("LT_MLPERF_RESULT", str(self.result)),
+            ("LT_MLPERF_OUTPUT_FLOAT32", "1" if self.output_float32 else "0"),
+            ("LT_MLPERF_INPUT_SCALE", _c_float(self.input_scale)),
+            ("LT_MLPERF_INPUT_ZERO_POINT", str(self.input_zero_point)),
+            ("LT_MLPERF_OUTPUT_SCALE", _c_float(self.output_scale)),
+            ("LT_MLPERF_OUTPUT_ZERO_POINT", str(self.output_zero_point)),
+        )
         return ProtocolDefines(defines, (("LT_MLPERF_MODEL_ID", self.model_id),))
 
 
@@ -108,16 +117,20 @@ def mlperf_protocol(graph: Graph, benchmark: Benchmark) -> MlperfProtocol:
     if benchmark.id == STREAMING_ID:
         raise LowtideError(f"{STREAMING_ID} streams audio through an interface board: not a db/infer benchmark")
     if len(sg.inputs) != 1 or len(sg.outputs) != 1:
-        raise LowtideError(f"{name}: MLPerf Tiny models have one input and one output; this one has "
-                           f"{len(sg.inputs)} and {len(sg.outputs)}")
+        raise LowtideError(
+            f"{name}: MLPerf Tiny models have one input and one output; this one has "
+            f"{len(sg.inputs)} and {len(sg.outputs)}"
+        )
     model_in, model_out = sg.tensors[sg.inputs[0]], sg.tensors[sg.outputs[0]]
     if model_out.dtype not in ("int8", "float32"):
         raise LowtideError(f"{name}: output of type {model_out.dtype}: m-results needs int8 or float32")
     out_scale, out_zero = _quantization(graph, sg.outputs[0]) if model_out.dtype == "int8" else (1.0, 0)
     elements = model_in.nbytes // _ELEMENT_BYTES.get(model_in.dtype, 1)
     if benchmark.elements is not None and elements != benchmark.elements:
-        raise LowtideError(f"{name}: input {model_in.shape} has {elements:,} elements, but {benchmark.id} sends "
-                           f"{benchmark.elements:,} ({benchmark.task}, {benchmark.element})")
+        raise LowtideError(
+            f"{name}: input {model_in.shape} has {elements:,} elements, but {benchmark.id} sends "
+            f"{benchmark.elements:,} ({benchmark.task}, {benchmark.element})"
+        )
     if benchmark.elements is None or benchmark.element == model_in.dtype:
         encoding, in_scale, in_zero = INPUT_BYTES, 1.0, 0
     elif benchmark.element == "uint8" and model_in.dtype == "int8":
@@ -127,10 +140,18 @@ def mlperf_protocol(graph: Graph, benchmark: Benchmark) -> MlperfProtocol:
     else:
         raise LowtideError(f"{name}: input of type {model_in.dtype}, but {benchmark.id} sends {benchmark.element}")
     if benchmark.scores_reconstruction and model_out.nbytes // _ELEMENT_BYTES[model_out.dtype] != elements:
-        raise LowtideError(f"{name}: {benchmark.id} scores the reconstruction of its input, but the output has "
-                           f"{model_out.shape} elements against the input's {model_in.shape}")
+        raise LowtideError(
+            f"{name}: {benchmark.id} scores the reconstruction of its input, but the output has "
+            f"{model_out.shape} elements against the input's {model_in.shape}"
+        )
     return MlperfProtocol(
-        model_id=benchmark.id, db_bytes=benchmark.input_bytes or model_in.nbytes, input_encoding=encoding,
+        model_id=benchmark.id,
+        db_bytes=benchmark.input_bytes or model_in.nbytes,
+        input_encoding=encoding,
         result=RESULT_RECONSTRUCTION if benchmark.scores_reconstruction else RESULT_SCORES,
-        output_float32=model_out.dtype == "float32", input_scale=in_scale, input_zero_point=in_zero,
-        output_scale=out_scale, output_zero_point=out_zero)
+        output_float32=model_out.dtype == "float32",
+        input_scale=in_scale,
+        input_zero_point=in_zero,
+        output_scale=out_scale,
+        output_zero_point=out_zero,
+    )

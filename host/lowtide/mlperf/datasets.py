@@ -56,36 +56,47 @@ def check_dataset(path: Path, benchmark: Benchmark) -> Dataset:
     for number, row in enumerate(rows, 1):
         where = f"{labels}:{number}"
         if len(row) < 3 or not row[1].strip().isdigit() or not row[2].strip().isdigit():
-            raise LowtideError("expected FILE,CLASSES,CLASS" + (",BYTES_TO_SEND,STRIDE" if benchmark.window_stride
-                                                                 else ""), where)
+            raise LowtideError(
+                "expected FILE,CLASSES,CLASS" + (",BYTES_TO_SEND,STRIDE" if benchmark.window_stride else ""), where
+            )
         file = folder / row[0].strip()
         if not file.is_file():
             raise LowtideError(f"no input file {row[0].strip()!r}", where)
         size = file.stat().st_size
         if benchmark.window_stride is None:
             if benchmark.input_bytes is not None and size != benchmark.input_bytes:
-                raise LowtideError(f"{file.name} has {size:,} bytes; a {benchmark.id} input has "
-                                   f"{benchmark.input_bytes:,} ({benchmark.elements:,} {benchmark.element})", where)
+                raise LowtideError(
+                    f"{file.name} has {size:,} bytes; a {benchmark.id} input has "
+                    f"{benchmark.input_bytes:,} ({benchmark.elements:,} {benchmark.element})",
+                    where,
+                )
         else:
             if len(row) < 5 or not row[3].strip().isdigit() or not row[4].strip().isdigit():
                 raise LowtideError(f"{benchmark.id} rows need FILE,CLASSES,CLASS,BYTES_TO_SEND,STRIDE", where)
             window, stride = int(row[3]), int(row[4])
             if window != benchmark.input_bytes or stride <= 0:
-                raise LowtideError(f"windows of {window:,} bytes every {stride:,}; {benchmark.id} sends "
-                                   f"{benchmark.input_bytes:,} ({benchmark.elements:,} {benchmark.element})", where)
+                raise LowtideError(
+                    f"windows of {window:,} bytes every {stride:,}; {benchmark.id} sends "
+                    f"{benchmark.input_bytes:,} ({benchmark.elements:,} {benchmark.element})",
+                    where,
+                )
             if size < window or size % 4:
                 raise LowtideError(f"{file.name} has {size:,} bytes: not fp32 values, at least one window", where)
             window_counts.add((size - window) // stride + 1)
         inputs.append(LabelledInput(file, int(row[2])))
     if len(window_counts) > 1:
         # The runner takes the first file's window count for every file.
-        raise LowtideError(f"{benchmark.id} files must all hold as many windows; these hold "
-                           f"{', '.join(map(str, sorted(window_counts)))}", labels)
+        raise LowtideError(
+            f"{benchmark.id} files must all hold as many windows; these hold "
+            f"{', '.join(map(str, sorted(window_counts)))}",
+            labels,
+        )
     return Dataset(root, benchmark, tuple(inputs))
 
 
-def generate_dataset(root: Path, benchmark: Benchmark, input_bytes: int, label_classes: int, seed: int = 0,
-                     windows: int = 1) -> Dataset:
+def generate_dataset(
+    root: Path, benchmark: Benchmark, input_bytes: int, label_classes: int, seed: int = 0, windows: int = 1
+) -> Dataset:
     """Random inputs of `benchmark`'s format (`input_bytes` each) in `root`/<id>/: enough for performance mode's
     five windows and for each of `label_classes` to appear (accuracy's AUC needs every one); `windows` per file for
     ad01."""

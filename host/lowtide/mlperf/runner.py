@@ -67,9 +67,11 @@ _REFUSED = re.compile(r"(ERROR \d+ - .*)$")
 _SESSION = re.compile(r"Session logged in file (\S+)")
 
 
-THROUGHPUT_FORMULA = ("inferences / ((T1 - T0) / 1e6) per window, T0 and T1 the board's m-lap-us- microseconds "
-                      "around its inferences (on an emulator: instructions * 1e6 // clock_hz), the median of the "
-                      "windows: the runner's own formula, on the timestamps it recorded in results.json")
+THROUGHPUT_FORMULA = (
+    "inferences / ((T1 - T0) / 1e6) per window, T0 and T1 the board's m-lap-us- microseconds "
+    "around its inferences (on an emulator: instructions * 1e6 // clock_hz), the median of the "
+    "windows: the runner's own formula, on the timestamps it recorded in results.json"
+)
 
 
 @dataclass(frozen=True)
@@ -136,8 +138,10 @@ def locate_runner(path: Path | None, configured: str | None = None) -> Path:
     benchmark/runner, or an archive of either), else `configured` ($LOWTIDE_MLPERF_RUNNER)."""
     if path is None:
         if not configured:
-            raise LowtideError(f"no MLPerf Tiny runner: give --runner (a checkout of github.com/mlcommons/tiny, its "
-                               f"benchmark/runner, or an archive of it) or set {RUNNER_ENV}")
+            raise LowtideError(
+                f"no MLPerf Tiny runner: give --runner (a checkout of github.com/mlcommons/tiny, its "
+                f"benchmark/runner, or an archive of it) or set {RUNNER_ENV}"
+            )
         path = Path(configured)
     path = Path(path)
     if path.is_file() and tarfile.is_tarfile(path):
@@ -146,8 +150,9 @@ def locate_runner(path: Path | None, configured: str | None = None) -> Path:
     else:
         found = _runner_folder(path) if path.is_dir() else None
     if found is None:
-        raise LowtideError(f"not MLCommons' MLPerf Tiny runner: no {RUNNER_SUBDIR}/ with {', '.join(RUNNER_FILES)}",
-                           path)
+        raise LowtideError(
+            f"not MLCommons' MLPerf Tiny runner: no {RUNNER_SUBDIR}/ with {', '.join(RUNNER_FILES)}", path
+        )
     return found
 
 
@@ -167,8 +172,10 @@ def _test_script(runner: Path, mode: str, benchmark: Benchmark) -> Path:
 def devices_yaml(name: str, usb_ids: list[tuple[int, int]], baud: int) -> str:
     """The runner's device list (--device_list): one DUT, found by any of `usb_ids`."""
     ids = "".join(f"\n    0x{vid:04X}: 0x{pid:04X}" for vid, pid in usb_ids)
-    return (f"- name: {name}\n  type: dut\n  baud:\n    energy: {baud}\n    performance: {baud}\n"
-            f"    accuracy: {baud}\n  usb:{ids}\n")
+    return (
+        f"- name: {name}\n  type: dut\n  baud:\n    energy: {baud}\n    performance: {baud}\n"
+        f"    accuracy: {baud}\n  usb:{ids}\n"
+    )
 
 
 # --- an emulator's serial line as a port --------------------------------------------------------------------------
@@ -187,8 +194,9 @@ class _PtyRelay:
         self.runner_spoke = threading.Event()
         self.infer_sent_at = 0.0
         self.failure: str | None = None
-        self.threads = [threading.Thread(target=self._guard, args=(f,), daemon=True)
-                        for f in (self._to_board, self._to_runner)]
+        self.threads = [
+            threading.Thread(target=self._guard, args=(f,), daemon=True) for f in (self._to_board, self._to_runner)
+        ]
 
     def _guard(self, work) -> None:
         try:
@@ -257,8 +265,9 @@ def _figures(output: str, work_dir: Path) -> tuple[float | None, tuple[float, ..
 
 def _run_runner(argv: list[str], work_dir: Path, timeout: float) -> str:
     try:
-        done = subprocess.run(argv, cwd=work_dir, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=timeout, check=False)
+        done = subprocess.run(
+            argv, cwd=work_dir, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout, check=False
+        )
     except subprocess.TimeoutExpired:
         raise LowtideError(f"the MLPerf Tiny runner took longer than {timeout:g} s") from None
     output = done.stdout + done.stderr
@@ -272,9 +281,18 @@ def _usb_ids(texts: tuple[str, ...]) -> list[tuple[int, int]]:
     return [(int(vid, 16), int(pid, 16)) for vid, pid in (text.split(":") for text in texts)]
 
 
-def run_mlperf(model: Path, board_name: str, benchmark_id: str, mode: str = "performance",
-               dataset: Path | None = None, runner: Path | None = None, runtime: str | None = None,
-               port: str | None = None, work_dir: Path | None = None, timeout: float = 3600.0) -> MlperfResult:
+def run_mlperf(
+    model: Path,
+    board_name: str,
+    benchmark_id: str,
+    mode: str = "performance",
+    dataset: Path | None = None,
+    runner: Path | None = None,
+    runtime: str | None = None,
+    port: str | None = None,
+    work_dir: Path | None = None,
+    timeout: float = 3600.0,
+) -> MlperfResult:
     """The runner's figures for `model` as `benchmark_id` on `board_name` in `mode`; without `dataset`, on random
     inputs of the benchmark's format. Everything that can be checked before building is."""
     if mode not in MODES:
@@ -287,8 +305,10 @@ def run_mlperf(model: Path, board_name: str, benchmark_id: str, mode: str = "per
     test_script = _test_script(runner_dir, mode, benchmark)
     board = get_board(board_name)
     if not isinstance(board, (EmulatedBoard, UsbBoard)):
-        raise LowtideError(f"--board {board.name}: lowtide mlperf builds the firmware for an emulated board or a real "
-                           f"one on this machine's USB (a board file's board: `lowtide boards`)")
+        raise LowtideError(
+            f"--board {board.name}: lowtide mlperf builds the firmware for an emulated board or a real "
+            f"one on this machine's USB (a board file's board: `lowtide boards`)"
+        )
     chosen = runtime_for(board.spec.runtime, runtime_named(runtime) if runtime else None)
     work_dir = Path(work_dir or Path.cwd()).resolve()
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -298,9 +318,13 @@ def run_mlperf(model: Path, board_name: str, benchmark_id: str, mode: str = "per
             data = check_dataset(Path(dataset).resolve(), benchmark)
         else:
             outputs = graph.main.tensors[graph.main.outputs[0]]
-            data = generate_dataset(scratch / "datasets", benchmark, protocol.db_bytes,
-                                    benchmark.label_classes or outputs.shape[-1],
-                                    windows=2 if benchmark.window_stride else 1)
+            data = generate_dataset(
+                scratch / "datasets",
+                benchmark,
+                protocol.db_bytes,
+                benchmark.label_classes or outputs.shape[-1],
+                windows=2 if benchmark.window_stride else 1,
+            )
         arguments = [f"--dataset_path={data.root}", f"--test_script={test_script}", f"--mode={MODES[mode]}"]
         devices = scratch / "devices.yaml"
         if isinstance(board, EmulatedBoard):
@@ -309,8 +333,16 @@ def run_mlperf(model: Path, board_name: str, benchmark_id: str, mode: str = "per
             link = stack.enter_context(run_emulator(board.emulator_command, image.elf, BOOT_TIMEOUT_S))
             relay = stack.enter_context(_PtyRelay(link, hold_windows=mode == "performance"))
             vid, pid = EMULATED_USB_ID
-            argv = [sys.executable, str(LAUNCHER), relay.path, f"{vid:04x}", f"{pid:04x}",
-                    str(runner_dir / "main.py"), f"--device_list={devices}", *arguments]
+            argv = [
+                sys.executable,
+                str(LAUNCHER),
+                relay.path,
+                f"{vid:04x}",
+                f"{pid:04x}",
+                str(runner_dir / "main.py"),
+                f"--device_list={devices}",
+                *arguments,
+            ]
             try:
                 output = _run_runner(argv, work_dir, timeout)
             except LowtideError:
@@ -320,19 +352,30 @@ def run_mlperf(model: Path, board_name: str, benchmark_id: str, mode: str = "per
         else:
             port = board.port(port)
             upload_firmware(board.spec, model, port, chosen, protocol=protocol.firmware_defines())
-            devices.write_text(devices_yaml(f"lowtide-{board.name}", _usb_ids(board.serial.usb_ids),
-                                            board.serial.baud))
+            devices.write_text(devices_yaml(f"lowtide-{board.name}", _usb_ids(board.serial.usb_ids), board.serial.baud))
             argv = [sys.executable, str(runner_dir / "main.py"), f"--device_list={devices}", *arguments]
             output = _run_runner(argv, work_dir, timeout)
         median, printed_windows, top1, auc, session = _figures(output, work_dir)
         windows = timed_windows(_results(session)) if mode == "performance" else ()
         # statistics.median is numpy's (the runner's) to the bit: the middle value, or the two middle ones' mean
         computed = statistics.median(w.throughput for w in windows) if windows else None
-        return MlperfResult(model=model.name, benchmark=benchmark.id, mode=mode, board=board.name, runtime=chosen.name,
-                            dataset=str(data.root), generated_dataset=dataset is None, median_throughput=median,
-                            window_throughputs=printed_windows, top1_percent=top1, auc=auc, session_dir=str(session),
-                            windows=windows, median_throughput_from_timestamps=computed,
-                            throughput_formula=THROUGHPUT_FORMULA if windows else None)
+        return MlperfResult(
+            model=model.name,
+            benchmark=benchmark.id,
+            mode=mode,
+            board=board.name,
+            runtime=chosen.name,
+            dataset=str(data.root),
+            generated_dataset=dataset is None,
+            median_throughput=median,
+            window_throughputs=printed_windows,
+            top1_percent=top1,
+            auc=auc,
+            session_dir=str(session),
+            windows=windows,
+            median_throughput_from_timestamps=computed,
+            throughput_formula=THROUGHPUT_FORMULA if windows else None,
+        )
 
 
 def timed_windows(results: list[dict]) -> tuple[MlperfWindow, ...]:
@@ -341,8 +384,12 @@ def timed_windows(results: list[dict]) -> tuple[MlperfWindow, ...]:
     windows = []
     for entry in results:
         infer = entry.get("infer") if isinstance(entry, dict) else None
-        if (not isinstance(infer, dict) or "throughput" not in infer or entry.get("error")
-                or not {"class", "file"} <= entry.keys()):
+        if (
+            not isinstance(infer, dict)
+            or "throughput" not in infer
+            or entry.get("error")
+            or not {"class", "file"} <= entry.keys()
+        ):
             continue
         try:
             n, t0, t1 = int(infer["iterations"]), int(infer["start_time"]), int(infer["end_time"])
@@ -363,5 +410,3 @@ def _results(session: Path) -> list[dict]:
 def session_results(result: MlperfResult) -> list[dict]:
     """The runner's results.json of the run: one entry per window or input file."""
     return _results(Path(result.session_dir))
-
-

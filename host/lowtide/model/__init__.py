@@ -5,6 +5,12 @@ from lowtide.model.reader import read_model
 from lowtide.model.writer import model_bytes, write_model
 
 __all__ = [
-    "Graph", "Operator", "Subgraph", "Tensor", "TensorKind",
-    "read_model", "model_bytes", "write_model",
+    "Graph",
+    "Operator",
+    "Subgraph",
+    "Tensor",
+    "TensorKind",
+    "read_model",
+    "model_bytes",
+    "write_model",
 ]

@@ -35,7 +35,9 @@ InputType = Literal["int8", "uint8", "float32"]
 Padding = Literal["SAME", "VALID"]
 
 _ACTIVATION_CODES: dict[str, attrs.Activation] = {
-    "NONE": attrs.Activation.NONE, "RELU": attrs.Activation.RELU, "RELU6": attrs.Activation.RELU6,
+    "NONE": attrs.Activation.NONE,
+    "RELU": attrs.Activation.RELU,
+    "RELU6": attrs.Activation.RELU6,
 }
 _PADDING_CODES: dict[str, attrs.Padding] = {"SAME": attrs.Padding.SAME, "VALID": attrs.Padding.VALID}
 # How many root-mean-squares of a tensor its int8 range covers: wide enough that few values clip, narrow
@@ -123,8 +125,9 @@ class ModelBuilder:
         self._same_quant_parent: dict[int, int] = {}
 
     # ---- graph inputs and outputs -------------------------------------------------------------------------
-    def input(self, shape: Sequence[int], value_range: tuple[float, float] = (-1.0, 1.0),
-              dtype: InputType = "int8") -> TensorRef:
+    def input(
+        self, shape: Sequence[int], value_range: tuple[float, float] = (-1.0, 1.0), dtype: InputType = "int8"
+    ) -> TensorRef:
         """A model input, NHWC, covering `value_range` in real values: int8, or uint8 or float32 as camera
         pipelines deliver them (follow it with `quantize` to reach int8)."""
         lo, hi = value_range
@@ -144,46 +147,93 @@ class ModelBuilder:
             self._outputs.append(t.index)
 
     # ---- operators ----------------------------------------------------------------------------------------
-    def conv2d(self, x: TensorRef, filters: int, kernel: int = 3, stride: int = 1, padding: Padding = "SAME",
-               activation: Activation = "RELU", dilation: int = 1) -> TensorRef:
+    def conv2d(
+        self,
+        x: TensorRef,
+        filters: int,
+        kernel: int = 3,
+        stride: int = 1,
+        padding: Padding = "SAME",
+        activation: Activation = "RELU",
+        dilation: int = 1,
+    ) -> TensorRef:
         n, h, w, c = self._nhwc(x)
         out_h, out_w = _conv_out(h, kernel, stride, padding, dilation), _conv_out(w, kernel, stride, padding, dilation)
-        weights = self._draw_weights((filters, kernel, kernel, c), fan_in=kernel * kernel * c,
-                                     activation=activation)
-        attributes = attrs.Conv2DAttributes(padding=_PADDING_CODES[padding], stride=(stride, stride),
-                                        dilation=(dilation, dilation), fused_activation=_activation_code(activation))
-        return self._add_weighted("CONV_2D", x, weights, channel_axis=0, out_shape=(n, out_h, out_w, filters),
-                                  activation=activation, attributes=attributes)
+        weights = self._draw_weights((filters, kernel, kernel, c), fan_in=kernel * kernel * c, activation=activation)
+        attributes = attrs.Conv2DAttributes(
+            padding=_PADDING_CODES[padding],
+            stride=(stride, stride),
+            dilation=(dilation, dilation),
+            fused_activation=_activation_code(activation),
+        )
+        return self._add_weighted(
+            "CONV_2D",
+            x,
+            weights,
+            channel_axis=0,
+            out_shape=(n, out_h, out_w, filters),
+            activation=activation,
+            attributes=attributes,
+        )
 
-    def depthwise_conv2d(self, x: TensorRef, kernel: int = 3, stride: int = 1, padding: Padding = "SAME",
-                         activation: Activation = "RELU", depth_multiplier: int = 1, dilation: int = 1) -> TensorRef:
+    def depthwise_conv2d(
+        self,
+        x: TensorRef,
+        kernel: int = 3,
+        stride: int = 1,
+        padding: Padding = "SAME",
+        activation: Activation = "RELU",
+        depth_multiplier: int = 1,
+        dilation: int = 1,
+    ) -> TensorRef:
         n, h, w, c = self._nhwc(x)
         out_h, out_w = _conv_out(h, kernel, stride, padding, dilation), _conv_out(w, kernel, stride, padding, dilation)
         channels = c * depth_multiplier
         weights = self._draw_weights((1, kernel, kernel, channels), fan_in=kernel * kernel, activation=activation)
         attributes = attrs.DepthwiseConv2DAttributes(
-            padding=_PADDING_CODES[padding], stride=(stride, stride), depth_multiplier=depth_multiplier,
-            dilation=(dilation, dilation), fused_activation=_activation_code(activation))
-        return self._add_weighted("DEPTHWISE_CONV_2D", x, weights, channel_axis=3,
-                                  out_shape=(n, out_h, out_w, channels), activation=activation, attributes=attributes)
+            padding=_PADDING_CODES[padding],
+            stride=(stride, stride),
+            depth_multiplier=depth_multiplier,
+            dilation=(dilation, dilation),
+            fused_activation=_activation_code(activation),
+        )
+        return self._add_weighted(
+            "DEPTHWISE_CONV_2D",
+            x,
+            weights,
+            channel_axis=3,
+            out_shape=(n, out_h, out_w, channels),
+            activation=activation,
+            attributes=attributes,
+        )
 
     def fully_connected(self, x: TensorRef, units: int, activation: Activation = "NONE") -> TensorRef:
         """Dense layer over all but the batch dimension (TFLM flattens a 4-D input itself)."""
         batch, features = x.shape[0], math.prod(x.shape[1:])
         weights = self._draw_weights((units, features), fan_in=features, activation=activation)
         # TFLite quantizes FULLY_CONNECTED weights per tensor; TFLM's reference kernel expects that.
-        return self._add_weighted("FULLY_CONNECTED", x, weights, channel_axis=None, out_shape=(batch, units),
-                                  activation=activation,
-                                  attributes=attrs.FullyConnectedAttributes(fused_activation=_activation_code(activation)))
+        return self._add_weighted(
+            "FULLY_CONNECTED",
+            x,
+            weights,
+            channel_axis=None,
+            out_shape=(batch, units),
+            activation=activation,
+            attributes=attrs.FullyConnectedAttributes(fused_activation=_activation_code(activation)),
+        )
 
     def add(self, a: TensorRef, b: TensorRef, activation: Activation = "NONE") -> TensorRef:
         if a.shape != b.shape:
             raise LowtideError(f"ADD needs equal shapes, got {a.shape} and {b.shape}")
         sa, sb = self._activation(a), self._activation(b)
         pre_rms = math.hypot(sa.rms, sb.rms)  # branches treated as independent
-        return self._add_op("ADD", (a.index, b.index), a.shape,
-                            *_after_activation(pre_rms, activation, sa.nonnegative and sb.nonnegative),
-                            attrs.AddAttributes(fused_activation=_activation_code(activation)))
+        return self._add_op(
+            "ADD",
+            (a.index, b.index),
+            a.shape,
+            *_after_activation(pre_rms, activation, sa.nonnegative and sb.nonnegative),
+            attrs.AddAttributes(fused_activation=_activation_code(activation)),
+        )
 
     def concat(self, tensors: Sequence[TensorRef], axis: int = -1) -> TensorRef:
         """Concatenate along `axis` (default: the channel, last, axis). TFLM's int8 kernel copies bytes, so
@@ -194,17 +244,22 @@ class ModelBuilder:
         axis = _axis(axis, first)
 
         def others(shape: tuple[int, ...]) -> tuple[int, ...]:
-            return shape[:axis] + shape[axis + 1:]
+            return shape[:axis] + shape[axis + 1 :]
 
         if any(len(t.shape) != len(first) or others(t.shape) != others(first) for t in tensors):
             shapes = [t.shape for t in tensors]
             raise LowtideError(f"CONCATENATION needs equal shapes but for axis {axis}, got {shapes}")
         specs = [self._activation(t) for t in tensors]
         sizes = [t.shape[axis] for t in tensors]
-        rms = math.sqrt(sum(s.rms ** 2 * n for s, n in zip(specs, sizes)) / sum(sizes))
-        out = self._add_op("CONCATENATION", tuple(t.index for t in tensors),
-                           (*first[:axis], sum(sizes), *first[axis + 1:]), rms, all(s.nonnegative for s in specs),
-                           attrs.ConcatenationAttributes(axis=axis))
+        rms = math.sqrt(sum(s.rms**2 * n for s, n in zip(specs, sizes)) / sum(sizes))
+        out = self._add_op(
+            "CONCATENATION",
+            tuple(t.index for t in tensors),
+            (*first[:axis], sum(sizes), *first[axis + 1 :]),
+            rms,
+            all(s.nonnegative for s in specs),
+            attrs.ConcatenationAttributes(axis=axis),
+        )
         for t in tensors:
             self._share_quant(t.index, out.index)
         return out
@@ -216,27 +271,35 @@ class ModelBuilder:
         sizes = [int(n) for n in sizes]
         known = [n for n in sizes if n != -1]
         rest = x.shape[axis] - sum(known)
-        valid = (bool(sizes) and all(n > 0 for n in known) and sizes.count(-1) <= 1
-                 and (rest > 0 if -1 in sizes else rest == 0))
+        valid = (
+            bool(sizes)
+            and all(n > 0 for n in known)
+            and sizes.count(-1) <= 1
+            and (rest > 0 if -1 in sizes else rest == 0)
+        )
         if not valid:
             raise LowtideError(f"SPLIT_V sizes {sizes} do not cut axis {axis} of {x.shape}")
         spec = self._activation(x)
         op_index = len(self._operators)
         sizes_index = self._add_int32(f"split_v_{op_index}/size_splits", sizes)
         axis_index = self._add_int32(f"split_v_{op_index}/axis", axis)
-        shapes = [(*x.shape[:axis], rest if n == -1 else n, *x.shape[axis + 1:]) for n in sizes]
-        pieces = self._add_op_outputs("SPLIT_V", (x.index, sizes_index, axis_index), shapes, spec.rms,
-                                      spec.nonnegative, attrs.SplitVAttributes(num_splits=len(sizes)))
+        shapes = [(*x.shape[:axis], rest if n == -1 else n, *x.shape[axis + 1 :]) for n in sizes]
+        pieces = self._add_op_outputs(
+            "SPLIT_V",
+            (x.index, sizes_index, axis_index),
+            shapes,
+            spec.rms,
+            spec.nonnegative,
+            attrs.SplitVAttributes(num_splits=len(sizes)),
+        )
         for piece in pieces:
             self._share_quant(x.index, piece.index)
         return pieces
 
-    def avg_pool(self, x: TensorRef, size: int = 2, stride: int | None = None,
-                 padding: Padding = "VALID") -> TensorRef:
+    def avg_pool(self, x: TensorRef, size: int = 2, stride: int | None = None, padding: Padding = "VALID") -> TensorRef:
         return self._pool("AVERAGE_POOL_2D", x, size, stride or size, padding)
 
-    def max_pool(self, x: TensorRef, size: int = 2, stride: int | None = None,
-                 padding: Padding = "VALID") -> TensorRef:
+    def max_pool(self, x: TensorRef, size: int = 2, stride: int | None = None, padding: Padding = "VALID") -> TensorRef:
         return self._pool("MAX_POOL_2D", x, size, stride or size, padding)
 
     def reshape(self, x: TensorRef, shape: Sequence[int]) -> TensorRef:
@@ -244,33 +307,43 @@ class ModelBuilder:
         if math.prod(shape) != math.prod(x.shape):
             raise LowtideError(f"cannot reshape {x.shape} to {shape}: element counts differ")
         spec = self._activation(x)
-        out = self._add_op("RESHAPE", (x.index,), shape, spec.rms, spec.nonnegative,
-                           attrs.ReshapeAttributes(new_shape=tuple(shape)))
+        out = self._add_op(
+            "RESHAPE", (x.index,), shape, spec.rms, spec.nonnegative, attrs.ReshapeAttributes(new_shape=tuple(shape))
+        )
         self._share_quant(x.index, out.index)
         return out
 
-    def space_to_batch_nd(self, x: TensorRef, block: Sequence[int],
-                          paddings: Sequence[tuple[int, int]]) -> TensorRef:
+    def space_to_batch_nd(self, x: TensorRef, block: Sequence[int], paddings: Sequence[tuple[int, int]]) -> TensorRef:
         """SPACE_TO_BATCH_ND of an NHWC tensor: pad height and width by `paddings`, then move each `block`
         offset into a batch of its own. TFLM's kernel copies bytes (padding with the zero point), so the output
         shares the input's scale and zero point."""
         n, h, w, c = self._nhwc(x)
         (bh, bw), ((top, bottom), (left, right)) = block, paddings
         if bh < 1 or bw < 1 or min(top, bottom, left, right) < 0 or (h + top + bottom) % bh or (w + left + right) % bw:
-            raise LowtideError(f"SPACE_TO_BATCH_ND block {list(block)} and paddings {list(paddings)} do not fit "
-                               f"{x.shape}")
+            raise LowtideError(
+                f"SPACE_TO_BATCH_ND block {list(block)} and paddings {list(paddings)} do not fit {x.shape}"
+            )
         spec = self._activation(x)
         op_index = len(self._operators)
-        inputs = (x.index, self._add_int32(f"space_to_batch_nd_{op_index}/block_shape", [bh, bw]),
-                  self._add_int32(f"space_to_batch_nd_{op_index}/paddings", [[top, bottom], [left, right]]))
-        out = self._add_op("SPACE_TO_BATCH_ND", inputs, (n * bh * bw, (h + top + bottom) // bh,
-                                                         (w + left + right) // bw, c),
-                           spec.rms, spec.nonnegative, attrs.UnreadAttributes("SpaceToBatchNDOptions"))
+        inputs = (
+            x.index,
+            self._add_int32(f"space_to_batch_nd_{op_index}/block_shape", [bh, bw]),
+            self._add_int32(f"space_to_batch_nd_{op_index}/paddings", [[top, bottom], [left, right]]),
+        )
+        out = self._add_op(
+            "SPACE_TO_BATCH_ND",
+            inputs,
+            (n * bh * bw, (h + top + bottom) // bh, (w + left + right) // bw, c),
+            spec.rms,
+            spec.nonnegative,
+            attrs.UnreadAttributes("SpaceToBatchNDOptions"),
+        )
         self._share_quant(x.index, out.index)
         return out
 
-    def batch_to_space_nd(self, x: TensorRef, block: Sequence[int], crops: Sequence[tuple[int, int]],
-                          shape: Sequence[int] | None = None) -> TensorRef:
+    def batch_to_space_nd(
+        self, x: TensorRef, block: Sequence[int], crops: Sequence[tuple[int, int]], shape: Sequence[int] | None = None
+    ) -> TensorRef:
         """BATCH_TO_SPACE_ND, the inverse of `space_to_batch_nd` with `crops` cut off. The output shape is
         computed unless `shape` declares another: TFLM's kernel never checks it against block and crops (its
         Prepare checks only rank and type) and writes only the positions its input covers."""
@@ -284,15 +357,31 @@ class ModelBuilder:
             raise LowtideError(f"BATCH_TO_SPACE_ND of {x.shape} cannot declare the output shape {out_shape}")
         spec = self._activation(x)
         op_index = len(self._operators)
-        inputs = (x.index, self._add_int32(f"batch_to_space_nd_{op_index}/block_shape", [bh, bw]),
-                  self._add_int32(f"batch_to_space_nd_{op_index}/crops", [[top, bottom], [left, right]]))
-        out = self._add_op("BATCH_TO_SPACE_ND", inputs, out_shape, spec.rms, spec.nonnegative,
-                           attrs.UnreadAttributes("BatchToSpaceNDOptions"))
+        inputs = (
+            x.index,
+            self._add_int32(f"batch_to_space_nd_{op_index}/block_shape", [bh, bw]),
+            self._add_int32(f"batch_to_space_nd_{op_index}/crops", [[top, bottom], [left, right]]),
+        )
+        out = self._add_op(
+            "BATCH_TO_SPACE_ND",
+            inputs,
+            out_shape,
+            spec.rms,
+            spec.nonnegative,
+            attrs.UnreadAttributes("BatchToSpaceNDOptions"),
+        )
         self._share_quant(x.index, out.index)
         return out
 
-    def dilated_conv2d(self, x: TensorRef, filters: int, kernel: int = 3, dilation: int = 2,
-                       activation: Activation = "RELU", declared_shape: Sequence[int] | None = None) -> TensorRef:
+    def dilated_conv2d(
+        self,
+        x: TensorRef,
+        filters: int,
+        kernel: int = 3,
+        dilation: int = 2,
+        activation: Activation = "RELU",
+        declared_shape: Sequence[int] | None = None,
+    ) -> TensorRef:
         """A SAME dilated convolution as TensorFlow lowers it when it has no dilated kernel
         (`tf.nn.with_space_to_batch`): SPACE_TO_BATCH_ND pads by dilation x (kernel - 1), rounded up to a
         multiple of `dilation`, and splits the image into dilation² batches; a VALID CONV_2D runs on each;
@@ -339,21 +428,26 @@ class ModelBuilder:
     def prelu(self, x: TensorRef) -> TensorRef:
         """PRELU with one learned slope per channel (a constant of shape (1, 1, C))."""
         spec = self._activation(x)
-        alpha = self._add_constant(f"prelu_{len(self._operators)}/alpha",
-                                   self._rng.uniform(0.05, 0.3, size=(1, 1, x.shape[-1])), None)
+        alpha = self._add_constant(
+            f"prelu_{len(self._operators)}/alpha", self._rng.uniform(0.05, 0.3, size=(1, 1, x.shape[-1])), None
+        )
         return self._add_op("PRELU", (x.index, alpha), x.shape, spec.rms, False, None)
 
-    def binary(self, opcode: str, a: TensorRef, b: TensorRef | np.ndarray | float,
-               activation: Activation = "NONE") -> TensorRef:
+    def binary(
+        self, opcode: str, a: TensorRef, b: TensorRef | np.ndarray | float, activation: Activation = "NONE"
+    ) -> TensorRef:
         """ADD, SUB, MUL, MAXIMUM, MINIMUM or SQUARED_DIFFERENCE of `a` with `b`: an activation (broadcast as
         numpy does) or a constant (a scalar, or one value per channel). MAXIMUM and MINIMUM compare raw int8
         values, so their operands and output share one scale and zero point."""
         fused = _activation_code(activation)
         options_of: dict[str, attrs.Attributes] = {
-            "ADD": attrs.AddAttributes(fused_activation=fused), "SUB": attrs.SubAttributes(fused_activation=fused),
-            "MUL": attrs.MulAttributes(fused_activation=fused), "MAXIMUM": attrs.UnreadAttributes("MaximumMinimumOptions"),
+            "ADD": attrs.AddAttributes(fused_activation=fused),
+            "SUB": attrs.SubAttributes(fused_activation=fused),
+            "MUL": attrs.MulAttributes(fused_activation=fused),
+            "MAXIMUM": attrs.UnreadAttributes("MaximumMinimumOptions"),
             "MINIMUM": attrs.UnreadAttributes("MaximumMinimumOptions"),
-            "SQUARED_DIFFERENCE": attrs.UnreadAttributes("SquaredDifferenceOptions")}
+            "SQUARED_DIFFERENCE": attrs.UnreadAttributes("SquaredDifferenceOptions"),
+        }
         if opcode not in options_of:
             raise LowtideError(f"unknown binary operator {opcode!r}")
         sa = self._activation(a)
@@ -369,22 +463,32 @@ class ModelBuilder:
             values = np.asarray(b, dtype=np.float32)
             if values.ndim > 1 or (values.ndim == 1 and values.shape[0] not in (1, a.shape[-1])):
                 raise LowtideError(f"{opcode}'s constant must be a scalar or one value per channel")
-            b_index = self._add_constant(f"{opcode.lower()}_{len(self._operators)}/constant", values,
-                                         a.index if shared else None)
-            b_rms, b_nonnegative, shape = float(np.sqrt(np.mean(values ** 2))), bool((values >= 0).all()), a.shape
-        rms = {"MUL": sa.rms * b_rms, "SQUARED_DIFFERENCE": sa.rms ** 2 + b_rms ** 2}.get(
-            opcode, max(sa.rms, b_rms) if shared else math.hypot(sa.rms, b_rms))
+            b_index = self._add_constant(
+                f"{opcode.lower()}_{len(self._operators)}/constant", values, a.index if shared else None
+            )
+            b_rms, b_nonnegative, shape = float(np.sqrt(np.mean(values**2))), bool((values >= 0).all()), a.shape
+        rms = {"MUL": sa.rms * b_rms, "SQUARED_DIFFERENCE": sa.rms**2 + b_rms**2}.get(
+            opcode, max(sa.rms, b_rms) if shared else math.hypot(sa.rms, b_rms)
+        )
         nonnegative = opcode == "SQUARED_DIFFERENCE" or (sa.nonnegative and b_nonnegative and opcode != "SUB")
-        out = self._add_op(opcode, (a.index, b_index), shape, *_after_activation(rms, activation, nonnegative),
-                           options_of[opcode])
+        out = self._add_op(
+            opcode, (a.index, b_index), shape, *_after_activation(rms, activation, nonnegative), options_of[opcode]
+        )
         if shared:
             self._share_quant(a.index, out.index)
             if isinstance(b, TensorRef):
                 self._share_quant(b.index, out.index)
         return out
 
-    def pad(self, x: TensorRef, rows: tuple[int, int] = (0, 0), cols: tuple[int, int] = (0, 0),
-            channels: tuple[int, int] = (0, 0), mode: str = "CONSTANT", value: float | None = None) -> TensorRef:
+    def pad(
+        self,
+        x: TensorRef,
+        rows: tuple[int, int] = (0, 0),
+        cols: tuple[int, int] = (0, 0),
+        channels: tuple[int, int] = (0, 0),
+        mode: str = "CONSTANT",
+        value: float | None = None,
+    ) -> TensorRef:
         """PAD (zero point), PADV2 (`value`) or MIRROR_PAD (`mode` REFLECT or SYMMETRIC) of an NHWC tensor by
         (before, after) rows, columns and channels. The output shares the input's scale and zero point."""
         n, h, w, c = self._nhwc(x)
@@ -408,8 +512,14 @@ class ModelBuilder:
         self._share_quant(x.index, out.index)
         return out
 
-    def resize(self, x: TensorRef, factor: int = 2, method: str = "nearest", align_corners: bool = False,
-               half_pixel_centers: bool = False) -> TensorRef:
+    def resize(
+        self,
+        x: TensorRef,
+        factor: int = 2,
+        method: str = "nearest",
+        align_corners: bool = False,
+        half_pixel_centers: bool = False,
+    ) -> TensorRef:
         """RESIZE_NEAREST_NEIGHBOR or RESIZE_BILINEAR (`method` "bilinear") by an integer factor. The output
         shares the input's scale and zero point."""
         n, h, w, c = self._nhwc(x)
@@ -421,8 +531,14 @@ class ModelBuilder:
             opcode, table = "RESIZE_BILINEAR", attrs.ResizeBilinearAttributes
         else:
             raise LowtideError(f"resize method must be nearest or bilinear, got {method!r}")
-        out = self._add_op(opcode, (x.index, size), (n, h * factor, w * factor, c), spec.rms, spec.nonnegative,
-                           table(align_corners=align_corners, half_pixel_centers=half_pixel_centers))
+        out = self._add_op(
+            opcode,
+            (x.index, size),
+            (n, h * factor, w * factor, c),
+            spec.rms,
+            spec.nonnegative,
+            table(align_corners=align_corners, half_pixel_centers=half_pixel_centers),
+        )
         self._share_quant(x.index, out.index)
         return out
 
@@ -431,8 +547,14 @@ class ModelBuilder:
         spec = self._activation(x)
         axes = sorted(_axis(a, x.shape) for a in axes)
         shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape) if keep_dims or i not in axes)
-        out = self._add_op("MEAN", (x.index, self._add_int32(f"mean_{len(self._operators)}/axes", axes)), shape,
-                           spec.rms, spec.nonnegative, attrs.ReducerAttributes(keep_dims=keep_dims))
+        out = self._add_op(
+            "MEAN",
+            (x.index, self._add_int32(f"mean_{len(self._operators)}/axes", axes)),
+            shape,
+            spec.rms,
+            spec.nonnegative,
+            attrs.ReducerAttributes(keep_dims=keep_dims),
+        )
         self._share_quant(x.index, out.index)
         return out
 
@@ -440,8 +562,9 @@ class ModelBuilder:
         """SOFTMAX over the last axis, with the output quantization TFLM's int8 kernel requires (1/256, -128)."""
         self._activation(x)
         out = self._add_op("SOFTMAX", (x.index,), x.shape, 0.5, True, attrs.SoftmaxAttributes(beta=beta))
-        self._tensors[out.index] = dataclasses.replace(self._activation_spec(out.index),
-                                                       fixed_quant=_QuantParams(1.0 / 256, -128))
+        self._tensors[out.index] = dataclasses.replace(
+            self._activation_spec(out.index), fixed_quant=_QuantParams(1.0 / 256, -128)
+        )
         return out
 
     def split_equal(self, x: TensorRef, parts: int, axis: int = -1) -> list[TensorRef]:
@@ -450,10 +573,15 @@ class ModelBuilder:
         if parts < 1 or x.shape[axis] % parts:
             raise LowtideError(f"SPLIT cannot cut axis {axis} of {x.shape} into {parts} equal parts")
         spec = self._activation(x)
-        shape = (*x.shape[:axis], x.shape[axis] // parts, *x.shape[axis + 1:])
-        pieces = self._add_op_outputs("SPLIT", (self._add_int32(f"split_{len(self._operators)}/axis", axis), x.index),
-                                      [shape] * parts, spec.rms, spec.nonnegative,
-                                      attrs.SplitAttributes(num_splits=parts))
+        shape = (*x.shape[:axis], x.shape[axis] // parts, *x.shape[axis + 1 :])
+        pieces = self._add_op_outputs(
+            "SPLIT",
+            (self._add_int32(f"split_{len(self._operators)}/axis", axis), x.index),
+            [shape] * parts,
+            spec.rms,
+            spec.nonnegative,
+            attrs.SplitAttributes(num_splits=parts),
+        )
         for piece in pieces:
             self._share_quant(x.index, piece.index)
         return pieces
@@ -462,8 +590,9 @@ class ModelBuilder:
         """QUANTIZE to int8: from float32, from uint8 on the same scale (the zero point moves by 128, as the
         TFLite converter writes a uint8 model input), or from int8 on a range `widen` times the input's."""
         spec = self._activation(x)
-        out = self._add_op("QUANTIZE", (x.index,), x.shape, spec.rms * (widen if spec.dtype == "int8" else 1.0),
-                           spec.nonnegative, None)
+        out = self._add_op(
+            "QUANTIZE", (x.index,), x.shape, spec.rms * (widen if spec.dtype == "int8" else 1.0), spec.nonnegative, None
+        )
         if spec.dtype == "uint8":
             self._share_quant(x.index, out.index)
         return out
@@ -495,11 +624,15 @@ class ModelBuilder:
                 q = quant[index]
                 # A uint8 tensor holds the int8 value + 128: same scale, zero point shifted.
                 shift = 128 if spec.dtype == "uint8" else 0
-                editor.tensor(spec.name, spec.shape, "uint8" if shift else "int8",
-                              Quantization([q.scale], [q.zero_point + shift]))
+                editor.tensor(
+                    spec.name, spec.shape, "uint8" if shift else "int8", Quantization([q.scale], [q.zero_point + shift])
+                )
             elif isinstance(spec, _ConstantSpec):
-                q = quant[spec.quant_like] if spec.quant_like is not None else _QuantParams(
-                    float(np.float32(max(np.abs(spec.values).max(), 1e-6) / 127.0)), 0)
+                q = (
+                    quant[spec.quant_like]
+                    if spec.quant_like is not None
+                    else _QuantParams(float(np.float32(max(np.abs(spec.values).max(), 1e-6) / 127.0)), 0)
+                )
                 data = np.clip(np.round(spec.values / q.scale) + q.zero_point, -128, 127).astype(np.int8)
                 editor.tensor(spec.name, spec.values.shape, "int8", Quantization([q.scale], [q.zero_point]), data)
             elif isinstance(spec, _Int32Spec):
@@ -513,18 +646,32 @@ class ModelBuilder:
                     scales = quant[spec.input].scale * weight_scales[spec.weights]
                     data = np.round(spec.values / scales).astype("<i4")
                     dtype, axis = "int32", 0
-                editor.tensor(spec.name, spec.values.shape, dtype,
-                              Quantization([float(s) for s in scales], [0] * len(scales), axis), data)
+                editor.tensor(
+                    spec.name,
+                    spec.values.shape,
+                    dtype,
+                    Quantization([float(s) for s in scales], [0] * len(scales), axis),
+                    data,
+                )
         # The opcode table follows call order, so that orders of one graph differ only in the operator vector.
         for opcode in dict.fromkeys(op_spec.opcode for op_spec in self._operators):
             editor.opcode_index(opcode)
-        operators = [editor.operator(op_spec.opcode, op_spec.inputs, op_spec.outputs, op_spec.attributes)
-                     for op_spec in (self._operators[i] for i in order)]
+        operators = [
+            editor.operator(op_spec.opcode, op_spec.inputs, op_spec.outputs, op_spec.attributes)
+            for op_spec in (self._operators[i] for i in order)
+        ]
         return editor.finish(operators, self._inputs, self._outputs, prune=False)
 
     # ---- internals ----------------------------------------------------------------------------------------
-    def _add_activation(self, name: str, shape: tuple[int, ...], rms: float, nonnegative: bool,
-                        producer: int | None, fixed_range: tuple[float, float] | None = None) -> TensorRef:
+    def _add_activation(
+        self,
+        name: str,
+        shape: tuple[int, ...],
+        rms: float,
+        nonnegative: bool,
+        producer: int | None,
+        fixed_range: tuple[float, float] | None = None,
+    ) -> TensorRef:
         if not shape or any(d <= 0 for d in shape):
             raise LowtideError(f"tensor '{name}' would have shape {shape}; every dimension must be positive")
         index = len(self._tensors)
@@ -534,16 +681,32 @@ class ModelBuilder:
             self._producer[index] = producer
         return TensorRef(index, shape, producer, self._serial)
 
-    def _add_op(self, opcode: str, inputs: tuple[int, ...], out_shape: tuple[int, ...], rms: float,
-                nonnegative: bool, attributes: attrs.Attributes | None) -> TensorRef:
+    def _add_op(
+        self,
+        opcode: str,
+        inputs: tuple[int, ...],
+        out_shape: tuple[int, ...],
+        rms: float,
+        nonnegative: bool,
+        attributes: attrs.Attributes | None,
+    ) -> TensorRef:
         return self._add_op_outputs(opcode, inputs, [out_shape], rms, nonnegative, attributes)[0]
 
-    def _add_op_outputs(self, opcode: str, inputs: tuple[int, ...], out_shapes: Sequence[tuple[int, ...]],
-                        rms: float, nonnegative: bool, attributes: attrs.Attributes | None) -> list[TensorRef]:
+    def _add_op_outputs(
+        self,
+        opcode: str,
+        inputs: tuple[int, ...],
+        out_shapes: Sequence[tuple[int, ...]],
+        rms: float,
+        nonnegative: bool,
+        attributes: attrs.Attributes | None,
+    ) -> list[TensorRef]:
         op_index = len(self._operators)
         name = f"{opcode.lower()}_{op_index}"
-        outs = [self._add_activation(name if len(out_shapes) == 1 else f"{name}/{k}", shape, rms, nonnegative,
-                                     op_index) for k, shape in enumerate(out_shapes)]
+        outs = [
+            self._add_activation(name if len(out_shapes) == 1 else f"{name}/{k}", shape, rms, nonnegative, op_index)
+            for k, shape in enumerate(out_shapes)
+        ]
         self._operators.append(_OperatorSpec(opcode, inputs, tuple(o.index for o in outs), attributes))
         return outs
 
@@ -555,9 +718,16 @@ class ModelBuilder:
         self._tensors.append(_Int32Spec(name, np.asarray(values, dtype=np.int32)))
         return len(self._tensors) - 1
 
-    def _add_weighted(self, opcode: str, x: TensorRef, weights: np.ndarray, channel_axis: int | None,
-                      out_shape: tuple[int, ...], activation: Activation,
-                      attributes: attrs.Attributes) -> TensorRef:
+    def _add_weighted(
+        self,
+        opcode: str,
+        x: TensorRef,
+        weights: np.ndarray,
+        channel_axis: int | None,
+        out_shape: tuple[int, ...],
+        activation: Activation,
+        attributes: attrs.Attributes,
+    ) -> TensorRef:
         spec = self._activation(x)
         # Weights of standard deviation gain/sqrt(fan_in) scale the input's root-mean-square by `gain`.
         pre_rms = spec.rms * _gain(activation)
@@ -568,16 +738,22 @@ class ModelBuilder:
         self._tensors.append(_WeightSpec(f"{opcode.lower()}_{op_index}/weights", weights, channel_axis))
         b_index = len(self._tensors)
         self._tensors.append(_BiasSpec(f"{opcode.lower()}_{op_index}/bias", bias, x.index, w_index))
-        return self._add_op(opcode, (x.index, w_index, b_index), out_shape,
-                            *_after_activation(pre_rms, activation, False), attributes)
+        return self._add_op(
+            opcode, (x.index, w_index, b_index), out_shape, *_after_activation(pre_rms, activation, False), attributes
+        )
 
     def _pool(self, opcode: str, x: TensorRef, size: int, stride: int, padding: Padding) -> TensorRef:
         n, h, w, c = self._nhwc(x)
         spec = self._activation(x)
         out_shape = (n, _conv_out(h, size, stride, padding), _conv_out(w, size, stride, padding), c)
-        out = self._add_op(opcode, (x.index,), out_shape, spec.rms, spec.nonnegative,
-                           attrs.Pool2DAttributes(padding=_PADDING_CODES[padding], stride=(stride, stride),
-                                              filter=(size, size)))
+        out = self._add_op(
+            opcode,
+            (x.index,),
+            out_shape,
+            spec.rms,
+            spec.nonnegative,
+            attrs.Pool2DAttributes(padding=_PADDING_CODES[padding], stride=(stride, stride), filter=(size, size)),
+        )
         # TFLM's int8 pooling kernels do not requantize: the output keeps the input's scale and zero point.
         self._share_quant(x.index, out.index)
         return out
@@ -662,8 +838,10 @@ def _conv_out(size: int, kernel: int, stride: int, padding: Padding, dilation: i
     if padding not in _PADDING_CODES:
         raise LowtideError(f"padding must be SAME or VALID, got {padding!r}")
     if kernel < 1 or stride < 1 or dilation < 1:
-        raise LowtideError(f"kernel, stride and dilation must be at least 1, got kernel {kernel}, stride {stride} "
-                           f"and dilation {dilation}")
+        raise LowtideError(
+            f"kernel, stride and dilation must be at least 1, got kernel {kernel}, stride {stride} "
+            f"and dilation {dilation}"
+        )
     out = window.output_size(_PADDING_CODES[padding], size, kernel, stride, dilation)
     if out <= 0:
         raise LowtideError(f"a {kernel}x{kernel} window with VALID padding does not fit in size {size}")

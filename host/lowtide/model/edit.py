@@ -62,8 +62,15 @@ class GraphEditor:
         return cls(None, raw)
 
     # ---- tensors --------------------------------------------------------------------------------------
-    def tensor(self, name: str, shape: Sequence[int], dtype: str, quantization: Quantization | None = None,
-               data: np.ndarray | None = None, variable: bool = False) -> int:
+    def tensor(
+        self,
+        name: str,
+        shape: Sequence[int],
+        dtype: str,
+        quantization: Quantization | None = None,
+        data: np.ndarray | None = None,
+        variable: bool = False,
+    ) -> int:
         """A new tensor: a constant holding `data` (of type `dtype`), a variable, or an activation."""
         t = fb.TensorT()
         t.shape, t.type, t.name, t.isVariable = list(shape), TYPE_CODES[dtype], name, variable
@@ -160,8 +167,9 @@ class GraphEditor:
         """A copy of main-subgraph operator `index`, to change its operands."""
         return copy.copy(self._sg_raw.operators[index])
 
-    def operator(self, name: str, inputs: Sequence[int], output: int | Sequence[int],
-                 attributes: Attributes | None) -> Any:
+    def operator(
+        self, name: str, inputs: Sequence[int], output: int | Sequence[int], attributes: Attributes | None
+    ) -> Any:
         """A new builtin operator `name` with `attributes` (None: no options table)."""
         op = fb.OperatorT()
         op.opcodeIndex = self.opcode_index(name)
@@ -176,8 +184,13 @@ class GraphEditor:
         op.builtinOptionsType, op.builtinOptions = options_table(attributes)
 
     # ---- the finished model ---------------------------------------------------------------------------
-    def finish(self, operators: list[Any], inputs: Sequence[int] | None = None,
-               outputs: Sequence[int] | None = None, prune: bool = True) -> Any:
+    def finish(
+        self,
+        operators: list[Any],
+        inputs: Sequence[int] | None = None,
+        outputs: Sequence[int] | None = None,
+        prune: bool = True,
+    ) -> Any:
         """The edited ModelT with main-subgraph `operators` (and `inputs` and `outputs`, when given): with `prune`,
         tensors no operator or subgraph boundary uses are dropped and the rest renumbered, and metadata that names
         tensors by index (an offline memory plan, which no longer fits) is dropped."""
@@ -188,8 +201,11 @@ class GraphEditor:
             sg.tensors, sg.operators = list(self.tensors), operators
             self.model.subgraphs = [sg] + list(self.model.subgraphs[1:])
             return self.model
-        used = sorted({t for op in operators for t in list(op.inputs) + list(op.outputs) + list(op.intermediates or [])
-                       if t >= 0} | set(sg.inputs) | set(sg.outputs))
+        used = sorted(
+            {t for op in operators for t in list(op.inputs) + list(op.outputs) + list(op.intermediates or []) if t >= 0}
+            | set(sg.inputs)
+            | set(sg.outputs)
+        )
         renumber = {old: new for new, old in enumerate(used)}
         for op in operators:
             op.inputs = [renumber[t] if t >= 0 else t for t in op.inputs]

@@ -24,7 +24,9 @@ from lowtide.model.operators import SIDE_EFFECT_OPCODES
 
 # Operators that call other subgraphs: the attributes that name those subgraphs.
 CONTROL_FLOW_ATTRIBUTES: dict[str, type[Attributes]] = {
-    "IF": IfAttributes, "WHILE": WhileAttributes, "CALL_ONCE": CallOnceAttributes,
+    "IF": IfAttributes,
+    "WHILE": WhileAttributes,
+    "CALL_ONCE": CallOnceAttributes,
 }
 
 
@@ -157,8 +159,12 @@ def resource_key(op: Operator) -> tuple[bytes, bytes]:
 
 def variable_handles(graph: Graph) -> dict[tuple[int, int], tuple[bytes, bytes]]:
     """(subgraph, resource tensor) -> the resource variable of the VAR_HANDLE writing it."""
-    return {(sg.index, op.outputs[0]): resource_key(op) for sg in graph.subgraphs for op in sg.operators
-            if op.opcode == "VAR_HANDLE" and op.outputs}
+    return {
+        (sg.index, op.outputs[0]): resource_key(op)
+        for sg in graph.subgraphs
+        for op in sg.operators
+        if op.opcode == "VAR_HANDLE" and op.outputs
+    }
 
 
 def first_assignments(graph: Graph) -> dict[tuple[bytes, bytes], tuple[int, int]]:

@@ -27,11 +27,36 @@ if TYPE_CHECKING:
 CONV_OPCODES = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D"})
 POOL_OPCODES = frozenset({"MAX_POOL_2D", "AVERAGE_POOL_2D"})
 # One input, one output, each element on its own: a patch of the output needs the same patch of the input.
-UNARY_OPCODES = frozenset({
-    "QUANTIZE", "DEQUANTIZE", "CAST", "RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1", "LEAKY_RELU", "LOGISTIC",
-    "TANH", "HARD_SWISH", "ELU", "GELU", "ABS", "NEG", "SQUARE", "SQRT", "RSQRT", "EXP", "LOG", "FLOOR", "CEIL",
-    "ROUND", "SIN", "COS", "LOGICAL_NOT",
-})
+UNARY_OPCODES = frozenset(
+    {
+        "QUANTIZE",
+        "DEQUANTIZE",
+        "CAST",
+        "RELU",
+        "RELU6",
+        "RELU_N1_TO_1",
+        "RELU_0_TO_1",
+        "LEAKY_RELU",
+        "LOGISTIC",
+        "TANH",
+        "HARD_SWISH",
+        "ELU",
+        "GELU",
+        "ABS",
+        "NEG",
+        "SQUARE",
+        "SQRT",
+        "RSQRT",
+        "EXP",
+        "LOG",
+        "FLOOR",
+        "CEIL",
+        "ROUND",
+        "SIN",
+        "COS",
+        "LOGICAL_NOT",
+    }
+)
 # Two operands, element by element; either may be broadcast along channels, or be a per-channel or scalar constant.
 BINARY_OPCODES = frozenset({"ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE", "PRELU"})
 # Reductions: global when they reduce over rows or columns (a squeeze-and-excitation block's pooling).
@@ -60,8 +85,16 @@ class TilingClass(enum.Enum):
     NONE = "none"  # cannot run on patches: a region ends at it
 
 
-TILEABLE = frozenset({TilingClass.WINDOW, TilingClass.ELEMENTWISE, TilingClass.BROADCAST, TilingClass.PAD,
-                      TilingClass.RESIZE, TilingClass.CHANNEL})
+TILEABLE = frozenset(
+    {
+        TilingClass.WINDOW,
+        TilingClass.ELEMENTWISE,
+        TilingClass.BROADCAST,
+        TilingClass.PAD,
+        TilingClass.RESIZE,
+        TilingClass.CHANNEL,
+    }
+)
 
 
 class TflmInPlace(enum.Enum):
@@ -80,15 +113,17 @@ class Semantics:
     tflm_in_place: TflmInPlace
 
 
-def _rows(opcodes: frozenset[str] | set[str], tiling: TilingClass,
-          in_place: TflmInPlace = TflmInPlace.MODEL_PLAN) -> dict[str, Semantics]:
+def _rows(
+    opcodes: frozenset[str] | set[str], tiling: TilingClass, in_place: TflmInPlace = TflmInPlace.MODEL_PLAN
+) -> dict[str, Semantics]:
     return {opcode: Semantics(tiling, in_place) for opcode in opcodes}
 
 
 # TFLM's depthwise and element-wise kernels that read an input element after writing over one: the cases lowtide's
 # compiled runtime does run in place (`memory.in_place`), which TFLM's must never.
-_TFLM_READS_WHILE_WRITING = frozenset({"DEPTHWISE_CONV_2D", "ADD", "SUB", "MUL", "RELU", "RELU6", "LEAKY_RELU",
-                                       "HARD_SWISH"})
+_TFLM_READS_WHILE_WRITING = frozenset(
+    {"DEPTHWISE_CONV_2D", "ADD", "SUB", "MUL", "RELU", "RELU6", "LEAKY_RELU", "HARD_SWISH"}
+)
 # Every opcode lowtide's stages know: those validated (`model.shapes`, `model.validate`), lowered (`compile`) or
 # propagated (`stale`). An opcode not here (a custom operator) gets `UNLISTED`.
 SEMANTICS: dict[str, Semantics] = {
@@ -99,16 +134,65 @@ SEMANTICS: dict[str, Semantics] = {
     **_rows(RESIZE_OPCODES, TilingClass.RESIZE),
     **_rows(CHANNEL_OPCODES, TilingClass.CHANNEL),
     **_rows(REDUCE_OPCODES, TilingClass.GLOBAL),
-    **_rows({
-        "FULLY_CONNECTED", "TRANSPOSE_CONV", "BATCH_MATMUL", "SVDF", "UNIDIRECTIONAL_SEQUENCE_LSTM", "L2_POOL_2D",
-        "SOFTMAX", "LOG_SOFTMAX", "L2_NORMALIZATION", "LOCAL_RESPONSE_NORMALIZATION", "ADD_N", "FLOOR_DIV",
-        "FLOOR_MOD", "POW", "LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL", "EQUAL", "NOT_EQUAL", "LOGICAL_AND",
-        "LOGICAL_OR", "SELECT", "SELECT_V2", "REDUCE_ANY", "REDUCE_ALL", "ARG_MAX", "ARG_MIN", "CUMSUM",
-        "RESHAPE", "SQUEEZE", "EXPAND_DIMS", "TRANSPOSE", "SLICE", "STRIDED_SLICE", "PACK", "UNPACK",
-        "REVERSE_V2", "DYNAMIC_UPDATE_SLICE", "SPACE_TO_DEPTH", "DEPTH_TO_SPACE", "SPACE_TO_BATCH_ND",
-        "BATCH_TO_SPACE_ND", "GATHER", "GATHER_ND", "EMBEDDING_LOOKUP", "FILL", "BROADCAST_TO", "BROADCAST_ARGS",
-        "SHAPE", "ZEROS_LIKE", "IF", "WHILE",
-    } | SIDE_EFFECT_OPCODES, TilingClass.NONE),
+    **_rows(
+        {
+            "FULLY_CONNECTED",
+            "TRANSPOSE_CONV",
+            "BATCH_MATMUL",
+            "SVDF",
+            "UNIDIRECTIONAL_SEQUENCE_LSTM",
+            "L2_POOL_2D",
+            "SOFTMAX",
+            "LOG_SOFTMAX",
+            "L2_NORMALIZATION",
+            "LOCAL_RESPONSE_NORMALIZATION",
+            "ADD_N",
+            "FLOOR_DIV",
+            "FLOOR_MOD",
+            "POW",
+            "LESS",
+            "LESS_EQUAL",
+            "GREATER",
+            "GREATER_EQUAL",
+            "EQUAL",
+            "NOT_EQUAL",
+            "LOGICAL_AND",
+            "LOGICAL_OR",
+            "SELECT",
+            "SELECT_V2",
+            "REDUCE_ANY",
+            "REDUCE_ALL",
+            "ARG_MAX",
+            "ARG_MIN",
+            "CUMSUM",
+            "RESHAPE",
+            "SQUEEZE",
+            "EXPAND_DIMS",
+            "TRANSPOSE",
+            "SLICE",
+            "STRIDED_SLICE",
+            "PACK",
+            "UNPACK",
+            "REVERSE_V2",
+            "DYNAMIC_UPDATE_SLICE",
+            "SPACE_TO_DEPTH",
+            "DEPTH_TO_SPACE",
+            "SPACE_TO_BATCH_ND",
+            "BATCH_TO_SPACE_ND",
+            "GATHER",
+            "GATHER_ND",
+            "EMBEDDING_LOOKUP",
+            "FILL",
+            "BROADCAST_TO",
+            "BROADCAST_ARGS",
+            "SHAPE",
+            "ZEROS_LIKE",
+            "IF",
+            "WHILE",
+        }
+        | SIDE_EFFECT_OPCODES,
+        TilingClass.NONE,
+    ),
 }
 SEMANTICS |= {opcode: Semantics(SEMANTICS[opcode].tiling, TflmInPlace.NEVER) for opcode in _TFLM_READS_WHILE_WRITING}
 SEMANTICS |= {opcode: Semantics(TilingClass.CHANNEL, TflmInPlace.BLOCKS) for opcode in ("SPLIT", "SPLIT_V")}
@@ -163,8 +247,7 @@ def resize_scale_q10(n_in: int, n_out: int, align_corners: bool) -> int:
     return ((1 << 10) * n_in + n_out // 2) // n_out
 
 
-def resize_kernel_scale(bilinear: bool, n_in: int, n_out: int, align_corners: bool,
-                        integer: bool) -> np.float32 | int:
+def resize_kernel_scale(bilinear: bool, n_in: int, n_out: int, align_corners: bool, integer: bool) -> np.float32 | int:
     """The scale the kernel of this resize derives from the sizes: 10-bit fixed point for the integer bilinear
     kernel, float32 for the others."""
     if bilinear and integer:
@@ -172,8 +255,9 @@ def resize_kernel_scale(bilinear: bool, n_in: int, n_out: int, align_corners: bo
     return resize_scale(n_in, n_out, align_corners)
 
 
-def resize_sources(bilinear: bool, n_in: int, n_out: int, align_corners: bool, half_pixel: bool,
-                   integer: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def resize_sources(
+    bilinear: bool, n_in: int, n_out: int, align_corners: bool, half_pixel: bool, integer: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per output index along one axis, as TFLM's reference kernels compute it (resize_bilinear.h,
     resize_nearest_neighbor.h): the first and last input index read, and the interpolation weight (the fraction
     past the first: what the kernel multiplies with; 10-bit fixed point for the integer bilinear kernel)."""
@@ -198,8 +282,9 @@ def resize_sources(bilinear: bool, n_in: int, n_out: int, align_corners: bool, h
 def nearest_indices(n_in: int, n_out: int, align_corners: bool, half_pixel: bool) -> np.ndarray:
     """GetNearestNeighbor for every output index, in float32 as the kernel computes it: the floor, or with
     align_corners TfLiteRound (half away from zero), clamped to the input."""
-    value = (np.arange(n_out, dtype=np.float32) + np.float32(0.5 if half_pixel else 0.0)) \
-        * resize_scale(n_in, n_out, align_corners)
+    value = (np.arange(n_out, dtype=np.float32) + np.float32(0.5 if half_pixel else 0.0)) * resize_scale(
+        n_in, n_out, align_corners
+    )
     index: np.ndarray = np.floor(value).astype(np.int64)
     if align_corners:
         index += value - np.floor(value) >= 0.5  # exact: a float32 less its floor loses no bits

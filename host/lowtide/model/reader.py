@@ -85,8 +85,15 @@ def _has_data(buffer: fb.BufferT) -> bool:
     )
 
 
-def _read_subgraph(index: int, sg: fb.SubGraphT, buffers: list[fb.BufferT], opcodes: list[fb.OperatorCodeT],
-                   subgraph_count: int, file_size: int, path: str) -> Subgraph:
+def _read_subgraph(
+    index: int,
+    sg: fb.SubGraphT,
+    buffers: list[fb.BufferT],
+    opcodes: list[fb.OperatorCodeT],
+    subgraph_count: int,
+    file_size: int,
+    path: str,
+) -> Subgraph:
     raw_tensors = sg.tensors or []
     tensors = []
     for t_index, t in enumerate(raw_tensors):
@@ -109,7 +116,9 @@ def _read_subgraph(index: int, sg: fb.SubGraphT, buffers: list[fb.BufferT], opco
         called = []
         for target in named_subgraphs(opcode, attributes):
             if target is None or not 0 <= target < subgraph_count:
-                raise ModelError(f"subgraph {index} operator {op_index} ({opcode}) calls missing subgraph {target}", path)
+                raise ModelError(
+                    f"subgraph {index} operator {op_index} ({opcode}) calls missing subgraph {target}", path
+                )
             called.append(int(target))
         where = f"operator {op_index} ({opcode})"
         operators.append(

@@ -5,8 +5,17 @@ from __future__ import annotations
 from tflite_micro.tensorflow.lite.micro.python import schema_py_generated as fb
 
 # `fb` is re-exported: every stage reaches the generated schema through this module.
-__all__ = ["BUILTIN_CODES", "BUILTIN_NAMES", "ELEMENT_BYTES", "FILE_IDENTIFIER", "TYPE_CODES", "TYPE_NAMES",
-           "builtin_code", "fb", "operator_code"]
+__all__ = [
+    "BUILTIN_CODES",
+    "BUILTIN_NAMES",
+    "ELEMENT_BYTES",
+    "FILE_IDENTIFIER",
+    "TYPE_CODES",
+    "TYPE_NAMES",
+    "builtin_code",
+    "fb",
+    "operator_code",
+]
 
 FILE_IDENTIFIER = b"TFL3"
 
@@ -22,14 +31,32 @@ TYPE_CODES: dict[str, int] = {name: value for value, name in TYPE_NAMES.items()}
 # Bytes per element in the arena. Resource and variant tensors (VAR_HANDLE outputs) take no arena space:
 # TFLM keeps resource variables in its own persistent allocation.
 ELEMENT_BYTES: dict[str, int] = {
-    "float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int32": 4, "uint32": 4, "int64": 8,
-    "uint64": 8, "int16": 2, "uint16": 2, "int8": 1, "uint8": 1, "bool": 1, "int4": 1, "uint4": 1,
-    "int2": 1, "complex64": 8, "complex128": 16, "resource": 0, "variant": 0, "string": 1,
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "float64": 8,
+    "int32": 4,
+    "uint32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "int16": 2,
+    "uint16": 2,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+    "int4": 1,
+    "uint4": 1,
+    "int2": 1,
+    "complex64": 8,
+    "complex128": 16,
+    "resource": 0,
+    "variant": 0,
+    "string": 1,
     "float8_e4m3fn": 1,
 }
 
 
-def builtin_code(opcode: "fb.OperatorCodeT") -> int:
+def builtin_code(opcode: fb.OperatorCodeT) -> int:
     """Old models store small codes in `deprecatedBuiltinCode`; new ones in `builtinCode`."""
     return int(max(opcode.builtinCode, opcode.deprecatedBuiltinCode))
 
@@ -38,7 +65,7 @@ def builtin_code(opcode: "fb.OperatorCodeT") -> int:
 _LAST_DEPRECATED_CODE = 127
 
 
-def operator_code(name: str) -> "fb.OperatorCodeT":
+def operator_code(name: str) -> fb.OperatorCodeT:
     """A version-1 operator code entry for the builtin operator `name`, readable by old and new runtimes."""
     code = fb.OperatorCodeT()
     code.builtinCode = BUILTIN_CODES[name]

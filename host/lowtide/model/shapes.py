@@ -22,9 +22,22 @@ import numpy as np
 
 from lowtide.model import padding
 from lowtide.model.attributes import (
-    A, BatchMatMulAttributes, ConcatenationAttributes, Conv2DAttributes, DepthToSpaceAttributes,
-    DepthwiseConv2DAttributes, FullyConnectedAttributes, GatherAttributes, PackAttributes, Pool2DAttributes,
-    ReducerAttributes, SpaceToDepthAttributes, StridedSliceAttributes, SvdfAttributes, UnpackAttributes, attributes_as,
+    A,
+    BatchMatMulAttributes,
+    ConcatenationAttributes,
+    Conv2DAttributes,
+    DepthToSpaceAttributes,
+    DepthwiseConv2DAttributes,
+    FullyConnectedAttributes,
+    GatherAttributes,
+    PackAttributes,
+    Pool2DAttributes,
+    ReducerAttributes,
+    SpaceToDepthAttributes,
+    StridedSliceAttributes,
+    SvdfAttributes,
+    UnpackAttributes,
+    attributes_as,
 )
 from lowtide.model.ir import Graph, Operator, Subgraph, TensorKind, first_assignments, variable_handles
 
@@ -54,8 +67,9 @@ class Computed:
     def matches(self, declared: tuple[int, ...]) -> bool:
         if self.elements is not None and math.prod(declared) != self.elements:
             return False
-        return self.dims is None or (len(declared) == len(self.dims) and all(
-            d is None or d == s for d, s in zip(self.dims, declared)))
+        return self.dims is None or (
+            len(declared) == len(self.dims) and all(d is None or d == s for d, s in zip(self.dims, declared))
+        )
 
     def __str__(self) -> str:
         count = f"{self.elements} elements"
@@ -149,8 +163,9 @@ def _broadcast(*positions: int) -> Rule:
         try:
             return [Computed.exact(np.broadcast_shapes(*shapes))]
         except ValueError:
-            raise OperandShapes(f"inputs of shapes {', '.join(str(list(s)) for s in shapes)} do not broadcast"
-                                ) from None
+            raise OperandShapes(
+                f"inputs of shapes {', '.join(str(list(s)) for s in shapes)} do not broadcast"
+            ) from None
 
     rule.__doc__ = "Element by element with broadcasting: the inputs' broadcast shape."
     return rule
@@ -182,16 +197,26 @@ def _window(o: _Operands) -> list[Computed | None]:
             if channels % x[3]:
                 raise OperandShapes(f"a filter of {channels} channels for {x[3]} input channels: not a depth multiple")
         _channels_of(o, channels, 1, 2)
-        window = (o.attributes(Conv2DAttributes, required=True) if o.op.opcode == "CONV_2D"
-                  else o.attributes(DepthwiseConv2DAttributes, required=True))
+        window = (
+            o.attributes(Conv2DAttributes, required=True)
+            if o.op.opcode == "CONV_2D"
+            else o.attributes(DepthwiseConv2DAttributes, required=True)
+        )
     else:
         window = o.attributes(Pool2DAttributes, required=True)
         kernel, dilation, channels = window.filter, (1, 1), x[3]
     strides, code = window.stride, window.padding
     if min(*kernel, *dilation, *strides) < 1 or code not in (padding.SAME, padding.VALID):
         raise _NotJudged  # _windows and the options check refuse these
-    return [Computed.exact((x[0], *(padding.output_size(code, size, k, s, d)
-                                   for size, k, s, d in zip(x[1:3], kernel, strides, dilation)), channels))]
+    return [
+        Computed.exact(
+            (
+                x[0],
+                *(padding.output_size(code, size, k, s, d) for size, k, s, d in zip(x[1:3], kernel, strides, dilation)),
+                channels,
+            )
+        )
+    ]
 
 
 def _fully_connected(o: _Operands) -> list[Computed | None]:
@@ -251,7 +276,7 @@ def _reduction(o: _Operands) -> list[Computed | None]:
 def _arg_extremum(o: _Operands) -> list[Computed | None]:
     x = o.shape(0)
     axis = _axis(o.scalar(1), len(x))
-    return [Computed.exact(x[:axis] + x[axis + 1:])]
+    return [Computed.exact(x[:axis] + x[axis + 1 :])]
 
 
 def _concatenation(o: _Operands) -> list[Computed | None]:
@@ -260,10 +285,10 @@ def _concatenation(o: _Operands) -> list[Computed | None]:
     if any(len(s) != rank for s in shapes):
         raise _NotJudged  # _ranks refuses these
     axis = _axis(o.attributes(ConcatenationAttributes).axis, rank)
-    others = {s[:axis] + s[axis + 1:] for s in shapes}
+    others = {s[:axis] + s[axis + 1 :] for s in shapes}
     if len(others) > 1:
         raise OperandShapes(f"inputs of shapes {', '.join(str(list(s)) for s in shapes)} differ outside axis {axis}")
-    return [Computed.exact((*shapes[0][:axis], sum(s[axis] for s in shapes), *shapes[0][axis + 1:]))]
+    return [Computed.exact((*shapes[0][:axis], sum(s[axis] for s in shapes), *shapes[0][axis + 1 :]))]
 
 
 def _pack(o: _Operands) -> list[Computed | None]:
@@ -280,7 +305,7 @@ def _unpack(o: _Operands) -> list[Computed | None]:
     axis = _axis(o.attributes(UnpackAttributes).axis, len(x))
     if len(o.op.outputs) != x[axis]:
         raise OperandShapes(f"{len(o.op.outputs)} outputs for an axis of {x[axis]}")
-    return [Computed.exact(x[:axis] + x[axis + 1:])] * len(o.op.outputs)
+    return [Computed.exact(x[:axis] + x[axis + 1 :])] * len(o.op.outputs)
 
 
 def _split(o: _Operands) -> list[Computed | None]:
@@ -290,7 +315,7 @@ def _split(o: _Operands) -> list[Computed | None]:
     parts = len(o.op.outputs)
     if x[axis] % parts:
         raise OperandShapes(f"an axis of {x[axis]} does not split into {parts} equal parts")
-    return [Computed.exact((*x[:axis], x[axis] // parts, *x[axis + 1:]))] * parts
+    return [Computed.exact((*x[:axis], x[axis] // parts, *x[axis + 1 :]))] * parts
 
 
 def _split_v(o: _Operands) -> list[Computed | None]:
@@ -302,7 +327,7 @@ def _split_v(o: _Operands) -> list[Computed | None]:
     sizes = [rest if n == -1 else n for n in sizes]
     if len(sizes) != len(o.op.outputs) or any(n < 0 for n in sizes) or sum(sizes) != x[axis]:
         raise OperandShapes(f"size_splits {o.ints(1)} do not cut an axis of {x[axis]} into {len(o.op.outputs)}")
-    return [Computed.exact((*x[:axis], n, *x[axis + 1:])) for n in sizes]
+    return [Computed.exact((*x[:axis], n, *x[axis + 1 :])) for n in sizes]
 
 
 def _element_count(o: _Operands) -> list[Computed | None]:
@@ -338,8 +363,9 @@ def _slice(o: _Operands) -> list[Computed | None]:
     x = o.shape(0)
     begin, size = o.ints(1), o.ints(2)
     dims = [n - b if s == -1 else s for n, b, s in zip(x, begin, size)]
-    if not len(begin) == len(size) == len(x) or not all(0 <= b and 0 <= d and b + d <= n
-                                                        for b, d, n in zip(begin, dims, x)):
+    if not len(begin) == len(size) == len(x) or not all(
+        0 <= b and 0 <= d and b + d <= n for b, d, n in zip(begin, dims, x)
+    ):
         raise OperandShapes(f"slice of {size} from {begin} outside {list(x)}")
     return [Computed.exact(dims)]
 
@@ -358,8 +384,16 @@ class SliceAxis:
         return len(range(self.start, self.stop, self.step))
 
 
-def strided_slice_axes(shape: Sequence[int], begin: Sequence[int], end: Sequence[int], steps: Sequence[int],
-                       begin_mask: int, end_mask: int, shrink_mask: int, offset: bool) -> list[SliceAxis]:
+def strided_slice_axes(
+    shape: Sequence[int],
+    begin: Sequence[int],
+    end: Sequence[int],
+    steps: Sequence[int],
+    begin_mask: int,
+    end_mask: int,
+    shrink_mask: int,
+    offset: bool,
+) -> list[SliceAxis]:
     """StartForAxis and StopForAxis of strided_slice_logic.h, for begin, end and strides covering every axis
     (no ellipsis or new-axis mask); raises OperandShapes on a zero stride."""
     big = 1 << 31
@@ -395,8 +429,9 @@ def _strided_slice(o: _Operands) -> list[Computed | None]:
     masks = o.attributes(StridedSliceAttributes)
     if masks.ellipsis_mask or masks.new_axis_mask or not len(begin) == len(end) == len(steps) == len(x):
         raise _NotJudged  # forms the compiler does not lower: it says so
-    axes = strided_slice_axes(x, begin, end, steps, masks.begin_mask, masks.end_mask, masks.shrink_axis_mask,
-                              masks.offset)
+    axes = strided_slice_axes(
+        x, begin, end, steps, masks.begin_mask, masks.end_mask, masks.shrink_axis_mask, masks.offset
+    )
     return [Computed.exact(tuple(a.count for a in axes if not a.shrunk))]
 
 
@@ -457,14 +492,14 @@ def _gather(o: _Operands) -> list[Computed | None]:
     batch_dims += len(coords) if batch_dims < 0 else 0
     if not 0 <= batch_dims <= min(axis, len(coords)) or x[:batch_dims] != coords[:batch_dims]:
         raise OperandShapes(f"batch_dims {batch_dims} for axis {axis} of {list(x)} and indices {list(coords)}")
-    return [Computed.exact((*x[:axis], *coords[batch_dims:], *x[axis + 1:]))]
+    return [Computed.exact((*x[:axis], *coords[batch_dims:], *x[axis + 1 :]))]
 
 
 def _gather_nd(o: _Operands) -> list[Computed | None]:
     x, indices = o.shape(0), o.shape(1)
     if not indices or not 1 <= indices[-1] <= len(x):
         raise OperandShapes(f"index tuples of shape {list(indices)} into rank {len(x)}")
-    return [Computed.exact((*indices[:-1], *x[indices[-1]:]))]
+    return [Computed.exact((*indices[:-1], *x[indices[-1] :]))]
 
 
 def _embedding_lookup(o: _Operands) -> list[Computed | None]:
@@ -526,13 +561,58 @@ def _read_variable(o: _Operands) -> list[Computed | None]:
     return [Computed(None, math.prod(tensor.shape))]
 
 
-_SAME = ("ABS", "CEIL", "COS", "EXP", "FLOOR", "LOG", "LOGICAL_NOT", "NEG", "ROUND", "RSQRT", "SIN", "SQRT", "SQUARE",
-         "RELU", "RELU6", "LEAKY_RELU", "LOGISTIC", "TANH", "HARD_SWISH", "ELU", "QUANTIZE", "DEQUANTIZE", "CAST",
-         "SOFTMAX", "LOG_SOFTMAX", "L2_NORMALIZATION", "ZEROS_LIKE", "CUMSUM", "REVERSE_V2",
-         "DYNAMIC_UPDATE_SLICE")  # DYNAMIC_UPDATE_SLICE: the operand (input 0) with the update written into it
-_BROADCAST = ("ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE", "PRELU", "FLOOR_DIV",
-              "FLOOR_MOD", "EQUAL", "NOT_EQUAL", "LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL", "LOGICAL_AND",
-              "LOGICAL_OR")
+_SAME = (
+    "ABS",
+    "CEIL",
+    "COS",
+    "EXP",
+    "FLOOR",
+    "LOG",
+    "LOGICAL_NOT",
+    "NEG",
+    "ROUND",
+    "RSQRT",
+    "SIN",
+    "SQRT",
+    "SQUARE",
+    "RELU",
+    "RELU6",
+    "LEAKY_RELU",
+    "LOGISTIC",
+    "TANH",
+    "HARD_SWISH",
+    "ELU",
+    "QUANTIZE",
+    "DEQUANTIZE",
+    "CAST",
+    "SOFTMAX",
+    "LOG_SOFTMAX",
+    "L2_NORMALIZATION",
+    "ZEROS_LIKE",
+    "CUMSUM",
+    "REVERSE_V2",
+    "DYNAMIC_UPDATE_SLICE",
+)  # DYNAMIC_UPDATE_SLICE: the operand (input 0) with the update written into it
+_BROADCAST = (
+    "ADD",
+    "SUB",
+    "MUL",
+    "DIV",
+    "MAXIMUM",
+    "MINIMUM",
+    "SQUARED_DIFFERENCE",
+    "PRELU",
+    "FLOOR_DIV",
+    "FLOOR_MOD",
+    "EQUAL",
+    "NOT_EQUAL",
+    "LESS",
+    "LESS_EQUAL",
+    "GREATER",
+    "GREATER_EQUAL",
+    "LOGICAL_AND",
+    "LOGICAL_OR",
+)
 
 
 def _add_n(o: _Operands) -> list[Computed | None]:
@@ -545,21 +625,53 @@ def _add_n(o: _Operands) -> list[Computed | None]:
 # opcode -> rule. VAR_HANDLE's output is a handle, no data: TFLM and lowtide ignore its shape. CALL_ONCE and
 # ASSIGN_VARIABLE write no tensor.
 RULES: dict[str, Rule] = {
-    **{opcode: _same for opcode in _SAME}, **{opcode: _broadcast(0, 1) for opcode in _BROADCAST},
-    "SELECT_V2": _broadcast(0, 1, 2), "ADD_N": _add_n,
-    "CONV_2D": _window, "DEPTHWISE_CONV_2D": _window, "AVERAGE_POOL_2D": _window, "MAX_POOL_2D": _window,
-    "FULLY_CONNECTED": _fully_connected, "TRANSPOSE_CONV": _transpose_conv, "BATCH_MATMUL": _batch_matmul,
-    "MEAN": _reduction, "SUM": _reduction, "REDUCE_MAX": _reduction, "REDUCE_MIN": _reduction,
-    "ARG_MAX": _arg_extremum, "ARG_MIN": _arg_extremum,
-    "CONCATENATION": _concatenation, "PACK": _pack, "UNPACK": _unpack, "SPLIT": _split, "SPLIT_V": _split_v,
-    "RESHAPE": _element_count, "SQUEEZE": _element_count, "EXPAND_DIMS": _expand_dims, "TRANSPOSE": _transpose,
-    "PAD": _pad, "PADV2": _pad, "MIRROR_PAD": _pad, "SLICE": _slice, "STRIDED_SLICE": _strided_slice,
-    "RESIZE_NEAREST_NEIGHBOR": _resize, "RESIZE_BILINEAR": _resize,
-    "SPACE_TO_DEPTH": _space_to_depth, "DEPTH_TO_SPACE": _depth_to_space,
-    "SPACE_TO_BATCH_ND": _batch_space, "BATCH_TO_SPACE_ND": _batch_space,
-    "GATHER": _gather, "GATHER_ND": _gather_nd, "EMBEDDING_LOOKUP": _embedding_lookup,
-    "FILL": _to_shape_input(0), "BROADCAST_TO": _broadcast_to, "BROADCAST_ARGS": _broadcast_args, "SHAPE": _shape,
-    "SVDF": _svdf, "UNIDIRECTIONAL_SEQUENCE_LSTM": _lstm, "READ_VARIABLE": _read_variable,
+    **{opcode: _same for opcode in _SAME},
+    **{opcode: _broadcast(0, 1) for opcode in _BROADCAST},
+    "SELECT_V2": _broadcast(0, 1, 2),
+    "ADD_N": _add_n,
+    "CONV_2D": _window,
+    "DEPTHWISE_CONV_2D": _window,
+    "AVERAGE_POOL_2D": _window,
+    "MAX_POOL_2D": _window,
+    "FULLY_CONNECTED": _fully_connected,
+    "TRANSPOSE_CONV": _transpose_conv,
+    "BATCH_MATMUL": _batch_matmul,
+    "MEAN": _reduction,
+    "SUM": _reduction,
+    "REDUCE_MAX": _reduction,
+    "REDUCE_MIN": _reduction,
+    "ARG_MAX": _arg_extremum,
+    "ARG_MIN": _arg_extremum,
+    "CONCATENATION": _concatenation,
+    "PACK": _pack,
+    "UNPACK": _unpack,
+    "SPLIT": _split,
+    "SPLIT_V": _split_v,
+    "RESHAPE": _element_count,
+    "SQUEEZE": _element_count,
+    "EXPAND_DIMS": _expand_dims,
+    "TRANSPOSE": _transpose,
+    "PAD": _pad,
+    "PADV2": _pad,
+    "MIRROR_PAD": _pad,
+    "SLICE": _slice,
+    "STRIDED_SLICE": _strided_slice,
+    "RESIZE_NEAREST_NEIGHBOR": _resize,
+    "RESIZE_BILINEAR": _resize,
+    "SPACE_TO_DEPTH": _space_to_depth,
+    "DEPTH_TO_SPACE": _depth_to_space,
+    "SPACE_TO_BATCH_ND": _batch_space,
+    "BATCH_TO_SPACE_ND": _batch_space,
+    "GATHER": _gather,
+    "GATHER_ND": _gather_nd,
+    "EMBEDDING_LOOKUP": _embedding_lookup,
+    "FILL": _to_shape_input(0),
+    "BROADCAST_TO": _broadcast_to,
+    "BROADCAST_ARGS": _broadcast_args,
+    "SHAPE": _shape,
+    "SVDF": _svdf,
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": _lstm,
+    "READ_VARIABLE": _read_variable,
 }
 
 

@@ -37,8 +37,12 @@ MAX_RANK = 6
 
 # Integer ranges of zero points, by tensor type.
 _ZERO_POINT_RANGE = {
-    "int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "uint16": (0, 65535),
-    "int4": (-8, 7), "int32": (-(1 << 31), (1 << 31) - 1),
+    "int8": (-128, 127),
+    "uint8": (0, 255),
+    "int16": (-32768, 32767),
+    "uint16": (0, 65535),
+    "int4": (-8, 7),
+    "int32": (-(1 << 31), (1 << 31) - 1),
 }
 # Types the buffer-size check cannot judge: packed sub-byte types may store two or four values per byte.
 _PACKED_TYPES = frozenset({"int4", "uint4", "int2"})
@@ -46,8 +50,9 @@ _PACKED_TYPES = frozenset({"int4", "uint4", "int2"})
 _UNSUPPORTED_TYPES = frozenset({"string", "complex64", "complex128", "float64", "variant"})
 
 # Types an input or output of the model may have: numpy arrays of them cross to TFLM and to boards.
-_ARRAY_TYPES = frozenset({"float32", "float16", "float64", "int8", "uint8", "int16", "uint16", "int32", "uint32",
-                          "int64", "uint64", "bool"})
+_ARRAY_TYPES = frozenset(
+    {"float32", "float16", "float64", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "bool"}
+)
 # Builtin options class each operator's kernel reads (TFLM's flatbuffer_conversions.cc), and whether it must be
 # present: those whose fields lowtide and TFLM need (strides, axes, ranks) are required.
 _OPTIONS: dict[str, tuple[str, bool]] = {
@@ -80,28 +85,70 @@ _OPTIONS: dict[str, tuple[str, bool]] = {
 }
 # Input positions each kernel reads without checking for an omitted (-1) or missing input.
 _REQUIRED_INPUTS: dict[str, tuple[int, ...]] = {
-    "CONV_2D": (0, 1), "DEPTHWISE_CONV_2D": (0, 1), "FULLY_CONNECTED": (0, 1), "TRANSPOSE_CONV": (0, 1, 2),
-    "ADD": (0, 1), "SUB": (0, 1), "MUL": (0, 1), "SOFTMAX": (0,), "AVERAGE_POOL_2D": (0,), "MAX_POOL_2D": (0,),
-    "L2_POOL_2D": (0,), "RESHAPE": (0,), "CONCATENATION": (0,), "QUANTIZE": (0,), "DEQUANTIZE": (0,),
-    "LOGISTIC": (0,), "TANH": (0,), "RELU": (0,), "RELU6": (0,), "PAD": (0, 1), "MEAN": (0, 1),
-    "STRIDED_SLICE": (0, 1, 2, 3), "TRANSPOSE": (0, 1), "SPLIT": (0, 1), "SPLIT_V": (0, 1, 2),
-    "SVDF": (0, 1, 2, 4), "PACK": (0,), "UNPACK": (0,), "GATHER": (0, 1), "SHAPE": (0,),
-    "RESIZE_NEAREST_NEIGHBOR": (0, 1), "ASSIGN_VARIABLE": (0, 1), "READ_VARIABLE": (0,),
+    "CONV_2D": (0, 1),
+    "DEPTHWISE_CONV_2D": (0, 1),
+    "FULLY_CONNECTED": (0, 1),
+    "TRANSPOSE_CONV": (0, 1, 2),
+    "ADD": (0, 1),
+    "SUB": (0, 1),
+    "MUL": (0, 1),
+    "SOFTMAX": (0,),
+    "AVERAGE_POOL_2D": (0,),
+    "MAX_POOL_2D": (0,),
+    "L2_POOL_2D": (0,),
+    "RESHAPE": (0,),
+    "CONCATENATION": (0,),
+    "QUANTIZE": (0,),
+    "DEQUANTIZE": (0,),
+    "LOGISTIC": (0,),
+    "TANH": (0,),
+    "RELU": (0,),
+    "RELU6": (0,),
+    "PAD": (0, 1),
+    "MEAN": (0, 1),
+    "STRIDED_SLICE": (0, 1, 2, 3),
+    "TRANSPOSE": (0, 1),
+    "SPLIT": (0, 1),
+    "SPLIT_V": (0, 1, 2),
+    "SVDF": (0, 1, 2, 4),
+    "PACK": (0,),
+    "UNPACK": (0,),
+    "GATHER": (0, 1),
+    "SHAPE": (0,),
+    "RESIZE_NEAREST_NEIGHBOR": (0, 1),
+    "ASSIGN_VARIABLE": (0, 1),
+    "READ_VARIABLE": (0,),
     "UNIDIRECTIONAL_SEQUENCE_LSTM": (0, 2, 3, 4, 6, 7, 8, 12, 13, 14, 15, 18, 19),
 }
 # Ranks the kernels index without checking (TFLM checks them in Prepare, but lowtide's own stages read the shapes
 # first): opcode -> {input position: rank}, and the rank of output 0.
 _INPUT_RANKS: dict[str, dict[int, int]] = {
-    "CONV_2D": {0: 4, 1: 4, 2: 1}, "DEPTHWISE_CONV_2D": {0: 4, 1: 4, 2: 1}, "TRANSPOSE_CONV": {1: 4, 2: 4},
-    "AVERAGE_POOL_2D": {0: 4}, "MAX_POOL_2D": {0: 4}, "L2_POOL_2D": {0: 4}, "FULLY_CONNECTED": {1: 2, 2: 1},
-    "SVDF": {0: 2, 1: 2, 2: 2, 3: 1, 4: 2}, "UNIDIRECTIONAL_SEQUENCE_LSTM": {0: 3, 18: 2, 19: 2},
+    "CONV_2D": {0: 4, 1: 4, 2: 1},
+    "DEPTHWISE_CONV_2D": {0: 4, 1: 4, 2: 1},
+    "TRANSPOSE_CONV": {1: 4, 2: 4},
+    "AVERAGE_POOL_2D": {0: 4},
+    "MAX_POOL_2D": {0: 4},
+    "L2_POOL_2D": {0: 4},
+    "FULLY_CONNECTED": {1: 2, 2: 1},
+    "SVDF": {0: 2, 1: 2, 2: 2, 3: 1, 4: 2},
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": {0: 3, 18: 2, 19: 2},
 }
-_OUTPUT_RANKS = {"CONV_2D": 4, "DEPTHWISE_CONV_2D": 4, "TRANSPOSE_CONV": 4, "AVERAGE_POOL_2D": 4,
-                 "MAX_POOL_2D": 4, "L2_POOL_2D": 4}
+_OUTPUT_RANKS = {
+    "CONV_2D": 4,
+    "DEPTHWISE_CONV_2D": 4,
+    "TRANSPOSE_CONV": 4,
+    "AVERAGE_POOL_2D": 4,
+    "MAX_POOL_2D": 4,
+    "L2_POOL_2D": 4,
+}
 # The schema's union fields (each `field` with its tag `fieldType`) and the union each tag names a member of.
-_UNIONS = {"builtinOptions": fb.BuiltinOptions, "builtinOptions2": fb.BuiltinOptions2,
-           "details": fb.QuantizationDetails, "arraySegments": fb.SparseIndexVector,
-           "arrayIndices": fb.SparseIndexVector}
+_UNIONS = {
+    "builtinOptions": fb.BuiltinOptions,
+    "builtinOptions2": fb.BuiltinOptions2,
+    "details": fb.QuantizationDetails,
+    "arraySegments": fb.SparseIndexVector,
+    "arrayIndices": fb.SparseIndexVector,
+}
 
 
 @dataclass(frozen=True)
@@ -149,6 +196,7 @@ def _reason(check: Check, detail: str) -> str:
 
 # ---- structure ---------------------------------------------------------------------------------------------------
 
+
 @_check(MODEL_CHECKS)
 def _calls_acyclic(m: _Model) -> Iterator[str]:
     """subgraph calls must not form a cycle (TFLM would recurse until its stack overflows)"""
@@ -165,7 +213,7 @@ def _calls_acyclic(m: _Model) -> Iterator[str]:
                 state[path.pop()] = 2
                 stack.pop()
             elif state.get(nxt) == 1:
-                cycle = path[path.index(nxt):] + [nxt]
+                cycle = path[path.index(nxt) :] + [nxt]
                 yield " -> ".join(f"subgraph {s}" for s in cycle)
                 return
             elif not state.get(nxt):
@@ -312,10 +360,12 @@ def _ranks(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
 
 # ---- values ------------------------------------------------------------------------------------------------------
 
+
 def _intermediate_only(sg: Subgraph, t: Tensor) -> bool:
     """LSTM intermediates carry only quantization parameters: the converter gives them shape (0,)."""
     return any(t.index in op.intermediates for op in sg.operators) and not any(
-        t.index in op.inputs or t.index in op.outputs for op in sg.operators)
+        t.index in op.inputs or t.index in op.outputs for op in sg.operators
+    )
 
 
 @_check(TENSOR_CHECKS)
@@ -404,8 +454,9 @@ def _axis_in_range(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
         if not -rank <= axis < max(rank, 1):
             yield f"axis {axis} for output rank {rank}"
     elif op.opcode in ("SPLIT", "SPLIT_V") and len(op.inputs) > 1:
-        axis_tensor, data_tensor = (op.inputs[0], op.inputs[1]) if op.opcode == "SPLIT" else (op.inputs[2],
-                                                                                              op.inputs[0])
+        axis_tensor, data_tensor = (
+            (op.inputs[0], op.inputs[1]) if op.opcode == "SPLIT" else (op.inputs[2], op.inputs[0])
+        )
         if axis_tensor < 0 or data_tensor < 0:
             return
         axis = m.graph.constant_array(axis_tensor, sg.index) if sg.tensors[axis_tensor].nbytes == 4 else None
@@ -417,7 +468,11 @@ def _axis_in_range(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
 @_check(OPERATOR_CHECKS)
 def _softmax_beta(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
     """SOFTMAX beta must be finite"""
-    if op.opcode == "SOFTMAX" and isinstance(op.attributes, SoftmaxAttributes) and not math.isfinite(op.attributes.beta):
+    if (
+        op.opcode == "SOFTMAX"
+        and isinstance(op.attributes, SoftmaxAttributes)
+        and not math.isfinite(op.attributes.beta)
+    ):
         yield f"beta = {op.attributes.beta}"
 
 
@@ -461,6 +516,7 @@ def _declared_shape(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
 
 # ---- OfflineMemoryAllocation -------------------------------------------------------------------------------------
 
+
 @_check(PLAN_CHECKS)
 def _plan_header(m: _Model, plan: OfflinePlan) -> Iterator[str]:
     """OfflineMemoryAllocation header does not match the model"""
@@ -482,11 +538,14 @@ def _plan_offsets_in_range(m: _Model, plan: OfflinePlan) -> Iterator[str]:
             if offset is None:
                 continue
             if offset < 0 or offset + t.nbytes > m.max_bytes:
-                yield (f"subgraph {sg.index} tensor {t.index} '{t.name}' at offset {offset} "
-                       f"(-1 or 0..{m.max_bytes - t.nbytes:,})")
+                yield (
+                    f"subgraph {sg.index} tensor {t.index} '{t.name}' at offset {offset} "
+                    f"(-1 or 0..{m.max_bytes - t.nbytes:,})"
+                )
 
 
 # ---- running the table -------------------------------------------------------------------------------------------
+
 
 def graph_problems(graph: Graph, max_tensor_bytes: int) -> list[Problem]:
     """Every problem the checks here find in `graph`, in model, subgraph, tensor, operator, plan order. Whether

@@ -38,11 +38,14 @@ def check_estimate_fits(spec: BoardSpec, estimate: FootprintEstimate) -> None:
     """Refuses, with the numbers, a model whose firmware cannot fit `spec`'s SRAM or flash."""
     problems = []
     if estimate.arena_bytes + estimate.static_ram_bytes > spec.sram_bytes:
-        problems.append(f"arena {estimate.arena_bytes:,} B + static RAM {estimate.static_ram_bytes:,} B > "
-                        + capacity(spec, "SRAM", spec.sram_bytes))
+        problems.append(
+            f"arena {estimate.arena_bytes:,} B + static RAM {estimate.static_ram_bytes:,} B > "
+            + capacity(spec, "SRAM", spec.sram_bytes)
+        )
     if estimate.image_bytes > spec.flash_bytes:
-        problems.append(f"constant data and code {estimate.image_bytes:,} B > "
-                        + capacity(spec, "flash", spec.flash_bytes))
+        problems.append(
+            f"constant data and code {estimate.image_bytes:,} B > " + capacity(spec, "flash", spec.flash_bytes)
+        )
     if problems:
         raise LowtideError(f"{estimate.model}: {'; '.join(problems)}")
 
@@ -51,17 +54,24 @@ def check_image_fits(spec: BoardSpec, image: FirmwareImage, model: str) -> None:
     """Refuses, with the numbers, a built image whose sections do not fit `spec`'s SRAM or flash."""
     problems = []
     if image.ram_bytes > spec.sram_bytes:
-        problems.append(f"static RAM {image.static_ram_bytes:,} B + stack {image.stack_bytes:,} B > "
-                        + capacity(spec, "SRAM", spec.sram_bytes))
+        problems.append(
+            f"static RAM {image.static_ram_bytes:,} B + stack {image.stack_bytes:,} B > "
+            + capacity(spec, "SRAM", spec.sram_bytes)
+        )
     if image.flash_bytes > spec.flash_bytes:
         problems.append(f"image {image.flash_bytes:,} B > " + capacity(spec, "flash", spec.flash_bytes))
     if problems:
         raise LowtideError(f"{model}: the built firmware does not fit: {'; '.join(problems)}", image.elf)
 
 
-def firmware_project(spec: BoardSpec, model_path: Path | None, runtime: FirmwareRuntime,
-                     tflm_arena: Arena32 | None = None, project_dir: Path | None = None,
-                     protocol: ProtocolDefines | None = None) -> FirmwareProject:
+def firmware_project(
+    spec: BoardSpec,
+    model_path: Path | None,
+    runtime: FirmwareRuntime,
+    tflm_arena: Arena32 | None = None,
+    project_dir: Path | None = None,
+    protocol: ProtocolDefines | None = None,
+) -> FirmwareProject:
     """The project for `spec` with the model in it (none: a model-less image) run by `runtime`, built: in the user
     cache unless `project_dir` names a folder of the user's. Runs for the same content wait for one build. `protocol`:
     the image answers that protocol instead of lowtide's own (MLPerf Tiny's grammar: lowtide.mlperf)."""
@@ -69,18 +79,34 @@ def firmware_project(spec: BoardSpec, model_path: Path | None, runtime: Firmware
     model_path = model_path.resolve() if model_path else None
     # The project names its env, not the board: boards that run one image (nucleo-f446re and qemu-nucleo-f446re)
     # then share one project in the cache, built once.
-    files = project_files(spec.platformio_env, spec.platformio_config, f"PlatformIO env {spec.platformio_env}",
-                          model_path, runtime, spec.core, tflm_arena.arena_bytes if tflm_arena else None, protocol)
-    directory = project_dir.resolve() if project_dir else cached_project_dir(spec.platformio_env, runtime.name,
-                                                                             model_path, files)
+    files = project_files(
+        spec.platformio_env,
+        spec.platformio_config,
+        f"PlatformIO env {spec.platformio_env}",
+        model_path,
+        runtime,
+        spec.core,
+        tflm_arena.arena_bytes if tflm_arena else None,
+        protocol,
+    )
+    directory = (
+        project_dir.resolve()
+        if project_dir
+        else cached_project_dir(spec.platformio_env, runtime.name, model_path, files)
+    )
     project = FirmwareProject(directory, spec.platformio_env, runtime.name, model_path)
     what = f"building the {spec.platformio_env} firmware" + (f" for {model_path.name}" if model_path else "")
     build_project(project, files, reuse_built=project_dir is None, what=what)
     return project
 
 
-def build_board_firmware(spec: BoardSpec, model_path: Path, runtime: FirmwareRuntime | None = None,
-                         project_dir: Path | None = None, protocol: ProtocolDefines | None = None) -> FirmwareImage:
+def build_board_firmware(
+    spec: BoardSpec,
+    model_path: Path,
+    runtime: FirmwareRuntime | None = None,
+    project_dir: Path | None = None,
+    protocol: ProtocolDefines | None = None,
+) -> FirmwareImage:
     """The firmware for `spec` with the model in it, run by `runtime` (default: the board's): refused before
     building if the model cannot fit the board, built (or found built), and checked against the board's memory
     from its ELF."""
@@ -99,8 +125,13 @@ def build_board_firmware(spec: BoardSpec, model_path: Path, runtime: FirmwareRun
     return image
 
 
-def upload_firmware(spec: BoardSpec, model_path: Path, port: str, runtime: FirmwareRuntime | None = None,
-                    protocol: ProtocolDefines | None = None) -> None:
+def upload_firmware(
+    spec: BoardSpec,
+    model_path: Path,
+    port: str,
+    runtime: FirmwareRuntime | None = None,
+    protocol: ProtocolDefines | None = None,
+) -> None:
     """The firmware for `spec` (built, or found built) uploaded to the board on `port` by the env's own uploader;
     for an ST board, OpenOCD on that board's ST-LINK (lowtide.device.drivers.platformio.upload_probe), which is
     checked before building."""
@@ -114,8 +145,9 @@ def board_firmware(board: Board, model_path: Path, runtime: FirmwareRuntime | No
     the board's memory; None for a board that runs what it is given or was flashed beforehand."""
     if board.spec is None:
         if runtime is not None:
-            raise LowtideError(f"--board {board.name} runs whatever it runs: --runtime applies to boards lowtide "
-                               f"builds firmware for")
+            raise LowtideError(
+                f"--board {board.name} runs whatever it runs: --runtime applies to boards lowtide builds firmware for"
+            )
         return None
     return build_board_firmware(board.spec, Path(model_path), runtime)
 

@@ -182,8 +182,9 @@ class TflmBoard:
         total = request.warmup + request.iterations
         send(encode_message(Progress(0, total), seq))
         try:
-            ran = oracle.isolated(lambda child: self._invocations(child, request, seq, send), self.path,
-                                  read_settings().tflm_timeout_s)
+            ran = oracle.isolated(
+                lambda child: self._invocations(child, request, seq, send), self.path, read_settings().tflm_timeout_s
+            )
         except LowtideError as exc:  # TFLM refused the inputs, failed an operator or crashed: the board lives on
             return Error(ErrorCode.INVOKE_FAILED, request.TYPE, exc.message)
         if ran is None:
@@ -208,8 +209,9 @@ class TflmBoard:
             outputs=tuple(OutputSummary(len(o), zlib.crc32(o)) for o in self.outputs),
         )
 
-    def _invocations(self, child: oracle.TflmChild, request: Run, seq: int,
-                     send: Send) -> tuple[list[int], list[bytes]] | None:
+    def _invocations(
+        self, child: oracle.TflmChild, request: Run, seq: int, send: Send
+    ) -> tuple[list[int], list[bytes]] | None:
         """In the TFLM child: the RUN's invocations, their durations and the outputs; None if the host is gone.
         PROGRESS frames go straight to the host: the child shares the connection."""
         interpreter = child.interpreter(self.model, self.arena_bytes)

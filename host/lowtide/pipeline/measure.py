@@ -57,8 +57,21 @@ def measure(
         target = board_for_spec(with_probe(target.spec, probe))
     resource = target.lock_resource(port) if take_lock else None
     if resource is None:
-        return _measure(target, graph, model_path, port, iterations, warmup, timeout, seed, profile_ops, progress,
-                        chosen, lock_timeout, on_wait)
+        return _measure(
+            target,
+            graph,
+            model_path,
+            port,
+            iterations,
+            warmup,
+            timeout,
+            seed,
+            profile_ops,
+            progress,
+            chosen,
+            lock_timeout,
+            on_wait,
+        )
     what = f"board {target.name}" + (f" on {port}" if port else "")
 
     def lock_wait(holder: locking.LockHolder | None) -> None:
@@ -66,13 +79,38 @@ def measure(
             on_wait("lock", holder.describe() if holder else "another run")
 
     with locking.locked(resource, lock_timeout, what, lock_wait):
-        return _measure(target, graph, model_path, port, iterations, warmup, timeout, seed, profile_ops, progress,
-                        chosen, lock_timeout, on_wait)
+        return _measure(
+            target,
+            graph,
+            model_path,
+            port,
+            iterations,
+            warmup,
+            timeout,
+            seed,
+            profile_ops,
+            progress,
+            chosen,
+            lock_timeout,
+            on_wait,
+        )
 
 
-def _measure(target: Board, graph: Graph, model_path: Path, port: str | None, iterations: int, warmup: int,
-             timeout: float, seed: int, profile_ops: bool, progress: MeasureProgress | None,
-             runtime: FirmwareRuntime | None, wait: float, on_wait: WaitNotice | None) -> MeasureResult:
+def _measure(
+    target: Board,
+    graph: Graph,
+    model_path: Path,
+    port: str | None,
+    iterations: int,
+    warmup: int,
+    timeout: float,
+    seed: int,
+    profile_ops: bool,
+    progress: MeasureProgress | None,
+    runtime: FirmwareRuntime | None,
+    wait: float,
+    on_wait: WaitNotice | None,
+) -> MeasureResult:
     inputs = oracle.random_inputs(graph, seed)
     outputs = oracle.run(model_path.read_bytes(), inputs, path=str(model_path)).outputs
     image = board_firmware(target, model_path, runtime)  # boards lowtide builds for: refused here if it cannot fit
@@ -92,8 +130,9 @@ def _measure(target: Board, graph: Graph, model_path: Path, port: str | None, it
     )
     place_wait = (lambda holder: on_wait("place", holder)) if on_wait else None
     connection = Connection(model_path, port, timeout, image, wait, place_wait)
-    return run_on_board(target, connection, expected, iterations=iterations, warmup=warmup, profile_ops=profile_ops,
-                        progress=progress)
+    return run_on_board(
+        target, connection, expected, iterations=iterations, warmup=warmup, profile_ops=profile_ops, progress=progress
+    )
 
 
 def _static_ram(image: FirmwareImage, runtime: FirmwareRuntime) -> StaticRamSplit:

@@ -100,14 +100,17 @@ class OptimizeResult:
         return self.planned_head_bytes - self.lower_bound_bytes
 
 
-def _same_outputs(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...],
-                  compared: tuple[np.ndarray, ...] | None = None) -> bool:
+def _same_outputs(
+    a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...], compared: tuple[np.ndarray, ...] | None = None
+) -> bool:
     """Bit for bit, or only on the bytes `compared` marks (a bool per byte of each output)."""
     if len(a) != len(b) or any(x.dtype != y.dtype or x.shape != y.shape for x, y in zip(a, b)):
         return False
     masks = compared or tuple(np.ones(x.nbytes, bool) for x in a)
-    return all(np.array_equal(np.frombuffer(x.tobytes(), np.uint8)[m], np.frombuffer(y.tobytes(), np.uint8)[m])
-               for x, y, m in zip(a, b, masks))
+    return all(
+        np.array_equal(np.frombuffer(x.tobytes(), np.uint8)[m], np.frombuffer(y.tobytes(), np.uint8)[m])
+        for x, y, m in zip(a, b, masks)
+    )
 
 
 @dataclass(frozen=True)
@@ -126,11 +129,19 @@ def _describe(tilings: tuple[Tiling, ...]) -> str:
     return "; then ".join(t.describe() for t in tilings)
 
 
-def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: float = DEFAULT_WALL_SECONDS,
-                   verify: bool = False, progress: PhaseProgress | None = None, rewrite: bool = False,
-                   max_mac_overhead: float = 0.20, kernels: KernelSet = KernelSet.REFERENCE,
-                   core: str = DEFAULT_CORE, arena32: Arena32Mode = Arena32Mode.AUTO,
-                   effort: float = 1.0) -> OptimizeResult:
+def optimize_model(
+    model_path: str | Path,
+    out_path: str | Path,
+    time_limit: float = DEFAULT_WALL_SECONDS,
+    verify: bool = False,
+    progress: PhaseProgress | None = None,
+    rewrite: bool = False,
+    max_mac_overhead: float = 0.20,
+    kernels: KernelSet = KernelSet.REFERENCE,
+    core: str = DEFAULT_CORE,
+    arena32: Arena32Mode = Arena32Mode.AUTO,
+    effort: float = 1.0,
+) -> OptimizeResult:
     """Optimize `model_path` into `out_path` (+ .h, .json), the header sized for TFLM on `core` with `kernels`.
     With `verify`, both models run on the host TFLM on the same random inputs; differing outputs or a head other
     than planned raise LowtideError. Files are written only once every check has passed: a failure leaves none.
@@ -174,8 +185,15 @@ def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: flo
     plans: list[tuple[Schedule, Order, list[Buffer], Placement]] = []
     plan_work = WorkBudget.of(effort * PLAN_UNITS, "plan", clock)
     for candidate in candidates:
-        plans.append(_plan(candidate.graph, tflm_plan(candidate.graph).head_bytes,
-                           plan_work.share(1 / (len(candidates) - len(plans))), effort, report))
+        plans.append(
+            _plan(
+                candidate.graph,
+                tflm_plan(candidate.graph).head_bytes,
+                plan_work.share(1 / (len(candidates) - len(plans))),
+                effort,
+                report,
+            )
+        )
     by_arena = sorted(range(len(plans)), key=lambda i: plans[i][3].head_bytes + candidates[i].tail_bytes)
     stale = None  # of the original model, computed once if a verification needs it
     for best in by_arena:
@@ -183,11 +201,14 @@ def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: flo
         schedule, order, buffers, placement = plans[best]
         try:
             report("export", None, "")
-            export = export_optimized(candidate.graph, order, dict(zip(buffers, placement.offsets)), out_path,
-                                      kernels, core, arena32)
+            export = export_optimized(
+                candidate.graph, order, dict(zip(buffers, placement.offsets)), out_path, kernels, core, arena32
+            )
             if export.planned_head_bytes != placement.head_bytes:  # both come from the greedy replica
-                raise LowtideError(f"internal error: placed head {placement.head_bytes} B but plan head "
-                                   f"{export.planned_head_bytes} B", out_path)
+                raise LowtideError(
+                    f"internal error: placed head {placement.head_bytes} B but plan head {export.planned_head_bytes} B",
+                    out_path,
+                )
             verification = None
             if stock_run:
                 report("verify", None, "")
@@ -226,22 +247,30 @@ def optimize_model(model_path: str | Path, out_path: str | Path, time_limit: flo
     )
 
 
-def _verify(export: ExportResult, stock_run: oracle.OracleRun, inputs: list[np.ndarray], stale: StaleReport,
-            out_path: Path) -> Verification:
+def _verify(
+    export: ExportResult, stock_run: oracle.OracleRun, inputs: list[np.ndarray], stale: StaleReport, out_path: Path
+) -> Verification:
     """Run the exported model on the host TFLM: LowtideError unless its outputs match the original's (but for
     bytes that may depend on stale memory) and its head is the planned one. Where every output byte may, only
     the head is checked here: `optimize_model` then refuses the model, whose outputs nothing can verify."""
     after = oracle.run(export.model_data, inputs, path=str(out_path))
-    verification = Verification(_same_outputs(stock_run.outputs, after.outputs),
-                                _same_outputs(stock_run.outputs, after.outputs, stale.output_determined),
-                                after.head_bytes, after.total_bytes, stale)
+    verification = Verification(
+        _same_outputs(stock_run.outputs, after.outputs),
+        _same_outputs(stock_run.outputs, after.outputs, stale.output_determined),
+        after.head_bytes,
+        after.total_bytes,
+        stale,
+    )
     problems = []
     if not verification.determined_identical:
-        problems.append("outputs differ from the original model's"
-                        + ("" if stale.clean else " on bytes proven independent of stale memory"))
+        problems.append(
+            "outputs differ from the original model's"
+            + ("" if stale.clean else " on bytes proven independent of stale memory")
+        )
     if verification.measured_head_bytes != export.planned_head_bytes:
-        problems.append(f"TFLM measured a head of {verification.measured_head_bytes:,} B, "
-                        f"planned {export.planned_head_bytes:,} B")
+        problems.append(
+            f"TFLM measured a head of {verification.measured_head_bytes:,} B, planned {export.planned_head_bytes:,} B"
+        )
     if problems:
         raise LowtideError(f"verification failed: {'; '.join(problems)} (nothing written)", out_path)
     return verification
@@ -252,11 +281,13 @@ def _undefined_outputs(verification: Verification) -> str:
     stale = verification.stale
     origins = "; ".join(s.describe() for s in stale.origins)
     fixes = "".join(f"; to make operator {s.op} deterministic, {s.fix}" for s in stale.origins if s.fix)
-    return (f"cannot verify: the original model's outputs are themselves undefined under TFLM: every one of its "
-            f"{stale.output_bytes:,} output bytes depends on stale memory ({origins}), so two plans, TFLM's own "
-            f"among them, may give any outputs and none can be compared; what can be checked holds: no two tensors "
-            f"live at once overlap, and TFLM measured the planned head ({verification.measured_head_bytes:,} B)"
-            f"{fixes}; without --verify, optimize writes the model with the overlap check only (nothing written)")
+    return (
+        f"cannot verify: the original model's outputs are themselves undefined under TFLM: every one of its "
+        f"{stale.output_bytes:,} output bytes depends on stale memory ({origins}), so two plans, TFLM's own "
+        f"among them, may give any outputs and none can be compared; what can be checked holds: no two tensors "
+        f"live at once overlap, and TFLM measured the planned head ({verification.measured_head_bytes:,} B)"
+        f"{fixes}; without --verify, optimize writes the model with the overlap check only (nothing written)"
+    )
 
 
 @dataclass(frozen=True)
@@ -277,12 +308,14 @@ class _Weigher:
             self.rejected.append(RejectedCandidate(_describe(tilings), refused))
             return None
         graph = read_model(data, self.path)
-        return _Candidate(graph, mcu32_arena(data, graph, 0, self.kernels, self.core,
-                                                   mode=self.arena32).tail_bytes, tilings)
+        return _Candidate(
+            graph, mcu32_arena(data, graph, 0, self.kernels, self.core, mode=self.arena32).tail_bytes, tilings
+        )
 
 
-def _fewer_patches(graph: Graph, rewritten: RewriteResult, weigh: _Weigher, effort: float,
-                   clock: WallClock) -> _Candidate | None:
+def _fewer_patches(
+    graph: Graph, rewritten: RewriteResult, weigh: _Weigher, effort: float, clock: WallClock
+) -> _Candidate | None:
     """The rewrite with fewer operators: only its first tilings, sources sliced whole instead of cut into strips,
     or its regions on a coarser grid; of those `weigh` accepts, the one whose arena (placed head + 32-bit tail)
     is smallest. rewrite_auto minimises the head; each patch adds operators whose persistent state (per-channel
@@ -294,8 +327,11 @@ def _fewer_patches(graph: Graph, rewritten: RewriteResult, weigh: _Weigher, effo
         # Strips add a SPLIT_V and the windows' copies: slicing the whole source has a smaller tail.
         variants.append(tuple(dataclasses.replace(t, split_source=False) for t in tilings[:count]))
     for grid in COARSE_GRIDS:
-        variants.append(tuple(dataclasses.replace(t, grid=grid) if grid[0] * grid[1] < t.grid[0] * t.grid[1] else t
-                              for t in tilings))
+        variants.append(
+            tuple(
+                dataclasses.replace(t, grid=grid) if grid[0] * grid[1] < t.grid[0] * t.grid[1] else t for t in tilings
+            )
+        )
     best: tuple[int, _Candidate] | None = None
     for variant in dict.fromkeys(v for v in variants if v != tilings):
         try:
@@ -312,13 +348,17 @@ def _fewer_patches(graph: Graph, rewritten: RewriteResult, weigh: _Weigher, effo
     return best[1] if best else None
 
 
-def _plan(graph: Graph, stock_head_bytes: int, work: WorkBudget, effort: float,
-          report: PhaseProgress) -> tuple[Schedule, Order, list[Buffer], Placement]:
+def _plan(
+    graph: Graph, stock_head_bytes: int, work: WorkBudget, effort: float, report: PhaseProgress
+) -> tuple[Schedule, Order, list[Buffer], Placement]:
     """Best operator order, then the best placement of its buffers, within `work`."""
     report("schedule", 0.0, "")
-    schedule = find_schedule(graph, work.share(SCHEDULE_SHARE, "schedule"),
-                             lambda fraction, peak: report("schedule", fraction, f"best live peak {peak:,} B"),
-                             in_place=True)
+    schedule = find_schedule(
+        graph,
+        work.share(SCHEDULE_SHARE, "schedule"),
+        lambda fraction, peak: report("schedule", fraction, f"best live peak {peak:,} B"),
+        in_place=True,
+    )
     report("schedule", 1.0, f"live peak {schedule.live_peak_bytes:,} B")
 
     report("place", None, "")

@@ -12,15 +12,28 @@
 from lowtide.rewrite.channels import ChannelSplit, partition_at_peak, partition_concat_conv, partition_wide_layer
 from lowtide.rewrite.errors import NotApplicable
 from lowtide.rewrite.search import (
-                                    Candidate,
-                                    RejectedCandidate,
-                                    RewriteResult,
-                                    Tiling,
-                                    apply_tilings,
-                                    planned_model,
-                                    rewrite_auto,
-                                    tile,
+    Candidate,
+    RejectedCandidate,
+    RewriteResult,
+    Tiling,
+    apply_tilings,
+    planned_model,
+    rewrite_auto,
+    tile,
 )
 
-__all__ = ["Candidate", "ChannelSplit", "NotApplicable", "RejectedCandidate", "RewriteResult", "Tiling", "apply_tilings", "partition_at_peak", "partition_concat_conv",
-           "partition_wide_layer", "planned_model", "rewrite_auto", "tile"]
+__all__ = [
+    "Candidate",
+    "ChannelSplit",
+    "NotApplicable",
+    "RejectedCandidate",
+    "RewriteResult",
+    "Tiling",
+    "apply_tilings",
+    "partition_at_peak",
+    "partition_concat_conv",
+    "partition_wide_layer",
+    "planned_model",
+    "rewrite_auto",
+    "tile",
+]

@@ -21,7 +21,12 @@ import numpy as np
 
 from lowtide.memory import tflm_plan
 from lowtide.model.attributes import (
-    Activation, AddAttributes, ConcatenationAttributes, Conv2DAttributes, DepthwiseConv2DAttributes, attributes_as,
+    Activation,
+    AddAttributes,
+    ConcatenationAttributes,
+    Conv2DAttributes,
+    DepthwiseConv2DAttributes,
+    attributes_as,
     fused_activation,
 )
 from lowtide.model.edit import GraphEditor
@@ -75,8 +80,10 @@ def partition_at_peak(graph: Graph, parts: int = 2, partial_headroom: float = 1.
             except NotApplicable as reason:
                 reasons.append(str(reason))
     tried = f": {'; '.join(reasons)}" if reasons else " (no CONV_2D there to try)"
-    raise NotApplicable(f"the memory peak (operator {peak.op}, {op.opcode}) is in no inverted bottleneck and no "
-                        f"concatenation-fed convolution{tried}")
+    raise NotApplicable(
+        f"the memory peak (operator {peak.op}, {op.opcode}) is in no inverted bottleneck and no "
+        f"concatenation-fed convolution{tried}"
+    )
 
 
 def partition_concat_conv(graph: Graph, conv_op: int, partial_headroom: float = 1.0) -> ChannelSplit:
@@ -118,16 +125,19 @@ def partition_wide_layer(graph: Graph, expand_op: int, parts: int = 2, partial_h
         for op_index in chain:
             op = sg.operators[op_index]
             output = op.outputs[0]
-            result = writer.activation_like(output, (*sg.tensors[output].shape[:3], len(channels)),
-                                            f"{sg.tensors[output].name}/part{part}")
+            result = writer.activation_like(
+                output, (*sg.tensors[output].shape[:3], len(channels)), f"{sg.tensors[output].name}/part{part}"
+            )
             copy_op = writer.original(op_index)
             copy_op.inputs = [source, *op.inputs[1:]]
             if op.opcode != "PAD":  # weights: output channels first (CONV_2D) or last (DEPTHWISE); bias
                 weights_axis = 0 if op.opcode == "CONV_2D" else 3
-                copy_op.inputs[1] = writer.constant_slice(op.inputs[1], weights_axis, channels,
-                                                          f"{sg.tensors[op.inputs[1]].name}/part{part}")
-                copy_op.inputs[2] = writer.constant_slice(op.inputs[2], 0, channels,
-                                                          f"{sg.tensors[op.inputs[2]].name}/part{part}")
+                copy_op.inputs[1] = writer.constant_slice(
+                    op.inputs[1], weights_axis, channels, f"{sg.tensors[op.inputs[1]].name}/part{part}"
+                )
+                copy_op.inputs[2] = writer.constant_slice(
+                    op.inputs[2], 0, channels, f"{sg.tensors[op.inputs[2]].name}/part{part}"
+                )
             copy_op.outputs = [result]
             replacement.append(copy_op)
             source = result
@@ -142,8 +152,9 @@ def partition_wide_layer(graph: Graph, expand_op: int, parts: int = 2, partial_h
     return _scheduled(graph, writer, operators, parts, sg.operators[project_op].outputs[0])
 
 
-def _partial_convolutions(writer: GraphEditor, graph: Graph, conv_op: int, pieces: list[tuple[int, np.ndarray]],
-                          partial_headroom: float) -> list:
+def _partial_convolutions(
+    writer: GraphEditor, graph: Graph, conv_op: int, pieces: list[tuple[int, np.ndarray]], partial_headroom: float
+) -> list:
     """CONV_2D `conv_op` as one partial convolution per (input tensor, the conv's input channels it holds),
     summed by a chain of ADDs into the conv's output. The bias is added once, by the first partial."""
     sg = graph.main
@@ -154,13 +165,22 @@ def _partial_convolutions(writer: GraphEditor, graph: Graph, conv_op: int, piece
     partial_scale = float(out_quant.scale[0]) * partial_headroom
     replacement, partials = [], []
     for part, (source, channels) in enumerate(pieces):
-        bias = bias_index if part == 0 else writer.constant_like(
-            bias_index, np.zeros(sg.tensors[bias_index].shape, dtype="<i4"), f"{sg.tensors[bias_index].name}/zero")
-        partial = writer.activation(sg.tensors[output].shape, output, partial_scale, 0,
-                                    f"{sg.tensors[output].name}/part{part}")
+        bias = (
+            bias_index
+            if part == 0
+            else writer.constant_like(
+                bias_index, np.zeros(sg.tensors[bias_index].shape, dtype="<i4"), f"{sg.tensors[bias_index].name}/zero"
+            )
+        )
+        partial = writer.activation(
+            sg.tensors[output].shape, output, partial_scale, 0, f"{sg.tensors[output].name}/part{part}"
+        )
         op = writer.original(conv_op)
-        op.inputs = [source, writer.constant_slice(weights_index, 3, channels,
-                                                   f"{sg.tensors[weights_index].name}/part{part}"), bias]
+        op.inputs = [
+            source,
+            writer.constant_slice(weights_index, 3, channels, f"{sg.tensors[weights_index].name}/part{part}"),
+            bias,
+        ]
         op.outputs = [partial]
         writer.set_attributes(op, dataclasses.replace(_conv_attributes(conv), fused_activation=Activation.NONE))
         replacement.append(op)
@@ -168,8 +188,13 @@ def _partial_convolutions(writer: GraphEditor, graph: Graph, conv_op: int, piece
     total = partials[0]
     for part, partial in enumerate(partials[1:], start=1):
         last = part == len(partials) - 1
-        result = output if last else writer.activation(sg.tensors[output].shape, output, partial_scale, 0,
-                                                       f"{sg.tensors[output].name}/sum{part}")
+        result = (
+            output
+            if last
+            else writer.activation(
+                sg.tensors[output].shape, output, partial_scale, 0, f"{sg.tensors[output].name}/sum{part}"
+            )
+        )
         add = AddAttributes(fused_activation=_conv_attributes(conv).fused_activation if last else Activation.NONE)
         replacement.append(writer.operator("ADD", [total, partial], result, add))
         total = result
@@ -180,8 +205,13 @@ def _scheduled(graph: Graph, writer: GraphEditor, operators: list, parts: int, s
     partitioned = read_model(model_bytes(writer.finish(operators)))
     schedule = find_schedule(partitioned)
     original = find_schedule(graph)
-    return ChannelSplit(model_bytes(apply_order(partitioned, schedule.order)), parts, graph.main.tensors[summed].name,
-                        schedule.head_bytes, tflm_plan(graph, original.order).head_bytes)
+    return ChannelSplit(
+        model_bytes(apply_order(partitioned, schedule.order)),
+        parts,
+        graph.main.tensors[summed].name,
+        schedule.head_bytes,
+        tflm_plan(graph, original.order).head_bytes,
+    )
 
 
 def _bottleneck_after(graph: Graph, expand_op: int) -> tuple[list[int], int]:
@@ -193,13 +223,19 @@ def _bottleneck_after(graph: Graph, expand_op: int) -> tuple[list[int], int]:
     def only_reader(tensor: int, opcodes: tuple[str, ...]) -> int:
         readers = consumers.get(tensor, [])
         if len(readers) != 1 or tensor in sg.outputs or sg.operators[readers[0]].opcode not in opcodes:
-            raise NotApplicable(f"operator {expand_op} opens no inverted bottleneck: tensor {tensor} is not read by "
-                               f"one {' or '.join(opcodes)} alone")
+            raise NotApplicable(
+                f"operator {expand_op} opens no inverted bottleneck: tensor {tensor} is not read by "
+                f"one {' or '.join(opcodes)} alone"
+            )
         return readers[0]
 
     expand = sg.operators[expand_op]
-    if (expand.opcode != "CONV_2D" or len(expand.inputs) < 3 or expand.inputs[2] < 0
-            or sg.tensors[expand.inputs[0]].dtype != "int8"):
+    if (
+        expand.opcode != "CONV_2D"
+        or len(expand.inputs) < 3
+        or expand.inputs[2] < 0
+        or sg.tensors[expand.inputs[0]].dtype != "int8"
+    ):
         raise NotApplicable(f"operator {expand_op} is not an int8 CONV_2D with a bias")
     chain = [expand_op, only_reader(expand.outputs[0], ("PAD", "DEPTHWISE_CONV_2D"))]
     if sg.operators[chain[-1]].opcode == "PAD":
@@ -209,8 +245,11 @@ def _bottleneck_after(graph: Graph, expand_op: int) -> tuple[list[int], int]:
             raise NotApplicable(f"PAD operator {chain[-1]} pads the channels")
         chain.append(only_reader(pad.outputs[0], ("DEPTHWISE_CONV_2D",)))
     dw = sg.operators[chain[-1]]
-    if (attributes_as(dw.attributes, DepthwiseConv2DAttributes).depth_multiplier or 1) != 1 or len(dw.inputs) < 3 \
-            or dw.inputs[2] < 0:
+    if (
+        (attributes_as(dw.attributes, DepthwiseConv2DAttributes).depth_multiplier or 1) != 1
+        or len(dw.inputs) < 3
+        or dw.inputs[2] < 0
+    ):
         raise NotApplicable(f"depthwise operator {chain[-1]} multiplies channels or has no bias")
     project_op = only_reader(dw.outputs[0], ("CONV_2D",))
     project = sg.operators[project_op]
@@ -229,8 +268,11 @@ def _concatenation_feeding(graph: Graph, conv_op: int) -> int:
         raise NotApplicable(f"operator {conv_op} is {conv.opcode}, not CONV_2D")
     concat_op = sg.producers().get(conv.inputs[0])
     concat = sg.operators[concat_op] if concat_op is not None else None
-    if concat is None or concat.opcode != "CONCATENATION" \
-            or attributes_as(concat.attributes, ConcatenationAttributes).axis not in (3, -1):
+    if (
+        concat is None
+        or concat.opcode != "CONCATENATION"
+        or attributes_as(concat.attributes, ConcatenationAttributes).axis not in (3, -1)
+    ):
         raise NotApplicable(f"CONV_2D operator {conv_op} does not read a concatenation along channels")
     if sg.consumers()[conv.inputs[0]] != [conv_op] or conv.inputs[0] in sg.outputs:
         raise NotApplicable(f"the concatenation feeding operator {conv_op} has other readers")

@@ -14,8 +14,15 @@ import dataclasses
 import numpy as np
 
 from lowtide.model.attributes import (
-    ConcatenationAttributes, Conv2DAttributes, DepthwiseConv2DAttributes, Padding, Pool2DAttributes, SplitVAttributes,
-    StridedSliceAttributes, TransposeConvAttributes, UnreadAttributes,
+    ConcatenationAttributes,
+    Conv2DAttributes,
+    DepthwiseConv2DAttributes,
+    Padding,
+    Pool2DAttributes,
+    SplitVAttributes,
+    StridedSliceAttributes,
+    TransposeConvAttributes,
+    UnreadAttributes,
 )
 from lowtide.model.edit import GraphEditor
 from lowtide.model.ir import Graph
@@ -48,8 +55,9 @@ def emit_tiled(graph: Graph, plan: TilingPlan, before: list[int], after: list[in
 
     def window(piece: Piece) -> int:
         if piece not in tensor_of:
-            tensor_of[piece] = writer.activation_like(piece.quant_of, (1, piece.height, piece.width, _channels(piece)),
-                                                      _piece_name(sg, piece))
+            tensor_of[piece] = writer.activation_like(
+                piece.quant_of, (1, piece.height, piece.width, _channels(piece)), _piece_name(sg, piece)
+            )
         return tensor_of[piece]
 
     def _channels(piece: Piece) -> int:
@@ -62,10 +70,12 @@ def emit_tiled(graph: Graph, plan: TilingPlan, before: list[int], after: list[in
             end = [1, begin[1] + step.result.height, begin[2] + step.result.width, _channels(step.result)]
             operators.append(writer.strided_slice(window(step.source), begin, end, window(step.result)))
         elif isinstance(step, Pad):
-            paddings = [[0, 0],
-                        [step.source.rows[0] - step.result.rows[0], step.result.rows[1] - step.source.rows[1]],
-                        [step.source.cols[0] - step.result.cols[0], step.result.cols[1] - step.source.cols[1]],
-                        [0, 0]]
+            paddings = [
+                [0, 0],
+                [step.source.rows[0] - step.result.rows[0], step.result.rows[1] - step.source.rows[1]],
+                [step.source.cols[0] - step.result.cols[0], step.result.cols[1] - step.source.cols[1]],
+                [0, 0],
+            ]
             source, result = window(step.source), window(step.result)
             if step.lowest:
                 operators.append(writer.pad_lowest(source, paddings, result))
@@ -81,8 +91,11 @@ def emit_tiled(graph: Graph, plan: TilingPlan, before: list[int], after: list[in
         elif isinstance(step, Concat):
             operators.append(writer.concatenation([window(p) for p in step.sources], step.axis, window(step.result)))
         elif isinstance(step, Split):
-            operators.append(writer.split_rows(window(step.source), [p.height for p in step.results],
-                                               [window(p) for p in step.results]))
+            operators.append(
+                writer.split_rows(
+                    window(step.source), [p.height for p in step.results], [window(p) for p in step.results]
+                )
+            )
     operators.extend(writer.original(i) for i in after)
     return writer.finish(operators)
 
@@ -91,7 +104,9 @@ WINDOW_NAME = "/patch_r"  # in the name of every window tensor a tiling creates
 
 
 def _piece_name(sg, piece: Piece) -> str:
-    return f"{sg.tensors[piece.tensor].name}{WINDOW_NAME}{piece.rows[0]}_{piece.rows[1]}_c{piece.cols[0]}_{piece.cols[1]}"
+    return (
+        f"{sg.tensors[piece.tensor].name}{WINDOW_NAME}{piece.rows[0]}_{piece.rows[1]}_c{piece.cols[0]}_{piece.cols[1]}"
+    )
 
 
 def is_window(name: str) -> bool:

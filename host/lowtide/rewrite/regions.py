@@ -27,8 +27,15 @@ import numpy as np
 from lowtide.memory.lifetimes import ALIGNMENT
 from lowtide.model import padding as window
 from lowtide.model.attributes import (
-    ConcatenationAttributes, Conv2DAttributes, DepthwiseConv2DAttributes, MirrorPadAttributes, MirrorPadMode, Padding,
-    Pool2DAttributes, ResizeAttributes, attributes_as,
+    ConcatenationAttributes,
+    Conv2DAttributes,
+    DepthwiseConv2DAttributes,
+    MirrorPadAttributes,
+    MirrorPadMode,
+    Padding,
+    Pool2DAttributes,
+    ResizeAttributes,
+    attributes_as,
 )
 from lowtide.model.ir import Graph, Operator, Subgraph
 from lowtide.model.operators import (
@@ -115,7 +122,7 @@ class ResizeMap:
         return out[0] // self.factor, -(-out[1] // self.factor)
 
     def computed(self, out: Interval) -> Interval:
-        return self.factor * min(self.first[out[0]:out[1]]), self.factor * (max(self.last[out[0]:out[1]]) + 1)
+        return self.factor * min(self.first[out[0] : out[1]]), self.factor * (max(self.last[out[0] : out[1]]) + 1)
 
 
 WindowMap = AxisMap | MirrorMap | ResizeMap
@@ -282,8 +289,9 @@ def cut_tensors(graph: Graph) -> list[int]:
     return [t for _, t in sorted(cuts)]
 
 
-def _only_crossing(sg: Subgraph, cut: int, before: int, produced_by: dict[int, int],
-                   consumers: dict[int, list[int]]) -> bool:
+def _only_crossing(
+    sg: Subgraph, cut: int, before: int, produced_by: dict[int, int], consumers: dict[int, list[int]]
+) -> bool:
     for t in list(sg.inputs) + [u for u, p in produced_by.items() if before >> p & 1]:
         if t == cut:
             continue
@@ -342,8 +350,10 @@ def region_between(graph: Graph, source: int, target: int) -> Region:
             raise NotApplicable(outside)
     for t in sorted({source, *skips} | {t for rop in ops for t in rop.outputs}):
         if sg.tensors[t].dtype not in WINDOW_TYPES:
-            raise NotApplicable(f"tensor {t} '{sg.tensors[t].name}' is {sg.tensors[t].dtype}, which TFLM's "
-                                f"STRIDED_SLICE and CONCATENATION do not copy")
+            raise NotApplicable(
+                f"tensor {t} '{sg.tensors[t].name}' is {sg.tensors[t].dtype}, which TFLM's "
+                f"STRIDED_SLICE and CONCATENATION do not copy"
+            )
     return Region(source, target, tuple(ops), tuple(folded), branch, skips)
 
 
@@ -433,8 +443,10 @@ def _broadcast_read_elsewhere(graph: Graph, region_op: RegionOp, branch: tuple[i
     op = sg.operators[region_op.op]
     for slot, t in enumerate(op.inputs):
         if slot not in read and t >= 0 and sg.tensors[t].planned and producers.get(t) not in branch:
-            return (f"operator {op.index} ({op.opcode}) broadcasts an activation of shape {sg.tensors[t].shape} "
-                    "computed inside the region")
+            return (
+                f"operator {op.index} ({op.opcode}) broadcasts an activation of shape {sg.tensors[t].shape} "
+                "computed inside the region"
+            )
     return ""
 
 
@@ -498,8 +510,10 @@ def _axis_maps(sg: Subgraph, op: Operator) -> tuple[AxisMap, AxisMap]:
         kh, kw, dh, dw = weights[1], weights[2], o.dilation[0] or 1, o.dilation[1] or 1
     in_h, in_w = shape_hw(sg, op.inputs[0])
     out_h, out_w = shape_hw(sg, op.outputs[0])
-    return (_axis_map(kh, dh, o.stride[0], in_h, out_h, o.padding),
-            _axis_map(kw, dw, o.stride[1], in_w, out_w, o.padding))
+    return (
+        _axis_map(kh, dh, o.stride[0], in_h, out_h, o.padding),
+        _axis_map(kw, dw, o.stride[1], in_w, out_w, o.padding),
+    )
 
 
 def _window_attributes(op: Operator) -> Conv2DAttributes | DepthwiseConv2DAttributes | Pool2DAttributes:
@@ -516,8 +530,7 @@ def _axis_map(kernel: int, dilation: int, stride: int, in_size: int, out_size: i
     return AxisMap(window.effective_size(kernel, dilation), stride, offset)
 
 
-def _region_op(graph: Graph, op: Operator, producers: dict[int, int], members: int,
-               folded: set[int]) -> RegionOp:
+def _region_op(graph: Graph, op: Operator, producers: dict[int, int], members: int, folded: set[int]) -> RegionOp:
     sg = graph.main
     for output in op.outputs:
         if len(sg.tensors[output].shape) != 4 or sg.tensors[output].shape[0] != 1:
@@ -560,8 +573,9 @@ def _region_op(graph: Graph, op: Operator, producers: dict[int, int], members: i
             paddings = graph.constant_array(sg.operators[pad_op].inputs[1])
             assert paddings is not None  # _foldable_pad folds only a PAD with constant paddings
             tensor = sg.operators[pad_op].inputs[0]
-            edges.append(Edge(slot, tensor, _shifted(rows, int(paddings[1][0])), _shifted(cols, int(paddings[2][0])),
-                              pad_op))
+            edges.append(
+                Edge(slot, tensor, _shifted(rows, int(paddings[1][0])), _shifted(cols, int(paddings[2][0])), pad_op)
+            )
         else:
             edges.append(Edge(slot, tensor, rows, cols, None, fill_lowest))
     return RegionOp(op.index, tuple(edges), tuple(op.outputs), pads)
@@ -577,7 +591,9 @@ def _broadcast_operand(graph: Graph, op: Operator, slot: int, out_hw: tuple[int,
             return None
         if _per_channel(sg, op.inputs[slot]) and tensor.shape[-1] in (1, sg.tensors[op.outputs[0]].shape[-1]):
             return ""  # a broadcast branch's result (`broadcast_branch`; region_between checks it is one)
-        return f"operator {op.index} ({op.opcode}) broadcasts an activation of shape {tensor.shape} over rows or columns"
+        return (
+            f"operator {op.index} ({op.opcode}) broadcasts an activation of shape {tensor.shape} over rows or columns"
+        )
     if graph.constant_array(op.inputs[slot]) is None or any(d != 1 for d in tensor.shape[:-1]):
         return f"operator {op.index} ({op.opcode}) reads a constant with rows or columns"
     return ""
@@ -601,18 +617,20 @@ def _resize_maps(graph: Graph, op: Operator) -> dict[int, tuple[WindowMap, Windo
     integer = sg.tensors[op.outputs[0]].dtype != "float32"
     maps = []
     for n_in, n_out in zip(shape_hw(sg, op.inputs[0]), shape_hw(sg, op.outputs[0])):
-        axis = _resize_axis(op.opcode == "RESIZE_BILINEAR", n_in, n_out, o.align_corners,
-                            o.half_pixel_centers, integer)
+        axis = _resize_axis(op.opcode == "RESIZE_BILINEAR", n_in, n_out, o.align_corners, o.half_pixel_centers, integer)
         if axis is None:
-            raise NotApplicable(f"operator {op.index} ({op.opcode}) maps a window of {n_out} rows or columns back to "
-                                f"{n_in} in a way no smaller resize reproduces (a non-integer factor or align_corners)")
+            raise NotApplicable(
+                f"operator {op.index} ({op.opcode}) maps a window of {n_out} rows or columns back to "
+                f"{n_in} in a way no smaller resize reproduces (a non-integer factor or align_corners)"
+            )
         maps.append(axis)
     return {0: (maps[0], maps[1])}
 
 
 @functools.lru_cache(maxsize=256)
-def _resize_axis(bilinear: bool, n_in: int, n_out: int, align_corners: bool, half_pixel: bool,
-                 integer: bool) -> ResizeMap | None:
+def _resize_axis(
+    bilinear: bool, n_in: int, n_out: int, align_corners: bool, half_pixel: bool, integer: bool
+) -> ResizeMap | None:
     """The axis map of a resize whose windows compute exactly what the whole resize computes there, or None.
     A window of input rows [a, b) resized to factor * (b - a) rows must give the same source rows and weights,
     shifted by a, for every output it is asked for (those reading no row before a), and the scale TFLM derives
@@ -621,8 +639,11 @@ def _resize_axis(bilinear: bool, n_in: int, n_out: int, align_corners: bool, hal
         return None
     factor = n_out // n_in
     whole = resize_sources(bilinear, n_in, n_out, align_corners, half_pixel, integer)
-    if any(resize_kernel_scale(bilinear, n, factor * n, align_corners, integer)
-           != resize_kernel_scale(bilinear, n_in, n_out, align_corners, integer) for n in range(1, n_in)):
+    if any(
+        resize_kernel_scale(bilinear, n, factor * n, align_corners, integer)
+        != resize_kernel_scale(bilinear, n_in, n_out, align_corners, integer)
+        for n in range(1, n_in)
+    ):
         return None
     first, last, weight = whole
     outputs = np.arange(n_out)
@@ -630,16 +651,17 @@ def _resize_axis(bilinear: bool, n_in: int, n_out: int, align_corners: bool, hal
         return None
     for a in range(1, n_in):
         lf, ll, lw = resize_sources(bilinear, n_in - a, n_out - factor * a, align_corners, half_pixel, integer)
-        asked = first[factor * a:] >= a
-        if not (np.array_equal((lf + a)[asked], first[factor * a:][asked])
-                and np.array_equal((ll + a)[asked], last[factor * a:][asked])
-                and np.array_equal(lw[asked], weight[factor * a:][asked])):
+        asked = first[factor * a :] >= a
+        if not (
+            np.array_equal((lf + a)[asked], first[factor * a :][asked])
+            and np.array_equal((ll + a)[asked], last[factor * a :][asked])
+            and np.array_equal(lw[asked], weight[factor * a :][asked])
+        ):
             return None
     return ResizeMap(factor, tuple(int(v) for v in first), tuple(int(v) for v in last))
 
 
-def _channel_maps(graph: Graph, op: Operator,
-                  out_hw: tuple[int, int]) -> dict[int, tuple[WindowMap, WindowMap]]:
+def _channel_maps(graph: Graph, op: Operator, out_hw: tuple[int, int]) -> dict[int, tuple[WindowMap, WindowMap]]:
     slots: Sequence[int]
     if op.opcode == "CONCATENATION":
         axis, slots = attributes_as(op.attributes, ConcatenationAttributes).axis, range(len(op.inputs))
@@ -653,8 +675,9 @@ def _channel_maps(graph: Graph, op: Operator,
         raise NotApplicable(f"operator {op.index} ({op.opcode}) works along rows or columns, not channels")
     for slot in slots:
         if _broadcast_operand(graph, op, slot, out_hw) is not None:
-            raise NotApplicable(f"operator {op.index} ({op.opcode}) joins a constant or tensors of other rows and "
-                                "columns")
+            raise NotApplicable(
+                f"operator {op.index} ({op.opcode}) joins a constant or tensors of other rows and columns"
+            )
     return {slot: (IDENTITY, IDENTITY) for slot in slots}
 
 
@@ -772,8 +795,15 @@ def _bounds(size: int, parts: int) -> list[int]:
     return [round(i * size / parts) for i in range(parts + 1)]
 
 
-def _patch(graph: Graph, region: Region, rows: Interval, cols: Interval, patch: int, steps: list[Step],
-           sources: dict[int, Piece]) -> tuple[Piece, int]:
+def _patch(
+    graph: Graph,
+    region: Region,
+    rows: Interval,
+    cols: Interval,
+    patch: int,
+    steps: list[Step],
+    sources: dict[int, Piece],
+) -> tuple[Piece, int]:
     """Append one patch's steps, reading the source and the skip tensors from the pieces `sources`; return the
     patch of the target and the MACs spent on it."""
     sg = graph.main
@@ -813,8 +843,10 @@ def _patch(graph: Graph, region: Region, rows: Interval, cols: Interval, patch: 
         if rop.pads:  # the PAD's own padding, where this window of its output leaves its input
             (_, piece), edge = inputs[0], rop.edges[0]
             top, left = edge.rows.offset, edge.cols.offset  # type: ignore[union-attr]
-            padding = ((piece.rows[0] + top - out_rows[0], out_rows[1] - piece.rows[1] - top),
-                       (piece.cols[0] + left - out_cols[0], out_cols[1] - piece.cols[1] - left))
+            padding = (
+                (piece.rows[0] + top - out_rows[0], out_rows[1] - piece.rows[1] - top),
+                (piece.cols[0] + left - out_cols[0], out_cols[1] - piece.cols[1] - left),
+            )
         steps.append(Apply(rop.op, tuple(inputs), results, padding))
         for result in results:
             held[result.tensor] = result

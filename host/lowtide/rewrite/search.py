@@ -150,8 +150,14 @@ class RewriteResult:
         return self.macs_after / self.macs_before - 1.0 if self.macs_before else 0.0
 
 
-def tile(graph: Graph, source: int, target: int, grid: tuple[int, int], order: list[int] | None = None,
-         split_source: bool = False) -> bytes:
+def tile(
+    graph: Graph,
+    source: int,
+    target: int,
+    grid: tuple[int, int],
+    order: list[int] | None = None,
+    split_source: bool = False,
+) -> bytes:
     """The model with the region `source` -> `target` (main-subgraph tensor indices; `target` a cut tensor, and
     what the region reads from before `source` held whole beside it) run as `grid` (rows, columns) patches. `order`: main-subgraph operator order for the rest (default: stored).
     `split_source`: cut the source into row strips in place first (needs an offline plan: `lowtide optimize`)."""
@@ -165,8 +171,9 @@ def tile(graph: Graph, source: int, target: int, grid: tuple[int, int], order: l
     height, width = graph.main.tensors[target].shape[1:3]
     limit = (min(height, MAX_PATCHES_PER_AXIS), min(width, MAX_PATCHES_PER_AXIS))
     if not (1 <= grid[0] <= limit[0] and 1 <= grid[1] <= limit[1]) or grid == (1, 1):
-        raise NotApplicable(f"grid {grid} does not fit a {height}x{width} target (2 to {MAX_PATCHES_PER_AXIS} "
-                           "patches along an axis)")
+        raise NotApplicable(
+            f"grid {grid} does not fit a {height}x{width} target (2 to {MAX_PATCHES_PER_AXIS} patches along an axis)"
+        )
     return model_bytes(_emit(graph, plan_tiling(graph, region, grid, split_source), order))
 
 
@@ -179,13 +186,13 @@ def apply_tilings(graph: Graph, tilings: tuple[Tiling, ...]) -> bytes:
         missing = [name for name in (tiling.source, tiling.target) if name not in names]
         if missing:
             raise NotApplicable(f"cannot tile: no tensor named {missing[0]!r}")
-        data = tile(current, names[tiling.source], names[tiling.target], tiling.grid,
-                    split_source=tiling.split_source)
+        data = tile(current, names[tiling.source], names[tiling.target], tiling.grid, split_source=tiling.split_source)
     return data
 
 
-def rewrite_auto(graph: Graph, max_mac_overhead: float = 0.20, effort: float = 1.0,
-                 clock: WallClock | None = None) -> RewriteResult:
+def rewrite_auto(
+    graph: Graph, max_mac_overhead: float = 0.20, effort: float = 1.0, clock: WallClock | None = None
+) -> RewriteResult:
     """Tile the region around the memory peak; when the peak moves to another tileable region, tile that too,
     as long as the head keeps falling and the MACs stay within `max_mac_overhead` of the original's. Every search
     inside gets `effort` times its fixed budget; `clock` is the safety net (default `WallClock()`)."""
@@ -202,9 +209,21 @@ def rewrite_auto(graph: Graph, max_mac_overhead: float = 0.20, effort: float = 1
     rejected: list[RejectedCandidate] = []
     rounds, found = _rounds(graph, budget, limits, explored, rejected)
     if not rounds:  # `found` is the first round: the original in its best order, and why it stays untiled
-        return RewriteResult(found.base_model, False, found.reason, found.base_head_bytes, found.base_head_bytes,
-                             stock.head_bytes, macs_before, macs_before, (), _pareto(explored), wall_clock_cut(),
-                             time.monotonic() - started, tuple(rejected))
+        return RewriteResult(
+            found.base_model,
+            False,
+            found.reason,
+            found.base_head_bytes,
+            found.base_head_bytes,
+            stock.head_bytes,
+            macs_before,
+            macs_before,
+            (),
+            _pareto(explored),
+            wall_clock_cut(),
+            time.monotonic() - started,
+            tuple(rejected),
+        )
     original_head, final = rounds[0].base_head_bytes, rounds[-1]
     tilings = tuple(r.tiling for r in rounds if r.tiling is not None)  # every round after the first tiled
     current, current_tilings = final, tilings
@@ -232,12 +251,31 @@ def rewrite_auto(graph: Graph, max_mac_overhead: float = 0.20, effort: float = 1
     ends = [note for note in (region_end(graph, t.target) for t in tilings) if note]
     if ends:
         reason += " (" + "; ".join(ends) + ")"
-    return RewriteResult(data, True, reason, head, original_head, stock.head_bytes, macs_before, final.macs,
-                         tilings, _pareto(explored), wall_clock_cut(), time.monotonic() - started, tuple(rejected))
+    return RewriteResult(
+        data,
+        True,
+        reason,
+        head,
+        original_head,
+        stock.head_bytes,
+        macs_before,
+        final.macs,
+        tilings,
+        _pareto(explored),
+        wall_clock_cut(),
+        time.monotonic() - started,
+        tuple(rejected),
+    )
 
 
-def _rounds(graph: Graph, budget: float, limits: _Limits, explored: list[Candidate],
-            rejected: list[RejectedCandidate], level: bool = False) -> tuple[list[_Round], _Round]:
+def _rounds(
+    graph: Graph,
+    budget: float,
+    limits: _Limits,
+    explored: list[Candidate],
+    rejected: list[RejectedCandidate],
+    level: bool = False,
+) -> tuple[list[_Round], _Round]:
     """Tile around the peak, then around the peak of the tiled graph, for as long as the head falls: the rounds
     that lowered it, and the last round searched. Adds every point explored to `explored`, and every built
     candidate refused to `rejected`. `level`: the first round is a second look (`_tile_peak`)."""
@@ -285,8 +323,17 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False
     rejected: list[RejectedCandidate] = []
 
     def unchanged(reason: str, explored: tuple[Candidate, ...] = ()) -> _Round:
-        return _Round(base_model, base.head_bytes, None, base_model, base.head_bytes, macs_before, reason, explored,
-                      tuple(rejected))
+        return _Round(
+            base_model,
+            base.head_bytes,
+            None,
+            base_model,
+            base.head_bytes,
+            macs_before,
+            reason,
+            explored,
+            tuple(rejected),
+        )
 
     if not base_steps or not any(step.live_bytes for step in base_steps):
         return unchanged("the model has no activations to tile")
@@ -309,7 +356,9 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False
         region_macs = sum(op_macs(sg, sg.operators[rop.op]) for rop in region.ops)
         height, width = sg.tensors[region.target].shape[1:3]
 
-        def affordable(grids: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        def affordable(
+            grids: list[tuple[int, int]], region: Region = region, region_macs: int = region_macs
+        ) -> list[tuple[int, int]]:
             return [grid for grid in grids if macs_before - region_macs + grid_macs(graph, region, grid) <= budget]
 
         # Finer grids shrink the patches' buffers until the halos dominate: plan the finest few affordable, and
@@ -326,19 +375,34 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False
                 tiled = _tiled_live_peak(sg, plan)
                 live = max(outside, tiled)
                 best_live = min(best_live, live)
-                explored.append((Candidate(sg.tensors[region.source].name, sg.tensors[region.target].name, grid,
-                                           plan.split_source, macs_before - region_macs + plan.macs, live, None),
-                                 plan))
+                explored.append(
+                    (
+                        Candidate(
+                            sg.tensors[region.source].name,
+                            sg.tensors[region.target].name,
+                            grid,
+                            plan.split_source,
+                            macs_before - region_macs + plan.macs,
+                            live,
+                            None,
+                        ),
+                        plan,
+                    )
+                )
                 tiled_peaks[len(explored) - 1] = tiled
     if not explored:
-        return unchanged(f"no tiling of the {len(regions)} regions around the peak fits the budget or beats "
-                         f"{base.head_bytes:,} bytes")
+        return unchanged(
+            f"no tiling of the {len(regions)} regions around the peak fits the budget or beats "
+            f"{base.head_bytes:,} bytes"
+        )
 
     # In a second look (`rewrite_auto`), where the peak outside the region sets the live peak, the region's own
     # peak breaks the tie: its peak is level with another region's, and both only go lower together. Otherwise
     # the fewest MACs do (finer grids also cost the schedule and the placement more).
-    ranked = sorted(range(len(explored)), key=lambda i: (explored[i][0].live_peak_bytes,
-                                                         tiled_peaks[i] if level else 0, explored[i][0].macs))
+    ranked = sorted(
+        range(len(explored)),
+        key=lambda i: (explored[i][0].live_peak_bytes, tiled_peaks[i] if level else 0, explored[i][0].macs),
+    )
     explored = [explored[i] for i in ranked]
     best: tuple[int, bytes, Candidate] | None = None
     built: dict[int, Candidate] = {}
@@ -370,8 +434,9 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False
                 data, head = reordered_data, reordered_head
     if head >= base.head_bytes:
         return unchanged(f"the best tiling found plans {head:,} bytes, not below {base.head_bytes:,}", points)
-    return _Round(base_model, base.head_bytes, _tiling(candidate), data, head, candidate.macs, "", points,
-                  tuple(rejected))
+    return _Round(
+        base_model, base.head_bytes, _tiling(candidate), data, head, candidate.macs, "", points, tuple(rejected)
+    )
 
 
 def _to_build(graph: Graph, explored: list[tuple[Candidate, TilingPlan]]) -> list[int]:
@@ -425,9 +490,15 @@ def _region_floors(sg, regions: list[Region], outside_live: dict[int, int]) -> l
 
 def _grids(height: int, width: int) -> list[tuple[int, int]]:
     """Patch grids with about square patches, fewest patches first."""
-    grids = {(rows, cols) for rows in GRID_STEPS for cols in GRID_STEPS
-             if rows <= height and cols <= width and (rows, cols) != (1, 1)
-             and abs(rows * width - cols * height) <= max(height, width)}
+    grids = {
+        (rows, cols)
+        for rows in GRID_STEPS
+        for cols in GRID_STEPS
+        if rows <= height
+        and cols <= width
+        and (rows, cols) != (1, 1)
+        and abs(rows * width - cols * height) <= max(height, width)
+    }
     return sorted(grids, key=lambda g: (g[0] * g[1], g))
 
 
@@ -472,9 +543,15 @@ def _sources(graph: Graph, cuts: list[int], peak_op: int) -> list[int]:
     producers = sg.producers()
     before = [t for t in cuts if producers.get(t, -1) < peak_op]
     last = producers.get(before[-1], -1) if before else -1
-    inside = [t for op in sg.operators[last + 1:peak_op] for t in op.outputs
-              if t not in cuts and sg.tensors[t].planned and len(sg.tensors[t].shape) == 4
-              and not is_window(sg.tensors[t].name)]
+    inside = [
+        t
+        for op in sg.operators[last + 1 : peak_op]
+        for t in op.outputs
+        if t not in cuts
+        and sg.tensors[t].planned
+        and len(sg.tensors[t].shape) == 4
+        and not is_window(sg.tensors[t].name)
+    ]
     return before + inside
 
 
@@ -488,9 +565,16 @@ def _targets(graph: Graph, ends: RegionEnds, cuts: list[int], source: int, peak_
     after = [t for t in cuts if producers.get(t, -1) > producers.get(source, -1)]
     later = [producers[t] for t in after if producers[t] >= peak_op]
     end = later[TARGET_CUTS_PAST_PEAK - 1] if len(later) >= TARGET_CUTS_PAST_PEAK else len(sg.operators)
-    inside = [t for op in sg.operators[peak_op:end] for t in op.outputs
-              if t not in cuts and sg.tensors[t].planned and len(sg.tensors[t].shape) == 4
-              and not is_window(sg.tensors[t].name) and not ends.escaping(source, t)]
+    inside = [
+        t
+        for op in sg.operators[peak_op:end]
+        for t in op.outputs
+        if t not in cuts
+        and sg.tensors[t].planned
+        and len(sg.tensors[t].shape) == 4
+        and not is_window(sg.tensors[t].name)
+        and not ends.escaping(source, t)
+    ]
     return sorted(set(after) | set(inside), key=lambda t: producers[t])
 
 

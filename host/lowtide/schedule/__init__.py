@@ -67,8 +67,9 @@ def schedule_budget(effort: float = 1.0, clock: WallClock | None = None) -> Work
     return WorkBudget.of(effort * SCHEDULE_UNITS, "schedule", clock)
 
 
-def find_schedule(graph: Graph, work: WorkBudget | None = None, progress: Progress | None = None,
-                  in_place: bool = False) -> Schedule:
+def find_schedule(
+    graph: Graph, work: WorkBudget | None = None, progress: Progress | None = None, in_place: bool = False
+) -> Schedule:
     """The best order found within `work` (default: `schedule_budget()`). With `in_place`, costs and live peaks
     count outputs that an offline plan may place inside a dying input (`lowtide.memory.in_place`) once; TFLM's own
     planner (`head_bytes`) never does that."""
@@ -77,9 +78,7 @@ def find_schedule(graph: Graph, work: WorkBudget | None = None, progress: Progre
     heuristic_work = work.share(HEURISTIC_SHARE)
     problems = {i: subgraph_problem(graph, i, in_place) for i in sorted(_reachable_subgraphs(graph))}
     # Every operator's unavoidable step is a lower bound on the model's peak: the first target level.
-    level = max(
-        (p.step_lower_bound(op) for p in problems.values() for op in range(p.op_count)), default=0
-    )
+    level = max((p.step_lower_bound(op) for p in problems.values() for op in range(p.op_count)), default=0)
     pending: list[tuple[tuple[list[int], int], Block, int]] = []  # (heuristic order and peak, block, position)
     block_orders: dict[int, list[list[int]]] = {}
     for sg, problem in problems.items():
@@ -106,13 +105,14 @@ def find_schedule(graph: Graph, work: WorkBudget | None = None, progress: Progre
             unsettled_peak = pending[next_block][0][1] if next_block < len(pending) else 0
             progress(settled_ops / total_ops, max(settled_peak, unsettled_peak))
 
-    for index, (heuristic, block, position) in enumerate(pending):
+    for index, (heuristic, block, _position) in enumerate(pending):
         # A block's share of the work left is its share of the operators still to search: those of the blocks
         # whose heuristic order peaks above the bound (the others are settled at once).
         unsearched_ops = sum(b.size for (_, peak), b, _ in pending[index:] if b.size > 1 and peak > level)
         share = block.size / unsearched_ops if block.size > 1 and heuristic[1] > level else 0.0
-        result = solve_hard_block(problems[block.subgraph], block, level, work.share(share), heuristic,
-                                  functools.partial(report, index))
+        result = solve_hard_block(
+            problems[block.subgraph], block, level, work.share(share), heuristic, functools.partial(report, index)
+        )
         results.append(result)
         explored += result.states
         level = max(level, result.bound)
@@ -127,11 +127,18 @@ def find_schedule(graph: Graph, work: WorkBudget | None = None, progress: Progre
             break
         _, block, _ = pending[peak_index]
         result = results[peak_index]
-        descent = budgeted_descent(problems[block.subgraph], block, level, (result.order, result.peak), work,
-                                   functools.partial(report, len(pending)))
+        descent = budgeted_descent(
+            problems[block.subgraph],
+            block,
+            level,
+            (result.order, result.peak),
+            work,
+            functools.partial(report, len(pending)),
+        )
         level = max(level, descent.bound)
-        results[peak_index] = BlockResult(descent.order, descent.peak, level, result.states + descent.states,
-                                     descent.peak <= level)
+        results[peak_index] = BlockResult(
+            descent.order, descent.peak, level, result.states + descent.states, descent.peak <= level
+        )
         explored += descent.states
         if descent.peak > level:
             break  # out of work
@@ -186,5 +193,13 @@ def _reachable_subgraphs(graph: Graph) -> set[int]:
     return seen
 
 
-__all__ = ["Progress", "Schedule", "SubgraphProblem", "apply_order", "check_order", "find_schedule", "schedule_budget",
-           "subgraph_problem"]
+__all__ = [
+    "Progress",
+    "Schedule",
+    "SubgraphProblem",
+    "apply_order",
+    "check_order",
+    "find_schedule",
+    "schedule_budget",
+    "subgraph_problem",
+]

@@ -118,13 +118,15 @@ class BlockCuts:
         self._flow.add_arcs_with_capacity(np.array(tails), np.array(heads), np.array(capacities))
         self._switches = np.arange(first_switch, first_switch + 2 * n)
         self._own = [
-            sum(problem.tensor_bytes[t] for t in problem.op_creates[o]) - problem.op_shared_bytes[o]
+            sum(problem.tensor_bytes[t] for t in problem.op_creates[o])
+            - problem.op_shared_bytes[o]
             + problem.op_scratch_bytes[o]
             for o in range(n)
         ]
 
-    def cut(self, op: int, run_before: int = 0, run_after: int = 0, largest: bool = False,
-            limit: float = math.inf) -> StepCut:
+    def cut(
+        self, op: int, run_before: int = 0, run_after: int = 0, largest: bool = False, limit: float = math.inf
+    ) -> StepCut:
         """The minimum over every valid set of operators run before `op` of the bytes live while it runs; with
         `run_before` (closed under ancestors) and `run_after` (closed under descendants), over those sets that hold
         all of the first and none of the second. The set returned is the smallest one attaining it, or with
@@ -152,7 +154,7 @@ class BlockCuts:
 
     def _vector(self, mask: int) -> np.ndarray:
         raw = np.frombuffer(mask.to_bytes(self._mask_bytes, "little"), dtype=np.uint8)
-        return np.unpackbits(raw, bitorder="little")[:self.problem.op_count]
+        return np.unpackbits(raw, bitorder="little")[: self.problem.op_count]
 
     def _mask(self, ops: np.ndarray) -> int:
         vector = np.zeros(self._mask_bytes * 8, dtype=np.uint8)
@@ -189,8 +191,9 @@ class CutLookahead:
         reaches `limit`. `known`: the parent state's cuts."""
         run = done & self.block.ops
         if known is None:
-            cuts = sorted((self.network.cut(op, run, largest=True) for op in bits(self.block.ops & ~done)),
-                          key=_highest_first)
+            cuts = sorted(
+                (self.network.cut(op, run, largest=True) for op in bits(self.block.ops & ~done)), key=_highest_first
+            )
         else:
             cuts = [cut for cut in known if not done >> cut.op & 1]
             stale: list[int] = []
@@ -226,8 +229,9 @@ def step_cuts(problem: SubgraphProblem, block: Block, work: WorkBudget) -> list[
     return cuts
 
 
-def ordered_pair_bound(problem: SubgraphProblem, block: Block, cuts: list[StepCut], bound: int,
-                       work: WorkBudget) -> int:
+def ordered_pair_bound(
+    problem: SubgraphProblem, block: Block, cuts: list[StepCut], bound: int, work: WorkBudget
+) -> int:
     """`bound` raised by pairs of operators that cannot both have their cheapest cut: v's set holds u and u's set
     holds v, but one of them runs first. Whichever it is, both cuts are taken again under that order, and the
     lower of the two orders' highest cut still binds every order. Pairs are drawn around the highest cuts."""
@@ -286,8 +290,7 @@ def solve_hard_block(
     return BlockResult(order, peak, bound, states, peak <= bound)
 
 
-def widening_beam(problem: SubgraphProblem, block: Block, level: int,
-                  work: WorkBudget) -> tuple[list[int], int] | None:
+def widening_beam(problem: SubgraphProblem, block: Block, level: int, work: WorkBudget) -> tuple[list[int], int] | None:
     """The best order of beam searches ever four times wider, ranked with `level` as the floor of every peak,
     until one would not end within `work` (None if not even the first does). A beam four times wider does about
     four times the work: one that would not end within the budget is not started, its work goes to the next
@@ -312,8 +315,9 @@ def widening_beam(problem: SubgraphProblem, block: Block, level: int,
     return best
 
 
-def divide_at_cuts(problem: SubgraphProblem, block: Block, level: int, work: WorkBudget,
-                   cuts: list[StepCut] | None = None) -> tuple[list[int], int]:
+def divide_at_cuts(
+    problem: SubgraphProblem, block: Block, level: int, work: WorkBudget, cuts: list[StepCut] | None = None
+) -> tuple[list[int], int]:
     """The block's bottleneck operator (the highest cut) splits it in two: its cheapest "run before" set, then the
     rest; each part is split again, or searched exactly once small. Each level keeps the heuristic order where
     that peaks lower, so the result never peaks above `heuristic_order`."""
@@ -366,8 +370,9 @@ def budgeted_descent(
         budget = max(budget, floor)
         # Every step is a multiple of ALIGNMENT bytes: no order within the budget means none below budget + that,
         # or even none below the lowest cost the probe dropped.
-        probe = solve_block(problem, block, budget, work.limit(probe_units), (order, peak), None, lookahead,
-                            beat=budget + ALIGNMENT)
+        probe = solve_block(
+            problem, block, budget, work.limit(probe_units), (order, peak), None, lookahead, beat=budget + ALIGNMENT
+        )
         states += probe.states
         if probe.peak <= budget:
             order, peak = probe.order, probe.peak

@@ -195,7 +195,8 @@ def _order_constraints(graph: Graph, sg: Subgraph) -> list[int]:
                 constrain(w, other)
     effectful = _subgraphs_with_side_effects(graph)
     ordered = [
-        op.index for op in sg.operators
+        op.index
+        for op in sg.operators
         if op.has_side_effects or any(called in effectful for called in op.called_subgraphs)
     ]
     for a, b in itertools.pairwise(ordered):
@@ -244,7 +245,9 @@ def check_order(graph: Graph, order: Order) -> None:
     for sg in graph.subgraphs:
         ops = order[sg.index]
         if sorted(ops) != list(range(len(sg.operators))):
-            raise LowtideError(f"order of subgraph {sg.index} is not a permutation of its {len(sg.operators)} operators")
+            raise LowtideError(
+                f"order of subgraph {sg.index} is not a permutation of its {len(sg.operators)} operators"
+            )
         predecessors = _order_constraints(graph, sg)
         done = 0
         for op in ops:

@@ -66,10 +66,7 @@ class BlockResult:
 def blocks(problem: SubgraphProblem) -> list[Block]:
     """The subgraph split at its cut points; each cut point is a block of its own."""
     full = problem.all_ops
-    cuts = [
-        op for op in range(problem.op_count)
-        if problem.ancestors[op] | problem.descendants[op] | 1 << op == full
-    ]
+    cuts = [op for op in range(problem.op_count) if problem.ancestors[op] | problem.descendants[op] | 1 << op == full]
     cuts.sort(key=lambda op: problem.ancestors[op].bit_count())
     result = []
     before = 0
@@ -120,8 +117,7 @@ def simple_orders(problem: SubgraphProblem, block: Block) -> list[tuple[int, lis
     return candidates
 
 
-def heuristic_order(problem: SubgraphProblem, block: Block,
-                    work: WorkBudget | None = None) -> tuple[list[int], int]:
+def heuristic_order(problem: SubgraphProblem, block: Block, work: WorkBudget | None = None) -> tuple[list[int], int]:
     """The best of the simple orders and a beam search (if it ends within `work`; None: no limit): each an upper
     bound for the exact search and the fallback when its budget runs out."""
     candidates = simple_orders(problem, block)
@@ -138,6 +134,7 @@ def _depth_first_order(problem: SubgraphProblem, block: Block, reverse: bool) ->
     """Post-order from the block's last operators back through what they depend on: each input's whole
     producing branch runs just before its reader, so a narrow branch result replaces its wide intermediates
     before the next branch starts (where a greedy choice, seeing one step ahead, would start every branch)."""
+
     def inputs_of(op: int) -> list[int]:
         ops = list(bits(problem.predecessors[op] & block.ops))
         return ops[::-1] if reverse else ops
@@ -166,7 +163,11 @@ _BeamState = tuple[int, int, int, int | None, int]
 
 
 def beam_order(
-    problem: SubgraphProblem, block: Block, readiness: Readiness, width: int, work: WorkBudget | None = None,
+    problem: SubgraphProblem,
+    block: Block,
+    readiness: Readiness,
+    width: int,
+    work: WorkBudget | None = None,
     level: int = 0,
 ) -> tuple[int, list[int]] | None:
     """Run the block one operator at a time, keeping the `width` best distinct sets of run operators at each
@@ -239,8 +240,19 @@ def solve_block(
     # (cost: a lower bound on every order through the state, -depth, tie, set run, bytes live, ready operators,
     #  highest step on the way there, the lookahead's token, whether the lookahead has raised the cost yet)
     tie = itertools.count()
-    heap = [(level, 0, next(tie), block.before, problem.live_bytes(block.before), readiness.first, level, None,
-             lookahead is None)]
+    heap = [
+        (
+            level,
+            0,
+            next(tie),
+            block.before,
+            problem.live_bytes(block.before),
+            readiness.first,
+            level,
+            None,
+            lookahead is None,
+        )
+    ]
     popped = 0
     dropped = fallback_peak  # the lowest cost of a state dropped for reaching `beat`, or the fallback's peak
     while heap:
@@ -283,8 +295,20 @@ def solve_block(
             if seen is not None and seen[0] <= next_way:
                 continue
             reached[following] = (next_way, op)
-            heapq.heappush(heap, (next_cost, depth - 1, next(tie), following, after,
-                                  readiness.after(ready, op, following), next_way, token, lookahead is None))
+            heapq.heappush(
+                heap,
+                (
+                    next_cost,
+                    depth - 1,
+                    next(tie),
+                    following,
+                    after,
+                    readiness.after(ready, op, following),
+                    next_way,
+                    token,
+                    lookahead is None,
+                ),
+            )
     # No order beats `beat` (by default the fallback is optimal), nor even the lowest cost dropped.
     return BlockResult(fallback_order, fallback_peak, max(level, dropped), popped, True)
 

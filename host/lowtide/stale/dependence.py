@@ -23,9 +23,22 @@ import numpy as np
 
 from lowtide.model import padding
 from lowtide.model.attributes import (
-    A, BatchMatMulAttributes, ConcatenationAttributes, Conv2DAttributes, DepthToSpaceAttributes,
-    DepthwiseConv2DAttributes, GatherAttributes, MirrorPadAttributes, MirrorPadMode, PackAttributes, Pool2DAttributes,
-    ResizeAttributes, SpaceToDepthAttributes, StridedSliceAttributes, TransposeConvAttributes, UnpackAttributes,
+    A,
+    BatchMatMulAttributes,
+    ConcatenationAttributes,
+    Conv2DAttributes,
+    DepthToSpaceAttributes,
+    DepthwiseConv2DAttributes,
+    GatherAttributes,
+    MirrorPadAttributes,
+    MirrorPadMode,
+    PackAttributes,
+    Pool2DAttributes,
+    ResizeAttributes,
+    SpaceToDepthAttributes,
+    StridedSliceAttributes,
+    TransposeConvAttributes,
+    UnpackAttributes,
     attributes_as,
 )
 from lowtide.model.ir import Graph, Operator
@@ -41,10 +54,28 @@ from lowtide.model.operators import (
 
 # Element by element, with numpy broadcasting of any operand (beyond the model's unary and binary families, which
 # tiling needs narrower: comparisons, selects, sums of many operands).
-ELEMENTWISE_OPCODES = UNARY_OPCODES | BINARY_OPCODES | frozenset({
-    "ADD_N", "FLOOR_DIV", "FLOOR_MOD", "POW", "LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL", "EQUAL",
-    "NOT_EQUAL", "LOGICAL_AND", "LOGICAL_OR", "SELECT", "SELECT_V2",
-})
+ELEMENTWISE_OPCODES = (
+    UNARY_OPCODES
+    | BINARY_OPCODES
+    | frozenset(
+        {
+            "ADD_N",
+            "FLOOR_DIV",
+            "FLOOR_MOD",
+            "POW",
+            "LESS",
+            "LESS_EQUAL",
+            "GREATER",
+            "GREATER_EQUAL",
+            "EQUAL",
+            "NOT_EQUAL",
+            "LOGICAL_AND",
+            "LOGICAL_OR",
+            "SELECT",
+            "SELECT_V2",
+        }
+    )
+)
 # Every output element reads its whole last axis (a maximum, a sum or a norm over it).
 LAST_AXIS_OPCODES = frozenset({"SOFTMAX", "LOG_SOFTMAX", "L2_NORMALIZATION", "LOCAL_RESPONSE_NORMALIZATION"})
 # Outputs computed from shapes only, or constant: never from an element's value.
@@ -122,8 +153,9 @@ def propagate(graph: Graph, op: Operator, masks: dict[int, np.ndarray]) -> list[
             dependent = rule(operands)
         flat = rule in _FLAT_RULES
         if len(dependent) != len(outputs) or not all(
-                d.shape == operands.shape(t) or (flat and d.size == np.prod(operands.shape(t), dtype=int))
-                for d, t in zip(dependent, outputs)):
+            d.shape == operands.shape(t) or (flat and d.size == np.prod(operands.shape(t), dtype=int))
+            for d, t in zip(dependent, outputs)
+        ):
             raise _NoRule  # the declared shapes are not the ones the rule computes
         dependent = [d.reshape(operands.shape(t)) for d, t in zip(dependent, outputs)]
     except (_NoRule, ValueError, IndexError, TypeError, ZeroDivisionError):
@@ -133,6 +165,7 @@ def propagate(graph: Graph, op: Operator, masks: dict[int, np.ndarray]) -> list[
 
 
 # ---- element-wise, reductions, matrix products -----------------------------------------------------------------
+
 
 def _elementwise(o: _Operands) -> list[np.ndarray]:
     out = np.zeros(o.out_shape, bool)
@@ -185,8 +218,15 @@ def _batch_matmul(o: _Operands) -> list[np.ndarray]:
 
 # ---- windows ----------------------------------------------------------------------------------------------------
 
-def _window_any(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int], dilation: tuple[int, int],
-                before: tuple[int, int], out_hw: tuple[int, int]) -> np.ndarray:
+
+def _window_any(
+    x: np.ndarray,
+    kernel: tuple[int, int],
+    stride: tuple[int, int],
+    dilation: tuple[int, int],
+    before: tuple[int, int],
+    out_hw: tuple[int, int],
+) -> np.ndarray:
     """out[n, oh, ow, c] = any of x[n, oh * stride - before + k * dilation, ..., c] over the window's taps
     inside the input (padding reads nothing)."""
     n, h, w, c = x.shape
@@ -199,8 +239,9 @@ def _window_any(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
             cols = cols_out * stride[1] - before[1] + kw * dilation[1]
             inside_c = (cols >= 0) & (cols < w)
             if inside_r.any() and inside_c.any():
-                out[:, np.flatnonzero(inside_r)[:, None], np.flatnonzero(inside_c)[None, :]] |= \
-                    x[:, rows[inside_r][:, None], cols[inside_c][None, :]]
+                out[:, np.flatnonzero(inside_r)[:, None], np.flatnonzero(inside_c)[None, :]] |= x[
+                    :, rows[inside_r][:, None], cols[inside_c][None, :]
+                ]
     return out
 
 
@@ -218,14 +259,20 @@ def _window(o: _Operands) -> list[np.ndarray]:
         _, kernel_h, kernel_w, *_ = o.shape(o.op.inputs[1])
         kernel = (kernel_h, kernel_w)
         conv: Conv2DAttributes | DepthwiseConv2DAttributes = (
-            o.attributes(Conv2DAttributes, required=True) if o.op.opcode == "CONV_2D"
-            else o.attributes(DepthwiseConv2DAttributes, required=True))
+            o.attributes(Conv2DAttributes, required=True)
+            if o.op.opcode == "CONV_2D"
+            else o.attributes(DepthwiseConv2DAttributes, required=True)
+        )
         window, dilation = conv, (conv.dilation[0] or 1, conv.dilation[1] or 1)
     stride, code = window.stride, window.padding
     if min(*kernel, *stride, *dilation) < 1:
         raise _NoRule
-    before = tuple(padding.padding_before(x.shape[1 + i], kernel[i], stride[i], dilation[i], out_shape[1 + i])
-                   if code == padding.SAME else 0 for i in range(2))
+    before = tuple(
+        padding.padding_before(x.shape[1 + i], kernel[i], stride[i], dilation[i], out_shape[1 + i])
+        if code == padding.SAME
+        else 0
+        for i in range(2)
+    )
     if o.op.opcode == "CONV_2D":
         x = np.asarray(x.any(axis=3, keepdims=True))
     out = _window_any(x, kernel, stride, dilation, (before[0], before[1]), (out_shape[1], out_shape[2]))
@@ -236,7 +283,8 @@ def _window(o: _Operands) -> list[np.ndarray]:
             raise _NoRule
         out = np.repeat(out, out_shape[3] // x.shape[3], axis=3)
     if o.op.opcode not in POOL_OPCODES | {"L2_POOL_2D"} and any(
-            o.mask(k).any() for k in range(1, len(o.op.inputs)) if o.op.inputs[k] >= 0):
+        o.mask(k).any() for k in range(1, len(o.op.inputs)) if o.op.inputs[k] >= 0
+    ):
         out = np.ones(out_shape, bool)
     return [out]
 
@@ -252,9 +300,14 @@ def _transpose_conv(o: _Operands) -> list[np.ndarray]:
     stride, code = conv.stride, conv.padding
     if min(*stride) < 1:
         raise _NoRule
-    before = [padding.padding_before(out_shape[1 + i], kernel[i], stride[i], 1,
-                                     padding.output_size(code, out_shape[1 + i], kernel[i], stride[i]))
-              if code == padding.SAME else 0 for i in range(2)]
+    before = [
+        padding.padding_before(
+            out_shape[1 + i], kernel[i], stride[i], 1, padding.output_size(code, out_shape[1 + i], kernel[i], stride[i])
+        )
+        if code == padding.SAME
+        else 0
+        for i in range(2)
+    ]
     pixels = x.any(axis=3)
     out = np.zeros(out_shape[:3], bool)
     n, rows, cols = np.nonzero(pixels)
@@ -270,6 +323,7 @@ def _transpose_conv(o: _Operands) -> list[np.ndarray]:
 
 
 # ---- data movement: each output element is one input element, or a constant ------------------------------------
+
 
 def _reshape(o: _Operands) -> list[np.ndarray]:
     return [o.mask(0).reshape(-1)]  # the same bytes in the same order
@@ -329,8 +383,9 @@ def _strided_slice(o: _Operands) -> list[np.ndarray]:
             first = int(b) % x.shape[axis]
             index.append(slice(first, first + 1))
         else:
-            index.append(slice(None if begin_mask >> axis & 1 else int(b), None if end_mask >> axis & 1 else int(e),
-                               int(s)))
+            index.append(
+                slice(None if begin_mask >> axis & 1 else int(b), None if end_mask >> axis & 1 else int(e), int(s))
+            )
     return [x[tuple(index)]]
 
 
@@ -342,8 +397,13 @@ def _pad(o: _Operands) -> list[np.ndarray]:
     if len(widths) != x.ndim or tuple(n + a + b for n, (a, b) in zip(x.shape, widths)) != o.out_shape:
         raise _NoRule  # before padding: a model's paddings can be anything
     if o.op.opcode == "MIRROR_PAD":
-        return [np.pad(x, widths, mode="symmetric" if o.attributes(MirrorPadAttributes).mode == MirrorPadMode.SYMMETRIC
-                       else "reflect")]
+        return [
+            np.pad(
+                x,
+                widths,
+                mode="symmetric" if o.attributes(MirrorPadAttributes).mode == MirrorPadMode.SYMMETRIC else "reflect",
+            )
+        ]
     value = o.op.opcode == "PADV2" and len(o.op.inputs) > 2 and bool(o.mask(2).any())
     return [np.pad(x, widths, constant_values=value)]
 
@@ -400,11 +460,11 @@ def _batch_to_space(o: _Operands) -> tuple[np.ndarray, np.ndarray]:
     n, h, w, c = out_shape
     _, in_h, in_w, _ = x.shape
     full = x.reshape(bh, bw, n, in_h, in_w, c).transpose(2, 3, 0, 4, 1, 5).reshape(n, in_h * bh, in_w * bw, c)
-    covered = full[:, top:top + h, left:left + w]
+    covered = full[:, top : top + h, left : left + w]
     dependent = np.zeros(out_shape, bool)
-    dependent[:, :covered.shape[1], :covered.shape[2]] = covered
+    dependent[:, : covered.shape[1], : covered.shape[2]] = covered
     unwritten = np.ones(out_shape, bool)
-    unwritten[:, :covered.shape[1], :covered.shape[2]] = False
+    unwritten[:, : covered.shape[1], : covered.shape[2]] = False
     declared = o.out_shape
     return (dependent | unwritten).reshape(declared), unwritten.reshape(declared)
 
@@ -430,8 +490,12 @@ def _bilinear_sources(out_size: int, in_size: int, align_corners: bool, half_pix
     at = (np.arange(out_size) + (0.5 if half_pixel else 0.0)) * scale - (0.5 if half_pixel else 0.0)
     floor = np.floor(at).astype(np.int64)
     fraction, slack = at - floor, 1 / 64
-    candidates = [floor, floor + 1, np.where(fraction < slack, floor - 1, floor),
-                  np.where(fraction > 1 - slack, floor + 2, floor)]
+    candidates = [
+        floor,
+        floor + 1,
+        np.where(fraction < slack, floor - 1, floor),
+        np.where(fraction > 1 - slack, floor + 2, floor),
+    ]
     return [np.clip(c, 0, in_size - 1) for c in candidates]
 
 

@@ -65,7 +65,7 @@ def observe(graph: Graph, inputs: list[np.ndarray]) -> dict[int, Observation]:
         kept_fill = np.ones(first.size, bool)
         for name in FILLS:
             differs |= runs[name][t] != first
-            kept_fill &= runs[name][t] == fills[name][offset:offset + first.size]
+            kept_fill &= runs[name][t] == fills[name][offset : offset + first.size]
         observed[t] = Observation(differs, kept_fill)
     return observed
 
@@ -83,15 +83,23 @@ class Fixture:
     def run(self, graph: Graph, runs: list[tuple[np.ndarray, list[np.ndarray]]]) -> list[dict[int, np.ndarray]]:
         """One interpreter invoked once per (fill of `fill_bytes` bytes, model inputs), reset before each so that
         variable tensors start from zero every time: the bytes of every planned tensor an operator writes."""
-        sequence = oracle.run_sequence(self.model, [[fill.view(np.int8), *inputs] for fill, inputs in runs],
-                                       graph.path, frozenset(range(len(runs))), self.fill_bytes + _TAIL_ROOM)
-        return [{t: np.frombuffer(outputs[p].tobytes(), np.uint8) for t, p in self.output_positions.items()}
-                for outputs in sequence]
+        sequence = oracle.run_sequence(
+            self.model,
+            [[fill.view(np.int8), *inputs] for fill, inputs in runs],
+            graph.path,
+            frozenset(range(len(runs))),
+            self.fill_bytes + _TAIL_ROOM,
+        )
+        return [
+            {t: np.frombuffer(outputs[p].tobytes(), np.uint8) for t, p in self.output_positions.items()}
+            for outputs in sequence
+        ]
 
     @classmethod
     def of(cls, graph: Graph) -> Fixture:
-        scratch = max((sum(scratch_sizes(graph, sg.index, op.index)) for sg in graph.subgraphs
-                       for op in sg.operators), default=0)
+        scratch = max(
+            (sum(scratch_sizes(graph, sg.index, op.index)) for sg in graph.subgraphs for op in sg.operators), default=0
+        )
         offset = align_up(scratch)
         offsets: dict[tuple[int, int], int] = {}
         for sg in graph.subgraphs:
@@ -112,8 +120,12 @@ class Fixture:
         # The filler is set first (input 0), so the real inputs, set after it, overwrite their share of the fill.
         main.inputs = [filler_index, *_indices(main.inputs)]
         outputs = _indices(main.outputs)
-        written = [t for op in graph.main.operators for t in op.outputs
-                   if t >= 0 and graph.main.tensors[t].planned and t not in outputs]
+        written = [
+            t
+            for op in graph.main.operators
+            for t in op.outputs
+            if t >= 0 and graph.main.tensors[t].planned and t not in outputs
+        ]
         main.outputs = outputs + list(dict.fromkeys(written))
         counts = list(graph.tensor_counts)
         counts[0] += 1

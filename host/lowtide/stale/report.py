@@ -100,10 +100,14 @@ class StaleReport:
         if self.clean:
             return "no operator reads or leaves stale memory: outputs are the same whatever the arena held"
         origins = "; ".join(s.describe() for s in self.origins) or "; ".join(s.describe() for s in self.operators)
-        share = (f"all {self.output_bytes:,} output bytes depend" if self.outputs_undefined
-                 else f"{self.undetermined_output_bytes:,} of {self.output_bytes:,} output bytes depend")
-        return (f"{share} on stale memory (by analysis; the fill runs saw "
-                f"{self.observed_output_bytes:,} change): {origins}")
+        share = (
+            f"all {self.output_bytes:,} output bytes depend"
+            if self.outputs_undefined
+            else f"{self.undetermined_output_bytes:,} of {self.output_bytes:,} output bytes depend"
+        )
+        return (
+            f"{share} on stale memory (by analysis; the fill runs saw {self.observed_output_bytes:,} change): {origins}"
+        )
 
     def to_json(self) -> dict:
         return {
@@ -115,19 +119,39 @@ class StaleReport:
             "independent_output_bytes": self.output_bytes - self.undetermined_output_bytes,
             "observed_output_bytes": self.observed_output_bytes,
             "outputs_undefined": self.outputs_undefined,
-            "outputs": [{"index": i, "bytes": int(m.size), "undetermined": _ranges_json(_ranges(~m)),
-                         "independent": _ranges_json(independent), "observed": _ranges_json(_ranges(seen))}
-                        for i, (m, independent, seen) in enumerate(zip(self.output_determined,
-                                                                       self.independent_ranges, self.output_observed))],
-            "operators": [{
-                "index": s.op, "opcode": s.opcode, "tensor": s.tensor, "tensor_name": s.tensor_name,
-                "tensor_bytes": s.tensor_bytes, "origin": s.origin, "inputs_determined": s.inputs_determined,
-                "unwritten_bytes": _count(s.unwritten), "unwritten": _ranges_json(s.unwritten),
-                "stale_read_bytes": _count(s.stale_read), "stale_read": _ranges_json(s.stale_read),
-                "own_bytes": _count(s.own), "own": _ranges_json(s.own),
-                "observed_bytes": _count(s.observed), "observed": _ranges_json(s.observed),
-                "fix": s.fix,
-            } for s in self.operators],
+            "outputs": [
+                {
+                    "index": i,
+                    "bytes": int(m.size),
+                    "undetermined": _ranges_json(_ranges(~m)),
+                    "independent": _ranges_json(independent),
+                    "observed": _ranges_json(_ranges(seen)),
+                }
+                for i, (m, independent, seen) in enumerate(
+                    zip(self.output_determined, self.independent_ranges, self.output_observed)
+                )
+            ],
+            "operators": [
+                {
+                    "index": s.op,
+                    "opcode": s.opcode,
+                    "tensor": s.tensor,
+                    "tensor_name": s.tensor_name,
+                    "tensor_bytes": s.tensor_bytes,
+                    "origin": s.origin,
+                    "inputs_determined": s.inputs_determined,
+                    "unwritten_bytes": _count(s.unwritten),
+                    "unwritten": _ranges_json(s.unwritten),
+                    "stale_read_bytes": _count(s.stale_read),
+                    "stale_read": _ranges_json(s.stale_read),
+                    "own_bytes": _count(s.own),
+                    "own": _ranges_json(s.own),
+                    "observed_bytes": _count(s.observed),
+                    "observed": _ranges_json(s.observed),
+                    "fix": s.fix,
+                }
+                for s in self.operators
+            ],
         }
 
 
@@ -162,8 +186,7 @@ def _stale_state(graph: Graph, masks: dict[int, np.ndarray], state: _State) -> _
     return _State(frozenset(variables), resources)
 
 
-def _follow(graph: Graph, observed: dict[int, Observation], state: _State) -> tuple[StaleReport,
-                                                                                    dict[int, np.ndarray]]:
+def _follow(graph: Graph, observed: dict[int, Observation], state: _State) -> tuple[StaleReport, dict[int, np.ndarray]]:
     """One pass over the operators in stored order: the report, and every tensor's mask."""
     sg = graph.main
     masks: dict[int, np.ndarray] = {t: np.ones(element_shape(graph, t), bool) for t in state.variables}
@@ -183,10 +206,21 @@ def _follow(graph: Graph, observed: dict[int, Observation], state: _State) -> tu
                 continue
             tensor = sg.tensors[t]
             fix = _deterministic_rewrite(graph, op, own) if own.any() else None
-            operators.append(StaleOperator(
-                op.index, op.opcode, t, tensor.name, tensor.nbytes, _ranges(_bytes(unwritten, itemsize)),
-                _ranges(_bytes(masks[t] & ~unwritten, itemsize)), _ranges(_bytes(own, itemsize)),
-                _ranges(seen[t]), inputs_determined, fix))
+            operators.append(
+                StaleOperator(
+                    op.index,
+                    op.opcode,
+                    t,
+                    tensor.name,
+                    tensor.nbytes,
+                    _ranges(_bytes(unwritten, itemsize)),
+                    _ranges(_bytes(masks[t] & ~unwritten, itemsize)),
+                    _ranges(_bytes(own, itemsize)),
+                    _ranges(seen[t]),
+                    inputs_determined,
+                    fix,
+                )
+            )
     determined, observed_outputs = [], []
     for t in sg.outputs:
         nbytes = sg.tensors[t].nbytes
@@ -206,8 +240,10 @@ def _elements(seen: Observation | None, shape: tuple[int, ...], itemsize: int) -
     of its bytes did; nothing for a tensor the fill runs did not read."""
     if seen is None or seen.differs.size != int(np.prod(shape)) * itemsize:
         return np.zeros(shape, bool), np.zeros(shape, bool)
-    return (np.asarray(seen.differs.reshape(*shape, itemsize).any(axis=-1)),
-            np.asarray(seen.kept_fill.reshape(*shape, itemsize).all(axis=-1)))
+    return (
+        np.asarray(seen.differs.reshape(*shape, itemsize).any(axis=-1)),
+        np.asarray(seen.kept_fill.reshape(*shape, itemsize).all(axis=-1)),
+    )
 
 
 def _deterministic_rewrite(graph: Graph, op: Operator, own: np.ndarray) -> str | None:
@@ -226,11 +262,13 @@ def _deterministic_rewrite(graph: Graph, op: Operator, own: np.ndarray) -> str |
     n, h, w, c = own.shape
     covered = (min(h, in_h * int(block[0]) - int(crops[0][0])), min(w, in_w * int(block[1]) - int(crops[1][0])))
     outside = np.ones(own.shape, bool)
-    outside[:, :covered[0], :covered[1], :] = False
+    outside[:, : covered[0], : covered[1], :] = False
     if not outside.any() or not np.array_equal(outside, own):
         return None
-    return (f"declare its output {(n, *covered, c)} (what its input covers) and PAD it to {(n, h, w, c)} after: "
-            "PAD writes the zero point where nothing was written, every other byte stays bit-identical")
+    return (
+        f"declare its output {(n, *covered, c)} (what its input covers) and PAD it to {(n, h, w, c)} after: "
+        "PAD writes the zero point where nothing was written, every other byte stays bit-identical"
+    )
 
 
 def _ranges(mask: np.ndarray) -> ByteRanges:

@@ -28,8 +28,9 @@ def squeeze_excite(b: ModelBuilder, x: TensorRef, reduced: int, gate: Gate) -> T
     return b.binary("MUL", x, s)
 
 
-def _inverted_bottleneck(b: ModelBuilder, x: TensorRef, expand: int, out: int, stride: int = 1,
-                         kernel: int = 3, se: Gate | None = None) -> TensorRef:
+def _inverted_bottleneck(
+    b: ModelBuilder, x: TensorRef, expand: int, out: int, stride: int = 1, kernel: int = 3, se: Gate | None = None
+) -> TensorRef:
     y = b.conv2d(x, expand, kernel=1, activation="RELU6")
     y = b.depthwise_conv2d(y, kernel=kernel, stride=stride, activation="RELU6")
     if se is not None:
@@ -140,8 +141,9 @@ def face_landmarks(size: int = 192) -> ModelBuilder:
     b = ModelBuilder(seed=46, name=f"face_landmarks_{size}")
 
     def block(x: TensorRef, filters: int, stride: int = 1) -> TensorRef:
-        y = b.conv2d(b.depthwise_conv2d(x, kernel=3, stride=stride, activation="NONE"), filters, kernel=1,
-                     activation="NONE")
+        y = b.conv2d(
+            b.depthwise_conv2d(x, kernel=3, stride=stride, activation="NONE"), filters, kernel=1, activation="NONE"
+        )
         skip = b.max_pool(x, 2) if stride == 2 else x
         if filters > x.shape[-1]:
             skip = b.pad(skip, channels=(0, filters - x.shape[-1]))
@@ -152,8 +154,10 @@ def face_landmarks(size: int = 192) -> ModelBuilder:
     while x.shape[1] > 3:
         x = block(block(x, min(2 * x.shape[-1], 64), stride=2), min(2 * x.shape[-1], 64))
     features = b.conv2d(x, 32, kernel=x.shape[1], padding="VALID")
-    b.output(b.reshape(b.conv2d(features, 3 * 68, kernel=1, activation="NONE"), (1, 3 * 68)),
-             b.reshape(b.conv2d(features, 1, kernel=1, activation="NONE"), (1, 1)))
+    b.output(
+        b.reshape(b.conv2d(features, 3 * 68, kernel=1, activation="NONE"), (1, 3 * 68)),
+        b.reshape(b.conv2d(features, 1, kernel=1, activation="NONE"), (1, 1)),
+    )
     return b
 
 

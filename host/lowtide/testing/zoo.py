@@ -173,8 +173,9 @@ def blazeface_stem(size: int = 128) -> ModelBuilder:
     b = ModelBuilder(seed=33, name="blazeface_stem")
 
     def block(x: TensorRef, filters: int, stride: int = 1) -> TensorRef:
-        y = b.conv2d(b.depthwise_conv2d(x, kernel=5, stride=stride, activation="NONE"), filters, kernel=1,
-                     activation="NONE")
+        y = b.conv2d(
+            b.depthwise_conv2d(x, kernel=5, stride=stride, activation="NONE"), filters, kernel=1, activation="NONE"
+        )
         skip = b.max_pool(x, 2) if stride == 2 else x
         if filters > x.shape[-1]:
             skip = b.pad(skip, channels=(0, filters - x.shape[-1]))
@@ -202,13 +203,18 @@ def unet_stem(size: int = 64) -> ModelBuilder:
     return b
 
 
-STEMS = {"mobilenet_v3_stem": mobilenet_v3_stem, "yolov8_stem": yolov8_stem, "blazeface_stem": blazeface_stem,
-         "unet_stem": unet_stem}
+STEMS = {
+    "mobilenet_v3_stem": mobilenet_v3_stem,
+    "yolov8_stem": yolov8_stem,
+    "blazeface_stem": blazeface_stem,
+    "unet_stem": unet_stem,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lowtide.testing.zoo",
-                                     description="Write lowtide's demo model, an irregularly wired int8 graph.")
+    parser = argparse.ArgumentParser(
+        prog="python -m lowtide.testing.zoo", description="Write lowtide's demo model, an irregularly wired int8 graph."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="write the README demo model")
     demo.add_argument("out", type=Path, help="where to write the .tflite file")

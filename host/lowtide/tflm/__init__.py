@@ -24,7 +24,7 @@ DEFAULT_CORE = "cortex-m4f"
 _ESTIMATE_MARGIN_BYTES = ARENA_ALIGNMENT
 
 
-class Arena32Mode(str, enum.Enum):
+class Arena32Mode(enum.StrEnum):
     """How the 32-bit arena is found: exact if the sizer can run else an estimate, exact or fail, estimate only."""
 
     AUTO = "auto"
@@ -49,9 +49,15 @@ class Mcu32Arena:
         return dict(self.__dict__)
 
 
-def mcu32_arena(model: bytes, graph: Graph, head_bytes: int, kernels: KernelSet = KernelSet.REFERENCE,
-                core: str = DEFAULT_CORE, progress: ProgressCallback | None = None,
-                mode: Arena32Mode = Arena32Mode.AUTO) -> Mcu32Arena:
+def mcu32_arena(
+    model: bytes,
+    graph: Graph,
+    head_bytes: int,
+    kernels: KernelSet = KernelSet.REFERENCE,
+    core: str = DEFAULT_CORE,
+    progress: ProgressCallback | None = None,
+    mode: Arena32Mode = Arena32Mode.AUTO,
+) -> Mcu32Arena:
     """TFLM's arena for `model` on `core` with `kernels`: from TFLM's allocator built for the core (exact), or,
     where that cannot run here or `mode` says so, the host's 64-bit tail less the pointer-size savings plus
     `head_bytes` (the greedy replica's head), for the reference kernels. `progress` follows the first build of
@@ -68,13 +74,26 @@ def mcu32_arena(model: bytes, graph: Graph, head_bytes: int, kernels: KernelSet 
                 raise LowtideError(f"cannot size the arena for {kernels.value} kernels: {exc}") from None
             why = str(exc)
         else:
-            return Mcu32Arena(arena.kernels, arena.core, arena.head_bytes, arena.tail_bytes, arena.used_bytes,
-                              arena.arena_bytes, exact=True,
-                              method=f"exact: TFLM's allocator built for {core} with {kernels.value} kernels, run in "
-                                     f"QEMU")
+            return Mcu32Arena(
+                arena.kernels,
+                arena.core,
+                arena.head_bytes,
+                arena.tail_bytes,
+                arena.used_bytes,
+                arena.arena_bytes,
+                exact=True,
+                method=f"exact: TFLM's allocator built for {core} with {kernels.value} kernels, run in QEMU",
+            )
     if kernels is not KernelSet.REFERENCE:
         raise LowtideError(f"the estimate is for the reference kernels only; {kernels.value} needs the exact figure")
     tail = oracle.allocate(model, path=graph.path).mcu32_tail_bytes
-    return Mcu32Arena(kernels.value, core, head_bytes, tail, head_bytes + tail,
-                      head_bytes + tail + _ESTIMATE_MARGIN_BYTES, exact=False,
-                      method=f"estimate (64-bit host tail less pointer-size savings), because {why}")
+    return Mcu32Arena(
+        kernels.value,
+        core,
+        head_bytes,
+        tail,
+        head_bytes + tail,
+        head_bytes + tail + _ESTIMATE_MARGIN_BYTES,
+        exact=False,
+        method=f"estimate (64-bit host tail less pointer-size savings), because {why}",
+    )

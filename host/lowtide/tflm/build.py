@@ -31,8 +31,13 @@ COMPILE_TIMEOUT_S = 600.0
 # The two files of the tree that the application replaces (firmware/tflm/lt_tflm_platform.cc), and TFLM's test
 # scaffolding, which no application links.
 _PLATFORM_FILES = ("tensorflow/lite/micro/debug_log.cc", "tensorflow/lite/micro/micro_time.cc")
-_TEST_SCAFFOLDING = ("test_helpers.cc", "test_helper_custom_ops.cc", "fake_micro_context.cc", "mock_micro_graph.cc",
-                     "kernel_runner.cc")
+_TEST_SCAFFOLDING = (
+    "test_helpers.cc",
+    "test_helper_custom_ops.cc",
+    "fake_micro_context.cc",
+    "mock_micro_graph.cc",
+    "kernel_runner.cc",
+)
 _CMSIS_NN_CALL = re.compile(r"\b(arm_\w+)\s*\(")
 _CMSIS_NN_DEFINITION = re.compile(r"^[\w \t*]*?\b(arm_\w+)\s*\([^;{]*\)\s*\{", re.M)
 # CMSIS-NN's lookup tables (e.g. sigmoid_table_uint16, which the int16 activations read): data, not calls.
@@ -74,10 +79,23 @@ CORES = {
 
 # TFLM's own flags, plus -ffp-contract=off: GCC would otherwise fuse a*b+c into one FMA instruction in the float
 # kernels, whose results then differ in the last bit from TFLM's host build (the reference lowtide checks against).
-_COMMON_FLAGS = ("-DTF_LITE_STATIC_MEMORY", "-DTF_LITE_DISABLE_X86_NEON", "-DTF_LITE_MCU_DEBUG_LOG",
-                 "-ffunction-sections", "-fdata-sections", "-funsigned-char", "-ffp-contract=off")
-_CXX_FLAGS = ("-std=c++17", "-fno-rtti", "-fno-exceptions", "-fno-threadsafe-statics", "-fno-unwind-tables",
-              "-fno-asynchronous-unwind-tables")
+_COMMON_FLAGS = (
+    "-DTF_LITE_STATIC_MEMORY",
+    "-DTF_LITE_DISABLE_X86_NEON",
+    "-DTF_LITE_MCU_DEBUG_LOG",
+    "-ffunction-sections",
+    "-fdata-sections",
+    "-funsigned-char",
+    "-ffp-contract=off",
+)
+_CXX_FLAGS = (
+    "-std=c++17",
+    "-fno-rtti",
+    "-fno-exceptions",
+    "-fno-threadsafe-statics",
+    "-fno-unwind-tables",
+    "-fno-asynchronous-unwind-tables",
+)
 _CMSIS_NN_FLAGS = ("-DCMSIS_NN", "-DARM_NN_ENABLE_F16=0", "-DARM_NN_ENABLE_F32=0")
 
 
@@ -90,8 +108,9 @@ def core_named(name: str) -> Core:
 
 def check_kernels_fit_core(kernels: KernelSet, core: Core) -> None:
     if kernels is KernelSet.CMSIS_NN and not core.arm:
-        raise LowtideError(f"CMSIS-NN kernels are for Arm Cortex-M cores, and {core.name} is not one "
-                           f"(use the reference kernels)")
+        raise LowtideError(
+            f"CMSIS-NN kernels are for Arm Cortex-M cores, and {core.name} is not one (use the reference kernels)"
+        )
 
 
 def include_dirs(tree: TflmTree) -> list[Path]:
@@ -106,14 +125,16 @@ def _kernel_include_dirs(tree: TflmTree) -> list[Path]:
     which must not reach a framework that brings its own CMSIS (STM32Cube's HAL)."""
     if tree.kernels is not KernelSet.CMSIS_NN:
         return []
-    return [tree.root / "third_party" / "cmsis_nn", tree.root / "third_party" / "cmsis_nn" / "Include",
-            tree.root / "third_party" / "cmsis" / "CMSIS" / "Core" / "Include"]
+    return [
+        tree.root / "third_party" / "cmsis_nn",
+        tree.root / "third_party" / "cmsis_nn" / "Include",
+        tree.root / "third_party" / "cmsis" / "CMSIS" / "Core" / "Include",
+    ]
 
 
 def compile_flags(tree: TflmTree, core: Core) -> list[str]:
     """Preprocessor and code-generation flags TFLM's own sources compile with."""
-    flags = [*core.cpu_flags, *_COMMON_FLAGS,
-             *(f"-I{d}" for d in include_dirs(tree) + _kernel_include_dirs(tree))]
+    flags = [*core.cpu_flags, *_COMMON_FLAGS, *(f"-I{d}" for d in include_dirs(tree) + _kernel_include_dirs(tree))]
     if tree.kernels is KernelSet.CMSIS_NN:
         flags += _CMSIS_NN_FLAGS
     return flags
@@ -189,8 +210,11 @@ def sources_for(tree: TflmTree, opcodes: Iterable[str]) -> list[Path]:
     entries = resolver_entries(tree.root)
     wanted = {entries[op].registration for op in opcodes if op in entries}
     sources = _framework_sources(tree.root)
-    kernels = [path for path, defined in _kernel_sources(tree.root)
-               if (not defined or defined & wanted) and path.name not in _TEST_SCAFFOLDING]
+    kernels = [
+        path
+        for path, defined in _kernel_sources(tree.root)
+        if (not defined or defined & wanted) and path.name not in _TEST_SCAFFOLDING
+    ]
     sources += kernels
     if tree.kernels is KernelSet.CMSIS_NN:
         sources += _cmsis_nn_sources(tree.root, kernels)
@@ -264,8 +288,16 @@ def compile_source(toolchain: Toolchain, flags: list[str], source: Path, obj: Pa
     """Compiles `source`; None on success, else the compiler's first error line."""
     obj.parent.mkdir(parents=True, exist_ok=True)
     cpp = source.suffix == ".cc"
-    argv = [toolchain.cxx if cpp else toolchain.cc, *flags, *(cxx_flags() if cpp else ["-std=c11"]), optimize,
-            "-c", str(source), "-o", str(obj) + ".tmp"]
+    argv = [
+        toolchain.cxx if cpp else toolchain.cc,
+        *flags,
+        *(cxx_flags() if cpp else ["-std=c11"]),
+        optimize,
+        "-c",
+        str(source),
+        "-o",
+        str(obj) + ".tmp",
+    ]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, check=False)
     except OSError as exc:
@@ -284,9 +316,14 @@ def _optimization(tree: TflmTree, source: Path) -> str:
     return "-O2" if relative.startswith(("tensorflow/lite/micro/kernels/", "third_party/cmsis_nn/")) else "-Os"
 
 
-def build_library(kernels: KernelSet, core: Core, opcodes: Iterable[str],
-                  toolchain: Toolchain = DEBIAN_ARM_TOOLCHAIN, progress: ProgressCallback | None = None,
-                  jobs: int | None = None) -> TflmLibrary:
+def build_library(
+    kernels: KernelSet,
+    core: Core,
+    opcodes: Iterable[str],
+    toolchain: Toolchain = DEBIAN_ARM_TOOLCHAIN,
+    progress: ProgressCallback | None = None,
+    jobs: int | None = None,
+) -> TflmLibrary:
     """The TFLM library for `core` and `kernels` with (at least) what `opcodes` need, compiling only the objects
     not already in the cache. Concurrent builds of the same library wait for each other."""
     check_kernels_fit_core(kernels, core)
@@ -303,8 +340,10 @@ def build_library(kernels: KernelSet, core: Core, opcodes: Iterable[str],
         raise cache_error(exc, out) from None
     archive = out / "libtflm.a"
     with exclusive_lock(out / ".lock"):
-        objects = {source: out / (source.relative_to(tree.root).as_posix().replace("/", "__") + ".o")
-                   for source in sources_for(tree, opcodes)}
+        objects = {
+            source: out / (source.relative_to(tree.root).as_posix().replace("/", "__") + ".o")
+            for source in sources_for(tree, opcodes)
+        }
         todo = [source for source, obj in objects.items() if not obj.is_file()]
         if todo:
             _compile_all(toolchain, flags, tree, todo, objects, progress, jobs)
@@ -312,8 +351,9 @@ def build_library(kernels: KernelSet, core: Core, opcodes: Iterable[str],
             # Written beside it and renamed: a build linking the previous archive meanwhile reads a whole file.
             staging = archive.with_name(f".libtflm.{os.getpid()}.a")
             staging.unlink(missing_ok=True)
-            done = subprocess.run([toolchain.ar, "rcs", str(staging), *members], capture_output=True, text=True,
-                                  check=False)
+            done = subprocess.run(
+                [toolchain.ar, "rcs", str(staging), *members], capture_output=True, text=True, check=False
+            )
             if done.returncode != 0:
                 staging.unlink(missing_ok=True)
                 raise LowtideError(f"{toolchain.ar} failed: {done.stderr.strip()}", archive)
@@ -321,12 +361,21 @@ def build_library(kernels: KernelSet, core: Core, opcodes: Iterable[str],
     return TflmLibrary(tree, core, archive, tuple(header_flags(tree, core)))
 
 
-def _compile_all(toolchain: Toolchain, flags: list[str], tree: TflmTree, todo: list[Path],
-                 objects: dict[Path, Path], progress: ProgressCallback | None, jobs: int | None) -> None:
+def _compile_all(
+    toolchain: Toolchain,
+    flags: list[str],
+    tree: TflmTree,
+    todo: list[Path],
+    objects: dict[Path, Path],
+    progress: ProgressCallback | None,
+    jobs: int | None,
+) -> None:
     workers = jobs or os.cpu_count() or 1
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        futures = {pool.submit(compile_source, toolchain, flags, source, objects[source], _optimization(tree, source)):
-                   source for source in todo}
+        futures = {
+            pool.submit(compile_source, toolchain, flags, source, objects[source], _optimization(tree, source)): source
+            for source in todo
+        }
         for done_count, future in enumerate(concurrent.futures.as_completed(futures), start=1):
             error = future.result()
             if error is not None:

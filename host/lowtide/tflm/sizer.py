@@ -113,8 +113,14 @@ def _sources_digest() -> str:
     """Of the firmware sources the sizer and the measurement firmware share: a change invalidates cached figures.
     (lt_protocol.h is among them: the board support reads the protocol's limits.)"""
     digest = hashlib.sha256()
-    for path in sorted([*TFLM_GLUE_DIR.glob("*"), *MPS_LINKER_SCRIPTS.glob("*.ld"), *BSP_DIR.rglob("*.[ch]"),
-                        PROTOCOL_DIR / "lt_protocol.h"]):
+    for path in sorted(
+        [
+            *TFLM_GLUE_DIR.glob("*"),
+            *MPS_LINKER_SCRIPTS.glob("*.ld"),
+            *BSP_DIR.rglob("*.[ch]"),
+            PROTOCOL_DIR / "lt_protocol.h",
+        ]
+    ):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:12]
 
@@ -143,14 +149,28 @@ def _link_sizer(library: TflmLibrary, core: Core, calls: list[str], out: Path, e
     machine = _machine(core)
     write_resolver_include(out / "lt_model_ops.inc", calls)
     toolchain = DEBIAN_ARM_TOOLCHAIN
-    flags = [*library.compile_flags, f"-I{out}", f"-I{TFLM_GLUE_DIR}", f"-I{BSP_DIR}", f"-I{BSP_DIR / 'cortexm'}",
-             f"-I{PROTOCOL_DIR}", f"-DLT_SIZER_RAM_BASE=0x{machine.ram_base:08x}u", f"-DLT_TFLM_OP_TYPES={max(1, len(calls))}",
-             f'-DLT_QEMU_MACHINE="{machine.qemu_machine}"', "-DLT_QEMU_ICOUNT_SHIFT=0",
-             f"-DLT_MPS_UART0_BASE={machine.build['uart0_base']}u",
-             f"-DLT_MPS_SYSCLK_HZ={machine.build['f_cpu'].rstrip('L')}u"]
-    sources = [TFLM_GLUE_DIR / "lt_tflm_sizer.cc", TFLM_GLUE_DIR / "lt_tflm_platform.cc",
-               BSP_DIR / "mps2" / "lt_startup.c", BSP_DIR / "mps2" / "lt_board_mps2.c",
-               BSP_DIR / "cortexm" / "lt_semihosting.c", BSP_DIR / "cortexm" / "lt_systick.c"]
+    flags = [
+        *library.compile_flags,
+        f"-I{out}",
+        f"-I{TFLM_GLUE_DIR}",
+        f"-I{BSP_DIR}",
+        f"-I{BSP_DIR / 'cortexm'}",
+        f"-I{PROTOCOL_DIR}",
+        f"-DLT_SIZER_RAM_BASE=0x{machine.ram_base:08x}u",
+        f"-DLT_TFLM_OP_TYPES={max(1, len(calls))}",
+        f'-DLT_QEMU_MACHINE="{machine.qemu_machine}"',
+        "-DLT_QEMU_ICOUNT_SHIFT=0",
+        f"-DLT_MPS_UART0_BASE={machine.build['uart0_base']}u",
+        f"-DLT_MPS_SYSCLK_HZ={machine.build['f_cpu'].rstrip('L')}u",
+    ]
+    sources = [
+        TFLM_GLUE_DIR / "lt_tflm_sizer.cc",
+        TFLM_GLUE_DIR / "lt_tflm_platform.cc",
+        BSP_DIR / "mps2" / "lt_startup.c",
+        BSP_DIR / "mps2" / "lt_board_mps2.c",
+        BSP_DIR / "cortexm" / "lt_semihosting.c",
+        BSP_DIR / "cortexm" / "lt_systick.c",
+    ]
     objects = []
     for source in sources:
         obj = out / (source.name + ".o")
@@ -158,10 +178,26 @@ def _link_sizer(library: TflmLibrary, core: Core, calls: list[str], out: Path, e
         if error is not None:
             raise LowtideError(f"compiling the TFLM arena sizer failed: {error}", source)
         objects.append(str(obj))
-    link = [toolchain.cc, *core.cpu_flags, "--specs=nano.specs", "--specs=nosys.specs", "-nostartfiles",
-            "-Wl,--gc-sections", "-Wl,--no-warn-rwx-segments", "-L", str(MPS_LINKER_SCRIPTS),
-            "-T", str(MPS_LINKER_SCRIPTS / machine.build["ldscript"]), *objects,
-            str(library.archive), "-lm", "-lc", "-lgcc", "-o", str(elf) + ".tmp"]
+    link = [
+        toolchain.cc,
+        *core.cpu_flags,
+        "--specs=nano.specs",
+        "--specs=nosys.specs",
+        "-nostartfiles",
+        "-Wl,--gc-sections",
+        "-Wl,--no-warn-rwx-segments",
+        "-L",
+        str(MPS_LINKER_SCRIPTS),
+        "-T",
+        str(MPS_LINKER_SCRIPTS / machine.build["ldscript"]),
+        *objects,
+        str(library.archive),
+        "-lm",
+        "-lc",
+        "-lgcc",
+        "-o",
+        str(elf) + ".tmp",
+    ]
     done = subprocess.run(link, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         lines = [line for line in done.stderr.splitlines() if line.strip()] or ["no output"]
@@ -174,20 +210,35 @@ def _run_sizer(elf: Path, core: Core, model: bytes, resource_variables: int, pat
     with tempfile.NamedTemporaryFile(suffix=".tflite") as model_file:
         model_file.write(model)
         model_file.flush()
-        argv = ["qemu-system-arm", "-machine", machine.qemu_machine, "-display", "none", "-monitor", "none",
-                "-serial", "stdio", "-semihosting-config", "enable=on,target=native",
-                *(arg.replace("{elf}", str(elf)) for arg in machine.build["qemu_boot"]),
-                "-device", f"loader,file={model_file.name},addr=0x{machine.ram_base:08x},force-raw=on",
-                "-device", f"loader,addr=0x{machine.ram_base + PARAMETERS_OFFSET:08x},data={resource_variables},"
-                           "data-len=4"]
+        argv = [
+            "qemu-system-arm",
+            "-machine",
+            machine.qemu_machine,
+            "-display",
+            "none",
+            "-monitor",
+            "none",
+            "-serial",
+            "stdio",
+            "-semihosting-config",
+            "enable=on,target=native",
+            *(arg.replace("{elf}", str(elf)) for arg in machine.build["qemu_boot"]),
+            "-device",
+            f"loader,file={model_file.name},addr=0x{machine.ram_base:08x},force-raw=on",
+            "-device",
+            f"loader,addr=0x{machine.ram_base + PARAMETERS_OFFSET:08x},data={resource_variables},data-len=4",
+        ]
         try:
-            done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=QEMU_TIMEOUT_S,
-                                  check=False)
+            done = subprocess.run(
+                argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=QEMU_TIMEOUT_S, check=False
+            )
         except FileNotFoundError:
             raise missing_tool("qemu-system-arm") from None
         except subprocess.TimeoutExpired:
-            raise LowtideError(f"TFLite Micro on {core.name} did not finish allocating tensors within "
-                               f"{QEMU_TIMEOUT_S:g} s (QEMU)", path) from None
+            raise LowtideError(
+                f"TFLite Micro on {core.name} did not finish allocating tensors within {QEMU_TIMEOUT_S:g} s (QEMU)",
+                path,
+            ) from None
     output = done.stdout.decode("utf-8", "replace")
     figures = _FIGURES.search(output)
     if figures is None:
@@ -197,22 +248,36 @@ def _run_sizer(elf: Path, core: Core, model: bytes, resource_variables: int, pat
     return {name: int(value) for name, value in (item.split("=") for item in figures.group(1).split())}
 
 
-def predict_arena32(model: bytes, graph: Graph, kernels: KernelSet, core_name: str = "cortex-m4f",
-                    progress: ProgressCallback | None = None) -> Arena32:
+def predict_arena32(
+    model: bytes,
+    graph: Graph,
+    kernels: KernelSet,
+    core_name: str = "cortex-m4f",
+    progress: ProgressCallback | None = None,
+) -> Arena32:
     """TFLM's arena for `model` on `core_name` with `kernels`, from TFLM's allocator built for that core."""
     core = core_named(core_name)
     if len(model) > MODEL_LIMIT_BYTES:
-        raise LowtideError(f"the model is {len(model):,} B; the arena sizer holds models up to "
-                           f"{MODEL_LIMIT_BYTES:,} B", graph.path)
-    figures_file = (cache_dir("tflm", "sizes")
-                    / f"{kernels.value}-{core.name}-{_sources_digest()}-{hashlib.sha256(model).hexdigest()[:24]}.json")
+        raise LowtideError(
+            f"the model is {len(model):,} B; the arena sizer holds models up to {MODEL_LIMIT_BYTES:,} B", graph.path
+        )
+    figures_file = (
+        cache_dir("tflm", "sizes")
+        / f"{kernels.value}-{core.name}-{_sources_digest()}-{hashlib.sha256(model).hexdigest()[:24]}.json"
+    )
     if figures_file.is_file():
         return Arena32(**json.loads(figures_file.read_text()))
     elf = build_sizer(kernels, core, _opcodes(graph), progress)
     figures = _run_sizer(elf, core, model, resource_variable_count(graph), graph.path)
     planning = figures["planner_start"] + figures["planner_bytes"] + figures["planner_tail"]
-    arena = Arena32(kernels.value, core.name, figures["used"], figures["head"], figures["tail"],
-                    max(figures["peak"], planning, figures["used"]))
+    arena = Arena32(
+        kernels.value,
+        core.name,
+        figures["used"],
+        figures["head"],
+        figures["tail"],
+        max(figures["peak"], planning, figures["used"]),
+    )
     try:
         write_atomically(figures_file, json.dumps(asdict(arena)))
     except OSError as exc:

@@ -27,11 +27,13 @@ from lowtide.storage import cache_dir, cache_error, exclusive_lock, publish_dire
 
 TFLM_COMMIT = "90b983c2b3f1480642e040bbd2ddb37b998f3424"
 TFLM_REPOSITORY = "https://github.com/tensorflow/tflite-micro"
-HOW_TO_GET = (f"run `lowtide tflm-get` (exports them from TFLM's repository: needs internet), `lowtide tflm-get "
-              f"--archive DIR` (from the archives), or set {TREE_SETTING}")
+HOW_TO_GET = (
+    f"run `lowtide tflm-get` (exports them from TFLM's repository: needs internet), `lowtide tflm-get "
+    f"--archive DIR` (from the archives), or set {TREE_SETTING}"
+)
 
 
-class KernelSet(str, enum.Enum):
+class KernelSet(enum.StrEnum):
     """TFLM's kernels: the portable reference ones, or Arm's CMSIS-NN optimized ones."""
 
     REFERENCE = "reference"
@@ -88,8 +90,9 @@ def _find_root(kernels: KernelSet, configured: str | None) -> Path:
             return unpacked
         if archives:
             return _unpack(archives[-1], kernels)
-        raise LowtideError(f"no {kernels.tree_name}/ tree or {kernels.tree_name}-*.tar.gz archive in "
-                           f"{TREE_SETTING}={directory}")
+        raise LowtideError(
+            f"no {kernels.tree_name}/ tree or {kernels.tree_name}-*.tar.gz archive in {TREE_SETTING}={directory}"
+        )
     fetched = _cache_sources() / kernels.tree_name
     if (fetched / "tensorflow").is_dir():
         return fetched
@@ -113,8 +116,11 @@ def locate_tree(kernels: KernelSet, settings: Settings | None = None) -> TflmTre
         if owned:
             stamp.write_text(fingerprint + "\n")
     if fingerprint != TREE_FINGERPRINTS[kernels]:
-        raise LowtideError(f"the TFLM tree is not the export of commit {TFLM_COMMIT[:7]} that lowtide is pinned to "
-                           f"(content differs): {HOW_TO_GET}", root)
+        raise LowtideError(
+            f"the TFLM tree is not the export of commit {TFLM_COMMIT[:7]} that lowtide is pinned to "
+            f"(content differs): {HOW_TO_GET}",
+            root,
+        )
     return TflmTree(kernels, root)
 
 
@@ -146,8 +152,9 @@ def install_archives(paths: list[Path]) -> list[Path]:
 def _install_tree(tree: Path, kernels: KernelSet) -> None:
     """Checks `tree` against the pinned export and makes it the cache's tree for `kernels`."""
     if tree_fingerprint(tree) != TREE_FINGERPRINTS[kernels]:
-        raise LowtideError(f"not the export of commit {TFLM_COMMIT[:7]} that lowtide is pinned to (content differs)",
-                           tree)
+        raise LowtideError(
+            f"not the export of commit {TFLM_COMMIT[:7]} that lowtide is pinned to (content differs)", tree
+        )
     target = _cache_sources() / kernels.tree_name
     with exclusive_lock(target.with_name(target.name + ".lock")):
         stamp = target / ".lowtide-fingerprint"
@@ -174,19 +181,31 @@ def export_from_repository(log: Path) -> list[Path]:
     work = Path(tempfile.mkdtemp(prefix="lowtide-tflm-"))
     try:
         with open(log, "w") as out:
+
             def run(argv: list[str], cwd: Path | None = None) -> None:
-                done = subprocess.run(argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                      check=False)
+                done = subprocess.run(
+                    argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, check=False
+                )
                 if done.returncode != 0:
-                    raise LowtideError(f"{' '.join(argv[:3])} failed (exit {done.returncode}; log: {log}); "
-                                       f"offline: lowtide tflm-get --archive DIR, or set {TREE_SETTING}")
+                    raise LowtideError(
+                        f"{' '.join(argv[:3])} failed (exit {done.returncode}; log: {log}); "
+                        f"offline: lowtide tflm-get --archive DIR, or set {TREE_SETTING}"
+                    )
+
             checkout = work / "tflite-micro"
             run(["git", "clone", "--quiet", TFLM_REPOSITORY, str(checkout)])
             run(["git", "checkout", "--quiet", TFLM_COMMIT], checkout)
             exporter = "tensorflow/lite/micro/tools/project_generation/create_tflm_tree.py"
             run([sys.executable, exporter, str(work / "tflm-ref")], checkout)
-            run([sys.executable, exporter, "--makefile_options=OPTIMIZED_KERNEL_DIR=cmsis_nn",
-                 str(work / "tflm-cmsis-nn")], checkout)
+            run(
+                [
+                    sys.executable,
+                    exporter,
+                    "--makefile_options=OPTIMIZED_KERNEL_DIR=cmsis_nn",
+                    str(work / "tflm-cmsis-nn"),
+                ],
+                checkout,
+            )
         for kernels in KernelSet:
             _install_tree(work / kernels.tree_name, kernels)
     finally:

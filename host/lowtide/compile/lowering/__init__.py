@@ -52,7 +52,7 @@ NOT_IN_TFLM = {
 # reason (the int8 DIV rescales it is defined for are in its kernel's notes).
 UNDEFINED_IN_TFLM = {
     ("GREATER", "int16->bool"): "TFLM's Prepare sets the input rescaling for int8 only, so its int16 GREATER "
-                                "compares through uninitialized parameters",
+    "compares through uninitialized parameters",
 }
 
 
@@ -67,8 +67,10 @@ class SupportRow:
 
 
 def support_rows() -> list[SupportRow]:
-    return sorted((SupportRow(k.opcode, family, k.types, k.notes) for family, kernels in FAMILIES.items()
-                   for k in kernels), key=lambda r: r.opcode)
+    return sorted(
+        (SupportRow(k.opcode, family, k.types, k.notes) for family, kernels in FAMILIES.items() for k in kernels),
+        key=lambda r: r.opcode,
+    )
 
 
 def lower_operator(e: ModelEmitter, op: Operator) -> str:
@@ -78,10 +80,25 @@ def lower_operator(e: ModelEmitter, op: Operator) -> str:
         raise Unsupported(NOT_IN_TFLM.get(op.opcode, "no kernel in the lowtide runtime"))
     sig = signature(e, op)
     if not accepts(kernel, sig):
-        raise Unsupported(UNDEFINED_IN_TFLM.get((op.opcode, sig),
-                                                f"no {sig} kernel (supported: {', '.join(kernel.types)})"))
+        raise Unsupported(
+            UNDEFINED_IN_TFLM.get((op.opcode, sig), f"no {sig} kernel (supported: {', '.join(kernel.types)})")
+        )
     return kernel.lower(e, op, f"op{op.index}")
 
 
-__all__ = ["C_TYPES", "FAMILIES", "KERNELS", "NOT_IN_TFLM", "NUMPY_TYPES", "STATE_OBJECT", "Kernel", "ModelEmitter",
-           "StateMember", "SupportRow", "Unsupported", "c_float", "lower_operator", "support_rows"]
+__all__ = [
+    "C_TYPES",
+    "FAMILIES",
+    "KERNELS",
+    "NOT_IN_TFLM",
+    "NUMPY_TYPES",
+    "STATE_OBJECT",
+    "Kernel",
+    "ModelEmitter",
+    "StateMember",
+    "SupportRow",
+    "Unsupported",
+    "c_float",
+    "lower_operator",
+    "support_rows",
+]

@@ -14,15 +14,15 @@ from lowtide.compile import quantization as q
 from lowtide.compile.kernel_params import ActivationParams, BinaryParams, HardSwishParams, SoftmaxParams
 from lowtide.compile.lowering.elementwise import NO_RESCALE, broadcast_steps
 from lowtide.compile.lowering.emitter import (
-    attributes_of,
-    fused_activation,
     C_TYPES,
     NO_FLOAT_ACTIVATION,
     NO_QUANTIZED_ACTIVATION,
     Kernel,
     ModelEmitter,
     Unsupported,
+    attributes_of,
     elementwise_count,
+    fused_activation,
     require,
     tensor_types,
 )
@@ -38,18 +38,20 @@ def lower_softmax(e, op, name):
     beta = attributes_of(op, SoftmaxAttributes).beta
     if ins == ["int8"] and outs == ["int8"]:
         out_q = e.quantization(op.outputs[0])
-        require(out_q.zero_point == -128 and np.float32(out_q.scale) == np.float32(1 / 256),
-                "int8 softmax output must have scale 1/256 and zero point -128")
-        params = SoftmaxParams(**rows, **q.softmax_params_int8(beta, e.quantization(op.inputs[0]).scale),
-                               beta=beta)
+        require(
+            out_q.zero_point == -128 and np.float32(out_q.scale) == np.float32(1 / 256),
+            "int8 softmax output must have scale 1/256 and zero point -128",
+        )
+        params = SoftmaxParams(**rows, **q.softmax_params_int8(beta, e.quantization(op.inputs[0]).scale), beta=beta)
         suffix = "s8"
     elif ins == ["int8"] and outs == ["int16"]:
         out_q = e.quantization(op.outputs[0])
         # SoftmaxPrepare's TF_LITE_ENSURE_NEAR: within 0.1% of 1/65536
-        require(out_q.zero_point == -32768 and abs(out_q.scale - 1 / 65536) <= 0.001 / 65536,
-                "int8 -> int16 softmax output must have scale 1/65536 and zero point -32768")
-        params = SoftmaxParams(**rows, **q.softmax_params_int8(beta, e.quantization(op.inputs[0]).scale),
-                               beta=beta)
+        require(
+            out_q.zero_point == -32768 and abs(out_q.scale - 1 / 65536) <= 0.001 / 65536,
+            "int8 -> int16 softmax output must have scale 1/65536 and zero point -32768",
+        )
+        params = SoftmaxParams(**rows, **q.softmax_params_int8(beta, e.quantization(op.inputs[0]).scale), beta=beta)
         suffix = "s8_s16"
     elif ins == ["int16"] and outs == ["int16"]:
         return _lower_softmax_int16(e, op, name, rows, beta)
@@ -68,8 +70,13 @@ def _round_away(x: np.float32) -> np.float32:
     return np.float32(whole + np.sign(x) * np.float32(abs(x - whole) >= np.float32(0.5)))
 
 
-def _lut_int16(input_scale: np.float32, input_zero_point: int, output_scale: np.float32, output_zero_point: int,
-               transform: Callable[[np.float32], np.float32]) -> list[int]:
+def _lut_int16(
+    input_scale: np.float32,
+    input_zero_point: int,
+    output_scale: np.float32,
+    output_zero_point: int,
+    transform: Callable[[np.float32], np.float32],
+) -> list[int]:
     """common.h's LUTPopulateInt16<float>: 512 samples of `transform` over the int16 input range plus the end,
     each biased by half the error of interpolating at its midpoint; every step in float32, as TFLM computes it
     (checked against the C code with glibc's expf: the tables are equal)."""
@@ -81,7 +88,11 @@ def _lut_int16(input_scale: np.float32, input_zero_point: int, output_scale: np.
     table = []
     for i in range(512):
         at = f(input_min + f(f(i) * step))
-        value, midpoint, following = transform(at), transform(f(at + half_step)), transform(f(input_min + f(f(i + 1) * step)))
+        value, midpoint, following = (
+            transform(at),
+            transform(f(at + half_step)),
+            transform(f(input_min + f(f(i + 1) * step))),
+        )
         sample = _round_away(f(value * inverse))
         interpolated = _round_away(f(f(f(following * inverse) + sample) / f(2)))
         bias = _round_away(f(f(interpolated - _round_away(f(midpoint * inverse))) / f(2)))
@@ -109,17 +120,24 @@ def _lower_softmax_int16(e: ModelEmitter, op: Operator, name: str, rows: Rows, b
     """int16 -> int16: zero points 0, the output scale within 0.1% of 1/32768 (SoftmaxPrepare's checks); the
     input rescaled so that [-65535, 0] is [-10, 0]. The two tables are declared once per model."""
     in_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.outputs[0])
-    require(in_q.zero_point == 0 and out_q.zero_point == 0 and abs(out_q.scale - 1 / 32768) <= 0.001 / 32768,
-            "int16 softmax needs zero points 0 and output scale 1/32768")
-    multiplier, shift = q.quantize_multiplier(float(np.float32(in_q.scale)) * float(np.float32(beta))
-                                              / (10.0 / 65535.0))
+    require(
+        in_q.zero_point == 0 and out_q.zero_point == 0 and abs(out_q.scale - 1 / 32768) <= 0.001 / 32768,
+        "int16 softmax needs zero points 0 and output scale 1/32768",
+    )
+    multiplier, shift = q.quantize_multiplier(
+        float(np.float32(in_q.scale)) * float(np.float32(beta)) / (10.0 / 65535.0)
+    )
     if not any(f" {SOFTMAX_LUTS[0]}[" in d for d in e.declarations):
         for table_name, table in zip(SOFTMAX_LUTS, softmax_luts_int16()):
             e.array(table_name, "int16_t", table)
-    p = e.struct(f"{name}_params", SoftmaxParams(**rows, input_multiplier=multiplier, input_left_shift=shift,
-                                                 diff_min=0, beta=beta))
-    return (f"lt_softmax_s16({p}, {SOFTMAX_LUTS[0]}, {SOFTMAX_LUTS[1]}, {e.pointer(op.inputs[0])}, "
-            f"{e.pointer(op.outputs[0], True)});")
+    p = e.struct(
+        f"{name}_params",
+        SoftmaxParams(**rows, input_multiplier=multiplier, input_left_shift=shift, diff_min=0, beta=beta),
+    )
+    return (
+        f"lt_softmax_s16({p}, {SOFTMAX_LUTS[0]}, {SOFTMAX_LUTS[1]}, {e.pointer(op.inputs[0])}, "
+        f"{e.pointer(op.outputs[0], True)});"
+    )
 
 
 def lower_logistic(e, op, name):
@@ -127,14 +145,18 @@ def lower_logistic(e, op, name):
     count = math.prod(e.tensor(op.inputs[0]).shape)
     if ins == ["int8"] and outs == ["int8"]:
         out_q = e.quantization(op.outputs[0])
-        require(out_q.zero_point == -128 and np.float32(out_q.scale) == np.float32(1 / 256),
-                "int8 logistic output must have scale 1/256 and zero point -128")
+        require(
+            out_q.zero_point == -128 and np.float32(out_q.scale) == np.float32(1 / 256),
+            "int8 logistic output must have scale 1/256 and zero point -128",
+        )
         in_q = e.quantization(op.inputs[0])
         table = e.array(f"{name}_table", C_TYPES["int8"], q.sigmoid_table_int8(in_q.scale, in_q.zero_point, False))
         return f"lt_lookup_s8({table}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)}, {count});"
     if ins == ["int16"] and outs == ["int16"]:
-        return f"lt_logistic_s16({_sigmoid_int16_struct(e, op, name, tanh=False)}, {e.pointer(op.inputs[0])}, " \
-               f"{e.pointer(op.outputs[0], True)});"
+        return (
+            f"lt_logistic_s16({_sigmoid_int16_struct(e, op, name, tanh=False)}, {e.pointer(op.inputs[0])}, "
+            f"{e.pointer(op.outputs[0], True)});"
+        )
     if ins == ["float32"] and outs == ["float32"]:
         return f"lt_logistic_f32({e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)}, {count});"
     raise Unsupported(f"types {ins} -> {outs}")
@@ -144,13 +166,24 @@ def _sigmoid_int16_struct(e: ModelEmitter, op: Operator, name: str, tanh: bool) 
     """int16 LOGISTIC and TANH: zero points 0, an output scale of 2^-15 (TFLM's Prepare refuses others)."""
     _symmetric_int16(e, op)
     try:
-        rescale = q.sigmoid_params_int16(e.quantization(op.inputs[0]).scale, e.quantization(op.outputs[0]).scale,
-                                         tanh)
+        rescale = q.sigmoid_params_int16(e.quantization(op.inputs[0]).scale, e.quantization(op.outputs[0]).scale, tanh)
     except ValueError as exc:
         raise Unsupported(str(exc)) from None
-    return e.struct(f"{name}_params", ActivationParams(
-        count=_count(e, op), input_zero_point=0, output_zero_point=0, **rescale, alpha_multiplier=0, alpha_shift=0,
-        act_min=0, act_max=0, rescale=0, alpha=0.0))
+    return e.struct(
+        f"{name}_params",
+        ActivationParams(
+            count=_count(e, op),
+            input_zero_point=0,
+            output_zero_point=0,
+            **rescale,
+            alpha_multiplier=0,
+            alpha_shift=0,
+            act_min=0,
+            act_max=0,
+            rescale=0,
+            alpha=0.0,
+        ),
+    )
 
 
 def _unary(e: ModelEmitter, op: Operator) -> tuple[str, str, str]:
@@ -167,8 +200,10 @@ def _count(e: ModelEmitter, op: Operator) -> int:
 
 def _symmetric_int16(e: ModelEmitter, op: Operator) -> None:
     """TFLM's int16 activations need zero points of 0 on both sides."""
-    require(e.quantization(op.inputs[0]).zero_point == 0 and e.quantization(op.outputs[0]).zero_point == 0,
-            "int16 input and output need zero point 0")
+    require(
+        e.quantization(op.inputs[0]).zero_point == 0 and e.quantization(op.outputs[0]).zero_point == 0,
+        "int16 input and output need zero point 0",
+    )
 
 
 def lower_relu(e, op, name):
@@ -178,9 +213,17 @@ def lower_relu(e, op, name):
     if dtype == "int16":
         _symmetric_int16(e, op)
     in_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.outputs[0])
-    p = e.struct(f"{name}_params", ActivationParams(
-        count=_count(e, op), **q.relu_params(in_q.scale, in_q.zero_point, out_q.scale, out_q.zero_point, dtype),
-        alpha_multiplier=0, alpha_shift=0, rescale=0, alpha=0.0))
+    p = e.struct(
+        f"{name}_params",
+        ActivationParams(
+            count=_count(e, op),
+            **q.relu_params(in_q.scale, in_q.zero_point, out_q.scale, out_q.zero_point, dtype),
+            alpha_multiplier=0,
+            alpha_shift=0,
+            rescale=0,
+            alpha=0.0,
+        ),
+    )
     return f"lt_relu_{SUFFIXES[dtype]}({p}, {source}, {target});"
 
 
@@ -190,10 +233,22 @@ def lower_relu6(e, op, name):
     if dtype == "float32":
         return f"lt_relu6_f32({source}, {target}, {math.prod(e.tensor(op.inputs[0]).shape)});"
     in_q = e.quantization(op.inputs[0])
-    p = e.struct(f"{name}_params", ActivationParams(
-        count=_count(e, op), input_zero_point=0, output_zero_point=0, multiplier=0, shift=0, alpha_multiplier=0,
-        alpha_shift=0, act_min=in_q.zero_point, act_max=q.float_to_quantized(6.0, in_q.scale, in_q.zero_point, dtype),
-        rescale=0, alpha=0.0))
+    p = e.struct(
+        f"{name}_params",
+        ActivationParams(
+            count=_count(e, op),
+            input_zero_point=0,
+            output_zero_point=0,
+            multiplier=0,
+            shift=0,
+            alpha_multiplier=0,
+            alpha_shift=0,
+            act_min=in_q.zero_point,
+            act_max=q.float_to_quantized(6.0, in_q.scale, in_q.zero_point, dtype),
+            rescale=0,
+            alpha=0.0,
+        ),
+    )
     return f"lt_relu6_{SUFFIXES[dtype]}({p}, {source}, {target});"
 
 
@@ -201,8 +256,19 @@ def lower_leaky_relu(e, op, name):
     dtype, source, target = _unary(e, op)
     alpha = attributes_of(op, LeakyReluAttributes).alpha
     if dtype == "float32":
-        params = ActivationParams(count=_count(e, op), input_zero_point=0, output_zero_point=0, multiplier=0, shift=0,
-                                  alpha_multiplier=0, alpha_shift=0, act_min=0, act_max=0, rescale=0, alpha=alpha)
+        params = ActivationParams(
+            count=_count(e, op),
+            input_zero_point=0,
+            output_zero_point=0,
+            multiplier=0,
+            shift=0,
+            alpha_multiplier=0,
+            alpha_shift=0,
+            act_min=0,
+            act_max=0,
+            rescale=0,
+            alpha=alpha,
+        )
     else:
         in_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.outputs[0])
         rescale = q.leaky_relu_params(in_q.scale, in_q.zero_point, alpha, out_q.scale, out_q.zero_point)
@@ -222,13 +288,23 @@ def lower_prelu(e, op, name):
         params = BinaryParams(**steps, **NO_RESCALE, **NO_QUANTIZED_ACTIVATION, **NO_FLOAT_ACTIVATION)
     else:
         in_q, alpha_q, out_q = (e.quantization(t) for t in (op.inputs[0], op.inputs[1], op.outputs[0]))
-        params = BinaryParams(**steps, input1_offset=-in_q.zero_point, input2_offset=-alpha_q.zero_point,
-                              output_offset=out_q.zero_point, **q.prelu_params(in_q.scale, alpha_q.scale, out_q.scale),
-                              output_multiplier=0, output_shift=0, left_shift=0, **NO_QUANTIZED_ACTIVATION,
-                              **NO_FLOAT_ACTIVATION)
+        params = BinaryParams(
+            **steps,
+            input1_offset=-in_q.zero_point,
+            input2_offset=-alpha_q.zero_point,
+            output_offset=out_q.zero_point,
+            **q.prelu_params(in_q.scale, alpha_q.scale, out_q.scale),
+            output_multiplier=0,
+            output_shift=0,
+            left_shift=0,
+            **NO_QUANTIZED_ACTIVATION,
+            **NO_FLOAT_ACTIVATION,
+        )
     p = e.struct(f"{name}_params", params)
-    return (f"lt_prelu_{SUFFIXES[dtype]}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
-            f"{e.pointer(op.outputs[0], True)});")
+    return (
+        f"lt_prelu_{SUFFIXES[dtype]}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
+        f"{e.pointer(op.outputs[0], True)});"
+    )
 
 
 def lower_hard_swish(e, op, name):
@@ -241,8 +317,10 @@ def lower_hard_swish(e, op, name):
         rescale = q.hard_swish_params_int8(in_q.scale, out_q.scale)
     except ValueError as exc:
         raise Unsupported(str(exc)) from None
-    p = e.struct(f"{name}_params", HardSwishParams(count=count, input_zero_point=in_q.zero_point,
-                                                   output_zero_point=out_q.zero_point, **rescale))
+    p = e.struct(
+        f"{name}_params",
+        HardSwishParams(count=count, input_zero_point=in_q.zero_point, output_zero_point=out_q.zero_point, **rescale),
+    )
     return f"lt_hard_swish_s8({p}, {source}, {target});"
 
 
@@ -263,10 +341,10 @@ def lower_elu(e, op, name):
     if dtype == "float32":
         return f"lt_elu_f32({source}, {target}, {count});"
     in_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.outputs[0])
-    table = e.array(f"{name}_table", C_TYPES["int8"],
-                    q.elu_table_int8(in_q.scale, in_q.zero_point, out_q.scale, out_q.zero_point))
+    table = e.array(
+        f"{name}_table", C_TYPES["int8"], q.elu_table_int8(in_q.scale, in_q.zero_point, out_q.scale, out_q.zero_point)
+    )
     return f"lt_lookup_s8({table}, {source}, {target}, {count});"
-
 
 
 class Rows(TypedDict):
@@ -288,8 +366,9 @@ def lower_l2_normalization(e, op, name):
     """TFLM's int8 kernel writes Q0.7 (scale 1/128, zero point 0) whatever the output says; no activation."""
     require(fused_activation(op) == 0, "fused activation")
     dtype = e.tensor(op.inputs[0]).dtype
-    p = e.struct(f"{name}_params", SoftmaxParams(**_rows(e, op), input_multiplier=0, input_left_shift=0, diff_min=0,
-                                                 beta=0.0))
+    p = e.struct(
+        f"{name}_params", SoftmaxParams(**_rows(e, op), input_multiplier=0, input_left_shift=0, diff_min=0, beta=0.0)
+    )
     source, target = e.pointer(op.inputs[0]), e.pointer(op.outputs[0], True)
     if dtype == "float32":
         return f"lt_l2_normalization_f32({p}, {source}, {target});"
@@ -301,32 +380,59 @@ def lower_log_softmax(e, op, name):
     rows = _rows(e, op)
     source, target = e.pointer(op.inputs[0]), e.pointer(op.outputs[0], True)
     if e.tensor(op.inputs[0]).dtype == "float32":
-        p = e.struct(f"{name}_params", SoftmaxParams(**rows, input_multiplier=0, input_left_shift=0, diff_min=0,
-                                                     beta=0.0))
+        p = e.struct(
+            f"{name}_params", SoftmaxParams(**rows, input_multiplier=0, input_left_shift=0, diff_min=0, beta=0.0)
+        )
         return f"lt_log_softmax_f32({p}, {source}, {target});"
     out_q = e.quantization(op.outputs[0])
-    require(np.float32(out_q.scale) == np.float32(16 / 256) and out_q.zero_point == 127,
-            "int8 log_softmax output must have scale 16/256 and zero point 127")
+    require(
+        np.float32(out_q.scale) == np.float32(16 / 256) and out_q.zero_point == 127,
+        "int8 log_softmax output must have scale 16/256 and zero point 127",
+    )
     try:
         scaling = q.log_softmax_params_int8(e.quantization(op.inputs[0]).scale)
     except ValueError as exc:
         raise Unsupported(str(exc)) from None
-    p = e.struct(f"{name}_params", SoftmaxParams(**rows, input_multiplier=scaling["input_multiplier"],
-                                                 input_left_shift=scaling["input_left_shift"],
-                                                 diff_min=scaling["diff_min"], beta=0.0))
-    return (f"lt_log_softmax_s8({p}, {scaling['reverse_scaling_divisor']}, {scaling['reverse_scaling_shift']}, "
-            f"{source}, {target});")
+    p = e.struct(
+        f"{name}_params",
+        SoftmaxParams(
+            **rows,
+            input_multiplier=scaling["input_multiplier"],
+            input_left_shift=scaling["input_left_shift"],
+            diff_min=scaling["diff_min"],
+            beta=0.0,
+        ),
+    )
+    return (
+        f"lt_log_softmax_s8({p}, {scaling['reverse_scaling_divisor']}, {scaling['reverse_scaling_shift']}, "
+        f"{source}, {target});"
+    )
+
 
 KERNELS = (
-    Kernel("SOFTMAX", lower_softmax, ("int8", "int8->int16", "int16", "float32"),
-           "int16: TFLM's interpolated exp and reciprocal tables"),
-    Kernel("LOGISTIC", lower_logistic, ("int8", "int16", "float32"), "int16: zero points 0, output scale 2^-15 (TFLM's interpolated table)"),
+    Kernel(
+        "SOFTMAX",
+        lower_softmax,
+        ("int8", "int8->int16", "int16", "float32"),
+        "int16: TFLM's interpolated exp and reciprocal tables",
+    ),
+    Kernel(
+        "LOGISTIC",
+        lower_logistic,
+        ("int8", "int16", "float32"),
+        "int16: zero points 0, output scale 2^-15 (TFLM's interpolated table)",
+    ),
     Kernel("RELU", lower_relu, ("int8", "int16", "float32")),
     Kernel("RELU6", lower_relu6, ("int8", "int16", "float32")),
     Kernel("LEAKY_RELU", lower_leaky_relu, ("int8", "int16", "float32")),
     Kernel("PRELU", lower_prelu, ("int8", "int16", "float32"), "broadcast alpha; int8 alpha for int16"),
     Kernel("HARD_SWISH", lower_hard_swish, ("int8", "float32")),
-    Kernel("TANH", lower_tanh, ("int8", "int16", "float32"), "int16: zero points 0, output scale 2^-15 (TFLM's interpolated table)"),
+    Kernel(
+        "TANH",
+        lower_tanh,
+        ("int8", "int16", "float32"),
+        "int16: zero points 0, output scale 2^-15 (TFLM's interpolated table)",
+    ),
     Kernel("L2_NORMALIZATION", lower_l2_normalization, ("int8", "float32"), "over the last dimension"),
     Kernel("LOG_SOFTMAX", lower_log_softmax, ("int8", "float32"), "int8: output scale 16/256, zero point 127"),
     Kernel("ELU", lower_elu, ("int8", "float32"), "int8 through TFLM's 256-entry table"),

@@ -29,12 +29,28 @@ from lowtide.compile.lowering.emitter import (
 from lowtide.model.ir import Operator
 
 SUFFIXES = {"int8": "s8", "int16": "s16", "int32": "s32", "int64": "s64", "float32": "f32"}
-LT_TYPES = {"int8": "LT_INT8", "uint8": "LT_UINT8", "int16": "LT_INT16", "int32": "LT_INT32", "float32": "LT_FLOAT32",
-            "bool": "LT_BOOL"}
+LT_TYPES = {
+    "int8": "LT_INT8",
+    "uint8": "LT_UINT8",
+    "int16": "LT_INT16",
+    "int32": "LT_INT32",
+    "float32": "LT_FLOAT32",
+    "bool": "LT_BOOL",
+}
 CAST_TYPES = ("int8", "int16", "int32", "float32")
 # QUANTIZE's requantizations (PrepareQuantizeReference's list, int8 <-> uint8 included)
-REQUANTIZE_TYPES = ("int8", "int8->uint8", "uint8->int8", "int8->int16", "int8->int32", "int16->int8", "int16",
-                    "int16->int32", "int32->int8", "int32->int16")
+REQUANTIZE_TYPES = (
+    "int8",
+    "int8->uint8",
+    "uint8->int8",
+    "int8->int16",
+    "int8->int32",
+    "int16->int8",
+    "int16",
+    "int16->int32",
+    "int32->int8",
+    "int32->int16",
+)
 
 
 class Broadcast(TypedDict):
@@ -104,11 +120,13 @@ def _binary(e, op, name, kind):
                 require(q1.zero_point == q2.zero_point == qo.zero_point == 0, "int16 MUL needs zero points of 0")
             m, s = q.quantize_multiplier(float(q1.scale) * float(q2.scale) / float(qo.scale))
             rescale = q.AddSubRescale(**NO_INPUTS_RESCALE, left_shift=0, output_multiplier=m, output_shift=s)
-        params = BinaryParams(**steps, **offsets, **rescale, **quantized_activation(e, op, op.outputs[0]),
-                              **NO_FLOAT_ACTIVATION)
+        params = BinaryParams(
+            **steps, **offsets, **rescale, **quantized_activation(e, op, op.outputs[0]), **NO_FLOAT_ACTIVATION
+        )
     elif dtype == "int32":
-        activation = (_int32_activation(op) if kind == "mul"
-                      else QuantizedActivation(act_min=q.INT32_MIN, act_max=q.INT32_MAX))
+        activation = (
+            _int32_activation(op) if kind == "mul" else QuantizedActivation(act_min=q.INT32_MIN, act_max=q.INT32_MAX)
+        )
         params = BinaryParams(**steps, **NO_RESCALE, **activation, **NO_FLOAT_ACTIVATION)
     else:
         params = BinaryParams(**steps, **NO_RESCALE, **NO_QUANTIZED_ACTIVATION, **float_activation(op))
@@ -132,26 +150,31 @@ def lower_quantize(e, op, name):
     require(len(out_q.scales) == 1, "per-channel output quantization")
     source, target = e.pointer(op.inputs[0]), e.pointer(op.outputs[0], True)
     if ins[0] == "float32":
-        return f"lt_quantize_f32({source}, {LT_TYPES[outs[0]]}, {target}, {count}, {c_float(out_q.scale)}, " \
-               f"{out_q.zero_point});"
+        return (
+            f"lt_quantize_f32({source}, {LT_TYPES[outs[0]]}, {target}, {count}, {c_float(out_q.scale)}, "
+            f"{out_q.zero_point});"
+        )
     in_q = e.quantization(op.inputs[0])
     m, s = q.quantize_multiplier(float(in_q.scale) / float(out_q.scale))
-    return (f"lt_requantize({LT_TYPES[ins[0]]}, {source}, {LT_TYPES[outs[0]]}, {target}, {count}, "
-            f"{in_q.zero_point}, {m}, {s}, {out_q.zero_point});")
+    return (
+        f"lt_requantize({LT_TYPES[ins[0]]}, {source}, {LT_TYPES[outs[0]]}, {target}, {count}, "
+        f"{in_q.zero_point}, {m}, {s}, {out_q.zero_point});"
+    )
 
 
 def lower_dequantize(e, op, name):
     ins, _ = tensor_types(e, op)
     in_q = e.quantization(op.inputs[0])
     count = elementwise_count(e, op)
-    return (f"lt_dequantize({LT_TYPES[ins[0]]}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)}, "
-            f"{count}, {float(in_q.scale)!r}, {in_q.zero_point});")
+    return (
+        f"lt_dequantize({LT_TYPES[ins[0]]}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)}, "
+        f"{count}, {float(in_q.scale)!r}, {in_q.zero_point});"
+    )
 
 
 def _binary_call(e: ModelEmitter, op: Operator, name: str, function: str, params: BinaryParams) -> str:
     p = e.struct(f"{name}_params", params)
-    return (f"{function}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
-            f"{e.pointer(op.outputs[0], True)});")
+    return f"{function}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, {e.pointer(op.outputs[0], True)});"
 
 
 def _same_type_binary(e: ModelEmitter, op: Operator) -> str:
@@ -173,9 +196,13 @@ def lower_sub(e, op, name):
     steps = broadcast_steps(e, op)
     if dtype in ("int8", "int16"):
         q1, q2, qo = (e.quantization(t) for t in (op.inputs[0], op.inputs[1], op.outputs[0]))
-        params = BinaryParams(**steps, **_offsets(e, op),
-                              **q.add_sub_params(q1.scale, q2.scale, qo.scale, 15 if dtype == "int16" else 20),
-                              **quantized_activation(e, op, op.outputs[0]), **NO_FLOAT_ACTIVATION)
+        params = BinaryParams(
+            **steps,
+            **_offsets(e, op),
+            **q.add_sub_params(q1.scale, q2.scale, qo.scale, 15 if dtype == "int16" else 20),
+            **quantized_activation(e, op, op.outputs[0]),
+            **NO_FLOAT_ACTIVATION,
+        )
     elif dtype == "int32":
         params = BinaryParams(**steps, **NO_RESCALE, **_int32_activation(op), **NO_FLOAT_ACTIVATION)
     else:
@@ -212,9 +239,14 @@ def lower_squared_difference(e, op, name):
         if dtype == "int16":
             require(q1.zero_point == q2.zero_point == qo.zero_point == 0, "int16 needs zero points of 0")
         lo, hi = q.TYPE_RANGES[dtype]
-        params = BinaryParams(**steps, **_offsets(e, op), act_min=lo, act_max=hi,
-                              **q.squared_difference_params(q1.scale, q2.scale, qo.scale, 7 if dtype == "int8" else 0),
-                              **NO_FLOAT_ACTIVATION)
+        params = BinaryParams(
+            **steps,
+            **_offsets(e, op),
+            act_min=lo,
+            act_max=hi,
+            **q.squared_difference_params(q1.scale, q2.scale, qo.scale, 7 if dtype == "int8" else 0),
+            **NO_FLOAT_ACTIVATION,
+        )
     else:
         params = raw_values(steps)
     return _binary_call(e, op, name, f"lt_squared_difference_{SUFFIXES[dtype]}", params)
@@ -226,8 +258,10 @@ def lower_squared_difference(e, op, name):
 # masks the count: x >> (n % 32)) and its Cortex-M build (the sign fills the result), and a negative one (an
 # output_shift above 22) is undefined too: only ratios in [2^6, 2^22) give one answer.
 DIV_INT8_SHIFTS = (7, 22)
-DIV_INT8_RANGE = ("TFLM's int8 DIV shifts by 32 bits or more, or by a negative count, unless it is in [64, 2^22) "
-                  "(undefined behaviour: x86 and Cortex-M give different results)")
+DIV_INT8_RANGE = (
+    "TFLM's int8 DIV shifts by 32 bits or more, or by a negative count, unless it is in [64, 2^22) "
+    "(undefined behaviour: x86 and Cortex-M give different results)"
+)
 
 
 def lower_div(e, op, name):
@@ -238,12 +272,21 @@ def lower_div(e, op, name):
     if dtype == "int8":
         q1, q2, qo = (e.quantization(t) for t in (op.inputs[0], op.inputs[1], op.outputs[0]))
         rescale = q.div_params_int8(q1.scale, q2.scale, qo.scale)
-        params = BinaryParams(**steps, **_offsets(e, op), **NO_INPUTS_RESCALE, left_shift=0, **rescale,
-                              **quantized_activation(e, op, op.outputs[0]), **NO_FLOAT_ACTIVATION)
+        params = BinaryParams(
+            **steps,
+            **_offsets(e, op),
+            **NO_INPUTS_RESCALE,
+            left_shift=0,
+            **rescale,
+            **quantized_activation(e, op, op.outputs[0]),
+            **NO_FLOAT_ACTIVATION,
+        )
         low, high = DIV_INT8_SHIFTS
-        ratio = rescale["output_multiplier"] / 2 ** 31 * 2.0 ** rescale["output_shift"]
-        require(low <= rescale["output_shift"] <= high,
-                f"input1 scale / (input2 scale x output scale) is {ratio:.4g}: {DIV_INT8_RANGE}")
+        ratio = rescale["output_multiplier"] / 2**31 * 2.0 ** rescale["output_shift"]
+        require(
+            low <= rescale["output_shift"] <= high,
+            f"input1 scale / (input2 scale x output scale) is {ratio:.4g}: {DIV_INT8_RANGE}",
+        )
     elif dtype == "int32":
         params = BinaryParams(**steps, **NO_RESCALE, **_int32_activation(op), **NO_FLOAT_ACTIVATION)
     else:
@@ -255,8 +298,10 @@ def lower_add_n(e, op, name):
     ins, outs = tensor_types(e, op)
     dtype = outs[0]
     shape = e.tensor(op.outputs[0]).shape
-    require(all(t == dtype for t in ins) and all(e.tensor(t).shape == shape for t in op.inputs),
-            f"inputs {ins} of shapes {[e.tensor(t).shape for t in op.inputs]} for a {dtype} {shape} output")
+    require(
+        all(t == dtype for t in ins) and all(e.tensor(t).shape == shape for t in op.inputs),
+        f"inputs {ins} of shapes {[e.tensor(t).shape for t in op.inputs]} for a {dtype} {shape} output",
+    )
     count = math.prod(shape)
     ctype = C_TYPES[dtype]
     pointers = ", ".join(e.pointer(t) for t in op.inputs)
@@ -266,21 +311,47 @@ def lower_add_n(e, op, name):
         return f"{{ {inputs} lt_add_n_f32({name}_inputs, {len(op.inputs)}, {output}, {count}); }}"
     in_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.outputs[0])
     require(all(e.quantization(t).scale == in_q.scale for t in op.inputs), "int8 inputs need one scale")
-    p = e.struct(f"{name}_params", add_n_rescale(in_q.zero_point, in_q.scale, out_q.zero_point, out_q.scale,
-                                                 quantized_activation(e, op, op.outputs[0])))
+    p = e.struct(
+        f"{name}_params",
+        add_n_rescale(
+            in_q.zero_point, in_q.scale, out_q.zero_point, out_q.scale, quantized_activation(e, op, op.outputs[0])
+        ),
+    )
     return f"{{ {inputs} lt_add_n_s8({p}, {name}_inputs, {len(op.inputs)}, {output}, {count}); }}"
 
 
-def add_n_rescale(input_zero_point: int, input_scale: float, output_zero_point: int, output_scale: float,
-                  activation: QuantizedActivation) -> BinaryParams:
+def add_n_rescale(
+    input_zero_point: int,
+    input_scale: float,
+    output_zero_point: int,
+    output_scale: float,
+    activation: QuantizedActivation,
+) -> BinaryParams:
     """ADD_N's int8 rescaling (lt_add_n_s8, and CUMSUM's lt_cumsum_s8): every input as input 1, no shape."""
-    return BinaryParams(ndim=0, dims=[], step1=[], step2=[], input1_offset=-input_zero_point, input2_offset=0,
-                        output_offset=output_zero_point, **q.add_n_params_int8(input_scale, output_scale),
-                        input2_multiplier=0, input2_shift=0, **activation, **NO_FLOAT_ACTIVATION)
+    return BinaryParams(
+        ndim=0,
+        dims=[],
+        step1=[],
+        step2=[],
+        input1_offset=-input_zero_point,
+        input2_offset=0,
+        output_offset=output_zero_point,
+        **q.add_n_params_int8(input_scale, output_scale),
+        input2_multiplier=0,
+        input2_shift=0,
+        **activation,
+        **NO_FLOAT_ACTIVATION,
+    )
 
 
-def _lower_rescaled_unary(e: ModelEmitter, op: Operator, name: str, float_op: str,
-                          rescale: Callable[[float, float], q.AbsRescale], kernel: str) -> str:
+def _lower_rescaled_unary(
+    e: ModelEmitter,
+    op: Operator,
+    name: str,
+    float_op: str,
+    rescale: Callable[[float, float], q.AbsRescale],
+    kernel: str,
+) -> str:
     """ABS and RSQRT: a float kernel, or an int8/int16 one that rescales through `rescale(in_scale, out_scale)`."""
     count = elementwise_count(e, op)
     dtype = e.tensor(op.inputs[0]).dtype
@@ -290,9 +361,20 @@ def _lower_rescaled_unary(e: ModelEmitter, op: Operator, name: str, float_op: st
     in_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.outputs[0])
     if dtype == "int16":
         require(in_q.zero_point == out_q.zero_point == 0, "int16 needs zero points of 0")
-    p = e.struct(f"{name}_params", ActivationParams(
-        count=count, input_zero_point=in_q.zero_point, output_zero_point=out_q.zero_point,
-        **rescale(in_q.scale, out_q.scale), alpha_multiplier=0, alpha_shift=0, act_min=0, act_max=0, alpha=0.0))
+    p = e.struct(
+        f"{name}_params",
+        ActivationParams(
+            count=count,
+            input_zero_point=in_q.zero_point,
+            output_zero_point=out_q.zero_point,
+            **rescale(in_q.scale, out_q.scale),
+            alpha_multiplier=0,
+            alpha_shift=0,
+            act_min=0,
+            act_max=0,
+            alpha=0.0,
+        ),
+    )
     return f"{kernel}_{SUFFIXES[dtype]}({p}, {source}, {target});"
 
 
@@ -307,8 +389,14 @@ def lower_rsqrt(e, op, name):
     return _lower_rescaled_unary(e, op, name, "LT_RSQRT", rescale, "lt_rsqrt")
 
 
-COMPARISONS = {"EQUAL": "LT_EQUAL", "NOT_EQUAL": "LT_NOT_EQUAL", "LESS": "LT_LESS", "LESS_EQUAL": "LT_LESS_EQUAL",
-               "GREATER": "LT_GREATER", "GREATER_EQUAL": "LT_GREATER_EQUAL"}
+COMPARISONS = {
+    "EQUAL": "LT_EQUAL",
+    "NOT_EQUAL": "LT_NOT_EQUAL",
+    "LESS": "LT_LESS",
+    "LESS_EQUAL": "LT_LESS_EQUAL",
+    "GREATER": "LT_GREATER",
+    "GREATER_EQUAL": "LT_GREATER_EQUAL",
+}
 COMPARISON_SUFFIXES = {"int8": "s8", "int32": "s32", "int64": "s64", "float32": "f32", "bool": "bool"}
 
 
@@ -318,22 +406,33 @@ def lower_comparison(e, op, name):
     steps = broadcast_steps(e, op)
     if ins[0] == "int8":
         q1, q2 = e.quantization(op.inputs[0]), e.quantization(op.inputs[1])
-        params = BinaryParams(**steps, input1_offset=-q1.zero_point, input2_offset=-q2.zero_point, output_offset=0,
-                              **q.comparison_params_int8(q1.scale, q2.scale), **NO_OUTPUT_RESCALE,
-                              **NO_QUANTIZED_ACTIVATION, **NO_FLOAT_ACTIVATION)
+        params = BinaryParams(
+            **steps,
+            input1_offset=-q1.zero_point,
+            input2_offset=-q2.zero_point,
+            output_offset=0,
+            **q.comparison_params_int8(q1.scale, q2.scale),
+            **NO_OUTPUT_RESCALE,
+            **NO_QUANTIZED_ACTIVATION,
+            **NO_FLOAT_ACTIVATION,
+        )
     else:
         params = raw_values(steps)
     p = e.struct(f"{name}_params", params)
-    return (f"lt_compare_{COMPARISON_SUFFIXES[ins[0]]}({COMPARISONS[op.opcode]}, {p}, {e.pointer(op.inputs[0])}, "
-            f"{e.pointer(op.inputs[1])}, {e.pointer(op.outputs[0], True)});")
+    return (
+        f"lt_compare_{COMPARISON_SUFFIXES[ins[0]]}({COMPARISONS[op.opcode]}, {p}, {e.pointer(op.inputs[0])}, "
+        f"{e.pointer(op.inputs[1])}, {e.pointer(op.outputs[0], True)});"
+    )
 
 
 def _logical(and_op: bool):
     def lower(e, op, name):
         _same_type_binary(e, op)
         p = e.struct(f"{name}_params", raw_values(broadcast_steps(e, op)))
-        return (f"lt_logical({int(and_op)}, {p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
-                f"{e.pointer(op.outputs[0], True)});")
+        return (
+            f"lt_logical({int(and_op)}, {p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
+            f"{e.pointer(op.outputs[0], True)});"
+        )
 
     lower.__doc__ = f"LOGICAL_{'AND' if and_op else 'OR'} with broadcasting."
     return lower
@@ -356,8 +455,10 @@ def _float_function(function: str):
 def lower_cast(e, op, name):
     ins, outs = tensor_types(e, op)
     count = elementwise_count(e, op)
-    return (f"lt_cast({LT_TYPES[ins[0]]}, {e.pointer(op.inputs[0])}, {LT_TYPES[outs[0]]}, "
-            f"{e.pointer(op.outputs[0], True)}, {count});")
+    return (
+        f"lt_cast({LT_TYPES[ins[0]]}, {e.pointer(op.inputs[0])}, {LT_TYPES[outs[0]]}, "
+        f"{e.pointer(op.outputs[0], True)}, {count});"
+    )
 
 
 KERNELS = (
@@ -366,18 +467,28 @@ KERNELS = (
     Kernel("QUANTIZE", lower_quantize, ("float32->int8", "float32->int16") + REQUANTIZE_TYPES),
     Kernel("DEQUANTIZE", lower_dequantize, ("int8->float32", "uint8->float32", "int16->float32")),
     Kernel("SUB", lower_sub, ("int8", "int16", "int32", "float32"), "broadcasting up to 6-D"),
-    Kernel("MAXIMUM", lower_maximum, ("int8", "int16", "int32", "int64", "float32"),
-           "raw values compared, as TFLM does"),
-    Kernel("MINIMUM", lower_minimum, ("int8", "int16", "int32", "int64", "float32"),
-           "raw values compared, as TFLM does"),
-    Kernel("FLOOR_DIV", _float_binary("lt_floor_div_f32"), ("float32",),
-           "broadcasting; a zero divisor gives ±inf or NaN (TFLM's kernel fails the invocation)"),
+    Kernel(
+        "MAXIMUM", lower_maximum, ("int8", "int16", "int32", "int64", "float32"), "raw values compared, as TFLM does"
+    ),
+    Kernel(
+        "MINIMUM", lower_minimum, ("int8", "int16", "int32", "int64", "float32"), "raw values compared, as TFLM does"
+    ),
+    Kernel(
+        "FLOOR_DIV",
+        _float_binary("lt_floor_div_f32"),
+        ("float32",),
+        "broadcasting; a zero divisor gives ±inf or NaN (TFLM's kernel fails the invocation)",
+    ),
     Kernel("FLOOR_MOD", _float_binary("lt_floor_mod_f32"), ("float32",), "broadcasting"),
     Kernel("SQUARED_DIFFERENCE", lower_squared_difference, ("int8", "int16", "int32", "float32")),
-    Kernel("DIV", lower_div, ("int8", "int32", "float32"),
-           "int8: input1 scale / (input2 scale × output scale) in [64, 2^22), outside which TFLM's reference "
-           "kernel shifts by 32 bits or more or by a negative count (undefined: x86 and Cortex-M differ); int32: "
-           "x / 0 is 0 and INT32_MIN / -1 is INT32_MIN, as Cortex-M's SDIV gives (TFLM traps on x86)"),
+    Kernel(
+        "DIV",
+        lower_div,
+        ("int8", "int32", "float32"),
+        "int8: input1 scale / (input2 scale × output scale) in [64, 2^22), outside which TFLM's reference "
+        "kernel shifts by 32 bits or more or by a negative count (undefined: x86 and Cortex-M differ); int32: "
+        "x / 0 is 0 and INT32_MIN / -1 is INT32_MIN, as Cortex-M's SDIV gives (TFLM traps on x86)",
+    ),
     Kernel("ADD_N", lower_add_n, ("int8", "float32")),
     Kernel("ABS", lower_abs, ("int8", "int16", "float32"), "int16 quantized with zero points 0"),
     Kernel("NEG", _float_function("LT_NEG"), ("float32",)),
@@ -400,6 +511,10 @@ KERNELS = (
     Kernel("LOGICAL_AND", _logical(True), ("bool",)),
     Kernel("LOGICAL_OR", _logical(False), ("bool",)),
     Kernel("LOGICAL_NOT", lower_logical_not, ("bool",)),
-    Kernel("CAST", lower_cast, tuple(f"{a}->{b}" for a in CAST_TYPES + ("bool",) for b in CAST_TYPES if a != b)
-           + CAST_TYPES, "bool: 0 or 1"),
+    Kernel(
+        "CAST",
+        lower_cast,
+        tuple(f"{a}->{b}" for a in CAST_TYPES + ("bool",) for b in CAST_TYPES if a != b) + CAST_TYPES,
+        "bool: 0 or 1",
+    ),
 )

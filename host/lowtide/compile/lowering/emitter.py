@@ -18,10 +18,24 @@ from lowtide.model.ir import Graph, Operator, Tensor, TensorKind, first_assignme
 from lowtide.model.reader import buffer_bytes
 
 # TFLite's bool is one byte holding 0 or 1
-C_TYPES = {"int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "int32": "int32_t", "int64": "int64_t",
-           "float32": "float", "bool": "uint8_t"}
-NUMPY_TYPES = {"bool": np.bool_, "int8": np.int8, "uint8": np.uint8, "int16": np.int16, "int32": np.int32,
-               "int64": np.int64, "float32": np.float32}
+C_TYPES = {
+    "int8": "int8_t",
+    "uint8": "uint8_t",
+    "int16": "int16_t",
+    "int32": "int32_t",
+    "int64": "int64_t",
+    "float32": "float",
+    "bool": "uint8_t",
+}
+NUMPY_TYPES = {
+    "bool": np.bool_,
+    "int8": np.int8,
+    "uint8": np.uint8,
+    "int16": np.int16,
+    "int32": np.int32,
+    "int64": np.int64,
+    "float32": np.float32,
+}
 
 
 STATE_OBJECT = "state"  # the generated code's static struct of variable tensors and resource variables
@@ -113,9 +127,16 @@ def strides(shape: tuple[int, ...]) -> list[int]:
 class ModelEmitter:
     """Collects the C declarations of one model while its operators are lowered."""
 
-    def __init__(self, graph: Graph, model_data: bytes, offsets: dict[int, int],
-                 scratch: dict[int, list[int]] | None = None, fused_pads: dict[int, PadFusion] | None = None,
-                 fast_scratch: dict[int, int] | None = None, wide_weights: frozenset[int] = frozenset()):
+    def __init__(
+        self,
+        graph: Graph,
+        model_data: bytes,
+        offsets: dict[int, int],
+        scratch: dict[int, list[int]] | None = None,
+        fused_pads: dict[int, PadFusion] | None = None,
+        fast_scratch: dict[int, int] | None = None,
+        wide_weights: frozenset[int] = frozenset(),
+    ):
         self.graph = graph
         self.sg = graph.main
         self.raw_tensors = graph.raw.subgraphs[0].tensors
@@ -145,8 +166,11 @@ class ModelEmitter:
         for key, (subgraph, index) in first_assignments(self.graph).items():
             value = self.graph.subgraphs[subgraph].tensors[index]
             qp = self.graph.raw.subgraphs[subgraph].tensors[index].quantization
-            zero = int(qp.zeroPoint[0]) if value.dtype == "int8" and qp is not None and qp.zeroPoint is not None \
-                and len(qp.zeroPoint) else 0
+            zero = (
+                int(qp.zeroPoint[0])
+                if value.dtype == "int8" and qp is not None and qp.zeroPoint is not None and len(qp.zeroPoint)
+                else 0
+            )
             resources[key] = ResourceVariable(f"resource{len(resources)}", value.nbytes, zero)
         return resources, variable_handles(self.graph)
 
@@ -158,8 +182,10 @@ class ModelEmitter:
         variable = self.resources.get(key)
         if variable is None:
             raise Unsupported(f"resource variable {key[1].decode(errors='replace')} is never assigned")
-        require(variable.nbytes == nbytes, f"resource variable {variable.member} holds {variable.nbytes} bytes, "
-                                           f"not {nbytes}")
+        require(
+            variable.nbytes == nbytes,
+            f"resource variable {variable.member} holds {variable.nbytes} bytes, not {nbytes}",
+        )
         return f"{STATE_OBJECT}.{variable.member}"
 
     def state_members(self) -> list[StateMember]:
@@ -243,7 +269,7 @@ class ModelEmitter:
                 items = [c_int(int(v)) for v in items]
         if not items:
             items = ["0"]
-        lines = [", ".join(items[i:i + 24]) for i in range(0, len(items), 24)]
+        lines = [", ".join(items[i : i + 24]) for i in range(0, len(items), 24)]
         body = ",\n    ".join(lines)
         attribute = " __attribute__((aligned(4)))" if aligned else ""
         self.declarations.append(f"static const {ctype} {name}[{len(items)}]{attribute} = {{\n    {body}\n}};")
@@ -306,8 +332,9 @@ NO_FLOAT_ACTIVATION = FloatActivation(act_min_f=0.0, act_max_f=0.0)  # a quantiz
 def quantized_activation(e: ModelEmitter, op: Operator, output: int) -> QuantizedActivation:
     out_q = e.quantization(output)
     try:
-        lo, hi = q.activation_range_quantized(fused_activation(op), out_q.scale, out_q.zero_point,
-                                              e.tensor(output).dtype)
+        lo, hi = q.activation_range_quantized(
+            fused_activation(op), out_q.scale, out_q.zero_point, e.tensor(output).dtype
+        )
     except ValueError as exc:
         raise Unsupported(str(exc)) from None
     return QuantizedActivation(act_min=lo, act_max=hi)
@@ -323,14 +350,12 @@ def float_activation(op: Operator) -> FloatActivation:
 
 def same_types(e: ModelEmitter, op: Operator, count: int = 1) -> str:
     ins, outs = tensor_types(e, op)
-    require(ins[0] in C_TYPES and all(t == ins[0] for t in ins[:count]) and outs == [ins[0]],
-            f"types {ins} -> {outs}")
+    require(ins[0] in C_TYPES and all(t == ins[0] for t in ins[:count]) and outs == [ins[0]], f"types {ins} -> {outs}")
     return ins[0]
 
 
 def element_size(t: Tensor) -> int:
     return np.dtype(NUMPY_TYPES[t.dtype]).itemsize
-
 
 
 def pack_rows_by_four(rows: np.ndarray) -> np.ndarray:
@@ -413,6 +438,8 @@ def accepts(kernel: Kernel, sig: str) -> bool:
 def elementwise_count(e: ModelEmitter, op: Operator) -> int:
     """Elements of input 0, which must have the output's shape (unary element-wise kernels)."""
     shape = e.tensor(op.inputs[0]).shape
-    require(shape == e.tensor(op.outputs[0]).shape, f"output shape {e.tensor(op.outputs[0]).shape} differs from "
-                                                    f"the input's {shape}")
+    require(
+        shape == e.tensor(op.outputs[0]).shape,
+        f"output shape {e.tensor(op.outputs[0]).shape} differs from the input's {shape}",
+    )
     return math.prod(shape)

@@ -8,12 +8,12 @@ from dataclasses import asdict
 from lowtide.compile import quantization as q
 from lowtide.compile.kernel_params import MAX_DIMS, BatchMatmulParams, BatchMatmulShape, ConvParams, ConvShape
 from lowtide.compile.lowering.emitter import (
-    attributes_of,
     NO_FLOAT_ACTIVATION,
     NO_QUANTIZED_ACTIVATION,
     Kernel,
     ModelEmitter,
     Unsupported,
+    attributes_of,
     float_activation,
     quantized_activation,
     require,
@@ -32,22 +32,40 @@ def transpose_conv_geometry(e: ModelEmitter, op: Operator) -> ConvShape:
     in_shape, out_shape = e.tensor(data).shape, e.tensor(op.outputs[0]).shape
     filter_shape = e.tensor(filter_index).shape
     require(len(in_shape) == len(out_shape) == len(filter_shape) == 4, "only 4-D NHWC tensors are supported")
-    require(tuple(int(v) for v in e.constant_values(shape_input).reshape(-1)) == out_shape,
-            "the output shape input differs from the output's shape")
+    require(
+        tuple(int(v) for v in e.constant_values(shape_input).reshape(-1)) == out_shape,
+        "the output shape input differs from the output's shape",
+    )
     require(filter_shape[0] == out_shape[3] and filter_shape[3] == in_shape[3], "filter shape does not match")
     o = attributes_of(op, TransposeConvAttributes)
     stride_h, stride_w = o.stride
     pads = []
     for size, kernel, stride in ((out_shape[1], filter_shape[1], stride_h), (out_shape[2], filter_shape[2], stride_w)):
         try:
-            pads.append(padding.padding_before(size, kernel, stride, 1,
-                                               padding.output_size(o.padding, size, kernel, stride)))
+            pads.append(
+                padding.padding_before(size, kernel, stride, 1, padding.output_size(o.padding, size, kernel, stride))
+            )
         except ValueError as exc:
             raise Unsupported(str(exc)) from None
-    return ConvShape(batches=in_shape[0], in_h=in_shape[1], in_w=in_shape[2], in_c=in_shape[3], out_h=out_shape[1],
-                     out_w=out_shape[2], out_c=out_shape[3], filter_h=filter_shape[1], filter_w=filter_shape[2],
-                     filter_in_c=in_shape[3], stride_h=stride_h, stride_w=stride_w, dilation_h=1, dilation_w=1,
-                     pad_h=pads[0], pad_w=pads[1], depth_multiplier=1)
+    return ConvShape(
+        batches=in_shape[0],
+        in_h=in_shape[1],
+        in_w=in_shape[2],
+        in_c=in_shape[3],
+        out_h=out_shape[1],
+        out_w=out_shape[2],
+        out_c=out_shape[3],
+        filter_h=filter_shape[1],
+        filter_w=filter_shape[2],
+        filter_in_c=in_shape[3],
+        stride_h=stride_h,
+        stride_w=stride_w,
+        dilation_h=1,
+        dilation_w=1,
+        pad_h=pads[0],
+        pad_w=pads[1],
+        depth_multiplier=1,
+    )
 
 
 def lower_transpose_conv(e, op, name):
@@ -70,11 +88,21 @@ def lower_transpose_conv(e, op, name):
         bias_pointer = e.array(f"{name}_bias", "int64_t", e.constant_values(bias).astype("int64"))
     in_q, f_q, out_q = e.quantization(data), e.quantization(filter_index), e.quantization(op.outputs[0])
     multipliers, shifts = q.per_channel_multipliers(in_q.scale, list(f_q.scales), out_q.scale, shape.out_c)
-    p = e.struct(f"{name}_params", ConvParams(**asdict(shape), input_offset=0, output_offset=0,
-                                              **quantized_activation(e, op, op.outputs[0]), **NO_FLOAT_ACTIVATION))
-    return (f"lt_transpose_conv_s16({p}, {e.pointer(data)}, {e.pointer(filter_index)}, {bias_pointer}, "
-            f"{e.array(f'{name}_multiplier', 'int32_t', multipliers)}, {e.array(f'{name}_shift', 'int32_t', shifts)}, "
-            f"{e.pointer(op.outputs[0], True)});")
+    p = e.struct(
+        f"{name}_params",
+        ConvParams(
+            **asdict(shape),
+            input_offset=0,
+            output_offset=0,
+            **quantized_activation(e, op, op.outputs[0]),
+            **NO_FLOAT_ACTIVATION,
+        ),
+    )
+    return (
+        f"lt_transpose_conv_s16({p}, {e.pointer(data)}, {e.pointer(filter_index)}, {bias_pointer}, "
+        f"{e.array(f'{name}_multiplier', 'int32_t', multipliers)}, {e.array(f'{name}_shift', 'int32_t', shifts)}, "
+        f"{e.pointer(op.outputs[0], True)});"
+    )
 
 
 def batch_matmul_geometry(e: ModelEmitter, op: Operator) -> BatchMatmulShape:
@@ -98,9 +126,19 @@ def batch_matmul_geometry(e: ModelEmitter, op: Operator) -> BatchMatmulShape:
         padded_st = [0] * pad + st[:-2]
         require(all(s in (1, b) for s, b in zip(padded, batch)), f"batch dimensions {shape[:-2]} of {batch}")
         steps.append([t if s > 1 else 0 for s, t in zip(padded, padded_st)])
-    return BatchMatmulShape(batch_ndim=len(batch), batch_dims=list(batch), lhs_batch_steps=steps[0],
-                            rhs_batch_steps=steps[1], rows=rows, cols=cols, depth=depth, lhs_row_step=lhs_row_step,
-                            lhs_depth_step=lhs_depth_step, rhs_depth_step=rhs_depth_step, rhs_col_step=rhs_col_step)
+    return BatchMatmulShape(
+        batch_ndim=len(batch),
+        batch_dims=list(batch),
+        lhs_batch_steps=steps[0],
+        rhs_batch_steps=steps[1],
+        rows=rows,
+        cols=cols,
+        depth=depth,
+        lhs_row_step=lhs_row_step,
+        lhs_depth_step=lhs_depth_step,
+        rhs_depth_step=rhs_depth_step,
+        rhs_col_step=rhs_col_step,
+    )
 
 
 def lower_batch_matmul(e, op, name):
@@ -113,10 +151,16 @@ def lower_batch_matmul(e, op, name):
     require(all(qp.zero_point == 0 for qp in quants), "int16 BATCH_MATMUL needs zero points of 0")
     lhs_q, rhs_q, out_q = quants
     m, s = q.quantize_multiplier(float(lhs_q.scale) * float(rhs_q.scale) / float(out_q.scale))
-    p = e.struct(f"{name}_params", BatchMatmulParams(**asdict(batch_matmul_geometry(e, op)), lhs_offset=0, rhs_offset=0,
-                                                     output_offset=0, multiplier=m, shift=s))
-    return (f"lt_batch_matmul_s16({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
-            f"{e.pointer(op.outputs[0], True)});")
+    p = e.struct(
+        f"{name}_params",
+        BatchMatmulParams(
+            **asdict(batch_matmul_geometry(e, op)), lhs_offset=0, rhs_offset=0, output_offset=0, multiplier=m, shift=s
+        ),
+    )
+    return (
+        f"lt_batch_matmul_s16({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
+        f"{e.pointer(op.outputs[0], True)});"
+    )
 
 
 def _lower_transpose_conv_8_or_float(e, op, name):
@@ -129,17 +173,30 @@ def _lower_transpose_conv_8_or_float(e, op, name):
     require(outs == [dtype] and ins[1] == ("int8" if dtype == "int8" else "float32"), f"types {ins} -> {outs}")
     pointers = [e.pointer(data), e.pointer(filter_index), e.pointer(bias) if bias is not None else "NULL"]
     if dtype == "float32":
-        p = e.struct(f"{name}_params", ConvParams(**asdict(shape), input_offset=0, output_offset=0,
-                                                  **NO_QUANTIZED_ACTIVATION, **float_activation(op)))
+        p = e.struct(
+            f"{name}_params",
+            ConvParams(
+                **asdict(shape), input_offset=0, output_offset=0, **NO_QUANTIZED_ACTIVATION, **float_activation(op)
+            ),
+        )
         return f"lt_transpose_conv_f32({p}, {', '.join(pointers)}, {e.pointer(op.outputs[0], True)});"
     require(bias is None or e.tensor(bias).dtype == "int32", "int8 transpose convolution needs an int32 bias")
     in_q, f_q, out_q = e.quantization(data), e.quantization(filter_index), e.quantization(op.outputs[0])
     multipliers, shifts = q.per_channel_multipliers(in_q.scale, list(f_q.scales), out_q.scale, shape.out_c)
-    p = e.struct(f"{name}_params", ConvParams(**asdict(shape), input_offset=-in_q.zero_point,
-                                              output_offset=out_q.zero_point,
-                                              **quantized_activation(e, op, op.outputs[0]), **NO_FLOAT_ACTIVATION))
-    return (f"lt_transpose_conv_s8({p}, {', '.join(pointers)}, {e.array(f'{name}_multiplier', 'int32_t', multipliers)}"
-            f", {e.array(f'{name}_shift', 'int32_t', shifts)}, {e.pointer(op.outputs[0], True)});")
+    p = e.struct(
+        f"{name}_params",
+        ConvParams(
+            **asdict(shape),
+            input_offset=-in_q.zero_point,
+            output_offset=out_q.zero_point,
+            **quantized_activation(e, op, op.outputs[0]),
+            **NO_FLOAT_ACTIVATION,
+        ),
+    )
+    return (
+        f"lt_transpose_conv_s8({p}, {', '.join(pointers)}, {e.array(f'{name}_multiplier', 'int32_t', multipliers)}"
+        f", {e.array(f'{name}_shift', 'int32_t', shifts)}, {e.pointer(op.outputs[0], True)});"
+    )
 
 
 def _lower_batch_matmul_8_or_float(e, op, name):
@@ -150,19 +207,35 @@ def _lower_batch_matmul_8_or_float(e, op, name):
     if ins[0] == "int8":
         lhs_q, rhs_q, out_q = (e.quantization(t) for t in (op.inputs[0], op.inputs[1], op.outputs[0]))
         m, s = q.quantize_multiplier(float(lhs_q.scale) * float(rhs_q.scale) / float(out_q.scale))
-        params = BatchMatmulParams(**asdict(shape), lhs_offset=-lhs_q.zero_point, rhs_offset=-rhs_q.zero_point,
-                                   output_offset=out_q.zero_point, multiplier=m, shift=s)
+        params = BatchMatmulParams(
+            **asdict(shape),
+            lhs_offset=-lhs_q.zero_point,
+            rhs_offset=-rhs_q.zero_point,
+            output_offset=out_q.zero_point,
+            multiplier=m,
+            shift=s,
+        )
     else:
         params = BatchMatmulParams(**asdict(shape), lhs_offset=0, rhs_offset=0, output_offset=0, multiplier=0, shift=0)
     p = e.struct(f"{name}_params", params)
     suffix = "s8" if ins[0] == "int8" else "f32"
-    return (f"lt_batch_matmul_{suffix}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
-            f"{e.pointer(op.outputs[0], True)});")
+    return (
+        f"lt_batch_matmul_{suffix}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
+        f"{e.pointer(op.outputs[0], True)});"
+    )
 
 
 KERNELS = (
-    Kernel("BATCH_MATMUL", lower_batch_matmul, ("int8", "int16", "float32"),
-           "adj_x, adj_y, broadcast batch dimensions; int16: zero points 0"),
-    Kernel("TRANSPOSE_CONV", lower_transpose_conv, ("*->int8", "*->int16", "*->float32"),
-           "int8 per-channel weights (int16: 16x8, int64 or int16 bias)"),
+    Kernel(
+        "BATCH_MATMUL",
+        lower_batch_matmul,
+        ("int8", "int16", "float32"),
+        "adj_x, adj_y, broadcast batch dimensions; int16: zero points 0",
+    ),
+    Kernel(
+        "TRANSPOSE_CONV",
+        lower_transpose_conv,
+        ("*->int8", "*->int16", "*->float32"),
+        "int8 per-channel weights (int16: 16x8, int64 or int16 bias)",
+    ),
 )

@@ -17,11 +17,11 @@ from lowtide.compile.kernel_params import (
     UpdateSliceParams,
 )
 from lowtide.compile.lowering.emitter import (
-    attributes_of,
     C_TYPES,
     Kernel,
     ModelEmitter,
     Unsupported,
+    attributes_of,
     c_float,
     element_size,
     fused_activation,
@@ -31,8 +31,17 @@ from lowtide.compile.lowering.emitter import (
     tensor_types,
 )
 from lowtide.model.attributes import (
-    ConcatenationAttributes, DepthToSpaceAttributes, GatherAttributes, MirrorPadAttributes, MirrorPadMode,
-    PackAttributes, ResizeAttributes, SpaceToDepthAttributes, SplitAttributes, StridedSliceAttributes, UnpackAttributes,
+    ConcatenationAttributes,
+    DepthToSpaceAttributes,
+    GatherAttributes,
+    MirrorPadAttributes,
+    MirrorPadMode,
+    PackAttributes,
+    ResizeAttributes,
+    SpaceToDepthAttributes,
+    SplitAttributes,
+    StridedSliceAttributes,
+    UnpackAttributes,
 )
 from lowtide.model.ir import Operator, TensorKind
 from lowtide.model.operators import nearest_indices, resize_scale, resize_scale_q10
@@ -47,9 +56,12 @@ def lower_reshape(e, op, name):
 
 def _copy(e: ModelEmitter, name: str, dims, src_steps, dst_steps, elem_size: int) -> str:
     require(len(dims) <= MAX_DIMS, f"more than {MAX_DIMS} dimensions")
-    return e.struct(name, CopyParams(ndim=len(dims), dims=list(dims), src_steps=list(src_steps),
-                                     dst_steps=list(dst_steps), elem_size=elem_size))
-
+    return e.struct(
+        name,
+        CopyParams(
+            ndim=len(dims), dims=list(dims), src_steps=list(src_steps), dst_steps=list(dst_steps), elem_size=elem_size
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -80,15 +92,22 @@ def _copy_strided(e: ModelEmitter, name: str, dims, source: View, target: View) 
     size = element_size(e.tensor(source.tensor))
     if math.prod(dims):
         a, b = _arena_bytes(e, source, dims, size), _arena_bytes(e, target, dims, size)
-        same_view = a is not None and b is not None and a[0] == b[0] and all(
-            n <= 1 or s == t for n, s, t in zip(dims, source.steps, target.steps))
-        require(a is None or b is None or a[1] <= b[0] or b[1] <= a[0] or same_view,
-                f"the memory plan overlaps tensors {source.tensor} and {target.tensor} in a way no copy can run "
-                f"in place")
+        same_view = (
+            a is not None
+            and b is not None
+            and a[0] == b[0]
+            and all(n <= 1 or s == t for n, s, t in zip(dims, source.steps, target.steps))
+        )
+        require(
+            a is None or b is None or a[1] <= b[0] or b[1] <= a[0] or same_view,
+            f"the memory plan overlaps tensors {source.tensor} and {target.tensor} in a way no copy can run in place",
+        )
     p = _copy(e, name, dims, source.steps, target.steps, size)
     src, dst = e.pointer(source.tensor), e.pointer(target.tensor, True)
-    return (f"lt_copy_strided({p}, {f'{src} + {source.start}' if source.start else src}, "
-            f"{f'{dst} + {target.start}' if target.start else dst});")
+    return (
+        f"lt_copy_strided({p}, {f'{src} + {source.start}' if source.start else src}, "
+        f"{f'{dst} + {target.start}' if target.start else dst});"
+    )
 
 
 def lower_shape(e, op, name):
@@ -110,14 +129,24 @@ def lower_pack(e, op, name):
     t_out = e.tensor(op.outputs[0])
     axis = pack.axis % len(t_out.shape)
     shape = e.tensor(op.inputs[0]).shape
-    require(dtype in C_TYPES and all(e.tensor(t).shape == shape for t in op.inputs)
-            and t_out.shape == shape[:axis] + (len(op.inputs),) + shape[axis:],
-            f"inputs of shape {shape} do not stack to {t_out.shape}")
+    require(
+        dtype in C_TYPES
+        and all(e.tensor(t).shape == shape for t in op.inputs)
+        and t_out.shape == shape[:axis] + (len(op.inputs),) + shape[axis:],
+        f"inputs of shape {shape} do not stack to {t_out.shape}",
+    )
     out_st = strides(t_out.shape)
-    steps = tuple(out_st[:axis] + out_st[axis + 1:])
-    return " ".join(_copy_strided(e, f"{name}_params{k}", shape, View(t, 0, tuple(strides(shape))),
-                                  View(op.outputs[0], k * out_st[axis], steps))
-                    for k, t in enumerate(op.inputs))
+    steps = tuple(out_st[:axis] + out_st[axis + 1 :])
+    return " ".join(
+        _copy_strided(
+            e,
+            f"{name}_params{k}",
+            shape,
+            View(t, 0, tuple(strides(shape))),
+            View(op.outputs[0], k * out_st[axis], steps),
+        )
+        for k, t in enumerate(op.inputs)
+    )
 
 
 def lower_transpose(e, op, name):
@@ -127,8 +156,13 @@ def lower_transpose(e, op, name):
     in_st = strides(t_in.shape)
     dims = [t_in.shape[p] for p in perm]
     require(tuple(dims) == t_out.shape, "output shape does not match the permutation")
-    return _copy_strided(e, f"{name}_params", dims, View(op.inputs[0], 0, tuple(in_st[p] for p in perm)),
-                         View(op.outputs[0], 0, tuple(strides(t_out.shape))))
+    return _copy_strided(
+        e,
+        f"{name}_params",
+        dims,
+        View(op.inputs[0], 0, tuple(in_st[p] for p in perm)),
+        View(op.outputs[0], 0, tuple(strides(t_out.shape))),
+    )
 
 
 def lower_pad(e, op, name):
@@ -150,8 +184,10 @@ def lower_pad(e, op, name):
     size = element_size(t_in)
     p = _copy(e, f"{name}_params", t_in.shape, strides(t_in.shape), out_st, size)
     out = e.pointer(op.outputs[0], True)
-    return (f"lt_fill({out}, {math.prod(t_out.shape)}u, {value}, {size}); "
-            f"lt_copy_strided({p}, {e.pointer(op.inputs[0])}, {out} + {start});")
+    return (
+        f"lt_fill({out}, {math.prod(t_out.shape)}u, {value}, {size}); "
+        f"lt_copy_strided({p}, {e.pointer(op.inputs[0])}, {out} + {start});"
+    )
 
 
 def lower_concatenation(e, op, name):
@@ -160,16 +196,25 @@ def lower_concatenation(e, op, name):
     t_out = e.tensor(op.outputs[0])
     if dtype == "int8":
         out_q = e.quantization(op.outputs[0])
-        require(all(e.quantization(t) == out_q for t in op.inputs),
-                "int8 concatenation needs equal input and output quantization")
+        require(
+            all(e.quantization(t) == out_q for t in op.inputs),
+            "int8 concatenation needs equal input and output quantization",
+        )
     require(fused_activation(op) == 0, "fused activation on concatenation")
     axis = attributes_of(op, ConcatenationAttributes).axis % len(t_out.shape)
     out_st = tuple(strides(t_out.shape))
     statements, position = [], 0
     for k, t in enumerate(op.inputs):
         shape = e.tensor(t).shape
-        statements.append(_copy_strided(e, f"{name}_params{k}", shape, View(t, 0, tuple(strides(shape))),
-                                        View(op.outputs[0], position * out_st[axis], out_st)))
+        statements.append(
+            _copy_strided(
+                e,
+                f"{name}_params{k}",
+                shape,
+                View(t, 0, tuple(strides(shape))),
+                View(op.outputs[0], position * out_st[axis], out_st),
+            )
+        )
         position += shape[axis]
     return " ".join(statements)
 
@@ -191,23 +236,33 @@ def _split(e: ModelEmitter, op: Operator, name: str, data: int, axis: int) -> st
     require(dtype in C_TYPES and all(t.dtype == dtype for t in outs), f"types {dtype} -> {[t.dtype for t in outs]}")
 
     def others(s: tuple[int, ...]) -> tuple[int, ...]:
-        return s[:axis] + s[axis + 1:]
+        return s[:axis] + s[axis + 1 :]
 
-    require(all(len(t.shape) == len(shape) and others(t.shape) == others(shape) for t in outs)
-            and sum(t.shape[axis] for t in outs) == shape[axis],
-            f"output shapes {[t.shape for t in outs]} do not cut {shape} along axis {axis}")
+    require(
+        all(len(t.shape) == len(shape) and others(t.shape) == others(shape) for t in outs)
+        and sum(t.shape[axis] for t in outs) == shape[axis],
+        f"output shapes {[t.shape for t in outs]} do not cut {shape} along axis {axis}",
+    )
     in_st = tuple(strides(shape))
     statements, position = [], 0
     for k, out in enumerate(outs):
-        statements.append(_copy_strided(e, f"{name}_params{k}", out.shape, View(data, position * in_st[axis], in_st),
-                                        View(out.index, 0, tuple(strides(out.shape)))))
+        statements.append(
+            _copy_strided(
+                e,
+                f"{name}_params{k}",
+                out.shape,
+                View(data, position * in_st[axis], in_st),
+                View(out.index, 0, tuple(strides(out.shape))),
+            )
+        )
         position += out.shape[axis]
     return " ".join(statements)
 
 
 def lower_split(e, op, name):
-    require(len(op.outputs) == attributes_of(op, SplitAttributes).num_splits,
-            "the output count differs from num_splits")
+    require(
+        len(op.outputs) == attributes_of(op, SplitAttributes).num_splits, "the output count differs from num_splits"
+    )
     data = op.inputs[1]
     return _split(e, op, name, data, _split_axis(e, op.inputs[0], len(e.tensor(data).shape)))
 
@@ -239,8 +294,13 @@ def lower_strided_slice(e, op, name):
     src_start = sum(a.start * st for a, st in zip(axes, in_st) if a.count)
     src_steps = [a.step * st for a, st in zip(axes, in_st)]
     require(math.prod(dims) == math.prod(t_out.shape), "output size does not match the slice")
-    return _copy_strided(e, f"{name}_params", dims, View(op.inputs[0], src_start, tuple(src_steps)),
-                         View(op.outputs[0], 0, tuple(strides(tuple(dims)))))
+    return _copy_strided(
+        e,
+        f"{name}_params",
+        dims,
+        View(op.inputs[0], src_start, tuple(src_steps)),
+        View(op.outputs[0], 0, tuple(strides(tuple(dims)))),
+    )
 
 
 def lower_resize_nearest_neighbor(e, op, name):
@@ -253,12 +313,24 @@ def lower_resize_nearest_neighbor(e, op, name):
     align, half = resize.align_corners, resize.half_pixel_centers
     y_map = e.array(f"{name}_y", "int32_t", nearest_indices(t_in.shape[1], out_h, align, half).tolist())
     x_map = e.array(f"{name}_x", "int32_t", nearest_indices(t_in.shape[2], out_w, align, half).tolist())
-    p = e.struct(f"{name}_params", ResizeParams(
-        batches=t_in.shape[0], in_h=t_in.shape[1], in_w=t_in.shape[2], channels=t_in.shape[3], out_h=out_h,
-        out_w=out_w, elem_size=element_size(t_in), half_pixel_centers=0, height_scale=0.0, width_scale=0.0,
-        height_scale_10=0, width_scale_10=0))  # the maps carry the scales and the half-pixel offset
+    p = e.struct(
+        f"{name}_params",
+        ResizeParams(
+            batches=t_in.shape[0],
+            in_h=t_in.shape[1],
+            in_w=t_in.shape[2],
+            channels=t_in.shape[3],
+            out_h=out_h,
+            out_w=out_w,
+            elem_size=element_size(t_in),
+            half_pixel_centers=0,
+            height_scale=0.0,
+            width_scale=0.0,
+            height_scale_10=0,
+            width_scale_10=0,
+        ),
+    )  # the maps carry the scales and the half-pixel offset
     return f"lt_resize_nearest({p}, {y_map}, {x_map}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
-
 
 
 def lower_resize_bilinear(e, op, name):
@@ -267,19 +339,34 @@ def lower_resize_bilinear(e, op, name):
     t_in, t_out = e.tensor(op.inputs[0]), e.tensor(op.outputs[0])
     require(len(t_in.shape) == 4, "only 4-D NHWC tensors are supported")
     out_h, out_w = (int(v) for v in e.constant_values(op.inputs[1]).reshape(-1))
-    require((out_h, out_w) == tuple(t_out.shape[1:3]) and t_out.shape[3] == t_in.shape[3],
-            "output size does not match the size input")
+    require(
+        (out_h, out_w) == tuple(t_out.shape[1:3]) and t_out.shape[3] == t_in.shape[3],
+        "output size does not match the size input",
+    )
     resize = attributes_of(op, ResizeAttributes)
     align, half = resize.align_corners, resize.half_pixel_centers
     require(not (align and half), "align_corners with half_pixel_centers")
     batches, in_h, in_w, channels = t_in.shape
-    p = e.struct(f"{name}_params", ResizeParams(
-        batches=batches, in_h=in_h, in_w=in_w, channels=channels, out_h=out_h, out_w=out_w,
-        elem_size=element_size(t_in), half_pixel_centers=int(half),
-        height_scale=float(resize_scale(in_h, out_h, align)), width_scale=float(resize_scale(in_w, out_w, align)),
-        height_scale_10=resize_scale_q10(in_h, out_h, align), width_scale_10=resize_scale_q10(in_w, out_w, align)))
+    p = e.struct(
+        f"{name}_params",
+        ResizeParams(
+            batches=batches,
+            in_h=in_h,
+            in_w=in_w,
+            channels=channels,
+            out_h=out_h,
+            out_w=out_w,
+            elem_size=element_size(t_in),
+            half_pixel_centers=int(half),
+            height_scale=float(resize_scale(in_h, out_h, align)),
+            width_scale=float(resize_scale(in_w, out_w, align)),
+            height_scale_10=resize_scale_q10(in_h, out_h, align),
+            width_scale_10=resize_scale_q10(in_w, out_w, align),
+        ),
+    )
     suffix = "s8" if t_in.dtype == "int8" else "f32"
     return f"lt_resize_bilinear_{suffix}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
+
 
 def _block_size(op: Operator) -> int:
     options = op.attributes
@@ -297,13 +384,16 @@ def lower_space_to_depth(e, op, name):
     t_in, t_out = e.tensor(op.inputs[0]), e.tensor(op.outputs[0])
     require(len(t_in.shape) == 4, "only 4-D NHWC tensors are supported")
     n, h, w, c = t_in.shape
-    require(h % block == 0 and w % block == 0 and t_out.shape == (n, h // block, w // block, c * block * block),
-            f"output shape {t_out.shape} is not {t_in.shape} in blocks of {block}")
+    require(
+        h % block == 0 and w % block == 0 and t_out.shape == (n, h // block, w // block, c * block * block),
+        f"output shape {t_out.shape} is not {t_in.shape} in blocks of {block}",
+    )
     st = strides(t_in.shape)
     dims = (n, h // block, w // block, block, block, c)
     source = (st[0], block * st[1], block * st[2], st[1], st[2], 1)
-    return _copy_strided(e, f"{name}_params", dims, View(op.inputs[0], 0, source),
-                         View(op.outputs[0], 0, tuple(strides(dims))))
+    return _copy_strided(
+        e, f"{name}_params", dims, View(op.inputs[0], 0, source), View(op.outputs[0], 0, tuple(strides(dims)))
+    )
 
 
 def lower_depth_to_space(e, op, name):
@@ -314,17 +404,21 @@ def lower_depth_to_space(e, op, name):
     require(len(t_in.shape) == 4, "only 4-D NHWC tensors are supported")
     n, h, w, c = t_in.shape
     depth = c // (block * block)
-    require(c % (block * block) == 0 and t_out.shape == (n, h * block, w * block, depth),
-            f"output shape {t_out.shape} is not {t_in.shape} out of blocks of {block}")
+    require(
+        c % (block * block) == 0 and t_out.shape == (n, h * block, w * block, depth),
+        f"output shape {t_out.shape} is not {t_in.shape} out of blocks of {block}",
+    )
     st = strides(t_in.shape)
     dims = (n, h, block, w, block, depth)  # in the output's order
     source = (st[0], st[1], block * depth, st[2], depth, 1)
-    return _copy_strided(e, f"{name}_params", dims, View(op.inputs[0], 0, source),
-                         View(op.outputs[0], 0, tuple(strides(dims))))
+    return _copy_strided(
+        e, f"{name}_params", dims, View(op.inputs[0], 0, source), View(op.outputs[0], 0, tuple(strides(dims)))
+    )
 
 
-def _batch_space_geometry(e: ModelEmitter, op: Operator) -> tuple[tuple[int, ...], tuple[int, ...], list[int],
-                                                                     list[int]]:
+def _batch_space_geometry(
+    e: ModelEmitter, op: Operator
+) -> tuple[tuple[int, ...], tuple[int, ...], list[int], list[int]]:
     """The batch-side and space-side shapes as 4-D (a 3-D NHC tensor is NH1C, as TFLM extends it), the block
     and the padding (SPACE_TO_BATCH_ND) or crops (BATCH_TO_SPACE_ND) before each spatial dimension."""
     same_types(e, op)
@@ -332,8 +426,10 @@ def _batch_space_geometry(e: ModelEmitter, op: Operator) -> tuple[tuple[int, ...
     require(len(t_in.shape) in (3, 4) and len(t_out.shape) == len(t_in.shape), "only 3-D and 4-D tensors")
     block = [int(v) for v in e.constant_values(op.inputs[1]).reshape(-1)]
     before = [int(v) for v in e.constant_values(op.inputs[2]).reshape(-1, 2)[:, 0]]
-    require(len(block) == len(t_in.shape) - 2 and all(b >= 1 for b in block) and all(v >= 0 for v in before),
-            f"block {block} and paddings/crops {before}")
+    require(
+        len(block) == len(t_in.shape) - 2 and all(b >= 1 for b in block) and all(v >= 0 for v in before),
+        f"block {block} and paddings/crops {before}",
+    )
 
     def four_d(shape: tuple[int, ...]) -> tuple[int, ...]:
         return shape if len(shape) == 4 else (shape[0], shape[1], 1, shape[2])
@@ -343,13 +439,24 @@ def _batch_space_geometry(e: ModelEmitter, op: Operator) -> tuple[tuple[int, ...
     return four_d(t_in.shape), four_d(t_out.shape), block, before
 
 
-def _block_copies(e: ModelEmitter, op: Operator, name: str, batch: int, space: int, batch_shape, space_shape,
-                  block: list[int], before: list[int]) -> list[str]:
+def _block_copies(
+    e: ModelEmitter,
+    op: Operator,
+    name: str,
+    batch: int,
+    space: int,
+    batch_shape,
+    space_shape,
+    block: list[int],
+    before: list[int],
+) -> list[str]:
     """One box copy per position (i, j) in the block: batch tensor (((i * bw + j) * n + b), y, x, c) is space
     tensor (b, y * bh + i - before_h, x * bw + j - before_w, c), for the y and x that land inside it."""
     n = space_shape[0]
-    require(batch_shape[0] == n * block[0] * block[1] and batch_shape[3] == space_shape[3],
-            f"shapes {batch_shape} and {space_shape} do not match the block {block}")
+    require(
+        batch_shape[0] == n * block[0] * block[1] and batch_shape[3] == space_shape[3],
+        f"shapes {batch_shape} and {space_shape} do not match the block {block}",
+    )
     batch_st, space_st = strides(batch_shape), strides(space_shape)
     copies: list[str] = []
     for i in range(block[0]):
@@ -366,11 +473,9 @@ def _block_copies(e: ModelEmitter, op: Operator, name: str, batch: int, space: i
                 continue
             (y0, _), (x0, _) = ranges
             batch_start = (i * block[1] + j) * n * batch_st[0] + y0 * batch_st[1] + x0 * batch_st[2]
-            space_start = ((y0 * block[0] + i - before[0]) * space_st[1]
-                           + (x0 * block[1] + j - before[1]) * space_st[2])
+            space_start = (y0 * block[0] + i - before[0]) * space_st[1] + (x0 * block[1] + j - before[1]) * space_st[2]
             batch_view = View(batch, batch_start, tuple(batch_st))
-            space_view = View(space, space_start,
-                              (space_st[0], block[0] * space_st[1], block[1] * space_st[2], 1))
+            space_view = View(space, space_start, (space_st[0], block[0] * space_st[1], block[1] * space_st[2], 1))
             source, target = (space_view, batch_view) if space == op.inputs[0] else (batch_view, space_view)
             copies.append(_copy_strided(e, f"{name}_params{len(copies)}", dims, source, target))
     return copies
@@ -403,12 +508,19 @@ def lower_slice(e, op, name):
     begin, size = _constant_ints(e, op.inputs[1]), _constant_ints(e, op.inputs[2])
     require(len(begin) == len(size) == len(shape), "begin and size must cover every dimension")
     dims = tuple(n - b if s == -1 else s for n, b, s in zip(shape, begin, size))
-    require(all(0 <= b and 0 <= d and b + d <= n for b, d, n in zip(begin, dims, shape))
-            and dims == e.tensor(op.outputs[0]).shape, f"slice {begin} + {size} of {shape}")
+    require(
+        all(0 <= b and 0 <= d and b + d <= n for b, d, n in zip(begin, dims, shape))
+        and dims == e.tensor(op.outputs[0]).shape,
+        f"slice {begin} + {size} of {shape}",
+    )
     st = strides(shape)
-    return _copy_strided(e, f"{name}_params", dims, View(op.inputs[0], sum(b * s for b, s in zip(begin, st)),
-                                                         tuple(st)),
-                         View(op.outputs[0], 0, tuple(strides(dims))))
+    return _copy_strided(
+        e,
+        f"{name}_params",
+        dims,
+        View(op.inputs[0], sum(b * s for b, s in zip(begin, st)), tuple(st)),
+        View(op.outputs[0], 0, tuple(strides(dims))),
+    )
 
 
 def lower_unpack(e, op, name):
@@ -416,14 +528,20 @@ def lower_unpack(e, op, name):
     dtype = e.tensor(op.inputs[0]).dtype
     shape = e.tensor(op.inputs[0]).shape
     axis = attributes_of(op, UnpackAttributes).axis % len(shape)
-    piece = shape[:axis] + shape[axis + 1:]
-    require(len(op.outputs) == shape[axis] and all(e.tensor(t).shape == piece and e.tensor(t).dtype == dtype
-                                                   for t in op.outputs),
-            f"outputs do not unstack {shape} along axis {axis}")
+    piece = shape[:axis] + shape[axis + 1 :]
+    require(
+        len(op.outputs) == shape[axis]
+        and all(e.tensor(t).shape == piece and e.tensor(t).dtype == dtype for t in op.outputs),
+        f"outputs do not unstack {shape} along axis {axis}",
+    )
     st = strides(shape)
-    steps = tuple(st[:axis] + st[axis + 1:])
-    return " ".join(_copy_strided(e, f"{name}_params{k}", piece, View(op.inputs[0], k * st[axis], steps),
-                                  View(t, 0, tuple(strides(piece)))) for k, t in enumerate(op.outputs))
+    steps = tuple(st[:axis] + st[axis + 1 :])
+    return " ".join(
+        _copy_strided(
+            e, f"{name}_params{k}", piece, View(op.inputs[0], k * st[axis], steps), View(t, 0, tuple(strides(piece)))
+        )
+        for k, t in enumerate(op.outputs)
+    )
 
 
 def lower_broadcast_to(e, op, name):
@@ -434,17 +552,22 @@ def lower_broadcast_to(e, op, name):
     padded = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
     require(all(s in (1, o) for s, o in zip(padded, out_shape)), f"{shape} does not broadcast to {out_shape}")
     steps = tuple(st if s > 1 else 0 for s, st in zip(padded, strides(padded)))
-    return _copy_strided(e, f"{name}_params", out_shape, View(op.inputs[0], 0, steps),
-                         View(op.outputs[0], 0, tuple(strides(out_shape))))
+    return _copy_strided(
+        e, f"{name}_params", out_shape, View(op.inputs[0], 0, steps), View(op.outputs[0], 0, tuple(strides(out_shape)))
+    )
 
 
 def lower_fill(e, op, name):
     """FILL: the value tensor (a constant or computed) repeated over the output."""
     t_out = e.tensor(op.outputs[0])
-    require(e.tensor(op.inputs[1]).dtype == t_out.dtype and math.prod(e.tensor(op.inputs[1]).shape) == 1,
-            "the value must be one element of the output's type")
-    return (f"lt_fill({e.pointer(op.outputs[0], True)}, {math.prod(t_out.shape)}u, {e.pointer(op.inputs[1])}, "
-            f"{element_size(t_out)});")
+    require(
+        e.tensor(op.inputs[1]).dtype == t_out.dtype and math.prod(e.tensor(op.inputs[1]).shape) == 1,
+        "the value must be one element of the output's type",
+    )
+    return (
+        f"lt_fill({e.pointer(op.outputs[0], True)}, {math.prod(t_out.shape)}u, {e.pointer(op.inputs[1])}, "
+        f"{element_size(t_out)});"
+    )
 
 
 def lower_zeros_like(e, op, name):
@@ -462,14 +585,17 @@ def lower_reverse_v2(e, op, name):
     shape = e.tensor(op.inputs[0]).shape
     given = _constant_ints(e, op.inputs[1])
     axes = sorted(a % len(shape) for a in given if -len(shape) <= a < len(shape))
-    require(bool(axes) and len(axes) == len(given) and axes == list(range(axes[0], axes[-1] + 1)),
-            f"axes {given} are not contiguous axes of rank {len(shape)}")
+    require(
+        bool(axes) and len(axes) == len(given) and axes == list(range(axes[0], axes[-1] + 1)),
+        f"axes {given} are not contiguous axes of rank {len(shape)}",
+    )
     require(e.tensor(op.outputs[0]).shape == shape, "output shape differs from the input's")
     st = strides(shape)
     start = sum((shape[a] - 1) * st[a] for a in axes if shape[a])
     steps = tuple(-s if a in axes else s for a, s in enumerate(st))
-    return _copy_strided(e, f"{name}_params", shape, View(op.inputs[0], start, steps),
-                         View(op.outputs[0], 0, tuple(st)))
+    return _copy_strided(
+        e, f"{name}_params", shape, View(op.inputs[0], start, steps), View(op.outputs[0], 0, tuple(st))
+    )
 
 
 def lower_dynamic_update_slice(e, op, name):
@@ -478,14 +604,27 @@ def lower_dynamic_update_slice(e, op, name):
     ins, outs = tensor_types(e, op)
     require(ins[0] == ins[1] == outs[0] and ins[2] in ("int32", "int64"), f"types {ins} -> {outs}")
     shape, update_shape = e.tensor(op.inputs[0]).shape, e.tensor(op.inputs[1]).shape
-    require(len(shape) == len(update_shape) <= MAX_DIMS and e.tensor(op.inputs[2]).shape == (len(shape),)
-            and all(u <= n for u, n in zip(update_shape, shape)) and e.tensor(op.outputs[0]).shape == shape,
-            f"update {update_shape} does not fit operand {shape}")
-    p = e.struct(f"{name}_params", UpdateSliceParams(
-        ndim=len(shape), dims=list(shape), update_dims=list(update_shape),
-        elem_size=element_size(e.tensor(op.inputs[0])), indices_64=int(ins[2] == "int64")))
-    return (f"lt_dynamic_update_slice({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
-            f"{e.pointer(op.inputs[2])}, {e.pointer(op.outputs[0], True)});")
+    require(
+        len(shape) == len(update_shape) <= MAX_DIMS
+        and e.tensor(op.inputs[2]).shape == (len(shape),)
+        and all(u <= n for u, n in zip(update_shape, shape))
+        and e.tensor(op.outputs[0]).shape == shape,
+        f"update {update_shape} does not fit operand {shape}",
+    )
+    p = e.struct(
+        f"{name}_params",
+        UpdateSliceParams(
+            ndim=len(shape),
+            dims=list(shape),
+            update_dims=list(update_shape),
+            elem_size=element_size(e.tensor(op.inputs[0])),
+            indices_64=int(ins[2] == "int64"),
+        ),
+    )
+    return (
+        f"lt_dynamic_update_slice({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
+        f"{e.pointer(op.inputs[2])}, {e.pointer(op.outputs[0], True)});"
+    )
 
 
 def lower_broadcast_args(e, op, name):
@@ -496,31 +635,49 @@ def lower_broadcast_args(e, op, name):
     count_out = math.prod(e.tensor(op.outputs[0]).shape)
     require(count_out == max(counts), f"output of {count_out} elements for shapes of {counts}")
     suffix = "s32" if outs[0] == "int32" else "s64"
-    return (f"lt_broadcast_args_{suffix}({e.pointer(op.inputs[0])}, {counts[0]}, {e.pointer(op.inputs[1])}, "
-            f"{counts[1]}, {e.pointer(op.outputs[0], True)}, {count_out});")
+    return (
+        f"lt_broadcast_args_{suffix}({e.pointer(op.inputs[0])}, {counts[0]}, {e.pointer(op.inputs[1])}, "
+        f"{counts[1]}, {e.pointer(op.outputs[0], True)}, {count_out});"
+    )
 
 
 def lower_embedding_lookup(e, op, name):
     """EMBEDDING_LOOKUP (inputs: int32 row indices, value rows): row lookup[i] of the value is output row i; int8
     rows into a float32 output are dequantized (TFLM's hybrid form, zero point 0)."""
     ins, outs = tensor_types(e, op)
-    require(ins[0] == "int32" and (ins[1] == outs[0] in ("int8", "float32") or ins[1:] + outs == ["int8", "float32"]),
-            f"types {ins} -> {outs}")
+    require(
+        ins[0] == "int32" and (ins[1] == outs[0] in ("int8", "float32") or ins[1:] + outs == ["int8", "float32"]),
+        f"types {ins} -> {outs}",
+    )
     count, value_shape = math.prod(e.tensor(op.inputs[0]).shape), e.tensor(op.inputs[1]).shape
-    require(len(e.tensor(op.inputs[0]).shape) == 1 and len(value_shape) >= 2
-            and e.tensor(op.outputs[0]).shape == (count, *value_shape[1:]),
-            f"output shape {e.tensor(op.outputs[0]).shape} for {count} rows of {value_shape}")
+    require(
+        len(e.tensor(op.inputs[0]).shape) == 1
+        and len(value_shape) >= 2
+        and e.tensor(op.outputs[0]).shape == (count, *value_shape[1:]),
+        f"output shape {e.tensor(op.outputs[0]).shape} for {count} rows of {value_shape}",
+    )
     columns = math.prod(value_shape[1:])
     if ins[1] == outs[0]:
-        p = e.struct(f"{name}_params", GatherParams(
-            batches=1, outer=1, axis_size=value_shape[0], coords=count, inner=columns,
-            elem_size=element_size(e.tensor(op.inputs[1]))))
-        return (f"lt_gather({p}, {e.pointer(op.inputs[1])}, {e.pointer(op.inputs[0])}, "
-                f"{e.pointer(op.outputs[0], True)});")
+        p = e.struct(
+            f"{name}_params",
+            GatherParams(
+                batches=1,
+                outer=1,
+                axis_size=value_shape[0],
+                coords=count,
+                inner=columns,
+                elem_size=element_size(e.tensor(op.inputs[1])),
+            ),
+        )
+        return (
+            f"lt_gather({p}, {e.pointer(op.inputs[1])}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
+        )
     value_q = e.quantization(op.inputs[1])
     require(value_q.zero_point == 0, "a hybrid EMBEDDING_LOOKUP needs value zero point 0")
-    return (f"lt_embedding_lookup_hybrid({e.pointer(op.inputs[1])}, {e.pointer(op.inputs[0])}, {count}, {columns}, "
-            f"{c_float(value_q.scale)}, {e.pointer(op.outputs[0], True)});")
+    return (
+        f"lt_embedding_lookup_hybrid({e.pointer(op.inputs[1])}, {e.pointer(op.inputs[0])}, {count}, {columns}, "
+        f"{c_float(value_q.scale)}, {e.pointer(op.outputs[0], True)});"
+    )
 
 
 def _mirror_index(position: int, before: int, size: int, offset: int) -> int:
@@ -550,8 +707,12 @@ def lower_mirror_pad(e, op, name):
         starts.append(len(offsets))
         offsets += [_mirror_index(i, before, size, offset) * step for i in range(out_shape[d])]
     table = e.array(f"{name}_offsets", "int32_t", offsets)
-    p = e.struct(f"{name}_params", MappedCopyParams(ndim=len(shape), dims=list(out_shape), map_start=starts,
-                                                    elem_size=element_size(e.tensor(op.inputs[0]))))
+    p = e.struct(
+        f"{name}_params",
+        MappedCopyParams(
+            ndim=len(shape), dims=list(out_shape), map_start=starts, elem_size=element_size(e.tensor(op.inputs[0]))
+        ),
+    )
     return f"lt_copy_mapped({p}, {table}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
 
 
@@ -564,12 +725,18 @@ def lower_gather(e, op, name):
     batch_dims = gather.batch_dims
     batch_dims += len(coords_shape) if batch_dims < 0 else 0
     require(batch_dims <= axis, f"batch_dims {batch_dims} above axis {axis}")
-    p = e.struct(f"{name}_params", GatherParams(
-        batches=math.prod(shape[:batch_dims]), outer=math.prod(shape[batch_dims:axis]), axis_size=shape[axis],
-        coords=math.prod(coords_shape[batch_dims:]), inner=math.prod(shape[axis + 1:]),
-        elem_size=element_size(e.tensor(op.inputs[0]))))
-    return (f"lt_gather({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
-            f"{e.pointer(op.outputs[0], True)});")
+    p = e.struct(
+        f"{name}_params",
+        GatherParams(
+            batches=math.prod(shape[:batch_dims]),
+            outer=math.prod(shape[batch_dims:axis]),
+            axis_size=shape[axis],
+            coords=math.prod(coords_shape[batch_dims:]),
+            inner=math.prod(shape[axis + 1 :]),
+            elem_size=element_size(e.tensor(op.inputs[0])),
+        ),
+    )
+    return f"lt_gather({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, {e.pointer(op.outputs[0], True)});"
 
 
 def lower_gather_nd(e, op, name):
@@ -578,11 +745,17 @@ def lower_gather_nd(e, op, name):
     shape, indices_shape = e.tensor(op.inputs[0]).shape, e.tensor(op.inputs[1]).shape
     indices_nd = indices_shape[-1]
     require(1 <= indices_nd <= min(len(shape), MAX_DIMS), f"index tuples of {indices_nd} for rank {len(shape)}")
-    p = e.struct(f"{name}_params", GatherNdParams(
-        slices=math.prod(indices_shape[:-1]), indices_nd=indices_nd, slice_size=math.prod(shape[indices_nd:]),
-        elem_size=element_size(e.tensor(op.inputs[0])), element_steps=strides(shape)[:indices_nd]))
-    return (f"lt_gather_nd({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
-            f"{e.pointer(op.outputs[0], True)});")
+    p = e.struct(
+        f"{name}_params",
+        GatherNdParams(
+            slices=math.prod(indices_shape[:-1]),
+            indices_nd=indices_nd,
+            slice_size=math.prod(shape[indices_nd:]),
+            elem_size=element_size(e.tensor(op.inputs[0])),
+            element_steps=strides(shape)[:indices_nd],
+        ),
+    )
+    return f"lt_gather_nd({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, {e.pointer(op.outputs[0], True)});"
 
 
 def lower_select_v2(e, op, name):
@@ -596,11 +769,22 @@ def lower_select_v2(e, op, name):
         shape = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
         require(all(s in (1, o) for s, o in zip(shape, out_shape)), "inputs do not broadcast to the output")
         steps.append([st if s > 1 else 0 for s, st in zip(shape, strides(shape))])
-    p = e.struct(f"{name}_params", SelectParams(
-        ndim=len(out_shape), dims=list(out_shape), step_condition=steps[0], step_true=steps[1], step_false=steps[2],
-        elem_size=element_size(e.tensor(op.outputs[0]))))
-    return (f"lt_select({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, {e.pointer(op.inputs[2])}, "
-            f"{e.pointer(op.outputs[0], True)});")
+    p = e.struct(
+        f"{name}_params",
+        SelectParams(
+            ndim=len(out_shape),
+            dims=list(out_shape),
+            step_condition=steps[0],
+            step_true=steps[1],
+            step_false=steps[2],
+            elem_size=element_size(e.tensor(op.outputs[0])),
+        ),
+    )
+    return (
+        f"lt_select({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, {e.pointer(op.inputs[2])}, "
+        f"{e.pointer(op.outputs[0], True)});"
+    )
+
 
 ANY_TYPE = ("int8", "uint8", "int16", "int32", "float32")
 ANY_OUTPUT = tuple(f"*->{t}" for t in ANY_TYPE)  # the first input is not the data
@@ -629,11 +813,19 @@ KERNELS = (
     Kernel("FILL", lower_fill, ANY_OUTPUT, "the value may be computed"),
     Kernel("ZEROS_LIKE", lower_zeros_like, WITH_INT64),
     Kernel("REVERSE_V2", lower_reverse_v2, EVERY_TYPE, "contiguous axes, as TFLM requires"),
-    Kernel("DYNAMIC_UPDATE_SLICE", lower_dynamic_update_slice, ("float32", "int8", "int16", "int32"),
-           "int32 or int64 start indices, computed or constant"),
+    Kernel(
+        "DYNAMIC_UPDATE_SLICE",
+        lower_dynamic_update_slice,
+        ("float32", "int8", "int16", "int32"),
+        "int32 or int64 start indices, computed or constant",
+    ),
     Kernel("BROADCAST_ARGS", lower_broadcast_args, ("int32", "int64"), "computed or constant shapes"),
-    Kernel("EMBEDDING_LOOKUP", lower_embedding_lookup, ("*->int8", "*->float32"),
-           "int8 or float32 rows; int8 rows to float32 dequantized (zero point 0)"),
+    Kernel(
+        "EMBEDDING_LOOKUP",
+        lower_embedding_lookup,
+        ("*->int8", "*->float32"),
+        "int8 or float32 rows; int8 rows to float32 dequantized (zero point 0)",
+    ),
     Kernel("GATHER", lower_gather, ANY_TYPE, "int32 indices; batch_dims"),
     Kernel("GATHER_ND", lower_gather_nd, ANY_TYPE, "int32 indices"),
     Kernel("SELECT_V2", lower_select_v2, ANY_OUTPUT, "broadcasting up to 6-D"),

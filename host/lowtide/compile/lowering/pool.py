@@ -12,13 +12,13 @@ from lowtide.compile.kernel_params import MAX_DIMS, AxisParams, ConvParams, Mean
 from lowtide.compile.lowering.conv import window_geometry
 from lowtide.compile.lowering.elementwise import add_n_rescale
 from lowtide.compile.lowering.emitter import (
-    attributes_of,
     NO_FLOAT_ACTIVATION,
     NO_QUANTIZED_ACTIVATION,
     Kernel,
     ModelEmitter,
     QuantizedActivation,
     Unsupported,
+    attributes_of,
     float_activation,
     quantized_activation,
     require,
@@ -36,12 +36,18 @@ def _pool(e, op, name, kind):
         in_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.outputs[0])
         require(in_q == out_q, "int8 pooling needs equal input and output quantization")
         # no offsets: the input's quantization is the output's
-        params = ConvParams(**asdict(window), input_offset=0, output_offset=0,
-                            **quantized_activation(e, op, op.outputs[0]), **NO_FLOAT_ACTIVATION)
+        params = ConvParams(
+            **asdict(window),
+            input_offset=0,
+            output_offset=0,
+            **quantized_activation(e, op, op.outputs[0]),
+            **NO_FLOAT_ACTIVATION,
+        )
         suffix = "s8"
     elif ins == ["float32"] and outs == ["float32"]:
-        params = ConvParams(**asdict(window), input_offset=0, output_offset=0,
-                            **NO_QUANTIZED_ACTIVATION, **float_activation(op))
+        params = ConvParams(
+            **asdict(window), input_offset=0, output_offset=0, **NO_QUANTIZED_ACTIVATION, **float_activation(op)
+        )
         suffix = "f32"
     else:
         raise Unsupported(f"types {ins} -> {outs}")
@@ -80,9 +86,15 @@ def _reduction(e: ModelEmitter, op: Operator) -> Reduction:
     axes = sorted({int(a) % len(shape) for a in e.constant_values(op.inputs[1]).reshape(-1)})
     kept = [d for d in range(len(shape)) if d not in axes]
     st = strides(shape)
-    return Reduction(kept_ndim=len(kept), kept_dims=[shape[d] for d in kept], kept_steps=[st[d] for d in kept],
-                     reduced_ndim=len(axes), reduced_dims=[shape[d] for d in axes],
-                     reduced_steps=[st[d] for d in axes], count=math.prod(shape[d] for d in axes))
+    return Reduction(
+        kept_ndim=len(kept),
+        kept_dims=[shape[d] for d in kept],
+        kept_steps=[st[d] for d in kept],
+        reduced_ndim=len(axes),
+        reduced_dims=[shape[d] for d in axes],
+        reduced_steps=[st[d] for d in axes],
+        count=math.prod(shape[d] for d in axes),
+    )
 
 
 def _mean_or_sum(e: ModelEmitter, op: Operator, name: str, mean: bool) -> str:
@@ -97,8 +109,9 @@ def _mean_or_sum(e: ModelEmitter, op: Operator, name: str, mean: bool) -> str:
         m, s = q.quantize_multiplier(float(in_q.scale) / float(out_q.scale))
         if mean:
             m, s = q.mean_multiplier(m, s, shape["count"])
-        params = MeanParams(**shape, input_zero_point=in_q.zero_point, output_zero_point=out_q.zero_point,
-                            multiplier=m, shift=s)
+        params = MeanParams(
+            **shape, input_zero_point=in_q.zero_point, output_zero_point=out_q.zero_point, multiplier=m, shift=s
+        )
         function = f"lt_mean_{SUFFIXES[dtype]}"
     p = e.struct(f"{name}_params", params)
     return f"{function}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
@@ -116,8 +129,10 @@ def _extremum(e: ModelEmitter, op: Operator, name: str, kind: str) -> str:
     """REDUCE_MAX, REDUCE_MIN: int8 needs equal input and output quantization (TFLM's Eval checks it)."""
     dtype = e.tensor(op.inputs[0]).dtype
     if dtype == "int8":
-        require(e.quantization(op.inputs[0]) == e.quantization(op.outputs[0]),
-                "int8 needs equal input and output quantization")
+        require(
+            e.quantization(op.inputs[0]) == e.quantization(op.outputs[0]),
+            "int8 needs equal input and output quantization",
+        )
     # the extremes are compared as they are: no rescale
     params = MeanParams(**_reduction(e, op), input_zero_point=0, output_zero_point=0, multiplier=0, shift=0)
     p = e.struct(f"{name}_params", params)
@@ -132,12 +147,20 @@ def lower_reduce_min(e, op, name):
     return _extremum(e, op, name, "min")
 
 
-def _axis_params(e: ModelEmitter, op: Operator, name: str, axis: int, exclusive: bool = False,
-                 reverse: bool = False) -> str:
+def _axis_params(
+    e: ModelEmitter, op: Operator, name: str, axis: int, exclusive: bool = False, reverse: bool = False
+) -> str:
     shape = e.tensor(op.inputs[0]).shape
-    return e.struct(f"{name}_params", AxisParams(
-        outer=math.prod(shape[:axis]), axis_size=shape[axis], inner=math.prod(shape[axis + 1:]),
-        exclusive=int(exclusive), reverse=int(reverse)))
+    return e.struct(
+        f"{name}_params",
+        AxisParams(
+            outer=math.prod(shape[:axis]),
+            axis_size=shape[axis],
+            inner=math.prod(shape[axis + 1 :]),
+            exclusive=int(exclusive),
+            reverse=int(reverse),
+        ),
+    )
 
 
 def _single_axis(e: ModelEmitter, op: Operator) -> int:
@@ -151,8 +174,7 @@ def _arg_extremum(e: ModelEmitter, op: Operator, name: str, kind: str) -> str:
     ins, outs = tensor_types(e, op)
     require(outs == ["int32"] and ins[1] == "int32", f"types {ins} -> {outs} (int32 axis and output only)")
     p = _axis_params(e, op, name, _single_axis(e, op))
-    return (f"lt_arg_{kind}_{SUFFIXES[ins[0]]}({p}, {e.pointer(op.inputs[0])}, "
-            f"{e.pointer(op.outputs[0], True)});")
+    return f"lt_arg_{kind}_{SUFFIXES[ins[0]]}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
 
 
 def lower_arg_max(e, op, name):
@@ -171,8 +193,16 @@ def lower_cumsum(e, op, name):
     if dtype == "float32":
         return f"lt_cumsum_f32({p}, {source}, {target});"
     in_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.outputs[0])
-    rescale = e.struct(f"{name}_rescale", add_n_rescale(in_q.zero_point, in_q.scale, out_q.zero_point, out_q.scale,
-                                                        QuantizedActivation(act_min=q.INT8_MIN, act_max=q.INT8_MAX)))
+    rescale = e.struct(
+        f"{name}_rescale",
+        add_n_rescale(
+            in_q.zero_point,
+            in_q.scale,
+            out_q.zero_point,
+            out_q.scale,
+            QuantizedActivation(act_min=q.INT8_MIN, act_max=q.INT8_MAX),
+        ),
+    )
     return f"lt_cumsum_s8({p}, {rescale}, {source}, {target});"
 
 

@@ -7,8 +7,8 @@ import numpy as np
 from lowtide.compile import quantization as q
 from lowtide.compile.kernel_params import SvdfParams
 from lowtide.compile.lowering.emitter import (
-    attributes_of,
     Kernel,
+    attributes_of,
     folded_bias,
     pack_rows_by_four,
     require,
@@ -39,23 +39,42 @@ def lower_svdf(e, op, name):
     # Prepare multiplies and divides the float32 scales in float32, then widens to double
     m1, s1 = q.quantize_multiplier(float(f32(in_q.scale) * f32(f_q.scale) / f32(s_q.scale)))
     m2, s2 = q.quantize_multiplier(float(f32(s_q.scale) * f32(t_q.scale) / f32(out_q.scale)))
-    p = e.struct(f"{name}_params", SvdfParams(
-        batches=batches, input_size=input_size, num_filters=num_filters, num_units=num_filters // rank, rank=rank,
-        memory_size=memory, input_zero_point=in_q.zero_point, output_zero_point=out_q.zero_point,
-        state_zero_point=s_q.zero_point, feature_multiplier=m1, feature_shift=s1, output_multiplier=m2,
-        output_shift=s2))
+    p = e.struct(
+        f"{name}_params",
+        SvdfParams(
+            batches=batches,
+            input_size=input_size,
+            num_filters=num_filters,
+            num_units=num_filters // rank,
+            rank=rank,
+            memory_size=memory,
+            input_zero_point=in_q.zero_point,
+            output_zero_point=out_q.zero_point,
+            state_zero_point=s_q.zero_point,
+            feature_multiplier=m1,
+            feature_shift=s1,
+            output_multiplier=m2,
+            output_shift=s2,
+        ),
+    )
     rows, time_rows = e.constant_values(features), e.constant_values(times)
     packed = e.array(f"{name}_feature_weights", "uint32_t", pack_rows_by_four(rows), aligned=True)
     feature_bias = e.array(f"{name}_feature_bias", "int32_t", wrapped_int32(folded_bias(None, in_q.zero_point, rows)))
-    time_offset = e.array(f"{name}_time_offset", "int32_t",
-                          wrapped_int32(folded_bias(None, s_q.zero_point, time_rows)))
+    time_offset = e.array(f"{name}_time_offset", "int32_t", wrapped_int32(folded_bias(None, s_q.zero_point, time_rows)))
     e.declarations.append(
         f"static const lt_svdf_weights {name}_weights = {{{packed}, {feature_bias}, {e.pointer(times)}, "
-        f"{time_offset}, {e.pointer(bias) if bias >= 0 else 'NULL'}}};")
-    args = [p, f"&{name}_weights", e.pointer(data), e.pointer(state, True), e.scratch_pointer(op, 0),
-            e.scratch_pointer(op, 1), e.pointer(op.outputs[0], True)]
+        f"{time_offset}, {e.pointer(bias) if bias >= 0 else 'NULL'}}};"
+    )
+    args = [
+        p,
+        f"&{name}_weights",
+        e.pointer(data),
+        e.pointer(state, True),
+        e.scratch_pointer(op, 0),
+        e.scratch_pointer(op, 1),
+        e.pointer(op.outputs[0], True),
+    ]
     return f"lt_svdf_s8_{'s16' if ins[2] == 'int16' else 's8'}({', '.join(args)});"
-
 
 
 KERNELS = (Kernel("SVDF", lower_svdf, ("int8",), "int16 or int8 time weights and state"),)

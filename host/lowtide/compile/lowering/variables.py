@@ -10,8 +10,7 @@ from lowtide.model.ir import resource_key
 def lower_var_handle(e, op, name):
     """Handles are resolved at compile time: READ_VARIABLE and ASSIGN_VARIABLE name the state member."""
     variable = e.resources.get(resource_key(op))
-    require(variable is not None, f"resource variable {resource_key(op)[1].decode(errors='replace')} is never "
-                                  f"assigned")
+    require(variable is not None, f"resource variable {resource_key(op)[1].decode(errors='replace')} is never assigned")
     return f"/* handle of {STATE_OBJECT}.{variable.member} */"
 
 
@@ -39,12 +38,12 @@ def lower_call_once(e, op, name):
         data = e.graph.constant_array(init_op.inputs[1], subgraph=init.index)
         require(data is not None and value.dtype in C_TYPES, "init subgraph assigns a non-constant value")
         source = e.array(f"{name}_value{len(statements)}", C_TYPES[value.dtype], data.reshape(-1))
-        statements.append(f"lt_copy({source}, {e.resource(init.index, init_op.inputs[0], value.nbytes)}, "
-                          f"{value.nbytes}u);")
+        statements.append(
+            f"lt_copy({source}, {e.resource(init.index, init_op.inputs[0], value.nbytes)}, {value.nbytes}u);"
+        )
     flag = f"call_once{op.index}"
     e.call_once_flags.append(flag)
     return f"if (!{STATE_OBJECT}.{flag}) {{ {' '.join(statements)} {STATE_OBJECT}.{flag} = 1; }}"
-
 
 
 KERNELS = (

@@ -52,8 +52,9 @@ def lock_resource(place: str, coordinator: str | None) -> str:
 
 
 @contextlib.contextmanager
-def acquired_place(place: str, coordinator: str | None, wait: float,
-                   on_wait: Callable[[str], None] | None = None) -> Iterator[PlaceSerial]:
+def acquired_place(
+    place: str, coordinator: str | None, wait: float, on_wait: Callable[[str], None] | None = None
+) -> Iterator[PlaceSerial]:
     """`place` acquired for the duration, as its serial port. Waits at most `wait` seconds for another client's
     acquisition to end; the caller holds `lock_resource(place, coordinator)`."""
     try:
@@ -71,8 +72,9 @@ def acquired_place(place: str, coordinator: str | None, wait: float,
             with _quiet():
                 return loop.run_until_complete(asyncio.wait_for(step, COORDINATOR_TIMEOUT_S))
         except TimeoutError:
-            raise LowtideError(f"labgrid coordinator {address}: no answer within {COORDINATOR_TIMEOUT_S:g} s "
-                               f"while {what}") from None
+            raise LowtideError(
+                f"labgrid coordinator {address}: no answer within {COORDINATOR_TIMEOUT_S:g} s while {what}"
+            ) from None
         except LabgridError as exc:
             raise LowtideError(f"labgrid place {place!r} on {address}: {exc}") from None
 
@@ -82,8 +84,11 @@ def acquired_place(place: str, coordinator: str | None, wait: float,
             try:
                 asyncio.set_event_loop(loop)  # grpc's channel, made with the session, belongs to the current loop
                 with _quiet():
-                    session = start_session(address, loop=loop, extra={
-                        "args": argparse.Namespace(place=place, allow_unmatched=False, kick=False)})
+                    session = start_session(
+                        address,
+                        loop=loop,
+                        extra={"args": argparse.Namespace(place=place, allow_unmatched=False, kick=False)},
+                    )
             except LabgridError as exc:
                 raise LowtideError(f"cannot reach the labgrid coordinator at {address}: {exc}") from None
             me = f"{session.gethostname()}/{session.getuser()}"
@@ -93,8 +98,9 @@ def acquired_place(place: str, coordinator: str | None, wait: float,
                 run(session.sync_with_coordinator(), "reading the places")
                 if place not in session.places:
                     known = ", ".join(sorted(session.places)) or "none"
-                    raise LowtideError(f"labgrid place {place!r} does not exist on the coordinator at {address} "
-                                       f"(places: {known})")
+                    raise LowtideError(
+                        f"labgrid place {place!r} does not exist on the coordinator at {address} (places: {known})"
+                    )
                 holder = session.places[place].acquired
                 if not holder:
                     run(session.acquire(), "acquiring the place")
@@ -108,8 +114,9 @@ def acquired_place(place: str, coordinator: str | None, wait: float,
                 if holder == me:
                     break  # acquired by hand on this host: use it, and leave it acquired
                 if time.monotonic() >= deadline:
-                    raise LowtideError(f"labgrid place {place!r} is acquired by {holder}; gave up after waiting "
-                                       f"{wait:g} s")
+                    raise LowtideError(
+                        f"labgrid place {place!r} is acquired by {holder}; gave up after waiting {wait:g} s"
+                    )
                 if not told and on_wait:
                     on_wait(holder)
                     told = True
@@ -137,8 +144,9 @@ def _serial_port(place: str, resources: dict) -> PlaceSerial:
         kinds = ", ".join(sorted({cls for _, cls in resources})) or "no resources"
         raise LowtideError(f"labgrid place {place!r} exports no NetworkSerialPort ({kinds})")
     if len(ports) > 1:
-        raise LowtideError(f"labgrid place {place!r} exports {len(ports)} NetworkSerialPorts: give the board its own "
-                           f"place")
+        raise LowtideError(
+            f"labgrid place {place!r} exports {len(ports)} NetworkSerialPorts: give the board its own place"
+        )
     entry = ports[0]
     if not entry.avail:
         raise LowtideError(f"labgrid place {place!r}: its NetworkSerialPort is not available (exporter gone?)")

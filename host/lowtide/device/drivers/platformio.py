@@ -56,8 +56,12 @@ REGISTRY_HOSTS = ("api.registry.platformio.org", "api.registry.nm1.platformio.or
 _REGISTRY_CONNECT_TIMEOUT_S = 5.0
 # OpenOCD 0.12's words when no probe answers (ST-LINK, CMSIS-DAP, J-Link, FTDI), and when one is there but its USB
 # device may not be opened (no udev rule).
-_NO_PROBE = ("open failed", "unable to find a matching CMSIS-DAP device", "No J-Link device found",
-             "unable to open ftdi device")
+_NO_PROBE = (
+    "open failed",
+    "unable to find a matching CMSIS-DAP device",
+    "No J-Link device found",
+    "unable to open ftdi device",
+)
 _PROBE_DENIED = "LIBUSB_ERROR_ACCESS"
 # Sections of a GCC ELF that are neither loaded into flash nor RAM.
 _UNLOADED_SECTIONS = (".comment", ".ARM.attributes", ".debug", ".stab", ".note", ".gnu")
@@ -89,7 +93,8 @@ class FirmwareImage:
 def _size_tool() -> str:
     """arm-none-eabi-size: Debian's on PATH, else the toolchain PlatformIO installed for a real board."""
     found = shutil.which("arm-none-eabi-size") or next(
-        iter(sorted((platformio_core_dir() / "packages").glob("toolchain-*/bin/arm-none-eabi-size"))), None)
+        iter(sorted((platformio_core_dir() / "packages").glob("toolchain-*/bin/arm-none-eabi-size"))), None
+    )
     if found is None:
         raise missing_tool("arm-none-eabi-size")
     return str(found)
@@ -112,8 +117,11 @@ def elf_sections(elf: Path) -> list[ElfSection]:
         raise LowtideError("arm-none-eabi-size took longer than 60 s", elf) from None
     if done.returncode != 0:
         raise LowtideError(f"arm-none-eabi-size failed: {done.stderr.strip() or done.returncode}", elf)
-    return [ElfSection(fields[0], int(fields[1]), int(fields[2])) for fields in map(str.split, done.stdout.splitlines())
-            if len(fields) == 3 and fields[0].startswith(".") and fields[1].isdigit() and fields[2].isdigit()]
+    return [
+        ElfSection(fields[0], int(fields[1]), int(fields[2]))
+        for fields in map(str.split, done.stdout.splitlines())
+        if len(fields) == 3 and fields[0].startswith(".") and fields[1].isdigit() and fields[2].isdigit()
+    ]
 
 
 def read_firmware_image(elf: Path, platformio_env: str) -> FirmwareImage:
@@ -140,24 +148,35 @@ def read_firmware_image(elf: Path, platformio_env: str) -> FirmwareImage:
 # --- building ------------------------------------------------------------------------------------------------------
 
 
-def _run_pio(project: Path, args: list[str], timeout: float, what: str, log_path: Path | None = None,
-             settings: dict[str, str] | None = None) -> None:
+def _run_pio(
+    project: Path,
+    args: list[str],
+    timeout: float,
+    what: str,
+    log_path: Path | None = None,
+    settings: dict[str, str] | None = None,
+) -> None:
     """Runs `pio ARGS` on `project` from inside it (an uploader gets paths relative to it), with `settings`
     (PLATFORMIO_* variables) in its environment; a failure becomes one line: lowtide's own error (the project
     script's), a linker's memory overflow, no probe answering an upload, or the log's last error line, with the
     whole log kept in `log_path`."""
     try:
-        done = subprocess.run([sys.executable, "-m", "platformio", *args, "-d", str(project)], cwd=project,
-                              env=platformio_environment(settings),
-                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              timeout=timeout)
+        done = subprocess.run(
+            [sys.executable, "-m", "platformio", *args, "-d", str(project)],
+            cwd=project,
+            env=platformio_environment(settings),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
+        )
     except subprocess.TimeoutExpired:
         raise LowtideError(f"{what} took longer than {timeout:g} s") from None
     if log_path:
         log_path.write_bytes(done.stdout)
     if done.returncode != 0:
         lines = [line.strip() for line in done.stdout.decode("utf-8", "replace").splitlines() if line.strip()]
-        ours = [line[len("lowtide: error: "):] for line in lines if line.startswith("lowtide: error: ")]
+        ours = [line[len("lowtide: error: ") :] for line in lines if line.startswith("lowtide: error: ")]
         overflows = [line.split("ld: ")[-1] for line in lines if "overflowed by" in line or "RAM overflow" in line]
         errors = [line for line in lines if "error" in line.lower()]
         no_probe = [line for line in lines if any(marker in line for marker in _NO_PROBE)]
@@ -165,23 +184,29 @@ def _run_pio(project: Path, args: list[str], timeout: float, what: str, log_path
         if ours:
             detail = ours[-1]
         elif denied:
-            detail = (f"the probe's USB device cannot be opened ({_PROBE_DENIED}): install OpenOCD's udev rules "
-                      "(Debian's openocd ships /usr/lib/udev/rules.d/60-openocd.rules) or run as a user who may")
+            detail = (
+                f"the probe's USB device cannot be opened ({_PROBE_DENIED}): install OpenOCD's udev rules "
+                "(Debian's openocd ships /usr/lib/udev/rules.d/60-openocd.rules) or run as a user who may"
+            )
         elif no_probe:
-            detail = (f"no debug probe found (openocd: {no_probe[-1]}): connect the board's ST-LINK USB port"
-                      + (f" (log: {log_path})" if log_path else ""))
+            detail = f"no debug probe found (openocd: {no_probe[-1]}): connect the board's ST-LINK USB port" + (
+                f" (log: {log_path})" if log_path else ""
+            )
         else:
             detail = (overflows or errors or lines or ["no output"])[-1]
             if any(marker in line for line in lines for marker in _REGISTRY_FAILURES):
-                detail += (" (PlatformIO could not reach its registry, where real boards' platforms come from; the ST "
-                           f"boards build without it from the archives {ARCHIVES_SETTING} names)")
+                detail += (
+                    " (PlatformIO could not reach its registry, where real boards' platforms come from; the ST "
+                    f"boards build without it from the archives {ARCHIVES_SETTING} names)"
+                )
             if log_path:
                 detail += f" (log: {log_path})"
         raise LowtideError(f"{what} failed: {detail}")
 
 
-_MEMORY_REGION = re.compile(r"^\s*(\w+)\s*\(([rwx!]+)\)\s*:\s*ORIGIN\s*=\s*(\w+)\s*,\s*LENGTH\s*=\s*(\d+)\s*([KM]?)",
-                            re.M)
+_MEMORY_REGION = re.compile(
+    r"^\s*(\w+)\s*\(([rwx!]+)\)\s*:\s*ORIGIN\s*=\s*(\w+)\s*,\s*LENGTH\s*=\s*(\d+)\s*([KM]?)", re.M
+)
 
 
 @dataclass(frozen=True)
@@ -208,9 +233,12 @@ def linker_regions(script: Path) -> list[MemoryRegion]:
         try:
             start = int(origin, 0)
         except ValueError:
-            raise LowtideError(f"the linker script's region {name} has ORIGIN = {origin}, not a number", script) from None
-        regions.append(MemoryRegion(name, start, int(length) * {"": 1, "K": 1024, "M": 1024 * 1024}[unit],
-                                    "w" in attributes))
+            raise LowtideError(
+                f"the linker script's region {name} has ORIGIN = {origin}, not a number", script
+            ) from None
+        regions.append(
+            MemoryRegion(name, start, int(length) * {"": 1, "K": 1024, "M": 1024 * 1024}[unit], "w" in attributes)
+        )
     return regions
 
 
@@ -229,8 +257,11 @@ def check_memory_map(spec: BoardSpec) -> None:
     ram, flash = linker_memory(DATA_DIR / script)
     for what, stated, mapped in (("sram_bytes", spec.sram_bytes, ram), ("flash_bytes", spec.flash_bytes, flash)):
         if stated > mapped:
-            raise LowtideError(f"bad board file: {what} = {stated:,} does not fit the part: {spec.platformio_env}'s "
-                               f"memory map ({script}) has {mapped:,} B", spec.path)
+            raise LowtideError(
+                f"bad board file: {what} = {stated:,} does not fit the part: {spec.platformio_env}'s "
+                f"memory map ({script}) has {mapped:,} B",
+                spec.path,
+            )
 
 
 @cache
@@ -260,9 +291,12 @@ def registry_needed(spec: BoardSpec) -> str | None:
     if registry_unreachable() is None:
         return None
     framework = env_option(spec.platformio_env, spec.platformio_config, "framework")
-    return (f"not built here: its platform {platform}" + (f" (framework {framework})" if framework else "")
-            + " comes from PlatformIO's registry, which this machine cannot reach"
-            + (f"; set {ARCHIVES_SETTING} to build it from PlatformIO's archives" if platform == ST_PLATFORM else ""))
+    return (
+        f"not built here: its platform {platform}"
+        + (f" (framework {framework})" if framework else "")
+        + " comes from PlatformIO's registry, which this machine cannot reach"
+        + (f"; set {ARCHIVES_SETTING} to build it from PlatformIO's archives" if platform == ST_PLATFORM else "")
+    )
 
 
 def check_registry_reachable(spec: BoardSpec) -> None:
@@ -299,8 +333,13 @@ def build_project(project: FirmwareProject, files: dict[str, bytes], reuse_built
         stamp.unlink(missing_ok=True)
         write_project(directory, files)
         ensure_tool_scons()
-        _run_pio(directory, ["run", "-e", project.platformio_env], BUILD_TIMEOUT_S, what,
-                 directory / f"pio-{project.platformio_env}.log")
+        _run_pio(
+            directory,
+            ["run", "-e", project.platformio_env],
+            BUILD_TIMEOUT_S,
+            what,
+            directory / f"pio-{project.platformio_env}.log",
+        )
         if not project.elf.is_file():
             raise LowtideError(f"the {project.platformio_env} build produced no firmware.elf", directory)
         stamp.write_text(f"{project.elf}\n")  # published last: a folder without it was never fully built
@@ -308,8 +347,9 @@ def build_project(project: FirmwareProject, files: dict[str, bytes], reuse_built
 
 def uploads_with_openocd(spec: BoardSpec) -> bool:
     """The env uploads through OpenOCD with an ST-LINK: an ST env with the platform's own upload protocol."""
-    return (env_platform(spec.platformio_env, spec.platformio_config) == ST_PLATFORM
-            and env_option(spec.platformio_env, spec.platformio_config, "upload_protocol") in ("", "stlink"))
+    return env_platform(spec.platformio_env, spec.platformio_config) == ST_PLATFORM and env_option(
+        spec.platformio_env, spec.platformio_config, "upload_protocol"
+    ) in ("", "stlink")
 
 
 def upload_probe(spec: BoardSpec, port: str) -> str | None:
@@ -320,8 +360,10 @@ def upload_probe(spec: BoardSpec, port: str) -> str | None:
     found = port_candidate(port)
     serial = found.serial_number if found else None
     if wanted and serial and serial.lower() != wanted.lower():
-        raise LowtideError(f"{port} is the port of the probe with serial {serial}, not {wanted} (--probe or the "
-                           f"board file's probe_serial): not flashing one board to measure another")
+        raise LowtideError(
+            f"{port} is the port of the probe with serial {serial}, not {wanted} (--probe or the "
+            f"board file's probe_serial): not flashing one board to measure another"
+        )
     return serial or wanted
 
 
@@ -331,9 +373,11 @@ def check_one_probe(spec: BoardSpec, port: str) -> None:
     usb_ids = {usb_id.upper() for usb_id in spec.serial.usb_ids} if spec.serial else set()
     attached = [candidate for candidate in serial_port_candidates() if candidate.usb_id in usb_ids]
     if len(attached) > 1:
-        raise LowtideError(f"{port} has no USB serial number and {len(attached)} boards with {spec.name}'s USB IDs "
-                           f"are attached ({'; '.join(candidate.describe() for candidate in attached)}): OpenOCD "
-                           f"would flash any one of them; choose it with --probe SERIAL")
+        raise LowtideError(
+            f"{port} has no USB serial number and {len(attached)} boards with {spec.name}'s USB IDs "
+            f"are attached ({'; '.join(candidate.describe() for candidate in attached)}): OpenOCD "
+            f"would flash any one of them; choose it with --probe SERIAL"
+        )
 
 
 _PROBE_SERIAL = re.compile(r"[0-9A-Za-z._-]+")
@@ -363,8 +407,10 @@ def upload_settings(spec: BoardSpec, port: str) -> dict[str, str]:
             check_one_probe(spec, port)
         settings = openocd_upload_flags(probe)
         if archives_dir() is not None and shutil.which("openocd") is None:
-            raise LowtideError("openocd not found: install OpenOCD (Debian: apt-get install --no-install-recommends "
-                               "openocd), which flashes the ST boards without PlatformIO's registry")
+            raise LowtideError(
+                "openocd not found: install OpenOCD (Debian: apt-get install --no-install-recommends "
+                "openocd), which flashes the ST boards without PlatformIO's registry"
+            )
     return settings
 
 
@@ -376,6 +422,11 @@ def upload_image(spec: BoardSpec, image: FirmwareImage, port: str, settings: dic
     if env_platform(spec.platformio_env, spec.platformio_config) == ST_PLATFORM and archives_dir() is not None:
         ensure_st_uploaders()
     with exclusive_lock(project.with_name(project.name + ".lock")):
-        _run_pio(project, ["run", "-v", "-e", spec.platformio_env, "-t", "upload", "--upload-port", port],
-                 UPLOAD_TIMEOUT_S, f"uploading the {spec.platformio_env} firmware for {model}",
-                 project / f"pio-{spec.platformio_env}-upload.log", settings)
+        _run_pio(
+            project,
+            ["run", "-v", "-e", spec.platformio_env, "-t", "upload", "--upload-port", port],
+            UPLOAD_TIMEOUT_S,
+            f"uploading the {spec.platformio_env} firmware for {model}",
+            project / f"pio-{spec.platformio_env}-upload.log",
+            settings,
+        )

@@ -39,8 +39,9 @@ def run_emulator(command: tuple[str, ...], elf: Path, timeout: float) -> Iterato
         argv = [part.format(port=port, elf=elf) for part in command]
         with tempfile.TemporaryFile() as stderr_file:
             try:
-                process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                           stderr=stderr_file)
+                process = subprocess.Popen(
+                    argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr_file
+                )
             except OSError as exc:
                 raise LowtideError(f"cannot start {argv[0]}: {exc.strerror or exc}") from None
             try:

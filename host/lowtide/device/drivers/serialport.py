@@ -59,9 +59,11 @@ def detect_serial_port(board: str, usb_ids: tuple[str, ...], probe_serial: str |
     if len(matching) == 1:
         return matching[0].device
     if matching:
-        raise LowtideError(f"several serial ports match {board} ({looked_for}): "
-                           f"{'; '.join(port.describe() for port in matching)}; choose one with --probe SERIAL "
-                           f"or --port")
+        raise LowtideError(
+            f"several serial ports match {board} ({looked_for}): "
+            f"{'; '.join(port.describe() for port in matching)}; choose one with --probe SERIAL "
+            f"or --port"
+        )
     others = f"ports found: {'; '.join(port.describe() for port in ports)}" if ports else "no serial ports at all"
     raise LowtideError(f"no serial port matches {board} ({looked_for}); {others}; connect the board or give --port")
 
@@ -70,8 +72,9 @@ def port_candidate(port: str) -> SerialPortCandidate | None:
     """The listed port that `port` is (a /dev/serial/by-id/... link resolved), None for one not listed (a URL, a
     pty)."""
     device = os.path.realpath(port)
-    return next((candidate for candidate in serial_port_candidates()
-                 if os.path.realpath(candidate.device) == device), None)
+    return next(
+        (candidate for candidate in serial_port_candidates() if os.path.realpath(candidate.device) == device), None
+    )
 
 
 def open_port(url: str, timeout: float, baudrate: int = DEFAULT_BAUDRATE) -> SerialLink:
