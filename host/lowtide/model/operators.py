@@ -119,6 +119,27 @@ def _rows(
     return {opcode: Semantics(tiling, in_place) for opcode in opcodes}
 
 
+# Element by element too, with numpy broadcasting of any operand, but not tiled (comparisons, selects, sums of many
+# operands): stale-memory analysis propagates through them as through the unary and binary families.
+OTHER_ELEMENTWISE_OPCODES = frozenset(
+    {
+        "ADD_N",
+        "FLOOR_DIV",
+        "FLOOR_MOD",
+        "POW",
+        "LESS",
+        "LESS_EQUAL",
+        "GREATER",
+        "GREATER_EQUAL",
+        "EQUAL",
+        "NOT_EQUAL",
+        "LOGICAL_AND",
+        "LOGICAL_OR",
+        "SELECT",
+        "SELECT_V2",
+    }
+)
+
 # TFLM's depthwise and element-wise kernels that read an input element after writing over one: the cases lowtide's
 # compiled runtime does run in place (`memory.in_place`), which TFLM's must never.
 _TFLM_READS_WHILE_WRITING = frozenset(
@@ -146,20 +167,6 @@ SEMANTICS: dict[str, Semantics] = {
             "LOG_SOFTMAX",
             "L2_NORMALIZATION",
             "LOCAL_RESPONSE_NORMALIZATION",
-            "ADD_N",
-            "FLOOR_DIV",
-            "FLOOR_MOD",
-            "POW",
-            "LESS",
-            "LESS_EQUAL",
-            "GREATER",
-            "GREATER_EQUAL",
-            "EQUAL",
-            "NOT_EQUAL",
-            "LOGICAL_AND",
-            "LOGICAL_OR",
-            "SELECT",
-            "SELECT_V2",
             "REDUCE_ANY",
             "REDUCE_ALL",
             "ARG_MAX",
@@ -190,6 +197,7 @@ SEMANTICS: dict[str, Semantics] = {
             "IF",
             "WHILE",
         }
+        | OTHER_ELEMENTWISE_OPCODES
         | SIDE_EFFECT_OPCODES,
         TilingClass.NONE,
     ),

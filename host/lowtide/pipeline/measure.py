@@ -7,6 +7,7 @@ handed to the device layer, which runs the model on the board and compares (lowt
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from lowtide import oracle
@@ -56,29 +57,15 @@ def measure(
             raise LowtideError(f"--probe picks a board lowtide flashes: --board {target.name} is not one")
         target = board_for_spec(with_probe(target.spec, probe))
     resource = target.lock_resource(port) if take_lock else None
-    if resource is None:
-        return _measure(
-            target,
-            graph,
-            model_path,
-            port,
-            iterations,
-            warmup,
-            timeout,
-            seed,
-            profile_ops,
-            progress,
-            chosen,
-            lock_timeout,
-            on_wait,
-        )
     what = f"board {target.name}" + (f" on {port}" if port else "")
 
     def lock_wait(holder: locking.LockHolder | None) -> None:
         if on_wait:
             on_wait("lock", holder.describe() if holder else "another run")
 
-    with locking.locked(resource, lock_timeout, what, lock_wait):
+    # Without a lock (the caller holds it, or the board needs none) the run is the same, only not waited for.
+    held = contextlib.nullcontext() if resource is None else locking.locked(resource, lock_timeout, what, lock_wait)
+    with held:
         return _measure(
             target,
             graph,

@@ -44,6 +44,7 @@ from lowtide.model.attributes import (
 from lowtide.model.ir import Graph, Operator
 from lowtide.model.operators import (
     BINARY_OPCODES,
+    OTHER_ELEMENTWISE_OPCODES,
     PAD_OPCODES,
     POOL_OPCODES,
     REDUCE_OPCODES,
@@ -52,30 +53,8 @@ from lowtide.model.operators import (
     nearest_indices,
 )
 
-# Element by element, with numpy broadcasting of any operand (beyond the model's unary and binary families, which
-# tiling needs narrower: comparisons, selects, sums of many operands).
-ELEMENTWISE_OPCODES = (
-    UNARY_OPCODES
-    | BINARY_OPCODES
-    | frozenset(
-        {
-            "ADD_N",
-            "FLOOR_DIV",
-            "FLOOR_MOD",
-            "POW",
-            "LESS",
-            "LESS_EQUAL",
-            "GREATER",
-            "GREATER_EQUAL",
-            "EQUAL",
-            "NOT_EQUAL",
-            "LOGICAL_AND",
-            "LOGICAL_OR",
-            "SELECT",
-            "SELECT_V2",
-        }
-    )
-)
+# Element by element, with numpy broadcasting of any operand.
+ELEMENTWISE_OPCODES = UNARY_OPCODES | BINARY_OPCODES | OTHER_ELEMENTWISE_OPCODES
 # Every output element reads its whole last axis (a maximum, a sum or a norm over it).
 LAST_AXIS_OPCODES = frozenset({"SOFTMAX", "LOG_SOFTMAX", "L2_NORMALIZATION", "LOCAL_RESPONSE_NORMALIZATION"})
 # Outputs computed from shapes only, or constant: never from an element's value.
