@@ -229,7 +229,7 @@ class Hello:
     runtime: str
 
     def encode(self) -> bytes:
-        flags = HelloFlag.MODEL_READY if self.model_ready else 0
+        flags = (HelloFlag.MODEL_READY if self.model_ready else 0)
         head = self._HEAD.pack(
             self.protocol_version,
             flags,
@@ -344,7 +344,7 @@ class Run:
     profile_ops: bool = False
 
     def encode(self) -> bytes:
-        flags = RunFlag.PROFILE_OPS if self.profile_ops else 0
+        flags = (RunFlag.PROFILE_OPS if self.profile_ops else 0)
         return self._HEAD.pack(self.warmup, self.iterations, flags)
 
     @classmethod
@@ -575,19 +575,6 @@ class Error:
 
 
 Message = HelloRequest | SetInput | Run | Read | Hello | InputAck | Progress | Result | Data | Log | Error
-MESSAGE_CLASSES: dict[int, type[Message]] = {
-    cls.TYPE: cls
-    for cls in (
-        HelloRequest,
-        SetInput,
-        Run,
-        Read,
-        Hello,
-        InputAck,
-        Progress,
-        Result,
-        Data,
-        Log,
-        Error,
-    )
-}
+MESSAGE_CLASSES: dict[int, type[Message]] = {cls.TYPE: cls for cls in (
+    HelloRequest, SetInput, Run, Read, Hello, InputAck, Progress, Result, Data, Log, Error,
+)}
