@@ -75,9 +75,7 @@ class GraphEditor:
         t = fb.TensorT()
         t.shape, t.type, t.name, t.isVariable = list(shape), TYPE_CODES[dtype], name, variable
         if quantization is not None:
-            t.quantization = fb.QuantizationParametersT()
-            t.quantization.scale, t.quantization.zeroPoint = list(quantization.scale), list(quantization.zero_point)
-            t.quantization.quantizedDimension = quantization.axis
+            t.quantization = _quantization_table(quantization)
         t.buffer = 0 if data is None else self._buffer(np.asarray(data, dtype=dtype).tobytes())
         return self._add_tensor(t)
 
@@ -108,9 +106,7 @@ class GraphEditor:
     def activation(self, shape: tuple[int, ...], like: int, scale: float, zero_point: int, name: str) -> int:
         """A new activation of `like`'s type with its own per-tensor quantization."""
         index = self.activation_like(like, shape, name)
-        q = fb.QuantizationParametersT()
-        q.scale, q.zeroPoint = [float(scale)], [int(zero_point)]
-        self.tensors[index].quantization = q
+        self.tensors[index].quantization = _quantization_table(Quantization([float(scale)], [int(zero_point)]))
         return index
 
     def _buffer(self, data: bytes) -> int:
@@ -222,6 +218,14 @@ class GraphEditor:
         if self.model.signatureDefs:
             self.model.signatureDefs = [_renumbered_signature(s, renumber) for s in self.model.signatureDefs]
         return self.model
+
+
+def _quantization_table(quantization: Quantization) -> Any:
+    """The schema's quantization table of `quantization`."""
+    table = fb.QuantizationParametersT()
+    table.scale, table.zeroPoint = list(quantization.scale), list(quantization.zero_point)
+    table.quantizedDimension = quantization.axis
+    return table
 
 
 def _renumbered_signature(signature: Any, renumber: dict[int, int]) -> Any:
