@@ -106,12 +106,13 @@ def build_board_firmware(
     runtime: FirmwareRuntime | None = None,
     project_dir: Path | None = None,
     protocol: ProtocolDefines | None = None,
+    graph: Graph | None = None,
 ) -> FirmwareImage:
     """The firmware for `spec` with the model in it, run by `runtime` (default: the board's): refused before
     building if the model cannot fit the board, built (or found built), and checked against the board's memory
-    from its ELF."""
+    from its ELF. `graph`: the model at `model_path`, when the caller has already read and validated it."""
     runtime = runtime_for(spec.runtime, runtime)
-    graph = load_model(model_path)
+    graph = graph if graph is not None else load_model(model_path)
     early = runtime.estimate_before_sizing(graph)
     if early is not None:
         # Before TFLM is built to size the arena: the head alone and the model file must fit.
@@ -140,7 +141,9 @@ def upload_firmware(
     upload_image(spec, image, port, settings, model_path.name)
 
 
-def board_firmware(board: Board, model_path: Path, runtime: FirmwareRuntime | None = None) -> FirmwareImage | None:
+def board_firmware(
+    board: Board, model_path: Path, graph: Graph, runtime: FirmwareRuntime | None = None
+) -> FirmwareImage | None:
     """The firmware `board` runs for `model_path` with `runtime` (None: the board file's), built and checked against
     the board's memory; None for a board that runs what it is given or was flashed beforehand."""
     if board.spec is None:
@@ -149,7 +152,7 @@ def board_firmware(board: Board, model_path: Path, runtime: FirmwareRuntime | No
                 f"--board {board.name} runs whatever it runs: --runtime applies to boards lowtide builds firmware for"
             )
         return None
-    return build_board_firmware(board.spec, Path(model_path), runtime)
+    return build_board_firmware(board.spec, Path(model_path), runtime, graph=graph)
 
 
 def predicted_arena(board: Board, graph: Graph, runtime: FirmwareRuntime | None = None) -> Arena32 | None:

@@ -100,7 +100,9 @@ def _measure(
 ) -> MeasureResult:
     inputs = oracle.random_inputs(graph, seed)
     outputs = oracle.run(model_path.read_bytes(), inputs, path=str(model_path)).outputs
-    image = board_firmware(target, model_path, runtime)  # boards lowtide builds for: refused here if it cannot fit
+    image = board_firmware(
+        target, model_path, graph, runtime
+    )  # boards lowtide builds for: refused here if it cannot fit
     predicted = predicted_arena(target, graph, runtime)
     expected = Expected(
         model=str(model_path),
