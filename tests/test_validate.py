@@ -23,7 +23,8 @@ from lowtide.model.builder import ModelBuilder
 from lowtide.model.offline_memory import OfflinePlan, PlanFormatError
 from lowtide.model.schema import TYPE_CODES, fb
 from lowtide.model.validate import MAX_TENSOR_BYTES_ENV
-from lowtide.model.writer import set_offline_plan, write_files
+from lowtide.model.writer import set_offline_plan
+from lowtide.storage import write_files
 from lowtide.text import escape
 from lowtide.validation import load_model, model_problems
 from support.hostile import COMMANDS, assert_kept_promise, run_in_process, run_subprocess

@@ -13,7 +13,6 @@ them, TFLM's offsets are used.
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +32,7 @@ from lowtide.memory import Buffer, Executor, align_up, arena_head, buffers_to_pl
 from lowtide.memory.placement import place, placement_budget, tflm_offsets_with_plan
 from lowtide.model import Graph
 from lowtide.model.ir import TensorKind
+from lowtide.storage import replacing
 from lowtide.validation import load_model
 
 LT_TYPE_NAMES = {
@@ -77,9 +77,8 @@ class CompiledModel:
         written = []
         for name, text in self.files.items():
             path = directory / name
-            tmp = path.with_name(f".{name}.tmp")
-            tmp.write_text(text)
-            os.replace(tmp, path)
+            with replacing(path) as temporary:
+                temporary.write_text(text)
             written.append(path)
         return written
 

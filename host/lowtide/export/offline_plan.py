@@ -23,9 +23,10 @@ from lowtide.memory.lifetimes import Buffer, Order
 from lowtide.memory.placement import check_no_overlap, offline_plan, tflm_offsets_with_plan
 from lowtide.model.ir import Graph
 from lowtide.model.reader import read_model
-from lowtide.model.writer import model_bytes, set_offline_plan, write_files
+from lowtide.model.writer import model_bytes, set_offline_plan
 from lowtide.oracle import allocate
 from lowtide.schedule import apply_order
+from lowtide.storage import write_files
 from lowtide.tflm import DEFAULT_CORE, Arena32Mode, Mcu32Arena, mcu32_arena
 from lowtide.tflm.tree import KernelSet
 from lowtide.validation import model_problems

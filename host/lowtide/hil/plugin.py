@@ -25,6 +25,7 @@ from lowtide.device import locking
 from lowtide.errors import LowtideError
 from lowtide.hil.baselines import Baseline, BaselineKey, baseline_of, figures_of, load_baselines, merge_baselines
 from lowtide.hil.compare import Comparison, ToleranceOverrides, Tolerances, compare
+from lowtide.storage import FileLock
 
 if TYPE_CHECKING:
     from lowtide.device.measure import MeasureResult
@@ -79,7 +80,7 @@ class HilSession:
     outcomes: dict[str, list[str]] = field(default_factory=dict)
     updates: dict[BaselineKey, Baseline] = field(default_factory=dict)
     claimed: set[BaselineKey] = field(default_factory=set)
-    locks: dict[str, locking.HeldLock] = field(default_factory=dict)
+    locks: dict[str, FileLock] = field(default_factory=dict)
     gave_up: set[str] = field(default_factory=set)  # lock resources that timed out once: not waited for again
     written_entries: int | None = None
     write_error: str | None = None

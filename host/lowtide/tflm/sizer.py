@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import subprocess
 import tempfile
@@ -24,7 +23,7 @@ from pathlib import Path
 from lowtide.errors import LowtideError, missing_tool
 from lowtide.model.ir import Graph
 from lowtide.resources import BSP_DIR, LOCAL_PLATFORM_DIR, MPS_LINKER_SCRIPTS, PROTOCOL_DIR, TFLM_GLUE_DIR
-from lowtide.storage import cache_dir, cache_error, exclusive_lock, write_atomically
+from lowtide.storage import cache_dir, cache_error, exclusive_lock, replacing, write_atomically
 from lowtide.tflm.build import (
     DEBIAN_ARM_TOOLCHAIN,
     Core,
@@ -196,13 +195,12 @@ def _link_sizer(library: TflmLibrary, core: Core, calls: list[str], out: Path, e
         "-lc",
         "-lgcc",
         "-o",
-        str(elf) + ".tmp",
     ]
-    done = subprocess.run(link, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        lines = [line for line in done.stderr.splitlines() if line.strip()] or ["no output"]
-        raise LowtideError(f"linking the TFLM arena sizer failed: {lines[-1]}", out)
-    os.replace(str(elf) + ".tmp", elf)
+    with replacing(elf) as linked:
+        done = subprocess.run([*link, str(linked)], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            lines = [line for line in done.stderr.splitlines() if line.strip()] or ["no output"]
+            raise LowtideError(f"linking the TFLM arena sizer failed: {lines[-1]}", out)
 
 
 def _run_sizer(elf: Path, core: Core, model: bytes, resource_variables: int, path: str) -> dict[str, int]:

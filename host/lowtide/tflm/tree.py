@@ -23,7 +23,7 @@ from pathlib import Path
 
 from lowtide.errors import LowtideError
 from lowtide.settings import TREE_SETTING, Settings, read_settings
-from lowtide.storage import cache_dir, cache_error, exclusive_lock, publish_directory, unpacked_archive
+from lowtide.storage import cache_dir, cache_error, exclusive_lock, replacing, unpacked_archive
 
 TFLM_COMMIT = "90b983c2b3f1480642e040bbd2ddb37b998f3424"
 TFLM_REPOSITORY = "https://github.com/tensorflow/tflite-micro"
@@ -160,12 +160,10 @@ def _install_tree(tree: Path, kernels: KernelSet) -> None:
         stamp = target / ".lowtide-fingerprint"
         if stamp.is_file() and stamp.read_text().strip() == TREE_FINGERPRINTS[kernels]:
             return  # already there: replacing it would pull it from under builds reading it now
-        staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
         try:
-            shutil.copytree(tree, staging, dirs_exist_ok=True, symlinks=True)
-            publish_directory(staging, target)
+            with replacing(target) as staging:
+                shutil.copytree(tree, staging, symlinks=True)
         except OSError as exc:
-            shutil.rmtree(staging, ignore_errors=True)
             raise cache_error(exc, target) from None
 
 
