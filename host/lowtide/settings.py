@@ -81,3 +81,10 @@ def read_settings(environ: Mapping[str, str] = os.environ) -> Settings:
         labgrid_coordinator=environ.get(COORDINATOR_ENV) or None,
         behind_proxy=any(environ.get(name) for name in PROXY_ENVS),
     )
+
+
+def settings_or_read(settings: Settings | None) -> Settings:
+    """The settings a public entry point was handed, or the environment's when a user calling lowtide from Python
+    gave it none: the one place that default is taken, and only those entry points take it (tests/test_settings.py
+    names them); everything below them is handed the settings."""
+    return settings if settings is not None else read_settings()

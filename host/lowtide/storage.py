@@ -27,12 +27,12 @@ from pathlib import Path
 import platformdirs
 
 from lowtide.errors import LowtideError
-from lowtide.settings import CACHE_DIR_SETTING, read_settings
+from lowtide.settings import CACHE_DIR_SETTING, Settings
 
 
-def cache_root() -> Path:
+def cache_root(settings: Settings) -> Path:
     """The user cache folder, created and checked writable; one line naming the folder and the problem if not."""
-    configured = read_settings().cache_dir
+    configured = settings.cache_dir
     root = Path(configured).expanduser() if configured else Path(platformdirs.user_cache_dir("lowtide"))
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -46,9 +46,9 @@ def cache_root() -> Path:
     return root
 
 
-def cache_dir(*parts: str) -> Path:
+def cache_dir(settings: Settings, *parts: str) -> Path:
     """A folder in the user cache, created."""
-    directory = cache_root().joinpath(*parts)
+    directory = cache_root(settings).joinpath(*parts)
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from lowtide.errors import LowtideError
-from lowtide.settings import DEFAULT_LOCK_DIR, read_settings
+from lowtide.settings import DEFAULT_LOCK_DIR
 from lowtide.storage import FileLock, lock_file
 
 
@@ -39,15 +39,12 @@ class LockHolder:
         return f"pid {self.pid} ({self.command}), since {self.since}"
 
 
-def lock_dir() -> Path:
-    return read_settings().lock_dir
-
-
-def lock_path(resource: str) -> Path:
-    """The lock file of `resource`: readable name, plus a digest so that two resources never share a file."""
+def lock_path(resource: str, lock_dir: Path) -> Path:
+    """The lock file of `resource` in `lock_dir` (the settings'): readable name, plus a digest so that two resources
+    never share a file."""
     readable = re.sub(r"[^A-Za-z0-9._-]+", "_", resource).strip("_")[:80]
     digest = hashlib.sha256(resource.encode()).hexdigest()[:12]
-    return lock_dir() / f"{readable}-{digest}.lock"
+    return lock_dir / f"{readable}-{digest}.lock"
 
 
 def port_resource(port: str) -> str:
@@ -71,10 +68,13 @@ def acquire(
     timeout: float,
     what: str,
     on_wait: Callable[[LockHolder | None], None] | None = None,
+    *,
+    lock_dir: Path,
 ) -> FileLock:
-    """Lock `resource`, waiting at most `timeout` seconds. `what` names the resource in the error, e.g. "board
-    serial on /dev/ttyACM0"; `on_wait` is called once, with the current holder, if the lock is not free at once."""
-    path = lock_path(resource)
+    """Lock `resource` (its file in `lock_dir`), waiting at most `timeout` seconds. `what` names the resource in the
+    error, e.g. "board serial on /dev/ttyACM0"; `on_wait` is called once, with the current holder, if the lock is not
+    free at once."""
+    path = lock_path(resource, lock_dir)
     _make_lock_dir(path.parent)
     # Another user's run must be able to take this lock later: the file is everyone's to open.
     held = lock_file(path, timeout, (lambda: on_wait(read_holder(path))) if on_wait else None, mode=0o666)
@@ -91,9 +91,14 @@ def acquire(
 
 @contextlib.contextmanager
 def locked(
-    resource: str, timeout: float, what: str, on_wait: Callable[[LockHolder | None], None] | None = None
+    resource: str,
+    timeout: float,
+    what: str,
+    on_wait: Callable[[LockHolder | None], None] | None = None,
+    *,
+    lock_dir: Path,
 ) -> Iterator[FileLock]:
-    held = acquire(resource, timeout, what, on_wait)
+    held = acquire(resource, timeout, what, on_wait, lock_dir=lock_dir)
     try:
         yield held
     finally:

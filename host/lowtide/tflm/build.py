@@ -24,6 +24,7 @@ from functools import cache
 from pathlib import Path
 
 from lowtide.errors import LowtideError, missing_tool
+from lowtide.settings import Settings
 from lowtide.storage import cache_dir, cache_error, exclusive_lock, replacing
 from lowtide.tflm.tree import TREE_FINGERPRINTS, KernelSet, TflmTree, locate_tree
 
@@ -276,12 +277,12 @@ class TflmLibrary:
     compile_flags: tuple[str, ...]  # for code that includes TFLM's headers
 
 
-def _object_dir(tree: TflmTree, core: Core, toolchain: Toolchain) -> Path:
+def _object_dir(tree: TflmTree, core: Core, toolchain: Toolchain, settings: Settings) -> Path:
     compiler = os.path.realpath(shutil.which(toolchain.cxx) or toolchain.cxx)  # one cache whichever way it is named
     # The tree by its content, not its place: the same sources unpacked elsewhere compile to the same objects.
     flags = [flag.replace(str(tree.root), "<tree>") for flag in compile_flags(tree, core)]
     key = hashlib.sha256("\0".join([TREE_FINGERPRINTS[tree.kernels], compiler, *flags]).encode())
-    return cache_dir("tflm", "obj") / f"{tree.kernels.value}-{core.name}-{key.hexdigest()[:12]}"
+    return cache_dir(settings, "tflm", "obj") / f"{tree.kernels.value}-{core.name}-{key.hexdigest()[:12]}"
 
 
 class _CompileError(Exception):
@@ -327,6 +328,7 @@ def build_library(
     kernels: KernelSet,
     core: Core,
     opcodes: Iterable[str],
+    settings: Settings,
     toolchain: Toolchain = DEBIAN_ARM_TOOLCHAIN,
     progress: ProgressCallback | None = None,
     jobs: int | None = None,
@@ -334,13 +336,13 @@ def build_library(
     """The TFLM library for `core` and `kernels` with (at least) what `opcodes` need, compiling only the objects
     not already in the cache. Concurrent builds of the same library wait for each other."""
     check_kernels_fit_core(kernels, core)
-    tree = locate_tree(kernels)
+    tree = locate_tree(kernels, settings)
     opcodes = list(opcodes)
     resolver_calls(tree, opcodes)  # refuses an operator TFLM lacks before compiling anything
     if shutil.which(toolchain.cxx) is None:
         raise missing_tool(toolchain.cxx)
     flags = compile_flags(tree, core)
-    out = _object_dir(tree, core, toolchain)
+    out = _object_dir(tree, core, toolchain, settings)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -23,6 +23,7 @@ from pathlib import Path
 from lowtide.errors import LowtideError, missing_tool
 from lowtide.model.ir import Graph
 from lowtide.resources import BSP_DIR, LOCAL_PLATFORM_DIR, MPS_LINKER_SCRIPTS, PROTOCOL_DIR, TFLM_GLUE_DIR
+from lowtide.settings import Settings
 from lowtide.storage import cache_dir, cache_error, exclusive_lock, replacing, write_atomically
 from lowtide.tflm.build import (
     DEBIAN_ARM_TOOLCHAIN,
@@ -131,12 +132,14 @@ def write_resolver_include(path: Path, calls: list[str]) -> None:
         path.write_text(text)
 
 
-def build_sizer(kernels: KernelSet, core: Core, opcodes: list[str], progress: ProgressCallback | None = None) -> Path:
+def build_sizer(
+    kernels: KernelSet, core: Core, opcodes: list[str], settings: Settings, progress: ProgressCallback | None = None
+) -> Path:
     """The sizer image for a model with `opcodes` (linked with just those kernels); built once per operator set."""
-    library = build_library(kernels, core, opcodes, progress=progress)
+    library = build_library(kernels, core, opcodes, settings, progress=progress)
     calls = resolver_calls(library.tree, opcodes)
     key = hashlib.sha256("\0".join([str(library.archive), _sources_digest(), *calls]).encode()).hexdigest()[:16]
-    out = cache_dir("tflm", "sizer") / f"{kernels.value}-{core.name}-{key}"
+    out = cache_dir(settings, "tflm", "sizer") / f"{kernels.value}-{core.name}-{key}"
     elf = out / "sizer.elf"
     with exclusive_lock(out.with_name(out.name + ".lock")):
         if not (elf.is_file() and elf.stat().st_mtime >= library.archive.stat().st_mtime):
@@ -250,6 +253,7 @@ def predict_arena32(
     model: bytes,
     graph: Graph,
     kernels: KernelSet,
+    settings: Settings,
     core_name: str = "cortex-m4f",
     progress: ProgressCallback | None = None,
 ) -> Arena32:
@@ -260,12 +264,12 @@ def predict_arena32(
             f"the model is {len(model):,} B; the arena sizer holds models up to {MODEL_LIMIT_BYTES:,} B", graph.path
         )
     figures_file = (
-        cache_dir("tflm", "sizes")
+        cache_dir(settings, "tflm", "sizes")
         / f"{kernels.value}-{core.name}-{_sources_digest()}-{hashlib.sha256(model).hexdigest()[:24]}.json"
     )
     if figures_file.is_file():
         return Arena32(**json.loads(figures_file.read_text()))
-    elf = build_sizer(kernels, core, _opcodes(graph), progress)
+    elf = build_sizer(kernels, core, _opcodes(graph), settings, progress)
     figures = _run_sizer(elf, core, model, resource_variable_count(graph), graph.path)
     planning = figures["planner_start"] + figures["planner_bytes"] + figures["planner_tail"]
     arena = Arena32(
