@@ -91,7 +91,7 @@ def lock_file(
 ) -> FileLock | None:
     """The one file lock: an exclusive flock on `path` (created, and its folder). With no `timeout` it waits as long
     as it takes; else at most `timeout` seconds, and None if the lock was still held then. `on_busy` is called once
-    if the lock is not free at once; `mode` is given the file when it is not None (umask's permissions else)."""
+    if the lock is not free at once; `mode`, when given, is set on the file (else it has the umask's permissions)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
