@@ -2,9 +2,9 @@
 
 A lock is storage's one file lock (`storage.lock_file`, an `fcntl.flock`) on a file in the lock directory:
 `$LOWTIDE_LOCK_DIR`, else /tmp/lowtide-locks. Not $XDG_RUNTIME_DIR: that is per user, and a board on a CI runner is
-shared between the runner's user and whoever logs in to debug it. The kernel drops a flock when its holder exits, however it exits, so a killed run never leaves a
-stale lock behind. The holder writes its pid, command line and start time into the file, so that whoever waits can
-say who is in the way.
+shared between the runner's user and whoever logs in to debug it. The kernel drops a flock when its holder exits,
+however it exits, so a killed run never leaves a stale lock behind. The holder writes its pid, command line and
+start time into the file, so that whoever waits can say who is in the way.
 """
 
 from __future__ import annotations
