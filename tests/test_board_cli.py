@@ -40,6 +40,7 @@ from lowtide.model.ir import TensorKind
 from lowtide.pipeline.firmware import build_board_firmware, check_image_fits
 from lowtide.pipeline.measure import measure
 from lowtide.resources import BOARDS_DIR
+from lowtide.settings import read_settings
 from lowtide.storage import cache_dir
 from lowtide.validation import load_model
 
@@ -88,7 +89,7 @@ def test_build_json_reports_the_elf_and_its_memory():
     assert weights < report["flash_bytes"] < weights + 64 * 1024
     assert report["flash_capacity_bytes"] == report["sram_capacity_bytes"] == 4 * 1024 * 1024
     # The same figures as the sections of the ELF, read directly.
-    image = read_firmware_image(elf, "qemu-m4")
+    image = read_firmware_image(elf, "qemu-m4", read_settings())
     assert (image.flash_bytes, image.static_ram_bytes) == (report["flash_bytes"], report["static_ram_bytes"])
 
 
@@ -219,7 +220,7 @@ def test_port_autodetection_says_when_no_port_matches(fake_ports):
 def test_an_arduino_board_without_the_registry_fails_in_one_line_before_platformio_runs(board):
     if registry_unreachable() is None:
         pytest.skip("PlatformIO's registry is reachable from here: the Arduino envs can be built")
-    projects = set(cache_dir("firmware").glob(f"{board}-*"))
+    projects = set(cache_dir(read_settings(), "firmware").glob(f"{board}-*"))
     started = time.monotonic()
     result = _lowtide("build", str(HELLO_WORLD), "--board", board, "--runtime", "tflm", "--json", timeout=120)
     assert result.returncode == 2 and result.stdout == ""
@@ -231,7 +232,7 @@ def test_an_arduino_board_without_the_registry_fails_in_one_line_before_platform
         f"(api.registry.platformio.org: "
     )
     assert time.monotonic() - started < 30  # neither TFLM built for the core nor a PlatformIO run
-    assert set(cache_dir("firmware").glob(f"{board}-*")) == projects  # no project written
+    assert set(cache_dir(read_settings(), "firmware").glob(f"{board}-*")) == projects  # no project written
 
 
 # --- several boards with one VID:PID: the ST-LINK's USB serial number picks one --------------------------------------

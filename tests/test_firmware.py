@@ -31,6 +31,7 @@ from lowtide.pipeline.measure import measure
 from lowtide.project import platformio_environment
 from lowtide.rewrite import rewrite_auto
 from lowtide.runtimes import RUNTIMES, Runtime
+from lowtide.settings import read_settings
 from lowtide.storage import cache_root
 from lowtide.validation import load_model
 from support.models import unsupported_model
@@ -88,10 +89,11 @@ CHECKOUT_CORE_DIR = REPO / ".pio-core"
 
 def _pio(*args: str, build_dir: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     env = platformio_environment(
+        read_settings(),
         {
             "PLATFORMIO_CORE_DIR": str(CHECKOUT_CORE_DIR),
             **({"PLATFORMIO_BUILD_DIR": str(build_dir)} if build_dir else {}),
-        }
+        },
     )
     return subprocess.run(
         [*_offline_prefix(), sys.executable, "-m", "platformio", *args],
@@ -104,7 +106,7 @@ def _pio(*args: str, build_dir: Path | None = None, timeout: float = 300) -> sub
 
 
 def build_firmware(spec, model: Path | None):
-    return firmware_project(spec, model, RUNTIMES[Runtime.COMPILED]).elf
+    return firmware_project(spec, model, RUNTIMES[Runtime.COMPILED], settings=read_settings()).elf
 
 
 @pytest.fixture(scope="module")
@@ -299,14 +301,14 @@ def test_measure_reports_a_model_the_compiler_rejects(tmp_path):
     # A float L2_POOL_2D has no kernel in the compiled runtime: the user gets the compiler's one line, before
     # PlatformIO runs (the model is compiled when its project is written), and no project is left.
     path = unsupported_model(tmp_path / "l2_pool.tflite")
-    projects = set((cache_root() / "firmware").glob("*l2_pool*"))
+    projects = set((cache_root(read_settings()) / "firmware").glob("*l2_pool*"))
     with pytest.raises(LowtideError) as failure:
         measure(path, "qemu-m4", iterations=1, timeout=20)
     message = str(failure.value)
     assert message == (
         f"{path}: cannot compile operator 0 (L2_POOL_2D float32 -> float32): no kernel in the lowtide runtime"
     )
-    assert set((cache_root() / "firmware").glob("*l2_pool*")) == projects
+    assert set((cache_root(read_settings()) / "firmware").glob("*l2_pool*")) == projects
 
 
 def test_pio_test_runs_firmware_unit_tests_in_qemu(checkout_packages):

@@ -34,6 +34,7 @@ from lowtide.hil.baselines import (
 )
 from lowtide.hil.compare import Tolerances, compare
 from lowtide.pipeline.optimize import optimize_model
+from lowtide.settings import read_settings
 from lowtide.validation import load_model
 from support.builder_models import BRANCH_BY_BRANCH, BREADTH_FIRST, two_branch_builder
 
@@ -161,7 +162,13 @@ def test_update_rewrites_only_the_entries_that_ran(pytester: pytest.Pytester):
 
     # Another run is writing the file for longer than this run will wait: its updates are reported, not lost silently.
     before = baselines.read_text()
-    with locked(f"baselines:{baselines.resolve()}", 1.0, "the test's hold on the baselines file"):
+    hold = locked(
+        f"baselines:{baselines.resolve()}",
+        1.0,
+        "the test's hold on the baselines file",
+        lock_dir=read_settings().lock_dir,
+    )
+    with hold:
         blocked = pytester.runpytest(*PLUGIN, *HOST, "--lowtide-update-baselines", "--lowtide-lock-timeout", "0.2")
     assert blocked.ret == pytest.ExitCode.TESTS_FAILED
     blocked.stdout.fnmatch_lines([f"*baselines NOT written: baselines file *in use by another run (pid {os.getpid()}*"])
@@ -462,7 +469,7 @@ def test_baselines_survive_a_writer_killed_mid_write(tmp_path: Path):
         replaced += baselines.stat().st_ino != inode
     assert replaced  # the writer did replace the file: the kills landed among real writes
     # A killed writer may leave its temporary file; the next merge, under the lock, removes it.
-    merge_baselines(baselines, {}, lock_timeout=5)
+    merge_baselines(baselines, {}, lock_timeout=5, lock_dir=read_settings().lock_dir)
     assert [p.name for p in tmp_path.iterdir() if p.suffix == ".tmp"] == []
     assert baselines.read_text() in (old, new)
 

@@ -38,6 +38,7 @@ from lowtide.device.transport import Link, open_link
 from lowtide.errors import LowtideError
 from lowtide.memory import tflm_plan
 from lowtide.pipeline.measure import measure
+from lowtide.settings import read_settings
 from lowtide.validation import load_model
 
 PERSON = SHARED_MODELS / "tflm_person_detect.tflite"  # 9 KB input: ten SET_INPUT chunks
@@ -221,7 +222,7 @@ class WrappedHostTflm(Board):
     def __init__(self, name: str, wrap):
         self.name, self.wrap, self.links = name, wrap, []
 
-    def lock_resource(self, port):
+    def lock_resource(self, port, settings):
         return None
 
     @contextlib.contextmanager
@@ -493,7 +494,7 @@ def test_a_board_whose_arena_is_too_small_says_so_and_refuses_to_run():
     from lowtide.device.protocol import Error, ErrorCode, Frame, Log, Run, decode_message
     from lowtide.pipeline.host_tflm import TflmBoard
 
-    board = TflmBoard(PERSON.read_bytes(), str(PERSON), arena_bytes=4096)
+    board = TflmBoard(PERSON.read_bytes(), str(PERSON), read_settings(), arena_bytes=4096)
     assert board.hello().model_ready is False
     boot = [decode_message(f) for f in FrameDecoder().feed(board.boot_frames())]
     assert isinstance(boot[1], Log) and "model not ready" in boot[1].text

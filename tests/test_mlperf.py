@@ -29,6 +29,7 @@ from lowtide.mlperf.runner import locate_runner, run_mlperf, session_results, wi
 from lowtide.pipeline.firmware import build_board_firmware
 from lowtide.pipeline.measure import measure
 from lowtide.runtimes import RUNTIMES, Runtime
+from lowtide.settings import read_settings
 from lowtide.validation import load_model
 
 RUNNER_ARCHIVE = REPO.parent / "shared" / "mlperf-tiny" / "mlperf-tiny-runner-1afd2c98.tar.gz"
@@ -254,7 +255,7 @@ def test_the_image_benchmarks_inputs_are_what_the_runner_reads(tmp_path, model, 
     assert graph.main.tensors[graph.main.outputs[0]].shape[-1] == spec.label_classes  # one score per class
     dataset = generate_dataset(tmp_path, spec, protocol.db_bytes, spec.label_classes)
     module = importlib.util.spec_from_file_location(
-        "mlperf_runner_datasets", locate_runner(RUNNER_ARCHIVE) / "datasets.py"
+        "mlperf_runner_datasets", locate_runner(RUNNER_ARCHIVE, read_settings()) / "datasets.py"
     )
     runner_datasets = importlib.util.module_from_spec(module)
     module.loader.exec_module(runner_datasets)
@@ -302,7 +303,7 @@ def test_lowtides_throughput_is_the_runners_own_code_to_the_bit(tmp_path):
         text=True,
         check=False,
         timeout=120,
-        env=dict(os.environ, PYTHONPATH=str(locate_runner(RUNNER_ARCHIVE))),
+        env=dict(os.environ, PYTHONPATH=str(locate_runner(RUNNER_ARCHIVE, read_settings()))),
     )
     assert done.returncode == 0, done.stderr
     runners = json.loads(done.stdout.splitlines()[-1])

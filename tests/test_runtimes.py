@@ -12,6 +12,7 @@ import lowtide
 from conftest import SHARED_MODELS
 from lowtide.errors import LowtideError
 from lowtide.runtimes import ARENA_SLACK_BYTES, RUNTIMES, Runtime, runtime_named
+from lowtide.settings import read_settings
 from lowtide.tflm.tree import KernelSet
 from lowtide.validation import load_model
 
@@ -43,7 +44,10 @@ def test_each_runtime_estimates_its_own_footprint():
     graph = load_model(KWS)
     compiled, reference, cmsis = RUNTIMES.values()
     # The compiled plan (in place) with its painted slack, the weights, the runtime's code: before any build.
-    assert compiled.predict_arena(graph, "cortex-m4f") is None and compiled.estimate_before_sizing(graph) is None
+    assert (
+        compiled.predict_arena(graph, "cortex-m4f", read_settings()) is None
+        and compiled.estimate_before_sizing(graph) is None
+    )
     estimate = compiled.estimate_footprint(graph)
     assert (estimate.arena_bytes, estimate.static_ram_bytes, estimate.image_bytes) == (17_280, 13_490, 51_320)
     # TFLM before its arena is sized: the head of lowtide's replica of TFLM's planner, the whole .tflite and

@@ -25,6 +25,7 @@ from lowtide.device.static_ram import static_ram_split
 from lowtide.project import env_option
 from lowtide.resources import BOARDS_DIR, DATA_DIR
 from lowtide.runtimes import ARENA_SLACK_BYTES, runtime_named
+from lowtide.settings import read_settings
 from lowtide.tflm.sizer import predict_arena32
 from lowtide.validation import load_model
 
@@ -112,12 +113,12 @@ def test_each_st_board_builds_offline_with_each_runtime(board, runtime):
     regions = linker_regions(DATA_DIR / env_option(spec.platformio_env, spec.platformio_config, "board_build.ldscript"))
     assert sum(r.length for r in regions if r.writable) == spec.sram_bytes == report["sram_capacity_bytes"]
     assert sum(r.length for r in regions if not r.writable) == spec.flash_bytes == report["flash_capacity_bytes"]
-    sections = [section for section in elf_sections(elf) if section.address and section.size]
+    sections = [section for section in elf_sections(elf, read_settings()) if section.address and section.size]
     assert {s.name for s in sections} >= {".isr_vector", ".text", ".data", ".bss", ".stack"}
     for section in sections:
         placed = [r for r in regions if r.holds(section)]
         assert len(placed) == 1 and placed[0].writable == section.name.startswith(RAM_SECTIONS), (section, regions)
-    image = read_firmware_image(elf, spec.platformio_env)
+    image = read_firmware_image(elf, spec.platformio_env, read_settings())
     assert (image.flash_bytes, image.static_ram_bytes, image.stack_bytes) == (
         report["flash_bytes"],
         report["static_ram_bytes"],
@@ -131,7 +132,9 @@ def test_each_st_board_builds_offline_with_each_runtime(board, runtime):
     graph = load_model(KWS)
     firmware = runtime_named(runtime)
     kernels = firmware.kernels
-    predicted = predict_arena32(KWS.read_bytes(), graph, kernels, spec.core) if kernels is not None else None
+    predicted = (
+        predict_arena32(KWS.read_bytes(), graph, kernels, read_settings(), spec.core) if kernels is not None else None
+    )
     estimate = firmware.estimate_footprint(graph, predicted)
     arena = static_ram_split(elf, image.static_ram_bytes, image.stack_bytes, arena_slack_bytes=0).arena_bytes
     assert arena == estimate.arena_bytes == report["arena_capacity_bytes"]

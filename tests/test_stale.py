@@ -20,6 +20,7 @@ from lowtide.model.ir import Graph
 from lowtide.model.schema import fb, operator_code
 from lowtide.model.writer import model_bytes
 from lowtide.pipeline.optimize import _same_outputs
+from lowtide.settings import read_settings
 from lowtide.stale import StaleReport, check_stale
 from lowtide.stale.dependence import element_shape, propagate
 from lowtide.stale.fills import Fixture
@@ -190,7 +191,8 @@ def assert_input_dependence_covers_what_changes(graph: Graph) -> dict[int, np.nd
         redrawn[0][corner.reshape(base[0].shape)] = oracle.random_inputs(graph, seed)[0][corner.reshape(base[0].shape)]
         input_sets.append(redrawn)
     fixture = Fixture.of(graph)
-    first, *others = fixture.run(graph, [(np.zeros(fixture.fill_bytes, np.uint8), inputs) for inputs in input_sets])
+    runs = [(np.zeros(fixture.fill_bytes, np.uint8), inputs) for inputs in input_sets]
+    first, *others = fixture.run(graph, runs, read_settings())
     for t, reference in first.items():
         changed = np.zeros(reference.size, bool)
         for run in others:

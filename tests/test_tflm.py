@@ -17,6 +17,7 @@ import pytest
 from conftest import SHARED_MODELS, needs_firmware_tools
 from lowtide.errors import LowtideError
 from lowtide.pipeline.measure import measure
+from lowtide.settings import read_settings
 from lowtide.tflm.build import CORES, build_library, check_kernels_fit_core, resolver_calls, sources_for
 from lowtide.tflm.sizer import predict_arena32
 from lowtide.tflm.tree import TFLM_COMMIT, TREE_SETTING, KernelSet, locate_tree
@@ -51,7 +52,7 @@ def test_cmsis_nn_sources_include_the_tables_their_kernels_read():
 
 def test_operator_tflm_lacks_is_refused_before_building():
     with pytest.raises(LowtideError, match="TFLite Micro has no kernel for LSH_PROJECTION"):
-        build_library(KernelSet.REFERENCE, CORES["cortex-m4f"], ["CONV_2D", "LSH_PROJECTION"])
+        build_library(KernelSet.REFERENCE, CORES["cortex-m4f"], ["CONV_2D", "LSH_PROJECTION"], read_settings())
 
 
 def test_tree_at_another_commit_is_refused(tmp_path, monkeypatch):
@@ -109,7 +110,7 @@ def test_tflm_on_the_board_uses_the_predicted_arena(model, runtime, board):
     result = measure(model, board, runtime=runtime, profile_ops=True, iterations=2, timeout=60.0)
     kernels = KernelSet.CMSIS_NN if runtime == "tflm-cmsis-nn" else KernelSet.REFERENCE
     core = "cortex-m7" if board == "qemu-m7" else "cortex-m4f"
-    predicted = predict_arena32(model.read_bytes(), load_model(model), kernels, core)
+    predicted = predict_arena32(model.read_bytes(), load_model(model), kernels, read_settings(), core)
     assert result.runtime == runtime
     assert result.arena_used_bytes == predicted.used_bytes == result.arena_predicted_used_bytes
     assert result.board_planned_bytes == predicted.head_bytes

@@ -23,7 +23,9 @@ from lowtide.model.builder import ModelBuilder
 from lowtide.model.offline_memory import OfflinePlan, PlanFormatError
 from lowtide.model.schema import TYPE_CODES, fb
 from lowtide.model.validate import MAX_TENSOR_BYTES_ENV
-from lowtide.model.writer import set_offline_plan, write_files
+from lowtide.model.writer import set_offline_plan
+from lowtide.settings import read_settings
+from lowtide.storage import write_files
 from lowtide.text import escape
 from lowtide.validation import load_model, model_problems
 from support.hostile import COMMANDS, assert_kept_promise, run_in_process, run_subprocess
@@ -444,7 +446,7 @@ def test_the_host_tflm_board_survives_a_crash_in_a_run(monkeypatch):
     from lowtide.device.protocol import Error, ErrorCode, Result, Run
     from lowtide.pipeline.host_tflm import TflmBoard
 
-    board = TflmBoard(_builder_model(), "m.tflite")
+    board = TflmBoard(_builder_model(), "m.tflite", read_settings())
     sent = []
     assert isinstance(board._run(Run(0, 2), 1, sent.append), Result)
     monkeypatch.setattr(TflmBoard, "_invocations", lambda *args: os.kill(os.getpid(), signal.SIGSEGV))

@@ -27,7 +27,7 @@ import numpy as np
 from lowtide.errors import LowtideError
 from lowtide.model.ir import Graph
 from lowtide.model.reader import read_model
-from lowtide.settings import TIMEOUT_ENV, read_settings
+from lowtide.settings import TIMEOUT_ENV, Settings, settings_or_read
 from lowtide.text import escape
 from lowtide.validation import model_problems
 
@@ -239,20 +239,28 @@ def _figures(report: str, path: str) -> ArenaFigures:
 # ---- the oracle's calls ------------------------------------------------------------------------------------------
 
 
-def allocate(model: bytes, arena_size: int | None = None, path: str = "<model>") -> ArenaFigures:
+def allocate(
+    model: bytes, arena_size: int | None = None, path: str = "<model>", settings: Settings | None = None
+) -> ArenaFigures:
     """Arena figures after AllocateTensors, without running the model."""
+    timeout_s = settings_or_read(settings).tflm_timeout_s
     size = _arena_size(model, arena_size)
 
     def work(child: TflmChild) -> str:
         return child.allocations(child.interpreter(model, size))
 
-    return _figures(isolated(work, path, read_settings().tflm_timeout_s), path)
+    return _figures(isolated(work, path, timeout_s), path)
 
 
 def run(
-    model: bytes, inputs: list[np.ndarray] | None = None, arena_size: int | None = None, path: str = "<model>"
+    model: bytes,
+    inputs: list[np.ndarray] | None = None,
+    arena_size: int | None = None,
+    path: str = "<model>",
+    settings: Settings | None = None,
 ) -> OracleRun:
     """Build the interpreter (AllocateTensors), invoke it once on `inputs`, and read its arena figures."""
+    timeout_s = settings_or_read(settings).tflm_timeout_s
     output_count = len(read_model(model, path).main.outputs)
     size = _arena_size(model, arena_size)
 
@@ -264,20 +272,21 @@ def run(
         report = child.allocations(interp)
         return report, [np.array(interp.get_output(i), copy=True) for i in range(output_count)]
 
-    report, outputs = isolated(work, path, read_settings().tflm_timeout_s)
+    report, outputs = isolated(work, path, timeout_s)
     return OracleRun(_figures(report, path), tuple(outputs))
 
 
-def refusal(model: bytes, path: str = "<model>") -> str | None:
+def refusal(model: bytes, path: str = "<model>", settings: Settings | None = None) -> str | None:
     """Why `model` cannot be used, or None: lowtide's validator's first problem, else what TFLM says when it
     prepares the model and invokes it once on random inputs (in a child process, so a crash is a reason too).
     For models lowtide made itself (rewrite candidates), before anything is weighed or written."""
+    settings = settings_or_read(settings)
     try:
         graph = read_model(model, path)
-        problems = model_problems(graph)
+        problems = model_problems(graph, settings)
         if problems:
             return problems[0].message
-        run(model, random_inputs(graph), path=path)
+        run(model, random_inputs(graph), path=path, settings=settings)
     except LowtideError as exc:
         return exc.message
     return None
@@ -289,10 +298,12 @@ def run_sequence(
     path: str = "<model>",
     reset_before: frozenset[int] = frozenset(),
     arena_size: int | None = None,
+    settings: Settings | None = None,
 ) -> list[tuple[np.ndarray, ...]]:
     """Outputs of one host TFLM interpreter invoked once per input set; variable tensors and resource variables
     carry over from one invocation to the next, except that `Reset()` is called before the invocations whose
     positions are in `reset_before`."""
+    timeout_s = settings_or_read(settings).tflm_timeout_s
     output_count = len(read_model(model, path).main.outputs)
     size = _arena_size(model, arena_size)
 
@@ -308,4 +319,4 @@ def run_sequence(
             sequence.append(tuple(np.array(interp.get_output(i), copy=True) for i in range(output_count)))
         return sequence
 
-    return isolated(work, path, read_settings().tflm_timeout_s)
+    return isolated(work, path, timeout_s)

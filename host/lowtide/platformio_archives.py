@@ -30,7 +30,7 @@ from functools import cache
 from pathlib import Path
 
 from lowtide.errors import LowtideError, missing_tool
-from lowtide.settings import ARCHIVES_SETTING, read_settings
+from lowtide.settings import ARCHIVES_SETTING, Settings
 from lowtide.storage import cache_dir, cached_folder
 
 ST_PLATFORM = "ststm32"
@@ -40,9 +40,9 @@ _OWNER = "platformio"  # how the registry names these packages' owner; PlatformI
 _UPLOADERS_NOT_PLACEHELD = ("tool-openocd", "tool-jlink")
 
 
-def archives_dir() -> Path | None:
+def archives_dir(settings: Settings) -> Path | None:
     """The folder `LOWTIDE_PLATFORMIO_ARCHIVES` names, or None if it is not set."""
-    configured = read_settings().platformio_archives
+    configured = settings.platformio_archives
     if not configured:
         return None
     folder = Path(configured).expanduser()
@@ -61,7 +61,7 @@ def _archive(folder: Path, package: str) -> Path:
     return path
 
 
-def _unpacked(archive: Path, package: str) -> Path:
+def _unpacked(archive: Path, package: str, settings: Settings) -> Path:
     """The archive's `package/` folder, unpacked once into the cache, named by the archive's content."""
     digest = hashlib.sha256(archive.read_bytes()).hexdigest()[:12]
 
@@ -76,7 +76,7 @@ def _unpacked(archive: Path, package: str) -> Path:
         if not (staging / package).is_dir():
             raise LowtideError(f"{archive.name} holds no {package}/ folder", archive)
 
-    return cached_folder(cache_dir("platformio", "archives") / f"{package}-{digest}", fill) / package
+    return cached_folder(cache_dir(settings, "platformio", "archives") / f"{package}-{digest}", fill) / package
 
 
 def _manifest(name: str, version: str) -> dict[str, str]:
@@ -95,7 +95,7 @@ def _manifest(name: str, version: str) -> dict[str, str]:
     return {".piopm": json.dumps(piopm), "package.json": json.dumps(package, indent=2) + "\n"}
 
 
-def _shim(name: str, version: str, links: dict[str, str]) -> Path:
+def _shim(name: str, version: str, links: dict[str, str], settings: Settings) -> Path:
     """A package folder in the cache: the manifests PlatformIO reads, and `links` (path in the package: target)."""
     files = _manifest(name, version)
     digest = hashlib.sha256(json.dumps([files, sorted(links.items())]).encode()).hexdigest()[:12]
@@ -107,7 +107,7 @@ def _shim(name: str, version: str, links: dict[str, str]) -> Path:
             (staging / path).parent.mkdir(parents=True, exist_ok=True)
             (staging / path).symlink_to(target)
 
-    return cached_folder(cache_dir("platformio", "shims") / f"{name}-{digest}", fill)
+    return cached_folder(cache_dir(settings, "platformio", "shims") / f"{name}-{digest}", fill)
 
 
 @cache
@@ -134,40 +134,40 @@ def _framework_package(platform_dir: Path, board: str) -> str:
     return f"framework-stm32cube{mcu[5:7].lower()}"
 
 
-def _platform_dir(folder: Path) -> Path:
-    return _unpacked(_archive(folder, _PLATFORM_PACKAGE), _PLATFORM_PACKAGE)
+def _platform_dir(folder: Path, settings: Settings) -> Path:
+    return _unpacked(_archive(folder, _PLATFORM_PACKAGE), _PLATFORM_PACKAGE, settings)
 
 
-def st_uploader_placeholders() -> list[Path]:
+def st_uploader_placeholders(settings: Settings) -> list[Path]:
     """Empty packages named as the ST platform's uploaders other than OpenOCD (stm32flash, dfu-util, ...): PlatformIO
     requires each of them for an upload, and lowtide's ST envs upload with ST-LINK through OpenOCD, so none of them
     ever runs. None without `LOWTIDE_PLATFORMIO_ARCHIVES` (the registry provides the real ones)."""
-    folder = archives_dir()
+    folder = archives_dir(settings)
     if folder is None:
         return []
-    manifest = _platform_dir(folder) / "platform.json"
+    manifest = _platform_dir(folder, settings) / "platform.json"
     try:
         packages = json.loads(manifest.read_text())["packages"]
     except (OSError, ValueError, KeyError) as exc:
         raise LowtideError(f"cannot read the platform's packages: {exc}", manifest) from None
     return [
-        _shim(name, package["version"].lstrip("~^"), {})
+        _shim(name, package["version"].lstrip("~^"), {}, settings)
         for name, package in sorted(packages.items())
         if package.get("type") == "uploader" and name not in _UPLOADERS_NOT_PLACEHELD
     ]
 
 
-def st_env_settings(board: str) -> dict[str, str] | None:
+def st_env_settings(board: str, settings: Settings) -> dict[str, str] | None:
     """What an ST env's project sets to build `board` from the archives (platform, platform_packages); None when
     `LOWTIDE_PLATFORMIO_ARCHIVES` is not set (PlatformIO's registry provides them)."""
-    folder = archives_dir()
+    folder = archives_dir(settings)
     if folder is None:
         return None
-    platform_dir = _platform_dir(folder)
+    platform_dir = _platform_dir(folder, settings)
     framework = _framework_package(platform_dir, board)
-    framework_dir = _unpacked(_archive(folder, framework), framework)
-    toolchain = _shim("toolchain-gccarmnoneeabi", *_debian_toolchain())
-    ldscripts = _shim("tool-ldscripts-ststm32", "0.2.0", {})
+    framework_dir = _unpacked(_archive(folder, framework), framework, settings)
+    toolchain = _shim("toolchain-gccarmnoneeabi", *_debian_toolchain(), settings)
+    ldscripts = _shim("tool-ldscripts-ststm32", "0.2.0", {}, settings)
     packages = [
         f"{_OWNER}/{framework}@symlink://{framework_dir}",
         f"{_OWNER}/toolchain-gccarmnoneeabi@symlink://{toolchain}",
@@ -176,12 +176,12 @@ def st_env_settings(board: str) -> dict[str, str] | None:
     return {"platform": f"symlink://{platform_dir}", "platform_packages": "\n" + "\n".join(packages)}
 
 
-def st_archives_missing(board: str) -> str | None:
+def st_archives_missing(board: str, settings: Settings) -> str | None:
     """Why an ST board cannot be built here from the archives (None: it can)."""
     try:
         return (
             None
-            if st_env_settings(board)
+            if st_env_settings(board, settings)
             else f"needs PlatformIO's registry (platform {ST_PLATFORM}) or {ARCHIVES_SETTING}"
         )
     except LowtideError as exc:

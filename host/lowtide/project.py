@@ -49,6 +49,7 @@ from lowtide.resources import (
     shipped_files,
     tree_digest,
 )
+from lowtide.settings import Settings
 from lowtide.storage import cache_dir, cached_folder, exclusive_lock, write_atomically
 from lowtide.validation import load_model
 
@@ -163,13 +164,14 @@ def model_build(
     core: str,
     tflm_arena_bytes: int | None,
     files: dict[str, bytes],
+    settings: Settings,
     protocol: ProtocolDefines | None = None,
 ) -> ModelBuild:
     """The model's part of a project (its files go into `files`): what `runtime` adds for it, and what every
     runtime's part has (the model's size and digest); serving another protocol than lowtide's own where `protocol`
     says so."""
     data = path.read_bytes()
-    build = runtime.model_build(path, load_model(path), core, tflm_arena_bytes, files)
+    build = runtime.model_build(path, load_model(path, settings), core, tflm_arena_bytes, files, settings)
     build.defines.append(("LT_MODEL_SIZE", f"{len(data)}u"))
     build.string_defines.append(("LT_MODEL_SHA256", sha256_hex(data)))
     if protocol is not None:
@@ -238,12 +240,12 @@ def platformio_ini(
 # --- the user cache's PlatformIO --------------------------------------------------------------------------------------
 
 
-def platformio_core_dir() -> Path:
+def platformio_core_dir(settings: Settings) -> Path:
     """The PlatformIO core dir every lowtide build uses (the user's own ~/.platformio is left alone)."""
-    return cache_dir("platformio", "core")
+    return cache_dir(settings, "platformio", "core")
 
 
-def _content_copy(source: Path, name: str) -> Path:
+def _content_copy(source: Path, name: str, settings: Settings) -> Path:
     """A copy of `source` in the cache named by its content, so the path stays valid whichever lowtide installed
     it, and a changed lowtide makes a new one."""
 
@@ -252,19 +254,19 @@ def _content_copy(source: Path, name: str) -> Path:
             (staging / path.relative_to(source)).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, staging / path.relative_to(source))
 
-    return cached_folder(cache_dir("platformio") / f"{name}-{tree_digest(source)[:12]}", fill)
+    return cached_folder(cache_dir(settings, "platformio") / f"{name}-{tree_digest(source)[:12]}", fill)
 
 
-def local_platform_uri() -> str:
-    return f"symlink://{_content_copy(LOCAL_PLATFORM_DIR, 'platform-lowtide-qemu')}"
+def local_platform_uri(settings: Settings) -> str:
+    return f"symlink://{_content_copy(LOCAL_PLATFORM_DIR, 'platform-lowtide-qemu', settings)}"
 
 
-def platformio_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+def platformio_environment(settings: Settings, extra: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for a `pio` run: lowtide's core dir, and no telemetry or update checks, which would reach for
     the network."""
     env = dict(os.environ)
     env.update(
-        PLATFORMIO_CORE_DIR=str(platformio_core_dir()),
+        PLATFORMIO_CORE_DIR=str(platformio_core_dir(settings)),
         PLATFORMIO_SETTING_ENABLE_TELEMETRY="No",
         PLATFORMIO_SETTING_CHECK_PLATFORMIO_INTERVAL="3650",
         PLATFORMIO_NO_ANSI="true",
@@ -291,18 +293,18 @@ def _registered_package_uris(core: Path) -> set[str]:
     return uris
 
 
-def _register_package(package: Path, what: str) -> None:
+def _register_package(package: Path, what: str, settings: Settings) -> None:
     """Registers the package folder `package` in lowtide's core dir (once) with `pio pkg install -g`: PlatformIO then
     takes it for the registry package its package.json names, and never goes to the registry for that one."""
     check_platformio()
-    core = platformio_core_dir()
+    core = platformio_core_dir(settings)
     uri = f"symlink://{package}"
     with exclusive_lock(core / ".packages.lock"):
         if uri in _registered_package_uris(core):
             return
         done = subprocess.run(
             [sys.executable, "-m", "platformio", "pkg", "install", "-g", "-t", uri],
-            env=platformio_environment(),
+            env=platformio_environment(settings),
             capture_output=True,
             text=True,
             timeout=120,
@@ -314,19 +316,19 @@ def _register_package(package: Path, what: str) -> None:
             raise LowtideError(f"registering the {what} with PlatformIO failed: {lines[-1]}", core)
 
 
-def ensure_tool_scons() -> None:
+def ensure_tool_scons(settings: Settings) -> None:
     """Registers the offline tool-scons shim in lowtide's core dir, so that PlatformIO never goes to the registry
     for it."""
-    _register_package(_content_copy(TOOL_SCONS_DIR, "tool-scons"), "tool-scons shim")
+    _register_package(_content_copy(TOOL_SCONS_DIR, "tool-scons", settings), "tool-scons shim", settings)
 
 
-def ensure_st_uploaders() -> None:
+def ensure_st_uploaders(settings: Settings) -> None:
     """Registers what `pio run -t upload` of an ST env needs besides the archives: the tool-openocd shim, which
     runs the system's OpenOCD (firmware/tools/tool-openocd), and the platform's other uploaders as empty
     packages (lowtide.platformio_archives)."""
-    _register_package(_content_copy(TOOL_OPENOCD_DIR, "tool-openocd"), "tool-openocd shim")
-    for package in st_uploader_placeholders():
-        _register_package(package, f"{package.name} placeholder")
+    _register_package(_content_copy(TOOL_OPENOCD_DIR, "tool-openocd", settings), "tool-openocd shim", settings)
+    for package in st_uploader_placeholders(settings):
+        _register_package(package, f"{package.name} placeholder", settings)
 
 
 # --- writing a project ------------------------------------------------------------------------------------------------
@@ -340,6 +342,7 @@ def project_files(
     runtime: FirmwareRuntime,
     core: str,
     tflm_arena_bytes: int | None,
+    settings: Settings,
     protocol: ProtocolDefines | None = None,
 ) -> dict[str, bytes]:
     """Every file of the project, by its path in the project."""
@@ -348,13 +351,18 @@ def project_files(
         for path in shipped_files(FIRMWARE_DIR / part):
             files[f"firmware/{path.relative_to(FIRMWARE_DIR).as_posix()}"] = path.read_bytes()
     if model is not None:
-        build = model_build(model, runtime, core, tflm_arena_bytes, files, protocol)
+        build = model_build(model, runtime, core, tflm_arena_bytes, files, settings, protocol)
         files[PROJECT_SPEC] = build.to_json().encode()
     env_settings = None
     if env_platform(platformio_env, board_config) == ST_PLATFORM:
-        env_settings = st_env_settings(env_option(platformio_env, board_config, "board"))
+        env_settings = st_env_settings(env_option(platformio_env, board_config, "board"), settings)
     files["platformio.ini"] = platformio_ini(
-        platformio_env, board_config, local_platform_uri(), platformio_core_dir(), description, env_settings
+        platformio_env,
+        board_config,
+        local_platform_uri(settings),
+        platformio_core_dir(settings),
+        description,
+        env_settings,
     ).encode()
     return files
 
@@ -385,10 +393,12 @@ def write_project(directory: Path, files: dict[str, bytes]) -> None:
         raise LowtideError(f"cannot write the firmware project: {exc.strerror or exc}", directory) from None
 
 
-def cached_project_dir(platformio_env: str, runtime: str, model: Path | None, files: dict[str, bytes]) -> Path:
+def cached_project_dir(
+    platformio_env: str, runtime: str, model: Path | None, files: dict[str, bytes], settings: Settings
+) -> Path:
     """The cache folder of a project with these files: the same files, the same folder, on any checkout."""
     stem = model.stem[:40] if model else "no-model"
-    return cache_dir("firmware") / f"{platformio_env}-{runtime}-{stem}-{_content_key(files)}"
+    return cache_dir(settings, "firmware") / f"{platformio_env}-{runtime}-{stem}-{_content_key(files)}"
 
 
 def env_option(platformio_env: str, board_config: Path | None, option: str) -> str:
@@ -411,7 +421,7 @@ def env_platform(platformio_env: str, board_config: Path | None) -> str:
     return env_option(platformio_env, board_config, "platform")
 
 
-def platform_installed(platform: str) -> bool:
+def platform_installed(platform: str, settings: Settings) -> bool:
     """A registry platform PlatformIO already has in lowtide's core dir (so it builds without the registry)."""
     name = platform.split("@")[0].split("/")[-1]
-    return (platformio_core_dir() / "platforms" / name).is_dir()
+    return (platformio_core_dir(settings) / "platforms" / name).is_dir()

@@ -30,6 +30,7 @@ from lowtide.errors import LowtideError
 from lowtide.memory import tflm_plan
 from lowtide.model.ir import Graph, TensorKind
 from lowtide.project import ModelBuild, Runtime, SourceFolder
+from lowtide.settings import Settings
 from lowtide.tflm.build import (
     CORES,
     DEBIAN_ARM_TOOLCHAIN,
@@ -76,7 +77,7 @@ class FirmwareRuntime(ABC):
         """Whether this runtime can be built for `core` (a board file's `core`)."""
 
     @abstractmethod
-    def predict_arena(self, graph: Graph, core: str) -> Arena32 | None:
+    def predict_arena(self, graph: Graph, core: str, settings: Settings) -> Arena32 | None:
         """TFLM's arena for the model on `core` with this runtime's kernels; None where no TFLM allocates one."""
 
     @abstractmethod
@@ -90,7 +91,13 @@ class FirmwareRuntime(ABC):
 
     @abstractmethod
     def model_build(
-        self, path: Path, graph: Graph, core: str, tflm_arena_bytes: int | None, files: dict[str, bytes]
+        self,
+        path: Path,
+        graph: Graph,
+        core: str,
+        tflm_arena_bytes: int | None,
+        files: dict[str, bytes],
+        settings: Settings,
     ) -> ModelBuild:
         """The model's sources, defines and libraries in a firmware project run by this runtime, its files written
         into `files` (lowtide.project adds what every runtime's has)."""
@@ -117,7 +124,7 @@ class CompiledRuntime(FirmwareRuntime):
     def runs_on(self, core: str) -> bool:
         return True  # plain C99
 
-    def predict_arena(self, graph: Graph, core: str) -> Arena32 | None:
+    def predict_arena(self, graph: Graph, core: str, settings: Settings) -> Arena32 | None:
         return None
 
     def estimate_footprint(self, graph: Graph, tflm_arena: Arena32 | None = None) -> FootprintEstimate:
@@ -135,9 +142,15 @@ class CompiledRuntime(FirmwareRuntime):
         return None
 
     def model_build(
-        self, path: Path, graph: Graph, core: str, tflm_arena_bytes: int | None, files: dict[str, bytes]
+        self,
+        path: Path,
+        graph: Graph,
+        core: str,
+        tflm_arena_bytes: int | None,
+        files: dict[str, bytes],
+        settings: Settings,
     ) -> ModelBuild:
-        compiled = compile_model(path)
+        compiled = compile_model(path, settings=settings)
         for name, text in compiled.files.items():
             files[f"model/{name}"] = text.encode()
         build = ModelBuild(path.name, self.name)
@@ -169,8 +182,8 @@ class TflmRuntime(FirmwareRuntime):
             return False
         return True
 
-    def predict_arena(self, graph: Graph, core: str) -> Arena32 | None:
-        return predict_arena32(Path(graph.path).read_bytes(), graph, self.kernels, core)
+    def predict_arena(self, graph: Graph, core: str, settings: Settings) -> Arena32 | None:
+        return predict_arena32(Path(graph.path).read_bytes(), graph, self.kernels, settings, core)
 
     def estimate_footprint(self, graph: Graph, tflm_arena: Arena32 | None = None) -> FootprintEstimate:
         """With no `tflm_arena`, the arena's head alone (lowtide's replica of TFLM's planner): a lower bound."""
@@ -181,11 +194,17 @@ class TflmRuntime(FirmwareRuntime):
         return self.estimate_footprint(graph)  # sizing TFLM's arena builds TFLM for the core first
 
     def model_build(
-        self, path: Path, graph: Graph, core: str, tflm_arena_bytes: int | None, files: dict[str, bytes]
+        self,
+        path: Path,
+        graph: Graph,
+        core: str,
+        tflm_arena_bytes: int | None,
+        files: dict[str, bytes],
+        settings: Settings,
     ) -> ModelBuild:
         assert tflm_arena_bytes is not None  # a TFLM image's arena is the one predict_arena sized
         opcodes = sorted({op.opcode for sg in graph.subgraphs for op in sg.operators})
-        library = build_library(self.kernels, core_named(core), opcodes, DEBIAN_ARM_TOOLCHAIN)
+        library = build_library(self.kernels, core_named(core), opcodes, settings, DEBIAN_ARM_TOOLCHAIN)
         calls = resolver_calls(library.tree, opcodes)
         files["model/lt_model_tflite.c"] = _tflite_c_array(path.read_bytes()).encode()
         with tempfile.TemporaryDirectory() as scratch:

@@ -1,6 +1,7 @@
 """lowtide's settings: every environment variable lowtide reads, read in one function (`read_settings`) where a
-command, the pytest plugin or a public entry point starts, and handed down as a typed `Settings`, or the values the
-stage needs, from there. The modules below never read the environment themselves.
+process starts its work (a command, the pytest plugin, the host-tflm board's process), and handed down as a typed
+`Settings`, or the values the stage needs, from there. A public entry point a user calls from Python without them
+takes the environment's through `settings_or_read`; the modules below never read the environment themselves.
 
 A value a user can get wrong (a number) is kept as given and judged where it is used, so a bad one is refused by
 the command that needs it, in that command's words, as it was before these were gathered here.
@@ -81,3 +82,10 @@ def read_settings(environ: Mapping[str, str] = os.environ) -> Settings:
         labgrid_coordinator=environ.get(COORDINATOR_ENV) or None,
         behind_proxy=any(environ.get(name) for name in PROXY_ENVS),
     )
+
+
+def settings_or_read(settings: Settings | None) -> Settings:
+    """The settings a public entry point was handed, or the environment's when a user calling lowtide from Python
+    gave it none: the one place that default is taken, and only those entry points take it (tests/test_settings.py
+    names them); everything below them is handed the settings."""
+    return settings if settings is not None else read_settings()

@@ -14,23 +14,25 @@ import contextlib
 import errno
 import fcntl
 import gzip
+import itertools
 import os
 import shutil
 import tarfile
 import tempfile
+import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 import platformdirs
 
 from lowtide.errors import LowtideError
-from lowtide.settings import CACHE_DIR_SETTING, read_settings
+from lowtide.settings import CACHE_DIR_SETTING, Settings
 
 
-def cache_root() -> Path:
+def cache_root(settings: Settings) -> Path:
     """The user cache folder, created and checked writable; one line naming the folder and the problem if not."""
-    configured = read_settings().cache_dir
+    configured = settings.cache_dir
     root = Path(configured).expanduser() if configured else Path(platformdirs.user_cache_dir("lowtide"))
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -44,9 +46,9 @@ def cache_root() -> Path:
     return root
 
 
-def cache_dir(*parts: str) -> Path:
+def cache_dir(settings: Settings, *parts: str) -> Path:
     """A folder in the user cache, created."""
-    directory = cache_root().joinpath(*parts)
+    directory = cache_root(settings).joinpath(*parts)
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -62,43 +64,159 @@ def cache_error(exc: OSError, path: Path) -> LowtideError:
     )
 
 
+class FileLock:
+    """An flock held on an open file; `release` (or the holder's exit, however it exits: the kernel drops it) lets
+    the next process in."""
+
+    def __init__(self, path: Path, fd: int):
+        self.path = path
+        self.fd: int | None = fd
+
+    @property
+    def held(self) -> bool:
+        return self.fd is not None
+
+    def release(self) -> None:
+        if self.fd is not None:
+            fd, self.fd = self.fd, None
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+
+_LOCK_POLL_S = 0.05
+
+
+def lock_file(
+    path: Path, timeout: float | None = None, on_busy: Callable[[], None] | None = None, mode: int | None = None
+) -> FileLock | None:
+    """The one file lock: an exclusive flock on `path` (created, and its folder). With no `timeout` it waits as long
+    as it takes; else at most `timeout` seconds, and None if the lock was still held then. `on_busy` is called once
+    if the lock is not free at once; `mode`, when given, is set on the file (else it has the umask's permissions)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        if mode is not None:
+            with contextlib.suppress(PermissionError):
+                os.fchmod(fd, mode)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        busy = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return FileLock(path, fd)
+            except BlockingIOError:
+                if not busy and on_busy is not None:
+                    on_busy()
+                busy = True
+            if deadline is None:
+                fcntl.flock(fd, fcntl.LOCK_EX)  # nothing to report while waiting: the kernel wakes us
+                return FileLock(path, fd)
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                return None
+            time.sleep(min(_LOCK_POLL_S, max(deadline - time.monotonic(), 0.0)))
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 @contextlib.contextmanager
 def exclusive_lock(path: Path) -> Iterator[None]:
-    """Holds an flock on `path` (created) until the block ends; the kernel drops it however the holder exits."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    """Holds the lock on `path` (`lock_file`, waiting as long as it takes) until the block ends."""
+    held = lock_file(path)
+    assert held is not None  # no timeout: it waited until it had the lock
+    try:
         yield
+    finally:
+        held.release()
+
+
+_temporaries = itertools.count()
+
+
+def _temporary_beside(target: Path) -> Path:
+    """A path beside `target` where nothing is, unique to this process and call, named as a temporary."""
+    temporary = target.with_name(f".{target.name}.{os.getpid()}-{next(_temporaries)}.tmp")
+    _remove(temporary)  # a killed process of the same pid may have left it
+    return temporary
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _sync_folder(directory: Path) -> None:
+    # A rename must reach the disk too, or a power cut could bring back the old directory entry.
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def replacing_all(targets: Iterable[Path], durable: bool = False) -> Iterator[dict[Path, Path]]:
+    """The one atomic write. Yields a temporary path beside each target (a file or a folder, where nothing is) for
+    the block to write; when the block ends without an error each target is replaced by its temporary in one rename
+    (a folder in the way removed first), all or none: if one rename fails, the targets this call created are removed
+    again. However it ends, no temporary is left. `durable`: the renames are synced to disk, for files whose loss in
+    a power cut would matter (the temporaries' contents the caller syncs)."""
+    temporaries = {target: _temporary_beside(target) for target in targets}
+    created: list[Path] = []
+    try:
+        yield temporaries
+        for target, temporary in temporaries.items():
+            existed = target.exists()
+            if temporary.is_dir() and target.is_dir():
+                shutil.rmtree(target)
+            os.replace(temporary, target)
+            if not existed:
+                created.append(target)
+        if durable:
+            for folder in {target.parent for target in temporaries}:
+                _sync_folder(folder)
+    except BaseException:
+        for target in created:
+            _remove(target)
+        raise
+    finally:
+        for temporary in temporaries.values():
+            _remove(temporary)
+
+
+@contextlib.contextmanager
+def replacing(target: Path, durable: bool = False) -> Iterator[Path]:
+    """`replacing_all` of one target: yields the temporary path that replaces `target` if the block succeeds."""
+    with replacing_all([target], durable) as temporaries:
+        yield temporaries[target]
 
 
 def write_atomically(path: Path, content: str | bytes, mode: int = 0o644) -> None:
     """Replace `path` with `content` so that every reader, and every crash, sees the old file or the new one."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as stream:
+    with replacing(path, durable=True) as temporary:
+        with open(temporary, "wb") as stream:
             stream.write(content.encode() if isinstance(content, str) else content)
             stream.flush()
             os.fsync(stream.fileno())
-        os.chmod(temporary, mode)  # mkstemp makes it 0600
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-        raise
-    # The rename itself must reach the disk too, or a power cut could bring back the old directory entry.
-    directory = os.open(path.parent, os.O_RDONLY)
+        os.chmod(temporary, mode)
+
+
+def write_files(files: Mapping[Path, bytes | str]) -> None:
+    """Write every file or none (`replacing_all`): the targets are replaced only once every temporary is complete.
+    On a failure (disk full, no permission, a directory in the way) no temporary is left, and the targets this call
+    created are removed again; LowtideError names the target."""
+    target = next(iter(files), Path())
     try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
-
-
-def publish_directory(staging: Path, target: Path) -> None:
-    """Moves a fully written `staging` folder to `target` in one rename (the caller holds target's lock)."""
-    if target.exists():
-        shutil.rmtree(target)
-    os.replace(staging, target)
+        with replacing_all(files) as temporaries:
+            for target, content in files.items():
+                temporaries[target].write_bytes(content.encode() if isinstance(content, str) else content)
+    except OSError as exc:
+        failed = Path(exc.filename2) if exc.filename2 else target  # a rename names its target second
+        raise LowtideError(f"cannot write: {exc.strerror}", failed) from None
 
 
 def folder_bytes(directory: Path) -> int:
@@ -111,16 +229,12 @@ def cached_folder(target: Path, fill: Callable[[Path], None]) -> Path:
     content."""
     with exclusive_lock(target.with_name(target.name + ".lock")):
         if not target.is_dir():
-            staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
             try:
-                fill(staging)
-                publish_directory(staging, target)
+                with replacing(target) as staging:
+                    staging.mkdir(mode=0o700)  # private to the user, whose cache it is
+                    fill(staging)
             except OSError as exc:
-                shutil.rmtree(staging, ignore_errors=True)
                 raise cache_error(exc, target) from None
-            except BaseException:
-                shutil.rmtree(staging, ignore_errors=True)
-                raise
     return target
 
 

@@ -14,13 +14,13 @@ from lowtide.memory.plan_check import plan_problems
 from lowtide.model.ir import Graph
 from lowtide.model.reader import load_bytes, read_model
 from lowtide.model.validate import Problem, graph_problems, refuse_problems
-from lowtide.settings import Settings, read_settings
+from lowtide.settings import Settings, settings_or_read
 
 
 def model_problems(graph: Graph, settings: Settings | None = None) -> list[Problem]:
     """Every problem in `graph`: the model's checks', in their order, then, on a model that passes them, the
     offline plan's overlap. The tensor limit is the settings' (the environment's when none are given)."""
-    limit = (settings or read_settings()).max_tensor_bytes
+    limit = settings_or_read(settings).max_tensor_bytes
     return graph_problems(graph, limit) or plan_problems(graph)
 
 

@@ -22,7 +22,7 @@ from lowtide.device.spec import BoardSpec, load_board_specs
 from lowtide.platformio_archives import ARCHIVES_SETTING, ST_PLATFORM, st_archives_missing
 from lowtide.project import LOCAL_PLATFORM_URI, env_option, env_platform, platform_installed
 from lowtide.runtimes import RUNTIMES
-from lowtide.settings import read_settings
+from lowtide.settings import Settings, read_settings
 
 
 @dataclass(frozen=True)
@@ -45,19 +45,19 @@ def _runtimes(spec: BoardSpec) -> list[str]:
     return [name for name, runtime in RUNTIMES.items() if runtime.runs_on(spec.core)]
 
 
-def _listing(spec: BoardSpec) -> BoardListing:
+def _listing(spec: BoardSpec, settings: Settings) -> BoardListing:
     platform = env_platform(spec.platformio_env, spec.platformio_config)
     why_not = None
     if platform == LOCAL_PLATFORM_URI:
         missing = [tool for tool in EMULATOR_TOOLS if shutil.which(tool) is None]
         why_not = f"{', '.join(missing)} not installed" if missing else None
         platform = "lowtide's local dev-platform"
-    elif platform == ST_PLATFORM and read_settings().platformio_archives and not platform_installed(platform):
-        why_not = st_archives_missing(env_option(spec.platformio_env, spec.platformio_config, "board"))
+    elif platform == ST_PLATFORM and settings.platformio_archives and not platform_installed(platform, settings):
+        why_not = st_archives_missing(env_option(spec.platformio_env, spec.platformio_config, "board"), settings)
         if why_not is None:
             platform = f"{ST_PLATFORM} (from ${ARCHIVES_SETTING})"
-    elif not platform_installed(platform):
-        why_not = registry_needed(spec)
+    elif not platform_installed(platform, settings):
+        why_not = registry_needed(spec, settings)
         if why_not is None:
             platform = f"{platform} (from PlatformIO's registry)"
     return BoardListing(
@@ -81,7 +81,8 @@ def boards_command(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object instead of a table")] = False,
 ) -> None:
     """List the boards lowtide ships (use one with --board NAME, or your own board file with --board PATH)."""
-    listings = [_listing(spec) for spec in load_board_specs().values()]
+    settings = read_settings()
+    listings = [_listing(spec, settings) for spec in load_board_specs().values()]
     if as_json:
         print(json.dumps({"boards": [asdict(listing) for listing in listings]}))
         return

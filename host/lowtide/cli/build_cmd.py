@@ -29,6 +29,7 @@ from lowtide.errors import LowtideError
 from lowtide.mlperf.benchmarks import benchmark_named, mlperf_protocol
 from lowtide.pipeline.firmware import build_board_firmware, upload_firmware
 from lowtide.runtimes import FirmwareRuntime, planned_head_bytes, runtime_for, runtime_named
+from lowtide.settings import Settings, read_settings
 from lowtide.validation import load_model
 
 
@@ -51,10 +52,12 @@ class BuildReport:
     arena_capacity_bytes: int
 
 
-def build_report(model: Path, spec: BoardSpec, image: FirmwareImage, runtime: FirmwareRuntime | None) -> BuildReport:
+def build_report(
+    model: Path, spec: BoardSpec, image: FirmwareImage, runtime: FirmwareRuntime | None, settings: Settings
+) -> BuildReport:
     runtime = runtime_for(spec.runtime, runtime)
-    graph = load_model(model)
-    tflm_arena = runtime.predict_arena(graph, spec.core)
+    graph = load_model(model, settings)
+    tflm_arena = runtime.predict_arena(graph, spec.core, settings)
     planned = planned_head_bytes(graph, tflm_arena)
     return BuildReport(
         model=str(model),
@@ -82,20 +85,21 @@ def _build(
     spec: BoardSpec,
     console: Console | None,
     runtime: FirmwareRuntime | None,
+    settings: Settings,
     project_dir: Path | None = None,
     mlperf_benchmark: str | None = None,
 ) -> BuildReport:
     protocol = (
-        mlperf_protocol(load_model(model), benchmark_named(mlperf_benchmark)).firmware_defines()
+        mlperf_protocol(load_model(model, settings), benchmark_named(mlperf_benchmark)).firmware_defines()
         if mlperf_benchmark
         else None
     )
     if console is None:
-        image = build_board_firmware(spec, model, runtime, project_dir, protocol)
+        image = build_board_firmware(spec, model, runtime, project_dir, protocol, settings=settings)
     else:
         with console.status(f"building the {spec.platformio_env} firmware for {model.name}"):
-            image = build_board_firmware(spec, model, runtime, project_dir, protocol)
-    return build_report(model, spec, image, runtime)
+            image = build_board_firmware(spec, model, runtime, project_dir, protocol, settings=settings)
+    return build_report(model, spec, image, runtime, settings)
 
 
 _RUNTIME_HELP = "compiled, tflm or tflm-cmsis-nn (default: the board file's)"
@@ -142,11 +146,13 @@ def build(
     ] = None,
 ) -> None:
     """Build the firmware image for BOARD's PlatformIO env with MODEL in it."""
+    settings = read_settings()
     report = _build(
         model,
         get_board_spec(board),
         None if as_json else Console(stderr=True),
         runtime_named(runtime) if runtime else None,
+        settings,
         project_dir,
         mlperf,
     )
@@ -174,6 +180,7 @@ def flash(
     runtime: Annotated[str | None, typer.Option(help=_RUNTIME_HELP)] = None,
 ) -> None:
     """Build the firmware for BOARD with MODEL and upload it with PlatformIO (emulated boards: build only)."""
+    settings = read_settings()
     spec = get_board_spec(board)
     chosen = runtime_named(runtime) if runtime else None
     if not spec.emulated:
@@ -196,7 +203,7 @@ def flash(
     elif probe is not None:
         raise LowtideError(f"{spec.name} is emulated: there is no probe to choose")
     console = None if as_json else Console(stderr=True)
-    report = _build(model, spec, console, chosen)
+    report = _build(model, spec, console, chosen, settings)
     if spec.emulated:
         message = (
             f"{spec.name} is emulated: nothing to flash; `lowtide measure {model} --board {spec.name}` boots "
@@ -205,10 +212,10 @@ def flash(
     else:
         assert port is not None
         if console is None:
-            upload_firmware(spec, model, port, chosen)
+            upload_firmware(spec, model, port, chosen, settings=settings)
         else:
             with console.status(f"uploading to {spec.name} on {port}"):
-                upload_firmware(spec, model, port, chosen)
+                upload_firmware(spec, model, port, chosen, settings=settings)
         message = (
             f"flashed {spec.name} on {port}; measure it as it is with `lowtide measure {model} --board serial "
             f"--port {port}`, or build, flash and measure in one with `lowtide measure {model} --board "

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from lowtide.cli.application import app
 from lowtide.errors import LowtideError
+from lowtide.settings import read_settings
 from lowtide.storage import CACHE_DIR_SETTING, cache_root, folder_bytes
 
 
@@ -25,7 +26,7 @@ def cache_command(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object instead of a table")] = False,
 ) -> None:
     """Show the user cache folder lowtide builds into (TFLM, firmware projects, sizer figures), or clear it."""
-    root = cache_root()
+    root = cache_root(read_settings())
     parts = sorted(
         p for p in root.rglob("*") if p.is_dir() and len(p.relative_to(root).parts) <= 2 and not p.name.startswith(".")
     )

@@ -19,6 +19,7 @@ from lowtide.compile.codegen import Blocker, check_model
 from lowtide.compile.lowering import NOT_IN_TFLM, UNDEFINED_IN_TFLM, support_rows
 from lowtide.errors import LowtideError
 from lowtide.resources import RUNTIME_DIR
+from lowtide.settings import Settings, read_settings
 from lowtide.validation import load_model
 
 
@@ -75,8 +76,8 @@ def support_table_markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _check(model: Path, json_output: bool) -> None:
-    blockers: list[Blocker] = check_model(model)
+def _check(model: Path, json_output: bool, settings: Settings) -> None:
+    blockers: list[Blocker] = check_model(model, settings)
     if json_output:
         print(json.dumps({"model": str(model), "compiles": not blockers, "blockers": [asdict(b) for b in blockers]}))
     elif blockers:
@@ -127,18 +128,21 @@ def compile_command(
         return
     if model is None:
         raise LowtideError("give a MODEL (or --support-table)")
+    settings = read_settings()
     if check:
-        _check(model, json_output)
+        _check(model, json_output, settings)
         return
     if output is None:
         raise LowtideError("give --output/-o DIR for the generated files (or --check)")
     # The validator, then TFLM (whose Prepare checks every operator's shapes), then the lowering: each sees only
     # models the one before accepted.
-    load_model(model)
-    reference = oracle.run(model.read_bytes(), path=str(model))
-    compiled = compile_model(model, prefix, keep_model_plan)  # raises before anything is written
+    load_model(model, settings)
+    reference = oracle.run(model.read_bytes(), path=str(model), settings=settings)
+    compiled = compile_model(model, prefix, keep_model_plan, settings)  # raises before anything is written
     result = (
-        verify_compiled(model, seed, prefix=prefix, invocations=invocations, keep_model_plan=keep_model_plan)
+        verify_compiled(
+            model, seed, prefix=prefix, invocations=invocations, keep_model_plan=keep_model_plan, settings=settings
+        )
         if verify
         else None
     )

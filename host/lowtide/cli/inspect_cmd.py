@@ -18,6 +18,7 @@ from lowtide.cli.options import Arena32Option
 from lowtide.errors import LowtideError
 from lowtide.memory import MemoryPlan, tflm_plan
 from lowtide.model import Graph
+from lowtide.settings import read_settings
 from lowtide.stale import ByteRanges, StaleReport, check_stale
 from lowtide.tflm import DEFAULT_CORE, Arena32Mode, Mcu32Arena, mcu32_arena
 from lowtide.tflm.tree import KernelSet
@@ -201,7 +202,8 @@ def inspect(
 ) -> None:
     """Show live memory per operator, TFLM's predicted arena head and the lower bound, and TFLM's whole arena on
     a 32-bit MCU."""
-    graph = load_model(model)
+    settings = read_settings()
+    graph = load_model(model, settings)
     plan = tflm_plan(graph)
     data = model.read_bytes()
     try:
@@ -218,13 +220,15 @@ def inspect(
             def building(done: int, total: int) -> None:
                 bar.update(task, completed=done, total=total, visible=True)
 
-            arena = mcu32_arena(data, graph, plan.head_bytes, kernels, core, building, arena32)
+            arena = mcu32_arena(data, graph, plan.head_bytes, kernels, core, building, arena32, settings=settings)
     except LowtideError:
         if kernels is not KernelSet.REFERENCE or arena32 is Arena32Mode.EXACT:
             raise
         arena = None  # a model TFLM cannot load still gets its head predicted; the total needs TFLM's tail
-    measured = oracle.run(data, oracle.random_inputs(graph), path=str(model)).arena if verify else None
-    stale = check_stale(graph) if check_stale_memory else None
+    measured = (
+        oracle.run(data, oracle.random_inputs(graph), path=str(model), settings=settings).arena if verify else None
+    )
+    stale = check_stale(graph, settings=settings) if check_stale_memory else None
     if plot:
         _plot(graph, plan, plot)
     report = inspect_report(graph, plan, arena)

@@ -29,6 +29,7 @@ from lowtide.cli.application import app
 from lowtide.device.boards import DEFAULT_WAIT_S, LABGRID_PREFIX
 from lowtide.device.measure import MeasureResult
 from lowtide.pipeline.measure import measure as measure_on_board
+from lowtide.settings import read_settings
 
 _PHASE_LABELS = {"upload": "sending inputs (bytes)", "run": "running (invocations)"}
 
@@ -92,6 +93,7 @@ def measure(
         lock_timeout=lock_timeout,
         on_wait=say_wait,
         probe=probe,
+        settings=read_settings(),
     )
     if as_json:
         result = run()

@@ -18,7 +18,7 @@ from rich.table import Table
 from lowtide.cli.application import app
 from lowtide.mlperf.benchmarks import BENCHMARKS
 from lowtide.mlperf.runner import MODES, MlperfResult, run_mlperf
-from lowtide.settings import RUNNER_ENV
+from lowtide.settings import RUNNER_ENV, read_settings
 
 
 def _table(result: MlperfResult) -> Table:
@@ -72,7 +72,7 @@ def mlperf(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object instead of a table")] = False,
 ) -> None:
     """Run MLPerf Tiny's runner on MODEL as BENCHMARK on a board; its session goes to ./sessions/."""
-    result = run_mlperf(model, board, benchmark, mode, dataset, runner, runtime, port)
+    result = run_mlperf(model, board, benchmark, mode, dataset, runner, runtime, port, settings=read_settings())
     if as_json:
         print(json.dumps(asdict(result)))
     else:

@@ -18,6 +18,7 @@ from lowtide.cli.application import app
 from lowtide.cli.options import Arena32Option
 from lowtide.pipeline.optimize import OptimizeResult, Verification, optimize_model
 from lowtide.rewrite import RewriteResult, Tiling
+from lowtide.settings import read_settings
 from lowtide.tflm import DEFAULT_CORE, Arena32Mode
 from lowtide.tflm.tree import KernelSet
 
@@ -255,9 +256,21 @@ def optimize(
 ) -> None:
     """Reorder operators and plan every tensor's offset (OfflineMemoryAllocation) to shrink TFLM's arena."""
     rewriting = rewrite is RewriteMode.auto
+    settings = read_settings()
     if json_output:
         result = optimize_model(
-            model, output, time_limit, verify, None, rewriting, max_mac_overhead, kernels, core, arena32, effort
+            model,
+            output,
+            time_limit,
+            verify,
+            None,
+            rewriting,
+            max_mac_overhead,
+            kernels,
+            core,
+            arena32,
+            effort,
+            settings,
         )
         print(json.dumps(optimize_report(result)))
         return
@@ -283,6 +296,17 @@ def optimize(
                 bar.update(tasks[phase], detail=detail)
 
         result = optimize_model(
-            model, output, time_limit, verify, on_progress, rewriting, max_mac_overhead, kernels, core, arena32, effort
+            model,
+            output,
+            time_limit,
+            verify,
+            on_progress,
+            rewriting,
+            max_mac_overhead,
+            kernels,
+            core,
+            arena32,
+            effort,
+            settings,
         )
     _show(Console(), result)

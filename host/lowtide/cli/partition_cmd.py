@@ -18,6 +18,7 @@ from lowtide.errors import LowtideError
 from lowtide.model import read_model
 from lowtide.model.writer import with_outputs
 from lowtide.rewrite import partition_at_peak, partition_concat_conv, partition_wide_layer
+from lowtide.settings import read_settings
 from lowtide.validation import load_model
 
 
@@ -49,7 +50,8 @@ def partition_command(
     host TFLM, at that layer and at the model outputs."""
     if out.resolve() == model.resolve():
         raise LowtideError("output would overwrite the input model; choose another -o path", out)
-    graph = load_model(model)
+    settings = read_settings()
+    graph = load_model(model, settings)
     sg = graph.main
     if op is None:
         split = partition_at_peak(graph, parts, headroom)
@@ -66,12 +68,13 @@ def partition_command(
 
     inputs = oracle.random_inputs(graph)
     original = model.read_bytes()
-    before, after = oracle.run(original, inputs), oracle.run(split.model, inputs)
+    before = oracle.run(original, inputs, settings=settings)
+    after = oracle.run(split.model, inputs, settings=settings)
     # The summed layer's values, read as an extra output of both models.
     probes = []
     for probed in (graph, read_model(split.model)):
         summed = next(t.index for t in probed.main.tensors if t.name == split.summed_tensor)
-        probes.append(oracle.run(with_outputs(probed, [summed]), inputs).outputs[-1])
+        probes.append(oracle.run(with_outputs(probed, [summed]), inputs, settings=settings).outputs[-1])
     probe_before, probe_after = probes
     report = {
         "model": str(model),

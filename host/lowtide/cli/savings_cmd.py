@@ -24,6 +24,7 @@ from lowtide.device.spec import get_board_spec
 from lowtide.pipeline.measure import measure
 from lowtide.pipeline.optimize import optimize_model
 from lowtide.runtimes import FirmwareRuntime, runtime_for, runtime_named
+from lowtide.settings import Settings, read_settings
 from lowtide.tflm.tree import KernelSet
 from lowtide.validation import load_model
 
@@ -67,30 +68,35 @@ def measure_savings(
     runtime: FirmwareRuntime,
     out_dir: Path,
     time_limit: float,
-    iterations: int = 1,
-    timeout: float = 300.0,
+    iterations: int,
+    timeout: float,
+    settings: Settings,
     report=lambda text: None,
 ) -> list[VariantFigures]:
     """Builds and measures the three variants, run by `runtime`; the optimized models are written into `out_dir`."""
-    load_model(model)  # validated before anything is built
+    load_model(model, settings)  # validated before anything is built
     spec = get_board_spec(board)
     kernels = runtime.kernels or KernelSet.REFERENCE  # optimize sizes a TFLM arena: the compiled runtime has none
     optimized = out_dir / f"{model.stem}_optimized.tflite"
     rewritten = out_dir / f"{model.stem}_rewritten.tflite"
     report("measuring the stock model")
-    stock = measure(model, board, runtime=runtime.name, iterations=iterations, timeout=timeout)
+    stock = measure(model, board, runtime=runtime.name, iterations=iterations, timeout=timeout, settings=settings)
     # The optimized models' outputs are compared with the host TFLM running each of them; `optimize --verify` shows
     # those equal the stock model's, so a variant is identical when both hold.
     report("optimizing")
-    plain = optimize_model(model, optimized, time_limit, verify=True, kernels=kernels, core=spec.core)
+    plain = optimize_model(
+        model, optimized, time_limit, verify=True, kernels=kernels, core=spec.core, settings=settings
+    )
     report("optimizing with rewriting")
-    tiled = optimize_model(model, rewritten, time_limit, verify=True, rewrite=True, kernels=kernels, core=spec.core)
+    tiled = optimize_model(
+        model, rewritten, time_limit, verify=True, rewrite=True, kernels=kernels, core=spec.core, settings=settings
+    )
     figures = [_figures(VARIANTS[0], stock, True, None)]
     for variant, path, result in ((VARIANTS[1], optimized, plain), (VARIANTS[2], rewritten, tiled)):
         report(f"measuring {variant}")
         identical = result.verification is not None and result.verification.outputs_identical
         rewrite = result.rewrite.reason if result.rewrite else None
-        measured = measure(path, board, runtime=runtime.name, iterations=iterations, timeout=timeout)
+        measured = measure(path, board, runtime=runtime.name, iterations=iterations, timeout=timeout, settings=settings)
         figures.append(_figures(variant, measured, identical, rewrite))
     return figures
 
@@ -180,6 +186,7 @@ def savings(
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table")] = False,
 ) -> None:
     """Measure on BOARD how much arena lowtide saves: the stock model, optimize, and optimize --rewrite auto."""
+    settings = read_settings()
     spec = get_board_spec(board)
     chosen = runtime_for(spec.runtime, runtime_named(runtime) if runtime else None)
     console = Console(stderr=True)
@@ -187,7 +194,7 @@ def savings(
         directory = out_dir or Path(scratch)
         directory.mkdir(parents=True, exist_ok=True)
         if json_output:
-            figures = measure_savings(model, board, chosen, directory, time_limit, iterations, timeout)
+            figures = measure_savings(model, board, chosen, directory, time_limit, iterations, timeout, settings)
         else:
             with console.status("") as status:
                 figures = measure_savings(
@@ -198,6 +205,7 @@ def savings(
                     time_limit,
                     iterations,
                     timeout,
+                    settings,
                     lambda text: status.update(f"{text}..."),
                 )
     if plot:

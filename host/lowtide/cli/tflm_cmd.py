@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from lowtide.cli.application import app
+from lowtide.settings import read_settings
 from lowtide.storage import cache_dir
 from lowtide.tflm import DEFAULT_CORE
 from lowtide.tflm.build import build_library, core_named
@@ -36,13 +37,14 @@ def tflm_get(
 ) -> None:
     """Get TFLM's sources at the commit lowtide is pinned to, into the user cache (the tflm runtimes and the exact
     32-bit arena need them)."""
+    settings = read_settings()
     if archive:
-        trees = install_archives(archive)
+        trees = install_archives(archive, settings)
     else:
-        log = cache_dir("tflm") / "tflm-get.log"
+        log = cache_dir(settings, "tflm") / "tflm-get.log"
         status = Console(stderr=True).status(f"exporting TFLM {TFLM_COMMIT[:7]} with its own exporter (log: {log})")
         with contextlib.nullcontext() if json_output else status:
-            trees = export_from_repository(log)
+            trees = export_from_repository(log, settings)
     if json_output:
         print(json.dumps({"commit": TFLM_COMMIT, "trees": [str(t) for t in trees]}))
     else:
@@ -68,10 +70,11 @@ def tflm_build(
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of progress")] = False,
 ) -> None:
     """Build TFLM from the pinned sources (lowtide tflm-get) for each core and kernel set, once per machine."""
+    settings = read_settings()
     opcodes = set(op)
     for path in ops_from:
         for model in sorted(path.glob("*.tflite")) if path.is_dir() else [path]:
-            opcodes |= {o.opcode for sg in load_model(model).subgraphs for o in sg.operators}
+            opcodes |= {o.opcode for sg in load_model(model, settings).subgraphs for o in sg.operators}
     built = []
     with Progress(
         TextColumn("{task.description}"),
@@ -86,7 +89,7 @@ def tflm_build(
             for kernel_set in kernels:
                 task = bar.add_task(f"TFLM for {core_name}, {kernel_set.value} kernels", total=None)
                 library = build_library(
-                    kernel_set, core_named(core_name), sorted(opcodes), progress=partial(_advance, bar, task)
+                    kernel_set, core_named(core_name), sorted(opcodes), settings, progress=partial(_advance, bar, task)
                 )
                 built.append({"core": core_name, "kernels": kernel_set.value, "library": str(library.archive)})
     if json_output:

@@ -12,6 +12,7 @@ import typer
 from lowtide.cli.application import app
 from lowtide.model import read_model
 from lowtide.model.reader import load_bytes
+from lowtide.settings import read_settings
 from lowtide.validation import model_problems
 
 
@@ -22,7 +23,7 @@ def validate(
 ) -> None:
     """Check MODEL as every command does before running it, listing every problem; exit 2 if there is any."""
     graph = read_model(load_bytes(model), str(model))  # unreadable files fail here, with one line
-    problems = model_problems(graph)
+    problems = model_problems(graph, read_settings())
     if json_output:
         print(
             json.dumps(

@@ -13,7 +13,6 @@ them, TFLM's offsets are used.
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +32,8 @@ from lowtide.memory import Buffer, Executor, align_up, arena_head, buffers_to_pl
 from lowtide.memory.placement import place, placement_budget, tflm_offsets_with_plan
 from lowtide.model import Graph
 from lowtide.model.ir import TensorKind
+from lowtide.settings import Settings
+from lowtide.storage import replacing
 from lowtide.validation import load_model
 
 LT_TYPE_NAMES = {
@@ -77,9 +78,8 @@ class CompiledModel:
         written = []
         for name, text in self.files.items():
             path = directory / name
-            tmp = path.with_name(f".{name}.tmp")
-            tmp.write_text(text)
-            os.replace(tmp, path)
+            with replacing(path) as temporary:
+                temporary.write_text(text)
             written.append(path)
         return written
 
@@ -249,21 +249,23 @@ def _lower_all(graph: Graph, emitter: ModelEmitter) -> tuple[list[str], list[Blo
     return calls, blockers
 
 
-def check_model(model_path: str | Path) -> list[Blocker]:
+def check_model(model_path: str | Path, settings: Settings | None = None) -> list[Blocker]:
     """Everything that keeps `model_path` from compiling, without generating code."""
     model_path = str(model_path)
-    graph = load_model(model_path)
+    graph = load_model(model_path, settings)
     emitter, _ = _emitter(graph, Path(model_path).read_bytes())
     return _lower_all(graph, emitter)[1]
 
 
-def compile_model(model_path: str | Path, prefix: str = "model", keep_model_plan: bool = False) -> CompiledModel:
+def compile_model(
+    model_path: str | Path, prefix: str = "model", keep_model_plan: bool = False, settings: Settings | None = None
+) -> CompiledModel:
     """Lower every operator of `model_path`; raises LowtideError naming the first thing it cannot compile.
     `keep_model_plan`: the model's OfflineMemoryAllocation as it is, even where lowtide's compiled plan is smaller."""
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", prefix):
         raise LowtideError(f"prefix '{prefix}' is not a C identifier")
     model_path = str(model_path)
-    graph = load_model(model_path)
+    graph = load_model(model_path, settings)
     emitter, head_bytes = _emitter(graph, Path(model_path).read_bytes(), keep_model_plan)
     calls, blockers = _lower_all(graph, emitter)
     unplanned = sorted(set(emitter.fast_scratch_bytes) - set(emitter.fast_scratch))

@@ -23,7 +23,7 @@ from lowtide.compile.codegen import CompiledModel, compile_model
 from lowtide.compile.lowering import NUMPY_TYPES
 from lowtide.errors import LowtideError
 from lowtide.resources import RUNTIME_DIR, tree_digest
-from lowtide.settings import read_settings
+from lowtide.settings import Settings, settings_or_read
 from lowtide.storage import cache_dir, cached_folder
 from lowtide.validation import load_model
 
@@ -123,9 +123,12 @@ def _compiler(cc: str) -> str:
     return cc
 
 
-def build_host_binary(compiled: CompiledModel, workdir: Path, sanitize: bool = False) -> Path:
+def build_host_binary(
+    compiled: CompiledModel, workdir: Path, sanitize: bool = False, settings: Settings | None = None
+) -> Path:
     """Compile the generated sources, the runtime and the harness into one host executable."""
-    cc = _compiler(read_settings().compiler)
+    settings = settings_or_read(settings)
+    cc = _compiler(settings.compiler)
     flags = [*CFLAGS, *(SANITIZE_FLAGS if sanitize else ())]
     compiled.write(workdir)
     harness = workdir / "lowtide_harness.c"
@@ -138,7 +141,7 @@ def build_host_binary(compiled: CompiledModel, workdir: Path, sanitize: bool = F
             f"compiling {src.name}",
         )
         objects.append(obj)
-    for obj in _runtime_objects(cc, flags):
+    for obj in _runtime_objects(cc, flags, settings):
         # Beside the model's own objects, where fixed_state_bytes counts every object's static data.
         local = workdir / obj.name
         local.unlink(missing_ok=True)
@@ -152,7 +155,7 @@ def build_host_binary(compiled: CompiledModel, workdir: Path, sanitize: bool = F
     return binary
 
 
-def _runtime_objects(cc: str, flags: list[str]) -> list[Path]:
+def _runtime_objects(cc: str, flags: list[str], settings: Settings) -> list[Path]:
     """The runtime's objects for this compiler and these flags, compiled once per machine into the user cache: the
     runtime includes only its own headers, so every model links the same objects (a check that compiled them per
     model spent most of its time there, under the sanitizers most of all)."""
@@ -166,7 +169,7 @@ def _runtime_objects(cc: str, flags: list[str]) -> list[Path]:
                 f"compiling {src.name}",
             )
 
-    return sorted(cached_folder(cache_dir("runtime-objects") / key, fill).glob("*.o"))
+    return sorted(cached_folder(cache_dir(settings, "runtime-objects") / key, fill).glob("*.o"))
 
 
 def _run(cmd: list[str], what: str) -> subprocess.CompletedProcess:
@@ -227,10 +230,15 @@ def compare_outputs(
 
 
 def run_compiled(
-    compiled: CompiledModel, inputs: list[np.ndarray], workdir: Path, binary: Path | None = None, sanitize: bool = False
+    compiled: CompiledModel,
+    inputs: list[np.ndarray],
+    workdir: Path,
+    binary: Path | None = None,
+    sanitize: bool = False,
+    settings: Settings | None = None,
 ) -> tuple[list[np.ndarray], int]:
     """Run the host build on `inputs`; returns the outputs and the count of hook pairs seen."""
-    outputs, hook_pairs = run_compiled_invocations(compiled, [inputs], workdir, binary, sanitize)
+    outputs, hook_pairs = run_compiled_invocations(compiled, [inputs], workdir, binary, sanitize, settings)
     return outputs[0], hook_pairs
 
 
@@ -240,10 +248,11 @@ def run_compiled_invocations(
     workdir: Path,
     binary: Path | None = None,
     sanitize: bool = False,
+    settings: Settings | None = None,
 ) -> tuple[list[list[np.ndarray]], int]:
     """Invoke the host build once per input set, in one process (state carries over); returns each
     invocation's outputs and the count of hook pairs seen over all of them."""
-    binary = binary or build_host_binary(compiled, workdir, sanitize)
+    binary = binary or build_host_binary(compiled, workdir, sanitize, settings)
     in_path, out_path = workdir / "inputs.bin", workdir / "outputs.bin"
     in_path.write_bytes(b"".join(np.ascontiguousarray(a).tobytes() for inputs in input_sets for a in inputs))
     result = subprocess.run(
@@ -274,23 +283,27 @@ def verify_compiled(
     sanitize: bool = False,
     invocations: int = 1,
     keep_model_plan: bool = False,
+    settings: Settings | None = None,
 ) -> VerifyResult:
     """Compile `model_path`, build it with the host compiler, and compare with TFLM on `oracle.random_inputs`.
     `workdir` keeps the build (sources, objects, binary) for inspection; by default a temporary one is used.
     `sanitize` builds with AddressSanitizer and UBSan: any memory or arithmetic fault fails the check.
     `invocations` > 1 invokes both sides that many times in a row (inputs from seeds seed, seed + 1, ...), so the
     state a model keeps between invocations is compared too. `keep_model_plan`: as `compile_model`'s."""
+    settings = settings_or_read(settings)
     model_path = str(model_path)
-    graph = load_model(model_path)
-    compiled = compile_model(model_path, prefix, keep_model_plan)
+    graph = load_model(model_path, settings)
+    compiled = compile_model(model_path, prefix, keep_model_plan, settings)
     data = Path(model_path).read_bytes()
     input_sets = [oracle.random_inputs(graph, seed + n) for n in range(invocations)]
-    figures = oracle.allocate(data, path=model_path)
-    reference = oracle.run_sequence(data, input_sets, path=model_path)
+    figures = oracle.allocate(data, path=model_path, settings=settings)
+    reference = oracle.run_sequence(data, input_sets, path=model_path, settings=settings)
     with tempfile.TemporaryDirectory(prefix="lowtide-compile-") as tmp:
         build_dir = Path(workdir) if workdir is not None else Path(tmp)
         build_dir.mkdir(parents=True, exist_ok=True)
-        outputs, hook_pairs = run_compiled_invocations(compiled, input_sets, build_dir, sanitize=sanitize)
+        outputs, hook_pairs = run_compiled_invocations(
+            compiled, input_sets, build_dir, sanitize=sanitize, settings=settings
+        )
         state = fixed_state_bytes(build_dir, compiled.prefix)
     comparisons = tuple(
         c
@@ -322,31 +335,36 @@ class OperatorDivergence:
     invocation: int = 0
 
 
-def expose_operator_outputs(model_path: str | Path) -> tuple[bytes, list[int]]:
+def expose_operator_outputs(model_path: str | Path, settings: Settings | None = None) -> tuple[bytes, list[int]]:
     """The model rewritten so that every main-subgraph operator output is also a model output, and the tensor
     index of each model output in order (the original outputs first). Resource handles are left out: TFLM
     cannot return them."""
     from lowtide.model.writer import with_outputs
 
-    graph = load_model(str(model_path))
+    graph = load_model(str(model_path), settings)
     op_outputs = [t for op in graph.main.operators for t in op.outputs if graph.main.tensors[t].dtype in NUMPY_TYPES]
     added = [t for t in dict.fromkeys(op_outputs) if t not in graph.main.outputs]
     return with_outputs(graph, added), list(graph.main.outputs) + added
 
 
-def first_divergence(model_path: str | Path, seed: int = 0, invocations: int = 1) -> OperatorDivergence | None:
+def first_divergence(
+    model_path: str | Path, seed: int = 0, invocations: int = 1, settings: Settings | None = None
+) -> OperatorDivergence | None:
     """Rewrite the model so that every operator's output is a model output (TFLM then keeps them all live, which
     changes the plan but not the values), run both sides `invocations` times in a row, and return the first
     operator that differs, earliest invocation first."""
+    settings = settings_or_read(settings)
     model_path = str(model_path)
-    graph = load_model(model_path)
-    data, exposed = expose_operator_outputs(model_path)
+    graph = load_model(model_path, settings)
+    data, exposed = expose_operator_outputs(model_path, settings)
     input_sets = [oracle.random_inputs(graph, seed + n) for n in range(invocations)]
-    reference = oracle.run_sequence(data, input_sets, path=model_path)
+    reference = oracle.run_sequence(data, input_sets, path=model_path, settings=settings)
     with tempfile.TemporaryDirectory(prefix="lowtide-trace-") as tmp:
         traced = Path(tmp) / "traced.tflite"
         traced.write_bytes(data)
-        outputs, _ = run_compiled_invocations(compile_model(traced), input_sets, Path(tmp))
+        outputs, _ = run_compiled_invocations(
+            compile_model(traced, settings=settings), input_sets, Path(tmp), settings=settings
+        )
     for n, (want, got) in enumerate(zip(reference, outputs)):
         comparisons = dict(zip(exposed, compare_outputs(list(want), got, invocation=n)))
         for op in graph.main.operators:

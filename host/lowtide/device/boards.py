@@ -34,6 +34,7 @@ from lowtide.device.locking import port_resource
 from lowtide.device.spec import BoardSpec, get_board_spec, load_board_specs
 from lowtide.device.transport import Link, open_link
 from lowtide.errors import LowtideError
+from lowtide.settings import Settings
 
 LABGRID_PREFIX = "labgrid:"
 DEFAULT_WAIT_S = 300.0  # how long a board's own wait (a farm place another client holds) lasts by default
@@ -46,6 +47,7 @@ class Connection:
     model_path: Path  # the model the board runs: the host-tflm board loads it, the others were built with it
     port: str | None  # --port; None: the board's own (its board file's, autodetected, or one it starts)
     timeout: float  # seconds, for anything the board starts
+    settings: Settings  # the command's: the cache, the lock folder, labgrid's coordinator
     image: FirmwareImage | None = None  # the firmware built for a board file's board (lowtide.pipeline.firmware)
     wait: float = DEFAULT_WAIT_S  # seconds, for a board someone else holds
     on_wait: Callable[[str], None] | None = None  # told who holds the board, once
@@ -62,7 +64,7 @@ class Board(ABC):
         return self.spec is not None
 
     @abstractmethod
-    def lock_resource(self, port: str | None) -> str | None:
+    def lock_resource(self, port: str | None, settings: Settings) -> str | None:
         """What a run must hold (lowtide.device.locking) while it uses this board on `port`; None when two runs
         can use it at once."""
 
@@ -76,7 +78,7 @@ class HostTflmBoard(Board):
     name = "host-tflm"
     description = "this machine's TFLM interpreter in a subprocess (--port tcp:0 (default), tcp:PORT or pty)"
 
-    def lock_resource(self, port: str | None) -> str | None:
+    def lock_resource(self, port: str | None, settings: Settings) -> str | None:
         return f"port:{port}" if port and port.startswith("tcp:") and port != "tcp:0" else None
 
     @contextlib.contextmanager
@@ -102,7 +104,7 @@ class SerialBoard(Board):
     name = "serial"
     description = "a board already flashed with the model, on --port (device path, socket://, rfc2217://)"
 
-    def lock_resource(self, port: str | None) -> str | None:
+    def lock_resource(self, port: str | None, settings: Settings) -> str | None:
         return f"port:{port_resource(port)}" if port else f"board:{self.name}"
 
     @contextlib.contextmanager
@@ -133,7 +135,7 @@ class EmulatedBoard(BoardFromFile):
         super().__init__(spec)
         self.emulator_command = spec.emulator_command
 
-    def lock_resource(self, port: str | None) -> str | None:
+    def lock_resource(self, port: str | None, settings: Settings) -> str | None:
         return None
 
     @contextlib.contextmanager
@@ -159,7 +161,7 @@ class UsbBoard(BoardFromFile):
     def port(self, port: str | None) -> str:
         return port or self.serial.port or detect_serial_port(self.name, self.serial.usb_ids, self.serial.probe_serial)
 
-    def lock_resource(self, port: str | None) -> str | None:
+    def lock_resource(self, port: str | None, settings: Settings) -> str | None:
         if fixed := port or self.serial.port:
             return f"port:{port_resource(fixed)}"
         return f"probe:{self.serial.probe_serial}" if self.serial.probe_serial else f"board:{self.name}"
@@ -182,14 +184,16 @@ class LabgridBoard(Board):
         self.name = spec.name if spec else f"{LABGRID_PREFIX}{place}"
         self.description = spec.description if spec else f"the board in labgrid place {place}"
 
-    def lock_resource(self, port: str | None) -> str | None:
-        return labgrid.lock_resource(self.place, self.coordinator)
+    def lock_resource(self, port: str | None, settings: Settings) -> str | None:
+        return labgrid.lock_resource(self.place, self.coordinator, settings)
 
     @contextlib.contextmanager
     def connect(self, connection: Connection) -> Iterator[Link]:
         if connection.port:
             raise LowtideError(f"--board {self.name} uses its labgrid place's serial port: leave out --port")
-        with labgrid.acquired_place(self.place, self.coordinator, connection.wait, connection.on_wait) as serial:
+        with labgrid.acquired_place(
+            self.place, self.coordinator, connection.wait, connection.settings, connection.on_wait
+        ) as serial:
             if self.spec is not None:
                 _upload(self.spec, connection, serial.url)
             with contextlib.closing(open_port(serial.url, connection.timeout, serial.speed)) as link:
@@ -199,7 +203,8 @@ class LabgridBoard(Board):
 def _upload(spec: BoardSpec, connection: Connection, port: str) -> None:
     """Flashes the image built for `spec` (`connection.image`) to the board on `port`."""
     assert connection.image is not None  # a board file's board is handed the firmware built for it
-    upload_image(spec, connection.image, port, upload_settings(spec, port), connection.model_path.name)
+    variables = upload_settings(spec, port, connection.settings)
+    upload_image(spec, connection.image, port, variables, connection.model_path.name, connection.settings)
 
 
 def board_for_spec(spec: BoardSpec) -> Board:

@@ -1,31 +1,28 @@
 """Locks that keep two runs (measurements, test sessions) off one board, and off one baselines file, at once.
 
-A lock is `fcntl.flock` on a file in the lock directory: `$LOWTIDE_LOCK_DIR`, else /tmp/lowtide-locks. Not
-$XDG_RUNTIME_DIR: that is per user, and a board on a CI runner is shared between the runner's user and whoever logs
-in to debug it. The kernel drops a flock when its holder exits, however it exits, so a killed run never leaves a
-stale lock behind. The holder writes its pid, command line and start time into the file, so that whoever waits can
-say who is in the way.
+A lock is storage's one file lock (`storage.lock_file`, an `fcntl.flock`) on a file in the lock directory:
+`$LOWTIDE_LOCK_DIR`, else /tmp/lowtide-locks. Not $XDG_RUNTIME_DIR: that is per user, and a board on a CI runner is
+shared between the runner's user and whoever logs in to debug it. The kernel drops a flock when its holder exits,
+however it exits, so a killed run never leaves a stale lock behind. The holder writes its pid, command line and
+start time into the file, so that whoever waits can say who is in the way.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import re
 import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from lowtide.errors import LowtideError
-from lowtide.settings import DEFAULT_LOCK_DIR, read_settings
-
-_POLL_S = 0.05
+from lowtide.settings import DEFAULT_LOCK_DIR
+from lowtide.storage import FileLock, lock_file
 
 
 class LockTimeout(LowtideError):
@@ -42,15 +39,12 @@ class LockHolder:
         return f"pid {self.pid} ({self.command}), since {self.since}"
 
 
-def lock_dir() -> Path:
-    return read_settings().lock_dir
-
-
-def lock_path(resource: str) -> Path:
-    """The lock file of `resource`: readable name, plus a digest so that two resources never share a file."""
+def lock_path(resource: str, lock_dir: Path) -> Path:
+    """The lock file of `resource` in `lock_dir` (the settings'): readable name, plus a digest so that two resources
+    never share a file."""
     readable = re.sub(r"[^A-Za-z0-9._-]+", "_", resource).strip("_")[:80]
     digest = hashlib.sha256(resource.encode()).hexdigest()[:12]
-    return lock_dir() / f"{readable}-{digest}.lock"
+    return lock_dir / f"{readable}-{digest}.lock"
 
 
 def port_resource(port: str) -> str:
@@ -69,68 +63,42 @@ def read_holder(path: Path) -> LockHolder | None:
         return None
 
 
-class HeldLock:
-    """An acquired lock; `release` (or the holder's exit) lets the next process in."""
-
-    def __init__(self, resource: str, path: Path, fd: int):
-        self.resource = resource
-        self.path = path
-        self._fd: int | None = fd
-
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
-
-    def release(self) -> None:
-        if self._fd is not None:
-            fd, self._fd = self._fd, None
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
-
-
 def acquire(
     resource: str,
     timeout: float,
     what: str,
     on_wait: Callable[[LockHolder | None], None] | None = None,
-) -> HeldLock:
-    """Lock `resource`, waiting at most `timeout` seconds. `what` names the resource in the error, e.g. "board
-    serial on /dev/ttyACM0"; `on_wait` is called once, with the current holder, if the lock is not free at once."""
-    path = lock_path(resource)
+    *,
+    lock_dir: Path,
+) -> FileLock:
+    """Lock `resource` (its file in `lock_dir`), waiting at most `timeout` seconds. `what` names the resource in the
+    error, e.g. "board serial on /dev/ttyACM0"; `on_wait` is called once, with the current holder, if the lock is not
+    free at once."""
+    path = lock_path(resource, lock_dir)
     _make_lock_dir(path.parent)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    with contextlib.suppress(PermissionError):
-        os.fchmod(fd, 0o666)  # another user's run must be able to take this lock later
-    deadline = time.monotonic() + timeout
-    waited = False
-    try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if not waited and on_wait is not None:
-                    on_wait(read_holder(path))
-                waited = True
-                if time.monotonic() >= deadline:
-                    holder = read_holder(path)
-                    raise LockTimeout(
-                        f"{what} is in use by another run ({holder.describe() if holder else 'holder unknown'}); "
-                        f"gave up after waiting {timeout:g} s (lock file {path})"
-                    ) from None
-                time.sleep(min(_POLL_S, max(deadline - time.monotonic(), 0.0)))
-    except BaseException:
-        os.close(fd)
-        raise
-    _write_holder(fd)
-    return HeldLock(resource, path, fd)
+    # Another user's run must be able to take this lock later: the file is everyone's to open.
+    held = lock_file(path, timeout, (lambda: on_wait(read_holder(path))) if on_wait else None, mode=0o666)
+    if held is None:
+        holder = read_holder(path)
+        raise LockTimeout(
+            f"{what} is in use by another run ({holder.describe() if holder else 'holder unknown'}); "
+            f"gave up after waiting {timeout:g} s (lock file {path})"
+        )
+    assert held.fd is not None
+    _write_holder(held.fd)
+    return held
 
 
 @contextlib.contextmanager
 def locked(
-    resource: str, timeout: float, what: str, on_wait: Callable[[LockHolder | None], None] | None = None
-) -> Iterator[HeldLock]:
-    held = acquire(resource, timeout, what, on_wait)
+    resource: str,
+    timeout: float,
+    what: str,
+    on_wait: Callable[[LockHolder | None], None] | None = None,
+    *,
+    lock_dir: Path,
+) -> Iterator[FileLock]:
+    held = acquire(resource, timeout, what, on_wait, lock_dir=lock_dir)
     try:
         yield held
     finally:

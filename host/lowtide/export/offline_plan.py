@@ -23,9 +23,11 @@ from lowtide.memory.lifetimes import Buffer, Order
 from lowtide.memory.placement import check_no_overlap, offline_plan, tflm_offsets_with_plan
 from lowtide.model.ir import Graph
 from lowtide.model.reader import read_model
-from lowtide.model.writer import model_bytes, set_offline_plan, write_files
+from lowtide.model.writer import model_bytes, set_offline_plan
 from lowtide.oracle import allocate
 from lowtide.schedule import apply_order
+from lowtide.settings import Settings, settings_or_read
+from lowtide.storage import write_files
 from lowtide.tflm import DEFAULT_CORE, Arena32Mode, Mcu32Arena, mcu32_arena
 from lowtide.tflm.tree import KernelSet
 from lowtide.validation import model_problems
@@ -117,11 +119,13 @@ def export_optimized(
     kernels: KernelSet = KernelSet.REFERENCE,
     core: str = DEFAULT_CORE,
     arena32: Arena32Mode = Arena32Mode.AUTO,
+    settings: Settings | None = None,
 ) -> ExportResult:
     """The model, `out_path`.h and `out_path`.json for `out_path`, checked but not written (`ExportResult.write`
     does that). `offsets_by_buffer` gives the offset of
     every tensor buffer of `buffers_to_plan(graph, order)` (scratch entries are ignored: TFLM
     places them; in-place outputs must sit inside the input whose bytes they share)."""
+    settings = settings_or_read(settings)
     out_path = Path(out_path)
     buffers = buffers_to_plan(graph, order)
     offsets = tflm_offsets_with_plan(buffers, _tensor_offsets(buffers, offsets_by_buffer))
@@ -137,11 +141,11 @@ def export_optimized(
     written = read_model(data, graph.path)
     if written.offline_plan != plan:
         raise LowtideError("the optimized model does not carry its memory plan (metadata lost on write)", graph.path)
-    problems = model_problems(written)
+    problems = model_problems(written, settings)
     if problems:
         raise LowtideError(f"the optimized model would be invalid: {problems[0].message}", graph.path)
-    figures = allocate(data, path=graph.path)
-    mcu32 = mcu32_arena(data, written, planned_head, kernels, core, mode=arena32)
+    figures = allocate(data, path=graph.path, settings=settings)
+    mcu32 = mcu32_arena(data, written, planned_head, kernels, core, mode=arena32, settings=settings)
     sidecar = {
         "model": out_path.name,
         "source_model": Path(graph.path).name,

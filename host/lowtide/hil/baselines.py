@@ -126,11 +126,11 @@ def dump_baselines(entries: Mapping[BaselineKey, Baseline]) -> str:
     return json.dumps({"format": FORMAT_VERSION, "boards": boards}, indent=2, sort_keys=True) + "\n"
 
 
-def merge_baselines(path: Path, updates: Mapping[BaselineKey, Baseline], lock_timeout: float) -> int:
-    """Write `updates` into the baselines file, keeping every other entry as the file has it now. Returns the
-    number of entries in the file afterwards."""
+def merge_baselines(path: Path, updates: Mapping[BaselineKey, Baseline], lock_timeout: float, lock_dir: Path) -> int:
+    """Write `updates` into the baselines file, keeping every other entry as the file has it now (under a lock in
+    `lock_dir`, the settings'). Returns the number of entries in the file afterwards."""
     resource = f"baselines:{path.resolve()}"
-    with locked(resource, lock_timeout, f"baselines file {path}"):
+    with locked(resource, lock_timeout, f"baselines file {path}", lock_dir=lock_dir):
         # Every writer holds this lock, so a temporary file left now is from a writer that was killed.
         for stale in path.parent.glob(f".{path.name}.*.tmp"):
             stale.unlink(missing_ok=True)

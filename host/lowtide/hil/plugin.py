@@ -25,6 +25,8 @@ from lowtide.device import locking
 from lowtide.errors import LowtideError
 from lowtide.hil.baselines import Baseline, BaselineKey, baseline_of, figures_of, load_baselines, merge_baselines
 from lowtide.hil.compare import Comparison, ToleranceOverrides, Tolerances, compare
+from lowtide.settings import Settings, read_settings
+from lowtide.storage import FileLock
 
 if TYPE_CHECKING:
     from lowtide.device.measure import MeasureResult
@@ -74,12 +76,13 @@ class HilSession:
     lock_timeout: float
     tolerances: Tolerances
     config: pytest.Config
+    settings: Settings  # read once, when the session is configured
     measured: int = 0
     # "compared", "regressed", "new", "recorded", "improved" -> the measurements, for the summary
     outcomes: dict[str, list[str]] = field(default_factory=dict)
     updates: dict[BaselineKey, Baseline] = field(default_factory=dict)
     claimed: set[BaselineKey] = field(default_factory=set)
-    locks: dict[str, locking.HeldLock] = field(default_factory=dict)
+    locks: dict[str, FileLock] = field(default_factory=dict)
     gave_up: set[str] = field(default_factory=set)  # lock resources that timed out once: not waited for again
     written_entries: int | None = None
     write_error: str | None = None
@@ -112,7 +115,7 @@ class HilSession:
 
     def lock_board(self, board: str) -> None:
         """Hold `board` (or its port) until the end of this run, so that no other run uses it meanwhile."""
-        resource = _lock_resource(board, self.port)
+        resource = _lock_resource(board, self.port, self.settings)
         if resource is None or resource in self.locks:
             return
         what = f"board {board}" + (f" on {self.port}" if self.port else "")
@@ -124,7 +127,9 @@ class HilSession:
             self.say(f"lowtide: {what} is in use by {by}; waiting up to {timeout:g} s (--lowtide-lock-timeout)")
 
         try:
-            self.locks[resource] = locking.acquire(resource, timeout, what, waiting if timeout else None)
+            self.locks[resource] = locking.acquire(
+                resource, timeout, what, waiting if timeout else None, lock_dir=self.settings.lock_dir
+            )
         except locking.LockTimeout:
             self.gave_up.add(resource)
             raise
@@ -220,6 +225,7 @@ def pytest_configure(config: pytest.Config) -> None:
         lock_timeout=lock_timeout,
         tolerances=_ini_tolerances(config),
         config=config,
+        settings=read_settings(),
     )
 
 
@@ -256,7 +262,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     try:
         if hil.update and hil.updates:
-            hil.written_entries = merge_baselines(hil.baselines_path, hil.updates, hil.lock_timeout)
+            hil.written_entries = merge_baselines(
+                hil.baselines_path, hil.updates, hil.lock_timeout, hil.settings.lock_dir
+            )
     except LowtideError as exc:
         hil.write_error = str(exc)
         if session.exitstatus == pytest.ExitCode.OK:
@@ -350,7 +358,8 @@ def lowtide_measure(request: pytest.FixtureRequest, lowtide_board: str) -> Measu
             hil.lock_board(lowtide_board)
             if hil.flash is not None:
                 assert hil.port is not None  # --lowtide-flash needs --lowtide-port (pytest_configure)
-                upload_firmware(hil.flash, model_path, hil.port, runtime_named(runtime) if runtime else None)
+                chosen = runtime_named(runtime) if runtime else None
+                upload_firmware(hil.flash, model_path, hil.port, chosen, settings=hil.settings)
             result = measure(
                 model_path,
                 lowtide_board,
@@ -368,6 +377,7 @@ def lowtide_measure(request: pytest.FixtureRequest, lowtide_board: str) -> Measu
                     f"lowtide: board {lowtide_board} is in use by {holder}; "
                     f"waiting up to {hil.lock_timeout:g} s (--lowtide-lock-timeout)"
                 ),
+                settings=hil.settings,
             )
         except LowtideError as exc:
             message = f"lowtide: measuring {model_path.name} on {lowtide_board} failed: {exc}"
@@ -467,11 +477,11 @@ def _test_name(item: pytest.Item, board: str) -> str:
     return nodeid
 
 
-def _lock_resource(board: str, port: str | None) -> str | None:
+def _lock_resource(board: str, port: str | None, settings: Settings) -> str | None:
     """What a run must hold to use `board`, as the board says (`Board.lock_resource`)."""
     from lowtide.device.boards import get_board
 
-    return get_board(board).lock_resource(port)
+    return get_board(board).lock_resource(port, settings)
 
 
 def _flash_spec(name: str) -> BoardSpec:

@@ -45,7 +45,7 @@ from lowtide.mlperf.benchmarks import Benchmark, benchmark_named, mlperf_protoco
 from lowtide.mlperf.datasets import check_dataset, generate_dataset
 from lowtide.pipeline.firmware import build_board_firmware, upload_firmware
 from lowtide.runtimes import runtime_for, runtime_named
-from lowtide.settings import RUNNER_ENV, read_settings
+from lowtide.settings import RUNNER_ENV, Settings, settings_or_read
 from lowtide.storage import cache_dir, unpacked_archive
 from lowtide.validation import load_model
 
@@ -124,18 +124,20 @@ def _runner_folder(path: Path) -> Path | None:
     return None
 
 
-def _unpacked(archive: Path) -> Path:
+def _unpacked(archive: Path, settings: Settings) -> Path:
     """The archive unpacked in the user cache, once per content (it is a package cache, not part of a project)."""
     try:
         digest = hashlib.sha256(archive.read_bytes()).hexdigest()[:16]
     except OSError as exc:
         raise LowtideError(f"cannot read the runner archive: {exc.strerror or exc}", archive) from None
-    return unpacked_archive(archive, cache_dir("mlperf") / f"runner-{digest}", "runner archive")
+    return unpacked_archive(archive, cache_dir(settings, "mlperf") / f"runner-{digest}", "runner archive")
 
 
-def locate_runner(path: Path | None, configured: str | None = None) -> Path:
+def locate_runner(path: Path | None, settings: Settings) -> Path:
     """The runner's folder (the one with main.py): `path` (a folder of MLCommons' tiny repository, its
-    benchmark/runner, or an archive of either), else `configured` ($LOWTIDE_MLPERF_RUNNER)."""
+    benchmark/runner, or an archive of either), else the settings' ($LOWTIDE_MLPERF_RUNNER); an archive is unpacked
+    into the settings' cache."""
+    configured = settings.mlperf_runner
     if path is None:
         if not configured:
             raise LowtideError(
@@ -145,7 +147,7 @@ def locate_runner(path: Path | None, configured: str | None = None) -> Path:
         path = Path(configured)
     path = Path(path)
     if path.is_file() and tarfile.is_tarfile(path):
-        unpacked = _unpacked(path)
+        unpacked = _unpacked(path, settings)
         found = next((f for f in (_runner_folder(unpacked), *map(_runner_folder, unpacked.iterdir())) if f), None)
     else:
         found = _runner_folder(path) if path.is_dir() else None
@@ -292,16 +294,18 @@ def run_mlperf(
     port: str | None = None,
     work_dir: Path | None = None,
     timeout: float = 3600.0,
+    settings: Settings | None = None,
 ) -> MlperfResult:
     """The runner's figures for `model` as `benchmark_id` on `board_name` in `mode`; without `dataset`, on random
     inputs of the benchmark's format. Everything that can be checked before building is."""
     if mode not in MODES:
         raise LowtideError(f"mode {mode!r}: performance or accuracy (energy mode needs a power monitor)")
+    settings = settings_or_read(settings)
     model = Path(model)
     benchmark = benchmark_named(benchmark_id)
-    graph = load_model(model)
+    graph = load_model(model, settings)
     protocol = mlperf_protocol(graph, benchmark)
-    runner_dir = locate_runner(runner, read_settings().mlperf_runner)
+    runner_dir = locate_runner(runner, settings)
     test_script = _test_script(runner_dir, mode, benchmark)
     board = get_board(board_name)
     if not isinstance(board, (EmulatedBoard, UsbBoard)):
@@ -328,7 +332,9 @@ def run_mlperf(
         arguments = [f"--dataset_path={data.root}", f"--test_script={test_script}", f"--mode={MODES[mode]}"]
         devices = scratch / "devices.yaml"
         if isinstance(board, EmulatedBoard):
-            image = build_board_firmware(board.spec, model, chosen, protocol=protocol.firmware_defines())
+            image = build_board_firmware(
+                board.spec, model, chosen, protocol=protocol.firmware_defines(), settings=settings
+            )
             devices.write_text(devices_yaml(f"lowtide-{board.name}", [EMULATED_USB_ID], EMULATED_BAUD))
             link = stack.enter_context(run_emulator(board.emulator_command, image.elf, BOOT_TIMEOUT_S))
             relay = stack.enter_context(_PtyRelay(link, hold_windows=mode == "performance"))
@@ -351,7 +357,7 @@ def run_mlperf(
                 raise
         else:
             port = board.port(port)
-            upload_firmware(board.spec, model, port, chosen, protocol=protocol.firmware_defines())
+            upload_firmware(board.spec, model, port, chosen, protocol=protocol.firmware_defines(), settings=settings)
             devices.write_text(devices_yaml(f"lowtide-{board.name}", _usb_ids(board.serial.usb_ids), board.serial.baud))
             argv = [sys.executable, str(runner_dir / "main.py"), f"--device_list={devices}", *arguments]
             output = _run_runner(argv, work_dir, timeout)

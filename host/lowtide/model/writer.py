@@ -5,18 +5,17 @@ from __future__ import annotations
 import copy
 import os
 import tempfile
-from collections.abc import Mapping
 from pathlib import Path
 
 import flatbuffers
 import numpy as np
 from tflite_micro.tensorflow.lite.micro.tools.tflite_flatbuffer_align_wrapper import align_tflite_model
 
-from lowtide.errors import LowtideError
 from lowtide.model.ir import Graph
 from lowtide.model.offline_memory import NAME as OFFLINE_PLAN_NAME
 from lowtide.model.offline_memory import OfflinePlan
 from lowtide.model.schema import FILE_IDENTIFIER, fb
+from lowtide.storage import write_files
 
 
 def set_offline_plan(raw: fb.ModelT, plan: OfflinePlan) -> None:
@@ -62,31 +61,6 @@ def write_model(raw: fb.ModelT, path: str | Path) -> bytes:
     data = model_bytes(raw)
     write_files({Path(path): data})
     return data
-
-
-def write_files(files: Mapping[Path, bytes | str]) -> None:
-    """Write every file or none: each goes to a temporary file beside its target, and the targets are replaced
-    only once every temporary is complete. On a failure (disk full, no permission, a directory in the way) no
-    temporary is left, and the targets this call created are removed again; LowtideError names the target."""
-    temporaries: dict[Path, Path] = {}
-    created: list[Path] = []
-    target = next(iter(files), Path())
-    try:
-        for target, content in files.items():
-            temporaries[target] = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-            temporaries[target].write_bytes(content.encode() if isinstance(content, str) else content)
-        for target, tmp in temporaries.items():
-            existed = target.exists()
-            os.replace(tmp, target)
-            if not existed:
-                created.append(target)
-    except OSError as exc:
-        for path in created:
-            path.unlink(missing_ok=True)
-        raise LowtideError(f"cannot write: {exc.strerror}", target) from None
-    finally:
-        for tmp in temporaries.values():
-            tmp.unlink(missing_ok=True)
 
 
 def misaligned_buffers(data: bytes, alignment: int = 16) -> list[int]:

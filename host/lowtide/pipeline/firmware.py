@@ -26,6 +26,7 @@ from lowtide.errors import LowtideError
 from lowtide.model.ir import Graph
 from lowtide.project import FirmwareProject, ProtocolDefines, cached_project_dir, project_files
 from lowtide.runtimes import FirmwareRuntime, FootprintEstimate, runtime_for
+from lowtide.settings import Settings, settings_or_read
 from lowtide.tflm.sizer import Arena32
 from lowtide.validation import load_model
 
@@ -71,11 +72,13 @@ def firmware_project(
     tflm_arena: Arena32 | None = None,
     project_dir: Path | None = None,
     protocol: ProtocolDefines | None = None,
+    *,
+    settings: Settings,
 ) -> FirmwareProject:
     """The project for `spec` with the model in it (none: a model-less image) run by `runtime`, built: in the user
     cache unless `project_dir` names a folder of the user's. Runs for the same content wait for one build. `protocol`:
     the image answers that protocol instead of lowtide's own (MLPerf Tiny's grammar: lowtide.mlperf)."""
-    check_buildable(spec)
+    check_buildable(spec, settings)
     model_path = model_path.resolve() if model_path else None
     # The project names its env, not the board: boards that run one image (nucleo-f446re and qemu-nucleo-f446re)
     # then share one project in the cache, built once.
@@ -87,16 +90,17 @@ def firmware_project(
         runtime,
         spec.core,
         tflm_arena.arena_bytes if tflm_arena else None,
+        settings,
         protocol,
     )
     directory = (
         project_dir.resolve()
         if project_dir
-        else cached_project_dir(spec.platformio_env, runtime.name, model_path, files)
+        else cached_project_dir(spec.platformio_env, runtime.name, model_path, files, settings)
     )
     project = FirmwareProject(directory, spec.platformio_env, runtime.name, model_path)
     what = f"building the {spec.platformio_env} firmware" + (f" for {model_path.name}" if model_path else "")
-    build_project(project, files, reuse_built=project_dir is None, what=what)
+    build_project(project, files, reuse_built=project_dir is None, what=what, settings=settings)
     return project
 
 
@@ -107,21 +111,24 @@ def build_board_firmware(
     project_dir: Path | None = None,
     protocol: ProtocolDefines | None = None,
     graph: Graph | None = None,
+    settings: Settings | None = None,
 ) -> FirmwareImage:
     """The firmware for `spec` with the model in it, run by `runtime` (default: the board's): refused before
     building if the model cannot fit the board, built (or found built), and checked against the board's memory
     from its ELF. `graph`: the model at `model_path`, when the caller has already read and validated it."""
+    settings = settings_or_read(settings)
     runtime = runtime_for(spec.runtime, runtime)
-    graph = graph if graph is not None else load_model(model_path)
+    graph = graph if graph is not None else load_model(model_path, settings)
     early = runtime.estimate_before_sizing(graph)
     if early is not None:
         # Before TFLM is built to size the arena: the head alone and the model file must fit.
         check_estimate_fits(spec, early)
-        check_registry_reachable(spec)
-    tflm_arena = runtime.predict_arena(graph, spec.core)
+        check_registry_reachable(spec, settings)
+    tflm_arena = runtime.predict_arena(graph, spec.core, settings)
     check_estimate_fits(spec, runtime.estimate_footprint(graph, tflm_arena))
-    project = firmware_project(spec, model_path, runtime, tflm_arena, project_dir, protocol)
-    image = dataclasses.replace(read_firmware_image(project.elf, spec.platformio_env), project_dir=project.directory)
+    project = firmware_project(spec, model_path, runtime, tflm_arena, project_dir, protocol, settings=settings)
+    built = read_firmware_image(project.elf, spec.platformio_env, settings)
+    image = dataclasses.replace(built, project_dir=project.directory)
     check_image_fits(spec, image, model_path.stem)
     return image
 
@@ -132,17 +139,19 @@ def upload_firmware(
     port: str,
     runtime: FirmwareRuntime | None = None,
     protocol: ProtocolDefines | None = None,
+    *,
+    settings: Settings,
 ) -> None:
     """The firmware for `spec` (built, or found built) uploaded to the board on `port` by the env's own uploader;
     for an ST board, OpenOCD on that board's ST-LINK (lowtide.device.drivers.platformio.upload_probe), which is
     checked before building."""
-    settings = upload_settings(spec, port)
-    image = build_board_firmware(spec, model_path, runtime, protocol=protocol)
-    upload_image(spec, image, port, settings, model_path.name)
+    variables = upload_settings(spec, port, settings)
+    image = build_board_firmware(spec, model_path, runtime, protocol=protocol, settings=settings)
+    upload_image(spec, image, port, variables, model_path.name, settings)
 
 
 def board_firmware(
-    board: Board, model_path: Path, graph: Graph, runtime: FirmwareRuntime | None = None
+    board: Board, model_path: Path, graph: Graph, runtime: FirmwareRuntime | None, settings: Settings
 ) -> FirmwareImage | None:
     """The firmware `board` runs for `model_path` with `runtime` (None: the board file's), built and checked against
     the board's memory; None for a board that runs what it is given or was flashed beforehand."""
@@ -152,12 +161,12 @@ def board_firmware(
                 f"--board {board.name} runs whatever it runs: --runtime applies to boards lowtide builds firmware for"
             )
         return None
-    return build_board_firmware(board.spec, Path(model_path), runtime, graph=graph)
+    return build_board_firmware(board.spec, Path(model_path), runtime, graph=graph, settings=settings)
 
 
-def predicted_arena(board: Board, graph: Graph, runtime: FirmwareRuntime | None = None) -> Arena32 | None:
+def predicted_arena(board: Board, graph: Graph, runtime: FirmwareRuntime | None, settings: Settings) -> Arena32 | None:
     """lowtide's prediction of the TFLM arena `board`'s firmware will report for `graph`; None where it runs no TFLM
     built by lowtide."""
     if board.spec is None:
         return None
-    return runtime_for(board.spec.runtime, runtime).predict_arena(graph, board.spec.core)
+    return runtime_for(board.spec.runtime, runtime).predict_arena(graph, board.spec.core, settings)

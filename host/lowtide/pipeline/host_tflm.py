@@ -63,7 +63,7 @@ from lowtide.device.protocol import (
 )
 from lowtide.errors import LowtideError
 from lowtide.model.reader import read_model
-from lowtide.settings import read_settings
+from lowtide.settings import Settings, read_settings
 
 BOARD_NAME = "host-tflm"
 PROGRESS_INTERVAL_S = 0.25  # at most four PROGRESS frames a second: enough for a progress bar and a liveness check
@@ -92,9 +92,15 @@ class TflmBoard:
     """The board's request handling, free of any I/O: `handle` gets a checked frame and sends replies via `send`."""
 
     def __init__(
-        self, model: bytes, path: str, arena_bytes: int | None = None, host_gone: Callable[[], bool] = lambda: False
+        self,
+        model: bytes,
+        path: str,
+        settings: Settings,
+        arena_bytes: int | None = None,
+        host_gone: Callable[[], bool] = lambda: False,
     ):
         self.model, self.path = model, path
+        self.tflm_timeout_s = settings.tflm_timeout_s
         self.host_gone = host_gone  # checked between invocations, so that a long RUN ends when nobody waits for it
         self.graph = read_model(model, path)
         self.arena_bytes = arena_bytes or default_arena_bytes(model)
@@ -107,7 +113,7 @@ class TflmBoard:
         self.not_ready_reason: str | None = None
         self._reply_cache: tuple[tuple[int, int, bytes], bytes] | None = None
         try:
-            self.figures = oracle.run(model, arena_size=self.arena_bytes, path=path)
+            self.figures = oracle.run(model, arena_size=self.arena_bytes, path=path, settings=settings)
         except LowtideError as exc:
             self.not_ready_reason = exc.message
 
@@ -183,7 +189,7 @@ class TflmBoard:
         send(encode_message(Progress(0, total), seq))
         try:
             ran = oracle.isolated(
-                lambda child: self._invocations(child, request, seq, send), self.path, read_settings().tflm_timeout_s
+                lambda child: self._invocations(child, request, seq, send), self.path, self.tflm_timeout_s
             )
         except LowtideError as exc:  # TFLM refused the inputs, failed an operator or crashed: the board lives on
             return Error(ErrorCode.INVOKE_FAILED, request.TYPE, exc.message)
@@ -312,20 +318,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", default="tcp:0", help="tcp:PORT (127.0.0.1; 0 = any free port) or pty")
     parser.add_argument("--arena-bytes", type=int, default=None)
     args = parser.parse_args(argv)
+    settings = read_settings()  # this process's edge: the environment its parent handed on
     stop_fd = sys.stdin.fileno()
     host_gone = stdin_closed(stop_fd)
     if args.port == "pty":
         master, slave = os.openpty()
         tty.setraw(slave)  # no echo, no newline translation: the pty must pass bytes through untouched
         _announce(os.ttyname(slave))
-        board = TflmBoard(args.model.read_bytes(), str(args.model), args.arena_bytes, host_gone)
+        board = TflmBoard(args.model.read_bytes(), str(args.model), settings, args.arena_bytes, host_gone)
         serve(board, master, host_gone, stop_fd)
         return 0
     if not args.port.startswith("tcp:") or not args.port[4:].isdigit():
         parser.error(f"--port must be tcp:PORT or pty, not {args.port!r}")
     with socket.create_server(("127.0.0.1", int(args.port[4:]))) as server:
         _announce(f"socket://127.0.0.1:{server.getsockname()[1]}")
-        board = TflmBoard(args.model.read_bytes(), str(args.model), args.arena_bytes, host_gone)
+        board = TflmBoard(args.model.read_bytes(), str(args.model), settings, args.arena_bytes, host_gone)
         deadline = time.monotonic() + ACCEPT_TIMEOUT_S
         while not select.select([server], [], [], 0.1)[0]:
             if host_gone() or time.monotonic() > deadline:

@@ -21,6 +21,7 @@ from lowtide.errors import LowtideError
 from lowtide.model.ir import Graph
 from lowtide.pipeline.firmware import board_firmware, predicted_arena
 from lowtide.runtimes import FirmwareRuntime, planned_head_bytes, runtime_for, runtime_named
+from lowtide.settings import Settings, settings_or_read
 from lowtide.validation import load_model
 
 
@@ -40,23 +41,25 @@ def measure(
     take_lock: bool = True,
     on_wait: WaitNotice | None = None,
     probe: str | None = None,
+    settings: Settings | None = None,
 ) -> MeasureResult:
     """Measure `model_path` on `board` (see lowtide.device.boards), run by `runtime` (None: the board's own).
     `timeout` bounds every wait for the board; `lock_timeout` the wait for a board another run or labgrid client
     holds. `take_lock=False`: the caller holds the board's lock (`Board.lock_resource`) already, as the HIL plugin
     does for a whole session. `probe`: the USB serial number of a real board's probe (`--probe`), over its board
-    file's `probe_serial`."""
+    file's `probe_serial`. `settings`: the command's (the environment's when none are given)."""
     if iterations < 1 or warmup < 0:
         raise LowtideError(f"need iterations >= 1 and warmup >= 0, got {iterations} and {warmup}")
+    settings = settings_or_read(settings)
     model_path = Path(model_path)
-    graph = load_model(model_path)
+    graph = load_model(model_path, settings)
     target = get_board(board)
     chosen = runtime_named(runtime) if runtime else None
     if probe is not None:
         if target.spec is None:
             raise LowtideError(f"--probe picks a board lowtide flashes: --board {target.name} is not one")
         target = board_for_spec(with_probe(target.spec, probe))
-    resource = target.lock_resource(port) if take_lock else None
+    resource = target.lock_resource(port, settings) if take_lock else None
     what = f"board {target.name}" + (f" on {port}" if port else "")
 
     def lock_wait(holder: locking.LockHolder | None) -> None:
@@ -64,7 +67,11 @@ def measure(
             on_wait("lock", holder.describe() if holder else "another run")
 
     # Without a lock (the caller holds it, or the board needs none) the run is the same, only not waited for.
-    held = contextlib.nullcontext() if resource is None else locking.locked(resource, lock_timeout, what, lock_wait)
+    held = (
+        contextlib.nullcontext()
+        if resource is None
+        else locking.locked(resource, lock_timeout, what, lock_wait, lock_dir=settings.lock_dir)
+    )
     with held:
         return _measure(
             target,
@@ -80,6 +87,7 @@ def measure(
             chosen,
             lock_timeout,
             on_wait,
+            settings,
         )
 
 
@@ -97,13 +105,14 @@ def _measure(
     runtime: FirmwareRuntime | None,
     wait: float,
     on_wait: WaitNotice | None,
+    settings: Settings,
 ) -> MeasureResult:
     inputs = oracle.random_inputs(graph, seed)
-    outputs = oracle.run(model_path.read_bytes(), inputs, path=str(model_path)).outputs
+    outputs = oracle.run(model_path.read_bytes(), inputs, path=str(model_path), settings=settings).outputs
     image = board_firmware(
-        target, model_path, graph, runtime
+        target, model_path, graph, runtime, settings
     )  # boards lowtide builds for: refused here if it cannot fit
-    predicted = predicted_arena(target, graph, runtime)
+    predicted = predicted_arena(target, graph, runtime, settings)
     expected = Expected(
         model=str(model_path),
         model_sha256=graph.sha256,
@@ -118,7 +127,7 @@ def _measure(
         static_ram=_static_ram(image, runtime_for(target.spec.runtime, runtime)) if image and target.spec else None,
     )
     place_wait = (lambda holder: on_wait("place", holder)) if on_wait else None
-    connection = Connection(model_path, port, timeout, image, wait, place_wait)
+    connection = Connection(model_path, port, timeout, settings, image, wait, place_wait)
     return run_on_board(
         target, connection, expected, iterations=iterations, warmup=warmup, profile_ops=profile_ops, progress=progress
     )

@@ -25,6 +25,7 @@ from lowtide.model import Graph, read_model
 from lowtide.model.operators import graph_macs
 from lowtide.rewrite import NotApplicable, RejectedCandidate, RewriteResult, Tiling, apply_tilings, rewrite_auto
 from lowtide.schedule import Schedule, find_schedule
+from lowtide.settings import Settings, settings_or_read
 from lowtide.stale import StaleReport, check_stale
 from lowtide.tflm import DEFAULT_CORE, Arena32Mode, Mcu32Arena, mcu32_arena
 from lowtide.tflm.tree import KernelSet
@@ -141,6 +142,7 @@ def optimize_model(
     core: str = DEFAULT_CORE,
     arena32: Arena32Mode = Arena32Mode.AUTO,
     effort: float = 1.0,
+    settings: Settings | None = None,
 ) -> OptimizeResult:
     """Optimize `model_path` into `out_path` (+ .h, .json), the header sized for TFLM on `core` with `kernels`.
     With `verify`, both models run on the host TFLM on the same random inputs; differing outputs or a head other
@@ -152,29 +154,30 @@ def optimize_model(
     of work units; `time_limit` (seconds) only stops searches that run far longer than that, and the result names
     them (`wall_clock_cuts`)."""
     started = time.monotonic()
+    settings = settings_or_read(settings)
     clock = WallClock(time_limit)
     report = progress or (lambda phase, fraction, detail: None)
     model_path, out_path = Path(model_path), Path(out_path)
     if out_path.resolve() == model_path.resolve():
         raise LowtideError("output would overwrite the input model; choose another -o path", out_path)
-    graph = load_model(model_path)
+    graph = load_model(model_path, settings)
     source = model_path.read_bytes()
     inputs = oracle.random_inputs(graph)
-    stock_run = oracle.run(source, inputs, path=str(model_path)) if verify else None
-    stock = stock_run.arena if stock_run else oracle.allocate(source, path=str(model_path))
+    stock_run = oracle.run(source, inputs, path=str(model_path), settings=settings) if verify else None
+    stock = stock_run.arena if stock_run else oracle.allocate(source, path=str(model_path), settings=settings)
     stock_plan = tflm_plan(graph)
-    stock_mcu32 = mcu32_arena(source, graph, stock_plan.head_bytes, kernels, core, mode=arena32)
+    stock_mcu32 = mcu32_arena(source, graph, stock_plan.head_bytes, kernels, core, mode=arena32, settings=settings)
 
     candidates = [_Candidate(graph, stock_mcu32.tail_bytes, None)]
     rejected: list[RejectedCandidate] = []
     rewritten = None
     if rewrite:
         report("rewrite", None, "")
-        rewritten = rewrite_auto(graph, max_mac_overhead, effort, clock)
+        rewritten = rewrite_auto(graph, max_mac_overhead, effort, clock, settings)
         report("rewrite", 1.0, rewritten.reason)
         rejected.extend(rewritten.rejected)
         if rewritten.rewritten:
-            weigh = _Weigher(str(model_path), kernels, core, arena32, rejected)
+            weigh = _Weigher(str(model_path), kernels, core, arena32, rejected, settings)
             tiled = weigh(rewritten.model, rewritten.tilings)
             candidates += [tiled] if tiled else []
             fewer = _fewer_patches(graph, rewritten, weigh, effort, clock)
@@ -202,7 +205,14 @@ def optimize_model(
         try:
             report("export", None, "")
             export = export_optimized(
-                candidate.graph, order, dict(zip(buffers, placement.offsets)), out_path, kernels, core, arena32
+                candidate.graph,
+                order,
+                dict(zip(buffers, placement.offsets)),
+                out_path,
+                kernels,
+                core,
+                arena32,
+                settings,
             )
             if export.planned_head_bytes != placement.head_bytes:  # both come from the greedy replica
                 raise LowtideError(
@@ -214,8 +224,8 @@ def optimize_model(
                 report("verify", None, "")
                 # Bytes that depend on stale memory differ between plans of the same model; only the others,
                 # proven independent, must match.
-                stale = stale or check_stale(graph, inputs)
-                verification = _verify(export, stock_run, inputs, stale, out_path)
+                stale = stale or check_stale(graph, inputs, settings)
+                verification = _verify(export, stock_run, inputs, stale, out_path, settings)
         except LowtideError as exc:
             if candidate.tilings is None:
                 raise
@@ -248,12 +258,17 @@ def optimize_model(
 
 
 def _verify(
-    export: ExportResult, stock_run: oracle.OracleRun, inputs: list[np.ndarray], stale: StaleReport, out_path: Path
+    export: ExportResult,
+    stock_run: oracle.OracleRun,
+    inputs: list[np.ndarray],
+    stale: StaleReport,
+    out_path: Path,
+    settings: Settings,
 ) -> Verification:
     """Run the exported model on the host TFLM: LowtideError unless its outputs match the original's (but for
     bytes that may depend on stale memory) and its head is the planned one. Where every output byte may, only
     the head is checked here: `optimize_model` then refuses the model, whose outputs nothing can verify."""
-    after = oracle.run(export.model_data, inputs, path=str(out_path))
+    after = oracle.run(export.model_data, inputs, path=str(out_path), settings=settings)
     verification = Verification(
         _same_outputs(stock_run.outputs, after.outputs),
         _same_outputs(stock_run.outputs, after.outputs, stale.output_determined),
@@ -301,16 +316,16 @@ class _Weigher:
     core: str
     arena32: Arena32Mode
     rejected: list[RejectedCandidate]
+    settings: Settings
 
     def __call__(self, data: bytes, tilings: tuple[Tiling, ...]) -> _Candidate | None:
-        refused = oracle.refusal(data, self.path)
+        refused = oracle.refusal(data, self.path, self.settings)
         if refused:
             self.rejected.append(RejectedCandidate(_describe(tilings), refused))
             return None
         graph = read_model(data, self.path)
-        return _Candidate(
-            graph, mcu32_arena(data, graph, 0, self.kernels, self.core, mode=self.arena32).tail_bytes, tilings
-        )
+        arena = mcu32_arena(data, graph, 0, self.kernels, self.core, mode=self.arena32, settings=self.settings)
+        return _Candidate(graph, arena.tail_bytes, tilings)
 
 
 def _fewer_patches(

@@ -53,6 +53,7 @@ from lowtide.rewrite.regions import (
     region_end,
 )
 from lowtide.schedule import apply_order, find_schedule
+from lowtide.settings import Settings, settings_or_read
 
 # Patches along each axis of the target, coarse to fine.
 # TFLM's CONCATENATION takes at most 10 inputs (kMaxInputNum): at most 10 patches along each axis.
@@ -77,6 +78,7 @@ class _Limits:
 
     effort: float
     clock: WallClock
+    settings: Settings  # the command's: the host TFLM's timeout for each candidate's run
 
     def schedule(self) -> WorkBudget:
         return WorkBudget.of(self.effort * RESCHEDULE_UNITS, "rewrite: schedule", self.clock)
@@ -191,13 +193,17 @@ def apply_tilings(graph: Graph, tilings: tuple[Tiling, ...]) -> bytes:
 
 
 def rewrite_auto(
-    graph: Graph, max_mac_overhead: float = 0.20, effort: float = 1.0, clock: WallClock | None = None
+    graph: Graph,
+    max_mac_overhead: float = 0.20,
+    effort: float = 1.0,
+    clock: WallClock | None = None,
+    settings: Settings | None = None,
 ) -> RewriteResult:
     """Tile the region around the memory peak; when the peak moves to another tileable region, tile that too,
     as long as the head keeps falling and the MACs stay within `max_mac_overhead` of the original's. Every search
     inside gets `effort` times its fixed budget; `clock` is the safety net (default `WallClock()`)."""
     started = time.monotonic()
-    limits = _Limits(effort, clock or WallClock())
+    limits = _Limits(effort, clock or WallClock(), settings_or_read(settings))
 
     def wall_clock_cut() -> bool:
         return any(where.startswith("rewrite") for where in limits.clock.cuts)
@@ -411,7 +417,7 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False
         if best and (limits.cut() or candidate.live_peak_bytes >= best[0]):
             break
         data = model_bytes(_emit(graph, plan, base_order))
-        refused = oracle.refusal(data, graph.path)
+        refused = oracle.refusal(data, graph.path, limits.settings)
         if refused:
             rejected.append(RejectedCandidate(_tiling(candidate).describe(), refused))
             continue

@@ -29,6 +29,7 @@ from lowtide.model.offline_memory import OfflinePlan
 from lowtide.model.reader import read_model
 from lowtide.model.schema import fb
 from lowtide.model.writer import model_bytes, set_offline_plan
+from lowtide.settings import Settings
 
 FILLS = ("0x00", "0xff", "0x7f", "0x80", "random")
 FILL_SEED = 20190601
@@ -44,7 +45,7 @@ class Observation:
     kept_fill: np.ndarray  # bool per byte: equal to the fill at its own address under every fill
 
 
-def observe(graph: Graph, inputs: list[np.ndarray]) -> dict[int, Observation]:
+def observe(graph: Graph, inputs: list[np.ndarray], settings: Settings) -> dict[int, Observation]:
     """The fill runs on `inputs`: an observation per main-subgraph tensor an operator writes and TFLM plans."""
     fixture = Fixture.of(graph)
     rng = np.random.default_rng(FILL_SEED)
@@ -55,7 +56,7 @@ def observe(graph: Graph, inputs: list[np.ndarray]) -> dict[int, Observation]:
         "0x80": np.full(fixture.fill_bytes, 0x80, np.uint8),
         "random": rng.integers(0, 256, fixture.fill_bytes, dtype=np.uint8),
     }
-    runs = dict(zip(fills, fixture.run(graph, [(fill, inputs) for fill in fills.values()])))
+    runs = dict(zip(fills, fixture.run(graph, [(fill, inputs) for fill in fills.values()], settings)))
     observed = {}
     for t, offset in fixture.offsets.items():
         if t not in runs[FILLS[0]]:
@@ -80,7 +81,9 @@ class Fixture:
     offsets: dict[int, int]  # main-subgraph tensor -> its offset in the head
     output_positions: dict[int, int]  # main-subgraph tensor -> its position among the fixture's outputs
 
-    def run(self, graph: Graph, runs: list[tuple[np.ndarray, list[np.ndarray]]]) -> list[dict[int, np.ndarray]]:
+    def run(
+        self, graph: Graph, runs: list[tuple[np.ndarray, list[np.ndarray]]], settings: Settings
+    ) -> list[dict[int, np.ndarray]]:
         """One interpreter invoked once per (fill of `fill_bytes` bytes, model inputs), reset before each so that
         variable tensors start from zero every time: the bytes of every planned tensor an operator writes."""
         sequence = oracle.run_sequence(
@@ -89,6 +92,7 @@ class Fixture:
             graph.path,
             frozenset(range(len(runs))),
             self.fill_bytes + _TAIL_ROOM,
+            settings,
         )
         return [
             {t: np.frombuffer(outputs[p].tobytes(), np.uint8) for t, p in self.output_positions.items()}

@@ -19,6 +19,7 @@ import numpy as np
 
 from lowtide import oracle
 from lowtide.model.ir import Graph, Operator, TensorKind
+from lowtide.settings import Settings, settings_or_read
 from lowtide.stale.dependence import element_shape, propagate
 from lowtide.stale.fills import FILLS, Observation, observe
 
@@ -155,10 +156,10 @@ class StaleReport:
         }
 
 
-def check_stale(graph: Graph, inputs: list[np.ndarray] | None = None) -> StaleReport:
+def check_stale(graph: Graph, inputs: list[np.ndarray] | None = None, settings: Settings | None = None) -> StaleReport:
     """Prove which bytes of `graph`'s outputs depend on stale memory; the fill runs use `inputs` (default:
     `oracle.random_inputs`)."""
-    observed = observe(graph, oracle.random_inputs(graph) if inputs is None else inputs)
+    observed = observe(graph, oracle.random_inputs(graph) if inputs is None else inputs, settings_or_read(settings))
     # State that outlives an invocation carries stale bytes into the next one, to operators before the one that
     # wrote it: follow the graph again with that state marked until nothing more is.
     state = _State(frozenset(), False)

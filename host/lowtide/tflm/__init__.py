@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from lowtide import oracle
 from lowtide.errors import LowtideError
 from lowtide.model.ir import Graph
+from lowtide.settings import Settings
 from lowtide.tflm.build import ProgressCallback
 from lowtide.tflm.sizer import ARENA_ALIGNMENT, predict_arena32
 from lowtide.tflm.tree import KernelSet
@@ -57,6 +58,8 @@ def mcu32_arena(
     core: str = DEFAULT_CORE,
     progress: ProgressCallback | None = None,
     mode: Arena32Mode = Arena32Mode.AUTO,
+    *,
+    settings: Settings,
 ) -> Mcu32Arena:
     """TFLM's arena for `model` on `core` with `kernels`: from TFLM's allocator built for the core (exact), or,
     where that cannot run here or `mode` says so, the host's 64-bit tail less the pointer-size savings plus
@@ -66,7 +69,7 @@ def mcu32_arena(
         why = "--arena32 estimate"
     else:
         try:
-            arena = predict_arena32(model, graph, kernels, core, progress)
+            arena = predict_arena32(model, graph, kernels, settings, core, progress)
         except LowtideError as exc:
             if mode is Arena32Mode.EXACT:
                 raise LowtideError(f"no exact 32-bit arena (--arena32 exact): {exc}") from None
@@ -86,7 +89,7 @@ def mcu32_arena(
             )
     if kernels is not KernelSet.REFERENCE:
         raise LowtideError(f"the estimate is for the reference kernels only; {kernels.value} needs the exact figure")
-    tail = oracle.allocate(model, path=graph.path).mcu32_tail_bytes
+    tail = oracle.allocate(model, path=graph.path, settings=settings).mcu32_tail_bytes
     return Mcu32Arena(
         kernels.value,
         core,

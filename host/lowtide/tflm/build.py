@@ -24,7 +24,8 @@ from functools import cache
 from pathlib import Path
 
 from lowtide.errors import LowtideError, missing_tool
-from lowtide.storage import cache_dir, cache_error, exclusive_lock
+from lowtide.settings import Settings
+from lowtide.storage import cache_dir, cache_error, exclusive_lock, replacing
 from lowtide.tflm.tree import TREE_FINGERPRINTS, KernelSet, TflmTree, locate_tree
 
 COMPILE_TIMEOUT_S = 600.0
@@ -276,38 +277,45 @@ class TflmLibrary:
     compile_flags: tuple[str, ...]  # for code that includes TFLM's headers
 
 
-def _object_dir(tree: TflmTree, core: Core, toolchain: Toolchain) -> Path:
+def _object_dir(tree: TflmTree, core: Core, toolchain: Toolchain, settings: Settings) -> Path:
     compiler = os.path.realpath(shutil.which(toolchain.cxx) or toolchain.cxx)  # one cache whichever way it is named
     # The tree by its content, not its place: the same sources unpacked elsewhere compile to the same objects.
     flags = [flag.replace(str(tree.root), "<tree>") for flag in compile_flags(tree, core)]
     key = hashlib.sha256("\0".join([TREE_FINGERPRINTS[tree.kernels], compiler, *flags]).encode())
-    return cache_dir("tflm", "obj") / f"{tree.kernels.value}-{core.name}-{key.hexdigest()[:12]}"
+    return cache_dir(settings, "tflm", "obj") / f"{tree.kernels.value}-{core.name}-{key.hexdigest()[:12]}"
+
+
+class _CompileError(Exception):
+    """The compiler's first error line: raised out of the object's `replacing`, so that no temporary is left."""
 
 
 def compile_source(toolchain: Toolchain, flags: list[str], source: Path, obj: Path, optimize: str) -> str | None:
     """Compiles `source`; None on success, else the compiler's first error line."""
     obj.parent.mkdir(parents=True, exist_ok=True)
     cpp = source.suffix == ".cc"
-    argv = [
-        toolchain.cxx if cpp else toolchain.cc,
-        *flags,
-        *(cxx_flags() if cpp else ["-std=c11"]),
-        optimize,
-        "-c",
-        str(source),
-        "-o",
-        str(obj) + ".tmp",
-    ]
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, check=False)
-    except OSError as exc:
-        return f"cannot run {argv[0]}: {exc.strerror or exc}"
-    except subprocess.TimeoutExpired:
-        return f"compiling {source.name} took longer than {COMPILE_TIMEOUT_S:g} s"
-    if done.returncode != 0:
-        errors = [line for line in done.stderr.splitlines() if "error" in line] or done.stderr.splitlines() or ["?"]
-        return errors[0]
-    os.replace(str(obj) + ".tmp", obj)
+        with replacing(obj) as compiled:
+            argv = [
+                toolchain.cxx if cpp else toolchain.cc,
+                *flags,
+                *(cxx_flags() if cpp else ["-std=c11"]),
+                optimize,
+                "-c",
+                str(source),
+                "-o",
+                str(compiled),
+            ]
+            try:
+                done = subprocess.run(argv, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, check=False)
+            except OSError as exc:
+                raise _CompileError(f"cannot run {argv[0]}: {exc.strerror or exc}") from None
+            except subprocess.TimeoutExpired:
+                raise _CompileError(f"compiling {source.name} took longer than {COMPILE_TIMEOUT_S:g} s") from None
+            if done.returncode != 0:
+                stderr = done.stderr.splitlines()
+                raise _CompileError(([line for line in stderr if "error" in line] or stderr or ["?"])[0])
+    except _CompileError as error:
+        return str(error)
     return None
 
 
@@ -320,6 +328,7 @@ def build_library(
     kernels: KernelSet,
     core: Core,
     opcodes: Iterable[str],
+    settings: Settings,
     toolchain: Toolchain = DEBIAN_ARM_TOOLCHAIN,
     progress: ProgressCallback | None = None,
     jobs: int | None = None,
@@ -327,13 +336,13 @@ def build_library(
     """The TFLM library for `core` and `kernels` with (at least) what `opcodes` need, compiling only the objects
     not already in the cache. Concurrent builds of the same library wait for each other."""
     check_kernels_fit_core(kernels, core)
-    tree = locate_tree(kernels)
+    tree = locate_tree(kernels, settings)
     opcodes = list(opcodes)
     resolver_calls(tree, opcodes)  # refuses an operator TFLM lacks before compiling anything
     if shutil.which(toolchain.cxx) is None:
         raise missing_tool(toolchain.cxx)
     flags = compile_flags(tree, core)
-    out = _object_dir(tree, core, toolchain)
+    out = _object_dir(tree, core, toolchain, settings)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -349,15 +358,12 @@ def build_library(
             _compile_all(toolchain, flags, tree, todo, objects, progress, jobs)
             members = sorted(str(obj) for obj in out.glob("*.o"))
             # Written beside it and renamed: a build linking the previous archive meanwhile reads a whole file.
-            staging = archive.with_name(f".libtflm.{os.getpid()}.a")
-            staging.unlink(missing_ok=True)
-            done = subprocess.run(
-                [toolchain.ar, "rcs", str(staging), *members], capture_output=True, text=True, check=False
-            )
-            if done.returncode != 0:
-                staging.unlink(missing_ok=True)
-                raise LowtideError(f"{toolchain.ar} failed: {done.stderr.strip()}", archive)
-            os.replace(staging, archive)
+            with replacing(archive) as staging:
+                done = subprocess.run(
+                    [toolchain.ar, "rcs", str(staging), *members], capture_output=True, text=True, check=False
+                )
+                if done.returncode != 0:
+                    raise LowtideError(f"{toolchain.ar} failed: {done.stderr.strip()}", archive)
     return TflmLibrary(tree, core, archive, tuple(header_flags(tree, core)))
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import subprocess
 import tempfile
@@ -24,7 +23,8 @@ from pathlib import Path
 from lowtide.errors import LowtideError, missing_tool
 from lowtide.model.ir import Graph
 from lowtide.resources import BSP_DIR, LOCAL_PLATFORM_DIR, MPS_LINKER_SCRIPTS, PROTOCOL_DIR, TFLM_GLUE_DIR
-from lowtide.storage import cache_dir, cache_error, exclusive_lock, write_atomically
+from lowtide.settings import Settings
+from lowtide.storage import cache_dir, cache_error, exclusive_lock, replacing, write_atomically
 from lowtide.tflm.build import (
     DEBIAN_ARM_TOOLCHAIN,
     Core,
@@ -132,12 +132,14 @@ def write_resolver_include(path: Path, calls: list[str]) -> None:
         path.write_text(text)
 
 
-def build_sizer(kernels: KernelSet, core: Core, opcodes: list[str], progress: ProgressCallback | None = None) -> Path:
+def build_sizer(
+    kernels: KernelSet, core: Core, opcodes: list[str], settings: Settings, progress: ProgressCallback | None = None
+) -> Path:
     """The sizer image for a model with `opcodes` (linked with just those kernels); built once per operator set."""
-    library = build_library(kernels, core, opcodes, progress=progress)
+    library = build_library(kernels, core, opcodes, settings, progress=progress)
     calls = resolver_calls(library.tree, opcodes)
     key = hashlib.sha256("\0".join([str(library.archive), _sources_digest(), *calls]).encode()).hexdigest()[:16]
-    out = cache_dir("tflm", "sizer") / f"{kernels.value}-{core.name}-{key}"
+    out = cache_dir(settings, "tflm", "sizer") / f"{kernels.value}-{core.name}-{key}"
     elf = out / "sizer.elf"
     with exclusive_lock(out.with_name(out.name + ".lock")):
         if not (elf.is_file() and elf.stat().st_mtime >= library.archive.stat().st_mtime):
@@ -196,13 +198,12 @@ def _link_sizer(library: TflmLibrary, core: Core, calls: list[str], out: Path, e
         "-lc",
         "-lgcc",
         "-o",
-        str(elf) + ".tmp",
     ]
-    done = subprocess.run(link, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        lines = [line for line in done.stderr.splitlines() if line.strip()] or ["no output"]
-        raise LowtideError(f"linking the TFLM arena sizer failed: {lines[-1]}", out)
-    os.replace(str(elf) + ".tmp", elf)
+    with replacing(elf) as linked:
+        done = subprocess.run([*link, str(linked)], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            lines = [line for line in done.stderr.splitlines() if line.strip()] or ["no output"]
+            raise LowtideError(f"linking the TFLM arena sizer failed: {lines[-1]}", out)
 
 
 def _run_sizer(elf: Path, core: Core, model: bytes, resource_variables: int, path: str) -> dict[str, int]:
@@ -252,6 +253,7 @@ def predict_arena32(
     model: bytes,
     graph: Graph,
     kernels: KernelSet,
+    settings: Settings,
     core_name: str = "cortex-m4f",
     progress: ProgressCallback | None = None,
 ) -> Arena32:
@@ -262,12 +264,12 @@ def predict_arena32(
             f"the model is {len(model):,} B; the arena sizer holds models up to {MODEL_LIMIT_BYTES:,} B", graph.path
         )
     figures_file = (
-        cache_dir("tflm", "sizes")
+        cache_dir(settings, "tflm", "sizes")
         / f"{kernels.value}-{core.name}-{_sources_digest()}-{hashlib.sha256(model).hexdigest()[:24]}.json"
     )
     if figures_file.is_file():
         return Arena32(**json.loads(figures_file.read_text()))
-    elf = build_sizer(kernels, core, _opcodes(graph), progress)
+    elf = build_sizer(kernels, core, _opcodes(graph), settings, progress)
     figures = _run_sizer(elf, core, model, resource_variable_count(graph), graph.path)
     planning = figures["planner_start"] + figures["planner_bytes"] + figures["planner_tail"]
     arena = Arena32(

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lowtide.errors import LowtideError
-from lowtide.settings import TREE_SETTING, Settings, read_settings
-from lowtide.storage import cache_dir, cache_error, exclusive_lock, publish_directory, unpacked_archive
+from lowtide.settings import TREE_SETTING, Settings, settings_or_read
+from lowtide.storage import cache_dir, cache_error, exclusive_lock, replacing, unpacked_archive
 
 TFLM_COMMIT = "90b983c2b3f1480642e040bbd2ddb37b998f3424"
 TFLM_REPOSITORY = "https://github.com/tensorflow/tflite-micro"
@@ -64,22 +64,23 @@ def tree_fingerprint(root: Path) -> str:
     return digest.hexdigest()
 
 
-def _cache_sources() -> Path:
+def _cache_sources(settings: Settings) -> Path:
     """The trees `lowtide tflm-get` made, and the archives lowtide unpacked: in the user cache."""
-    return cache_dir("tflm", "sources")
+    return cache_dir(settings, "tflm", "sources")
 
 
-def _unpack(archive: Path, kernels: KernelSet) -> Path:
+def _unpack(archive: Path, kernels: KernelSet, settings: Settings) -> Path:
     """Unpacks `archive` once into the cache (under a lock: parallel builds share it); returns the tree inside."""
-    target = _cache_sources() / "unpacked" / archive.name.removesuffix(".tar.gz")
+    target = _cache_sources(settings) / "unpacked" / archive.name.removesuffix(".tar.gz")
     tree = unpacked_archive(archive, target, "TFLM archive") / kernels.tree_name
     if not (tree / "tensorflow").is_dir():
         raise LowtideError(f"the archive holds no {kernels.tree_name}/ tree", archive)
     return tree
 
 
-def _find_root(kernels: KernelSet, configured: str | None) -> Path:
-    """The tree in the folder `configured` names (LOWTIDE_TFLM_DIR), else the one fetched into the cache."""
+def _find_root(kernels: KernelSet, settings: Settings) -> Path:
+    """The tree in the folder LOWTIDE_TFLM_DIR names, else the one fetched into the cache."""
+    configured = settings.tflm_dir
     if configured:
         directory = Path(configured).expanduser()
         if not directory.is_dir():
@@ -89,27 +90,28 @@ def _find_root(kernels: KernelSet, configured: str | None) -> Path:
         if (unpacked / "tensorflow").is_dir():
             return unpacked
         if archives:
-            return _unpack(archives[-1], kernels)
+            return _unpack(archives[-1], kernels, settings)
         raise LowtideError(
             f"no {kernels.tree_name}/ tree or {kernels.tree_name}-*.tar.gz archive in {TREE_SETTING}={directory}"
         )
-    fetched = _cache_sources() / kernels.tree_name
+    fetched = _cache_sources(settings) / kernels.tree_name
     if (fetched / "tensorflow").is_dir():
         return fetched
     raise LowtideError(f"no TFLM sources for the {kernels.value} kernels: {HOW_TO_GET}")
 
 
-def _owned_by_lowtide(root: Path) -> bool:
+def _owned_by_lowtide(root: Path, settings: Settings) -> bool:
     """A tree lowtide unpacked or exported into its cache: nobody edits it, so its content is checked once."""
-    return root.is_relative_to(_cache_sources())
+    return root.is_relative_to(_cache_sources(settings))
 
 
 def locate_tree(kernels: KernelSet, settings: Settings | None = None) -> TflmTree:
     """The pinned tree for `kernels`, unpacked if it is an archive; refused if missing or at another commit. Where
     it is looked for is the settings' (the environment's when none are given)."""
-    root = _find_root(kernels, (settings or read_settings()).tflm_dir)
+    settings = settings_or_read(settings)
+    root = _find_root(kernels, settings)
     stamp = root / ".lowtide-fingerprint"
-    owned = _owned_by_lowtide(root)
+    owned = _owned_by_lowtide(root, settings)
     fingerprint = stamp.read_text().strip() if owned and stamp.is_file() else None
     if fingerprint is None:
         fingerprint = tree_fingerprint(root)
@@ -127,7 +129,7 @@ def locate_tree(kernels: KernelSet, settings: Settings | None = None) -> TflmTre
 # --- getting the sources --------------------------------------------------------------------------------------------
 
 
-def install_archives(paths: list[Path]) -> list[Path]:
+def install_archives(paths: list[Path], settings: Settings) -> list[Path]:
     """`lowtide tflm-get --archive`: unpacks the archives (files, or folders holding them) into the cache, where
     `locate_tree` finds them without any setting. Returns the trees."""
     archives: dict[KernelSet, Path] = {}
@@ -143,33 +145,31 @@ def install_archives(paths: list[Path]) -> list[Path]:
         raise LowtideError(f"no tflm-ref-*.tar.gz or tflm-cmsis-nn-*.tar.gz archive in {', '.join(map(str, paths))}")
     trees = []
     for kernels, archive in sorted(archives.items()):
-        tree = _unpack(archive, kernels)
-        _install_tree(tree, kernels)
-        trees.append(_cache_sources() / kernels.tree_name)
+        tree = _unpack(archive, kernels, settings)
+        _install_tree(tree, kernels, settings)
+        trees.append(_cache_sources(settings) / kernels.tree_name)
     return trees
 
 
-def _install_tree(tree: Path, kernels: KernelSet) -> None:
+def _install_tree(tree: Path, kernels: KernelSet, settings: Settings) -> None:
     """Checks `tree` against the pinned export and makes it the cache's tree for `kernels`."""
     if tree_fingerprint(tree) != TREE_FINGERPRINTS[kernels]:
         raise LowtideError(
             f"not the export of commit {TFLM_COMMIT[:7]} that lowtide is pinned to (content differs)", tree
         )
-    target = _cache_sources() / kernels.tree_name
+    target = _cache_sources(settings) / kernels.tree_name
     with exclusive_lock(target.with_name(target.name + ".lock")):
         stamp = target / ".lowtide-fingerprint"
         if stamp.is_file() and stamp.read_text().strip() == TREE_FINGERPRINTS[kernels]:
             return  # already there: replacing it would pull it from under builds reading it now
-        staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
         try:
-            shutil.copytree(tree, staging, dirs_exist_ok=True, symlinks=True)
-            publish_directory(staging, target)
+            with replacing(target) as staging:
+                shutil.copytree(tree, staging, symlinks=True)
         except OSError as exc:
-            shutil.rmtree(staging, ignore_errors=True)
             raise cache_error(exc, target) from None
 
 
-def export_from_repository(log: Path) -> list[Path]:
+def export_from_repository(log: Path, settings: Settings) -> list[Path]:
     """`lowtide tflm-get`: clones TFLM at the pinned commit and makes both trees with TFLM's own exporter (its
     scripts download third-party code), into the cache. Needs git and the network; its output goes to `log`."""
     if shutil.which("git") is None:
@@ -207,7 +207,7 @@ def export_from_repository(log: Path) -> list[Path]:
                 checkout,
             )
         for kernels in KernelSet:
-            _install_tree(work / kernels.tree_name, kernels)
+            _install_tree(work / kernels.tree_name, kernels, settings)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return [_cache_sources() / kernels.tree_name for kernels in KernelSet]
+    return [_cache_sources(settings) / kernels.tree_name for kernels in KernelSet]

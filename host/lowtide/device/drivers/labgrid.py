@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from lowtide.device.locking import lock_path
 from lowtide.errors import LowtideError
-from lowtide.settings import read_settings
+from lowtide.settings import Settings
 
 DEFAULT_COORDINATOR = "127.0.0.1:20408"
 COORDINATOR_TIMEOUT_S = 30.0  # connecting, and any one exchange with the coordinator
@@ -41,30 +41,34 @@ class PlaceSerial:
     speed: int
 
 
-def coordinator_address(configured: str | None = None) -> str:
-    return configured or read_settings().labgrid_coordinator or DEFAULT_COORDINATOR
+def coordinator_address(configured: str | None, settings: Settings) -> str:
+    return configured or settings.labgrid_coordinator or DEFAULT_COORDINATOR
 
 
-def lock_resource(place: str, coordinator: str | None) -> str:
+def lock_resource(place: str, coordinator: str | None, settings: Settings) -> str:
     """The local lock a run holds while it uses `place`: queues runs on this machine, and tells a killed run's
     acquisition (its lock is free) from a live one's."""
-    return f"labgrid:{coordinator_address(coordinator)}/{place}"
+    return f"labgrid:{coordinator_address(coordinator, settings)}/{place}"
 
 
 @contextlib.contextmanager
 def acquired_place(
-    place: str, coordinator: str | None, wait: float, on_wait: Callable[[str], None] | None = None
+    place: str,
+    coordinator: str | None,
+    wait: float,
+    settings: Settings,
+    on_wait: Callable[[str], None] | None = None,
 ) -> Iterator[PlaceSerial]:
     """`place` acquired for the duration, as its serial port. Waits at most `wait` seconds for another client's
-    acquisition to end; the caller holds `lock_resource(place, coordinator)`."""
+    acquisition to end; the caller holds `lock_resource(place, coordinator, settings)`."""
     try:
         from labgrid.remote.client import Error as LabgridError
         from labgrid.remote.client import start_session
     except ImportError:
         raise LowtideError("labgrid boards need labgrid: pip install 'lowtide[labgrid]'") from None
-    address = coordinator_address(coordinator)
+    address = coordinator_address(coordinator, settings)
     loop = asyncio.new_event_loop()
-    note = lock_path(lock_resource(place, coordinator)).with_suffix(".acquired")
+    note = lock_path(lock_resource(place, coordinator, settings), settings.lock_dir).with_suffix(".acquired")
     session = None
 
     def run(step, what: str):

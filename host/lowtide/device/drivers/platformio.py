@@ -44,7 +44,7 @@ from lowtide.project import (
     write_project,
 )
 from lowtide.resources import DATA_DIR
-from lowtide.settings import read_settings
+from lowtide.settings import Settings
 from lowtide.storage import exclusive_lock
 
 BUILD_TIMEOUT_S = 900.0  # a cold build of a large model's weights; the board's own timeout bounds everything after
@@ -90,10 +90,10 @@ class FirmwareImage:
         return self.static_ram_bytes + self.stack_bytes
 
 
-def _size_tool() -> str:
+def _size_tool(settings: Settings) -> str:
     """arm-none-eabi-size: Debian's on PATH, else the toolchain PlatformIO installed for a real board."""
     found = shutil.which("arm-none-eabi-size") or next(
-        iter(sorted((platformio_core_dir() / "packages").glob("toolchain-*/bin/arm-none-eabi-size"))), None
+        iter(sorted((platformio_core_dir(settings) / "packages").glob("toolchain-*/bin/arm-none-eabi-size"))), None
     )
     if found is None:
         raise missing_tool("arm-none-eabi-size")
@@ -109,10 +109,12 @@ class ElfSection:
     address: int  # 0 for the sections that are not loaded (.comment, .ARM.attributes, debug information)
 
 
-def elf_sections(elf: Path) -> list[ElfSection]:
+def elf_sections(elf: Path, settings: Settings) -> list[ElfSection]:
     """`elf`'s sections, from `arm-none-eabi-size -A`."""
     try:
-        done = subprocess.run([_size_tool(), "-A", str(elf)], capture_output=True, text=True, timeout=60, check=False)
+        done = subprocess.run(
+            [_size_tool(settings), "-A", str(elf)], capture_output=True, text=True, timeout=60, check=False
+        )
     except subprocess.TimeoutExpired:
         raise LowtideError("arm-none-eabi-size took longer than 60 s", elf) from None
     if done.returncode != 0:
@@ -124,11 +126,11 @@ def elf_sections(elf: Path) -> list[ElfSection]:
     ]
 
 
-def read_firmware_image(elf: Path, platformio_env: str) -> FirmwareImage:
+def read_firmware_image(elf: Path, platformio_env: str, settings: Settings) -> FirmwareImage:
     """Sizes `elf` from its sections: .data and .bss are static RAM, .stack is the stack region, and every other
     loaded section is flash (.data's initial values are in flash too)."""
     sizes: dict[str, int] = {}
-    for section in elf_sections(elf):
+    for section in elf_sections(elf, settings):
         sizes[section.name] = sizes.get(section.name, 0) + section.size
 
     def total(*prefixes: str) -> int:
@@ -153,10 +155,11 @@ def _run_pio(
     args: list[str],
     timeout: float,
     what: str,
+    settings: Settings,
     log_path: Path | None = None,
-    settings: dict[str, str] | None = None,
+    variables: dict[str, str] | None = None,
 ) -> None:
-    """Runs `pio ARGS` on `project` from inside it (an uploader gets paths relative to it), with `settings`
+    """Runs `pio ARGS` on `project` from inside it (an uploader gets paths relative to it), with `variables`
     (PLATFORMIO_* variables) in its environment; a failure becomes one line: lowtide's own error (the project
     script's), a linker's memory overflow, no probe answering an upload, or the log's last error line, with the
     whole log kept in `log_path`."""
@@ -164,7 +167,7 @@ def _run_pio(
         done = subprocess.run(
             [sys.executable, "-m", "platformio", *args, "-d", str(project)],
             cwd=project,
-            env=platformio_environment(settings),
+            env=platformio_environment(settings, variables),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -278,13 +281,12 @@ def registry_unreachable() -> str | None:
     return "; ".join(failures)
 
 
-def registry_needed(spec: BoardSpec) -> str | None:
+def registry_needed(spec: BoardSpec, settings: Settings) -> str | None:
     """Why `spec` cannot be built here: its platform only PlatformIO's registry has (not installed in lowtide's core
     dir, not lowtide's local platform, not ST from archives) and no registry host answers; None if it can be (as
     far as the registry goes). Behind a proxy PlatformIO is left to try."""
     platform = env_platform(spec.platformio_env, spec.platformio_config)
-    settings = read_settings()
-    if platform == LOCAL_PLATFORM_URI or platform_installed(platform) or settings.behind_proxy:
+    if platform == LOCAL_PLATFORM_URI or platform_installed(platform, settings) or settings.behind_proxy:
         return None
     if platform == ST_PLATFORM and settings.platformio_archives:
         return None
@@ -299,10 +301,10 @@ def registry_needed(spec: BoardSpec) -> str | None:
     )
 
 
-def check_registry_reachable(spec: BoardSpec) -> None:
+def check_registry_reachable(spec: BoardSpec, settings: Settings) -> None:
     """Refuses, in one line, a board `registry_needed` says cannot be built here: PlatformIO itself would take a
     minute to find that out."""
-    why = registry_needed(spec)
+    why = registry_needed(spec, settings)
     if why is not None:
         raise LowtideError(f"{spec.name} is {why} ({registry_unreachable()})")
 
@@ -314,15 +316,17 @@ def _check_tools(tools: tuple[str, ...]) -> None:
             raise missing_tool(tool)
 
 
-def check_buildable(spec: BoardSpec) -> None:
+def check_buildable(spec: BoardSpec, settings: Settings) -> None:
     """Refuses, before any project is written, a board whose env cannot be built here: a tool missing, a board
     file stating more memory than its env's memory map, or a platform only PlatformIO's unreachable registry has."""
     _check_tools(EMULATOR_TOOLS if spec.emulated else ())
     check_memory_map(spec)
-    check_registry_reachable(spec)
+    check_registry_reachable(spec, settings)
 
 
-def build_project(project: FirmwareProject, files: dict[str, bytes], reuse_built: bool, what: str) -> None:
+def build_project(
+    project: FirmwareProject, files: dict[str, bytes], reuse_built: bool, what: str, settings: Settings
+) -> None:
     """Writes `files` into `project`'s folder and builds its env with PlatformIO; with `reuse_built`, a folder a
     finished build left (its stamp and ELF there) is taken as it is. Runs for the same folder wait for one build."""
     directory = project.directory
@@ -332,12 +336,13 @@ def build_project(project: FirmwareProject, files: dict[str, bytes], reuse_built
             return
         stamp.unlink(missing_ok=True)
         write_project(directory, files)
-        ensure_tool_scons()
+        ensure_tool_scons(settings)
         _run_pio(
             directory,
             ["run", "-e", project.platformio_env],
             BUILD_TIMEOUT_S,
             what,
+            settings,
             directory / f"pio-{project.platformio_env}.log",
         )
         if not project.elf.is_file():
@@ -394,39 +399,42 @@ def openocd_upload_flags(probe_serial: str | None) -> dict[str, str]:
     return {"PLATFORMIO_UPLOAD_FLAGS": f"-c\nadapter serial {probe_serial}"}
 
 
-def upload_settings(spec: BoardSpec, port: str) -> dict[str, str]:
+def upload_settings(spec: BoardSpec, port: str, settings: Settings) -> dict[str, str]:
     """What PlatformIO's upload to the board on `port` needs in its environment, checked before anything is built:
     for an ST board, OpenOCD told which ST-LINK (`upload_probe`); refuses an upload that would flash another board
     than the one measured, or that has no uploader."""
     if spec.emulated:
         raise LowtideError(f"{spec.name} is emulated: there is nothing to flash", spec.path)
     probe = upload_probe(spec, port)
-    settings: dict[str, str] = {}
+    variables: dict[str, str] = {}
     if uploads_with_openocd(spec):
         if probe is None and "://" not in port:  # a farm's port: its probe is not on this machine's USB
             check_one_probe(spec, port)
-        settings = openocd_upload_flags(probe)
-        if archives_dir() is not None and shutil.which("openocd") is None:
+        variables = openocd_upload_flags(probe)
+        if archives_dir(settings) is not None and shutil.which("openocd") is None:
             raise LowtideError(
                 "openocd not found: install OpenOCD (Debian: apt-get install --no-install-recommends "
                 "openocd), which flashes the ST boards without PlatformIO's registry"
             )
-    return settings
+    return variables
 
 
-def upload_image(spec: BoardSpec, image: FirmwareImage, port: str, settings: dict[str, str], model: str) -> None:
+def upload_image(
+    spec: BoardSpec, image: FirmwareImage, port: str, variables: dict[str, str], model: str, settings: Settings
+) -> None:
     """PlatformIO's upload of `image` (built in its project, `image.project_dir`) to the board on `port`: the env's
-    own uploader, with `settings` (`upload_settings`). `model` names the model in messages."""
+    own uploader, with `variables` (`upload_settings`). `model` names the model in messages."""
     assert image.project_dir is not None  # every image lowtide uploads was built in a project
     project = image.project_dir
-    if env_platform(spec.platformio_env, spec.platformio_config) == ST_PLATFORM and archives_dir() is not None:
-        ensure_st_uploaders()
+    if env_platform(spec.platformio_env, spec.platformio_config) == ST_PLATFORM and archives_dir(settings) is not None:
+        ensure_st_uploaders(settings)
     with exclusive_lock(project.with_name(project.name + ".lock")):
         _run_pio(
             project,
             ["run", "-v", "-e", spec.platformio_env, "-t", "upload", "--upload-port", port],
             UPLOAD_TIMEOUT_S,
             f"uploading the {spec.platformio_env} firmware for {model}",
-            project / f"pio-{spec.platformio_env}-upload.log",
             settings,
+            project / f"pio-{spec.platformio_env}-upload.log",
+            variables,
         )
