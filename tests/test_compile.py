@@ -21,8 +21,8 @@ from lowtide.compile.hostcheck import first_divergence
 from lowtide.compile.quantization import mean_multiplier, quantize_multiplier, round_half_away
 from lowtide.errors import LowtideError
 from lowtide.memory import tflm_plan
+from lowtide.model.edit import with_offline_plan
 from lowtide.model.offline_memory import OfflinePlan
-from lowtide.model.writer import model_bytes, set_offline_plan
 from lowtide.validation import load_model
 from support.compiled import assert_compiled_arena
 from support.models import TinyModel, unsupported_model
@@ -138,8 +138,8 @@ def test_every_operator_output_of_a_conv_model_matches_tflm():
 def _with_offline_plan(path: Path, offsets: dict[int, int], out: Path) -> Path:
     """`path` with an OfflineMemoryAllocation plan giving each tensor of `offsets` its offset (others: online)."""
     graph = load_model(path)
-    set_offline_plan(graph.raw, OfflinePlan.from_offsets(graph.tensor_counts, {(0, t): o for t, o in offsets.items()}))
-    out.write_bytes(model_bytes(graph.raw))
+    plan = OfflinePlan.from_offsets(graph.tensor_counts, {(0, t): o for t, o in offsets.items()})
+    out.write_bytes(with_offline_plan(graph, plan).data)
     return out
 
 

@@ -28,7 +28,7 @@ from lowtide.errors import LowtideError
 from lowtide.memory import align_up, buffer_lifetimes, tflm_plan
 from lowtide.memory.placement import offline_plan
 from lowtide.model.builder import ModelBuilder
-from lowtide.model.writer import model_bytes, set_offline_plan
+from lowtide.model.edit import with_offline_plan
 from lowtide.validation import load_model
 from support.compiled import assert_compiled_arena
 from support.models import TinyModel
@@ -181,9 +181,7 @@ def _with_plan(path: Path, offsets: dict[int, int], out: Path) -> Path:
     graph = load_model(path)
     buffers, _ = buffer_lifetimes(graph)
     words = offline_plan(graph, buffers, [offsets[b.tensor] for b in buffers])
-    raw = graph.raw
-    set_offline_plan(raw, words)
-    out.write_bytes(model_bytes(raw))
+    out.write_bytes(with_offline_plan(graph, words).data)
     return out
 
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from lowtide.model.attributes import from_schema_fields
 from lowtide.model.edit import GraphEditor, Quantization
-from lowtide.model.writer import model_bytes
+from lowtide.model.ir import Graph
 
 # UnidirectionalSequenceLSTMOptions' fused activations TFLM's integer LSTM takes.
 ACT_TANH, ACT_SIGN_BIT = 4, 5
@@ -54,12 +54,12 @@ class TinyModel:
         attributes = from_schema_fields(options_type, **options) if options_type else None
         self.operators.append(self.editor.operator(opcode, inputs, outputs, attributes))
 
-    def finished(self, inputs, outputs):
-        """The model's object tree."""
+    def finished(self, inputs, outputs) -> Graph:
+        """The model's graph."""
         return self.editor.finish(self.operators, inputs, outputs, prune=False)
 
     def save(self, path: Path, inputs, outputs) -> Path:
-        path.write_bytes(model_bytes(self.finished(inputs, outputs)))
+        path.write_bytes(self.finished(inputs, outputs).data)
         return path
 
 
