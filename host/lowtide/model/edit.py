@@ -184,6 +184,11 @@ class GraphEditor:
         op.builtinOptionsType, op.builtinOptions = options_table(attributes)
 
     # ---- the finished model ---------------------------------------------------------------------------
+    @property
+    def _path(self) -> str:
+        """Where the edited graph came from, for messages: the original's path."""
+        return self.graph.path if self.graph is not None else "<new model>"
+
     def finish(
         self,
         operators: list[Any],
@@ -194,23 +199,13 @@ class GraphEditor:
         """The edited graph with main-subgraph `operators` (and `inputs` and `outputs`, when given): with `prune`,
         tensors no operator or subgraph boundary uses are dropped and the rest renumbered, and metadata that names
         tensors by index (an offline memory plan, which no longer fits) is dropped."""
-        return graph_from_tree(self._finished_tree(operators, inputs, outputs, prune), self.path)
-
-    @property
-    def path(self) -> str:
-        """Where the edited graph came from, for messages: the original's path."""
-        return self.graph.path if self.graph is not None else "<new model>"
-
-    def _finished_tree(
-        self, operators: list[Any], inputs: Sequence[int] | None, outputs: Sequence[int] | None, prune: bool
-    ) -> Any:
         sg = copy.copy(self._sg_raw)
         sg.inputs = list(inputs) if inputs is not None else sg.inputs
         sg.outputs = list(outputs) if outputs is not None else sg.outputs
         if not prune:
             sg.tensors, sg.operators = list(self.tensors), operators
             self.model.subgraphs = [sg] + list(self.model.subgraphs[1:])
-            return self.model
+            return graph_from_tree(self.model, self._path)
         used = sorted(
             {t for op in operators for t in list(op.inputs) + list(op.outputs) + list(op.intermediates or []) if t >= 0}
             | set(sg.inputs)
@@ -231,7 +226,7 @@ class GraphEditor:
             self.model.metadata = [m for m in self.model.metadata if model_text(m.name) != OFFLINE_PLAN_NAME]
         if self.model.signatureDefs:
             self.model.signatureDefs = [_renumbered_signature(s, renumber) for s in self.model.signatureDefs]
-        return self.model
+        return graph_from_tree(self.model, self._path)
 
 
 def with_offline_plan(graph: Graph, plan: OfflinePlan) -> Graph:
