@@ -67,7 +67,7 @@ def _rewritten(graph: Graph, data: bytes) -> tuple[RewriteResult, oracle.OracleR
     started = time.monotonic()
     result = rewrite_auto(graph, max_mac_overhead=0.20)
     seconds = time.monotonic() - started
-    run = oracle.run(result.model, inputs)
+    run = oracle.run(result.model.data, inputs)
     return result, stock, run, seconds, all(np.array_equal(a, b) for a, b in zip(stock.outputs, run.outputs))
 
 
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             instructions = ""
             if args.qemu:
                 rewritten_path = Path(tmp) / f"{name}_tiled.tflite"
-                rewritten_path.write_bytes(result.model)
+                rewritten_path.write_bytes(result.model.data)
                 before, after = _instructions(path), _instructions(rewritten_path)
                 instructions = f" {before} | {after} |"
             row = (

@@ -21,8 +21,23 @@ from lowtide.compile.hostcheck import first_divergence
 from lowtide.compile.quantization import mean_multiplier, quantize_multiplier, round_half_away
 from lowtide.errors import LowtideError
 from lowtide.memory import tflm_plan
+from lowtide.model.attributes import (
+    Activation,
+    AddAttributes,
+    ConcatenationAttributes,
+    Conv2DAttributes,
+    DepthwiseConv2DAttributes,
+    FullyConnectedAttributes,
+    MulAttributes,
+    Padding,
+    Pool2DAttributes,
+    ReducerAttributes,
+    ResizeAttributes,
+    SoftmaxAttributes,
+    StridedSliceAttributes,
+)
+from lowtide.model.edit import with_offline_plan
 from lowtide.model.offline_memory import OfflinePlan
-from lowtide.model.writer import model_bytes, set_offline_plan
 from lowtide.validation import load_model
 from support.compiled import assert_compiled_arena
 from support.models import TinyModel, unsupported_model
@@ -138,8 +153,8 @@ def test_every_operator_output_of_a_conv_model_matches_tflm():
 def _with_offline_plan(path: Path, offsets: dict[int, int], out: Path) -> Path:
     """`path` with an OfflineMemoryAllocation plan giving each tensor of `offsets` its offset (others: online)."""
     graph = load_model(path)
-    set_offline_plan(graph.raw, OfflinePlan.from_offsets(graph.tensor_counts, {(0, t): o for t, o in offsets.items()}))
-    out.write_bytes(model_bytes(graph.raw))
+    plan = OfflinePlan.from_offsets(graph.tensor_counts, {(0, t): o for t, o in offsets.items()})
+    out.write_bytes(with_offline_plan(graph, plan).data)
     return out
 
 
@@ -177,24 +192,24 @@ def _slice_graph(m: TinyModel, dtype: str, q) -> tuple[list[int], list[int]]:
     x = m.tensor((1, 4, 6, 8), dtype, *q(0.05, 3))
     y = m.tensor((1, 4, 6, 8), dtype, *q(0.05, 3))
     cat = m.tensor((1, 4, 6, 16), dtype, *q(0.05, 3))
-    m.op("CONCATENATION", [x, y], [cat], "ConcatenationOptions", axis=-1)
+    m.op("CONCATENATION", [x, y], [cat], ConcatenationAttributes(axis=-1))
     begin = m.tensor((4,), "int32", data=[0, 1, -5, 2])
     end = m.tensor((4,), "int32", data=[1, 4, 0, 14])
     strides = m.tensor((4,), "int32", data=[1, 2, 1, 3])
     sl = m.tensor((2, 5, 4), dtype, *q(0.05, 3))  # axis 0 shrunk
-    m.op("STRIDED_SLICE", [cat, begin, end, strides], [sl], "StridedSliceOptions", endMask=1 << 2, shrinkAxisMask=1)
+    m.op("STRIDED_SLICE", [cat, begin, end, strides], [sl], StridedSliceAttributes(end_mask=1 << 2, shrink_axis_mask=1))
     lg = m.tensor((2, 5, 4), dtype, *q(1 / 256, -128))
     m.op("LOGISTIC", [sl], [lg])
     k = m.tensor(
         (1, 1, 4), dtype, *q(0.02, -7), data=[-100, 3, 77, 127] if dtype == "int8" else [-1.5, 0.25, 2.0, 0.75]
     )
     mul = m.tensor((2, 5, 4), dtype, *q(0.01, 2))
-    m.op("MUL", [lg, k], [mul], "MulOptions", fusedActivationFunction=0)
+    m.op("MUL", [lg, k], [mul], MulAttributes(fused_activation=Activation.NONE))
     add = m.tensor((2, 5, 4), dtype, *q(0.03, -1))
-    m.op("ADD", [mul, sl], [add], "AddOptions", fusedActivationFunction=3)
+    m.op("ADD", [mul, sl], [add], AddAttributes(fused_activation=Activation.RELU6))
     axis = m.tensor((1,), "int32", data=[1])
     mean = m.tensor((2, 4), dtype, *q(0.02, 5))
-    m.op("MEAN", [add, axis], [mean], "ReducerOptions", keepDims=False)
+    m.op("MEAN", [add, axis], [mean], ReducerAttributes(keep_dims=False))
     outputs = [mean, lg]
     if dtype == "int8":
         requantized = m.tensor((2, 4), dtype, 0.07, -20)
@@ -244,13 +259,9 @@ def _window_graph(m: TinyModel, dtype: str) -> tuple[list[int], list[int]]:
         "CONV_2D",
         [x, weights((6, 3, 3, 4), w1_scales, 0), bias(6, 0.05 * w1_scales)],
         [conv],
-        "Conv2DOptions",
-        padding=0,
-        strideH=2,
-        strideW=2,
-        dilationHFactor=2,
-        dilationWFactor=2,
-        fusedActivationFunction=2,
+        Conv2DAttributes(
+            padding=Padding.SAME, stride=(2, 2), fused_activation=Activation.RELU_N1_TO_1, dilation=(2, 2)
+        ),
     )
     w2_scales = rng.uniform(0.005, 0.02, size=12)
     dw = act((1, 5, 4, 12), 0.02, 4)
@@ -258,58 +269,37 @@ def _window_graph(m: TinyModel, dtype: str) -> tuple[list[int], list[int]]:
         "DEPTHWISE_CONV_2D",
         [conv, weights((1, 3, 3, 12), w2_scales, 3), bias(12, 0.01 * w2_scales)],
         [dw],
-        "DepthwiseConv2DOptions",
-        padding=0,
-        strideH=1,
-        strideW=1,
-        depthMultiplier=2,
-        dilationHFactor=2,
-        dilationWFactor=2,
-        fusedActivationFunction=0,
+        DepthwiseConv2DAttributes(
+            padding=Padding.SAME, stride=(1, 1), depth_multiplier=2, fused_activation=Activation.NONE, dilation=(2, 2)
+        ),
     )
     avg = act((1, 3, 2, 12), 0.02, 4)
     m.op(
         "AVERAGE_POOL_2D",
         [dw],
         [avg],
-        "Pool2DOptions",
-        padding=0,
-        strideH=2,
-        strideW=2,
-        filterHeight=3,
-        filterWidth=3,
-        fusedActivationFunction=3,
+        Pool2DAttributes(padding=Padding.SAME, stride=(2, 2), filter=(3, 3), fused_activation=Activation.RELU6),
     )
     mx = act((1, 3, 2, 12), 0.02, 4)
     m.op(
         "MAX_POOL_2D",
         [avg],
         [mx],
-        "Pool2DOptions",
-        padding=0,
-        strideH=1,
-        strideW=1,
-        filterHeight=2,
-        filterWidth=2,
-        fusedActivationFunction=0,
+        Pool2DAttributes(padding=Padding.SAME, stride=(1, 1), filter=(2, 2), fused_activation=Activation.NONE),
     )
     up = act((1, 6, 5, 12), 0.02, 4)
     m.op(
         "RESIZE_NEAREST_NEIGHBOR",
         [mx, m.tensor((2,), "int32", data=[6, 5])],
         [up],
-        "ResizeNearestNeighborOptions",
-        alignCorners=True,
-        halfPixelCenters=False,
+        ResizeAttributes(align_corners=True, half_pixel_centers=False),
     )
     up2 = act((1, 7, 8, 12), 0.02, 4)
     m.op(
         "RESIZE_NEAREST_NEIGHBOR",
         [up, m.tensor((2,), "int32", data=[7, 8])],
         [up2],
-        "ResizeNearestNeighborOptions",
-        alignCorners=False,
-        halfPixelCenters=True,
+        ResizeAttributes(align_corners=False, half_pixel_centers=True),
     )
     flat = act((1, 672), 0.02, 4)
     m.op("RESHAPE", [up2, m.tensor((2,), "int32", data=[1, 672])], [flat])
@@ -319,23 +309,17 @@ def _window_graph(m: TinyModel, dtype: str) -> tuple[list[int], list[int]]:
         "FULLY_CONNECTED",
         [flat, weights((8, 672), w3_scales, 0), bias(8, 0.02 * w3_scales)],
         [fc],
-        "FullyConnectedOptions",
-        fusedActivationFunction=1,
+        FullyConnectedAttributes(fused_activation=Activation.RELU),
     )
     sm = act((1, 8), 1 / 256, -128)
-    m.op("SOFTMAX", [fc], [sm], "SoftmaxOptions", beta=0.5)
+    m.op("SOFTMAX", [fc], [sm], SoftmaxAttributes(beta=0.5))
     w4_scales = rng.uniform(0.005, 0.02, size=6)
     grouped = act((1, 9, 7, 6), 0.02, 1)  # 4 input channels, filters of depth 2: two groups
     m.op(
         "CONV_2D",
         [x, weights((6, 1, 1, 2), w4_scales, 0), bias(6, 0.05 * w4_scales)],
         [grouped],
-        "Conv2DOptions",
-        padding=1,
-        strideH=1,
-        strideW=1,
-        dilationHFactor=1,
-        dilationWFactor=1,
+        Conv2DAttributes(padding=Padding.VALID, stride=(1, 1), dilation=(1, 1)),
     )
     return [x], [sm, fc, up2, conv, grouped]
 

@@ -20,6 +20,36 @@ from lowtide.compile.codegen import check_model
 from lowtide.compile.lowering import KERNELS, NOT_IN_TFLM, UNDEFINED_IN_TFLM
 from lowtide.compile.lowering.elementwise import DIV_INT8_RANGE
 from lowtide.compile.quantization import sigmoid_table_int8
+from lowtide.model.attributes import (
+    Activation,
+    AddAttributes,
+    BatchMatMulAttributes,
+    ConcatenationAttributes,
+    Conv2DAttributes,
+    CumsumAttributes,
+    DepthToSpaceAttributes,
+    DepthwiseConv2DAttributes,
+    DivAttributes,
+    FullyConnectedAttributes,
+    GatherAttributes,
+    L2NormAttributes,
+    LeakyReluAttributes,
+    MirrorPadAttributes,
+    MirrorPadMode,
+    MulAttributes,
+    PackAttributes,
+    Padding,
+    Pool2DAttributes,
+    ReducerAttributes,
+    ResizeBilinearAttributes,
+    SoftmaxAttributes,
+    SpaceToDepthAttributes,
+    StridedSliceAttributes,
+    SubAttributes,
+    TransposeConvAttributes,
+    UnpackAttributes,
+    UnreadAttributes,
+)
 from lowtide.validation import load_model
 from support.models import TinyModel
 
@@ -51,18 +81,18 @@ def _activations_int8(m: TinyModel) -> tuple[list[int], list[int]]:
     fine = m.tensor(SHAPE, "int8", 0.004, -5)  # HARD_SWISH's reluish multiplier below one
     outputs = []
 
-    def unary(opcode, source, scale, zero_point, options_type=None, **options):
+    def unary(opcode, source, scale, zero_point, attributes=None):
         y = m.tensor(SHAPE, "int8", scale, zero_point)
-        m.op(opcode, [source], [y], options_type, **options)
+        m.op(opcode, [source], [y], attributes)
         outputs.append(y)
 
     unary("RELU", x, 0.03, -128)
     unary("RELU", x, 0.02, 5)  # the clamp starts at a zero point above the minimum
     unary("RELU", x, 0.01, -20)  # saturates
     unary("RELU6", x, 0.5, 0)  # TFLM clamps the input's values: the output's quantization is not used
-    unary("LEAKY_RELU", x, 0.04, -10, "LeakyReluOptions", alpha=0.2)
-    unary("LEAKY_RELU", x, 0.05, 0, "LeakyReluOptions", alpha=-0.5)  # negative alpha
-    unary("LEAKY_RELU", x, 0.09, 7, "LeakyReluOptions", alpha=1.5)
+    unary("LEAKY_RELU", x, 0.04, -10, LeakyReluAttributes(alpha=0.2))
+    unary("LEAKY_RELU", x, 0.05, 0, LeakyReluAttributes(alpha=-0.5))  # negative alpha
+    unary("LEAKY_RELU", x, 0.09, 7, LeakyReluAttributes(alpha=1.5))
     unary("HARD_SWISH", x, 0.03, -100)
     unary("HARD_SWISH", fine, 0.0006, 20)
     unary("TANH", x, 1 / 128, 0)
@@ -81,15 +111,15 @@ def _activations_int8(m: TinyModel) -> tuple[list[int], list[int]]:
 def _activations_int16(m: TinyModel) -> tuple[list[int], list[int]]:
     x = m.tensor(SHAPE, "int16", 6 / 32768, 0)
     outputs = []
-    for opcode, scale, options in (
-        ("RELU", 3 / 32768, {}),
-        ("RELU", 8 / 32768, {}),
-        ("RELU6", 6 / 32768, {}),
-        ("LEAKY_RELU", 5 / 32768, {"alpha": 0.3}),
-        ("LEAKY_RELU", 4 / 32768, {"alpha": -1.25}),
+    for opcode, scale, attributes in (
+        ("RELU", 3 / 32768, None),
+        ("RELU", 8 / 32768, None),
+        ("RELU6", 6 / 32768, None),
+        ("LEAKY_RELU", 5 / 32768, LeakyReluAttributes(alpha=0.3)),
+        ("LEAKY_RELU", 4 / 32768, LeakyReluAttributes(alpha=-1.25)),
     ):
         y = m.tensor(SHAPE, "int16", scale, 0)
-        m.op(opcode, [x], [y], "LeakyReluOptions" if options else None, **options)
+        m.op(opcode, [x], [y], attributes)
         outputs.append(y)
     alpha = m.tensor((4, 1), "int8", 0.01, 2, data=[[-100], [-3], [50], [127]])
     y = m.tensor(SHAPE, "int16", 4 / 32768, 0)
@@ -107,7 +137,7 @@ def _activations_int16(m: TinyModel) -> tuple[list[int], list[int]]:
     # SOFTMAX through TFLM's exp and reciprocal tables: differences rescaled by multipliers below and above one
     for source, beta in ((x, 1.0), (power_of_two, 0.3), (wide, 2.5)):
         y = m.tensor(SHAPE, "int16", 1 / 32768, 0)
-        m.op("SOFTMAX", [source], [y], "SoftmaxOptions", beta=beta)
+        m.op("SOFTMAX", [source], [y], SoftmaxAttributes(beta=beta))
         outputs.append(y)
     return [x, power_of_two, wide], outputs
 
@@ -116,20 +146,20 @@ def _activations_float32(m: TinyModel) -> tuple[list[int], list[int]]:
     x = m.tensor(SHAPE, "float32")
     gain = m.tensor((1,), "float32", data=[8.0])
     wide = m.tensor(SHAPE, "float32")  # [-8, 8]
-    m.op("MUL", [x, gain], [wide], "MulOptions", fusedActivationFunction=0)
+    m.op("MUL", [x, gain], [wide], MulAttributes(fused_activation=Activation.NONE))
     outputs = []
-    for opcode, options_type, options in (
-        ("RELU", None, {}),
-        ("RELU6", None, {}),
-        ("LEAKY_RELU", "LeakyReluOptions", {"alpha": 0.1}),
-        ("LEAKY_RELU", "LeakyReluOptions", {"alpha": -2.0}),
-        ("HARD_SWISH", None, {}),
-        ("TANH", None, {}),
-        ("ELU", None, {}),
-        ("LOGISTIC", None, {}),
+    for opcode, attributes in (
+        ("RELU", None),
+        ("RELU6", None),
+        ("LEAKY_RELU", LeakyReluAttributes(alpha=0.1)),
+        ("LEAKY_RELU", LeakyReluAttributes(alpha=-2.0)),
+        ("HARD_SWISH", None),
+        ("TANH", None),
+        ("ELU", None),
+        ("LOGISTIC", None),
     ):
         y = m.tensor(SHAPE, "float32")
-        m.op(opcode, [wide], [y], options_type, **options)
+        m.op(opcode, [wide], [y], attributes)
         outputs.append(y)
     alpha = m.tensor((1, 4, 5), "float32", data=np.linspace(-1.5, 1.5, 20).reshape(1, 4, 5))
     y = m.tensor(SHAPE, "float32")
@@ -157,21 +187,21 @@ def _binary_ops(m: TinyModel, dtype: str, a: int, b: int, quant: list[tuple]) ->
     that order."""
     assert len(quant) == 8
     outputs = []
-    for (opcode, first, second, options_type, options), q in zip(
+    for (opcode, first, second, attributes), q in zip(
         (
-            ("SUB", a, b, "SubOptions", {"fusedActivationFunction": 0}),
-            ("SUB", a, b, "SubOptions", {"fusedActivationFunction": 1}),
-            ("SUB", b, a, "SubOptions", {"fusedActivationFunction": 3}),
-            ("MAXIMUM", a, b, None, {}),
-            ("MINIMUM", b, a, None, {}),
-            ("SQUARED_DIFFERENCE", a, b, None, {}),
-            ("ADD", a, b, "AddOptions", {"fusedActivationFunction": 3}),
-            ("MUL", b, a, "MulOptions", {"fusedActivationFunction": 0}),
+            ("SUB", a, b, SubAttributes(fused_activation=Activation.NONE)),
+            ("SUB", a, b, SubAttributes(fused_activation=Activation.RELU)),
+            ("SUB", b, a, SubAttributes(fused_activation=Activation.RELU6)),
+            ("MAXIMUM", a, b, None),
+            ("MINIMUM", b, a, None),
+            ("SQUARED_DIFFERENCE", a, b, None),
+            ("ADD", a, b, AddAttributes(fused_activation=Activation.RELU6)),
+            ("MUL", b, a, MulAttributes(fused_activation=Activation.NONE)),
         ),
         quant,
     ):
         y = m.tensor(SHAPE, dtype, *q)
-        m.op(opcode, [first, second], [y], options_type, **options)
+        m.op(opcode, [first, second], [y], attributes)
         outputs.append(y)
     return outputs
 
@@ -193,7 +223,7 @@ def _math_int8(m: TinyModel) -> tuple[list[int], list[int]]:
         ((coarse, a), (0.001, -100), 1),
     ):
         y = m.tensor(SHAPE, "int8", *quant)
-        m.op("DIV", [first, second], [y], "DivOptions", fusedActivationFunction=activation)
+        m.op("DIV", [first, second], [y], DivAttributes(fused_activation=Activation(activation)))
         outputs.append(y)
     y = m.tensor(SHAPE, "int8", 0.1, -5)
     m.op("ADD_N", [a, c, a], [y])
@@ -234,8 +264,7 @@ def _math_int16(m: TinyModel) -> tuple[list[int], list[int]]:
         "ADD",
         [a, m.tensor((5,), "int16", 1 / 1000, -3, data=[-32768, -5, 0, 900, 32767])],
         [y],
-        "AddOptions",
-        fusedActivationFunction=1,
+        AddAttributes(fused_activation=Activation.RELU),
     )
     outputs.append(y)
     y = m.tensor(SHAPE, "int16", 1 / 8192, 0)
@@ -255,7 +284,7 @@ def _math_int32(m: TinyModel) -> tuple[list[int], list[int]]:
     small = m.tensor((5,), "int32", data=[-7, -1, 1, 3, 1000])
     for second, activation in ((b, 0), (small, 1)):
         y = m.tensor(SHAPE, "int32")
-        m.op("DIV", [a, second], [y], "DivOptions", fusedActivationFunction=activation)
+        m.op("DIV", [a, second], [y], DivAttributes(fused_activation=Activation(activation)))
         outputs.append(y)
     return [a, b], outputs
 
@@ -265,15 +294,15 @@ def _math_float32(m: TinyModel) -> tuple[list[int], list[int]]:
     b = m.tensor((3, 4, 5), "float32")
     gain = m.tensor((1,), "float32", data=[4.0])
     a = m.tensor(SHAPE, "float32")  # [-4, 4]
-    m.op("MUL", [x, gain], [a], "MulOptions", fusedActivationFunction=0)
+    m.op("MUL", [x, gain], [a], MulAttributes(fused_activation=Activation.NONE))
     outputs = _binary_ops(m, "float32", a, b, [()] * 8)
-    for opcode, inputs, options_type, options in (
-        ("DIV", [a, b], "DivOptions", {"fusedActivationFunction": 0}),
-        ("DIV", [b, a], "DivOptions", {"fusedActivationFunction": 3}),
-        ("ADD_N", [a, x, a], None, {}),
+    for opcode, inputs, attributes in (
+        ("DIV", [a, b], DivAttributes(fused_activation=Activation.NONE)),
+        ("DIV", [b, a], DivAttributes(fused_activation=Activation.RELU6)),
+        ("ADD_N", [a, x, a], None),
     ):
         y = m.tensor(SHAPE, "float32")
-        m.op(opcode, inputs, [y], options_type, **options)
+        m.op(opcode, inputs, [y], attributes)
         outputs.append(y)
     magnitude = m.tensor(SHAPE, "float32")
     m.op("ABS", [a], [magnitude])
@@ -296,7 +325,7 @@ def _math_float32(m: TinyModel) -> tuple[list[int], list[int]]:
     # ROUND on halves: floor(4x) / 2 is a multiple of 0.5, so half of the values are halfway cases
     floor, half = m.tensor(SHAPE, "float32"), m.tensor(SHAPE, "float32")
     m.op("FLOOR", [a], [floor])
-    m.op("MUL", [floor, m.tensor((1,), "float32", data=[0.5])], [half], "MulOptions", fusedActivationFunction=0)
+    m.op("MUL", [floor, m.tensor((1,), "float32", data=[0.5])], [half], MulAttributes(fused_activation=Activation.NONE))
     rounded = m.tensor(SHAPE, "float32")
     m.op("ROUND", [half], [rounded])
     return [x, b], outputs + [rounded]
@@ -324,8 +353,7 @@ def test_cast_between_every_type_bit_exact(tmp_path):
         "MUL",
         [x, m.tensor((1,), "float32", data=[200.0])],
         [sources["float32"]],
-        "MulOptions",
-        fusedActivationFunction=0,
+        MulAttributes(fused_activation=Activation.NONE),
     )
     outputs = []
     for source_type, source in sources.items():
@@ -396,9 +424,9 @@ def _layout(m: TinyModel, dtype: str) -> tuple[list[int], list[int]]:
     x = m.tensor((2, 6, 4, 3), dtype, *quant)
     outputs = []
 
-    def op(opcode, inputs, shape, options_type=None, **options):
+    def op(opcode, inputs, shape, attributes=None):
         y = m.tensor(shape, dtype, *quant)
-        m.op(opcode, inputs, [y], options_type, **options)
+        m.op(opcode, inputs, [y], attributes)
         outputs.append(y)
         return y
 
@@ -414,12 +442,10 @@ def _layout(m: TinyModel, dtype: str) -> tuple[list[int], list[int]]:
             "RESIZE_BILINEAR",
             [x, m.tensor((2,), "int32", data=list(size))],
             (2, *size, 3),
-            "ResizeBilinearOptions",
-            alignCorners=align,
-            halfPixelCenters=half,
+            ResizeBilinearAttributes(align_corners=align, half_pixel_centers=half),
         )
-    deep = op("SPACE_TO_DEPTH", [x], (2, 3, 2, 12), "SpaceToDepthOptions", blockSize=2)
-    op("DEPTH_TO_SPACE", [deep], (2, 6, 4, 3), "DepthToSpaceOptions", blockSize=2)
+    deep = op("SPACE_TO_DEPTH", [x], (2, 3, 2, 12), SpaceToDepthAttributes(block_size=2))
+    op("DEPTH_TO_SPACE", [deep], (2, 6, 4, 3), DepthToSpaceAttributes(block_size=2))
     batched = op(
         "SPACE_TO_BATCH_ND",
         [x, m.tensor((2,), "int32", data=[2, 3]), m.tensor((2, 2), "int32", data=[[1, 3], [2, 0]])],
@@ -463,9 +489,9 @@ def _gathering(m: TinyModel, dtype: str) -> tuple[list[int], list[int]]:
     condition = m.tensor((4, 5), "bool")
     outputs = []
 
-    def op(opcode, inputs, shape, options_type=None, out_type=dtype, **options):
+    def op(opcode, inputs, shape, attributes=None, out_type=dtype):
         y = m.tensor(shape, out_type, *(quant if out_type == dtype else ()))
-        m.op(opcode, inputs, [y], options_type, **options)
+        m.op(opcode, inputs, [y], attributes)
         outputs.append(y)
         return y
 
@@ -473,10 +499,10 @@ def _gathering(m: TinyModel, dtype: str) -> tuple[list[int], list[int]]:
         return m.tensor(shape or (len(values),), "int32", data=np.asarray(values).reshape(shape or (len(values),)))
 
     sliced = op("SLICE", [x, ints(1, 0, 1, 2), ints(1, -1, 2, 3)], (1, 3, 2, 3))
-    op("SQUEEZE", [sliced], (3, 2, 3), "SqueezeOptions", squeezeDims=[0])
+    op("SQUEEZE", [sliced], (3, 2, 3), UnreadAttributes("SqueezeOptions", (('squeezeDims', [0]),)))
     op("EXPAND_DIMS", [x, ints(1)], (2, 1, 3, 4, 5))
     pieces = [m.tensor((2, 3, 5), dtype, *quant) for _ in range(4)]
-    m.op("UNPACK", [x], pieces, "UnpackOptions", num=4, axis=2)
+    m.op("UNPACK", [x], pieces, UnpackAttributes(num=4, axis=2))
     outputs += pieces
     pad_value = m.tensor((), dtype, *quant, data=7 if dtype == "int8" else 2.5)
     op("PADV2", [x, ints(0, 0, 1, 2, 0, 1, 2, 0, shape=(4, 2)), pad_value], (2, 6, 5, 7))
@@ -485,12 +511,11 @@ def _gathering(m: TinyModel, dtype: str) -> tuple[list[int], list[int]]:
             "MIRROR_PAD",
             [x, m.tensor((4, 2), index_type, data=np.reshape(pads, (4, 2)))],
             tuple(n + pads[2 * d] + pads[2 * d + 1] for d, n in enumerate(SHAPE)),
-            "MirrorPadOptions",
-            mode=mode,
+            MirrorPadAttributes(mode=MirrorPadMode(mode)),
         )
     wide = op("BROADCAST_TO", [small, ints(*SHAPE)], SHAPE)
-    op("GATHER", [x, ints(3, 0, 0, 2, 1)], (2, 3, 5, 5), "GatherOptions", axis=2, batchDims=0)
-    op("GATHER", [x, ints(2, 0, 1, 1, 0, 0, 2, 1, shape=(2, 4))], (2, 4, 4, 5), "GatherOptions", axis=1, batchDims=1)
+    op("GATHER", [x, ints(3, 0, 0, 2, 1)], (2, 3, 5, 5), GatherAttributes(axis=2, batch_dims=0))
+    op("GATHER", [x, ints(2, 0, 1, 1, 0, 0, 2, 1, shape=(2, 4))], (2, 4, 4, 5), GatherAttributes(axis=1, batch_dims=1))
     op("GATHER_ND", [x, ints(1, 2, 0, 0, 1, 1, 0, 2, shape=(4, 2))], (4, 4, 5))
     op("SELECT_V2", [condition, x, wide], SHAPE)
     # constant by design: last
@@ -521,9 +546,9 @@ def _reductions(m: TinyModel, dtype: str) -> tuple[list[int], list[int]]:
     x = m.tensor(SHAPE, dtype, *quant)
     outputs = []
 
-    def op(opcode, inputs, shape, options_type=None, out_type=dtype, out_quant=quant, **options):
+    def op(opcode, inputs, shape, attributes=None, out_type=dtype, out_quant=quant):
         y = m.tensor(shape, out_type, *out_quant)
-        m.op(opcode, inputs, [y], options_type, **options)
+        m.op(opcode, inputs, [y], attributes)
         outputs.append(y)
 
     def axes(*values):
@@ -535,26 +560,44 @@ def _reductions(m: TinyModel, dtype: str) -> tuple[list[int], list[int]]:
         ((0, 1, 2, 3), False, ()),
     ):
         sum_quant = {"int8": (0.6, 5), "int16": (1 / 64, 0), "float32": ()}[dtype]
-        op("SUM", [x, axes(*axis_values)], shape, "ReducerOptions", out_quant=sum_quant, keepDims=keep)
-        op("MEAN", [x, axes(*axis_values)], shape, "ReducerOptions", out_quant=sum_quant[:1] + quant[1:], keepDims=keep)
+        op("SUM", [x, axes(*axis_values)], shape, ReducerAttributes(keep_dims=keep), out_quant=sum_quant)
+        op(
+            "MEAN",
+            [x, axes(*axis_values)],
+            shape,
+            ReducerAttributes(keep_dims=keep),
+            out_quant=sum_quant[:1] + quant[1:],
+        )
         if dtype != "int16":
-            op("REDUCE_MAX", [x, axes(*axis_values)], shape, "ReducerOptions", keepDims=keep)
-            op("REDUCE_MIN", [x, axes(*axis_values)], shape, "ReducerOptions", keepDims=keep)
+            op("REDUCE_MAX", [x, axes(*axis_values)], shape, ReducerAttributes(keep_dims=keep))
+            op("REDUCE_MIN", [x, axes(*axis_values)], shape, ReducerAttributes(keep_dims=keep))
     if dtype == "int16":
         return [x], outputs
     for axis, shape in ((0, (3, 4, 5)), (2, (2, 3, 5)), (-1, (2, 3, 4))):
-        op("ARG_MAX", [x, axes(axis)], shape, "ArgMaxOptions", out_type="int32", out_quant=(), outputType=2)
-        op("ARG_MIN", [x, axes(axis)], shape, "ArgMinOptions", out_type="int32", out_quant=(), outputType=2)
+        op(
+            "ARG_MAX",
+            [x, axes(axis)],
+            shape,
+            UnreadAttributes("ArgMaxOptions", (('outputType', 2),)),
+            out_type="int32",
+            out_quant=(),
+        )
+        op(
+            "ARG_MIN",
+            [x, axes(axis)],
+            shape,
+            UnreadAttributes("ArgMinOptions", (('outputType', 2),)),
+            out_type="int32",
+            out_quant=(),
+        )
     cumsum_quant = (0.2, 10) if dtype == "int8" else ()
     for axis, exclusive, reverse in ((1, False, False), (2, True, False), (-1, True, True), (0, False, True)):
         op(
             "CUMSUM",
             [x, axes(axis)],
             SHAPE,
-            "CumsumOptions",
+            CumsumAttributes(exclusive=exclusive, reverse=reverse),
             out_quant=cumsum_quant,
-            exclusive=exclusive,
-            reverse=reverse,
         )
     return [x], outputs
 
@@ -582,7 +625,7 @@ def test_l2_normalization_and_log_softmax_bit_exact(tmp_path, dtype):
     outputs = []
     for source, shape in ((x, SHAPE), (column, (6, 1))):
         y = m.tensor(shape, dtype, *((1 / 128, 0) if int8 else ()))
-        m.op("L2_NORMALIZATION", [source], [y], "L2NormOptions", fusedActivationFunction=0)
+        m.op("L2_NORMALIZATION", [source], [y], L2NormAttributes(fused_activation=Activation.NONE))
         outputs.append(y)
     for source in (x, coarse):
         y = m.tensor(SHAPE, dtype, *((16 / 256, 127) if int8 else ()))
@@ -664,13 +707,7 @@ def test_convolutions_16x8_bit_exact(tmp_path):
         "CONV_2D",
         [x, w1, bias("int64", s1, -(1 << 24), 1 << 24)],
         [y],
-        "Conv2DOptions",
-        padding=0,
-        strideH=2,
-        strideW=2,
-        dilationHFactor=1,
-        dilationWFactor=1,
-        fusedActivationFunction=3,
+        Conv2DAttributes(padding=Padding.SAME, stride=(2, 2), fused_activation=Activation.RELU6, dilation=(1, 1)),
     )
     outputs.append(y)
     w2, s2 = weights((6, 2, 2, 2), 0)
@@ -679,13 +716,7 @@ def test_convolutions_16x8_bit_exact(tmp_path):
         "CONV_2D",
         [x, w2, bias("int32", s2, -30000, 30000)],
         [y],
-        "Conv2DOptions",
-        padding=1,
-        strideH=1,
-        strideW=1,
-        dilationHFactor=2,
-        dilationWFactor=2,
-        fusedActivationFunction=0,
+        Conv2DAttributes(padding=Padding.VALID, stride=(1, 1), fused_activation=Activation.NONE, dilation=(2, 2)),
     )
     outputs.append(y)
     w3, s3 = weights((1, 3, 3, 8), 3)
@@ -694,14 +725,9 @@ def test_convolutions_16x8_bit_exact(tmp_path):
         "DEPTHWISE_CONV_2D",
         [x, w3, bias("int64", s3, -(1 << 24), 1 << 24)],
         [y],
-        "DepthwiseConv2DOptions",
-        padding=0,
-        strideH=1,
-        strideW=1,
-        depthMultiplier=2,
-        dilationHFactor=2,
-        dilationWFactor=1,
-        fusedActivationFunction=1,
+        DepthwiseConv2DAttributes(
+            padding=Padding.SAME, stride=(1, 1), depth_multiplier=2, fused_activation=Activation.RELU, dilation=(2, 1)
+        ),
     )
     outputs.append(y)
     for bias_type, bound in (("int64", 1 << 22), ("int32", 1 << 20)):
@@ -712,8 +738,7 @@ def test_convolutions_16x8_bit_exact(tmp_path):
             "FULLY_CONNECTED",
             [x, w, bias(bias_type, [scale] * 5, -bound, bound)],
             [y],
-            "FullyConnectedOptions",
-            fusedActivationFunction=0,
+            FullyConnectedAttributes(fused_activation=Activation.NONE),
         )
         outputs.append(y)
     path = m.save(tmp_path / "conv16x8.tflite", [x], outputs)
@@ -751,11 +776,9 @@ def test_transpose_conv_bit_exact(tmp_path, dtype):
             "TRANSPOSE_CONV",
             inputs,
             [y],
-            "TransposeConvOptions",
-            padding=padding,
-            strideH=stride,
-            strideW=stride,
-            fusedActivationFunction=activation,
+            TransposeConvAttributes(
+                padding=Padding(padding), stride=(stride, stride), fused_activation=Activation(activation)
+            ),
         )
         outputs.append(y)
     path = m.save(tmp_path / f"transpose_conv_{dtype}.tflite", [x], outputs)
@@ -785,7 +808,7 @@ def test_batch_matmul_bit_exact(tmp_path, dtype):
         (small, b, False, False, (2, 3, 4, 6)),
     ):
         y = tensor(shape, 0.3, -4)
-        m.op("BATCH_MATMUL", [lhs, rhs], [y], "BatchMatMulOptions", adjX=adj_x, adjY=adj_y)
+        m.op("BATCH_MATMUL", [lhs, rhs], [y], BatchMatMulAttributes(adj_x=adj_x, adj_y=adj_y))
         outputs.append(y)
     path = m.save(tmp_path / f"batch_matmul_{dtype}.tflite", [a, b], outputs)
     _varied(_check(path))
@@ -824,11 +847,9 @@ def test_16bit_matrix_products_bit_exact(tmp_path):
             "TRANSPOSE_CONV",
             inputs,
             [y],
-            "TransposeConvOptions",
-            padding=pad,
-            strideH=stride,
-            strideW=stride,
-            fusedActivationFunction=activation,
+            TransposeConvAttributes(
+                padding=Padding(pad), stride=(stride, stride), fused_activation=Activation(activation)
+            ),
         )
         outputs.append(y)
     a = m.tensor((2, 3, 4, 5), "int16", 1 / 2000, 0)
@@ -840,7 +861,7 @@ def test_16bit_matrix_products_bit_exact(tmp_path):
         (a, weights, False, False, (2, 3, 4, 6), 1 / 20),
     ):
         y = m.tensor(shape, "int16", scale, 0)
-        m.op("BATCH_MATMUL", [lhs, rhs], [y], "BatchMatMulOptions", adjX=adj_x, adjY=adj_y)
+        m.op("BATCH_MATMUL", [lhs, rhs], [y], BatchMatMulAttributes(adj_x=adj_x, adj_y=adj_y))
         outputs.append(y)
     path = m.save(tmp_path / "matrix_products_16.tflite", [x, a, b], outputs)
     _varied(_check(path, seeds=(0,)))
@@ -864,9 +885,9 @@ def test_int64_kernels_bit_exact(tmp_path):
     flags = m.tensor(SHAPE, "bool")  # the model's input: lowtide compiles models with inputs
     outputs, checks = [], []
 
-    def op(opcode, inputs, expected, options_type=None, **options):
+    def op(opcode, inputs, expected, attributes=None):
         y = m.tensor(expected.shape, "int64")
-        m.op(opcode, inputs, [y], options_type, **options)
+        m.op(opcode, inputs, [y], attributes)
         same = m.tensor(expected.shape, "bool")
         m.op("EQUAL", [y, m.tensor(expected.shape, "int64", data=expected)], [same])
         checks.append(same)
@@ -883,9 +904,9 @@ def test_int64_kernels_bit_exact(tmp_path):
         m.op(opcode, [a, b], [y])
         outputs.append(y)
     column = op("RESHAPE", [b, ints(3, 5, 1)], values_b.reshape(3, 5, 1))
-    op("SQUEEZE", [column], values_b.reshape(3, 5), "SqueezeOptions", squeezeDims=[2])
-    op("CONCATENATION", [a, low], np.concatenate([values_a, low_values], axis=2), "ConcatenationOptions", axis=2)
-    op("PACK", [a, low], np.stack([values_a, low_values], axis=2), "PackOptions", valuesCount=2, axis=2)
+    op("SQUEEZE", [column], values_b.reshape(3, 5), UnreadAttributes("SqueezeOptions", (('squeezeDims', [2]),)))
+    op("CONCATENATION", [a, low], np.concatenate([values_a, low_values], axis=2), ConcatenationAttributes(axis=2))
+    op("PACK", [a, low], np.stack([values_a, low_values], axis=2), PackAttributes(values_count=2, axis=2))
     op("BROADCAST_TO", [b, ints(*SHAPE)], np.broadcast_to(values_b, SHAPE))
     op("REVERSE_V2", [a, ints(1, 2)], values_a[:, ::-1, ::-1, :])
     op("ZEROS_LIKE", [a], np.zeros(SHAPE, np.int64))
@@ -905,9 +926,9 @@ def test_bool_byte_copies_and_reverse_v2_bit_exact(tmp_path):
     x, small = m.tensor(SHAPE, "bool"), m.tensor((3, 1, 5), "bool")
     inputs, outputs = [x, small], []
 
-    def op(opcode, inputs, shape, options_type=None, **options):
+    def op(opcode, inputs, shape, attributes=None):
         y = m.tensor(shape, "bool")
-        m.op(opcode, inputs, [y], options_type, **options)
+        m.op(opcode, inputs, [y], attributes)
         outputs.append(y)
         return y
 
@@ -924,20 +945,17 @@ def test_bool_byte_copies_and_reverse_v2_bit_exact(tmp_path):
         "STRIDED_SLICE",
         [x, ints(0, 2, 3, 0), ints(2, 0, 0, 5), ints(1, -1, -2, 2)],
         (2, 2, 2, 3),
-        "StridedSliceOptions",
-        beginMask=1,
-        endMask=1,
+        StridedSliceAttributes(begin_mask=1, end_mask=1),
     )
     op(
         "STRIDED_SLICE",
         [x, ints(1, 0, 0, 4), ints(2, 3, 4, 5), ints(1, 1, 1, 1)],
         (3, 4),
-        "StridedSliceOptions",
-        shrinkAxisMask=0b1001,
+        StridedSliceAttributes(shrink_axis_mask=0b1001),
     )
-    op("CONCATENATION", [x, x], (2, 6, 4, 5), "ConcatenationOptions", axis=1)
+    op("CONCATENATION", [x, x], (2, 6, 4, 5), ConcatenationAttributes(axis=1))
     flat = op("RESHAPE", [small, ints(1, 15)], (1, 15))
-    op("SQUEEZE", [flat], (15,), "SqueezeOptions", squeezeDims=[0])
+    op("SQUEEZE", [flat], (15,), UnreadAttributes("SqueezeOptions", (('squeezeDims', [0]),)))
     op("BROADCAST_TO", [small, m.tensor((4,), "int64", data=list(SHAPE))], SHAPE)
     op("REVERSE_V2", [x, ints(-1)], SHAPE)
     bools = len(outputs)
@@ -962,7 +980,7 @@ def test_floor_div_and_floor_mod_bit_exact(tmp_path):
     x = m.tensor(SHAPE, "float32")
     gain = m.tensor((1,), "float32", data=[20.0])
     wide = m.tensor(SHAPE, "float32")
-    m.op("MUL", [x, gain], [wide], "MulOptions", fusedActivationFunction=0)
+    m.op("MUL", [x, gain], [wide], MulAttributes(fused_activation=Activation.NONE))
     divisor = m.tensor(
         (4, 5), "float32", data=np.array([-3.0, -1.5, -0.25, 0.5, 0.7, 1.0, 2.0, 2.5, 3.0, 7.0] * 2).reshape(4, 5)
     )
@@ -1001,7 +1019,7 @@ def test_run_time_indices_and_shapes_bit_exact(tmp_path):
     m.op("DYNAMIC_UPDATE_SLICE", [inputs[1], inputs[1], m.tensor((4,), "int32", data=[1, 1, 1, 1])], [y])
     outputs.append(y)
     shape = m.tensor((4,), "int32")
-    m.op("SHAPE", [inputs[1]], [shape], "ShapeOptions", outType=2)
+    m.op("SHAPE", [inputs[1]], [shape], UnreadAttributes("ShapeOptions", (('outType', 2),)))
     broadcast = m.tensor((4,), "int32")
     m.op("BROADCAST_ARGS", [shape, m.tensor((2,), "int32", data=[4, 1])], [broadcast])
     outputs.append(broadcast)
@@ -1031,26 +1049,26 @@ def test_run_time_indices_and_shapes_bit_exact(tmp_path):
 
 # ---- random models per family ----------------------------------------------------------------------------------
 
-# opcode -> (arity, options type, options drawn from the generator); element-wise, any broadcastable shapes
+# opcode -> (arity, attributes drawn from the generator); element-wise, any broadcastable shapes
 RANDOM_FAMILIES = {
     "activations": {
-        "RELU": (1, None, None),
-        "RELU6": (1, None, None),
-        "TANH": (1, None, None),
-        "LOGISTIC": (1, None, None),
-        "ELU": (1, None, None),
-        "HARD_SWISH": (1, None, None),
-        "LEAKY_RELU": (1, "LeakyReluOptions", lambda rng: {"alpha": float(rng.uniform(-1, 2))}),
-        "PRELU": (2, None, None),
+        "RELU": (1, None),
+        "RELU6": (1, None),
+        "TANH": (1, None),
+        "LOGISTIC": (1, None),
+        "ELU": (1, None),
+        "HARD_SWISH": (1, None),
+        "LEAKY_RELU": (1, lambda rng: LeakyReluAttributes(alpha=float(rng.uniform(-1, 2)))),
+        "PRELU": (2, None),
     },
     "math": {
-        "ADD": (2, "AddOptions", lambda rng: {"fusedActivationFunction": int(rng.choice([0, 1, 3]))}),
-        "SUB": (2, "SubOptions", lambda rng: {"fusedActivationFunction": int(rng.choice([0, 1, 3]))}),
-        "MUL": (2, "MulOptions", lambda rng: {"fusedActivationFunction": 0}),
-        "MAXIMUM": (2, None, None),
-        "MINIMUM": (2, None, None),
-        "SQUARED_DIFFERENCE": (2, None, None),
-        "ABS": (1, None, None),
+        "ADD": (2, lambda rng: AddAttributes(fused_activation=Activation(int(rng.choice([0, 1, 3]))))),
+        "SUB": (2, lambda rng: SubAttributes(fused_activation=Activation(int(rng.choice([0, 1, 3]))))),
+        "MUL": (2, lambda rng: MulAttributes(fused_activation=Activation.NONE)),
+        "MAXIMUM": (2, None),
+        "MINIMUM": (2, None),
+        "SQUARED_DIFFERENCE": (2, None),
+        "ABS": (1, None),
     },
 }
 
@@ -1070,7 +1088,7 @@ def _random_model(m: TinyModel, family: str, dtype: str, rng: np.random.Generato
     ops = RANDOM_FAMILIES[family]
     for _ in range(8):
         opcode = str(rng.choice(sorted(ops)))
-        arity, options_type, draw = ops[opcode]
+        arity, draw = ops[opcode]
         first = pool[int(rng.integers(len(pool)))]
         operands = [first]
         if arity == 2:
@@ -1090,7 +1108,7 @@ def _random_model(m: TinyModel, family: str, dtype: str, rng: np.random.Generato
             )
         out_quant = (1 / 256, -128) if opcode == "LOGISTIC" and dtype == "int8" else quant()
         y = m.tensor(SHAPE, dtype, *out_quant)
-        m.op(opcode, operands, [y], options_type, **(draw(rng) if draw else {}))
+        m.op(opcode, operands, [y], draw(rng) if draw else None)
         pool.append(y)
         outputs.append(y)
     return inputs, outputs
@@ -1115,7 +1133,7 @@ def test_operators_tflm_lacks_are_refused_with_the_reason(tmp_path):
     y = m.tensor((1, 2, 2, 1), "float32")
     z = m.tensor((1, 2, 2, 1), "float32")
     m.op("RELU_N1_TO_1", [x], [y])
-    m.op("L2_POOL_2D", [y], [z], "Pool2DOptions", padding=0, strideH=1, strideW=1, filterHeight=1, filterWidth=1)
+    m.op("L2_POOL_2D", [y], [z], Pool2DAttributes(padding=Padding.SAME, stride=(1, 1), filter=(1, 1)))
     path = m.save(tmp_path / "clip.tflite", [x], [z])
     blockers = check_model(path)
     assert [str(b) for b in blockers] == [
@@ -1133,7 +1151,7 @@ def test_types_tflm_leaves_undefined_are_refused_with_the_reason(tmp_path):
     m.op("GREATER", [a, b], [greater])
     x, y = m.tensor((1, 4), "int8", 0.05, 0), m.tensor((1, 4), "int8", 0.05, 0)
     quotient = m.tensor((1, 4), "int8", 0.5, 0)  # 0.05 / (0.05 x 0.5) = 2: below 64
-    m.op("DIV", [x, y], [quotient], "DivOptions", fusedActivationFunction=0)
+    m.op("DIV", [x, y], [quotient], DivAttributes(fused_activation=Activation.NONE))
     path = m.save(tmp_path / "undefined.tflite", [a, b, x, y], [greater, quotient])
     assert [str(b) for b in check_model(path)] == [
         f"operator 0 (GREATER int16, int16 -> bool): {UNDEFINED_IN_TFLM[('GREATER', 'int16->bool')]}",

@@ -27,8 +27,9 @@ from lowtide.compile.hostcheck import (
 from lowtide.errors import LowtideError
 from lowtide.memory import align_up, buffer_lifetimes, tflm_plan
 from lowtide.memory.placement import offline_plan
+from lowtide.model.attributes import ConcatenationAttributes, SplitAttributes, SplitVAttributes
 from lowtide.model.builder import ModelBuilder
-from lowtide.model.writer import model_bytes, set_offline_plan
+from lowtide.model.edit import with_offline_plan
 from lowtide.validation import load_model
 from support.compiled import assert_compiled_arena
 from support.models import TinyModel
@@ -122,17 +123,16 @@ def _split_graph(m: TinyModel, dtype: str) -> tuple[list[int], list[int]]:
 
     x = act((2, 3, 6, 4))
     pieces = [act((2, 3, 2, 4)) for _ in range(3)]
-    m.op("SPLIT", [m.tensor((1,), "int32", data=[2]), x], pieces, "SplitOptions", numSplits=3)
+    m.op("SPLIT", [m.tensor((1,), "int32", data=[2]), x], pieces, SplitAttributes(num_splits=3))
     narrow, wide = act((2, 3, 6, 1)), act((2, 3, 6, 3), scale=0.1, zero_point=-7)
     m.op(
         "SPLIT_V",
         [x, m.tensor((2,), "int32", data=[1, -1]), m.tensor((), "int32", data=-1)],
         [narrow, wide],
-        "SplitVOptions",
-        numSplits=2,
+        SplitVAttributes(num_splits=2),
     )
     swapped = act((2, 3, 4, 4))
-    m.op("CONCATENATION", [pieces[2], pieces[0]], [swapped], "ConcatenationOptions", axis=2)
+    m.op("CONCATENATION", [pieces[2], pieces[0]], [swapped], ConcatenationAttributes(axis=2))
     return [x], [swapped, pieces[1], narrow, wide]
 
 
@@ -162,8 +162,7 @@ def test_size_splits_must_match_the_output_shapes(tmp_path):
         "SPLIT_V",
         [x, m.tensor((2,), "int32", data=[3, -1]), m.tensor((), "int32", data=2)],
         [a, b],
-        "SplitVOptions",
-        numSplits=2,
+        SplitVAttributes(num_splits=2),
     )
     path = m.save(tmp_path / "mismatch.tflite", [x], [a, b])
     with pytest.raises(
@@ -181,9 +180,7 @@ def _with_plan(path: Path, offsets: dict[int, int], out: Path) -> Path:
     graph = load_model(path)
     buffers, _ = buffer_lifetimes(graph)
     words = offline_plan(graph, buffers, [offsets[b.tensor] for b in buffers])
-    raw = graph.raw
-    set_offline_plan(raw, words)
-    out.write_bytes(model_bytes(raw))
+    out.write_bytes(with_offline_plan(graph, words).data)
     return out
 
 

@@ -13,6 +13,7 @@ import pytest
 from lowtide import oracle
 from lowtide.compile.lowering import KERNELS
 from lowtide.model import read_model
+from lowtide.model.attributes import ConcatenationAttributes, Conv2DAttributes, Padding
 from lowtide.model.schema import BUILTIN_CODES
 from lowtide.validation import load_model, model_problems
 from support.hostile import assert_kept_promise, run_in_process
@@ -101,19 +102,14 @@ def _int8_conv(m: TinyModel, bias_channels: int = 4, scale_axis: int = 0) -> tup
         "CONV_2D",
         [x, w, bias],
         [y],
-        "Conv2DOptions",
-        padding=0,
-        strideH=1,
-        strideW=1,
-        dilationHFactor=1,
-        dilationWFactor=1,
+        Conv2DAttributes(padding=Padding.SAME, stride=(1, 1), dilation=(1, 1)),
     )
     return [x], [y]
 
 
 def _concatenation_of_two_heights(m: TinyModel) -> tuple[list[int], list[int]]:
     a, b, y = float_tensor(m), float_tensor(m, (1, 5, 4, 3)), float_tensor(m, (1, 4, 4, 6))
-    m.op("CONCATENATION", [a, b], [y], "ConcatenationOptions", axis=3)
+    m.op("CONCATENATION", [a, b], [y], ConcatenationAttributes(axis=3))
     return [a, b], [y]
 
 

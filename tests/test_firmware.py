@@ -249,7 +249,7 @@ def test_tiled_model_with_in_place_strips_runs_on_qemu_m4_in_its_planned_arena(t
     rewritten = rewrite_auto(load_model(SHARED_MODELS / "mlperf_vww_96_int8.tflite"))
     assert any(t.split_source for t in rewritten.tilings) and rewritten.head_bytes <= 73_728 // 2
     out = tmp_path / "vww_tiled.tflite"
-    out.write_bytes(rewritten.model)
+    out.write_bytes(rewritten.model.data)
     result = measure(out, "qemu-m4", iterations=1, warmup=0, timeout=120)
     assert result.outputs_match, result.mismatched_outputs
     # the rewritten model's plan (TFLM's rules) with the fast kernels' scratch fitted around it, or the compiled

@@ -82,7 +82,7 @@ _FIELDS = {name: [f for f in _fields(raw) if not f.path[-1].endswith("Type")] fo
 
 def _case_raw(opcode: str):
     m = TinyModel()
-    return m.finished(*CASES[opcode](m))
+    return m.finished(*CASES[opcode](m)).raw
 
 
 # Shape mutations also run on one small model per operator the compiler lowers (test_declared_shapes' cases).

@@ -15,8 +15,8 @@ from lowtide.memory.in_place import in_place_outputs
 from lowtide.memory.placement import offline_plan, place
 from lowtide.model import read_model
 from lowtide.model.builder import ModelBuilder
+from lowtide.model.edit import with_offline_plan
 from lowtide.model.operators import TflmInPlace, semantics
-from lowtide.model.writer import model_bytes, set_offline_plan
 from lowtide.pipeline.measure import measure
 from lowtide.validation import load_model, model_problems
 
@@ -92,13 +92,11 @@ def test_tflm_plans_never_use_compiled_only_in_place_rules(block):
             (out, source), sizes = (op.outputs[0], op.inputs[0]), graph.main.tensors
             a, b = placed[(0, out)], placed[(0, source)]
             assert a + sizes[out].nbytes <= b or b + sizes[source].nbytes <= a, op
-    raw = graph.raw
-    set_offline_plan(raw, offline_plan(graph, buffers, place(buffers, 0).offsets))
-    assert model_problems(read_model(model_bytes(raw), "tflm_plan.tflite")) == []
+    planned = with_offline_plan(graph, offline_plan(graph, buffers, place(buffers, 0).offsets))
+    assert model_problems(read_model(planned.data, "tflm_plan.tflite")) == []
 
     # The compiled runtime's plan written into the model as its OfflineMemoryAllocation: refused for TFLM.
     buffers = buffers_to_plan(graph, executor=Executor.COMPILED)
-    raw = graph.raw
-    set_offline_plan(raw, offline_plan(graph, buffers, place(buffers, 0).offsets))
-    problems = model_problems(read_model(model_bytes(raw), "compiled_plan.tflite"))
+    planned = with_offline_plan(graph, offline_plan(graph, buffers, place(buffers, 0).offsets))
+    problems = model_problems(read_model(planned.data, "compiled_plan.tflite"))
     assert any("overlaps tensors live at the same time" in p.message for p in problems), problems

@@ -13,7 +13,7 @@ from lowtide.memory.placement import check_no_overlap, offline_plan, place
 from lowtide.memory.plan_check import plan_problems
 from lowtide.model import read_model
 from lowtide.model.builder import ModelBuilder
-from lowtide.model.writer import model_bytes, set_offline_plan
+from lowtide.model.edit import with_offline_plan
 from lowtide.pipeline.optimize import optimize_model
 from lowtide.validation import load_model
 
@@ -68,16 +68,14 @@ def test_offline_plan_is_honoured_by_replica_and_tflm(tmp_path):
     """Give every planned tensor of a model the offsets TFLM itself chose: the replica must place them there and
     TFLM must measure the same head."""
     from lowtide.model.offline_memory import OfflinePlan
-    from lowtide.model.reader import read_model
-    from lowtide.model.writer import model_bytes, set_offline_plan
 
     graph = load_model(SHARED_MODELS / "mlperf_ic_resnet8_int8.tflite")
     plan = tflm_plan(graph)
     # Shift everything up by 64 bytes so the plan differs from what the greedy planner would do online.
     shifted = {(0, buffer.tensor): offset + 64 for buffer, offset in zip(plan.buffers, plan.offsets)}
-    set_offline_plan(graph.raw, OfflinePlan.from_offsets(graph.tensor_counts, shifted))
-    data = model_bytes(graph.raw)
-    planned = tflm_plan(read_model(data))
+    planned_graph = with_offline_plan(graph, OfflinePlan.from_offsets(graph.tensor_counts, shifted))
+    data = planned_graph.data
+    planned = tflm_plan(planned_graph)
     assert planned.head_bytes == plan.head_bytes + 64
     assert oracle.allocate(data).head_bytes == planned.head_bytes
 
@@ -111,9 +109,7 @@ def test_in_place_outputs_follow_the_kernels_rules():
 
 
 def _with_plan(graph, buffers, offsets):
-    raw = graph.raw
-    set_offline_plan(raw, offline_plan(graph, buffers, offsets))
-    return read_model(model_bytes(raw))
+    return with_offline_plan(graph, offline_plan(graph, buffers, offsets))
 
 
 def test_a_models_own_plan_and_lowtides_are_judged_by_one_overlap_check():

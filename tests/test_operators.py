@@ -11,6 +11,7 @@ from lowtide import oracle
 from lowtide.compile.lowering import KERNELS
 from lowtide.memory.in_place import COMPILED_ELEMENTWISE
 from lowtide.model import shapes, validate
+from lowtide.model.attributes import ResizeAttributes, ResizeBilinearAttributes
 from lowtide.model.operators import (
     BINARY_OPCODES,
     CHANNEL_OPCODES,
@@ -93,14 +94,12 @@ def _run_resize(
     quant = (0.05, 0) if dtype == "int8" else ()
     source = m.tensor((1, in_h, in_w, 1), dtype, *quant)
     out = m.tensor((1, out_h, out_w, 1), dtype, *quant)
-    options = "ResizeBilinearOptions" if opcode == "RESIZE_BILINEAR" else "ResizeNearestNeighborOptions"
+    attributes = ResizeBilinearAttributes if opcode == "RESIZE_BILINEAR" else ResizeAttributes
     m.op(
         opcode,
         [source, m.tensor((2,), "int32", data=[out_h, out_w])],
         [out],
-        options,
-        alignCorners=align,
-        halfPixelCenters=half,
+        attributes(align_corners=align, half_pixel_centers=half),
     )
     path = m.save(tmp_path / "resize.tflite", [source], [out])
     return oracle.run(path.read_bytes(), [x.reshape(1, in_h, in_w, 1)]).outputs[0].reshape(out_h, out_w)

@@ -11,7 +11,7 @@ import pytest
 from lowtide import oracle
 from lowtide.errors import LowtideError
 from lowtide.memory import tflm_plan
-from lowtide.model import read_model
+from lowtide.model import Graph, read_model
 from lowtide.model.builder import ModelBuilder
 from lowtide.model.operators import graph_macs, op_macs
 from lowtide.rewrite import partition_concat_conv, partition_wide_layer, planned_model, rewrite_auto, tile
@@ -26,10 +26,10 @@ from lowtide.validation import load_model
 MODELS = Path(__file__).resolve().parents[1] / ".." / "shared" / "models"
 
 
-def _same_outputs(original: bytes, rewritten: bytes) -> oracle.OracleRun:
+def _same_outputs(original: bytes, rewritten: Graph) -> oracle.OracleRun:
     inputs = oracle.random_inputs(read_model(original))
     expected = oracle.run(original, inputs)
-    got = oracle.run(rewritten, inputs)
+    got = oracle.run(rewritten.data, inputs)
     assert len(got.outputs) == len(expected.outputs)
     for a, b in zip(expected.outputs, got.outputs):
         np.testing.assert_array_equal(a, b)
@@ -77,8 +77,8 @@ def test_tiling_is_bit_identical_for_every_grid(kind, stride, padding, residual)
         plan_macs = plan_tiling(graph, region, grid).macs
         assert grid_macs(graph, region, grid) == plan_macs
         region_macs = sum(op_macs(sg, sg.operators[rop.op]) for rop in region.ops)
-        assert graph_macs(read_model(tiled)) == graph_macs(graph) - region_macs + plan_macs
-        ops = [op.opcode for op in read_model(tiled).main.operators]
+        assert graph_macs(tiled) == graph_macs(graph) - region_macs + plan_macs
+        ops = [op.opcode for op in tiled.main.operators]
         assert ops.count("STRIDED_SLICE") >= grid[0] * grid[1]
         # SAME padding at the image border becomes explicit PADs; VALID needs none.
         assert ("PAD" in ops) == (padding == "SAME" or residual)
@@ -105,7 +105,7 @@ def test_source_cut_into_strips_in_place_is_bit_identical_and_plans_what_tflm_me
     graph = read_model(data)
     target = graph.main.operators[-1].inputs[0]
     tiled = tile(graph, graph.main.inputs[0], target, grid, split_source=True)
-    ops = [op.opcode for op in read_model(tiled).main.operators]
+    ops = [op.opcode for op in tiled.main.operators]
     assert ops[0] == "SPLIT_V"
     _same_outputs(data, tiled)  # TFLM's own plan: strips in bytes of their own
     head, planned = planned_model(tiled)
@@ -114,7 +114,7 @@ def test_source_cut_into_strips_in_place_is_bit_identical_and_plans_what_tflm_me
     whole_source_head, _ = planned_model(tile(graph, graph.main.inputs[0], target, grid))
     assert (whole_source_head, head) == STRIP_HEADS[grid]
     # The plan puts every strip at its own rows of the input.
-    planned_graph = read_model(planned)
+    planned_graph = read_model(planned.data)
     split = planned_graph.main.operators[0]
     offsets = planned_graph.offline_plan.offsets
     row_bytes = 16 * 4
@@ -135,7 +135,7 @@ def test_patches_clipped_to_the_same_window_get_tensors_of_their_own():
     graph = read_model(data)
     tiled = tile(graph, graph.main.inputs[0], graph.main.operators[-1].inputs[0], (4, 4))
     _same_outputs(data, tiled)
-    written = [t for op in read_model(tiled).main.operators for t in op.outputs]
+    written = [t for op in tiled.main.operators for t in op.outputs]
     assert len(written) == len(set(written))
 
 
@@ -144,7 +144,7 @@ def test_tiled_graph_plans_what_tflm_measures():
     graph = read_model(data)
     tiled = tile(graph, graph.main.inputs[0], graph.main.operators[-1].inputs[0], (2, 2))
     run = _same_outputs(data, tiled)
-    assert tflm_plan(read_model(tiled)).head_bytes == run.head_bytes
+    assert tflm_plan(tiled).head_bytes == run.head_bytes
 
 
 def test_bad_tilings_are_refused():
@@ -195,10 +195,10 @@ def test_channel_partitioning_drops_the_concatenation_within_one_lsb():
     graph = read_model(data)
     split = partition_concat_conv(graph, conv_op=3)
     assert split.parts == 2
-    ops = [op.opcode for op in read_model(split.model).main.operators]
+    ops = [op.opcode for op in split.model.main.operators]
     assert "CONCATENATION" not in ops and ops.count("CONV_2D") == 4 and ops.count("ADD") == 1
     inputs = oracle.random_inputs(graph)
-    before, after = oracle.run(data, inputs), oracle.run(split.model, inputs)
+    before, after = oracle.run(data, inputs), oracle.run(split.model.data, inputs)
     # left and right (6,144 B each) and their concatenation (12,288 B) are no longer live together.
     assert (before.head_bytes, after.head_bytes) == (24_576, 10_240)
     assert split.head_bytes == after.head_bytes and split.original_head_bytes == before.head_bytes
@@ -220,11 +220,11 @@ def test_wide_layer_partitioning_within_one_lsb(parts, head):
     data = _inverted_bottleneck()
     graph = read_model(data)
     split = partition_wide_layer(graph, expand_op=0, parts=parts)
-    ops = [op.opcode for op in read_model(split.model).main.operators]
+    ops = [op.opcode for op in split.model.main.operators]
     assert ops.count("CONV_2D") == 2 * parts and ops.count("DEPTHWISE_CONV_2D") == parts
     assert ops.count("ADD") == parts - 1
     inputs = oracle.random_inputs(graph)
-    before, after = oracle.run(data, inputs), oracle.run(split.model, inputs)
+    before, after = oracle.run(data, inputs), oracle.run(split.model.data, inputs)
     # The two 48-channel tensors (6,912 B each) are never whole: only a group's share of them is live at once.
     assert (before.head_bytes, after.head_bytes) == (13_824, head)
     assert (

@@ -17,7 +17,7 @@ import pytest
 import lowtide.cli.optimize_cmd  # noqa: F401  registers the command
 from lowtide import oracle
 from lowtide.cli import main
-from lowtide.model import read_model
+from lowtide.model import Graph, read_model
 from lowtide.model.builder import ModelBuilder
 from lowtide.rewrite import NotApplicable, regions, rewrite_auto, tile
 
@@ -93,15 +93,15 @@ def test_patches_keep_their_source_type_and_quantization_and_tflm_runs_them(name
     assert result.rejected == ()  # every built candidate passed the validator and TFLM's Prepare and Invoke
     _assert_windows_follow_their_sources(original, result.model)
     inputs = oracle.random_inputs(original)
-    expected, got = oracle.run(data, inputs), oracle.run(result.model, inputs)
+    expected, got = oracle.run(data, inputs), oracle.run(result.model.data, inputs)
     for a, b in zip(expected.outputs, got.outputs, strict=True):
         np.testing.assert_array_equal(a, b)
     assert expected.head_bytes == stock_head
     assert got.head_bytes == result.head_bytes <= tiled_head
 
 
-def _assert_windows_follow_their_sources(original, data: bytes) -> None:
-    pairs = _window_sources(original, read_model(data))
+def _assert_windows_follow_their_sources(original: Graph, rewritten: Graph) -> None:
+    pairs = _window_sources(original, read_model(rewritten.data))  # as written
     assert pairs
     for patch, source in pairs:
         assert (patch.type, _quantization(patch)) == (source.type, _quantization(source)), patch.name
@@ -116,9 +116,9 @@ def test_float32_windows_at_both_edges(split_source, tiled_head):
     sg = original.main
     tiled = tile(original, sg.inputs[0], sg.outputs[0], (3, 2), split_source=split_source)
     _assert_windows_follow_their_sources(original, tiled)
-    assert {t.dtype for t in read_model(tiled).main.tensors if "/patch_r" in t.name} == {"float32", "int8"}
+    assert {t.dtype for t in tiled.main.tensors if "/patch_r" in t.name} == {"float32", "int8"}
     inputs = oracle.random_inputs(original)
-    expected, got = oracle.run(data, inputs), oracle.run(tiled, inputs)
+    expected, got = oracle.run(data, inputs), oracle.run(tiled.data, inputs)
     np.testing.assert_array_equal(expected.outputs[0], got.outputs[0])
     assert (expected.head_bytes, got.head_bytes) == (51_200, tiled_head)
 
@@ -128,7 +128,7 @@ def test_a_uint8_input_is_quantized_whole_and_the_region_starts_after_it():
     original = read_model(_camera_net("uint8"))
     result = rewrite_auto(original)
     assert [t.source for t in result.tilings] == ["quantize_0"]
-    tiled = read_model(result.model).main
+    tiled = result.model.main
     assert {t.dtype for t in tiled.tensors if "/patch_r" in t.name} == {"int8"}
     with pytest.raises(NotApplicable, match="tensor 0 'input_0' is uint8"):
         tile(original, 0, next(t.index for t in original.main.tensors if t.name == "conv_2d_3"), (2, 2))

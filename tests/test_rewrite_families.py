@@ -11,7 +11,7 @@ import sys
 import numpy as np
 
 from lowtide import oracle
-from lowtide.model import read_model
+from lowtide.model import Graph, read_model
 from lowtide.rewrite import rewrite_auto, tile
 from lowtide.rewrite.regions import escaping_tensor, region_between
 from lowtide.testing.families import FAMILIES
@@ -26,17 +26,18 @@ def _tensor(graph, name: str) -> int:
     return next(t.index for t in graph.main.tensors if t.name == name)
 
 
-def _same_outputs(original: bytes, rewritten: bytes) -> oracle.OracleRun:
+def _same_outputs(original: bytes, rewritten: Graph) -> oracle.OracleRun:
     inputs = oracle.random_inputs(read_model(original))
-    expected, got = oracle.run(original, inputs), oracle.run(rewritten, inputs)
+    expected, got = oracle.run(original, inputs), oracle.run(rewritten.data, inputs)
     for a, b in zip(expected.outputs, got.outputs, strict=True):
         np.testing.assert_array_equal(a, b)
     assert np.unique(expected.outputs[0]).size > 5  # values spread out enough that a wrong window shows
     return got
 
 
-def _opcodes(data: bytes) -> list[str]:
-    return [op.opcode for op in read_model(data).main.operators]
+def _opcodes(model: bytes | Graph) -> list[str]:
+    graph = model if isinstance(model, Graph) else read_model(model)
+    return [op.opcode for op in graph.main.operators]
 
 
 def test_squeeze_excite_branch_of_the_source_runs_once_before_the_patches():

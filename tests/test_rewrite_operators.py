@@ -8,16 +8,16 @@ import numpy as np
 import pytest
 
 from lowtide import oracle
-from lowtide.model import read_model
+from lowtide.model import Graph, read_model
 from lowtide.model.builder import ModelBuilder, TensorRef
 from lowtide.rewrite import NotApplicable, rewrite_auto, tile
 from lowtide.rewrite.regions import ResizeMap, _resize_axis, region_between
 from lowtide.testing.zoo import mobilenet_v3_stem
 
 
-def _same_outputs(original: bytes, rewritten: bytes) -> oracle.OracleRun:
+def _same_outputs(original: bytes, rewritten: Graph) -> oracle.OracleRun:
     inputs = oracle.random_inputs(read_model(original))
-    expected, got = oracle.run(original, inputs), oracle.run(rewritten, inputs)
+    expected, got = oracle.run(original, inputs), oracle.run(rewritten.data, inputs)
     for a, b in zip(expected.outputs, got.outputs, strict=True):
         np.testing.assert_array_equal(a, b)
     first = expected.outputs[0]

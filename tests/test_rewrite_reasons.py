@@ -47,7 +47,7 @@ def test_partition_at_peak_reports_why_each_candidate_does_not_apply():
 def test_fewer_patches_skips_variants_that_do_not_apply_and_passes_real_errors_on(monkeypatch):
     graph = read_model(_bottleneck_with_relu_projection())
     rewritten = RewriteResult(
-        model=b"",
+        model=graph,
         rewritten=True,
         reason="",
         head_bytes=0,

@@ -116,7 +116,7 @@ def parallel_chains_graph(chains: int) -> Graph:
     tensors.append(Tensor(len(tensors), "joined", (128 * chains,), "int8", 128 * chains, TensorKind.ACTIVATION, 0))
     ops.append(Operator(len(ops), "CONCATENATION", ends, (len(tensors) - 1,), (), ()))
     main = Subgraph(0, "main", tuple(tensors), tuple(ops), (0,), (len(tensors) - 1,))
-    return Graph("<chains>", (main,), {}, "", 0, None)
+    return Graph("<chains>", (main,), {}, None)
 
 
 def test_wide_graphs_get_at_least_the_chain_by_chain_order_within_a_small_budget():

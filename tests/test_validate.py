@@ -20,10 +20,11 @@ from lowtide.errors import LowtideError, ModelError
 from lowtide.memory import tflm_plan
 from lowtide.model import model_bytes, read_model
 from lowtide.model.builder import ModelBuilder
+from lowtide.model.edit import with_offline_plan
 from lowtide.model.offline_memory import OfflinePlan, PlanFormatError
+from lowtide.model.reader import graph_from_tree
 from lowtide.model.schema import TYPE_CODES, fb
 from lowtide.model.validate import MAX_TENSOR_BYTES_ENV
-from lowtide.model.writer import set_offline_plan
 from lowtide.settings import read_settings
 from lowtide.storage import write_files
 from lowtide.text import escape
@@ -54,15 +55,21 @@ def _planned(raw, graph=BUILDER) -> OfflinePlan:
         graph.tensor_counts,
         {(b.subgraph, b.tensor): o for b, o in zip(plan.buffers, plan.offsets) if b.tensor is not None},
     )
-    set_offline_plan(raw, offline)
+    _store_plan(raw, offline)
     return offline
+
+
+def _store_plan(raw, plan: OfflinePlan) -> None:
+    """`plan` stored in the tree `raw` itself, which the cases go on changing by hand."""
+    planned = with_offline_plan(graph_from_tree(raw, "<test>"), plan).raw
+    raw.buffers, raw.metadata = planned.buffers, planned.metadata
 
 
 def _with_plan_offsets(change: Callable[[list[int]], list[int]], header: Callable[[tuple], tuple] = lambda h: h):
     def mutate(raw):
         plan = _planned(raw)
         version, subgraphs, _ = header(plan.words[:3])
-        set_offline_plan(raw, OfflinePlan(version, subgraphs, tuple(change(list(plan.offsets)))))
+        _store_plan(raw, OfflinePlan(version, subgraphs, tuple(change(list(plan.offsets)))))
 
     return mutate
 

@@ -6,11 +6,18 @@ from pathlib import Path
 
 import numpy as np
 
-from lowtide.model.attributes import from_schema_fields
+from lowtide.model.attributes import (
+    Activation,
+    Attributes,
+    Padding,
+    Pool2DAttributes,
+    SequenceLstmAttributes,
+    SvdfAttributes,
+)
 from lowtide.model.edit import GraphEditor, Quantization
-from lowtide.model.writer import model_bytes
+from lowtide.model.ir import Graph
 
-# UnidirectionalSequenceLSTMOptions' fused activations TFLM's integer LSTM takes.
+# The fused activations TFLM's integer LSTM takes.
 ACT_TANH, ACT_SIGN_BIT = 4, 5
 
 
@@ -49,17 +56,16 @@ class TinyModel:
             variable,
         )
 
-    def op(self, opcode: str, inputs, outputs, options_type: str | None = None, **options) -> None:
-        """Operator `opcode`, its options table `options_type` with `options` by their schema names."""
-        attributes = from_schema_fields(options_type, **options) if options_type else None
+    def op(self, opcode: str, inputs, outputs, attributes: Attributes | None = None) -> None:
+        """Operator `opcode` with `attributes` (None: no options table)."""
         self.operators.append(self.editor.operator(opcode, inputs, outputs, attributes))
 
-    def finished(self, inputs, outputs):
-        """The model's object tree."""
+    def finished(self, inputs, outputs) -> Graph:
+        """The model's graph."""
         return self.editor.finish(self.operators, inputs, outputs, prune=False)
 
     def save(self, path: Path, inputs, outputs) -> Path:
-        path.write_bytes(model_bytes(self.finished(inputs, outputs)))
+        path.write_bytes(self.finished(inputs, outputs).data)
         return path
 
 
@@ -68,7 +74,7 @@ def unsupported_model(path: Path) -> Path:
     m = TinyModel()
     x = m.tensor((1, 2, 2, 1), "float32")
     y = m.tensor((1, 2, 2, 1), "float32")
-    m.op("L2_POOL_2D", [x], [y], "Pool2DOptions", padding=0, strideH=1, strideW=1, filterHeight=1, filterWidth=1)
+    m.op("L2_POOL_2D", [x], [y], Pool2DAttributes(padding=Padding.SAME, stride=(1, 1), filter=(1, 1)))
     return m.save(path, [x], [y])
 
 
@@ -111,11 +117,9 @@ def lstm(
         "UNIDIRECTIONAL_SEQUENCE_LSTM",
         inputs,
         [out],
-        "UnidirectionalSequenceLSTMOptions",
-        fusedActivationFunction=activation,
-        cellClip=cell_clip,
-        projClip=0.0,
-        timeMajor=time_major,
+        SequenceLstmAttributes(
+            fused_activation=Activation(activation), cell_clip=cell_clip, proj_clip=0.0, time_major=time_major
+        ),
     )
     return out
 
@@ -135,6 +139,11 @@ def svdf_model(m: TinyModel, state_type: str) -> tuple[list[int], list[int]]:
         bias = m.tensor((units,), "int32", state_scale * time_scale, 0, rng.integers(-4000, 4000, units))
         state = m.tensor((2, 5 * filters), state_type, state_scale, state_zero, variable=True)
         out = m.tensor((2, units), "int8", 0.05, 4)
-        m.op("SVDF", [source, features, times, bias, state], [out], "SVDFOptions", rank=rank, fusedActivationFunction=0)
+        m.op(
+            "SVDF",
+            [source, features, times, bias, state],
+            [out],
+            SvdfAttributes(rank=rank, fused_activation=Activation.NONE),
+        )
         outputs.append(out)
     return [x], outputs

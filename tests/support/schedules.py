@@ -8,7 +8,7 @@ import random
 import numpy as np
 
 from lowtide.memory import tflm_plan
-from lowtide.model import model_bytes, read_model
+from lowtide.model import read_model
 from lowtide.model.ir import Graph, Operator, Subgraph, Tensor, TensorKind
 from lowtide.oracle import random_inputs, run
 from lowtide.schedule import apply_order
@@ -76,17 +76,17 @@ def random_graph(op_count: int, seed: int, width: int = 3, effects: bool = False
     read = {t for op in ops for t in op.inputs}
     outputs = tuple(t.index for t in tensors[2:] if t.index not in read)
     sg = Subgraph(0, "main", tuple(tensors), tuple(ops), (graph_input,), outputs)
-    return Graph("<random>", (sg,), {}, "", 0, None)
+    return Graph("<random>", (sg,), {}, None)
 
 
 def assert_reordered_model_runs_identically(graph: Graph, order) -> None:
-    data = model_bytes(apply_order(graph, order))
-    reordered = read_model(data)
+    data = apply_order(graph, order).data
+    reordered = read_model(data)  # as written
     assert [[op.opcode for op in sg.operators] for sg in reordered.subgraphs] == [
         [graph.subgraphs[sg].operators[i].opcode for i in ops] for sg, ops in sorted(order.items())
     ]
     inputs = random_inputs(graph)
-    original_run = run(model_bytes(graph.raw), inputs)
+    original_run = run(graph.data, inputs)
     reordered_run = run(data, inputs)
     for before, after in zip(original_run.outputs, reordered_run.outputs, strict=True):
         np.testing.assert_array_equal(before, after)

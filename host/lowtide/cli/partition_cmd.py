@@ -15,8 +15,7 @@ from rich.table import Table
 from lowtide import oracle
 from lowtide.cli.application import app
 from lowtide.errors import LowtideError
-from lowtide.model import read_model
-from lowtide.model.writer import with_outputs
+from lowtide.model.edit import with_outputs
 from lowtide.rewrite import partition_at_peak, partition_concat_conv, partition_wide_layer
 from lowtide.settings import read_settings
 from lowtide.validation import load_model
@@ -62,19 +61,18 @@ def partition_command(
     else:
         split = partition_wide_layer(graph, op, parts, headroom)
     try:
-        out.write_bytes(split.model)
+        out.write_bytes(split.model.data)
     except OSError as exc:
         raise LowtideError(f"cannot write: {exc.strerror}", out) from None
 
     inputs = oracle.random_inputs(graph)
-    original = model.read_bytes()
-    before = oracle.run(original, inputs, settings=settings)
-    after = oracle.run(split.model, inputs, settings=settings)
+    before = oracle.run(graph.data, inputs, settings=settings)
+    after = oracle.run(split.model.data, inputs, settings=settings)
     # The summed layer's values, read as an extra output of both models.
     probes = []
-    for probed in (graph, read_model(split.model)):
+    for probed in (graph, split.model):
         summed = next(t.index for t in probed.main.tensors if t.name == split.summed_tensor)
-        probes.append(oracle.run(with_outputs(probed, [summed]), inputs, settings=settings).outputs[-1])
+        probes.append(oracle.run(with_outputs(probed, [summed]).data, inputs, settings=settings).outputs[-1])
     probe_before, probe_after = probes
     report = {
         "model": str(model),

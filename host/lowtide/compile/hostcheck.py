@@ -339,12 +339,12 @@ def expose_operator_outputs(model_path: str | Path, settings: Settings | None = 
     """The model rewritten so that every main-subgraph operator output is also a model output, and the tensor
     index of each model output in order (the original outputs first). Resource handles are left out: TFLM
     cannot return them."""
-    from lowtide.model.writer import with_outputs
+    from lowtide.model.edit import with_outputs
 
     graph = load_model(str(model_path), settings)
     op_outputs = [t for op in graph.main.operators for t in op.outputs if graph.main.tensors[t].dtype in NUMPY_TYPES]
     added = [t for t in dict.fromkeys(op_outputs) if t not in graph.main.outputs]
-    return with_outputs(graph, added), list(graph.main.outputs) + added
+    return with_outputs(graph, added).data, list(graph.main.outputs) + added
 
 
 def first_divergence(

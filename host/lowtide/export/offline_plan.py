@@ -21,9 +21,9 @@ from lowtide.memory import buffers_to_plan
 from lowtide.memory.greedy import arena_head
 from lowtide.memory.lifetimes import Buffer, Order
 from lowtide.memory.placement import check_no_overlap, offline_plan, tflm_offsets_with_plan
+from lowtide.model.edit import with_offline_plan
 from lowtide.model.ir import Graph
 from lowtide.model.reader import read_model
-from lowtide.model.writer import model_bytes, set_offline_plan
 from lowtide.oracle import allocate
 from lowtide.schedule import apply_order
 from lowtide.settings import Settings, settings_or_read
@@ -132,12 +132,10 @@ def export_optimized(
     check_no_overlap(buffers, offsets)
     planned_head = arena_head(buffers, offsets)
 
-    raw = apply_order(graph, order)
     plan = offline_plan(graph, buffers, offsets)
-    set_offline_plan(raw, plan)
-    data = model_bytes(raw)
-    # Everything is checked on the bytes before any file is written, and failures name the model the user gave:
-    # the output does not exist yet.
+    data = with_offline_plan(apply_order(graph, order), plan).data
+    # Everything is checked on the bytes read again before any file is written, and failures name the model the
+    # user gave: the output does not exist yet.
     written = read_model(data, graph.path)
     if written.offline_plan != plan:
         raise LowtideError("the optimized model does not carry its memory plan (metadata lost on write)", graph.path)

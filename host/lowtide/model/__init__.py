@@ -2,7 +2,7 @@
 
 from lowtide.model.ir import Graph, Operator, Subgraph, Tensor, TensorKind
 from lowtide.model.reader import read_model
-from lowtide.model.writer import model_bytes, write_model
+from lowtide.model.writer import model_bytes
 
 __all__ = [
     "Graph",
@@ -12,5 +12,4 @@ __all__ = [
     "TensorKind",
     "read_model",
     "model_bytes",
-    "write_model",
 ]

@@ -404,19 +404,6 @@ def read_attributes(options: Any) -> Attributes | None:
     return cls(**values)
 
 
-def from_schema_fields(table: str, **fields: Any) -> Attributes:
-    """The attributes of the schema options `table` (e.g. 'Conv2DOptions') with `fields` by their schema names,
-    the others at the schema's defaults: for models spelled out in the schema's own terms."""
-    options = getattr(fb, f"{table}T")()
-    for name, value in fields.items():
-        if not hasattr(options, name):
-            raise ValueError(f"{table} has no field {name}")
-        setattr(options, name, value)
-    attributes = read_attributes(options)
-    assert attributes is not None
-    return attributes
-
-
 def schema_fields(attributes: Attributes) -> dict[str, Any]:
     """The schema's field names with the values `attributes` hold: what the writers store, and the names the
     validator's messages use."""

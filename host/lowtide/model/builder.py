@@ -19,7 +19,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
@@ -27,7 +27,7 @@ from lowtide.errors import LowtideError
 from lowtide.model import attributes as attrs
 from lowtide.model import padding as window
 from lowtide.model.edit import GraphEditor, Quantization
-from lowtide.model.writer import model_bytes
+from lowtide.model.ir import Graph
 
 Activation = Literal["NONE", "RELU", "RELU6"]
 UnaryActivation = Literal["LOGISTIC", "TANH", "HARD_SWISH", "RELU", "RELU6", "RELU_N1_TO_1", "LEAKY_RELU"]
@@ -612,9 +612,9 @@ class ModelBuilder:
         order = list(range(len(self._operators))) if order is None else list(order)
         self._check_order(order)
         quant = self._activation_quant()
-        return model_bytes(self._model(order, quant))
+        return self._model(order, quant).data
 
-    def _model(self, order: list[int], quant: dict[int, _QuantParams]) -> Any:
+    def _model(self, order: list[int], quant: dict[int, _QuantParams]) -> Graph:
         editor = GraphEditor.new(description=self._name, subgraph_name="main")
         weight_scales: dict[int, np.ndarray] = {}
         for index, spec in enumerate(self._tensors):

@@ -1,12 +1,14 @@
 """One editor for the graphs lowtide derives from a model: new tensors (activations, constants with their
-quantization), new operators with typed attributes, the original operators kept as they are, serialised once
-(`lowtide.model.writer.model_bytes`).
+quantization), new operators with typed attributes, the original operators kept as they are; and the edits of a
+whole graph (`with_offline_plan`, `with_outputs`). Every edit returns a new `Graph` (`reader.graph_from_tree`),
+serialised only when its bytes are needed (`Graph.data`).
 
-The editor works on a shallow copy of the model's object tree: the original graph is never changed, and weight
-buffers are shared with it, not copied. Tensor ids are positions in the main subgraph's tensor list, stable while
-editing (new tensors are appended); `finish` drops the tensors no operator uses and renumbers the rest. Every
-tensor the editor creates gets a name no other tensor of the subgraph has (a suffix `#2`, `#3`, ... where the name
-it is given is taken): tilings and reports find tensors by name.
+The editor works on a shallow copy of the model's object tree: the original graph is never changed, and what the
+edit does not change (weight buffers, the operators and tensors it keeps) is shared with it, not copied. Tensor ids
+are positions in the main subgraph's tensor list, stable while editing (new tensors are appended); `finish` drops
+the tensors no operator uses and renumbers the rest. Every tensor the editor creates gets a name no other tensor of
+the subgraph has (a suffix `#2`, `#3`, ... where the name it is given is taken): tilings and reports find tensors by
+name.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import numpy as np
 from lowtide.model.attributes import Attributes, options_table
 from lowtide.model.ir import Graph
 from lowtide.model.offline_memory import NAME as OFFLINE_PLAN_NAME
+from lowtide.model.offline_memory import OfflinePlan
+from lowtide.model.reader import graph_from_tree
 from lowtide.model.schema import TYPE_CODES, builtin_code, fb, operator_code
 from lowtide.text import model_text
 
@@ -180,14 +184,19 @@ class GraphEditor:
         op.builtinOptionsType, op.builtinOptions = options_table(attributes)
 
     # ---- the finished model ---------------------------------------------------------------------------
+    @property
+    def _path(self) -> str:
+        """Where the edited graph came from, for messages: the original's path."""
+        return self.graph.path if self.graph is not None else "<new model>"
+
     def finish(
         self,
         operators: list[Any],
         inputs: Sequence[int] | None = None,
         outputs: Sequence[int] | None = None,
         prune: bool = True,
-    ) -> Any:
-        """The edited ModelT with main-subgraph `operators` (and `inputs` and `outputs`, when given): with `prune`,
+    ) -> Graph:
+        """The edited graph with main-subgraph `operators` (and `inputs` and `outputs`, when given): with `prune`,
         tensors no operator or subgraph boundary uses are dropped and the rest renumbered, and metadata that names
         tensors by index (an offline memory plan, which no longer fits) is dropped."""
         sg = copy.copy(self._sg_raw)
@@ -196,7 +205,7 @@ class GraphEditor:
         if not prune:
             sg.tensors, sg.operators = list(self.tensors), operators
             self.model.subgraphs = [sg] + list(self.model.subgraphs[1:])
-            return self.model
+            return graph_from_tree(self.model, self._path)
         used = sorted(
             {t for op in operators for t in list(op.inputs) + list(op.outputs) + list(op.intermediates or []) if t >= 0}
             | set(sg.inputs)
@@ -217,13 +226,43 @@ class GraphEditor:
             self.model.metadata = [m for m in self.model.metadata if model_text(m.name) != OFFLINE_PLAN_NAME]
         if self.model.signatureDefs:
             self.model.signatureDefs = [_renumbered_signature(s, renumber) for s in self.model.signatureDefs]
-        return self.model
+        return graph_from_tree(self.model, self._path)
+
+
+def with_offline_plan(graph: Graph, plan: OfflinePlan) -> Graph:
+    """`graph` with `plan` as TFLM's `OfflineMemoryAllocation` metadata, replacing any plan it carries."""
+    model = copy.copy(graph.raw)
+    model.buffers = list(model.buffers)
+    buffer = fb.BufferT()
+    buffer.data = np.frombuffer(plan.encode(), dtype=np.uint8)
+    for entry in model.metadata or []:
+        if model_text(entry.name) == OFFLINE_PLAN_NAME:
+            model.buffers[entry.buffer] = buffer  # the old plan's place
+            return graph_from_tree(model, graph.path)
+    model.buffers.append(buffer)
+    entry = fb.MetadataT()
+    entry.name = OFFLINE_PLAN_NAME
+    entry.buffer = len(model.buffers) - 1
+    model.metadata = [*(model.metadata or []), entry]
+    return graph_from_tree(model, graph.path)
+
+
+def with_outputs(graph: Graph, tensors: list[int]) -> Graph:
+    """`graph` with the main-subgraph `tensors` added to its outputs, so an interpreter returns them too (their
+    lifetimes grow: for reading values, not for memory figures)."""
+    model = copy.copy(graph.raw)
+    main = copy.copy(model.subgraphs[0])
+    main.outputs = [*main.outputs, *tensors]
+    model.subgraphs = [main, *model.subgraphs[1:]]
+    return graph_from_tree(model, graph.path)
 
 
 def _quantization_table(quantization: Quantization) -> Any:
-    """The schema's quantization table of `quantization`."""
+    """The schema's quantization table of `quantization`. Scales are held as the float32 the file stores, so an
+    edited graph computes with the values its bytes hold."""
     table = fb.QuantizationParametersT()
-    table.scale, table.zeroPoint = list(quantization.scale), list(quantization.zero_point)
+    table.scale = [float(np.float32(s)) for s in quantization.scale]
+    table.zeroPoint = list(quantization.zero_point)
     table.quantizedDimension = quantization.axis
     return table
 

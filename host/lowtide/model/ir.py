@@ -1,11 +1,13 @@
 """The typed graph that every later stage works on.
 
-The IR is a read-only view of a .tflite file: tensors and operators by their ids (a tensor's `index` is its
-position in its subgraph's tensor list, an operator's its position in the stored execution order), operator
-attributes typed (`lowtide.model.attributes`). Tensor ids are stable: reordering operators keeps them, and the
-editor (`lowtide.model.edit`) appends new tensors; only its `finish` renumbers, when it drops the tensors no
-operator uses any more. The flatbuffer object tree a graph came from (`Graph.raw`) is kept so that writers can
-change only what they mean to change (operator order, metadata) and leave the rest untouched.
+A graph is immutable: tensors and operators by their ids (a tensor's `index` is its position in its subgraph's
+tensor list, an operator's its position in the stored execution order), operator attributes typed
+(`lowtide.model.attributes`). Tensor ids are stable: reordering operators keeps them, and the editor
+(`lowtide.model.edit`) appends new tensors; only its `finish` renumbers, when it drops the tensors no operator uses
+any more. Underneath is the flatbuffer object tree (`Graph.raw`), read from a file (`reader.read_model`) or built
+by an edit (`reader.graph_from_tree`): every edit (`lowtide.model.edit`, `lowtide.schedule.apply_order`) returns a
+new graph over a new tree that shares what it does not change with the one it came from, and no one writes to a
+graph's tree once the graph exists. A graph's bytes (`Graph.data`) are made once, when they leave the process.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import enum
 import hashlib
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -21,6 +24,7 @@ from lowtide.model.attributes import Attributes, CallOnceAttributes, IfAttribute
 from lowtide.model.offline_memory import NAME as OFFLINE_PLAN_NAME
 from lowtide.model.offline_memory import OfflinePlan, PlanFormatError
 from lowtide.model.operators import SIDE_EFFECT_OPCODES
+from lowtide.model.writer import model_bytes
 
 # Operators that call other subgraphs: the attributes that name those subgraphs.
 CONTROL_FLOW_ATTRIBUTES: dict[str, type[Attributes]] = {
@@ -110,9 +114,23 @@ class Graph:
     path: str
     subgraphs: tuple[Subgraph, ...]
     metadata: dict[str, bytes]  # metadata entries by name, with the bytes of the buffer each names
-    sha256: str  # hash of the file's bytes: identifies the model in baselines and on devices
-    size_bytes: int
-    raw: Any = field(compare=False, repr=False)  # schema ModelT the graph was read from
+    raw: Any = field(compare=False, repr=False)  # schema ModelT: read from the file, or built by an edit
+    file_data: bytes | None = field(default=None, compare=False, repr=False)  # the bytes it was read from
+
+    @cached_property
+    def data(self) -> bytes:
+        """The model's .tflite bytes: the file's for a graph read from one, else `raw` serialised (once, when
+        first asked: edits chain graphs without writing the ones between)."""
+        return self.file_data if self.file_data is not None else model_bytes(self.raw)
+
+    @cached_property
+    def sha256(self) -> str:
+        """Hash of the model's bytes: identifies the model in baselines and on devices."""
+        return sha256_hex(self.data)
+
+    @property
+    def size_bytes(self) -> int:
+        return len(self.data)
 
     @property
     def main(self) -> Subgraph:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from lowtide.errors import ModelError
 from lowtide.model.attributes import read_attributes
-from lowtide.model.ir import Graph, Operator, Subgraph, Tensor, TensorKind, named_subgraphs, sha256_hex
+from lowtide.model.ir import Graph, Operator, Subgraph, Tensor, TensorKind, named_subgraphs
 from lowtide.model.schema import BUILTIN_NAMES, ELEMENT_BYTES, FILE_IDENTIFIER, TYPE_NAMES, builtin_code, fb
 from lowtide.text import model_text
 
@@ -48,14 +48,21 @@ def read_model(data: bytes, path: str = "<bytes>") -> Graph:
     return _graph_from_raw(raw, data, path)
 
 
-def _graph_from_raw(raw: fb.ModelT, data: bytes, path: str) -> Graph:
+def graph_from_tree(raw: fb.ModelT, path: str) -> Graph:
+    """The graph of the object tree `raw`, an edit's result, with the checks `read_model` makes: nothing is
+    serialised until the graph's bytes are asked for (`Graph.data`). `raw` must not be changed afterwards."""
+    return _graph_from_raw(raw, None, path)
+
+
+def _graph_from_raw(raw: fb.ModelT, data: bytes | None, path: str) -> Graph:
+    """The graph of `raw`, read from the file bytes `data` (None: built in memory by an edit)."""
     buffers = raw.buffers or []
     opcodes = raw.operatorCodes or []
     if not raw.subgraphs:
         raise ModelError("model has no subgraphs", path)
     subgraph_count = len(raw.subgraphs)
     subgraphs = tuple(
-        _read_subgraph(i, sg, buffers, opcodes, subgraph_count, len(data), path) for i, sg in enumerate(raw.subgraphs)
+        _read_subgraph(i, sg, buffers, opcodes, subgraph_count, path) for i, sg in enumerate(raw.subgraphs)
     )
     metadata: dict[str, bytes] = {}
     for entry in raw.metadata or []:
@@ -63,17 +70,17 @@ def _graph_from_raw(raw: fb.ModelT, data: bytes, path: str) -> Graph:
         if not 0 <= entry.buffer < len(buffers):
             raise ModelError(f"metadata '{name}' points at buffer {entry.buffer}, which does not exist", path)
         metadata[name] = buffer_bytes(buffers[entry.buffer], data, path)
-    return Graph(
-        path=path, subgraphs=subgraphs, metadata=metadata, sha256=sha256_hex(data), size_bytes=len(data), raw=raw
-    )
+    return Graph(path=path, subgraphs=subgraphs, metadata=metadata, raw=raw, file_data=data)
 
 
-def buffer_bytes(buffer: fb.BufferT, data: bytes, path: str) -> bytes:
+def buffer_bytes(buffer: fb.BufferT, data: bytes | None, path: str) -> bytes:
+    """The contents of `buffer` of a model read from `data` (None: a tree built in memory, which holds every
+    buffer's contents itself)."""
     if buffer.data is not None and len(buffer.data) > 0:
         return bytes(buffer.data)
     # Models over 2 GB keep buffer contents after the flatbuffer, addressed by offset and size.
     if getattr(buffer, "offset", 0) > 1:
-        if buffer.offset + buffer.size > len(data):
+        if data is None or buffer.offset + buffer.size > len(data):
             raise ModelError("a buffer lies past the end of the file (truncated model?)", path)
         return data[buffer.offset : buffer.offset + buffer.size]
     return b""
@@ -91,7 +98,6 @@ def _read_subgraph(
     buffers: list[fb.BufferT],
     opcodes: list[fb.OperatorCodeT],
     subgraph_count: int,
-    file_size: int,
     path: str,
 ) -> Subgraph:
     raw_tensors = sg.tensors or []

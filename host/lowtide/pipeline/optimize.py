@@ -21,7 +21,7 @@ from lowtide.export.offline_plan import ExportResult, export_optimized
 from lowtide.memory import buffers_to_plan, tflm_plan
 from lowtide.memory.lifetimes import Buffer, Order, stored_order
 from lowtide.memory.placement import Placement, place
-from lowtide.model import Graph, read_model
+from lowtide.model import Graph
 from lowtide.model.operators import graph_macs
 from lowtide.rewrite import NotApplicable, RejectedCandidate, RewriteResult, Tiling, apply_tilings, rewrite_auto
 from lowtide.schedule import Schedule, find_schedule
@@ -161,12 +161,11 @@ def optimize_model(
     if out_path.resolve() == model_path.resolve():
         raise LowtideError("output would overwrite the input model; choose another -o path", out_path)
     graph = load_model(model_path, settings)
-    source = model_path.read_bytes()
     inputs = oracle.random_inputs(graph)
-    stock_run = oracle.run(source, inputs, path=str(model_path), settings=settings) if verify else None
-    stock = stock_run.arena if stock_run else oracle.allocate(source, path=str(model_path), settings=settings)
+    stock_run = oracle.run(graph.data, inputs, path=str(model_path), settings=settings) if verify else None
+    stock = stock_run.arena if stock_run else oracle.allocate(graph.data, path=str(model_path), settings=settings)
     stock_plan = tflm_plan(graph)
-    stock_mcu32 = mcu32_arena(source, graph, stock_plan.head_bytes, kernels, core, mode=arena32, settings=settings)
+    stock_mcu32 = mcu32_arena(graph.data, graph, stock_plan.head_bytes, kernels, core, mode=arena32, settings=settings)
 
     candidates = [_Candidate(graph, stock_mcu32.tail_bytes, None)]
     rejected: list[RejectedCandidate] = []
@@ -318,13 +317,12 @@ class _Weigher:
     rejected: list[RejectedCandidate]
     settings: Settings
 
-    def __call__(self, data: bytes, tilings: tuple[Tiling, ...]) -> _Candidate | None:
-        refused = oracle.refusal(data, self.path, self.settings)
+    def __call__(self, graph: Graph, tilings: tuple[Tiling, ...]) -> _Candidate | None:
+        refused = oracle.refusal(graph.data, self.path, self.settings)
         if refused:
             self.rejected.append(RejectedCandidate(_describe(tilings), refused))
             return None
-        graph = read_model(data, self.path)
-        arena = mcu32_arena(data, graph, 0, self.kernels, self.core, mode=self.arena32, settings=self.settings)
+        arena = mcu32_arena(graph.data, graph, 0, self.kernels, self.core, mode=self.arena32, settings=self.settings)
         return _Candidate(graph, arena.tail_bytes, tilings)
 
 
@@ -350,10 +348,10 @@ def _fewer_patches(
     best: tuple[int, _Candidate] | None = None
     for variant in dict.fromkeys(v for v in variants if v != tilings):
         try:
-            data = apply_tilings(graph, variant)
+            tiled = apply_tilings(graph, variant)
         except NotApplicable:
             continue  # this variant's grid or regions do not fit the graph
-        candidate = weigh(data, variant)
+        candidate = weigh(tiled, variant)
         if candidate is None:
             continue
         work = WorkBudget.of(effort * COARSE_PLACE_UNITS, "coarse grids: placement", clock)

@@ -31,15 +31,13 @@ from lowtide.model.attributes import (
 )
 from lowtide.model.edit import GraphEditor
 from lowtide.model.ir import Graph, Operator
-from lowtide.model.reader import read_model
-from lowtide.model.writer import model_bytes
 from lowtide.rewrite.errors import NotApplicable
 from lowtide.schedule import apply_order, find_schedule
 
 
 @dataclass(frozen=True)
 class ChannelSplit:
-    model: bytes  # the partitioned model, in the scheduler's best order
+    model: Graph  # the partitioned graph, in the scheduler's best order
     parts: int
     summed_tensor: str  # the convolution output now summed from partials: where the (<= 1 LSB) difference arises
     head_bytes: int  # planned TFLM head of `model`
@@ -202,11 +200,11 @@ def _partial_convolutions(
 
 
 def _scheduled(graph: Graph, writer: GraphEditor, operators: list, parts: int, summed: int) -> ChannelSplit:
-    partitioned = read_model(model_bytes(writer.finish(operators)))
+    partitioned = writer.finish(operators)
     schedule = find_schedule(partitioned)
     original = find_schedule(graph)
     return ChannelSplit(
-        model_bytes(apply_order(partitioned, schedule.order)),
+        apply_order(partitioned, schedule.order),
         parts,
         graph.main.tensors[summed].name,
         schedule.head_bytes,

@@ -43,9 +43,9 @@ from lowtide.rewrite.regions import (
 WINDOW_ATTRIBUTES = (Conv2DAttributes, DepthwiseConv2DAttributes, Pool2DAttributes, TransposeConvAttributes)
 
 
-def emit_tiled(graph: Graph, plan: TilingPlan, before: list[int], after: list[int]):
-    """A new ModelT: main-subgraph operators `before` (original indices), the plan's steps, then `after`.
-    `graph.raw` is left untouched; weight buffers are shared with it, not copied."""
+def emit_tiled(graph: Graph, plan: TilingPlan, before: list[int], after: list[int]) -> Graph:
+    """A new graph: main-subgraph operators `before` (original indices), the plan's steps, then `after`.
+    `graph` is left untouched; weight buffers are shared with it, not copied."""
     writer = TilingEditor(graph)
     sg = graph.main
     last = plan.steps[-1]

@@ -18,7 +18,6 @@ long as the head falls. The model returned carries its placement as its OfflineM
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import time
 from dataclasses import dataclass
@@ -28,11 +27,10 @@ from lowtide.budget import WallClock, WorkBudget
 from lowtide.memory import align_up, buffer_lifetimes, buffers_to_plan, stored_order, tflm_plan
 from lowtide.memory.lifetimes import Buffer
 from lowtide.memory.placement import Placement, check_no_overlap, offline_plan, place
+from lowtide.model.edit import with_offline_plan
 from lowtide.model.ir import Graph
 from lowtide.model.operators import TILEABLE_OPCODES, graph_macs, op_macs
-from lowtide.model.reader import read_model
 from lowtide.model.schema import ELEMENT_BYTES
-from lowtide.model.writer import model_bytes, set_offline_plan
 from lowtide.rewrite.emit import emit_tiled, is_window
 from lowtide.rewrite.errors import NotApplicable
 from lowtide.rewrite.regions import (
@@ -132,7 +130,7 @@ class RejectedCandidate:
 
 @dataclass(frozen=True)
 class RewriteResult:
-    model: bytes  # the rewritten model with its offline plan, or the original in its best order when rewriting
+    model: Graph  # the rewritten graph with its offline plan, or the original in its best order when rewriting
     # does not help
     rewritten: bool
     reason: str  # what was done, or why nothing was
@@ -159,8 +157,8 @@ def tile(
     grid: tuple[int, int],
     order: list[int] | None = None,
     split_source: bool = False,
-) -> bytes:
-    """The model with the region `source` -> `target` (main-subgraph tensor indices; `target` a cut tensor, and
+) -> Graph:
+    """The graph with the region `source` -> `target` (main-subgraph tensor indices; `target` a cut tensor, and
     what the region reads from before `source` held whole beside it) run as `grid` (rows, columns) patches. `order`: main-subgraph operator order for the rest (default: stored).
     `split_source`: cut the source into row strips in place first (needs an offline plan: `lowtide optimize`)."""
     escaping = escaping_tensor(graph, source, target)
@@ -176,20 +174,21 @@ def tile(
         raise NotApplicable(
             f"grid {grid} does not fit a {height}x{width} target (2 to {MAX_PATCHES_PER_AXIS} patches along an axis)"
         )
-    return model_bytes(_emit(graph, plan_tiling(graph, region, grid, split_source), order))
+    return _emit(graph, plan_tiling(graph, region, grid, split_source), order)
 
 
-def apply_tilings(graph: Graph, tilings: tuple[Tiling, ...]) -> bytes:
-    """The model with each tiling applied in turn (each to the result of the ones before it)."""
-    data = model_bytes(graph.raw)
+def apply_tilings(graph: Graph, tilings: tuple[Tiling, ...]) -> Graph:
+    """The graph with each tiling applied in turn (each to the result of the ones before it)."""
+    current = graph
     for tiling in tilings:
-        current = read_model(data, graph.path)
         names = {t.name: t.index for t in current.main.tensors}
         missing = [name for name in (tiling.source, tiling.target) if name not in names]
         if missing:
             raise NotApplicable(f"cannot tile: no tensor named {missing[0]!r}")
-        data = tile(current, names[tiling.source], names[tiling.target], tiling.grid, split_source=tiling.split_source)
-    return data
+        current = tile(
+            current, names[tiling.source], names[tiling.target], tiling.grid, split_source=tiling.split_source
+        )
+    return current
 
 
 def rewrite_auto(
@@ -242,7 +241,7 @@ def rewrite_auto(
         if len(current_tilings) < 2 or limits.cut():
             break
         try:
-            later = read_model(apply_tilings(graph, current_tilings[1:]), graph.path)
+            later = apply_tilings(graph, current_tilings[1:])
         except NotApplicable:
             break
         again = _rounds(later, budget, limits, explored, rejected, level=True)[0]
@@ -252,13 +251,13 @@ def rewrite_auto(
         current_tilings = current_tilings[1:] + tuple(r.tiling for r in again if r.tiling is not None)
         if current.head_bytes < final.head_bytes:
             final, tilings = current, current_tilings
-    head, data = planned_model(final.model, limits.placement(FINAL_PLACE_UNITS))
+    head, planned = planned_model(final.model, limits.placement(FINAL_PLACE_UNITS))
     reason = "; then ".join(t.describe() for t in tilings)
     ends = [note for note in (region_end(graph, t.target) for t in tilings) if note]
     if ends:
         reason += " (" + "; ".join(ends) + ")"
     return RewriteResult(
-        data,
+        planned,
         True,
         reason,
         head,
@@ -294,17 +293,17 @@ def _rounds(
         if found.tiling is None or (rounds and found.head_bytes >= rounds[-1].head_bytes):
             return rounds, found
         rounds.append(found)
-        current = read_model(found.model, graph.path)
+        current = found.model
 
 
 @dataclass(frozen=True)
 class _Round:
     """One search around the peak of one graph."""
 
-    base_model: bytes  # the graph in its best order (scheduler's or stored), untiled
+    base_model: Graph  # the graph in its best order (scheduler's or stored), untiled
     base_head_bytes: int  # TFLM's greedy head of that order
     tiling: Tiling | None  # the best tiling found, None if none beats the base
-    model: bytes  # the tiled graph (no offline plan), or base_model
+    model: Graph  # the tiled graph (no offline plan), or base_model
     head_bytes: int  # placed head of `model`
     macs: int  # of `model`
     reason: str  # why nothing was tiled
@@ -324,7 +323,7 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False
     base = tflm_plan(graph, base_orders)
     base_steps = buffer_lifetimes(graph, base_orders, in_place=True)[1]
     macs_before = graph_macs(graph)
-    base_model = model_bytes(apply_order(graph, base_orders))
+    base_model = apply_order(graph, base_orders)
 
     rejected: list[RejectedCandidate] = []
 
@@ -410,38 +409,37 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False
         key=lambda i: (explored[i][0].live_peak_bytes, tiled_peaks[i] if level else 0, explored[i][0].macs),
     )
     explored = [explored[i] for i in ranked]
-    best: tuple[int, bytes, Candidate] | None = None
+    best: tuple[int, Graph, Candidate] | None = None
     built: dict[int, Candidate] = {}
     for index in _to_build(graph, explored):
         candidate, plan = explored[index]
         if best and (limits.cut() or candidate.live_peak_bytes >= best[0]):
             break
-        data = model_bytes(_emit(graph, plan, base_order))
-        refused = oracle.refusal(data, graph.path, limits.settings)
+        tiled = _emit(graph, plan, base_order)
+        refused = oracle.refusal(tiled.data, graph.path, limits.settings)  # the host TFLM runs in a child: bytes
         if refused:
             rejected.append(RejectedCandidate(_tiling(candidate).describe(), refused))
             continue
-        head = _placed_head(read_model(data), limits)
+        head = _placed_head(tiled, limits)
         built[index] = candidate = _with_head(candidate, head)
         if best is None or head < best[0]:
-            best = (head, data, candidate)
+            best = (head, tiled, candidate)
     points = tuple(built.get(i, c) for i, (c, _) in enumerate(explored))
     if best is None:
         return unchanged(f"TFLM or lowtide's validator refused every tiling built ({rejected[0].reason})", points)
-    head, data, candidate = best
+    head, rewritten, candidate = best
     # The scheduler may find a better order of the rewritten graph than patch-major.
     if not limits.cut():
-        rewritten = read_model(data)
         reordered = find_schedule(rewritten, limits.schedule(), in_place=True)
         if reordered.live_peak_bytes < head:
-            reordered_data = model_bytes(apply_order(rewritten, reordered.order))
-            reordered_head = _placed_head(read_model(reordered_data), limits)
+            reordered_graph = apply_order(rewritten, reordered.order)
+            reordered_head = _placed_head(reordered_graph, limits)
             if reordered_head < head:
-                data, head = reordered_data, reordered_head
+                rewritten, head = reordered_graph, reordered_head
     if head >= base.head_bytes:
         return unchanged(f"the best tiling found plans {head:,} bytes, not below {base.head_bytes:,}", points)
     return _Round(
-        base_model, base.head_bytes, _tiling(candidate), data, head, candidate.macs, "", points, tuple(rejected)
+        base_model, base.head_bytes, _tiling(candidate), rewritten, head, candidate.macs, "", points, tuple(rejected)
     )
 
 
@@ -469,15 +467,12 @@ def _placed_head(graph: Graph, limits: _Limits) -> int:
     return _placement(graph, limits.placement())[1].head_bytes
 
 
-def planned_model(data: bytes, work: WorkBudget | None = None) -> tuple[int, bytes]:
-    """The model with its placement as an OfflineMemoryAllocation plan, so stock TFLM allocates exactly that
+def planned_model(graph: Graph, work: WorkBudget | None = None) -> tuple[int, Graph]:
+    """The graph with its placement as an OfflineMemoryAllocation plan, so stock TFLM allocates exactly that
     head (a SPLIT_V's strips only share their source's bytes through such a plan); and the head."""
-    graph = read_model(data)
     buffers, placement = _placement(graph, work)
     check_no_overlap(buffers, placement.offsets)
-    raw = copy.deepcopy(graph.raw)
-    set_offline_plan(raw, offline_plan(graph, buffers, placement.offsets))
-    return placement.head_bytes, model_bytes(raw)
+    return placement.head_bytes, with_offline_plan(graph, offline_plan(graph, buffers, placement.offsets))
 
 
 def _region_floors(sg, regions: list[Region], outside_live: dict[int, int]) -> list[tuple[int, int, Region]]:

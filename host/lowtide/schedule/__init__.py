@@ -4,7 +4,7 @@
 block by block (`search`); a block the exact search cannot finish in its share of the work budget gets a
 minimum-cut lower bound and the anytime searches (`anytime`), so the result is the best order found with an honest
 gap. Every budget is counted in units of work (`lowtide.budget`), so the order found is the same on any machine. The result is checked against the memory model everyone else uses (`tflm_plan`), so
-its figures are the ones the rest of lowtide reports. `apply_order` writes an order into a copy of the model.
+its figures are the ones the rest of lowtide reports. `apply_order` gives the graph with an order stored.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from lowtide.budget import WallClock, WorkBudget
 from lowtide.memory import live_peak_bytes, tflm_plan
 from lowtide.memory.lifetimes import Order, stored_order
 from lowtide.model.ir import Graph
-from lowtide.model.schema import fb
+from lowtide.model.reader import graph_from_tree
 from lowtide.schedule.anytime import budgeted_descent, cut_bound, solve_hard_block
 from lowtide.schedule.problem import SubgraphProblem, check_order, subgraph_problem
 from lowtide.schedule.search import Block, BlockResult, blocks, heuristic_order
@@ -170,14 +170,17 @@ def find_schedule(
     )
 
 
-def apply_order(graph: Graph, order: Order) -> fb.ModelT:
-    """A deep copy of the model (`graph.raw`, a schema ModelT) with each subgraph's operators stored in `order`."""
+def apply_order(graph: Graph, order: Order) -> Graph:
+    """`graph` with each subgraph's operators stored in `order` (a new graph; the operators and tensors are
+    shared with `graph`, whose own order is left as it is)."""
     check_order(graph, order)
-    model = copy.deepcopy(graph.raw)
+    model = copy.copy(graph.raw)
+    model.subgraphs = list(model.subgraphs)
     for sg_index, ops in order.items():
-        operators = model.subgraphs[sg_index].operators or []
-        model.subgraphs[sg_index].operators = [operators[i] for i in ops]
-    return model
+        subgraph = model.subgraphs[sg_index] = copy.copy(model.subgraphs[sg_index])
+        operators = subgraph.operators or []
+        subgraph.operators = [operators[i] for i in ops]
+    return graph_from_tree(model, graph.path)
 
 
 def _reachable_subgraphs(graph: Graph) -> set[int]:

@@ -16,7 +16,6 @@ fill: a saturated sum, a softmax): independence is for `lowtide.stale.dependence
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,11 +23,9 @@ import numpy as np
 from lowtide import oracle
 from lowtide.memory.lifetimes import ALIGNMENT, align_up
 from lowtide.memory.scratch import scratch_sizes
+from lowtide.model.edit import GraphEditor, with_offline_plan
 from lowtide.model.ir import Graph
 from lowtide.model.offline_memory import OfflinePlan
-from lowtide.model.reader import read_model
-from lowtide.model.schema import fb
-from lowtide.model.writer import model_bytes, set_offline_plan
 from lowtide.settings import Settings
 
 FILLS = ("0x00", "0xff", "0x7f", "0x80", "random")
@@ -112,37 +109,20 @@ class Fixture:
                     offsets[(sg.index, t.index)] = offset
                     offset += align_up(t.nbytes)
         offset = max(offset, ALIGNMENT)  # the filler needs one byte at least, even with nothing to fill
-        raw = copy.deepcopy(graph.raw)
-        main = raw.subgraphs[0]
-        filler = fb.TensorT()
-        filler.name, filler.shape, filler.type = "lowtide_arena_fill", [offset], fb.TensorType.INT8
-        empty = fb.BufferT()
-        raw.buffers.append(empty)
-        filler.buffer = len(raw.buffers) - 1
-        main.tensors.append(filler)
-        filler_index = len(main.tensors) - 1
+        editor = GraphEditor(graph)
+        # An activation with a buffer of its own (no data), as the converter gives every tensor.
+        filler_index = editor.tensor("lowtide_arena_fill", [offset], "int8", data=np.zeros(0, np.int8))
+        main = graph.main
+        written = [t for op in main.operators for t in op.outputs if t >= 0 and main.tensors[t].planned]
         # The filler is set first (input 0), so the real inputs, set after it, overwrite their share of the fill.
-        main.inputs = [filler_index, *_indices(main.inputs)]
-        outputs = _indices(main.outputs)
-        written = [
-            t
-            for op in graph.main.operators
-            for t in op.outputs
-            if t >= 0 and graph.main.tensors[t].planned and t not in outputs
-        ]
-        main.outputs = outputs + list(dict.fromkeys(written))
+        inputs = [filler_index, *main.inputs]
+        outputs = [*main.outputs, *(t for t in dict.fromkeys(written) if t not in main.outputs)]
+        filled = editor.finish([editor.original(op.index) for op in main.operators], inputs, outputs, prune=False)
         counts = list(graph.tensor_counts)
         counts[0] += 1
-        set_offline_plan(raw, OfflinePlan.from_offsets(counts, {**offsets, (0, filler_index): 0}))
-        model = model_bytes(raw)
-        read_model(model, graph.path)  # the copy must parse as the original did
+        model = with_offline_plan(filled, OfflinePlan.from_offsets(counts, {**offsets, (0, filler_index): 0})).data
         main_offsets = {t: o for (sg, t), o in offsets.items() if sg == 0}
         positions: dict[int, int] = {}
-        for position, t in enumerate(main.outputs):
-            positions.setdefault(t, position)
+        for position, output in enumerate(outputs):
+            positions.setdefault(output, position)
         return cls(model, offset, main_offsets, {t: p for t, p in positions.items() if t in main_offsets})
-
-
-def _indices(vector) -> list[int]:
-    """A ModelT index vector (None, a list or a numpy array, whose truth value is not its length) as a list."""
-    return [] if vector is None else [int(i) for i in vector]
