@@ -160,7 +160,7 @@ def window_maps(sg: Subgraph, op: Operator) -> tuple[AxisMap, AxisMap]:
     return maps[0], maps[1]
 
 
-def pad_maps(op: Operator, widths: tuple[Interval, ...], in_shape: tuple[int, ...]) -> tuple[WindowMap, ...]:
+def pad_maps(op: Operator, widths: tuple[Interval, ...], in_shape: tuple[int, ...]) -> tuple[AxisMap | MirrorMap, ...]:
     """PAD, PADV2 and MIRROR_PAD, one map per axis of the input: `widths` are the paddings (before, after)."""
     if op.opcode != "MIRROR_PAD":
         return tuple(AxisMap(1, 1, before) for before, _ in widths)
