@@ -1,12 +1,12 @@
 """Boards `lowtide measure` can talk to, composed from the drivers (`lowtide.device.drivers`).
 
 A board says what a run must lock to use it (`lock_resource`) and yields a link that speaks the lowtide protocol
-(`connect`), cleaning up whatever it started. It is handed the firmware image it runs (`Connection.image`): building
-it, and predicting what it will report, is lowtide.pipeline's; the build column says who builds it there.
+(`connect`), cleaning up whatever it started. It is handed the image it runs (`Connection.image`): building it, and
+predicting what it will report, is lowtide.pipeline's; the build column says who builds it there.
 
 | board | from | build | connect | locks |
 | --- | --- | --- | --- | --- |
-| `host-tflm` | built in | none | a lowtide.pipeline.host_tflm process | its port, when fixed |
+| `host-tflm` | built in | its program's command line (lowtide.pipeline.firmware) | start the program | its port, when fixed |
 | `serial` | built in | none (flashed beforehand) | `--port` | the port |
 | emulated (`qemu-m4`) | board file with `[emulator]` | PlatformIO | QEMU | nothing: each run boots its own |
 | real (`nucleo-f746zg`) | board file with `[serial]` | PlatformIO | upload, find the port, open it | the port |
@@ -19,7 +19,6 @@ The registry is built on first use (`known_boards`): the two built-in boards and
 from __future__ import annotations
 
 import contextlib
-import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from pathlib import Path
 
 from lowtide.device.drivers import labgrid
 from lowtide.device.drivers.platformio import FirmwareImage, upload_image, upload_settings
-from lowtide.device.drivers.process import board_process
+from lowtide.device.drivers.process import HostProgram, board_process
 from lowtide.device.drivers.qemu import run_emulator
 from lowtide.device.drivers.serialport import detect_serial_port, open_port
 from lowtide.device.locking import port_resource
@@ -44,11 +43,13 @@ DEFAULT_WAIT_S = 300.0  # how long a board's own wait (a farm place another clie
 class Connection:
     """How a run reaches a board running a model."""
 
-    model_path: Path  # the model the board runs: the host-tflm board loads it, the others were built with it
+    model_path: Path  # the model the board runs, built into its image or loaded by its program
     port: str | None  # --port; None: the board's own (its board file's, autodetected, or one it starts)
     timeout: float  # seconds, for anything the board starts
     settings: Settings  # the command's: the cache, the lock folder, labgrid's coordinator
-    image: FirmwareImage | None = None  # the firmware built for a board file's board (lowtide.pipeline.firmware)
+    # What the board runs (lowtide.pipeline.firmware): the firmware built for a board file's board, the program
+    # that is the host-tflm board; None for a board flashed beforehand.
+    image: FirmwareImage | HostProgram | None = None
     wait: float = DEFAULT_WAIT_S  # seconds, for a board someone else holds
     on_wait: Callable[[str], None] | None = None  # told who holds the board, once
 
@@ -70,8 +71,7 @@ class Board(ABC):
 
     @abstractmethod
     def connect(self, connection: Connection) -> contextlib.AbstractContextManager[Link]:
-        """A link to the board running `connection.model_path` (as `connection.image`, for a board lowtide builds
-        firmware for)."""
+        """A link to the board running `connection.model_path` (as `connection.image`, for a board handed one)."""
 
 
 class HostTflmBoard(Board):
@@ -83,18 +83,10 @@ class HostTflmBoard(Board):
 
     @contextlib.contextmanager
     def connect(self, connection: Connection) -> Iterator[Link]:
-        # The board's "firmware" is the host TFLM behind the protocol: lowtide.pipeline.host_tflm, run as a program.
-        argv = [
-            sys.executable,
-            "-m",
-            "lowtide.pipeline.host_tflm",
-            "--model",
-            str(connection.model_path),
-            "--port",
-            connection.port or "tcp:0",
-        ]
+        # The board's image is the program that is the board: the host TFLM behind the protocol, with the model.
+        assert isinstance(connection.image, HostProgram)
         with (
-            board_process(argv, "host-tflm board", connection.timeout) as url,
+            board_process(connection.image, "host-tflm board", connection.timeout) as url,
             contextlib.closing(open_link(url)) as link,
         ):
             yield link
@@ -142,7 +134,7 @@ class EmulatedBoard(BoardFromFile):
     def connect(self, connection: Connection) -> Iterator[Link]:
         if connection.port:
             raise LowtideError(f"--board {self.name} starts its own emulator: leave out --port")
-        assert connection.image is not None  # a board file's board is handed the firmware built for it
+        assert isinstance(connection.image, FirmwareImage)  # a board file's board is handed the firmware built for it
         with run_emulator(self.emulator_command, connection.image.elf, connection.timeout) as link:
             yield link
 
@@ -202,7 +194,7 @@ class LabgridBoard(Board):
 
 def _upload(spec: BoardSpec, connection: Connection, port: str) -> None:
     """Flashes the image built for `spec` (`connection.image`) to the board on `port`."""
-    assert connection.image is not None  # a board file's board is handed the firmware built for it
+    assert isinstance(connection.image, FirmwareImage)  # a board file's board is handed the firmware built for it
     variables = upload_settings(spec, port, connection.settings)
     upload_image(spec, connection.image, port, variables, connection.model_path.name, connection.settings)
 

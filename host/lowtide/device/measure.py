@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from lowtide.device.boards import Board, Connection
+from lowtide.device.drivers.platformio import FirmwareImage
 from lowtide.device.protocol import Counter, Hello, ReadRegion, Result
 from lowtide.device.session import BoardReset, DeviceSession
 from lowtide.device.static_ram import StaticRamSplit
@@ -114,7 +115,8 @@ def run_on_board(
 ) -> MeasureResult:
     """Measure the model `expected` describes on `board`, reached as `connection` says: `iterations` measured
     invocations after `warmup` ones, each operator's counter too with `profile_ops`."""
-    image = connection.image
+    # The sizes of firmware lowtide built; a host program has none.
+    image = connection.image if isinstance(connection.image, FirmwareImage) else None
     with board.connect(connection) as link:
         # One session across a restart: sequence numbers keep counting.
         session = DeviceSession(link, connection.timeout)

@@ -4,14 +4,18 @@ uploaded by the PlatformIO driver (lowtide.device.drivers.platformio), which onl
 
 A model that cannot fit stops with its numbers rather than with a linker log, and one whose TFLM arena is still to be
 sized stops before TFLM is built for the core (`FirmwareRuntime.estimate_before_sizing`).
+
+The host-tflm board's image is no firmware but its program (`host_program`): lowtide.pipeline.host_tflm, the host
+TFLM behind the protocol, started with the model.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 
-from lowtide.device.boards import Board
+from lowtide.device.boards import Board, HostTflmBoard
 from lowtide.device.drivers.platformio import (
     FirmwareImage,
     build_project,
@@ -21,9 +25,11 @@ from lowtide.device.drivers.platformio import (
     upload_image,
     upload_settings,
 )
+from lowtide.device.drivers.process import HostProgram
 from lowtide.device.spec import BoardSpec
 from lowtide.errors import LowtideError
 from lowtide.model.ir import Graph
+from lowtide.pipeline import host_tflm
 from lowtide.project import FirmwareProject, ProtocolDefines, cached_project_dir, project_files
 from lowtide.runtimes import FirmwareRuntime, FootprintEstimate, runtime_for
 from lowtide.settings import Settings, settings_or_read
@@ -151,17 +157,29 @@ def upload_firmware(
 
 
 def board_firmware(
-    board: Board, model_path: Path, graph: Graph, runtime: FirmwareRuntime | None, settings: Settings
-) -> FirmwareImage | None:
-    """The firmware `board` runs for `model_path` with `runtime` (None: the board file's), built and checked against
-    the board's memory; None for a board that runs what it is given or was flashed beforehand."""
+    board: Board,
+    model_path: Path,
+    graph: Graph,
+    runtime: FirmwareRuntime | None,
+    settings: Settings,
+    port: str | None = None,
+) -> FirmwareImage | HostProgram | None:
+    """What `board` runs for `model_path`: the firmware built with `runtime` (None: the board file's) and checked
+    against the board's memory; the host-tflm board's program, serving on `port` (None: its default); None for a
+    board flashed beforehand."""
     if board.spec is None:
         if runtime is not None:
             raise LowtideError(
                 f"--board {board.name} runs whatever it runs: --runtime applies to boards lowtide builds firmware for"
             )
-        return None
+        return host_program(model_path, port) if isinstance(board, HostTflmBoard) else None
     return build_board_firmware(board.spec, Path(model_path), runtime, graph=graph, settings=settings)
+
+
+def host_program(model_path: Path, port: str | None) -> HostProgram:
+    """The host-tflm board's process: lowtide.pipeline.host_tflm with the model, on `port` (None: its default)."""
+    serve_on = ("--port", port) if port else ()
+    return HostProgram((sys.executable, "-m", host_tflm.__name__, "--model", str(model_path), *serve_on))
 
 
 def predicted_arena(board: Board, graph: Graph, runtime: FirmwareRuntime | None, settings: Settings) -> Arena32 | None:

@@ -109,9 +109,7 @@ def _measure(
 ) -> MeasureResult:
     inputs = oracle.random_inputs(graph, seed)
     outputs = oracle.run(model_path.read_bytes(), inputs, path=str(model_path), settings=settings).outputs
-    image = board_firmware(
-        target, model_path, graph, runtime, settings
-    )  # boards lowtide builds for: refused here if it cannot fit
+    image = board_firmware(target, model_path, graph, runtime, settings, port)  # refused here if it cannot fit
     predicted = predicted_arena(target, graph, runtime, settings)
     expected = Expected(
         model=str(model_path),
@@ -123,8 +121,12 @@ def _measure(
         outputs=tuple(array.tobytes() for array in outputs),
         arena_planned_bytes=planned_head_bytes(graph, predicted),
         arena_predicted_used_bytes=predicted.used_bytes if predicted else None,
-        # Only a board with a board file builds an image.
-        static_ram=_static_ram(image, runtime_for(target.spec.runtime, runtime)) if image and target.spec else None,
+        # Only a board with a board file builds firmware.
+        static_ram=(
+            _static_ram(image, runtime_for(target.spec.runtime, runtime))
+            if isinstance(image, FirmwareImage) and target.spec
+            else None
+        ),
     )
     place_wait = (lambda holder: on_wait("place", holder)) if on_wait else None
     connection = Connection(model_path, port, timeout, settings, image, wait, place_wait)

@@ -9,14 +9,13 @@ convolution that is the input's zero point (TFLM's int8 kernels skip out-of-imag
 adding `(zero_point - zero_point) * w = 0`); for a PAD operator folded into its consumer it is the PAD's value;
 for a SAME MAX_POOL the type's lowest value, which no maximum picks over an in-image tap.
 
-Each operator input read per patch has a window map per axis: affine (`AxisMap`: convolutions, pools, element-wise
-operators, PAD), mirrored (`MirrorMap`) or a resize (`ResizeMap`, whose windows are computed on whole input rows
-and sliced). docs/rewrite.md lists the operators and why the others end a region.
+Each operator input read per patch has a window map per axis, `lowtide.model.windows`'s: affine (`AxisMap`:
+convolutions, pools, element-wise operators, PAD), mirrored (`MirrorMap`) or a resize (`ResizeMap`, whose windows
+are computed on whole input rows and sliced). docs/rewrite.md lists the operators and why the others end a region.
 """
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 from collections.abc import Sequence
@@ -25,18 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lowtide.memory.lifetimes import ALIGNMENT
-from lowtide.model import padding as window
-from lowtide.model.attributes import (
-    ConcatenationAttributes,
-    Conv2DAttributes,
-    DepthwiseConv2DAttributes,
-    MirrorPadAttributes,
-    MirrorPadMode,
-    Padding,
-    Pool2DAttributes,
-    ResizeAttributes,
-    attributes_as,
-)
+from lowtide.model.attributes import ConcatenationAttributes, Padding, attributes_as
 from lowtide.model.ir import Graph, Operator, Subgraph
 from lowtide.model.operators import (
     BINARY_OPCODES,
@@ -48,84 +36,29 @@ from lowtide.model.operators import (
     RESIZE_OPCODES,
     UNARY_OPCODES,
     op_macs,
-    resize_kernel_scale,
-    resize_sources,
 )
 from lowtide.model.schema import ELEMENT_BYTES
-from lowtide.rewrite.errors import NotApplicable
+from lowtide.model.windows import (
+    IDENTITY,
+    AxisMap,
+    Interval,
+    WindowMap,
+    pad_maps,
+    resize_axes,
+    window_attributes,
+    window_maps,
+)
 
-Interval = tuple[int, int]  # half-open [lo, hi)
+# The resize maps by the names rewrite's tests check them under (tests/test_rewrite_operators.py).
+from lowtide.model.windows import ResizeMap as ResizeMap
+from lowtide.model.windows import resize_window_map as _resize_axis  # noqa: F401
+from lowtide.rewrite.errors import NotApplicable
 
 # Element types every operator tiling adds to a region's tensors runs on in TFLM (STRIDED_SLICE, CONCATENATION,
 # PAD/PADV2 and SPLIT_V all take these; STRIDED_SLICE and CONCATENATION refuse uint8). A window holds its tensor's
 # type, so a region whose tensors have another type (a uint8 model input before its QUANTIZE) cannot be tiled:
 # its region starts after the QUANTIZE instead.
 WINDOW_TYPES = frozenset({"float32", "int8", "int16", "int32"})
-
-
-@dataclass(frozen=True)
-class AxisMap:
-    """How one spatial axis of an operator's output reads its input: output index o reads input indices
-    o * stride - offset ... o * stride - offset + extent - 1."""
-
-    extent: int  # dilated kernel size
-    stride: int
-    offset: int  # padding before the first row/column (SAME padding and PAD)
-
-    def needed(self, out: Interval) -> Interval:
-        lo, hi = out
-        return lo * self.stride - self.offset, (hi - 1) * self.stride - self.offset + self.extent
-
-    def computed(self, out: Interval) -> Interval:
-        """The window of the output the operator computes when `out` is wanted."""
-        return out
-
-
-IDENTITY = AxisMap(1, 1, 0)
-
-
-@dataclass(frozen=True)
-class MirrorMap:
-    """MIRROR_PAD along one axis: a window reaching past the input's edge reads the rows it mirrors, so the
-    input window grows to hold them (REFLECT skips the edge row itself, SYMMETRIC repeats it)."""
-
-    size: int  # of the input along this axis
-    offset: int  # padding before
-    reflect: bool
-
-    def needed(self, out: Interval) -> Interval:
-        lo, hi = out[0] - self.offset, out[1] - self.offset
-        skip = int(self.reflect)
-        if lo < 0:
-            hi = max(hi, -lo + skip)
-        if hi > self.size:
-            lo = min(lo, self.size - (hi - self.size) - skip)
-        return max(lo, 0), min(hi, self.size)
-
-    def computed(self, out: Interval) -> Interval:
-        lo, hi = self.needed(out)
-        return min(out[0], lo + self.offset), max(out[1], hi + self.offset)
-
-
-@dataclass(frozen=True)
-class ResizeMap:
-    """RESIZE_* along one axis by an integer factor: output o reads input rows first[o] ... last[o]. A window of
-    the output is computed as the resize of whole input rows [a, b) to rows [factor * a, factor * b), which TFLM
-    computes exactly as the whole tensor's (checked by `_resize_axis`); the wanted rows are sliced out of it."""
-
-    factor: int
-    first: tuple[int, ...]
-    last: tuple[int, ...]
-
-    def needed(self, out: Interval) -> Interval:
-        """The input rows of a computed window (see `computed`)."""
-        return out[0] // self.factor, -(-out[1] // self.factor)
-
-    def computed(self, out: Interval) -> Interval:
-        return self.factor * min(self.first[out[0] : out[1]]), self.factor * (max(self.last[out[0] : out[1]]) + 1)
-
-
-WindowMap = AxisMap | MirrorMap | ResizeMap
 
 
 @dataclass(frozen=True)
@@ -493,41 +426,12 @@ def _foldable_pad(graph: Graph, op: Operator, consumers: dict[int, list[int]], m
 
 
 def _same_padding_used(sg: Subgraph, op: Operator) -> bool:
-    if _window_attributes(op).padding != Padding.SAME:
+    if window_attributes(op).padding != Padding.SAME:
         return False
-    rows, cols = _axis_maps(sg, op)
+    rows, cols = window_maps(sg, op)
     in_h, in_w = shape_hw(sg, op.inputs[0])
     out_h, out_w = shape_hw(sg, op.outputs[0])
     return rows.needed((0, out_h)) != (0, in_h) or cols.needed((0, out_w)) != (0, in_w)
-
-
-def _axis_maps(sg: Subgraph, op: Operator) -> tuple[AxisMap, AxisMap]:
-    o = _window_attributes(op)
-    if isinstance(o, Pool2DAttributes):
-        (kh, kw), dh, dw = o.filter, 1, 1
-    else:
-        weights = sg.tensors[op.inputs[1]].shape  # CONV: (O, H, W, I); DEPTHWISE: (1, H, W, C)
-        kh, kw, dh, dw = weights[1], weights[2], o.dilation[0] or 1, o.dilation[1] or 1
-    in_h, in_w = shape_hw(sg, op.inputs[0])
-    out_h, out_w = shape_hw(sg, op.outputs[0])
-    return (
-        _axis_map(kh, dh, o.stride[0], in_h, out_h, o.padding),
-        _axis_map(kw, dw, o.stride[1], in_w, out_w, o.padding),
-    )
-
-
-def _window_attributes(op: Operator) -> Conv2DAttributes | DepthwiseConv2DAttributes | Pool2DAttributes:
-    """A convolution's or pool's attributes (validated models store them)."""
-    o = op.attributes
-    assert isinstance(o, (Conv2DAttributes, DepthwiseConv2DAttributes, Pool2DAttributes)), op.opcode
-    return o
-
-
-def _axis_map(kernel: int, dilation: int, stride: int, in_size: int, out_size: int, padding: int) -> AxisMap:
-    offset = 0
-    if padding == window.SAME:
-        offset = window.padding_before(in_size, kernel, stride, dilation, out_size)
-    return AxisMap(window.effective_size(kernel, dilation), stride, offset)
 
 
 def _region_op(graph: Graph, op: Operator, producers: dict[int, int], members: int, folded: set[int]) -> RegionOp:
@@ -544,8 +448,7 @@ def _region_op(graph: Graph, op: Operator, producers: dict[int, int], members: i
             # AVERAGE_POOL's SAME padding divides by the in-image count: no explicit PAD reproduces it.
             raise NotApplicable(f"operator {op.index} ({op.opcode}) averages over SAME padding")
         fill_lowest = op.opcode == "MAX_POOL_2D" and _same_padding_used(sg, op)
-        conv_rows, conv_cols = _axis_maps(sg, op)
-        maps = {0: (conv_rows, conv_cols)}
+        maps = {0: window_maps(sg, op)}
     elif op.opcode in UNARY_OPCODES:
         maps = {0: (IDENTITY, IDENTITY)}
     elif op.opcode in BINARY_OPCODES:
@@ -600,65 +503,25 @@ def _broadcast_operand(graph: Graph, op: Operator, slot: int, out_hw: tuple[int,
 
 
 def _pad_maps(graph: Graph, op: Operator) -> dict[int, tuple[WindowMap, WindowMap]]:
-    sg = graph.main
     paddings = graph.constant_array(op.inputs[1])
     if paddings is None or paddings.shape != (4, 2) or paddings[0].any():
         raise NotApplicable(f"operator {op.index} ({op.opcode}) pads the batch or has no constant paddings")
-    if op.opcode != "MIRROR_PAD":
-        return {0: (AxisMap(1, 1, int(paddings[1][0])), AxisMap(1, 1, int(paddings[2][0])))}
-    reflect = attributes_as(op.attributes, MirrorPadAttributes).mode == MirrorPadMode.REFLECT
-    in_h, in_w = shape_hw(sg, op.inputs[0])
-    return {0: (MirrorMap(in_h, int(paddings[1][0]), reflect), MirrorMap(in_w, int(paddings[2][0]), reflect))}
+    widths = tuple((int(before), int(after)) for before, after in paddings)
+    _, rows, cols, _ = pad_maps(op, widths, graph.main.tensors[op.inputs[0]].shape)
+    return {0: (rows, cols)}
 
 
 def _resize_maps(graph: Graph, op: Operator) -> dict[int, tuple[WindowMap, WindowMap]]:
-    sg = graph.main
-    o = attributes_as(op.attributes, ResizeAttributes)
-    integer = sg.tensors[op.outputs[0]].dtype != "float32"
     maps = []
-    for n_in, n_out in zip(shape_hw(sg, op.inputs[0]), shape_hw(sg, op.outputs[0])):
-        axis = _resize_axis(op.opcode == "RESIZE_BILINEAR", n_in, n_out, o.align_corners, o.half_pixel_centers, integer)
-        if axis is None:
+    for axis in resize_axes(graph.main, op):
+        axis_map = axis.window_map()
+        if axis_map is None:
             raise NotApplicable(
-                f"operator {op.index} ({op.opcode}) maps a window of {n_out} rows or columns back to "
-                f"{n_in} in a way no smaller resize reproduces (a non-integer factor or align_corners)"
+                f"operator {op.index} ({op.opcode}) maps a window of {axis.n_out} rows or columns back to "
+                f"{axis.n_in} in a way no smaller resize reproduces (a non-integer factor or align_corners)"
             )
-        maps.append(axis)
+        maps.append(axis_map)
     return {0: (maps[0], maps[1])}
-
-
-@functools.lru_cache(maxsize=256)
-def _resize_axis(
-    bilinear: bool, n_in: int, n_out: int, align_corners: bool, half_pixel: bool, integer: bool
-) -> ResizeMap | None:
-    """The axis map of a resize whose windows compute exactly what the whole resize computes there, or None.
-    A window of input rows [a, b) resized to factor * (b - a) rows must give the same source rows and weights,
-    shifted by a, for every output it is asked for (those reading no row before a), and the scale TFLM derives
-    from the window's sizes must equal the whole tensor's."""
-    if n_out % n_in:
-        return None
-    factor = n_out // n_in
-    whole = resize_sources(bilinear, n_in, n_out, align_corners, half_pixel, integer)
-    if any(
-        resize_kernel_scale(bilinear, n, factor * n, align_corners, integer)
-        != resize_kernel_scale(bilinear, n_in, n_out, align_corners, integer)
-        for n in range(1, n_in)
-    ):
-        return None
-    first, last, weight = whole
-    outputs = np.arange(n_out)
-    if ((factor * first > outputs) | (outputs >= factor * (last + 1))).any():
-        return None
-    for a in range(1, n_in):
-        lf, ll, lw = resize_sources(bilinear, n_in - a, n_out - factor * a, align_corners, half_pixel, integer)
-        asked = first[factor * a :] >= a
-        if not (
-            np.array_equal((lf + a)[asked], first[factor * a :][asked])
-            and np.array_equal((ll + a)[asked], last[factor * a :][asked])
-            and np.array_equal(lw[asked], weight[factor * a :][asked])
-        ):
-            return None
-    return ResizeMap(factor, tuple(int(v) for v in first), tuple(int(v) for v in last))
 
 
 def _channel_maps(graph: Graph, op: Operator, out_hw: tuple[int, int]) -> dict[int, tuple[WindowMap, WindowMap]]:
@@ -682,9 +545,8 @@ def _channel_maps(graph: Graph, op: Operator, out_hw: tuple[int, int]) -> dict[i
 
 
 def _shifted(axis: WindowMap, pad_before: int) -> AxisMap:
-    """The map through a PAD: row p of the padded tensor is row p - pad_before of its input."""
     assert isinstance(axis, AxisMap)  # PADs fold into operators with affine maps only
-    return AxisMap(axis.extent, axis.stride, axis.offset + pad_before)
+    return axis.shifted(pad_before)
 
 
 def plan_tiling(graph: Graph, region: Region, grid: tuple[int, int], split_source: bool = False) -> TilingPlan:
@@ -862,7 +724,3 @@ def whole_piece(sg: Subgraph, tensor: int) -> Piece:
 def _clip(sg: Subgraph, tensor: int, rows: Interval, cols: Interval) -> tuple[Interval, Interval]:
     shape = sg.tensors[tensor].shape
     return (max(rows[0], 0), min(rows[1], shape[1])), (max(cols[0], 0), min(cols[1], shape[2]))
-
-
-def _hull(a: tuple[Interval, Interval], b: tuple[Interval, Interval]) -> tuple[Interval, Interval]:
-    return tuple((min(x[0], y[0]), max(x[1], y[1])) for x, y in zip(a, b))  # type: ignore[return-value]

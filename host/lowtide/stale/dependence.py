@@ -10,8 +10,8 @@ safe default: every output element depends on every input element, so it is mark
 is. Masks never say False where the kernel may read a marked element: that is what makes a False a proof.
 
 Geometry follows TFLM's reference kernels (`tflm/sources/tflm-ref/tensorflow/lite/kernels/internal/reference/`);
-window padding comes from `lowtide.model.padding`, the opcode families and the resize maps from
-`lowtide.model.operators`.
+the rows and columns a window, a pad or a resize reads come from `lowtide.model.windows` (the maps the rewrites
+tile by), the opcode families from `lowtide.model.operators`.
 """
 
 from __future__ import annotations
@@ -26,15 +26,9 @@ from lowtide.model.attributes import (
     A,
     BatchMatMulAttributes,
     ConcatenationAttributes,
-    Conv2DAttributes,
     DepthToSpaceAttributes,
-    DepthwiseConv2DAttributes,
     GatherAttributes,
-    MirrorPadAttributes,
-    MirrorPadMode,
     PackAttributes,
-    Pool2DAttributes,
-    ResizeAttributes,
     SpaceToDepthAttributes,
     StridedSliceAttributes,
     TransposeConvAttributes,
@@ -50,8 +44,8 @@ from lowtide.model.operators import (
     REDUCE_OPCODES,
     RESIZE_OPCODES,
     UNARY_OPCODES,
-    nearest_indices,
 )
+from lowtide.model.windows import AxisMap, MirrorMap, pad_maps, resize_axes, window_maps
 
 # Element by element, with numpy broadcasting of any operand.
 ELEMENTWISE_OPCODES = UNARY_OPCODES | BINARY_OPCODES | OTHER_ELEMENTWISE_OPCODES
@@ -198,28 +192,18 @@ def _batch_matmul(o: _Operands) -> list[np.ndarray]:
 # ---- windows ----------------------------------------------------------------------------------------------------
 
 
-def _window_any(
-    x: np.ndarray,
-    kernel: tuple[int, int],
-    stride: tuple[int, int],
-    dilation: tuple[int, int],
-    before: tuple[int, int],
-    out_hw: tuple[int, int],
-) -> np.ndarray:
-    """out[n, oh, ow, c] = any of x[n, oh * stride - before + k * dilation, ..., c] over the window's taps
-    inside the input (padding reads nothing)."""
+def _window_any(x: np.ndarray, rows: AxisMap, cols: AxisMap, out_hw: tuple[int, int]) -> np.ndarray:
+    """out[n, oh, ow, c] = any of x[n, r, c', c] over the window's taps (r, c') of output pixel (oh, ow) inside
+    the input (padding reads nothing)."""
     n, h, w, c = x.shape
     out = np.zeros((n, *out_hw, c), bool)
-    rows_out, cols_out = np.arange(out_hw[0]), np.arange(out_hw[1])
-    for kh in range(kernel[0]):
-        rows = rows_out * stride[0] - before[0] + kh * dilation[0]
-        inside_r = (rows >= 0) & (rows < h)
-        for kw in range(kernel[1]):
-            cols = cols_out * stride[1] - before[1] + kw * dilation[1]
-            inside_c = (cols >= 0) & (cols < w)
+    for tap_rows in rows.taps(np.arange(out_hw[0])):
+        inside_r = (tap_rows >= 0) & (tap_rows < h)
+        for tap_cols in cols.taps(np.arange(out_hw[1])):
+            inside_c = (tap_cols >= 0) & (tap_cols < w)
             if inside_r.any() and inside_c.any():
                 out[:, np.flatnonzero(inside_r)[:, None], np.flatnonzero(inside_c)[None, :]] |= x[
-                    :, rows[inside_r][:, None], cols[inside_c][None, :]
+                    :, tap_rows[inside_r][:, None], tap_cols[inside_c][None, :]
                 ]
     return out
 
@@ -230,31 +214,12 @@ def _window(o: _Operands) -> list[np.ndarray]:
     x, out_shape = o.mask(0), o.out_shape
     if x.ndim != 4 or len(out_shape) != 4 or x.shape[0] != out_shape[0]:
         raise _NoRule
-    window: Conv2DAttributes | DepthwiseConv2DAttributes | Pool2DAttributes
-    if o.op.opcode in POOL_OPCODES or o.op.opcode == "L2_POOL_2D":
-        window = o.attributes(Pool2DAttributes, required=True)
-        kernel, dilation = window.filter, (1, 1)
-    else:
-        _, kernel_h, kernel_w, *_ = o.shape(o.op.inputs[1])
-        kernel = (kernel_h, kernel_w)
-        conv: Conv2DAttributes | DepthwiseConv2DAttributes = (
-            o.attributes(Conv2DAttributes, required=True)
-            if o.op.opcode == "CONV_2D"
-            else o.attributes(DepthwiseConv2DAttributes, required=True)
-        )
-        window, dilation = conv, (conv.dilation[0] or 1, conv.dilation[1] or 1)
-    stride, code = window.stride, window.padding
-    if min(*kernel, *stride, *dilation) < 1:
+    rows, cols = window_maps(o.graph.main, o.op)  # ValueError without the operator's window attributes
+    if min(rows.kernel, rows.stride, rows.dilation, cols.kernel, cols.stride, cols.dilation) < 1:
         raise _NoRule
-    before = tuple(
-        padding.padding_before(x.shape[1 + i], kernel[i], stride[i], dilation[i], out_shape[1 + i])
-        if code == padding.SAME
-        else 0
-        for i in range(2)
-    )
     if o.op.opcode == "CONV_2D":
         x = np.asarray(x.any(axis=3, keepdims=True))
-    out = _window_any(x, kernel, stride, dilation, (before[0], before[1]), (out_shape[1], out_shape[2]))
+    out = _window_any(x, rows, cols, (out_shape[1], out_shape[2]))
     if o.op.opcode == "CONV_2D":
         out = np.broadcast_to(out, out_shape)
     elif o.op.opcode == "DEPTHWISE_CONV_2D":
@@ -370,21 +335,22 @@ def _strided_slice(o: _Operands) -> list[np.ndarray]:
 
 def _pad(o: _Operands) -> list[np.ndarray]:
     """Padded elements hold the pad value (the zero point, or PADV2's constant); MIRROR_PAD copies elements,
-    REFLECT without the edge and SYMMETRIC with it, as numpy does."""
+    REFLECT without the edge and SYMMETRIC with it."""
     x = o.mask(0)
-    widths = [(int(a), int(b)) for a, b in o.constant(1).reshape(-1, 2)]
+    widths = tuple((int(a), int(b)) for a, b in o.constant(1).reshape(-1, 2))
     if len(widths) != x.ndim or tuple(n + a + b for n, (a, b) in zip(x.shape, widths)) != o.out_shape:
         raise _NoRule  # before padding: a model's paddings can be anything
-    if o.op.opcode == "MIRROR_PAD":
-        return [
-            np.pad(
-                x,
-                widths,
-                mode="symmetric" if o.attributes(MirrorPadAttributes).mode == MirrorPadMode.SYMMETRIC else "reflect",
-            )
-        ]
     value = o.op.opcode == "PADV2" and len(o.op.inputs) > 2 and bool(o.mask(2).any())
-    return [np.pad(x, widths, constant_values=value)]
+    out = x
+    for axis, axis_map in enumerate(pad_maps(o.op, widths, x.shape)):
+        outputs = np.arange(o.out_shape[axis])
+        sources = axis_map.sources(outputs) if isinstance(axis_map, MirrorMap) else axis_map.taps(outputs)[0]
+        inside = (sources >= 0) & (sources < x.shape[axis])
+        if isinstance(axis_map, MirrorMap) and not inside.all():
+            raise _NoRule  # mirrored wider than the input: the kernel reads past its end
+        taken = np.take(out, np.clip(sources, 0, x.shape[axis] - 1), axis=axis)
+        out = np.where(inside.reshape([-1 if d == axis else 1 for d in range(x.ndim)]), taken, value)
+    return [out]
 
 
 def _gather(o: _Operands) -> list[np.ndarray]:
@@ -461,38 +427,16 @@ def _space_to_depth(o: _Operands) -> list[np.ndarray]:
     return [x.reshape(n, h // b, b, w // b, b, c).transpose(0, 1, 3, 2, 4, 5).reshape(n, h // b, w // b, -1)]
 
 
-def _bilinear_sources(out_size: int, in_size: int, align_corners: bool, half_pixel: bool) -> list[np.ndarray]:
-    """For each output row, the input rows ComputeInterpolationValues can read: the floor and the one after of
-    the source point, and one more on the side of an integer within the int8 kernel's 10-bit fixed-point
-    rounding of the scale."""
-    scale = (in_size - 1) / (out_size - 1) if align_corners and out_size > 1 else in_size / out_size
-    at = (np.arange(out_size) + (0.5 if half_pixel else 0.0)) * scale - (0.5 if half_pixel else 0.0)
-    floor = np.floor(at).astype(np.int64)
-    fraction, slack = at - floor, 1 / 64
-    candidates = [
-        floor,
-        floor + 1,
-        np.where(fraction < slack, floor - 1, floor),
-        np.where(fraction > 1 - slack, floor + 2, floor),
-    ]
-    return [np.clip(c, 0, in_size - 1) for c in candidates]
-
-
 def _resize(o: _Operands) -> list[np.ndarray]:
-    """Nearest: one input pixel per output pixel. Bilinear: the rows and columns around the source point."""
+    """Per axis, the source rows of TFLM's map for the kernel the output's type runs: nearest reads one, bilinear
+    the first and the last, and each output counts both whatever weight the kernel gives either."""
     x, out_shape = o.mask(0), o.out_shape
     if x.ndim != 4 or len(out_shape) != 4:
         raise _NoRule
-    resize = o.attributes(ResizeAttributes)
-    align, half = resize.align_corners, resize.half_pixel_centers
-    if o.op.opcode == "RESIZE_NEAREST_NEIGHBOR":
-        rows = nearest_indices(x.shape[1], out_shape[1], align, half)
-        cols = nearest_indices(x.shape[2], out_shape[2], align, half)
-        return [x[:, rows][:, :, cols]]
     out = x
-    for axis in (1, 2):
-        sources = _bilinear_sources(out_shape[axis], x.shape[axis], align, half)
-        out = np.logical_or.reduce([np.take(out, rows, axis=axis) for rows in sources])
+    for axis, geometry in zip((1, 2), resize_axes(o.graph.main, o.op)):
+        first, last = geometry.sources()
+        out = np.take(out, first, axis=axis) | np.take(out, last, axis=axis)
     return [out]
 
 

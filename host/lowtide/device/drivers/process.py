@@ -1,4 +1,5 @@
-"""A board that is a process on this machine (host-tflm): started, its announced URL read, and always ended.
+"""A board that is a process on this machine (host-tflm): the program it is handed (`HostProgram`) started, its
+announced URL read, and always ended.
 
 The process prints one line `LISTENING <url>` when it is ready, and exits when its standard input reaches end of
 file, so that the process that started it never leaves it behind; `stop_process` also terminates and then kills it.
@@ -13,6 +14,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from lowtide.errors import LowtideError
 
@@ -20,12 +22,20 @@ READY_PREFIX = "LISTENING "
 STOP_GRACE_S = 5.0
 
 
+@dataclass(frozen=True)
+class HostProgram:
+    """The image of a board that is a process on this machine: the command line that starts it, the model and
+    the port it serves on included."""
+
+    argv: tuple[str, ...]
+
+
 @contextlib.contextmanager
-def board_process(argv: list[str], what: str, timeout: float) -> Iterator[str]:
-    """Starts `argv` and yields the URL it announces within `timeout` seconds; ends it on exit."""
+def board_process(program: HostProgram, what: str, timeout: float) -> Iterator[str]:
+    """Starts `program` and yields the URL it announces within `timeout` seconds; ends it on exit."""
     with tempfile.TemporaryFile() as stderr_file:
         try:
-            process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr_file)
+            process = subprocess.Popen(program.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr_file)
         except OSError as exc:
             raise LowtideError(f"cannot start {what}: {exc.strerror or exc}") from None
         try:
