@@ -6,6 +6,7 @@ correct figures or a clear error within the timeout; no board process outlives i
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import random
@@ -37,6 +38,7 @@ from lowtide.device.protocol import (
 from lowtide.device.transport import Link, open_link
 from lowtide.errors import LowtideError
 from lowtide.memory import tflm_plan
+from lowtide.pipeline.firmware import host_program
 from lowtide.pipeline.measure import measure
 from lowtide.settings import read_settings
 from lowtide.validation import load_model
@@ -227,7 +229,9 @@ class WrappedHostTflm(Board):
 
     @contextlib.contextmanager
     def connect(self, connection):
-        with HostTflmBoard().connect(connection) as link:
+        # Not a HostTflmBoard, so the pipeline hands it no program: it gets the one the host-tflm board would.
+        program = host_program(connection.model_path, connection.port)
+        with HostTflmBoard().connect(dataclasses.replace(connection, image=program)) as link:
             wrapped = self.wrap(link)
             self.links.append(wrapped)
             yield wrapped
