@@ -16,7 +16,7 @@ from rich.table import Table
 from lowtide.budget import DEFAULT_WALL_SECONDS
 from lowtide.cli.application import app
 from lowtide.cli.options import Arena32Option
-from lowtide.pipeline.optimize import OptimizeResult, Verification, optimize_model
+from lowtide.pipeline.optimize import OptimizeResult, PhaseProgress, Verification, optimize_model
 from lowtide.rewrite import RewriteResult, Tiling
 from lowtide.settings import read_settings
 from lowtide.tflm import DEFAULT_CORE, Arena32Mode
@@ -257,13 +257,14 @@ def optimize(
     """Reorder operators and plan every tensor's offset (OfflineMemoryAllocation) to shrink TFLM's arena."""
     rewriting = rewrite is RewriteMode.auto
     settings = read_settings()
-    if json_output:
-        result = optimize_model(
+
+    def run(on_progress: PhaseProgress | None) -> OptimizeResult:
+        return optimize_model(
             model,
             output,
             time_limit,
             verify,
-            None,
+            on_progress,
             rewriting,
             max_mac_overhead,
             kernels,
@@ -272,6 +273,9 @@ def optimize(
             effort,
             settings,
         )
+
+    if json_output:
+        result = run(None)
         print(json.dumps(optimize_report(result)))
         return
     console = Console(stderr=True)
@@ -295,18 +299,5 @@ def optimize(
             else:
                 bar.update(tasks[phase], detail=detail)
 
-        result = optimize_model(
-            model,
-            output,
-            time_limit,
-            verify,
-            on_progress,
-            rewriting,
-            max_mac_overhead,
-            kernels,
-            core,
-            arena32,
-            effort,
-            settings,
-        )
+        result = run(on_progress)
     _show(Console(), result)
