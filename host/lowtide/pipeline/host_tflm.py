@@ -313,7 +313,7 @@ def _announce(url: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lowtide.device.host_tflm", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m lowtide.pipeline.host_tflm", description=__doc__.split("\n")[0])
     parser.add_argument("--model", required=True, type=Path)
     parser.add_argument("--port", default="tcp:0", help="tcp:PORT (127.0.0.1; 0 = any free port) or pty")
     parser.add_argument("--arena-bytes", type=int, default=None)
