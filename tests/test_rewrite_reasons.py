@@ -11,6 +11,7 @@ from lowtide.errors import LowtideError
 from lowtide.model import read_model
 from lowtide.model.builder import ModelBuilder
 from lowtide.rewrite import NotApplicable, RewriteResult, Tiling, partition_at_peak, partition_wide_layer
+from lowtide.settings import read_settings
 from lowtide.tflm import DEFAULT_CORE, Arena32Mode
 from lowtide.tflm.tree import KernelSet
 
@@ -68,7 +69,7 @@ def test_fewer_patches_skips_variants_that_do_not_apply_and_passes_real_errors_o
         raise NotApplicable(f"grid {tilings[0].grid} does not fit")
 
     monkeypatch.setattr(pipeline, "apply_tilings", not_applicable)
-    weigh = pipeline._Weigher("<test>", KernelSet.REFERENCE, DEFAULT_CORE, Arena32Mode.AUTO, [])
+    weigh = pipeline._Weigher("<test>", KernelSet.REFERENCE, DEFAULT_CORE, Arena32Mode.AUTO, [], read_settings())
     assert pipeline._fewer_patches(graph, rewritten, weigh, 1.0, WallClock(60)) is None
     assert len(tried) >= 2  # strips dropped, coarser grids: every variant tried, none applied
 
