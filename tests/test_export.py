@@ -14,8 +14,8 @@ import pytest
 from lowtide import oracle
 from lowtide.errors import LowtideError
 from lowtide.export import OFFLINE_PLAN_NAME, export_optimized
-from lowtide.memory import buffer_lifetimes, stored_order, tflm_plan
-from lowtide.memory.placement import place
+from lowtide.memory import buffer_lifetimes, buffers_to_plan, stored_order, tflm_plan
+from lowtide.memory.placement import live_lower_bound, place
 from lowtide.model.writer import misaligned_buffers
 from lowtide.pipeline.optimize import optimize_model
 from lowtide.schedule import find_schedule
@@ -178,6 +178,11 @@ def test_every_shared_model_optimizes_and_verifies_on_host_tflm(path, tmp_path):
     assert result.verification.measured_head_bytes == result.planned_head_bytes
     assert result.planned_head_bytes <= result.stock_head_bytes
     assert result.planned_head_bytes <= 1.05 * result.placement.lower_bound_bytes
-    assert result.placement.lower_bound_bytes == tflm_plan(load_model(path), result.order).live_peak_bytes
+    # The placement's bound is the live peak of the buffers it placed: with CONCATENATION inputs inside their
+    # output and the like (`placed_plan`'s blocks) where that placed lower, else without them.
+    graph = load_model(path)
+    plain = tflm_plan(graph, result.order).live_peak_bytes
+    blocks = live_lower_bound(buffers_to_plan(graph, result.order, blocks=True))
+    assert result.placement.lower_bound_bytes in (plain, blocks)
     if path.stem in HEAD_TARGETS:
         assert result.verification.measured_head_bytes <= HEAD_TARGETS[path.stem]

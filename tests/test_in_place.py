@@ -1,7 +1,8 @@
 """In-place execution planned for lowtide's compiled runtime (lowtide.memory.in_place, Executor.COMPILED): a
 MobileNetV2-style block whose depthwise convolutions write over their input and whose PAD is fused into the fast
 depthwise kernel, bit-exact with the host TFLM on the host (ASan/UBSan) and on qemu-m4 in a smaller arena; and
-plans meant for TFLM (optimize's OfflineMemoryAllocation, the validator) never use the compiled-only cases."""
+plans meant for TFLM (optimize's OfflineMemoryAllocation, the validator) never use the compiled-only cases. For TFLM:
+CONCATENATION inputs planned inside their output, where that lowers the head, bit-identical on the host TFLM."""
 
 from __future__ import annotations
 
@@ -10,14 +11,15 @@ import pytest
 from conftest import needs_firmware_tools
 from lowtide.compile import compile_model, verify_compiled
 from lowtide.compile.codegen import arena_plan
-from lowtide.memory import Executor, buffers_to_plan, tflm_plan
-from lowtide.memory.in_place import in_place_outputs
-from lowtide.memory.placement import offline_plan, place
+from lowtide.memory import ALIGNMENT, Executor, buffers_to_plan, tflm_plan
+from lowtide.memory.in_place import concatenation_inputs, in_place_outputs
+from lowtide.memory.placement import offline_plan, place, placement_budget
 from lowtide.model import read_model
 from lowtide.model.builder import ModelBuilder
 from lowtide.model.edit import with_offline_plan
 from lowtide.model.operators import TflmInPlace, semantics
 from lowtide.pipeline.measure import measure
+from lowtide.pipeline.optimize import optimize_model
 from lowtide.validation import load_model, model_problems
 
 
@@ -100,3 +102,49 @@ def test_tflm_plans_never_use_compiled_only_in_place_rules(block):
     planned = with_offline_plan(graph, offline_plan(graph, buffers, place(buffers, 0).offsets))
     problems = model_problems(read_model(planned.data, "compiled_plan.tflite"))
     assert any("overlaps tensors live at the same time" in p.message for p in problems), problems
+
+
+def _row_halves(axis: int) -> bytes:
+    """The input's two row halves each expanded and projected on their own, their results concatenated along
+    `axis` (1: the rows, as a tiled region's patches are) and projected."""
+    b = ModelBuilder(seed=11, name="row_halves")
+    halves = [
+        b.conv2d(b.conv2d(half, 32, kernel=1, activation="RELU6"), 32, kernel=1, activation="RELU6")
+        for half in b.split_equal(b.input((1, 16, 16, 8)), 2, axis=1)
+    ]
+    b.output(b.conv2d(b.concat(halves, axis=axis), 8, kernel=1, activation="NONE"))
+    return b.build()
+
+
+def test_concatenation_inputs_planned_inside_their_output_lower_the_head_bit_identically(tmp_path):
+    """Each half's result (8x16x32 int8, 4,096 B) sits at its block of the concatenation's output from its
+    producer on: the concatenation holds those bytes once. optimize's plan puts them there, TFLM measures the
+    planned head, lower than the best plan without, and the outputs are bit-identical."""
+    model = tmp_path / "row_halves.tflite"
+    model.write_bytes(_row_halves(axis=1))
+    graph = load_model(model)
+    concat = next(op for op in graph.main.operators if op.opcode == "CONCATENATION")
+    inside = concatenation_inputs(graph, ALIGNMENT)
+    assert [(inside[t].output, inside[t].offset) for t in concat.inputs] == [
+        (concat.outputs[0], 0),
+        (concat.outputs[0], 4096),
+    ]
+
+    result = optimize_model(model, tmp_path / "out.tflite", verify=True)
+    assert result.verification is not None and result.verification.outputs_identical
+    assert result.verification.measured_head_bytes == result.planned_head_bytes
+    written = read_model((tmp_path / "out.tflite").read_bytes())
+    assert model_problems(written) == []
+    plan = written.offline_plan
+    assert plan is not None
+    names = {t.name: t.index for t in written.main.tensors}
+    names_of = {t.index: t.name for t in graph.main.tensors}
+    offset = {t: plan.offset(written.tensor_counts, 0, names[names_of[t]]) for t in (*concat.inputs, *concat.outputs)}
+    assert [offset[t] - offset[concat.outputs[0]] for t in concat.inputs] == [0, 4096]
+    without = place(buffers_to_plan(graph, result.order), placement_budget()).head_bytes
+    assert result.planned_head_bytes < without
+
+    # Along the channels the halves interleave in the output: nothing may sit inside it.
+    channels = tmp_path / "channel_halves.tflite"
+    channels.write_bytes(_row_halves(axis=3))
+    assert concatenation_inputs(load_model(channels), ALIGNMENT) == {}

@@ -72,6 +72,9 @@ def test_what_the_compiled_runtime_runs_in_place_tflm_never_does():
         "SPLIT_V",
     }
     assert {opcode for opcode, row in SEMANTICS.items() if row.tflm_in_place is TflmInPlace.NARROWING} == {"QUANTIZE"}
+    assert {opcode for opcode, row in SEMANTICS.items() if row.tflm_in_place is TflmInPlace.ASSEMBLES} == {
+        "CONCATENATION"
+    }
 
 
 # (input rows, input columns, output rows, output columns, align_corners, half_pixel_centers). 2 -> 83 with

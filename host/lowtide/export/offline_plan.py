@@ -120,14 +120,16 @@ def export_optimized(
     core: str = DEFAULT_CORE,
     arena32: Arena32Mode = Arena32Mode.AUTO,
     settings: Settings | None = None,
+    blocks: bool = False,
 ) -> ExportResult:
     """The model, `out_path`.h and `out_path`.json for `out_path`, checked but not written (`ExportResult.write`
     does that). `offsets_by_buffer` gives the offset of
-    every tensor buffer of `buffers_to_plan(graph, order)` (scratch entries are ignored: TFLM
-    places them; in-place outputs must sit inside the input whose bytes they share)."""
+    every tensor buffer of `buffers_to_plan(graph, order, blocks=blocks)` (scratch entries are ignored: TFLM
+    places them; in-place outputs must sit inside the input whose bytes they share, and with `blocks`
+    CONCATENATION inputs inside their output)."""
     settings = settings_or_read(settings)
     out_path = Path(out_path)
-    buffers = buffers_to_plan(graph, order)
+    buffers = buffers_to_plan(graph, order, blocks=blocks)
     offsets = tflm_offsets_with_plan(buffers, _tensor_offsets(buffers, offsets_by_buffer))
     check_no_overlap(buffers, offsets)
     planned_head = arena_head(buffers, offsets)

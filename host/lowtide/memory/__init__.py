@@ -1,14 +1,17 @@
 """Stage 2: what TFLM allocates. Lifetimes (`lifetimes`), kernel scratch requests (`scratch`), a replica of TFLM's
-greedy planner (`greedy`), and the live-memory lower bound of an operator order."""
+greedy planner (`greedy`), the live-memory lower bound of an operator order, and lowtide's own plan of an order
+for TFLM (`placed_plan`)."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
 
+from lowtide.budget import WorkBudget
 from lowtide.memory.greedy import arena_head, greedy_offsets
 from lowtide.memory.in_place import Executor
 from lowtide.memory.lifetimes import ALIGNMENT, Buffer, Order, Step, align_up, buffer_lifetimes, stored_order
+from lowtide.memory.placement import Placement, place
 from lowtide.model.ir import Graph
 
 
@@ -38,14 +41,45 @@ def tflm_plan(graph: Graph, order: Order | None = None) -> MemoryPlan:
     )
 
 
-def buffers_to_plan(graph: Graph, order: Order | None = None, executor: Executor = Executor.TFLM) -> list[Buffer]:
+def buffers_to_plan(
+    graph: Graph, order: Order | None = None, executor: Executor = Executor.TFLM, blocks: bool = False
+) -> list[Buffer]:
     """The buffers of `order` as a new plan for `executor` places them: any plan the model already carries
     dropped, and outputs that may share a dying input's bytes under `executor`'s kernels marked so (the plan can
-    put them there). Plans written into a model (OfflineMemoryAllocation) are TFLM's."""
+    put them there); with `blocks`, what only the order lets sit inside another tensor too (TFLM's kernels only:
+    CONCATENATION inputs inside their output, `buffer_lifetimes`). Plans written into a model
+    (OfflineMemoryAllocation) are TFLM's."""
     return [
         dataclasses.replace(b, offline_offset=None)
-        for b in buffer_lifetimes(graph, order, in_place=True, executor=executor)[0]
+        for b in buffer_lifetimes(graph, order, in_place=True, executor=executor, blocks=blocks)[0]
     ]
+
+
+@dataclass(frozen=True)
+class PlacedPlan:
+    """lowtide's plan of one operator order for TFLM: its buffers (`buffers_to_plan`) and their placement."""
+
+    buffers: tuple[Buffer, ...]
+    placement: Placement
+    blocks: bool  # CONCATENATION inputs placed inside their output and the like (`buffers_to_plan`'s option)
+    plain_head_bytes: int  # the head placed without that option
+
+
+def placed_plan(graph: Graph, order: Order | None, work: WorkBudget) -> PlacedPlan:
+    """The buffers of `order` placed within `work`, and where the order lets more tensors sit inside another
+    (`buffers_to_plan`'s `blocks`: CONCATENATION inputs inside their output, strips inside a source read before),
+    placed that way too, within as many units again; the lower head is kept. Holding an input inside its output
+    saves its bytes at the concatenation but ties it to one offset from its producer on, which can place worse;
+    a tie keeps the plan without, so a model where it does not help gets the plan it had before."""
+    buffers = buffers_to_plan(graph, order)
+    units = work.left
+    plain = place(buffers, work)
+    assembled = buffers_to_plan(graph, order, blocks=True)
+    if assembled != buffers:
+        placement = place(assembled, WorkBudget.of(units, f"{work.where}: blocks in place", work.clock))
+        if placement.head_bytes < plain.head_bytes:
+            return PlacedPlan(tuple(assembled), placement, True, plain.head_bytes)
+    return PlacedPlan(tuple(buffers), plain, False, plain.head_bytes)
 
 
 def live_peak_bytes(graph: Graph, order: Order | None = None, in_place: bool = False) -> int:
@@ -59,6 +93,7 @@ __all__ = [
     "Executor",
     "MemoryPlan",
     "Order",
+    "PlacedPlan",
     "Step",
     "align_up",
     "arena_head",
@@ -66,6 +101,7 @@ __all__ = [
     "buffers_to_plan",
     "greedy_offsets",
     "live_peak_bytes",
+    "placed_plan",
     "stored_order",
     "tflm_plan",
 ]

@@ -13,6 +13,14 @@ rows of `lowtide.model.operators.SEMANTICS`, `TflmInPlace`):
 - QUANTIZE with an output element no wider than the input's: element i is written at byte offset
   i * out_size <= i * in_size, which only holds input elements already read by the sequential loop.
 
+The other way round, an input inside its output (`concatenation_inputs`): CONCATENATION along an axis with only
+size-1 dimensions before it writes its output as the inputs' blocks one after the other, each by one memcpy of
+that input (reference_ops::Concatenation, which TFLM runs for every type once Prepare has checked that int8
+inputs have the output's scale and zero point: no requantizing loop). An input already sitting at its block's
+offset is copied onto itself, and no input is read after the copy of another has written its block. So an input
+read only by the CONCATENATION may live inside its output from its producer on, and the concatenation holds its
+bytes once; it is only a plan's option, weighed against the plan without it (`lowtide.memory.placed_plan`).
+
 lowtide's compiled runtime (firmware/runtime), whose plan only the generated code uses, also:
 - int8 DEPTHWISE_CONV_2D with depth multiplier 1, more than one channel and no dilation, with an output no
   larger than its input: the fast kernel (lt_depthwise_s8_fast) copies channel c's whole input plane to its
@@ -28,9 +36,10 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from lowtide.model.attributes import DepthwiseConv2DAttributes, attributes_as
+from lowtide.model.attributes import Activation, ConcatenationAttributes, DepthwiseConv2DAttributes, attributes_as
 from lowtide.model.ir import Graph, Operator, Subgraph, TensorKind
 from lowtide.model.operators import TflmInPlace, semantics
 from lowtide.model.schema import ELEMENT_BYTES
@@ -69,10 +78,24 @@ class InPlace:
     offset: int
 
 
-def in_place_outputs(graph: Graph, alignment: int, executor: Executor = Executor.TFLM) -> dict[int, InPlace]:
+@dataclass(frozen=True)
+class InsideOutput:
+    """`input`, read only by `op`, may be placed `offset` bytes into `op`'s `output`, which `op` assembles."""
+
+    op: int
+    input: int
+    output: int
+    offset: int
+
+
+def in_place_outputs(
+    graph: Graph, alignment: int, executor: Executor = Executor.TFLM, read_before: bool = False
+) -> dict[int, InPlace]:
     """Main-subgraph outputs that may share their input's bytes when `executor`'s kernels run the plan, by output
     tensor index. Offsets inside the input are multiples of `alignment`, as every offset of an offline plan must
-    be."""
+    be. `read_before`: the input may have other readers too, which holds for an order that runs them all before
+    this operator (the caller checks that, as `lifetimes.buffer_lifetimes` does: the input's lifetime must end
+    at it); a SPLIT_V of a squeeze-and-excitation block's input, whose MEAN read it first."""
     sg = graph.main
     consumers = sg.consumers()
     found: dict[int, InPlace] = {}
@@ -81,9 +104,72 @@ def in_place_outputs(graph: Graph, alignment: int, executor: Executor = Executor
         if executor is Executor.COMPILED and not blocks:
             blocks = _compiled_blocks(sg, op)
         for output, source, offset in blocks:
-            if output not in found and _dies_at(sg, consumers, source, op) and _placeable(sg, consumers, output, op):
+            if (
+                output not in found
+                and _dies_at(sg, consumers, source, op, read_before)
+                and _placeable(sg, consumers, output, op)
+            ):
                 found[output] = InPlace(op.index, source, output, offset)
     return found
+
+
+def concatenation_inputs(graph: Graph, alignment: int) -> dict[int, InsideOutput]:
+    """Main-subgraph CONCATENATION inputs that may sit inside their output under TFLM's kernel (module
+    docstring), by input tensor index: along an axis with only size-1 dimensions before it (each input one
+    contiguous block of the output), no fused activation, each input an activation of the output's type and
+    quantization read by this operator alone and once, neither a subgraph input nor output nor an output sharing
+    another tensor's bytes (`in_place_outputs`), at an offset that is a multiple of `alignment` as every offset of
+    an offline plan must be, and its aligned bytes ending where the next input's block begins (or the output's
+    aligned end)."""
+    sg = graph.main
+    consumers = sg.consumers()
+    sharing = set(in_place_outputs(graph, alignment, read_before=True))
+    found: dict[int, InsideOutput] = {}
+    for op in sg.operators:
+        if semantics(op.opcode).tflm_in_place is not TflmInPlace.ASSEMBLES or len(op.outputs) != 1:
+            continue
+        attributes = attributes_as(op.attributes, ConcatenationAttributes)
+        output = sg.tensors[op.outputs[0]]
+        if attributes.fused_activation is not Activation.NONE or not output.planned or not output.shape:
+            continue
+        axis = attributes.axis % len(output.shape)
+        if math.prod(output.shape[:axis]) != 1:
+            continue  # the inputs interleave in the output
+        quantization = _quantization(graph, output.index)
+        offsets = aligned_blocks([sg.tensors[t].nbytes for t in op.inputs], alignment)
+        for tensor, offset in zip(op.inputs, offsets):
+            t = sg.tensors[tensor]
+            if (
+                offset is not None
+                and t.dtype == output.dtype
+                and _quantization(graph, tensor) == quantization
+                and _dies_at(sg, consumers, tensor, op)
+                and tensor not in sg.inputs
+                and tensor not in sharing
+            ):
+                found[tensor] = InsideOutput(op.index, tensor, output.index, offset)
+    return found
+
+
+def aligned_blocks(sizes: Sequence[int], alignment: int) -> list[int | None]:
+    """Where blocks of `sizes` bytes laid end to end may each be planned as a buffer of their own: the block's
+    offset when it is a multiple of `alignment` and the block's aligned bytes end where the next block begins (or
+    it is the last), else None."""
+    offsets: list[int | None] = []
+    offset = 0
+    for position, size in enumerate(sizes):
+        last = position == len(sizes) - 1
+        offsets.append(offset if offset % alignment == 0 and (last or size % alignment == 0) else None)
+        offset += size
+    return offsets
+
+
+def _quantization(graph: Graph, tensor: int) -> tuple[tuple[float, ...], tuple[int, ...]]:
+    """A main-subgraph tensor's scales and zero points (empty: none)."""
+    q = graph.raw.subgraphs[0].tensors[tensor].quantization
+    scales = q.scale if q is not None and q.scale is not None else []
+    zero_points = q.zeroPoint if q is not None and q.zeroPoint is not None else []
+    return tuple(float(s) for s in scales), tuple(int(z) for z in zero_points)
 
 
 def _shared_blocks(graph: Graph, sg: Subgraph, op: Operator, alignment: int) -> list[tuple[int, int, int]]:
@@ -144,13 +230,18 @@ def _compiled_blocks(sg: Subgraph, op: Operator) -> list[tuple[int, int, int]]:
     return []
 
 
-def _dies_at(sg: Subgraph, consumers: dict[int, list[int]], tensor: int, op: Operator) -> bool:
+def _dies_at(
+    sg: Subgraph, consumers: dict[int, list[int]], tensor: int, op: Operator, read_before: bool = False
+) -> bool:
+    """Whether `op` is the only reader of `tensor` (with `read_before`: one of them, the last in the caller's
+    order), reading it once."""
     t = sg.tensors[tensor]
+    readers = consumers.get(tensor, [])
     return (
         t.kind is TensorKind.ACTIVATION
         and t.planned
         and tensor not in sg.outputs
-        and consumers.get(tensor, []) == [op.index]
+        and (op.index in readers if read_before else readers == [op.index])
         and list(op.inputs).count(tensor) == 1
     )
 

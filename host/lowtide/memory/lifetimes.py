@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from lowtide.memory.in_place import Executor, InPlace, in_place_outputs
+from lowtide.memory.in_place import Executor, InPlace, concatenation_inputs, in_place_outputs
 from lowtide.memory.scratch import scratch_sizes
 from lowtide.model.ir import Graph
 
@@ -33,7 +33,9 @@ class Buffer:
     last: int  # last scope in which it is live (inclusive)
     offline_offset: int | None = None  # fixed offset from an OfflineMemoryAllocation plan
     # An output sharing its input's bytes (`in_place`): (that input's tensor index, offset inside it). Its
-    # lifetime starts after its producer's scope, in which its bytes are still counted as the input's.
+    # lifetime starts after its producer's scope, in which its bytes are still counted as the input's. Or a
+    # CONCATENATION input inside its output (`in_place.concatenation_inputs`): (the output, the input's block's
+    # offset); its lifetime ends before the concatenation's scope, in which its bytes are counted as the output's.
     shares: tuple[int, int] | None = None
 
     @property
@@ -63,13 +65,22 @@ def stored_order(graph: Graph) -> Order:
 
 
 def buffer_lifetimes(
-    graph: Graph, order: Order | None = None, in_place: bool = False, executor: Executor = Executor.TFLM
+    graph: Graph,
+    order: Order | None = None,
+    in_place: bool = False,
+    executor: Executor = Executor.TFLM,
+    blocks: bool = False,
 ) -> tuple[list[Buffer], list[Step]]:
     """Buffers in the order TFLM adds them to its planner (tensors of every subgraph, then scratch buffers),
     and one Step per operator execution in scope order. With `in_place`, outputs that may share their input's
     bytes when `executor`'s kernels run the plan (`lowtide.memory.in_place`) say so in `Buffer.shares`: what an
     offline plan can do, never TFLM's own planner. Where the model's own offline plan already puts such an output inside its input, it is marked
-    whatever `in_place` says: those bytes are held once."""
+    whatever `in_place` says: those bytes are held once. With `in_place` and `blocks` too, so do the blocks of
+    another tensor that only the order allows, under TFLM's kernels: CONCATENATION inputs inside their output
+    (`in_place.concatenation_inputs`), and in-place outputs whose input other operators read before
+    (`in_place_outputs`' `read_before`)."""
+    if blocks and executor is not Executor.TFLM:
+        raise ValueError("blocks of another tensor are planned for TFLM's kernels only")
     order = order or stored_order(graph)
     first: dict[tuple[int, int], int] = {}
     last: dict[tuple[int, int], int] = {}
@@ -114,7 +125,7 @@ def buffer_lifetimes(
     mark(0)
 
     plan = graph.offline_plan
-    shared = in_place_outputs(graph, ALIGNMENT, executor) if in_place or plan is not None else {}
+    shared = in_place_outputs(graph, ALIGNMENT, executor, in_place and blocks) if in_place or plan is not None else {}
 
     def planned_offset(sg_index: int, tensor: int) -> int | None:
         # TFLM ignores the plan's entries for tensors it does not plan (constants, variables, empty tensors).
@@ -128,6 +139,7 @@ def buffer_lifetimes(
 
     if not in_place:  # only what the model's plan really shares
         shared = {t: share for t, share in shared.items() if in_plan(t, share)}
+    inside = concatenation_inputs(graph, ALIGNMENT) if in_place and blocks else {}
     buffers: list[Buffer] = []
     for sg in graph.subgraphs:
         for t in sg.tensors:
@@ -138,8 +150,11 @@ def buffer_lifetimes(
                 sg.index, t.index, None, align_up(t.nbytes), first[key], last[key], planned_offset(sg.index, t.index)
             )
             share = shared.get(t.index) if sg.index == 0 else None
+            assembled = inside.get(t.index) if sg.index == 0 else None
             if share is not None and last.get((0, share.input)) == first[key] < last[key]:
                 buffer = dataclasses.replace(buffer, first=first[key] + 1, shares=(share.input, share.offset))
+            elif assembled is not None and first[key] < last[key] == first.get((0, assembled.output)):
+                buffer = dataclasses.replace(buffer, last=last[key] - 1, shares=(assembled.output, assembled.offset))
             buffers.append(buffer)
     for sg_index, op_index, size, s in scratch:
         buffers.append(Buffer(sg_index, None, op_index, align_up(size), s, s))

@@ -103,6 +103,7 @@ class TflmInPlace(enum.Enum):
 
     BLOCKS = "blocks"  # SPLIT / SPLIT_V along a leading axis: each output a contiguous block of the input
     NARROWING = "narrowing"  # QUANTIZE to an element no wider: element i written at or below where it was read
+    ASSEMBLES = "assembles"  # CONCATENATION along a leading axis: each input copied onto its own block of the output
     MODEL_PLAN = "model plan"  # lowtide never shares; a model's own plan that does is run as its author planned
     NEVER = "never"  # the kernel reads the input while it writes: no plan for TFLM may share their bytes
 
@@ -205,6 +206,7 @@ SEMANTICS: dict[str, Semantics] = {
 SEMANTICS |= {opcode: Semantics(SEMANTICS[opcode].tiling, TflmInPlace.NEVER) for opcode in _TFLM_READS_WHILE_WRITING}
 SEMANTICS |= {opcode: Semantics(TilingClass.CHANNEL, TflmInPlace.BLOCKS) for opcode in ("SPLIT", "SPLIT_V")}
 SEMANTICS["QUANTIZE"] = Semantics(TilingClass.ELEMENTWISE, TflmInPlace.NARROWING)
+SEMANTICS["CONCATENATION"] = Semantics(TilingClass.CHANNEL, TflmInPlace.ASSEMBLES)
 # An operator lowtide knows nothing about: never tiled, no MACs counted, and a model's own plan trusted.
 UNLISTED = Semantics(TilingClass.NONE, TflmInPlace.MODEL_PLAN)
 

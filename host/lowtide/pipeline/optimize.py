@@ -18,9 +18,9 @@ from lowtide import oracle
 from lowtide.budget import DEFAULT_WALL_SECONDS, WallClock, WorkBudget
 from lowtide.errors import LowtideError
 from lowtide.export.offline_plan import ExportResult, export_optimized
-from lowtide.memory import buffers_to_plan, tflm_plan
-from lowtide.memory.lifetimes import Buffer, Order, stored_order
-from lowtide.memory.placement import Placement, place
+from lowtide.memory import PlacedPlan, placed_plan, tflm_plan
+from lowtide.memory.lifetimes import Order, stored_order
+from lowtide.memory.placement import Placement
 from lowtide.model import Graph
 from lowtide.model.operators import graph_macs
 from lowtide.rewrite import NotApplicable, RejectedCandidate, RewriteResult, Tiling, apply_tilings, rewrite_auto
@@ -184,7 +184,7 @@ def optimize_model(
     # Each candidate graph is scheduled and placed, and the one with the smaller arena on a 32-bit MCU is written:
     # tiling shrinks the head but adds operators and tensors, whose persistent structs grow the tail. The original
     # is always a candidate, so rewriting can never end above plain optimization.
-    plans: list[tuple[Schedule, Order, list[Buffer], Placement]] = []
+    plans: list[tuple[Schedule, Order, PlacedPlan]] = []
     plan_work = WorkBudget.of(effort * PLAN_UNITS, "plan", clock)
     for candidate in candidates:
         plans.append(
@@ -196,22 +196,24 @@ def optimize_model(
                 report,
             )
         )
-    by_arena = sorted(range(len(plans)), key=lambda i: plans[i][3].head_bytes + candidates[i].tail_bytes)
+    by_arena = sorted(range(len(plans)), key=lambda i: plans[i][2].placement.head_bytes + candidates[i].tail_bytes)
     stale = None  # of the original model, computed once if a verification needs it
     for best in by_arena:
         candidate = candidates[best]
-        schedule, order, buffers, placement = plans[best]
+        schedule, order, plan = plans[best]
+        placement = plan.placement
         try:
             report("export", None, "")
             export = export_optimized(
                 candidate.graph,
                 order,
-                dict(zip(buffers, placement.offsets)),
+                dict(zip(plan.buffers, placement.offsets)),
                 out_path,
                 kernels,
                 core,
                 arena32,
                 settings,
+                plan.blocks,
             )
             if export.planned_head_bytes != placement.head_bytes:  # both come from the greedy replica
                 raise LowtideError(
@@ -355,7 +357,7 @@ def _fewer_patches(
         if candidate is None:
             continue
         work = WorkBudget.of(effort * COARSE_PLACE_UNITS, "coarse grids: placement", clock)
-        head = place(buffers_to_plan(candidate.graph, stored_order(candidate.graph)), work).head_bytes
+        head = placed_plan(candidate.graph, stored_order(candidate.graph), work).placement.head_bytes
         if best is None or head + candidate.tail_bytes < best[0]:
             best = (head + candidate.tail_bytes, candidate)
     return best[1] if best else None
@@ -363,7 +365,7 @@ def _fewer_patches(
 
 def _plan(
     graph: Graph, stock_head_bytes: int, work: WorkBudget, effort: float, report: PhaseProgress
-) -> tuple[Schedule, Order, list[Buffer], Placement]:
+) -> tuple[Schedule, Order, PlacedPlan]:
     """Best operator order, then the best placement of its buffers, within `work`."""
     report("schedule", 0.0, "")
     schedule = find_schedule(
@@ -376,13 +378,15 @@ def _plan(
 
     report("place", None, "")
     order = schedule.order
-    buffers = buffers_to_plan(graph, order)
-    placement = place(buffers, work.share(1.0, "placement"))
-    if placement.head_bytes > stock_head_bytes:
+    plan = placed_plan(graph, order, work.share(1.0, "placement"))
+    if plan.plain_head_bytes > stock_head_bytes:
         # A lower live peak does not guarantee a lower head if the placement search ran out of work; the stored
-        # order always places at least as well as TFLM (its greedy planner is one of the heuristics).
-        order = stored_order(graph)
-        buffers = buffers_to_plan(graph, order)
-        placement = place(buffers, WorkBudget.of(effort * STORED_PLACE_UNITS, "placement", work.clock))
-    report("place", 1.0, f"head {placement.head_bytes:,} B ({placement.method})")
-    return schedule, order, buffers, placement
+        # order always places at least as well as TFLM (its greedy planner is one of the heuristics). It is
+        # taken unless CONCATENATION inputs inside their output placed the schedule's order lower still.
+        stored = placed_plan(
+            graph, stored_order(graph), WorkBudget.of(effort * STORED_PLACE_UNITS, "placement", work.clock)
+        )
+        if not plan.blocks or stored.placement.head_bytes <= plan.placement.head_bytes:
+            order, plan = stored_order(graph), stored
+    report("place", 1.0, f"head {plan.placement.head_bytes:,} B ({plan.placement.method})")
+    return schedule, order, plan

@@ -4,15 +4,17 @@ The structure narrows the search before anything is built:
 - only regions between two cut tensors that hold the operator at the un-rewritten peak can lower it (live
   bytes counted as an offline plan can place them: in-place outputs inside the input they replace);
 - each region has a floor no grid beats: the steps outside it keep their live bytes, the whole source is live
-  until the first patch reads it, and the final CONCATENATION holds the target twice. Regions are tried lowest
-  floor first and skipped once the floor reaches the best figure found;
+  until the first patch reads it, and the final CONCATENATION holds the target twice, or once where the patches
+  are planned inside it (`lowtide.memory.in_place.concatenation_inputs`). Regions are tried lowest floor first
+  and skipped once both floors reach the best figures found;
 - grids whose halo recomputation goes over the MAC budget are dropped (their MACs factor into per-axis sums,
   so this costs no plan); of the rest the finest few about-square grids and every stack of full-width strips
   are planned, each with the source kept whole (sliced per patch) and cut into row strips in place.
 Every surviving candidate gets an exact live-memory figure for its emitted order (cheap arithmetic on the
-plan); the best few are then built and placed (`lowtide.memory.placement`, the plan `lowtide optimize` writes),
-and the scheduler may reorder the best one further. Tiling one region can move the peak to another (the
-layers after it): the search then runs again on the tiled graph, with what is left of the MAC budget, for as
+plan), with and without the CONCATENATION inputs inside their output; the best few by the first figure are then
+built and placed (`lowtide.memory.placed_plan`, the plan `lowtide optimize` writes), then the best few by the
+second, which are kept only where they place strictly lower, and the scheduler may reorder the best one further.
+Tiling one region can move the peak to another (the layers after it): the search then runs again on the tiled graph, with what is left of the MAC budget, for as
 long as the head falls. The model returned carries its placement as its OfflineMemoryAllocation plan.
 """
 
@@ -24,9 +26,10 @@ from dataclasses import dataclass
 
 from lowtide import oracle
 from lowtide.budget import WallClock, WorkBudget
-from lowtide.memory import align_up, buffer_lifetimes, buffers_to_plan, stored_order, tflm_plan
-from lowtide.memory.lifetimes import Buffer
-from lowtide.memory.placement import Placement, check_no_overlap, offline_plan, place
+from lowtide.memory import PlacedPlan, align_up, buffer_lifetimes, placed_plan, stored_order, tflm_plan
+from lowtide.memory.in_place import aligned_blocks
+from lowtide.memory.lifetimes import ALIGNMENT
+from lowtide.memory.placement import check_no_overlap, offline_plan, placement_budget
 from lowtide.model.edit import with_offline_plan
 from lowtide.model.ir import Graph
 from lowtide.model.operators import TILEABLE_OPCODES, graph_macs, op_macs
@@ -322,6 +325,9 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False
     base_order = base_orders[0]
     base = tflm_plan(graph, base_orders)
     base_steps = buffer_lifetimes(graph, base_orders, in_place=True)[1]
+    # The same with the blocks only the order allows (CONCATENATION inputs inside their output, ...), which the
+    # placement also plans where that lowers the head (`placed_plan`): the peak to tile is then theirs.
+    assembled_steps = buffer_lifetimes(graph, base_orders, in_place=True, blocks=True)[1]
     macs_before = graph_macs(graph)
     base_model = apply_order(graph, base_orders)
 
@@ -342,7 +348,9 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False
 
     if not base_steps or not any(step.live_bytes for step in base_steps):
         return unchanged("the model has no activations to tile")
+    assembled_peak = max(assembled_steps, key=lambda step: step.live_bytes)
     peak = max(base_steps, key=lambda step: step.live_bytes)
+    peak = assembled_peak if assembled_peak.live_bytes < peak.live_bytes else peak
     if peak.subgraph != 0:
         return unchanged("the memory peak is inside a called subgraph")
     regions, reason = _regions_at_peak(graph, peak.op)
@@ -350,13 +358,18 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False
         return unchanged(reason)
 
     outside_live = {step.op: step.live_bytes for step in base_steps if step.subgraph == 0}
+    outside_assembled = {step.op: step.live_bytes for step in assembled_steps if step.subgraph == 0}
     explored: list[tuple[Candidate, TilingPlan]] = []
     tiled_peaks: dict[int, int] = {}  # by index into `explored`: the live peak of the tiled part alone
-    best_live = base.head_bytes
-    for floor, outside, region in sorted(_region_floors(sg, regions, outside_live), key=lambda item: item[0]):
+    assembled_live: dict[int, int] = {}  # by index into `explored`: the live peak with `assembled_steps`' blocks
+    best_live = best_assembled = base.head_bytes
+    floors = zip(
+        _region_floors(sg, regions, outside_live), _region_floors(sg, regions, outside_assembled, assembled=True)
+    )
+    for (floor, outside, region), (assembled_floor, assembled_outside, _) in sorted(floors, key=lambda f: f[0][0]):
         if limits.cut():
             break
-        if floor >= best_live:
+        if floor >= best_live and assembled_floor >= best_assembled:
             continue
         region_macs = sum(op_macs(sg, sg.operators[rop.op]) for rop in region.ops)
         height, width = sg.tensors[region.target].shape[1:3]
@@ -380,6 +393,8 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False
                 tiled = _tiled_live_peak(sg, plan)
                 live = max(outside, tiled)
                 best_live = min(best_live, live)
+                assembled_live[len(explored)] = max(assembled_outside, _tiled_live_peak(sg, plan, assembled=True))
+                best_assembled = min(best_assembled, assembled_live[len(explored)])
                 explored.append(
                     (
                         Candidate(
@@ -409,21 +424,39 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False
         key=lambda i: (explored[i][0].live_peak_bytes, tiled_peaks[i] if level else 0, explored[i][0].macs),
     )
     explored = [explored[i] for i in ranked]
+    assembled_live = {new: assembled_live[old] for new, old in enumerate(ranked)}
     best: tuple[int, Graph, Candidate] | None = None
     built: dict[int, Candidate] = {}
-    for index in _to_build(graph, explored):
+    tried: set[int] = set()
+
+    def build(index: int) -> None:
+        nonlocal best
+        tried.add(index)
         candidate, plan = explored[index]
-        if best and (limits.cut() or candidate.live_peak_bytes >= best[0]):
-            break
         tiled = _emit(graph, plan, base_order)
         refused = oracle.refusal(tiled.data, graph.path, limits.settings)  # the host TFLM runs in a child: bytes
         if refused:
             rejected.append(RejectedCandidate(_tiling(candidate).describe(), refused))
-            continue
+            return
         head = _placed_head(tiled, limits)
         built[index] = candidate = _with_head(candidate, head)
         if best is None or head < best[0]:
             best = (head, tiled, candidate)
+
+    for index in _to_build(graph, explored):
+        if best and (limits.cut() or explored[index][0].live_peak_bytes >= best[0]):
+            break
+        build(index)
+    # Then the points whose live peak falls most with CONCATENATION inputs inside their output: after the others,
+    # so that one of them is taken only where it places strictly lower.
+    assembling = sorted(
+        (i for i in range(len(explored)) if assembled_live[i] < explored[i][0].live_peak_bytes and i not in tried),
+        key=lambda i: (assembled_live[i], explored[i][0].macs),
+    )
+    for index in assembling[:BUILT_CANDIDATES]:
+        if best and (limits.cut() or assembled_live[index] >= best[0]):
+            break
+        build(index)
     points = tuple(built.get(i, c) for i, (c, _) in enumerate(explored))
     if best is None:
         return unchanged(f"TFLM or lowtide's validator refused every tiling built ({rejected[0].reason})", points)
@@ -456,36 +489,40 @@ def _tiling(candidate: Candidate) -> Tiling:
     return Tiling(candidate.source, candidate.target, candidate.grid, candidate.split_source)
 
 
-def _placement(graph: Graph, work: WorkBudget | None = None) -> tuple[list[Buffer], Placement]:
-    """lowtide's placement of the stored order, in-place outputs inside their inputs: the offline plan
-    `lowtide optimize` writes (`work`: default `place`'s)."""
-    buffers = buffers_to_plan(graph)
-    return buffers, place(buffers, work)
+def _placement(graph: Graph, work: WorkBudget | None = None) -> PlacedPlan:
+    """lowtide's placement of the stored order, in-place outputs inside their inputs and CONCATENATION inputs
+    inside their output where that places lower: the offline plan `lowtide optimize` writes (`work`: default
+    `place`'s, and as much again for those, `placed_plan`)."""
+    return placed_plan(graph, None, work or placement_budget())
 
 
 def _placed_head(graph: Graph, limits: _Limits) -> int:
-    return _placement(graph, limits.placement())[1].head_bytes
+    return _placement(graph, limits.placement()).placement.head_bytes
 
 
 def planned_model(graph: Graph, work: WorkBudget | None = None) -> tuple[int, Graph]:
     """The graph with its placement as an OfflineMemoryAllocation plan, so stock TFLM allocates exactly that
     head (a SPLIT_V's strips only share their source's bytes through such a plan); and the head."""
-    buffers, placement = _placement(graph, work)
-    check_no_overlap(buffers, placement.offsets)
-    return placement.head_bytes, with_offline_plan(graph, offline_plan(graph, buffers, placement.offsets))
+    plan = _placement(graph, work)
+    check_no_overlap(plan.buffers, plan.placement.offsets)
+    return plan.placement.head_bytes, with_offline_plan(
+        graph, offline_plan(graph, plan.buffers, plan.placement.offsets)
+    )
 
 
-def _region_floors(sg, regions: list[Region], outside_live: dict[int, int]) -> list[tuple[int, int, Region]]:
+def _region_floors(
+    sg, regions: list[Region], outside_live: dict[int, int], assembled: bool = False
+) -> list[tuple[int, int, Region]]:
     """(floor, outside peak, region): no grid of a region plans below its floor. Steps outside the region keep
     their live bytes; the source is whole until the first patch reads it (cut into strips or not); the final
-    CONCATENATION holds the target twice."""
+    CONCATENATION holds the target twice, or once where its inputs sit inside it (`assembled`)."""
     floors = []
     for region in regions:
         region_ops = {rop.op for rop in region.ops} | set(region.folded_pads) | set(region.broadcast_ops)
         outside = max((b for op, b in outside_live.items() if op not in region_ops), default=0)
         source = sum(_piece_bytes(sg, _whole(sg, t)) for t in region.held_whole)
         target = _piece_bytes(sg, _whole(sg, region.target))
-        floors.append((max(outside, 2 * target, source), outside, region))
+        floors.append((max(outside, (1 if assembled else 2) * target, source), outside, region))
     return floors
 
 
@@ -613,10 +650,12 @@ def _piece_bytes(sg, piece: Piece) -> int:
     return align_up(piece.height * piece.width * t.shape[3] * ELEMENT_BYTES[t.dtype])
 
 
-def _tiled_live_peak(sg, plan: TilingPlan) -> int:
+def _tiled_live_peak(sg, plan: TilingPlan, assembled: bool = False) -> int:
     """Live bytes of the tiled part in its emitted order, under TFLM's lifetime rules (an operator's inputs and
     outputs are live together; a tensor lives from its producer to its last reader), except that the strips
-    of a `Split` occupy the source's own bytes. The source and the skip tensors are whole at the start."""
+    of a `Split` occupy the source's own bytes, and with `assembled` the inputs of a `Concat` that may sit inside
+    its result its bytes (`in_place.concatenation_inputs`). The source and the skip tensors are whole at the
+    start."""
     reads: list[tuple[Piece, ...]] = []
     writes: list[tuple[Piece, ...]] = []
     for step in plan.steps:
@@ -641,11 +680,27 @@ def _tiled_live_peak(sg, plan: TilingPlan) -> int:
         freed_after[i] = freed_after.get(i, 0) + _piece_bytes(sg, p)
     live = sum(_piece_bytes(sg, _whole(sg, t)) for t in plan.region.held_whole)
     peak = live
+    strips = {p for step in plan.steps if isinstance(step, Split) for p in step.results}
     for i, (step, results) in enumerate(zip(plan.steps, writes)):
         made = sum(_piece_bytes(sg, p) for p in results)
-        peak = max(peak, live if isinstance(step, Split) else live + made)
+        inside = _inside_result(sg, step, strips) if assembled and isinstance(step, Concat) else 0
+        peak = max(peak, live if isinstance(step, Split) else live + made - inside)
         live += made - freed_after.get(i, 0)
     return peak
+
+
+def _inside_result(sg, step: Concat, strips: set[Piece]) -> int:
+    """Bytes of `step`'s sources that may sit inside its result, each one contiguous block of it at an aligned
+    offset (`in_place.concatenation_inputs`); a strip of a `Split` already sits inside the source."""
+    if step.axis == 2 and step.result.height != 1:
+        return 0  # the columns' blocks interleave row by row
+    t = sg.tensors[step.result.tensor]
+    sizes = [p.height * p.width * t.shape[3] * ELEMENT_BYTES[t.dtype] for p in step.sources]
+    return sum(
+        _piece_bytes(sg, p)
+        for p, offset in zip(step.sources, aligned_blocks(sizes, ALIGNMENT))
+        if offset is not None and p not in strips
+    )
 
 
 def _with_head(candidate: Candidate, head: int) -> Candidate:
