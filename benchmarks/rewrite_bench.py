@@ -191,11 +191,12 @@ def _families(names: list[str], doc: Path, argv: list[str]) -> int:
             "|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|",
             *rows,
             "",
-            "pan_detector stays below 2x. Its int8 input (76,800 B) is 86% of the 2x target (89,600 B), so the patches'",
-            "intermediates and results must fit in 12,800 B beside it. The search tries at most 10 patches an axis. Finer",
-            "grids were tried by hand, cutting the input into in-place row strips (SPLIT_V) and tiling the stem and residual",
-            "block as 20 or 40 patches: the live peaks were 102,544 and 102,400 B. Where the remaining bytes go has not been",
-            "pinned down yet.",
+            "pan_detector stays below 2x. Its int8 input (76,800 B) is 86% of the 2x target (89,600 B): while the first",
+            "patches run, their intermediates must fit in the other 12,800 B. The search tries at most 10 patches an axis;",
+            "by hand, the stem and residual block as 20 row patches with the input cut into in-place row strips (SPLIT_V)",
+            "peak at 102,544 B, in the second patch: beside all 76,800 B of strips (each still read), conv_2d_0's rows for",
+            "the patch (11,520 B) and their PAD for the next convolution's column padding (11,664 B, a copy per patch); 40",
+            "patches peak at 102,400 B. Closing the gap needs that padding without a copy per patch: not built.",
         ]
     )
     write_section(doc, FAMILIES_SECTION, body)
