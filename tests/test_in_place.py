@@ -143,6 +143,11 @@ def test_concatenation_inputs_planned_inside_their_output_lower_the_head_bit_ide
     assert [offset[t] - offset[concat.outputs[0]] for t in concat.inputs] == [0, 4096]
     without = place(buffers_to_plan(graph, result.order), placement_budget()).head_bytes
     assert result.planned_head_bytes < without
+    # Below what the schedule's bound allows a plan without blocks in place: the bound reported is the weaker one
+    # of each operator's own bytes, the final projection's 8,192 + 2,048 B.
+    assert result.planned_head_bytes < result.schedule.lower_bound_bytes
+    assert result.lower_bound_bytes == 10_240 <= result.planned_head_bytes
+    assert not result.optimal and result.gap_bytes == result.planned_head_bytes - 10_240
 
     # Along the channels the halves interleave in the output: nothing may sit inside it.
     channels = tmp_path / "channel_halves.tflite"

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from lowtide.budget import WorkBudget
 from lowtide.memory.greedy import arena_head, greedy_offsets
-from lowtide.memory.in_place import Executor
+from lowtide.memory.in_place import Executor, concatenation_inputs, in_place_outputs
 from lowtide.memory.lifetimes import ALIGNMENT, Buffer, Order, Step, align_up, buffer_lifetimes, stored_order
 from lowtide.memory.placement import Placement, place
 from lowtide.model.ir import Graph
@@ -82,6 +82,24 @@ def placed_plan(graph: Graph, order: Order | None, work: WorkBudget) -> PlacedPl
     return PlacedPlan(tuple(buffers), plain, False, plain.head_bytes)
 
 
+def footprint_bound_bytes(graph: Graph) -> int:
+    """Most aligned bytes one operator's own activations need while it runs, with every output that may sit
+    inside its input there and every CONCATENATION input that may sit inside its output there, whatever the
+    order (`buffers_to_plan`'s `blocks`): no order's plan for TFLM, with blocks in place or not, has a smaller
+    head. Weaker than the schedule's bound, which holds only for plans without blocks in place."""
+    inside_input = in_place_outputs(graph, ALIGNMENT, read_before=True)
+    inside_output = concatenation_inputs(graph, ALIGNMENT)
+    most = 0
+    for sg in graph.subgraphs:
+        for op in sg.operators:
+            own = {t for t in (*op.inputs, *op.outputs) if t >= 0 and sg.tensors[t].planned}
+            if sg.index == 0:
+                own -= {t for t in op.outputs if t in inside_input and inside_input[t].op == op.index}
+                own -= {t for t in op.inputs if t in inside_output and inside_output[t].op == op.index}
+            most = max(most, sum(align_up(sg.tensors[t].nbytes) for t in own))
+    return most
+
+
 def live_peak_bytes(graph: Graph, order: Order | None = None, in_place: bool = False) -> int:
     """Most aligned bytes live while one operator runs: no placement of `order` beats it."""
     return max((step.live_bytes for step in buffer_lifetimes(graph, order, in_place)[1]), default=0)
@@ -99,6 +117,7 @@ __all__ = [
     "arena_head",
     "buffer_lifetimes",
     "buffers_to_plan",
+    "footprint_bound_bytes",
     "greedy_offsets",
     "live_peak_bytes",
     "placed_plan",

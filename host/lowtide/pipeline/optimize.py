@@ -18,7 +18,7 @@ from lowtide import oracle
 from lowtide.budget import DEFAULT_WALL_SECONDS, WallClock, WorkBudget
 from lowtide.errors import LowtideError
 from lowtide.export.offline_plan import ExportResult, export_optimized
-from lowtide.memory import PlacedPlan, placed_plan, tflm_plan
+from lowtide.memory import PlacedPlan, footprint_bound_bytes, placed_plan, tflm_plan
 from lowtide.memory.lifetimes import Order, stored_order
 from lowtide.memory.placement import Placement
 from lowtide.model import Graph
@@ -81,6 +81,7 @@ class OptimizeResult:
     # Rewritten graphs dropped because the validator or TFLM refused them (in the search, when weighed, exported
     # or verified)
     rejected: tuple[RejectedCandidate, ...] = ()
+    footprint_bound_bytes: int | None = None  # only when the plan holds blocks in place (`lower_bound_bytes`)
 
     @property
     def planned_head_bytes(self) -> int:
@@ -88,8 +89,10 @@ class OptimizeResult:
 
     @property
     def lower_bound_bytes(self) -> int:
-        """No operator order and no placement gives a smaller head."""
-        return self.schedule.lower_bound_bytes
+        """No operator order and no placement gives a smaller head: the schedule's bound, or where the plan holds
+        CONCATENATION inputs inside their output, which that bound does not count, the weaker one of each
+        operator's own bytes (`memory.footprint_bound_bytes`)."""
+        return self.footprint_bound_bytes if self.footprint_bound_bytes is not None else self.schedule.lower_bound_bytes
 
     @property
     def optimal(self) -> bool:
@@ -255,6 +258,7 @@ def optimize_model(
         rewrite_tilings=candidate.tilings,
         rewrite_macs=graph_macs(candidate.graph) if candidate.tilings else None,
         rejected=tuple(rejected),
+        footprint_bound_bytes=footprint_bound_bytes(candidate.graph) if plan.blocks else None,
     )
 
 
