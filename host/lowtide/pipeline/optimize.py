@@ -200,17 +200,16 @@ def optimize_model(
             )
         )
     by_arena = sorted(range(len(plans)), key=lambda i: plans[i][2].placement.head_bytes + candidates[i].tail_bytes)
-    stale = None  # of the original model, computed once if a verification needs it
-    for best in by_arena:
-        candidate = candidates[best]
-        schedule, order, plan = plans[best]
-        placement = plan.placement
-        try:
+    exports: dict[int, ExportResult] = {}
+
+    def exported(index: int) -> ExportResult:
+        if index not in exports:
             report("export", None, "")
+            _, order, plan = plans[index]
             export = export_optimized(
-                candidate.graph,
+                candidates[index].graph,
                 order,
-                dict(zip(plan.buffers, placement.offsets)),
+                dict(zip(plan.buffers, plan.placement.offsets)),
                 out_path,
                 kernels,
                 core,
@@ -218,11 +217,27 @@ def optimize_model(
                 settings,
                 plan.blocks,
             )
-            if export.planned_head_bytes != placement.head_bytes:  # both come from the greedy replica
+            if export.planned_head_bytes != plan.placement.head_bytes:  # both come from the greedy replica
                 raise LowtideError(
-                    f"internal error: placed head {placement.head_bytes} B but plan head {export.planned_head_bytes} B",
+                    f"internal error: placed head {plan.placement.head_bytes} B but plan head "
+                    f"{export.planned_head_bytes} B",
                     out_path,
                 )
+            exports[index] = export
+        return exports[index]
+
+    original = 0  # candidates[0], the graph as it came
+    stale = None  # of the original model, computed once if a verification needs it
+    for best in by_arena:
+        candidate = candidates[best]
+        try:
+            export = exported(best)
+            # Head + tail ranked the candidates, but the arena to declare can be larger: AllocateTensors' temporary
+            # allocations may need more than a small planned head. The original is kept where it declares no more.
+            if best != original and exported(original).arena_size_bytes <= export.arena_size_bytes:
+                best, candidate, export = original, candidates[original], exported(original)
+            schedule, order, plan = plans[best]
+            placement = plan.placement
             verification = None
             if stock_run:
                 report("verify", None, "")
