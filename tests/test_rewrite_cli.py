@@ -63,6 +63,17 @@ def test_rewrite_never_ends_above_plain_optimize(tmp_path):
     assert rewritten["after"]["tflm_total_bytes"] < plain["after"]["tflm_total_bytes"]
 
 
+def test_rewrite_keeps_the_original_where_the_declared_arena_would_grow(tmp_path):
+    """magic_wand: the tiled graph's head plus tail ranks below the original's, but TFLM's AllocateTensors needs
+    more than that small head for its temporaries, so the arena to declare would grow (16,816 B against
+    15,168 B): the original is written, as plain optimize writes it."""
+    plain = _optimize("tflm_magic_wand", tmp_path / "plain.tflite")
+    rewritten = _optimize("tflm_magic_wand", tmp_path / "rewritten.tflite", "--rewrite", "auto")
+    assert rewritten["rewrite"]["search_tilings"] and rewritten["rewrite"]["used"] is False
+    assert rewritten["after"]["arena_size_bytes_mcu32"] == plain["after"]["arena_size_bytes_mcu32"] == 15_168
+    assert (tmp_path / "rewritten.tflite").read_bytes() == (tmp_path / "plain.tflite").read_bytes()
+
+
 def test_rewrite_says_why_it_cannot(tmp_path):
     report = _optimize("tflm_hello_world_int8", tmp_path / "h.tflite", "--rewrite", "auto")
     assert report["rewrite"]["used"] is False and report["rewrite"]["reason"]
