@@ -191,13 +191,12 @@ def _families(names: list[str], doc: Path, argv: list[str]) -> int:
             "|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|",
             *rows,
             "",
-            "pan_detector stays below 2x. Its int8 input (76,800 B) is 86% of the 2x target (89,600 B): while the first",
-            "patches run, their intermediates must fit in the other 12,800 B. The search tries at most 10 patches an axis;",
-            "by hand, the stem and residual block as 20 row patches with the input cut into in-place row strips (SPLIT_V)",
-            "peak at 102,544 B, in the second patch: beside all 76,800 B of strips (each still read), conv_2d_0's rows for",
-            "the patch (11,520 B) and their PAD for the next convolution's column padding (11,664 B, a copy per patch); 40",
-            "patches peak at 102,400 B. Both are over the MAC budget too: their halos add 26.9% and 55.2% of the model's",
-            "43,972,800 MACs (10 patches: 12.8%).",
+            "pan_detector's int8 input (76,800 B) is 86% of the 2x target (89,600 B), and its three peaks (the stem, the",
+            "residual block, the neck's 20x20 channel concatenation) only go below it together. Tiling the lowest-head",
+            "region first ends at 101,936 B (1.76x); the search also follows the first round's alternatives, the two",
+            "tilings whose own part peaks lowest while a peak outside them sets the head (`rewrite.search.ALTERNATIVES`),",
+            "each with rounds of its own. The stem's 10x10 patches peak lowest live (88,400 B) but place at 98,816 B with",
+            "the other two regions tiled; its 10x9 patches (88,784 B live) place at 89,504 B.",
         ]
     )
     write_section(doc, FAMILIES_SECTION, body)

@@ -61,6 +61,8 @@ from lowtide.settings import Settings, settings_or_read
 MAX_PATCHES_PER_AXIS = 10
 GRID_STEPS = tuple(range(1, MAX_PATCHES_PER_AXIS + 1))
 BUILT_CANDIDATES = 6
+# Tilings of the first round whose own part peaks lowest, each continued by rounds of its own (`_rounds`' `joint`).
+ALTERNATIVES = 2
 # Regions around the peak end at most this many cut tensors past it, or at a tensor computed before that.
 TARGET_CUTS_PAST_PEAK = 2
 GRIDS_PLANNED_PER_REGION = 4
@@ -215,8 +217,8 @@ def rewrite_auto(
     budget = macs_before * (1.0 + max_mac_overhead)
     explored: list[Candidate] = []
     rejected: list[RejectedCandidate] = []
-    rounds, found = _rounds(graph, budget, limits, explored, rejected)
-    if not rounds:  # `found` is the first round: the original in its best order, and why it stays untiled
+    rounds, found, joined = _rounds(graph, budget, limits, explored, rejected, joint=True)
+    if not rounds and not joined:  # `found` is the first round: the original in its best order, and why untiled
         return RewriteResult(
             found.base_model,
             False,
@@ -232,28 +234,12 @@ def rewrite_auto(
             time.monotonic() - started,
             tuple(rejected),
         )
-    original_head, final = rounds[0].base_head_bytes, rounds[-1]
-    tilings = tuple(r.tiling for r in rounds if r.tiling is not None)  # every round after the first tiled
-    current, current_tilings = final, tilings
-    for _ in range(len(tilings)):
-        # The first region was tiled while the peak was still elsewhere, so its grid was chosen for the MACs it
-        # saves; with the later regions tiled first, its own peak is what counts, and it may get a finer grid.
-        # Each region gets that second look once, in turn, while the head does not rise: two regions whose
-        # peaks are level only go lower together, so a look that leaves the head where it was still counts
-        # (its region's own peak fell). The lowest head seen is kept.
-        if len(current_tilings) < 2 or limits.cut():
-            break
-        try:
-            later = apply_tilings(graph, current_tilings[1:])
-        except NotApplicable:
-            break
-        again = _rounds(later, budget, limits, explored, rejected, level=True)[0]
-        if not again or again[-1].head_bytes > current.head_bytes:
-            break
-        current = again[-1]
-        current_tilings = current_tilings[1:] + tuple(r.tiling for r in again if r.tiling is not None)
-        if current.head_bytes < final.head_bytes:
-            final, tilings = current, current_tilings
+    original_head = (rounds or joined)[0].base_head_bytes
+    chains = [_second_looks(graph, rounds, budget, limits, explored, rejected)] if rounds else []
+    chains += [(joined[-1], tuple(r.tiling for r in joined if r.tiling is not None))] if joined else []
+    # The rounds that followed an alternative of the first round win where they end strictly lower (`min` keeps
+    # the first of equals).
+    final, tilings = min(chains, key=lambda chain: chain[0].head_bytes)
     head, planned = planned_model(final.model, limits.placement(FINAL_PLACE_UNITS))
     reason = "; then ".join(t.describe() for t in tilings)
     ends = [note for note in (region_end(graph, t.target) for t in tilings) if note]
@@ -276,6 +262,41 @@ def rewrite_auto(
     )
 
 
+def _second_looks(
+    graph: Graph,
+    rounds: list[_Round],
+    budget: float,
+    limits: _Limits,
+    explored: list[Candidate],
+    rejected: list[RejectedCandidate],
+) -> tuple[_Round, tuple[Tiling, ...]]:
+    """The last of `rounds` (the first tiling `graph`), or where a second look at each region in turn places
+    lower, that look's last round; and the tilings that lead to it."""
+    final = rounds[-1]
+    tilings = tuple(r.tiling for r in rounds if r.tiling is not None)  # every round after the first tiled
+    current, current_tilings = final, tilings
+    for _ in range(len(tilings)):
+        # The first region was tiled while the peak was still elsewhere, so its grid was chosen for the MACs it
+        # saves; with the later regions tiled first, its own peak is what counts, and it may get a finer grid.
+        # Each region gets that second look once, in turn, while the head does not rise: two regions whose
+        # peaks are level only go lower together, so a look that leaves the head where it was still counts
+        # (its region's own peak fell). The lowest head seen is kept.
+        if len(current_tilings) < 2 or limits.cut():
+            break
+        try:
+            later = apply_tilings(graph, current_tilings[1:])
+        except NotApplicable:
+            break
+        again = _rounds(later, budget, limits, explored, rejected, level=True)[0]
+        if not again or again[-1].head_bytes > current.head_bytes:
+            break
+        current = again[-1]
+        current_tilings = current_tilings[1:] + tuple(r.tiling for r in again if r.tiling is not None)
+        if current.head_bytes < final.head_bytes:
+            final, tilings = current, current_tilings
+    return final, tilings
+
+
 def _rounds(
     graph: Graph,
     budget: float,
@@ -283,20 +304,47 @@ def _rounds(
     explored: list[Candidate],
     rejected: list[RejectedCandidate],
     level: bool = False,
-) -> tuple[list[_Round], _Round]:
+    joint: bool = False,
+) -> tuple[list[_Round], _Round, list[_Round]]:
     """Tile around the peak, then around the peak of the tiled graph, for as long as the head falls: the rounds
-    that lowered it, and the last round searched. Adds every point explored to `explored`, and every built
-    candidate refused to `rejected`. `level`: the first round is a second look (`_tile_peak`)."""
-    rounds: list[_Round] = []
-    current = graph
+    that lowered it, the last round searched, and the rounds that followed one of the first round's alternatives
+    and ended lowest, where they end below the first rounds (else none; two regions whose peaks compete only go
+    lower together). Adds every point explored to `explored`, and every built candidate refused to `rejected`.
+    `level`: the first round is a second look (`_tile_peak`). `joint`: the first round also builds its
+    alternatives."""
+    first = _tile_peak(graph, budget, limits, level, alternatives=joint)
+    explored.extend(first.explored)
+    rejected.extend(first.rejected)
+    rounds, last = _rounds_after([first], budget, limits, explored, rejected) if first.tiling else ([], first)
+    reached = rounds[-1].head_bytes if rounds else first.base_head_bytes
+    # An alternative's own tiled part stays in every later round: below the head reached, or it cannot win. Its
+    # grid was chosen by live bytes, which do not say how well the patches place: each gets its chain.
+    joined: list[_Round] = []
+    for other in first.alternatives:
+        if other.own_peak_bytes >= reached or limits.cut():
+            continue
+        chain, _ = _rounds_after([other], budget, limits, explored, rejected)
+        if len(chain) > 1 and chain[-1].head_bytes < (joined[-1].head_bytes if joined else reached):
+            joined = chain
+    return rounds, last, joined
+
+
+def _rounds_after(
+    rounds: list[_Round],
+    budget: float,
+    limits: _Limits,
+    explored: list[Candidate],
+    rejected: list[RejectedCandidate],
+) -> tuple[list[_Round], _Round]:
+    """`rounds` continued on the tiled graph of the last, for as long as the head falls (`_rounds`)."""
+    rounds = list(rounds)
     while True:  # a round without a better tiling ends the loop
-        found = _tile_peak(current, budget, limits, level and not rounds)
+        found = _tile_peak(rounds[-1].model, budget, limits)
         explored.extend(found.explored)
         rejected.extend(found.rejected)
-        if found.tiling is None or (rounds and found.head_bytes >= rounds[-1].head_bytes):
+        if found.tiling is None or found.head_bytes >= rounds[-1].head_bytes:
             return rounds, found
         rounds.append(found)
-        current = found.model
 
 
 @dataclass(frozen=True)
@@ -312,11 +360,18 @@ class _Round:
     reason: str  # why nothing was tiled
     explored: tuple[Candidate, ...]
     rejected: tuple[RejectedCandidate, ...] = ()
+    # Where asked (`_rounds`' `joint`): the built tilings whose own tiled parts peak lowest (`ALTERNATIVES`) while
+    # the peak outside their region sets the live peak, but the best; each with its own peak. Tiling that region
+    # first leaves the peak outside it for the next round, where the best tiling may leave it inside.
+    alternatives: tuple[_Round, ...] = ()
+    own_peak_bytes: int = 0
 
 
-def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False) -> _Round:
+def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False, alternatives: bool = False) -> _Round:
     """The best tiling of one region around the peak of `graph` whose whole-model MACs stay within `budget`;
-    `level`: among grids of the same live peak, the one whose tiled part peaks lowest, not the fewest MACs."""
+    `level`: among grids of the same live peak, the one whose tiled part peaks lowest, not the fewest MACs;
+    `alternatives`: also the `_Round.alternatives`, for which regions are planned whose own floor is below the
+    live peak reached, whatever the peak outside them."""
     sg = graph.main
     stock = tflm_plan(graph)
     schedule = find_schedule(graph, limits.schedule(), in_place=True)
@@ -361,15 +416,20 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False
     outside_assembled = {step.op: step.live_bytes for step in assembled_steps if step.subgraph == 0}
     explored: list[tuple[Candidate, TilingPlan]] = []
     tiled_peaks: dict[int, int] = {}  # by index into `explored`: the live peak of the tiled part alone
+    own_peaks: dict[int, int] = {}  # the same, the lower with and without the CONCATENATION inputs inside it
     assembled_live: dict[int, int] = {}  # by index into `explored`: the live peak with `assembled_steps`' blocks
     best_live = best_assembled = base.head_bytes
     floors = zip(
-        _region_floors(sg, regions, outside_live), _region_floors(sg, regions, outside_assembled, assembled=True)
+        _region_floors(sg, regions, outside_live),
+        _region_floors(sg, regions, outside_assembled, assembled=True),
+        _region_floors(sg, regions, {}, assembled=True),
     )
-    for (floor, outside, region), (assembled_floor, assembled_outside, _) in sorted(floors, key=lambda f: f[0][0]):
+    for (floor, outside, region), (assembled_floor, assembled_outside, _), (own_floor, _, _) in sorted(
+        floors, key=lambda f: f[0][0]
+    ):
         if limits.cut():
             break
-        if floor >= best_live and assembled_floor >= best_assembled:
+        if floor >= best_live and assembled_floor >= best_assembled and not (alternatives and own_floor < best_live):
             continue
         region_macs = sum(op_macs(sg, sg.operators[rop.op]) for rop in region.ops)
         height, width = sg.tensors[region.target].shape[1:3]
@@ -393,7 +453,8 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False
                 tiled = _tiled_live_peak(sg, plan)
                 live = max(outside, tiled)
                 best_live = min(best_live, live)
-                assembled_live[len(explored)] = max(assembled_outside, _tiled_live_peak(sg, plan, assembled=True))
+                tiled_assembled = _tiled_live_peak(sg, plan, assembled=True)
+                assembled_live[len(explored)] = max(assembled_outside, tiled_assembled)
                 best_assembled = min(best_assembled, assembled_live[len(explored)])
                 explored.append(
                     (
@@ -410,6 +471,7 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False
                     )
                 )
                 tiled_peaks[len(explored) - 1] = tiled
+                own_peaks[len(explored) - 1] = min(tiled, tiled_assembled)
     if not explored:
         return unchanged(
             f"no tiling of the {len(regions)} regions around the peak fits the budget or beats "
@@ -425,8 +487,9 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False
     )
     explored = [explored[i] for i in ranked]
     assembled_live = {new: assembled_live[old] for new, old in enumerate(ranked)}
+    own_peaks = {new: own_peaks[old] for new, old in enumerate(ranked)}
     best: tuple[int, Graph, Candidate] | None = None
-    built: dict[int, Candidate] = {}
+    built: dict[int, tuple[int, Graph, Candidate]] = {}
     tried: set[int] = set()
 
     def build(index: int) -> None:
@@ -439,9 +502,9 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False
             rejected.append(RejectedCandidate(_tiling(candidate).describe(), refused))
             return
         head = _placed_head(tiled, limits)
-        built[index] = candidate = _with_head(candidate, head)
+        built[index] = (head, tiled, _with_head(candidate, head))
         if best is None or head < best[0]:
-            best = (head, tiled, candidate)
+            best = built[index]
 
     for index in _to_build(graph, explored):
         if best and (limits.cut() or explored[index][0].live_peak_bytes >= best[0]):
@@ -457,7 +520,15 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False
         if best and (limits.cut() or assembled_live[index] >= best[0]):
             break
         build(index)
-    points = tuple(built.get(i, c) for i, (c, _) in enumerate(explored))
+    # The alternatives: the lowest own tiled peaks among points whose live peak is set outside their region.
+    outside_set = [i for i in range(len(explored)) if own_peaks[i] < explored[i][0].live_peak_bytes]
+    others = (
+        sorted(outside_set, key=lambda i: (own_peaks[i], explored[i][0].macs))[:ALTERNATIVES] if alternatives else []
+    )
+    for index in others:
+        if index not in tried and not limits.cut():
+            build(index)
+    points = tuple(built[i][2] if i in built else c for i, (c, _) in enumerate(explored))
     if best is None:
         return unchanged(f"TFLM or lowtide's validator refused every tiling built ({rejected[0].reason})", points)
     head, rewritten, candidate = best
@@ -469,10 +540,29 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False
             reordered_head = _placed_head(reordered_graph, limits)
             if reordered_head < head:
                 rewritten, head = reordered_graph, reordered_head
+    joint = tuple(
+        _Round(base_model, base.head_bytes, _tiling(c), g, h, c.macs, "", (), (), (), own_peaks[i])
+        for i in others
+        if i in built
+        for h, g, c in [built[i]]
+        if g is not best[1]
+    )
     if head >= base.head_bytes:
-        return unchanged(f"the best tiling found plans {head:,} bytes, not below {base.head_bytes:,}", points)
+        return dataclasses.replace(
+            unchanged(f"the best tiling found plans {head:,} bytes, not below {base.head_bytes:,}", points),
+            alternatives=joint,
+        )
     return _Round(
-        base_model, base.head_bytes, _tiling(candidate), rewritten, head, candidate.macs, "", points, tuple(rejected)
+        base_model,
+        base.head_bytes,
+        _tiling(candidate),
+        rewritten,
+        head,
+        candidate.macs,
+        "",
+        points,
+        tuple(rejected),
+        joint,
     )
 
 
