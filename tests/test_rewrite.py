@@ -280,12 +280,5 @@ def test_auto_never_ends_above_the_unrewritten_optimum(name):
         assert result.macs_after == result.macs_before
     run = _same_outputs(path.read_bytes(), result.model)
     assert run.head_bytes == result.head_bytes
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(TARGETS))
-def test_auto_meets_the_memory_targets(name):
-    path = MODELS / name
-    result = rewrite_auto(load_model(path), max_mac_overhead=0.20)
-    run = _same_outputs(path.read_bytes(), result.model)
-    assert run.head_bytes <= TARGETS[name]
+    if name in TARGETS:  # the memory targets, on this same search (the default MAC budget is 20%)
+        assert run.head_bytes <= TARGETS[name]
