@@ -540,17 +540,27 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False
             reordered_head = _placed_head(reordered_graph, limits)
             if reordered_head < head:
                 rewritten, head = reordered_graph, reordered_head
-    joint = tuple(
-        _Round(base_model, base.head_bytes, _tiling(c), g, h, c.macs, "", (), (), (), own_peaks[i])
-        for i in others
-        if i in built
-        for h, g, c in [built[i]]
-        if g is not best[1]
-    )
+    joint: list[_Round] = []
+    for index in others:
+        if index in built and built[index] is not best:
+            other_head, other_graph, other = built[index]
+            joint.append(
+                _Round(
+                    base_model,
+                    base.head_bytes,
+                    _tiling(other),
+                    other_graph,
+                    other_head,
+                    other.macs,
+                    "",
+                    (),
+                    own_peak_bytes=own_peaks[index],
+                )
+            )
     if head >= base.head_bytes:
         return dataclasses.replace(
             unchanged(f"the best tiling found plans {head:,} bytes, not below {base.head_bytes:,}", points),
-            alternatives=joint,
+            alternatives=tuple(joint),
         )
     return _Round(
         base_model,
@@ -562,7 +572,7 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False
         "",
         points,
         tuple(rejected),
-        joint,
+        tuple(joint),
     )
 
 
