@@ -27,9 +27,10 @@ import numpy as np
 from lowtide.errors import LowtideError
 from lowtide.model.ir import Graph
 from lowtide.model.reader import read_model
+from lowtide.model.validate import EVERY_RELIANCE, Reliance
 from lowtide.settings import TIMEOUT_ENV, Settings, settings_or_read
 from lowtide.text import escape
-from lowtide.validation import model_problems
+from lowtide.validation import refused_problems
 
 _ALLOCATION_LINE = re.compile(r"Arena allocation (total|head|tail) (\d+) bytes")
 _RECORD_LINE = re.compile(r"'([^']+)' used (\d+) bytes .*for (\d+) ")
@@ -276,14 +277,20 @@ def run(
     return OracleRun(_figures(report, path), tuple(outputs))
 
 
-def refusal(model: bytes, path: str = "<model>", settings: Settings | None = None) -> str | None:
-    """Why `model` cannot be used, or None: lowtide's validator's first problem, else what TFLM says when it
-    prepares the model and invokes it once on random inputs (in a child process, so a crash is a reason too).
-    For models lowtide made itself (rewrite candidates), before anything is weighed or written."""
+def refusal(
+    model: bytes,
+    path: str = "<model>",
+    settings: Settings | None = None,
+    relies_on: frozenset[Reliance] = EVERY_RELIANCE,
+) -> str | None:
+    """Why `model` cannot be used, or None: lowtide's validator's first problem a stage relying on `relies_on`
+    refuses, else what TFLM says when it prepares the model and invokes it once on random inputs (in a child
+    process, so a crash is a reason too). For models lowtide made itself (rewrite candidates), before anything is
+    weighed or written."""
     settings = settings_or_read(settings)
     try:
         graph = read_model(model, path)
-        problems = model_problems(graph, settings)
+        problems = refused_problems(graph, settings, relies_on)
         if problems:
             return problems[0].message
         run(model, random_inputs(graph), path=path, settings=settings)

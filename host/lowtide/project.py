@@ -171,7 +171,8 @@ def model_build(
     runtime's part has (the model's size and digest); serving another protocol than lowtide's own where `protocol`
     says so."""
     data = path.read_bytes()
-    build = runtime.model_build(path, load_model(path, settings), core, tflm_arena_bytes, files, settings)
+    graph = load_model(path, settings, runtime.relies_on)
+    build = runtime.model_build(path, graph, core, tflm_arena_bytes, files, settings)
     build.defines.append(("LT_MODEL_SIZE", f"{len(data)}u"))
     build.string_defines.append(("LT_MODEL_SHA256", sha256_hex(data)))
     if protocol is not None:

@@ -29,6 +29,7 @@ from lowtide.compile.codegen import arena_plan, compile_model
 from lowtide.errors import LowtideError
 from lowtide.memory import tflm_plan
 from lowtide.model.ir import Graph, TensorKind
+from lowtide.model.validate import EVERY_RELIANCE, Reliance
 from lowtide.project import ModelBuild, Runtime, SourceFolder
 from lowtide.settings import Settings
 from lowtide.tflm.build import (
@@ -68,6 +69,7 @@ class FirmwareRuntime(ABC):
     name: Runtime
     kernels: KernelSet | None  # TFLM's kernel set in the firmware; None: no TFLM there
     arena_slack_bytes: ClassVar[int]  # painted past the arena to catch overruns: the harness's, not the model's
+    relies_on: ClassVar[frozenset[Reliance]]  # what of a model it relies on beyond what TFLM runs
 
     def __str__(self) -> str:
         return self.name.value
@@ -120,6 +122,7 @@ class CompiledRuntime(FirmwareRuntime):
     name = Runtime.COMPILED
     kernels = None
     arena_slack_bytes = ARENA_SLACK_BYTES
+    relies_on = EVERY_RELIANCE  # lowered from the shapes operators compute
 
     def runs_on(self, core: str) -> bool:
         return True  # plain C99
@@ -174,6 +177,7 @@ class TflmRuntime(FirmwareRuntime):
     name: Runtime
     kernels: KernelSet
     arena_slack_bytes: ClassVar[int] = 0
+    relies_on: ClassVar[frozenset[Reliance]] = frozenset()  # TFLM allocates and runs the declared shapes
 
     def runs_on(self, core: str) -> bool:
         try:

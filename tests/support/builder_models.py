@@ -22,3 +22,17 @@ def two_branch_builder() -> ModelBuilder:
 
 
 BREADTH_FIRST, BRANCH_BY_BRANCH = [0, 1, 2, 3, 4], [0, 2, 1, 3, 4]
+
+
+def converted_dilated_model() -> bytes:
+    """A SAME 3x3 convolution dilated by 2 on a 16x16x8 stem, as TensorFlow's converter writes it for a model of
+    unknown batch size (`ModelBuilder.dilated_conv2d(..., unknown_batch=True)`): SPACE_TO_BATCH_ND (operator 1)
+    declares a batch of 1 of the 4 it computes, CONV_2D (operator 2) convolves that one, and BATCH_TO_SPACE_ND
+    (operator 3) writes the quarter of its 16x16x8 output that batch reaches (even rows and columns). A 1x1
+    convolution (operator 4) keeps each pixel's bytes apart, so the written pixels' outputs are independent of
+    stale memory."""
+    b = ModelBuilder(seed=5, name="converted")
+    stem = b.conv2d(b.input((1, 16, 16, 4)), 8, 3)
+    dilated = b.dilated_conv2d(stem, 8, kernel=3, dilation=2, unknown_batch=True)
+    b.output(b.conv2d(dilated, 4, 1, activation="NONE"))
+    return b.build()

@@ -15,6 +15,7 @@ from rich.table import Table
 from lowtide import oracle
 from lowtide.cli.application import app
 from lowtide.cli.options import Arena32Option
+from lowtide.cli.warnings import print_warnings
 from lowtide.errors import LowtideError
 from lowtide.memory import MemoryPlan, tflm_plan
 from lowtide.model import Graph
@@ -22,7 +23,7 @@ from lowtide.settings import read_settings
 from lowtide.stale import ByteRanges, StaleReport, check_stale
 from lowtide.tflm import DEFAULT_CORE, Arena32Mode, Mcu32Arena, mcu32_arena
 from lowtide.tflm.tree import KernelSet
-from lowtide.validation import load_model
+from lowtide.validation import load_checked
 
 
 def inspect_report(graph: Graph, plan: MemoryPlan, arena: Mcu32Arena | None) -> dict:
@@ -203,7 +204,9 @@ def inspect(
     """Show live memory per operator, TFLM's predicted arena head and the lower bound, and TFLM's whole arena on
     a 32-bit MCU."""
     settings = read_settings()
-    graph = load_model(model, settings)
+    # Inspecting predicts what TFLM allocates for the declared shapes: it relies on no shape an operator computes.
+    loaded = load_checked(model, settings, relies_on=frozenset())
+    graph = loaded.graph
     plan = tflm_plan(graph)
     data = model.read_bytes()
     try:
@@ -232,6 +235,8 @@ def inspect(
     if plot:
         _plot(graph, plan, plot)
     report = inspect_report(graph, plan, arena)
+    report["warnings"] = [w.warning for w in loaded.warnings]
+    print_warnings(model, report["warnings"])
     if stale:
         report["stale"] = stale.to_json()
     if measured:

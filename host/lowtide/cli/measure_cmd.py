@@ -26,6 +26,7 @@ from rich.progress import (
 from rich.table import Table
 
 from lowtide.cli.application import app
+from lowtide.cli.warnings import print_warnings
 from lowtide.device.boards import DEFAULT_WAIT_S, LABGRID_PREFIX
 from lowtide.device.measure import MeasureResult
 from lowtide.pipeline.measure import measure as measure_on_board
@@ -97,6 +98,7 @@ def measure(
     )
     if as_json:
         result = run()
+        print_warnings(model, result.warnings)
         print(json.dumps(result.to_json()))
         return
     console = Console()
@@ -116,6 +118,7 @@ def measure(
             bar.update(tasks[phase], completed=done, total=total)
 
         result = run(progress=show)
+    print_warnings(model, result.warnings)
     console.print(_table(result))
 
 

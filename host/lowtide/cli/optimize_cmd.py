@@ -16,6 +16,7 @@ from rich.table import Table
 from lowtide.budget import DEFAULT_WALL_SECONDS
 from lowtide.cli.application import app
 from lowtide.cli.options import Arena32Option
+from lowtide.cli.warnings import print_warnings
 from lowtide.pipeline.optimize import OptimizeResult, PhaseProgress, Verification, optimize_model
 from lowtide.rewrite import RewriteResult, Tiling
 from lowtide.settings import read_settings
@@ -74,6 +75,7 @@ def optimize_report(result: OptimizeResult) -> dict:
         "wall_clock_cut": bool(result.wall_clock_cuts),
         "wall_clock_cut_at": list(result.wall_clock_cuts),
         "verified": result.verification is not None,
+        "warnings": list(result.warnings),
     }
     if result.verification:
         report["after"]["tflm_head_bytes"] = result.verification.measured_head_bytes
@@ -276,6 +278,7 @@ def optimize(
 
     if json_output:
         result = run(None)
+        print_warnings(model, result.warnings)
         print(json.dumps(optimize_report(result)))
         return
     console = Console(stderr=True)
@@ -300,4 +303,5 @@ def optimize(
                 bar.update(tasks[phase], detail=detail)
 
         result = run(on_progress)
+    print_warnings(model, result.warnings)
     _show(Console(), result)

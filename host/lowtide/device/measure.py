@@ -87,6 +87,8 @@ class MeasureResult:
     stack_size_bytes: int | None = None
     # TFLM runtimes on emulated boards: lowtide's 32-bit prediction of arena_used_bytes (lowtide.tflm.sizer).
     arena_predicted_used_bytes: int | None = None
+    # What the model was taken in with: problems only stages this measurement does not use refuse, one line each.
+    warnings: tuple[str, ...] = ()
 
     @property
     def arena_tail_bytes(self) -> int | None:
@@ -100,6 +102,7 @@ class MeasureResult:
         data["arena_tail_bytes"] = self.arena_tail_bytes
         data["mismatched_outputs"] = list(self.mismatched_outputs)
         data["op_cycles"] = list(self.op_cycles) if self.op_cycles is not None else None
+        data["warnings"] = list(self.warnings)
         return data
 
 

@@ -313,16 +313,21 @@ class ModelBuilder:
         self._share_quant(x.index, out.index)
         return out
 
-    def space_to_batch_nd(self, x: TensorRef, block: Sequence[int], paddings: Sequence[tuple[int, int]]) -> TensorRef:
+    def space_to_batch_nd(
+        self, x: TensorRef, block: Sequence[int], paddings: Sequence[tuple[int, int]], batch: int | None = None
+    ) -> TensorRef:
         """SPACE_TO_BATCH_ND of an NHWC tensor: pad height and width by `paddings`, then move each `block`
         offset into a batch of its own. TFLM's kernel copies bytes (padding with the zero point), so the output
-        shares the input's scale and zero point."""
+        shares the input's scale and zero point. The output's batch is computed unless `batch` declares another:
+        TFLM's kernel fills the declared batches only (the first `batch` block offsets)."""
         n, h, w, c = self._nhwc(x)
         (bh, bw), ((top, bottom), (left, right)) = block, paddings
         if bh < 1 or bw < 1 or min(top, bottom, left, right) < 0 or (h + top + bottom) % bh or (w + left + right) % bw:
             raise LowtideError(
                 f"SPACE_TO_BATCH_ND block {list(block)} and paddings {list(paddings)} do not fit {x.shape}"
             )
+        if batch is not None and batch < 1:
+            raise LowtideError(f"SPACE_TO_BATCH_ND cannot declare a batch of {batch}")
         spec = self._activation(x)
         op_index = len(self._operators)
         inputs = (
@@ -333,7 +338,7 @@ class ModelBuilder:
         out = self._add_op(
             "SPACE_TO_BATCH_ND",
             inputs,
-            (n * bh * bw, (h + top + bottom) // bh, (w + left + right) // bw, c),
+            (batch or n * bh * bw, (h + top + bottom) // bh, (w + left + right) // bw, c),
             spec.rms,
             spec.nonnegative,
             attrs.UnreadAttributes("SpaceToBatchNDOptions"),
@@ -346,14 +351,15 @@ class ModelBuilder:
     ) -> TensorRef:
         """BATCH_TO_SPACE_ND, the inverse of `space_to_batch_nd` with `crops` cut off. The output shape is
         computed unless `shape` declares another: TFLM's kernel never checks it against block and crops (its
-        Prepare checks only rank and type) and writes only the positions its input covers."""
+        Prepare checks only rank and type) and writes only the positions its input covers (of a batch that is no
+        whole number of blocks, the offsets of the batches there are)."""
         n, h, w, c = self._nhwc(x)
         (bh, bw), ((top, bottom), (left, right)) = block, crops
-        if bh < 1 or bw < 1 or n % (bh * bw) or min(top, bottom, left, right) < 0:
+        if bh < 1 or bw < 1 or (n % (bh * bw) and shape is None) or min(top, bottom, left, right) < 0:
             raise LowtideError(f"BATCH_TO_SPACE_ND block {list(block)} and crops {list(crops)} do not fit {x.shape}")
         computed = (n // (bh * bw), h * bh - top - bottom, w * bw - left - right, c)
         out_shape = tuple(shape) if shape is not None else computed
-        if len(out_shape) != 4 or out_shape[0] != computed[0] or out_shape[3] != c or min(out_shape) < 1:
+        if len(out_shape) != 4 or out_shape[3] != c or min(out_shape) < 1:
             raise LowtideError(f"BATCH_TO_SPACE_ND of {x.shape} cannot declare the output shape {out_shape}")
         spec = self._activation(x)
         op_index = len(self._operators)
@@ -381,13 +387,18 @@ class ModelBuilder:
         dilation: int = 2,
         activation: Activation = "RELU",
         declared_shape: Sequence[int] | None = None,
+        unknown_batch: bool = False,
     ) -> TensorRef:
         """A SAME dilated convolution as TensorFlow lowers it when it has no dilated kernel
         (`tf.nn.with_space_to_batch`): SPACE_TO_BATCH_ND pads by dilation x (kernel - 1), rounded up to a
         multiple of `dilation`, and splits the image into dilation² batches; a VALID CONV_2D runs on each;
         BATCH_TO_SPACE_ND interleaves them back and crops the rounding. `declared_shape` makes
-        BATCH_TO_SPACE_ND declare another output shape (see `batch_to_space_nd`)."""
-        _, h, w, _ = self._nhwc(x)
+        BATCH_TO_SPACE_ND declare another output shape (see `batch_to_space_nd`). `unknown_batch` declares the
+        shapes as TensorFlow's converter writes them for a model whose batch size is left unknown (Keras'
+        default): every batch dimension it cannot compute, SPACE_TO_BATCH_ND's output and all after it, is stored
+        as 1 (its shape signature's -1), so TFLM, which allocates and loops over the declared shapes, convolves
+        only the first block offset and BATCH_TO_SPACE_ND writes only the pixels it holds."""
+        n, h, w, _ = self._nhwc(x)
         if dilation < 1:
             raise LowtideError(f"dilation must be at least 1, got {dilation}")
         pad = dilation * (kernel - 1)
@@ -396,8 +407,10 @@ class ModelBuilder:
             extra = -(size + pad) % dilation
             paddings.append((pad // 2, pad - pad // 2 + extra))
             crops.append((0, extra))
-        batched = self.space_to_batch_nd(x, (dilation, dilation), paddings)
+        batched = self.space_to_batch_nd(x, (dilation, dilation), paddings, n if unknown_batch else None)
         convolved = self.conv2d(batched, filters, kernel, padding="VALID", activation=activation)
+        if unknown_batch and declared_shape is None:
+            declared_shape = (n, h, w, filters)
         return self.batch_to_space_nd(convolved, (dilation, dilation), crops, declared_shape)
 
     # ---- element-wise operators, padding, resizing, reductions --------------------------------------------

@@ -59,12 +59,21 @@ class Computed:
 
     dims: tuple[Dim, ...] | None
     elements: int | None = None
+    impossible: str = ""  # why the operator computes no shape at all from these operands (TFLM runs it anyway)
 
     @classmethod
     def exact(cls, shape: Sequence[int]) -> Computed:
         return cls(tuple(int(d) for d in shape))
 
+    @classmethod
+    def none(cls, why: str) -> Computed:
+        """No shape: TensorFlow refuses these operands, while TFLM's kernel, which never computes the output's
+        shape, runs on the declared one."""
+        return cls(None, impossible=why)
+
     def matches(self, declared: tuple[int, ...]) -> bool:
+        if self.impossible:
+            return False
         if self.elements is not None and math.prod(declared) != self.elements:
             return False
         return self.dims is None or (
@@ -72,6 +81,8 @@ class Computed:
         )
 
     def __str__(self) -> str:
+        if self.impossible:
+            return f"none ({self.impossible})"
         count = f"{self.elements} elements"
         if self.dims is None:
             return f"any shape of {count}"
@@ -467,7 +478,10 @@ def _batch_space(o: _Operands) -> list[Computed | None]:
     """SPACE_TO_BATCH_ND and BATCH_TO_SPACE_ND: the batch times or divided by the block, the channels kept. The
     height and width may be anything: both kernels, TFLM's and lowtide's, write the declared height and width,
     copying what the block covers (the rest of a BATCH_TO_SPACE_ND's output is stale memory, which lowtide.stale
-    follows), so no declared height or width makes compiled code differ from TFLM."""
+    follows), so no declared height or width makes compiled code differ from TFLM. A BATCH_TO_SPACE_ND input batch
+    that is no whole number of blocks (the converter's batch of 1 where the batch size is unknown) computes no
+    shape: TFLM's kernel still copies each input batch to the declared output's batch `b % declared` at block
+    offset `b // declared`."""
     x = o.shape(0)
     if len(x) not in (3, 4):
         raise _NotJudged
@@ -478,7 +492,7 @@ def _batch_space(o: _Operands) -> list[Computed | None]:
     if o.op.opcode == "SPACE_TO_BATCH_ND":
         batch = x[0] * blocks
     elif x[0] % blocks:
-        raise OperandShapes(f"a batch of {x[0]} is not a whole number of {blocks}-element blocks")
+        return [Computed.none(f"a batch of {x[0]} is not a whole number of {blocks}-element blocks")]
     else:
         batch = x[0] // blocks
     return [Computed((batch, *(None,) * (len(x) - 2), x[-1]))]

@@ -11,10 +11,18 @@ docstring is the reason given to the user, registered for the kind of thing it l
 tensor, an operator), yielding one detail per problem found. `graph_problems` runs them all and returns every
 problem, each one line naming where it is; the memory stage's check, which needs a sound structure, runs only on
 a model these pass.
+
+Most checks guard every command: TFLM itself would crash or misread the model. A few guard only the stages that
+rely on what they check (`Reliance`, given where the check is registered): TFLM allocates and runs the shapes a
+model declares, so an operator whose declared output shape is not the one it computes breaks only the stages that
+compute with that shape (the compiler's lowering, the rewrite's tiling). The commands that do not rely on it
+(`inspect`, `measure` with TFLM, `optimize`) take the model with a warning (`Problem.warning`), and the rest
+refuse it (`lowtide.validation.load_model`).
 """
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -151,14 +159,43 @@ _UNIONS = {
 }
 
 
+class Reliance(enum.Enum):
+    """What only some stages rely on: a problem of a check registered with one is refused by the commands that
+    rely on it, and a warning, with its consequence under TFLM, to the others."""
+
+    COMPUTED_SHAPES = (
+        "TFLM allocates the declared shape and runs the kernel on it: output bytes it does not compute there are "
+        "left unwritten, stale memory (`lowtide inspect --check-stale`, docs/stale-memory.md), and what it "
+        "computes beyond the declared shape is dropped"
+    )
+
+    @property
+    def consequence(self) -> str:
+        return self.value
+
+
+# What every stage relies on: the default of the commands that compute with everything the model says.
+EVERY_RELIANCE = frozenset(Reliance)
+
+
 @dataclass(frozen=True)
 class Problem:
     where: str  # "subgraph 0 operator 3 (CONV_2D)", "model", ...
     reason: str  # the check's reason, with the detail of this case
+    relied_on: Reliance | None = None  # None: every command relies on the check; else only those relying on this
 
     @property
     def message(self) -> str:
         return f"{self.where}: {self.reason}"
+
+    @property
+    def warning(self) -> str:
+        """The message and, for a problem only some commands refuse, what happens under TFLM to those that go on."""
+        return f"{self.message}; {self.relied_on.consequence}" if self.relied_on else self.message
+
+    def refused_by(self, relies_on: frozenset[Reliance]) -> bool:
+        """Whether a command relying on `relies_on` refuses the model for this problem."""
+        return self.relied_on is None or self.relied_on in relies_on
 
 
 @dataclass(frozen=True)
@@ -181,17 +218,23 @@ OPERATOR_CHECKS: list[Check] = []  # (model, subgraph, operator) -> details
 PLAN_CHECKS: list[Check] = []  # (model, plan) -> details
 
 
-def _check(table: list[Check]) -> Callable[[Check], Check]:
+# The checks only some stages rely on, and what they rely on (every other check: all of them).
+_RELIED_ON: dict[Check, Reliance] = {}
+
+
+def _check(table: list[Check], relied_on: Reliance | None = None) -> Callable[[Check], Check]:
     def register(fn: Check) -> Check:
         table.append(fn)
+        if relied_on is not None:
+            _RELIED_ON[fn] = relied_on
         return fn
 
     return register
 
 
-def _reason(check: Check, detail: str) -> str:
+def _problem(where: str, check: Check, detail: str) -> Problem:
     summary = (check.__doc__ or "").strip()  # every registered check has its reason as its docstring
-    return f"{summary}: {detail}" if detail else summary
+    return Problem(where, f"{summary}: {detail}" if detail else summary, _RELIED_ON.get(check))
 
 
 # ---- structure ---------------------------------------------------------------------------------------------------
@@ -500,7 +543,7 @@ def _operand_shapes(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
             yield str(exc)
 
 
-@_check(OPERATOR_CHECKS)
+@_check(OPERATOR_CHECKS, Reliance.COMPUTED_SHAPES)
 def _declared_shape(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
     """declared output shape is not the one the operator computes"""
     if not _judged_options(op):
@@ -553,16 +596,15 @@ def graph_problems(graph: Graph, max_tensor_bytes: int) -> list[Problem]:
     (`lowtide.validation.model_problems` runs both). No tensor or planned offset may reach past
     `max_tensor_bytes`."""
     m = _Model(graph, max_tensor_bytes)
-    problems = [Problem("model", _reason(c, d)) for c in MODEL_CHECKS for d in c(m)]
+    problems = [_problem("model", c, d) for c in MODEL_CHECKS for d in c(m)]
     for sg in graph.subgraphs:
         where = f"subgraph {sg.index}"
-        problems += [Problem(where, _reason(c, d)) for c in SUBGRAPH_CHECKS for d in c(m, sg)]
+        problems += [_problem(where, c, d) for c in SUBGRAPH_CHECKS for d in c(m, sg)]
         for t in sg.tensors:
             at = f"{where} tensor {t.index} '{t.name}'"
-            problems += [Problem(at, _reason(c, d)) for c in TENSOR_CHECKS for d in c(m, sg, t)]
+            problems += [_problem(at, c, d) for c in TENSOR_CHECKS for d in c(m, sg, t)]
         for op in sg.operators:
-            at = f"{where} operator {op.index} ({op.opcode})"
-            problems += [Problem(at, _reason(c, d)) for c in OPERATOR_CHECKS for d in c(m, sg, op)]
+            problems += _operator_problems(m, sg, op)
     data = graph.metadata.get(OFFLINE_PLAN_NAME)
     if data is not None:
         try:
@@ -570,8 +612,28 @@ def graph_problems(graph: Graph, max_tensor_bytes: int) -> list[Problem]:
         except PlanFormatError as exc:
             problems.append(Problem("OfflineMemoryAllocation", str(exc)))
         else:
-            problems += [Problem("model", _reason(c, d)) for c in PLAN_CHECKS for d in c(m, plan)]
+            problems += [_problem("model", c, d) for c in PLAN_CHECKS for d in c(m, plan)]
     return problems
+
+
+def _operator_problems(m: _Model, sg: Subgraph, op: Operator, relied_on: Reliance | None = None) -> list[Problem]:
+    """The problems the operator checks find in `op`; only those of the checks `relied_on` names when it is given."""
+    checks = [c for c in OPERATOR_CHECKS if relied_on is None or _RELIED_ON.get(c) is relied_on]
+    return [
+        _problem(f"subgraph {sg.index} operator {op.index} ({op.opcode})", c, d) for c in checks for d in c(m, sg, op)
+    ]
+
+
+def shape_problems(graph: Graph, sg: Subgraph, op: Operator) -> list[Problem]:
+    """The problems of `op` with the checks of the shapes it computes: what a stage computing with those shapes
+    (the rewrite's tiling, per operator it would tile) must refuse where the model was taken in with a warning."""
+    return _operator_problems(_Model(graph, 0), sg, op, Reliance.COMPUTED_SHAPES)  # the shape checks read no limit
+
+
+def reliances_passed(problems: Sequence[Problem]) -> frozenset[Reliance]:
+    """What a model with `problems` passes every check of: what a model lowtide derives from it (a rewrite
+    candidate) is refused for failing, since the original did not."""
+    return EVERY_RELIANCE - {p.relied_on for p in problems if p.relied_on is not None}
 
 
 def refuse_problems(graph: Graph, problems: Sequence[Problem]) -> Graph:

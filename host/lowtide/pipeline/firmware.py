@@ -124,7 +124,7 @@ def build_board_firmware(
     from its ELF. `graph`: the model at `model_path`, when the caller has already read and validated it."""
     settings = settings_or_read(settings)
     runtime = runtime_for(spec.runtime, runtime)
-    graph = graph if graph is not None else load_model(model_path, settings)
+    graph = graph if graph is not None else load_model(model_path, settings, runtime.relies_on)
     early = runtime.estimate_before_sizing(graph)
     if early is not None:
         # Before TFLM is built to size the arena: the head alone and the model file must fit.

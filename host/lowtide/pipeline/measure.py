@@ -8,6 +8,7 @@ handed to the device layer, which runs the model on the board and compares (lowt
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from pathlib import Path
 
 from lowtide import oracle
@@ -22,7 +23,7 @@ from lowtide.model.ir import Graph
 from lowtide.pipeline.firmware import board_firmware, predicted_arena
 from lowtide.runtimes import FirmwareRuntime, planned_head_bytes, runtime_for, runtime_named
 from lowtide.settings import Settings, settings_or_read
-from lowtide.validation import load_model
+from lowtide.validation import load_checked
 
 
 def measure(
@@ -52,9 +53,11 @@ def measure(
         raise LowtideError(f"need iterations >= 1 and warmup >= 0, got {iterations} and {warmup}")
     settings = settings_or_read(settings)
     model_path = Path(model_path)
-    graph = load_model(model_path, settings)
     target = get_board(board)
     chosen = runtime_named(runtime) if runtime else None
+    # A board without a board file runs what it runs (the host-tflm board: TFLM, on the declared shapes).
+    relies_on = runtime_for(target.spec.runtime, chosen).relies_on if target.spec else frozenset()
+    loaded = load_checked(model_path, settings, relies_on)
     if probe is not None:
         if target.spec is None:
             raise LowtideError(f"--probe picks a board lowtide flashes: --board {target.name} is not one")
@@ -73,9 +76,9 @@ def measure(
         else locking.locked(resource, lock_timeout, what, lock_wait, lock_dir=settings.lock_dir)
     )
     with held:
-        return _measure(
+        result = _measure(
             target,
-            graph,
+            loaded.graph,
             model_path,
             port,
             iterations,
@@ -89,6 +92,7 @@ def measure(
             on_wait,
             settings,
         )
+    return dataclasses.replace(result, warnings=tuple(w.warning for w in loaded.warnings))
 
 
 def _measure(

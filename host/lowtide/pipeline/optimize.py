@@ -23,13 +23,14 @@ from lowtide.memory.lifetimes import Order, stored_order
 from lowtide.memory.placement import Placement
 from lowtide.model import Graph
 from lowtide.model.operators import graph_macs
+from lowtide.model.validate import Reliance
 from lowtide.rewrite import NotApplicable, RejectedCandidate, RewriteResult, Tiling, apply_tilings, rewrite_auto
 from lowtide.schedule import Schedule, find_schedule
 from lowtide.settings import Settings, settings_or_read
 from lowtide.stale import StaleReport, check_stale
 from lowtide.tflm import DEFAULT_CORE, Arena32Mode, Mcu32Arena, mcu32_arena
 from lowtide.tflm.tree import KernelSet
-from lowtide.validation import load_model
+from lowtide.validation import load_checked
 
 # Work units (`lowtide.budget`) of scheduling and placing the graph at effort 1: the operator-order search may use
 # SCHEDULE_SHARE of them (the default `find_schedule` budget), placement gets what it leaves (the default `place`
@@ -82,6 +83,8 @@ class OptimizeResult:
     # or verified)
     rejected: tuple[RejectedCandidate, ...] = ()
     footprint_bound_bytes: int | None = None  # only when the plan holds blocks in place (`lower_bound_bytes`)
+    # What the model was taken in with (`Problem.warning`): optimizing relies on no shape an operator computes.
+    warnings: tuple[str, ...] = ()
 
     @property
     def planned_head_bytes(self) -> int:
@@ -163,7 +166,10 @@ def optimize_model(
     model_path, out_path = Path(model_path), Path(out_path)
     if out_path.resolve() == model_path.resolve():
         raise LowtideError("output would overwrite the input model; choose another -o path", out_path)
-    graph = load_model(model_path, settings)
+    # Ordering and planning work on the declared shapes, which TFLM allocates; the rewrite tiles only operators
+    # whose declared shapes are the ones they compute (`lowtide.rewrite.regions`).
+    loaded = load_checked(model_path, settings, relies_on=frozenset())
+    graph = loaded.graph
     inputs = oracle.random_inputs(graph)
     stock_run = oracle.run(graph.data, inputs, path=str(model_path), settings=settings) if verify else None
     stock = stock_run.arena if stock_run else oracle.allocate(graph.data, path=str(model_path), settings=settings)
@@ -179,7 +185,7 @@ def optimize_model(
         report("rewrite", 1.0, rewritten.reason)
         rejected.extend(rewritten.rejected)
         if rewritten.rewritten:
-            weigh = _Weigher(str(model_path), kernels, core, arena32, rejected, settings)
+            weigh = _Weigher(str(model_path), kernels, core, arena32, rejected, settings, loaded.passed)
             tiled = weigh(rewritten.model, rewritten.tilings)
             candidates += [tiled] if tiled else []
             fewer = _fewer_patches(graph, rewritten, weigh, effort, clock)
@@ -274,6 +280,7 @@ def optimize_model(
         rewrite_macs=graph_macs(candidate.graph) if candidate.tilings else None,
         rejected=tuple(rejected),
         footprint_bound_bytes=footprint_bound_bytes(candidate.graph) if plan.blocks else None,
+        warnings=tuple(w.warning for w in loaded.warnings),
     )
 
 
@@ -337,9 +344,10 @@ class _Weigher:
     arena32: Arena32Mode
     rejected: list[RejectedCandidate]
     settings: Settings
+    relies_on: frozenset[Reliance]  # what the original passes every check of, so every candidate must too
 
     def __call__(self, graph: Graph, tilings: tuple[Tiling, ...]) -> _Candidate | None:
-        refused = oracle.refusal(graph.data, self.path, self.settings)
+        refused = oracle.refusal(graph.data, self.path, self.settings, self.relies_on)
         if refused:
             self.rejected.append(RejectedCandidate(_describe(tilings), refused))
             return None

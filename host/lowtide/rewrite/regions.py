@@ -38,6 +38,7 @@ from lowtide.model.operators import (
     op_macs,
 )
 from lowtide.model.schema import ELEMENT_BYTES
+from lowtide.model.validate import shape_problems
 from lowtide.model.windows import (
     IDENTITY,
     AxisMap,
@@ -436,6 +437,11 @@ def _same_padding_used(sg: Subgraph, op: Operator) -> bool:
 
 def _region_op(graph: Graph, op: Operator, producers: dict[int, int], members: int, folded: set[int]) -> RegionOp:
     sg = graph.main
+    # Patches are computed from the shapes the operators compute: a model taken in with an operator whose
+    # declared output is another (TFLM runs the declared one) is tiled around it, never through it.
+    problems = shape_problems(graph, sg, op)
+    if problems:
+        raise NotApplicable(f"operator {op.index} ({op.opcode}): {problems[0].reason}")
     for output in op.outputs:
         if len(sg.tensors[output].shape) != 4 or sg.tensors[output].shape[0] != 1:
             raise NotApplicable(f"operator {op.index} ({op.opcode}) has no single-image NHWC output")

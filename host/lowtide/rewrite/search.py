@@ -34,6 +34,7 @@ from lowtide.model.edit import with_offline_plan
 from lowtide.model.ir import Graph
 from lowtide.model.operators import TILEABLE_OPCODES, graph_macs, op_macs
 from lowtide.model.schema import ELEMENT_BYTES
+from lowtide.model.validate import Reliance, reliances_passed
 from lowtide.rewrite.emit import emit_tiled, is_window
 from lowtide.rewrite.errors import NotApplicable
 from lowtide.rewrite.regions import (
@@ -55,6 +56,7 @@ from lowtide.rewrite.regions import (
 )
 from lowtide.schedule import apply_order, find_schedule
 from lowtide.settings import Settings, settings_or_read
+from lowtide.validation import model_problems
 
 # Patches along each axis of the target, coarse to fine.
 # TFLM's CONCATENATION takes at most 10 inputs (kMaxInputNum): at most 10 patches along each axis.
@@ -82,6 +84,7 @@ class _Limits:
     effort: float
     clock: WallClock
     settings: Settings  # the command's: the host TFLM's timeout for each candidate's run
+    relies_on: frozenset[Reliance]  # what the original passes every check of, so every candidate must too
 
     def schedule(self) -> WorkBudget:
         return WorkBudget.of(self.effort * RESCHEDULE_UNITS, "rewrite: schedule", self.clock)
@@ -207,7 +210,8 @@ def rewrite_auto(
     as long as the head keeps falling and the MACs stay within `max_mac_overhead` of the original's. Every search
     inside gets `effort` times its fixed budget; `clock` is the safety net (default `WallClock()`)."""
     started = time.monotonic()
-    limits = _Limits(effort, clock or WallClock(), settings_or_read(settings))
+    settings = settings_or_read(settings)
+    limits = _Limits(effort, clock or WallClock(), settings, reliances_passed(model_problems(graph, settings)))
 
     def wall_clock_cut() -> bool:
         return any(where.startswith("rewrite") for where in limits.clock.cuts)
@@ -497,7 +501,8 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False
         tried.add(index)
         candidate, plan = explored[index]
         tiled = _emit(graph, plan, base_order)
-        refused = oracle.refusal(tiled.data, graph.path, limits.settings)  # the host TFLM runs in a child: bytes
+        # the host TFLM runs in a child: bytes
+        refused = oracle.refusal(tiled.data, graph.path, limits.settings, limits.relies_on)
         if refused:
             rejected.append(RejectedCandidate(_tiling(candidate).describe(), refused))
             return
