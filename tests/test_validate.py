@@ -502,9 +502,7 @@ def test_a_declared_output_shape_the_operator_does_not_compute_is_one_line(opcod
     problems = model_problems(read_model(data))
     assert [p.where for p in problems] == [f"subgraph 0 operator {op} ({opcode})"]
     assert "declared output shape is not the one the operator computes" in problems[0].reason
-    # optimize relies on no computed shape (TFLM allocates the declared one): test_declared_shapes checks it
-    # takes such a model with a warning.
-    for command in ("validate", "compile"):
+    for command in ("validate", "compile", "optimize"):
         out = tmp_path / command
         out.mkdir()
         assert_kept_promise(

@@ -68,6 +68,11 @@ CHANNEL_OPCODES = frozenset({"CONCATENATION", "SPLIT", "SPLIT_V"})  # along chan
 SIDE_EFFECT_OPCODES = frozenset({"VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE", "CALL_ONCE"})
 # Operators that produce nothing through tensors: all others must have an output.
 NO_OUTPUT_OPCODES = frozenset({"ASSIGN_VARIABLE", "CALL_ONCE"})
+# Operators whose TFLM kernel runs on the output shape the model declares, whatever it computes: Prepare checks
+# only ranks and types and never resizes the output, and Eval loops over the declared batches, rows and columns
+# (or skips what falls outside them), copying the input's channels into each (docs/stale-memory.md). Any other
+# kernel may resize its output in Prepare, refuse it, or run past it.
+TFLM_KEEPS_DECLARED_OUTPUT = frozenset({"SPACE_TO_BATCH_ND", "BATCH_TO_SPACE_ND"})
 # The operators whose multiply-accumulates are counted (`op_macs`): every other kernel's work is negligible beside.
 MAC_OPCODES = CONV_OPCODES | {"FULLY_CONNECTED"}
 

@@ -13,11 +13,11 @@ problem, each one line naming where it is; the memory stage's check, which needs
 a model these pass.
 
 Most checks guard every command: TFLM itself would crash or misread the model. A few guard only the stages that
-rely on what they check (`Reliance`, given where the check is registered): TFLM allocates and runs the shapes a
-model declares, so an operator whose declared output shape is not the one it computes breaks only the stages that
-compute with that shape (the compiler's lowering, the rewrite's tiling). The commands that do not rely on it
-(`inspect`, `measure` with TFLM, `optimize`) take the model with a warning (`Problem.warning`), and the rest
-refuse it (`lowtide.validation.load_model`).
+rely on what they check (`Reliance`, given where the check is registered): where TFLM's kernel runs on the output
+shape a model declares (SPACE_TO_BATCH_ND and BATCH_TO_SPACE_ND: `TFLM_KEEPS_DECLARED_OUTPUT`), a declared shape
+other than the one the operator computes breaks only the stages that compute with that shape (the compiler's
+lowering, the rewrite's tiling). The commands that do not rely on it (`inspect`, `measure` with TFLM, `optimize`)
+take the model with a warning (`Problem.warning`), and the rest refuse it (`lowtide.validation.load_model`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from lowtide.model.attributes import SoftmaxAttributes, SvdfAttributes, schema_f
 from lowtide.model.ir import Graph, Operator, Subgraph, Tensor, TensorKind
 from lowtide.model.offline_memory import NAME as OFFLINE_PLAN_NAME
 from lowtide.model.offline_memory import VERSION, OfflinePlan, PlanFormatError
-from lowtide.model.operators import NO_OUTPUT_OPCODES
+from lowtide.model.operators import NO_OUTPUT_OPCODES, TFLM_KEEPS_DECLARED_OUTPUT
 from lowtide.model.schema import fb
 from lowtide.settings import MAX_TENSOR_BYTES_ENV
 
@@ -543,9 +543,10 @@ def _operand_shapes(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
             yield str(exc)
 
 
-@_check(OPERATOR_CHECKS, Reliance.COMPUTED_SHAPES)
-def _declared_shape(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
-    """declared output shape is not the one the operator computes"""
+def _declared_mismatches(m: _Model, sg: Subgraph, op: Operator) -> Iterator[tuple[str, bool]]:
+    """Each output `op` declares with a shape it does not compute, and whether TFLM runs it as declared: the
+    kernel keeps any declared output (TFLM_KEEPS_DECLARED_OUTPUT) and it holds the computed rank and channels,
+    which the kernel copies into each declared position."""
     if not _judged_options(op):
         return
     try:
@@ -553,8 +554,24 @@ def _declared_shape(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
     except shapes.OperandShapes:
         return  # _operand_shapes says so
     for t, expected in zip(op.outputs, computed):
-        if expected is not None and t >= 0 and not expected.matches(sg.tensors[t].shape):
-            yield f"output {t} is declared {list(sg.tensors[t].shape)}, computed {expected}"
+        declared = sg.tensors[t].shape if t >= 0 else ()
+        if expected is None or t < 0 or expected.matches(declared):
+            continue
+        x = sg.tensors[op.inputs[0]].shape  # a rule that computes a shape has its input
+        runs = op.opcode in TFLM_KEEPS_DECLARED_OUTPUT and len(declared) == len(x) and declared[-1:] == x[-1:]
+        yield f"output {t} is declared {list(declared)}, computed {expected}", runs
+
+
+@_check(OPERATOR_CHECKS)
+def _declared_shape(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
+    """declared output shape is not the one the operator computes"""
+    yield from (detail for detail, runs in _declared_mismatches(m, sg, op) if not runs)
+
+
+@_check(OPERATOR_CHECKS, Reliance.COMPUTED_SHAPES)
+def _declared_shape_tflm_runs(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
+    """declared output shape is not the one the operator computes"""
+    yield from (detail for detail, runs in _declared_mismatches(m, sg, op) if runs)
 
 
 # ---- OfflineMemoryAllocation -------------------------------------------------------------------------------------
