@@ -25,6 +25,7 @@ from lowtide.stale import StaleReport, check_stale
 from lowtide.stale.dependence import element_shape, propagate
 from lowtide.stale.fills import Fixture
 from lowtide.validation import load_model
+from support.builder_models import converted_dilated_model
 
 LAUNCH = "import sys; from lowtide.cli import main; sys.argv[0] = 'lowtide'; main()"
 SIZE = 16  # input height and width
@@ -304,6 +305,23 @@ def test_batch_to_space_leaves_exactly_the_uncovered_rows_and_columns_unwritten(
         (0, h, w, c) for h in range(SIZE) for w in range(SIZE) for c in range(8) if h == SIZE - 1 or w == SIZE - 1
     }
     assert report.undetermined_output_bytes == (2 * SIZE - 1) * 8
+
+
+def test_a_converted_dilated_convolution_leaves_the_pixels_of_the_missing_batches_unwritten():
+    """TensorFlow's converter declares batch 1 where it is unknown: SPACE_TO_BATCH_ND keeps the first of its 4
+    batches, and BATCH_TO_SPACE_ND (operator 3) writes only the even rows and columns that one reaches; the 1x1
+    convolution after it passes on exactly those pixels' stale bytes (issue 41)."""
+    report = check_stale(read_model(converted_dilated_model()))
+    (origin,) = report.origins
+    assert (origin.op, origin.opcode) == (3, "BATCH_TO_SPACE_ND")
+    assert _positions(_mask(origin.unwritten, origin.tensor_bytes), (1, SIZE, SIZE, 8)) == {
+        (0, h, w, c) for h in range(SIZE) for w in range(SIZE) for c in range(8) if h % 2 or w % 2
+    }
+    assert_covers_the_fills(report, [(3, "BATCH_TO_SPACE_ND")])
+    (determined,) = report.output_determined
+    assert _positions(~determined, (1, SIZE, SIZE, 4)) == {
+        (0, h, w, c) for h in range(SIZE) for w in range(SIZE) for c in range(4) if h % 2 or w % 2
+    }
 
 
 def test_a_dilated_convolution_whose_shapes_agree_is_deterministic():
