@@ -221,10 +221,15 @@ def test_inspect_answers_with_the_warnings_and_the_host_tflms_head(converted, tm
     assert report["measured"]["tflm_head_bytes"] == tflm_plan(read_model(converted.read_bytes())).head_bytes
 
 
-def test_measure_answers_on_the_host_tflm_board(converted, tmp_path):
+def test_measure_answers_on_the_host_tflm_board_and_refuses_the_compiled_runtime(converted, tmp_path):
     report = _warned(run_in_process("measure", converted, tmp_path), converted)
     assert report["outputs_match"]
     assert report["board_planned_bytes"] == report["arena_planned_bytes"]
+    # The compiled runtime is lowered from the computed shapes: refused before anything is built.
+    out = tmp_path / "compiled"
+    out.mkdir()
+    compiled = run_in_process("measure", converted, out, "--board", "qemu-m4", "--runtime", "compiled")
+    assert_kept_promise(compiled, converted, out, expect_error=CONVERTED_WARNINGS[0])
 
 
 def test_optimize_writes_a_model_the_host_tflm_runs_with_the_same_outputs(converted, tmp_path):
