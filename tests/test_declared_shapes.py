@@ -199,6 +199,9 @@ def _warned(outcome, model: Path) -> dict:
 def test_a_converted_dilated_convolution_is_refused_only_by_what_relies_on_its_computed_shapes(converted, tmp_path):
     assert [p.message for p in model_problems(read_model(converted.read_bytes()))] == CONVERTED_WARNINGS
     assert [w.message for w in load_checked(converted, relies_on=frozenset()).warnings] == CONVERTED_WARNINGS
+    listed = run_in_process("validate", converted, tmp_path, "--json")
+    relied_on = [p["relied_on"] for p in json.loads(listed.stdout)["problems"]]
+    assert listed.code == 2 and relied_on == ["computed_shapes", "computed_shapes"]
     out = tmp_path / "compile"
     out.mkdir()
     assert_kept_promise(

@@ -21,7 +21,8 @@ def validate(
     model: Annotated[Path, typer.Argument(help=".tflite model to check")],
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of lines")] = False,
 ) -> None:
-    """Check MODEL as every command does before running it, listing every problem; exit 2 if there is any."""
+    """Check MODEL as every command does before running it, listing every problem; exit 2 if there is any (even
+    one only the commands computing with operators' shapes refuse, which the others take with a warning)."""
     graph = read_model(load_bytes(model), str(model))  # unreadable files fail here, with one line
     problems = model_problems(graph, read_settings())
     if json_output:
@@ -30,7 +31,12 @@ def validate(
                 {
                     "model": str(model),
                     "valid": not problems,
-                    "problems": [{"where": p.where, "reason": p.reason} for p in problems],
+                    "problems": [
+                        # relied_on: null where every command refuses the problem, else what a command must rely on
+                        # to refuse it (the others go ahead with a warning)
+                        {"where": p.where, "reason": p.reason, "relied_on": p.relied_on and p.relied_on.name.lower()}
+                        for p in problems
+                    ],
                 }
             )
         )
