@@ -23,7 +23,7 @@ from lowtide.memory.lifetimes import Order, stored_order
 from lowtide.memory.placement import Placement
 from lowtide.model import Graph
 from lowtide.model.operators import graph_macs
-from lowtide.model.validate import Reliance
+from lowtide.model.validate import EVERY_RELIANCE, Reliance
 from lowtide.rewrite import NotApplicable, RejectedCandidate, RewriteResult, Tiling, apply_tilings, rewrite_auto
 from lowtide.schedule import Schedule, find_schedule
 from lowtide.settings import Settings, settings_or_read
@@ -344,7 +344,7 @@ class _Weigher:
     arena32: Arena32Mode
     rejected: list[RejectedCandidate]
     settings: Settings
-    relies_on: frozenset[Reliance]  # what the original passes every check of, so every candidate must too
+    relies_on: frozenset[Reliance] = EVERY_RELIANCE  # what the original passes every check of: every candidate too
 
     def __call__(self, graph: Graph, tilings: tuple[Tiling, ...]) -> _Candidate | None:
         refused = oracle.refusal(graph.data, self.path, self.settings, self.relies_on)
