@@ -15,6 +15,7 @@ from rich.table import Table
 from lowtide import oracle
 from lowtide.cli.application import app
 from lowtide.cli.options import Arena32Option
+from lowtide.cli.plots import checked_plot_path, plot_model_map, plots_json, pyplot, save_figure
 from lowtide.cli.warnings import print_warnings
 from lowtide.errors import LowtideError
 from lowtide.memory import MemoryPlan, tflm_plan
@@ -147,11 +148,7 @@ def _first_ranges(ranges: ByteRanges, shown: int = 3) -> str:
 
 
 def _plot(graph: Graph, plan: MemoryPlan, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     steps = range(len(plan.steps))
     live = [s.live_bytes for s in plan.steps]
     fig, ax = plt.subplots(figsize=(10, 4))
@@ -172,19 +169,25 @@ def _plot(graph: Graph, plan: MemoryPlan, path: Path) -> None:
     ax.set_title(f"{Path(graph.path).name}: live arena memory")
     ax.legend(loc="upper right")
     fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=110)
-    except OSError as exc:
-        raise LowtideError(f"cannot write plot: {exc.strerror}", path) from None
-    finally:
-        plt.close(fig)
+    save_figure(fig, path)
 
 
 @app.command()
 def inspect(
     model: Annotated[Path, typer.Argument(help=".tflite model to inspect")],
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables")] = False,
-    plot: Annotated[Path | None, typer.Option("--plot", help="Draw live memory per step into this PNG")] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option("--plot", help="Draw live memory per step into this PNG or SVG", callback=checked_plot_path),
+    ] = None,
+    plot_map: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot-map",
+            help="Draw the arena map (each tensor at its offset over the steps it is live) into this PNG or SVG",
+            callback=checked_plot_path,
+        ),
+    ] = None,
     verify: Annotated[bool, typer.Option("--verify", help="Also run the host TFLM and compare its head")] = False,
     check_stale_memory: Annotated[
         bool,
@@ -234,7 +237,9 @@ def inspect(
     stale = check_stale(graph, settings=settings) if check_stale_memory else None
     if plot:
         _plot(graph, plan, plot)
-    report = inspect_report(graph, plan, arena)
+    if plot_map:
+        plot_model_map(graph, plan, plot_map)
+    report = inspect_report(graph, plan, arena) | plots_json(plot, plot_map)
     report["warnings"] = [w.warning for w in loaded.warnings]
     print_warnings(model, report["warnings"])
     if stale:
@@ -279,7 +284,8 @@ def inspect(
             )
         if arena and not arena.exact:
             console.print(f"[dim]* {escape_markup(arena.method)}.[/]")
-        if plot:
-            console.print(f"plot written to {plot}")
+        for written in (plot, plot_map):
+            if written:
+                console.print(f"plot written to {written}")
     if measured and measured.head_bytes != plan.head_bytes:
         raise LowtideError(f"predicted head {plan.head_bytes} B but TFLM measured {measured.head_bytes} B", model)

@@ -26,6 +26,7 @@ from rich.progress import (
 from rich.table import Table
 
 from lowtide.cli.application import app
+from lowtide.cli.plots import checked_plot_path, plot_operator_counts, plots_json
 from lowtide.cli.warnings import print_warnings
 from lowtide.device.boards import DEFAULT_WAIT_S, LABGRID_PREFIX
 from lowtide.device.measure import MeasureResult
@@ -64,11 +65,18 @@ def measure(
         "the same USB VID:PID are attached (default: the board file's probe_serial)",
     ),
     profile_ops: bool = typer.Option(False, "--profile-ops", help="also count cycles per operator"),
+    plot_ops: Path | None = typer.Option(
+        None,
+        "--plot-ops",
+        help="draw the count per operator into this PNG or SVG (implies --profile-ops)",
+        callback=checked_plot_path,
+    ),
     lock_timeout: float = typer.Option(
         DEFAULT_WAIT_S, min=0, help="longest wait, in seconds, for a board another run or labgrid client is using"
     ),
 ) -> None:
     """Measure MODEL's arena use and latency on a board, and check its outputs against the host interpreter."""
+    settings = read_settings()
     waiting = Console(stderr=True)
 
     def say_wait(phase: str, holder: str) -> None:
@@ -90,16 +98,18 @@ def measure(
         timeout=timeout,
         seed=seed,
         runtime=runtime,
-        profile_ops=profile_ops,
+        profile_ops=profile_ops or plot_ops is not None,
         lock_timeout=lock_timeout,
         on_wait=say_wait,
         probe=probe,
-        settings=read_settings(),
+        settings=settings,
     )
     if as_json:
         result = run()
         print_warnings(model, result.warnings)
-        print(json.dumps(result.to_json()))
+        if plot_ops:
+            plot_operator_counts(result, plot_ops, settings)
+        print(json.dumps(result.to_json() | plots_json(plot_ops)))
         return
     console = Console()
     with Progress(
@@ -120,6 +130,9 @@ def measure(
         result = run(progress=show)
     print_warnings(model, result.warnings)
     console.print(_table(result))
+    if plot_ops:
+        plot_operator_counts(result, plot_ops, settings)
+        console.print(f"plot written to {plot_ops}")
 
 
 def _bytes(value: int | None, why_missing: str) -> str:

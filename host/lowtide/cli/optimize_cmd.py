@@ -16,6 +16,7 @@ from rich.table import Table
 from lowtide.budget import DEFAULT_WALL_SECONDS
 from lowtide.cli.application import app
 from lowtide.cli.options import Arena32Option
+from lowtide.cli.plots import checked_plot_path, plot_optimized_maps, plots_json
 from lowtide.cli.warnings import print_warnings
 from lowtide.pipeline.optimize import OptimizeResult, PhaseProgress, Verification, optimize_model
 from lowtide.rewrite import RewriteResult, Tiling
@@ -255,6 +256,14 @@ def optimize(
     ),
     core: Annotated[str, typer.Option(help="MCU core the arena header is sized for")] = DEFAULT_CORE,
     arena32: Arena32Option = Arena32Mode.AUTO,
+    plot_map: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot-map",
+            help="Draw the arena maps (TFLM's plan of MODEL beside the one written) into this PNG or SVG",
+            callback=checked_plot_path,
+        ),
+    ] = None,
 ) -> None:
     """Reorder operators and plan every tensor's offset (OfflineMemoryAllocation) to shrink TFLM's arena."""
     rewriting = rewrite is RewriteMode.auto
@@ -279,7 +288,9 @@ def optimize(
     if json_output:
         result = run(None)
         print_warnings(model, result.warnings)
-        print(json.dumps(optimize_report(result)))
+        if plot_map:
+            plot_optimized_maps(result, plot_map, settings)
+        print(json.dumps(optimize_report(result) | plots_json(plot_map)))
         return
     console = Console(stderr=True)
     columns = (
@@ -305,3 +316,6 @@ def optimize(
         result = run(on_progress)
     print_warnings(model, result.warnings)
     _show(Console(), result)
+    if plot_map:
+        plot_optimized_maps(result, plot_map, settings)
+        Console().print(f"memory maps written to {plot_map}")

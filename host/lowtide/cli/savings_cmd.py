@@ -19,6 +19,7 @@ from rich.table import Table
 
 from lowtide.budget import DEFAULT_WALL_SECONDS
 from lowtide.cli.application import app
+from lowtide.cli.plots import checked_plot_path, plots_json, pyplot, save_figure
 from lowtide.device.measure import MeasureResult
 from lowtide.device.spec import get_board_spec
 from lowtide.pipeline.measure import measure
@@ -139,12 +140,7 @@ def _table(model: Path, board: str, runtime: FirmwareRuntime, figures: list[Vari
 
 
 def _plot(model: Path, board: str, runtime: FirmwareRuntime, figures: list[VariantFigures], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = pyplot().subplots(figsize=(7, 4))
     names = [f.variant for f in figures]
     heads = [f.arena_head_bytes or 0 for f in figures]
     tails = [f.arena_tail_bytes or 0 for f in figures]
@@ -157,8 +153,7 @@ def _plot(model: Path, board: str, runtime: FirmwareRuntime, figures: list[Varia
     ax.set_title(f"{model.name} on {board} ({runtime})")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 @app.command()
@@ -182,7 +177,10 @@ def savings(
             "of a large model takes minutes under emulation)",
         ),
     ] = 300.0,
-    plot: Annotated[Path | None, typer.Option("--plot", help="bar chart of the arena per variant (PNG)")] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option("--plot", help="bar chart of the arena per variant (PNG or SVG)", callback=checked_plot_path),
+    ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table")] = False,
 ) -> None:
     """Measure on BOARD how much arena lowtide saves: the stock model, optimize, and optimize --rewrite auto."""
@@ -214,6 +212,7 @@ def savings(
         print(
             json.dumps(
                 {"model": str(model), "board": board, "runtime": chosen.name, "variants": [asdict(f) for f in figures]}
+                | plots_json(plot)
             )
         )
         return
