@@ -22,6 +22,7 @@ import pytest
 
 from conftest import REPO, SHARED_MODELS, needs_firmware_tools
 from lowtide import oracle
+from lowtide.cli.mlperf_cmd import _table as mlperf_table
 from lowtide.device.spec import get_board_spec
 from lowtide.mlperf.benchmarks import BENCHMARKS, INPUT_UINT8_AS_INT8, RESULT_SCORES, mlperf_protocol
 from lowtide.mlperf.datasets import LABELS_FILE, generate_dataset
@@ -31,6 +32,7 @@ from lowtide.pipeline.measure import measure
 from lowtide.runtimes import RUNTIMES, Runtime
 from lowtide.settings import read_settings
 from lowtide.validation import load_model
+from support.tables import assert_whole, rendered
 
 RUNNER_ARCHIVE = REPO.parent / "shared" / "mlperf-tiny" / "mlperf-tiny-runner-1afd2c98.tar.gz"
 PLATFORMIO_ARCHIVES = REPO.parent / "shared" / "platformio"  # the ST platform, offline (tests/test_st_boards.py)
@@ -449,6 +451,21 @@ def test_runner_accuracy_scores_are_the_host_tflms(runs):
         top1 = 100 * np.mean([int(np.argmax(s)) == label for s, label in zip(expected, labels)])
         assert accuracy.top1_percent == round(float(top1), 1)
     assert accuracy.median_throughput is None
+
+
+@needs_firmware_tools
+def test_the_tables_keep_every_figure_whole_at_80_columns(runs):
+    """`lowtide mlperf`'s table of both runs at 80 columns and at 200 (tests/test_tables_80.py: every command's)."""
+    *_, performance, accuracy, _ = runs
+    assert performance.median_throughput is not None and performance.median_throughput_from_timestamps is not None
+    assert accuracy.top1_percent is not None and accuracy.auc is not None
+    throughputs = [performance.median_throughput, *performance.window_throughputs]
+    for result, figures in (
+        (performance, [*(f"{t:.3f}" for t in throughputs), f"{performance.median_throughput_from_timestamps:.6f}"]),
+        (accuracy, [f"{accuracy.top1_percent:.1f}", f"{accuracy.auc:.3f}"]),
+    ):
+        for width in (80, 200):
+            assert_whole(rendered(mlperf_table(result), width), width, figures)
 
 
 # --- a real Nucleo ------------------------------------------------------------------------------------------------

@@ -25,10 +25,9 @@ from lowtide.stale import StaleReport, check_stale
 from lowtide.stale.dependence import element_shape, propagate
 from lowtide.stale.fills import Fixture
 from lowtide.validation import load_model
-from support.builder_models import converted_dilated_model
+from support.builder_models import SIZE, converted_dilated_model, nas_model
 
 LAUNCH = "import sys; from lowtide.cli import main; sys.argv[0] = 'lowtide'; main()"
-SIZE = 16  # input height and width
 DECLARED = 17  # BATCH_TO_SPACE_ND's declared output height and width: one row and column more than it covers
 
 
@@ -47,17 +46,6 @@ def dilated_model(declared: int | None = DECLARED) -> bytes:
     wide = b.conv2d(b.depthwise_conv2d(wide, 3), 8, 1)
     other = b.conv2d(b.depthwise_conv2d(other, 3), 8, 1)
     b.output(b.conv2d(b.concat([wide, other, back]), 8, 1, activation="NONE"))
-    return b.build()
-
-
-def nas_model() -> bytes:
-    """The issue's NAS net in small: a dilated convolution whose BATCH_TO_SPACE_ND (operator 3) declares 20x20 of
-    the 16x16 it covers, a global MEAN, then a SOFTMAX sharp enough (beta 16) to saturate: the five fills change
-    only 4 of its 10 output bytes, yet every one reads the unwritten rows and columns through the MEAN."""
-    b = ModelBuilder(seed=5, name="nas")
-    stem = b.conv2d(b.input((1, SIZE, SIZE, 4)), 10, 3)
-    dilated = b.dilated_conv2d(stem, 10, kernel=3, dilation=2, declared_shape=(1, 20, 20, 10))
-    b.output(b.softmax(b.mean(dilated, axes=(1, 2), keep_dims=False), beta=16.0))
     return b.build()
 
 

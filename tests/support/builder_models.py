@@ -1,4 +1,5 @@
-"""Models built with lowtide's ModelBuilder whose best operator order is known by construction."""
+"""Models built with lowtide's ModelBuilder whose best operator order, or whose stale memory, is known by
+construction."""
 
 from __future__ import annotations
 
@@ -35,4 +36,18 @@ def converted_dilated_model() -> bytes:
     stem = b.conv2d(b.input((1, 16, 16, 4)), 8, 3)
     dilated = b.dilated_conv2d(stem, 8, kernel=3, dilation=2, unknown_batch=True)
     b.output(b.conv2d(dilated, 4, 1, activation="NONE"))
+    return b.build()
+
+
+SIZE = 16  # the stale-memory models' input height and width
+
+
+def nas_model() -> bytes:
+    """The issue's NAS net in small: a dilated convolution whose BATCH_TO_SPACE_ND (operator 3) declares 20x20 of
+    the 16x16 it covers, a global MEAN, then a SOFTMAX sharp enough (beta 16) to saturate: the five fills change
+    only 4 of its 10 output bytes, yet every one reads the unwritten rows and columns through the MEAN."""
+    b = ModelBuilder(seed=5, name="nas")
+    stem = b.conv2d(b.input((1, SIZE, SIZE, 4)), 10, 3)
+    dilated = b.dilated_conv2d(stem, 10, kernel=3, dilation=2, declared_shape=(1, 20, 20, 10))
+    b.output(b.softmax(b.mean(dilated, axes=(1, 2), keep_dims=False), beta=16.0))
     return b.build()

@@ -14,9 +14,9 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from lowtide.cli.application import app
+from lowtide.cli.tables import Column, Kind, TerminalTable
 from lowtide.device.drivers.platformio import EMULATOR_TOOLS, registry_needed
 from lowtide.device.spec import BoardSpec, load_board_specs
 from lowtide.platformio_archives import ARCHIVES_SETTING, ST_PLATFORM, st_archives_missing
@@ -86,9 +86,16 @@ def boards_command(
     if as_json:
         print(json.dumps({"boards": [asdict(listing) for listing in listings]}))
         return
-    table = Table(title="boards lowtide ships (host-tflm and serial are built in)")
-    for column in ("board", "core", "SRAM KiB", "flash KiB", "runtimes", "emulated", "builds here"):
-        table.add_column(column, justify="right" if "KiB" in column else "left", no_wrap=column == "board")
+    table = TerminalTable(
+        Column("board"),
+        Column("core"),
+        Column("SRAM KiB", Kind.FIGURE),
+        Column("flash KiB", Kind.FIGURE),
+        Column("runtimes"),
+        Column("emulated"),
+        Column("builds here"),
+        title="boards lowtide ships (host-tflm and serial are built in)",
+    )
     notes = []
     for listing in listings:
         if not listing.buildable_here:

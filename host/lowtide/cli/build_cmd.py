@@ -19,9 +19,9 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from lowtide.cli.application import app
+from lowtide.cli.tables import Column, TerminalTable
 from lowtide.device.drivers.platformio import FirmwareImage
 from lowtide.device.drivers.serialport import detect_serial_port
 from lowtide.device.spec import BoardSpec, get_board_spec, with_probe
@@ -109,10 +109,8 @@ def _share(used: int, capacity: int) -> str:
     return f"{used:,} B of {capacity:,} B ({100 * used / capacity:.1f}%)"
 
 
-def _table(report: BuildReport, title: str) -> Table:
-    table = Table(title=title, show_header=False)
-    table.add_column("figure")
-    table.add_column("value", justify="right")
+def _table(report: BuildReport, title: str) -> TerminalTable:
+    table = TerminalTable(Column("figure"), Column("value", justify="right"), title=title, show_header=False)
     table.add_row("ELF", report.elf)
     table.add_row("PlatformIO project", report.project_dir)
     table.add_row("flash (code, weights, .data)", _share(report.flash_bytes, report.flash_capacity_bytes))

@@ -12,9 +12,9 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from lowtide.cli.application import app
+from lowtide.cli.tables import Column, Kind, TerminalTable
 from lowtide.errors import LowtideError
 from lowtide.settings import read_settings
 from lowtide.storage import CACHE_DIR_SETTING, cache_root, folder_bytes
@@ -55,9 +55,11 @@ def cache_command(
             )
         )
         return
-    table = Table(title=f"lowtide's cache: {root}" + (" (cleared)" if clear else ""))
-    table.add_column("part")
-    table.add_column("bytes", justify="right")
+    table = TerminalTable(
+        Column("part", Kind.NAME),
+        Column("bytes", Kind.FIGURE),
+        title=f"lowtide's cache: {root}" + (" (cleared)" if clear else ""),
+    )
     for name, size in sizes.items():
         table.add_row(name, f"{size:,}")
     table.add_row("[bold]total[/]", f"[bold]{total:,}[/]")

@@ -10,10 +10,10 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.markup import escape as escape_markup
-from rich.table import Table
 
 from lowtide import oracle
 from lowtide.cli.application import app
+from lowtide.cli.tables import Column, Kind, TerminalTable
 from lowtide.compile import CompiledModel, VerifyResult, compile_model, verify_compiled
 from lowtide.compile.codegen import Blocker, check_model
 from lowtide.compile.lowering import NOT_IN_TFLM, UNDEFINED_IN_TFLM, support_rows
@@ -165,11 +165,13 @@ def compile_command(
 
 def _print(report: dict) -> None:
     console = Console()
-    summary = Table(
-        title=f"{Path(report['model']).name} -> {report['output_dir']}", title_justify="left", show_header=False
+    summary = TerminalTable(
+        Column(),
+        Column(justify="right"),
+        title=f"{Path(report['model']).name} -> {report['output_dir']}",
+        title_justify="left",
+        show_header=False,
     )
-    summary.add_column(justify="left")
-    summary.add_column(justify="right")
     summary.add_row("operators", str(report["operators"]))
     summary.add_row("model hash", report["model_hash"])
     summary.add_row("arena (caller-provided)", f"{report['arena_bytes']:,} B")
@@ -178,9 +180,15 @@ def _print(report: dict) -> None:
     summary.add_row("TFLM arena total (host interpreter)", f"{report['tflm_total_bytes']:,} B")
     summary.add_row("  of which head", f"{report['tflm_head_bytes']:,} B")
     console.print(summary)
-    io = Table(title="inputs and outputs", title_justify="left")
-    for name in ("", "name", "type", "shape", "arena offset", "bytes", "scale", "zero point"):
-        io.add_column(name)
+    io = TerminalTable(
+        Column(),
+        Column("name", Kind.NAME),
+        Column("type"),
+        Column("shape"),
+        *(Column(name, Kind.FIGURE) for name in ("arena offset", "bytes", "scale", "zero point")),
+        title="inputs and outputs",
+        title_justify="left",
+    )
     for kind in ("inputs", "outputs"):
         for i, t in enumerate(report[kind]):
             io.add_row(
@@ -196,9 +204,14 @@ def _print(report: dict) -> None:
     console.print(io)
     verify = report["verify"]
     if verify:
-        checks = Table(title=f"host check against TFLM (seed {verify['seed']})", title_justify="left")
-        for name in ("output", "type", "elements", "mismatches", "max abs diff", "max rel diff", ""):
-            checks.add_column(name)
+        checks = TerminalTable(
+            Column("output", Kind.FIGURE),
+            Column("type"),
+            *(Column(name, Kind.FIGURE) for name in ("elements", "mismatches", "max abs diff", "max rel diff")),
+            Column(),
+            title=f"host check against TFLM (seed {verify['seed']})",
+            title_justify="left",
+        )
         for o in verify["outputs"]:
             checks.add_row(
                 str(o["index"]),

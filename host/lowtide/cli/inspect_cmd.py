@@ -7,15 +7,15 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console, JustifyMethod
+from rich.console import Console
 from rich.markup import escape as escape_markup
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-from rich.table import Table
 
 from lowtide import oracle
 from lowtide.cli.application import app
 from lowtide.cli.options import Arena32Option
 from lowtide.cli.plots import checked_plot_path, plot_model_map, plots_json, pyplot, save_figure
+from lowtide.cli.tables import Bar, Column, Kind, TerminalTable
 from lowtide.cli.warnings import print_warnings
 from lowtide.errors import LowtideError
 from lowtide.memory import MemoryPlan, tflm_plan
@@ -80,26 +80,19 @@ def inspect_report(graph: Graph, plan: MemoryPlan, arena: Mcu32Arena | None) -> 
     }
 
 
-def _add_columns(table: Table, *columns: tuple[str, JustifyMethod]) -> None:
-    for name, justify in columns:
-        table.add_column(name, justify=justify)
-
-
-def _table(graph: Graph, plan: MemoryPlan) -> Table:
-    table = Table(title=f"{Path(graph.path).name}: operators in execution order", title_justify="left")
-    _add_columns(
-        table,
-        ("step", "right"),
-        ("sg", "right"),
-        ("op", "right"),
-        ("opcode", "left"),
-        ("live tensors", "right"),
-        ("live bytes", "right"),
-        ("", "left"),
+def _table(graph: Graph, plan: MemoryPlan) -> TerminalTable:
+    table = TerminalTable(
+        Column("step", Kind.FIGURE),
+        Column("sg", Kind.FIGURE),
+        Column("op", Kind.FIGURE),
+        Column("opcode"),
+        Column("live tensors", Kind.FIGURE),
+        Column("live bytes", Kind.FIGURE),
+        Column("", Kind.BAR),
+        title=f"{Path(graph.path).name}: operators in execution order",
+        title_justify="left",
     )
-    width = 30
     for i, step in enumerate(plan.steps):
-        bar = "█" * max(1, round(width * step.live_bytes / plan.live_peak_bytes)) if plan.live_peak_bytes else ""
         peak = i == plan.peak_step
         table.add_row(
             str(i),
@@ -108,24 +101,24 @@ def _table(graph: Graph, plan: MemoryPlan) -> Table:
             escape_markup(step.opcode),
             str(len(step.buffers)),
             f"{step.live_bytes:,}",
-            bar + (" ← peak" if peak else ""),
+            Bar(step.live_bytes / plan.live_peak_bytes if plan.live_peak_bytes else 0.0, "← peak" if peak else ""),
             style="bold red" if peak else None,
         )
     return table
 
 
-def _stale_table(report: StaleReport) -> Table:
-    table = Table(title="operators whose outputs depend on stale arena memory", title_justify="left")
-    _add_columns(
-        table,
-        ("op", "right"),
-        ("opcode", "left"),
-        ("tensor", "left"),
-        ("unwritten bytes", "right"),
-        ("from stale bytes", "right"),
-        ("seen by fills", "right"),
-        ("", "left"),
-        ("first byte ranges", "left"),
+def _stale_table(report: StaleReport) -> TerminalTable:
+    table = TerminalTable(
+        Column("op", Kind.FIGURE),
+        Column("opcode"),
+        Column("tensor", Kind.NAME),
+        Column("unwritten bytes", Kind.FIGURE),
+        Column("from stale bytes", Kind.FIGURE),
+        Column("seen by fills", Kind.FIGURE),
+        Column(""),
+        Column("first byte ranges"),
+        title="operators whose outputs depend on stale arena memory",
+        title_justify="left",
     )
     for s in report.operators:
         table.add_row(
@@ -256,7 +249,7 @@ def inspect(
     else:
         console = Console()
         console.print(_table(graph, plan))
-        summary = Table(show_header=False, box=None)
+        summary = TerminalTable(Column(), Column(), show_header=False, ruled=False)
         summary.add_row("predicted TFLM head", f"{plan.head_bytes:,} B")
         summary.add_row("lower bound (live peak, this order)", f"{plan.live_peak_bytes:,} B")
         if arena:

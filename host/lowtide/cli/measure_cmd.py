@@ -23,10 +23,10 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
-from rich.table import Table
 
 from lowtide.cli.application import app
 from lowtide.cli.plots import checked_plot_path, plot_operator_counts, plots_json
+from lowtide.cli.tables import Column, TerminalTable
 from lowtide.cli.warnings import print_warnings
 from lowtide.device.boards import DEFAULT_WAIT_S, LABGRID_PREFIX
 from lowtide.device.measure import MeasureResult
@@ -139,10 +139,13 @@ def _bytes(value: int | None, why_missing: str) -> str:
     return f"{value:,} B" if value is not None else f"[dim]{why_missing}[/dim]"
 
 
-def _table(result: MeasureResult) -> Table:
-    table = Table(title=f"{Path(result.model).name} on {result.board}", show_header=False)
-    table.add_column("figure")
-    table.add_column("value", justify="right")
+def _table(result: MeasureResult) -> TerminalTable:
+    table = TerminalTable(
+        Column("figure"),
+        Column("value", justify="right"),
+        title=f"{Path(result.model).name} on {result.board}",
+        show_header=False,
+    )
     table.add_row("runtime", result.runtime)
     table.add_row("port", result.port)
     table.add_row("head planned (lowtide)", _bytes(result.arena_planned_bytes, ""))

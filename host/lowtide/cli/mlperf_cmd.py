@@ -13,20 +13,20 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from lowtide.cli.application import app
+from lowtide.cli.tables import Column, TerminalTable
 from lowtide.mlperf.benchmarks import BENCHMARKS
 from lowtide.mlperf.runner import MODES, MlperfResult, run_mlperf
 from lowtide.settings import RUNNER_ENV, read_settings
 
 
-def _table(result: MlperfResult) -> Table:
-    table = Table(
-        title=f"MLPerf Tiny {result.benchmark} ({result.mode}): {result.model} on {result.board}, {result.runtime}"
+def _table(result: MlperfResult) -> TerminalTable:
+    table = TerminalTable(
+        Column("figure"),
+        Column("value", justify="right"),
+        title=f"MLPerf Tiny {result.benchmark} ({result.mode}): {result.model} on {result.board}, {result.runtime}",
     )
-    table.add_column("figure")
-    table.add_column("value", justify="right")
     if result.median_throughput is not None:
         table.add_row("median throughput (the runner's)", f"{result.median_throughput:.3f} inf./s")
         table.add_row("windows (the runner's)", ", ".join(f"{t:.3f}" for t in result.window_throughputs))

@@ -11,12 +11,12 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from lowtide.budget import DEFAULT_WALL_SECONDS
 from lowtide.cli.application import app
 from lowtide.cli.options import Arena32Option
 from lowtide.cli.plots import checked_plot_path, plot_optimized_maps, plots_json
+from lowtide.cli.tables import Column, Kind, TerminalTable
 from lowtide.cli.warnings import print_warnings
 from lowtide.pipeline.optimize import OptimizeResult, PhaseProgress, Verification, optimize_model
 from lowtide.rewrite import RewriteResult, Tiling
@@ -123,9 +123,13 @@ def _tiling_json(tiling: Tiling) -> dict:
 
 
 def _show(console: Console, result: OptimizeResult) -> None:
-    table = Table(title=f"{result.model_path.name} -> {result.export.model_path.name}", title_justify="left")
-    for name in ("", "arena head", "arena total (host TFLM)"):
-        table.add_column(name, justify="left" if not name else "right")
+    table = TerminalTable(
+        Column(),
+        Column("arena head", Kind.FIGURE),
+        Column("arena total (host TFLM)", Kind.FIGURE),
+        title=f"{result.model_path.name} -> {result.export.model_path.name}",
+        title_justify="left",
+    )
     table.add_row("stock TFLM", f"{result.stock_head_bytes:,} B", f"{result.stock_total_bytes:,} B")
     saved = result.stock_head_bytes - result.planned_head_bytes
     table.add_row("lowtide", f"{result.planned_head_bytes:,} B", f"{result.total_bytes:,} B", style="bold green")
@@ -179,12 +183,18 @@ def _show(console: Console, result: OptimizeResult) -> None:
     )
 
 
-def _pareto_table(rewrite: RewriteResult, written: tuple[Tiling, ...]) -> Table:
+def _pareto_table(rewrite: RewriteResult, written: tuple[Tiling, ...]) -> TerminalTable:
     """The rewrite's Pareto front: each point's head (placed, or the live peak of one not built) against its MAC
     overhead; the written tilings marked, or the search's own when `optimize` kept fewer patches or none."""
-    table = Table(title="rewrite: Pareto front, head against extra MACs", title_justify="left")
-    for name in ("region", "grid", "extra MACs", "head", ""):
-        table.add_column(name, justify="right" if name in ("extra MACs", "head") else "left")
+    table = TerminalTable(
+        Column("region", Kind.NAME),
+        Column("grid"),
+        Column("extra MACs", Kind.FIGURE),
+        Column("head", Kind.FIGURE),
+        Column(),
+        title="rewrite: Pareto front, head against extra MACs",
+        title_justify="left",
+    )
     label = "written" if written else "lowest head, not written"
     chosen = {(t.source, t.target, t.grid, t.split_source) for t in written or rewrite.tilings}
     for c in rewrite.pareto:

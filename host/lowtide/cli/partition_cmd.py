@@ -10,10 +10,10 @@ from typing import Annotated
 import numpy as np
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from lowtide import oracle
 from lowtide.cli.application import app
+from lowtide.cli.tables import Column, Kind, TerminalTable
 from lowtide.errors import LowtideError
 from lowtide.model.edit import with_outputs
 from lowtide.rewrite import partition_at_peak, partition_concat_conv, partition_wide_layer
@@ -89,9 +89,12 @@ def partition_command(
     if json_output:
         print(json.dumps(report))
         return
-    table = Table(title=f"{model.name} -> {out.name}: {split.parts} channel groups", title_justify="left")
-    table.add_column("")
-    table.add_column("arena head", justify="right")
+    table = TerminalTable(
+        Column(),
+        Column("arena head", Kind.FIGURE),
+        title=f"{model.name} -> {out.name}: {split.parts} channel groups",
+        title_justify="left",
+    )
     table.add_row("stock TFLM", f"{before.head_bytes:,} B")
     table.add_row("best order, unpartitioned", f"{split.original_head_bytes:,} B")
     table.add_row("partitioned (TFLM)", f"{after.head_bytes:,} B", style="bold green")

@@ -15,11 +15,11 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from lowtide.budget import DEFAULT_WALL_SECONDS
 from lowtide.cli.application import app
 from lowtide.cli.plots import checked_plot_path, plots_json, pyplot, save_figure
+from lowtide.cli.tables import Column, Kind, TerminalTable
 from lowtide.device.measure import MeasureResult
 from lowtide.device.spec import get_board_spec
 from lowtide.pipeline.measure import measure
@@ -106,20 +106,25 @@ def _bytes(value: int | None) -> str:
     return f"{value:,}" if value is not None else "-"
 
 
-def _table(model: Path, board: str, runtime: FirmwareRuntime, figures: list[VariantFigures]) -> Table:
-    table = Table(title=f"{model.name} on {board} ({runtime})", title_justify="left")
-    for column in (
-        "variant",
-        "arena used B",
-        "head B",
-        "tail B",
-        "predicted B",
-        "high-water B",
-        "static RAM B",
-        "instructions",
-        "outputs",
-    ):
-        table.add_column(column, justify="left" if column == "variant" else "right")
+def _table(model: Path, board: str, runtime: FirmwareRuntime, figures: list[VariantFigures]) -> TerminalTable:
+    table = TerminalTable(
+        Column("variant"),
+        *(
+            Column(name, Kind.FIGURE)
+            for name in (
+                "arena used B",
+                "head B",
+                "tail B",
+                "predicted B",
+                "high-water B",
+                "static RAM B",
+                "instructions",
+            )
+        ),
+        Column("outputs", justify="right"),
+        title=f"{model.name} on {board} ({runtime})",
+        title_justify="left",
+    )
     stock = figures[0].arena_used_bytes
     for f in figures:
         used = _bytes(f.arena_used_bytes)
