@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lowtide import __version__
+from lowtide.compile.lowering import c_float
 from lowtide.errors import LowtideError
 from lowtide.model.ir import Graph, sha256_hex
 from lowtide.resources import FIRMWARE_DIR
@@ -63,7 +64,8 @@ class LibraryTensor:
 class LibraryArena:
     """The RAM the library declares, as lowtide predicts it."""
 
-    arena_bytes: int  # the static arena inside the library
+    arena_bytes: int  # the static arena inside the library (TFLM: the smallest AllocateTensors accepts, which
+    # is more than head and tail: TFLM plans in the arena's free part)
     head_bytes: int  # of which the planned activations and kernel scratch
     tail_bytes: int  # of which TFLM's persistent structures (0 for the compiled runtime)
     state_bytes: int  # static state outside the arena (the compiled runtime's variable tensors)
@@ -123,7 +125,7 @@ def _tensor_initializer(tensor: LibraryTensor) -> str:
     shape = ", ".join(str(d) for d in tensor.shape) or "0"
     return (
         f"{{{_c_string(tensor.name)}, {_c_string(tensor.dtype)}, {len(tensor.shape)}, {{{shape}}}, "
-        f"{tensor.nbytes}u, {float(tensor.scale)!r}f, {tensor.zero_point}}}"
+        f"{tensor.nbytes}u, {c_float(tensor.scale)}, {tensor.zero_point}}}"
     )
 
 
@@ -161,9 +163,9 @@ def api_header(
         "",
         f'#define {up}_RUNTIME "{runtime}"',
         f'#define {up}_MODEL_SHA256 "{model_sha256}"',
-        f"#define {up}_ARENA_BYTES {arena.arena_bytes}u /* declared in the library */",
-        f"#define {up}_ARENA_HEAD_BYTES {arena.head_bytes}u /* activations and kernel scratch */",
-        f"#define {up}_ARENA_TAIL_BYTES {arena.tail_bytes}u /* TFLM's persistent structures */",
+        f"#define {up}_ARENA_BYTES {arena.arena_bytes}u /* the arena the library declares */",
+        f"#define {up}_ARENA_HEAD_BYTES {arena.head_bytes}u /* of it: activations and kernel scratch */",
+        f"#define {up}_ARENA_TAIL_BYTES {arena.tail_bytes}u /* of it: TFLM's persistent structures */",
         f"#define {up}_STATE_BYTES {arena.state_bytes}u /* static state outside the arena */",
         f"#define {up}_INPUT_COUNT {len(inputs)}",
         f"#define {up}_OUTPUT_COUNT {len(outputs)}",
@@ -172,7 +174,7 @@ def api_header(
         for i, tensor in enumerate(tensors):
             lines += [
                 f"#define {up}_{kind}{i}_BYTES {tensor.nbytes}u",
-                f"#define {up}_{kind}{i}_SCALE {float(tensor.scale)!r}f",
+                f"#define {up}_{kind}{i}_SCALE {c_float(tensor.scale)}",
                 f"#define {up}_{kind}{i}_ZERO_POINT {tensor.zero_point}",
             ]
     lines += [
@@ -523,12 +525,15 @@ def tflm_library_files(library: TflmLibrary, kernels: str) -> dict[str, bytes]:
         f"# `{TFLM_DEPENDENCY}` a model library exported by `lowtide export` links.",
         "cmake_minimum_required(VERSION 3.13)",
         "enable_language(CXX)",
-        f"add_library({TFLM_DEPENDENCY} STATIC src/lowtide_tflm_platform.cc)",
-        f"target_include_directories({TFLM_DEPENDENCY} PUBLIC "
+        "# The weak platform hooks as objects, not an archive member: libtflm.a, linked after them, calls them.",
+        f"add_library({TFLM_DEPENDENCY}-platform OBJECT src/lowtide_tflm_platform.cc)",
+        f"target_include_directories({TFLM_DEPENDENCY}-platform PUBLIC "
         + " ".join(f"${{CMAKE_CURRENT_SOURCE_DIR}}/{d}" for d in includes)
         + ")",
-        f"target_compile_definitions({TFLM_DEPENDENCY} PUBLIC {' '.join(d[2:] for d in defines)})",
-        f"target_link_libraries({TFLM_DEPENDENCY} PUBLIC ${{CMAKE_CURRENT_SOURCE_DIR}}/lib/libtflm.a)",
+        f"target_compile_definitions({TFLM_DEPENDENCY}-platform PUBLIC {' '.join(d[2:] for d in defines)})",
+        f"add_library({TFLM_DEPENDENCY} INTERFACE)",
+        f"target_link_libraries({TFLM_DEPENDENCY} INTERFACE {TFLM_DEPENDENCY}-platform "
+        f"$<TARGET_OBJECTS:{TFLM_DEPENDENCY}-platform> ${{CMAKE_CURRENT_SOURCE_DIR}}/lib/libtflm.a m)",
     ]
     files["library.json"] = (json.dumps(manifest, indent=2) + "\n").encode()
     files["CMakeLists.txt"] = ("\n".join(cmake) + "\n").encode()
