@@ -20,20 +20,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO, SHARED_MODELS, needs_firmware_tools
+from conftest import REPO, SHARED_MODELS, needs_firmware_tools, reference_figures
 from lowtide import oracle
+from lowtide.compile.codegen import arena_plan
 from lowtide.platformio_archives import st_env_settings
 from lowtide.project import ensure_tool_scons, local_platform_uri, platformio_environment
 from lowtide.resources import BSP_DIR
+from lowtide.runtimes import runtime_named
 from lowtide.settings import read_settings
 from lowtide.storage import cache_root
 from lowtide.validation import load_model
 from support.cli import lowtide_cli
 from support.models import unsupported_model
 
-MODEL = SHARED_MODELS / "tflm_hello_world_int8.tflite"
+MODEL = SHARED_MODELS / "mlperf_kws_dscnn_int8.tflite"  # convolutions, pooling, softmax: a 16 KB arena
 ARCHIVES = SHARED_MODELS.parent / "platformio"
-PREFIXES = {"compiled": "hello_compiled", "tflm": "hello_tflm", "tflm-cmsis-nn": "hello_cmsis"}
+PREFIXES = {"compiled": "kws_compiled", "tflm": "kws_tflm", "tflm-cmsis-nn": "kws_cmsis"}
 KERNELS = {"tflm": "reference", "tflm-cmsis-nn": "cmsis-nn"}  # the TFLM library each TFLM runtime's links
 ROUNDS = 8  # invocations, each on its own input pattern
 QEMU = [
@@ -244,14 +246,19 @@ def test_each_runtime_exports_one_api_and_every_build_systems_manifest(exported)
         assert manifest.get("dependencies") == names_tflm
         # TFLM is a dependency, not a copy: no TFLM source or header in the model's library
         assert not any(name.startswith(("src/tensorflow", "src/third_party")) for name in files)
-    # the compiled runtime's arena is its plan (32 B: two 16-wide int8 activations), TFLM's the 32-bit sizer's
+    # the compiled runtime's arena is its plan; TFLM's is the 32-bit sizer's, whose head is the host TFLM's
+    graph = load_model(MODEL)
+    plan = arena_plan(graph, MODEL.read_bytes())
     assert exported.reports["compiled"]["arena"] == {
-        "arena_bytes": 32, "head_bytes": 32, "tail_bytes": 0, "state_bytes": 0
+        "arena_bytes": plan.head_bytes, "head_bytes": plan.head_bytes, "tail_bytes": 0, "state_bytes": 0
     }  # fmt: skip
     for runtime in KERNELS:
         arena = exported.reports[runtime]["arena"]
-        assert arena["head_bytes"] == 32 and 0 < arena["tail_bytes"] < arena["arena_bytes"]
-        assert arena["arena_bytes"] % 16 == 0 and exported.reports[runtime]["core"] == "cortex-m4f"
+        sized = runtime_named(runtime).predict_arena(graph, "cortex-m4f", read_settings())
+        assert sized is not None and exported.reports[runtime]["core"] == "cortex-m4f"
+        assert arena["head_bytes"] == int(reference_figures()[MODEL.stem]["tflm_head"]) == 16_000
+        assert (arena["arena_bytes"], arena["tail_bytes"]) == (sized.arena_bytes, sized.tail_bytes)
+        assert arena["head_bytes"] + arena["tail_bytes"] <= arena["arena_bytes"]
 
 
 def test_no_path_of_the_exporting_machine_is_in_a_library(exported):
@@ -319,24 +326,43 @@ def test_each_library_builds_with_cmake_for_the_m4_with_the_arm_toolchain(export
         assert (app / "build" / "app").is_file()
 
 
+ST_MAIN = """\
+#include <stdint.h>
+@INCLUDES@
+volatile uint8_t seen;
+int main(void) {
+@CALLS@
+  for (;;) {
+  }
+}
+"""
+
+
+def _st_main(prefixes: list[str]) -> str:
+    calls = []
+    for prefix in prefixes:
+        calls += [
+            f"  if ({prefix}_init() != 0) return 1;",
+            f"  for (uint32_t j = 0; j < {prefix}_inputs[0].bytes; j++) ((int8_t *){prefix}_input(0))[j] = (int8_t)j;",
+            f"  if ({prefix}_invoke() != 0) return 1;",
+            f"  seen ^= *(uint8_t *){prefix}_output(0);",
+        ]
+    includes = "\n".join(f'#include "{prefix}.h"' for prefix in prefixes)
+    return ST_MAIN.replace("@INCLUDES@", includes).replace("@CALLS@", "\n".join(calls))
+
+
 @pytest.mark.skipif(
     not (ARCHIVES / "platform-ststm32.tar.gz").is_file(), reason=f"no PlatformIO archives in {ARCHIVES}"
 )
-def test_the_libraries_build_for_an_st_board(exported, tmp_path):
-    """nucleo-f446re with PlatformIO's ST platform and the STM32Cube framework, offline from the archives: the
-    compiled and the CMSIS-NN libraries in one image (two TFLM libraries cannot share one)."""
+def test_each_library_builds_for_an_st_board(exported, tmp_path):
+    """nucleo-f446re with PlatformIO's genuine ST platform and the STM32Cube framework, offline from the archives:
+    the compiled and the CMSIS-NN libraries in one image, the reference TFLM one in another (two TFLM libraries
+    cannot share an image)."""
     settings = read_settings({**os.environ, "LOWTIDE_PLATFORMIO_ARCHIVES": str(ARCHIVES)})
     packages = st_env_settings("nucleo_f446re", settings)
     assert packages is not None
     project = tmp_path / "my-st-app"
     (project / "src").mkdir(parents=True)
-    (project / "src" / "main.c").write_text(
-        "#include <stdint.h>\n#include \"hello_compiled.h\"\n#include \"hello_cmsis.h\"\nvolatile uint8_t seen;\n"
-        "int main(void) {\n  if (hello_compiled_init() != 0 || hello_cmsis_init() != 0) return 1;\n"
-        "  *(int8_t *)hello_compiled_input(0) = 17;\n  *(int8_t *)hello_cmsis_input(0) = 17;\n"
-        "  if (hello_compiled_invoke() != 0 || hello_cmsis_invoke() != 0) return 1;\n"
-        "  seen = *(uint8_t *)hello_compiled_output(0) ^ *(uint8_t *)hello_cmsis_output(0);\n  for (;;) {\n  }\n}\n"
-    )
     # What this Debian toolchain needs of an stm32cube project: no libstdc++ (none here), the FPU ABI at link time.
     (project / "no_libstdcxx.py").write_text(
         'Import("env")\nenv.Replace(LINK="$CC", LIBS=[lib for lib in env["LIBS"] if str(lib) != "stdc++"])\n'
@@ -347,28 +373,36 @@ def test_the_libraries_build_for_an_st_board(exported, tmp_path):
     script = (BSP_DIR / "stm32" / "ld" / "stm32f446re.ld").read_text()
     sections = (BSP_DIR / "stm32" / "ld" / "lt_stm32_sections.ld").read_text()
     (project / "f446re.ld").write_text(script.replace("INCLUDE firmware/bsp/stm32/ld/lt_stm32_sections.ld", sections))
-    ini = [
-        "[env:nucleo-f446re]",
-        f"platform = {packages['platform']}",
-        "platform_packages =",
-        *(f"    {line}" for line in packages["platform_packages"].split("\n") if line),
-        "framework = stm32cube",
-        "board = nucleo_f446re",
-        "board_build.ldscript = f446re.ld",
-        "build_flags = -mfloat-abi=hard -mfpu=fpv4-sp-d16",
-        "extra_scripts = post:no_libstdcxx.py",
-        "lib_deps =",
-        *(f"    symlink://{library}" for library in _dependencies(exported, "tflm-cmsis-nn")),
-        f"    symlink://{exported.libraries['compiled']}",
-    ]
-    (project / "platformio.ini").write_text("\n".join(ini) + "\n")
+    envs = {"compiled-cmsis": ["compiled", "tflm-cmsis-nn"], "tflm": ["tflm"]}
+    ini = []
+    for env, runtimes in envs.items():
+        (project / "src" / f"main_{env}.c").write_text(_st_main([PREFIXES[runtime] for runtime in runtimes]))
+        libraries = [library for runtime in runtimes for library in _dependencies(exported, runtime)]
+        ini += [
+            f"[env:{env}]",
+            f"platform = {packages['platform']}",
+            "platform_packages =",
+            *(f"    {line}" for line in packages["platform_packages"].split("\n") if line),
+            "framework = stm32cube",
+            "board = nucleo_f446re",
+            "board_build.ldscript = f446re.ld",
+            "build_flags = -mfloat-abi=hard -mfpu=fpv4-sp-d16",
+            f"build_src_filter = +<main_{env}.c>",
+            "extra_scripts = post:no_libstdcxx.py",
+            "lib_deps =",
+            *(f"    symlink://{library}" for library in libraries),  # a TFLM library before its model's
+            "",
+        ]
+    (project / "platformio.ini").write_text("\n".join(ini))
     pio_run(project)
-    symbols = subprocess.run(
-        ["arm-none-eabi-nm", str(project / ".pio" / "build" / "nucleo-f446re" / "firmware.elf")],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    assert " T hello_compiled_invoke" in symbols and " T hello_cmsis_invoke" in symbols
-    assert "arm_fully_connected_s8" in symbols  # CMSIS-NN's kernel, from the tflite-micro library
+    for env, runtimes in envs.items():
+        elf = project / ".pio" / "build" / env / "firmware.elf"
+        symbols = subprocess.run(["arm-none-eabi-nm", str(elf)], capture_output=True, text=True, check=True).stdout
+        for runtime in runtimes:
+            assert f" T {PREFIXES[runtime]}_invoke" in symbols, (env, runtime)
+        # TFLM's interpreter in both images, CMSIS-NN's convolution only where its library is linked
+        assert "16MicroInterpreter" in symbols
+        assert ("arm_convolve_s8" in symbols) == ("tflm-cmsis-nn" in runtimes)
 
 
 def _one_line_error(done: subprocess.CompletedProcess) -> str:
