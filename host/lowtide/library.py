@@ -365,7 +365,6 @@ def _library_properties(prefix: str, model: str, runtime: str, part: LibraryPart
         f"sentence={model} on lowtide's {runtime} runtime.",
         f"paragraph=Exported by lowtide {__version__}: init, inputs, invoke, outputs; the arena inside.",
         "category=Data Processing",
-        "url=https://github.com/lowtide",
         "architectures=*",
         f"includes={prefix}.h",
     ]
@@ -394,7 +393,12 @@ def _cmake_lists(prefix: str, model: str, part: LibraryPart) -> str:
     if flags:
         lines.append(f"    zephyr_library_compile_options({flags})")
     if tflm:
-        lines.append(f"    zephyr_library_link_libraries({TFLM_DEPENDENCY})")
+        # Zephyr's TFLM module (CONFIG_TENSORFLOW_LITE_MICRO) puts its headers on every library's path itself
+        lines += [
+            f"    if(TARGET {TFLM_DEPENDENCY})",
+            f"      zephyr_library_link_libraries({TFLM_DEPENDENCY})",
+            "    endif()",
+        ]
     lines += ["  endif()", "  return()", "endif()", ""]
     if tflm:
         lines += [
