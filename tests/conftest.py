@@ -34,6 +34,7 @@ LONG_FILES_FIRST = (
     "test_compile.py",
     "test_st_boards.py",
     "test_export.py",
+    "test_export_library.py",
     "test_firmware.py",
     "test_tflm.py",
     "test_rewrite_cli.py",

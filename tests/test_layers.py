@@ -29,7 +29,11 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("lowtide.rewrite",),
     ("lowtide.stale",),
     ("lowtide.export", "lowtide.compile", "lowtide.tflm"),
-    ("lowtide.runtimes", "lowtide.project"),  # what a model's firmware is, before any board is involved
+    (
+        "lowtide.runtimes",
+        "lowtide.project",
+        "lowtide.library",
+    ),  # what a model's firmware is, before any board is involved
     ("lowtide.device",),
     ("lowtide.pipeline",),  # optimize, build and measure composed: the device layer is handed what they compute
     ("lowtide.hil", "lowtide.mlperf"),

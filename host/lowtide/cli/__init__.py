@@ -15,6 +15,7 @@ from lowtide.cli import (  # noqa: F401
     cache_cmd,
     compile_cmd,
     demo_cmd,
+    export_cmd,
     inspect_cmd,
     measure_cmd,
     mlperf_cmd,
