@@ -2,7 +2,8 @@
 envs need PlatformIO's registry: where it cannot be reached, they are listed as not built here, and why).
 
     lowtide boards           # table: name, core, SRAM, flash, runtimes, emulated, buildable here
-    lowtide boards --json    # one JSON object: {"boards": [...]}
+    lowtide boards --map     # and each board's RAM banks: name, address, size, speed, DMA, cache
+    lowtide boards --json    # one JSON object: {"boards": [...]}, each with its "memory" banks
 """
 
 from __future__ import annotations
@@ -39,6 +40,17 @@ class BoardListing:
     platform: str
     buildable_here: bool
     why_not: str | None  # what building it here lacks
+    memory: list[MemoryListing]  # the part's RAM banks; empty where its board file names none
+
+
+@dataclass(frozen=True)
+class MemoryListing:
+    name: str
+    address: int
+    size_bytes: int
+    speed: str
+    dma: bool
+    cacheable: bool
 
 
 def _runtimes(spec: BoardSpec) -> list[str]:
@@ -73,12 +85,14 @@ def _listing(spec: BoardSpec, settings: Settings) -> BoardListing:
         platform,
         why_not is None,
         why_not,
+        [MemoryListing(m.name, m.address, m.size_bytes, m.speed.value, m.dma, m.cacheable) for m in spec.memories],
     )
 
 
 @app.command("boards")
 def boards_command(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object instead of a table")] = False,
+    memory_map: Annotated[bool, typer.Option("--map", help="also show each board's RAM banks")] = False,
 ) -> None:
     """List the boards lowtide ships (use one with --board NAME, or your own board file with --board PATH)."""
     settings = read_settings()
@@ -113,3 +127,25 @@ def boards_command(
     console.print(table)
     for number, note in enumerate(notes, start=1):
         console.print(f"[{number}] {note}", markup=False, highlight=False)
+    if memory_map:
+        for listing in listings:
+            _print_map(console, listing)
+
+
+def _print_map(console: Console, listing: BoardListing) -> None:
+    if not listing.memory:
+        console.print(f"{listing.name}: SRAM {listing.sram_bytes:,} B (its board file names no banks)", highlight=False)
+        return
+    table = Table(title=f"{listing.name}: RAM banks", title_justify="left")
+    for column in ("bank", "address", "KiB", "speed", "DMA", "cache"):
+        table.add_column(column, justify="right" if column == "KiB" else "left", no_wrap=True)
+    for bank in listing.memory:
+        table.add_row(
+            bank.name,
+            f"0x{bank.address:08X}",
+            f"{bank.size_bytes / 1024:,.0f}",
+            bank.speed,
+            "yes" if bank.dma else "no",
+            "yes" if bank.cacheable else "no",
+        )
+    console.print(table)

@@ -8,7 +8,9 @@ A board file holds only what lowtide reads:
     name = "nucleo-f746zg"            # --board NAME; for emulated boards HELLO's name differs (qemu-mps2-an386)
     description = "..."               # the --board help and board listings
     core = "cortex-m7"                # TFLM's arena is predicted for this core
-    sram_bytes = 327680               # fit checks (lowtide.pipeline.firmware), before and after building
+    sram_bytes = 327680               # the RAM lowtide's firmware links into (its linker script's writable
+                                      # regions): fit checks (lowtide.pipeline.firmware), before and after building;
+                                      # optional where [[memory]] is given: then the sum of the memories
     flash_bytes = 1048576
     clock_hz = 216000000              # must equal the clock the board's HELLO reports
     platformio_env = "nucleo_f746zg"  # the firmware build (and upload) env
@@ -26,12 +28,23 @@ A board file holds only what lowtide reads:
     [labgrid]                         # a board in a labgrid farm: the place that holds it
     place = "nucleo"
     coordinator = "lab:20408"         # optional: else $LG_COORDINATOR
+    [[memory]]                        # optional, one table per RAM bank of the part (docs/firmware.md)
+    name = "dtcm"                     # a name unique on the board
+    address = 0x20000000
+    size_bytes = 65536
+    speed = "tcm"                     # tcm (core-coupled, zero wait), sram (on-chip bus), external (PSRAM, SDRAM)
+    dma = false                       # whether the part's DMA controllers reach it (default true)
+    cacheable = false                 # whether the core's data cache covers it (default false)
+
+A bank must lie where the core's address map allows RAM and overlap no other; each writable region of the
+firmware's linker script must lie inside one bank (lowtide.device.drivers.platformio.check_memory_map).
 
 A key lowtide does not read is an error, so a board file never carries a field that nothing checks.
 """
 
 from __future__ import annotations
 
+import enum
 import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -53,7 +66,9 @@ _KEYS = {
     "serial",
     "emulator",
     "labgrid",
+    "memory",
 }
+_MEMORY_KEYS = {"name", "address", "size_bytes", "speed", "dma", "cacheable"}
 _TABLE_KEYS = {
     "serial": {"baud", "usb_ids", "port", "probe_serial"},
     "emulator": {"command"},
@@ -75,6 +90,36 @@ class LabgridSettings:
     coordinator: str | None  # HOST:PORT; None: $LG_COORDINATOR
 
 
+class MemorySpeed(enum.Enum):
+    """How fast a RAM bank is, fastest first: what placement prefers for the tensors read most."""
+
+    TCM = "tcm"  # tightly coupled to the core: zero wait states, no cache
+    SRAM = "sram"  # on-chip SRAM on the bus matrix
+    EXTERNAL = "external"  # off-chip (PSRAM, SDRAM) or behind a slow port
+
+
+@dataclass(frozen=True)
+class MemoryBank:
+    """One RAM bank of a board (a [[memory]] table): where it is and what it allows."""
+
+    name: str
+    address: int
+    size_bytes: int
+    speed: MemorySpeed
+    dma: bool
+    cacheable: bool
+
+    @property
+    def end(self) -> int:
+        return self.address + self.size_bytes
+
+
+# Where the Armv6-M, Armv7-M and Armv8-M memory map allows RAM: the Code region (a TCM, a RAM that also holds code),
+# the SRAM region, External RAM and External device (PSRAM and SDRAM controllers map there). The Peripheral region
+# and the system space (the PPB, vendor) hold no RAM.
+_CORTEX_M_RAM_SPANS = ((0x0000_0000, 0x4000_0000), (0x6000_0000, 0xE000_0000))
+
+
 @dataclass(frozen=True)
 class BoardSpec:
     """One boards/*.toml file."""
@@ -93,6 +138,7 @@ class BoardSpec:
     emulator_command: tuple[str, ...] | None  # with {port} and {elf}; None for a real board
     labgrid: LabgridSettings | None
     path: Path
+    memories: tuple[MemoryBank, ...] = ()  # the part's RAM banks, by address; empty for a board file without them
 
     @property
     def emulated(self) -> bool:
@@ -104,6 +150,7 @@ def _check_keys(data: dict) -> None:
     unknown += [
         f"{table}.{key}" for table, keys in _TABLE_KEYS.items() for key in data.get(table, {}) if key not in keys
     ]
+    unknown += [f"memory.{key}" for bank in data.get("memory", ()) for key in bank if key not in _MEMORY_KEYS]
     if unknown:
         raise LowtideError(f"unknown keys {', '.join(unknown)} (lowtide reads only: {', '.join(sorted(_KEYS))})")
 
@@ -117,11 +164,20 @@ def load_board_spec(path: Path) -> BoardSpec:
         if emulator is None and serial is None and labgrid is None:
             raise LowtideError("a real board needs [serial] (how to find its port) or [labgrid] (its place)")
         config = data.get("platformio_config")
+        memories = _memories(data.get("memory", ()), data["core"])
+        if "sram_bytes" not in data and not memories:
+            raise LowtideError("give sram_bytes or the part's [[memory]] banks")
+        sram_bytes = int(data["sram_bytes"]) if "sram_bytes" in data else sum(m.size_bytes for m in memories)
+        if memories and sram_bytes > sum(m.size_bytes for m in memories):
+            raise LowtideError(
+                f"sram_bytes = {sram_bytes:,} is more than its [[memory]] banks hold "
+                f"({sum(m.size_bytes for m in memories):,} B)"
+            )
         return BoardSpec(
             name=data["name"],
             description=data["description"],
             core=data["core"],
-            sram_bytes=int(data["sram_bytes"]),
+            sram_bytes=sram_bytes,
             flash_bytes=int(data["flash_bytes"]),
             clock_hz=int(data["clock_hz"]),
             platformio_env=data["platformio_env"],
@@ -138,11 +194,67 @@ def load_board_spec(path: Path) -> BoardSpec:
             emulator_command=tuple(emulator["command"]) if emulator else None,
             labgrid=LabgridSettings(labgrid["place"], labgrid.get("coordinator")) if labgrid else None,
             path=path,
+            memories=memories,
         )
     except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
         raise LowtideError(f"bad board file: {type(exc).__name__}: {exc}", path) from None
     except LowtideError as exc:
         raise LowtideError(f"bad board file: {exc.message}", path) from None
+
+
+def banks_cover(spec: BoardSpec, address: int, size: int) -> bool:
+    """Whether `spec`'s memory banks hold every byte of [address, address + size): one bank, or several that follow
+    each other without a gap (an STM32F446's SRAM1 and SRAM2, linked as one region)."""
+    end = address + size
+    while address < end:
+        bank = next((b for b in spec.memories if b.address <= address < b.end), None)
+        if bank is None:
+            return False
+        address = bank.end
+    return True
+
+
+def _memories(tables: list[dict], core: str) -> tuple[MemoryBank, ...]:
+    """The [[memory]] tables as banks sorted by address, refused where two share a name or bytes, where one is empty,
+    or where a Cortex-M core's address map has no RAM."""
+    banks = []
+    for table in tables:
+        speed = table.get("speed", "sram")
+        try:
+            bank = MemoryBank(
+                name=table["name"],
+                address=int(table["address"]),
+                size_bytes=int(table["size_bytes"]),
+                speed=MemorySpeed(speed),
+                dma=bool(table.get("dma", True)),
+                cacheable=bool(table.get("cacheable", False)),
+            )
+        except ValueError:
+            raise LowtideError(
+                f"memory {table.get('name')!r}: speed {speed!r} is none of {', '.join(s.value for s in MemorySpeed)}"
+            ) from None
+        if bank.size_bytes <= 0:
+            raise LowtideError(f"memory {bank.name!r} has size_bytes = {bank.size_bytes}")
+        if core.startswith("cortex-m") and not any(
+            start <= bank.address and bank.end <= end for start, end in _CORTEX_M_RAM_SPANS
+        ):
+            raise LowtideError(
+                f"memory {bank.name!r} ({_span(bank)}) lies outside where a {core}'s address map has RAM "
+                "(0x00000000-0x3FFFFFFF, 0x60000000-0xDFFFFFFF)"
+            )
+        banks.append(bank)
+    banks.sort(key=lambda b: b.address)
+    names = [b.name for b in banks]
+    if len(set(names)) < len(names):
+        raise LowtideError(f"memory names repeat: {', '.join(sorted({n for n in names if names.count(n) > 1}))}")
+    for before, after in zip(banks, banks[1:]):
+        if after.address < before.end:
+            raise LowtideError(f"memory {after.name!r} ({_span(after)}) overlaps {before.name!r} ({_span(before)})")
+    return tuple(banks)
+
+
+def _span(bank: MemoryBank) -> str:
+    return f"0x{bank.address:08X}-0x{bank.end - 1:08X}"
 
 
 def with_probe(spec: BoardSpec, probe_serial: str | None) -> BoardSpec:

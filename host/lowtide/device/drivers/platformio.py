@@ -16,6 +16,7 @@ is refused in one line when the registry cannot be reached, before PlatformIO sp
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import socket
@@ -26,7 +27,7 @@ from functools import cache
 from pathlib import Path
 
 from lowtide.device.drivers.serialport import port_candidate, serial_port_candidates
-from lowtide.device.spec import BoardSpec
+from lowtide.device.spec import BoardSpec, banks_cover
 from lowtide.errors import LowtideError, missing_tool
 from lowtide.platformio_archives import ARCHIVES_SETTING, ST_PLATFORM, archives_dir
 from lowtide.project import (
@@ -43,7 +44,7 @@ from lowtide.project import (
     platformio_environment,
     write_project,
 )
-from lowtide.resources import DATA_DIR
+from lowtide.resources import DATA_DIR, LOCAL_PLATFORM_DIR
 from lowtide.settings import Settings
 from lowtide.storage import exclusive_lock
 
@@ -245,19 +246,20 @@ def linker_regions(script: Path) -> list[MemoryRegion]:
     return regions
 
 
-def linker_memory(script: Path) -> tuple[int, int]:
-    """(RAM, flash) bytes of a linker script's MEMORY regions: writable regions are RAM, the others flash."""
-    regions = linker_regions(script)
-    return (sum(r.length for r in regions if r.writable), sum(r.length for r in regions if not r.writable))
-
-
 def check_memory_map(spec: BoardSpec) -> None:
     """Refuses a board file that states more SRAM or flash than the memory map its env links with (a shipped
-    linker script, board_build.ldscript) has: the fit checks would pass models the part cannot hold."""
+    linker script, board_build.ldscript) has: the fit checks would pass models the part cannot hold; and one whose
+    memory banks do not hold each RAM region of that script."""
     script = env_option(spec.platformio_env, spec.platformio_config, "board_build.ldscript")
+    if not script and env_platform(spec.platformio_env, spec.platformio_config) == LOCAL_PLATFORM_URI:
+        board = env_option(spec.platformio_env, spec.platformio_config, "board")
+        manifest = json.loads((LOCAL_PLATFORM_DIR / "boards" / f"{board}.json").read_text())
+        script = f"firmware/platform/ldscripts/{manifest['build']['ldscript']}"  # the emulated boards' own
     if not script.startswith("firmware/"):
         return  # the platform's own script, or one of the user's project: not lowtide's to read
-    ram, flash = linker_memory(DATA_DIR / script)
+    regions = linker_regions(DATA_DIR / script)
+    ram = sum(r.length for r in regions if r.writable)
+    flash = sum(r.length for r in regions if not r.writable)
     for what, stated, mapped in (("sram_bytes", spec.sram_bytes, ram), ("flash_bytes", spec.flash_bytes, flash)):
         if stated > mapped:
             raise LowtideError(
@@ -265,6 +267,14 @@ def check_memory_map(spec: BoardSpec) -> None:
                 f"memory map ({script}) has {mapped:,} B",
                 spec.path,
             )
+    if spec.memories:
+        for region in regions:
+            if region.writable and not banks_cover(spec, region.origin, region.length):
+                raise LowtideError(
+                    f"bad board file: {spec.platformio_env}'s linker script ({script}) places {region.name} at "
+                    f"0x{region.origin:08X} ({region.length:,} B), in none of the board's [[memory]] banks",
+                    spec.path,
+                )
 
 
 @cache
