@@ -62,6 +62,16 @@ def test_boards():
 
     _check(["boards"], words)
 
+    def banks(report: dict) -> list[str]:
+        return [
+            word
+            for board in report["boards"]
+            for bank in board["memory"]
+            for word in (bank["name"], f"0x{bank['address']:08X}", f"{bank['size_bytes'] / 1024:,.0f}", bank["speed"])
+        ]
+
+    _check(["boards", "--map"], banks)
+
 
 def test_inspect_operators_and_arena():
     def words(report: dict) -> list[str]:

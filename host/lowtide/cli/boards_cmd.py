@@ -136,9 +136,15 @@ def _print_map(console: Console, listing: BoardListing) -> None:
     if not listing.memory:
         console.print(f"{listing.name}: SRAM {listing.sram_bytes:,} B (its board file names no banks)", highlight=False)
         return
-    table = Table(title=f"{listing.name}: RAM banks", title_justify="left")
-    for column in ("bank", "address", "KiB", "speed", "DMA", "cache"):
-        table.add_column(column, justify="right" if column == "KiB" else "left", no_wrap=True)
+    table = TerminalTable(
+        Column("bank"),
+        Column("address", Kind.FIGURE),
+        Column("KiB", Kind.FIGURE),
+        Column("speed"),
+        Column("DMA"),
+        Column("cache"),
+        title=f"{listing.name}: RAM banks",
+    )
     for bank in listing.memory:
         table.add_row(
             bank.name,
