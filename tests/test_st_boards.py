@@ -185,6 +185,11 @@ def test_a_board_file_whose_memory_does_not_fit_the_part_is_one_line(tmp_path):
     text = (BOARDS_DIR / "nucleo-f446re.toml").read_text().replace("sram_bytes = 131072", "sram_bytes = 262144")
     (tmp_path / "big.toml").write_text(text)
     message = one_line_error(lowtide("build", str(KWS), "--board", str(tmp_path / "big.toml")))
+    assert "sram_bytes = 262,144 is more than its [[memory]] banks hold (131,072 B)" in message
+    # Without banks the figure is checked against the linker script's memory map instead.
+    text = text.split("\n# The part's RAM banks")[0]
+    (tmp_path / "big.toml").write_text(text)
+    message = one_line_error(lowtide("build", str(KWS), "--board", str(tmp_path / "big.toml")))
     assert (
         "sram_bytes = 262,144 does not fit the part: nucleo-f446re's memory map "
         "(firmware/bsp/stm32/ld/stm32f446re.ld) has 131,072 B"
