@@ -167,11 +167,11 @@ def load_board_spec(path: Path) -> BoardSpec:
         memories = _memories(data.get("memory", ()), data["core"])
         if "sram_bytes" not in data and not memories:
             raise LowtideError("give sram_bytes or the part's [[memory]] banks")
-        sram_bytes = int(data["sram_bytes"]) if "sram_bytes" in data else sum(m.size_bytes for m in memories)
-        if memories and sram_bytes > sum(m.size_bytes for m in memories):
+        banks_bytes = sum(m.size_bytes for m in memories)
+        sram_bytes = int(data["sram_bytes"]) if "sram_bytes" in data else banks_bytes
+        if memories and sram_bytes > banks_bytes:
             raise LowtideError(
-                f"sram_bytes = {sram_bytes:,} is more than its [[memory]] banks hold "
-                f"({sum(m.size_bytes for m in memories):,} B)"
+                f"sram_bytes = {sram_bytes:,} is more than its [[memory]] banks hold ({banks_bytes:,} B)"
             )
         return BoardSpec(
             name=data["name"],
