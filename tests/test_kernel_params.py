@@ -23,6 +23,7 @@ from lowtide.compile.kernel_params import (
     c_header,
     c_members,
 )
+from lowtide.validation import load_model
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADER = ROOT / "firmware" / "runtime" / "lt_params.h"
@@ -112,7 +113,7 @@ def test_the_generated_code_names_every_member_in_the_struct_order():
     model = MODELS / "tflm_hello_world_int8.tflite"
     if not model.is_file():
         pytest.skip("shared model tflm_hello_world_int8 not present")
-    source = compile_model(model).files["model.c"]
+    source = compile_model(load_model(model)).files["model.c"]
     line = re.search(r"^static const lt_conv_params op0_params = \{(.*)\};$", source, re.MULTILINE)
     assert line is not None
     members = dict(part.split(" = ") for part in line.group(1).lstrip(".").split(", ."))

@@ -27,7 +27,7 @@ from lowtide.tflm.tree import KernelSet
 from lowtide.validation import load_checked
 
 
-def inspect_report(graph: Graph, plan: MemoryPlan, arena: Mcu32Arena | None) -> dict:
+def inspect_report(model: Path, graph: Graph, plan: MemoryPlan, arena: Mcu32Arena | None) -> dict:
     """The JSON object of `lowtide inspect --json`."""
     tensor_span = {
         (b.subgraph, b.tensor): (b, off) for b, off in zip(plan.buffers, plan.offsets) if b.tensor is not None
@@ -68,7 +68,7 @@ def inspect_report(graph: Graph, plan: MemoryPlan, arena: Mcu32Arena | None) -> 
         )
     peak = plan.steps[plan.peak_step] if plan.peak_step is not None else None
     return {
-        "model": graph.path,
+        "model": str(model),
         "sha256": graph.sha256,
         "subgraphs": len(graph.subgraphs),
         "ops": ops,
@@ -89,7 +89,7 @@ def _table(graph: Graph, plan: MemoryPlan) -> TerminalTable:
         Column("live tensors", Kind.FIGURE),
         Column("live bytes", Kind.FIGURE),
         Column("", Kind.BAR),
-        title=f"{Path(graph.path).name}: operators in execution order",
+        title=f"{graph.name}: operators in execution order",
         title_justify="left",
     )
     for i, step in enumerate(plan.steps):
@@ -159,7 +159,7 @@ def _plot(graph: Graph, plan: MemoryPlan, path: Path) -> None:
     ax.set_xlabel("execution step")
     ax.set_ylabel("bytes")
     ax.set_ylim(bottom=0)
-    ax.set_title(f"{Path(graph.path).name}: live arena memory")
+    ax.set_title(f"{graph.name}: live arena memory")
     ax.legend(loc="upper right")
     fig.tight_layout()
     save_figure(fig, path)
@@ -204,7 +204,6 @@ def inspect(
     loaded = load_checked(model, settings, relies_on=frozenset())
     graph = loaded.graph
     plan = tflm_plan(graph)
-    data = model.read_bytes()
     try:
         with Progress(
             TextColumn("building TFLM for {task.fields[core]} (once)"),
@@ -219,20 +218,22 @@ def inspect(
             def building(done: int, total: int) -> None:
                 bar.update(task, completed=done, total=total, visible=True)
 
-            arena = mcu32_arena(data, graph, plan.head_bytes, kernels, core, building, arena32, settings=settings)
+            arena = mcu32_arena(graph, plan.head_bytes, kernels, core, building, arena32, settings=settings)
     except LowtideError:
         if kernels is not KernelSet.REFERENCE or arena32 is Arena32Mode.EXACT:
             raise
         arena = None  # a model TFLM cannot load still gets its head predicted; the total needs TFLM's tail
     measured = (
-        oracle.run(data, oracle.random_inputs(graph), path=str(model), settings=settings).arena if verify else None
+        oracle.run(graph.data, oracle.random_inputs(graph), path=str(model), settings=settings).arena
+        if verify
+        else None
     )
     stale = check_stale(graph, settings=settings) if check_stale_memory else None
     if plot:
         _plot(graph, plan, plot)
     if plot_map:
         plot_model_map(graph, plan, plot_map)
-    report = inspect_report(graph, plan, arena) | plots_json(plot, plot_map)
+    report = inspect_report(model, graph, plan, arena) | plots_json(plot, plot_map)
     report["warnings"] = [w.warning for w in loaded.warnings]
     print_warnings(model, report["warnings"])
     if stale:

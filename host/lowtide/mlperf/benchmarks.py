@@ -9,7 +9,6 @@ spectrogram values (its files hold longer recordings that the runner cuts into w
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from lowtide.errors import LowtideError
 from lowtide.model.ir import Graph
@@ -112,7 +111,7 @@ def _quantization(graph: Graph, index: int) -> tuple[float, int]:
 
 def mlperf_protocol(graph: Graph, benchmark: Benchmark) -> MlperfProtocol:
     """The grammar for `graph` in `benchmark`; refuses a model whose input or output does not fit the benchmark."""
-    name = Path(graph.path).name if graph.path else "model"
+    name = graph.name
     sg = graph.main
     if benchmark.id == STREAMING_ID:
         raise LowtideError(f"{STREAMING_ID} streams audio through an interface board: not a db/infer benchmark")

@@ -653,9 +653,9 @@ def reliances_passed(problems: Sequence[Problem]) -> frozenset[Reliance]:
     return EVERY_RELIANCE - {p.relied_on for p in problems if p.relied_on is not None}
 
 
-def refuse_problems(graph: Graph, problems: Sequence[Problem]) -> Graph:
-    """`graph` when `problems` (found in it) is empty, else ModelError naming the first (and how many more)."""
+def refuse_problems(path: str, problems: Sequence[Problem]) -> None:
+    """ModelError naming the file at `path` and the first of `problems` found in its model (and how many more);
+    nothing when there are none."""
     if problems:
         more = f" (and {len(problems) - 1} more problems: lowtide validate lists them)" if len(problems) > 1 else ""
-        raise ModelError(f"{problems[0].message}{more}", graph.path)
-    return graph
+        raise ModelError(f"{problems[0].message}{more}", path)

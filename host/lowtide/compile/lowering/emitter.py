@@ -15,7 +15,6 @@ from lowtide.compile.kernel_params import KernelParams, c_members
 from lowtide.model import attributes
 from lowtide.model.attributes import A
 from lowtide.model.ir import Graph, Operator, Tensor, TensorKind, first_assignments, variable_handles
-from lowtide.model.reader import buffer_bytes
 
 # TFLite's bool is one byte holding 0 or 1
 C_TYPES = {
@@ -130,7 +129,6 @@ class ModelEmitter:
     def __init__(
         self,
         graph: Graph,
-        model_data: bytes,
         offsets: dict[int, int],
         scratch: dict[int, list[int]] | None = None,
         fused_pads: dict[int, PadFusion] | None = None,
@@ -140,7 +138,6 @@ class ModelEmitter:
         self.graph = graph
         self.sg = graph.main
         self.raw_tensors = graph.raw.subgraphs[0].tensors
-        self.model_data = model_data
         self.offsets = offsets  # activation tensor index -> arena offset
         self.scratch = scratch or {}  # operator index -> arena offsets of its kernel scratch buffers, in request order
         self.declarations: list[str] = []
@@ -220,7 +217,7 @@ class ModelEmitter:
             raise Unsupported(f"tensor {index} '{t.name}' must be a constant")
         if t.dtype not in NUMPY_TYPES:
             raise Unsupported(f"constant tensor {index} has type {t.dtype}")
-        data = buffer_bytes(self.graph.raw.buffers[t.buffer], self.model_data, self.graph.path)
+        data = self.graph.buffer_data(t.buffer)
         return np.frombuffer(data, dtype=NUMPY_TYPES[t.dtype]).reshape(t.shape)
 
     def pointer(self, index: int, writable: bool = False) -> str:
