@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.markup import escape as escape_markup
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from lowtide import oracle
 from lowtide.cli.application import app
 from lowtide.cli.options import Arena32Option
 from lowtide.cli.plots import checked_plot_path, plot_model_map, plots_json, pyplot, save_figure
+from lowtide.cli.progress import progress_bars
 from lowtide.cli.tables import Bar, Column, Kind, TerminalTable
 from lowtide.cli.warnings import print_warnings
 from lowtide.errors import LowtideError
@@ -205,19 +206,8 @@ def inspect(
     graph = loaded.graph
     plan = tflm_plan(graph)
     try:
-        with Progress(
-            TextColumn("building TFLM for {task.fields[core]} (once)"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            console=Console(stderr=True),
-            transient=True,
-            disable=json_output,
-        ) as bar:
-            task = bar.add_task("", total=None, core=core, visible=False)
-
-            def building(done: int, total: int) -> None:
-                bar.update(task, completed=done, total=total, visible=True)
-
+        with progress_bars(disable=json_output) as bars:
+            building = partial(bars.update, f"building TFLM for {core} (once)")
             arena = mcu32_arena(graph, plan.head_bytes, kernels, core, building, arena32, settings=settings)
     except LowtideError:
         if kernels is not KernelSet.REFERENCE or arena32 is Arena32Mode.EXACT:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import TypedDict
 
 from lowtide.compile import quantization as q
-from lowtide.compile.kernel_params import MAX_DIMS, ActivationParams, BinaryParams
+from lowtide.compile.kernel_params import MAX_DIMS, ActivationParams, BinaryParams, params_reading
 from lowtide.compile.lowering.emitter import (
     C_TYPES,
     NO_FLOAT_ACTIVATION,
@@ -363,16 +363,12 @@ def _lower_rescaled_unary(
         require(in_q.zero_point == out_q.zero_point == 0, "int16 needs zero points of 0")
     p = e.struct(
         f"{name}_params",
-        ActivationParams(
+        params_reading(
+            ActivationParams,
             count=count,
             input_zero_point=in_q.zero_point,
             output_zero_point=out_q.zero_point,
             **rescale(in_q.scale, out_q.scale),
-            alpha_multiplier=0,
-            alpha_shift=0,
-            act_min=0,
-            act_max=0,
-            alpha=0.0,
         ),
     )
     return f"{kernel}_{SUFFIXES[dtype]}({p}, {source}, {target});"
