@@ -12,6 +12,7 @@ from conftest import SHARED_MODELS
 from lowtide.compile import compile_model
 from lowtide.model.edit import with_outputs
 from lowtide.model.ir import sha256_hex
+from lowtide.model.schema import fb
 from lowtide.project import PROJECT_SPEC, Runtime, project_files
 from lowtide.runtimes import RUNTIMES
 from lowtide.settings import read_settings
@@ -106,3 +107,26 @@ def test_the_scan_finds_a_model_read():
     assert ("read_bytes", "path") in reads
     probe = ast.parse("def f(model_path: Path):\n    return model_path.read_bytes()\n")
     assert [(n, r) for _, n, r in _calls(probe)] == [("read_bytes", "model_path")]
+
+
+def test_tensors_carry_their_quantization_typed():
+    """Every tensor's scales, zero points and axis as the flatbuffer stores them (read here through the schema's
+    table accessors, not the object tree the reader uses), per channel on the convolutions' weights."""
+    path = SHARED_MODELS / "mlperf_kws_dscnn_int8.tflite"
+    graph = load_model(path)
+    stored = fb.Model.GetRootAs(path.read_bytes(), 0).Subgraphs(0)
+    per_channel = 0
+    for t in graph.main.tensors:
+        table = stored.Tensors(t.index).Quantization()
+        if table is None:
+            assert t.quantization is None
+            continue
+        assert t.quantization is not None
+        scales = tuple(float(s) for s in table.ScaleAsNumpy()) if table.ScaleLength() else ()
+        zero_points = tuple(int(z) for z in table.ZeroPointAsNumpy()) if table.ZeroPointLength() else ()
+        assert (t.quantization.scales, t.quantization.zero_points) == (scales, zero_points)
+        assert t.quantization.axis == table.QuantizedDimension()
+        per_channel += len(t.quantization.scales) > 1
+    assert per_channel >= 5
+    edited = with_outputs(graph, [graph.main.operators[0].outputs[0]])
+    assert [t.quantization for t in edited.main.tensors] == [t.quantization for t in graph.main.tensors]

@@ -98,19 +98,10 @@ def library_tensors(graph: Graph, indices: tuple[int, ...]) -> tuple[LibraryTens
     tensors = []
     for index in indices:
         tensor = graph.main.tensors[index]
-        qp = graph.raw.subgraphs[0].tensors[index].quantization
-        quantized = qp is not None and qp.scale is not None and len(qp.scale) > 0
-        zero_points = qp.zeroPoint if quantized and qp.zeroPoint is not None and len(qp.zeroPoint) else [0]
-        tensors.append(
-            LibraryTensor(
-                tensor.name,
-                tensor.dtype,
-                tensor.shape,
-                tensor.nbytes,
-                float(qp.scale[0]) if quantized else 0.0,
-                int(zero_points[0]),
-            )
-        )
+        qp = tensor.quantization
+        quantized = qp is not None and len(qp.scales) > 0
+        scale, zero_point = (qp.scale, qp.zero_point) if qp is not None and quantized else (0.0, 0)
+        tensors.append(LibraryTensor(tensor.name, tensor.dtype, tensor.shape, tensor.nbytes, scale, zero_point))
     return tuple(tensors)
 
 

@@ -173,7 +173,7 @@ def _runtime_objects(cc: str, flags: list[str], settings: Settings) -> list[Path
     return sorted(cached_folder(cache_dir(settings, "runtime-objects") / key, fill).glob("*.o"))
 
 
-def _run(cmd: list[str], what: str) -> subprocess.CompletedProcess:
+def _run(cmd: list[str], what: str) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         detail = (result.stderr or result.stdout).strip().splitlines()

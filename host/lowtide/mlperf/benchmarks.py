@@ -103,10 +103,10 @@ def _c_float(value: float) -> str:
 
 
 def _quantization(graph: Graph, index: int) -> tuple[float, int]:
-    qp = graph.raw.subgraphs[0].tensors[index].quantization
-    if qp is None or qp.scale is None or len(qp.scale) == 0:
+    qp = graph.main.tensors[index].quantization
+    if qp is None or not qp.scales:
         return 1.0, 0
-    return float(qp.scale[0]), int(qp.zeroPoint[0]) if qp.zeroPoint is not None and len(qp.zeroPoint) else 0
+    return qp.scale, qp.zero_point
 
 
 def mlperf_protocol(graph: Graph, benchmark: Benchmark) -> MlperfProtocol:

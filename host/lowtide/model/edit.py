@@ -15,27 +15,17 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from lowtide.model.attributes import Attributes, options_table
-from lowtide.model.ir import Graph
+from lowtide.model.ir import Graph, Quantization
 from lowtide.model.offline_memory import NAME as OFFLINE_PLAN_NAME
 from lowtide.model.offline_memory import OfflinePlan
 from lowtide.model.reader import graph_from_tree
 from lowtide.model.schema import TYPE_CODES, builtin_code, fb, operator_code
 from lowtide.text import model_text
-
-
-@dataclass(frozen=True)
-class Quantization:
-    """A tensor's affine quantization: one scale and zero point per tensor, or per channel along `axis`."""
-
-    scale: Sequence[float]
-    zero_point: Sequence[int]
-    axis: int = 0
 
 
 class GraphEditor:
@@ -110,7 +100,7 @@ class GraphEditor:
     def activation(self, shape: tuple[int, ...], like: int, scale: float, zero_point: int, name: str) -> int:
         """A new activation of `like`'s type with its own per-tensor quantization."""
         index = self.activation_like(like, shape, name)
-        self.tensors[index].quantization = _quantization_table(Quantization([float(scale)], [int(zero_point)]))
+        self.tensors[index].quantization = _quantization_table(Quantization((float(scale),), (int(zero_point),)))
         return index
 
     def _buffer(self, data: bytes) -> int:
@@ -261,8 +251,8 @@ def _quantization_table(quantization: Quantization) -> Any:
     """The schema's quantization table of `quantization`. Scales are held as the float32 the file stores, so an
     edited graph computes with the values its bytes hold."""
     table = fb.QuantizationParametersT()
-    table.scale = [float(np.float32(s)) for s in quantization.scale]
-    table.zeroPoint = list(quantization.zero_point)
+    table.scale = [float(np.float32(s)) for s in quantization.scales]
+    table.zeroPoint = list(quantization.zero_points)
     table.quantizedDimension = quantization.axis
     return table
 

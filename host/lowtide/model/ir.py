@@ -62,6 +62,26 @@ class TensorKind(enum.Enum):
 
 
 @dataclass(frozen=True)
+class Quantization:
+    """A tensor's affine quantization: one scale and zero point per tensor, or one per channel along `axis`. The
+    scales are the float32 values the file stores; a model may store no zero points (read as 0 each)."""
+
+    scales: tuple[float, ...]
+    zero_points: tuple[int, ...]
+    axis: int = 0
+
+    @property
+    def scale(self) -> float:
+        """The (first) scale; 0.0 where there is none."""
+        return self.scales[0] if self.scales else 0.0
+
+    @property
+    def zero_point(self) -> int:
+        """The (first) zero point; 0 where there is none."""
+        return self.zero_points[0] if self.zero_points else 0
+
+
+@dataclass(frozen=True)
 class Tensor:
     index: int
     name: str
@@ -70,6 +90,7 @@ class Tensor:
     nbytes: int  # bytes TFLM allocates for it (element count x element size)
     kind: TensorKind
     buffer: int
+    quantization: Quantization | None = None  # None: the file stores no quantization table
 
     @property
     def planned(self) -> bool:

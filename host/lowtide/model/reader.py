@@ -13,7 +13,7 @@ from pathlib import Path
 
 from lowtide.errors import ModelError
 from lowtide.model.attributes import read_attributes
-from lowtide.model.ir import Graph, Operator, Subgraph, Tensor, TensorKind, named_subgraphs, stored_bytes
+from lowtide.model.ir import Graph, Operator, Quantization, Subgraph, Tensor, TensorKind, named_subgraphs, stored_bytes
 from lowtide.model.schema import BUILTIN_NAMES, ELEMENT_BYTES, FILE_IDENTIFIER, TYPE_NAMES, builtin_code, fb
 from lowtide.text import model_text
 
@@ -167,4 +167,24 @@ def _read_tensor(sg_index: int, t_index: int, t: fb.TensorT, buffers: list[fb.Bu
         kind = TensorKind.CONSTANT
     else:
         kind = TensorKind.ACTIVATION
-    return Tensor(index=t_index, name=name, shape=shape, dtype=dtype, nbytes=nbytes, kind=kind, buffer=t.buffer)
+    return Tensor(
+        index=t_index,
+        name=name,
+        shape=shape,
+        dtype=dtype,
+        nbytes=nbytes,
+        kind=kind,
+        buffer=t.buffer,
+        quantization=_quantization(t.quantization),
+    )
+
+
+def _quantization(table: fb.QuantizationParametersT | None) -> Quantization | None:
+    """The typed quantization of a tensor's table, as stored (the validator judges it)."""
+    if table is None:
+        return None
+    return Quantization(
+        tuple(float(s) for s in (table.scale if table.scale is not None else ())),
+        tuple(int(z) for z in (table.zeroPoint if table.zeroPoint is not None else ())),
+        int(table.quantizedDimension or 0),
+    )

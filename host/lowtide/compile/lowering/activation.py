@@ -38,7 +38,7 @@ from lowtide.model.ir import Operator
 SUFFIXES = {"int8": "s8", "int16": "s16", "float32": "f32"}
 
 
-def lower_softmax(e, op, name):
+def lower_softmax(e: ModelEmitter, op: Operator, name: str) -> str:
     ins, outs = tensor_types(e, op)
     rows = _rows(e, op, same_shape=False)
     beta = attributes_of(op, SoftmaxAttributes).beta
@@ -146,7 +146,7 @@ def _lower_softmax_int16(e: ModelEmitter, op: Operator, name: str, rows: Rows, b
     )
 
 
-def lower_logistic(e, op, name):
+def lower_logistic(e: ModelEmitter, op: Operator, name: str) -> str:
     ins, outs = tensor_types(e, op)
     count = math.prod(e.tensor(op.inputs[0]).shape)
     if ins == ["int8"] and outs == ["int8"]:
@@ -198,7 +198,7 @@ def _symmetric_int16(e: ModelEmitter, op: Operator) -> None:
     )
 
 
-def lower_relu(e, op, name):
+def lower_relu(e: ModelEmitter, op: Operator, name: str) -> str:
     dtype, source, target = _unary(e, op)
     if dtype == "float32":
         return f"lt_relu_f32({source}, {target}, {math.prod(e.tensor(op.inputs[0]).shape)});"
@@ -216,7 +216,7 @@ def lower_relu(e, op, name):
     return f"lt_relu_{SUFFIXES[dtype]}({p}, {source}, {target});"
 
 
-def lower_relu6(e, op, name):
+def lower_relu6(e: ModelEmitter, op: Operator, name: str) -> str:
     """TFLM's RELU6 clamps the input's own values to its 0 and 6: the output's quantization is not used."""
     dtype, source, target = _unary(e, op)
     if dtype == "float32":
@@ -234,7 +234,7 @@ def lower_relu6(e, op, name):
     return f"lt_relu6_{SUFFIXES[dtype]}({p}, {source}, {target});"
 
 
-def lower_leaky_relu(e, op, name):
+def lower_leaky_relu(e: ModelEmitter, op: Operator, name: str) -> str:
     dtype, source, target = _unary(e, op)
     alpha = attributes_of(op, LeakyReluAttributes).alpha
     if dtype == "float32":
@@ -247,7 +247,7 @@ def lower_leaky_relu(e, op, name):
     return f"lt_leaky_relu_{SUFFIXES[dtype]}({p}, {source}, {target});"
 
 
-def lower_prelu(e, op, name):
+def lower_prelu(e: ModelEmitter, op: Operator, name: str) -> str:
     """PRELU: alpha (any shape that broadcasts, usually a constant per channel) of the input's type, or int8 for
     an int16 input."""
     ins, outs = tensor_types(e, op)
@@ -277,7 +277,7 @@ def lower_prelu(e, op, name):
     )
 
 
-def lower_hard_swish(e, op, name):
+def lower_hard_swish(e: ModelEmitter, op: Operator, name: str) -> str:
     dtype, source, target = _unary(e, op)
     count = math.prod(e.tensor(op.inputs[0]).shape)
     if dtype == "float32":
@@ -294,7 +294,7 @@ def lower_hard_swish(e, op, name):
     return f"lt_hard_swish_s8({p}, {source}, {target});"
 
 
-def lower_tanh(e, op, name):
+def lower_tanh(e: ModelEmitter, op: Operator, name: str) -> str:
     dtype, source, target = _unary(e, op)
     if dtype == "float32":
         return f"lt_tanh_f32({source}, {target}, {math.prod(e.tensor(op.inputs[0]).shape)});"
@@ -305,7 +305,7 @@ def lower_tanh(e, op, name):
     return f"lt_lookup_s8({table}, {source}, {target}, {math.prod(e.tensor(op.inputs[0]).shape)});"
 
 
-def lower_elu(e, op, name):
+def lower_elu(e: ModelEmitter, op: Operator, name: str) -> str:
     dtype, source, target = _unary(e, op)
     count = math.prod(e.tensor(op.inputs[0]).shape)
     if dtype == "float32":
@@ -332,7 +332,7 @@ def _rows(e: ModelEmitter, op: Operator, same_shape: bool = True) -> Rows:
     return Rows(outer=math.prod(shape) // shape[-1], depth=shape[-1])
 
 
-def lower_l2_normalization(e, op, name):
+def lower_l2_normalization(e: ModelEmitter, op: Operator, name: str) -> str:
     """TFLM's int8 kernel writes Q0.7 (scale 1/128, zero point 0) whatever the output says; no activation."""
     require(fused_activation(op) == 0, "fused activation")
     dtype = e.tensor(op.inputs[0]).dtype
@@ -343,7 +343,7 @@ def lower_l2_normalization(e, op, name):
     return f"lt_l2_normalization_s8({p}, {e.quantization(op.inputs[0]).zero_point}, {source}, {target});"
 
 
-def lower_log_softmax(e, op, name):
+def lower_log_softmax(e: ModelEmitter, op: Operator, name: str) -> str:
     """int8: TFLM's Prepare requires the output scale 16/256 and zero point 127."""
     rows = _rows(e, op)
     source, target = e.pointer(op.inputs[0]), e.pointer(op.outputs[0], True)
