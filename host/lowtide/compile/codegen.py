@@ -60,7 +60,7 @@ class IoTensor:
 
 @dataclass(frozen=True)
 class CompiledModel:
-    model: str  # the compiled graph's name
+    model: str  # the compiled model's source, for messages (`Graph.source`)
     prefix: str
     files: dict[str, str]  # file name -> C source
     arena_bytes: int  # the arena head the generated code needs (caller-provided, 16-byte aligned)
@@ -263,10 +263,10 @@ def compile_model(graph: Graph, prefix: str = "model", keep_model_plan: bool = F
     calls, blockers = _lower_all(graph, emitter)
     unplanned = sorted(set(emitter.fast_scratch_bytes) - set(emitter.fast_scratch))
     if unplanned:  # the plan is made from the same lowering: a difference is a lowtide bug
-        raise LowtideError(f"operator {unplanned[0]}'s kernel scratch has no place in the arena plan", graph.name)
+        raise LowtideError(f"operator {unplanned[0]}'s kernel scratch has no place in the arena plan", graph.source)
     if blockers:
         more = f" (and {len(blockers) - 1} more: lowtide compile --check)" if len(blockers) > 1 else ""
-        raise LowtideError(f"cannot compile {blockers[0]}{more}", graph.name)
+        raise LowtideError(f"cannot compile {blockers[0]}{more}", graph.source)
     offsets = emitter.offsets
     inputs = tuple(_io(graph, emitter, t, offsets) for t in graph.main.inputs)
     outputs = tuple(_io(graph, emitter, t, offsets) for t in graph.main.outputs)
@@ -276,7 +276,7 @@ def compile_model(graph: Graph, prefix: str = "model", keep_model_plan: bool = F
     header = _header(prefix, head_bytes, state_bytes, graph, inputs, outputs, model_hash)
     source = _source(prefix, graph, emitter, calls, inputs, outputs, model_hash, members)
     return CompiledModel(
-        model=graph.name,
+        model=graph.source,
         prefix=prefix,
         files={f"{prefix}.h": header, f"{prefix}.c": source},
         arena_bytes=head_bytes,
@@ -322,7 +322,7 @@ def _graph_problems(graph: Graph) -> list[str]:
 def _io(graph: Graph, emitter: ModelEmitter, index: int, offsets: dict[int, int]) -> IoTensor:
     t = graph.main.tensors[index]
     if index not in offsets:
-        raise LowtideError(f"model input/output tensor {index} '{t.name}' is not an arena tensor", graph.name)
+        raise LowtideError(f"model input/output tensor {index} '{t.name}' is not an arena tensor", graph.source)
     qp = emitter.quantization(index, required=False)
     return IoTensor(
         index=index,

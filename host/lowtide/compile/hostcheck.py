@@ -98,7 +98,7 @@ class OutputComparison:
 
 @dataclass(frozen=True)
 class VerifyResult:
-    model: str  # the verified graph's name
+    model: str  # the verified model's source, for messages (`Graph.source`)
     seed: int
     outputs: tuple[OutputComparison, ...]  # every output of every invocation
     hook_pairs: int  # before/after hook pairs seen in order, over all invocations
@@ -294,8 +294,8 @@ def verify_compiled(
     settings = settings_or_read(settings)
     compiled = compile_model(graph, prefix, keep_model_plan)
     input_sets = [oracle.random_inputs(graph, seed + n) for n in range(invocations)]
-    figures = oracle.allocate(graph.data, path=graph.name, settings=settings)
-    reference = oracle.run_sequence(graph.data, input_sets, path=graph.name, settings=settings)
+    figures = oracle.allocate(graph.data, path=graph.source, settings=settings)
+    reference = oracle.run_sequence(graph.data, input_sets, path=graph.source, settings=settings)
     with tempfile.TemporaryDirectory(prefix="lowtide-compile-") as tmp:
         build_dir = Path(workdir) if workdir is not None else Path(tmp)
         build_dir.mkdir(parents=True, exist_ok=True)
@@ -309,7 +309,7 @@ def verify_compiled(
         for c in compare_outputs(list(want), got, invocation=n)
     )
     return VerifyResult(
-        model=graph.name,
+        model=graph.source,
         seed=seed,
         outputs=comparisons,
         hook_pairs=hook_pairs,
@@ -351,7 +351,7 @@ def first_divergence(
     settings = settings_or_read(settings)
     traced, exposed = expose_operator_outputs(graph)
     input_sets = [oracle.random_inputs(graph, seed + n) for n in range(invocations)]
-    reference = oracle.run_sequence(traced.data, input_sets, path=graph.name, settings=settings)
+    reference = oracle.run_sequence(traced.data, input_sets, path=graph.source, settings=settings)
     with tempfile.TemporaryDirectory(prefix="lowtide-trace-") as tmp:
         outputs, _ = run_compiled_invocations(compile_model(traced), input_sets, Path(tmp), settings=settings)
     for n, (want, got) in enumerate(zip(reference, outputs)):

@@ -121,16 +121,16 @@ def export_optimized(
     arena32: Arena32Mode = Arena32Mode.AUTO,
     settings: Settings | None = None,
     blocks: bool = False,
-    source: Graph | None = None,
+    original: Graph | None = None,
 ) -> ExportResult:
     """The model, `out_path`.h and `out_path`.json for `out_path`, checked but not written (`ExportResult.write`
     does that). `offsets_by_buffer` gives the offset of
     every tensor buffer of `buffers_to_plan(graph, order, blocks=blocks)` (scratch entries are ignored: TFLM
     places them; in-place outputs must sit inside the input whose bytes they share, and with `blocks`
-    CONCATENATION inputs inside their output). `source`: the model the user gave, when `graph` is a rewrite of it
-    (the header and sidecar name it and its sha256); None: `graph` itself."""
+    CONCATENATION inputs inside their output). `original`: the model the user gave, when `graph` is a rewrite of
+    it (the header and sidecar name it and its sha256); None: `graph` itself."""
     settings = settings_or_read(settings)
-    source = source if source is not None else graph
+    original = original if original is not None else graph
     out_path = Path(out_path)
     buffers = buffers_to_plan(graph, order, blocks=blocks)
     offsets = tflm_offsets_with_plan(buffers, _tensor_offsets(buffers, offsets_by_buffer))
@@ -141,20 +141,22 @@ def export_optimized(
     data = with_offline_plan(apply_order(graph, order), plan).data
     # Everything is checked on the bytes read again before any file is written, and failures name the model the
     # user gave: the output does not exist yet.
-    written = read_model(data, source.name)
+    written = read_model(data, original.source)
     if written.offline_plan != plan:
-        raise LowtideError("the optimized model does not carry its memory plan (metadata lost on write)", source.name)
+        raise LowtideError(
+            "the optimized model does not carry its memory plan (metadata lost on write)", original.source
+        )
     # The plan is TFLM's, over the shapes the model declares: what the original was taken in with (a declared
     # shape its operator does not compute) the written model may hold too.
     problems = refused_problems(written, settings, relies_on=frozenset())
     if problems:
-        raise LowtideError(f"the optimized model would be invalid: {problems[0].message}", source.name)
-    figures = allocate(data, path=source.name, settings=settings)
+        raise LowtideError(f"the optimized model would be invalid: {problems[0].message}", original.source)
+    figures = allocate(data, path=original.source, settings=settings)
     mcu32 = mcu32_arena(written, planned_head, kernels, core, mode=arena32, settings=settings)
     sidecar = {
         "model": out_path.name,
-        "source_model": source.name,
-        "source_sha256": source.sha256,
+        "source_model": original.name,
+        "source_sha256": original.sha256,
         "sha256": written.sha256,
         "planned_head_bytes": planned_head,
         "host_tail_bytes": figures.tail_bytes,
@@ -174,6 +176,6 @@ def export_optimized(
         measured_head_bytes=figures.head_bytes,
         measured_total_bytes=figures.total_bytes,
         model_data=data,
-        header_text=_header(_macro_prefix(out_path), source, out_path, mcu32),
+        header_text=_header(_macro_prefix(out_path), original, out_path, mcu32),
         sidecar_text=json.dumps(sidecar, indent=2) + "\n",
     )

@@ -175,9 +175,9 @@ class GraphEditor:
 
     # ---- the finished model ---------------------------------------------------------------------------
     @property
-    def _name(self) -> str:
-        """The edited graph's name: the original's (an edit is of the same model)."""
-        return self.graph.name if self.graph is not None else "<new model>"
+    def _source(self) -> str:
+        """The edited graph's source: the original's (an edit is of the same model)."""
+        return self.graph.source if self.graph is not None else "<new model>"
 
     def finish(
         self,
@@ -195,7 +195,7 @@ class GraphEditor:
         if not prune:
             sg.tensors, sg.operators = list(self.tensors), operators
             self.model.subgraphs = [sg] + list(self.model.subgraphs[1:])
-            return graph_from_tree(self.model, self._name)
+            return graph_from_tree(self.model, self._source)
         used = sorted(
             {t for op in operators for t in list(op.inputs) + list(op.outputs) + list(op.intermediates or []) if t >= 0}
             | set(sg.inputs)
@@ -216,7 +216,7 @@ class GraphEditor:
             self.model.metadata = [m for m in self.model.metadata if model_text(m.name) != OFFLINE_PLAN_NAME]
         if self.model.signatureDefs:
             self.model.signatureDefs = [_renumbered_signature(s, renumber) for s in self.model.signatureDefs]
-        return graph_from_tree(self.model, self._name)
+        return graph_from_tree(self.model, self._source)
 
 
 def with_offline_plan(graph: Graph, plan: OfflinePlan) -> Graph:
@@ -228,13 +228,13 @@ def with_offline_plan(graph: Graph, plan: OfflinePlan) -> Graph:
     for entry in model.metadata or []:
         if model_text(entry.name) == OFFLINE_PLAN_NAME:
             model.buffers[entry.buffer] = buffer  # the old plan's place
-            return graph_from_tree(model, graph.name)
+            return graph_from_tree(model, graph.source)
     model.buffers.append(buffer)
     entry = fb.MetadataT()
     entry.name = OFFLINE_PLAN_NAME
     entry.buffer = len(model.buffers) - 1
     model.metadata = [*(model.metadata or []), entry]
-    return graph_from_tree(model, graph.name)
+    return graph_from_tree(model, graph.source)
 
 
 def with_outputs(graph: Graph, tensors: list[int]) -> Graph:
@@ -244,7 +244,7 @@ def with_outputs(graph: Graph, tensors: list[int]) -> Graph:
     main = copy.copy(model.subgraphs[0])
     main.outputs = [*main.outputs, *tensors]
     model.subgraphs = [main, *model.subgraphs[1:]]
-    return graph_from_tree(model, graph.name)
+    return graph_from_tree(model, graph.source)
 
 
 def _quantization_table(quantization: Quantization) -> Any:

@@ -9,8 +9,8 @@ by an edit (`reader.graph_from_tree`): every edit (`lowtide.model.edit`, `lowtid
 new graph over a new tree that shares what it does not change with the one it came from, and no one writes to a
 graph's tree once the graph exists.
 
-A graph is its model: it carries its name (`Graph.name`, its source file's name, which every edit keeps) and its
-bytes (`Graph.data`: the file's for a graph read from one, serialised once, when first asked, for an edited one).
+A graph is its model: it carries its identity (`Graph.source`, the model file as the user named it, which every
+edit keeps, for messages; `Graph.name`, that file's name, in reports and generated files) and its bytes (`Graph.data`: the file's for a graph read from one, serialised once, when first asked, for an edited one).
 No stage below `lowtide.pipeline` takes a path or reads a model file: the commands and the pytest plugin read and
 validate a file once, at entry (`lowtide.validation.load_model`), and hand the graph on.
 """
@@ -21,6 +21,7 @@ import enum
 import hashlib
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -138,11 +139,16 @@ class Subgraph:
 
 @dataclass(frozen=True)
 class Graph:
-    name: str  # the model's name, its source file's (e.g. "kws.tflite"): in reports, generated files and messages
+    source: str  # the model file as the user named it (an edit keeps its original's): a label, never opened
     subgraphs: tuple[Subgraph, ...]
     metadata: dict[str, bytes]  # metadata entries by name, with the bytes of the buffer each names
     raw: Any = field(compare=False, repr=False)  # schema ModelT: read from the file, or built by an edit
     file_data: bytes | None = field(default=None, compare=False, repr=False)  # the bytes it was read from
+
+    @property
+    def name(self) -> str:
+        """The model's name: its source file's (e.g. "kws.tflite"), in reports and generated files."""
+        return Path(self.source).name
 
     @cached_property
     def data(self) -> bytes:
@@ -197,7 +203,7 @@ class Graph:
 
     def buffer_data(self, buffer: int) -> bytes:
         """The contents of buffer `buffer` (`stored_bytes`)."""
-        return stored_bytes(self.raw.buffers[buffer], self.file_data, self.name)
+        return stored_bytes(self.raw.buffers[buffer], self.file_data, self.source)
 
 
 def resource_key(op: Operator) -> tuple[bytes, bytes]:

@@ -19,6 +19,14 @@ from lowtide.text import model_text
 
 # No microcontroller addresses more than 4 GiB: a tensor declared larger is corrupt, not ambitious.
 MAX_TENSOR_BYTES = 1 << 32
+# The schema's union fields (each `field` with its tag `fieldType`) and the union each tag names a member of.
+_UNIONS = {
+    "builtinOptions": fb.BuiltinOptions,
+    "builtinOptions2": fb.BuiltinOptions2,
+    "details": fb.QuantizationDetails,
+    "arraySegments": fb.SparseIndexVector,
+    "arrayIndices": fb.SparseIndexVector,
+}
 
 
 def load_bytes(path: str | Path) -> bytes:
@@ -34,7 +42,7 @@ def load_bytes(path: str | Path) -> bytes:
 
 
 def read_model(data: bytes, path: str = "<bytes>") -> Graph:
-    """The graph of `data`, read from the file at `path` (for messages; the graph is named by its file name), its
+    """The graph of `data`, read from the file at `path` (the graph's `source`, never opened again), its
     references range-checked. Models from outside lowtide go through `lowtide.validation.load_model`, which also
     validates them."""
     if len(data) == 0:
@@ -46,19 +54,19 @@ def read_model(data: bytes, path: str = "<bytes>") -> Graph:
         raw = fb.ModelT.InitFromObj(fb.Model.GetRootAs(bytearray(data), 0))
     except Exception as exc:  # the generated accessors raise struct/numpy/index errors on corrupt bytes
         raise ModelError(f"corrupt or truncated flatbuffer ({type(exc).__name__}: {exc})", path) from None
-    return _graph_from_raw(raw, data, path, Path(path).name)
+    return _graph_from_raw(raw, data, path)
 
 
-def graph_from_tree(raw: fb.ModelT, name: str) -> Graph:
-    """The graph named `name` of the object tree `raw`, an edit's result, with the checks `read_model` makes:
-    nothing is serialised until the graph's bytes are asked for (`Graph.data`). `raw` must not be changed
+def graph_from_tree(raw: fb.ModelT, source: str) -> Graph:
+    """The graph of the object tree `raw`, an edit of the model `source` names, with the checks `read_model`
+    makes: nothing is serialised until the graph's bytes are asked for (`Graph.data`). `raw` must not be changed
     afterwards."""
-    return _graph_from_raw(raw, None, name, name)
+    return _graph_from_raw(raw, None, source)
 
 
-def _graph_from_raw(raw: fb.ModelT, data: bytes | None, path: str, name: str) -> Graph:
-    """The graph named `name` of `raw`, read from the file bytes `data` (None: built in memory by an edit);
-    problems name `path`."""
+def _graph_from_raw(raw: fb.ModelT, data: bytes | None, path: str) -> Graph:
+    """The graph of `raw` from the model `path` names, read from its file's bytes `data` (None: built in memory by
+    an edit)."""
     buffers = raw.buffers or []
     opcodes = raw.operatorCodes or []
     if not raw.subgraphs:
@@ -73,7 +81,7 @@ def _graph_from_raw(raw: fb.ModelT, data: bytes | None, path: str, name: str) ->
         if not 0 <= entry.buffer < len(buffers):
             raise ModelError(f"metadata '{entry_name}' points at buffer {entry.buffer}, which does not exist", path)
         metadata[entry_name] = stored_bytes(buffers[entry.buffer], data, path)
-    return Graph(name=name, subgraphs=subgraphs, metadata=metadata, raw=raw, file_data=data)
+    return Graph(source=path, subgraphs=subgraphs, metadata=metadata, raw=raw, file_data=data)
 
 
 def _has_data(buffer: fb.BufferT) -> bool:
@@ -188,3 +196,58 @@ def _quantization(table: fb.QuantizationParametersT | None) -> Quantization | No
         tuple(int(z) for z in (table.zeroPoint if table.zeroPoint is not None else ())),
         int(table.quantizedDimension or 0),
     )
+
+
+# ---- the file's own structure, which the typed graph does not hold, for the validator -------------------------------
+
+
+def stored_external_buffers(graph: Graph) -> list[tuple[int, int, int]]:
+    """(buffer, offset, size) of each buffer stored after the flatbuffer (models over 2 GB)."""
+    return [
+        (i, b.offset, getattr(b, "size", 0))
+        for i, b in enumerate(graph.raw.buffers or [])
+        if getattr(b, "offset", 0) > 1
+    ]
+
+
+def stored_buffer_size(graph: Graph, buffer: int) -> int:
+    """The bytes buffer `buffer` holds, in the flatbuffer or after it."""
+    stored = graph.raw.buffers[buffer]
+    return len(stored.data) if stored.data is not None and len(stored.data) else int(getattr(stored, "size", 0))
+
+
+def stored_options_tagged(graph: Graph, subgraph: int, operator: int) -> bool:
+    """Whether the operator's builtin options carry a type tag (its table may still be missing)."""
+    return bool(graph.raw.subgraphs[subgraph].operators[operator].builtinOptionsType)
+
+
+def stored_tensor_union_mismatches(graph: Graph, subgraph: int, tensor: int) -> list[str]:
+    """The union fields of a tensor's quantization and sparsity tables whose tag and table disagree
+    (`_union_mismatches`)."""
+    table = graph.raw.subgraphs[subgraph].tensors[tensor]
+    sparsity = (table.sparsity.dimMetadata or []) if table.sparsity is not None else []
+    return _union_mismatches([table.quantization, *sparsity] if table.quantization is not None else sparsity)
+
+
+def stored_operator_union_mismatches(graph: Graph, subgraph: int, operator: int) -> list[str]:
+    """The union fields of an operator's table whose tag and table disagree (`_union_mismatches`)."""
+    return _union_mismatches([graph.raw.subgraphs[subgraph].operators[operator]])
+
+
+def _union_mismatches(tables: Iterable[object]) -> list[str]:
+    """Union fields of the object-API `tables` whose tag and table disagree. The reader builds a union's table
+    from its tag; a tag that names a table where the bytes hold none (or a tag no member has) leaves the tag
+    without its table, and TFLM's flatbuffer aligner, which writes every model lowtide writes, follows that tag
+    into memory that is not there (a segmentation fault in lowtide's own process)."""
+    found = []
+    for table in tables:
+        for field, union in _UNIONS.items():
+            tag = getattr(table, f"{field}Type", None)
+            if not tag:
+                continue
+            members = {v: k for k, v in vars(union).items() if not k.startswith("_")}
+            if tag not in members:
+                found.append(f"{field} type {tag} is no {union.__name__} member")
+            elif getattr(table, field) is None:
+                found.append(f"{field} type {tag} ({members[tag]}) without its table")
+    return found

@@ -37,7 +37,13 @@ from lowtide.model.ir import Graph, Operator, Subgraph, Tensor, TensorKind
 from lowtide.model.offline_memory import NAME as OFFLINE_PLAN_NAME
 from lowtide.model.offline_memory import VERSION, OfflinePlan, PlanFormatError
 from lowtide.model.operators import NO_OUTPUT_OPCODES, TFLM_KEEPS_DECLARED_OUTPUT
-from lowtide.model.schema import fb
+from lowtide.model.reader import (
+    stored_buffer_size,
+    stored_external_buffers,
+    stored_operator_union_mismatches,
+    stored_options_tagged,
+    stored_tensor_union_mismatches,
+)
 from lowtide.settings import MAX_TENSOR_BYTES_ENV
 
 # RuntimeShape's inline storage in TFLM (kMaxSmallSize): kernels index at most this many dimensions.
@@ -149,14 +155,6 @@ _OUTPUT_RANKS = {
     "MAX_POOL_2D": 4,
     "L2_POOL_2D": 4,
 }
-# The schema's union fields (each `field` with its tag `fieldType`) and the union each tag names a member of.
-_UNIONS = {
-    "builtinOptions": fb.BuiltinOptions,
-    "builtinOptions2": fb.BuiltinOptions2,
-    "details": fb.QuantizationDetails,
-    "arraySegments": fb.SparseIndexVector,
-    "arrayIndices": fb.SparseIndexVector,
-}
 
 
 class Reliance(enum.Enum):
@@ -200,14 +198,11 @@ class Problem:
 
 @dataclass(frozen=True)
 class _Model:
-    """What the checks look at: the typed graph, its flatbuffer object tree and the limit in force."""
+    """What the checks look at: the typed graph and the limit in force (the file's own structure, which the
+    typed graph does not hold, the reader's `stored_*` functions read)."""
 
     graph: Graph
     max_bytes: int
-
-    @property
-    def raw(self) -> fb.ModelT:
-        return self.graph.raw
 
 
 Check = Callable[..., Iterator[str]]
@@ -288,9 +283,8 @@ def _io_types(m: _Model) -> Iterator[str]:
 @_check(MODEL_CHECKS)
 def _buffers_inside_file(m: _Model) -> Iterator[str]:
     """a buffer lies past the end of the file"""
-    for i, buffer in enumerate(m.raw.buffers or []):
-        offset, size = getattr(buffer, "offset", 0), getattr(buffer, "size", 0)
-        if offset > 1 and offset + size > m.graph.size_bytes:
+    for i, offset, size in stored_external_buffers(m.graph):
+        if offset + size > m.graph.size_bytes:
             yield f"buffer {i} spans bytes {offset}..{offset + size} of a {m.graph.size_bytes}-byte file"
 
 
@@ -328,42 +322,23 @@ def _read_after_written(m: _Model, sg: Subgraph) -> Iterator[str]:
             yield f"subgraph output tensor {t} '{sg.tensors[t].name}' is never written"
 
 
-def _union_mismatches(tables: Sequence[object]) -> Iterator[str]:
-    """Union fields of the object-API `tables` whose tag and table disagree. The reader builds a union's table
-    from its tag; a tag that names a table where the bytes hold none (or a tag no member has) leaves the tag
-    without its table, and TFLM's flatbuffer aligner, which writes every model lowtide writes, follows that tag
-    into memory that is not there (a segmentation fault in lowtide's own process)."""
-    for table in tables:
-        for field, union in _UNIONS.items():
-            tag = getattr(table, f"{field}Type", None)
-            if not tag:
-                continue
-            members = {v: k for k, v in vars(union).items() if not k.startswith("_")}
-            if tag not in members:
-                yield f"{field} type {tag} is no {union.__name__} member"
-            elif getattr(table, field) is None:
-                yield f"{field} type {tag} ({members[tag]}) without its table"
-
-
 @_check(TENSOR_CHECKS)
 def _tensor_unions(m: _Model, sg: Subgraph, t: Tensor) -> Iterator[str]:
     """a union's type and table disagree"""
-    raw = m.raw.subgraphs[sg.index].tensors[t.index]
-    sparsity = (raw.sparsity.dimMetadata or []) if raw.sparsity is not None else []
-    yield from _union_mismatches([raw.quantization, *sparsity] if raw.quantization is not None else sparsity)
+    yield from stored_tensor_union_mismatches(m.graph, sg.index, t.index)
 
 
 @_check(OPERATOR_CHECKS)
 def _operator_unions(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
     """a union's type and table disagree"""
-    yield from _union_mismatches([m.raw.subgraphs[sg.index].operators[op.index]])
+    yield from stored_operator_union_mismatches(m.graph, sg.index, op.index)
 
 
 @_check(OPERATOR_CHECKS)
 def _options_type(m: _Model, sg: Subgraph, op: Operator) -> Iterator[str]:
     """builtin options missing or of the wrong type"""
     found = table_name(op.attributes) if op.attributes is not None else None
-    if m.raw.subgraphs[sg.index].operators[op.index].builtinOptionsType and found is None:
+    if stored_options_tagged(m.graph, sg.index, op.index) and found is None:
         return  # a tag without its table: _operator_unions says so
     expected, required = _OPTIONS.get(op.opcode, (None, False))
     if expected is None:
@@ -439,8 +414,7 @@ def _buffer_matches_shape(m: _Model, sg: Subgraph, t: Tensor) -> Iterator[str]:
     """constant data does not match its shape and type"""
     if t.kind is not TensorKind.CONSTANT or t.dtype in _PACKED_TYPES:
         return
-    buffer = m.raw.buffers[t.buffer]
-    size = len(buffer.data) if buffer.data is not None and len(buffer.data) else getattr(buffer, "size", 0)
+    size = stored_buffer_size(m.graph, t.buffer)
     if size != t.nbytes:
         yield f"buffer {t.buffer} holds {size} bytes, shape {list(t.shape)} of {t.dtype} needs {t.nbytes}"
 

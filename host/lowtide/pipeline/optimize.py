@@ -222,7 +222,7 @@ def optimize_model(
                 arena32,
                 settings,
                 plan.blocks,
-                graph,  # the model the user gave, which the candidate may be a rewrite of
+                original=graph,  # the model the user gave, which the candidate may be a rewrite of
             )
             if export.planned_head_bytes != plan.placement.head_bytes:  # both come from the greedy replica
                 raise LowtideError(

@@ -88,7 +88,7 @@ def mcu32_arena(
             )
     if kernels is not KernelSet.REFERENCE:
         raise LowtideError(f"the estimate is for the reference kernels only; {kernels.value} needs the exact figure")
-    tail = oracle.allocate(graph.data, path=graph.name, settings=settings).mcu32_tail_bytes
+    tail = oracle.allocate(graph.data, path=graph.source, settings=settings).mcu32_tail_bytes
     return Mcu32Arena(
         kernels.value,
         core,

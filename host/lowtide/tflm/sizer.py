@@ -261,7 +261,7 @@ def predict_arena32(
     model = graph.data
     if len(model) > MODEL_LIMIT_BYTES:
         raise LowtideError(
-            f"the model is {len(model):,} B; the arena sizer holds models up to {MODEL_LIMIT_BYTES:,} B", graph.name
+            f"the model is {len(model):,} B; the arena sizer holds models up to {MODEL_LIMIT_BYTES:,} B", graph.source
         )
     figures_file = (
         cache_dir(settings, "tflm", "sizes")
@@ -270,7 +270,7 @@ def predict_arena32(
     if figures_file.is_file():
         return Arena32(**json.loads(figures_file.read_text()))
     elf = build_sizer(kernels, core, _opcodes(graph), settings, progress)
-    figures = _run_sizer(elf, core, model, resource_variable_count(graph), graph.name)
+    figures = _run_sizer(elf, core, model, resource_variable_count(graph), graph.source)
     planning = figures["planner_start"] + figures["planner_bytes"] + figures["planner_tail"]
     arena = Arena32(
         kernels.value,
