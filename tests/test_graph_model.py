@@ -9,10 +9,12 @@ import shutil
 from pathlib import Path
 
 from conftest import SHARED_MODELS
+from lowtide import validation
 from lowtide.compile import compile_model
 from lowtide.model.edit import with_outputs
 from lowtide.model.ir import sha256_hex
 from lowtide.model.schema import fb
+from lowtide.pipeline.measure import measure
 from lowtide.project import PROJECT_SPEC, Runtime, project_files
 from lowtide.runtimes import RUNTIMES
 from lowtide.settings import read_settings
@@ -130,3 +132,14 @@ def test_tensors_carry_their_quantization_typed():
     assert per_channel >= 5
     edited = with_outputs(graph, [graph.main.operators[0].outputs[0]])
     assert [t.quantization for t in edited.main.tensors] == [t.quantization for t in graph.main.tensors]
+
+
+def test_measuring_a_model_reads_its_file_once(monkeypatch):
+    """`lowtide measure`'s model read and validated once, at entry, then handed down as the graph (the host-tflm
+    board's own process, the board, reads the file it is given)."""
+    reads = []
+    load_bytes = validation.load_bytes
+    monkeypatch.setattr(validation, "load_bytes", lambda path: reads.append(path) or load_bytes(path))
+    path = SHARED_MODELS / "tflm_hello_world_int8.tflite"
+    result = measure(path, "host-tflm", iterations=1, warmup=0, timeout=60)
+    assert result.outputs_match and reads == [path]
