@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import tempfile
 from pathlib import Path
 
 from lowtide import oracle
 from lowtide.device import locking
 from lowtide.device.boards import DEFAULT_WAIT_S, Board, Connection, board_for_spec, get_board
+from lowtide.device.drivers import cycle_model
 from lowtide.device.drivers.platformio import FirmwareImage
 from lowtide.device.measure import Expected, MeasureProgress, MeasureResult, WaitNotice, run_on_board
 from lowtide.device.spec import with_probe
@@ -75,7 +77,9 @@ def measure(
         if resource is None
         else locking.locked(resource, lock_timeout, what, lock_wait, lock_dir=settings.lock_dir)
     )
-    with held:
+    notes: list[str] = []
+    with held, tempfile.TemporaryDirectory(prefix="lowtide-cycles-") as scratch:
+        timing = _cycle_model(target, Path(scratch), settings, notes)
         result = _measure(
             target,
             loaded.graph,
@@ -91,8 +95,23 @@ def measure(
             lock_timeout,
             on_wait,
             settings,
+            timing,
         )
-    return dataclasses.replace(result, warnings=tuple(w.warning for w in loaded.warnings))
+    return dataclasses.replace(result, warnings=(*(w.warning for w in loaded.warnings), *notes))
+
+
+def _cycle_model(target: Board, scratch: Path, settings: Settings, notes: list[str]) -> cycle_model.CycleModel | None:
+    """The cycle model for an emulated board whose core it models, built once per machine; without QEMU's plugin
+    header, none, and a note saying how to get one."""
+    spec = target.spec
+    if spec is None or not spec.emulated or not cycle_model.has_timing(spec.core):
+        return None
+    header_dir = cycle_model.plugin_header_dir(settings)
+    if header_dir is None:
+        notes.append(cycle_model.header_missing_warning())
+        return None
+    plugin = cycle_model.build_plugin(header_dir, settings)
+    return cycle_model.CycleModel(plugin, spec.core, scratch / "windows.txt")
 
 
 def _measure(
@@ -110,6 +129,7 @@ def _measure(
     wait: float,
     on_wait: WaitNotice | None,
     settings: Settings,
+    timing: cycle_model.CycleModel | None,
 ) -> MeasureResult:
     inputs = oracle.random_inputs(graph, seed)
     outputs = oracle.run(model_path.read_bytes(), inputs, path=str(model_path), settings=settings).outputs
@@ -133,7 +153,7 @@ def _measure(
         ),
     )
     place_wait = (lambda holder: on_wait("place", holder)) if on_wait else None
-    connection = Connection(model_path, port, timeout, settings, image, wait, place_wait)
+    connection = Connection(model_path, port, timeout, settings, image, wait, place_wait, timing)
     return run_on_board(
         target, connection, expected, iterations=iterations, warmup=warmup, profile_ops=profile_ops, progress=progress
     )
