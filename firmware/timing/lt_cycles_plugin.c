@@ -172,7 +172,7 @@ static insn_t decode(uint32_t hw1, uint32_t hw2, bool wide) {
   if ((hw1 & 0xFE40u) == 0xE840u) {                                                           /* LDRD/STRD, excl, TB */
     if ((hw1 & 0xFFF0u) == 0xE8D0u && (hw2 & 0xFFE0u) == 0xF000u) {                          /* TBB, TBH */
       d.kind = K_BRANCH_INDIRECT;
-      d.src = R(rn) | R(rm);
+      d.addr = R(rn) | R(rm); /* a table load: K_BRANCH_INDIRECT with an address is TBB/TBH */
       return d;
     }
     bool load = (hw1 & 0x10u) != 0;
@@ -262,9 +262,11 @@ static insn_t decode(uint32_t hw1, uint32_t hw2, bool wide) {
 
 /* ---- Cortex-M4 / M33 / M55: the 3-stage (M55: 4-stage) in-order pipeline, TRM table 3-1 ---------------------- */
 
-/* Pipeline refill of a taken branch: 1 to 3 cycles (TRM, "P"), 1 when the core speculated the target, more when
- * the target is a 32-bit instruction not word-aligned. Charged as 2 for an aligned target, 3 for an unaligned wide
- * one. */
+/* Pipeline refill of a taken branch (TRM, "P"): 1 to 3 cycles, depending on the alignment and width of the target
+ * instruction and on whether the core speculated the target early. The core fetches a direct branch's target
+ * speculatively while it decodes the branch (B, B<c>, BL, CBZ): 1; an indirect one (BX, POP {PC}, LDR PC, TBB) it
+ * cannot: 2. A 32-bit target at a halfword address needs one more fetch: +1. */
+#define M4_REFILL_DIRECT 1u
 #define M4_REFILL 2u
 /* SDIV/UDIV take 2 to 12 cycles, ending early on operand values the plugin cannot see (QEMU 7.2 gives no register
  * access): charged at the middle of the range. */
@@ -272,22 +274,25 @@ static insn_t decode(uint32_t hw1, uint32_t hw2, bool wide) {
 #define FP_LONG 14u /* VDIV.F32, VSQRT.F32: 14 cycles (Cortex-M4 TRM, FPU instruction set table) */
 #define FP_MAC 3u   /* VMLA, VFMA and their negations: 3 cycles */
 
-/* The cycles of `d` after `prev` (NULL at the start of a block) on the M4-class pipeline. The TRM: a load or store
- * takes 2 cycles; neighbouring loads, and a store after a load, pipeline their address and data phases and take 1,
- * unless the address depends on the previous load's result; nothing pipelines after a store with a register offset
- * (and a store ends a run); LDM/STM take 1 + N; LDRD/STRD 1 + 2. The M55's 4-stage pipeline adds a load-use stall:
- * an instruction reading the register a load just wrote waits one cycle. */
+/* The cycles of `d` after `prev` (NULL at the start of a block) on the M4-class pipeline, as the TRM's load/store
+ * timing notes give them: a load takes 2 cycles, 1 when it follows a load whose result does not form its address
+ * (neighbouring loads pipeline); a store with an immediate offset takes 1 (its data phase overlaps the next
+ * instruction, through the write buffer); a store with a register offset takes 2, 1 after such a load; LDM/STM and
+ * PUSH/POP take 1 + N, LDRD/STRD 1 + 2; a load to PC 2 before its refill, TBB/TBH 3 (load and add) before it. The
+ * M55's 4-stage pipeline adds a load-use stall: an instruction reading the register a load just wrote waits a
+ * cycle. */
 static unsigned m4_cost(const insn_t *d, const insn_t *prev, enum core core) {
-  bool prev_mem = prev && (prev->kind == K_LOAD || prev->kind == K_STORE);
-  bool pipelined = prev_mem && prev->kind == K_LOAD && !(d->addr & prev->dst);
-  unsigned stall = (core == CORE_M55 && prev && prev->kind == K_LOAD && ((d->src | d->addr) & prev->dst)) ? 1u : 0u;
+  bool after_load = prev && prev->kind == K_LOAD;
+  bool pipelined = after_load && !(d->addr & prev->dst);
+  unsigned stall = (core == CORE_M55 && after_load && ((d->src | d->addr) & prev->dst)) ? 1u : 0u;
   switch (d->kind) {
-  case K_LOAD:
-  case K_STORE: return (pipelined ? 1u : 2u) + stall;
+  case K_LOAD: return (pipelined ? 1u : 2u) + stall;
+  case K_STORE: return (!d->reg_offset || pipelined ? 1u : 2u) + stall;
   case K_LOAD_PAIR:
   case K_STORE_PAIR: return 3u;
   case K_LOAD_MULTI:
   case K_STORE_MULTI: return 1u + d->regs;
+  case K_BRANCH_INDIRECT: return d->writes_pc ? 2u : (d->addr ? 3u : 1u);
   case K_DIV: return M4_DIV + stall;
   case K_FP_LONG: return FP_LONG;
   case K_FP_MAC: return FP_MAC;
@@ -435,7 +440,8 @@ static uint32_t m7_branch_penalty(const block_t *from, uint64_t to) {
 
 static uint32_t m4_branch_penalty(const block_t *from, const block_t *to) {
   if (to->pc == from->fallthrough) return 0u;  /* not taken, or the block only ended at a page or size limit */
-  return M4_REFILL + (to->target_unaligned_wide ? 1u : 0u);
+  bool direct = from->last_kind == K_BRANCH || from->last_kind == K_BRANCH_COND;
+  return (direct ? M4_REFILL_DIRECT : M4_REFILL) + (to->target_unaligned_wide ? 1u : 0u);
 }
 
 static void block_exec(unsigned int vcpu, void *userdata) {
