@@ -1,0 +1,149 @@
+"""The emulated boards' cycle model (firmware/timing/lt_cycles_plugin.c, lowtide.device.drivers.cycle_model): the
+plugin builds into the cache, charges a known loop the cycles the Cortex-M4 TRM gives it, and `measure` reports
+modelled cycles beside instructions, the same on every run; without QEMU's plugin header, one warning line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, SHARED_MODELS, needs_firmware_tools
+from lowtide.device.drivers import cycle_model
+from lowtide.pipeline.measure import measure
+from lowtide.settings import QEMU_PLUGIN_HEADER_SETTING, read_settings
+
+HEADER_DIR = REPO.parent / "shared" / "qemu-plugin"
+HELLO_WORLD = SHARED_MODELS / "tflm_hello_world_int8.tflite"
+
+# A loop whose cycles the Cortex-M4 TRM (table 3-1 and its load/store notes) fixes, between the two marks:
+#   mov, nop: 1 + 1; each of 100 passes: ldr 2, ldr pipelined behind it 1, adds 1, subs 1, bne taken 1 + P with
+#   P = 1 (a direct branch to an aligned 16-bit target), the last pass not taken: 1; the closing mark 1.
+LOOP_PASSES = 100
+LOOP_CYCLES_M4 = 2 + (LOOP_PASSES - 1) * 7 + 6 + 1
+LOOP_INSTRUCTIONS = 2 + LOOP_PASSES * 5 + 1
+LOOP_SOURCE = r"""
+__attribute__((naked, noreturn)) void reset(void) {
+  __asm volatile(
+      "mov r2, sp\n"
+      ".p2align 2\n"
+      "dbg #1\n"
+      "movs r0, #%d\n"
+      "nop\n"
+      "1: ldr r1, [r2]\n"
+      "ldr r3, [r2, #4]\n"
+      "adds r1, r1, r3\n"
+      "subs r0, #1\n"
+      "bne 1b\n"
+      "dbg #2\n"
+      "movs r0, #0x20\n"
+      "ldr r1, =exit_block\n"
+      "bkpt 0xAB\n"
+      "2: b 2b\n"
+      ".p2align 2\n"
+      "exit_block: .word 0x20026, 0\n");
+}
+__attribute__((section(".vectors"), used)) const void *const vectors[2] = {(void *)0x20010000, (void *)reset};
+""".replace("%d", str(LOOP_PASSES))
+
+
+@pytest.fixture(scope="module")
+def settings():
+    """The user cache (the firmware builds are there), QEMU's header from ../shared."""
+    return read_settings({**os.environ, QEMU_PLUGIN_HEADER_SETTING: str(HEADER_DIR)})
+
+
+@pytest.fixture(scope="module")
+def plugin(settings) -> Path:
+    header = cycle_model.plugin_header_dir(settings)
+    assert header == HEADER_DIR, "the tests read QEMU's plugin header from ../shared/qemu-plugin"
+    return cycle_model.build_plugin(header, settings)
+
+
+def test_the_plugin_builds_once_into_the_cache(tmp_path):
+    settings = read_settings({"LOWTIDE_CACHE_DIR": str(tmp_path), QEMU_PLUGIN_HEADER_SETTING: str(HEADER_DIR)})
+    plugin = cycle_model.build_plugin(HEADER_DIR, settings)
+    assert plugin.is_file() and plugin.parent.parent == tmp_path / "cycle-model"
+    built_at = plugin.stat().st_mtime_ns
+    assert cycle_model.build_plugin(HEADER_DIR, settings) == plugin and plugin.stat().st_mtime_ns == built_at
+
+
+@pytest.fixture(scope="module")
+def loop_elf(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("loop")
+    (folder / "loop.c").write_text(LOOP_SOURCE)
+    (folder / "loop.ld").write_text(
+        "MEMORY { CODE (rx) : ORIGIN = 0, LENGTH = 64K }\nSECTIONS { .text : { KEEP(*(.vectors)) *(.text*) } > CODE }\n"
+    )
+    elf = folder / "loop.elf"
+    subprocess.run(
+        ["arm-none-eabi-gcc", "-mcpu=cortex-m4", "-mthumb", "-O2", "-nostdlib", "-T", str(folder / "loop.ld")]
+        + [str(folder / "loop.c"), "-o", str(elf)],
+        check=True,
+    )
+    return elf
+
+
+def run_loop(elf: Path, plugin: Path, core: str, windows: Path) -> list[cycle_model.CycleWindow]:
+    model = cycle_model.CycleModel(plugin, core, windows)
+    subprocess.run(
+        ["qemu-system-arm", "-machine", "mps2-an386", "-display", "none", "-monitor", "none", "-serial", "null"]
+        + ["-icount", "shift=0", "-semihosting-config", "enable=on,target=native", "-kernel", str(elf)]
+        + list(model.qemu_arguments()),
+        check=True,
+        timeout=60,
+    )
+    return model.read_windows()
+
+
+@needs_firmware_tools
+def test_a_known_loop_costs_the_cycles_the_trm_gives(loop_elf, plugin, tmp_path):
+    (m4,) = run_loop(loop_elf, plugin, "cortex-m4f", tmp_path / "m4.txt")
+    assert (m4.cycles, m4.instructions) == (LOOP_CYCLES_M4, LOOP_INSTRUCTIONS)
+    assert m4.cycles > m4.instructions
+    # The M7 issues the two loads' neighbours in pairs and predicts the branch: fewer cycles, same instructions.
+    (m7,) = run_loop(loop_elf, plugin, "cortex-m7", tmp_path / "m7.txt")
+    assert m7.instructions == LOOP_INSTRUCTIONS and m7.cycles < m4.cycles
+
+
+@needs_firmware_tools
+def test_measure_reports_modelled_cycles_the_same_on_every_run(settings):
+    first, second = (
+        measure(HELLO_WORLD, "qemu-m4", iterations=3, warmup=1, timeout=60, settings=settings) for _ in range(2)
+    )
+    assert first.outputs_match and first.cycle_model == cycle_model.CycleModelInfo("cortex-m4f")
+    assert first.modelled_cycles is not None and first.latency_cycles is not None
+    assert first.modelled_cycles == second.modelled_cycles
+    assert first.modelled_cycles.min == first.modelled_cycles.max  # one model, one input: every invocation alike
+    assert first.modelled_cycles.median > first.latency_cycles.median  # cycles, not instructions
+    assert not any("cycle model" in warning for warning in first.warnings)
+
+
+@needs_firmware_tools
+def test_without_the_header_measure_warns_once_and_reports_instructions():
+    environ = {key: value for key, value in os.environ.items() if key != QEMU_PLUGIN_HEADER_SETTING}
+    command = "from lowtide.cli import main; import lowtide.cli.measure_cmd; main()"
+    run = subprocess.run(
+        [sys.executable, "-c", command, "measure", str(HELLO_WORLD), "--board", "qemu-m4"]
+        + ["--iterations", "1", "--warmup", "0", "--json"],
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    data = json.loads(run.stdout)
+    assert data["modelled_cycles"] is None and data["cycle_model"] is None
+    assert data["latency_cycles"]["unit"] == "instructions"
+    warnings = [line for line in run.stderr.splitlines() if "cycle model" in line]
+    assert warnings == [f"lowtide: warning: {HELLO_WORLD}: {cycle_model.header_missing_warning()}"]
+
+
+def test_the_header_setting_is_read_by_its_documented_name():
+    assert read_settings({QEMU_PLUGIN_HEADER_SETTING: "/q"}).qemu_plugin_header == "/q"
+    assert read_settings({}).qemu_plugin_header is None
+    assert cycle_model.plugin_header_dir(read_settings({QEMU_PLUGIN_HEADER_SETTING: "/nowhere"})) is None
