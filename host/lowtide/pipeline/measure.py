@@ -77,9 +77,8 @@ def measure(
         if resource is None
         else locking.locked(resource, lock_timeout, what, lock_wait, lock_dir=settings.lock_dir)
     )
-    notes: list[str] = []
     with held, tempfile.TemporaryDirectory(prefix="lowtide-cycles-") as scratch:
-        timing = _cycle_model(target, Path(scratch), settings, notes)
+        timing, timing_warning = cycle_model.for_board(target.spec, Path(scratch) / "windows.txt", settings)
         result = _measure(
             target,
             loaded.graph,
@@ -97,21 +96,8 @@ def measure(
             settings,
             timing,
         )
+    notes = (timing_warning,) if timing_warning else ()
     return dataclasses.replace(result, warnings=(*(w.warning for w in loaded.warnings), *notes))
-
-
-def _cycle_model(target: Board, scratch: Path, settings: Settings, notes: list[str]) -> cycle_model.CycleModel | None:
-    """The cycle model for an emulated board whose core it models, built once per machine; without QEMU's plugin
-    header, none, and a note saying how to get one."""
-    spec = target.spec
-    if spec is None or not spec.emulated or not cycle_model.has_timing(spec.core):
-        return None
-    header_dir = cycle_model.plugin_header_dir(settings)
-    if header_dir is None:
-        notes.append(cycle_model.header_missing_warning())
-        return None
-    plugin = cycle_model.build_plugin(header_dir, settings)
-    return cycle_model.CycleModel(plugin, spec.core, scratch / "windows.txt")
 
 
 def _measure(

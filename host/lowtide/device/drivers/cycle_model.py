@@ -19,6 +19,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from lowtide.device.spec import BoardSpec
 from lowtide.errors import LowtideError
 from lowtide.resources import FIRMWARE_DIR
 from lowtide.settings import QEMU_PLUGIN_HEADER_SETTING, Settings
@@ -138,3 +139,15 @@ def build_plugin(header_dir: Path, settings: Settings) -> Path:
             raise LowtideError(f"building the cycle-model plugin failed: {detail}", PLUGIN_SOURCE)
 
     return cached_folder(target, fill) / _PLUGIN_NAME
+
+
+def for_board(spec: BoardSpec | None, windows: Path, settings: Settings) -> tuple[CycleModel | None, str | None]:
+    """The cycle model for a run on the board `spec` describes, writing its windows to `windows`, built once per
+    machine: None for a board that is not emulated or whose core it does not model; None and a warning (one line
+    saying how to get one) without QEMU's plugin header."""
+    if spec is None or not spec.emulated or not has_timing(spec.core):
+        return None, None
+    header_dir = plugin_header_dir(settings)
+    if header_dir is None:
+        return None, header_missing_warning()
+    return CycleModel(build_plugin(header_dir, settings), spec.core, windows), None
