@@ -153,7 +153,9 @@ def main() -> None:
                 elf = build(core, optimisation, args.iterations, source, work)
                 cycles, instructions, validated = run(core, elf, plugin, work / f"{elf.stem}.windows")
                 score = args.iterations * 1e6 / cycles
-                error = 100 * (score - core.published) / core.published if core.published else None
+                # The error against a published figure is stated for the same optimisation level only.
+                comparable = core.published is not None and optimisation in core.published_source
+                error = 100 * (score - core.published) / core.published if comparable and core.published else None
                 rows.append(
                     Row(
                         core.board_core,
