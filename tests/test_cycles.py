@@ -4,6 +4,7 @@ modelled cycles beside instructions, the same on every run; without QEMU's plugi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -14,6 +15,8 @@ import pytest
 
 from conftest import REPO, SHARED_MODELS, needs_firmware_tools
 from lowtide.device.drivers import cycle_model
+from lowtide.hil.baselines import Baseline, BaselineKey
+from lowtide.hil.compare import Tolerances, compare
 from lowtide.pipeline.measure import measure
 from lowtide.settings import QEMU_PLUGIN_HEADER_SETTING, read_settings
 
@@ -147,3 +150,17 @@ def test_the_header_setting_is_read_by_its_documented_name():
     assert read_settings({QEMU_PLUGIN_HEADER_SETTING: "/q"}).qemu_plugin_header == "/q"
     assert read_settings({}).qemu_plugin_header is None
     assert cycle_model.plugin_header_dir(read_settings({QEMU_PLUGIN_HEADER_SETTING: "/nowhere"})) is None
+
+
+def test_baselines_hold_modelled_cycles_to_the_cycle_tolerance():
+    """An emulated board's counter counts instructions; its modelled cycles are held too, in cycles: a change that
+    trades single-cycle arithmetic for loads and branches (as many instructions, more cycles) regresses."""
+    key = BaselineKey("qemu-mps2-an386", "lowtide-compiled", "n")
+    figures = {"latency_median_cycles": 10_000, "modelled_cycles_median": 13_000, "outputs_match": True}
+    base = Baseline("m.tflite", "0" * 64, "0", "2026-12-07T00:00:00+00:00", figures)
+    slower = dataclasses.replace(base, figures={**figures, "modelled_cycles_median": 13_131})
+    comparison = compare(key, base, slower, Tolerances(cycles_percent=1.0), counter_unit="instructions")
+    assert comparison.regressed and [c.figure for c in comparison.regressions] == ["modelled_cycles_median"]
+    assert "13,000 cycles -> 13,131 cycles" in comparison.message()
+    within = dataclasses.replace(base, figures={**figures, "modelled_cycles_median": 13_130})
+    assert not compare(key, base, within, Tolerances(cycles_percent=1.0), counter_unit="instructions").regressed
