@@ -389,7 +389,6 @@ typedef struct {
 } block_t;
 
 typedef struct {
-  const block_t *block;
   uint32_t cycles_after;  /* the block's static cycles after the mark */
   uint32_t insns_after;
   int mark;
@@ -504,7 +503,6 @@ static void block_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb) {
     }
     if (d.mark && n_marks < 4) {
       mark_t *mark = calloc(1, sizeof *mark);
-      mark->block = block;
       mark->mark = d.mark;
       mark->insns_after = (uint32_t)(n - 1 - i);
       marks[n_marks] = mark;
