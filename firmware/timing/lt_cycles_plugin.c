@@ -67,6 +67,7 @@ typedef struct {
   uint16_t dst;       /* core registers written (bit n = Rn) */
   uint16_t src;       /* core registers read */
   uint16_t addr;      /* core registers a load or store forms its address from */
+  uint16_t acc;       /* a multiply-accumulate's accumulator registers (also in `src`): read late */
 } insn_t;
 
 static unsigned popcount16(uint32_t v) { return (unsigned)__builtin_popcount(v & 0xFFFFu); }
@@ -247,14 +248,16 @@ static insn_t decode(uint32_t hw1, uint32_t hw2, bool wide) {
   if ((hw1 & 0xFF80u) == 0xFB00u) {                                                           /* multiply, MAC, DSP mul */
     d.kind = K_MUL;
     d.dst = R(rd);
-    d.src = R(rn) | R(rm) | (rt != 15u ? R(rt) : 0);
+    d.acc = rt != 15u ? R(rt) : 0;
+    d.src = R(rn) | R(rm) | d.acc;
     return d;
   }
   if ((hw1 & 0xFF80u) == 0xFB80u) {                                                           /* long multiply, divide */
     unsigned op1 = (hw1 >> 4) & 7u;
     d.kind = (op1 == 1u || op1 == 3u) ? K_DIV : K_MUL;
     d.dst = (d.kind == K_DIV) ? R(rd) : (R(rt) | R(rd));
-    d.src = R(rn) | R(rm) | ((d.kind == K_MUL && op1 >= 4u) ? (R(rt) | R(rd)) : 0);
+    d.acc = (d.kind == K_MUL && op1 >= 4u) ? (R(rt) | R(rd)) : 0;  /* SMLAL, UMLAL, SMLALD, ... */
+    d.src = R(rn) | R(rm) | d.acc;
     return d;
   }
   return d;                                                                                   /* coprocessor, other */
@@ -304,9 +307,10 @@ static unsigned m4_cost(const insn_t *d, const insn_t *prev, enum core core) {
 /* ---- Cortex-M7: 6-stage, dual-issue, in order ------------------------------------------------------------------
  * The M7 TRM describes the pipeline rather than tabling cycles: two instructions issue together when the second
  * does not depend on the first and they do not compete for one unit (one load/store unit, one MAC, one FPU); loads
- * deliver their result two cycles after issue, multiplies two; LDM/STM move 64 bits per cycle; a branch is
- * predicted (a branch target address cache with dynamic prediction), costing nothing when predicted and a pipeline
- * refill when not. The model issues in order, at most two per cycle, under those constraints. */
+ * deliver their result two cycles after issue, multiplies two, though a multiply-accumulate takes its accumulator
+ * late, so one accumulating into the last one's result issues the next cycle; LDM/STM move 64 bits per cycle; a
+ * branch is predicted (a branch target address cache with dynamic prediction), costing nothing when predicted and a
+ * pipeline refill when not. The model issues in order, at most two per cycle, under those constraints. */
 #define M7_MISPREDICT 6u   /* refill of the 6-stage pipeline from the branch's resolution in execute */
 #define M7_LOAD_LATENCY 2u
 #define M7_MUL_LATENCY 2u
@@ -319,6 +323,7 @@ typedef struct {
   enum kind first_kind;      /* the first of a pair issued in `cycle` */
   uint16_t first_dst;
   unsigned ready[16];        /* cycle each core register's value is ready */
+  unsigned ready_acc[16];    /* ... for a multiply-accumulate's accumulator, which the MAC pipeline forwards */
 } m7_state_t;
 
 static bool m7_unit_clash(enum kind a, enum kind b) {
@@ -336,8 +341,10 @@ static bool m7_single_issue(enum kind k) {
 /* Issues `d`; returns the cycle it issued in. */
 static unsigned m7_issue(m7_state_t *s, const insn_t *d) {
   unsigned earliest = s->cycle;
-  for (unsigned r = 0; r < 16; r++)
-    if (((d->src | d->addr) >> r) & 1u && s->ready[r] > earliest) earliest = s->ready[r];
+  for (unsigned r = 0; r < 16; r++) {
+    unsigned ready = ((d->acc >> r) & 1u) ? s->ready_acc[r] : s->ready[r];
+    if (((d->src | d->addr) >> r) & 1u && ready > earliest) earliest = ready;
+  }
   bool pair = earliest == s->cycle && s->issued_in_cycle == 1u && !m7_unit_clash(s->first_kind, d->kind) &&
               !m7_single_issue(d->kind) && !m7_single_issue(s->first_kind) && !((d->src | d->addr) & s->first_dst);
   unsigned at;
@@ -367,7 +374,11 @@ static unsigned m7_issue(m7_state_t *s, const insn_t *d) {
   default: break;
   }
   for (unsigned r = 0; r < 16; r++)
-    if ((d->dst >> r) & 1u) s->ready[r] = at + latency;
+    if ((d->dst >> r) & 1u) {
+      s->ready[r] = at + latency;
+      /* back-to-back multiply-accumulates into one accumulator issue a cycle apart: the accumulate comes late */
+      s->ready_acc[r] = d->kind == K_MUL ? at + 1u : at + latency;
+    }
   if (busy) {
     s->cycle = at + busy;          /* the unit is held: the next instruction issues after it, alone */
     s->issued_in_cycle = 0u;
