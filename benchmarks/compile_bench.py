@@ -362,10 +362,10 @@ def main(argv: list[str] | None = None) -> int:
             progress.update(task, description=f"compiling {path.stem}")
             started = time.monotonic()
             try:
-                stock = verify_compiled(path)
+                stock = verify_compiled(load_model(path))
                 optimized_path = Path(tmp) / path.name
                 optimize_model(path, optimized_path)
-                optimized = verify_compiled(optimized_path)
+                optimized = verify_compiled(load_model(optimized_path))
             except LowtideError as exc:
                 if "cannot compile" in str(exc):
                     rows.append(f"| {path.stem} | | | | | not compiled: {str(exc).split(': ', 1)[-1]} |")

@@ -74,7 +74,9 @@ def test_build_json_reports_the_elf_and_its_memory():
     elf = Path(report["elf"])
     assert elf.read_bytes()[:4] == b"\x7fELF" and report["platformio_env"] == "qemu-m4" and report["emulated"]
     head = int(REFERENCE[KWS_DSCNN.stem]["tflm_head"])
-    planned = compile_model(KWS_DSCNN).arena_bytes  # the compiled runtime's plan: what the firmware's arena holds
+    planned = compile_model(
+        load_model(KWS_DSCNN)
+    ).arena_bytes  # the compiled runtime's plan: what the firmware's arena holds
     assert report["arena_planned_bytes"] == head and report["arena_capacity_bytes"] == planned + 1024
     # The arena and the input staging buffer are static arrays: .bss holds them, at the sizes the report gives.
     symbols = _symbol_sizes(elf)
@@ -85,7 +87,7 @@ def test_build_json_reports_the_elf_and_its_memory():
     # The weights are in flash, with the code; the convolutions' widened to int16 take their bytes once more.
     graph = load_model(KWS_DSCNN)
     weights = sum({t.buffer: t.nbytes for t in graph.main.tensors if t.kind is TensorKind.CONSTANT}.values())
-    weights += arena_plan(graph, KWS_DSCNN.read_bytes()).wide_weight_bytes
+    weights += arena_plan(graph).wide_weight_bytes
     assert weights < report["flash_bytes"] < weights + 64 * 1024
     assert report["flash_capacity_bytes"] == report["sram_capacity_bytes"] == 4 * 1024 * 1024
     # The same figures as the sections of the ELF, read directly.
@@ -107,7 +109,7 @@ def test_a_model_too_large_for_the_board_is_refused_before_building():
     message = result.stderr.strip()
     assert "\n" not in message, message
     # the compiled runtime's plan (in place, below TFLM's head) and the painted slack
-    planned = arena_plan(load_model(MOBILENET), MOBILENET.read_bytes()).head_bytes
+    planned = arena_plan(load_model(MOBILENET)).head_bytes
     assert planned < int(REFERENCE[MOBILENET.stem]["tflm_head"])
     staging = 224 * 224 * 3
     assert message.startswith(

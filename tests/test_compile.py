@@ -106,48 +106,48 @@ def test_mean_multiplier_folds_in_the_element_count():
 
 def test_hello_world_end_to_end_with_ram_accounting(tmp_path):
     path = _model("tflm_hello_world_int8")
-    result = verify_compiled(path, seed=3, workdir=tmp_path)
+    result = verify_compiled(load_model(path), seed=3, workdir=tmp_path)
     assert result.passed
     assert result.hook_pairs == result.operator_count == 3
     assert [o.mismatches for o in result.outputs] == [0]
     # TFLM's 32 B of activations and nothing else: each FULLY_CONNECTED is one row, which the whole-input kernel
     # reads in place with the packed weights (no int16 copy of the row in scratch); nothing in static RAM.
-    assert_compiled_arena(result)
+    assert_compiled_arena(path, result)
     assert result.arena_bytes == result.tflm_head_bytes == 32
     assert result.fixed_state_bytes == 0
     assert result.ram_bytes < result.tflm_total_bytes
     header = (tmp_path / "model.h").read_text()
     assert "#define MODEL_ARENA_SIZE 32u" in header
     assert "#define MODEL_OPERATOR_COUNT 3" in header
-    graph_hash = compile_model(path).model_hash
+    graph_hash = compile_model(load_model(path)).model_hash
     assert f'#define MODEL_HASH "{graph_hash}"' in header and len(graph_hash) == 16
 
 
 @pytest.mark.parametrize("name", QUICK_MODELS)
 def test_quick_models_bit_exact(name):
     """Under AddressSanitizer and UBSan: an out-of-bounds access or overflow in a kernel fails the run."""
-    result = verify_compiled(_model(name), seed=0, sanitize=True)
+    result = verify_compiled(load_model(_model(name)), seed=0, sanitize=True)
     assert result.passed, result.outputs
     assert all(o.max_abs_diff == 0 for o in result.outputs)
-    assert_compiled_arena(result)
+    assert_compiled_arena(_model(name), result)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", SLOW_MODELS)
 def test_slow_models_bit_exact(name):
-    result = verify_compiled(_model(name), seed=0, sanitize=True)
+    result = verify_compiled(load_model(_model(name)), seed=0, sanitize=True)
     assert result.passed, result.outputs
-    assert_compiled_arena(result)
+    assert_compiled_arena(_model(name), result)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", QUICK_MODELS + SLOW_MODELS)
 def test_every_operator_output_matches_tflm(name):
-    assert first_divergence(_model(name), seed=1) is None
+    assert first_divergence(load_model(_model(name)), seed=1) is None
 
 
 def test_every_operator_output_of_a_conv_model_matches_tflm():
-    assert first_divergence(_model("mlperf_kws_dscnn_int8"), seed=2) is None
+    assert first_divergence(load_model(_model("mlperf_kws_dscnn_int8")), seed=2) is None
 
 
 def _with_offline_plan(path: Path, offsets: dict[int, int], out: Path) -> Path:
@@ -168,19 +168,23 @@ def test_offline_plan_offsets_are_used(tmp_path):
     mirrored = {t: 16 * (k % 2) for k, t in enumerate(chain)}  # TFLM's greedy planner alternates the other way
     assert mirrored != dict(zip((b.tensor for b in tflm_plan(graph).buffers), tflm_plan(graph).offsets))
     planned_path = _with_offline_plan(path, mirrored, tmp_path / "planned.tflite")
-    compiled = compile_model(planned_path)
+    compiled = compile_model(load_model(planned_path))
     assert compiled.arena_bytes == 32  # the two live tensors; the one-row FULLY_CONNECTEDs need no scratch
     assert [t.offset for t in compiled.inputs + compiled.outputs] == [
         mirrored[t] for t in graph.main.inputs + graph.main.outputs
     ]
-    result = verify_compiled(planned_path, seed=5)
+    result = verify_compiled(load_model(planned_path), seed=5)
     assert result.passed and result.tflm_head_bytes == 32
 
     apart = {t: 16 * k for k, t in enumerate(reversed(chain))}  # every tensor apart: 64 B, and the scratch
     spread_path = _with_offline_plan(path, apart, tmp_path / "apart.tflite")
-    spread = compile_model(spread_path)
-    assert spread.arena_bytes == compiled.arena_bytes < compile_model(spread_path, keep_model_plan=True).arena_bytes
-    assert verify_compiled(spread_path, seed=5).passed
+    spread = compile_model(load_model(spread_path))
+    assert (
+        spread.arena_bytes
+        == compiled.arena_bytes
+        < compile_model(load_model(spread_path), keep_model_plan=True).arena_bytes
+    )
+    assert verify_compiled(load_model(spread_path), seed=5).passed
 
 
 # ---- operators no shared model uses, on small models built here ----------------------------------------------
@@ -224,9 +228,9 @@ def test_small_model_with_logistic_concat_strided_slice(tmp_path, dtype):
     inputs, outputs = _slice_graph(m, dtype, (lambda s, z: (s, z)) if dtype == "int8" else (lambda s, z: ()))
     path = m.save(tmp_path / f"slice_{dtype}.tflite", inputs, outputs)
     for seed in (0, 1):
-        result = verify_compiled(path, seed=seed)
+        result = verify_compiled(load_model(path), seed=seed)
         assert result.passed, result.outputs
-    assert first_divergence(path, seed=2) is None
+    assert first_divergence(load_model(path), seed=2) is None
     # the graph is not trivial: the logistic output spans a range of values
     logistic = oracle.run(path.read_bytes(), oracle.random_inputs(load_model(path), 0)).outputs[1]
     assert len(np.unique(logistic)) > 5
@@ -329,8 +333,8 @@ def test_small_model_with_dilation_padding_and_resizes(tmp_path, dtype):
     m = TinyModel()
     inputs, outputs = _window_graph(m, dtype)
     path = m.save(tmp_path / f"window_{dtype}.tflite", inputs, outputs)
-    assert verify_compiled(path, seed=0).passed
-    assert first_divergence(path, seed=1) is None
+    assert verify_compiled(load_model(path), seed=0).passed
+    assert first_divergence(load_model(path), seed=1) is None
     softmax = oracle.run(path.read_bytes(), oracle.random_inputs(load_model(path), 0)).outputs[0]
     assert len(np.unique(softmax)) > 3
 
@@ -345,7 +349,7 @@ def test_unsupported_operator_fails_before_writing(tmp_path):
     from lowtide.cli import app, compile_cmd  # noqa: F401  (registers the command)
 
     with pytest.raises(LowtideError, match=r"operator 0 \(L2_POOL_2D float32 -> float32\): no kernel") as error:
-        compile_model(path)
+        compile_model(load_model(path))
     assert "l2_pool.tflite" in str(error.value) and len(str(error.value).splitlines()) == 1
     result = runner.invoke(app, ["compile", str(path), "-o", str(out)])
     assert result.exit_code != 0 and isinstance(result.exception, LowtideError)
@@ -364,12 +368,12 @@ def test_unsupported_type_names_the_operator_and_its_types(tmp_path):
         match=r"operator 0 \(HARD_SWISH int16 -> int16\): no int16 kernel "
         r"\(supported: int8, float32\)",
     ):
-        compile_model(path)
+        compile_model(load_model(path))
 
 
 def test_prefix_must_be_a_c_identifier():
     with pytest.raises(LowtideError, match="not a C identifier"):
-        compile_model(_model("tflm_hello_world_int8"), prefix="9lives")
+        compile_model(load_model(_model("tflm_hello_world_int8")), prefix="9lives")
 
 
 def test_cli_json_reports_ram_next_to_tflm(tmp_path):
@@ -384,7 +388,9 @@ def test_cli_json_reports_ram_next_to_tflm(tmp_path):
     reference = oracle.run(path.read_bytes(), path=str(path))
     assert report["tflm_total_bytes"] == reference.total_bytes
     # the compiled runtime's plan: TFLM's 16,000 B head does not hold the fast kernels' int16 scratch
-    assert report["arena_bytes"] == compile_model(path).arena_bytes == 16_256 > reference.head_bytes == 16_000
+    assert (
+        report["arena_bytes"] == compile_model(load_model(path)).arena_bytes == 16_256 > reference.head_bytes == 16_000
+    )
     assert report["ram_bytes"] == report["arena_bytes"] + report["fixed_state_bytes"]
     assert report["verify"]["passed"] and report["verify"]["hook_pairs"] == report["operators"] == 13
     assert sorted(Path(f).name for f in report["files"]) == ["kws.c", "kws.h"]

@@ -99,9 +99,9 @@ def test_fast_kernels_bit_exact_on_the_host_under_sanitizers(model, tmp_path):
     """kws_dscnn: a 10x4 stride-2 convolution of one channel (im2col through the byte gather), 3x3 depthwise,
     1x1 convolutions, FULLY_CONNECTED; person_detect: a one-channel depthwise with multiplier 8 (as a
     convolution) and stride-2 depthwise layers."""
-    source = compile_model(model).files["model.c"]
+    source = compile_model(load_model(model)).files["model.c"]
     assert "lt_conv_s8_fast" in source and "lt_depthwise_s8_fast" in source
-    result = verify_compiled(model, seed=3, workdir=tmp_path, sanitize=True)
+    result = verify_compiled(load_model(model), seed=3, workdir=tmp_path, sanitize=True)
     assert result.passed, result.outputs
 
 
@@ -122,10 +122,10 @@ def test_a_single_pixel_convolution_keeps_its_gather_inside_its_planned_scratch(
     b.output(b.fully_connected(b.conv2d(x, 8, kernel=3, padding="SAME", activation="RELU"), 4))
     path = tmp_path / "one_pixel.tflite"
     path.write_bytes(b.build())
-    plan = arena_plan(load_model(path), path.read_bytes())
+    plan = arena_plan(load_model(path))
     assert plan.fast_scratch_bytes[0] == 2 * 28 + 28
     for seed in (0, 1):
-        result = verify_compiled(path, seed=seed, sanitize=True)
+        result = verify_compiled(load_model(path), seed=seed, sanitize=True)
         assert result.passed, result.outputs
 
 
@@ -144,9 +144,9 @@ def test_im2col_gathers_rows_between_paddings_and_dilated_taps(tmp_path):
     b.output(z)
     path = tmp_path / "gathers.tflite"
     path.write_bytes(b.build())
-    assert compile_model(path).files["model.c"].count("lt_conv_s8_fast") == 5
+    assert compile_model(load_model(path)).files["model.c"].count("lt_conv_s8_fast") == 5
     for seed in (0, 1):
-        result = verify_compiled(path, seed=seed, sanitize=True)
+        result = verify_compiled(load_model(path), seed=seed, sanitize=True)
         assert result.passed, result.outputs
 
 
@@ -168,12 +168,12 @@ def test_one_pixel_over_the_whole_input_reads_it_in_place(tmp_path):
     b.output(w)
     path = tmp_path / "whole_input.tflite"
     path.write_bytes(b.build())
-    source = compile_model(path).files["model.c"]
+    source = compile_model(load_model(path)).files["model.c"]
     assert source.count("lt_vector_s8_fast(") == 3 and source.count("lt_depthwise_vector_s8_fast(") == 2
     # scratch only for the two 1x1 convolutions over 9 and 25 pixels (operators 3 and 5)
-    assert set(arena_plan(load_model(path), path.read_bytes()).fast_scratch_bytes) == {3, 5}
+    assert set(arena_plan(load_model(path)).fast_scratch_bytes) == {3, 5}
     for seed in (0, 1, 2):
-        result = verify_compiled(path, seed=seed, sanitize=True)
+        result = verify_compiled(load_model(path), seed=seed, sanitize=True)
         assert result.passed, result.outputs
 
 
@@ -218,13 +218,13 @@ def test_constant_and_long_shift_channels_keep_the_short_requantization(tmp_path
     built = tmp_path / "built.tflite"
     built.write_bytes(b.build())
     path = _with_edited_channels(built, tmp_path / "edited_channels.tflite")
-    source = compile_model(path).files["model.c"]
+    source = compile_model(load_model(path)).files["model.c"]
     first = source[source.index("op0_run(const void") :].split("\n")[1]
     assert "LT_SHORT_ACC" in first and "LT_OFFSET_AFTER" in first and "LT_DOUBLED_ACC" in first, first
     requant = source[source.index("op0_requant[16] = {") :].split("};")[0]
     assert requant.count("{0, -1, ") == 2  # channels 3 and 5
     for seed in (0, 1, 2):
-        result = verify_compiled(path, seed=seed, sanitize=True)
+        result = verify_compiled(load_model(path), seed=seed, sanitize=True)
         assert result.passed, result.outputs
     if shutil.which("arm-none-eabi-gcc") and shutil.which("qemu-system-arm"):
         measured = measure(path, "qemu-m4", iterations=1, warmup=0, timeout=60, seed=4)

@@ -33,8 +33,9 @@ def _model(name: str) -> Path:
 
 def _state_changes_outputs(path: Path, tensor: int, invocations: int) -> bool:
     """True when `tensor` differs between invocations in a row and fresh interpreters given the same inputs."""
-    data, exposed = expose_operator_outputs(path)
     graph = load_model(path)
+    traced, exposed = expose_operator_outputs(graph)
+    data = traced.data
     sets = [oracle.random_inputs(graph, n) for n in range(invocations)]
     in_sequence = oracle.run_sequence(data, sets, str(path))
     fresh = [oracle.run_sequence(data, [s], str(path))[0] for s in sets]
@@ -53,14 +54,14 @@ def _state_changes_outputs(path: Path, tensor: int, invocations: int) -> bool:
 )
 def test_shared_lstm_models_bit_exact_over_invocations(name, state_bytes):
     path = _model(name)
-    compiled = compile_model(path)
+    compiled = compile_model(load_model(path))
     assert compiled.fixed_state_bytes == state_bytes
-    result = verify_compiled(path, seed=0, sanitize=True, invocations=INVOCATIONS)
+    result = verify_compiled(load_model(path), seed=0, sanitize=True, invocations=INVOCATIONS)
     assert result.passed, result.outputs
     assert {o.invocation for o in result.outputs} == set(range(INVOCATIONS))
     assert result.hook_pairs == INVOCATIONS * result.operator_count
-    assert_compiled_arena(result)  # the four gate scratch buffers included
-    assert first_divergence(path, seed=1, invocations=INVOCATIONS) is None
+    assert_compiled_arena(path, result)  # the four gate scratch buffers included
+    assert first_divergence(load_model(path), seed=1, invocations=INVOCATIONS) is None
     lstm = next(op for op in load_model(path).main.operators if op.opcode == "UNIDIRECTIONAL_SEQUENCE_LSTM")
     assert _state_changes_outputs(path, lstm.outputs[0], INVOCATIONS)
 
@@ -69,9 +70,9 @@ def test_lstm_state_is_static_outside_the_arena(tmp_path):
     """The hidden and cell states are the only writable static data, measured in the objects' .data + .bss; the
     fast FULLY_CONNECTED's int16 row is in the arena."""
     path = _model("tflm_mnist_lstm_int8")
-    result = verify_compiled(path, seed=2, workdir=tmp_path, invocations=2)
+    result = verify_compiled(load_model(path), seed=2, workdir=tmp_path, invocations=2)
     assert result.passed and result.fixed_state_bytes == 62
-    assert_compiled_arena(result)
+    assert_compiled_arena(path, result)
     assert result.ram_bytes == result.arena_bytes + 62
 
 
@@ -88,10 +89,10 @@ def _small_lstm_model(m: TinyModel) -> tuple[list[int], list[int]]:
 def test_small_lstm_models_time_major_batch_major_clip(tmp_path):
     m = TinyModel()
     path = m.save(tmp_path / "lstm.tflite", *_small_lstm_model(m))
-    result = verify_compiled(path, seed=0, sanitize=True, invocations=4)
+    result = verify_compiled(load_model(path), seed=0, sanitize=True, invocations=4)
     assert result.passed, result.outputs
-    assert_compiled_arena(result)
-    assert first_divergence(path, seed=1, invocations=4) is None
+    assert_compiled_arena(path, result)
+    assert first_divergence(load_model(path), seed=1, invocations=4) is None
     graph = load_model(path)
     sequence = oracle.run_sequence(path.read_bytes(), [oracle.random_inputs(graph, n) for n in range(4)], str(path))
     assert all(len(np.unique(s[1])) > 20 for s in sequence)  # the outputs are not saturated
@@ -108,4 +109,4 @@ def test_lstm_variants_tflm_does_not_run_are_refused(tmp_path, activation, input
     out = lstm(m, np.random.default_rng(0), x, (1, 3, 5), 4, False, activation, 2.0**-11, 0.0, 0, input_gate=input_gate)
     path = m.save(tmp_path / "variant.tflite", [x], [out])
     with pytest.raises(LowtideError, match=rf"operator 0 \(UNIDIRECTIONAL_SEQUENCE_LSTM [^)]* -> int8\): .*{reason}"):
-        compile_model(path)
+        compile_model(load_model(path))

@@ -60,7 +60,7 @@ def _check(path: Path, seeds=(0, 1)) -> list[np.ndarray]:
     """Every output bit-exact (float32: within the host check's 1e-5) under the sanitizers; the oracle's outputs
     for seed 0."""
     for seed in seeds:
-        result = verify_compiled(path, seed=seed, sanitize=True)
+        result = verify_compiled(load_model(path), seed=seed, sanitize=True)
         assert result.passed, [o for o in result.outputs if not o.passed]
         assert all(o.max_abs_diff == 0 for o in result.outputs if o.dtype != "float32")
     graph = load_model(path)
@@ -1135,7 +1135,7 @@ def test_operators_tflm_lacks_are_refused_with_the_reason(tmp_path):
     m.op("RELU_N1_TO_1", [x], [y])
     m.op("L2_POOL_2D", [y], [z], Pool2DAttributes(padding=Padding.SAME, stride=(1, 1), filter=(1, 1)))
     path = m.save(tmp_path / "clip.tflite", [x], [z])
-    blockers = check_model(path)
+    blockers = check_model(load_model(path))
     assert [str(b) for b in blockers] == [
         f"operator 0 (RELU_N1_TO_1 float32 -> float32): {NOT_IN_TFLM['RELU_N1_TO_1']}",
         "operator 1 (L2_POOL_2D float32 -> float32): no kernel in the lowtide runtime",
@@ -1153,7 +1153,7 @@ def test_types_tflm_leaves_undefined_are_refused_with_the_reason(tmp_path):
     quotient = m.tensor((1, 4), "int8", 0.5, 0)  # 0.05 / (0.05 x 0.5) = 2: below 64
     m.op("DIV", [x, y], [quotient], DivAttributes(fused_activation=Activation.NONE))
     path = m.save(tmp_path / "undefined.tflite", [a, b, x, y], [greater, quotient])
-    assert [str(b) for b in check_model(path)] == [
+    assert [str(b) for b in check_model(load_model(path))] == [
         f"operator 0 (GREATER int16, int16 -> bool): {UNDEFINED_IN_TFLM[('GREATER', 'int16->bool')]}",
         f"operator 1 (DIV int8, int8 -> int8): input1 scale / (input2 scale x output scale) is 2: {DIV_INT8_RANGE}",
     ]
@@ -1210,5 +1210,5 @@ def test_int8_logistic_and_tanh_tables_equal_tflm_on_every_input(tmp_path, scale
         table = np.array(sigmoid_table_int8(scale, zero_point, is_tanh), dtype=np.int8)
         assert np.array_equal(table[values.astype(np.uint8)], want)
     assert len(np.unique(want_logistic)) > 10 and len(np.unique(want_tanh)) > 10  # not all saturated
-    result = verify_compiled(path, seed=0, sanitize=True)
+    result = verify_compiled(load_model(path), seed=0, sanitize=True)
     assert result.passed, result.outputs

@@ -106,10 +106,10 @@ def test_builder_split_rejects_sizes_that_do_not_cut_the_axis():
 def test_split_v_rows_and_channels_bit_exact(tmp_path):
     path = _split_model(tmp_path)
     for seed in (0, 1):
-        result = verify_compiled(path, seed=seed, sanitize=True)
+        result = verify_compiled(load_model(path), seed=seed, sanitize=True)
         assert result.passed, result.outputs
-        assert_compiled_arena(result)
-    assert first_divergence(path, seed=2) is None  # every SPLIT_V output compared, not only the model's
+        assert_compiled_arena(path, result)
+    assert first_divergence(load_model(path), seed=2) is None  # every SPLIT_V output compared, not only the model's
 
 
 def _split_graph(m: TinyModel, dtype: str) -> tuple[list[int], list[int]]:
@@ -141,9 +141,9 @@ def test_split_and_split_v_any_axis_bit_exact(tmp_path, dtype):
     m = TinyModel()
     inputs, outputs = _split_graph(m, dtype)
     path = m.save(tmp_path / f"split_{dtype}.tflite", inputs, outputs)
-    result = verify_compiled(path, seed=0, sanitize=True)
+    result = verify_compiled(load_model(path), seed=0, sanitize=True)
     assert result.passed, result.outputs
-    assert first_divergence(path, seed=1) is None
+    assert first_divergence(load_model(path), seed=1) is None
     # by construction, against numpy on the same inputs
     x = oracle.random_inputs(load_model(path), 0)[0]
     swapped, middle, narrow, wide = oracle.run(path.read_bytes(), [x]).outputs
@@ -169,7 +169,7 @@ def test_size_splits_must_match_the_output_shapes(tmp_path):
         LowtideError,
         match=r"operator 0 \(SPLIT_V\): declared output shape .* output 1 is declared \[1, 4, 2\], computed \[1, 4, 3\]",
     ):
-        compile_model(path)
+        compile_model(load_model(path))
 
 
 # ---- in place: outputs on their input's bytes ----------------------------------------------------------------------
@@ -232,10 +232,14 @@ def test_split_v_and_concatenation_in_place_match_the_unplanned_model(tmp_path):
         np.testing.assert_array_equal(in_place.outputs[0], reference.outputs[0])  # (a) TFLM honours it
         # (b) the compiled runtime too, told to keep the model's plan: its own plan, which has no rule for a
         # CONCATENATION in place, is smaller and would be used otherwise
-        result = verify_compiled(planned, seed=seed, sanitize=True, keep_model_plan=True)
+        result = verify_compiled(load_model(planned), seed=seed, sanitize=True, keep_model_plan=True)
         assert result.passed, result.outputs
         assert result.arena_bytes == arena  # the fast layers' int16 rows fit between the planned tensors
-        assert compile_model(planned).arena_bytes == compile_model(path).arena_bytes < result.arena_bytes
+        assert (
+            compile_model(load_model(planned)).arena_bytes
+            == compile_model(load_model(path)).arena_bytes
+            < result.arena_bytes
+        )
 
 
 # Interposes memcpy for the compiled model's process: aborts on any overlap, equal addresses included, and
@@ -274,7 +278,7 @@ def test_in_place_copies_never_give_memcpy_overlapping_ranges(tmp_path, monkeypa
     source.write_text(_OVERLAP_GUARD)
     guard = tmp_path / "overlap_guard.so"
     subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-fno-builtin", str(source), "-o", str(guard)], check=True)
-    compiled = compile_model(planned, keep_model_plan=True)
+    compiled = compile_model(load_model(planned), keep_model_plan=True)
     build = tmp_path / "build"
     build.mkdir()
     binary = build_host_binary(compiled, build)
@@ -301,7 +305,7 @@ def test_an_overlap_no_copy_can_run_in_place_is_refused(tmp_path):
     offsets[channel_split.outputs[0]] = offsets[channel_split.inputs[0]]
     planned = _with_plan(path, offsets, tmp_path / "bad.tflite")
     with pytest.raises(LowtideError, match=r"\(SPLIT_V [^)]*\): the memory plan overlaps tensors"):
-        compile_model(planned, keep_model_plan=True)
+        compile_model(load_model(planned), keep_model_plan=True)
 
 
 def test_quantize_and_requantize_in_place(tmp_path):
@@ -319,5 +323,5 @@ def test_quantize_and_requantize_in_place(tmp_path):
         reference = oracle.run(path.read_bytes(), inputs).outputs[0]
         assert np.unique(reference).size > 50
         np.testing.assert_array_equal(oracle.run(planned.read_bytes(), inputs).outputs[0], reference)
-        result = verify_compiled(planned, seed=seed, sanitize=True)
+        result = verify_compiled(load_model(planned), seed=seed, sanitize=True)
         assert result.passed and result.arena_bytes == math.prod((1, 8, 4, 4)) * 4

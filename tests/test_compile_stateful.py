@@ -49,16 +49,16 @@ def test_streaming_models_with_resource_variables_bit_exact(name, state_bytes):
     ASSIGN_VARIABLE carry the streaming windows from one invocation to the next. State: the resource variables'
     bytes plus the CALL_ONCE and `ready` flags."""
     path = _model(name)
-    compiled = compile_model(path)
+    compiled = compile_model(load_model(path))
     graph = load_model(path)
     resource_bytes = sum(
         graph.main.tensors[op.outputs[0]].nbytes for op in graph.main.operators if op.opcode == "READ_VARIABLE"
     )
     assert compiled.fixed_state_bytes == state_bytes == resource_bytes + 2
-    result = verify_compiled(path, seed=0, sanitize=True, invocations=INVOCATIONS)
+    result = verify_compiled(load_model(path), seed=0, sanitize=True, invocations=INVOCATIONS)
     assert result.passed, result.outputs
-    assert_compiled_arena(result)
-    assert first_divergence(path, seed=1, invocations=INVOCATIONS) is None
+    assert_compiled_arena(path, result)
+    assert first_divergence(load_model(path), seed=1, invocations=INVOCATIONS) is None
     # the state is at work: the same input gives another output after earlier invocations
     data = path.read_bytes()
     sets = [oracle.random_inputs(graph, n) for n in range(INVOCATIONS)]
@@ -70,16 +70,16 @@ def test_streaming_models_with_resource_variables_bit_exact(name, state_bytes):
 def test_anomaly_detection_shape_pack_bit_exact():
     """SHAPE -> STRIDED_SLICE -> PACK builds the shape of the final RESHAPE; float in and out."""
     path = _model("mltk_anomaly_detection")
-    result = verify_compiled(path, seed=0, sanitize=True)
+    result = verify_compiled(load_model(path), seed=0, sanitize=True)
     assert result.passed, result.outputs
     assert result.arena_bytes == result.tflm_head_bytes == 3200
-    assert first_divergence(path, seed=1) is None
-    assert compile_model(path).fixed_state_bytes == 0
+    assert first_divergence(load_model(path), seed=1) is None
+    assert compile_model(load_model(path)).fixed_state_bytes == 0
     # the PACK output is the int32 shape TFLM computed: [1, 5, 128, 1]
-    data, exposed = expose_operator_outputs(path)
     graph = load_model(path)
+    traced, exposed = expose_operator_outputs(graph)
     pack = next(op for op in graph.main.operators if op.opcode == "PACK")
-    outputs = oracle.run_sequence(data, [oracle.random_inputs(graph, 0)], str(path))[0]
+    outputs = oracle.run_sequence(traced.data, [oracle.random_inputs(graph, 0)], str(path))[0]
     assert outputs[exposed.index(pack.outputs[0])].tolist() == [1, 5, 128, 1]
 
 
@@ -87,12 +87,12 @@ def test_anomaly_detection_shape_pack_bit_exact():
 def test_keyword_models_bit_exact_over_invocations(name):
     """QUANTIZE int16 -> int8, SVDF with int16 or int8 state, SOFTMAX int8 -> int16, QUANTIZE int16 -> int32."""
     path = _model(name)
-    result = verify_compiled(path, seed=0, sanitize=True, invocations=INVOCATIONS)
+    result = verify_compiled(load_model(path), seed=0, sanitize=True, invocations=INVOCATIONS)
     assert result.passed, result.outputs
     assert {o.invocation for o in result.outputs} == set(range(INVOCATIONS))
     assert result.hook_pairs == INVOCATIONS * result.operator_count
     assert result.arena_bytes == result.tflm_head_bytes == 672  # the SVDF scratch buffers included
-    assert first_divergence(path, seed=1, invocations=INVOCATIONS) is None
+    assert first_divergence(load_model(path), seed=1, invocations=INVOCATIONS) is None
 
 
 @pytest.mark.parametrize(
@@ -102,10 +102,10 @@ def test_keyword_models_bit_exact_over_invocations(name):
 def test_variable_tensors_are_static_state_outside_the_arena(name, state_bytes, tmp_path):
     """Seven SVDF states (+ the `ready` flag, rounded to the struct's alignment), measured in the object's .bss."""
     path = _model(name)
-    compiled = compile_model(path)
+    compiled = compile_model(load_model(path))
     assert compiled.fixed_state_bytes == state_bytes
     assert f"#define MODEL_STATE_SIZE {state_bytes}u" in compiled.files["model.h"]
-    result = verify_compiled(path, seed=2, workdir=tmp_path, invocations=2)
+    result = verify_compiled(load_model(path), seed=2, workdir=tmp_path, invocations=2)
     assert result.passed and result.fixed_state_bytes == state_bytes
     assert result.ram_bytes == 672 + state_bytes
 
@@ -150,9 +150,7 @@ def test_reset_puts_the_state_back_like_tflm(tmp_path, source):
         path = m.save(tmp_path / "svdf_int8.tflite", *svdf_model(m, "int8"))
     else:
         path = _model(source)
-    data, exposed = expose_operator_outputs(path)
-    traced = tmp_path / "traced.tflite"
-    traced.write_bytes(data)
+    traced, exposed = expose_operator_outputs(load_model(path))
     compiled = compile_model(traced)
     compiled.write(tmp_path)
     (tmp_path / "main.c").write_text(_RESET_MAIN)
@@ -176,11 +174,11 @@ def test_reset_puts_the_state_back_like_tflm(tmp_path, source):
             outputs.append(np.frombuffer(raw[position : position + t.nbytes], dtype=t.dtype).reshape(t.shape))
             position += t.nbytes
         runs.append(outputs)
-    reference = oracle.run_sequence(data, [a, b, b], str(path), reset_before=frozenset({2}))
+    reference = oracle.run_sequence(traced.data, [a, b, b], str(path), reset_before=frozenset({2}))
     for got, want in zip(runs, reference):
         for g, w in zip(got, want):
             np.testing.assert_array_equal(g, w)
-    fresh_b = oracle.run_sequence(data, [b], str(path))[0]
+    fresh_b = oracle.run_sequence(traced.data, [b], str(path))[0]
     assert any(not np.array_equal(x, y) for x, y in zip(reference[1], fresh_b))  # the state matters
     if source != "mww_v2_vad":
         assert all(np.array_equal(x, y) for x, y in zip(reference[2], fresh_b))
@@ -191,7 +189,7 @@ def test_small_svdf_model_with_batches_and_rank(tmp_path, state_type):
     m = TinyModel()
     inputs, outputs = svdf_model(m, state_type)
     path = m.save(tmp_path / f"svdf_{state_type}.tflite", inputs, outputs)
-    result = verify_compiled(path, seed=0, sanitize=True, invocations=6)
+    result = verify_compiled(load_model(path), seed=0, sanitize=True, invocations=6)
     assert result.passed, result.outputs
     graph = load_model(path)
     sequence = oracle.run_sequence(path.read_bytes(), [oracle.random_inputs(graph, n) for n in range(6)], str(path))

@@ -249,7 +249,7 @@ def test_each_runtime_exports_one_api_and_every_build_systems_manifest(exported)
         assert not any(name.startswith(("src/tensorflow", "src/third_party")) for name in files)
     # the compiled runtime's arena is its plan; TFLM's is the 32-bit sizer's, whose head is the host TFLM's
     graph = load_model(MODEL)
-    plan = arena_plan(graph, MODEL.read_bytes())
+    plan = arena_plan(graph)
     assert exported.reports["compiled"]["arena"] == {
         "arena_bytes": plan.head_bytes, "head_bytes": plan.head_bytes, "tail_bytes": 0, "state_bytes": 0
     }  # fmt: skip

@@ -106,7 +106,8 @@ def _pio(*args: str, build_dir: Path | None = None, timeout: float = 300) -> sub
 
 
 def build_firmware(spec, model: Path | None):
-    return firmware_project(spec, model, RUNTIMES[Runtime.COMPILED], settings=read_settings()).elf
+    graph = load_model(model) if model is not None else None
+    return firmware_project(spec, graph, RUNTIMES[Runtime.COMPILED], settings=read_settings()).elf
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +191,12 @@ def test_result_carries_the_stack_high_water_mark():
     assert 0 < result.stack_high_water_bytes < result.stack_size_bytes
     assert not session.logs  # v1 sent it as a LOG line; v2 says nothing it does not have to
     # the compiled runtime has no allocator: used is its plan, lowtide's plan for the compiled runtime
-    assert result.arena_used_bytes == result.arena_planned_bytes == compile_model(KWS_DSCNN).arena_bytes == 16_256
+    assert (
+        result.arena_used_bytes
+        == result.arena_planned_bytes
+        == compile_model(load_model(KWS_DSCNN)).arena_bytes
+        == 16_256
+    )
     # instructions are not time: an emulated board reports no microseconds
     assert result.counter_median > 0 and result.us_median is None
 
@@ -201,7 +207,7 @@ def test_measure_on_qemu_matches_host_tflm_and_is_deterministic(model):
     second = measure(model, "qemu-m4", iterations=3, warmup=0, timeout=20)
     profiled = measure(model, "qemu-m4", iterations=1, warmup=0, timeout=20, seed=1, profile_ops=True)
     head = int(REFERENCE[model.stem]["tflm_head"])
-    compiled = compile_model(model).arena_bytes  # lowtide's plan for the compiled runtime
+    compiled = compile_model(load_model(model)).arena_bytes  # lowtide's plan for the compiled runtime
     for result in (first, second, profiled):
         assert result.outputs_match, result.mismatched_outputs
         assert result.runtime == "lowtide-compiled" and result.board == "qemu-mps2-an386"
@@ -232,7 +238,9 @@ def test_shared_models_on_qemu_m4(name):
     result = measure(SHARED_MODELS / f"{name}.tflite", "qemu-m4", iterations=3, warmup=1, timeout=120)
     assert result.outputs_match, result.mismatched_outputs  # bit-identical with the host TFLM, same inputs
     head = int(REFERENCE[name]["tflm_head"])
-    compiled = compile_model(SHARED_MODELS / f"{name}.tflite").arena_bytes  # lowtide's plan for the compiled runtime
+    compiled = compile_model(
+        load_model(SHARED_MODELS / f"{name}.tflite")
+    ).arena_bytes  # lowtide's plan for the compiled runtime
     assert result.board_planned_bytes == compiled and result.arena_planned_bytes == head
     assert 0 < result.arena_high_water_bytes <= result.board_planned_bytes
     cycles = result.latency_cycles
@@ -254,9 +262,9 @@ def test_tiled_model_with_in_place_strips_runs_on_qemu_m4_in_its_planned_arena(t
     assert result.outputs_match, result.mismatched_outputs
     # the rewritten model's plan (TFLM's rules) with the fast kernels' scratch fitted around it, or the compiled
     # runtime's own plan where that is smaller
-    plan = arena_plan(load_model(out), out.read_bytes())
+    plan = arena_plan(load_model(out))
     assert result.arena_planned_bytes == rewritten.head_bytes
-    assert result.board_planned_bytes == plan.head_bytes == compile_model(out).arena_bytes
+    assert result.board_planned_bytes == plan.head_bytes == compile_model(load_model(out)).arena_bytes
     assert plan.head_bytes <= rewritten.head_bytes + max(plan.fast_scratch_bytes.values())
     assert 0 < result.arena_high_water_bytes <= plan.head_bytes
 

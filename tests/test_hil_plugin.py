@@ -483,7 +483,7 @@ def test_worse_model_fails_on_qemu_m4_with_painted_and_instruction_figures(pytes
     arenas = []
     for data in (bad, good):
         model.write_bytes(data)
-        arenas.append(compile_model(model).arena_bytes)
+        arenas.append(compile_model(load_model(model)).arena_bytes)
     bad_arena, good_arena = arenas
     assert good_arena < bad_arena
     pytester.makepyfile(test_two_branch=ONE_MODEL_TEST.format(model=str(model)))

@@ -16,13 +16,16 @@ from lowtide.compile import compile_model
 from lowtide.compile.kernel_params import (
     MAX_DIMS,
     STRUCTS,
+    ActivationParams,
     AxisParams,
     ConvParams,
     CopyParams,
     LstmParams,
     c_header,
     c_members,
+    params_reading,
 )
+from lowtide.validation import load_model
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADER = ROOT / "firmware" / "runtime" / "lt_params.h"
@@ -92,6 +95,23 @@ def test_an_unknown_member_is_a_type_error():
         AxisParams(2, 5, 3, 0, 1)  # by name only
 
 
+def test_a_struct_filled_by_what_its_kernel_reads_has_the_rest_zero():
+    params = params_reading(ActivationParams, count=12, act_min=-128, act_max=127, alpha=0.25)
+    assert (params.count, params.act_min, params.act_max, params.alpha) == (12, -128, 127, 0.25)
+    unread = {m.name: getattr(params, m.name) for m in c_members(ActivationParams)} | {
+        "count": 0,
+        "act_min": 0,
+        "act_max": 0,
+        "alpha": 0,
+    }
+    assert set(unread.values()) == {0} and isinstance(params.multiplier, int) and isinstance(params.rescale, int)
+    with pytest.raises(TypeError, match="axis"):
+        params_reading(ActivationParams, count=1, axis=1)
+    # The members several structs begin with are one group each, in the same place of every one of them.
+    assert [m.name for m in c_members(ActivationParams)][:3] == ["count", "input_zero_point", "output_zero_point"]
+    assert [m.name for m in c_members(CopyParams)][:2] == ["ndim", "dims"]
+
+
 def test_a_member_of_the_wrong_kind_is_a_type_error():
     with pytest.raises(TypeError, match="lt_axis_params.inner must be an integer"):
         AxisParams(**{**AXIS, "inner": 3.0})
@@ -112,7 +132,7 @@ def test_the_generated_code_names_every_member_in_the_struct_order():
     model = MODELS / "tflm_hello_world_int8.tflite"
     if not model.is_file():
         pytest.skip("shared model tflm_hello_world_int8 not present")
-    source = compile_model(model).files["model.c"]
+    source = compile_model(load_model(model)).files["model.c"]
     line = re.search(r"^static const lt_conv_params op0_params = \{(.*)\};$", source, re.MULTILINE)
     assert line is not None
     members = dict(part.split(" = ") for part in line.group(1).lstrip(".").split(", ."))

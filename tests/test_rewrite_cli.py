@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -75,6 +76,12 @@ def test_rewrite_writes_the_tiled_graph_where_the_declared_arena_shrinks(tmp_pat
     assert rewritten["outputs_identical"] is True
     assert plain["after"]["arena_size_bytes_mcu32"] == 15_168
     assert rewritten["after"]["arena_size_bytes_mcu32"] == 10_672
+    # The header and sidecar name the model the user gave, not the tiled graph written from it.
+    source_sha256 = hashlib.sha256((SHARED_MODELS / "tflm_magic_wand.tflite").read_bytes()).hexdigest()
+    sidecar = json.loads((tmp_path / "rewritten.json").read_text())
+    assert sidecar["source_model"] == "tflm_magic_wand.tflite" and sidecar["source_sha256"] == source_sha256
+    assert sidecar["sha256"] == hashlib.sha256((tmp_path / "rewritten.tflite").read_bytes()).hexdigest()
+    assert f"from tflm_magic_wand.tflite (sha256 {source_sha256[:16]}...)" in (tmp_path / "rewritten.h").read_text()
 
 
 def test_rewrite_says_why_it_cannot(tmp_path):

@@ -132,14 +132,12 @@ def test_each_st_board_builds_offline_with_each_runtime(board, runtime):
     graph = load_model(KWS)
     firmware = runtime_named(runtime)
     kernels = firmware.kernels
-    predicted = (
-        predict_arena32(KWS.read_bytes(), graph, kernels, read_settings(), spec.core) if kernels is not None else None
-    )
+    predicted = predict_arena32(graph, kernels, read_settings(), spec.core) if kernels is not None else None
     estimate = firmware.estimate_footprint(graph, predicted)
     arena = static_ram_split(elf, image.static_ram_bytes, image.stack_bytes, arena_slack_bytes=0).arena_bytes
     assert arena == estimate.arena_bytes == report["arena_capacity_bytes"]
     if predicted is None:
-        assert arena == arena_plan(graph, KWS.read_bytes()).head_bytes + ARENA_SLACK_BYTES
+        assert arena == arena_plan(graph).head_bytes + ARENA_SLACK_BYTES
     else:
         assert arena == predicted.arena_bytes >= predicted.used_bytes > 0
     assert estimate.arena_bytes + estimate.static_ram_bytes <= image.static_ram_bytes

@@ -110,7 +110,7 @@ def test_tflm_on_the_board_uses_the_predicted_arena(model, runtime, board):
     result = measure(model, board, runtime=runtime, profile_ops=True, iterations=2, timeout=60.0)
     kernels = KernelSet.CMSIS_NN if runtime == "tflm-cmsis-nn" else KernelSet.REFERENCE
     core = "cortex-m7" if board == "qemu-m7" else "cortex-m4f"
-    predicted = predict_arena32(model.read_bytes(), load_model(model), kernels, read_settings(), core)
+    predicted = predict_arena32(load_model(model), kernels, read_settings(), core)
     assert result.runtime == runtime
     assert result.arena_used_bytes == predicted.used_bytes == result.arena_predicted_used_bytes
     assert result.board_planned_bytes == predicted.head_bytes

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from lowtide import __version__
 from lowtide.compile.lowering import c_float
 from lowtide.errors import LowtideError
-from lowtide.model.ir import Graph, sha256_hex
+from lowtide.model.ir import Graph
 from lowtide.resources import FIRMWARE_DIR
 from lowtide.settings import Settings
 from lowtide.storage import replacing
@@ -82,9 +82,9 @@ class LibraryPart:
     compile_flags: tuple[str, ...]  # what the library's own sources compile with (no paths)
 
 
-def default_prefix(model: Path) -> str:
-    """The API's prefix from the model's file name: a C identifier."""
-    prefix = re.sub(r"\W", "_", model.stem).strip("_").lower() or "model"
+def default_prefix(graph: Graph) -> str:
+    """The API's prefix from the model's name: a C identifier."""
+    prefix = re.sub(r"\W", "_", Path(graph.name).stem).strip("_").lower() or "model"
     return prefix if not prefix[0].isdigit() else f"model_{prefix}"
 
 
@@ -98,19 +98,10 @@ def library_tensors(graph: Graph, indices: tuple[int, ...]) -> tuple[LibraryTens
     tensors = []
     for index in indices:
         tensor = graph.main.tensors[index]
-        qp = graph.raw.subgraphs[0].tensors[index].quantization
-        quantized = qp is not None and qp.scale is not None and len(qp.scale) > 0
-        zero_points = qp.zeroPoint if quantized and qp.zeroPoint is not None and len(qp.zeroPoint) else [0]
-        tensors.append(
-            LibraryTensor(
-                tensor.name,
-                tensor.dtype,
-                tensor.shape,
-                tensor.nbytes,
-                float(qp.scale[0]) if quantized else 0.0,
-                int(zero_points[0]),
-            )
-        )
+        qp = tensor.quantization
+        quantized = qp is not None and len(qp.scales) > 0
+        scale, zero_point = (qp.scale, qp.zero_point) if qp is not None and quantized else (0.0, 0)
+        tensors.append(LibraryTensor(tensor.name, tensor.dtype, tensor.shape, tensor.nbytes, scale, zero_point))
     return tuple(tensors)
 
 
@@ -257,12 +248,11 @@ void {prefix}_reset(void) {{ {net}_reset(); }}
 """
 
 
-def tflm_api_source(
-    prefix: str, graph: Graph, data: bytes, calls: list[str], resource_variables: int, defines: list[str]
-) -> str:
+def tflm_api_source(prefix: str, graph: Graph, calls: list[str], resource_variables: int, defines: list[str]) -> str:
     """The API on TFLM's MicroInterpreter (C++): the .tflite bytes, a resolver of the model's operators (`calls`),
     the arena, and the defines TFLM's headers must see as the TFLM library was compiled (`defines`, -D flags)."""
     up = prefix.upper()
+    data = graph.data
     tables = tensor_tables(
         prefix, library_tensors(graph, graph.main.inputs), library_tensors(graph, graph.main.outputs)
     )
@@ -441,26 +431,25 @@ def _zephyr_files(prefix: str, model: str, part: LibraryPart) -> dict[str, str]:
 
 
 def library_files(
-    model: Path, graph: Graph, runtime: FirmwareRuntime, prefix: str, core: str, settings: Settings
+    graph: Graph, runtime: FirmwareRuntime, prefix: str, core: str, settings: Settings
 ) -> dict[str, bytes]:
-    """Every file of the library of `model` on `runtime`, by its path in the folder."""
+    """Every file of the library of `graph` on `runtime`, by its path in the folder."""
     check_prefix(prefix)
-    part = runtime.library_part(model, graph, prefix, core, settings)
+    part = runtime.library_part(graph, prefix, core, settings)
     inputs = library_tensors(graph, graph.main.inputs)
     outputs = library_tensors(graph, graph.main.outputs)
-    data = model.read_bytes()
-    digest = sha256_hex(data)
+    digest = graph.sha256
     files = {f"src/{name}": text for name, text in part.sources.items()}
-    files[f"src/{prefix}.h"] = api_header(prefix, model.name, digest, runtime.name, part, inputs, outputs)
-    files["library.json"] = _library_json(prefix, model.name, runtime.name, part)
-    files["library.properties"] = _library_properties(prefix, model.name, runtime.name, part)
-    files["CMakeLists.txt"] = _cmake_lists(prefix, model.name, part)
-    files.update(_zephyr_files(prefix, model.name, part))
+    files[f"src/{prefix}.h"] = api_header(prefix, graph.name, digest, runtime.name, part, inputs, outputs)
+    files["library.json"] = _library_json(prefix, graph.name, runtime.name, part)
+    files["library.properties"] = _library_properties(prefix, graph.name, runtime.name, part)
+    files["CMakeLists.txt"] = _cmake_lists(prefix, graph.name, part)
+    files.update(_zephyr_files(prefix, graph.name, part))
     files[LIBRARY_SPEC] = (
         json.dumps(
             {
                 "lowtide": __version__,
-                "model": model.name,
+                "model": graph.name,
                 "model_sha256": digest,
                 "runtime": runtime.name,
                 "core": part.core,

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lowtide.errors import LowtideError, missing_tool
-from lowtide.model.ir import sha256_hex
+from lowtide.model.ir import Graph
 from lowtide.platformio_archives import ST_PLATFORM, st_env_settings, st_uploader_placeholders
 from lowtide.resources import (
     FIRMWARE_DIR,
@@ -51,7 +51,6 @@ from lowtide.resources import (
 )
 from lowtide.settings import Settings
 from lowtide.storage import cache_dir, cached_folder, exclusive_lock, write_atomically
-from lowtide.validation import load_model
 
 if TYPE_CHECKING:  # lowtide.runtimes makes the model's part of a project from this module's ModelBuild
     from lowtide.runtimes import FirmwareRuntime
@@ -144,7 +143,7 @@ class FirmwareProject:
     directory: Path
     platformio_env: str
     runtime: str
-    model: Path | None
+    model: str | None  # the model's name; None: a model-less image
 
     @property
     def build_dir(self) -> Path:
@@ -159,7 +158,7 @@ class FirmwareProject:
 
 
 def model_build(
-    path: Path,
+    graph: Graph,
     runtime: FirmwareRuntime,
     core: str,
     tflm_arena_bytes: int | None,
@@ -167,14 +166,12 @@ def model_build(
     settings: Settings,
     protocol: ProtocolDefines | None = None,
 ) -> ModelBuild:
-    """The model's part of a project (its files go into `files`): what `runtime` adds for it, and what every
-    runtime's part has (the model's size and digest); serving another protocol than lowtide's own where `protocol`
-    says so."""
-    data = path.read_bytes()
-    graph = load_model(path, settings, runtime.relies_on)
-    build = runtime.model_build(path, graph, core, tflm_arena_bytes, files, settings)
-    build.defines.append(("LT_MODEL_SIZE", f"{len(data)}u"))
-    build.string_defines.append(("LT_MODEL_SHA256", sha256_hex(data)))
+    """The part of a project of `graph`, validated for what `runtime` relies on (its files go into `files`): what
+    `runtime` adds for it, and what every runtime's part has (the model's size and digest); serving another protocol
+    than lowtide's own where `protocol` says so."""
+    build = runtime.model_build(graph, core, tflm_arena_bytes, files, settings)
+    build.defines.append(("LT_MODEL_SIZE", f"{graph.size_bytes}u"))
+    build.string_defines.append(("LT_MODEL_SHA256", graph.sha256))
     if protocol is not None:
         build.defines += protocol.defines
         build.string_defines += protocol.string_defines
@@ -339,7 +336,7 @@ def project_files(
     platformio_env: str,
     board_config: Path | None,
     description: str,
-    model: Path | None,
+    model: Graph | None,
     runtime: FirmwareRuntime,
     core: str,
     tflm_arena_bytes: int | None,
@@ -395,10 +392,10 @@ def write_project(directory: Path, files: dict[str, bytes]) -> None:
 
 
 def cached_project_dir(
-    platformio_env: str, runtime: str, model: Path | None, files: dict[str, bytes], settings: Settings
+    platformio_env: str, runtime: str, model: Graph | None, files: dict[str, bytes], settings: Settings
 ) -> Path:
     """The cache folder of a project with these files: the same files, the same folder, on any checkout."""
-    stem = model.stem[:40] if model else "no-model"
+    stem = Path(model.name).stem[:40] if model else "no-model"
     return cache_dir(settings, "firmware") / f"{platformio_env}-{runtime}-{stem}-{_content_key(files)}"
 
 

@@ -59,7 +59,7 @@ TFLM_CODE_BYTES = 60_000  # TFLM's framework with the fewest kernels: 64,752 B o
 class FootprintEstimate:
     """What a model's firmware needs, known before building it."""
 
-    model: str  # the model's file name without .tflite, for messages
+    model: str  # the model's name without .tflite, for messages
     arena_bytes: int  # the arena the image declares: the planned head plus the painted slack, or TFLM's arena
     static_ram_bytes: int  # everything else in RAM: the input staging buffer and the runtime's own state
     image_bytes: int  # the model's constant data plus the runtime's code
@@ -96,7 +96,6 @@ class FirmwareRuntime(ABC):
     @abstractmethod
     def model_build(
         self,
-        path: Path,
         graph: Graph,
         core: str,
         tflm_arena_bytes: int | None,
@@ -107,7 +106,7 @@ class FirmwareRuntime(ABC):
         into `files` (lowtide.project adds what every runtime's has)."""
 
     @abstractmethod
-    def library_part(self, path: Path, graph: Graph, prefix: str, core: str, settings: Settings) -> LibraryPart:
+    def library_part(self, graph: Graph, prefix: str, core: str, settings: Settings) -> LibraryPart:
         """The model's part of a library for the user's own firmware (lowtide.library): its sources, the API's
         implementation on this runtime (prefix `prefix`), the arena figures for `core`, what it links."""
 
@@ -115,7 +114,7 @@ class FirmwareRuntime(ABC):
 def _footprint(graph: Graph, arena_bytes: int, image_bytes: int) -> FootprintEstimate:
     staging = sum(graph.main.tensors[i].nbytes for i in graph.main.inputs)
     return FootprintEstimate(
-        model=Path(graph.path).stem,
+        model=Path(graph.name).stem,
         arena_bytes=arena_bytes,
         static_ram_bytes=staging + RUNTIME_STATIC_RAM_BYTES,
         image_bytes=image_bytes,
@@ -141,7 +140,7 @@ class CompiledRuntime(FirmwareRuntime):
         constant_buffers = {
             t.buffer: t.nbytes for sg in graph.subgraphs for t in sg.tensors if t.kind is TensorKind.CONSTANT
         }
-        plan = arena_plan(graph, Path(graph.path).read_bytes())
+        plan = arena_plan(graph)
         return _footprint(
             graph,
             plan.head_bytes + self.arena_slack_bytes,
@@ -153,17 +152,16 @@ class CompiledRuntime(FirmwareRuntime):
 
     def model_build(
         self,
-        path: Path,
         graph: Graph,
         core: str,
         tflm_arena_bytes: int | None,
         files: dict[str, bytes],
         settings: Settings,
     ) -> ModelBuild:
-        compiled = compile_model(path, settings=settings)
+        compiled = compile_model(graph)
         for name, text in compiled.files.items():
             files[f"model/{name}"] = text.encode()
-        build = ModelBuild(path.name, self.name)
+        build = ModelBuild(graph.name, self.name)
         build.defines += [
             ("LT_RUNTIME_COMPILED", None),
             ("LT_MODEL_INPUT_BYTES_TOTAL", f"{sum(t.nbytes for t in compiled.inputs)}u"),
@@ -175,9 +173,9 @@ class CompiledRuntime(FirmwareRuntime):
         ]
         return build
 
-    def library_part(self, path: Path, graph: Graph, prefix: str, core: str, settings: Settings) -> LibraryPart:
+    def library_part(self, graph: Graph, prefix: str, core: str, settings: Settings) -> LibraryPart:
         net = f"{prefix}_net"
-        compiled = compile_model(path, net, settings=settings)
+        compiled = compile_model(graph, net)
         sources = dict(compiled.files)
         for source in shipped_files(RUNTIME_DIR):
             if source.suffix in (".c", ".h"):
@@ -206,19 +204,18 @@ class TflmRuntime(FirmwareRuntime):
         return True
 
     def predict_arena(self, graph: Graph, core: str, settings: Settings) -> Arena32 | None:
-        return predict_arena32(Path(graph.path).read_bytes(), graph, self.kernels, settings, core)
+        return predict_arena32(graph, self.kernels, settings, core)
 
     def estimate_footprint(self, graph: Graph, tflm_arena: Arena32 | None = None) -> FootprintEstimate:
         """With no `tflm_arena`, the arena's head alone (lowtide's replica of TFLM's planner): a lower bound."""
         arena_bytes = tflm_arena.arena_bytes if tflm_arena else tflm_plan(graph).head_bytes
-        return _footprint(graph, arena_bytes, Path(graph.path).stat().st_size + RUNTIME_CODE_BYTES + TFLM_CODE_BYTES)
+        return _footprint(graph, arena_bytes, graph.size_bytes + RUNTIME_CODE_BYTES + TFLM_CODE_BYTES)
 
     def estimate_before_sizing(self, graph: Graph) -> FootprintEstimate | None:
         return self.estimate_footprint(graph)  # sizing TFLM's arena builds TFLM for the core first
 
     def model_build(
         self,
-        path: Path,
         graph: Graph,
         core: str,
         tflm_arena_bytes: int | None,
@@ -229,12 +226,12 @@ class TflmRuntime(FirmwareRuntime):
         opcodes = sorted({op.opcode for sg in graph.subgraphs for op in sg.operators})
         library = build_library(self.kernels, core_named(core), opcodes, settings, DEBIAN_ARM_TOOLCHAIN)
         calls = resolver_calls(library.tree, opcodes)
-        files["model/lt_model_tflite.c"] = _tflite_c_array(path.read_bytes()).encode()
+        files["model/lt_model_tflite.c"] = _tflite_c_array(graph.data).encode()
         with tempfile.TemporaryDirectory() as scratch:
             include = Path(scratch) / "lt_model_ops.inc"
             write_resolver_include(include, calls)
             files["model/lt_model_ops.inc"] = include.read_bytes()
-        build = ModelBuild(path.name, self.name)
+        build = ModelBuild(graph.name, self.name)
         build.defines += [
             ("LT_RUNTIME_TFLM", None),
             ("LT_TFLM_ARENA_BYTES", f"{tflm_arena_bytes}u"),
@@ -255,7 +252,7 @@ class TflmRuntime(FirmwareRuntime):
         ]
         return build
 
-    def library_part(self, path: Path, graph: Graph, prefix: str, core: str, settings: Settings) -> LibraryPart:
+    def library_part(self, graph: Graph, prefix: str, core: str, settings: Settings) -> LibraryPart:
         arena = self.predict_arena(graph, core, settings)
         assert arena is not None  # TFLM's runtimes always size their arena
         opcodes = sorted({op.opcode for sg in graph.subgraphs for op in sg.operators})
@@ -264,7 +261,6 @@ class TflmRuntime(FirmwareRuntime):
         source = tflm_api_source(
             prefix,
             graph,
-            path.read_bytes(),
             resolver_calls(library.tree, opcodes),
             resource_variable_count(graph),
             defines,

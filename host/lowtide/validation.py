@@ -3,7 +3,8 @@
 The model's own checks (`lowtide.model.validate`) judge what the graph alone says; whether its
 OfflineMemoryAllocation puts tensors live at the same time on the same bytes is judged by TFLM's lifetimes and
 in-place rules, the memory stage's (`lowtide.memory.plan_check`). A model a user gives goes through both
-(`load_model`), and so does every model lowtide writes or runs on the host TFLM (`model_problems`).
+(`load_model`), and so does every model lowtide writes or runs on the host TFLM (`model_problems`). A file is read
+and validated here once, where a command or the pytest plugin takes it in; every later stage is handed the graph.
 
 Each command says what it relies on (`relies_on`, a set of `Reliance`s; every one by default): a problem of a
 check only stages relying on something else guard (a declared output shape an operator does not compute, which
@@ -67,7 +68,7 @@ def load_checked(
     does not rely on; ModelError names the file and its first refused problem (and how many more there are)."""
     graph = read_model(load_bytes(path), str(path))
     problems = model_problems(graph, settings)
-    refuse_problems(graph, [p for p in problems if p.refused_by(relies_on)])
+    refuse_problems(str(path), [p for p in problems if p.refused_by(relies_on)])
     return LoadedModel(graph, tuple(p for p in problems if not p.refused_by(relies_on)))
 
 

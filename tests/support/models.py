@@ -14,8 +14,8 @@ from lowtide.model.attributes import (
     SequenceLstmAttributes,
     SvdfAttributes,
 )
-from lowtide.model.edit import GraphEditor, Quantization
-from lowtide.model.ir import Graph
+from lowtide.model.edit import GraphEditor
+from lowtide.model.ir import Graph, Quantization
 
 # The fused activations TFLM's integer LSTM takes.
 ACT_TANH, ACT_SIGN_BIT = 4, 5
@@ -45,7 +45,7 @@ class TinyModel:
         variable: bool = False,
     ) -> int:
         scales = None if scale is None else scale if isinstance(scale, list) else [scale]
-        quantization = None if scales is None else Quantization(scales, [zero_point] * len(scales), axis)
+        quantization = None if scales is None else Quantization(tuple(scales), (zero_point,) * len(scales), axis)
         self.count += 1
         return self.editor.tensor(
             f"t{self.count - 1}",

@@ -24,6 +24,7 @@ from lowtide.validation import load_model
 
 
 def compile_report(
+    model: Path,
     compiled: CompiledModel,
     output_dir: Path,
     written: list[Path],
@@ -34,7 +35,7 @@ def compile_report(
     """The JSON object of `lowtide compile --json`."""
     fixed_state = result.fixed_state_bytes if result else compiled.fixed_state_bytes
     return {
-        "model": compiled.model_path,
+        "model": str(model),
         "output_dir": str(output_dir),
         "files": [str(p) for p in written],
         "runtime_dir": str(RUNTIME_DIR),
@@ -77,7 +78,7 @@ def support_table_markdown() -> str:
 
 
 def _check(model: Path, json_output: bool, settings: Settings) -> None:
-    blockers: list[Blocker] = check_model(model, settings)
+    blockers: list[Blocker] = check_model(load_model(model, settings))
     if json_output:
         print(json.dumps({"model": str(model), "compiles": not blockers, "blockers": [asdict(b) for b in blockers]}))
     elif blockers:
@@ -136,12 +137,12 @@ def compile_command(
         raise LowtideError("give --output/-o DIR for the generated files (or --check)")
     # The validator, then TFLM (whose Prepare checks every operator's shapes), then the lowering: each sees only
     # models the one before accepted.
-    load_model(model, settings)
-    reference = oracle.run(model.read_bytes(), path=str(model), settings=settings)
-    compiled = compile_model(model, prefix, keep_model_plan, settings)  # raises before anything is written
+    graph = load_model(model, settings)
+    reference = oracle.run(graph.data, path=str(model), settings=settings)
+    compiled = compile_model(graph, prefix, keep_model_plan)  # raises before anything is written
     result = (
         verify_compiled(
-            model, seed, prefix=prefix, invocations=invocations, keep_model_plan=keep_model_plan, settings=settings
+            graph, seed, prefix=prefix, invocations=invocations, keep_model_plan=keep_model_plan, settings=settings
         )
         if verify
         else None
@@ -154,7 +155,7 @@ def compile_command(
         written = compiled.write(output)  # last: a model TFLM rejects leaves no files behind
     except OSError as exc:
         raise LowtideError(f"cannot write: {exc.strerror}", exc.filename or output) from None
-    report = compile_report(compiled, output, written, tflm_total, tflm_head, result)
+    report = compile_report(model, compiled, output, written, tflm_total, tflm_head, result)
     if json_output:
         print(json.dumps(report))
     else:

@@ -56,8 +56,8 @@ def export_command(
     graph = load_model(model, settings)
     if not chosen.runs_on(core_name):
         raise LowtideError(f"the {chosen} runtime does not run on {core_name}")
-    name = prefix or default_prefix(model)
-    files = library_files(model, graph, chosen, name, core_name, settings)  # raises before anything is written
+    name = prefix or default_prefix(graph)
+    files = library_files(graph, chosen, name, core_name, settings)  # raises before anything is written
     write_library_folder(library, files, LIBRARY_SPEC)
     spec = json.loads(files[LIBRARY_SPEC])
     report = {"library": str(library), "files": sorted(files), **spec}

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.markup import escape as escape_markup
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from lowtide import oracle
 from lowtide.cli.application import app
 from lowtide.cli.options import Arena32Option
 from lowtide.cli.plots import checked_plot_path, plot_model_map, plots_json, pyplot, save_figure
+from lowtide.cli.progress import progress_bars
 from lowtide.cli.tables import Bar, Column, Kind, TerminalTable
 from lowtide.cli.warnings import print_warnings
 from lowtide.errors import LowtideError
@@ -27,7 +28,7 @@ from lowtide.tflm.tree import KernelSet
 from lowtide.validation import load_checked
 
 
-def inspect_report(graph: Graph, plan: MemoryPlan, arena: Mcu32Arena | None) -> dict:
+def inspect_report(model: Path, graph: Graph, plan: MemoryPlan, arena: Mcu32Arena | None) -> dict:
     """The JSON object of `lowtide inspect --json`."""
     tensor_span = {
         (b.subgraph, b.tensor): (b, off) for b, off in zip(plan.buffers, plan.offsets) if b.tensor is not None
@@ -68,7 +69,7 @@ def inspect_report(graph: Graph, plan: MemoryPlan, arena: Mcu32Arena | None) -> 
         )
     peak = plan.steps[plan.peak_step] if plan.peak_step is not None else None
     return {
-        "model": graph.path,
+        "model": str(model),
         "sha256": graph.sha256,
         "subgraphs": len(graph.subgraphs),
         "ops": ops,
@@ -89,7 +90,7 @@ def _table(graph: Graph, plan: MemoryPlan) -> TerminalTable:
         Column("live tensors", Kind.FIGURE),
         Column("live bytes", Kind.FIGURE),
         Column("", Kind.BAR),
-        title=f"{Path(graph.path).name}: operators in execution order",
+        title=f"{graph.name}: operators in execution order",
         title_justify="left",
     )
     for i, step in enumerate(plan.steps):
@@ -159,7 +160,7 @@ def _plot(graph: Graph, plan: MemoryPlan, path: Path) -> None:
     ax.set_xlabel("execution step")
     ax.set_ylabel("bytes")
     ax.set_ylim(bottom=0)
-    ax.set_title(f"{Path(graph.path).name}: live arena memory")
+    ax.set_title(f"{graph.name}: live arena memory")
     ax.legend(loc="upper right")
     fig.tight_layout()
     save_figure(fig, path)
@@ -204,35 +205,25 @@ def inspect(
     loaded = load_checked(model, settings, relies_on=frozenset())
     graph = loaded.graph
     plan = tflm_plan(graph)
-    data = model.read_bytes()
     try:
-        with Progress(
-            TextColumn("building TFLM for {task.fields[core]} (once)"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            console=Console(stderr=True),
-            transient=True,
-            disable=json_output,
-        ) as bar:
-            task = bar.add_task("", total=None, core=core, visible=False)
-
-            def building(done: int, total: int) -> None:
-                bar.update(task, completed=done, total=total, visible=True)
-
-            arena = mcu32_arena(data, graph, plan.head_bytes, kernels, core, building, arena32, settings=settings)
+        with progress_bars(disable=json_output) as bars:
+            building = partial(bars.update, f"building TFLM for {core} (once)")
+            arena = mcu32_arena(graph, plan.head_bytes, kernels, core, building, arena32, settings=settings)
     except LowtideError:
         if kernels is not KernelSet.REFERENCE or arena32 is Arena32Mode.EXACT:
             raise
         arena = None  # a model TFLM cannot load still gets its head predicted; the total needs TFLM's tail
     measured = (
-        oracle.run(data, oracle.random_inputs(graph), path=str(model), settings=settings).arena if verify else None
+        oracle.run(graph.data, oracle.random_inputs(graph), path=str(model), settings=settings).arena
+        if verify
+        else None
     )
     stale = check_stale(graph, settings=settings) if check_stale_memory else None
     if plot:
         _plot(graph, plan, plot)
     if plot_map:
         plot_model_map(graph, plan, plot_map)
-    report = inspect_report(graph, plan, arena) | plots_json(plot, plot_map)
+    report = inspect_report(model, graph, plan, arena) | plots_json(plot, plot_map)
     report["warnings"] = [w.warning for w in loaded.warnings]
     print_warnings(model, report["warnings"])
     if stale:

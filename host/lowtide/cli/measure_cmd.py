@@ -15,17 +15,10 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
 
 from lowtide.cli.application import app
 from lowtide.cli.plots import checked_plot_path, plot_operator_counts, plots_json
+from lowtide.cli.progress import progress_bars
 from lowtide.cli.tables import Column, TerminalTable
 from lowtide.cli.warnings import print_warnings
 from lowtide.device.boards import DEFAULT_WAIT_S, LABGRID_PREFIX
@@ -112,22 +105,8 @@ def measure(
         print(json.dumps(result.to_json() | plots_json(plot_ops)))
         return
     console = Console()
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    ) as bar:
-        tasks: dict[str, TaskID] = {}
-
-        def show(phase: str, done: int, total: int) -> None:
-            if phase not in tasks:
-                tasks[phase] = bar.add_task(_PHASE_LABELS[phase], total=total)
-            bar.update(tasks[phase], completed=done, total=total)
-
-        result = run(progress=show)
+    with progress_bars() as bars:
+        result = run(progress=lambda phase, done, total: bars.update(_PHASE_LABELS[phase], done, total))
     print_warnings(model, result.warnings)
     console.print(_table(result))
     if plot_ops:

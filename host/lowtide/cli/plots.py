@@ -150,7 +150,7 @@ def stored_plan_panel(graph: Graph, plan: MemoryPlan) -> MapPanel:
     """TFLM's plan of `graph` as stored (`tflm_plan`): its operator order, and its offline plan where it carries
     one (TFLM follows it; the greedy planner places only the rest)."""
     kind = "its offline plan" if graph.offline_plan is not None else "TFLM's greedy plan"
-    return MapPanel("tflm", f"{Path(graph.path).name}: {kind}, stored order", arena_map(graph, plan))
+    return MapPanel("tflm", f"{graph.name}: {kind}, stored order", arena_map(graph, plan))
 
 
 def draw_arena_maps(panels: Sequence[MapPanel]) -> Figure:
@@ -239,7 +239,7 @@ def optimized_panels(original: Graph, written: Graph) -> list[MapPanel]:
         stored_plan_panel(original, tflm_plan(original)),
         MapPanel(
             "lowtide",
-            f"{Path(written.path).name}: lowtide's plan, new order + offline plan",
+            f"{written.name}: lowtide's plan, new order + offline plan",
             arena_map(written, tflm_plan(written)),
         ),
     ]

@@ -18,9 +18,9 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from lowtide.cli.application import app
+from lowtide.cli.progress import progress_bars
 from lowtide.library import TFLM_LIBRARY_SPEC, tflm_library_files, write_library_folder
 from lowtide.settings import Settings, read_settings
 from lowtide.storage import cache_dir
@@ -63,10 +63,6 @@ def _opcodes(op: list[str], ops_from: list[Path], settings: Settings) -> list[st
     return sorted(opcodes)
 
 
-def _advance(bar: Progress, task: TaskID, done: int, total: int) -> None:
-    bar.update(task, completed=done, total=total)
-
-
 @app.command("tflm-build")
 def tflm_build(
     kernels: Annotated[list[KernelSet], typer.Option(help="kernel sets to build (repeat for several)")] = [  # noqa: B006
@@ -84,20 +80,12 @@ def tflm_build(
     settings = read_settings()
     opcodes = _opcodes(op, ops_from, settings)
     built = []
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-        disable=json_output,
-    ) as bar:
+    with progress_bars(disable=json_output) as bars:
         for core_name in core:
             for kernel_set in kernels:
-                task = bar.add_task(f"TFLM for {core_name}, {kernel_set.value} kernels", total=None)
+                label = f"TFLM for {core_name}, {kernel_set.value} kernels"
                 library = build_library(
-                    kernel_set, core_named(core_name), opcodes, settings, progress=partial(_advance, bar, task)
+                    kernel_set, core_named(core_name), opcodes, settings, progress=partial(bars.update, label)
                 )
                 built.append({"core": core_name, "kernels": kernel_set.value, "library": str(library.archive)})
     if json_output:

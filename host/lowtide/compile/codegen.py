@@ -32,9 +32,7 @@ from lowtide.memory import Buffer, Executor, align_up, arena_head, buffers_to_pl
 from lowtide.memory.placement import place, placement_budget, tflm_offsets_with_plan
 from lowtide.model import Graph
 from lowtide.model.ir import TensorKind
-from lowtide.settings import Settings
 from lowtide.storage import replacing
-from lowtide.validation import load_model
 
 LT_TYPE_NAMES = {
     "float32": "LT_FLOAT32",
@@ -62,7 +60,7 @@ class IoTensor:
 
 @dataclass(frozen=True)
 class CompiledModel:
-    model_path: str
+    model: str  # the compiled graph's name
     prefix: str
     files: dict[str, str]  # file name -> C source
     arena_bytes: int  # the arena head the generated code needs (caller-provided, 16-byte aligned)
@@ -139,11 +137,11 @@ def wide_weight_layers(matrix_layers: dict[int, tuple[int, int]]) -> tuple[froze
 _FAST_CANDIDATES = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"})
 
 
-def _fast_kernels(graph: Graph, data: bytes) -> ModelEmitter:
+def _fast_kernels(graph: Graph) -> ModelEmitter:
     """An emitter that lowered every operator that may run a fast kernel, at made-up offsets: its `in_place_safe`
     names the depthwise convolutions the fast kernel runs (which may run in place and absorb a PAD), its
     `fast_scratch_bytes` the int16 scratch each fast layer needs while it runs."""
-    probe = ModelEmitter(graph, data, {t.index: 0 for t in graph.main.tensors if t.kind is TensorKind.ACTIVATION})
+    probe = ModelEmitter(graph, {t.index: 0 for t in graph.main.tensors if t.kind is TensorKind.ACTIVATION})
     for op in graph.main.operators:
         if op.opcode in _FAST_CANDIDATES:
             try:
@@ -176,19 +174,19 @@ def _split(buffers, offsets, fast_count: int) -> tuple[dict[int, int], dict[int,
     return tensors, scratch, fast
 
 
-def arena_plan(graph: Graph, data: bytes, keep_model_plan: bool = False) -> ArenaPlan:
+def arena_plan(graph: Graph, keep_model_plan: bool = False) -> ArenaPlan:
     """The compiled runtime's plan (module docstring), or TFLM's tensor offsets where that is no larger. The fast
     kernels' scratch is planned in both, live only while its operator runs; TFLM's greedy planner fits it around
     the tensors, as it does its own kernels' scratch. `keep_model_plan`: TFLM's offsets in any case, so a model's
     OfflineMemoryAllocation is used as it is (in-place cases the compiled plan has no rule for included)."""
     stock = tflm_plan(graph)
-    probe = _fast_kernels(graph, data)
+    probe = _fast_kernels(graph)
     scopes = {s.op: s.scope for s in stock.steps if s.subgraph == 0}
     fast_scratch = [
         Buffer(0, None, op, align_up(nbytes), scopes[op], scopes[op])
         for op, nbytes in sorted(probe.fast_scratch_bytes.items())
     ]
-    fusions = pad_fusions(ModelEmitter(graph, data, {}), probe.in_place_safe - probe.whole_input)
+    fusions = pad_fusions(ModelEmitter(graph, {}), probe.in_place_safe - probe.whole_input)
     view = _planning_view(graph, fusions)
     buffers = buffers_to_plan(view, executor=Executor.COMPILED) + fast_scratch
     producers = view.main.producers()
@@ -214,12 +212,12 @@ def arena_plan(graph: Graph, data: bytes, keep_model_plan: bool = False) -> Aren
     )
 
 
-def _emitter(graph: Graph, data: bytes, keep_model_plan: bool = False) -> tuple[ModelEmitter, int]:
+def _emitter(graph: Graph, keep_model_plan: bool = False) -> tuple[ModelEmitter, int]:
     """An emitter with every activation and scratch buffer at its planned offset (`arena_plan`), and the arena
     head of that plan."""
-    plan = arena_plan(graph, data, keep_model_plan)
+    plan = arena_plan(graph, keep_model_plan)
     return (
-        ModelEmitter(graph, data, plan.offsets, plan.scratch, plan.fused_pads, plan.fast_scratch, plan.wide_weights),
+        ModelEmitter(graph, plan.offsets, plan.scratch, plan.fused_pads, plan.fast_scratch, plan.wide_weights),
         plan.head_bytes,
     )
 
@@ -249,31 +247,26 @@ def _lower_all(graph: Graph, emitter: ModelEmitter) -> tuple[list[str], list[Blo
     return calls, blockers
 
 
-def check_model(model_path: str | Path, settings: Settings | None = None) -> list[Blocker]:
-    """Everything that keeps `model_path` from compiling, without generating code."""
-    model_path = str(model_path)
-    graph = load_model(model_path, settings)
-    emitter, _ = _emitter(graph, Path(model_path).read_bytes())
+def check_model(graph: Graph) -> list[Blocker]:
+    """Everything that keeps `graph` from compiling, without generating code."""
+    emitter, _ = _emitter(graph)
     return _lower_all(graph, emitter)[1]
 
 
-def compile_model(
-    model_path: str | Path, prefix: str = "model", keep_model_plan: bool = False, settings: Settings | None = None
-) -> CompiledModel:
-    """Lower every operator of `model_path`; raises LowtideError naming the first thing it cannot compile.
-    `keep_model_plan`: the model's OfflineMemoryAllocation as it is, even where lowtide's compiled plan is smaller."""
+def compile_model(graph: Graph, prefix: str = "model", keep_model_plan: bool = False) -> CompiledModel:
+    """Lower every operator of `graph` (a validated model: `lowtide.validation.load_model`); raises LowtideError
+    naming the first thing it cannot compile. `keep_model_plan`: the model's OfflineMemoryAllocation as it is, even
+    where lowtide's compiled plan is smaller."""
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", prefix):
         raise LowtideError(f"prefix '{prefix}' is not a C identifier")
-    model_path = str(model_path)
-    graph = load_model(model_path, settings)
-    emitter, head_bytes = _emitter(graph, Path(model_path).read_bytes(), keep_model_plan)
+    emitter, head_bytes = _emitter(graph, keep_model_plan)
     calls, blockers = _lower_all(graph, emitter)
     unplanned = sorted(set(emitter.fast_scratch_bytes) - set(emitter.fast_scratch))
     if unplanned:  # the plan is made from the same lowering: a difference is a lowtide bug
-        raise LowtideError(f"operator {unplanned[0]}'s kernel scratch has no place in the arena plan", model_path)
+        raise LowtideError(f"operator {unplanned[0]}'s kernel scratch has no place in the arena plan", graph.name)
     if blockers:
         more = f" (and {len(blockers) - 1} more: lowtide compile --check)" if len(blockers) > 1 else ""
-        raise LowtideError(f"cannot compile {blockers[0]}{more}", model_path)
+        raise LowtideError(f"cannot compile {blockers[0]}{more}", graph.name)
     offsets = emitter.offsets
     inputs = tuple(_io(graph, emitter, t, offsets) for t in graph.main.inputs)
     outputs = tuple(_io(graph, emitter, t, offsets) for t in graph.main.outputs)
@@ -283,7 +276,7 @@ def compile_model(
     header = _header(prefix, head_bytes, state_bytes, graph, inputs, outputs, model_hash)
     source = _source(prefix, graph, emitter, calls, inputs, outputs, model_hash, members)
     return CompiledModel(
-        model_path=model_path,
+        model=graph.name,
         prefix=prefix,
         files={f"{prefix}.h": header, f"{prefix}.c": source},
         arena_bytes=head_bytes,
@@ -329,7 +322,7 @@ def _graph_problems(graph: Graph) -> list[str]:
 def _io(graph: Graph, emitter: ModelEmitter, index: int, offsets: dict[int, int]) -> IoTensor:
     t = graph.main.tensors[index]
     if index not in offsets:
-        raise LowtideError(f"model input/output tensor {index} '{t.name}' is not an arena tensor", graph.path)
+        raise LowtideError(f"model input/output tensor {index} '{t.name}' is not an arena tensor", graph.name)
     qp = emitter.quantization(index, required=False)
     return IoTensor(
         index=index,
@@ -351,7 +344,7 @@ def _header(prefix: str, arena_bytes: int, state_bytes: int, graph: Graph, input
     up = prefix.upper()
     guard = f"{up}_H"
     lines = [
-        f"/* Generated by `lowtide compile` from {Path(graph.path).name} (sha256 {model_hash}...). Do not edit. */",
+        f"/* Generated by `lowtide compile` from {graph.name} (sha256 {model_hash}...). Do not edit. */",
         f"#ifndef {guard}",
         f"#define {guard}",
         "",
@@ -438,7 +431,7 @@ def _source(
 ) -> str:
     hash_bytes = ", ".join(f"0x{model_hash[i : i + 2]}" for i in range(0, 16, 2))
     lines = [
-        f"/* Generated by `lowtide compile` from {Path(graph.path).name}. Do not edit. */",
+        f"/* Generated by `lowtide compile` from {graph.name}. Do not edit. */",
         "#include <float.h>",
         "#include <stddef.h>",
         "#include <string.h>",

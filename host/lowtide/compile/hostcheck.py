@@ -22,10 +22,11 @@ from lowtide import oracle
 from lowtide.compile.codegen import CompiledModel, compile_model
 from lowtide.compile.lowering import NUMPY_TYPES
 from lowtide.errors import LowtideError
+from lowtide.model.edit import with_outputs
+from lowtide.model.ir import Graph
 from lowtide.resources import RUNTIME_DIR, tree_digest
 from lowtide.settings import Settings, settings_or_read
 from lowtide.storage import cache_dir, cached_folder
-from lowtide.validation import load_model
 
 CFLAGS = ("-O2", "-std=c99", "-Wall", "-Wextra", "-Werror")
 # Any out-of-bounds access or undefined arithmetic in a kernel aborts the run instead of passing unnoticed.
@@ -97,7 +98,7 @@ class OutputComparison:
 
 @dataclass(frozen=True)
 class VerifyResult:
-    model_path: str
+    model: str  # the verified graph's name
     seed: int
     outputs: tuple[OutputComparison, ...]  # every output of every invocation
     hook_pairs: int  # before/after hook pairs seen in order, over all invocations
@@ -172,7 +173,7 @@ def _runtime_objects(cc: str, flags: list[str], settings: Settings) -> list[Path
     return sorted(cached_folder(cache_dir(settings, "runtime-objects") / key, fill).glob("*.o"))
 
 
-def _run(cmd: list[str], what: str) -> subprocess.CompletedProcess:
+def _run(cmd: list[str], what: str) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         detail = (result.stderr or result.stdout).strip().splitlines()
@@ -261,7 +262,7 @@ def run_compiled_invocations(
     if result.returncode != 0:
         report = [line for line in result.stderr.splitlines() if "runtime error" in line or "ERROR:" in line]
         detail = f": {report[0].strip()}" if report else ""
-        raise LowtideError(f"compiled model exited with status {result.returncode}{detail}", compiled.model_path)
+        raise LowtideError(f"compiled model exited with status {result.returncode}{detail}", compiled.model)
     raw = out_path.read_bytes()
     sequence, position = [], 0
     for _ in input_sets:
@@ -276,7 +277,7 @@ def run_compiled_invocations(
 
 
 def verify_compiled(
-    model_path: str | Path,
+    graph: Graph,
     seed: int = 0,
     workdir: str | Path | None = None,
     prefix: str = "model",
@@ -285,19 +286,16 @@ def verify_compiled(
     keep_model_plan: bool = False,
     settings: Settings | None = None,
 ) -> VerifyResult:
-    """Compile `model_path`, build it with the host compiler, and compare with TFLM on `oracle.random_inputs`.
+    """Compile `graph`, build it with the host compiler, and compare with TFLM on `oracle.random_inputs`.
     `workdir` keeps the build (sources, objects, binary) for inspection; by default a temporary one is used.
     `sanitize` builds with AddressSanitizer and UBSan: any memory or arithmetic fault fails the check.
     `invocations` > 1 invokes both sides that many times in a row (inputs from seeds seed, seed + 1, ...), so the
     state a model keeps between invocations is compared too. `keep_model_plan`: as `compile_model`'s."""
     settings = settings_or_read(settings)
-    model_path = str(model_path)
-    graph = load_model(model_path, settings)
-    compiled = compile_model(model_path, prefix, keep_model_plan, settings)
-    data = Path(model_path).read_bytes()
+    compiled = compile_model(graph, prefix, keep_model_plan)
     input_sets = [oracle.random_inputs(graph, seed + n) for n in range(invocations)]
-    figures = oracle.allocate(data, path=model_path, settings=settings)
-    reference = oracle.run_sequence(data, input_sets, path=model_path, settings=settings)
+    figures = oracle.allocate(graph.data, path=graph.name, settings=settings)
+    reference = oracle.run_sequence(graph.data, input_sets, path=graph.name, settings=settings)
     with tempfile.TemporaryDirectory(prefix="lowtide-compile-") as tmp:
         build_dir = Path(workdir) if workdir is not None else Path(tmp)
         build_dir.mkdir(parents=True, exist_ok=True)
@@ -311,7 +309,7 @@ def verify_compiled(
         for c in compare_outputs(list(want), got, invocation=n)
     )
     return VerifyResult(
-        model_path=model_path,
+        model=graph.name,
         seed=seed,
         outputs=comparisons,
         hook_pairs=hook_pairs,
@@ -335,36 +333,27 @@ class OperatorDivergence:
     invocation: int = 0
 
 
-def expose_operator_outputs(model_path: str | Path, settings: Settings | None = None) -> tuple[bytes, list[int]]:
-    """The model rewritten so that every main-subgraph operator output is also a model output, and the tensor
-    index of each model output in order (the original outputs first). Resource handles are left out: TFLM
-    cannot return them."""
-    from lowtide.model.edit import with_outputs
-
-    graph = load_model(str(model_path), settings)
+def expose_operator_outputs(graph: Graph) -> tuple[Graph, list[int]]:
+    """`graph` rewritten so that every main-subgraph operator output is also a model output, and the tensor index
+    of each model output in order (the original outputs first). Resource handles are left out: TFLM cannot return
+    them."""
     op_outputs = [t for op in graph.main.operators for t in op.outputs if graph.main.tensors[t].dtype in NUMPY_TYPES]
     added = [t for t in dict.fromkeys(op_outputs) if t not in graph.main.outputs]
-    return with_outputs(graph, added).data, list(graph.main.outputs) + added
+    return with_outputs(graph, added), list(graph.main.outputs) + added
 
 
 def first_divergence(
-    model_path: str | Path, seed: int = 0, invocations: int = 1, settings: Settings | None = None
+    graph: Graph, seed: int = 0, invocations: int = 1, settings: Settings | None = None
 ) -> OperatorDivergence | None:
     """Rewrite the model so that every operator's output is a model output (TFLM then keeps them all live, which
     changes the plan but not the values), run both sides `invocations` times in a row, and return the first
     operator that differs, earliest invocation first."""
     settings = settings_or_read(settings)
-    model_path = str(model_path)
-    graph = load_model(model_path, settings)
-    data, exposed = expose_operator_outputs(model_path, settings)
+    traced, exposed = expose_operator_outputs(graph)
     input_sets = [oracle.random_inputs(graph, seed + n) for n in range(invocations)]
-    reference = oracle.run_sequence(data, input_sets, path=model_path, settings=settings)
+    reference = oracle.run_sequence(traced.data, input_sets, path=graph.name, settings=settings)
     with tempfile.TemporaryDirectory(prefix="lowtide-trace-") as tmp:
-        traced = Path(tmp) / "traced.tflite"
-        traced.write_bytes(data)
-        outputs, _ = run_compiled_invocations(
-            compile_model(traced, settings=settings), input_sets, Path(tmp), settings=settings
-        )
+        outputs, _ = run_compiled_invocations(compile_model(traced), input_sets, Path(tmp), settings=settings)
     for n, (want, got) in enumerate(zip(reference, outputs)):
         comparisons = dict(zip(exposed, compare_outputs(list(want), got, invocation=n)))
         for op in graph.main.operators:

@@ -9,7 +9,9 @@ many values, the rest zero: one per dimension) and `Gates` an int32_t[4] one (ex
 member's `Annotated` is its comment in the header. Annotations, not `field()`s, carry these, so that a type
 checker sees every member as required. Members that lowerings compute apart from the rest (a convolution's
 geometry, a matrix product's) are a dataclass of their own, which the struct's derives from: they come first, in
-the group's order, and a lowering hands its group on whole (`ConvParams(**asdict(shape), ...)`).
+the group's order, and a lowering hands its group on whole (`ConvParams(**asdict(shape), ...)`). So are the groups
+several structs begin with (`Box`: a box's rank and dimensions; `Elementwise`: an element count and the zero
+points on either side), defined once here.
 
     python scripts/kernel_params_header.py     # regenerates firmware/runtime/lt_params.h
 """
@@ -20,7 +22,7 @@ import textwrap
 import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Annotated, ClassVar
+from typing import Annotated, ClassVar, TypeVar
 
 import numpy as np
 
@@ -77,6 +79,17 @@ class KernelParams:
                 raise TypeError(f"{self.C_NAME}.{m.name} must be an integer, not {value!r}")
 
 
+P = TypeVar("P", bound=KernelParams)
+
+
+def params_reading(cls: type[P], **read: object) -> P:
+    """The struct `cls` of a kernel that reads the members `read` (the ones its declaration says it reads) and
+    none of the others, which are 0. For the structs several kernels share, each reading some of the members
+    (`ActivationParams`, `SoftmaxParams`); an unknown member is a TypeError, as ever."""
+    unread = {m.name: 0.0 if m.ctype == "float" else 0 for m in c_members(cls) if not m.length}
+    return cls(**(unread | read))
+
+
 def c_members(cls: type[KernelParams]) -> tuple[CMember, ...]:
     """The C members of a parameter struct, in the struct's order (read once per struct: every instance checks
     its values against them)."""
@@ -106,6 +119,24 @@ def _read_members(cls: type[KernelParams]) -> tuple[CMember, ...]:
             raise TypeError(f"{cls.C_NAME}.{f.name}: no C type for {hint}")
         members.append(CMember(f.name, ctype, length, doc))
     return tuple(members)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Box(KernelParams):
+    """The first members of the structs of kernels that walk a box of up to LT_MAX_DIMS dimensions."""
+
+    ndim: int
+    dims: Dims
+
+
+@dataclass(frozen=True, kw_only=True)
+class Elementwise(KernelParams):
+    """The first members of the structs of element-wise kernels: how many elements, and the zero points of their
+    input and output."""
+
+    count: int
+    input_zero_point: int
+    output_zero_point: int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,14 +195,12 @@ class FcParams(KernelParams):
 
 
 @dataclass(frozen=True, kw_only=True)
-class BinaryParams(KernelParams):
+class BinaryParams(Box):
     """ADD and MUL with NumPy-style broadcasting: stepN[d] is input N's element step along output dim d (0 =
     broadcast). Also the other broadcasting binary kernels (SUB, comparisons, PRELU, ...) and ADD_N's and
     CUMSUM's rescaling; which fields a kernel reads is said at its declaration."""
 
     C_NAME = "lt_binary_params"
-    ndim: int
-    dims: Dims
     step1: Dims
     step2: Dims
     input1_offset: int
@@ -204,14 +233,11 @@ class SoftmaxParams(KernelParams):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ActivationParams(KernelParams):
+class ActivationParams(Elementwise):
     """Element-wise activations, ABS and RSQRT over `count` elements (RELU, RELU6, LEAKY_RELU, TANH, ...). Which
     fields a kernel reads is said at its declaration."""
 
     C_NAME = "lt_activation_params"
-    count: int
-    input_zero_point: int
-    output_zero_point: int
     multiplier: Annotated[int, "the identity rescale (RELU, LEAKY_RELU)"]
     shift: int
     alpha_multiplier: Annotated[int, "LEAKY_RELU: input x alpha -> output"]
@@ -223,13 +249,10 @@ class ActivationParams(KernelParams):
 
 
 @dataclass(frozen=True, kw_only=True)
-class HardSwishParams(KernelParams):
+class HardSwishParams(Elementwise):
     """HARD_SWISH (reference_ops::HardSwish<int8_t>): int16 fixed-point multipliers and their exponents."""
 
     C_NAME = "lt_hard_swish_params"
-    count: int
-    input_zero_point: int
-    output_zero_point: int
     output_multiplier: Annotated[int, "Q0.15"]
     output_exponent: int
     reluish_multiplier: Annotated[int, "Q0.15"]
@@ -300,15 +323,13 @@ class AxisParams(KernelParams):
 
 
 @dataclass(frozen=True, kw_only=True)
-class CopyParams(KernelParams):
+class CopyParams(Box):
     """A box copy between two strided views: TRANSPOSE, STRIDED_SLICE, CONCATENATION, SPLIT, SPLIT_V, PAD's
     interior. The views either share no byte or are one and the same view (same address, same steps along every
     dimension longer than 1: an in-place SPLIT or CONCATENATION), which is left untouched. `lowtide compile`
     refuses any other overlap, whose result would depend on the copy order."""
 
     C_NAME = "lt_copy_params"
-    ndim: int
-    dims: Dims
     src_steps: Annotated[Dims, "in elements"]
     dst_steps: Annotated[Dims, "in elements"]
     elem_size: int
@@ -361,12 +382,10 @@ class GatherNdParams(KernelParams):
 
 
 @dataclass(frozen=True, kw_only=True)
-class SelectParams(KernelParams):
+class SelectParams(Box):
     """SELECT_V2 with broadcasting: each output element from the true or the false input as the condition says."""
 
     C_NAME = "lt_select_params"
-    ndim: int
-    dims: Dims
     step_condition: Dims
     step_true: Dims
     step_false: Dims
@@ -374,13 +393,11 @@ class SelectParams(KernelParams):
 
 
 @dataclass(frozen=True, kw_only=True)
-class MappedCopyParams(KernelParams):
+class MappedCopyParams(Box):
     """A copy through one index map per output dimension (MIRROR_PAD): output element (i0, i1, ...) is input
     element offsets[map_start[0] + i0] + offsets[map_start[1] + i1] + ..."""
 
     C_NAME = "lt_mapped_copy_params"
-    ndim: int
-    dims: Dims
     map_start: Dims
     elem_size: int
 
@@ -443,13 +460,11 @@ class LstmParams(KernelParams):
 
 
 @dataclass(frozen=True, kw_only=True)
-class UpdateSliceParams(KernelParams):
+class UpdateSliceParams(Box):
     """DYNAMIC_UPDATE_SLICE: the operand copied to the output, then the update written over it from the start
     indices (int32 or int64, read when the operator runs), each clamped to [0, dims - update_dims]."""
 
     C_NAME = "lt_update_slice_params"
-    ndim: int
-    dims: Dims
     update_dims: Dims
     elem_size: int
     indices_64: Annotated[int, "1: the start indices are int64"]

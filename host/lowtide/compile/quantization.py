@@ -12,7 +12,7 @@ import ctypes
 import ctypes.util
 import math
 from collections.abc import Callable
-from typing import TypedDict
+from typing import TypedDict, cast
 
 import numpy as np
 
@@ -336,7 +336,7 @@ def _libm_float_function(name: str) -> Callable[[float], float]:
     here hold the very values TFLM's Prepare computes (numpy's float32 functions may differ in the last bit)."""
     function = getattr(ctypes.CDLL(ctypes.util.find_library("m")), name)
     function.restype, function.argtypes = ctypes.c_float, [ctypes.c_float]
-    return function
+    return cast(Callable[[float], float], function)
 
 
 def elu_table_int8(input_scale: float, input_zero_point: int, output_scale: float, output_zero_point: int) -> list[int]:

@@ -166,10 +166,8 @@ def aligned_blocks(sizes: Sequence[int], alignment: int) -> list[int | None]:
 
 def _quantization(graph: Graph, tensor: int) -> tuple[tuple[float, ...], tuple[int, ...]]:
     """A main-subgraph tensor's scales and zero points (empty: none)."""
-    q = graph.raw.subgraphs[0].tensors[tensor].quantization
-    scales = q.scale if q is not None and q.scale is not None else []
-    zero_points = q.zeroPoint if q is not None and q.zeroPoint is not None else []
-    return tuple(float(s) for s in scales), tuple(int(z) for z in zero_points)
+    q = graph.main.tensors[tensor].quantization
+    return (q.scales, q.zero_points) if q is not None else ((), ())
 
 
 def _shared_blocks(graph: Graph, sg: Subgraph, op: Operator, alignment: int) -> list[tuple[int, int, int]]:

@@ -46,7 +46,7 @@ def scratch_sizes(graph: Graph, subgraph: int, op: int) -> list[int]:
         """An input the kernel reads unconditionally."""
         found = tensor(position)
         if found is None:
-            raise ModelError(f"subgraph {subgraph} operator {op} ({opcode}) needs input {position}", graph.path)
+            raise ModelError(f"subgraph {subgraph} operator {op} ({opcode}) needs input {position}", graph.name)
         return found
 
     if opcode == "SVDF":

@@ -9,7 +9,6 @@ spectrogram values (its files hold longer recordings that the runner cuts into w
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from lowtide.errors import LowtideError
 from lowtide.model.ir import Graph
@@ -104,15 +103,15 @@ def _c_float(value: float) -> str:
 
 
 def _quantization(graph: Graph, index: int) -> tuple[float, int]:
-    qp = graph.raw.subgraphs[0].tensors[index].quantization
-    if qp is None or qp.scale is None or len(qp.scale) == 0:
+    qp = graph.main.tensors[index].quantization
+    if qp is None or not qp.scales:
         return 1.0, 0
-    return float(qp.scale[0]), int(qp.zeroPoint[0]) if qp.zeroPoint is not None and len(qp.zeroPoint) else 0
+    return qp.scale, qp.zero_point
 
 
 def mlperf_protocol(graph: Graph, benchmark: Benchmark) -> MlperfProtocol:
     """The grammar for `graph` in `benchmark`; refuses a model whose input or output does not fit the benchmark."""
-    name = Path(graph.path).name if graph.path else "model"
+    name = graph.name
     sg = graph.main
     if benchmark.id == STREAMING_ID:
         raise LowtideError(f"{STREAMING_ID} streams audio through an interface board: not a db/infer benchmark")

@@ -26,8 +26,8 @@ import numpy as np
 from lowtide.errors import LowtideError
 from lowtide.model import attributes as attrs
 from lowtide.model import padding as window
-from lowtide.model.edit import GraphEditor, Quantization
-from lowtide.model.ir import Graph
+from lowtide.model.edit import GraphEditor
+from lowtide.model.ir import Graph, Quantization
 
 Activation = Literal["NONE", "RELU", "RELU6"]
 UnaryActivation = Literal["LOGISTIC", "TANH", "HARD_SWISH", "RELU", "RELU6", "RELU_N1_TO_1", "LEAKY_RELU"]
@@ -638,7 +638,10 @@ class ModelBuilder:
                 # A uint8 tensor holds the int8 value + 128: same scale, zero point shifted.
                 shift = 128 if spec.dtype == "uint8" else 0
                 editor.tensor(
-                    spec.name, spec.shape, "uint8" if shift else "int8", Quantization([q.scale], [q.zero_point + shift])
+                    spec.name,
+                    spec.shape,
+                    "uint8" if shift else "int8",
+                    Quantization((q.scale,), (q.zero_point + shift,)),
                 )
             elif isinstance(spec, _ConstantSpec):
                 q = (
@@ -647,7 +650,7 @@ class ModelBuilder:
                     else _QuantParams(float(np.float32(max(np.abs(spec.values).max(), 1e-6) / 127.0)), 0)
                 )
                 data = np.clip(np.round(spec.values / q.scale) + q.zero_point, -128, 127).astype(np.int8)
-                editor.tensor(spec.name, spec.values.shape, "int8", Quantization([q.scale], [q.zero_point]), data)
+                editor.tensor(spec.name, spec.values.shape, "int8", Quantization((q.scale,), (q.zero_point,)), data)
             elif isinstance(spec, _Int32Spec):
                 editor.tensor(spec.name, spec.values.shape, "int32", data=spec.values)
             else:
@@ -663,7 +666,7 @@ class ModelBuilder:
                     spec.name,
                     spec.values.shape,
                     dtype,
-                    Quantization([float(s) for s in scales], [0] * len(scales), axis),
+                    Quantization(tuple(float(s) for s in scales), (0,) * len(scales), axis),
                     data,
                 )
         # The opcode table follows call order, so that orders of one graph differ only in the operator vector.

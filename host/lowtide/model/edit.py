@@ -15,27 +15,17 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from lowtide.model.attributes import Attributes, options_table
-from lowtide.model.ir import Graph
+from lowtide.model.ir import Graph, Quantization
 from lowtide.model.offline_memory import NAME as OFFLINE_PLAN_NAME
 from lowtide.model.offline_memory import OfflinePlan
 from lowtide.model.reader import graph_from_tree
 from lowtide.model.schema import TYPE_CODES, builtin_code, fb, operator_code
 from lowtide.text import model_text
-
-
-@dataclass(frozen=True)
-class Quantization:
-    """A tensor's affine quantization: one scale and zero point per tensor, or per channel along `axis`."""
-
-    scale: Sequence[float]
-    zero_point: Sequence[int]
-    axis: int = 0
 
 
 class GraphEditor:
@@ -110,7 +100,7 @@ class GraphEditor:
     def activation(self, shape: tuple[int, ...], like: int, scale: float, zero_point: int, name: str) -> int:
         """A new activation of `like`'s type with its own per-tensor quantization."""
         index = self.activation_like(like, shape, name)
-        self.tensors[index].quantization = _quantization_table(Quantization([float(scale)], [int(zero_point)]))
+        self.tensors[index].quantization = _quantization_table(Quantization((float(scale),), (int(zero_point),)))
         return index
 
     def _buffer(self, data: bytes) -> int:
@@ -185,9 +175,9 @@ class GraphEditor:
 
     # ---- the finished model ---------------------------------------------------------------------------
     @property
-    def _path(self) -> str:
-        """Where the edited graph came from, for messages: the original's path."""
-        return self.graph.path if self.graph is not None else "<new model>"
+    def _name(self) -> str:
+        """The edited graph's name: the original's (an edit is of the same model)."""
+        return self.graph.name if self.graph is not None else "<new model>"
 
     def finish(
         self,
@@ -205,7 +195,7 @@ class GraphEditor:
         if not prune:
             sg.tensors, sg.operators = list(self.tensors), operators
             self.model.subgraphs = [sg] + list(self.model.subgraphs[1:])
-            return graph_from_tree(self.model, self._path)
+            return graph_from_tree(self.model, self._name)
         used = sorted(
             {t for op in operators for t in list(op.inputs) + list(op.outputs) + list(op.intermediates or []) if t >= 0}
             | set(sg.inputs)
@@ -226,7 +216,7 @@ class GraphEditor:
             self.model.metadata = [m for m in self.model.metadata if model_text(m.name) != OFFLINE_PLAN_NAME]
         if self.model.signatureDefs:
             self.model.signatureDefs = [_renumbered_signature(s, renumber) for s in self.model.signatureDefs]
-        return graph_from_tree(self.model, self._path)
+        return graph_from_tree(self.model, self._name)
 
 
 def with_offline_plan(graph: Graph, plan: OfflinePlan) -> Graph:
@@ -238,13 +228,13 @@ def with_offline_plan(graph: Graph, plan: OfflinePlan) -> Graph:
     for entry in model.metadata or []:
         if model_text(entry.name) == OFFLINE_PLAN_NAME:
             model.buffers[entry.buffer] = buffer  # the old plan's place
-            return graph_from_tree(model, graph.path)
+            return graph_from_tree(model, graph.name)
     model.buffers.append(buffer)
     entry = fb.MetadataT()
     entry.name = OFFLINE_PLAN_NAME
     entry.buffer = len(model.buffers) - 1
     model.metadata = [*(model.metadata or []), entry]
-    return graph_from_tree(model, graph.path)
+    return graph_from_tree(model, graph.name)
 
 
 def with_outputs(graph: Graph, tensors: list[int]) -> Graph:
@@ -254,15 +244,15 @@ def with_outputs(graph: Graph, tensors: list[int]) -> Graph:
     main = copy.copy(model.subgraphs[0])
     main.outputs = [*main.outputs, *tensors]
     model.subgraphs = [main, *model.subgraphs[1:]]
-    return graph_from_tree(model, graph.path)
+    return graph_from_tree(model, graph.name)
 
 
 def _quantization_table(quantization: Quantization) -> Any:
     """The schema's quantization table of `quantization`. Scales are held as the float32 the file stores, so an
     edited graph computes with the values its bytes hold."""
     table = fb.QuantizationParametersT()
-    table.scale = [float(np.float32(s)) for s in quantization.scale]
-    table.zeroPoint = list(quantization.zero_point)
+    table.scale = [float(np.float32(s)) for s in quantization.scales]
+    table.zeroPoint = list(quantization.zero_points)
     table.quantizedDimension = quantization.axis
     return table
 

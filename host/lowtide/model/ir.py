@@ -7,7 +7,12 @@ tensor list, an operator's its position in the stored execution order), operator
 any more. Underneath is the flatbuffer object tree (`Graph.raw`), read from a file (`reader.read_model`) or built
 by an edit (`reader.graph_from_tree`): every edit (`lowtide.model.edit`, `lowtide.schedule.apply_order`) returns a
 new graph over a new tree that shares what it does not change with the one it came from, and no one writes to a
-graph's tree once the graph exists. A graph's bytes (`Graph.data`) are made once, when they leave the process.
+graph's tree once the graph exists.
+
+A graph is its model: it carries its name (`Graph.name`, its source file's name, which every edit keeps) and its
+bytes (`Graph.data`: the file's for a graph read from one, serialised once, when first asked, for an edited one).
+No stage below `lowtide.pipeline` takes a path or reads a model file: the commands and the pytest plugin read and
+validate a file once, at entry (`lowtide.validation.load_model`), and hand the graph on.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from lowtide.errors import ModelError
 from lowtide.model.attributes import Attributes, CallOnceAttributes, IfAttributes, VarHandleAttributes, WhileAttributes
 from lowtide.model.offline_memory import NAME as OFFLINE_PLAN_NAME
 from lowtide.model.offline_memory import OfflinePlan, PlanFormatError
@@ -56,6 +62,26 @@ class TensorKind(enum.Enum):
 
 
 @dataclass(frozen=True)
+class Quantization:
+    """A tensor's affine quantization: one scale and zero point per tensor, or one per channel along `axis`. The
+    scales are the float32 values the file stores; a model may store no zero points (read as 0 each)."""
+
+    scales: tuple[float, ...]
+    zero_points: tuple[int, ...]
+    axis: int = 0
+
+    @property
+    def scale(self) -> float:
+        """The (first) scale; 0.0 where there is none."""
+        return self.scales[0] if self.scales else 0.0
+
+    @property
+    def zero_point(self) -> int:
+        """The (first) zero point; 0 where there is none."""
+        return self.zero_points[0] if self.zero_points else 0
+
+
+@dataclass(frozen=True)
 class Tensor:
     index: int
     name: str
@@ -64,6 +90,7 @@ class Tensor:
     nbytes: int  # bytes TFLM allocates for it (element count x element size)
     kind: TensorKind
     buffer: int
+    quantization: Quantization | None = None  # None: the file stores no quantization table
 
     @property
     def planned(self) -> bool:
@@ -111,7 +138,7 @@ class Subgraph:
 
 @dataclass(frozen=True)
 class Graph:
-    path: str
+    name: str  # the model's name, its source file's (e.g. "kws.tflite"): in reports, generated files and messages
     subgraphs: tuple[Subgraph, ...]
     metadata: dict[str, bytes]  # metadata entries by name, with the bytes of the buffer each names
     raw: Any = field(compare=False, repr=False)  # schema ModelT: read from the file, or built by an edit
@@ -165,8 +192,12 @@ class Graph:
         t = self.subgraphs[subgraph].tensors[tensor]
         if t.planned or t.kind is not TensorKind.CONSTANT:
             return None
-        data = self.raw.buffers[t.buffer].data
-        return np.frombuffer(bytes(data), dtype=np.dtype(t.dtype).newbyteorder("<")).reshape(t.shape)
+        data = self.buffer_data(t.buffer)
+        return np.frombuffer(data, dtype=np.dtype(t.dtype).newbyteorder("<")).reshape(t.shape)
+
+    def buffer_data(self, buffer: int) -> bytes:
+        """The contents of buffer `buffer` (`stored_bytes`)."""
+        return stored_bytes(self.raw.buffers[buffer], self.file_data, self.name)
 
 
 def resource_key(op: Operator) -> tuple[bytes, bytes]:
@@ -197,6 +228,19 @@ def first_assignments(graph: Graph) -> dict[tuple[bytes, bytes], tuple[int, int]
                 if key is not None:
                     found.setdefault(key, (sg.index, op.inputs[1]))
     return found
+
+
+def stored_bytes(buffer: Any, data: bytes | None, name: str) -> bytes:
+    """The contents of `buffer` (a schema BufferT) of a model read from `data` (None: a tree built in memory, which
+    holds every buffer's contents itself)."""
+    if buffer.data is not None and len(buffer.data) > 0:
+        return bytes(buffer.data)
+    # Models over 2 GB keep buffer contents after the flatbuffer, addressed by offset and size.
+    if getattr(buffer, "offset", 0) > 1:
+        if data is None or buffer.offset + buffer.size > len(data):
+            raise ModelError("a buffer lies past the end of the file (truncated model?)", name)
+        return data[buffer.offset : buffer.offset + buffer.size]
+    return b""
 
 
 def sha256_hex(data: bytes) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from lowtide.errors import ModelError
 from lowtide.model.attributes import read_attributes
-from lowtide.model.ir import Graph, Operator, Subgraph, Tensor, TensorKind, named_subgraphs
+from lowtide.model.ir import Graph, Operator, Quantization, Subgraph, Tensor, TensorKind, named_subgraphs, stored_bytes
 from lowtide.model.schema import BUILTIN_NAMES, ELEMENT_BYTES, FILE_IDENTIFIER, TYPE_NAMES, builtin_code, fb
 from lowtide.text import model_text
 
@@ -34,8 +34,9 @@ def load_bytes(path: str | Path) -> bytes:
 
 
 def read_model(data: bytes, path: str = "<bytes>") -> Graph:
-    """The graph of `data`, its references range-checked. Models from outside lowtide go through
-    `lowtide.validation.load_model`, which also validates them."""
+    """The graph of `data`, read from the file at `path` (for messages; the graph is named by its file name), its
+    references range-checked. Models from outside lowtide go through `lowtide.validation.load_model`, which also
+    validates them."""
     if len(data) == 0:
         raise ModelError("file is empty", path)
     if len(data) < 8 or data[4:8] != FILE_IDENTIFIER:
@@ -45,17 +46,19 @@ def read_model(data: bytes, path: str = "<bytes>") -> Graph:
         raw = fb.ModelT.InitFromObj(fb.Model.GetRootAs(bytearray(data), 0))
     except Exception as exc:  # the generated accessors raise struct/numpy/index errors on corrupt bytes
         raise ModelError(f"corrupt or truncated flatbuffer ({type(exc).__name__}: {exc})", path) from None
-    return _graph_from_raw(raw, data, path)
+    return _graph_from_raw(raw, data, path, Path(path).name)
 
 
-def graph_from_tree(raw: fb.ModelT, path: str) -> Graph:
-    """The graph of the object tree `raw`, an edit's result, with the checks `read_model` makes: nothing is
-    serialised until the graph's bytes are asked for (`Graph.data`). `raw` must not be changed afterwards."""
-    return _graph_from_raw(raw, None, path)
+def graph_from_tree(raw: fb.ModelT, name: str) -> Graph:
+    """The graph named `name` of the object tree `raw`, an edit's result, with the checks `read_model` makes:
+    nothing is serialised until the graph's bytes are asked for (`Graph.data`). `raw` must not be changed
+    afterwards."""
+    return _graph_from_raw(raw, None, name, name)
 
 
-def _graph_from_raw(raw: fb.ModelT, data: bytes | None, path: str) -> Graph:
-    """The graph of `raw`, read from the file bytes `data` (None: built in memory by an edit)."""
+def _graph_from_raw(raw: fb.ModelT, data: bytes | None, path: str, name: str) -> Graph:
+    """The graph named `name` of `raw`, read from the file bytes `data` (None: built in memory by an edit);
+    problems name `path`."""
     buffers = raw.buffers or []
     opcodes = raw.operatorCodes or []
     if not raw.subgraphs:
@@ -66,24 +69,11 @@ def _graph_from_raw(raw: fb.ModelT, data: bytes | None, path: str) -> Graph:
     )
     metadata: dict[str, bytes] = {}
     for entry in raw.metadata or []:
-        name = model_text(entry.name)
+        entry_name = model_text(entry.name)
         if not 0 <= entry.buffer < len(buffers):
-            raise ModelError(f"metadata '{name}' points at buffer {entry.buffer}, which does not exist", path)
-        metadata[name] = buffer_bytes(buffers[entry.buffer], data, path)
-    return Graph(path=path, subgraphs=subgraphs, metadata=metadata, raw=raw, file_data=data)
-
-
-def buffer_bytes(buffer: fb.BufferT, data: bytes | None, path: str) -> bytes:
-    """The contents of `buffer` of a model read from `data` (None: a tree built in memory, which holds every
-    buffer's contents itself)."""
-    if buffer.data is not None and len(buffer.data) > 0:
-        return bytes(buffer.data)
-    # Models over 2 GB keep buffer contents after the flatbuffer, addressed by offset and size.
-    if getattr(buffer, "offset", 0) > 1:
-        if data is None or buffer.offset + buffer.size > len(data):
-            raise ModelError("a buffer lies past the end of the file (truncated model?)", path)
-        return data[buffer.offset : buffer.offset + buffer.size]
-    return b""
+            raise ModelError(f"metadata '{entry_name}' points at buffer {entry.buffer}, which does not exist", path)
+        metadata[entry_name] = stored_bytes(buffers[entry.buffer], data, path)
+    return Graph(name=name, subgraphs=subgraphs, metadata=metadata, raw=raw, file_data=data)
 
 
 def _has_data(buffer: fb.BufferT) -> bool:
@@ -177,4 +167,24 @@ def _read_tensor(sg_index: int, t_index: int, t: fb.TensorT, buffers: list[fb.Bu
         kind = TensorKind.CONSTANT
     else:
         kind = TensorKind.ACTIVATION
-    return Tensor(index=t_index, name=name, shape=shape, dtype=dtype, nbytes=nbytes, kind=kind, buffer=t.buffer)
+    return Tensor(
+        index=t_index,
+        name=name,
+        shape=shape,
+        dtype=dtype,
+        nbytes=nbytes,
+        kind=kind,
+        buffer=t.buffer,
+        quantization=_quantization(t.quantization),
+    )
+
+
+def _quantization(table: fb.QuantizationParametersT | None) -> Quantization | None:
+    """The typed quantization of a tensor's table, as stored (the validator judges it)."""
+    if table is None:
+        return None
+    return Quantization(
+        tuple(float(s) for s in (table.scale if table.scale is not None else ())),
+        tuple(int(z) for z in (table.zeroPoint if table.zeroPoint is not None else ())),
+        int(table.quantizedDimension or 0),
+    )

@@ -147,8 +147,8 @@ class _Operands:
 
     def scale_count(self, position: int) -> int:
         """How many scales the input's quantization has (0: none)."""
-        q = self.graph.raw.subgraphs[self.sg.index].tensors[self._tensor(position)].quantization
-        return 0 if q is None or q.scale is None else len(q.scale)
+        q = self.sg.tensors[self._tensor(position)].quantization
+        return 0 if q is None else len(q.scales)
 
     def declared(self, output: int) -> tuple[int, ...]:
         return self.sg.tensors[self.op.outputs[output]].shape

@@ -448,16 +448,16 @@ def _buffer_matches_shape(m: _Model, sg: Subgraph, t: Tensor) -> Iterator[str]:
 @_check(TENSOR_CHECKS)
 def _quantization(m: _Model, sg: Subgraph, t: Tensor) -> Iterator[str]:
     """quantization parameters inconsistent"""
-    q = m.raw.subgraphs[sg.index].tensors[t.index].quantization
-    if q is None or q.scale is None or len(q.scale) == 0:
+    q = t.quantization
+    if q is None or not q.scales:
         return
-    scales = np.asarray(q.scale, dtype=np.float64)
-    zeros = np.asarray(q.zeroPoint if q.zeroPoint is not None else [], dtype=np.int64)
+    scales = np.asarray(q.scales, dtype=np.float64)
+    zeros = np.asarray(q.zero_points, dtype=np.int64)
     if len(zeros) not in (0, len(scales)):
         yield f"{len(scales)} scales but {len(zeros)} zero points"
     if len(scales) > 1:
         # Converters leave the weights' quantized dimension on their 1-D biases: a vector has only one.
-        axis = q.quantizedDimension if len(t.shape) != 1 else 0
+        axis = q.axis if len(t.shape) != 1 else 0
         if not 0 <= axis < len(t.shape):
             yield f"quantized dimension {axis} outside rank {len(t.shape)}"
         elif len(scales) != t.shape[axis]:
@@ -653,9 +653,9 @@ def reliances_passed(problems: Sequence[Problem]) -> frozenset[Reliance]:
     return EVERY_RELIANCE - {p.relied_on for p in problems if p.relied_on is not None}
 
 
-def refuse_problems(graph: Graph, problems: Sequence[Problem]) -> Graph:
-    """`graph` when `problems` (found in it) is empty, else ModelError naming the first (and how many more)."""
+def refuse_problems(path: str, problems: Sequence[Problem]) -> None:
+    """ModelError naming the file at `path` and the first of `problems` found in its model (and how many more);
+    nothing when there are none."""
     if problems:
         more = f" (and {len(problems) - 1} more problems: lowtide validate lists them)" if len(problems) > 1 else ""
-        raise ModelError(f"{problems[0].message}{more}", graph.path)
-    return graph
+        raise ModelError(f"{problems[0].message}{more}", path)

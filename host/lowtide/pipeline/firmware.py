@@ -73,7 +73,7 @@ def check_image_fits(spec: BoardSpec, image: FirmwareImage, model: str) -> None:
 
 def firmware_project(
     spec: BoardSpec,
-    model_path: Path | None,
+    model: Graph | None,
     runtime: FirmwareRuntime,
     tflm_arena: Arena32 | None = None,
     project_dir: Path | None = None,
@@ -81,18 +81,18 @@ def firmware_project(
     *,
     settings: Settings,
 ) -> FirmwareProject:
-    """The project for `spec` with the model in it (none: a model-less image) run by `runtime`, built: in the user
+    """The project for `spec` with `model` in it (none: a model-less image; validated for what `runtime` relies on)
+    run by `runtime`, built: in the user
     cache unless `project_dir` names a folder of the user's. Runs for the same content wait for one build. `protocol`:
     the image answers that protocol instead of lowtide's own (MLPerf Tiny's grammar: lowtide.mlperf)."""
     check_buildable(spec, settings)
-    model_path = model_path.resolve() if model_path else None
     # The project names its env, not the board: boards that run one image (nucleo-f446re and qemu-nucleo-f446re)
     # then share one project in the cache, built once.
     files = project_files(
         spec.platformio_env,
         spec.platformio_config,
         f"PlatformIO env {spec.platformio_env}",
-        model_path,
+        model,
         runtime,
         spec.core,
         tflm_arena.arena_bytes if tflm_arena else None,
@@ -102,10 +102,10 @@ def firmware_project(
     directory = (
         project_dir.resolve()
         if project_dir
-        else cached_project_dir(spec.platformio_env, runtime.name, model_path, files, settings)
+        else cached_project_dir(spec.platformio_env, runtime.name, model, files, settings)
     )
-    project = FirmwareProject(directory, spec.platformio_env, runtime.name, model_path)
-    what = f"building the {spec.platformio_env} firmware" + (f" for {model_path.name}" if model_path else "")
+    project = FirmwareProject(directory, spec.platformio_env, runtime.name, model.name if model else None)
+    what = f"building the {spec.platformio_env} firmware" + (f" for {model.name}" if model else "")
     build_project(project, files, reuse_built=project_dir is None, what=what, settings=settings)
     return project
 
@@ -132,7 +132,7 @@ def build_board_firmware(
         check_registry_reachable(spec, settings)
     tflm_arena = runtime.predict_arena(graph, spec.core, settings)
     check_estimate_fits(spec, runtime.estimate_footprint(graph, tflm_arena))
-    project = firmware_project(spec, model_path, runtime, tflm_arena, project_dir, protocol, settings=settings)
+    project = firmware_project(spec, graph, runtime, tflm_arena, project_dir, protocol, settings=settings)
     built = read_firmware_image(project.elf, spec.platformio_env, settings)
     image = dataclasses.replace(built, project_dir=project.directory)
     check_image_fits(spec, image, model_path.stem)

@@ -118,7 +118,7 @@ def _measure(
     timing: cycle_model.CycleModel | None,
 ) -> MeasureResult:
     inputs = oracle.random_inputs(graph, seed)
-    outputs = oracle.run(model_path.read_bytes(), inputs, path=str(model_path), settings=settings).outputs
+    outputs = oracle.run(graph.data, inputs, path=str(model_path), settings=settings).outputs
     image = board_firmware(target, model_path, graph, runtime, settings, port)  # refused here if it cannot fit
     predicted = predicted_arena(target, graph, runtime, settings)
     expected = Expected(

@@ -174,7 +174,7 @@ def optimize_model(
     stock_run = oracle.run(graph.data, inputs, path=str(model_path), settings=settings) if verify else None
     stock = stock_run.arena if stock_run else oracle.allocate(graph.data, path=str(model_path), settings=settings)
     stock_plan = tflm_plan(graph)
-    stock_mcu32 = mcu32_arena(graph.data, graph, stock_plan.head_bytes, kernels, core, mode=arena32, settings=settings)
+    stock_mcu32 = mcu32_arena(graph, stock_plan.head_bytes, kernels, core, mode=arena32, settings=settings)
 
     candidates = [_Candidate(graph, stock_mcu32.tail_bytes, None)]
     rejected: list[RejectedCandidate] = []
@@ -222,6 +222,7 @@ def optimize_model(
                 arena32,
                 settings,
                 plan.blocks,
+                graph,  # the model the user gave, which the candidate may be a rewrite of
             )
             if export.planned_head_bytes != plan.placement.head_bytes:  # both come from the greedy replica
                 raise LowtideError(
@@ -351,7 +352,7 @@ class _Weigher:
         if refused:
             self.rejected.append(RejectedCandidate(_describe(tilings), refused))
             return None
-        arena = mcu32_arena(graph.data, graph, 0, self.kernels, self.core, mode=self.arena32, settings=self.settings)
+        arena = mcu32_arena(graph, 0, self.kernels, self.core, mode=self.arena32, settings=self.settings)
         return _Candidate(graph, arena.tail_bytes, tilings)
 
 

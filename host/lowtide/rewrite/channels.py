@@ -159,8 +159,9 @@ def _partial_convolutions(
     conv = sg.operators[conv_op]
     weights_index, bias_index = conv.inputs[1], conv.inputs[2]
     output = conv.outputs[0]
-    out_quant = graph.raw.subgraphs[0].tensors[output].quantization
-    partial_scale = float(out_quant.scale[0]) * partial_headroom
+    out_quant = sg.tensors[output].quantization
+    assert out_quant is not None  # the output of an int8 convolution, which the callers check
+    partial_scale = out_quant.scales[0] * partial_headroom
     replacement, partials = [], []
     for part, (source, channels) in enumerate(pieces):
         bias = (

@@ -502,7 +502,7 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False
         candidate, plan = explored[index]
         tiled = _emit(graph, plan, base_order)
         # the host TFLM runs in a child: bytes
-        refused = oracle.refusal(tiled.data, graph.path, limits.settings, limits.relies_on)
+        refused = oracle.refusal(tiled.data, graph.name, limits.settings, limits.relies_on)
         if refused:
             rejected.append(RejectedCandidate(_tiling(candidate).describe(), refused))
             return

@@ -180,7 +180,7 @@ def apply_order(graph: Graph, order: Order) -> Graph:
         subgraph = model.subgraphs[sg_index] = copy.copy(model.subgraphs[sg_index])
         operators = subgraph.operators or []
         subgraph.operators = [operators[i] for i in ops]
-    return graph_from_tree(model, graph.path)
+    return graph_from_tree(model, graph.name)
 
 
 def _reachable_subgraphs(graph: Graph) -> set[int]:

@@ -86,7 +86,7 @@ class Fixture:
         sequence = oracle.run_sequence(
             self.model,
             [[fill.view(np.int8), *inputs] for fill, inputs in runs],
-            graph.path,
+            graph.name,
             frozenset(range(len(runs))),
             self.fill_bytes + _TAIL_ROOM,
             settings,

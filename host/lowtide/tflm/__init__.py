@@ -51,7 +51,6 @@ class Mcu32Arena:
 
 
 def mcu32_arena(
-    model: bytes,
     graph: Graph,
     head_bytes: int,
     kernels: KernelSet = KernelSet.REFERENCE,
@@ -61,7 +60,7 @@ def mcu32_arena(
     *,
     settings: Settings,
 ) -> Mcu32Arena:
-    """TFLM's arena for `model` on `core` with `kernels`: from TFLM's allocator built for the core (exact), or,
+    """TFLM's arena for `graph` on `core` with `kernels`: from TFLM's allocator built for the core (exact), or,
     where that cannot run here or `mode` says so, the host's 64-bit tail less the pointer-size savings plus
     `head_bytes` (the greedy replica's head), for the reference kernels. `progress` follows the first build of
     TFLM's objects."""
@@ -69,7 +68,7 @@ def mcu32_arena(
         why = "--arena32 estimate"
     else:
         try:
-            arena = predict_arena32(model, graph, kernels, settings, core, progress)
+            arena = predict_arena32(graph, kernels, settings, core, progress)
         except LowtideError as exc:
             if mode is Arena32Mode.EXACT:
                 raise LowtideError(f"no exact 32-bit arena (--arena32 exact): {exc}") from None
@@ -89,7 +88,7 @@ def mcu32_arena(
             )
     if kernels is not KernelSet.REFERENCE:
         raise LowtideError(f"the estimate is for the reference kernels only; {kernels.value} needs the exact figure")
-    tail = oracle.allocate(model, path=graph.path, settings=settings).mcu32_tail_bytes
+    tail = oracle.allocate(graph.data, path=graph.name, settings=settings).mcu32_tail_bytes
     return Mcu32Arena(
         kernels.value,
         core,

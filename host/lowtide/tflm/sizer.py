@@ -250,18 +250,18 @@ def _run_sizer(elf: Path, core: Core, model: bytes, resource_variables: int, pat
 
 
 def predict_arena32(
-    model: bytes,
     graph: Graph,
     kernels: KernelSet,
     settings: Settings,
     core_name: str = "cortex-m4f",
     progress: ProgressCallback | None = None,
 ) -> Arena32:
-    """TFLM's arena for `model` on `core_name` with `kernels`, from TFLM's allocator built for that core."""
+    """TFLM's arena for `graph` on `core_name` with `kernels`, from TFLM's allocator built for that core."""
     core = core_named(core_name)
+    model = graph.data
     if len(model) > MODEL_LIMIT_BYTES:
         raise LowtideError(
-            f"the model is {len(model):,} B; the arena sizer holds models up to {MODEL_LIMIT_BYTES:,} B", graph.path
+            f"the model is {len(model):,} B; the arena sizer holds models up to {MODEL_LIMIT_BYTES:,} B", graph.name
         )
     figures_file = (
         cache_dir(settings, "tflm", "sizes")
@@ -270,7 +270,7 @@ def predict_arena32(
     if figures_file.is_file():
         return Arena32(**json.loads(figures_file.read_text()))
     elf = build_sizer(kernels, core, _opcodes(graph), settings, progress)
-    figures = _run_sizer(elf, core, model, resource_variable_count(graph), graph.path)
+    figures = _run_sizer(elf, core, model, resource_variable_count(graph), graph.name)
     planning = figures["planner_start"] + figures["planner_bytes"] + figures["planner_tail"]
     arena = Arena32(
         kernels.value,

@@ -11,7 +11,13 @@ from typing import TypedDict
 import numpy as np
 
 from lowtide.compile import quantization as q
-from lowtide.compile.kernel_params import ActivationParams, BinaryParams, HardSwishParams, SoftmaxParams
+from lowtide.compile.kernel_params import (
+    ActivationParams,
+    BinaryParams,
+    HardSwishParams,
+    SoftmaxParams,
+    params_reading,
+)
 from lowtide.compile.lowering.elementwise import NO_RESCALE, broadcast_steps
 from lowtide.compile.lowering.emitter import (
     C_TYPES,
@@ -32,7 +38,7 @@ from lowtide.model.ir import Operator
 SUFFIXES = {"int8": "s8", "int16": "s16", "float32": "f32"}
 
 
-def lower_softmax(e, op, name):
+def lower_softmax(e: ModelEmitter, op: Operator, name: str) -> str:
     ins, outs = tensor_types(e, op)
     rows = _rows(e, op, same_shape=False)
     beta = attributes_of(op, SoftmaxAttributes).beta
@@ -56,7 +62,7 @@ def lower_softmax(e, op, name):
     elif ins == ["int16"] and outs == ["int16"]:
         return _lower_softmax_int16(e, op, name, rows, beta)
     elif ins == ["float32"] and outs == ["float32"]:
-        params = SoftmaxParams(**rows, input_multiplier=0, input_left_shift=0, diff_min=0, beta=beta)
+        params = params_reading(SoftmaxParams, **rows, beta=beta)
         suffix = "f32"
     else:
         raise Unsupported(f"types {ins} -> {outs}")
@@ -132,7 +138,7 @@ def _lower_softmax_int16(e: ModelEmitter, op: Operator, name: str, rows: Rows, b
             e.array(table_name, "int16_t", table)
     p = e.struct(
         f"{name}_params",
-        SoftmaxParams(**rows, input_multiplier=multiplier, input_left_shift=shift, diff_min=0, beta=beta),
+        params_reading(SoftmaxParams, **rows, input_multiplier=multiplier, input_left_shift=shift, beta=beta),
     )
     return (
         f"lt_softmax_s16({p}, {SOFTMAX_LUTS[0]}, {SOFTMAX_LUTS[1]}, {e.pointer(op.inputs[0])}, "
@@ -140,7 +146,7 @@ def _lower_softmax_int16(e: ModelEmitter, op: Operator, name: str, rows: Rows, b
     )
 
 
-def lower_logistic(e, op, name):
+def lower_logistic(e: ModelEmitter, op: Operator, name: str) -> str:
     ins, outs = tensor_types(e, op)
     count = math.prod(e.tensor(op.inputs[0]).shape)
     if ins == ["int8"] and outs == ["int8"]:
@@ -169,21 +175,7 @@ def _sigmoid_int16_struct(e: ModelEmitter, op: Operator, name: str, tanh: bool) 
         rescale = q.sigmoid_params_int16(e.quantization(op.inputs[0]).scale, e.quantization(op.outputs[0]).scale, tanh)
     except ValueError as exc:
         raise Unsupported(str(exc)) from None
-    return e.struct(
-        f"{name}_params",
-        ActivationParams(
-            count=_count(e, op),
-            input_zero_point=0,
-            output_zero_point=0,
-            **rescale,
-            alpha_multiplier=0,
-            alpha_shift=0,
-            act_min=0,
-            act_max=0,
-            rescale=0,
-            alpha=0.0,
-        ),
-    )
+    return e.struct(f"{name}_params", params_reading(ActivationParams, count=_count(e, op), **rescale))
 
 
 def _unary(e: ModelEmitter, op: Operator) -> tuple[str, str, str]:
@@ -206,7 +198,7 @@ def _symmetric_int16(e: ModelEmitter, op: Operator) -> None:
     )
 
 
-def lower_relu(e, op, name):
+def lower_relu(e: ModelEmitter, op: Operator, name: str) -> str:
     dtype, source, target = _unary(e, op)
     if dtype == "float32":
         return f"lt_relu_f32({source}, {target}, {math.prod(e.tensor(op.inputs[0]).shape)});"
@@ -215,19 +207,16 @@ def lower_relu(e, op, name):
     in_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.outputs[0])
     p = e.struct(
         f"{name}_params",
-        ActivationParams(
+        params_reading(
+            ActivationParams,
             count=_count(e, op),
             **q.relu_params(in_q.scale, in_q.zero_point, out_q.scale, out_q.zero_point, dtype),
-            alpha_multiplier=0,
-            alpha_shift=0,
-            rescale=0,
-            alpha=0.0,
         ),
     )
     return f"lt_relu_{SUFFIXES[dtype]}({p}, {source}, {target});"
 
 
-def lower_relu6(e, op, name):
+def lower_relu6(e: ModelEmitter, op: Operator, name: str) -> str:
     """TFLM's RELU6 clamps the input's own values to its 0 and 6: the output's quantization is not used."""
     dtype, source, target = _unary(e, op)
     if dtype == "float32":
@@ -235,49 +224,30 @@ def lower_relu6(e, op, name):
     in_q = e.quantization(op.inputs[0])
     p = e.struct(
         f"{name}_params",
-        ActivationParams(
+        params_reading(
+            ActivationParams,
             count=_count(e, op),
-            input_zero_point=0,
-            output_zero_point=0,
-            multiplier=0,
-            shift=0,
-            alpha_multiplier=0,
-            alpha_shift=0,
             act_min=in_q.zero_point,
             act_max=q.float_to_quantized(6.0, in_q.scale, in_q.zero_point, dtype),
-            rescale=0,
-            alpha=0.0,
         ),
     )
     return f"lt_relu6_{SUFFIXES[dtype]}({p}, {source}, {target});"
 
 
-def lower_leaky_relu(e, op, name):
+def lower_leaky_relu(e: ModelEmitter, op: Operator, name: str) -> str:
     dtype, source, target = _unary(e, op)
     alpha = attributes_of(op, LeakyReluAttributes).alpha
     if dtype == "float32":
-        params = ActivationParams(
-            count=_count(e, op),
-            input_zero_point=0,
-            output_zero_point=0,
-            multiplier=0,
-            shift=0,
-            alpha_multiplier=0,
-            alpha_shift=0,
-            act_min=0,
-            act_max=0,
-            rescale=0,
-            alpha=alpha,
-        )
+        params = params_reading(ActivationParams, count=_count(e, op), alpha=alpha)
     else:
         in_q, out_q = e.quantization(op.inputs[0]), e.quantization(op.outputs[0])
         rescale = q.leaky_relu_params(in_q.scale, in_q.zero_point, alpha, out_q.scale, out_q.zero_point)
-        params = ActivationParams(count=_count(e, op), **rescale, act_min=0, act_max=0, rescale=0, alpha=0.0)
+        params = params_reading(ActivationParams, count=_count(e, op), **rescale)
     p = e.struct(f"{name}_params", params)
     return f"lt_leaky_relu_{SUFFIXES[dtype]}({p}, {source}, {target});"
 
 
-def lower_prelu(e, op, name):
+def lower_prelu(e: ModelEmitter, op: Operator, name: str) -> str:
     """PRELU: alpha (any shape that broadcasts, usually a constant per channel) of the input's type, or int8 for
     an int16 input."""
     ins, outs = tensor_types(e, op)
@@ -307,7 +277,7 @@ def lower_prelu(e, op, name):
     )
 
 
-def lower_hard_swish(e, op, name):
+def lower_hard_swish(e: ModelEmitter, op: Operator, name: str) -> str:
     dtype, source, target = _unary(e, op)
     count = math.prod(e.tensor(op.inputs[0]).shape)
     if dtype == "float32":
@@ -324,7 +294,7 @@ def lower_hard_swish(e, op, name):
     return f"lt_hard_swish_s8({p}, {source}, {target});"
 
 
-def lower_tanh(e, op, name):
+def lower_tanh(e: ModelEmitter, op: Operator, name: str) -> str:
     dtype, source, target = _unary(e, op)
     if dtype == "float32":
         return f"lt_tanh_f32({source}, {target}, {math.prod(e.tensor(op.inputs[0]).shape)});"
@@ -335,7 +305,7 @@ def lower_tanh(e, op, name):
     return f"lt_lookup_s8({table}, {source}, {target}, {math.prod(e.tensor(op.inputs[0]).shape)});"
 
 
-def lower_elu(e, op, name):
+def lower_elu(e: ModelEmitter, op: Operator, name: str) -> str:
     dtype, source, target = _unary(e, op)
     count = math.prod(e.tensor(op.inputs[0]).shape)
     if dtype == "float32":
@@ -362,27 +332,23 @@ def _rows(e: ModelEmitter, op: Operator, same_shape: bool = True) -> Rows:
     return Rows(outer=math.prod(shape) // shape[-1], depth=shape[-1])
 
 
-def lower_l2_normalization(e, op, name):
+def lower_l2_normalization(e: ModelEmitter, op: Operator, name: str) -> str:
     """TFLM's int8 kernel writes Q0.7 (scale 1/128, zero point 0) whatever the output says; no activation."""
     require(fused_activation(op) == 0, "fused activation")
     dtype = e.tensor(op.inputs[0]).dtype
-    p = e.struct(
-        f"{name}_params", SoftmaxParams(**_rows(e, op), input_multiplier=0, input_left_shift=0, diff_min=0, beta=0.0)
-    )
+    p = e.struct(f"{name}_params", params_reading(SoftmaxParams, **_rows(e, op)))
     source, target = e.pointer(op.inputs[0]), e.pointer(op.outputs[0], True)
     if dtype == "float32":
         return f"lt_l2_normalization_f32({p}, {source}, {target});"
     return f"lt_l2_normalization_s8({p}, {e.quantization(op.inputs[0]).zero_point}, {source}, {target});"
 
 
-def lower_log_softmax(e, op, name):
+def lower_log_softmax(e: ModelEmitter, op: Operator, name: str) -> str:
     """int8: TFLM's Prepare requires the output scale 16/256 and zero point 127."""
     rows = _rows(e, op)
     source, target = e.pointer(op.inputs[0]), e.pointer(op.outputs[0], True)
     if e.tensor(op.inputs[0]).dtype == "float32":
-        p = e.struct(
-            f"{name}_params", SoftmaxParams(**rows, input_multiplier=0, input_left_shift=0, diff_min=0, beta=0.0)
-        )
+        p = e.struct(f"{name}_params", params_reading(SoftmaxParams, **rows))
         return f"lt_log_softmax_f32({p}, {source}, {target});"
     out_q = e.quantization(op.outputs[0])
     require(
@@ -395,12 +361,12 @@ def lower_log_softmax(e, op, name):
         raise Unsupported(str(exc)) from None
     p = e.struct(
         f"{name}_params",
-        SoftmaxParams(
+        params_reading(
+            SoftmaxParams,
             **rows,
             input_multiplier=scaling["input_multiplier"],
             input_left_shift=scaling["input_left_shift"],
             diff_min=scaling["diff_min"],
-            beta=0.0,
         ),
     )
     return (

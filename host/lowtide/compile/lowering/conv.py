@@ -392,15 +392,15 @@ def pad_fusions(e: ModelEmitter, fast_depthwise: set[int]) -> dict[int, PadFusio
     return fusions
 
 
-def lower_conv_2d(e, op, name):
+def lower_conv_2d(e: ModelEmitter, op: Operator, name: str) -> str:
     return _weighted(e, op, name, "conv2d")
 
 
-def lower_depthwise_conv_2d(e, op, name):
+def lower_depthwise_conv_2d(e: ModelEmitter, op: Operator, name: str) -> str:
     return _weighted(e, op, name, "depthwise_conv2d")
 
 
-def lower_fully_connected(e, op, name):
+def lower_fully_connected(e: ModelEmitter, op: Operator, name: str) -> str:
     ins, outs = tensor_types(e, op)
     require(
         attributes_as(op.attributes, FullyConnectedAttributes).weights_format == 0, "shuffled weights are not supported"

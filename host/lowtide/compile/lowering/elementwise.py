@@ -8,12 +8,13 @@ from collections.abc import Callable
 from typing import TypedDict
 
 from lowtide.compile import quantization as q
-from lowtide.compile.kernel_params import MAX_DIMS, ActivationParams, BinaryParams
+from lowtide.compile.kernel_params import MAX_DIMS, ActivationParams, BinaryParams, params_reading
 from lowtide.compile.lowering.emitter import (
     C_TYPES,
     NO_FLOAT_ACTIVATION,
     NO_QUANTIZED_ACTIVATION,
     Kernel,
+    Lowering,
     ModelEmitter,
     QuantizedActivation,
     Unsupported,
@@ -105,7 +106,7 @@ def raw_values(steps: Broadcast) -> BinaryParams:
     return BinaryParams(**steps, **NO_RESCALE, **NO_QUANTIZED_ACTIVATION, **NO_FLOAT_ACTIVATION)
 
 
-def _binary(e, op, name, kind):
+def _binary(e: ModelEmitter, op: Operator, name: str, kind: str) -> str:
     """ADD and MUL: int8 and int16 requantized (ADD left-shifts by 20 and 15; MUL int16 needs zero points of 0),
     int32 wrapping (TFLM's int32 ADD ignores the fused activation; MUL applies it), float32."""
     dtype = _same_type_binary(e, op)
@@ -133,15 +134,15 @@ def _binary(e, op, name, kind):
     return _binary_call(e, op, name, f"lt_{kind}_{SUFFIXES[dtype]}", params)
 
 
-def lower_add(e, op, name):
+def lower_add(e: ModelEmitter, op: Operator, name: str) -> str:
     return _binary(e, op, name, "add")
 
 
-def lower_mul(e, op, name):
+def lower_mul(e: ModelEmitter, op: Operator, name: str) -> str:
     return _binary(e, op, name, "mul")
 
 
-def lower_quantize(e, op, name):
+def lower_quantize(e: ModelEmitter, op: Operator, name: str) -> str:
     """float32 -> int8/int16 (AffineQuantize) or a requantization between int8, uint8, int16 and int32 with the
     multiplier of the two scales' ratio, in double, as TFLM's PrepareQuantizeReference computes it."""
     ins, outs = tensor_types(e, op)
@@ -162,7 +163,7 @@ def lower_quantize(e, op, name):
     )
 
 
-def lower_dequantize(e, op, name):
+def lower_dequantize(e: ModelEmitter, op: Operator, name: str) -> str:
     ins, _ = tensor_types(e, op)
     in_q = e.quantization(op.inputs[0])
     count = elementwise_count(e, op)
@@ -191,7 +192,7 @@ def _int32_activation(op: Operator) -> QuantizedActivation:
     return QuantizedActivation(act_min=lo, act_max=hi)
 
 
-def lower_sub(e, op, name):
+def lower_sub(e: ModelEmitter, op: Operator, name: str) -> str:
     dtype = _same_type_binary(e, op)
     steps = broadcast_steps(e, op)
     if dtype in ("int8", "int16"):
@@ -210,20 +211,20 @@ def lower_sub(e, op, name):
     return _binary_call(e, op, name, f"lt_sub_{SUFFIXES[dtype]}", params)
 
 
-def lower_maximum(e, op, name):
+def lower_maximum(e: ModelEmitter, op: Operator, name: str) -> str:
     """TFLM compares the raw values: the inputs' and output's quantization must agree for it to mean a maximum,
     but it is not checked, as TFLM does not check it."""
     dtype = _same_type_binary(e, op)
     return _binary_call(e, op, name, f"lt_maximum_{SUFFIXES[dtype]}", raw_values(broadcast_steps(e, op)))
 
 
-def lower_minimum(e, op, name):
+def lower_minimum(e: ModelEmitter, op: Operator, name: str) -> str:
     dtype = _same_type_binary(e, op)
     return _binary_call(e, op, name, f"lt_minimum_{SUFFIXES[dtype]}", raw_values(broadcast_steps(e, op)))
 
 
-def _float_binary(function: str):
-    def lower(e, op, name):
+def _float_binary(function: str) -> Lowering:
+    def lower(e: ModelEmitter, op: Operator, name: str) -> str:
         _same_type_binary(e, op)
         return _binary_call(e, op, name, function, raw_values(broadcast_steps(e, op)))
 
@@ -231,7 +232,7 @@ def _float_binary(function: str):
     return lower
 
 
-def lower_squared_difference(e, op, name):
+def lower_squared_difference(e: ModelEmitter, op: Operator, name: str) -> str:
     dtype = _same_type_binary(e, op)
     steps = broadcast_steps(e, op)
     if dtype in ("int8", "int16"):
@@ -264,7 +265,7 @@ DIV_INT8_RANGE = (
 )
 
 
-def lower_div(e, op, name):
+def lower_div(e: ModelEmitter, op: Operator, name: str) -> str:
     """int8 requantizes the quotient of the zero-point-corrected values, only where TFLM's arithmetic is defined
     (see DIV_INT8_RANGE); int32 truncates (a zero divisor gives 0, as on Cortex-M)."""
     dtype = _same_type_binary(e, op)
@@ -294,7 +295,7 @@ def lower_div(e, op, name):
     return _binary_call(e, op, name, f"lt_div_{SUFFIXES[dtype]}", params)
 
 
-def lower_add_n(e, op, name):
+def lower_add_n(e: ModelEmitter, op: Operator, name: str) -> str:
     ins, outs = tensor_types(e, op)
     dtype = outs[0]
     shape = e.tensor(op.outputs[0]).shape
@@ -363,26 +364,22 @@ def _lower_rescaled_unary(
         require(in_q.zero_point == out_q.zero_point == 0, "int16 needs zero points of 0")
     p = e.struct(
         f"{name}_params",
-        ActivationParams(
+        params_reading(
+            ActivationParams,
             count=count,
             input_zero_point=in_q.zero_point,
             output_zero_point=out_q.zero_point,
             **rescale(in_q.scale, out_q.scale),
-            alpha_multiplier=0,
-            alpha_shift=0,
-            act_min=0,
-            act_max=0,
-            alpha=0.0,
         ),
     )
     return f"{kernel}_{SUFFIXES[dtype]}({p}, {source}, {target});"
 
 
-def lower_abs(e, op, name):
+def lower_abs(e: ModelEmitter, op: Operator, name: str) -> str:
     return _lower_rescaled_unary(e, op, name, "LT_ABS", q.abs_params, "lt_abs")
 
 
-def lower_rsqrt(e, op, name):
+def lower_rsqrt(e: ModelEmitter, op: Operator, name: str) -> str:
     def rescale(input_scale: float, output_scale: float) -> q.AbsRescale:
         return q.AbsRescale(**q.rsqrt_params(input_scale, output_scale), rescale=0)  # lt_rsqrt_* reads no flag
 
@@ -400,7 +397,7 @@ COMPARISONS = {
 COMPARISON_SUFFIXES = {"int8": "s8", "int32": "s32", "int64": "s64", "float32": "f32", "bool": "bool"}
 
 
-def lower_comparison(e, op, name):
+def lower_comparison(e: ModelEmitter, op: Operator, name: str) -> str:
     ins, outs = tensor_types(e, op)
     require(ins[0] == ins[1] and outs == ["bool"], f"types {ins} -> {outs}")
     steps = broadcast_steps(e, op)
@@ -425,8 +422,8 @@ def lower_comparison(e, op, name):
     )
 
 
-def _logical(and_op: bool):
-    def lower(e, op, name):
+def _logical(and_op: bool) -> Lowering:
+    def lower(e: ModelEmitter, op: Operator, name: str) -> str:
         _same_type_binary(e, op)
         p = e.struct(f"{name}_params", raw_values(broadcast_steps(e, op)))
         return (
@@ -438,13 +435,13 @@ def _logical(and_op: bool):
     return lower
 
 
-def lower_logical_not(e, op, name):
+def lower_logical_not(e: ModelEmitter, op: Operator, name: str) -> str:
     count = elementwise_count(e, op)
     return f"lt_logical_not({e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)}, {count});"
 
 
-def _float_function(function: str):
-    def lower(e, op, name):
+def _float_function(function: str) -> Lowering:
+    def lower(e: ModelEmitter, op: Operator, name: str) -> str:
         count = elementwise_count(e, op)
         return f"lt_unary_f32({function}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)}, {count});"
 
@@ -452,7 +449,7 @@ def _float_function(function: str):
     return lower
 
 
-def lower_cast(e, op, name):
+def lower_cast(e: ModelEmitter, op: Operator, name: str) -> str:
     ins, outs = tensor_types(e, op)
     count = elementwise_count(e, op)
     return (

@@ -4,18 +4,18 @@ values, and the checks that raise `Unsupported` with the reason an operator cann
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypedDict
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from lowtide.compile import quantization as q
 from lowtide.compile.kernel_params import KernelParams, c_members
 from lowtide.model import attributes
 from lowtide.model.attributes import A
-from lowtide.model.ir import Graph, Operator, Tensor, TensorKind, first_assignments, variable_handles
-from lowtide.model.reader import buffer_bytes
+from lowtide.model.ir import Graph, Operator, Quantization, Tensor, TensorKind, first_assignments, variable_handles
 
 # TFLite's bool is one byte holding 0 or 1
 C_TYPES = {
@@ -87,20 +87,6 @@ class Unsupported(Exception):
     """The runtime has no kernel for this operator as the model uses it."""
 
 
-@dataclass(frozen=True)
-class Quantization:
-    scales: tuple[float, ...]
-    zero_points: tuple[int, ...]
-
-    @property
-    def scale(self) -> float:
-        return self.scales[0] if self.scales else 0.0
-
-    @property
-    def zero_point(self) -> int:
-        return self.zero_points[0] if self.zero_points else 0
-
-
 def c_float(value: float) -> str:
     """A float32 literal; 9 significant digits round-trip every float32 exactly."""
     value = float(np.float32(value))
@@ -117,7 +103,7 @@ def c_int(value: int) -> str:
     return "(-2147483647 - 1)" if value == -(1 << 31) else str(value)
 
 
-def strides(shape: tuple[int, ...]) -> list[int]:
+def strides(shape: Sequence[int]) -> list[int]:
     out = [1] * len(shape)
     for d in range(len(shape) - 2, -1, -1):
         out[d] = out[d + 1] * shape[d + 1]
@@ -130,7 +116,6 @@ class ModelEmitter:
     def __init__(
         self,
         graph: Graph,
-        model_data: bytes,
         offsets: dict[int, int],
         scratch: dict[int, list[int]] | None = None,
         fused_pads: dict[int, PadFusion] | None = None,
@@ -139,8 +124,6 @@ class ModelEmitter:
     ):
         self.graph = graph
         self.sg = graph.main
-        self.raw_tensors = graph.raw.subgraphs[0].tensors
-        self.model_data = model_data
         self.offsets = offsets  # activation tensor index -> arena offset
         self.scratch = scratch or {}  # operator index -> arena offsets of its kernel scratch buffers, in request order
         self.declarations: list[str] = []
@@ -161,16 +144,14 @@ class ModelEmitter:
         self.resources, self._handles = self._resource_variables()
 
     # ---- resource variables ------------------------------------------------------------------------------
-    def _resource_variables(self) -> tuple[dict[tuple[bytes, bytes], ResourceVariable], dict[tuple[int, int], tuple]]:
+    def _resource_variables(
+        self,
+    ) -> tuple[dict[tuple[bytes, bytes], ResourceVariable], dict[tuple[int, int], tuple[bytes, bytes]]]:
         resources: dict[tuple[bytes, bytes], ResourceVariable] = {}
         for key, (subgraph, index) in first_assignments(self.graph).items():
             value = self.graph.subgraphs[subgraph].tensors[index]
-            qp = self.graph.raw.subgraphs[subgraph].tensors[index].quantization
-            zero = (
-                int(qp.zeroPoint[0])
-                if value.dtype == "int8" and qp is not None and qp.zeroPoint is not None and len(qp.zeroPoint)
-                else 0
-            )
+            qp = value.quantization
+            zero = qp.zero_point if value.dtype == "int8" and qp is not None else 0
             resources[key] = ResourceVariable(f"resource{len(resources)}", value.nbytes, zero)
         return resources, variable_handles(self.graph)
 
@@ -206,13 +187,13 @@ class ModelEmitter:
 
     def quantization(self, index: int, required: bool = True) -> Quantization:
         """A tensor's scales and zero points; quantized kernels require them to be there."""
-        qp = self.raw_tensors[index].quantization
-        if qp is None or qp.scale is None or len(qp.scale) == 0 or not any(float(s) > 0 for s in qp.scale):
+        qp = self.tensor(index).quantization
+        if qp is None or not any(s > 0 for s in qp.scales):
             if required:
                 raise Unsupported(f"tensor {index} '{self.tensor(index).name}' has no quantization parameters")
             return Quantization((), ())
-        zps = qp.zeroPoint if qp.zeroPoint is not None else [0] * len(qp.scale)
-        return Quantization(tuple(float(s) for s in qp.scale), tuple(int(z) for z in zps))
+        # Per tensor and channel alike (the axis is the caller's to judge): only scales and zero points compare.
+        return Quantization(qp.scales, qp.zero_points or (0,) * len(qp.scales))
 
     def constant_values(self, index: int) -> np.ndarray:
         t = self.tensor(index)
@@ -220,7 +201,7 @@ class ModelEmitter:
             raise Unsupported(f"tensor {index} '{t.name}' must be a constant")
         if t.dtype not in NUMPY_TYPES:
             raise Unsupported(f"constant tensor {index} has type {t.dtype}")
-        data = buffer_bytes(self.graph.raw.buffers[t.buffer], self.model_data, self.graph.path)
+        data = self.graph.buffer_data(t.buffer)
         return np.frombuffer(data, dtype=NUMPY_TYPES[t.dtype]).reshape(t.shape)
 
     def pointer(self, index: int, writable: bool = False) -> str:
@@ -258,7 +239,7 @@ class ModelEmitter:
         return f"((int16_t *)(arena + {self.fast_scratch.get(op.index, 0)}u))"
 
     # ---- declarations ------------------------------------------------------------------------------------
-    def array(self, name: str, ctype: str, values, aligned: bool = False) -> str:
+    def array(self, name: str, ctype: str, values: ArrayLike, aligned: bool = False) -> str:
         """A const array in flash; `aligned`: on a 4-byte boundary, for kernels reading it a word at a time."""
         values = np.asarray(values).reshape(-1)
         if ctype == "float":
@@ -391,7 +372,7 @@ def pack_row_pairs(rows: np.ndarray, k4: int, wide: bool) -> np.ndarray:
 def folded_bias(bias: np.ndarray | None, zero_point: int, rows: np.ndarray) -> np.ndarray:
     """bias - zero_point * row sums (int64, not wrapped): a dot product of raw values plus this equals the
     reference kernel's sum over (value - zero_point) plus bias."""
-    total = -zero_point * rows.astype(np.int64).sum(axis=1)
+    total: np.ndarray = -zero_point * rows.astype(np.int64).sum(axis=1)
     return total if bias is None else total + bias.astype(np.int64)
 
 

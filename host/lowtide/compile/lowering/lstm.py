@@ -8,6 +8,7 @@ from lowtide.compile import quantization as q
 from lowtide.compile.kernel_params import LstmParams
 from lowtide.compile.lowering.emitter import (
     Kernel,
+    ModelEmitter,
     Unsupported,
     attributes_of,
     folded_bias,
@@ -19,7 +20,7 @@ from lowtide.compile.lowering.emitter import (
     wrapped_int32,
 )
 from lowtide.model.attributes import SequenceLstmAttributes
-from lowtide.model.ir import TensorKind
+from lowtide.model.ir import Operator, TensorKind
 
 # UNIDIRECTIONAL_SEQUENCE_LSTM inputs (lstm_shared.h): weights per gate in the order input, forget, cell, output
 _LSTM_INPUT_WEIGHTS, _LSTM_RECURRENT_WEIGHTS, _LSTM_BIASES = range(1, 5), range(5, 9), range(12, 16)
@@ -28,7 +29,7 @@ _LSTM_HIDDEN, _LSTM_CELL = 18, 19
 _ACT_TANH = 4  # the cell gate's activation; a flatbuffer has no code for the sigmoid TFLM's kernel also knows
 
 
-def lower_unidirectional_sequence_lstm(e, op, name):
+def lower_unidirectional_sequence_lstm(e: ModelEmitter, op: Operator, name: str) -> str:
     """Integer LSTM (int8 activations and weights, int16 cell state) as TFLM's UnidirectionalSequenceLstmPrepare
     and EvalLstm<int8_t, int8_t, int16_t, int32_t>: the standard LSTM only, hidden and cell state variable tensors."""
     ins, outs = tensor_types(e, op)

@@ -68,7 +68,7 @@ def transpose_conv_geometry(e: ModelEmitter, op: Operator) -> ConvShape:
     )
 
 
-def lower_transpose_conv(e, op, name):
+def lower_transpose_conv(e: ModelEmitter, op: Operator, name: str) -> str:
     """16x8: int16 input, int8 per-channel filter, int16 output. The reference adds no offsets (zero points are
     0 in 16x8 models); the bias is int64, or int16 widened to int64 (TFLM's Eval widens it into a scratch buffer
     each time; here once, offline). An int32 bias TFLM would read as int64, past its end: refused."""
@@ -141,7 +141,7 @@ def batch_matmul_geometry(e: ModelEmitter, op: Operator) -> BatchMatmulShape:
     )
 
 
-def lower_batch_matmul(e, op, name):
+def lower_batch_matmul(e: ModelEmitter, op: Operator, name: str) -> str:
     """int16: both operands and the output int16 with zero points 0 (TFLM's Prepare requires it)."""
     ins, outs = tensor_types(e, op)
     if ins[0] != "int16":
@@ -163,7 +163,7 @@ def lower_batch_matmul(e, op, name):
     )
 
 
-def _lower_transpose_conv_8_or_float(e, op, name):
+def _lower_transpose_conv_8_or_float(e: ModelEmitter, op: Operator, name: str) -> str:
     """int8 (per-channel weights, int32 bias) and float32."""
     ins, outs = tensor_types(e, op)
     _, filter_index, data = op.inputs[:3]
@@ -199,7 +199,7 @@ def _lower_transpose_conv_8_or_float(e, op, name):
     )
 
 
-def _lower_batch_matmul_8_or_float(e, op, name):
+def _lower_batch_matmul_8_or_float(e: ModelEmitter, op: Operator, name: str) -> str:
     """int8 (operand zero points as offsets) and float32."""
     ins, outs = tensor_types(e, op)
     require(ins[0] == ins[1] == outs[0], f"types {ins} -> {outs}")

@@ -4,6 +4,7 @@ RESIZE_NEAREST_NEIGHBOR: calls into firmware/runtime/lt_movement.c."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lowtide.compile.kernel_params import (
@@ -48,13 +49,15 @@ from lowtide.model.operators import nearest_indices, resize_scale, resize_scale_
 from lowtide.model.shapes import OperandShapes, strided_slice_axes
 
 
-def lower_reshape(e, op, name):
+def lower_reshape(e: ModelEmitter, op: Operator, name: str) -> str:
     same_types(e, op)
     t = e.tensor(op.outputs[0])
     return f"lt_copy({e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)}, {t.nbytes}u);"
 
 
-def _copy(e: ModelEmitter, name: str, dims, src_steps, dst_steps, elem_size: int) -> str:
+def _copy(
+    e: ModelEmitter, name: str, dims: Sequence[int], src_steps: Sequence[int], dst_steps: Sequence[int], elem_size: int
+) -> str:
     require(len(dims) <= MAX_DIMS, f"more than {MAX_DIMS} dimensions")
     return e.struct(
         name,
@@ -74,7 +77,7 @@ class View:
     steps: tuple[int, ...]
 
 
-def _arena_bytes(e: ModelEmitter, view: View, dims, elem_size: int) -> tuple[int, int] | None:
+def _arena_bytes(e: ModelEmitter, view: View, dims: Sequence[int], elem_size: int) -> tuple[int, int] | None:
     """[first, end) arena bytes a view touches; None when it is not in the arena."""
     if e.tensor(view.tensor).kind is not TensorKind.ACTIVATION or view.tensor not in e.offsets:
         return None
@@ -85,7 +88,7 @@ def _arena_bytes(e: ModelEmitter, view: View, dims, elem_size: int) -> tuple[int
     return base + lo * elem_size, base + (hi + 1) * elem_size
 
 
-def _copy_strided(e: ModelEmitter, name: str, dims, source: View, target: View) -> str:
+def _copy_strided(e: ModelEmitter, name: str, dims: Sequence[int], source: View, target: View) -> str:
     """One lt_copy_strided call from `source` to `target`. A memory plan may put the two on the same bytes only
     as the very same view (an in-place SPLIT or CONCATENATION), which the runtime then skips; any other overlap
     would read bytes the copy has already overwritten, so it is refused."""
@@ -110,7 +113,7 @@ def _copy_strided(e: ModelEmitter, name: str, dims, source: View, target: View) 
     )
 
 
-def lower_shape(e, op, name):
+def lower_shape(e: ModelEmitter, op: Operator, name: str) -> str:
     """SHAPE: shapes are static here, so the output is a constant written into the arena when the operator runs
     (the tensor is planned like any activation and later operators read it there)."""
     _, outs = tensor_types(e, op)
@@ -121,7 +124,7 @@ def lower_shape(e, op, name):
     return f"lt_copy({values}, {e.pointer(op.outputs[0], True)}, {4 * len(shape)}u);"
 
 
-def lower_pack(e, op, name):
+def lower_pack(e: ModelEmitter, op: Operator, name: str) -> str:
     """PACK: input k becomes index k along the new axis `axis` of the output; the kernel copies bytes."""
     dtype = same_types(e, op, len(op.inputs))
     pack = attributes_of(op, PackAttributes)
@@ -149,7 +152,7 @@ def lower_pack(e, op, name):
     )
 
 
-def lower_transpose(e, op, name):
+def lower_transpose(e: ModelEmitter, op: Operator, name: str) -> str:
     same_types(e, op)
     t_in, t_out = e.tensor(op.inputs[0]), e.tensor(op.outputs[0])
     perm = [int(p) for p in e.constant_values(op.inputs[1]).reshape(-1)]
@@ -165,7 +168,7 @@ def lower_transpose(e, op, name):
     )
 
 
-def lower_pad(e, op, name):
+def lower_pad(e: ModelEmitter, op: Operator, name: str) -> str:
     same_types(e, op)
     t_in, t_out = e.tensor(op.inputs[0]), e.tensor(op.outputs[0])
     paddings = e.constant_values(op.inputs[1]).reshape(-1, 2)
@@ -190,7 +193,7 @@ def lower_pad(e, op, name):
     )
 
 
-def lower_concatenation(e, op, name):
+def lower_concatenation(e: ModelEmitter, op: Operator, name: str) -> str:
     count = len(op.inputs)
     dtype = same_types(e, op, count)
     t_out = e.tensor(op.outputs[0])
@@ -259,7 +262,7 @@ def _split(e: ModelEmitter, op: Operator, name: str, data: int, axis: int) -> st
     return " ".join(statements)
 
 
-def lower_split(e, op, name):
+def lower_split(e: ModelEmitter, op: Operator, name: str) -> str:
     require(
         len(op.outputs) == attributes_of(op, SplitAttributes).num_splits, "the output count differs from num_splits"
     )
@@ -267,7 +270,7 @@ def lower_split(e, op, name):
     return _split(e, op, name, data, _split_axis(e, op.inputs[0], len(e.tensor(data).shape)))
 
 
-def lower_split_v(e, op, name):
+def lower_split_v(e: ModelEmitter, op: Operator, name: str) -> str:
     data = op.inputs[0]
     shape = e.tensor(data).shape
     axis = _split_axis(e, op.inputs[2], len(shape))
@@ -275,7 +278,7 @@ def lower_split_v(e, op, name):
     return _split(e, op, name, data, axis)
 
 
-def lower_strided_slice(e, op, name):
+def lower_strided_slice(e: ModelEmitter, op: Operator, name: str) -> str:
     same_types(e, op)
     t_in, t_out = e.tensor(op.inputs[0]), e.tensor(op.outputs[0])
     o = attributes_of(op, StridedSliceAttributes)
@@ -303,7 +306,7 @@ def lower_strided_slice(e, op, name):
     )
 
 
-def lower_resize_nearest_neighbor(e, op, name):
+def lower_resize_nearest_neighbor(e: ModelEmitter, op: Operator, name: str) -> str:
     same_types(e, op)
     t_in, t_out = e.tensor(op.inputs[0]), e.tensor(op.outputs[0])
     require(len(t_in.shape) == 4, "only 4-D NHWC tensors are supported")
@@ -333,7 +336,7 @@ def lower_resize_nearest_neighbor(e, op, name):
     return f"lt_resize_nearest({p}, {y_map}, {x_map}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
 
 
-def lower_resize_bilinear(e, op, name):
+def lower_resize_bilinear(e: ModelEmitter, op: Operator, name: str) -> str:
     """The scales as TFLM's reference computes them: float32 ratios for float, 10-bit fixed point for int8."""
     same_types(e, op)
     t_in, t_out = e.tensor(op.inputs[0]), e.tensor(op.outputs[0])
@@ -377,7 +380,7 @@ def _block_size(op: Operator) -> int:
     return block
 
 
-def lower_space_to_depth(e, op, name):
+def lower_space_to_depth(e: ModelEmitter, op: Operator, name: str) -> str:
     """Output (n, h, w, (bh * b + bw) * c + k) is input (n, h * b + bh, w * b + bw, k): one 6-D box copy."""
     same_types(e, op)
     block = _block_size(op)
@@ -396,7 +399,7 @@ def lower_space_to_depth(e, op, name):
     )
 
 
-def lower_depth_to_space(e, op, name):
+def lower_depth_to_space(e: ModelEmitter, op: Operator, name: str) -> str:
     """Output (n, h * b + bh, w * b + bw, k) is input (n, h, w, (bh * b + bw) * c + k): one 6-D box copy."""
     same_types(e, op)
     block = _block_size(op)
@@ -445,8 +448,8 @@ def _block_copies(
     name: str,
     batch: int,
     space: int,
-    batch_shape,
-    space_shape,
+    batch_shape: Sequence[int],
+    space_shape: Sequence[int],
     block: list[int],
     before: list[int],
 ) -> list[str]:
@@ -481,7 +484,7 @@ def _block_copies(
     return copies
 
 
-def lower_space_to_batch_nd(e, op, name):
+def lower_space_to_batch_nd(e: ModelEmitter, op: Operator, name: str) -> str:
     """The padding is zero bytes: TFLM's kernel pads with a value its Prepare never sets, which the host TFLM's
     zeroed persistent memory makes 0 (not the zero point)."""
     in_shape, out_shape, block, before = _batch_space_geometry(e, op)
@@ -492,7 +495,7 @@ def lower_space_to_batch_nd(e, op, name):
     return " ".join([f"lt_fill({out}, {math.prod(out_shape)}u, {zero}, {size});", *copies])
 
 
-def lower_batch_to_space_nd(e, op, name):
+def lower_batch_to_space_nd(e: ModelEmitter, op: Operator, name: str) -> str:
     in_shape, out_shape, block, crops = _batch_space_geometry(e, op)
     return " ".join(_block_copies(e, op, name, op.inputs[0], op.outputs[0], in_shape, out_shape, block, crops))
 
@@ -501,7 +504,7 @@ def _constant_ints(e: ModelEmitter, index: int) -> list[int]:
     return [int(v) for v in e.constant_values(index).reshape(-1)]
 
 
-def lower_slice(e, op, name):
+def lower_slice(e: ModelEmitter, op: Operator, name: str) -> str:
     """SLICE: a box of `size` elements from `begin` (a size of -1: the rest of the dimension)."""
     same_types(e, op)
     shape = e.tensor(op.inputs[0]).shape
@@ -523,7 +526,7 @@ def lower_slice(e, op, name):
     )
 
 
-def lower_unpack(e, op, name):
+def lower_unpack(e: ModelEmitter, op: Operator, name: str) -> str:
     """UNPACK: output k is index k along `axis` of the input, that axis removed."""
     dtype = e.tensor(op.inputs[0]).dtype
     shape = e.tensor(op.inputs[0]).shape
@@ -544,7 +547,7 @@ def lower_unpack(e, op, name):
     )
 
 
-def lower_broadcast_to(e, op, name):
+def lower_broadcast_to(e: ModelEmitter, op: Operator, name: str) -> str:
     """BROADCAST_TO: a box copy whose source does not step along the broadcast dimensions."""
     same_types(e, op)
     shape, out_shape = e.tensor(op.inputs[0]).shape, e.tensor(op.outputs[0]).shape
@@ -557,7 +560,7 @@ def lower_broadcast_to(e, op, name):
     )
 
 
-def lower_fill(e, op, name):
+def lower_fill(e: ModelEmitter, op: Operator, name: str) -> str:
     """FILL: the value tensor (a constant or computed) repeated over the output."""
     t_out = e.tensor(op.outputs[0])
     require(
@@ -570,7 +573,7 @@ def lower_fill(e, op, name):
     )
 
 
-def lower_zeros_like(e, op, name):
+def lower_zeros_like(e: ModelEmitter, op: Operator, name: str) -> str:
     same_types(e, op)
     t_out = e.tensor(op.outputs[0])
     size = element_size(t_out)
@@ -578,7 +581,7 @@ def lower_zeros_like(e, op, name):
     return f"lt_fill({e.pointer(op.outputs[0], True)}, {math.prod(t_out.shape)}u, {zero}, {size});"
 
 
-def lower_reverse_v2(e, op, name):
+def lower_reverse_v2(e: ModelEmitter, op: Operator, name: str) -> str:
     """REVERSE_V2: a box copy whose source starts at the far end of each reversed axis and steps back. TFLM
     reverses only axes that follow one another (after sorting), and so does this."""
     same_types(e, op)
@@ -598,7 +601,7 @@ def lower_reverse_v2(e, op, name):
     )
 
 
-def lower_dynamic_update_slice(e, op, name):
+def lower_dynamic_update_slice(e: ModelEmitter, op: Operator, name: str) -> str:
     """DYNAMIC_UPDATE_SLICE (inputs: operand, update, start indices): the indices may be computed, so they are
     read and clamped when the operator runs."""
     ins, outs = tensor_types(e, op)
@@ -627,7 +630,7 @@ def lower_dynamic_update_slice(e, op, name):
     )
 
 
-def lower_broadcast_args(e, op, name):
+def lower_broadcast_args(e: ModelEmitter, op: Operator, name: str) -> str:
     """BROADCAST_ARGS: two shape vectors, which may be computed, combined when the operator runs."""
     ins, outs = tensor_types(e, op)
     require(ins[0] == ins[1] == outs[0] and outs[0] in ("int32", "int64"), f"types {ins} -> {outs}")
@@ -641,7 +644,7 @@ def lower_broadcast_args(e, op, name):
     )
 
 
-def lower_embedding_lookup(e, op, name):
+def lower_embedding_lookup(e: ModelEmitter, op: Operator, name: str) -> str:
     """EMBEDDING_LOOKUP (inputs: int32 row indices, value rows): row lookup[i] of the value is output row i; int8
     rows into a float32 output are dequantized (TFLM's hybrid form, zero point 0)."""
     ins, outs = tensor_types(e, op)
@@ -693,7 +696,7 @@ def _mirror_index(position: int, before: int, size: int, offset: int) -> int:
     return position
 
 
-def lower_mirror_pad(e, op, name):
+def lower_mirror_pad(e: ModelEmitter, op: Operator, name: str) -> str:
     same_types(e, op)
     shape, out_shape = e.tensor(op.inputs[0]).shape, e.tensor(op.outputs[0]).shape
     paddings = e.constant_values(op.inputs[1]).reshape(-1, 2)
@@ -716,7 +719,7 @@ def lower_mirror_pad(e, op, name):
     return f"lt_copy_mapped({p}, {table}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
 
 
-def lower_gather(e, op, name):
+def lower_gather(e: ModelEmitter, op: Operator, name: str) -> str:
     ins, outs = tensor_types(e, op)
     require(ins[0] == outs[0] and ins[1] == "int32", f"types {ins} -> {outs}")
     shape, coords_shape = e.tensor(op.inputs[0]).shape, e.tensor(op.inputs[1]).shape
@@ -739,7 +742,7 @@ def lower_gather(e, op, name):
     return f"lt_gather({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, {e.pointer(op.outputs[0], True)});"
 
 
-def lower_gather_nd(e, op, name):
+def lower_gather_nd(e: ModelEmitter, op: Operator, name: str) -> str:
     ins, outs = tensor_types(e, op)
     require(ins[0] == outs[0] and ins[1] == "int32", f"types {ins} -> {outs}")
     shape, indices_shape = e.tensor(op.inputs[0]).shape, e.tensor(op.inputs[1]).shape
@@ -758,7 +761,7 @@ def lower_gather_nd(e, op, name):
     return f"lt_gather_nd({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, {e.pointer(op.outputs[0], True)});"
 
 
-def lower_select_v2(e, op, name):
+def lower_select_v2(e: ModelEmitter, op: Operator, name: str) -> str:
     ins, outs = tensor_types(e, op)
     require(ins[0] == "bool" and ins[1] == ins[2] == outs[0], f"types {ins} -> {outs}")
     out_shape = e.tensor(op.outputs[0]).shape or (1,)

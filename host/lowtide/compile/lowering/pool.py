@@ -29,7 +29,7 @@ from lowtide.model.attributes import CumsumAttributes, Pool2DAttributes
 from lowtide.model.ir import Operator
 
 
-def _pool(e, op, name, kind):
+def _pool(e: ModelEmitter, op: Operator, name: str, kind: str) -> str:
     ins, outs = tensor_types(e, op)
     window = window_geometry(e, op, *attributes_of(op, Pool2DAttributes).filter)
     if ins == ["int8"] and outs == ["int8"]:
@@ -55,11 +55,11 @@ def _pool(e, op, name, kind):
     return f"lt_{kind}_{suffix}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
 
 
-def lower_average_pool_2d(e, op, name):
+def lower_average_pool_2d(e: ModelEmitter, op: Operator, name: str) -> str:
     return _pool(e, op, name, "average_pool")
 
 
-def lower_max_pool_2d(e, op, name):
+def lower_max_pool_2d(e: ModelEmitter, op: Operator, name: str) -> str:
     return _pool(e, op, name, "max_pool")
 
 
@@ -117,11 +117,11 @@ def _mean_or_sum(e: ModelEmitter, op: Operator, name: str, mean: bool) -> str:
     return f"{function}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
 
 
-def lower_mean(e, op, name):
+def lower_mean(e: ModelEmitter, op: Operator, name: str) -> str:
     return _mean_or_sum(e, op, name, mean=True)
 
 
-def lower_sum(e, op, name):
+def lower_sum(e: ModelEmitter, op: Operator, name: str) -> str:
     return _mean_or_sum(e, op, name, mean=False)
 
 
@@ -139,11 +139,11 @@ def _extremum(e: ModelEmitter, op: Operator, name: str, kind: str) -> str:
     return f"lt_reduce_{kind}_{SUFFIXES[dtype]}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
 
 
-def lower_reduce_max(e, op, name):
+def lower_reduce_max(e: ModelEmitter, op: Operator, name: str) -> str:
     return _extremum(e, op, name, "max")
 
 
-def lower_reduce_min(e, op, name):
+def lower_reduce_min(e: ModelEmitter, op: Operator, name: str) -> str:
     return _extremum(e, op, name, "min")
 
 
@@ -177,15 +177,15 @@ def _arg_extremum(e: ModelEmitter, op: Operator, name: str, kind: str) -> str:
     return f"lt_arg_{kind}_{SUFFIXES[ins[0]]}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
 
 
-def lower_arg_max(e, op, name):
+def lower_arg_max(e: ModelEmitter, op: Operator, name: str) -> str:
     return _arg_extremum(e, op, name, "max")
 
 
-def lower_arg_min(e, op, name):
+def lower_arg_min(e: ModelEmitter, op: Operator, name: str) -> str:
     return _arg_extremum(e, op, name, "min")
 
 
-def lower_cumsum(e, op, name):
+def lower_cumsum(e: ModelEmitter, op: Operator, name: str) -> str:
     dtype = e.tensor(op.inputs[0]).dtype
     cumsum = attributes_of(op, CumsumAttributes)
     p = _axis_params(e, op, name, _single_axis(e, op), exclusive=cumsum.exclusive, reverse=cumsum.reverse)

@@ -8,6 +8,7 @@ from lowtide.compile import quantization as q
 from lowtide.compile.kernel_params import SvdfParams
 from lowtide.compile.lowering.emitter import (
     Kernel,
+    ModelEmitter,
     attributes_of,
     folded_bias,
     pack_rows_by_four,
@@ -16,10 +17,10 @@ from lowtide.compile.lowering.emitter import (
     wrapped_int32,
 )
 from lowtide.model.attributes import SvdfAttributes
-from lowtide.model.ir import TensorKind
+from lowtide.model.ir import Operator, TensorKind
 
 
-def lower_svdf(e, op, name):
+def lower_svdf(e: ModelEmitter, op: Operator, name: str) -> str:
     """Integer SVDF as svdf_common.cc's PrepareSvdf / EvalIntegerSvdfReference; the state is a variable tensor."""
     ins, outs = tensor_types(e, op)
     require(len(op.inputs) == 5, "SVDF needs 5 inputs")

@@ -2,29 +2,38 @@
 
 from __future__ import annotations
 
-from lowtide.compile.lowering.emitter import C_TYPES, STATE_OBJECT, Kernel, attributes_of, require
+from lowtide.compile.lowering.emitter import (
+    C_TYPES,
+    STATE_OBJECT,
+    Kernel,
+    ModelEmitter,
+    Unsupported,
+    attributes_of,
+    require,
+)
 from lowtide.model.attributes import CallOnceAttributes
-from lowtide.model.ir import resource_key
+from lowtide.model.ir import Operator, resource_key
 
 
-def lower_var_handle(e, op, name):
+def lower_var_handle(e: ModelEmitter, op: Operator, name: str) -> str:
     """Handles are resolved at compile time: READ_VARIABLE and ASSIGN_VARIABLE name the state member."""
     variable = e.resources.get(resource_key(op))
-    require(variable is not None, f"resource variable {resource_key(op)[1].decode(errors='replace')} is never assigned")
+    if variable is None:
+        raise Unsupported(f"resource variable {resource_key(op)[1].decode(errors='replace')} is never assigned")
     return f"/* handle of {STATE_OBJECT}.{variable.member} */"
 
 
-def lower_read_variable(e, op, name):
+def lower_read_variable(e: ModelEmitter, op: Operator, name: str) -> str:
     t = e.tensor(op.outputs[0])
     return f"lt_copy({e.resource(0, op.inputs[0], t.nbytes)}, {e.pointer(op.outputs[0], True)}, {t.nbytes}u);"
 
 
-def lower_assign_variable(e, op, name):
+def lower_assign_variable(e: ModelEmitter, op: Operator, name: str) -> str:
     t = e.tensor(op.inputs[1])
     return f"lt_copy({e.pointer(op.inputs[1])}, {e.resource(0, op.inputs[0], t.nbytes)}, {t.nbytes}u);"
 
 
-def lower_call_once(e, op, name):
+def lower_call_once(e: ModelEmitter, op: Operator, name: str) -> str:
     """CALL_ONCE runs its init subgraph on the first invocation only (TFLM's has_run flag, which Reset() leaves
     set). The init subgraphs these models carry only assign constants to resource variables."""
     init = e.graph.subgraphs[attributes_of(op, CallOnceAttributes).init_subgraph]
@@ -36,7 +45,8 @@ def lower_call_once(e, op, name):
         require(init_op.opcode == "ASSIGN_VARIABLE", f"init subgraph operator {init_op.opcode}")
         value = init.tensors[init_op.inputs[1]]
         data = e.graph.constant_array(init_op.inputs[1], subgraph=init.index)
-        require(data is not None and value.dtype in C_TYPES, "init subgraph assigns a non-constant value")
+        if data is None or value.dtype not in C_TYPES:
+            raise Unsupported("init subgraph assigns a non-constant value")
         source = e.array(f"{name}_value{len(statements)}", C_TYPES[value.dtype], data.reshape(-1))
         statements.append(
             f"lt_copy({source}, {e.resource(init.index, init_op.inputs[0], value.nbytes)}, {value.nbytes}u);"

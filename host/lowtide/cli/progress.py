@@ -1,0 +1,41 @@
+"""One way a command shows the progress of long work: rich bars on stderr, gone when the work is done, none under
+`--json` (stdout holds the one JSON object)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+
+class ProgressBars:
+    """Bars by their label, each shown from the first report of its work: work that reports nothing (found built
+    in the cache) shows no bar."""
+
+    def __init__(self, progress: Progress):
+        self._progress = progress
+        self._tasks: dict[str, TaskID] = {}
+
+    def update(self, label: str, done: int, total: int) -> None:
+        """`done` of `total` steps of the work labelled `label`: the callback the stages take (with the label
+        bound), e.g. `functools.partial(bars.update, "TFLM for cortex-m4f")`."""
+        if label not in self._tasks:
+            self._tasks[label] = self._progress.add_task(label, total=total)
+        self._progress.update(self._tasks[label], completed=done, total=total)
+
+
+@contextmanager
+def progress_bars(disable: bool = False) -> Iterator[ProgressBars]:
+    """Bars on stderr for the block's work; `disable` (a command's `--json`): none."""
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+        disable=disable,
+    ) as progress:
+        yield ProgressBars(progress)
