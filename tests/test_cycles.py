@@ -54,6 +54,35 @@ __attribute__((section(".vectors"), used)) const void *const vectors[2] = {(void
 """.replace("%d", str(LOOP_PASSES))
 
 
+# A Helium loop on the Cortex-M55: two vector loads and a multiply-accumulate-across in a low-overhead loop. Each
+# 128-bit instruction takes two beats on the M55's 64-bit datapath, overlapping the next of the other kind (a load
+# beside arithmetic): vldrb 2, vldrb 2, vmladava 1 (overlapped), le 1 with no refill; movs, dls and the mark 1 each.
+HELIUM_PASSES = 50
+HELIUM_CYCLES = 3 + HELIUM_PASSES * 6
+HELIUM_INSTRUCTIONS = 3 + HELIUM_PASSES * 4
+HELIUM_SOURCE = r"""
+__attribute__((naked, noreturn)) void reset(void) {
+  __asm volatile(
+      "ldr r0, =0xE000ED88\n ldr r1, [r0]\n orr r1, r1, #0xF00000\n str r1, [r0]\n dsb\n isb\n"
+      "mov r0, sp\n sub r0, r0, #1024\n mov r1, r0\n"
+      ".p2align 2\n"
+      "dbg #1\n"
+      "movs r3, #%d\n"
+      "dls lr, r3\n"
+      "1: vldrb.s8 q0, [r0]\n"
+      "vldrb.s8 q1, [r1]\n"
+      "vmladava.s8 r4, q0, q1\n"
+      "le lr, 1b\n"
+      "dbg #2\n"
+      "movs r0, #0x20\n ldr r1, =exit_block\n bkpt 0xAB\n"
+      "2: b 2b\n"
+      ".p2align 2\n"
+      "exit_block: .word 0x20026, 0\n");
+}
+__attribute__((section(".vectors"), used)) const void *const vectors[2] = {(void *)0x20010000, (void *)reset};
+""".replace("%d", str(HELIUM_PASSES))
+
+
 @pytest.fixture(scope="module")
 def settings():
     """The user cache (the firmware builds are there), QEMU's header from ../shared."""
@@ -75,26 +104,34 @@ def test_the_plugin_builds_once_into_the_cache(tmp_path):
     assert cycle_model.build_plugin(HEADER_DIR, settings) == plugin and plugin.stat().st_mtime_ns == built_at
 
 
-@pytest.fixture(scope="module")
-def loop_elf(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("loop")
-    (folder / "loop.c").write_text(LOOP_SOURCE)
-    (folder / "loop.ld").write_text(
-        "MEMORY { CODE (rx) : ORIGIN = 0, LENGTH = 64K }\nSECTIONS { .text : { KEEP(*(.vectors)) *(.text*) } > CODE }\n"
-    )
+LINKER_SCRIPT = (
+    "MEMORY { CODE (rx) : ORIGIN = 0, LENGTH = 64K }\nSECTIONS { .text : { KEEP(*(.vectors)) *(.text*) } > CODE }\n"
+)
+
+
+def build_loop(folder: Path, source: str, cpu_flags: list[str]) -> Path:
+    (folder / "loop.c").write_text(source)
+    (folder / "loop.ld").write_text(LINKER_SCRIPT)
     elf = folder / "loop.elf"
     subprocess.run(
-        ["arm-none-eabi-gcc", "-mcpu=cortex-m4", "-mthumb", "-O2", "-nostdlib", "-T", str(folder / "loop.ld")]
+        ["arm-none-eabi-gcc", *cpu_flags, "-mthumb", "-O2", "-nostdlib", "-T", str(folder / "loop.ld")]
         + [str(folder / "loop.c"), "-o", str(elf)],
         check=True,
     )
     return elf
 
 
-def run_loop(elf: Path, plugin: Path, core: str, windows: Path) -> list[cycle_model.CycleWindow]:
+@pytest.fixture(scope="module")
+def loop_elf(tmp_path_factory) -> Path:
+    return build_loop(tmp_path_factory.mktemp("loop"), LOOP_SOURCE, ["-mcpu=cortex-m4"])
+
+
+def run_loop(
+    elf: Path, plugin: Path, core: str, windows: Path, machine: str = "mps2-an386"
+) -> list[cycle_model.CycleWindow]:
     model = cycle_model.CycleModel(plugin, core, windows)
     subprocess.run(
-        ["qemu-system-arm", "-machine", "mps2-an386", "-display", "none", "-monitor", "none", "-serial", "null"]
+        ["qemu-system-arm", "-machine", machine, "-display", "none", "-monitor", "none", "-serial", "null"]
         + ["-icount", "shift=0", "-semihosting-config", "enable=on,target=native", "-kernel", str(elf)]
         + list(model.qemu_arguments()),
         check=True,
@@ -111,6 +148,13 @@ def test_a_known_loop_costs_the_cycles_the_trm_gives(loop_elf, plugin, tmp_path)
     # The M7 issues the two loads' neighbours in pairs and predicts the branch: fewer cycles, same instructions.
     (m7,) = run_loop(loop_elf, plugin, "cortex-m7", tmp_path / "m7.txt")
     assert m7.instructions == LOOP_INSTRUCTIONS and m7.cycles < m4.cycles
+
+
+@needs_firmware_tools
+def test_a_helium_loop_costs_the_m55s_beats(plugin, tmp_path):
+    elf = build_loop(tmp_path, HELIUM_SOURCE, ["-mcpu=cortex-m55", "-mfloat-abi=hard"])
+    (m55,) = run_loop(elf, plugin, "cortex-m55", tmp_path / "m55.txt", machine="mps3-an547")
+    assert (m55.cycles, m55.instructions) == (HELIUM_CYCLES, HELIUM_INSTRUCTIONS)
 
 
 @needs_firmware_tools

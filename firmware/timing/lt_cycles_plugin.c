@@ -54,6 +54,8 @@ enum kind {
   K_BRANCH_COND, /* B<cond>, CBZ, CBNZ */
   K_BRANCH_INDIRECT, /* BX, BLX reg, MOV/ADD PC, TBB/TBH, loads to PC */
   K_BARRIER,     /* DSB, DMB, ISB */
+  K_VECTOR_MEM,  /* Helium (MVE): vector loads and stores */
+  K_VECTOR,      /* Helium: vector arithmetic, multiply-accumulate, reductions */
 };
 
 typedef struct {
@@ -63,6 +65,7 @@ typedef struct {
   bool is_call;       /* BL, BLX: pushes a return address (the M7's return stack) */
   bool is_return;     /* BX LR, POP {..., PC}: pops one */
   bool writes_pc;     /* a load that writes PC: LDM/POP with PC, LDR PC */
+  bool loop_end;      /* LE, LETP: the low-overhead loop's branch back */
   int mark;           /* MARK_BEGIN / MARK_END, or 0 */
   uint16_t dst;       /* core registers written (bit n = Rn) */
   uint16_t src;       /* core registers read */
@@ -189,6 +192,17 @@ static insn_t decode(uint32_t hw1, uint32_t hw2, bool wide) {
     return d;
   }
   if ((hw1 & 0xFE00u) == 0xEA00u) { d.dst = R(rd); d.src = R(rn) | R(rm); return d; }      /* DP shifted register */
+  if ((hw1 & 0xEC00u) == 0xEC00u && (hw2 & 0x0E00u) == 0x0E00u) {                            /* MVE: coprocessor 14/15 */
+    d.kind = (hw1 & 0xEE00u) == 0xEC00u ? K_VECTOR_MEM : K_VECTOR;
+    d.addr = d.kind == K_VECTOR_MEM ? R(rn) : 0;
+    return d;
+  }
+  if ((hw1 & 0xEF00u) == 0xEF00u) { d.kind = K_VECTOR; return d; }                          /* MVE: vector data processing */
+  if ((hw1 & 0xFFDFu) == 0xF00Fu && (hw2 & 0xF001u) == 0xC001u) {                            /* LE, LETP */
+    d.kind = K_BRANCH_COND;
+    d.loop_end = true;
+    return d;
+  }
   if ((hw1 & 0xEC00u) == 0xEC00u && (hw2 & 0x0E00u) == 0x0A00u) {                            /* FP (coprocessor 10/11) */
     if ((hw1 & 0xEE00u) == 0xEC00u) {                                                         /* FP loads and stores */
       bool load = (hw1 & 0x10u) != 0, dbl = (hw2 & 0x100u) != 0;
@@ -300,6 +314,12 @@ static unsigned m4_cost(const insn_t *d, const insn_t *prev, enum core core) {
   case K_FP_LONG: return FP_LONG;
   case K_FP_MAC: return FP_MAC;
   case K_BARRIER: return 1u + M4_REFILL;
+  case K_VECTOR_MEM:
+  case K_VECTOR:
+    /* The M55 executes a 128-bit Helium instruction in two beats on its 64-bit datapath, and overlaps it with the
+     * next one of the other kind (a load or store beside arithmetic): 1 cycle after an instruction of the other
+     * kind, 2 otherwise. */
+    return (prev && (prev->kind == K_VECTOR_MEM || prev->kind == K_VECTOR) && prev->kind != d->kind) ? 1u : 2u;
   default: return 1u + stall;
   }
 }
@@ -395,7 +415,7 @@ typedef struct {
   uint32_t cycles;       /* static cost of the whole block */
   uint32_t insns;
   enum kind last_kind;   /* the last instruction's class: how the next block was reached */
-  bool last_is_call, last_is_return, last_writes_pc;
+  bool last_is_call, last_is_return, last_writes_pc, last_loop_end;
   bool target_unaligned_wide; /* this block starts with a 32-bit instruction at a halfword address */
 } block_t;
 
@@ -450,6 +470,7 @@ static uint32_t m7_branch_penalty(const block_t *from, uint64_t to) {
 
 static uint32_t m4_branch_penalty(const block_t *from, const block_t *to) {
   if (to->pc == from->fallthrough) return 0u;  /* not taken, or the block only ended at a page or size limit */
+  if (from->last_loop_end) return 0u;  /* LE: the core keeps the loop's start and branches back without a refill */
   bool direct = from->last_kind == K_BRANCH || from->last_kind == K_BRANCH_COND;
   return (direct ? M4_REFILL_DIRECT : M4_REFILL) + (to->target_unaligned_wide ? 1u : 0u);
 }
@@ -511,6 +532,7 @@ static void block_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb) {
       block->last_is_call = d.is_call;
       block->last_is_return = d.is_return;
       block->last_writes_pc = d.writes_pc;
+      block->last_loop_end = d.loop_end;
     }
     if (d.mark && n_marks < 4) {
       mark_t *mark = calloc(1, sizeof *mark);
