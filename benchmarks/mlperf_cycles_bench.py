@@ -1,8 +1,8 @@
-"""The four MLPerf Tiny models' modelled cycles per inference on the emulated Cortex-M4 and Cortex-M7 (the cycle model,
+"""The four MLPerf Tiny models' modelled cycles per inference on the emulated Cortex-M4, M7 and M33 (the cycle model,
 firmware/timing/lt_cycles_plugin.c), compiled by lowtide and with TFLM + CMSIS-NN, beside the best published MLPerf
 Tiny closed-division results for the core (cycles = latency x clock; issue 42 names them).
 
-    python benchmarks/mlperf_cycles_bench.py [--json]
+    python benchmarks/mlperf_cycles_bench.py [--boards qemu-m4 qemu-m7 qemu-m33] [--json]
 
 Every row's outputs are checked bit for bit against the host TFLM (`lowtide measure`); a row whose outputs differ
 says so. Needs the emulated boards' tools and QEMU's plugin header (LOWTIDE_QEMU_PLUGIN_HEADER, default
@@ -29,12 +29,14 @@ MODELS = {
 }
 # The best published MLPerf Tiny closed-division results per core, in millions of cycles (latency x clock): on the
 # M4, NUCLEO-L4R5ZI at 120 MHz with X-CUBE-AI 9.0 (ad: Plumerai); on the M7, NUCLEO-H7A3ZI at 280 MHz with X-CUBE-AI
-# 9.0 (ad: Bosch). Both run from flash behind ST's ART accelerator and caches.
+# 9.0 (ad: Bosch); on the M33, NUCLEO-U575ZI at 160 MHz (kws, vww: X-CUBE-AI 10.2; ic: Plumerai; ad: Bosch). All run
+# from flash behind ST's ART accelerator and caches.
 PUBLISHED_MCYCLES = {
     "qemu-m4": {"kws": 5.18, "vww": 10.67, "ic": 19.82, "ad": 0.486},
     "qemu-m7": {"kws": 3.17, "vww": 6.67, "ic": 11.44, "ad": 0.303},
+    "qemu-m33": {"kws": 4.64, "vww": 9.48, "ic": 16.69, "ad": 0.495},
 }
-RUNTIMES = {"qemu-m4": ("compiled", "tflm-cmsis-nn"), "qemu-m7": ("compiled",)}
+RUNTIMES = {"qemu-m4": ("compiled", "tflm-cmsis-nn"), "qemu-m7": ("compiled",), "qemu-m33": ("compiled",)}
 
 
 @dataclass(frozen=True)
@@ -52,11 +54,14 @@ class Row:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--boards", nargs="+", choices=sorted(RUNTIMES), default=sorted(RUNTIMES))
     args = parser.parse_args()
     os.environ.setdefault(QEMU_PLUGIN_HEADER_SETTING, str(SHARED / "qemu-plugin"))
     settings = read_settings()
     rows = []
     for board, runtimes in RUNTIMES.items():
+        if board not in args.boards:
+            continue
         for runtime in runtimes:
             for benchmark, name in MODELS.items():
                 result = measure(
