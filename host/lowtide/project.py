@@ -55,9 +55,10 @@ from lowtide.validation import load_model
 
 if TYPE_CHECKING:  # lowtide.runtimes makes the model's part of a project from this module's ModelBuild
     from lowtide.runtimes import FirmwareRuntime
+    from lowtide.tflm.regions import TflmArenaLayout
 
 PROJECT_SPEC = "lowtide_project.json"
-PROJECT_FORMAT = 1
+PROJECT_FORMAT = 2
 # The firmware folders a project needs; the dev-platform, the shims and the firmware's own tests stay behind.
 FIRMWARE_PARTS = ("app", "bsp", "protocol", "runtime", "tflm")
 # How the shipped envs name lowtide's local dev-platform; a project names its copy in the user cache instead.
@@ -105,6 +106,9 @@ class ModelBuild:
     lib_dirs: list[str] = field(default_factory=list)
     libs: list[str] = field(default_factory=list)  # linked before the C library
     sources: list[SourceFolder] = field(default_factory=list)
+    link_scripts: list[str] = field(
+        default_factory=list
+    )  # linker fragments beside the board's script (project-relative)
 
     def to_json(self) -> str:
         return (
@@ -121,6 +125,7 @@ class ModelBuild:
                     "lib_dirs": self.lib_dirs,
                     "libs": self.libs,
                     "sources": [{"name": s.name, "dir": s.directory, "filter": s.src_filter} for s in self.sources],
+                    "link_scripts": self.link_scripts,
                 },
                 indent=2,
             )
@@ -162,7 +167,7 @@ def model_build(
     path: Path,
     runtime: FirmwareRuntime,
     core: str,
-    tflm_arena_bytes: int | None,
+    tflm_arenas: TflmArenaLayout | None,
     files: dict[str, bytes],
     settings: Settings,
     protocol: ProtocolDefines | None = None,
@@ -172,7 +177,7 @@ def model_build(
     says so."""
     data = path.read_bytes()
     graph = load_model(path, settings, runtime.relies_on)
-    build = runtime.model_build(path, graph, core, tflm_arena_bytes, files, settings)
+    build = runtime.model_build(path, graph, core, tflm_arenas, files, settings)
     build.defines.append(("LT_MODEL_SIZE", f"{len(data)}u"))
     build.string_defines.append(("LT_MODEL_SHA256", sha256_hex(data)))
     if protocol is not None:
@@ -342,7 +347,7 @@ def project_files(
     model: Path | None,
     runtime: FirmwareRuntime,
     core: str,
-    tflm_arena_bytes: int | None,
+    tflm_arenas: TflmArenaLayout | None,
     settings: Settings,
     protocol: ProtocolDefines | None = None,
 ) -> dict[str, bytes]:
@@ -352,7 +357,7 @@ def project_files(
         for path in shipped_files(FIRMWARE_DIR / part):
             files[f"firmware/{path.relative_to(FIRMWARE_DIR).as_posix()}"] = path.read_bytes()
     if model is not None:
-        build = model_build(model, runtime, core, tflm_arena_bytes, files, settings, protocol)
+        build = model_build(model, runtime, core, tflm_arenas, files, settings, protocol)
         files[PROJECT_SPEC] = build.to_json().encode()
     env_settings = None
     if env_platform(platformio_env, board_config) == ST_PLATFORM:

@@ -43,6 +43,7 @@ from lowtide.tflm.build import (
     cxx_flags,
     resolver_calls,
 )
+from lowtide.tflm.regions import REGIONS_SCRIPT, TflmArenaLayout
 from lowtide.tflm.sizer import Arena32, predict_arena32, resource_variable_count, write_resolver_include
 from lowtide.tflm.tree import KernelSet
 
@@ -99,7 +100,7 @@ class FirmwareRuntime(ABC):
         path: Path,
         graph: Graph,
         core: str,
-        tflm_arena_bytes: int | None,
+        tflm_arenas: TflmArenaLayout | None,
         files: dict[str, bytes],
         settings: Settings,
     ) -> ModelBuild:
@@ -156,7 +157,7 @@ class CompiledRuntime(FirmwareRuntime):
         path: Path,
         graph: Graph,
         core: str,
-        tflm_arena_bytes: int | None,
+        tflm_arenas: TflmArenaLayout | None,
         files: dict[str, bytes],
         settings: Settings,
     ) -> ModelBuild:
@@ -221,11 +222,11 @@ class TflmRuntime(FirmwareRuntime):
         path: Path,
         graph: Graph,
         core: str,
-        tflm_arena_bytes: int | None,
+        tflm_arenas: TflmArenaLayout | None,
         files: dict[str, bytes],
         settings: Settings,
     ) -> ModelBuild:
-        assert tflm_arena_bytes is not None  # a TFLM image's arena is the one predict_arena sized
+        assert tflm_arenas is not None  # a TFLM image's arenas are the ones predict_arena sized
         opcodes = sorted({op.opcode for sg in graph.subgraphs for op in sg.operators})
         library = build_library(self.kernels, core_named(core), opcodes, settings, DEBIAN_ARM_TOOLCHAIN)
         calls = resolver_calls(library.tree, opcodes)
@@ -237,13 +238,17 @@ class TflmRuntime(FirmwareRuntime):
         build = ModelBuild(path.name, self.name)
         build.defines += [
             ("LT_RUNTIME_TFLM", None),
-            ("LT_TFLM_ARENA_BYTES", f"{tflm_arena_bytes}u"),
+            *tflm_arenas.defines(),
             ("LT_TFLM_OP_TYPES", str(max(1, len(calls)))),
             ("LT_TFLM_RESOURCE_VARIABLES", str(resource_variable_count(graph))),
             ("LT_MODEL_OPERATOR_COUNT", str(len(graph.main.operators))),
             ("LT_MODEL_INPUT_BYTES_TOTAL", f"{sum(graph.main.tensors[i].nbytes for i in graph.main.inputs)}u"),
         ]
-        build.string_defines.append(("LT_TFLM_RUNTIME_NAME", self.name))
+        build.string_defines += [("LT_TFLM_RUNTIME_NAME", self.name), *tflm_arenas.string_defines()]
+        fragment = tflm_arenas.linker_fragment()
+        if fragment is not None:
+            files[REGIONS_SCRIPT] = fragment.encode()
+            build.link_scripts.append(REGIONS_SCRIPT)
         build.ccflags += list(library.compile_flags)
         build.cxxflags += cxx_flags()
         build.include_dirs += ["model", "firmware/tflm"]
