@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from conftest import SHARED_MODELS, needs_firmware_tools
+from lowtide.device.drivers.platformio import elf_sections
+from lowtide.device.spec import get_board_spec
 from lowtide.pipeline.firmware import ArenaRegions
 from lowtide.pipeline.measure import measure
 from lowtide.settings import read_settings
@@ -28,6 +30,7 @@ HELLO = SHARED_MODELS / "tflm_hello_world_int8.tflite"
 KWS = SHARED_MODELS / "mlperf_kws_dscnn_int8.tflite"
 MWW = SHARED_MODELS / "mww_v1_okay_nabu.tflite"  # CALL_ONCE and resource variables: they live in the persistent arena
 AD = SHARED_MODELS / "mlperf_ad01_int8.tflite"
+ON_OFF = SHARED_MODELS / "mltk_kws_on_off_v3.tflite"  # a persistent tail (72 KB) larger than its head (22 KB)
 
 _KERNELS = {"tflm": KernelSet.REFERENCE, "tflm-cmsis-nn": KernelSet.CMSIS_NN}
 
@@ -36,10 +39,10 @@ def lowtide(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "lowtide", *args], capture_output=True, text=True, timeout=1200)
 
 
-def _check_split_on_board(model: Path, runtime: str, regions: ArenaRegions) -> None:
+def _check_split_on_board(model: Path, runtime: str, regions: ArenaRegions, board: str = "qemu-m4") -> None:
     split = predict_arena32(model.read_bytes(), load_model(model), _KERNELS[runtime], read_settings()).split
     assert split is not None
-    result = measure(model, "qemu-m4", runtime=runtime, iterations=1, timeout=60.0, regions=regions)
+    result = measure(model, board, runtime=runtime, iterations=1, timeout=60.0, regions=regions)
     assert result.outputs_match, f"outputs {result.mismatched_outputs} differ from the host TFLM"
     # Each part as predicted, to the byte: the non-persistent arena's use (TFLM's planned head) and the persistent's.
     assert result.board_planned_bytes == split.non_persistent_used_bytes == result.arena_planned_bytes
@@ -93,3 +96,25 @@ def test_bad_regions_are_one_line_and_write_nothing(tmp_path, args, message):
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and message in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert not project.exists()
+
+
+@needs_firmware_tools
+def test_a_model_whose_arena_fits_no_bank_runs_across_two():
+    """qemu-m4-banks has two 80 KiB banks: the model's one arena (94 KB) fits neither, and is refused before
+    building; TFLM's two arenas, the persistent one in the second bank, fit and run, each as predicted."""
+    spec = get_board_spec("qemu-m4-banks")
+    arena = predict_arena32(ON_OFF.read_bytes(), load_model(ON_OFF), KernelSet.REFERENCE, read_settings())
+    assert arena.split is not None
+    assert arena.arena_bytes > max(m.size_bytes for m in spec.memories if m.name != "code")
+    one = lowtide("build", str(ON_OFF), "--board", "qemu-m4-banks", "--json")
+    assert one.returncode == 2 and one.stderr.count("\n") == 1 and "SRAM of qemu-m4-banks" in one.stderr, one.stderr
+    two = lowtide("build", str(ON_OFF), "--board", "qemu-m4-banks", "--persistent-region", "sram2", "--json")
+    assert two.returncode == 0, two.stderr
+    report = json.loads(two.stdout)
+    assert report["persistent_arena_bytes"] == arena.split.persistent_arena_bytes
+    # The image's persistent arena is where the board's map has sram2, the rest within sram1.
+    sections = {s.name: s for s in elf_sections(Path(report["elf"]), read_settings())}
+    placed = sections[".lt_arena.sram2"]
+    assert (placed.address, placed.size) == (0x20200000, arena.split.persistent_arena_bytes)
+    assert sections[".stack"].address + sections[".stack"].size <= 0x20000000 + 81920
+    _check_split_on_board(ON_OFF, "tflm", ArenaRegions(persistent="sram2"), board="qemu-m4-banks")
