@@ -118,3 +118,20 @@ def test_a_model_whose_arena_fits_no_bank_runs_across_two():
     assert (placed.address, placed.size) == (0x20200000, arena.split.persistent_arena_bytes)
     assert sections[".stack"].address + sections[".stack"].size <= 0x20000000 + 81920
     _check_split_on_board(ON_OFF, "tflm", ArenaRegions(persistent="sram2"), board="qemu-m4-banks")
+
+
+@needs_firmware_tools
+def test_inspect_board_shows_what_each_memory_holds_and_whether_it_fits():
+    split = predict_arena32(ON_OFF.read_bytes(), load_model(ON_OFF), KernelSet.REFERENCE, read_settings()).split
+    assert split is not None
+    one = lowtide("inspect", str(ON_OFF), "--board", "qemu-m4-banks", "--json")
+    two = lowtide("inspect", str(ON_OFF), "--board", "qemu-m4-banks", "--persistent-region", "sram2", "--json")
+    assert one.returncode == 0 and two.returncode == 0, one.stderr + two.stderr
+    one_use = {m["memory"]: m for m in json.loads(one.stdout)["board_memories"]}
+    two_use = {m["memory"]: m for m in json.loads(two.stdout)["board_memories"]}
+    assert not one_use["sram1"]["fits"] and one_use["sram2"]["used_bytes"] == 0
+    assert two_use["sram1"]["fits"] and two_use["sram2"]["fits"]
+    assert {"what": "TFLM's persistent arena", "bytes": split.persistent_arena_bytes} in two_use["sram2"]["contents"]
+    assert {"what": "TFLM's non-persistent arena", "bytes": split.non_persistent_arena_bytes} in two_use["sram1"][
+        "contents"
+    ]

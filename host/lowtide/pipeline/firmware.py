@@ -16,6 +16,7 @@ TFLM behind the protocol, started with the model.
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,11 +24,13 @@ from pathlib import Path
 from lowtide.device.boards import Board, HostTflmBoard
 from lowtide.device.drivers.platformio import (
     FirmwareImage,
+    MemoryRegion,
     build_project,
     check_buildable,
     check_registry_reachable,
     read_firmware_image,
     shipped_linker_regions,
+    shipped_linker_script,
     upload_image,
     upload_settings,
 )
@@ -37,6 +40,7 @@ from lowtide.errors import LowtideError
 from lowtide.model.ir import Graph
 from lowtide.pipeline import host_tflm
 from lowtide.project import FirmwareProject, ProtocolDefines, cached_project_dir, project_files
+from lowtide.resources import DATA_DIR
 from lowtide.runtimes import FirmwareRuntime, FootprintEstimate, runtime_for
 from lowtide.settings import Settings, settings_or_read
 from lowtide.tflm.regions import ArenaPlace, TflmArenaLayout
@@ -108,6 +112,69 @@ def _script_ram_arena_bytes(layout: TflmArenaLayout) -> int:
     """The arena bytes in the linker script's own regions (.bss, or a script region): those sram_bytes counts."""
     parts = ((layout.arena_place, layout.arena_bytes), (layout.persistent_place, layout.persistent_bytes or 0))
     return sum(nbytes for place, nbytes in parts if place is None or place.declared is None)
+
+
+@dataclass(frozen=True)
+class MemoryUse:
+    """What lives in one of a board's memories for a model's firmware, known before building it."""
+
+    memory: str
+    address: int
+    size_bytes: int
+    contents: tuple[tuple[str, int], ...]  # (what, bytes); the stack region is not counted
+
+    @property
+    def used_bytes(self) -> int:
+        return sum(nbytes for _, nbytes in self.contents)
+
+    @property
+    def fits(self) -> bool:
+        return self.used_bytes <= self.size_bytes
+
+    def to_json(self) -> dict:
+        return {
+            "memory": self.memory,
+            "address": self.address,
+            "size_bytes": self.size_bytes,
+            "contents": [{"what": what, "bytes": nbytes} for what, nbytes in self.contents],
+            "used_bytes": self.used_bytes,
+            "fits": self.fits,
+        }
+
+
+def memory_use(spec: BoardSpec, estimate: FootprintEstimate, layout: TflmArenaLayout | None) -> list[MemoryUse]:
+    """Per memory of `spec` ([[memory]]), what its firmware puts there: code and constants in the linker script's
+    flash region, static RAM (and the arenas in .bss) in its RAM region, each placed arena in its memory."""
+    regions = shipped_linker_regions(spec) or []
+    split = layout is not None and layout.persistent_bytes is not None
+    arena_name = "TFLM's non-persistent arena" if split else "arena"
+    placed = [(layout.arena_place, arena_name, layout.arena_bytes)] if layout else []
+    if layout is not None and layout.persistent_bytes is not None:
+        placed.append((layout.persistent_place, "TFLM's persistent arena", layout.persistent_bytes))
+    in_bss = [(what, nbytes) for place, what, nbytes in placed if place is None]
+    if layout is None:
+        in_bss = [("arena", estimate.arena_bytes)]
+    uses = []
+    for bank in spec.memories:
+        contents: list[tuple[str, int]] = []
+        for region in regions:
+            if bank.address <= region.origin < bank.end:
+                if not region.writable:
+                    contents.append(("code and constants", estimate.image_bytes))
+                elif region.name == _bss_region(spec, regions):
+                    contents += [("static RAM", estimate.static_ram_bytes), *in_bss]
+        contents += [
+            (what, nbytes) for place, what, nbytes in placed if place is not None and place.memory == bank.name
+        ]
+        uses.append(MemoryUse(bank.name, bank.address, bank.size_bytes, tuple(contents)))
+    return uses
+
+
+def _bss_region(spec: BoardSpec, regions: list[MemoryRegion]) -> str | None:
+    """The linker script's region that holds .bss: its RAM, or the region RAM is an alias of (REGION_ALIAS)."""
+    script = shipped_linker_script(spec)
+    alias = re.search(r'REGION_ALIAS\(\s*"RAM"\s*,\s*(\w+)\s*\)', (DATA_DIR / script).read_text()) if script else None
+    return alias.group(1) if alias else next((r.name for r in regions if r.name == "RAM"), None)
 
 
 def capacity(spec: BoardSpec, what: str, nbytes: int) -> str:
