@@ -162,6 +162,12 @@ def _table(result: MeasureResult) -> TerminalTable:
             table.add_row(
                 f"latency, {lat.unit} min/med/max ({lat.iterations})", f"{lat.min:,} / {lat.median:,} / {lat.max:,}"
             )
+    if (modelled := result.modelled_cycles) is not None and result.cycle_model is not None:
+        table.add_row(
+            f"latency, cycles ({result.cycle_model.core} model)",
+            f"{modelled.min:,} / {modelled.median:,} / {modelled.max:,}",
+        )
+        table.add_row("  the model assumes", result.cycle_model.assumes)
     if result.clock_hz:
         table.add_row("clock", f"{result.clock_hz / 1e6:g} MHz")
     if result.op_cycles:

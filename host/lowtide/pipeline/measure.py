@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import tempfile
 from pathlib import Path
 
 from lowtide import oracle
 from lowtide.device import locking
 from lowtide.device.boards import DEFAULT_WAIT_S, Board, Connection, board_for_spec, get_board
+from lowtide.device.drivers import cycle_model
 from lowtide.device.drivers.platformio import FirmwareImage
 from lowtide.device.measure import Expected, MeasureProgress, MeasureResult, WaitNotice, run_on_board
 from lowtide.device.spec import with_probe
@@ -77,7 +79,8 @@ def measure(
         if resource is None
         else locking.locked(resource, lock_timeout, what, lock_wait, lock_dir=settings.lock_dir)
     )
-    with held:
+    with held, tempfile.TemporaryDirectory(prefix="lowtide-cycles-") as scratch:
+        timing, timing_warning = cycle_model.for_board(target.spec, Path(scratch) / "windows.txt", settings)
         result = _measure(
             target,
             loaded.graph,
@@ -94,8 +97,10 @@ def measure(
             on_wait,
             settings,
             regions,
+            timing,
         )
-    return dataclasses.replace(result, warnings=tuple(w.warning for w in loaded.warnings))
+    notes = (timing_warning,) if timing_warning else ()
+    return dataclasses.replace(result, warnings=(*(w.warning for w in loaded.warnings), *notes))
 
 
 def _measure(
@@ -114,6 +119,7 @@ def _measure(
     on_wait: WaitNotice | None,
     settings: Settings,
     regions: ArenaRegions,
+    timing: cycle_model.CycleModel | None,
 ) -> MeasureResult:
     inputs = oracle.random_inputs(graph, seed)
     outputs = oracle.run(graph.data, inputs, path=str(model_path), settings=settings).outputs
@@ -138,7 +144,7 @@ def _measure(
         ),
     )
     place_wait = (lambda holder: on_wait("place", holder)) if on_wait else None
-    connection = Connection(model_path, port, timeout, settings, image, wait, place_wait)
+    connection = Connection(model_path, port, timeout, settings, image, wait, place_wait, timing)
     return run_on_board(
         target, connection, expected, iterations=iterations, warmup=warmup, profile_ops=profile_ops, progress=progress
     )
