@@ -22,7 +22,7 @@ from lowtide.device.spec import with_probe
 from lowtide.device.static_ram import StaticRamSplit, static_ram_split
 from lowtide.errors import LowtideError
 from lowtide.model.ir import Graph
-from lowtide.pipeline.firmware import board_firmware, predicted_arena
+from lowtide.pipeline.firmware import IN_BSS, ArenaRegions, board_firmware, predicted_arena, predicted_head_and_used
 from lowtide.runtimes import FirmwareRuntime, planned_head_bytes, runtime_for, runtime_named
 from lowtide.settings import Settings, settings_or_read
 from lowtide.validation import load_checked
@@ -45,12 +45,14 @@ def measure(
     on_wait: WaitNotice | None = None,
     probe: str | None = None,
     settings: Settings | None = None,
+    regions: ArenaRegions = IN_BSS,
 ) -> MeasureResult:
     """Measure `model_path` on `board` (see lowtide.device.boards), run by `runtime` (None: the board's own).
     `timeout` bounds every wait for the board; `lock_timeout` the wait for a board another run or labgrid client
     holds. `take_lock=False`: the caller holds the board's lock (`Board.lock_resource`) already, as the HIL plugin
     does for a whole session. `probe`: the USB serial number of a real board's probe (`--probe`), over its board
-    file's `probe_serial`. `settings`: the command's (the environment's when none are given)."""
+    file's `probe_serial`. `settings`: the command's (the environment's when none are given). `regions`: where
+    TFLM's arenas go (`--arena-region`, `--persistent-region`)."""
     if iterations < 1 or warmup < 0:
         raise LowtideError(f"need iterations >= 1 and warmup >= 0, got {iterations} and {warmup}")
     settings = settings_or_read(settings)
@@ -94,6 +96,7 @@ def measure(
             lock_timeout,
             on_wait,
             settings,
+            regions,
             timing,
         )
     notes = (timing_warning,) if timing_warning else ()
@@ -115,12 +118,14 @@ def _measure(
     wait: float,
     on_wait: WaitNotice | None,
     settings: Settings,
+    regions: ArenaRegions,
     timing: cycle_model.CycleModel | None,
 ) -> MeasureResult:
     inputs = oracle.random_inputs(graph, seed)
     outputs = oracle.run(graph.data, inputs, path=str(model_path), settings=settings).outputs
-    image = board_firmware(target, model_path, graph, runtime, settings, port)  # refused here if it cannot fit
+    image = board_firmware(target, model_path, graph, runtime, settings, port, regions)  # refused if it cannot fit
     predicted = predicted_arena(target, graph, runtime, settings)
+    head, used = predicted_head_and_used(predicted, regions) if predicted else (planned_head_bytes(graph, None), None)
     expected = Expected(
         model=str(model_path),
         model_sha256=graph.sha256,
@@ -129,8 +134,8 @@ def _measure(
         seed=seed,
         inputs=tuple(array.tobytes() for array in inputs),
         outputs=tuple(array.tobytes() for array in outputs),
-        arena_planned_bytes=planned_head_bytes(graph, predicted),
-        arena_predicted_used_bytes=predicted.used_bytes if predicted else None,
+        arena_planned_bytes=head,
+        arena_predicted_used_bytes=used,
         # Only a board with a board file builds firmware.
         static_ram=(
             _static_ram(image, runtime_for(target.spec.runtime, runtime))
