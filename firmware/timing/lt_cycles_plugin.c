@@ -14,9 +14,9 @@
  *
  * What the model assumes: zero-wait-state memory for code and data (the MPS2/MPS3 SSRAM the boards run from), no
  * caches, no bus contention, interrupts entered as ordinary branches. Costs are per instruction class, from the
- * TRM's instruction timing tables (Cortex-M4 r0p1 table 3-1; the M33 and M55 TRMs' pipelines, which share the M4's
- * costs for everything here), and for the Cortex-M7, whose TRM gives no table, from its description of the
- * dual-issue pipeline (see m7_* below). The static cost of a translation block is computed once, when QEMU
+ * TRM's instruction timing tables (Cortex-M4 r0p1 table 3-1; the M33 and M55 share the M4's scalar costs, the M55
+ * adding its load-use stall and Helium's beats, see m4_cost), and for the Cortex-M7, whose TRM gives no table, from
+ * its description of the dual-issue pipeline (see m7_* below). The static cost of a translation block is computed once, when QEMU
  * translates it; what depends on the path taken (a taken branch's refill, the M7's branch prediction) is charged
  * when the next block starts.
  */
