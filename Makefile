@@ -1,6 +1,9 @@
 # lowtide's two entry points: `make demo` (the main job on the project's own example) and `make test`.
 PYTHON ?= python3
 BUILD ?= build
+# QEMU's TCG plugin header, for the emulated boards' cycle model (docs/firmware.md, "Cycles"): ../shared holds the
+# one Debian's QEMU 7.2 was built from. Every recipe (the tests, demo-board) sees it.
+export LOWTIDE_QEMU_PLUGIN_HEADER ?= $(abspath ../shared/qemu-plugin)
 
 .PHONY: install firmware-deps tflm-lib demo demo-board test bench fuzz
 

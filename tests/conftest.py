@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import os
 import shutil
 from pathlib import Path
 
@@ -11,6 +12,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_MODELS = REPO.parent / "shared" / "models"
+# QEMU's plugin header for the emulated boards' cycle model, as `make test` sets it, for a bare pytest run too.
+if (REPO.parent / "shared" / "qemu-plugin" / "qemu-plugin.h").is_file():
+    os.environ.setdefault("LOWTIDE_QEMU_PLUGIN_HEADER", str(REPO.parent / "shared" / "qemu-plugin"))
 
 
 _MISSING_FIRMWARE_TOOLS = [tool for tool in ("arm-none-eabi-gcc", "qemu-system-arm") if shutil.which(tool) is None]

@@ -144,6 +144,7 @@ def test_board_files_describe_every_platformio_env():
     assert [s.name for s in specs.values() if s.emulated] == [
         "qemu-m33",
         "qemu-m4",
+        "qemu-m4-banks",
         "qemu-m55",
         "qemu-m7",
         "qemu-nucleo-f446re",

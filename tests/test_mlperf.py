@@ -23,6 +23,7 @@ import pytest
 from conftest import REPO, SHARED_MODELS, needs_firmware_tools
 from lowtide import oracle
 from lowtide.cli.mlperf_cmd import _table as mlperf_table
+from lowtide.device.drivers.cycle_model import CycleModelInfo
 from lowtide.device.spec import get_board_spec
 from lowtide.mlperf.benchmarks import BENCHMARKS, INPUT_UINT8_AS_INT8, RESULT_SCORES, mlperf_protocol
 from lowtide.mlperf.datasets import LABELS_FILE, generate_dataset
@@ -387,6 +388,11 @@ def test_runner_throughput_is_lowtides_from_the_boards_instruction_count(runs):
         # in (the compiled runtime writes over it; TFLM also resets), reads the counter, and runs on the runner's
         # input; m-lap-us- T0's line is inside the window too, as in MLCommons' reference DUT.
         assert per_inference == pytest.approx(measured.latency_cycles.median, rel=5e-3)
+    # The cycle model times each inference the same way (the tests read QEMU's plugin header from ../shared): the
+    # median of every inference's modelled cycles is what measure models for one invocation, to the input copy.
+    assert performance.cycle_model == CycleModelInfo("cortex-m4f") == measured.cycle_model
+    assert performance.modelled_cycles_per_inference == pytest.approx(measured.modelled_cycles.median, rel=5e-3)
+    assert performance.modelled_cycles_per_inference > measured.latency_cycles.median
     log = (Path(performance.session_dir) / "log.txt").read_text()
     assert "Runtime requirements have been met." in log
     assert f"Device name retrieved: lowtide {IMAGE_NAMES[board]}\n" in log

@@ -13,7 +13,7 @@ from pathlib import Path
 
 Import("env")  # noqa: F821 (SCons injects Import)
 
-FORMAT = 1
+FORMAT = 2
 project_dir = Path(env.subst("$PROJECT_DIR"))  # noqa: F821
 spec_path = project_dir / "lowtide_project.json"
 
@@ -38,6 +38,9 @@ def apply(spec):
         CXXFLAGS=spec["cxxflags"],
         LIBPATH=[in_project(d) for d in spec["lib_dirs"]],
     )
+    # Linker fragments beside the board's own script (TFLM's arenas in the board's memories: lowtide.tflm.regions),
+    # as --script=: PlatformIO leaves the board's script out where it finds "-Wl,-T" among the link flags.
+    env.Append(LINKFLAGS=[f"-Wl,--script={in_project(script)}" for script in spec["link_scripts"]])  # noqa: F821
     # Before the C library the platform links: the TFLM library needs it, and static libraries resolve in order.
     env.Prepend(LIBS=spec["libs"])  # noqa: F821
     for source in spec["sources"]:

@@ -5,10 +5,16 @@
  * sizes the arena from lowtide's 32-bit prediction (LT_TFLM_ARENA_BYTES: the smallest arena AllocateTensors
  * accepts, never found by trial on the board).
  *
+ * With LT_TFLM_PERSISTENT_ARENA_BYTES, TFLM gets its two arenas instead, as MicroAllocator::Create(persistent, size,
+ * non_persistent, size) sets them up: LT_TFLM_ARENA_BYTES is then the non-persistent one (the head), and each is
+ * sized by lowtide's prediction of its part. LT_TFLM_ARENA_SECTION and LT_TFLM_PERSISTENT_ARENA_SECTION put an
+ * arena in a section of its own, which the project's linker fragment places in a memory of the board
+ * (lowtide.tflm.regions); without them it is in .bss.
+ *
  * Figures: used = MicroInterpreter::arena_used_bytes(); planned = the arena allocator's non-persistent (head) bytes,
  * so the tail is used - planned. The arena is painted once, before AllocateTensors: TFLM keeps its persistent
  * structures in it (the tail, from the top) for the life of the interpreter, so it cannot be painted again between
- * invocations. The high-water mark is the arena less the longest run still painted. Per-operator cycles come from
+ * invocations. The high-water mark is the arena less the longest run still painted (of each arena, summed). Per-operator cycles come from
  * TFLM's profiler interface: the interpreter opens and closes one event around each operator. */
 #ifdef LT_RUNTIME_TFLM
 
@@ -65,7 +71,24 @@ class OperatorProfiler : public tflite::MicroProfilerInterface {
 using Resolver = tflite::MicroMutableOpResolver<LT_TFLM_OP_TYPES>;
 
 /* Static storage, objects built in lt_model_setup(): a static object would register its destructor with atexit. */
-alignas(16) uint8_t arena[LT_TFLM_ARENA_BYTES];
+#ifdef LT_TFLM_ARENA_SECTION
+#define LT_ARENA_PLACE __attribute__((section(LT_TFLM_ARENA_SECTION)))
+#else
+#define LT_ARENA_PLACE
+#endif
+#ifdef LT_TFLM_PERSISTENT_ARENA_SECTION
+#define LT_PERSISTENT_ARENA_PLACE __attribute__((section(LT_TFLM_PERSISTENT_ARENA_SECTION)))
+#else
+#define LT_PERSISTENT_ARENA_PLACE
+#endif
+
+alignas(16) uint8_t arena[LT_TFLM_ARENA_BYTES] LT_ARENA_PLACE;
+#ifdef LT_TFLM_PERSISTENT_ARENA_BYTES
+alignas(16) uint8_t persistent_arena[LT_TFLM_PERSISTENT_ARENA_BYTES] LT_PERSISTENT_ARENA_PLACE;
+#define LT_ARENAS_BYTES (LT_TFLM_ARENA_BYTES + LT_TFLM_PERSISTENT_ARENA_BYTES)
+#else
+#define LT_ARENAS_BYTES LT_TFLM_ARENA_BYTES
+#endif
 uint8_t staging[LT_MODEL_INPUT_BYTES_TOTAL > 0 ? LT_MODEL_INPUT_BYTES_TOTAL : 1];
 uint32_t staging_offset[256];
 alignas(Resolver) uint8_t resolver_storage[sizeof(Resolver)];
@@ -93,7 +116,7 @@ const lt_model_info *lt_model_setup(void) {
   }
   info.runtime = LT_TFLM_RUNTIME_NAME;
   info.model_size_bytes = LT_MODEL_SIZE;
-  info.arena_capacity_bytes = LT_TFLM_ARENA_BYTES;
+  info.arena_capacity_bytes = LT_ARENAS_BYTES;
   info.operator_count = LT_MODEL_OPERATOR_COUNT;
   info.planned_bytes = LT_UNKNOWN_U32;
   info.used_bytes = LT_UNKNOWN_U32;
@@ -101,8 +124,15 @@ const lt_model_info *lt_model_setup(void) {
 #include "lt_model_ops.inc"
   profiler = new (profiler_storage) OperatorProfiler();
   lt_arena_paint(arena, sizeof arena, LT_ARENA_PATTERN_A);
+#ifdef LT_TFLM_PERSISTENT_ARENA_BYTES
+  lt_arena_paint(persistent_arena, sizeof persistent_arena, LT_ARENA_PATTERN_A);
+  tflm = lt_tflm_create_split<tflite::PersistentArenaBufferAllocator, tflite::NonPersistentArenaBufferAllocator>(
+      lt_model_tflite, resolver, persistent_arena, sizeof persistent_arena, arena, sizeof arena,
+      LT_TFLM_RESOURCE_VARIABLES, interpreter_storage, profiler);
+#else
   tflm = lt_tflm_create<tflite::SingleArenaBufferAllocator>(lt_model_tflite, resolver, arena, sizeof arena,
                                                            LT_TFLM_RESOURCE_VARIABLES, interpreter_storage, profiler);
+#endif
   if (tflm.interpreter->AllocateTensors() != kTfLiteOk) {
     info.status = last_log[0] ? last_log : "AllocateTensors failed";
     return &info;
@@ -119,7 +149,7 @@ const lt_model_info *lt_model_setup(void) {
   info.input_count = (uint8_t)tflm.interpreter->inputs_size();
   info.output_count = (uint8_t)tflm.interpreter->outputs_size();
   info.used_bytes = (uint32_t)tflm.interpreter->arena_used_bytes();
-  info.planned_bytes = (uint32_t)tflm.arena_allocator->GetNonPersistentUsedBytes();
+  info.planned_bytes = (uint32_t)tflm.non_persistent->GetNonPersistentUsedBytes();
   info.ready = 1;
   return &info;
 }
@@ -146,7 +176,11 @@ int lt_model_invoke(lt_model_op_hook hook, void *user) {
 }
 
 uint32_t lt_model_arena_high_water(void) {
-  return lt_arena_used_around_gap(arena, sizeof arena, LT_ARENA_PATTERN_A);
+  uint32_t used = lt_arena_used_around_gap(arena, sizeof arena, LT_ARENA_PATTERN_A);
+#ifdef LT_TFLM_PERSISTENT_ARENA_BYTES
+  used += lt_arena_used_around_gap(persistent_arena, sizeof persistent_arena, LT_ARENA_PATTERN_A);
+#endif
+  return used;
 }
 
 }  // extern "C"

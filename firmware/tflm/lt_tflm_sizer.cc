@@ -9,12 +9,19 @@
  * one): a tracking allocator, the size of the stock one, records the most bytes in use after every allocation. The
  * memory planner's own call takes all that is left, so for it the allocator records where the planner starts and the
  * persistent bytes at that time, and the planner's real need (per_buffer_size() bytes per planned buffer) is added
- * afterwards. */
+ * afterwards.
+ *
+ * Then the same model again on TFLM's two arenas (lt_tflm_create_split: the persistent one in the upper part of the
+ * window, the non-persistent one below it), for the figures of each: the persistent arena's need is what it holds;
+ * the non-persistent one's is its most bytes in use, the planner's scratch counted as above. A model whose parts do
+ * not fit that split prints no split figures. */
 #include <string.h>
 
 #include "lt_board.h"
 #include "lt_tflm.h"
 #include "lt_tflm_create.h"
+#include "tensorflow/lite/micro/arena_allocator/non_persistent_arena_buffer_allocator.h"
+#include "tensorflow/lite/micro/arena_allocator/persistent_arena_buffer_allocator.h"
 #include "tensorflow/lite/micro/micro_mutable_op_resolver.h"
 
 #ifndef LT_SIZER_RAM_BASE
@@ -25,6 +32,8 @@
 #define LT_SIZER_RESOURCE_VARIABLES (*(const volatile int32_t *)(LT_SIZER_RAM_BASE + 0x7FFFFCu))
 #define LT_SIZER_ARENA ((uint8_t *)(LT_SIZER_RAM_BASE + 0x800000u))
 #define LT_SIZER_ARENA_BYTES 0x800000u
+/* The two-arena run: the non-persistent arena below, the persistent one in the window's top quarter. */
+#define LT_SIZER_NON_PERSISTENT_BYTES 0x600000u
 
 namespace {
 
@@ -67,6 +76,37 @@ class TrackingAllocator : public tflite::SingleArenaBufferAllocator {
   }
 };
 
+/* The two-arena run's non-persistent allocator, tracked the same way. */
+size_t split_peak_bytes;
+size_t split_planner_start_bytes;
+
+class TrackingNonPersistent : public tflite::NonPersistentArenaBufferAllocator {
+ public:
+  using tflite::NonPersistentArenaBufferAllocator::NonPersistentArenaBufferAllocator;
+
+  TfLiteStatus ResizeBuffer(uint8_t *resizable_buf, size_t size, size_t alignment) override {
+    TfLiteStatus status = NonPersistentArenaBufferAllocator::ResizeBuffer(resizable_buf, size, alignment);
+    Record();
+    return status;
+  }
+  uint8_t *AllocateTemp(size_t size, size_t alignment) override {
+    if (size != 0 && size == GetAvailableMemory(alignment)) { /* the memory planner's scratch: all that is left */
+      uint8_t *start = tflite::AlignPointerUp(GetOverlayMemoryAddress() + GetNonPersistentUsedBytes(), alignment);
+      split_planner_start_bytes = (size_t)(start - GetOverlayMemoryAddress());
+      return NonPersistentArenaBufferAllocator::AllocateTemp(size, alignment);
+    }
+    uint8_t *result = NonPersistentArenaBufferAllocator::AllocateTemp(size, alignment);
+    Record();
+    return result;
+  }
+
+ private:
+  void Record() {
+    size_t used = GetNonPersistentUsedBytes();
+    if (used > split_peak_bytes) split_peak_bytes = used;
+  }
+};
+
 alignas(tflite::MicroInterpreter) uint8_t interpreter_storage[sizeof(tflite::MicroInterpreter)];
 /* Built in main() into static storage: a static object would register its destructor with atexit. */
 using Resolver = tflite::MicroMutableOpResolver<LT_TFLM_OP_TYPES>;
@@ -85,6 +125,10 @@ void print_u32(const char *name, uint32_t value) {
   print(name);
   print("=");
   while (n) lt_board_write((const uint8_t *)&digits[--n], 1);
+}
+
+uint32_t planner_bytes(const lt_tflm &tflm) {
+  return (uint32_t)(tflite::GreedyMemoryPlanner::per_buffer_size() * (size_t)tflm.planner->GetBufferCount());
 }
 
 }  // namespace
@@ -108,13 +152,23 @@ int main(void) {
   }
   print("lowtide-sizer");
   print_u32("used", (uint32_t)tflm.interpreter->arena_used_bytes());
-  print_u32("head", (uint32_t)tflm.arena_allocator->GetNonPersistentUsedBytes());
-  print_u32("tail", (uint32_t)tflm.arena_allocator->GetPersistentUsedBytes());
+  print_u32("head", (uint32_t)tflm.non_persistent->GetNonPersistentUsedBytes());
+  print_u32("tail", (uint32_t)tflm.persistent->GetPersistentUsedBytes());
   print_u32("peak", (uint32_t)peak_used_bytes);
   print_u32("planner_start", (uint32_t)planner_start_bytes);
   print_u32("planner_tail", (uint32_t)planner_tail_bytes);
-  print_u32("planner_bytes",
-            (uint32_t)(tflite::GreedyMemoryPlanner::per_buffer_size() * (size_t)tflm.planner->GetBufferCount()));
+  print_u32("planner_bytes", planner_bytes(tflm));
+  lt_tflm split = lt_tflm_create_split<tflite::PersistentArenaBufferAllocator, TrackingNonPersistent>(
+      LT_SIZER_MODEL, resolver, LT_SIZER_ARENA + LT_SIZER_NON_PERSISTENT_BYTES,
+      LT_SIZER_ARENA_BYTES - LT_SIZER_NON_PERSISTENT_BYTES, LT_SIZER_ARENA, LT_SIZER_NON_PERSISTENT_BYTES,
+      LT_SIZER_RESOURCE_VARIABLES, interpreter_storage, nullptr);
+  if (split.interpreter->AllocateTensors() == kTfLiteOk) {
+    print_u32("split_head", (uint32_t)split.non_persistent->GetNonPersistentUsedBytes());
+    print_u32("split_tail", (uint32_t)split.persistent->GetPersistentUsedBytes());
+    print_u32("split_peak", (uint32_t)split_peak_bytes);
+    print_u32("split_planner_start", (uint32_t)split_planner_start_bytes);
+    print_u32("split_planner_bytes", planner_bytes(split));
+  }
   print("\n");
   return 0;
 }

@@ -54,9 +54,10 @@ from lowtide.storage import cache_dir, cached_folder, exclusive_lock, write_atom
 
 if TYPE_CHECKING:  # lowtide.runtimes makes the model's part of a project from this module's ModelBuild
     from lowtide.runtimes import FirmwareRuntime
+    from lowtide.tflm.regions import TflmArenaLayout
 
 PROJECT_SPEC = "lowtide_project.json"
-PROJECT_FORMAT = 1
+PROJECT_FORMAT = 2
 # The firmware folders a project needs; the dev-platform, the shims and the firmware's own tests stay behind.
 FIRMWARE_PARTS = ("app", "bsp", "protocol", "runtime", "tflm")
 # How the shipped envs name lowtide's local dev-platform; a project names its copy in the user cache instead.
@@ -104,6 +105,9 @@ class ModelBuild:
     lib_dirs: list[str] = field(default_factory=list)
     libs: list[str] = field(default_factory=list)  # linked before the C library
     sources: list[SourceFolder] = field(default_factory=list)
+    link_scripts: list[str] = field(
+        default_factory=list
+    )  # linker fragments beside the board's script (project-relative)
 
     def to_json(self) -> str:
         return (
@@ -120,6 +124,7 @@ class ModelBuild:
                     "lib_dirs": self.lib_dirs,
                     "libs": self.libs,
                     "sources": [{"name": s.name, "dir": s.directory, "filter": s.src_filter} for s in self.sources],
+                    "link_scripts": self.link_scripts,
                 },
                 indent=2,
             )
@@ -161,7 +166,7 @@ def model_build(
     graph: Graph,
     runtime: FirmwareRuntime,
     core: str,
-    tflm_arena_bytes: int | None,
+    tflm_arenas: TflmArenaLayout | None,
     files: dict[str, bytes],
     settings: Settings,
     protocol: ProtocolDefines | None = None,
@@ -169,7 +174,7 @@ def model_build(
     """The part of a project of `graph`, validated for what `runtime` relies on (its files go into `files`): what
     `runtime` adds for it, and what every runtime's part has (the model's size and digest); serving another protocol
     than lowtide's own where `protocol` says so."""
-    build = runtime.model_build(graph, core, tflm_arena_bytes, files, settings)
+    build = runtime.model_build(graph, core, tflm_arenas, files, settings)
     build.defines.append(("LT_MODEL_SIZE", f"{graph.size_bytes}u"))
     build.string_defines.append(("LT_MODEL_SHA256", graph.sha256))
     if protocol is not None:
@@ -339,7 +344,7 @@ def project_files(
     model: Graph | None,
     runtime: FirmwareRuntime,
     core: str,
-    tflm_arena_bytes: int | None,
+    tflm_arenas: TflmArenaLayout | None,
     settings: Settings,
     protocol: ProtocolDefines | None = None,
 ) -> dict[str, bytes]:
@@ -349,7 +354,7 @@ def project_files(
         for path in shipped_files(FIRMWARE_DIR / part):
             files[f"firmware/{path.relative_to(FIRMWARE_DIR).as_posix()}"] = path.read_bytes()
     if model is not None:
-        build = model_build(model, runtime, core, tflm_arena_bytes, files, settings, protocol)
+        build = model_build(model, runtime, core, tflm_arenas, files, settings, protocol)
         files[PROJECT_SPEC] = build.to_json().encode()
     env_settings = None
     if env_platform(platformio_env, board_config) == ST_PLATFORM:

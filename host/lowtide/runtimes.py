@@ -43,6 +43,7 @@ from lowtide.tflm.build import (
     cxx_flags,
     resolver_calls,
 )
+from lowtide.tflm.regions import REGIONS_SCRIPT, TflmArenaLayout
 from lowtide.tflm.sizer import Arena32, predict_arena32, resource_variable_count, write_resolver_include
 from lowtide.tflm.tree import KernelSet
 
@@ -98,7 +99,7 @@ class FirmwareRuntime(ABC):
         self,
         graph: Graph,
         core: str,
-        tflm_arena_bytes: int | None,
+        tflm_arenas: TflmArenaLayout | None,
         files: dict[str, bytes],
         settings: Settings,
     ) -> ModelBuild:
@@ -154,7 +155,7 @@ class CompiledRuntime(FirmwareRuntime):
         self,
         graph: Graph,
         core: str,
-        tflm_arena_bytes: int | None,
+        tflm_arenas: TflmArenaLayout | None,
         files: dict[str, bytes],
         settings: Settings,
     ) -> ModelBuild:
@@ -218,11 +219,11 @@ class TflmRuntime(FirmwareRuntime):
         self,
         graph: Graph,
         core: str,
-        tflm_arena_bytes: int | None,
+        tflm_arenas: TflmArenaLayout | None,
         files: dict[str, bytes],
         settings: Settings,
     ) -> ModelBuild:
-        assert tflm_arena_bytes is not None  # a TFLM image's arena is the one predict_arena sized
+        assert tflm_arenas is not None  # a TFLM image's arenas are the ones predict_arena sized
         opcodes = sorted({op.opcode for sg in graph.subgraphs for op in sg.operators})
         library = build_library(self.kernels, core_named(core), opcodes, settings, DEBIAN_ARM_TOOLCHAIN)
         calls = resolver_calls(library.tree, opcodes)
@@ -234,13 +235,17 @@ class TflmRuntime(FirmwareRuntime):
         build = ModelBuild(graph.name, self.name)
         build.defines += [
             ("LT_RUNTIME_TFLM", None),
-            ("LT_TFLM_ARENA_BYTES", f"{tflm_arena_bytes}u"),
+            *tflm_arenas.defines(),
             ("LT_TFLM_OP_TYPES", str(max(1, len(calls)))),
             ("LT_TFLM_RESOURCE_VARIABLES", str(resource_variable_count(graph))),
             ("LT_MODEL_OPERATOR_COUNT", str(len(graph.main.operators))),
             ("LT_MODEL_INPUT_BYTES_TOTAL", f"{sum(graph.main.tensors[i].nbytes for i in graph.main.inputs)}u"),
         ]
-        build.string_defines.append(("LT_TFLM_RUNTIME_NAME", self.name))
+        build.string_defines += [("LT_TFLM_RUNTIME_NAME", self.name), *tflm_arenas.string_defines()]
+        fragment = tflm_arenas.linker_fragment()
+        if fragment is not None:
+            files[REGIONS_SCRIPT] = fragment.encode()
+            build.link_scripts.append(REGIONS_SCRIPT)
         build.ccflags += list(library.compile_flags)
         build.cxxflags += cxx_flags()
         build.include_dirs += ["model", "firmware/tflm"]

@@ -25,6 +25,7 @@ LOCK_DIR_ENV = "LOWTIDE_LOCK_DIR"
 ARCHIVES_SETTING = "LOWTIDE_PLATFORMIO_ARCHIVES"
 RUNNER_ENV = "LOWTIDE_MLPERF_RUNNER"  # the runner's folder or archive when --runner is not given
 COMPILER_ENV = "CC"
+QEMU_PLUGIN_HEADER_SETTING = "LOWTIDE_QEMU_PLUGIN_HEADER"  # the folder holding QEMU's qemu-plugin.h (cycle model)
 COORDINATOR_ENV = "LG_COORDINATOR"  # labgrid's own name for its coordinator's address
 PROXY_ENVS = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
 
@@ -46,6 +47,7 @@ class Settings:
     platformio_archives: str | None  # the folder of PlatformIO's ST packages as archives
     mlperf_runner: str | None  # MLCommons' runner, a folder or an archive
     compiler: str  # the host C compiler
+    qemu_plugin_header: str | None  # the folder holding QEMU's qemu-plugin.h, for the emulated boards' cycle model
     labgrid_coordinator: str | None
     behind_proxy: bool  # a proxy is configured: whether the registry answers is left to PlatformIO
 
@@ -79,6 +81,7 @@ def read_settings(environ: Mapping[str, str] = os.environ) -> Settings:
         platformio_archives=environ.get(ARCHIVES_SETTING) or None,
         mlperf_runner=environ.get(RUNNER_ENV) or None,
         compiler=environ.get(COMPILER_ENV, DEFAULT_COMPILER),
+        qemu_plugin_header=environ.get(QEMU_PLUGIN_HEADER_SETTING) or None,
         labgrid_coordinator=environ.get(COORDINATOR_ENV) or None,
         behind_proxy=any(environ.get(name) for name in PROXY_ENVS),
     )

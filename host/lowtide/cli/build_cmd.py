@@ -2,6 +2,8 @@
 
     lowtide build MODEL --board qemu-m4             # ELF path, flash and static RAM use, arena
     lowtide build MODEL --board qemu-m4 --project-dir fw   # the same, and the PlatformIO project left in fw/
+    lowtide build MODEL --board qemu-m4 --runtime tflm --persistent-region psram   # TFLM's two arenas, the
+                                                    # persistent one in the board's [[memory]] named psram
     lowtide flash MODEL --board nucleo-f746zg       # build, then PlatformIO's upload to the board's USB port
     lowtide flash MODEL --board nucleo-f746zg --probe 066DFF...   # the board whose ST-LINK has that serial number
                                                     # (lowtide measure --board nucleo-f746zg does this, then measures)
@@ -27,7 +29,14 @@ from lowtide.device.drivers.serialport import detect_serial_port
 from lowtide.device.spec import BoardSpec, get_board_spec, with_probe
 from lowtide.errors import LowtideError
 from lowtide.mlperf.benchmarks import benchmark_named, mlperf_protocol
-from lowtide.pipeline.firmware import build_board_firmware, upload_firmware
+from lowtide.pipeline.firmware import (
+    IN_BSS,
+    ArenaRegions,
+    build_board_firmware,
+    predicted_head_and_used,
+    tflm_arena_layout,
+    upload_firmware,
+)
 from lowtide.runtimes import FirmwareRuntime, planned_head_bytes, runtime_for, runtime_named
 from lowtide.settings import Settings, read_settings
 from lowtide.validation import load_model
@@ -50,15 +59,31 @@ class BuildReport:
     arena_planned_bytes: int  # TFLM's arena head as lowtide plans it
     # compiled: its own plan plus the slack the firmware paints; TFLM: its whole predicted arena (head and tail)
     arena_capacity_bytes: int
+    # TFLM's two arenas (--persistent-region): the non-persistent and the persistent one declared; else None
+    non_persistent_arena_bytes: int | None
+    persistent_arena_bytes: int | None
+    arena_region: str | None  # the board memory holding the (non-persistent) arena; None: .bss
+    persistent_region: str | None
 
 
 def build_report(
-    model: Path, spec: BoardSpec, image: FirmwareImage, runtime: FirmwareRuntime | None, settings: Settings
+    model: Path,
+    spec: BoardSpec,
+    image: FirmwareImage,
+    runtime: FirmwareRuntime | None,
+    settings: Settings,
+    regions: ArenaRegions = IN_BSS,
 ) -> BuildReport:
     runtime = runtime_for(spec.runtime, runtime)
     graph = load_model(model, settings)
     tflm_arena = runtime.predict_arena(graph, spec.core, settings)
     planned = planned_head_bytes(graph, tflm_arena)
+    capacity = runtime.estimate_footprint(graph, tflm_arena).arena_bytes
+    layout = None
+    if tflm_arena is not None:
+        planned = predicted_head_and_used(tflm_arena, regions)[0]
+        layout = tflm_arena_layout(spec, tflm_arena, regions)
+        capacity = layout.arena_bytes + (layout.persistent_bytes or 0)
     return BuildReport(
         model=str(model),
         board=spec.name,
@@ -73,11 +98,22 @@ def build_report(
         stack_bytes=image.stack_bytes,
         sram_capacity_bytes=spec.sram_bytes,
         arena_planned_bytes=planned,
-        arena_capacity_bytes=runtime.estimate_footprint(graph, tflm_arena).arena_bytes,
+        arena_capacity_bytes=capacity,
+        non_persistent_arena_bytes=layout.arena_bytes if layout and layout.persistent_bytes else None,
+        persistent_arena_bytes=layout.persistent_bytes if layout else None,
+        arena_region=regions.arena,
+        persistent_region=regions.persistent,
     )
 
 
 _BOARD_HELP = "a shipped board (`lowtide boards` lists them) or a board file's path"
+ARENA_REGION_HELP = (
+    "the board memory ([[memory]] name, `lowtide boards --map`) that holds TFLM's arena, or with --persistent-region "
+    "its non-persistent arena (default: with the image's static data)"
+)
+PERSISTENT_REGION_HELP = (
+    "give TFLM its two arenas, each sized to the byte, and put the persistent one in this board memory"
+)
 
 
 def _build(
@@ -88,6 +124,7 @@ def _build(
     settings: Settings,
     project_dir: Path | None = None,
     mlperf_benchmark: str | None = None,
+    regions: ArenaRegions = IN_BSS,
 ) -> BuildReport:
     protocol = (
         mlperf_protocol(load_model(model, settings), benchmark_named(mlperf_benchmark)).firmware_defines()
@@ -95,11 +132,13 @@ def _build(
         else None
     )
     if console is None:
-        image = build_board_firmware(spec, model, runtime, project_dir, protocol, settings=settings)
+        image = build_board_firmware(spec, model, runtime, project_dir, protocol, settings=settings, regions=regions)
     else:
         with console.status(f"building the {spec.platformio_env} firmware for {model.name}"):
-            image = build_board_firmware(spec, model, runtime, project_dir, protocol, settings=settings)
-    return build_report(model, spec, image, runtime, settings)
+            image = build_board_firmware(
+                spec, model, runtime, project_dir, protocol, settings=settings, regions=regions
+            )
+    return build_report(model, spec, image, runtime, settings, regions)
 
 
 _RUNTIME_HELP = "compiled, tflm or tflm-cmsis-nn (default: the board file's)"
@@ -119,6 +158,12 @@ def _table(report: BuildReport, title: str) -> TerminalTable:
         table.add_row("stack region", f"{report.stack_bytes:,} B")
     table.add_row("arena planned (TFLM head)", f"{report.arena_planned_bytes:,} B")
     table.add_row("arena in the image (painted)", f"{report.arena_capacity_bytes:,} B")
+    if report.persistent_arena_bytes is not None:
+        where = f" in {report.arena_region}" if report.arena_region else ""
+        table.add_row(f"non-persistent arena{where}", f"{report.non_persistent_arena_bytes:,} B")
+        table.add_row(f"persistent arena in {report.persistent_region}", f"{report.persistent_arena_bytes:,} B")
+    elif report.arena_region:
+        table.add_row("arena's memory", report.arena_region)
     return table
 
 
@@ -142,6 +187,8 @@ def build(
             "instead of lowtide's protocol (docs/mlperf.md)"
         ),
     ] = None,
+    arena_region: Annotated[str | None, typer.Option(help=ARENA_REGION_HELP)] = None,
+    persistent_region: Annotated[str | None, typer.Option(help=PERSISTENT_REGION_HELP)] = None,
 ) -> None:
     """Build the firmware image for BOARD's PlatformIO env with MODEL in it."""
     settings = read_settings()
@@ -153,6 +200,7 @@ def build(
         settings,
         project_dir,
         mlperf,
+        ArenaRegions(arena_region, persistent_region),
     )
     if as_json:
         print(json.dumps(asdict(report)))

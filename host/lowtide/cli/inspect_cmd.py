@@ -1,4 +1,5 @@
-"""`lowtide inspect`: what TFLM will allocate for a model, operator by operator."""
+"""`lowtide inspect`: what TFLM will allocate for a model, operator by operator; with `--board`, what the model's
+firmware puts in each of the board's memories and whether it fits."""
 
 from __future__ import annotations
 
@@ -13,15 +14,19 @@ from rich.markup import escape as escape_markup
 
 from lowtide import oracle
 from lowtide.cli.application import app
+from lowtide.cli.build_cmd import ARENA_REGION_HELP, PERSISTENT_REGION_HELP
 from lowtide.cli.options import Arena32Option
 from lowtide.cli.plots import checked_plot_path, plot_model_map, plots_json, pyplot, save_figure
 from lowtide.cli.progress import progress_bars
 from lowtide.cli.tables import Bar, Column, Kind, TerminalTable
 from lowtide.cli.warnings import print_warnings
+from lowtide.device.spec import get_board_spec
 from lowtide.errors import LowtideError
 from lowtide.memory import MemoryPlan, tflm_plan
 from lowtide.model import Graph
-from lowtide.settings import read_settings
+from lowtide.pipeline.firmware import ArenaRegions, MemoryUse, memory_use, tflm_arena_layout
+from lowtide.runtimes import runtime_for, runtime_named
+from lowtide.settings import Settings, read_settings
 from lowtide.stale import ByteRanges, StaleReport, check_stale
 from lowtide.tflm import DEFAULT_CORE, Arena32Mode, Mcu32Arena, mcu32_arena
 from lowtide.tflm.tree import KernelSet
@@ -104,6 +109,44 @@ def _table(graph: Graph, plan: MemoryPlan) -> TerminalTable:
             f"{step.live_bytes:,}",
             Bar(step.live_bytes / plan.live_peak_bytes if plan.live_peak_bytes else 0.0, "← peak" if peak else ""),
             style="bold red" if peak else None,
+        )
+    return table
+
+
+def board_memories(
+    graph: Graph, board: str, runtime: str | None, regions: ArenaRegions, settings: Settings
+) -> list[MemoryUse]:
+    """What `board`'s firmware for `graph` (run by `runtime`, the board's own for None) puts in each memory."""
+    spec = get_board_spec(board)
+    if not spec.memories:
+        raise LowtideError(f"--board {spec.name}: its board file describes no memories ([[memory]] tables)")
+    chosen = runtime_for(spec.runtime, runtime_named(runtime) if runtime else None)
+    if chosen.kernels is None and not regions.default:
+        raise LowtideError(f"--arena-region and --persistent-region place TFLM's arenas: the {chosen} runtime has none")
+    arena = chosen.predict_arena(graph, spec.core, settings)
+    layout = tflm_arena_layout(spec, arena, regions) if arena else None
+    return memory_use(spec, chosen.estimate_footprint(graph, arena), layout)
+
+
+def _memories_table(uses: list[MemoryUse], board: str) -> TerminalTable:
+    table = TerminalTable(
+        Column("memory"),
+        Column("address", justify="right"),
+        Column("size", justify="right"),
+        Column("holds"),
+        Column("used", justify="right"),
+        Column("fits"),
+        title=f"{board}'s memories (stack not counted)",
+    )
+    for use in uses:
+        holds = "; ".join(f"{what} {nbytes:,} B" for what, nbytes in use.contents) or "-"
+        table.add_row(
+            use.memory,
+            f"0x{use.address:08X}",
+            f"{use.size_bytes:,} B",
+            holds,
+            f"{use.used_bytes:,} B",
+            "yes" if use.fits else "[bold red]NO[/]",
         )
     return table
 
@@ -197,13 +240,26 @@ def inspect(
     ),
     core: Annotated[str, typer.Option(help="MCU core the 32-bit arena is predicted for")] = DEFAULT_CORE,
     arena32: Arena32Option = Arena32Mode.AUTO,
+    board: Annotated[
+        str | None,
+        typer.Option(help="also show what the firmware for this board puts in each of its memories, and if it fits"),
+    ] = None,
+    runtime: Annotated[
+        str | None, typer.Option(help="with --board: compiled, tflm or tflm-cmsis-nn (default: the board file's)")
+    ] = None,
+    arena_region: Annotated[str | None, typer.Option(help=f"with --board: {ARENA_REGION_HELP}")] = None,
+    persistent_region: Annotated[str | None, typer.Option(help=f"with --board: {PERSISTENT_REGION_HELP}")] = None,
 ) -> None:
     """Show live memory per operator, TFLM's predicted arena head and the lower bound, and TFLM's whole arena on
     a 32-bit MCU."""
     settings = read_settings()
+    regions = ArenaRegions(arena_region, persistent_region)
+    if board is None and (runtime or not regions.default):
+        raise LowtideError("--runtime, --arena-region and --persistent-region go with --board")
     # Inspecting predicts what TFLM allocates for the declared shapes: it relies on no shape an operator computes.
     loaded = load_checked(model, settings, relies_on=frozenset())
     graph = loaded.graph
+    memories = board_memories(graph, board, runtime, regions, settings) if board else None
     plan = tflm_plan(graph)
     try:
         with progress_bars(disable=json_output) as bars:
@@ -228,6 +284,8 @@ def inspect(
     print_warnings(model, report["warnings"])
     if stale:
         report["stale"] = stale.to_json()
+    if memories is not None:
+        report["board_memories"] = [use.to_json() for use in memories]
     if measured:
         report["measured"] = {
             "tflm_head_bytes": measured.head_bytes,
@@ -254,6 +312,8 @@ def inspect(
             summary.add_row("measured head (host TFLM)", f"{measured.head_bytes:,} B  {verdict}")
             summary.add_row("measured total (host TFLM, 64-bit)", f"{measured.total_bytes:,} B")
         console.print(summary)
+        if memories is not None:
+            console.print(_memories_table(memories, str(board)))
         if stale:
             if stale.operators:
                 console.print(_stale_table(stale))

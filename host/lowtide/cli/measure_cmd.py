@@ -17,12 +17,14 @@ import typer
 from rich.console import Console
 
 from lowtide.cli.application import app
+from lowtide.cli.build_cmd import ARENA_REGION_HELP, PERSISTENT_REGION_HELP
 from lowtide.cli.plots import checked_plot_path, plot_operator_counts, plots_json
 from lowtide.cli.progress import progress_bars
 from lowtide.cli.tables import Column, TerminalTable
 from lowtide.cli.warnings import print_warnings
 from lowtide.device.boards import DEFAULT_WAIT_S, LABGRID_PREFIX
 from lowtide.device.measure import MeasureResult
+from lowtide.pipeline.firmware import ArenaRegions
 from lowtide.pipeline.measure import measure as measure_on_board
 from lowtide.settings import read_settings
 
@@ -67,6 +69,8 @@ def measure(
     lock_timeout: float = typer.Option(
         DEFAULT_WAIT_S, min=0, help="longest wait, in seconds, for a board another run or labgrid client is using"
     ),
+    arena_region: str | None = typer.Option(None, help=ARENA_REGION_HELP),
+    persistent_region: str | None = typer.Option(None, help=PERSISTENT_REGION_HELP),
 ) -> None:
     """Measure MODEL's arena use and latency on a board, and check its outputs against the host interpreter."""
     settings = read_settings()
@@ -96,6 +100,7 @@ def measure(
         on_wait=say_wait,
         probe=probe,
         settings=settings,
+        regions=ArenaRegions(arena_region, persistent_region),
     )
     if as_json:
         result = run()
@@ -157,6 +162,12 @@ def _table(result: MeasureResult) -> TerminalTable:
             table.add_row(
                 f"latency, {lat.unit} min/med/max ({lat.iterations})", f"{lat.min:,} / {lat.median:,} / {lat.max:,}"
             )
+    if (modelled := result.modelled_cycles) is not None and result.cycle_model is not None:
+        table.add_row(
+            f"latency, cycles ({result.cycle_model.core} model)",
+            f"{modelled.min:,} / {modelled.median:,} / {modelled.max:,}",
+        )
+        table.add_row("  the model assumes", result.cycle_model.assumes)
     if result.clock_hz:
         table.add_row("clock", f"{result.clock_hz / 1e6:g} MHz")
     if result.op_cycles:

@@ -16,6 +16,7 @@ from rich.console import Console
 
 from lowtide.cli.application import app
 from lowtide.cli.tables import Column, TerminalTable
+from lowtide.cli.warnings import print_warnings
 from lowtide.mlperf.benchmarks import BENCHMARKS
 from lowtide.mlperf.runner import MODES, MlperfResult, run_mlperf
 from lowtide.settings import RUNNER_ENV, read_settings
@@ -35,6 +36,12 @@ def _table(result: MlperfResult) -> TerminalTable:
             "median throughput (lowtide's: N / (T1 - T0) of each window's m-lap-us-)",
             f"{result.median_throughput_from_timestamps:.6f} inf./s",
         )
+    if result.modelled_cycles_per_inference is not None and result.cycle_model is not None:
+        table.add_row(
+            f"cycles per inference ({result.cycle_model.core} model, median)",
+            f"{result.modelled_cycles_per_inference:,}",
+        )
+        table.add_row("  the model assumes", result.cycle_model.assumes)
     if result.top1_percent is not None:
         table.add_row("Top-1 (the runner's)", f"{result.top1_percent:.1f} %")
     if result.auc is not None:
@@ -73,6 +80,7 @@ def mlperf(
 ) -> None:
     """Run MLPerf Tiny's runner on MODEL as BENCHMARK on a board; its session goes to ./sessions/."""
     result = run_mlperf(model, board, benchmark, mode, dataset, runner, runtime, port, settings=read_settings())
+    print_warnings(model, result.warnings)
     if as_json:
         print(json.dumps(asdict(result)))
     else:

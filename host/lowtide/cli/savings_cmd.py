@@ -43,6 +43,7 @@ class VariantFigures:
     arena_high_water_bytes: int | None
     static_ram_bytes: int | None
     instructions: int | None  # median per inference: instructions on QEMU, cycles on a real board
+    cycles: int | None  # median modelled cycles per inference: an emulated board's cycle model; None without one
     outputs_identical: bool  # to the host TFLM running the stock model on the same inputs
     rewrite: str | None  # what the rewrite did, for the rewritten variant
 
@@ -58,6 +59,7 @@ def _figures(variant: str, result: MeasureResult, stock_outputs_match: bool, rew
         arena_high_water_bytes=result.arena_high_water_bytes,
         static_ram_bytes=result.static_ram_bytes,
         instructions=result.latency_cycles.median if result.latency_cycles else None,
+        cycles=result.modelled_cycles.median if result.modelled_cycles else None,
         outputs_identical=result.outputs_match and stock_outputs_match,
         rewrite=rewrite,
     )
@@ -119,6 +121,7 @@ def _table(model: Path, board: str, runtime: FirmwareRuntime, figures: list[Vari
                 "high-water B",
                 "static RAM B",
                 "instructions",
+                "cycles (model)",
             )
         ),
         Column("outputs", justify="right"),
@@ -139,6 +142,7 @@ def _table(model: Path, board: str, runtime: FirmwareRuntime, figures: list[Vari
             _bytes(f.arena_high_water_bytes),
             _bytes(f.static_ram_bytes),
             _bytes(f.instructions),
+            _bytes(f.cycles),
             "[green]identical[/]" if f.outputs_identical else "[red]differ[/]",
         )
     return table

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lowtide.device.drivers import labgrid
+from lowtide.device.drivers.cycle_model import CycleModel
 from lowtide.device.drivers.platformio import FirmwareImage, upload_image, upload_settings
 from lowtide.device.drivers.process import HostProgram, board_process
 from lowtide.device.drivers.qemu import run_emulator
@@ -52,6 +53,7 @@ class Connection:
     image: FirmwareImage | HostProgram | None = None
     wait: float = DEFAULT_WAIT_S  # seconds, for a board someone else holds
     on_wait: Callable[[str], None] | None = None  # told who holds the board, once
+    cycle_model: CycleModel | None = None  # an emulated board's timing model, loaded into QEMU when given
 
 
 class Board(ABC):
@@ -135,7 +137,8 @@ class EmulatedBoard(BoardFromFile):
         if connection.port:
             raise LowtideError(f"--board {self.name} starts its own emulator: leave out --port")
         assert isinstance(connection.image, FirmwareImage)  # a board file's board is handed the firmware built for it
-        with run_emulator(self.emulator_command, connection.image.elf, connection.timeout) as link:
+        plugin = connection.cycle_model.qemu_arguments() if connection.cycle_model else ()
+        with run_emulator(self.emulator_command + plugin, connection.image.elf, connection.timeout) as link:
             yield link
 
 

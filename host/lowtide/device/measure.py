@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from lowtide.device.boards import Board, Connection
+from lowtide.device.drivers.cycle_model import CycleModelInfo
 from lowtide.device.drivers.platformio import FirmwareImage
 from lowtide.device.protocol import Counter, Hello, ReadRegion, Result
 from lowtide.device.session import BoardReset, DeviceSession
@@ -89,6 +90,10 @@ class MeasureResult:
     arena_predicted_used_bytes: int | None = None
     # What the model was taken in with: problems only stages this measurement does not use refuse, one line each.
     warnings: tuple[str, ...] = ()
+    # Emulated boards with a cycle model (lowtide.device.drivers.cycle_model): the modelled cycles of each measured
+    # invocation, and what the model is and assumes; None without one.
+    modelled_cycles: Latency | None = None
+    cycle_model: CycleModelInfo | None = None
 
     @property
     def arena_tail_bytes(self) -> int | None:
@@ -178,6 +183,8 @@ def run_on_board(
         stack_high_water_bytes=result.stack_high_water_bytes,
         stack_size_bytes=result.stack_size_bytes,
         arena_predicted_used_bytes=expected.arena_predicted_used_bytes,
+        modelled_cycles=_modelled_cycles(connection, iterations),
+        cycle_model=connection.cycle_model.info if connection.cycle_model else None,
     )
 
 
@@ -220,6 +227,22 @@ def _latency(unit: str, low: int | None, median: int | None, high: int | None, i
     if low is None or median is None or high is None or not unit:
         return None
     return Latency(unit, low, median, high, iterations)
+
+
+def _modelled_cycles(connection: Connection, iterations: int) -> Latency | None:
+    """The cycle model's figures for the last `iterations` windows: the measured invocations (the warm-up ones, and
+    a run a board restart cut short, come first)."""
+    if connection.cycle_model is None:
+        return None
+    windows = connection.cycle_model.read_windows()
+    if len(windows) < iterations:
+        raise LowtideError(
+            f"the cycle model saw {len(windows)} timed invocations, the board ran {iterations}: "
+            "the firmware lacks its timing marks (rebuild it with this lowtide)",
+            connection.cycle_model.windows,
+        )
+    cycles = sorted(window.cycles for window in windows[-iterations:])
+    return Latency("cycles", cycles[0], cycles[(iterations - 1) // 2], cycles[-1], iterations)
 
 
 def _read_op_cycles(session: DeviceSession, result: Result) -> tuple[int, ...] | None:

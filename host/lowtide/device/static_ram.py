@@ -23,13 +23,14 @@ from lowtide.errors import LowtideError, missing_tool
 _HARNESS_FOLDERS = ("src", "protocol", "bsp")
 # The TFLM glue (firmware/app/lt_model_tflm.cc) keeps TFLM's own objects in static storage of its own: the runtime's.
 _RUNTIME_IN_GLUE = frozenset({"resolver_storage", "interpreter_storage", "tflm"})
-_ARENA = "arena"  # the arena array of both model glues
-_DATA_TYPES = frozenset("bBdD")  # nm's letters for .bss and .data symbols
+_ARENAS = frozenset({"arena", "persistent_arena"})  # the model glues' arena arrays (TFLM's two, where it has two)
+_STATIC_RAM_SECTIONS = (".data", ".bss")  # and in objects, their per-symbol sections (.bss.<name>)
 
 
 @dataclass(frozen=True)
 class StaticRamSplit:
-    arena_bytes: int  # the model's arena: the compiled plan, or TFLM's whole arena (head and tail)
+    arena_bytes: int  # the model's arena in static RAM: the compiled plan, or TFLM's arenas there (not in a memory
+    # of their own: lowtide.tflm.regions)
     runtime_bytes: int  # the runtime's writable globals, with the C library's and alignment padding
     harness_bytes: int  # only the measuring firmware needs these (module docstring)
     stack_bytes: int  # the stack region the linker script reserves (the measured depth is in RESULT)
@@ -41,13 +42,18 @@ class StaticRamSplit:
 
 
 def _nm(path: Path) -> list[tuple[str, int]]:
-    """(demangled name without its namespaces, size) of every .data and .bss symbol `path` defines."""
+    """(demangled name without its namespaces, size) of every symbol `path` defines in .data or .bss (an arena
+    placed in a memory of its own, lowtide.tflm.regions, is in neither: it is not static RAM of the image's)."""
     tool = shutil.which("arm-none-eabi-nm")
     if tool is None:
         raise missing_tool("arm-none-eabi-nm")
     try:
         done = subprocess.run(
-            [tool, "-S", "-C", "--defined-only", str(path)], capture_output=True, text=True, timeout=60, check=False
+            [tool, "-S", "-C", "--defined-only", "--format=sysv", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
         )
     except subprocess.TimeoutExpired:
         raise LowtideError("arm-none-eabi-nm took longer than 60 s", path) from None
@@ -55,9 +61,9 @@ def _nm(path: Path) -> list[tuple[str, int]]:
         raise LowtideError(f"arm-none-eabi-nm failed: {done.stderr.strip() or done.returncode}", path)
     symbols = []
     for line in done.stdout.splitlines():
-        fields = line.split(maxsplit=3)
-        if len(fields) == 4 and fields[2] in _DATA_TYPES:
-            symbols.append((fields[3].rsplit("::", 1)[-1], int(fields[1], 16)))
+        fields = [f.strip() for f in line.split("|")]  # name, value, class, type, size, line, section
+        if len(fields) == 7 and fields[4] and fields[6].startswith(_STATIC_RAM_SECTIONS):
+            symbols.append((fields[0].rsplit("::", 1)[-1], int(fields[4], 16)))
     return symbols
 
 
@@ -68,13 +74,11 @@ def static_ram_split(elf: Path, static_ram_bytes: int, stack_bytes: int, arena_s
     linked = _nm(elf)
     harness_objects = [o for folder in _HARNESS_FOLDERS for o in sorted((elf.parent / folder).rglob("*.o"))]
     harness_symbols = {symbol for o in harness_objects for symbol in _nm(o)}
-    arena = sum(size for name, size in linked if name == _ARENA)
-    if arena == 0:
-        raise LowtideError("the firmware has no arena array", elf)
+    arena = sum(size for name, size in linked if name in _ARENAS)
     harness = sum(
         size
         for name, size in linked
-        if (name, size) in harness_symbols and name != _ARENA and name not in _RUNTIME_IN_GLUE
+        if (name, size) in harness_symbols and name not in _ARENAS and name not in _RUNTIME_IN_GLUE
     )
     harness += arena_slack_bytes
     arena -= arena_slack_bytes

@@ -102,12 +102,24 @@ def _header(prefix: str, source: Graph, out_path: Path, arena: Mcu32Arena) -> st
         f"//     (every activation at its offset in the model's OfflineMemoryAllocation plan) + the persistent tail\n"
         f"//   {prefix}_ARENA_SIZE: the arena to declare, at least the smallest AllocateTensors accepts (planning\n"
         f"//     needs room of its own on small models), a multiple of 16 (TFLM aligns the arena start)\n"
-        f"#ifndef {guard}\n#define {guard}\n\n"
+        + (
+            f"//   {prefix}_NON_PERSISTENT_ARENA_SIZE, {prefix}_PERSISTENT_ARENA_SIZE: TFLM's two arenas instead of one\n"
+            "//     (MicroAllocator::Create(persistent, size, non_persistent, size)), each what AllocateTensors needs\n"
+            if arena.persistent_arena_bytes is not None
+            else ""
+        )
+        + f"#ifndef {guard}\n#define {guard}\n\n"
         f"#define {prefix}_ARENA_SIZE {arena.arena_bytes}\n"
         f"#define {prefix}_ARENA_USED_BYTES {arena.used_bytes}\n"
         f"#define {prefix}_ARENA_HEAD_BYTES {arena.head_bytes}\n"
-        f"#define {prefix}_ARENA_TAIL_BYTES {arena.tail_bytes}\n\n"
-        f"#endif  // {guard}\n"
+        f"#define {prefix}_ARENA_TAIL_BYTES {arena.tail_bytes}\n"
+        + (
+            f"#define {prefix}_NON_PERSISTENT_ARENA_SIZE {arena.non_persistent_arena_bytes}\n"
+            f"#define {prefix}_PERSISTENT_ARENA_SIZE {arena.persistent_arena_bytes}\n"
+            if arena.persistent_arena_bytes is not None
+            else ""
+        )
+        + f"\n#endif  // {guard}\n"
     )
 
 

@@ -60,8 +60,13 @@ FIGURE_KINDS = {
     "arena_high_water_bytes": "arena",
     "latency_median_us": "latency",
     "latency_median_cycles": "cycles",
+    "modelled_cycles_median": "modelled",  # the cycle model's: held to the cycle tolerance, in cycles
 }
-UNITS = {"arena": "B", "latency": "us"}  # the counter's unit is the board's (lowtide.device.measure.Latency.unit)
+UNITS = {
+    "arena": "B",
+    "latency": "us",
+    "modelled": "cycles",
+}  # the counter's unit is the board's (lowtide.device.measure.Latency.unit)
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lowtide.device.boards import EmulatedBoard, UsbBoard, get_board
+from lowtide.device.drivers import cycle_model
 from lowtide.device.drivers.qemu import run_emulator
 from lowtide.device.transport import Link
 from lowtide.errors import LowtideError
@@ -112,6 +113,11 @@ class MlperfResult:
     windows: tuple[MlperfWindow, ...]  # performance mode: each window's timestamps and throughput
     median_throughput_from_timestamps: float | None  # lowtide's, unrounded: the median of the windows' throughput
     throughput_formula: str | None  # how lowtide computed it (performance mode)
+    # Emulated boards with a cycle model: the median of every inference's modelled cycles (its input copy included,
+    # as the board times it), and what the model is and assumes; None without one.
+    modelled_cycles_per_inference: int | None = None
+    cycle_model: cycle_model.CycleModelInfo | None = None
+    warnings: tuple[str, ...] = ()  # one line each: a board without its cycle model says why
 
 
 # --- the runner ---------------------------------------------------------------------------------------------------
@@ -331,12 +337,14 @@ def run_mlperf(
             )
         arguments = [f"--dataset_path={data.root}", f"--test_script={test_script}", f"--mode={MODES[mode]}"]
         devices = scratch / "devices.yaml"
+        timing, timing_warning = cycle_model.for_board(board.spec, scratch / "cycle-windows.txt", settings)
         if isinstance(board, EmulatedBoard):
             image = build_board_firmware(
                 board.spec, model, chosen, protocol=protocol.firmware_defines(), settings=settings
             )
             devices.write_text(devices_yaml(f"lowtide-{board.name}", [EMULATED_USB_ID], EMULATED_BAUD))
-            link = stack.enter_context(run_emulator(board.emulator_command, image.elf, BOOT_TIMEOUT_S))
+            command = board.emulator_command + (timing.qemu_arguments() if timing else ())
+            link = stack.enter_context(run_emulator(command, image.elf, BOOT_TIMEOUT_S))
             relay = stack.enter_context(_PtyRelay(link, hold_windows=mode == "performance"))
             vid, pid = EMULATED_USB_ID
             argv = [
@@ -365,6 +373,7 @@ def run_mlperf(
         windows = timed_windows(_results(session)) if mode == "performance" else ()
         # statistics.median is numpy's (the runner's) to the bit: the middle value, or the two middle ones' mean
         computed = statistics.median(w.throughput for w in windows) if windows else None
+        inferences = sorted(window.cycles for window in timing.read_windows()) if timing else []
         return MlperfResult(
             model=model.name,
             benchmark=benchmark.id,
@@ -381,6 +390,9 @@ def run_mlperf(
             windows=windows,
             median_throughput_from_timestamps=computed,
             throughput_formula=THROUGHPUT_FORMULA if windows else None,
+            modelled_cycles_per_inference=inferences[(len(inferences) - 1) // 2] if inferences else None,
+            cycle_model=timing.info if timing and inferences else None,
+            warnings=(timing_warning,) if timing_warning else (),
         )
 
 

@@ -5,6 +5,10 @@ uploaded by the PlatformIO driver (lowtide.device.drivers.platformio), which onl
 A model that cannot fit stops with its numbers rather than with a linker log, and one whose TFLM arena is still to be
 sized stops before TFLM is built for the core (`FirmwareRuntime.estimate_before_sizing`).
 
+TFLM's arenas go where the user asks (`ArenaRegions`: `--arena-region`, `--persistent-region`, names of the board's
+[[memory]] tables): one arena in .bss by default; with a persistent region, TFLM's two arenas, each sized by the
+sizer (lowtide.tflm.sizer) and placed by the project's linker fragment (lowtide.tflm.regions).
+
 The host-tflm board's image is no firmware but its program (`host_program`): lowtide.pipeline.host_tflm, the host
 TFLM behind the protocol, started with the model.
 """
@@ -12,16 +16,21 @@ TFLM behind the protocol, started with the model.
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from lowtide.device.boards import Board, HostTflmBoard
 from lowtide.device.drivers.platformio import (
     FirmwareImage,
+    MemoryRegion,
     build_project,
     check_buildable,
     check_registry_reachable,
     read_firmware_image,
+    shipped_linker_regions,
+    shipped_linker_script,
     upload_image,
     upload_settings,
 )
@@ -31,10 +40,141 @@ from lowtide.errors import LowtideError
 from lowtide.model.ir import Graph
 from lowtide.pipeline import host_tflm
 from lowtide.project import FirmwareProject, ProtocolDefines, cached_project_dir, project_files
+from lowtide.resources import DATA_DIR
 from lowtide.runtimes import FirmwareRuntime, FootprintEstimate, runtime_for
 from lowtide.settings import Settings, settings_or_read
+from lowtide.tflm.regions import ArenaPlace, TflmArenaLayout
 from lowtide.tflm.sizer import Arena32
 from lowtide.validation import load_model
+
+
+@dataclass(frozen=True)
+class ArenaRegions:
+    """Where the user asks TFLM's arenas to be: names of the board's memories ([[memory]]), None for .bss."""
+
+    arena: str | None = None  # the one arena, or with `persistent` the non-persistent one (`--arena-region`)
+    persistent: str | None = None  # given: TFLM's two arenas, the persistent one here (`--persistent-region`)
+
+    @property
+    def split(self) -> bool:
+        return self.persistent is not None
+
+    @property
+    def default(self) -> bool:
+        return self.arena is None and self.persistent is None
+
+
+IN_BSS = ArenaRegions()  # one arena, with the image's other static data
+
+
+def _place(spec: BoardSpec, name: str, option: str) -> ArenaPlace:
+    bank = next((m for m in spec.memories if m.name == name), None)
+    if bank is None:
+        known = ", ".join(m.name for m in spec.memories) or "none: its board file has no [[memory]] tables"
+        raise LowtideError(f"{option} {name}: {spec.name} has no memory by that name (its memories: {known})")
+    regions = shipped_linker_regions(spec)
+    if regions is None:
+        raise LowtideError(f"{option}: {spec.name}'s env links with a linker script lowtide does not ship")
+    inside = [r for r in regions if bank.address <= r.origin and r.origin + r.length <= bank.end]
+    if inside:
+        return ArenaPlace(name, inside[0].name, None)
+    if any(r.origin < bank.end and bank.address < r.origin + r.length for r in regions):
+        raise LowtideError(f"{option} {name}: the linker script's regions cover only part of that memory")
+    return ArenaPlace(name, f"LT_{name.upper()}", (bank.address, bank.size_bytes))
+
+
+def tflm_arena_layout(spec: BoardSpec, arena: Arena32, regions: ArenaRegions) -> TflmArenaLayout:
+    """The arenas `spec`'s image declares for `arena` (the sizer's figures) where `regions` asks."""
+    if regions.split:
+        if arena.split is None:
+            raise LowtideError("TFLM's two arenas could not be sized for this model: the sizer's RAM cannot hold them")
+        arena_bytes, persistent_bytes = arena.split.non_persistent_arena_bytes, arena.split.persistent_arena_bytes
+    else:
+        arena_bytes, persistent_bytes = arena.arena_bytes, None
+    layout = TflmArenaLayout(
+        arena_bytes,
+        persistent_bytes,
+        _place(spec, regions.arena, "--arena-region") if regions.arena else None,
+        _place(spec, regions.persistent, "--persistent-region") if regions.persistent else None,
+    )
+    declared: dict[str, int] = {}
+    for place, nbytes in ((layout.arena_place, arena_bytes), (layout.persistent_place, persistent_bytes)):
+        if place is not None and place.declared is not None and nbytes is not None:
+            declared[place.memory] = declared.get(place.memory, 0) + nbytes
+    for memory, nbytes in declared.items():
+        size = next(m.size_bytes for m in spec.memories if m.name == memory)
+        if nbytes > size:
+            raise LowtideError(f"TFLM's arenas in {memory}: {nbytes:,} B > {capacity(spec, memory, size)}")
+    return layout
+
+
+def _script_ram_arena_bytes(layout: TflmArenaLayout) -> int:
+    """The arena bytes in the linker script's own regions (.bss, or a script region): those sram_bytes counts."""
+    parts = ((layout.arena_place, layout.arena_bytes), (layout.persistent_place, layout.persistent_bytes or 0))
+    return sum(nbytes for place, nbytes in parts if place is None or place.declared is None)
+
+
+@dataclass(frozen=True)
+class MemoryUse:
+    """What lives in one of a board's memories for a model's firmware, known before building it."""
+
+    memory: str
+    address: int
+    size_bytes: int
+    contents: tuple[tuple[str, int], ...]  # (what, bytes); the stack region is not counted
+
+    @property
+    def used_bytes(self) -> int:
+        return sum(nbytes for _, nbytes in self.contents)
+
+    @property
+    def fits(self) -> bool:
+        return self.used_bytes <= self.size_bytes
+
+    def to_json(self) -> dict:
+        return {
+            "memory": self.memory,
+            "address": self.address,
+            "size_bytes": self.size_bytes,
+            "contents": [{"what": what, "bytes": nbytes} for what, nbytes in self.contents],
+            "used_bytes": self.used_bytes,
+            "fits": self.fits,
+        }
+
+
+def memory_use(spec: BoardSpec, estimate: FootprintEstimate, layout: TflmArenaLayout | None) -> list[MemoryUse]:
+    """Per memory of `spec` ([[memory]]), what its firmware puts there: code and constants in the linker script's
+    flash region, static RAM (and the arenas in .bss) in its RAM region, each placed arena in its memory."""
+    regions = shipped_linker_regions(spec) or []
+    split = layout is not None and layout.persistent_bytes is not None
+    arena_name = "TFLM's non-persistent arena" if split else "arena"
+    placed = [(layout.arena_place, arena_name, layout.arena_bytes)] if layout else []
+    if layout is not None and layout.persistent_bytes is not None:
+        placed.append((layout.persistent_place, "TFLM's persistent arena", layout.persistent_bytes))
+    in_bss = [(what, nbytes) for place, what, nbytes in placed if place is None]
+    if layout is None:
+        in_bss = [("arena", estimate.arena_bytes)]
+    uses = []
+    for bank in spec.memories:
+        contents: list[tuple[str, int]] = []
+        for region in regions:
+            if bank.address <= region.origin < bank.end:
+                if not region.writable:
+                    contents.append(("code and constants", estimate.image_bytes))
+                elif region.name == _bss_region(spec, regions):
+                    contents += [("static RAM", estimate.static_ram_bytes), *in_bss]
+        contents += [
+            (what, nbytes) for place, what, nbytes in placed if place is not None and place.memory == bank.name
+        ]
+        uses.append(MemoryUse(bank.name, bank.address, bank.size_bytes, tuple(contents)))
+    return uses
+
+
+def _bss_region(spec: BoardSpec, regions: list[MemoryRegion]) -> str | None:
+    """The linker script's region that holds .bss: its RAM, or the region RAM is an alias of (REGION_ALIAS)."""
+    script = shipped_linker_script(spec)
+    alias = re.search(r'REGION_ALIAS\(\s*"RAM"\s*,\s*(\w+)\s*\)', (DATA_DIR / script).read_text()) if script else None
+    return alias.group(1) if alias else next((r.name for r in regions if r.name == "RAM"), None)
 
 
 def capacity(spec: BoardSpec, what: str, nbytes: int) -> str:
@@ -75,7 +215,7 @@ def firmware_project(
     spec: BoardSpec,
     model: Graph | None,
     runtime: FirmwareRuntime,
-    tflm_arena: Arena32 | None = None,
+    tflm_arenas: TflmArenaLayout | None = None,
     project_dir: Path | None = None,
     protocol: ProtocolDefines | None = None,
     *,
@@ -95,7 +235,7 @@ def firmware_project(
         model,
         runtime,
         spec.core,
-        tflm_arena.arena_bytes if tflm_arena else None,
+        tflm_arenas,
         settings,
         protocol,
     )
@@ -118,21 +258,35 @@ def build_board_firmware(
     protocol: ProtocolDefines | None = None,
     graph: Graph | None = None,
     settings: Settings | None = None,
+    regions: ArenaRegions = IN_BSS,
 ) -> FirmwareImage:
-    """The firmware for `spec` with the model in it, run by `runtime` (default: the board's): refused before
-    building if the model cannot fit the board, built (or found built), and checked against the board's memory
-    from its ELF. `graph`: the model at `model_path`, when the caller has already read and validated it."""
+    """The firmware for `spec` with the model in it, run by `runtime` (default: the board's), TFLM's arenas where
+    `regions` asks: refused before building if the model cannot fit the board, built (or found built), and checked
+    against the board's memory from its ELF. `graph`: the model at `model_path`, when the caller has already read
+    and validated it."""
     settings = settings_or_read(settings)
     runtime = runtime_for(spec.runtime, runtime)
     graph = graph if graph is not None else load_model(model_path, settings, runtime.relies_on)
+    if runtime.kernels is None and not regions.default:
+        raise LowtideError(
+            f"--arena-region and --persistent-region place TFLM's arenas: the {runtime} runtime has none"
+        )
+    if not regions.default:
+        for name, option in ((regions.arena, "--arena-region"), (regions.persistent, "--persistent-region")):
+            if name is not None:
+                _place(spec, name, option)  # an unknown memory is refused before TFLM is built
     early = runtime.estimate_before_sizing(graph)
-    if early is not None:
+    if early is not None and regions.default:
         # Before TFLM is built to size the arena: the head alone and the model file must fit.
         check_estimate_fits(spec, early)
         check_registry_reachable(spec, settings)
     tflm_arena = runtime.predict_arena(graph, spec.core, settings)
-    check_estimate_fits(spec, runtime.estimate_footprint(graph, tflm_arena))
-    project = firmware_project(spec, graph, runtime, tflm_arena, project_dir, protocol, settings=settings)
+    layout = tflm_arena_layout(spec, tflm_arena, regions) if tflm_arena else None
+    estimate = runtime.estimate_footprint(graph, tflm_arena)
+    if layout is not None:
+        estimate = dataclasses.replace(estimate, arena_bytes=_script_ram_arena_bytes(layout))
+    check_estimate_fits(spec, estimate)
+    project = firmware_project(spec, graph, runtime, layout, project_dir, protocol, settings=settings)
     built = read_firmware_image(project.elf, spec.platformio_env, settings)
     image = dataclasses.replace(built, project_dir=project.directory)
     check_image_fits(spec, image, model_path.stem)
@@ -163,23 +317,37 @@ def board_firmware(
     runtime: FirmwareRuntime | None,
     settings: Settings,
     port: str | None = None,
+    regions: ArenaRegions = IN_BSS,
 ) -> FirmwareImage | HostProgram | None:
     """What `board` runs for `model_path`: the firmware built with `runtime` (None: the board file's) and checked
     against the board's memory; the host-tflm board's program, serving on `port` (None: its default); None for a
     board flashed beforehand."""
     if board.spec is None:
-        if runtime is not None:
+        if runtime is not None or not regions.default:
             raise LowtideError(
-                f"--board {board.name} runs whatever it runs: --runtime applies to boards lowtide builds firmware for"
+                f"--board {board.name} runs whatever it runs: --runtime and the arenas' regions apply to boards "
+                "lowtide builds firmware for"
             )
         return host_program(model_path, port) if isinstance(board, HostTflmBoard) else None
-    return build_board_firmware(board.spec, Path(model_path), runtime, graph=graph, settings=settings)
+    return build_board_firmware(board.spec, Path(model_path), runtime, graph=graph, settings=settings, regions=regions)
 
 
 def host_program(model_path: Path, port: str | None) -> HostProgram:
     """The host-tflm board's process: lowtide.pipeline.host_tflm with the model, on `port` (None: its default)."""
     serve_on = ("--port", port) if port else ()
     return HostProgram((sys.executable, "-m", host_tflm.__name__, "--model", str(model_path), *serve_on))
+
+
+def predicted_head_and_used(arena: Arena32, regions: ArenaRegions) -> tuple[int, int]:
+    """The head and arena_used_bytes() the firmware reports for `arena` with `regions`: TFLM's two arenas hold
+    the two allocators in the persistent one, so their figures are the split's."""
+    if regions.split:
+        assert arena.split is not None  # tflm_arena_layout refused the build otherwise
+        return (
+            arena.split.non_persistent_used_bytes,
+            arena.split.non_persistent_used_bytes + arena.split.persistent_used_bytes,
+        )
+    return arena.head_bytes, arena.used_bytes
 
 
 def predicted_arena(board: Board, graph: Graph, runtime: FirmwareRuntime | None, settings: Settings) -> Arena32 | None:

@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import tempfile
 from pathlib import Path
 
 from lowtide import oracle
 from lowtide.device import locking
 from lowtide.device.boards import DEFAULT_WAIT_S, Board, Connection, board_for_spec, get_board
+from lowtide.device.drivers import cycle_model
 from lowtide.device.drivers.platformio import FirmwareImage
 from lowtide.device.measure import Expected, MeasureProgress, MeasureResult, WaitNotice, run_on_board
 from lowtide.device.spec import with_probe
 from lowtide.device.static_ram import StaticRamSplit, static_ram_split
 from lowtide.errors import LowtideError
 from lowtide.model.ir import Graph
-from lowtide.pipeline.firmware import board_firmware, predicted_arena
+from lowtide.pipeline.firmware import IN_BSS, ArenaRegions, board_firmware, predicted_arena, predicted_head_and_used
 from lowtide.runtimes import FirmwareRuntime, planned_head_bytes, runtime_for, runtime_named
 from lowtide.settings import Settings, settings_or_read
 from lowtide.validation import load_checked
@@ -43,12 +45,14 @@ def measure(
     on_wait: WaitNotice | None = None,
     probe: str | None = None,
     settings: Settings | None = None,
+    regions: ArenaRegions = IN_BSS,
 ) -> MeasureResult:
     """Measure `model_path` on `board` (see lowtide.device.boards), run by `runtime` (None: the board's own).
     `timeout` bounds every wait for the board; `lock_timeout` the wait for a board another run or labgrid client
     holds. `take_lock=False`: the caller holds the board's lock (`Board.lock_resource`) already, as the HIL plugin
     does for a whole session. `probe`: the USB serial number of a real board's probe (`--probe`), over its board
-    file's `probe_serial`. `settings`: the command's (the environment's when none are given)."""
+    file's `probe_serial`. `settings`: the command's (the environment's when none are given). `regions`: where
+    TFLM's arenas go (`--arena-region`, `--persistent-region`)."""
     if iterations < 1 or warmup < 0:
         raise LowtideError(f"need iterations >= 1 and warmup >= 0, got {iterations} and {warmup}")
     settings = settings_or_read(settings)
@@ -75,7 +79,8 @@ def measure(
         if resource is None
         else locking.locked(resource, lock_timeout, what, lock_wait, lock_dir=settings.lock_dir)
     )
-    with held:
+    with held, tempfile.TemporaryDirectory(prefix="lowtide-cycles-") as scratch:
+        timing, timing_warning = cycle_model.for_board(target.spec, Path(scratch) / "windows.txt", settings)
         result = _measure(
             target,
             loaded.graph,
@@ -91,8 +96,11 @@ def measure(
             lock_timeout,
             on_wait,
             settings,
+            regions,
+            timing,
         )
-    return dataclasses.replace(result, warnings=tuple(w.warning for w in loaded.warnings))
+    notes = (timing_warning,) if timing_warning else ()
+    return dataclasses.replace(result, warnings=(*(w.warning for w in loaded.warnings), *notes))
 
 
 def _measure(
@@ -110,11 +118,14 @@ def _measure(
     wait: float,
     on_wait: WaitNotice | None,
     settings: Settings,
+    regions: ArenaRegions,
+    timing: cycle_model.CycleModel | None,
 ) -> MeasureResult:
     inputs = oracle.random_inputs(graph, seed)
     outputs = oracle.run(graph.data, inputs, path=str(model_path), settings=settings).outputs
-    image = board_firmware(target, model_path, graph, runtime, settings, port)  # refused here if it cannot fit
+    image = board_firmware(target, model_path, graph, runtime, settings, port, regions)  # refused if it cannot fit
     predicted = predicted_arena(target, graph, runtime, settings)
+    head, used = predicted_head_and_used(predicted, regions) if predicted else (planned_head_bytes(graph, None), None)
     expected = Expected(
         model=str(model_path),
         model_sha256=graph.sha256,
@@ -123,8 +134,8 @@ def _measure(
         seed=seed,
         inputs=tuple(array.tobytes() for array in inputs),
         outputs=tuple(array.tobytes() for array in outputs),
-        arena_planned_bytes=planned_head_bytes(graph, predicted),
-        arena_predicted_used_bytes=predicted.used_bytes if predicted else None,
+        arena_planned_bytes=head,
+        arena_predicted_used_bytes=used,
         # Only a board with a board file builds firmware.
         static_ram=(
             _static_ram(image, runtime_for(target.spec.runtime, runtime))
@@ -133,7 +144,7 @@ def _measure(
         ),
     )
     place_wait = (lambda holder: on_wait("place", holder)) if on_wait else None
-    connection = Connection(model_path, port, timeout, settings, image, wait, place_wait)
+    connection = Connection(model_path, port, timeout, settings, image, wait, place_wait, timing)
     return run_on_board(
         target, connection, expected, iterations=iterations, warmup=warmup, profile_ops=profile_ops, progress=progress
     )

@@ -43,6 +43,10 @@ class Mcu32Arena:
     tail_bytes: int
     used_bytes: int  # what MicroInterpreter::arena_used_bytes() reports
     arena_bytes: int  # what to declare: at least the smallest arena AllocateTensors accepts
+    # TFLM's two arenas, what to declare for each (MicroAllocator::Create(persistent, size, non_persistent, size)):
+    # sized by the sizer only, None for an estimate
+    non_persistent_arena_bytes: int | None
+    persistent_arena_bytes: int | None
     exact: bool
     method: str  # how the figures were found, and why they are not exact where they are not
 
@@ -83,6 +87,8 @@ def mcu32_arena(
                 arena.tail_bytes,
                 arena.used_bytes,
                 arena.arena_bytes,
+                arena.split.non_persistent_arena_bytes if arena.split else None,
+                arena.split.persistent_arena_bytes if arena.split else None,
                 exact=True,
                 method=f"exact: TFLM's allocator built for {core} with {kernels.value} kernels, run in QEMU",
             )
@@ -96,6 +102,8 @@ def mcu32_arena(
         tail,
         head_bytes + tail,
         head_bytes + tail + _ESTIMATE_MARGIN_BYTES,
+        None,
+        None,
         exact=False,
         method=f"estimate (64-bit host tail less pointer-size savings), because {why}",
     )

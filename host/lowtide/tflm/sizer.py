@@ -7,6 +7,10 @@ from the code that will run: firmware/tflm/lt_tflm_sizer.cc, linked with the sam
 firmware, AllocateTensors on the model, one line of figures back. It needs the Arm toolchain, QEMU and the pinned
 TFLM tree (`lowtide tflm-get`); the library build is shared with the firmware. The sizer images and their results
 are kept in the user cache, per model, kernel set and core.
+
+The same run sizes TFLM's two arenas, where the application gives TFLM a persistent and a non-persistent buffer
+(`MicroAllocator::Create(persistent, size, non_persistent, size)`, so each can live in its own RAM bank): the
+persistent one then also holds the two allocators, so its figure is read from that set-up, not derived.
 """
 
 from __future__ import annotations
@@ -74,6 +78,30 @@ SIZER_MACHINES = {
 }
 
 
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // ARENA_ALIGNMENT) * ARENA_ALIGNMENT
+
+
+@dataclass(frozen=True)
+class SplitArena32:
+    """TFLM's two arenas for one model on a 32-bit core: what each holds after AllocateTensors, as TFLM allocates
+    them (lt_tflm_create_split)."""
+
+    non_persistent_used_bytes: int  # the head: planned activations and kernel scratch buffers
+    persistent_used_bytes: int  # the tail: TFLM's and the kernels' structs, and the two allocators
+    non_persistent_minimum_bytes: int  # the smallest non-persistent arena AllocateTensors accepts
+
+    @property
+    def non_persistent_arena_bytes(self) -> int:
+        """What to declare for the non-persistent arena (16-byte aligned): enough for AllocateTensors."""
+        return _aligned(max(self.non_persistent_used_bytes, self.non_persistent_minimum_bytes))
+
+    @property
+    def persistent_arena_bytes(self) -> int:
+        """What to declare for the persistent arena (16-byte aligned: TFLM uses it from its aligned top down)."""
+        return _aligned(self.persistent_used_bytes)
+
+
 @dataclass(frozen=True)
 class Arena32:
     """TFLM's arena for one model on a 32-bit core, as TFLM itself allocates it."""
@@ -84,11 +112,20 @@ class Arena32:
     head_bytes: int  # non-persistent: planned activations and kernel scratch buffers
     tail_bytes: int  # persistent: TFLM's and the kernels' structs
     minimum_arena_bytes: int  # the smallest arena AllocateTensors accepts (planning needs room of its own)
+    split: SplitArena32 | None  # on TFLM's two arenas; None where the sizer's split of its RAM could not hold them
 
     @property
     def arena_bytes(self) -> int:
         """What to declare: enough for AllocateTensors, a multiple of the arena alignment."""
-        return -(-max(self.used_bytes, self.minimum_arena_bytes) // ARENA_ALIGNMENT) * ARENA_ALIGNMENT
+        return _aligned(max(self.used_bytes, self.minimum_arena_bytes))
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> Arena32:
+        split = data.pop("split")
+        return cls(**data, split=SplitArena32(**split) if split else None)
 
 
 def _machine(core: Core) -> SizerMachine:
@@ -268,10 +305,19 @@ def predict_arena32(
         / f"{kernels.value}-{core.name}-{_sources_digest()}-{hashlib.sha256(model).hexdigest()[:24]}.json"
     )
     if figures_file.is_file():
-        return Arena32(**json.loads(figures_file.read_text()))
+        return Arena32.from_json(json.loads(figures_file.read_text()))
     elf = build_sizer(kernels, core, _opcodes(graph), settings, progress)
     figures = _run_sizer(elf, core, model, resource_variable_count(graph), graph.source)
     planning = figures["planner_start"] + figures["planner_bytes"] + figures["planner_tail"]
+    split = (
+        SplitArena32(
+            figures["split_head"],
+            figures["split_tail"],
+            max(figures["split_peak"], figures["split_planner_start"] + figures["split_planner_bytes"]),
+        )
+        if "split_head" in figures
+        else None
+    )
     arena = Arena32(
         kernels.value,
         core.name,
@@ -279,9 +325,10 @@ def predict_arena32(
         figures["head"],
         figures["tail"],
         max(figures["peak"], planning, figures["used"]),
+        split,
     )
     try:
-        write_atomically(figures_file, json.dumps(asdict(arena)))
+        write_atomically(figures_file, json.dumps(arena.to_json()))
     except OSError as exc:
         raise cache_error(exc, figures_file) from None
     return arena

@@ -67,7 +67,7 @@ _PROBE_DENIED = "LIBUSB_ERROR_ACCESS"
 # Sections of a GCC ELF that are neither loaded into flash nor RAM.
 _UNLOADED_SECTIONS = (".comment", ".ARM.attributes", ".debug", ".stab", ".note", ".gnu")
 # Sections placed in writable memory (.data loaded from flash, the others not loaded); the loaded rest is in flash.
-RAM_SECTIONS = (".data", ".bss", ".stack", ".heap", ".noinit")
+RAM_SECTIONS = (".data", ".bss", ".stack", ".heap", ".noinit", ".lt_arena")  # .lt_arena: lowtide.tflm.regions
 
 
 @dataclass(frozen=True)
@@ -246,17 +246,30 @@ def linker_regions(script: Path) -> list[MemoryRegion]:
     return regions
 
 
-def check_memory_map(spec: BoardSpec) -> None:
-    """Refuses a board file that states more SRAM or flash than the memory map its env links with (a shipped
-    linker script, board_build.ldscript) has: the fit checks would pass models the part cannot hold; and one whose
-    memory banks do not hold each RAM region of that script."""
+def shipped_linker_script(spec: BoardSpec) -> str | None:
+    """The linker script `spec`'s env links with, as a path in lowtide's data (firmware/...); None where it is the
+    platform's own or one of the user's project: not lowtide's to read."""
     script = env_option(spec.platformio_env, spec.platformio_config, "board_build.ldscript")
     if not script and env_platform(spec.platformio_env, spec.platformio_config) == LOCAL_PLATFORM_URI:
         board = env_option(spec.platformio_env, spec.platformio_config, "board")
         manifest = json.loads((LOCAL_PLATFORM_DIR / "boards" / f"{board}.json").read_text())
         script = f"firmware/platform/ldscripts/{manifest['build']['ldscript']}"  # the emulated boards' own
-    if not script.startswith("firmware/"):
-        return  # the platform's own script, or one of the user's project: not lowtide's to read
+    return script if script.startswith("firmware/") else None
+
+
+def shipped_linker_regions(spec: BoardSpec) -> list[MemoryRegion] | None:
+    """The MEMORY regions of `spec`'s linker script; None where lowtide does not ship it."""
+    script = shipped_linker_script(spec)
+    return linker_regions(DATA_DIR / script) if script else None
+
+
+def check_memory_map(spec: BoardSpec) -> None:
+    """Refuses a board file that states more SRAM or flash than the memory map its env links with (a shipped
+    linker script, board_build.ldscript) has: the fit checks would pass models the part cannot hold; and one whose
+    memory banks do not hold each RAM region of that script."""
+    script = shipped_linker_script(spec)
+    if script is None:
+        return
     regions = linker_regions(DATA_DIR / script)
     ram = sum(r.length for r in regions if r.writable)
     flash = sum(r.length for r in regions if not r.writable)

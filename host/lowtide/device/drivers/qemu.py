@@ -32,8 +32,8 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def run_emulator(command: tuple[str, ...], elf: Path, timeout: float) -> Iterator[Link]:
-    """Boots `elf` with `command` ({port}, {elf} filled in) and yields a link to its UART. QEMU is ended on exit,
-    whatever happened; connecting waits at most `timeout` seconds."""
+    """Boots `elf` with `command` ({port}, {elf} filled in; a cycle model's `-plugin` appended by the board) and
+    yields a link to its UART. QEMU is ended on exit, whatever happened; connecting waits at most `timeout` seconds."""
     for attempt in range(_PORT_ATTEMPTS):
         port = free_port()
         argv = [part.format(port=port, elf=elf) for part in command]
