@@ -39,7 +39,7 @@ def measure_split(path: Path, runtime: str) -> dict:
     """One model on one runtime: predicted and measured figures of each arena, or the error."""
     graph = load_model(path)
     try:
-        arena = predict_arena32(path.read_bytes(), graph, RUNTIMES[runtime], read_settings())
+        arena = predict_arena32(graph, RUNTIMES[runtime], read_settings())
         assert arena.split is not None
         result = measure(path, BOARD, runtime=runtime, iterations=1, warmup=0, timeout=1800.0, regions=REGIONS)
     except LowtideError as exc:

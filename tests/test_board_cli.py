@@ -74,9 +74,8 @@ def test_build_json_reports_the_elf_and_its_memory():
     elf = Path(report["elf"])
     assert elf.read_bytes()[:4] == b"\x7fELF" and report["platformio_env"] == "qemu-m4" and report["emulated"]
     head = int(REFERENCE[KWS_DSCNN.stem]["tflm_head"])
-    planned = compile_model(
-        load_model(KWS_DSCNN)
-    ).arena_bytes  # the compiled runtime's plan: what the firmware's arena holds
+    # the compiled runtime's plan: what the firmware's arena holds
+    planned = compile_model(load_model(KWS_DSCNN)).arena_bytes
     assert report["arena_planned_bytes"] == head and report["arena_capacity_bytes"] == planned + 1024
     # The arena and the input staging buffer are static arrays: .bss holds them, at the sizes the report gives.
     symbols = _symbol_sizes(elf)

@@ -239,9 +239,8 @@ def test_shared_models_on_qemu_m4(name):
     result = measure(SHARED_MODELS / f"{name}.tflite", "qemu-m4", iterations=3, warmup=1, timeout=120)
     assert result.outputs_match, result.mismatched_outputs  # bit-identical with the host TFLM, same inputs
     head = int(REFERENCE[name]["tflm_head"])
-    compiled = compile_model(
-        load_model(SHARED_MODELS / f"{name}.tflite")
-    ).arena_bytes  # lowtide's plan for the compiled runtime
+    # lowtide's plan for the compiled runtime
+    compiled = compile_model(load_model(SHARED_MODELS / f"{name}.tflite")).arena_bytes
     assert result.board_planned_bytes == compiled and result.arena_planned_bytes == head
     assert 0 < result.arena_high_water_bytes <= result.board_planned_bytes
     cycles = result.latency_cycles

@@ -40,7 +40,7 @@ def lowtide(*args: str) -> subprocess.CompletedProcess:
 
 
 def _check_split_on_board(model: Path, runtime: str, regions: ArenaRegions, board: str = "qemu-m4") -> None:
-    split = predict_arena32(model.read_bytes(), load_model(model), _KERNELS[runtime], read_settings()).split
+    split = predict_arena32(load_model(model), _KERNELS[runtime], read_settings()).split
     assert split is not None
     result = measure(model, board, runtime=runtime, iterations=1, timeout=60.0, regions=regions)
     assert result.outputs_match, f"outputs {result.mismatched_outputs} differ from the host TFLM"
@@ -103,7 +103,7 @@ def test_a_model_whose_arena_fits_no_bank_runs_across_two():
     """qemu-m4-banks has two 80 KiB banks: the model's one arena (94 KB) fits neither, and is refused before
     building; TFLM's two arenas, the persistent one in the second bank, fit and run, each as predicted."""
     spec = get_board_spec("qemu-m4-banks")
-    arena = predict_arena32(ON_OFF.read_bytes(), load_model(ON_OFF), KernelSet.REFERENCE, read_settings())
+    arena = predict_arena32(load_model(ON_OFF), KernelSet.REFERENCE, read_settings())
     assert arena.split is not None
     assert arena.arena_bytes > max(m.size_bytes for m in spec.memories if m.name != "code")
     one = lowtide("build", str(ON_OFF), "--board", "qemu-m4-banks", "--json")
@@ -122,7 +122,7 @@ def test_a_model_whose_arena_fits_no_bank_runs_across_two():
 
 @needs_firmware_tools
 def test_inspect_board_shows_what_each_memory_holds_and_whether_it_fits():
-    split = predict_arena32(ON_OFF.read_bytes(), load_model(ON_OFF), KernelSet.REFERENCE, read_settings()).split
+    split = predict_arena32(load_model(ON_OFF), KernelSet.REFERENCE, read_settings()).split
     assert split is not None
     one = lowtide("inspect", str(ON_OFF), "--board", "qemu-m4-banks", "--json")
     two = lowtide("inspect", str(ON_OFF), "--board", "qemu-m4-banks", "--persistent-region", "sram2", "--json")
