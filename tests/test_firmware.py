@@ -143,8 +143,8 @@ def test_board_files_describe_every_platformio_env():
         assert spec.emulated or (spec.serial.baud > 0 and spec.serial.usb_ids), spec.name
     assert [s.name for s in specs.values() if s.emulated] == [
         "qemu-m33",
-        "qemu-m4",
         "qemu-m4-banks",
+        "qemu-m4",
         "qemu-m55",
         "qemu-m7",
         "qemu-nucleo-f446re",
