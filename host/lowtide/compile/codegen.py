@@ -27,6 +27,7 @@ from lowtide.compile.lowering import (
 )
 from lowtide.compile.lowering.conv import pad_fusions
 from lowtide.compile.lowering.emitter import PadFusion
+from lowtide.compile.rows import RowChain, RowPlan, RowRefusal, find_row_chains
 from lowtide.errors import LowtideError
 from lowtide.memory import Buffer, Executor, align_up, arena_head, buffers_to_plan, tflm_plan
 from lowtide.memory.placement import place, placement_budget, tflm_offsets_with_plan
@@ -71,6 +72,8 @@ class CompiledModel:
     inputs: tuple[IoTensor, ...]
     outputs: tuple[IoTensor, ...]
     model_hash: str  # first 8 bytes of the model file's sha256, hex
+    row_chains: tuple[RowChain, ...]  # operators run a row at a time (`lowtide.compile.rows`)
+    row_refusals: tuple[RowRefusal, ...]  # where a chain was not formed, and why
 
     def write(self, directory: str | Path) -> list[Path]:
         directory = Path(directory)
@@ -116,6 +119,15 @@ class ArenaPlan:
     in_place: bool  # lowtide's compiled-runtime plan; False: TFLM's tensor offsets
     wide_weights: frozenset[int]  # CONV_2D layers whose filter is stored as int16 (`wide_weight_layers`)
     wide_weight_bytes: int  # the flash those filters take beyond their int8 size
+    rows: RowPlan  # the row chains the generated code runs (none where TFLM's offsets are used) and the refusals
+
+    @property
+    def ring_rows(self) -> dict[int, int]:
+        return {t: rows for chain in self.rows.chains for t, rows in chain.ring_rows}
+
+    @property
+    def row_ops(self) -> frozenset[int]:
+        return frozenset(op for chain in self.rows.chains for op in chain.ops)
 
 
 # Flash the compiled model may spend beyond its int8 weights on int16 filters (lt_matmul_2_w16 needs no SXTB16
@@ -139,11 +151,15 @@ def wide_weight_layers(matrix_layers: dict[int, tuple[int, int]]) -> tuple[froze
 _FAST_CANDIDATES = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"})
 
 
-def _fast_kernels(graph: Graph, data: bytes) -> ModelEmitter:
+def _fast_kernels(
+    graph: Graph, data: bytes, fused_pads: dict[int, PadFusion] | None = None, row_ops: frozenset[int] = frozenset()
+) -> ModelEmitter:
     """An emitter that lowered every operator that may run a fast kernel, at made-up offsets: its `in_place_safe`
     names the depthwise convolutions the fast kernel runs (which may run in place and absorb a PAD), its
-    `fast_scratch_bytes` the int16 scratch each fast layer needs while it runs."""
-    probe = ModelEmitter(graph, data, {t.index: 0 for t in graph.main.tensors if t.kind is TensorKind.ACTIVATION})
+    `fast_scratch_bytes` the int16 scratch each fast layer needs while it runs (`row_ops`: a row's), its
+    `fast_rows` the layers a row kernel can run."""
+    offsets = {t.index: 0 for t in graph.main.tensors if t.kind is TensorKind.ACTIVATION}
+    probe = ModelEmitter(graph, data, offsets, fused_pads=fused_pads, row_ops=row_ops)
     for op in graph.main.operators:
         if op.opcode in _FAST_CANDIDATES:
             try:
@@ -176,21 +192,84 @@ def _split(buffers, offsets, fast_count: int) -> tuple[dict[int, int], dict[int,
     return tensors, scratch, fast
 
 
-def arena_plan(graph: Graph, data: bytes, keep_model_plan: bool = False) -> ArenaPlan:
+def arena_plan(graph: Graph, data: bytes, keep_model_plan: bool = False, row_chains: bool = True) -> ArenaPlan:
     """The compiled runtime's plan (module docstring), or TFLM's tensor offsets where that is no larger. The fast
     kernels' scratch is planned in both, live only while its operator runs; TFLM's greedy planner fits it around
     the tensors, as it does its own kernels' scratch. `keep_model_plan`: TFLM's offsets in any case, so a model's
-    OfflineMemoryAllocation is used as it is (in-place cases the compiled plan has no rule for included)."""
+    OfflineMemoryAllocation is used as it is (in-place cases the compiled plan has no rule for included).
+    `row_chains`: run the row chains `lowtide.compile.rows` finds, where that makes the arena smaller."""
     stock = tflm_plan(graph)
     probe = _fast_kernels(graph, data)
     scopes = {s.op: s.scope for s in stock.steps if s.subgraph == 0}
-    fast_scratch = [
-        Buffer(0, None, op, align_up(nbytes), scopes[op], scopes[op])
-        for op, nbytes in sorted(probe.fast_scratch_bytes.items())
-    ]
     fusions = pad_fusions(ModelEmitter(graph, data, {}), probe.in_place_safe - probe.whole_input)
     view = _planning_view(graph, fusions)
-    buffers = buffers_to_plan(view, executor=Executor.COMPILED) + fast_scratch
+    stock_scratch = _fast_scratch(probe.fast_scratch_bytes, scopes)
+    stock_buffers = list(stock.buffers) + stock_scratch
+    stock_offsets = tflm_offsets_with_plan(stock_buffers, list(stock.offsets) + [0] * len(stock_scratch))
+    stock_head = arena_head(stock_buffers, stock_offsets)
+    wide = wide_weight_layers(probe.matrix_layers)
+    whole = _compiled_plan(view, probe, fusions, scopes, RowPlan((), ()), keep_model_plan)
+    plan = whole
+    refused: tuple[RowRefusal, ...] = ()
+    if row_chains and whole is not None:
+        row_probe = _fast_kernels(graph, data, fusions, frozenset(probe.fast_rows))
+        rows = find_row_chains(
+            row_probe, view.main.consumers(), frozenset(probe.fast_rows), row_probe.fast_scratch_bytes
+        )
+        refused = rows.refusals
+        if rows.chains:
+            row_ops = frozenset(op for chain in rows.chains for op in chain.ops)
+            chained = _fast_kernels(graph, data, fusions, row_ops)
+            plan = _compiled_plan(view, chained, fusions, scopes, rows, False)
+            if plan is None or plan[0].head_bytes >= whole[0].head_bytes:
+                plan = whole
+                refused += tuple(RowRefusal(c.ops, "the arena is no smaller with this chain") for c in rows.chains)
+    if plan is None or plan[0].head_bytes >= stock_head:
+        split = _split(stock_buffers, stock_offsets, len(stock_scratch))
+        no_rows = RowPlan((), refused)
+        return ArenaPlan(*split, probe.fast_scratch_bytes, stock_head, {}, False, *wide, no_rows)
+    placement, buffers, scratch_bytes, rows = plan
+    split = _split(buffers, placement.offsets, len(scratch_bytes))
+    return ArenaPlan(*split, scratch_bytes, placement.head_bytes, fusions, True, *wide, RowPlan(rows.chains, refused))
+
+
+def _fast_scratch(nbytes: dict[int, int], scopes: dict[int, int], spans: dict[int, tuple[int, int]] | None = None):
+    """The fast kernels' scratch buffers, each live while its operator runs (`spans`: a row chain's operators
+    while the whole chain runs)."""
+    spans = spans or {}
+    return [
+        Buffer(0, None, op, align_up(n), *spans.get(op, (scopes[op], scopes[op]))) for op, n in sorted(nbytes.items())
+    ]
+
+
+def _compiled_plan(view: Graph, probe: ModelEmitter, fusions, scopes: dict[int, int], rows: RowPlan, keep: bool):
+    """lowtide's placement of the compiled runtime's buffers with `rows`' chains (their inner tensors as rings,
+    everything a chain reads, writes or scratches live while it runs), the buffers, the fast scratch bytes and
+    `rows`; None where the plan cannot be used."""
+    spans = {}
+    roles: dict[int, list[tuple[RowChain, tuple[int, int]]]] = {}  # tensor -> the chains that read or write it
+    for chain in rows.chains:
+        span = (scopes[chain.ops[0]], scopes[chain.ops[-1]])
+        for op in chain.ops:
+            spans[op] = span
+        for t in (*chain.sources, chain.output, *chain.rings):
+            roles.setdefault(t, []).append((chain, span))
+    buffers = []
+    for b in buffers_to_plan(view, executor=Executor.COMPILED):
+        if b.subgraph == 0 and b.tensor is None and b.op in spans:
+            b = dataclasses.replace(b, first=spans[b.op][0], last=spans[b.op][1])
+        for chain, (start, end) in roles.get(b.tensor, []) if b.subgraph == 0 and b.tensor is not None else []:
+            rings = chain.rings
+            if b.tensor in rings:
+                tensor = view.main.tensors[b.tensor]
+                ring_bytes = align_up(rings[b.tensor] * tensor.nbytes // tensor.shape[1])
+                b = dataclasses.replace(b, size=ring_bytes, first=start, last=end, shares=None)
+            else:  # read or written whole while the chain runs; an output's rows do not share an input's
+                shares = None if b.tensor == chain.output else b.shares
+                b = dataclasses.replace(b, first=min(b.first, start), last=max(b.last, end), shares=shares)
+        buffers.append(b)
+    scratch = _fast_scratch(probe.fast_scratch_bytes, scopes, spans)
+    buffers += scratch
     producers = view.main.producers()
     # Depthwise outputs may share their input only where the fast kernel runs them (it copies before writing).
     unsafe = any(
@@ -201,27 +280,28 @@ def arena_plan(graph: Graph, data: bytes, keep_model_plan: bool = False) -> Aren
         and producers[b.tensor] not in probe.in_place_safe
         for b in buffers
     )
-    placement = place(buffers, placement_budget(0)) if buffers and not unsafe and not keep_model_plan else None
-    stock_buffers = list(stock.buffers) + fast_scratch
-    stock_offsets = tflm_offsets_with_plan(stock_buffers, list(stock.offsets) + [0] * len(fast_scratch))
-    stock_head = arena_head(stock_buffers, stock_offsets)
-    needs = probe.fast_scratch_bytes
-    wide = wide_weight_layers(probe.matrix_layers)
-    if placement is None or placement.head_bytes >= stock_head:
-        return ArenaPlan(*_split(stock_buffers, stock_offsets, len(fast_scratch)), needs, stock_head, {}, False, *wide)
-    return ArenaPlan(
-        *_split(buffers, placement.offsets, len(fast_scratch)), needs, placement.head_bytes, fusions, True, *wide
-    )
+    if not buffers or unsafe or keep:
+        return None
+    return place(buffers, placement_budget(0)), buffers, probe.fast_scratch_bytes, rows
 
 
-def _emitter(graph: Graph, data: bytes, keep_model_plan: bool = False) -> tuple[ModelEmitter, int]:
-    """An emitter with every activation and scratch buffer at its planned offset (`arena_plan`), and the arena
-    head of that plan."""
-    plan = arena_plan(graph, data, keep_model_plan)
-    return (
-        ModelEmitter(graph, data, plan.offsets, plan.scratch, plan.fused_pads, plan.fast_scratch, plan.wide_weights),
-        plan.head_bytes,
+def _emitter(
+    graph: Graph, data: bytes, keep_model_plan: bool = False, row_chains: bool = True
+) -> tuple[ModelEmitter, ArenaPlan]:
+    """An emitter with every activation and scratch buffer at its planned offset (`arena_plan`), and that plan."""
+    plan = arena_plan(graph, data, keep_model_plan, row_chains)
+    emitter = ModelEmitter(
+        graph,
+        data,
+        plan.offsets,
+        plan.scratch,
+        plan.fused_pads,
+        plan.fast_scratch,
+        plan.wide_weights,
+        plan.row_ops,
+        plan.ring_rows,
     )
+    return emitter, plan
 
 
 def _lower_all(graph: Graph, emitter: ModelEmitter) -> tuple[list[str], list[Blocker]]:
@@ -258,15 +338,21 @@ def check_model(model_path: str | Path, settings: Settings | None = None) -> lis
 
 
 def compile_model(
-    model_path: str | Path, prefix: str = "model", keep_model_plan: bool = False, settings: Settings | None = None
+    model_path: str | Path,
+    prefix: str = "model",
+    keep_model_plan: bool = False,
+    settings: Settings | None = None,
+    row_chains: bool = True,
 ) -> CompiledModel:
     """Lower every operator of `model_path`; raises LowtideError naming the first thing it cannot compile.
-    `keep_model_plan`: the model's OfflineMemoryAllocation as it is, even where lowtide's compiled plan is smaller."""
+    `keep_model_plan`: the model's OfflineMemoryAllocation as it is, even where lowtide's compiled plan is smaller.
+    `row_chains`: False runs every operator on whole tensors (`arena_plan`)."""
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", prefix):
         raise LowtideError(f"prefix '{prefix}' is not a C identifier")
     model_path = str(model_path)
     graph = load_model(model_path, settings)
-    emitter, head_bytes = _emitter(graph, Path(model_path).read_bytes(), keep_model_plan)
+    emitter, plan = _emitter(graph, Path(model_path).read_bytes(), keep_model_plan, row_chains)
+    head_bytes = plan.head_bytes
     calls, blockers = _lower_all(graph, emitter)
     unplanned = sorted(set(emitter.fast_scratch_bytes) - set(emitter.fast_scratch))
     if unplanned:  # the plan is made from the same lowering: a difference is a lowtide bug
@@ -281,7 +367,7 @@ def compile_model(
     members = _state_members(emitter)
     state_bytes = _struct_size(members)
     header = _header(prefix, head_bytes, state_bytes, graph, inputs, outputs, model_hash)
-    source = _source(prefix, graph, emitter, calls, inputs, outputs, model_hash, members)
+    source = _source(prefix, graph, emitter, calls, inputs, outputs, model_hash, members, plan.rows.chains)
     return CompiledModel(
         model_path=model_path,
         prefix=prefix,
@@ -292,6 +378,8 @@ def compile_model(
         inputs=inputs,
         outputs=outputs,
         model_hash=model_hash,
+        row_chains=plan.rows.chains,
+        row_refusals=plan.rows.refusals,
     )
 
 
@@ -433,8 +521,33 @@ def _state_source(prefix: str, members: list[StateMember]) -> list[str]:
     return lines
 
 
+def _chain_loop(index: int, chain: RowChain, calls: dict[int, str]) -> list[str]:
+    """The row loop of one chain: a table of which layer advances by one row at each step (`RowChain.order`)."""
+    table = ", ".join(str(pos) for pos in chain.order)
+    ctype = "uint8_t" if len(chain.ops) <= 256 else "uint16_t"
+    lines = [
+        f"    {{ /* row chain {index}: operators {', '.join(str(op) for op in chain.ops)} */",
+        f"        static const {ctype} order[{len(chain.order)}] = {{{table}}};",
+        f"        int32_t next_row[{len(chain.ops)}] = {{0}};",
+        f"        for (int32_t step = 0; step < {len(chain.order)}; ++step) {{",
+        "            const int32_t oy = next_row[order[step]]++;",
+        "            switch (order[step]) {",
+    ]
+    lines += [f"            case {pos}: {calls[op]} break;" for pos, op in enumerate(chain.ops)]
+    lines += ["            }", "        }", "    }"]
+    return lines
+
+
 def _source(
-    prefix, graph: Graph, emitter: ModelEmitter, calls, inputs, outputs, model_hash: str, members: list[StateMember]
+    prefix,
+    graph: Graph,
+    emitter: ModelEmitter,
+    calls,
+    inputs,
+    outputs,
+    model_hash: str,
+    members: list[StateMember],
+    chains: tuple[RowChain, ...] = (),
 ) -> str:
     hash_bytes = ", ".join(f"0x{model_hash[i : i + 2]}" for i in range(0, 16, 2))
     lines = [
@@ -444,7 +557,7 @@ def _source(
         "#include <string.h>",
         "",
         f'#include "{prefix}.h"',
-        '#include "lt_conv_dsp.h"',
+        '#include "lt_rows.h"',
         "",
         f"const uint8_t {prefix}_hash[8] = {{{hash_bytes}}};",
         f"const lt_tensor_info {prefix}_inputs[{len(inputs)}] = {{{', '.join(_tensor_info(t) for t in inputs)}}};",
@@ -460,12 +573,18 @@ def _source(
     ]
     if members:
         lines.append(f"    if (!{STATE_OBJECT}.ready) {prefix}_reset();")
+    # A chain runs as one loop at its last operator: the hooks of the operators before it come first, in order
+    # (their time is the chain's, reported at its last operator).
+    by_op = dict(enumerate(calls))
+    loops = {chain.ops[-1]: _chain_loop(i, chain, by_op) for i, chain in enumerate(chains)}
+    in_chain = {op for chain in chains for op in range(chain.ops[0], chain.ops[-1] + 1)}
     for op, call in zip(graph.main.operators, calls):
-        lines += [
-            f"    /* {op.index}: {op.opcode} */",
-            f"    if (hook) hook({op.index}, 0, user);",
-            f"    {call}",
-            f"    if (hook) hook({op.index}, 1, user);",
-        ]
+        if op.index in in_chain and op.index not in loops:
+            lines += [f"    /* {op.index}: {op.opcode}, in a row chain */", f"    if (hook) hook({op.index}, 0, user);"]
+            lines += [f"    if (hook) hook({op.index}, 1, user);"]
+            continue
+        lines += [f"    /* {op.index}: {op.opcode} */", f"    if (hook) hook({op.index}, 0, user);"]
+        lines += loops.get(op.index, [f"    {call}"])
+        lines += [f"    if (hook) hook({op.index}, 1, user);"]
     lines += ["    return 0;", "}", ""]
     return "\n".join(lines)

@@ -1,0 +1,225 @@
+"""Row chains of the compiled runtime: runs of int8 convolutions (CONV_2D, pointwise, DEPTHWISE_CONV_2D, each
+with the PAD fused into it) and residual ADDs that run one output row at a time, each layer computing its next
+row as soon as the rows its window needs exist, so that a tensor made and used inside the chain is held as a
+ring of the rows still needed instead of whole (no row is computed twice). A chain reads its sources whole
+and writes its output whole. Where a run of such operators is cut into chains is the minimax of the chains'
+RAM (sources, rings, output and the row kernels' scratch), fewer bytes in all breaking ties.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+from lowtide.compile.lowering import ModelEmitter, Unsupported
+from lowtide.compile.lowering.conv import window_geometry
+from lowtide.model.ir import Operator
+
+# The row kernels keep one pointer per filter row on the stack (lt_rows.h): taller windows are not rolled.
+MAX_FILTER_ROWS = 16
+
+
+@dataclass(frozen=True)
+class RowLayer:
+    """One operator of a chain as the row loop sees it: which rows of each input its output row `oy` reads."""
+
+    op: int
+    inputs: tuple[int, ...]  # tensors read (a fused PAD's input for the convolution that absorbs it)
+    output: int
+    out_rows: int
+    stride: int  # rows: 1, 1, 0, 0 for an ADD (row oy reads row oy)
+    filter_rows: int
+    dilation: int
+    pad_top: int
+    in_rows: int
+
+    def window(self, oy: int) -> tuple[int, int]:
+        """The first and last input row output row `oy` reads (last < first: all padding)."""
+        top = oy * self.stride - self.pad_top
+        return max(top, 0), min(top + (self.filter_rows - 1) * self.dilation, self.in_rows - 1)
+
+    def first_needed(self, done: int) -> int:
+        """The first input row still needed once `done` output rows are written."""
+        return self.in_rows if done >= self.out_rows else min(self.window(done)[0], self.in_rows)
+
+
+@dataclass(frozen=True)
+class RowChain:
+    ops: tuple[int, ...]  # operators in execution order (fused PADs left out: they run no code)
+    sources: tuple[int, ...]  # tensors the chain reads whole, made before it
+    output: int  # the tensor the chain writes whole
+    ring_rows: tuple[tuple[int, int], ...]  # (tensor made and used inside, rows its ring holds)
+    order: tuple[int, ...]  # the row loop: position in `ops` of the layer each step advances by one row
+    ring_bytes: int  # the rings
+    whole_bytes: int  # the same tensors whole
+
+    @property
+    def rings(self) -> dict[int, int]:
+        return dict(self.ring_rows)
+
+
+@dataclass(frozen=True)
+class RowRefusal:
+    """Where a chain was not formed, and why."""
+
+    ops: tuple[int, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
+class RowPlan:
+    chains: tuple[RowChain, ...]
+    refusals: tuple[RowRefusal, ...]
+
+
+def _row_layer(e: ModelEmitter, op: Operator, fast_rows: frozenset[int]) -> RowLayer | str:
+    """`op` as a row layer, or why it cannot be one."""
+    out = e.tensor(op.outputs[0]) if len(op.outputs) == 1 else None
+    if out is None or len(out.shape) != 4 or out.shape[0] != 1 or out.dtype != "int8":
+        return "not a batch-1 int8 NHWC output"
+    if op.opcode == "ADD":
+        a, b = (e.tensor(t) for t in op.inputs[:2])
+        if a.shape != out.shape or b.shape != out.shape or a.dtype != "int8" or b.dtype != "int8":
+            return "an ADD that broadcasts"
+        return RowLayer(op.index, tuple(op.inputs[:2]), op.outputs[0], out.shape[1], 1, 1, 1, 0, out.shape[1])
+    if op.opcode not in ("CONV_2D", "DEPTHWISE_CONV_2D"):
+        return f"{op.opcode} has no row kernel"
+    if op.index not in fast_rows:
+        return "no fast int8 kernel for this layer (or one output pixel over its whole input)"
+    filter_shape = e.tensor(op.inputs[1]).shape
+    try:
+        g = window_geometry(e, op, filter_shape[1], filter_shape[2])
+    except Unsupported as exc:
+        return str(exc)
+    if g.filter_h > MAX_FILTER_ROWS:
+        return f"a window of {g.filter_h} rows (row kernels take at most {MAX_FILTER_ROWS})"
+    source, pad_top, in_rows = op.inputs[0], g.pad_h, g.in_h
+    fusion = e.fused_pads.get(op.index)
+    if fusion is not None:
+        source, pad_top, in_rows = fusion.source, g.pad_h + fusion.top, e.tensor(fusion.source).shape[1]
+    return RowLayer(op.index, (source,), op.outputs[0], g.out_h, g.stride_h, g.filter_h, g.dilation_h, pad_top, in_rows)
+
+
+def _schedule(layers: list[RowLayer]) -> tuple[list[int], dict[int, int]]:
+    """The row loop and each inner tensor's ring rows: the last layer's rows pulled in order, each layer computing
+    a row only when a reader needs it, so a ring holds no row before it is needed."""
+    made_by = {layer.output: i for i, layer in enumerate(layers)}
+    readers: dict[int, list[int]] = {}
+    for i, layer in enumerate(layers):
+        for t in set(layer.inputs):
+            readers.setdefault(t, []).append(i)
+    done = [0] * len(layers)
+    order: list[int] = []
+    rings: dict[int, int] = {layer.output: 0 for layer in layers[:-1]}
+
+    def pull(pos: int, last_row: int) -> None:
+        layer = layers[pos]
+        while done[pos] <= last_row:
+            for t in layer.inputs:
+                if t in made_by:
+                    first, last = layer.window(done[pos])
+                    if last >= first:
+                        pull(made_by[t], last)
+            order.append(pos)
+            done[pos] += 1
+            if layer.output in rings:
+                held = done[pos] - min(layers[r].first_needed(done[r]) for r in readers[layer.output])
+                rings[layer.output] = max(rings[layer.output], held)
+
+    pull(len(layers) - 1, layers[-1].out_rows - 1)
+    return order, rings
+
+
+def find_row_chains(
+    e: ModelEmitter, consumers: dict[int, list[int]], fast_rows: frozenset[int], scratch: dict[int, int]
+) -> RowPlan:
+    """The row chains of the main subgraph `e` lowers, as the compiled runtime runs it (`e.fused_pads` fused;
+    `consumers`: each tensor's readers so). `fast_rows`: the convolutions lowered to a fast kernel a row kernel
+    can run; `scratch`: the bytes each row layer's kernel needs while the chain runs."""
+    sg = e.sg
+    outputs = set(sg.outputs)
+    fused = {f.pad_op for f in e.fused_pads.values()}
+    runs: list[list[RowLayer]] = [[]]
+    refusals: list[RowRefusal] = []
+    for op in sg.operators:
+        if op.index in fused:
+            continue
+        layer = _row_layer(e, op, fast_rows)
+        if isinstance(layer, RowLayer):
+            runs[-1].append(layer)
+            continue
+        if op.opcode in ("CONV_2D", "DEPTHWISE_CONV_2D", "ADD"):
+            refusals.append(RowRefusal((op.index,), layer))
+        if runs[-1]:
+            runs.append([])
+    chains = []
+    for run in runs:
+        if len(run) == 1:
+            refusals.append(RowRefusal((run[0].op,), "no neighbouring row layer to share rows with"))
+        elif run:
+            found, refused = _cut(e, run, consumers, outputs, scratch)
+            chains += found
+            refusals += refused
+    return RowPlan(tuple(chains), tuple(sorted(refusals, key=lambda r: r.ops)))
+
+
+def _cut(
+    e: ModelEmitter, run: list[RowLayer], consumers: dict[int, list[int]], outputs: set[int], scratch: dict[int, int]
+) -> tuple[list[RowChain], list[RowRefusal]]:
+    """The chains of one run of row layers: the cut points with the least largest chain RAM (then the least sum),
+    by dynamic programming over the run."""
+    nbytes = {}
+    for layer in run:
+        for t in (*layer.inputs, layer.output):
+            nbytes[t] = e.tensor(t).nbytes
+    positions = {layer.op: i for i, layer in enumerate(run)}
+
+    @cache
+    def segment(i: int, j: int) -> tuple[RowChain | None, int]:
+        """Layers i..j as one chain (None: a single layer, or a tensor made inside is read outside), and its RAM."""
+        layers = run[i : j + 1]
+        made = {layer.output for layer in layers}
+        sources = tuple(dict.fromkeys(t for layer in layers for t in layer.inputs if t not in made))
+        whole = sum(nbytes[t] for t in sources) + nbytes[run[j].output]
+        own_scratch = sum(scratch.get(layer.op, 0) for layer in layers)
+        if i == j:
+            return None, whole + own_scratch
+        for layer in layers[:-1]:
+            readers = consumers.get(layer.output, [])
+            if layer.output in outputs or any(positions.get(r, -1) not in range(i, j + 1) for r in readers):
+                return None, -1
+        order, rings = _schedule(layers)
+        ring_bytes = sum(rows * nbytes[t] // e.tensor(t).shape[1] for t, rows in rings.items())
+        chain = RowChain(
+            ops=tuple(layer.op for layer in layers),
+            sources=sources,
+            output=run[j].output,
+            ring_rows=tuple(sorted(rings.items())),
+            order=tuple(order),
+            ring_bytes=ring_bytes,
+            whole_bytes=sum(nbytes[t] for t in rings),
+        )
+        return chain, whole + ring_bytes + own_scratch
+
+    # best[j]: (largest RAM, total RAM, segments) of the best cut of run[:j]
+    best: list[tuple[int, int, list[tuple[int, int]]]] = [(0, 0, [])]
+    for j in range(1, len(run) + 1):
+        choice = None
+        for i in range(j - 1, -1, -1):
+            peak, total, cuts = best[i]
+            chain, ram = segment(i, j - 1)
+            if ram < 0:
+                continue
+            candidate = (max(peak, ram), total + ram, [*cuts, (i, j - 1)])
+            if choice is None or candidate[:2] < choice[:2]:
+                choice = candidate
+        assert choice is not None  # a single layer is always a segment
+        best.append(choice)
+    chains, refusals = [], []
+    for i, j in best[-1][2]:
+        chain = segment(i, j)[0]
+        if chain is not None:
+            chains.append(chain)
+        else:
+            refusals.append(RowRefusal((run[i].op,), "a chain through it would hold more RAM (minimax cut)"))
+    return chains, refusals
