@@ -282,6 +282,24 @@ def _compiled_plan(view: Graph, probe: ModelEmitter, fusions, scopes: dict[int, 
     )
     if not buffers or unsafe or keep:
         return None
+    index = {b.tensor: i for i, b in enumerate(buffers) if b.subgraph == 0 and b.tensor is not None}
+
+    def root(tensor: int) -> tuple[int, int]:
+        """The buffer whose bytes `tensor`'s are fixed inside (`Buffer.shares`), and the offset in it."""
+        offset = 0
+        while (shared := buffers[index[tensor]].shares) is not None:
+            tensor, offset = shared[0], offset + shared[1]
+        return tensor, offset
+
+    for chain in rows.chains:  # the output's rows over the rows of a dying source already read
+        if chain.overlap is not None:
+            source, offset = chain.overlap
+            top, inside = root(source)
+            out = index[chain.output]
+            if inside + offset >= 0:
+                buffers[out] = dataclasses.replace(buffers[out], shares=(top, inside + offset))
+            else:  # the output starts before the group: the group goes inside the output
+                buffers[index[top]] = dataclasses.replace(buffers[index[top]], shares=(chain.output, -inside - offset))
     return place(buffers, placement_budget(0)), buffers, probe.fast_scratch_bytes, rows
 
 

@@ -8,11 +8,13 @@ RAM (sources, rings, output and the row kernels' scratch), fewer bytes in all br
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cache
 
 from lowtide.compile.lowering import ModelEmitter, Unsupported
 from lowtide.compile.lowering.conv import window_geometry
+from lowtide.memory import ALIGNMENT
 from lowtide.model.ir import Operator
 
 # The row kernels keep one pointer per filter row on the stack (lt_rows.h): taller windows are not rolled.
@@ -32,6 +34,10 @@ class RowLayer:
     dilation: int
     pad_top: int
     in_rows: int
+    # How the row kernel may write its row over the rows it reads: "pixel" (ADD, pointwise convolutions with no
+    # more output than input channels: a pixel is written after it is read, no further along its row),
+    # "channel" (depthwise: channel c of the row after channel c of every window row is read), "" (not at all)
+    writes_over: str = ""
 
     def window(self, oy: int) -> tuple[int, int]:
         """The first and last input row output row `oy` reads (last < first: all padding)."""
@@ -52,6 +58,9 @@ class RowChain:
     order: tuple[int, ...]  # the row loop: position in `ops` of the layer each step advances by one row
     ring_bytes: int  # the rings
     whole_bytes: int  # the same tensors whole
+    # (a source no operator reads after the chain, bytes from its start to the output's (a multiple of 16, may
+    # be negative)): the output's rows land only on that source's rows already read; None: apart
+    overlap: tuple[int, int] | None
 
     @property
     def rings(self) -> dict[int, int]:
@@ -81,7 +90,7 @@ def _row_layer(e: ModelEmitter, op: Operator, fast_rows: frozenset[int]) -> RowL
         a, b = (e.tensor(t) for t in op.inputs[:2])
         if a.shape != out.shape or b.shape != out.shape or a.dtype != "int8" or b.dtype != "int8":
             return "an ADD that broadcasts"
-        return RowLayer(op.index, tuple(op.inputs[:2]), op.outputs[0], out.shape[1], 1, 1, 1, 0, out.shape[1])
+        return RowLayer(op.index, tuple(op.inputs[:2]), op.outputs[0], out.shape[1], 1, 1, 1, 0, out.shape[1], "pixel")
     if op.opcode not in ("CONV_2D", "DEPTHWISE_CONV_2D"):
         return f"{op.opcode} has no row kernel"
     if op.index not in fast_rows:
@@ -97,12 +106,25 @@ def _row_layer(e: ModelEmitter, op: Operator, fast_rows: frozenset[int]) -> RowL
     fusion = e.fused_pads.get(op.index)
     if fusion is not None:
         source, pad_top, in_rows = fusion.source, g.pad_h + fusion.top, e.tensor(fusion.source).shape[1]
-    return RowLayer(op.index, (source,), op.outputs[0], g.out_h, g.stride_h, g.filter_h, g.dilation_h, pad_top, in_rows)
+    pointwise = (g.filter_h, g.filter_w, g.stride_h, g.stride_w, g.pad_h, g.pad_w) == (1, 1, 1, 1, 0, 0)
+    if op.opcode == "DEPTHWISE_CONV_2D" and g.in_c > 1:  # (one input channel runs as a convolution)
+        writes_over = "channel"
+    elif op.opcode == "CONV_2D" and pointwise and g.in_w == g.out_w and g.out_c <= g.in_c:
+        writes_over = "pixel"
+    else:
+        writes_over = ""
+    return RowLayer(
+        op.index, (source,), op.outputs[0], g.out_h, g.stride_h, g.filter_h, g.dilation_h, pad_top, in_rows, writes_over
+    )
 
 
-def _schedule(layers: list[RowLayer]) -> tuple[list[int], dict[int, int]]:
-    """The row loop and each inner tensor's ring rows: the last layer's rows pulled in order, each layer computing
-    a row only when a reader needs it, so a ring holds no row before it is needed."""
+def _schedule(
+    layers: list[RowLayer], row_bytes: dict[int, int], dying: set[int]
+) -> tuple[list[int], dict[int, int], dict[int, int]]:
+    """The row loop, each inner tensor's ring rows, and for each source in `dying` (read by no operator after the
+    chain) the largest offset of the output from it at which no output row lands on a row still to be read: the
+    last layer's rows pulled in order, each layer computing a row only when a reader needs it, so a ring holds no
+    row before it is needed."""
     made_by = {layer.output: i for i, layer in enumerate(layers)}
     readers: dict[int, list[int]] = {}
     for i, layer in enumerate(layers):
@@ -111,6 +133,20 @@ def _schedule(layers: list[RowLayer]) -> tuple[list[int], dict[int, int]]:
     done = [0] * len(layers)
     order: list[int] = []
     rings: dict[int, int] = {layer.output: 0 for layer in layers[:-1]}
+    last_pos, writer = len(layers) - 1, layers[-1]
+    out_row = row_bytes[writer.output]
+    # the writer's own row may land on the rows it reads for that row (`RowLayer.writes_over`), at whole rows of
+    # the same bytes for "channel", and not after them for "pixel"
+    over = {
+        t: writer.writes_over
+        for t in dying
+        if t in writer.inputs
+        and (row_bytes[t] >= out_row if writer.writes_over == "pixel" else row_bytes[t] == out_row)
+        and writer.writes_over
+    }
+    headroom = {t: row_bytes[t] * layers[readers[t][0]].in_rows for t in dying}  # the source's bytes: no limit
+    if over:
+        headroom.update({t: 0 for t, kind in over.items() if kind == "pixel"})
 
     def pull(pos: int, last_row: int) -> None:
         layer = layers[pos]
@@ -120,14 +156,23 @@ def _schedule(layers: list[RowLayer]) -> tuple[list[int], dict[int, int]]:
                     first, last = layer.window(done[pos])
                     if last >= first:
                         pull(made_by[t], last)
+            if pos == last_pos:  # output row done[pos] is written while the rows from `needed` on are still read
+                for t in dying:
+                    after = 1 if t in over else 0  # the writer's own rows of this row read before it writes
+                    needed = min(layers[r].first_needed(done[r] + (after if r == pos else 0)) for r in readers[t])
+                    if needed < layers[readers[t][0]].in_rows:
+                        room = needed * row_bytes[t] - (done[pos] + 1) * out_row
+                        headroom[t] = min(headroom[t], room)
             order.append(pos)
             done[pos] += 1
             if layer.output in rings:
                 held = done[pos] - min(layers[r].first_needed(done[r]) for r in readers[layer.output])
                 rings[layer.output] = max(rings[layer.output], held)
 
-    pull(len(layers) - 1, layers[-1].out_rows - 1)
-    return order, rings
+    pull(last_pos, layers[-1].out_rows - 1)
+    # offsets in whole rows where the writer writes a channel over the same channel
+    quantum = {t: math.lcm(ALIGNMENT, out_row) if over.get(t) == "channel" else ALIGNMENT for t in dying}
+    return order, rings, {t: room // quantum[t] * quantum[t] for t, room in headroom.items()}
 
 
 def find_row_chains(
@@ -154,9 +199,7 @@ def find_row_chains(
             runs.append([])
     chains = []
     for run in runs:
-        if len(run) == 1:
-            refusals.append(RowRefusal((run[0].op,), "no neighbouring row layer to share rows with"))
-        elif run:
+        if run:
             found, refused = _cut(e, run, consumers, outputs, scratch)
             chains += found
             refusals += refused
@@ -168,28 +211,41 @@ def _cut(
 ) -> tuple[list[RowChain], list[RowRefusal]]:
     """The chains of one run of row layers: the cut points with the least largest chain RAM (then the least sum),
     by dynamic programming over the run."""
-    nbytes = {}
+    nbytes, row_bytes = {}, {}
     for layer in run:
         for t in (*layer.inputs, layer.output):
             nbytes[t] = e.tensor(t).nbytes
+            row_bytes[t] = nbytes[t] // e.tensor(t).shape[1]
     positions = {layer.op: i for i, layer in enumerate(run)}
 
     @cache
     def segment(i: int, j: int) -> tuple[RowChain | None, int]:
-        """Layers i..j as one chain (None: a single layer, or a tensor made inside is read outside), and its RAM."""
+        """Layers i..j as one chain (None: a tensor made inside is read outside, or one layer that cannot write
+        over its input), and its RAM."""
         layers = run[i : j + 1]
         made = {layer.output for layer in layers}
         sources = tuple(dict.fromkeys(t for layer in layers for t in layer.inputs if t not in made))
         whole = sum(nbytes[t] for t in sources) + nbytes[run[j].output]
         own_scratch = sum(scratch.get(layer.op, 0) for layer in layers)
-        if i == j:
-            return None, whole + own_scratch
         for layer in layers[:-1]:
             readers = consumers.get(layer.output, [])
             if layer.output in outputs or any(positions.get(r, -1) not in range(i, j + 1) for r in readers):
                 return None, -1
-        order, rings = _schedule(layers)
-        ring_bytes = sum(rows * nbytes[t] // e.tensor(t).shape[1] for t, rows in rings.items())
+        dying = {
+            t
+            for t in sources
+            if t not in outputs and all(positions.get(r, -1) in range(i, j + 1) for r in consumers.get(t, []))
+        }
+        order, rings, headroom = _schedule(layers, row_bytes, dying)
+        overlap, saved = None, 0
+        out_bytes = nbytes[run[j].output]
+        for t, room in sorted(headroom.items()):
+            # as far right as the rows allow, up to the output ending where the source ends
+            offset = room if room <= 0 else min(room, max(0, nbytes[t] - out_bytes) // ALIGNMENT * ALIGNMENT)
+            extent = max(nbytes[t], offset + out_bytes) - min(0, offset)
+            if nbytes[t] + out_bytes - extent > saved:
+                overlap, saved = (t, offset), nbytes[t] + out_bytes - extent
+        ring_bytes = sum(rows * row_bytes[t] for t, rows in rings.items())
         chain = RowChain(
             ops=tuple(layer.op for layer in layers),
             sources=sources,
@@ -198,8 +254,11 @@ def _cut(
             order=tuple(order),
             ring_bytes=ring_bytes,
             whole_bytes=sum(nbytes[t] for t in rings),
+            overlap=overlap,
         )
-        return chain, whole + ring_bytes + own_scratch
+        if i == j and overlap is None:  # one layer alone gains only by writing over its input
+            return None, whole + own_scratch
+        return chain, whole - saved + ring_bytes + own_scratch
 
     # best[j]: (largest RAM, total RAM, segments) of the best cut of run[:j]
     best: list[tuple[int, int, list[tuple[int, int]]]] = [(0, 0, [])]
@@ -221,5 +280,8 @@ def _cut(
         if chain is not None:
             chains.append(chain)
         else:
-            refusals.append(RowRefusal((run[i].op,), "a chain through it would hold more RAM (minimax cut)"))
+            reason = (
+                "a chain through it would hold more RAM (minimax cut)" if len(run) > 1 else "no row layer next to it"
+            )
+            refusals.append(RowRefusal((run[i].op,), reason))
     return chains, refusals
