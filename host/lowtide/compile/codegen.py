@@ -228,18 +228,34 @@ def arena_plan(graph: Graph, data: bytes, keep_model_plan: bool = False, row_cha
         split = _split(stock_buffers, stock_offsets, len(stock_scratch))
         no_rows = RowPlan((), refused)
         return ArenaPlan(*split, probe.fast_scratch_bytes, stock_head, {}, False, *wide, no_rows)
-    placement, buffers, scratch_bytes, rows = plan
-    split = _split(buffers, placement.offsets, len(scratch_bytes))
+    placement, buffers, scratch_bytes, rows, scratch_count = plan
+    tensors, scratch, fast = _split(buffers, placement.offsets, scratch_count)
+    split = tensors, scratch, _chain_scratch(fast, scratch_bytes, rows.chains)
     return ArenaPlan(*split, scratch_bytes, placement.head_bytes, fusions, True, *wide, RowPlan(rows.chains, refused))
 
 
-def _fast_scratch(nbytes: dict[int, int], scopes: dict[int, int], spans: dict[int, tuple[int, int]] | None = None):
-    """The fast kernels' scratch buffers, each live while its operator runs (`spans`: a row chain's operators
-    while the whole chain runs)."""
-    spans = spans or {}
-    return [
-        Buffer(0, None, op, align_up(n), *spans.get(op, (scopes[op], scopes[op]))) for op, n in sorted(nbytes.items())
+def _fast_scratch(nbytes: dict[int, int], scopes: dict[int, int], chains: tuple[RowChain, ...] = ()) -> list[Buffer]:
+    """The fast kernels' scratch buffers, each live while its operator runs; a row chain's layers, which run one
+    row call at a time, share one, live while the chain runs (keyed by the chain's first operator)."""
+    chained = {op for chain in chains for op in chain.ops}
+    buffers = [
+        Buffer(0, None, op, align_up(n), scopes[op], scopes[op]) for op, n in nbytes.items() if op not in chained
     ]
+    for chain in chains:
+        size = max((nbytes.get(op, 0) for op in chain.ops), default=0)
+        if size:
+            buffers.append(Buffer(0, None, chain.ops[0], align_up(size), scopes[chain.ops[0]], scopes[chain.ops[-1]]))
+    return sorted(buffers, key=lambda b: b.op or 0)
+
+
+def _chain_scratch(offsets: dict[int, int], nbytes: dict[int, int], chains: tuple[RowChain, ...]) -> dict[int, int]:
+    """Fast scratch offsets by operator, each chain layer's at its chain's shared buffer (`_fast_scratch`)."""
+    offsets = dict(offsets)
+    for chain in chains:
+        for op in chain.ops:
+            if op in nbytes:
+                offsets[op] = offsets[chain.ops[0]]
+    return offsets
 
 
 def _compiled_plan(view: Graph, probe: ModelEmitter, fusions, scopes: dict[int, int], rows: RowPlan, keep: bool):
@@ -268,7 +284,7 @@ def _compiled_plan(view: Graph, probe: ModelEmitter, fusions, scopes: dict[int, 
                 shares = None if b.tensor == chain.output else b.shares
                 b = dataclasses.replace(b, first=min(b.first, start), last=max(b.last, end), shares=shares)
         buffers.append(b)
-    scratch = _fast_scratch(probe.fast_scratch_bytes, scopes, spans)
+    scratch = _fast_scratch(probe.fast_scratch_bytes, scopes, rows.chains)
     buffers += scratch
     producers = view.main.producers()
     # Depthwise outputs may share their input only where the fast kernel runs them (it copies before writing).
@@ -300,7 +316,7 @@ def _compiled_plan(view: Graph, probe: ModelEmitter, fusions, scopes: dict[int, 
                 buffers[out] = dataclasses.replace(buffers[out], shares=(top, inside + offset))
             else:  # the output starts before the group: the group goes inside the output
                 buffers[index[top]] = dataclasses.replace(buffers[index[top]], shares=(chain.output, -inside - offset))
-    return place(buffers, placement_budget(0)), buffers, probe.fast_scratch_bytes, rows
+    return place(buffers, placement_budget(0)), buffers, probe.fast_scratch_bytes, rows, len(scratch)
 
 
 def _emitter(

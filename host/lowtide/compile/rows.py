@@ -226,7 +226,7 @@ def _cut(
         made = {layer.output for layer in layers}
         sources = tuple(dict.fromkeys(t for layer in layers for t in layer.inputs if t not in made))
         whole = sum(nbytes[t] for t in sources) + nbytes[run[j].output]
-        own_scratch = sum(scratch.get(layer.op, 0) for layer in layers)
+        own_scratch = max(scratch.get(layer.op, 0) for layer in layers)  # one buffer, a row call at a time
         for layer in layers[:-1]:
             readers = consumers.get(layer.output, [])
             if layer.output in outputs or any(positions.get(r, -1) not in range(i, j + 1) for r in readers):
