@@ -673,13 +673,34 @@ LT_ALWAYS_INLINE void lt_vector_s8_fast(const lt_conv_params *p, const int8_t *i
 
 /* ---- DEPTHWISE_CONV_2D (depth multiplier 1) ------------------------------------------------------------------- */
 
+/* One row of a channel's plane: channel `c` of input row `src`, or all padding where `src` is NULL (a padding
+ * row). Inline: the row kernels copy a few rows per channel and output row, with the layer's constants folded. */
+LT_ALWAYS_INLINE void lt_plane_row_s8(const lt_conv_params *p, const int8_t *src, int32_t c, int32_t plane_w,
+                                      int16_t *plane) {
+    const int32_t channels = p->in_c, zero_point = -p->input_offset;
+    if (src == NULL) {
+        for (int32_t px = 0; px < plane_w; ++px) plane[px] = (int16_t)zero_point;
+        return;
+    }
+    /* columns [left, right) of the plane hold input columns; the others are padding */
+    const int32_t left = p->pad_w, right = p->pad_w + p->in_w < plane_w ? p->pad_w + p->in_w : plane_w;
+    for (int32_t px = 0; px < left; ++px) plane[px] = (int16_t)zero_point;
+    src += (left - p->pad_w) * channels + c;
+    int32_t px = left;
+    for (; px + 4 <= right; px += 4, src += 4 * channels) {
+        plane[px] = src[0];
+        plane[px + 1] = src[channels];
+        plane[px + 2] = src[2 * channels];
+        plane[px + 3] = src[3 * channels];
+    }
+    for (; px < right; ++px, src += channels) plane[px] = src[0];
+    for (; px < plane_w; ++px) plane[px] = (int16_t)zero_point;
+}
+
 /* Channel `c` of the input as an int16 plane of plane_h x plane_w (the padded window area), padding at the input
  * zero point. */
 void lt_depthwise_plane_s8(const lt_conv_params *p, const int8_t *input, int32_t c, int32_t plane_h,
                            int32_t plane_w, int16_t *plane);
-
-/* One row of that plane: channel `c` of input row `src`, or all padding where `src` is NULL (a padding row). */
-void lt_plane_row_s8(const lt_conv_params *p, const int8_t *src, int32_t c, int32_t plane_w, int16_t *plane);
 
 /* One channel's output row from its int16 plane rows: `row` is the plane row under the window's top, plane rows
  * `plane_w` values apart; writes out_w outputs `c_count` bytes apart from `out`. */
