@@ -615,6 +615,7 @@ def _source(
     for op, call in zip(graph.main.operators, calls):
         if op.index in in_chain and op.index not in loops:
             lines += [f"    /* {op.index}: {op.opcode}, in a row chain */", f"    if (hook) hook({op.index}, 0, user);"]
+            lines += [f"    {call}"] if call.startswith("/*") else []  # a fused PAD says where it went
             lines += [f"    if (hook) hook({op.index}, 1, user);"]
             continue
         lines += [f"    /* {op.index}: {op.opcode} */", f"    if (hook) hook({op.index}, 0, user);"]
