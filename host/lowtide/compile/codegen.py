@@ -1,7 +1,6 @@
 """Generate plain C99 for one model: `<prefix>.h` (the API) and `<prefix>.c` (weights, parameters, `invoke`).
 
-Activations live where lowtide's plan for the compiled runtime puts them: each PAD a fast depthwise convolution
-can absorb is fused into it, outputs the compiled kernels may write over a dying input share its bytes
+Activations live where lowtide's plan for the compiled runtime puts them: each PAD a fast convolution can absorb is fused into it, outputs the compiled kernels may write over a dying input share its bytes
 (`lowtide.memory.in_place`, `Executor.COMPILED`), and the placement heuristics of `lowtide.memory.placement` lay
 the buffers out. The fast kernels' int16 scratch (im2col rows, a depthwise channel's plane) is a buffer of the
 arena too, live while its operator runs, so the arena is all the RAM the generated code writes besides the state
@@ -201,14 +200,20 @@ def arena_plan(graph: Graph, data: bytes, keep_model_plan: bool = False, row_cha
     stock = tflm_plan(graph)
     probe = _fast_kernels(graph, data)
     scopes = {s.op: s.scope for s in stock.steps if s.subgraph == 0}
-    fusions = pad_fusions(ModelEmitter(graph, data, {}), probe.in_place_safe - probe.whole_input)
+    # convolutions whose fast kernel pads its window with the input zero point: a PAD by that value before one
+    # is absorbed (the depthwise planes and the im2col rows fill padding so)
+    absorbing = probe.in_place_safe | {
+        op for op in probe.matrix_layers if graph.main.operators[op].opcode != "FULLY_CONNECTED"
+    }
+    fusions = pad_fusions(ModelEmitter(graph, data, {}), absorbing - probe.whole_input)
     view = _planning_view(graph, fusions)
     stock_scratch = _fast_scratch(probe.fast_scratch_bytes, scopes)
     stock_buffers = list(stock.buffers) + stock_scratch
     stock_offsets = tflm_offsets_with_plan(stock_buffers, list(stock.offsets) + [0] * len(stock_scratch))
     stock_head = arena_head(stock_buffers, stock_offsets)
     wide = wide_weight_layers(probe.matrix_layers)
-    whole = _compiled_plan(view, probe, fusions, scopes, RowPlan((), ()), keep_model_plan)
+    fused = _fast_kernels(graph, data, fusions)  # the scratch of layers that absorb a PAD is theirs with it
+    whole = _compiled_plan(view, fused, fusions, scopes, RowPlan((), ()), keep_model_plan)
     plan = whole
     refused: tuple[RowRefusal, ...] = ()
     if row_chains and whole is not None:

@@ -114,7 +114,7 @@ def _weighted(e: ModelEmitter, op: Operator, name: str, kind: str) -> str:
         fast = _fast_int8(e, op, name, kind, params, bias, multipliers, shifts)
         if fast is not None:
             return fast
-        require(fusion is None, "a fused PAD needs the fast depthwise kernel")
+        require(fusion is None, "a fused PAD needs a fast kernel")
         return _weighted_call(e, op, name, f"lt_{kind}_s8", params, bias, (multipliers, shifts))
     if ins[:2] == ["int16", "int8"] and outs == ["int16"]:
         return _weighted_16x8(
@@ -363,14 +363,14 @@ def _constant_channels(
     return constants
 
 
-def pad_fusions(e: ModelEmitter, fast_depthwise: set[int]) -> dict[int, PadFusion]:
-    """PADs the fast depthwise convolutions `fast_depthwise` can absorb (PadFusion), by depthwise operator: an int8
+def pad_fusions(e: ModelEmitter, fast_convolutions: set[int]) -> dict[int, PadFusion]:
+    """PADs the fast convolutions `fast_convolutions` can absorb (PadFusion), by convolution operator: an int8
     PAD or PADV2 of rows and columns only, by the zero point of its output, read by that convolution alone."""
     sg = e.sg
     consumers = sg.consumers()
     producers = sg.producers()
     fusions = {}
-    for dw in fast_depthwise:
+    for dw in fast_convolutions:
         padded = sg.operators[dw].inputs[0]
         pad = sg.operators[producers[padded]] if padded in producers else None
         if (

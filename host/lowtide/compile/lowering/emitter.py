@@ -73,7 +73,7 @@ class ResourceVariable:
 
 @dataclass(frozen=True)
 class PadFusion:
-    """A spatial PAD whose only reader is a fast depthwise convolution: the convolution reads the PAD's input
+    """A spatial PAD whose only reader is a fast convolution: the convolution reads the PAD's input
     directly, with the PAD's rows and columns added to its own padding (its plane copy fills padding with the
     zero point, which is what the PAD writes), and the PAD runs no code and has no place in the arena."""
 
