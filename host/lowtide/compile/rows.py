@@ -38,6 +38,9 @@ class RowLayer:
     # more output than input channels: a pixel is written after it is read, no further along its row),
     # "channel" (depthwise: channel c of the row after channel c of every window row is read), "" (not at all)
     writes_over: str = ""
+    # bytes between the input's rows as they lie in memory, where they are not NHWC rows (0): a TRANSPOSE reads
+    # its input whole, the lowest byte output rows from n on read is n such steps in
+    in_row_bytes: int = 0
 
     def window(self, oy: int) -> tuple[int, int]:
         """The first and last input row output row `oy` reads (last < first: all padding)."""
@@ -91,6 +94,13 @@ def _row_layer(e: ModelEmitter, op: Operator, fast_rows: frozenset[int]) -> RowL
         if a.shape != out.shape or b.shape != out.shape or a.dtype != "int8" or b.dtype != "int8":
             return "an ADD that broadcasts"
         return RowLayer(op.index, tuple(op.inputs[:2]), op.outputs[0], out.shape[1], 1, 1, 1, 0, out.shape[1], "pixel")
+    if op.opcode == "TRANSPOSE":
+        read = e.tensor(op.inputs[0])
+        perm = [int(v) for v in e.constant_values(op.inputs[1]).reshape(-1)]
+        if read.dtype != "int8" or len(perm) != 4 or perm[0] != 0:
+            return "a TRANSPOSE of the batch or not of int8 NHWC"
+        step = math.prod(read.shape[perm[1] + 1 :])  # elements between the input's slices output rows read
+        return RowLayer(op.index, (op.inputs[0],), op.outputs[0], out.shape[1], 1, 1, 1, 0, out.shape[1], "", step)
     if op.opcode not in ("CONV_2D", "DEPTHWISE_CONV_2D"):
         return f"{op.opcode} has no row kernel"
     if op.index not in fast_rows:
@@ -144,7 +154,7 @@ def _schedule(
         and (row_bytes[t] >= out_row if writer.writes_over == "pixel" else row_bytes[t] == out_row)
         and writer.writes_over
     }
-    headroom = {t: row_bytes[t] * layers[readers[t][0]].in_rows for t in dying}  # the source's bytes: no limit
+    headroom = {t: 1 << 62 for t in dying}  # no limit yet
     if over:
         headroom.update({t: 0 for t, kind in over.items() if kind == "pixel"})
 
@@ -216,6 +226,10 @@ def _cut(
         for t in (*layer.inputs, layer.output):
             nbytes[t] = e.tensor(t).nbytes
             row_bytes[t] = nbytes[t] // e.tensor(t).shape[1]
+    made_in_run = {layer.output for layer in run}
+    for layer in run:  # a TRANSPOSE's input, read whole: its rows as they lie in memory
+        if layer.in_row_bytes and layer.inputs[0] not in made_in_run:
+            row_bytes[layer.inputs[0]] = layer.in_row_bytes
     positions = {layer.op: i for i, layer in enumerate(run)}
 
     @cache
@@ -227,6 +241,8 @@ def _cut(
         sources = tuple(dict.fromkeys(t for layer in layers for t in layer.inputs if t not in made))
         whole = sum(nbytes[t] for t in sources) + nbytes[run[j].output]
         own_scratch = max(scratch.get(layer.op, 0) for layer in layers)  # one buffer, a row call at a time
+        if any(layer.in_row_bytes and layer.inputs[0] in made for layer in layers):
+            return None, -1  # a TRANSPOSE reads its input whole
         for layer in layers[:-1]:
             readers = consumers.get(layer.output, [])
             if layer.output in outputs or any(positions.get(r, -1) not in range(i, j + 1) for r in readers):
