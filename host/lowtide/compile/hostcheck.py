@@ -284,16 +284,17 @@ def verify_compiled(
     invocations: int = 1,
     keep_model_plan: bool = False,
     settings: Settings | None = None,
+    row_chains: bool = True,
 ) -> VerifyResult:
     """Compile `model_path`, build it with the host compiler, and compare with TFLM on `oracle.random_inputs`.
     `workdir` keeps the build (sources, objects, binary) for inspection; by default a temporary one is used.
     `sanitize` builds with AddressSanitizer and UBSan: any memory or arithmetic fault fails the check.
     `invocations` > 1 invokes both sides that many times in a row (inputs from seeds seed, seed + 1, ...), so the
-    state a model keeps between invocations is compared too. `keep_model_plan`: as `compile_model`'s."""
+    state a model keeps between invocations is compared too. `keep_model_plan`, `row_chains`: as `compile_model`'s."""
     settings = settings_or_read(settings)
     model_path = str(model_path)
     graph = load_model(model_path, settings)
-    compiled = compile_model(model_path, prefix, keep_model_plan, settings)
+    compiled = compile_model(model_path, prefix, keep_model_plan, settings, row_chains)
     data = Path(model_path).read_bytes()
     input_sets = [oracle.random_inputs(graph, seed + n) for n in range(invocations)]
     figures = oracle.allocate(data, path=model_path, settings=settings)
