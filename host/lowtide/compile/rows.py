@@ -1,16 +1,16 @@
 """Row chains of the compiled runtime: runs of int8 convolutions (CONV_2D, pointwise, DEPTHWISE_CONV_2D, each
-with the PAD fused into it) and residual ADDs that run one output row at a time, each layer computing its next
-row as soon as the rows its window needs exist, so that a tensor made and used inside the chain is held as a
-ring of the rows still needed instead of whole (no row is computed twice). A chain reads its sources whole
-and writes its output whole. Where a run of such operators is cut into chains is the minimax of the chains'
-RAM (sources, rings, output and the row kernels' scratch), fewer bytes in all breaking ties.
-"""
+with the PAD before it fused), residual ADDs and a leading TRANSPOSE that run one output row at a time, each layer
+computing its next row as soon as a later layer needs it, so that a tensor made and used inside the chain is held
+as a ring of the rows still needed instead of whole (no row is computed twice). A chain reads its sources whole
+and writes its output whole, over the rows of a source no later operator reads once they are read. Where a run
+of such operators is cut into chains is the minimax of the chains' RAM (sources, rings, output and the row
+kernels' scratch), fewer bytes in all breaking ties."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 
 from lowtide.compile.lowering import ModelEmitter, Unsupported
 from lowtide.compile.lowering.conv import window_geometry
@@ -47,9 +47,15 @@ class RowLayer:
         top = oy * self.stride - self.pad_top
         return max(top, 0), min(top + (self.filter_rows - 1) * self.dilation, self.in_rows - 1)
 
-    def first_needed(self, done: int) -> int:
-        """The first input row still needed once `done` output rows are written."""
-        return self.in_rows if done >= self.out_rows else min(self.window(done)[0], self.in_rows)
+    @cached_property
+    def windows(self) -> tuple[tuple[int, int], ...]:
+        """`window` of every output row (the row loop asks for them again and again)."""
+        return tuple(self.window(oy) for oy in range(self.out_rows))
+
+    @cached_property
+    def needed(self) -> tuple[int, ...]:
+        """The first input row still needed once `done` output rows are written, by `done` (0..out_rows)."""
+        return tuple(min(first, self.in_rows) for first, _ in self.windows) + (self.in_rows,)
 
 
 @dataclass(frozen=True)
@@ -163,20 +169,20 @@ def _schedule(
         while done[pos] <= last_row:
             for t in layer.inputs:
                 if t in made_by:
-                    first, last = layer.window(done[pos])
+                    first, last = layer.windows[done[pos]]
                     if last >= first:
                         pull(made_by[t], last)
             if pos == last_pos:  # output row done[pos] is written while the rows from `needed` on are still read
                 for t in dying:
                     after = 1 if t in over else 0  # the writer's own rows of this row read before it writes
-                    needed = min(layers[r].first_needed(done[r] + (after if r == pos else 0)) for r in readers[t])
+                    needed = min(layers[r].needed[done[r] + (after if r == pos else 0)] for r in readers[t])
                     if needed < layers[readers[t][0]].in_rows:
                         room = needed * row_bytes[t] - (done[pos] + 1) * out_row
                         headroom[t] = min(headroom[t], room)
             order.append(pos)
             done[pos] += 1
             if layer.output in rings:
-                held = done[pos] - min(layers[r].first_needed(done[r]) for r in readers[layer.output])
+                held = done[pos] - min(layers[r].needed[done[r]] for r in readers[layer.output])
                 rings[layer.output] = max(rings[layer.output], held)
 
     pull(last_pos, layers[-1].out_rows - 1)
@@ -280,7 +286,12 @@ def _cut(
     best: list[tuple[int, int, list[tuple[int, int]]]] = [(0, 0, [])]
     for j in range(1, len(run) + 1):
         choice = None
+        inner = 0  # a row of each tensor made inside layers i..j-1: below any such chain's RAM, growing with it
         for i in range(j - 1, -1, -1):
+            if i < j - 1:
+                inner += row_bytes[run[i].output]
+            if choice is not None and inner > choice[0]:
+                break  # every longer chain holds more than the best cut so far
             peak, total, cuts = best[i]
             chain, ram = segment(i, j - 1)
             if ram < 0:
