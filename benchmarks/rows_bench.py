@@ -18,6 +18,7 @@ from pathlib import Path
 
 import lowtide.runtimes
 from lowtide.compile import compile_model, verify_compiled
+from lowtide.errors import LowtideError
 from lowtide.pipeline.measure import measure
 from lowtide.schedule import apply_order, find_schedule, schedule_budget
 from lowtide.testing.families import FAMILIES
@@ -66,12 +67,15 @@ def _row(path: Path, workdir: Path) -> str:
 def _on_qemu(path: Path, row_chains: bool) -> tuple[int, int, bool]:
     """RAM (arena + writable globals of the generated code and runtime), instructions per inference and whether
     the outputs matched, with the compiled model built with or without row chains."""
-    compiled = functools.partial(compile_model, row_chains=row_chains)
-    original, lowtide.runtimes.compile_model = lowtide.runtimes.compile_model, compiled  # what the build compiles
+    # what the firmware build compiles, and the plan it sizes the arena by
+    replaced = {name: getattr(lowtide.runtimes, name) for name in ("compile_model", "arena_plan")}
+    for name, function in replaced.items():
+        setattr(lowtide.runtimes, name, functools.partial(function, row_chains=row_chains))
     try:
         result = measure(path, "qemu-m4", runtime="compiled", iterations=1, warmup=0, timeout=600)
     finally:
-        lowtide.runtimes.compile_model = original
+        for name, function in replaced.items():
+            setattr(lowtide.runtimes, name, function)
     assert result.static_ram is not None and result.latency_cycles is not None
     return result.static_ram.model_ram_bytes, result.latency_cycles.median, result.outputs_match
 
@@ -112,8 +116,12 @@ def main() -> None:
                 "|---|---:|---:|---:|---:|---:|---|",
             ]
             for path in (p for p in models if p.stem in QEMU_MODELS):
-                ram_w, ins_w, ok_w = _on_qemu(path, False)
-                ram_r, ins_r, ok_r = _on_qemu(path, True)
+                try:
+                    ram_w, ins_w, ok_w = _on_qemu(path, False)
+                    ram_r, ins_r, ok_r = _on_qemu(path, True)
+                except LowtideError as exc:
+                    lines.append(f"| {path.stem} | failed: {exc} | | | | | |")
+                    continue
                 lines.append(
                     f"| {path.stem} | {ram_w:,} | {ram_r:,} | {ins_w:,} | {ins_r:,} | {ins_r / ins_w - 1:+.1%} | "
                     f"{'bit-exact' if ok_w and ok_r else 'MISMATCH'} |"
