@@ -542,18 +542,19 @@ LT_ALWAYS_INLINE void lt_fill_small(int8_t *dst, int32_t value, int32_t n) {
     if (i < n) dst[i] = (int8_t)value;
 }
 
-/* The expanded window of output column `ox` of one output row (its k4 values, padding taps at the input zero point)
- * from that row's window rows: rows[fy] is the input row filter row fy reads, NULL where it falls in the padding.
- * `gather` is room for k4 bytes, used when in_c is not a multiple of 4. */
-LT_ALWAYS_INLINE void lt_im2col_rows_s8(const lt_conv_params *p, const int8_t *const *rows, int32_t ox, int16_t *row,
-                                        int8_t *gather) {
-    const int32_t c = p->in_c, zero_point = -p->input_offset;
-    const int32_t x0 = ox * p->stride_w - p->pad_w;
+/* The expanded window of output pixel (oy, ox) (its k4 values, padding taps at the input zero point), input row y
+ * at `input` + (y % in_slots) rows: a ring of in_slots rows, or (in_slots 0) the whole tensor. `gather` is room for
+ * k4 bytes, used when in_c is not a multiple of 4. */
+LT_ALWAYS_INLINE void lt_im2col_window_s8(const lt_conv_params *p, const int8_t *input, int32_t in_slots, int32_t oy,
+                                          int32_t ox, int16_t *row, int8_t *gather) {
+    const int32_t c = p->in_c, zero_point = -p->input_offset, in_row_bytes = p->in_w * c;
+    const int32_t y0 = oy * p->stride_h - p->pad_h, x0 = ox * p->stride_w - p->pad_w;
+#define LT_WINDOW_ROW(y) ((y) < 0 || (y) >= p->in_h ? NULL : input + ((in_slots) ? (y) % (in_slots) : (y)) * in_row_bytes)
     if ((c & 3) == 0) { /* taps start on 4-value boundaries: expand each tap in place */
         const uint32_t pad = (uint16_t)zero_point | ((uint32_t)(uint16_t)zero_point << 16);
         uint32_t *d = (uint32_t *)(void *)row;
         for (int32_t fy = 0; fy < p->filter_h; ++fy) {
-            const int8_t *in_row = rows[fy];
+            const int8_t *in_row = LT_WINDOW_ROW(y0 + fy * p->dilation_h);
             for (int32_t fx = 0; fx < p->filter_w; ++fx, d += c / 2) {
                 const int32_t x = x0 + fx * p->dilation_w;
                 if (in_row == NULL || x < 0 || x >= p->in_w) {
@@ -568,7 +569,7 @@ LT_ALWAYS_INLINE void lt_im2col_rows_s8(const lt_conv_params *p, const int8_t *c
     int8_t *g = gather;
     const int32_t row_bytes = p->filter_w * c;
     for (int32_t fy = 0; fy < p->filter_h; ++fy, g += row_bytes) {
-        const int8_t *in_row = rows[fy];
+        const int8_t *in_row = LT_WINDOW_ROW(y0 + fy * p->dilation_h);
         if (in_row == NULL) {
             lt_fill_small(g, zero_point, row_bytes);
         } else if (p->dilation_w == 1) { /* the row's taps are contiguous in NHWC: one copy between the paddings */
@@ -588,21 +589,15 @@ LT_ALWAYS_INLINE void lt_im2col_rows_s8(const lt_conv_params *p, const int8_t *c
             }
         }
     }
+#undef LT_WINDOW_ROW
     lt_expand_s8(gather, p->filter_h * row_bytes, row);
 }
 
-/* The expanded window of output pixel `pixel` of the whole output (`lt_im2col_rows_s8`). */
+/* The expanded window of output pixel `pixel` of the whole output. */
 LT_ALWAYS_INLINE void lt_im2col_s8(const lt_conv_params *p, const int8_t *input, int32_t pixel, int16_t *row,
                                    int8_t *gather) {
     const int32_t ox = pixel % p->out_w, oy = (pixel / p->out_w) % p->out_h, b = pixel / (p->out_w * p->out_h);
-    const int32_t row_bytes = p->in_w * p->in_c, y0 = oy * p->stride_h - p->pad_h;
-    const int8_t *in_b = input + b * p->in_h * row_bytes;
-    const int8_t *rows[p->filter_h];
-    for (int32_t fy = 0; fy < p->filter_h; ++fy) {
-        const int32_t y = y0 + fy * p->dilation_h;
-        rows[fy] = y < 0 || y >= p->in_h ? NULL : in_b + y * row_bytes;
-    }
-    lt_im2col_rows_s8(p, rows, ox, row, gather);
+    lt_im2col_window_s8(p, input + b * p->in_h * p->in_w * p->in_c, 0, oy, ox, row, gather);
 }
 
 

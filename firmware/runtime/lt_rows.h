@@ -7,6 +7,9 @@
 
 #include "lt_conv_dsp.h"
 
+/* The most filter rows a row kernel takes (lowtide rolls no taller window): its row pointers are a fixed array. */
+#define LT_RING_MAX_FILTER_ROWS 16
+
 /* rows[fy]: the input row filter row fy of output row oy reads, or NULL where it falls in the padding. */
 LT_ALWAYS_INLINE void lt_window_rows(const lt_conv_params *p, const int8_t *input, int32_t in_slots, int32_t oy,
                                      const int8_t **rows) {
@@ -26,18 +29,17 @@ LT_ALWAYS_INLINE void lt_conv_ring_s8_fast(const lt_conv_params *p, const int8_t
     const int32_t out_w = p->out_w, out_c = p->out_c, in_c = p->in_c;
     const int pointwise = p->filter_h == 1 && p->filter_w == 1 && p->stride_w == 1 && p->pad_h == 0 &&
                           p->pad_w == 0 && p->in_w == p->out_w;
-    const int8_t *rows[p->filter_h];
-    lt_window_rows(p, input, in_slots, oy, rows);
+    const int8_t *in_row = input + ((oy * p->stride_h) % in_slots) * p->in_w * in_c; /* pointwise: its one row */
     int16_t *row0 = scratch, *row1 = scratch + k4;
     int8_t *gather = (int8_t *)(scratch + (out_w > 1 ? 2 : 1) * k4);
     int32_t ox = 0;
     for (; ox + 2 <= out_w; ox += 2) {
         if (pointwise) {
-            lt_expand_s8(rows[0] + ox * in_c, in_c, row0);
-            lt_expand_s8(rows[0] + (ox + 1) * in_c, in_c, row1);
+            lt_expand_s8(in_row + ox * in_c, in_c, row0);
+            lt_expand_s8(in_row + (ox + 1) * in_c, in_c, row1);
         } else {
-            lt_im2col_rows_s8(p, rows, ox, row0, gather);
-            lt_im2col_rows_s8(p, rows, ox + 1, row1, gather);
+            lt_im2col_window_s8(p, input, in_slots, oy, ox, row0, gather);
+            lt_im2col_window_s8(p, input, in_slots, oy, ox + 1, row1, gather);
         }
         if (flags & LT_WIDE_WEIGHTS)
             lt_matmul_2_w16(row0, row1, (const uint32_t *)filter, k4, out_c, bias, rq, p, output + ox * out_c,
@@ -48,9 +50,9 @@ LT_ALWAYS_INLINE void lt_conv_ring_s8_fast(const lt_conv_params *p, const int8_t
     }
     if (ox < out_w) {
         if (pointwise)
-            lt_expand_s8(rows[0] + ox * in_c, in_c, row0);
+            lt_expand_s8(in_row + ox * in_c, in_c, row0);
         else
-            lt_im2col_rows_s8(p, rows, ox, row0, gather);
+            lt_im2col_window_s8(p, input, in_slots, oy, ox, row0, gather);
         if (flags & LT_WIDE_WEIGHTS)
             lt_matmul_1_w16(row0, (const uint32_t *)filter, k4, out_c, bias, rq, p, output + ox * out_c, flags);
         else
@@ -67,7 +69,7 @@ LT_ALWAYS_INLINE void lt_depthwise_ring_s8_fast(const lt_conv_params *p, const i
                                                 const unsigned flags) {
     const int32_t kh = p->filter_h, pairs = (p->filter_w + 1) / 2, c_count = p->out_c;
     const int32_t plane_w = (p->out_w - 1) * p->stride_w + p->filter_w;
-    const int8_t *rows[p->filter_h];
+    const int8_t *rows[LT_RING_MAX_FILTER_ROWS];
     lt_window_rows(p, input, in_slots, oy, rows);
     for (int32_t c = 0; c < c_count; ++c) {
         for (int32_t fy = 0; fy < kh; ++fy) lt_plane_row_s8(p, rows[fy], c, plane_w, scratch + fy * plane_w);

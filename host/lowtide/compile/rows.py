@@ -17,7 +17,8 @@ from lowtide.compile.lowering.conv import window_geometry
 from lowtide.memory import ALIGNMENT
 from lowtide.model.ir import Operator
 
-# The row kernels keep one pointer per filter row on the stack (lt_rows.h): taller windows are not rolled.
+# The row kernels keep one pointer per filter row on the stack (lt_rows.h, LT_RING_MAX_FILTER_ROWS): taller
+# windows are not rolled.
 MAX_FILTER_ROWS = 16
 
 
