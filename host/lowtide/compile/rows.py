@@ -259,6 +259,11 @@ def _cut(
             for t in sources
             if t not in outputs and all(positions.get(r, -1) in range(i, j + 1) for r in consumers.get(t, []))
         }
+        single = layers[0]
+        if i == j and single.writes_over == "channel" and single.inputs[0] in dying:
+            # a depthwise layer alone runs whole over its input already (`Executor.COMPILED`'s in-place rule),
+            # with no plane copied per output row
+            return None, max(nbytes[single.inputs[0]], nbytes[single.output]) + own_scratch
         order, rings, headroom = _schedule(layers, row_bytes, dying)
         overlap, saved = None, 0
         out_bytes = nbytes[run[j].output]
