@@ -218,17 +218,26 @@ def arena_plan(graph: Graph, data: bytes, keep_model_plan: bool = False, row_cha
     refused: tuple[RowRefusal, ...] = ()
     if row_chains and whole is not None:
         row_probe = _fast_kernels(graph, data, fusions, frozenset(probe.fast_rows))
-        rows = find_row_chains(
-            row_probe, view.main.consumers(), frozenset(probe.fast_rows), row_probe.fast_scratch_bytes
-        )
-        refused = rows.refusals
-        if rows.chains:
+        # lone depthwise layers whole in place (fewer instructions) where that plans no larger, else by rows
+        for whole_depthwise in (True, False):
+            rows = find_row_chains(
+                row_probe,
+                view.main.consumers(),
+                frozenset(probe.fast_rows),
+                row_probe.fast_scratch_bytes,
+                whole_depthwise,
+            )
+            if not rows.chains:
+                continue
             row_ops = frozenset(op for chain in rows.chains for op in chain.ops)
             chained = _fast_kernels(graph, data, fusions, row_ops)
-            plan = _compiled_plan(view, chained, fusions, scopes, rows, False)
-            if plan is None or plan[0].head_bytes >= whole[0].head_bytes:
-                plan = whole
-                refused += tuple(RowRefusal(c.ops, "the arena is no smaller with this chain") for c in rows.chains)
+            candidate = _compiled_plan(view, chained, fusions, scopes, rows, False)
+            if candidate is not None and candidate[0].head_bytes < plan[0].head_bytes:
+                plan, refused = candidate, rows.refusals
+        if plan is whole:
+            refused = rows.refusals + tuple(
+                RowRefusal(c.ops, "the arena is no smaller with this chain") for c in rows.chains
+            )
     if plan is None or plan[0].head_bytes >= stock_head:
         split = _split(stock_buffers, stock_offsets, len(stock_scratch))
         no_rows = RowPlan((), refused)

@@ -193,11 +193,17 @@ def _schedule(
 
 
 def find_row_chains(
-    e: ModelEmitter, consumers: dict[int, list[int]], fast_rows: frozenset[int], scratch: dict[int, int]
+    e: ModelEmitter,
+    consumers: dict[int, list[int]],
+    fast_rows: frozenset[int],
+    scratch: dict[int, int],
+    whole_depthwise: bool = False,
 ) -> RowPlan:
     """The row chains of the main subgraph `e` lowers, as the compiled runtime runs it (`e.fused_pads` fused;
     `consumers`: each tensor's readers so). `fast_rows`: the convolutions lowered to a fast kernel a row kernel
-    can run; `scratch`: the bytes each row layer's kernel needs while the chain runs."""
+    can run; `scratch`: the bytes each row layer's kernel needs while the chain runs. `whole_depthwise`: a
+    depthwise layer that would be a chain alone is costed as the whole-tensor kernel in place over its input
+    instead (no plane copied per output row), which the plan may or may not realise."""
     sg = e.sg
     outputs = set(sg.outputs)
     fused = {f.pad_op for f in e.fused_pads.values()}
@@ -217,14 +223,19 @@ def find_row_chains(
     chains = []
     for run in runs:
         if run:
-            found, refused = _cut(e, run, consumers, outputs, scratch)
+            found, refused = _cut(e, run, consumers, outputs, scratch, whole_depthwise)
             chains += found
             refusals += refused
     return RowPlan(tuple(chains), tuple(sorted(refusals, key=lambda r: r.ops)))
 
 
 def _cut(
-    e: ModelEmitter, run: list[RowLayer], consumers: dict[int, list[int]], outputs: set[int], scratch: dict[int, int]
+    e: ModelEmitter,
+    run: list[RowLayer],
+    consumers: dict[int, list[int]],
+    outputs: set[int],
+    scratch: dict[int, int],
+    whole_depthwise: bool,
 ) -> tuple[list[RowChain], list[RowRefusal]]:
     """The chains of one run of row layers: the cut points with the least largest chain RAM (then the least sum),
     by dynamic programming over the run."""
@@ -260,7 +271,7 @@ def _cut(
             if t not in outputs and all(positions.get(r, -1) in range(i, j + 1) for r in consumers.get(t, []))
         }
         single = layers[0]
-        if i == j and single.writes_over == "channel" and single.inputs[0] in dying:
+        if whole_depthwise and i == j and single.writes_over == "channel" and single.inputs[0] in dying:
             # a depthwise layer alone runs whole over its input already (`Executor.COMPILED`'s in-place rule),
             # with no plane copied per output row
             return None, max(nbytes[single.inputs[0]], nbytes[single.output]) + own_scratch
