@@ -98,11 +98,16 @@ def test_requantization_matches_multiply_by_quantized_multiplier(tmp_path):
 def test_fast_kernels_bit_exact_on_the_host_under_sanitizers(model, tmp_path):
     """kws_dscnn: a 10x4 stride-2 convolution of one channel (im2col through the byte gather), 3x3 depthwise,
     1x1 convolutions, FULLY_CONNECTED; person_detect: a one-channel depthwise with multiplier 8 (as a
-    convolution) and stride-2 depthwise layers."""
-    source = compile_model(load_model(model)).files["model.c"]
-    assert "lt_conv_s8_fast" in source and "lt_depthwise_s8_fast" in source
-    result = verify_compiled(load_model(model), seed=3, workdir=tmp_path, sanitize=True)
-    assert result.passed, result.outputs
+    convolution) and stride-2 depthwise layers. On whole tensors and in row chains (the default)."""
+    whole = compile_model(load_model(model), row_chains=False).files["model.c"]
+    assert "lt_conv_s8_fast" in whole and "lt_depthwise_s8_fast" in whole
+    rows = compile_model(load_model(model)).files["model.c"]
+    assert "lt_conv_ring_s8_fast" in rows and "lt_depthwise_ring_s8_fast" in rows
+    for row_chains in (False, True):
+        result = verify_compiled(
+            load_model(model), seed=3, workdir=tmp_path / str(row_chains), sanitize=True, row_chains=row_chains
+        )
+        assert result.passed, result.outputs
 
 
 @needs_firmware_tools
@@ -144,9 +149,9 @@ def test_im2col_gathers_rows_between_paddings_and_dilated_taps(tmp_path):
     b.output(z)
     path = tmp_path / "gathers.tflite"
     path.write_bytes(b.build())
-    assert compile_model(load_model(path)).files["model.c"].count("lt_conv_s8_fast") == 5
-    for seed in (0, 1):
-        result = verify_compiled(load_model(path), seed=seed, sanitize=True)
+    assert compile_model(load_model(path), row_chains=False).files["model.c"].count("lt_conv_s8_fast") == 5
+    for seed, row_chains in ((0, False), (1, False), (0, True)):  # whole tensors, and row by row
+        result = verify_compiled(load_model(path), seed=seed, sanitize=True, row_chains=row_chains)
         assert result.passed, result.outputs
 
 
@@ -218,7 +223,7 @@ def test_constant_and_long_shift_channels_keep_the_short_requantization(tmp_path
     built = tmp_path / "built.tflite"
     built.write_bytes(b.build())
     path = _with_edited_channels(built, tmp_path / "edited_channels.tflite")
-    source = compile_model(load_model(path)).files["model.c"]
+    source = compile_model(load_model(path), row_chains=False).files["model.c"]
     first = source[source.index("op0_run(const void") :].split("\n")[1]
     assert "LT_SHORT_ACC" in first and "LT_OFFSET_AFTER" in first and "LT_DOUBLED_ACC" in first, first
     requant = source[source.index("op0_requant[16] = {") :].split("};")[0]

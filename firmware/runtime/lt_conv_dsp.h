@@ -542,24 +542,25 @@ LT_ALWAYS_INLINE void lt_fill_small(int8_t *dst, int32_t value, int32_t n) {
     if (i < n) dst[i] = (int8_t)value;
 }
 
-/* The expanded window of output pixel `pixel` (its k4 values, padding taps at the input zero point). `gather` is
- * room for k4 bytes, used when in_c is not a multiple of 4. */
-LT_ALWAYS_INLINE void lt_im2col_s8(const lt_conv_params *p, const int8_t *input, int32_t pixel, int16_t *row, int8_t *gather) {
-    const int32_t ox = pixel % p->out_w, oy = (pixel / p->out_w) % p->out_h, b = pixel / (p->out_w * p->out_h);
-    const int32_t c = p->in_c, zero_point = -p->input_offset;
+/* The expanded window of output pixel (oy, ox) (its k4 values, padding taps at the input zero point), input row y
+ * at `input` + (y % in_slots) rows: a ring of in_slots rows, or (in_slots 0) the whole tensor. `gather` is room for
+ * k4 bytes, used when in_c is not a multiple of 4. */
+LT_ALWAYS_INLINE void lt_im2col_window_s8(const lt_conv_params *p, const int8_t *input, int32_t in_slots, int32_t oy,
+                                          int32_t ox, int16_t *row, int8_t *gather) {
+    const int32_t c = p->in_c, zero_point = -p->input_offset, in_row_bytes = p->in_w * c;
     const int32_t y0 = oy * p->stride_h - p->pad_h, x0 = ox * p->stride_w - p->pad_w;
-    const int8_t *in_b = input + b * p->in_h * p->in_w * c;
+#define LT_WINDOW_ROW(y) ((y) < 0 || (y) >= p->in_h ? NULL : input + ((in_slots) ? (y) % (in_slots) : (y)) * in_row_bytes)
     if ((c & 3) == 0) { /* taps start on 4-value boundaries: expand each tap in place */
         const uint32_t pad = (uint16_t)zero_point | ((uint32_t)(uint16_t)zero_point << 16);
         uint32_t *d = (uint32_t *)(void *)row;
         for (int32_t fy = 0; fy < p->filter_h; ++fy) {
-            const int32_t y = y0 + fy * p->dilation_h;
+            const int8_t *in_row = LT_WINDOW_ROW(y0 + fy * p->dilation_h);
             for (int32_t fx = 0; fx < p->filter_w; ++fx, d += c / 2) {
                 const int32_t x = x0 + fx * p->dilation_w;
-                if (y < 0 || y >= p->in_h || x < 0 || x >= p->in_w) {
+                if (in_row == NULL || x < 0 || x >= p->in_w) {
                     for (int32_t i = 0; i < c / 2; ++i) d[i] = pad;
                 } else {
-                    lt_expand_s8(in_b + (y * p->in_w + x) * c, c, (int16_t *)(void *)d);
+                    lt_expand_s8(in_row + x * c, c, (int16_t *)(void *)d);
                 }
             }
         }
@@ -568,14 +569,14 @@ LT_ALWAYS_INLINE void lt_im2col_s8(const lt_conv_params *p, const int8_t *input,
     int8_t *g = gather;
     const int32_t row_bytes = p->filter_w * c;
     for (int32_t fy = 0; fy < p->filter_h; ++fy, g += row_bytes) {
-        const int32_t y = y0 + fy * p->dilation_h;
-        if (y < 0 || y >= p->in_h) {
+        const int8_t *in_row = LT_WINDOW_ROW(y0 + fy * p->dilation_h);
+        if (in_row == NULL) {
             lt_fill_small(g, zero_point, row_bytes);
         } else if (p->dilation_w == 1) { /* the row's taps are contiguous in NHWC: one copy between the paddings */
             const int32_t left = x0 >= 0 ? 0 : (-x0 < p->filter_w ? -x0 : p->filter_w);
             const int32_t end = x0 + p->filter_w > p->in_w ? p->in_w - x0 : p->filter_w;
             if (left > 0) lt_fill_small(g, zero_point, left * c);
-            if (end > left) lt_copy_small(g + left * c, in_b + (y * p->in_w + x0 + left) * c, (end - left) * c);
+            if (end > left) lt_copy_small(g + left * c, in_row + (x0 + left) * c, (end - left) * c);
             const int32_t right = end > left ? end : left;
             if (right < p->filter_w) lt_fill_small(g + right * c, zero_point, (p->filter_w - right) * c);
         } else {
@@ -584,11 +585,19 @@ LT_ALWAYS_INLINE void lt_im2col_s8(const lt_conv_params *p, const int8_t *input,
                 if (x < 0 || x >= p->in_w)
                     memset(g + fx * c, zero_point, (size_t)c);
                 else
-                    memcpy(g + fx * c, in_b + (y * p->in_w + x) * c, (size_t)c);
+                    memcpy(g + fx * c, in_row + x * c, (size_t)c);
             }
         }
     }
+#undef LT_WINDOW_ROW
     lt_expand_s8(gather, p->filter_h * row_bytes, row);
+}
+
+/* The expanded window of output pixel `pixel` of the whole output. */
+LT_ALWAYS_INLINE void lt_im2col_s8(const lt_conv_params *p, const int8_t *input, int32_t pixel, int16_t *row,
+                                   int8_t *gather) {
+    const int32_t ox = pixel % p->out_w, oy = (pixel / p->out_w) % p->out_h, b = pixel / (p->out_w * p->out_h);
+    lt_im2col_window_s8(p, input + b * p->in_h * p->in_w * p->in_c, 0, oy, ox, row, gather);
 }
 
 
@@ -659,10 +668,116 @@ LT_ALWAYS_INLINE void lt_vector_s8_fast(const lt_conv_params *p, const int8_t *i
 
 /* ---- DEPTHWISE_CONV_2D (depth multiplier 1) ------------------------------------------------------------------- */
 
+/* One row of a channel's plane: channel `c` of input row `src`, or all padding where `src` is NULL (a padding
+ * row). Inline: the row kernels copy a few rows per channel and output row, with the layer's constants folded. */
+LT_ALWAYS_INLINE void lt_plane_row_s8(const lt_conv_params *p, const int8_t *src, int32_t c, int32_t plane_w,
+                                      int16_t *plane) {
+    const int32_t channels = p->in_c, zero_point = -p->input_offset;
+    if (src == NULL) {
+        for (int32_t px = 0; px < plane_w; ++px) plane[px] = (int16_t)zero_point;
+        return;
+    }
+    /* columns [left, right) of the plane hold input columns; the others are padding */
+    const int32_t left = p->pad_w, right = p->pad_w + p->in_w < plane_w ? p->pad_w + p->in_w : plane_w;
+    for (int32_t px = 0; px < left; ++px) plane[px] = (int16_t)zero_point;
+    src += (left - p->pad_w) * channels + c;
+    int32_t px = left;
+    for (; px + 4 <= right; px += 4, src += 4 * channels) {
+        plane[px] = src[0];
+        plane[px + 1] = src[channels];
+        plane[px + 2] = src[2 * channels];
+        plane[px + 3] = src[3 * channels];
+    }
+    for (; px < right; ++px, src += channels) plane[px] = src[0];
+    for (; px < plane_w; ++px) plane[px] = (int16_t)zero_point;
+}
+
 /* Channel `c` of the input as an int16 plane of plane_h x plane_w (the padded window area), padding at the input
  * zero point. */
 void lt_depthwise_plane_s8(const lt_conv_params *p, const int8_t *input, int32_t c, int32_t plane_h,
                            int32_t plane_w, int16_t *plane);
+
+/* One channel's output row from its int16 plane rows: `row` is the plane row under the window's top, plane rows
+ * `plane_w` values apart; writes out_w outputs `c_count` bytes apart from `out`. */
+LT_ALWAYS_INLINE void lt_depthwise_row_s8(const lt_conv_params *p, const int16_t *row, const int32_t plane_w,
+                                          const uint32_t *wc, const lt_requant q, const int32_t acc0, int8_t *out,
+                                          const int32_t c_count, const unsigned flags) {
+    const int32_t kh = p->filter_h, kw = p->filter_w, pairs = (kw + 1) / 2;
+    int32_t ox = 0;
+    if ((p->stride_w == 1 || p->stride_w == 2) && kw == 3) {
+        /* four neighbouring outputs share their weights and their input pairs per row: 5 loads and
+         * 8 multiply-adds a row for the four (x01, x23, x45 and at stride 1 the odd pairs x12, x34;
+         * at stride 2 x67, x89) */
+        for (; ox + 4 <= p->out_w; ox += 4, row += 4 * p->stride_w) {
+            int32_t acc_0 = acc0, acc_1 = acc0, acc_2 = acc0, acc_3 = acc0;
+            LT_UNROLL for (int32_t fy = 0; fy < kh; ++fy) {
+                const int16_t *r = row + fy * plane_w;
+                const uint32_t w01 = wc[fy * 2], w2 = wc[fy * 2 + 1];
+                const uint32_t x01 = lt_read32(r), x23 = lt_read32(r + 2), x45 = lt_read32(r + 4);
+                acc_0 = lt_smlad(x01, w01, acc_0);
+                acc_0 = lt_smlabb(x23, w2, acc_0);
+                if (p->stride_w == 1) {
+                    const uint32_t x12 = lt_read32(r + 1), x34 = lt_read32(r + 3);
+                    acc_1 = lt_smlad(x12, w01, acc_1);
+                    acc_1 = lt_smlatb(x23, w2, acc_1);
+                    acc_2 = lt_smlad(x23, w01, acc_2);
+                    acc_2 = lt_smlabb(x45, w2, acc_2);
+                    acc_3 = lt_smlad(x34, w01, acc_3);
+                    acc_3 = lt_smlatb(x45, w2, acc_3);
+                } else {
+                    const uint32_t x67 = lt_read32(r + 6), x89 = lt_read32(r + 8);
+                    acc_1 = lt_smlad(x23, w01, acc_1);
+                    acc_1 = lt_smlabb(x45, w2, acc_1);
+                    acc_2 = lt_smlad(x45, w01, acc_2);
+                    acc_2 = lt_smlabb(x67, w2, acc_2);
+                    acc_3 = lt_smlad(x67, w01, acc_3);
+                    acc_3 = lt_smlabb(x89, w2, acc_3);
+                }
+            }
+            const int8_t y0 = (int8_t)lt_requantize_s8(acc_0, &q, p, flags);
+            const int8_t y1 = (int8_t)lt_requantize_s8(acc_1, &q, p, flags);
+            const int8_t y2 = (int8_t)lt_requantize_s8(acc_2, &q, p, flags);
+            const int8_t y3 = (int8_t)lt_requantize_s8(acc_3, &q, p, flags);
+            out[0] = y0;
+            out[c_count] = y1;
+            out[2 * c_count] = y2;
+            out[3 * c_count] = y3;
+            out += 4 * c_count;
+        }
+        /* two neighbouring outputs share their weights and some of their input pairs per row */
+        const int32_t step = 2 * p->stride_w;
+        for (; ox + 2 <= p->out_w; ox += 2, row += step) {
+            int32_t acc_a = acc0, acc_b = acc0;
+            LT_UNROLL for (int32_t fy = 0; fy < kh; ++fy) {
+                const int16_t *r = row + fy * plane_w;
+                const uint32_t w01 = wc[fy * 2], w2 = wc[fy * 2 + 1];
+                const uint32_t x01 = lt_read32(r), x23 = lt_read32(r + 2);
+                acc_a = lt_smlad(x01, w01, acc_a);
+                acc_a = lt_smlabb(x23, w2, acc_a);
+                if (p->stride_w == 1) {
+                    acc_b = lt_smlad(lt_read32(r + 1), w01, acc_b);
+                    acc_b = lt_smlabb(x23 >> 16, w2, acc_b);
+                } else {
+                    acc_b = lt_smlad(x23, w01, acc_b);
+                    acc_b = lt_smlabb(lt_read32(r + 4), w2, acc_b);
+                }
+            }
+            out[0] = (int8_t)lt_requantize_s8(acc_a, &q, p, flags);
+            out[c_count] = (int8_t)lt_requantize_s8(acc_b, &q, p, flags);
+            out += 2 * c_count;
+        }
+    }
+    for (; ox < p->out_w; ++ox, row += p->stride_w) {
+        int32_t acc = acc0;
+        LT_UNROLL for (int32_t fy = 0; fy < kh; ++fy) {
+            const int16_t *r = row + fy * plane_w;
+            LT_UNROLL for (int32_t j = 0; j < kw / 2; ++j) acc = lt_smlad(lt_read32(r + 2 * j), wc[fy * pairs + j], acc);
+            if (kw & 1) acc = lt_smlabb((uint16_t)r[kw - 1], wc[fy * pairs + pairs - 1], acc);
+        }
+        *out = (int8_t)lt_requantize_s8(acc, &q, p, flags);
+        out += c_count;
+    }
+}
 
 /* One channel at a time: its input is copied into `scratch` (an int16 plane), then its outputs are written. So
  * `output` may be `input` itself (in place): output channel c only overwrites input channel c, already copied.
@@ -681,83 +796,8 @@ LT_ALWAYS_INLINE void lt_depthwise_s8_fast(const lt_conv_params *p, const int8_t
             const lt_requant q = rq[c];
             const int32_t acc0 = bias[c];
             int8_t *out = out_b + c;
-            for (int32_t oy = 0; oy < p->out_h; ++oy) {
-                const int16_t *row = scratch + oy * p->stride_h * plane_w;
-                int32_t ox = 0;
-                if ((p->stride_w == 1 || p->stride_w == 2) && kw == 3) {
-                    /* four neighbouring outputs share their weights and their input pairs per row: 5 loads and
-                     * 8 multiply-adds a row for the four (x01, x23, x45 and at stride 1 the odd pairs x12, x34;
-                     * at stride 2 x67, x89) */
-                    for (; ox + 4 <= p->out_w; ox += 4, row += 4 * p->stride_w) {
-                        int32_t acc_0 = acc0, acc_1 = acc0, acc_2 = acc0, acc_3 = acc0;
-                        LT_UNROLL for (int32_t fy = 0; fy < kh; ++fy) {
-                            const int16_t *r = row + fy * plane_w;
-                            const uint32_t w01 = wc[fy * 2], w2 = wc[fy * 2 + 1];
-                            const uint32_t x01 = lt_read32(r), x23 = lt_read32(r + 2), x45 = lt_read32(r + 4);
-                            acc_0 = lt_smlad(x01, w01, acc_0);
-                            acc_0 = lt_smlabb(x23, w2, acc_0);
-                            if (p->stride_w == 1) {
-                                const uint32_t x12 = lt_read32(r + 1), x34 = lt_read32(r + 3);
-                                acc_1 = lt_smlad(x12, w01, acc_1);
-                                acc_1 = lt_smlatb(x23, w2, acc_1);
-                                acc_2 = lt_smlad(x23, w01, acc_2);
-                                acc_2 = lt_smlabb(x45, w2, acc_2);
-                                acc_3 = lt_smlad(x34, w01, acc_3);
-                                acc_3 = lt_smlatb(x45, w2, acc_3);
-                            } else {
-                                const uint32_t x67 = lt_read32(r + 6), x89 = lt_read32(r + 8);
-                                acc_1 = lt_smlad(x23, w01, acc_1);
-                                acc_1 = lt_smlabb(x45, w2, acc_1);
-                                acc_2 = lt_smlad(x45, w01, acc_2);
-                                acc_2 = lt_smlabb(x67, w2, acc_2);
-                                acc_3 = lt_smlad(x67, w01, acc_3);
-                                acc_3 = lt_smlabb(x89, w2, acc_3);
-                            }
-                        }
-                        const int8_t y0 = (int8_t)lt_requantize_s8(acc_0, &q, p, flags);
-                        const int8_t y1 = (int8_t)lt_requantize_s8(acc_1, &q, p, flags);
-                        const int8_t y2 = (int8_t)lt_requantize_s8(acc_2, &q, p, flags);
-                        const int8_t y3 = (int8_t)lt_requantize_s8(acc_3, &q, p, flags);
-                        out[0] = y0;
-                        out[c_count] = y1;
-                        out[2 * c_count] = y2;
-                        out[3 * c_count] = y3;
-                        out += 4 * c_count;
-                    }
-                    /* two neighbouring outputs share their weights and some of their input pairs per row */
-                    const int32_t step = 2 * p->stride_w;
-                    for (; ox + 2 <= p->out_w; ox += 2, row += step) {
-                        int32_t acc_a = acc0, acc_b = acc0;
-                        LT_UNROLL for (int32_t fy = 0; fy < kh; ++fy) {
-                            const int16_t *r = row + fy * plane_w;
-                            const uint32_t w01 = wc[fy * 2], w2 = wc[fy * 2 + 1];
-                            const uint32_t x01 = lt_read32(r), x23 = lt_read32(r + 2);
-                            acc_a = lt_smlad(x01, w01, acc_a);
-                            acc_a = lt_smlabb(x23, w2, acc_a);
-                            if (p->stride_w == 1) {
-                                acc_b = lt_smlad(lt_read32(r + 1), w01, acc_b);
-                                acc_b = lt_smlabb(x23 >> 16, w2, acc_b);
-                            } else {
-                                acc_b = lt_smlad(x23, w01, acc_b);
-                                acc_b = lt_smlabb(lt_read32(r + 4), w2, acc_b);
-                            }
-                        }
-                        out[0] = (int8_t)lt_requantize_s8(acc_a, &q, p, flags);
-                        out[c_count] = (int8_t)lt_requantize_s8(acc_b, &q, p, flags);
-                        out += 2 * c_count;
-                    }
-                }
-                for (; ox < p->out_w; ++ox, row += p->stride_w) {
-                    int32_t acc = acc0;
-                    LT_UNROLL for (int32_t fy = 0; fy < kh; ++fy) {
-                        const int16_t *r = row + fy * plane_w;
-                        LT_UNROLL for (int32_t j = 0; j < kw / 2; ++j) acc = lt_smlad(lt_read32(r + 2 * j), wc[fy * pairs + j], acc);
-                        if (kw & 1) acc = lt_smlabb((uint16_t)r[kw - 1], wc[fy * pairs + pairs - 1], acc);
-                    }
-                    *out = (int8_t)lt_requantize_s8(acc, &q, p, flags);
-                    out += c_count;
-                }
-            }
+            for (int32_t oy = 0; oy < p->out_h; ++oy, out += p->out_w * c_count)
+                lt_depthwise_row_s8(p, scratch + oy * p->stride_h * plane_w, plane_w, wc, q, acc0, out, c_count, flags);
         }
     }
 }

@@ -47,6 +47,19 @@ def compile_report(
         "ram_bytes": compiled.arena_bytes + fixed_state,
         "tflm_total_bytes": tflm_total,
         "tflm_head_bytes": tflm_head,
+        "row_chains": [
+            {
+                "operators": list(c.ops),
+                "sources": list(c.sources),
+                "output": c.output,
+                "rings": [{"tensor": t, "rows": rows} for t, rows in c.ring_rows],
+                "ring_bytes": c.ring_bytes,
+                "whole_bytes": c.whole_bytes,
+                "output_over": None if c.overlap is None else {"tensor": c.overlap[0], "offset": c.overlap[1]},
+            }
+            for c in compiled.row_chains
+        ],
+        "row_refusals": [{"operators": list(r.ops), "reason": r.reason} for r in compiled.row_refusals],
         "inputs": [asdict(t) for t in compiled.inputs],
         "outputs": [asdict(t) for t in compiled.outputs],
         "verify": None
@@ -178,6 +191,10 @@ def _print(report: dict) -> None:
     summary.add_row("arena (caller-provided)", f"{report['arena_bytes']:,} B")
     summary.add_row("fixed state (.data + .bss)", f"{report['fixed_state_bytes']:,} B")
     summary.add_row("[bold]compiled model RAM[/]", f"[bold]{report['ram_bytes']:,} B[/]")
+    chains = report["row_chains"]
+    if chains:
+        rolled = sum(len(c["operators"]) for c in chains)
+        summary.add_row("row chains (operators a row at a time)", f"{len(chains)} ({rolled} operators)")
     summary.add_row("TFLM arena total (host interpreter)", f"{report['tflm_total_bytes']:,} B")
     summary.add_row("  of which head", f"{report['tflm_head_bytes']:,} B")
     console.print(summary)

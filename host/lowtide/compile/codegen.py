@@ -1,7 +1,6 @@
 """Generate plain C99 for one model: `<prefix>.h` (the API) and `<prefix>.c` (weights, parameters, `invoke`).
 
-Activations live where lowtide's plan for the compiled runtime puts them: each PAD a fast depthwise convolution
-can absorb is fused into it, outputs the compiled kernels may write over a dying input share its bytes
+Activations live where lowtide's plan for the compiled runtime puts them: each PAD a fast convolution can absorb is fused into it, outputs the compiled kernels may write over a dying input share its bytes
 (`lowtide.memory.in_place`, `Executor.COMPILED`), and the placement heuristics of `lowtide.memory.placement` lay
 the buffers out. The fast kernels' int16 scratch (im2col rows, a depthwise channel's plane) is a buffer of the
 arena too, live while its operator runs, so the arena is all the RAM the generated code writes besides the state
@@ -27,6 +26,7 @@ from lowtide.compile.lowering import (
 )
 from lowtide.compile.lowering.conv import pad_fusions
 from lowtide.compile.lowering.emitter import PadFusion
+from lowtide.compile.rows import RowChain, RowPlan, RowRefusal, find_row_chains
 from lowtide.errors import LowtideError
 from lowtide.memory import Buffer, Executor, align_up, arena_head, buffers_to_plan, tflm_plan
 from lowtide.memory.placement import place, placement_budget, tflm_offsets_with_plan
@@ -69,6 +69,8 @@ class CompiledModel:
     inputs: tuple[IoTensor, ...]
     outputs: tuple[IoTensor, ...]
     model_hash: str  # first 8 bytes of the model file's sha256, hex
+    row_chains: tuple[RowChain, ...]  # operators run a row at a time (`lowtide.compile.rows`)
+    row_refusals: tuple[RowRefusal, ...]  # where a chain was not formed, and why
 
     def write(self, directory: str | Path) -> list[Path]:
         directory = Path(directory)
@@ -114,6 +116,15 @@ class ArenaPlan:
     in_place: bool  # lowtide's compiled-runtime plan; False: TFLM's tensor offsets
     wide_weights: frozenset[int]  # CONV_2D layers whose filter is stored as int16 (`wide_weight_layers`)
     wide_weight_bytes: int  # the flash those filters take beyond their int8 size
+    rows: RowPlan  # the row chains the generated code runs (none where TFLM's offsets are used) and the refusals
+
+    @property
+    def ring_rows(self) -> dict[int, int]:
+        return {t: rows for chain in self.rows.chains for t, rows in chain.ring_rows}
+
+    @property
+    def row_ops(self) -> frozenset[int]:
+        return frozenset(op for chain in self.rows.chains for op in chain.ops)
 
 
 # Flash the compiled model may spend beyond its int8 weights on int16 filters (lt_matmul_2_w16 needs no SXTB16
@@ -137,11 +148,15 @@ def wide_weight_layers(matrix_layers: dict[int, tuple[int, int]]) -> tuple[froze
 _FAST_CANDIDATES = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"})
 
 
-def _fast_kernels(graph: Graph) -> ModelEmitter:
+def _fast_kernels(
+    graph: Graph, fused_pads: dict[int, PadFusion] | None = None, row_ops: frozenset[int] = frozenset()
+) -> ModelEmitter:
     """An emitter that lowered every operator that may run a fast kernel, at made-up offsets: its `in_place_safe`
     names the depthwise convolutions the fast kernel runs (which may run in place and absorb a PAD), its
-    `fast_scratch_bytes` the int16 scratch each fast layer needs while it runs."""
-    probe = ModelEmitter(graph, {t.index: 0 for t in graph.main.tensors if t.kind is TensorKind.ACTIVATION})
+    `fast_scratch_bytes` the int16 scratch each fast layer needs while it runs (`row_ops`: a row's), its
+    `fast_rows` the layers a row kernel can run."""
+    offsets = {t.index: 0 for t in graph.main.tensors if t.kind is TensorKind.ACTIVATION}
+    probe = ModelEmitter(graph, offsets, fused_pads=fused_pads, row_ops=row_ops)
     for op in graph.main.operators:
         if op.opcode in _FAST_CANDIDATES:
             try:
@@ -174,21 +189,115 @@ def _split(buffers, offsets, fast_count: int) -> tuple[dict[int, int], dict[int,
     return tensors, scratch, fast
 
 
-def arena_plan(graph: Graph, keep_model_plan: bool = False) -> ArenaPlan:
+def arena_plan(graph: Graph, keep_model_plan: bool = False, row_chains: bool = True) -> ArenaPlan:
     """The compiled runtime's plan (module docstring), or TFLM's tensor offsets where that is no larger. The fast
     kernels' scratch is planned in both, live only while its operator runs; TFLM's greedy planner fits it around
     the tensors, as it does its own kernels' scratch. `keep_model_plan`: TFLM's offsets in any case, so a model's
-    OfflineMemoryAllocation is used as it is (in-place cases the compiled plan has no rule for included)."""
+    OfflineMemoryAllocation is used as it is (in-place cases the compiled plan has no rule for included).
+    `row_chains`: run the row chains `lowtide.compile.rows` finds, where that makes the arena smaller."""
     stock = tflm_plan(graph)
     probe = _fast_kernels(graph)
     scopes = {s.op: s.scope for s in stock.steps if s.subgraph == 0}
-    fast_scratch = [
-        Buffer(0, None, op, align_up(nbytes), scopes[op], scopes[op])
-        for op, nbytes in sorted(probe.fast_scratch_bytes.items())
-    ]
-    fusions = pad_fusions(ModelEmitter(graph, {}), probe.in_place_safe - probe.whole_input)
+    # convolutions whose fast kernel pads its window with the input zero point: a PAD by that value before one
+    # is absorbed (the depthwise planes and the im2col rows fill padding so)
+    absorbing = probe.in_place_safe | {
+        op for op in probe.matrix_layers if graph.main.operators[op].opcode != "FULLY_CONNECTED"
+    }
+    fusions = pad_fusions(ModelEmitter(graph, {}), absorbing - probe.whole_input)
     view = _planning_view(graph, fusions)
-    buffers = buffers_to_plan(view, executor=Executor.COMPILED) + fast_scratch
+    stock_scratch = _fast_scratch(probe.fast_scratch_bytes, scopes)
+    stock_buffers = list(stock.buffers) + stock_scratch
+    stock_offsets = tflm_offsets_with_plan(stock_buffers, list(stock.offsets) + [0] * len(stock_scratch))
+    stock_head = arena_head(stock_buffers, stock_offsets)
+    wide = wide_weight_layers(probe.matrix_layers)
+    fused = _fast_kernels(graph, fusions)  # the scratch of layers that absorb a PAD is theirs with it
+    whole = _compiled_plan(view, fused, fusions, scopes, RowPlan((), ()), keep_model_plan)
+    plan = whole
+    refused: tuple[RowRefusal, ...] = ()
+    if row_chains and whole is not None:
+        row_probe = _fast_kernels(graph, fusions, frozenset(probe.fast_rows))
+        # lone depthwise layers whole in place (fewer instructions) where that plans no larger, else by rows
+        for whole_depthwise in (True, False):
+            rows = find_row_chains(
+                row_probe,
+                view.main.consumers(),
+                frozenset(probe.fast_rows),
+                row_probe.fast_scratch_bytes,
+                whole_depthwise,
+            )
+            if not rows.chains:
+                continue
+            row_ops = frozenset(op for chain in rows.chains for op in chain.ops)
+            chained = _fast_kernels(graph, fusions, row_ops)
+            candidate = _compiled_plan(view, chained, fusions, scopes, rows, False)
+            if candidate is not None and candidate[0].head_bytes < plan[0].head_bytes:
+                plan, refused = candidate, rows.refusals
+        if plan is whole:
+            refused = rows.refusals + tuple(
+                RowRefusal(c.ops, "the arena is no smaller with this chain") for c in rows.chains
+            )
+    if plan is None or plan[0].head_bytes >= stock_head:
+        split = _split(stock_buffers, stock_offsets, len(stock_scratch))
+        no_rows = RowPlan((), refused)
+        return ArenaPlan(*split, probe.fast_scratch_bytes, stock_head, {}, False, *wide, no_rows)
+    placement, buffers, scratch_bytes, rows, scratch_count = plan
+    tensors, scratch, fast = _split(buffers, placement.offsets, scratch_count)
+    split = tensors, scratch, _chain_scratch(fast, scratch_bytes, rows.chains)
+    return ArenaPlan(*split, scratch_bytes, placement.head_bytes, fusions, True, *wide, RowPlan(rows.chains, refused))
+
+
+def _fast_scratch(nbytes: dict[int, int], scopes: dict[int, int], chains: tuple[RowChain, ...] = ()) -> list[Buffer]:
+    """The fast kernels' scratch buffers, each live while its operator runs; a row chain's layers, which run one
+    row call at a time, share one, live while the chain runs (keyed by the chain's first operator)."""
+    chained = {op for chain in chains for op in chain.ops}
+    buffers = [
+        Buffer(0, None, op, align_up(n), scopes[op], scopes[op]) for op, n in nbytes.items() if op not in chained
+    ]
+    for chain in chains:
+        size = max((nbytes.get(op, 0) for op in chain.ops), default=0)
+        if size:
+            buffers.append(Buffer(0, None, chain.ops[0], align_up(size), scopes[chain.ops[0]], scopes[chain.ops[-1]]))
+    return sorted(buffers, key=lambda b: b.op or 0)
+
+
+def _chain_scratch(offsets: dict[int, int], nbytes: dict[int, int], chains: tuple[RowChain, ...]) -> dict[int, int]:
+    """Fast scratch offsets by operator, each chain layer's at its chain's shared buffer (`_fast_scratch`)."""
+    offsets = dict(offsets)
+    for chain in chains:
+        for op in chain.ops:
+            if op in nbytes:
+                offsets[op] = offsets[chain.ops[0]]
+    return offsets
+
+
+def _compiled_plan(view: Graph, probe: ModelEmitter, fusions, scopes: dict[int, int], rows: RowPlan, keep: bool):
+    """lowtide's placement of the compiled runtime's buffers with `rows`' chains (their inner tensors as rings,
+    everything a chain reads, writes or scratches live while it runs), the buffers, the fast scratch bytes and
+    `rows`; None where the plan cannot be used."""
+    spans = {}
+    roles: dict[int, list[tuple[RowChain, tuple[int, int]]]] = {}  # tensor -> the chains that read or write it
+    for chain in rows.chains:
+        span = (scopes[chain.ops[0]], scopes[chain.ops[-1]])
+        for op in chain.ops:
+            spans[op] = span
+        for t in (*chain.sources, chain.output, *chain.rings):
+            roles.setdefault(t, []).append((chain, span))
+    buffers = []
+    for b in buffers_to_plan(view, executor=Executor.COMPILED):
+        if b.subgraph == 0 and b.tensor is None and b.op in spans:
+            b = dataclasses.replace(b, first=spans[b.op][0], last=spans[b.op][1])
+        for chain, (start, end) in roles.get(b.tensor, []) if b.subgraph == 0 and b.tensor is not None else []:
+            rings = chain.rings
+            if b.tensor in rings:
+                tensor = view.main.tensors[b.tensor]
+                ring_bytes = align_up(rings[b.tensor] * tensor.nbytes // tensor.shape[1])
+                b = dataclasses.replace(b, size=ring_bytes, first=start, last=end, shares=None)
+            else:  # read or written whole while the chain runs; an output's rows do not share an input's
+                shares = None if b.tensor == chain.output else b.shares
+                b = dataclasses.replace(b, first=min(b.first, start), last=max(b.last, end), shares=shares)
+        buffers.append(b)
+    scratch = _fast_scratch(probe.fast_scratch_bytes, scopes, rows.chains)
+    buffers += scratch
     producers = view.main.producers()
     # Depthwise outputs may share their input only where the fast kernel runs them (it copies before writing).
     unsafe = any(
@@ -199,27 +308,43 @@ def arena_plan(graph: Graph, keep_model_plan: bool = False) -> ArenaPlan:
         and producers[b.tensor] not in probe.in_place_safe
         for b in buffers
     )
-    placement = place(buffers, placement_budget(0)) if buffers and not unsafe and not keep_model_plan else None
-    stock_buffers = list(stock.buffers) + fast_scratch
-    stock_offsets = tflm_offsets_with_plan(stock_buffers, list(stock.offsets) + [0] * len(fast_scratch))
-    stock_head = arena_head(stock_buffers, stock_offsets)
-    needs = probe.fast_scratch_bytes
-    wide = wide_weight_layers(probe.matrix_layers)
-    if placement is None or placement.head_bytes >= stock_head:
-        return ArenaPlan(*_split(stock_buffers, stock_offsets, len(fast_scratch)), needs, stock_head, {}, False, *wide)
-    return ArenaPlan(
-        *_split(buffers, placement.offsets, len(fast_scratch)), needs, placement.head_bytes, fusions, True, *wide
-    )
+    if not buffers or unsafe or keep:
+        return None
+    index = {b.tensor: i for i, b in enumerate(buffers) if b.subgraph == 0 and b.tensor is not None}
+
+    def root(tensor: int) -> tuple[int, int]:
+        """The buffer whose bytes `tensor`'s are fixed inside (`Buffer.shares`), and the offset in it."""
+        offset = 0
+        while (shared := buffers[index[tensor]].shares) is not None:
+            tensor, offset = shared[0], offset + shared[1]
+        return tensor, offset
+
+    for chain in rows.chains:  # the output's rows over the rows of a dying source already read
+        if chain.overlap is not None:
+            source, offset = chain.overlap
+            top, inside = root(source)
+            out = index[chain.output]
+            if inside + offset >= 0:
+                buffers[out] = dataclasses.replace(buffers[out], shares=(top, inside + offset))
+            else:  # the output starts before the group: the group goes inside the output
+                buffers[index[top]] = dataclasses.replace(buffers[index[top]], shares=(chain.output, -inside - offset))
+    return place(buffers, placement_budget(0)), buffers, probe.fast_scratch_bytes, rows, len(scratch)
 
 
-def _emitter(graph: Graph, keep_model_plan: bool = False) -> tuple[ModelEmitter, int]:
-    """An emitter with every activation and scratch buffer at its planned offset (`arena_plan`), and the arena
-    head of that plan."""
-    plan = arena_plan(graph, keep_model_plan)
-    return (
-        ModelEmitter(graph, plan.offsets, plan.scratch, plan.fused_pads, plan.fast_scratch, plan.wide_weights),
-        plan.head_bytes,
+def _emitter(graph: Graph, keep_model_plan: bool = False, row_chains: bool = True) -> tuple[ModelEmitter, ArenaPlan]:
+    """An emitter with every activation and scratch buffer at its planned offset (`arena_plan`), and that plan."""
+    plan = arena_plan(graph, keep_model_plan, row_chains)
+    emitter = ModelEmitter(
+        graph,
+        plan.offsets,
+        plan.scratch,
+        plan.fused_pads,
+        plan.fast_scratch,
+        plan.wide_weights,
+        plan.row_ops,
+        plan.ring_rows,
     )
+    return emitter, plan
 
 
 def _lower_all(graph: Graph, emitter: ModelEmitter) -> tuple[list[str], list[Blocker]]:
@@ -253,13 +378,17 @@ def check_model(graph: Graph) -> list[Blocker]:
     return _lower_all(graph, emitter)[1]
 
 
-def compile_model(graph: Graph, prefix: str = "model", keep_model_plan: bool = False) -> CompiledModel:
+def compile_model(
+    graph: Graph, prefix: str = "model", keep_model_plan: bool = False, row_chains: bool = True
+) -> CompiledModel:
     """Lower every operator of `graph` (a validated model: `lowtide.validation.load_model`); raises LowtideError
     naming the first thing it cannot compile. `keep_model_plan`: the model's OfflineMemoryAllocation as it is, even
-    where lowtide's compiled plan is smaller."""
+    where lowtide's compiled plan is smaller. `row_chains`: False runs every operator on whole tensors
+    (`arena_plan`)."""
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", prefix):
         raise LowtideError(f"prefix '{prefix}' is not a C identifier")
-    emitter, head_bytes = _emitter(graph, keep_model_plan)
+    emitter, plan = _emitter(graph, keep_model_plan, row_chains)
+    head_bytes = plan.head_bytes
     calls, blockers = _lower_all(graph, emitter)
     unplanned = sorted(set(emitter.fast_scratch_bytes) - set(emitter.fast_scratch))
     if unplanned:  # the plan is made from the same lowering: a difference is a lowtide bug
@@ -274,7 +403,7 @@ def compile_model(graph: Graph, prefix: str = "model", keep_model_plan: bool = F
     members = _state_members(emitter)
     state_bytes = _struct_size(members)
     header = _header(prefix, head_bytes, state_bytes, graph, inputs, outputs, model_hash)
-    source = _source(prefix, graph, emitter, calls, inputs, outputs, model_hash, members)
+    source = _source(prefix, graph, emitter, calls, inputs, outputs, model_hash, members, plan.rows.chains)
     return CompiledModel(
         model=graph.source,
         prefix=prefix,
@@ -285,6 +414,8 @@ def compile_model(graph: Graph, prefix: str = "model", keep_model_plan: bool = F
         inputs=inputs,
         outputs=outputs,
         model_hash=model_hash,
+        row_chains=plan.rows.chains,
+        row_refusals=plan.rows.refusals,
     )
 
 
@@ -426,8 +557,33 @@ def _state_source(prefix: str, members: list[StateMember]) -> list[str]:
     return lines
 
 
+def _chain_loop(index: int, chain: RowChain, calls: dict[int, str]) -> list[str]:
+    """The row loop of one chain: a table of which layer advances by one row at each step (`RowChain.order`)."""
+    table = ", ".join(str(pos) for pos in chain.order)
+    ctype = "uint8_t" if len(chain.ops) <= 256 else "uint16_t"
+    lines = [
+        f"    {{ /* row chain {index}: operators {', '.join(str(op) for op in chain.ops)} */",
+        f"        static const {ctype} order[{len(chain.order)}] = {{{table}}};",
+        f"        int32_t next_row[{len(chain.ops)}] = {{0}};",
+        f"        for (int32_t step = 0; step < {len(chain.order)}; ++step) {{",
+        "            const int32_t oy = next_row[order[step]]++;",
+        "            switch (order[step]) {",
+    ]
+    lines += [f"            case {pos}: {calls[op]} break;" for pos, op in enumerate(chain.ops)]
+    lines += ["            }", "        }", "    }"]
+    return lines
+
+
 def _source(
-    prefix, graph: Graph, emitter: ModelEmitter, calls, inputs, outputs, model_hash: str, members: list[StateMember]
+    prefix,
+    graph: Graph,
+    emitter: ModelEmitter,
+    calls,
+    inputs,
+    outputs,
+    model_hash: str,
+    members: list[StateMember],
+    chains: tuple[RowChain, ...] = (),
 ) -> str:
     hash_bytes = ", ".join(f"0x{model_hash[i : i + 2]}" for i in range(0, 16, 2))
     lines = [
@@ -437,7 +593,7 @@ def _source(
         "#include <string.h>",
         "",
         f'#include "{prefix}.h"',
-        '#include "lt_conv_dsp.h"',
+        '#include "lt_rows.h"',
         "",
         f"const uint8_t {prefix}_hash[8] = {{{hash_bytes}}};",
         f"const lt_tensor_info {prefix}_inputs[{len(inputs)}] = {{{', '.join(_tensor_info(t) for t in inputs)}}};",
@@ -453,12 +609,19 @@ def _source(
     ]
     if members:
         lines.append(f"    if (!{STATE_OBJECT}.ready) {prefix}_reset();")
+    # A chain runs as one loop at its last operator: the hooks of the operators before it come first, in order
+    # (their time is the chain's, reported at its last operator).
+    by_op = dict(enumerate(calls))
+    loops = {chain.ops[-1]: _chain_loop(i, chain, by_op) for i, chain in enumerate(chains)}
+    in_chain = {op for chain in chains for op in range(chain.ops[0], chain.ops[-1] + 1)}
     for op, call in zip(graph.main.operators, calls):
-        lines += [
-            f"    /* {op.index}: {op.opcode} */",
-            f"    if (hook) hook({op.index}, 0, user);",
-            f"    {call}",
-            f"    if (hook) hook({op.index}, 1, user);",
-        ]
+        if op.index in in_chain and op.index not in loops:
+            lines += [f"    /* {op.index}: {op.opcode}, in a row chain */", f"    if (hook) hook({op.index}, 0, user);"]
+            lines += [f"    {call}"] if call.startswith("/*") else []  # a fused PAD says where it went
+            lines += [f"    if (hook) hook({op.index}, 1, user);"]
+            continue
+        lines += [f"    /* {op.index}: {op.opcode} */", f"    if (hook) hook({op.index}, 0, user);"]
+        lines += loops.get(op.index, [f"    {call}"])
+        lines += [f"    if (hook) hook({op.index}, 1, user);"]
     lines += ["    return 0;", "}", ""]
     return "\n".join(lines)

@@ -114,7 +114,7 @@ def _weighted(e: ModelEmitter, op: Operator, name: str, kind: str) -> str:
         fast = _fast_int8(e, op, name, kind, params, bias, multipliers, shifts)
         if fast is not None:
             return fast
-        require(fusion is None, "a fused PAD needs the fast depthwise kernel")
+        require(fusion is None, "a fused PAD needs a fast kernel")
         return _weighted_call(e, op, name, f"lt_{kind}_s8", params, bias, (multipliers, shifts))
     if ins[:2] == ["int16", "int8"] and outs == ["int16"]:
         return _weighted_16x8(
@@ -284,6 +284,9 @@ def _fast_int8(
         )
         e.declarations.append(f"static LT_NOINLINE void {name}_run(const void *input, void *output) {{\n    {body}\n}}")
         return f"{name}_run({e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
+    if params.batches == 1:
+        e.fast_rows.add(op.index)
+    by_rows = op.index in e.row_ops
     if kind == "conv2d":
         k4 = -(-rows.shape[1] // 4) * 4
         output_pixels = params.batches * params.out_h * params.out_w
@@ -292,18 +295,18 @@ def _fast_int8(
         filter_ref = e.array(f"{name}_filter", "uint32_t", pack_row_pairs(rows * scale, k4, wide), aligned=True)
         if wide:
             flags.append("LT_WIDE_WEIGHTS")
-        pixels = 2 if output_pixels > 1 else 1
-        # lt_conv_s8_fast's rows, and its byte gather unless the layer is pointwise (read without im2col)
-        pointwise = (
-            params.filter_h,
-            params.filter_w,
-            params.stride_h,
-            params.stride_w,
-            params.pad_h,
-            params.pad_w,
-        ) == (1, 1, 1, 1, 0, 0) and (params.in_h, params.in_w) == (params.out_h, params.out_w)
+        pixels = 2 if (params.out_w if by_rows else output_pixels) > 1 else 1
+        # lt_conv_s8_fast's rows, and its byte gather unless the layer is pointwise (read without im2col); a row
+        # kernel reads a 1x1 window of any row stride in place
+        pointwise = (params.filter_h, params.filter_w, params.stride_w, params.pad_h, params.pad_w) == (
+            1,
+            1,
+            1,
+            0,
+            0,
+        ) and (params.in_w == params.out_w and (by_rows or (params.stride_h, params.in_h) == (1, params.out_h)))
         scratch = e.fast_scratch_pointer(op, pixels * k4 + (0 if pointwise else k4 // 2))
-        function = "lt_conv_s8_fast"
+        function = "lt_conv_ring_s8_fast" if by_rows else "lt_conv_s8_fast"
     else:
         kh, kw = params.filter_h, params.filter_w
         taps = rows.reshape(out_c, kh, kw) * scale
@@ -312,10 +315,19 @@ def _fast_int8(
         halves = taps.reshape(out_c, kh, -1, 2) & 0xFFFF
         words = (halves[..., 0] | (halves[..., 1] << 16)).astype(np.uint32)
         filter_ref = e.array(f"{name}_filter", "uint32_t", words)
-        plane = ((params.out_h - 1) * params.stride_h + kh) * ((params.out_w - 1) * params.stride_w + kw)
-        scratch = e.fast_scratch_pointer(op, plane)
-        function = "lt_depthwise_s8_fast"
+        plane_rows = kh if by_rows else (params.out_h - 1) * params.stride_h + kh
+        scratch = e.fast_scratch_pointer(op, plane_rows * ((params.out_w - 1) * params.stride_w + kw))
+        function = "lt_depthwise_ring_s8_fast" if by_rows else "lt_depthwise_s8_fast"
         e.in_place_safe.add(op.index)  # each channel's plane is copied before its outputs are written
+    fusion = e.fused_pads.get(op.index)
+    source = fusion.source if fusion is not None else op.inputs[0]
+    if by_rows:  # one output row of a row chain (`lowtide.compile.rows`), its input and output rings or whole
+        body = (
+            f"{function}({p}, (const int8_t *){e.pointer(source)}, {e.slots(source)}, oy, {filter_ref}, "
+            f"{', '.join(arrays)}, {e.row_pointer(op.outputs[0], 'oy', True)}, {scratch}, {' | '.join(flags)});"
+        )
+        e.declarations.append(f"static LT_NOINLINE void {name}_row(uint8_t *arena, int32_t oy) {{\n    {body}\n}}")
+        return f"{name}_row(arena, oy);"
     body = (
         f"{function}({p}, (const int8_t *)input, {filter_ref}, {', '.join(arrays)}, (int8_t *)output, "
         f"scratch, {' | '.join(flags)});"
@@ -323,8 +335,6 @@ def _fast_int8(
     e.declarations.append(
         f"static LT_NOINLINE void {name}_run(const void *input, void *output, int16_t *scratch) {{\n    {body}\n}}"
     )
-    fusion = e.fused_pads.get(op.index)
-    source = fusion.source if fusion is not None else op.inputs[0]
     return f"{name}_run({e.pointer(source)}, {e.pointer(op.outputs[0], True)}, {scratch});"
 
 
@@ -353,14 +363,14 @@ def _constant_channels(
     return constants
 
 
-def pad_fusions(e: ModelEmitter, fast_depthwise: set[int]) -> dict[int, PadFusion]:
-    """PADs the fast depthwise convolutions `fast_depthwise` can absorb (PadFusion), by depthwise operator: an int8
+def pad_fusions(e: ModelEmitter, fast_convolutions: set[int]) -> dict[int, PadFusion]:
+    """PADs the fast convolutions `fast_convolutions` can absorb (PadFusion), by convolution operator: an int8
     PAD or PADV2 of rows and columns only, by the zero point of its output, read by that convolution alone."""
     sg = e.sg
     consumers = sg.consumers()
     producers = sg.producers()
     fusions = {}
-    for dw in fast_depthwise:
+    for dw in fast_convolutions:
         padded = sg.operators[dw].inputs[0]
         pad = sg.operators[producers[padded]] if padded in producers else None
         if (

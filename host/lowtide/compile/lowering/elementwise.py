@@ -111,6 +111,10 @@ def _binary(e: ModelEmitter, op: Operator, name: str, kind: str) -> str:
     int32 wrapping (TFLM's int32 ADD ignores the fused activation; MUL applies it), float32."""
     dtype = _same_type_binary(e, op)
     steps = broadcast_steps(e, op)
+    by_rows = op.index in e.row_ops  # one row of a row chain (`lowtide.compile.rows`): same shapes, int8
+    if by_rows:
+        row = math.prod(e.tensor(op.outputs[0]).shape[2:])
+        steps = Broadcast(ndim=1, dims=[row], step1=[1], step2=[1])
     if dtype in ("int8", "int16"):
         q1, q2, qo = (e.quantization(t) for t in (op.inputs[0], op.inputs[1], op.outputs[0]))
         offsets = _offsets(e, op)
@@ -131,7 +135,14 @@ def _binary(e: ModelEmitter, op: Operator, name: str, kind: str) -> str:
         params = BinaryParams(**steps, **NO_RESCALE, **activation, **NO_FLOAT_ACTIVATION)
     else:
         params = BinaryParams(**steps, **NO_RESCALE, **NO_QUANTIZED_ACTIVATION, **float_activation(op))
-    return _binary_call(e, op, name, f"lt_{kind}_{SUFFIXES[dtype]}", params)
+    function = f"lt_{kind}_{SUFFIXES[dtype]}"
+    if by_rows:
+        p = e.struct(f"{name}_params", params)
+        a, b = (e.row_pointer(t, "oy") for t in op.inputs[:2])
+        body = f"{function}({p}, {a}, {b}, {e.row_pointer(op.outputs[0], 'oy', True)});"
+        e.declarations.append(f"static LT_NOINLINE void {name}_row(uint8_t *arena, int32_t oy) {{\n    {body}\n}}")
+        return f"{name}_row(arena, oy);"
+    return _binary_call(e, op, name, function, params)
 
 
 def lower_add(e: ModelEmitter, op: Operator, name: str) -> str:
@@ -195,6 +206,10 @@ def _int32_activation(op: Operator) -> QuantizedActivation:
 def lower_sub(e: ModelEmitter, op: Operator, name: str) -> str:
     dtype = _same_type_binary(e, op)
     steps = broadcast_steps(e, op)
+    by_rows = op.index in e.row_ops  # one row of a row chain (`lowtide.compile.rows`): same shapes, int8
+    if by_rows:
+        row = math.prod(e.tensor(op.outputs[0]).shape[2:])
+        steps = Broadcast(ndim=1, dims=[row], step1=[1], step2=[1])
     if dtype in ("int8", "int16"):
         q1, q2, qo = (e.quantization(t) for t in (op.inputs[0], op.inputs[1], op.outputs[0]))
         params = BinaryParams(
@@ -235,6 +250,10 @@ def _float_binary(function: str) -> Lowering:
 def lower_squared_difference(e: ModelEmitter, op: Operator, name: str) -> str:
     dtype = _same_type_binary(e, op)
     steps = broadcast_steps(e, op)
+    by_rows = op.index in e.row_ops  # one row of a row chain (`lowtide.compile.rows`): same shapes, int8
+    if by_rows:
+        row = math.prod(e.tensor(op.outputs[0]).shape[2:])
+        steps = Broadcast(ndim=1, dims=[row], step1=[1], step2=[1])
     if dtype in ("int8", "int16"):
         q1, q2, qo = (e.quantization(t) for t in (op.inputs[0], op.inputs[1], op.outputs[0]))
         if dtype == "int16":

@@ -73,7 +73,7 @@ class ResourceVariable:
 
 @dataclass(frozen=True)
 class PadFusion:
-    """A spatial PAD whose only reader is a fast depthwise convolution: the convolution reads the PAD's input
+    """A spatial PAD whose only reader is a fast convolution: the convolution reads the PAD's input
     directly, with the PAD's rows and columns added to its own padding (its plane copy fills padding with the
     zero point, which is what the PAD writes), and the PAD runs no code and has no place in the arena."""
 
@@ -121,6 +121,8 @@ class ModelEmitter:
         fused_pads: dict[int, PadFusion] | None = None,
         fast_scratch: dict[int, int] | None = None,
         wide_weights: frozenset[int] = frozenset(),
+        row_ops: frozenset[int] = frozenset(),
+        ring_rows: dict[int, int] | None = None,
     ):
         self.graph = graph
         self.sg = graph.main
@@ -141,6 +143,12 @@ class ModelEmitter:
         # CONV_2D matrix layers (lt_conv_s8_fast) -> (output pixels, int8 filter bytes), for choosing `wide_weights`
         self.matrix_layers: dict[int, tuple[int, int]] = {}
         self.wide_weights = wide_weights  # matrix layers whose filter is int16 (`pack_wide_weights`), as planned
+        # Operators of row chains (`lowtide.compile.rows`): lowered to a function writing one output row, and the
+        # tensors held as rings of rows -> the rows each ring holds
+        self.row_ops = row_ops
+        self.ring_rows = ring_rows or {}
+        # Fast convolutions a row kernel can run (lt_rows.h), found while lowering
+        self.fast_rows: set[int] = set()
         self.resources, self._handles = self._resource_variables()
 
     # ---- resource variables ------------------------------------------------------------------------------
@@ -224,6 +232,18 @@ class ModelEmitter:
             self.array(name, ctype, self.constant_values(index).reshape(-1))
             self._constants[index] = name
         return self._constants[index]
+
+    def slots(self, index: int) -> int:
+        """The rows a tensor's buffer holds: its ring's, or all of them (NHWC)."""
+        return self.ring_rows.get(index, self.tensor(index).shape[1])
+
+    def row_pointer(self, index: int, row: str, writable: bool = False) -> str:
+        """C expression for row `row` (a C expression) of an NHWC tensor in the arena, ring or whole."""
+        t = self.tensor(index)
+        row_bytes = t.nbytes // t.shape[1]
+        slots = self.slots(index)
+        place = row if slots == t.shape[1] else f"({row} % {slots})"
+        return f"({self.pointer(index, writable)} + {place} * {row_bytes})"
 
     def scratch_pointer(self, op: Operator, k: int, ctype: str = "int32_t") -> str:
         """Kernel scratch buffer k of `op`, where the memory plan put it in the arena."""

@@ -159,6 +159,12 @@ def lower_transpose(e: ModelEmitter, op: Operator, name: str) -> str:
     in_st = strides(t_in.shape)
     dims = [t_in.shape[p] for p in perm]
     require(tuple(dims) == t_out.shape, "output shape does not match the permutation")
+    if op.index in e.row_ops:  # output row oy of a row chain (`lowtide.compile.rows`): the input's slice oy
+        copy = _copy(e, f"{name}_params", dims[2:], [in_st[p] for p in perm[2:]], strides(t_out.shape)[2:], 1)
+        source = f"{e.pointer(op.inputs[0])} + oy * {in_st[perm[1]]}"
+        body = f"lt_copy_strided({copy}, {source}, {e.row_pointer(op.outputs[0], 'oy', True)});"
+        e.declarations.append(f"static LT_NOINLINE void {name}_row(uint8_t *arena, int32_t oy) {{\n    {body}\n}}")
+        return f"{name}_row(arena, oy);"
     return _copy_strided(
         e,
         f"{name}_params",

@@ -1,0 +1,80 @@
+/* Row-wise forms of the fast int8 kernels (lt_conv_dsp.h), for the row chains `lowtide compile` forms: each call
+ * writes one output row, reading the input rows its window needs from a ring of `in_slots` rows (input row y at
+ * slot y % in_slots; in_slots = in_h: a whole tensor). Bit-exact with the whole-tensor kernels: the same sums
+ * and the same requantization, pixel by pixel. */
+#ifndef LT_ROWS_H
+#define LT_ROWS_H
+
+#include "lt_conv_dsp.h"
+
+/* The most filter rows a row kernel takes (lowtide rolls no taller window): its row pointers are a fixed array. */
+#define LT_RING_MAX_FILTER_ROWS 16
+
+/* rows[fy]: the input row filter row fy of output row oy reads, or NULL where it falls in the padding. */
+LT_ALWAYS_INLINE void lt_window_rows(const lt_conv_params *p, const int8_t *input, int32_t in_slots, int32_t oy,
+                                     const int8_t **rows) {
+    const int32_t row_bytes = p->in_w * p->in_c, y0 = oy * p->stride_h - p->pad_h;
+    for (int32_t fy = 0; fy < p->filter_h; ++fy) {
+        const int32_t y = y0 + fy * p->dilation_h;
+        rows[fy] = y < 0 || y >= p->in_h ? NULL : input + (y % in_slots) * row_bytes;
+    }
+}
+
+/* Output row oy of a CONV_2D (batch 1) into `output` (that row's out_w * out_c bytes). scratch: as
+ * lt_conv_s8_fast's, two expanded rows (one where out_w is 1) and the byte gather. */
+LT_ALWAYS_INLINE void lt_conv_ring_s8_fast(const lt_conv_params *p, const int8_t *input, int32_t in_slots, int32_t oy,
+                                           const void *filter, const int32_t *bias, const lt_requant *rq,
+                                           int8_t *output, int16_t *scratch, const unsigned flags) {
+    const int32_t k = p->filter_h * p->filter_w * p->in_c, k4 = (k + 3) & ~3;
+    const int32_t out_w = p->out_w, out_c = p->out_c, in_c = p->in_c;
+    const int pointwise = p->filter_h == 1 && p->filter_w == 1 && p->stride_w == 1 && p->pad_h == 0 &&
+                          p->pad_w == 0 && p->in_w == p->out_w;
+    const int8_t *in_row = input + ((oy * p->stride_h) % in_slots) * p->in_w * in_c; /* pointwise: its one row */
+    int16_t *row0 = scratch, *row1 = scratch + k4;
+    int8_t *gather = (int8_t *)(scratch + (out_w > 1 ? 2 : 1) * k4);
+    int32_t ox = 0;
+    for (; ox + 2 <= out_w; ox += 2) {
+        if (pointwise) {
+            lt_expand_s8(in_row + ox * in_c, in_c, row0);
+            lt_expand_s8(in_row + (ox + 1) * in_c, in_c, row1);
+        } else {
+            lt_im2col_window_s8(p, input, in_slots, oy, ox, row0, gather);
+            lt_im2col_window_s8(p, input, in_slots, oy, ox + 1, row1, gather);
+        }
+        if (flags & LT_WIDE_WEIGHTS)
+            lt_matmul_2_w16(row0, row1, (const uint32_t *)filter, k4, out_c, bias, rq, p, output + ox * out_c,
+                            output + (ox + 1) * out_c, flags);
+        else
+            lt_matmul_2_s8(row0, row1, (const uint32_t *)filter, k4, out_c, bias, rq, p, output + ox * out_c,
+                           output + (ox + 1) * out_c, flags);
+    }
+    if (ox < out_w) {
+        if (pointwise)
+            lt_expand_s8(in_row + ox * in_c, in_c, row0);
+        else
+            lt_im2col_window_s8(p, input, in_slots, oy, ox, row0, gather);
+        if (flags & LT_WIDE_WEIGHTS)
+            lt_matmul_1_w16(row0, (const uint32_t *)filter, k4, out_c, bias, rq, p, output + ox * out_c, flags);
+        else
+            lt_matmul_1_s8(row0, (const uint32_t *)filter, k4, out_c, bias, rq, p, output + ox * out_c, flags);
+    }
+}
+
+/* Output row oy of a DEPTHWISE_CONV_2D (batch 1, depth multiplier 1) into `output`, one channel at a time: its
+ * window rows copied into `scratch` (filter_h int16 plane rows of (out_w - 1) * stride_w + filter_w values), then
+ * its outputs written. */
+LT_ALWAYS_INLINE void lt_depthwise_ring_s8_fast(const lt_conv_params *p, const int8_t *input, int32_t in_slots,
+                                                int32_t oy, const uint32_t *filter, const int32_t *bias,
+                                                const lt_requant *rq, int8_t *output, int16_t *scratch,
+                                                const unsigned flags) {
+    const int32_t kh = p->filter_h, pairs = (p->filter_w + 1) / 2, c_count = p->out_c;
+    const int32_t plane_w = (p->out_w - 1) * p->stride_w + p->filter_w;
+    const int8_t *rows[LT_RING_MAX_FILTER_ROWS];
+    lt_window_rows(p, input, in_slots, oy, rows);
+    for (int32_t c = 0; c < c_count; ++c) {
+        for (int32_t fy = 0; fy < kh; ++fy) lt_plane_row_s8(p, rows[fy], c, plane_w, scratch + fy * plane_w);
+        lt_depthwise_row_s8(p, scratch, plane_w, filter + c * kh * pairs, rq[c], bias[c], output + c, c_count, flags);
+    }
+}
+
+#endif /* LT_ROWS_H */

@@ -1,0 +1,331 @@
+"""Row chains of the compiled runtime: runs of int8 convolutions (CONV_2D, pointwise, DEPTHWISE_CONV_2D, each
+with the PAD before it fused), residual ADDs and a leading TRANSPOSE that run one output row at a time, each layer
+computing its next row as soon as a later layer needs it, so that a tensor made and used inside the chain is held
+as a ring of the rows still needed instead of whole (no row is computed twice). A chain reads its sources whole
+and writes its output whole, over the rows of a source no later operator reads once they are read. Where a run
+of such operators is cut into chains is the minimax of the chains' RAM (sources, rings, output and the row
+kernels' scratch), fewer bytes in all breaking ties."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cache, cached_property
+
+from lowtide.compile.lowering import ModelEmitter, Unsupported
+from lowtide.compile.lowering.conv import window_geometry
+from lowtide.memory import ALIGNMENT
+from lowtide.model.ir import Operator
+
+# The row kernels keep one pointer per filter row on the stack (lt_rows.h, LT_RING_MAX_FILTER_ROWS): taller
+# windows are not rolled.
+MAX_FILTER_ROWS = 16
+
+
+@dataclass(frozen=True)
+class RowLayer:
+    """One operator of a chain as the row loop sees it: which rows of each input its output row `oy` reads."""
+
+    op: int
+    inputs: tuple[int, ...]  # tensors read (a fused PAD's input for the convolution that absorbs it)
+    output: int
+    out_rows: int
+    stride: int  # rows: 1, 1, 0, 0 for an ADD (row oy reads row oy)
+    filter_rows: int
+    dilation: int
+    pad_top: int
+    in_rows: int
+    # How the row kernel may write its row over the rows it reads: "pixel" (ADD, pointwise convolutions with no
+    # more output than input channels: a pixel is written after it is read, no further along its row),
+    # "channel" (depthwise: channel c of the row after channel c of every window row is read), "" (not at all)
+    writes_over: str = ""
+    # bytes between the input's rows as they lie in memory, where they are not NHWC rows (0): a TRANSPOSE reads
+    # its input whole, the lowest byte output rows from n on read is n such steps in
+    in_row_bytes: int = 0
+
+    def window(self, oy: int) -> tuple[int, int]:
+        """The first and last input row output row `oy` reads (last < first: all padding)."""
+        top = oy * self.stride - self.pad_top
+        return max(top, 0), min(top + (self.filter_rows - 1) * self.dilation, self.in_rows - 1)
+
+    @cached_property
+    def windows(self) -> tuple[tuple[int, int], ...]:
+        """`window` of every output row (the row loop asks for them again and again)."""
+        return tuple(self.window(oy) for oy in range(self.out_rows))
+
+    @cached_property
+    def needed(self) -> tuple[int, ...]:
+        """The first input row still needed once `done` output rows are written, by `done` (0..out_rows)."""
+        return tuple(min(first, self.in_rows) for first, _ in self.windows) + (self.in_rows,)
+
+
+@dataclass(frozen=True)
+class RowChain:
+    ops: tuple[int, ...]  # operators in execution order (fused PADs left out: they run no code)
+    sources: tuple[int, ...]  # tensors the chain reads whole, made before it
+    output: int  # the tensor the chain writes whole
+    ring_rows: tuple[tuple[int, int], ...]  # (tensor made and used inside, rows its ring holds)
+    order: tuple[int, ...]  # the row loop: position in `ops` of the layer each step advances by one row
+    ring_bytes: int  # the rings
+    whole_bytes: int  # the same tensors whole
+    # (a source no operator reads after the chain, bytes from its start to the output's (a multiple of 16, may
+    # be negative)): the output's rows land only on that source's rows already read; None: apart
+    overlap: tuple[int, int] | None
+
+    @property
+    def rings(self) -> dict[int, int]:
+        return dict(self.ring_rows)
+
+
+@dataclass(frozen=True)
+class RowRefusal:
+    """Where a chain was not formed, and why."""
+
+    ops: tuple[int, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
+class RowPlan:
+    chains: tuple[RowChain, ...]
+    refusals: tuple[RowRefusal, ...]
+
+
+def _row_layer(e: ModelEmitter, op: Operator, fast_rows: frozenset[int]) -> RowLayer | str:
+    """`op` as a row layer, or why it cannot be one."""
+    out = e.tensor(op.outputs[0]) if len(op.outputs) == 1 else None
+    if out is None or len(out.shape) != 4 or out.shape[0] != 1 or out.dtype != "int8":
+        return "not a batch-1 int8 NHWC output"
+    if op.opcode == "ADD":
+        a, b = (e.tensor(t) for t in op.inputs[:2])
+        if a.shape != out.shape or b.shape != out.shape or a.dtype != "int8" or b.dtype != "int8":
+            return "an ADD that broadcasts"
+        return RowLayer(op.index, tuple(op.inputs[:2]), op.outputs[0], out.shape[1], 1, 1, 1, 0, out.shape[1], "pixel")
+    if op.opcode == "TRANSPOSE":
+        read = e.tensor(op.inputs[0])
+        perm = [int(v) for v in e.constant_values(op.inputs[1]).reshape(-1)]
+        if read.dtype != "int8" or len(perm) != 4 or perm[0] != 0:
+            return "a TRANSPOSE of the batch or not of int8 NHWC"
+        step = math.prod(read.shape[perm[1] + 1 :])  # elements between the input's slices output rows read
+        return RowLayer(op.index, (op.inputs[0],), op.outputs[0], out.shape[1], 1, 1, 1, 0, out.shape[1], "", step)
+    if op.opcode not in ("CONV_2D", "DEPTHWISE_CONV_2D"):
+        return f"{op.opcode} has no row kernel"
+    if op.index not in fast_rows:
+        return "no fast int8 kernel for this layer (or one output pixel over its whole input)"
+    filter_shape = e.tensor(op.inputs[1]).shape
+    try:
+        g = window_geometry(e, op, filter_shape[1], filter_shape[2])
+    except Unsupported as exc:
+        return str(exc)
+    if g.filter_h > MAX_FILTER_ROWS:
+        return f"a window of {g.filter_h} rows (row kernels take at most {MAX_FILTER_ROWS})"
+    source, pad_top, in_rows = op.inputs[0], g.pad_h, g.in_h
+    fusion = e.fused_pads.get(op.index)
+    if fusion is not None:
+        source, pad_top, in_rows = fusion.source, g.pad_h + fusion.top, e.tensor(fusion.source).shape[1]
+    pointwise = (g.filter_h, g.filter_w, g.stride_h, g.stride_w, g.pad_h, g.pad_w) == (1, 1, 1, 1, 0, 0)
+    if op.opcode == "DEPTHWISE_CONV_2D" and g.in_c > 1:  # (one input channel runs as a convolution)
+        writes_over = "channel"
+    elif op.opcode == "CONV_2D" and pointwise and g.in_w == g.out_w and g.out_c <= g.in_c:
+        writes_over = "pixel"
+    else:
+        writes_over = ""
+    return RowLayer(
+        op.index, (source,), op.outputs[0], g.out_h, g.stride_h, g.filter_h, g.dilation_h, pad_top, in_rows, writes_over
+    )
+
+
+def _schedule(
+    layers: list[RowLayer], row_bytes: dict[int, int], dying: set[int]
+) -> tuple[list[int], dict[int, int], dict[int, int]]:
+    """The row loop, each inner tensor's ring rows, and for each source in `dying` (read by no operator after the
+    chain) the largest offset of the output from it at which no output row lands on a row still to be read: the
+    last layer's rows pulled in order, each layer computing a row only when a reader needs it, so a ring holds no
+    row before it is needed."""
+    made_by = {layer.output: i for i, layer in enumerate(layers)}
+    readers: dict[int, list[int]] = {}
+    for i, layer in enumerate(layers):
+        for t in set(layer.inputs):
+            readers.setdefault(t, []).append(i)
+    done = [0] * len(layers)
+    order: list[int] = []
+    rings: dict[int, int] = {layer.output: 0 for layer in layers[:-1]}
+    last_pos, writer = len(layers) - 1, layers[-1]
+    out_row = row_bytes[writer.output]
+    # the writer's own row may land on the rows it reads for that row (`RowLayer.writes_over`), at whole rows of
+    # the same bytes for "channel", and not after them for "pixel"
+    over = {
+        t: writer.writes_over
+        for t in dying
+        if t in writer.inputs
+        and (row_bytes[t] >= out_row if writer.writes_over == "pixel" else row_bytes[t] == out_row)
+        and writer.writes_over
+    }
+    headroom = {t: 1 << 62 for t in dying}  # no limit yet
+    if over:
+        headroom.update({t: 0 for t, kind in over.items() if kind == "pixel"})
+
+    def pull(pos: int, last_row: int) -> None:
+        layer = layers[pos]
+        while done[pos] <= last_row:
+            for t in layer.inputs:
+                if t in made_by:
+                    first, last = layer.windows[done[pos]]
+                    if last >= first:
+                        pull(made_by[t], last)
+            if pos == last_pos:  # output row done[pos] is written while the rows from `needed` on are still read
+                for t in dying:
+                    after = 1 if t in over else 0  # the writer's own rows of this row read before it writes
+                    needed = min(layers[r].needed[done[r] + (after if r == pos else 0)] for r in readers[t])
+                    if needed < layers[readers[t][0]].in_rows:
+                        room = needed * row_bytes[t] - (done[pos] + 1) * out_row
+                        headroom[t] = min(headroom[t], room)
+            order.append(pos)
+            done[pos] += 1
+            if layer.output in rings:
+                held = done[pos] - min(layers[r].needed[done[r]] for r in readers[layer.output])
+                rings[layer.output] = max(rings[layer.output], held)
+
+    pull(last_pos, layers[-1].out_rows - 1)
+    # offsets in whole rows where the writer writes a channel over the same channel
+    quantum = {t: math.lcm(ALIGNMENT, out_row) if over.get(t) == "channel" else ALIGNMENT for t in dying}
+    return order, rings, {t: room // quantum[t] * quantum[t] for t, room in headroom.items()}
+
+
+def find_row_chains(
+    e: ModelEmitter,
+    consumers: dict[int, list[int]],
+    fast_rows: frozenset[int],
+    scratch: dict[int, int],
+    whole_depthwise: bool = False,
+) -> RowPlan:
+    """The row chains of the main subgraph `e` lowers, as the compiled runtime runs it (`e.fused_pads` fused;
+    `consumers`: each tensor's readers so). `fast_rows`: the convolutions lowered to a fast kernel a row kernel
+    can run; `scratch`: the bytes each row layer's kernel needs while the chain runs. `whole_depthwise`: a
+    depthwise layer that would be a chain alone is costed as the whole-tensor kernel in place over its input
+    instead (no plane copied per output row), which the plan may or may not realise."""
+    sg = e.sg
+    outputs = set(sg.outputs)
+    fused = {f.pad_op for f in e.fused_pads.values()}
+    runs: list[list[RowLayer]] = [[]]
+    refusals: list[RowRefusal] = []
+    for op in sg.operators:
+        if op.index in fused:
+            continue
+        layer = _row_layer(e, op, fast_rows)
+        if isinstance(layer, RowLayer):
+            runs[-1].append(layer)
+            continue
+        if op.opcode in ("CONV_2D", "DEPTHWISE_CONV_2D", "ADD"):
+            refusals.append(RowRefusal((op.index,), layer))
+        if runs[-1]:
+            runs.append([])
+    chains = []
+    for run in runs:
+        if run:
+            found, refused = _cut(e, run, consumers, outputs, scratch, whole_depthwise)
+            chains += found
+            refusals += refused
+    return RowPlan(tuple(chains), tuple(sorted(refusals, key=lambda r: r.ops)))
+
+
+def _cut(
+    e: ModelEmitter,
+    run: list[RowLayer],
+    consumers: dict[int, list[int]],
+    outputs: set[int],
+    scratch: dict[int, int],
+    whole_depthwise: bool,
+) -> tuple[list[RowChain], list[RowRefusal]]:
+    """The chains of one run of row layers: the cut points with the least largest chain RAM (then the least sum),
+    by dynamic programming over the run."""
+    nbytes, row_bytes = {}, {}
+    for layer in run:
+        for t in (*layer.inputs, layer.output):
+            nbytes[t] = e.tensor(t).nbytes
+            row_bytes[t] = nbytes[t] // e.tensor(t).shape[1]
+    made_in_run = {layer.output for layer in run}
+    for layer in run:  # a TRANSPOSE's input, read whole: its rows as they lie in memory
+        if layer.in_row_bytes and layer.inputs[0] not in made_in_run:
+            row_bytes[layer.inputs[0]] = layer.in_row_bytes
+    positions = {layer.op: i for i, layer in enumerate(run)}
+
+    @cache
+    def segment(i: int, j: int) -> tuple[RowChain | None, int]:
+        """Layers i..j as one chain (None: a tensor made inside is read outside, or one layer that cannot write
+        over its input), and its RAM."""
+        layers = run[i : j + 1]
+        made = {layer.output for layer in layers}
+        sources = tuple(dict.fromkeys(t for layer in layers for t in layer.inputs if t not in made))
+        whole = sum(nbytes[t] for t in sources) + nbytes[run[j].output]
+        own_scratch = max(scratch.get(layer.op, 0) for layer in layers)  # one buffer, a row call at a time
+        if any(layer.in_row_bytes and layer.inputs[0] in made for layer in layers):
+            return None, -1  # a TRANSPOSE reads its input whole
+        for layer in layers[:-1]:
+            readers = consumers.get(layer.output, [])
+            if layer.output in outputs or any(positions.get(r, -1) not in range(i, j + 1) for r in readers):
+                return None, -1
+        dying = {
+            t
+            for t in sources
+            if t not in outputs and all(positions.get(r, -1) in range(i, j + 1) for r in consumers.get(t, []))
+        }
+        single = layers[0]
+        if whole_depthwise and i == j and single.writes_over == "channel" and single.inputs[0] in dying:
+            # a depthwise layer alone runs whole over its input already (`Executor.COMPILED`'s in-place rule),
+            # with no plane copied per output row
+            return None, max(nbytes[single.inputs[0]], nbytes[single.output]) + own_scratch
+        order, rings, headroom = _schedule(layers, row_bytes, dying)
+        overlap, saved = None, 0
+        out_bytes = nbytes[run[j].output]
+        for t, room in sorted(headroom.items()):
+            # as far right as the rows allow, up to the output ending where the source ends
+            offset = room if room <= 0 else min(room, max(0, nbytes[t] - out_bytes) // ALIGNMENT * ALIGNMENT)
+            extent = max(nbytes[t], offset + out_bytes) - min(0, offset)
+            if nbytes[t] + out_bytes - extent > saved:
+                overlap, saved = (t, offset), nbytes[t] + out_bytes - extent
+        ring_bytes = sum(rows * row_bytes[t] for t, rows in rings.items())
+        chain = RowChain(
+            ops=tuple(layer.op for layer in layers),
+            sources=sources,
+            output=run[j].output,
+            ring_rows=tuple(sorted(rings.items())),
+            order=tuple(order),
+            ring_bytes=ring_bytes,
+            whole_bytes=sum(nbytes[t] for t in rings),
+            overlap=overlap,
+        )
+        if i == j and overlap is None:  # one layer alone gains only by writing over its input
+            return None, whole + own_scratch
+        return chain, whole - saved + ring_bytes + own_scratch
+
+    # best[j]: (largest RAM, total RAM, segments) of the best cut of run[:j]
+    best: list[tuple[int, int, list[tuple[int, int]]]] = [(0, 0, [])]
+    for j in range(1, len(run) + 1):
+        choice = None
+        inner = 0  # a row of each tensor made inside layers i..j-1: below any such chain's RAM, growing with it
+        for i in range(j - 1, -1, -1):
+            if i < j - 1:
+                inner += row_bytes[run[i].output]
+            if choice is not None and inner > choice[0]:
+                break  # every longer chain holds more than the best cut so far
+            peak, total, cuts = best[i]
+            chain, ram = segment(i, j - 1)
+            if ram < 0:
+                continue
+            candidate = (max(peak, ram), total + ram, [*cuts, (i, j - 1)])
+            if choice is None or candidate[:2] < choice[:2]:
+                choice = candidate
+        assert choice is not None  # a single layer is always a segment
+        best.append(choice)
+    chains, refusals = [], []
+    for i, j in best[-1][2]:
+        chain = segment(i, j)[0]
+        if chain is not None:
+            chains.append(chain)
+        else:
+            reason = (
+                "a chain through it would hold more RAM (minimax cut)" if len(run) > 1 else "no row layer next to it"
+            )
+            refusals.append(RowRefusal((run[i].op,), reason))
+    return chains, refusals

@@ -1,0 +1,137 @@
+"""Row chains of the compiled runtime (`lowtide.compile.rows`, firmware/runtime/lt_rows.h): layers run one output
+row at a time through rings of the rows still needed, bit-exact with the host TFLM (on the host under ASan/UBSan,
+and through the DSP path on qemu-m4), and the arena smaller than the whole-tensor plan by the rings' saving."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import SHARED_MODELS, needs_firmware_tools
+from lowtide.compile import compile_model, verify_compiled
+from lowtide.compile.codegen import arena_plan
+from lowtide.memory import align_up
+from lowtide.model.builder import ModelBuilder
+from lowtide.pipeline.measure import measure
+from lowtide.validation import load_model
+from support.cli import lowtide_cli
+
+PERSON_DETECT = SHARED_MODELS / "tflm_person_detect.tflite"
+KWS_DSCNN = SHARED_MODELS / "mlperf_kws_dscnn_int8.tflite"
+
+
+def _every_kind(path: Path) -> Path:
+    """One chain of each kind of row layer: a 3x3 convolution, pointwise expansions and projections, depthwise
+    layers at stride 1 and (with the PAD before it fused) stride 2, a residual ADD, a stride-2 convolution."""
+    b = ModelBuilder(seed=7, name="every_row_kind")
+    x = b.input((1, 40, 20, 8))
+    x = b.conv2d(x, 8, kernel=3, activation="RELU")  # 0
+    y = b.conv2d(x, 32, kernel=1, activation="RELU6")  # 1
+    y = b.depthwise_conv2d(y, kernel=3, activation="RELU6")  # 2
+    y = b.conv2d(y, 8, kernel=1, activation="NONE")  # 3
+    x = b.add(x, y)  # 4: residual
+    y = b.conv2d(x, 32, kernel=1, activation="RELU6")  # 5
+    y = b.pad(y, rows=(0, 1), cols=(0, 1))  # 6: fused into 7
+    y = b.depthwise_conv2d(y, kernel=3, stride=2, padding="VALID", activation="RELU6")  # 7
+    y = b.conv2d(y, 16, kernel=1, activation="NONE")  # 8
+    y = b.conv2d(y, 16, kernel=3, stride=2, activation="RELU")  # 9
+    b.output(b.conv2d(y, 8, kernel=1))  # 10
+    path.write_bytes(b.build())
+    return path
+
+
+def _expansion(path: Path) -> Path:
+    """8 channels expanded to 32, a depthwise convolution, projected back: the wide tensors only as rings."""
+    b = ModelBuilder(seed=3, name="expansion")
+    x = b.input((1, 32, 16, 8))
+    y = b.conv2d(x, 32, kernel=1, activation="RELU6")
+    y = b.depthwise_conv2d(y, kernel=3, activation="RELU6")
+    b.output(b.conv2d(y, 8, kernel=1, activation="NONE"))
+    path.write_bytes(b.build())
+    return path
+
+
+def test_a_chain_of_every_row_kind_is_bit_exact_on_the_host(tmp_path):
+    """Every operator but the fused PAD runs in a chain (the PAD runs no code): the 3x3 convolution alone over its
+    input's rows, the residual block, the expansion with the stride-2 depthwise (its PAD fused) and projection,
+    the stride-2 convolution with the last projection (the cuts with the least largest chain RAM); the output is TFLM's to the bit for
+    several inputs, and the plan without chains is the whole-tensor one."""
+    path = _every_kind(tmp_path / "every_kind.tflite")
+    compiled = compile_model(load_model(path))
+    assert [c.ops for c in compiled.row_chains] == [(0,), (1, 2, 3, 4), (5, 7, 8), (9, 10)]
+    source = compiled.files["model.c"]
+    for kernel in ("lt_conv_ring_s8_fast", "lt_depthwise_ring_s8_fast", "lt_add_s8", "fused into operator 7"):
+        assert kernel in source
+    for seed in (0, 1):
+        result = verify_compiled(load_model(path), seed=seed, sanitize=True)
+        assert result.passed, result.outputs
+    whole = compile_model(load_model(path), row_chains=False)
+    assert not whole.row_chains and "lt_conv_ring_s8_fast" not in whole.files["model.c"]
+    assert compiled.arena_bytes < whole.arena_bytes
+
+
+def test_rings_replace_the_expanded_tensors_by_the_rows_still_needed(tmp_path):
+    """The expansion's 32-channel tensors (16 KiB each whole) are held as a ring of the 3 rows the depthwise window
+    reads and a ring of the 1 row the projection reads; the input and output, 4 KiB each, share their bytes (an
+    output row is written after the input rows under it were read), and the three layers share one scratch
+    buffer, the projection's two expanded pixels of 32 int16 values."""
+    path = _expansion(tmp_path / "expansion.tflite")
+    graph = load_model(path)
+    plan = arena_plan(graph)
+    (chain,) = plan.rows.chains
+    row = 16 * 32  # bytes of a 32-channel row
+    assert chain.ops == (0, 1, 2) and [rows for _, rows in chain.ring_rows] == [3, 1]
+    assert chain.ring_bytes == 4 * row and chain.whole_bytes == 2 * 32 * row
+    assert chain.overlap == (graph.main.inputs[0], 0)
+    assert plan.head_bytes == 32 * 16 * 8 + chain.ring_bytes + align_up(2 * 32 * 2)
+    whole = arena_plan(graph, row_chains=False)
+    # whole: the depthwise output (in place over the expansion) and the output, with the projection's scratch
+    assert not whole.rows.chains and whole.head_bytes == 2 * 32 * row // 2 + 32 * 16 * 8 + 128 == 20_608
+    assert whole.head_bytes - plan.head_bytes == 14_336
+    result = verify_compiled(load_model(path), seed=4, sanitize=True)
+    assert result.passed and result.arena_bytes == plan.head_bytes
+
+
+def test_kws_runs_each_layer_over_its_own_input():
+    """DS-CNN's layers all keep 25 x 5 x 64: no chain's rings pay, but the first convolution and each pointwise
+    layer write their rows over their input's rows already read (a pointwise layer at the same place), and the
+    depthwise layers run whole in place, so the arena is about one tensor: 16,256 B before, 8,384 B now."""
+    plan = arena_plan(load_model(KWS_DSCNN))
+    assert [c.ops for c in plan.rows.chains] == [(0,), (2,), (4,), (6,), (8,)]
+    assert arena_plan(load_model(KWS_DSCNN), row_chains=False).head_bytes == 16_256
+    assert plan.head_bytes == 8_384
+
+
+def test_compile_json_lists_chains_and_refusals(tmp_path):
+    """A pool between two runs of convolutions ends a chain, and a window taller than the row kernels take keeps
+    its layer out: `compile --json` lists the chains and the layer left out with the reason."""
+    b = ModelBuilder(seed=2, name="pooled")
+    x = b.input((1, 24, 24, 4))
+    y = b.conv2d(b.conv2d(x, 16, kernel=3), 4, kernel=1)
+    y = b.max_pool(y, 2)
+    y = b.conv2d(b.conv2d(y, 16, kernel=1), 4, kernel=3, stride=2)
+    b.output(b.conv2d(y, 4, kernel=17))
+    path = tmp_path / "pooled.tflite"
+    path.write_bytes(b.build())
+    run = lowtide_cli("compile", str(path), "-o", str(tmp_path / "out"), "--json")
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    assert [c["operators"] for c in report["row_chains"]] == [[0, 1], [3, 4]]
+    assert all(c["ring_bytes"] < c["whole_bytes"] for c in report["row_chains"])
+    assert report["row_refusals"] == [{"operators": [5], "reason": "a window of 17 rows (row kernels take at most 16)"}]
+    assert report["arena_bytes"] < compile_model(load_model(path), row_chains=False).arena_bytes
+
+
+@needs_firmware_tools
+@pytest.mark.parametrize("model", ["every_kind", "person_detect"])
+def test_row_kernels_bit_exact_on_qemu_m4(tmp_path, model):
+    """The row kernels through the SIMD path (the M4 has the DSP extension), outputs against the host TFLM; the
+    board's arena is the compiled plan's (person_detect: 14,752 B, 55,328 B on whole tensors)."""
+    path = PERSON_DETECT if model == "person_detect" else _every_kind(tmp_path / "every_kind.tflite")
+    result = measure(path, "qemu-m4", iterations=1, warmup=0, timeout=120, seed=5)
+    assert result.outputs_match, result.mismatched_outputs
+    assert result.board_planned_bytes == compile_model(load_model(path)).arena_bytes
+    if model == "person_detect":
+        assert result.board_planned_bytes == 14_752
