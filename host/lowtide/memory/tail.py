@@ -40,7 +40,7 @@ _RESOURCE_VARIABLES_BYTES = 12  # MicroResourceVariables
 _RESOURCE_VARIABLE_BYTES = 20  # MicroResourceVariables::MicroResourceVariable, one slot per VAR_HANDLE
 _BUILTIN_DATA_ALLOCATOR_BYTES = 8  # MicroBuiltinDataAllocator
 _SUBGRAPH_ALLOCATIONS_BYTES = 8
-_EVAL_TENSOR_BYTES = 12  # TfLiteEvalTensor
+EVAL_TENSOR_BYTES = 12  # TfLiteEvalTensor: what each tensor of a subgraph adds
 _NODE_BYTES = 32  # NodeAndRegistration: TfLiteNode and a registration pointer
 _TENSOR_BYTES = 32  # TfLiteTensor under TF_LITE_STATIC_MEMORY
 _AFFINE_QUANTIZATION_BYTES = 12  # TfLiteAffineQuantization
@@ -227,7 +227,7 @@ class _Tail:
         self.used = 0
 
     def allocate(self, size: int, alignment: int = _WORD) -> None:
-        self.used = -(-(self.used + size) // alignment) * alignment
+        self.used = _align(self.used + size, alignment)
 
 
 def persistent_tail(graph: Graph, kernels: str = REFERENCE_KERNELS) -> TailEstimate:
@@ -245,7 +245,7 @@ def persistent_tail(graph: Graph, kernels: str = REFERENCE_KERNELS) -> TailEstim
     tail.allocate(_BUILTIN_DATA_ALLOCATOR_BYTES)
     tail.allocate(_SUBGRAPH_ALLOCATIONS_BYTES * len(graph.subgraphs))
     for sg in graph.subgraphs:
-        tail.allocate(_EVAL_TENSOR_BYTES * len(sg.tensors))
+        tail.allocate(EVAL_TENSOR_BYTES * len(sg.tensors))
     for sg in graph.subgraphs:
         tail.allocate(_NODE_BYTES * len(sg.operators))
     for sg in graph.subgraphs:
@@ -289,6 +289,28 @@ def persistent_tail(graph: Graph, kernels: str = REFERENCE_KERNELS) -> TailEstim
                 tail.allocate(_AFFINE_QUANTIZATION_BYTES)
                 tail.allocate(_WORD * (1 + channels))  # the zero points, as a TfLiteIntArray
     return TailEstimate(tail.used, tuple(sorted(unmodelled)))
+
+
+def opcode_tail_bytes(opcode: str, kernels: str = REFERENCE_KERNELS) -> int:
+    """What one operator of `opcode` adds to the tail but for its Prepare allocations and alignment within
+    the builtin parameters: its node, its parameters and its kernel's Init data."""
+    builtin = _BUILTIN_DATA.get(opcode, (0, _WORD))[0]
+    init = _REFERENCE_INIT.get(opcode, 0) if kernels == REFERENCE_KERNELS else 0
+    return _NODE_BYTES + _align(builtin, _WORD) + _align(init, _KERNEL_ALIGNMENT)
+
+
+def operator_tail_bytes(graph: Graph, subgraph: int, op: int, kernels: str = REFERENCE_KERNELS) -> int:
+    """What operator `op` of `subgraph` adds to the tail (alignment within the builtin parameters aside), as it
+    is or run on windows with the same weights: `opcode_tail_bytes` and what its kernel allocates in Prepare."""
+    sg = graph.subgraphs[subgraph]
+    operator = sg.operators[op]
+    assigned = set(first_assignments(graph).values()) if operator.opcode == "ASSIGN_VARIABLE" else set()
+    prepared = _prepared(graph, sg, operator, assigned)
+    return opcode_tail_bytes(operator.opcode, kernels) + sum(_align(size, _KERNEL_ALIGNMENT) for size in prepared)
+
+
+def _align(size: int, alignment: int) -> int:
+    return -(-size // alignment) * alignment
 
 
 def _prepared(graph: Graph, sg: Subgraph, op: Operator, assigned: Collection[tuple[int, int]]) -> list[int]:
