@@ -12,7 +12,7 @@ import numpy as np
 
 from lowtide import oracle
 from lowtide.model import Graph, read_model
-from lowtide.rewrite import rewrite_auto, tile
+from lowtide.rewrite import Objective, rewrite_auto, tile
 from lowtide.rewrite.regions import escaping_tensor, region_between
 from lowtide.testing.families import FAMILIES
 
@@ -100,7 +100,7 @@ def test_auto_tiles_an_encoder_decoder_whose_peak_is_in_the_decoder():
     before the first round's alternatives got rounds of their own, 52,672 B before the second looks in turn),
     within the MAC budget."""
     data = _small("fastdepth")
-    result = rewrite_auto(read_model(data), max_mac_overhead=0.20)
+    result = rewrite_auto(read_model(data), max_mac_overhead=0.20, objective=Objective.HEAD)
     assert result.rewritten, result.reason
     run = _same_outputs(data, result.model)
     assert run.head_bytes == result.head_bytes
@@ -116,7 +116,7 @@ def test_second_looks_in_turn_take_two_level_regions_below_half_the_best_order()
     the MAC budget and bit-identical."""
     family = FAMILIES["mobilenet_v3_se"]
     data = family.build(96).build()
-    result = rewrite_auto(read_model(data), max_mac_overhead=0.20)
+    result = rewrite_auto(read_model(data), max_mac_overhead=0.20, objective=Objective.HEAD)
     assert len(result.tilings) == 2, result.reason
     run = _same_outputs(data, result.model)
     assert run.head_bytes == result.head_bytes
@@ -159,7 +159,7 @@ def test_squeeze_and_excitation_stages_reach_half_the_best_order():
     (276,480 -> 137,664 B; 2.22x at 224x224), within the MAC budget and bit-identical on the host TFLM."""
     family = FAMILIES["efficientnet_se"]
     data = family.build(96).build()
-    result = rewrite_auto(read_model(data), max_mac_overhead=0.20)
+    result = rewrite_auto(read_model(data), max_mac_overhead=0.20, objective=Objective.HEAD)
     run = _same_outputs(data, result.model)
     assert run.head_bytes == result.head_bytes
     assert result.original_head_bytes >= 2 * result.head_bytes, (result.original_head_bytes, result.head_bytes)

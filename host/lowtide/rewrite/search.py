@@ -21,6 +21,7 @@ long as the head falls. The model returned carries its placement as its OfflineM
 from __future__ import annotations
 
 import dataclasses
+import enum
 import time
 from dataclasses import dataclass
 
@@ -81,14 +82,33 @@ PLACE_UNITS = 250_000
 FINAL_PLACE_UNITS = 2_000_000
 
 
+class Objective(enum.StrEnum):
+    """What the rewrite search minimises."""
+
+    # The arena a TFLM user declares: the head and TFLM's persistent tail, which every patch's operators and
+    # tensors grow (`lowtide.memory.tail`): what `lowtide optimize` writes for.
+    ARENA = "arena"
+    # The head alone: the RAM of a runtime without TFLM's per-operator state (the compiled runtime).
+    HEAD = "head"
+
+
 @dataclass(frozen=True)
 class _Limits:
-    """The budgets of one rewrite search: `effort` times the fixed ones above, and the safety net."""
+    """The budgets of one rewrite search: `effort` times the fixed ones above, and the safety net; and what it
+    minimises."""
 
     effort: float
     clock: WallClock
     settings: Settings  # the command's: the host TFLM's timeout for each candidate's run
     relies_on: frozenset[Reliance]  # what the original passes every check of, so every candidate must too
+    objective: Objective
+
+    def tail(self, graph: Graph) -> int:
+        """The tail the search weighs beside the head: TFLM's, or none (`Objective.HEAD`)."""
+        return persistent_tail(graph).tail_bytes if self.objective is Objective.ARENA else 0
+
+    def tail_floor(self, graph: Graph, plan: TilingPlan, tail_bytes: int) -> int:
+        return _tail_floor(graph, plan, tail_bytes) if self.objective is Objective.ARENA else 0
 
     def schedule(self) -> WorkBudget:
         return WorkBudget.of(self.effort * RESCHEDULE_UNITS, "rewrite: schedule", self.clock)
@@ -112,7 +132,8 @@ class Candidate:
     macs: int  # whole model, after rewriting
     live_peak_bytes: int  # live peak of the emitted order (exact arithmetic on the plan)
     head_bytes: int | None  # head lowtide's placement reaches on the built model; None when not built
-    tail_bytes: int  # TFLM's persistent tail of the whole model after rewriting (`lowtide.memory.tail`)
+    tail_bytes: int  # TFLM's persistent tail of the whole model after rewriting (`lowtide.memory.tail`); unbuilt:
+    # a floor counted from the plan (`_tail_floor`)
 
     @property
     def declared_bytes(self) -> int:
@@ -227,21 +248,25 @@ def rewrite_auto(
     effort: float = 1.0,
     clock: WallClock | None = None,
     settings: Settings | None = None,
+    objective: Objective = Objective.ARENA,
 ) -> RewriteResult:
     """Tile the region around the memory peak; when the peak moves to another tileable region, tile that too,
     as long as the declared arena (head + TFLM's persistent tail, which every patch's operators and tensors grow)
     keeps falling and the MACs stay within `max_mac_overhead` of the original's. Every search inside gets
-    `effort` times its fixed budget; `clock` is the safety net (default `WallClock()`)."""
+    `effort` times its fixed budget; `clock` is the safety net (default `WallClock()`). `objective`: what
+    falls, the declared arena or (`Objective.HEAD`) the head alone, and then every tail reported is 0."""
     started = time.monotonic()
     settings = settings_or_read(settings)
-    limits = _Limits(effort, clock or WallClock(), settings, reliances_passed(model_problems(graph, settings)))
+    limits = _Limits(
+        effort, clock or WallClock(), settings, reliances_passed(model_problems(graph, settings)), objective
+    )
 
     def wall_clock_cut() -> bool:
         return any(where.startswith("rewrite") for where in limits.clock.cuts)
 
     stock = tflm_plan(graph)
     macs_before = graph_macs(graph)
-    original_tail = persistent_tail(graph).tail_bytes
+    original_tail = limits.tail(graph)
     budget = macs_before * (1.0 + max_mac_overhead)
     explored: list[Candidate] = []
     rejected: list[RejectedCandidate] = []
@@ -428,7 +453,7 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False
     assembled_steps = buffer_lifetimes(graph, base_orders, in_place=True, blocks=True)[1]
     macs_before = graph_macs(graph)
     base_model = apply_order(graph, base_orders)
-    base_tail = persistent_tail(graph).tail_bytes
+    base_tail = limits.tail(graph)
     base_declared = base.head_bytes + base_tail
 
     rejected: list[RejectedCandidate] = []
@@ -505,7 +530,7 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False
                     continue  # too few rows to cut: the same plan as without
                 tiled = _tiled_live_peak(sg, plan)
                 live = max(outside, tiled)
-                tail = _tail_floor(graph, plan, base_tail)
+                tail = limits.tail_floor(graph, plan, base_tail)
                 best_live = min(best_live, live + tail)
                 tiled_assembled = _tiled_live_peak(sg, plan, assembled=True)
                 assembled_live[len(explored)] = max(assembled_outside, tiled_assembled)
@@ -559,7 +584,7 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False
             rejected.append(RejectedCandidate(_tiling(candidate).describe(), refused))
             return
         head = _placed_head(tiled, limits)
-        built[index] = (head, tiled, _with_head(candidate, head, persistent_tail(tiled).tail_bytes))
+        built[index] = (head, tiled, _with_head(candidate, head, limits.tail(tiled)))
         if best is None or head + candidate.tail_bytes < best[0] + best[2].tail_bytes:
             best = built[index]
 
