@@ -39,7 +39,7 @@ PLAN_UNITS = 6_000_000
 SCHEDULE_SHARE = 0.5
 # With --rewrite, the candidate graphs (original, tiled, fewer patches) share PLAN_UNITS one after another, each
 # taking its share of what the ones before it left; the rewrite search has budgets of its own.
-# Coarser patch grids tried beside rewrite_auto's choice (see _fewer_patches), each placed within these units.
+# Coarse patch grids tried beside rewrite_auto's choice (see _fewer_patches), each placed within these units.
 COARSE_GRIDS = ((2, 2), (2, 3), (3, 2), (3, 3), (4, 4))
 COARSE_PLACE_UNITS = 250_000
 # Placement of the stored order, when the schedule's order placed above TFLM's own head.
@@ -359,9 +359,11 @@ def _fewer_patches(
     graph: Graph, rewritten: RewriteResult, weigh: _Weigher, effort: float, clock: WallClock
 ) -> _Candidate | None:
     """The rewrite with fewer operators: only its first tilings, sources sliced whole instead of cut into strips,
-    or its regions on a coarser grid; of those `weigh` accepts, the one whose arena (placed head + 32-bit tail)
-    is smallest. rewrite_auto minimises the head; each patch adds operators whose persistent state (per-channel
-    quantization data, node structs) grows the tail, so fewer patches often give the smaller arena in all."""
+    or its regions on one of `COARSE_GRIDS`; of those `weigh` accepts, the one whose arena (placed head + 32-bit tail)
+    is smallest. rewrite_auto minimises head + tail, but within its budgets and with the tail of the reference
+    kernels (`lowtide.memory.tail`): here every variant is weighed by TFLM's own tail for the kernels and core
+    asked for, and each patch adds operators whose persistent state (per-channel quantization data, node
+    structs) grows it, so fewer patches can still give the smaller arena in all."""
     tilings = rewritten.tilings
     variants = []
     for count in range(1, len(tilings) + 1):
@@ -369,11 +371,9 @@ def _fewer_patches(
         # Strips add a SPLIT_V and the windows' copies: slicing the whole source has a smaller tail.
         variants.append(tuple(dataclasses.replace(t, split_source=False) for t in tilings[:count]))
     for grid in COARSE_GRIDS:
-        variants.append(
-            tuple(
-                dataclasses.replace(t, grid=grid) if grid[0] * grid[1] < t.grid[0] * t.grid[1] else t for t in tilings
-            )
-        )
+        # every region on this grid where it fits: fewer patches, or about-square ones in place of strips (the
+        # search places patch-major orders, which the scheduler here can still improve)
+        variants.append(tuple(dataclasses.replace(t, grid=grid) for t in tilings))
     best: tuple[int, _Candidate] | None = None
     for variant in dict.fromkeys(v for v in variants if v != tilings):
         try:

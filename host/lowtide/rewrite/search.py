@@ -72,7 +72,7 @@ BUILT_CANDIDATES = 6
 ALTERNATIVES = 2
 # Regions around the peak end at most this many cut tensors past it, or at a tensor computed before that.
 TARGET_CUTS_PAST_PEAK = 2
-GRIDS_PLANNED_PER_REGION = 4
+GRIDS_PLANNED_PER_REGION = 4  # about-square grids, the finest, where the search weighs the head alone
 # Work units (`lowtide.budget`) of each search inside the rewrite search, at effort 1: a schedule of the graph
 # (about 5 s of one quiet core, the former limit), a placement of each built candidate and of the model returned
 # (1/8 and 1 deterministic second of CP-SAT: the former 1 s and 4 s, and enough to prove the tiled mobilenet_v2's
@@ -517,9 +517,11 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False
         ) -> list[tuple[int, int]]:
             return [grid for grid in grids if macs_before - region_macs + grid_macs(graph, region, grid) <= budget]
 
-        # Finer grids shrink the patches' buffers until the halos dominate: plan the finest few affordable, and
+        # Finer grids shrink the patches' buffers until the halos dominate, and grow the tail with every patch:
+        # for the head alone plan the finest few affordable, for the declared arena every affordable one; and
         # every affordable stack of full-width strips (where cutting the source into strips pays most).
-        grids = affordable(_grids(height, width))[-GRIDS_PLANNED_PER_REGION:]
+        grids = affordable(_grids(height, width))
+        grids = grids[-GRIDS_PLANNED_PER_REGION:] if limits.objective is Objective.HEAD else grids
         grids += [grid for grid in affordable(_strip_grids(height)) if grid not in grids]
         for grid in grids:
             for split_source in (False, True):
