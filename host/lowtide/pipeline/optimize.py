@@ -61,6 +61,29 @@ class Verification:
 
 
 @dataclass(frozen=True)
+class WeighedGraph:
+    """A graph `optimize --rewrite` weighed: the original or a tiling of it, by the 32-bit arena it declares."""
+
+    describe: str  # "the original graph", or its tilings (`Tiling.describe`)
+    head_bytes: int  # placed head of its best order
+    tail_bytes: int  # TFLM's persistent tail on the 32-bit MCU
+    written: bool
+
+    @property
+    def declared_bytes(self) -> int:
+        return self.head_bytes + self.tail_bytes
+
+    def to_json(self) -> dict:
+        return {
+            "candidate": self.describe,
+            "head_bytes": self.head_bytes,
+            "tail_bytes": self.tail_bytes,
+            "declared_bytes": self.declared_bytes,
+            "written": self.written,
+        }
+
+
+@dataclass(frozen=True)
 class OptimizeResult:
     model_path: Path
     stock_head_bytes: int  # measured: host TFLM on the original model
@@ -82,6 +105,7 @@ class OptimizeResult:
     # Rewritten graphs dropped because the validator or TFLM refused them (in the search, when weighed, exported
     # or verified)
     rejected: tuple[RejectedCandidate, ...] = ()
+    weighed: tuple[WeighedGraph, ...] = ()  # with rewrite=True: every graph weighed, smallest declared arena first
     footprint_bound_bytes: int | None = None  # only when the plan holds blocks in place (`lower_bound_bytes`)
     # What the model was taken in with (`Problem.warning`): optimizing relies on no shape an operator computes.
     warnings: tuple[str, ...] = ()
@@ -279,6 +303,17 @@ def optimize_model(
         rewrite_tilings=candidate.tilings,
         rewrite_macs=graph_macs(candidate.graph) if candidate.tilings else None,
         rejected=tuple(rejected),
+        weighed=tuple(
+            WeighedGraph(
+                candidates[i].describe(),
+                plans[i][2].placement.head_bytes,
+                candidates[i].tail_bytes,
+                candidates[i] is candidate,
+            )
+            for i in by_arena
+        )
+        if rewrite
+        else (),
         footprint_bound_bytes=footprint_bound_bytes(candidate.graph) if plan.blocks else None,
         warnings=tuple(w.warning for w in loaded.warnings),
     )
