@@ -15,9 +15,10 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn
 from lowtide.budget import DEFAULT_WALL_SECONDS
 from lowtide.cli.application import app
 from lowtide.cli.options import Arena32Option
-from lowtide.cli.plots import checked_plot_path, plot_optimized_maps, plots_json
+from lowtide.cli.plots import checked_plot_path, plot_optimized_maps, plot_pareto_front, plots_json
 from lowtide.cli.tables import Column, Kind, TerminalTable
 from lowtide.cli.warnings import print_warnings
+from lowtide.errors import LowtideError
 from lowtide.pipeline.optimize import OptimizeResult, PhaseProgress, Verification, WeighedGraph, optimize_model
 from lowtide.rewrite import RewriteResult, Tiling
 from lowtide.settings import read_settings
@@ -314,9 +315,19 @@ def optimize(
             callback=checked_plot_path,
         ),
     ] = None,
+    plot_front: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot-front",
+            help="With --rewrite auto: draw the tilings' Pareto front (head + tail against extra MACs), PNG or SVG",
+            callback=checked_plot_path,
+        ),
+    ] = None,
 ) -> None:
     """Reorder operators and plan every tensor's offset (OfflineMemoryAllocation) to shrink TFLM's arena."""
     rewriting = rewrite is RewriteMode.auto
+    if plot_front and not rewriting:
+        raise LowtideError("--plot-front draws the rewrite's tilings: add --rewrite auto")
     settings = read_settings()
 
     def run(on_progress: PhaseProgress | None) -> OptimizeResult:
@@ -340,7 +351,9 @@ def optimize(
         print_warnings(model, result.warnings)
         if plot_map:
             plot_optimized_maps(result, plot_map, settings)
-        print(json.dumps(optimize_report(result) | plots_json(plot_map)))
+        if plot_front:
+            plot_pareto_front(result, plot_front)
+        print(json.dumps(optimize_report(result) | plots_json(plot_map, plot_front)))
         return
     console = Console(stderr=True)
     columns = (
@@ -369,3 +382,6 @@ def optimize(
     if plot_map:
         plot_optimized_maps(result, plot_map, settings)
         Console().print(f"memory maps written to {plot_map}")
+    if plot_front:
+        plot_pareto_front(result, plot_front)
+        Console().print(f"Pareto front written to {plot_front}")
