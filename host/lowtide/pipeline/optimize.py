@@ -21,6 +21,7 @@ from lowtide.export.offline_plan import ExportResult, export_optimized
 from lowtide.memory import PlacedPlan, footprint_bound_bytes, placed_plan, tflm_plan
 from lowtide.memory.lifetimes import Order, stored_order
 from lowtide.memory.placement import Placement
+from lowtide.memory.tail import persistent_tail
 from lowtide.model import Graph
 from lowtide.model.operators import graph_macs
 from lowtide.model.validate import EVERY_RELIANCE, Reliance
@@ -370,7 +371,7 @@ def _undefined_outputs(verification: Verification) -> str:
 @dataclass(frozen=True)
 class _Weigher:
     """Turns a rewritten model into a candidate with its 32-bit tail, or records why it is refused: lowtide's
-    validator or TFLM (Prepare and one Invoke) must accept it before it is weighed, since weighing runs TFLM's
+    validator or TFLM (Prepare and one Invoke) must accept it before it is weighed, since weighing may run TFLM's
     allocator too and a model it rejects must not end the command."""
 
     path: str
@@ -386,6 +387,11 @@ class _Weigher:
         if refused:
             self.rejected.append(RejectedCandidate(_describe(tilings), refused))
             return None
+        # lowtide's replay of TFLM's persistent allocations is TFLM's own figure where it holds every kernel (the
+        # same on every 32-bit core), and needs no TFLM run; else TFLM's allocator (or the estimate) is asked
+        tail = persistent_tail(graph, self.kernels.value)
+        if tail.exact:
+            return _Candidate(graph, tail.tail_bytes, tilings)
         arena = mcu32_arena(graph.data, graph, 0, self.kernels, self.core, mode=self.arena32, settings=self.settings)
         return _Candidate(graph, arena.tail_bytes, tilings)
 
