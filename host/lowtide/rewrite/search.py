@@ -1,4 +1,5 @@
-"""Pick where to tile and how finely: the split that minimises the planned arena head under a MAC budget.
+"""Pick where to tile and how finely: the split that minimises the arena a user declares under a MAC budget: the
+planned head and TFLM's persistent tail, which every patch's operators and tensors grow (`Objective`).
 
 The structure narrows the search before anything is built:
 - only regions between two cut tensors that hold the operator at the un-rewritten peak can lower it (live
@@ -8,14 +9,16 @@ The structure narrows the search before anything is built:
   are planned inside it (`lowtide.memory.in_place.concatenation_inputs`). Regions are tried lowest floor first
   and skipped once both floors reach the best figures found;
 - grids whose halo recomputation goes over the MAC budget are dropped (their MACs factor into per-axis sums,
-  so this costs no plan); of the rest the finest few about-square grids and every stack of full-width strips
-  are planned, each with the source kept whole (sliced per patch) and cut into row strips in place.
+  so this costs no plan); of the rest every about-square grid (for the head alone, the finest few) and every
+  stack of full-width strips are planned, each with the source kept whole (sliced per patch) and cut into row
+  strips in place.
 Every surviving candidate gets an exact live-memory figure for its emitted order (cheap arithmetic on the
-plan), with and without the CONCATENATION inputs inside their output; the best few by the first figure are then
+plan), with and without the CONCATENATION inputs inside their output, and a floor of its tail counted from the
+plan (`_tail_floor`); the best few by the first figure plus that floor are then
 built and placed (`lowtide.memory.placed_plan`, the plan `lowtide optimize` writes), then the best few by the
 second, which are kept only where they place strictly lower, and the scheduler may reorder the best one further.
 Tiling one region can move the peak to another (the layers after it): the search then runs again on the tiled graph, with what is left of the MAC budget, for as
-long as the head falls. The model returned carries its placement as its OfflineMemoryAllocation plan.
+long as head + tail falls. The model returned carries its placement as its OfflineMemoryAllocation plan.
 """
 
 from __future__ import annotations
@@ -335,9 +338,9 @@ def _second_looks(
     for _ in range(len(tilings)):
         # The first region was tiled while the peak was still elsewhere, so its grid was chosen for the MACs it
         # saves; with the later regions tiled first, its own peak is what counts, and it may get a finer grid.
-        # Each region gets that second look once, in turn, while the head does not rise: two regions whose
-        # peaks are level only go lower together, so a look that leaves the head where it was still counts
-        # (its region's own peak fell). The lowest head seen is kept.
+        # Each region gets that second look once, in turn, while head + tail does not rise: two regions whose
+        # peaks are level only go lower together, so a look that leaves it where it was still counts (its
+        # region's own peak fell). The lowest head + tail seen is kept.
         if len(current_tilings) < 2 or limits.cut():
             break
         try:
@@ -363,7 +366,7 @@ def _rounds(
     level: bool = False,
     joint: bool = False,
 ) -> tuple[list[_Round], _Round, list[_Round]]:
-    """Tile around the peak, then around the peak of the tiled graph, for as long as the head falls: the rounds
+    """Tile around the peak, then around the peak of the tiled graph, for as long as head + tail falls: the rounds
     that lowered it, the last round searched, and the rounds that followed one of the first round's alternatives
     and ended lowest, where they end below the first rounds (else none; two regions whose peaks compete only go
     lower together). Adds every point explored to `explored`, and every built candidate refused to `rejected`.
@@ -393,7 +396,7 @@ def _rounds_after(
     explored: list[Candidate],
     rejected: list[RejectedCandidate],
 ) -> tuple[list[_Round], _Round]:
-    """`rounds` continued on the tiled graph of the last, for as long as the head falls (`_rounds`)."""
+    """`rounds` continued on the tiled graph of the last, for as long as head + tail falls (`_rounds`)."""
     rounds = list(rounds)
     while True:  # a round without a better tiling ends the loop
         found = _tile_peak(rounds[-1].model, budget, limits)
