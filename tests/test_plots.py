@@ -21,6 +21,7 @@ from lowtide.cli.plots import (
     box_gid,
     draw_arena_maps,
     draw_operator_counts,
+    front_gid,
     optimized_panels,
     pyplot,
     stored_plan_panel,
@@ -182,3 +183,33 @@ def test_measure_plot_ops_draws_the_board_counts(tmp_path):
         ] == f"{slowest} {graph.main.operators[slowest].opcode}"
     finally:
         pyplot().close(fig)
+
+
+def test_optimize_plot_front_draws_a_bar_per_point_of_the_rewrites_front(tmp_path):
+    """Each bar is a point of `--json`'s Pareto front: its head (or live peak) and TFLM's tail on top, the top the
+    declared arena; without --rewrite the option is refused in one line."""
+    model, out, picture = SHARED_MODELS / "mlperf_kws_dscnn_int8.tflite", tmp_path / "kws.tflite", tmp_path / "f.svg"
+    done = _lowtide(
+        "optimize",
+        str(model),
+        "-o",
+        str(out),
+        "--rewrite",
+        "auto",
+        "--effort",
+        "0.05",
+        "--plot-front",
+        str(picture),
+        "--arena32",
+        "estimate",
+        "--json",
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    front = report["rewrite"]["pareto"]
+    assert report["plots"] == [str(picture)] and front
+    ids = {e.get("id") for e in ET.parse(picture).iter() if e.get("id", "").startswith("front-point-")}
+    assert ids == {front_gid(i) for i in range(len(front))}
+    assert all(p["declared_bytes"] == (p["head_bytes"] or p["live_peak_bytes"]) + p["tail_bytes"] for p in front)
+    refused = _lowtide("optimize", str(model), "-o", str(out), "--plot-front", str(picture))
+    assert refused.returncode != 0 and refused.stderr.strip().count("\n") == 0 and "--rewrite auto" in refused.stderr

@@ -19,7 +19,7 @@ from lowtide import oracle
 from lowtide.cli import main
 from lowtide.model import Graph, read_model
 from lowtide.model.builder import ModelBuilder
-from lowtide.rewrite import NotApplicable, regions, rewrite_auto, tile
+from lowtide.rewrite import NotApplicable, Objective, regions, rewrite_auto, tile
 
 
 def _camera_net(dtype: str) -> bytes:
@@ -88,7 +88,7 @@ def test_patches_keep_their_source_type_and_quantization_and_tflm_runs_them(name
     build, stock_head, tiled_head = MODELS[name]
     data = build()
     original = read_model(data)
-    result = rewrite_auto(original, max_mac_overhead=0.20)
+    result = rewrite_auto(original, max_mac_overhead=0.20, objective=Objective.HEAD)
     assert result.rewritten, result.reason
     assert result.rejected == ()  # every built candidate passed the validator and TFLM's Prepare and Invoke
     _assert_windows_follow_their_sources(original, result.model)
@@ -127,7 +127,7 @@ def test_a_uint8_input_is_quantized_whole_and_the_region_starts_after_it():
     """STRIDED_SLICE and CONCATENATION refuse uint8 in TFLM: the uint8 input is never cut into windows. The first
     region starts at the QUANTIZE's int8 output (a later one, where the peak moved, from a tensor after it)."""
     original = read_model(_camera_net("uint8"))
-    result = rewrite_auto(original)
+    result = rewrite_auto(original, objective=Objective.HEAD)
     sources = [t.source for t in result.tilings]
     assert sources[0] == "quantize_0" and "input_0" not in sources, sources
     tiled = result.model.main

@@ -10,7 +10,7 @@ import pytest
 from lowtide import oracle
 from lowtide.model import Graph, read_model
 from lowtide.model.builder import ModelBuilder, TensorRef
-from lowtide.rewrite import NotApplicable, rewrite_auto, tile
+from lowtide.rewrite import NotApplicable, Objective, rewrite_auto, tile
 from lowtide.rewrite.regions import ResizeMap, _resize_axis, region_between
 from lowtide.testing.zoo import mobilenet_v3_stem
 
@@ -61,7 +61,7 @@ def _peak_model(operator) -> bytes:
 @pytest.mark.parametrize("name", sorted(PEAK_OPERATORS))
 def test_auto_tiles_each_operator_class_at_the_peak_to_half_the_best_order(name):
     data = _peak_model(PEAK_OPERATORS[name])
-    result = rewrite_auto(read_model(data), max_mac_overhead=0.20)
+    result = rewrite_auto(read_model(data), max_mac_overhead=0.20, objective=Objective.HEAD)
     assert result.rewritten, result.reason
     run = _same_outputs(data, result.model)
     assert run.head_bytes == result.head_bytes
@@ -133,7 +133,7 @@ def test_what_cannot_run_on_patches_says_why():
 
 def test_squeeze_excitation_ends_a_region_and_the_report_says_so():
     data = mobilenet_v3_stem(48).build()
-    result = rewrite_auto(read_model(data))
+    result = rewrite_auto(read_model(data), objective=Objective.HEAD)
     assert result.rewritten, result.reason
     assert "(MEAN) reduces over rows and columns, so a region ends before it" in result.reason
     _same_outputs(data, result.model)

@@ -54,6 +54,8 @@ def test_fewer_patches_skips_variants_that_do_not_apply_and_passes_real_errors_o
         head_bytes=0,
         original_head_bytes=0,
         stock_head_bytes=0,
+        tail_bytes=0,
+        original_tail_bytes=0,
         macs_before=0,
         macs_after=0,
         tilings=(Tiling("a", "b", (4, 4), True),),

@@ -114,7 +114,12 @@ def test_optimize_with_its_pareto_front(tmp_path):
             *map(_n, (before["tflm_head_bytes"], before["tflm_total_bytes"], report["lower_bound_bytes"])),
             *map(_n, (after["planned_head_bytes"], after["tflm_total_bytes"])),
             *map(_n, (before["mcu32"]["used_bytes"], after["mcu32"]["used_bytes"], after["mcu32"]["arena_bytes"])),
-            *(_n(point["head_bytes"]) for point in report["rewrite"]["pareto"]),
+            *(
+                _n(figure)
+                for point in report["rewrite"]["pareto"]
+                for figure in (point["head_bytes"] or point["live_peak_bytes"], point["declared_bytes"])
+            ),
+            *(_n(graph["declared_bytes"]) for graph in report["rewrite"]["candidates"]),
         ]
 
     out = tmp_path / "kws.tflite"

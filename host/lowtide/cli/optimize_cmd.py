@@ -15,10 +15,11 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn
 from lowtide.budget import DEFAULT_WALL_SECONDS
 from lowtide.cli.application import app
 from lowtide.cli.options import Arena32Option
-from lowtide.cli.plots import checked_plot_path, plot_optimized_maps, plots_json
+from lowtide.cli.plots import checked_plot_path, plot_optimized_maps, plot_pareto_front, plots_json
 from lowtide.cli.tables import Column, Kind, TerminalTable
 from lowtide.cli.warnings import print_warnings
-from lowtide.pipeline.optimize import OptimizeResult, PhaseProgress, Verification, optimize_model
+from lowtide.errors import LowtideError
+from lowtide.pipeline.optimize import OptimizeResult, PhaseProgress, Verification, WeighedGraph, optimize_model
 from lowtide.rewrite import RewriteResult, Tiling
 from lowtide.settings import read_settings
 from lowtide.tflm import DEFAULT_CORE, Arena32Mode
@@ -90,7 +91,13 @@ def optimize_report(result: OptimizeResult) -> dict:
             "used": result.rewrite_tilings is not None,
             "reason": r.reason,
             "tilings": [_tiling_json(t) for t in result.rewrite_tilings or ()],  # as written
-            "search_tilings": [_tiling_json(t) for t in r.tilings],  # the search's lowest head
+            "search_tilings": [_tiling_json(t) for t in r.tilings],  # the search's lowest declared arena
+            # what the search minimised: head + TFLM's 32-bit persistent tail (`lowtide.memory.tail`)
+            "search_head_bytes": r.head_bytes,
+            "search_tail_bytes": r.tail_bytes,
+            "search_declared_bytes": r.declared_bytes,
+            "original_declared_bytes": r.original_declared_bytes,
+            "candidates": [w.to_json() for w in result.weighed],
             "macs_before": r.macs_before,
             "macs_after": macs_after,
             "mac_overhead": round(macs_after / r.macs_before - 1, 4) if r.macs_before else 0.0,
@@ -103,6 +110,9 @@ def optimize_report(result: OptimizeResult) -> dict:
                     "macs": c.macs,
                     "live_peak_bytes": c.live_peak_bytes,
                     "head_bytes": c.head_bytes,
+                    "tail_bytes": c.tail_bytes,
+                    "tail_added_bytes": c.tail_bytes - r.original_tail_bytes,
+                    "declared_bytes": c.declared_bytes,
                 }
                 for c in r.pareto
             ],
@@ -154,8 +164,8 @@ def _show(console: Console, result: OptimizeResult) -> None:
             console.print(f"rewrite: {'; then '.join(t.describe() for t in tilings)} (+{overhead:.1%} MACs)")
             if tilings != r.tilings:
                 console.print(
-                    f"  the search's lowest head: {'; then '.join(t.describe() for t in r.tilings)}; "
-                    "fewer patches leave TFLM a smaller persistent tail"
+                    f"  the search's choice: {'; then '.join(t.describe() for t in r.tilings)}; "
+                    "the graph written declares less with TFLM's own tail for these kernels"
                 )
         elif r.rewritten:
             console.print(
@@ -166,6 +176,8 @@ def _show(console: Console, result: OptimizeResult) -> None:
             console.print(f"rewrite: {r.reason}")
         for c in result.rejected:
             console.print(f"  dropped {escape(c.candidate)}: {escape(c.reason)}")
+        if result.weighed:
+            console.print(_weighed_table(result.weighed))
         if r.pareto:
             console.print(_pareto_table(r, tilings or ()))
     if result.verification:
@@ -183,19 +195,46 @@ def _show(console: Console, result: OptimizeResult) -> None:
     )
 
 
+def _weighed_table(weighed: tuple[WeighedGraph, ...]) -> TerminalTable:
+    """Every graph `optimize` weighed, by the 32-bit arena it declares: placed head + TFLM's persistent tail."""
+    table = TerminalTable(
+        Column("graph", Kind.NAME),
+        Column("head", Kind.FIGURE),
+        Column("tail", Kind.FIGURE),
+        Column("declared", Kind.FIGURE),
+        Column(),
+        title="rewrite: graphs weighed, declared 32-bit arena = head + TFLM's tail",
+        title_justify="left",
+    )
+    for w in weighed:
+        mark = "written" if w.written else ""
+        table.add_row(
+            escape(w.describe),
+            f"{w.head_bytes:,} B",
+            f"{w.tail_bytes:,} B",
+            f"{w.declared_bytes:,} B",
+            mark,
+            style="bold green" if mark else None,
+        )
+    return table
+
+
 def _pareto_table(rewrite: RewriteResult, written: tuple[Tiling, ...]) -> TerminalTable:
-    """The rewrite's Pareto front: each point's head (placed, or the live peak of one not built) against its MAC
-    overhead; the written tilings marked, or the search's own when `optimize` kept fewer patches or none."""
+    """The rewrite's Pareto front: each point's declared arena (head, placed or the live peak of one not built,
+    + TFLM's tail) against its MAC overhead, with the tail its patches add; the written tilings marked, or the
+    search's own when `optimize` wrote other grids or the original."""
     table = TerminalTable(
         Column("region", Kind.NAME),
         Column("grid"),
         Column("extra MACs", Kind.FIGURE),
         Column("head", Kind.FIGURE),
+        Column("tail added", Kind.FIGURE),
+        Column("declared", Kind.FIGURE),
         Column(),
-        title="rewrite: Pareto front, head against extra MACs",
+        title="rewrite: Pareto front, declared arena against extra MACs",
         title_justify="left",
     )
-    label = "written" if written else "lowest head, not written"
+    label = "written" if written else "search's best, not written"
     chosen = {(t.source, t.target, t.grid, t.split_source) for t in written or rewrite.tilings}
     for c in rewrite.pareto:
         overhead = c.macs / max(rewrite.macs_before, 1) - 1
@@ -207,6 +246,8 @@ def _pareto_table(rewrite: RewriteResult, written: tuple[Tiling, ...]) -> Termin
             grid,
             f"{overhead:+.1%}",
             head,
+            f"{c.tail_bytes - rewrite.original_tail_bytes:+,} B",
+            f"{c.declared_bytes:,} B",
             mark,
             style="bold green" if mark else None,
         )
@@ -274,9 +315,19 @@ def optimize(
             callback=checked_plot_path,
         ),
     ] = None,
+    plot_front: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot-front",
+            help="With --rewrite auto: draw the tilings' Pareto front (head + tail against extra MACs), PNG or SVG",
+            callback=checked_plot_path,
+        ),
+    ] = None,
 ) -> None:
     """Reorder operators and plan every tensor's offset (OfflineMemoryAllocation) to shrink TFLM's arena."""
     rewriting = rewrite is RewriteMode.auto
+    if plot_front and not rewriting:
+        raise LowtideError("--plot-front draws the rewrite's tilings: add --rewrite auto")
     settings = read_settings()
 
     def run(on_progress: PhaseProgress | None) -> OptimizeResult:
@@ -300,7 +351,9 @@ def optimize(
         print_warnings(model, result.warnings)
         if plot_map:
             plot_optimized_maps(result, plot_map, settings)
-        print(json.dumps(optimize_report(result) | plots_json(plot_map)))
+        if plot_front:
+            plot_pareto_front(result, plot_front)
+        print(json.dumps(optimize_report(result) | plots_json(plot_map, plot_front)))
         return
     console = Console(stderr=True)
     columns = (
@@ -329,3 +382,6 @@ def optimize(
     if plot_map:
         plot_optimized_maps(result, plot_map, settings)
         Console().print(f"memory maps written to {plot_map}")
+    if plot_front:
+        plot_pareto_front(result, plot_front)
+        Console().print(f"Pareto front written to {plot_front}")

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
     from lowtide.device.measure import MeasureResult
     from lowtide.pipeline.optimize import OptimizeResult
+    from lowtide.rewrite import RewriteResult
 
 PLOT_FORMATS = {".png": "png", ".svg": "svg"}  # suffix -> matplotlib's format
 _PANEL_INCHES = (7.0, 5.5)  # each map panel's share of the figure
@@ -249,6 +250,44 @@ def plot_optimized_maps(result: OptimizeResult, path: Path, settings: Settings) 
     """`optimize --plot-map`: the model taken in beside the one written (`optimized_panels`), both read back."""
     original, written = (load_model(p, settings) for p in (result.model_path, result.export.model_path))
     save_figure(draw_arena_maps(optimized_panels(original, written)), path)
+
+
+def front_gid(index: int) -> str:
+    """The SVG id of the `index`-th point of the rewrite's Pareto front (`draw_pareto_front`)."""
+    return f"front-point-{index}"
+
+
+def draw_pareto_front(rewrite: RewriteResult, title: str) -> Figure:
+    """`optimize --rewrite auto --plot-front`: each point of the rewrite's Pareto front at its extra MACs, a bar
+    of its head (placed, or the live peak of one not built) with TFLM's persistent tail above it, so the bar's
+    top is the arena it declares; the untiled graph's declared arena as a line."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    points = rewrite.pareto
+    xs = [100 * (c.macs / max(rewrite.macs_before, 1) - 1) for c in points]
+    width = 0.6 * min((b - a for a, b in zip(xs, xs[1:]) if b > a), default=1.0)
+    heads = [c.head_bytes if c.head_bytes is not None else c.live_peak_bytes for c in points]
+    tails = [c.tail_bytes for c in points]
+    for index, (x, head, tail) in enumerate(zip(xs, heads, tails)):
+        ax.bar(x, head, width, color="#4c72b0", gid=front_gid(index))
+        ax.bar(x, tail, width, bottom=head, color="#dd8452")
+    ax.axhline(rewrite.original_declared_bytes, color="black", linestyle="--", linewidth=1)
+    ax.bar([], [], color="#4c72b0", label="head (live peak where not built)")
+    ax.bar([], [], color="#dd8452", label="TFLM's persistent tail")
+    ax.plot([], [], color="black", linestyle="--", label="untiled: head + tail")
+    ax.set_xlabel("extra MACs (%)")
+    ax.set_ylabel("declared 32-bit arena, bytes")
+    ax.yaxis.set_major_formatter(_thousands())
+    ax.set_title(title)
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def plot_pareto_front(result: OptimizeResult, path: Path) -> None:
+    if result.rewrite is None or not result.rewrite.pareto:
+        raise LowtideError("--plot-front: the rewrite explored no tiling, so there is no front to draw")
+    save_figure(draw_pareto_front(result.rewrite, f"{result.model_path.name}: rewrite's Pareto front"), path)
 
 
 def draw_operator_counts(graph: Graph, counts: Sequence[int], unit: str, title: str) -> Figure:

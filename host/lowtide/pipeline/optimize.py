@@ -21,6 +21,7 @@ from lowtide.export.offline_plan import ExportResult, export_optimized
 from lowtide.memory import PlacedPlan, footprint_bound_bytes, placed_plan, tflm_plan
 from lowtide.memory.lifetimes import Order, stored_order
 from lowtide.memory.placement import Placement
+from lowtide.memory.tail import persistent_tail
 from lowtide.model import Graph
 from lowtide.model.operators import graph_macs
 from lowtide.model.validate import EVERY_RELIANCE, Reliance
@@ -39,7 +40,7 @@ PLAN_UNITS = 6_000_000
 SCHEDULE_SHARE = 0.5
 # With --rewrite, the candidate graphs (original, tiled, fewer patches) share PLAN_UNITS one after another, each
 # taking its share of what the ones before it left; the rewrite search has budgets of its own.
-# Coarser patch grids tried beside rewrite_auto's choice (see _fewer_patches), each placed within these units.
+# Coarse patch grids tried beside rewrite_auto's choice (see _fewer_patches), each placed within these units.
 COARSE_GRIDS = ((2, 2), (2, 3), (3, 2), (3, 3), (4, 4))
 COARSE_PLACE_UNITS = 250_000
 # Placement of the stored order, when the schedule's order placed above TFLM's own head.
@@ -58,6 +59,29 @@ class Verification:
     measured_head_bytes: int  # head the host TFLM reports for the optimized model
     measured_total_bytes: int
     stale: StaleReport  # which operators of the original model read or leave stale memory, and which output bytes
+
+
+@dataclass(frozen=True)
+class WeighedGraph:
+    """A graph `optimize --rewrite` weighed: the original or a tiling of it, by the 32-bit arena it declares."""
+
+    describe: str  # "the original graph", or its tilings (`Tiling.describe`)
+    head_bytes: int  # placed head of its best order
+    tail_bytes: int  # TFLM's persistent tail on the 32-bit MCU
+    written: bool
+
+    @property
+    def declared_bytes(self) -> int:
+        return self.head_bytes + self.tail_bytes
+
+    def to_json(self) -> dict:
+        return {
+            "candidate": self.describe,
+            "head_bytes": self.head_bytes,
+            "tail_bytes": self.tail_bytes,
+            "declared_bytes": self.declared_bytes,
+            "written": self.written,
+        }
 
 
 @dataclass(frozen=True)
@@ -82,6 +106,7 @@ class OptimizeResult:
     # Rewritten graphs dropped because the validator or TFLM refused them (in the search, when weighed, exported
     # or verified)
     rejected: tuple[RejectedCandidate, ...] = ()
+    weighed: tuple[WeighedGraph, ...] = ()  # with rewrite=True: every graph weighed, smallest declared arena first
     footprint_bound_bytes: int | None = None  # only when the plan holds blocks in place (`lower_bound_bytes`)
     # What the model was taken in with (`Problem.warning`): optimizing relies on no shape an operator computes.
     warnings: tuple[str, ...] = ()
@@ -280,6 +305,17 @@ def optimize_model(
         rewrite_tilings=candidate.tilings,
         rewrite_macs=graph_macs(candidate.graph) if candidate.tilings else None,
         rejected=tuple(rejected),
+        weighed=tuple(
+            WeighedGraph(
+                candidates[i].describe(),
+                plans[i][2].placement.head_bytes,
+                candidates[i].tail_bytes,
+                candidates[i] is candidate,
+            )
+            for i in by_arena
+        )
+        if rewrite
+        else (),
         footprint_bound_bytes=footprint_bound_bytes(candidate.graph) if plan.blocks else None,
         warnings=tuple(w.warning for w in loaded.warnings),
     )
@@ -336,7 +372,7 @@ def _undefined_outputs(verification: Verification) -> str:
 @dataclass(frozen=True)
 class _Weigher:
     """Turns a rewritten model into a candidate with its 32-bit tail, or records why it is refused: lowtide's
-    validator or TFLM (Prepare and one Invoke) must accept it before it is weighed, since weighing runs TFLM's
+    validator or TFLM (Prepare and one Invoke) must accept it before it is weighed, since weighing may run TFLM's
     allocator too and a model it rejects must not end the command."""
 
     path: str
@@ -352,6 +388,11 @@ class _Weigher:
         if refused:
             self.rejected.append(RejectedCandidate(_describe(tilings), refused))
             return None
+        # lowtide's replay of TFLM's persistent allocations is TFLM's own figure where it holds every kernel (the
+        # same on every 32-bit core), and needs no TFLM run; else TFLM's allocator (or the estimate) is asked
+        tail = persistent_tail(graph, self.kernels.value)
+        if tail.exact:
+            return _Candidate(graph, tail.tail_bytes, tilings)
         arena = mcu32_arena(graph, 0, self.kernels, self.core, mode=self.arena32, settings=self.settings)
         return _Candidate(graph, arena.tail_bytes, tilings)
 
@@ -360,9 +401,11 @@ def _fewer_patches(
     graph: Graph, rewritten: RewriteResult, weigh: _Weigher, effort: float, clock: WallClock
 ) -> _Candidate | None:
     """The rewrite with fewer operators: only its first tilings, sources sliced whole instead of cut into strips,
-    or its regions on a coarser grid; of those `weigh` accepts, the one whose arena (placed head + 32-bit tail)
-    is smallest. rewrite_auto minimises the head; each patch adds operators whose persistent state (per-channel
-    quantization data, node structs) grows the tail, so fewer patches often give the smaller arena in all."""
+    or its regions on one of `COARSE_GRIDS`; of those `weigh` accepts, the one whose arena (placed head + 32-bit tail)
+    is smallest. rewrite_auto minimises head + tail, but within its budgets and with the tail of the reference
+    kernels (`lowtide.memory.tail`): here every variant is weighed by TFLM's own tail for the kernels and core
+    asked for, and each patch adds operators whose persistent state (per-channel quantization data, node
+    structs) grows it, so fewer patches can still give the smaller arena in all."""
     tilings = rewritten.tilings
     variants = []
     for count in range(1, len(tilings) + 1):
@@ -370,11 +413,9 @@ def _fewer_patches(
         # Strips add a SPLIT_V and the windows' copies: slicing the whole source has a smaller tail.
         variants.append(tuple(dataclasses.replace(t, split_source=False) for t in tilings[:count]))
     for grid in COARSE_GRIDS:
-        variants.append(
-            tuple(
-                dataclasses.replace(t, grid=grid) if grid[0] * grid[1] < t.grid[0] * t.grid[1] else t for t in tilings
-            )
-        )
+        # every region on this grid where it fits: fewer patches, or about-square ones in place of strips (the
+        # search places patch-major orders, which the scheduler here can still improve)
+        variants.append(tuple(dataclasses.replace(t, grid=grid) for t in tilings))
     best: tuple[int, _Candidate] | None = None
     for variant in dict.fromkeys(v for v in variants if v != tilings):
         try:

@@ -13,6 +13,7 @@ from lowtide.rewrite.channels import ChannelSplit, partition_at_peak, partition_
 from lowtide.rewrite.errors import NotApplicable
 from lowtide.rewrite.search import (
     Candidate,
+    Objective,
     RejectedCandidate,
     RewriteResult,
     Tiling,
@@ -26,6 +27,7 @@ __all__ = [
     "Candidate",
     "ChannelSplit",
     "NotApplicable",
+    "Objective",
     "RejectedCandidate",
     "RewriteResult",
     "Tiling",

@@ -1,4 +1,5 @@
-"""Pick where to tile and how finely: the split that minimises the planned arena head under a MAC budget.
+"""Pick where to tile and how finely: the split that minimises the arena a user declares under a MAC budget: the
+planned head and TFLM's persistent tail, which every patch's operators and tensors grow (`Objective`).
 
 The structure narrows the search before anything is built:
 - only regions between two cut tensors that hold the operator at the un-rewritten peak can lower it (live
@@ -8,19 +9,22 @@ The structure narrows the search before anything is built:
   are planned inside it (`lowtide.memory.in_place.concatenation_inputs`). Regions are tried lowest floor first
   and skipped once both floors reach the best figures found;
 - grids whose halo recomputation goes over the MAC budget are dropped (their MACs factor into per-axis sums,
-  so this costs no plan); of the rest the finest few about-square grids and every stack of full-width strips
-  are planned, each with the source kept whole (sliced per patch) and cut into row strips in place.
+  so this costs no plan); of the rest every about-square grid (for the head alone, the finest few) and every
+  stack of full-width strips are planned, each with the source kept whole (sliced per patch) and cut into row
+  strips in place.
 Every surviving candidate gets an exact live-memory figure for its emitted order (cheap arithmetic on the
-plan), with and without the CONCATENATION inputs inside their output; the best few by the first figure are then
+plan), with and without the CONCATENATION inputs inside their output, and a floor of its tail counted from the
+plan (`_tail_floor`); the best few by the first figure plus that floor are then
 built and placed (`lowtide.memory.placed_plan`, the plan `lowtide optimize` writes), then the best few by the
 second, which are kept only where they place strictly lower, and the scheduler may reorder the best one further.
 Tiling one region can move the peak to another (the layers after it): the search then runs again on the tiled graph, with what is left of the MAC budget, for as
-long as the head falls. The model returned carries its placement as its OfflineMemoryAllocation plan.
+long as head + tail falls. The model returned carries its placement as its OfflineMemoryAllocation plan.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import time
 from dataclasses import dataclass
 
@@ -30,6 +34,7 @@ from lowtide.memory import PlacedPlan, align_up, buffer_lifetimes, placed_plan, 
 from lowtide.memory.in_place import aligned_blocks
 from lowtide.memory.lifetimes import ALIGNMENT
 from lowtide.memory.placement import check_no_overlap, offline_plan, placement_budget
+from lowtide.memory.tail import EVAL_TENSOR_BYTES, opcode_tail_bytes, operator_tail_bytes, persistent_tail
 from lowtide.model.edit import with_offline_plan
 from lowtide.model.ir import Graph
 from lowtide.model.operators import TILEABLE_OPCODES, graph_macs, op_macs
@@ -53,11 +58,14 @@ from lowtide.rewrite.regions import (
     plan_tiling,
     region_between,
     region_end,
+    whole_piece,
 )
 from lowtide.schedule import apply_order, find_schedule
 from lowtide.settings import Settings, settings_or_read
 from lowtide.validation import model_problems
 
+# The operator each kind of step (but Apply and Pad) writes (`lowtide.rewrite.emit`).
+_STEP_OPCODES = {Slice: "STRIDED_SLICE", Concat: "CONCATENATION", Split: "SPLIT_V"}
 # Patches along each axis of the target, coarse to fine.
 # TFLM's CONCATENATION takes at most 10 inputs (kMaxInputNum): at most 10 patches along each axis.
 MAX_PATCHES_PER_AXIS = 10
@@ -67,7 +75,7 @@ BUILT_CANDIDATES = 6
 ALTERNATIVES = 2
 # Regions around the peak end at most this many cut tensors past it, or at a tensor computed before that.
 TARGET_CUTS_PAST_PEAK = 2
-GRIDS_PLANNED_PER_REGION = 4
+GRIDS_PLANNED_PER_REGION = 4  # about-square grids, the finest, where the search weighs the head alone
 # Work units (`lowtide.budget`) of each search inside the rewrite search, at effort 1: a schedule of the graph
 # (about 5 s of one quiet core, the former limit), a placement of each built candidate and of the model returned
 # (1/8 and 1 deterministic second of CP-SAT: the former 1 s and 4 s, and enough to prove the tiled mobilenet_v2's
@@ -77,14 +85,33 @@ PLACE_UNITS = 250_000
 FINAL_PLACE_UNITS = 2_000_000
 
 
+class Objective(enum.StrEnum):
+    """What the rewrite search minimises."""
+
+    # The arena a TFLM user declares: the head and TFLM's persistent tail, which every patch's operators and
+    # tensors grow (`lowtide.memory.tail`): what `lowtide optimize` writes for.
+    ARENA = "arena"
+    # The head alone: the RAM of a runtime without TFLM's per-operator state (the compiled runtime).
+    HEAD = "head"
+
+
 @dataclass(frozen=True)
 class _Limits:
-    """The budgets of one rewrite search: `effort` times the fixed ones above, and the safety net."""
+    """The budgets of one rewrite search: `effort` times the fixed ones above, and the safety net; and what it
+    minimises."""
 
     effort: float
     clock: WallClock
     settings: Settings  # the command's: the host TFLM's timeout for each candidate's run
     relies_on: frozenset[Reliance]  # what the original passes every check of, so every candidate must too
+    objective: Objective
+
+    def tail(self, graph: Graph) -> int:
+        """The tail the search weighs beside the head: TFLM's, or none (`Objective.HEAD`)."""
+        return persistent_tail(graph).tail_bytes if self.objective is Objective.ARENA else 0
+
+    def tail_floor(self, graph: Graph, plan: TilingPlan, tail_bytes: int) -> int:
+        return _tail_floor(graph, plan, tail_bytes) if self.objective is Objective.ARENA else 0
 
     def schedule(self) -> WorkBudget:
         return WorkBudget.of(self.effort * RESCHEDULE_UNITS, "rewrite: schedule", self.clock)
@@ -108,6 +135,14 @@ class Candidate:
     macs: int  # whole model, after rewriting
     live_peak_bytes: int  # live peak of the emitted order (exact arithmetic on the plan)
     head_bytes: int | None  # head lowtide's placement reaches on the built model; None when not built
+    tail_bytes: int  # TFLM's persistent tail of the whole model after rewriting (`lowtide.memory.tail`); unbuilt:
+    # a floor counted from the plan (`_tail_floor`)
+
+    @property
+    def declared_bytes(self) -> int:
+        """The arena a user declares for it: the head (or where not built, the live peak, which no placement
+        beats) and the tail."""
+        return (self.head_bytes if self.head_bytes is not None else self.live_peak_bytes) + self.tail_bytes
 
 
 @dataclass(frozen=True)
@@ -145,6 +180,8 @@ class RewriteResult:
     head_bytes: int  # head of `model` in its stored order as lowtide places it (what an offline plan gives TFLM)
     original_head_bytes: int  # planned head of the original in its best order (scheduler's or stored)
     stock_head_bytes: int  # planned head of the original in its stored order
+    tail_bytes: int  # TFLM's persistent tail of `model` on a 32-bit core (`lowtide.memory.tail`)
+    original_tail_bytes: int  # the same of the original
     macs_before: int
     macs_after: int
     tilings: tuple[Tiling, ...]  # applied one after the other (`apply_tilings`); empty when not rewritten
@@ -152,6 +189,15 @@ class RewriteResult:
     wall_clock_cut: bool  # the safety net (`WallClock`) ended a search inside: the result may differ between runs
     seconds: float
     rejected: tuple[RejectedCandidate, ...] = ()  # built candidates the validator or TFLM refused
+
+    @property
+    def declared_bytes(self) -> int:
+        """The 32-bit arena `model` needs: head + tail, what the search minimises."""
+        return self.head_bytes + self.tail_bytes
+
+    @property
+    def original_declared_bytes(self) -> int:
+        return self.original_head_bytes + self.original_tail_bytes
 
     @property
     def mac_overhead(self) -> float:
@@ -205,19 +251,25 @@ def rewrite_auto(
     effort: float = 1.0,
     clock: WallClock | None = None,
     settings: Settings | None = None,
+    objective: Objective = Objective.ARENA,
 ) -> RewriteResult:
     """Tile the region around the memory peak; when the peak moves to another tileable region, tile that too,
-    as long as the head keeps falling and the MACs stay within `max_mac_overhead` of the original's. Every search
-    inside gets `effort` times its fixed budget; `clock` is the safety net (default `WallClock()`)."""
+    as long as the declared arena (head + TFLM's persistent tail, which every patch's operators and tensors grow)
+    keeps falling and the MACs stay within `max_mac_overhead` of the original's. Every search inside gets
+    `effort` times its fixed budget; `clock` is the safety net (default `WallClock()`). `objective`: what
+    falls, the declared arena or (`Objective.HEAD`) the head alone, and then every tail reported is 0."""
     started = time.monotonic()
     settings = settings_or_read(settings)
-    limits = _Limits(effort, clock or WallClock(), settings, reliances_passed(model_problems(graph, settings)))
+    limits = _Limits(
+        effort, clock or WallClock(), settings, reliances_passed(model_problems(graph, settings)), objective
+    )
 
     def wall_clock_cut() -> bool:
         return any(where.startswith("rewrite") for where in limits.clock.cuts)
 
     stock = tflm_plan(graph)
     macs_before = graph_macs(graph)
+    original_tail = limits.tail(graph)
     budget = macs_before * (1.0 + max_mac_overhead)
     explored: list[Candidate] = []
     rejected: list[RejectedCandidate] = []
@@ -230,6 +282,8 @@ def rewrite_auto(
             found.base_head_bytes,
             found.base_head_bytes,
             stock.head_bytes,
+            original_tail,
+            original_tail,
             macs_before,
             macs_before,
             (),
@@ -243,7 +297,7 @@ def rewrite_auto(
     chains += [(joined[-1], tuple(r.tiling for r in joined if r.tiling is not None))] if joined else []
     # The rounds that followed an alternative of the first round win where they end strictly lower (`min` keeps
     # the first of equals).
-    final, tilings = min(chains, key=lambda chain: chain[0].head_bytes)
+    final, tilings = min(chains, key=lambda chain: chain[0].declared_bytes)
     head, planned = planned_model(final.model, limits.placement(FINAL_PLACE_UNITS))
     reason = "; then ".join(t.describe() for t in tilings)
     ends = [note for note in (region_end(graph, t.target) for t in tilings) if note]
@@ -256,6 +310,8 @@ def rewrite_auto(
         head,
         original_head,
         stock.head_bytes,
+        final.tail_bytes,
+        original_tail,
         macs_before,
         final.macs,
         tilings,
@@ -282,9 +338,9 @@ def _second_looks(
     for _ in range(len(tilings)):
         # The first region was tiled while the peak was still elsewhere, so its grid was chosen for the MACs it
         # saves; with the later regions tiled first, its own peak is what counts, and it may get a finer grid.
-        # Each region gets that second look once, in turn, while the head does not rise: two regions whose
-        # peaks are level only go lower together, so a look that leaves the head where it was still counts
-        # (its region's own peak fell). The lowest head seen is kept.
+        # Each region gets that second look once, in turn, while head + tail does not rise: two regions whose
+        # peaks are level only go lower together, so a look that leaves it where it was still counts (its
+        # region's own peak fell). The lowest head + tail seen is kept.
         if len(current_tilings) < 2 or limits.cut():
             break
         try:
@@ -292,11 +348,11 @@ def _second_looks(
         except NotApplicable:
             break
         again = _rounds(later, budget, limits, explored, rejected, level=True)[0]
-        if not again or again[-1].head_bytes > current.head_bytes:
+        if not again or again[-1].declared_bytes > current.declared_bytes:
             break
         current = again[-1]
         current_tilings = current_tilings[1:] + tuple(r.tiling for r in again if r.tiling is not None)
-        if current.head_bytes < final.head_bytes:
+        if current.declared_bytes < final.declared_bytes:
             final, tilings = current, current_tilings
     return final, tilings
 
@@ -310,7 +366,7 @@ def _rounds(
     level: bool = False,
     joint: bool = False,
 ) -> tuple[list[_Round], _Round, list[_Round]]:
-    """Tile around the peak, then around the peak of the tiled graph, for as long as the head falls: the rounds
+    """Tile around the peak, then around the peak of the tiled graph, for as long as head + tail falls: the rounds
     that lowered it, the last round searched, and the rounds that followed one of the first round's alternatives
     and ended lowest, where they end below the first rounds (else none; two regions whose peaks compete only go
     lower together). Adds every point explored to `explored`, and every built candidate refused to `rejected`.
@@ -320,15 +376,15 @@ def _rounds(
     explored.extend(first.explored)
     rejected.extend(first.rejected)
     rounds, last = _rounds_after([first], budget, limits, explored, rejected) if first.tiling else ([], first)
-    reached = rounds[-1].head_bytes if rounds else first.base_head_bytes
+    reached = rounds[-1].declared_bytes if rounds else first.base_declared_bytes
     # An alternative's own tiled part stays in every later round: below the head reached, or it cannot win. Its
     # grid was chosen by live bytes, which do not say how well the patches place: each gets its chain.
     joined: list[_Round] = []
     for other in first.alternatives:
-        if other.own_peak_bytes >= reached or limits.cut():
+        if other.own_peak_bytes + other.tail_bytes >= reached or limits.cut():
             continue
         chain, _ = _rounds_after([other], budget, limits, explored, rejected)
-        if len(chain) > 1 and chain[-1].head_bytes < (joined[-1].head_bytes if joined else reached):
+        if len(chain) > 1 and chain[-1].declared_bytes < (joined[-1].declared_bytes if joined else reached):
             joined = chain
     return rounds, last, joined
 
@@ -340,13 +396,13 @@ def _rounds_after(
     explored: list[Candidate],
     rejected: list[RejectedCandidate],
 ) -> tuple[list[_Round], _Round]:
-    """`rounds` continued on the tiled graph of the last, for as long as the head falls (`_rounds`)."""
+    """`rounds` continued on the tiled graph of the last, for as long as head + tail falls (`_rounds`)."""
     rounds = list(rounds)
     while True:  # a round without a better tiling ends the loop
         found = _tile_peak(rounds[-1].model, budget, limits)
         explored.extend(found.explored)
         rejected.extend(found.rejected)
-        if found.tiling is None or found.head_bytes >= rounds[-1].head_bytes:
+        if found.tiling is None or found.declared_bytes >= rounds[-1].declared_bytes:
             return rounds, found
         rounds.append(found)
 
@@ -357,9 +413,11 @@ class _Round:
 
     base_model: Graph  # the graph in its best order (scheduler's or stored), untiled
     base_head_bytes: int  # TFLM's greedy head of that order
+    base_tail_bytes: int  # TFLM's persistent tail of base_model (`lowtide.memory.tail`)
     tiling: Tiling | None  # the best tiling found, None if none beats the base
     model: Graph  # the tiled graph (no offline plan), or base_model
     head_bytes: int  # placed head of `model`
+    tail_bytes: int  # TFLM's persistent tail of `model`
     macs: int  # of `model`
     reason: str  # why nothing was tiled
     explored: tuple[Candidate, ...]
@@ -369,6 +427,15 @@ class _Round:
     # first leaves the peak outside it for the next round, where the best tiling may leave it inside.
     alternatives: tuple[_Round, ...] = ()
     own_peak_bytes: int = 0
+
+    @property
+    def declared_bytes(self) -> int:
+        """What the search minimises: the arena a user declares for `model`, head + tail."""
+        return self.head_bytes + self.tail_bytes
+
+    @property
+    def base_declared_bytes(self) -> int:
+        return self.base_head_bytes + self.base_tail_bytes
 
 
 def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False, alternatives: bool = False) -> _Round:
@@ -389,6 +456,8 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False
     assembled_steps = buffer_lifetimes(graph, base_orders, in_place=True, blocks=True)[1]
     macs_before = graph_macs(graph)
     base_model = apply_order(graph, base_orders)
+    base_tail = limits.tail(graph)
+    base_declared = base.head_bytes + base_tail
 
     rejected: list[RejectedCandidate] = []
 
@@ -396,9 +465,11 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False
         return _Round(
             base_model,
             base.head_bytes,
+            base_tail,
             None,
             base_model,
             base.head_bytes,
+            base_tail,
             macs_before,
             reason,
             explored,
@@ -422,7 +493,9 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False
     tiled_peaks: dict[int, int] = {}  # by index into `explored`: the live peak of the tiled part alone
     own_peaks: dict[int, int] = {}  # the same, the lower with and without the CONCATENATION inputs inside it
     assembled_live: dict[int, int] = {}  # by index into `explored`: the live peak with `assembled_steps`' blocks
-    best_live = best_assembled = base.head_bytes
+    # The objective is the declared arena, head + tail: the lowest live peak + tail so far, without and with
+    # those blocks. Tiling adds operators, so no region's floor + the untiled tail beats it.
+    best_live = best_assembled = base_declared
     floors = zip(
         _region_floors(sg, regions, outside_live),
         _region_floors(sg, regions, outside_assembled, assembled=True),
@@ -433,7 +506,11 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False
     ):
         if limits.cut():
             break
-        if floor >= best_live and assembled_floor >= best_assembled and not (alternatives and own_floor < best_live):
+        if (
+            floor + base_tail >= best_live
+            and assembled_floor + base_tail >= best_assembled
+            and not (alternatives and own_floor + base_tail < best_live)
+        ):
             continue
         region_macs = sum(op_macs(sg, sg.operators[rop.op]) for rop in region.ops)
         height, width = sg.tensors[region.target].shape[1:3]
@@ -443,9 +520,11 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False
         ) -> list[tuple[int, int]]:
             return [grid for grid in grids if macs_before - region_macs + grid_macs(graph, region, grid) <= budget]
 
-        # Finer grids shrink the patches' buffers until the halos dominate: plan the finest few affordable, and
+        # Finer grids shrink the patches' buffers until the halos dominate, and grow the tail with every patch:
+        # for the head alone plan the finest few affordable, for the declared arena every affordable one; and
         # every affordable stack of full-width strips (where cutting the source into strips pays most).
-        grids = affordable(_grids(height, width))[-GRIDS_PLANNED_PER_REGION:]
+        grids = affordable(_grids(height, width))
+        grids = grids[-GRIDS_PLANNED_PER_REGION:] if limits.objective is Objective.HEAD else grids
         grids += [grid for grid in affordable(_strip_grids(height)) if grid not in grids]
         for grid in grids:
             for split_source in (False, True):
@@ -456,10 +535,11 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False
                     continue  # too few rows to cut: the same plan as without
                 tiled = _tiled_live_peak(sg, plan)
                 live = max(outside, tiled)
-                best_live = min(best_live, live)
+                tail = limits.tail_floor(graph, plan, base_tail)
+                best_live = min(best_live, live + tail)
                 tiled_assembled = _tiled_live_peak(sg, plan, assembled=True)
                 assembled_live[len(explored)] = max(assembled_outside, tiled_assembled)
-                best_assembled = min(best_assembled, assembled_live[len(explored)])
+                best_assembled = min(best_assembled, assembled_live[len(explored)] + tail)
                 explored.append(
                     (
                         Candidate(
@@ -470,6 +550,7 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False
                             macs_before - region_macs + plan.macs,
                             live,
                             None,
+                            tail,
                         ),
                         plan,
                     )
@@ -479,15 +560,16 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False
     if not explored:
         return unchanged(
             f"no tiling of the {len(regions)} regions around the peak fits the budget or beats "
-            f"{base.head_bytes:,} bytes"
+            f"{base_declared:,} bytes (head + tail)"
         )
 
-    # In a second look (`rewrite_auto`), where the peak outside the region sets the live peak, the region's own
-    # peak breaks the tie: its peak is level with another region's, and both only go lower together. Otherwise
-    # the fewest MACs do (finer grids also cost the schedule and the placement more).
+    # Lowest declared arena first (live peak + tail). In a second look (`rewrite_auto`), where the peak outside
+    # the region sets the live peak, the region's own peak breaks the tie: its peak is level with another
+    # region's, and both only go lower together. Otherwise the fewest MACs do (finer grids also cost the
+    # schedule and the placement more).
     ranked = sorted(
         range(len(explored)),
-        key=lambda i: (explored[i][0].live_peak_bytes, tiled_peaks[i] if level else 0, explored[i][0].macs),
+        key=lambda i: (explored[i][0].declared_bytes, tiled_peaks[i] if level else 0, explored[i][0].macs),
     )
     explored = [explored[i] for i in ranked]
     assembled_live = {new: assembled_live[old] for new, old in enumerate(ranked)}
@@ -507,28 +589,36 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False
             rejected.append(RejectedCandidate(_tiling(candidate).describe(), refused))
             return
         head = _placed_head(tiled, limits)
-        built[index] = (head, tiled, _with_head(candidate, head))
-        if best is None or head < best[0]:
+        built[index] = (head, tiled, _with_head(candidate, head, limits.tail(tiled)))
+        if best is None or head + candidate.tail_bytes < best[0] + best[2].tail_bytes:
             best = built[index]
 
+    def beaten(declared_at_least: int) -> bool:
+        """Whether the search ends before a point no placement takes below `declared_at_least`."""
+        return best is not None and (limits.cut() or declared_at_least >= best[0] + best[2].tail_bytes)
+
     for index in _to_build(graph, explored):
-        if best and (limits.cut() or explored[index][0].live_peak_bytes >= best[0]):
+        if beaten(explored[index][0].declared_bytes):
             break
         build(index)
     # Then the points whose live peak falls most with CONCATENATION inputs inside their output: after the others,
     # so that one of them is taken only where it places strictly lower.
     assembling = sorted(
         (i for i in range(len(explored)) if assembled_live[i] < explored[i][0].live_peak_bytes and i not in tried),
-        key=lambda i: (assembled_live[i], explored[i][0].macs),
+        key=lambda i: (assembled_live[i] + explored[i][0].tail_bytes, explored[i][0].macs),
     )
     for index in assembling[:BUILT_CANDIDATES]:
-        if best and (limits.cut() or assembled_live[index] >= best[0]):
+        if beaten(assembled_live[index] + explored[index][0].tail_bytes):
             break
         build(index)
     # The alternatives: the lowest own tiled peaks among points whose live peak is set outside their region.
     outside_set = [i for i in range(len(explored)) if own_peaks[i] < explored[i][0].live_peak_bytes]
     others = (
-        sorted(outside_set, key=lambda i: (own_peaks[i], explored[i][0].macs))[:ALTERNATIVES] if alternatives else []
+        sorted(outside_set, key=lambda i: (own_peaks[i] + explored[i][0].tail_bytes, explored[i][0].macs))[
+            :ALTERNATIVES
+        ]
+        if alternatives
+        else []
     )
     for index in others:
         if index not in tried and not limits.cut():
@@ -553,26 +643,34 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False
                 _Round(
                     base_model,
                     base.head_bytes,
+                    base_tail,
                     _tiling(other),
                     other_graph,
                     other_head,
+                    other.tail_bytes,
                     other.macs,
                     "",
                     (),
                     own_peak_bytes=own_peaks[index],
                 )
             )
-    if head >= base.head_bytes:
+    if head + candidate.tail_bytes >= base_declared:
         return dataclasses.replace(
-            unchanged(f"the best tiling found plans {head:,} bytes, not below {base.head_bytes:,}", points),
+            unchanged(
+                f"the best tiling found declares {head + candidate.tail_bytes:,} bytes (head {head:,} + tail "
+                f"{candidate.tail_bytes:,}), not below {base_declared:,}",
+                points,
+            ),
             alternatives=tuple(joint),
         )
     return _Round(
         base_model,
         base.head_bytes,
+        base_tail,
         _tiling(candidate),
         rewritten,
         head,
+        candidate.tail_bytes,
         candidate.macs,
         "",
         points,
@@ -582,7 +680,7 @@ def _tile_peak(graph: Graph, budget: float, limits: _Limits, level: bool = False
 
 
 def _to_build(graph: Graph, explored: list[tuple[Candidate, TilingPlan]]) -> list[int]:
-    """Which of the explored points (lowest live peak first) to build: the first `BUILT_CANDIDATES`, and the first
+    """Which of the explored points (lowest live peak + tail first) to build: the first `BUILT_CANDIDATES`, and the first
     as many of regions between two cut tensors. Regions holding skip tensors or ending before a cut add points
     whose live peak is low but whose placement may not be, and must not crowd out the plain regions' best."""
     cuts = set(cut_tensors(graph))
@@ -808,13 +906,50 @@ def _inside_result(sg, step: Concat, strips: set[Piece]) -> int:
     )
 
 
-def _with_head(candidate: Candidate, head: int) -> Candidate:
-    return dataclasses.replace(candidate, head_bytes=head)
+def _with_head(candidate: Candidate, head: int, tail: int) -> Candidate:
+    return dataclasses.replace(candidate, head_bytes=head, tail_bytes=tail)
+
+
+def _tail_floor(graph: Graph, plan: TilingPlan, tail_bytes: int) -> int:
+    """TFLM's persistent tail of `graph` (`tail_bytes`) once `plan` is emitted, counted from the plan without
+    building the graph: the region's operators and the tensors only they wrote go, each step's operator and the
+    windows it writes come. The int32 constants of slices, pads and splits (shared by equal values) are left
+    out, so it is at most the emitted graph's tail (`lowtide.memory.tail.persistent_tail`, which a built
+    candidate is weighed by) but for alignment."""
+    sg = graph.main
+    region = plan.region
+    removed = [rop.op for rop in region.ops] + list(region.folded_pads)
+    kept = {*region.held_whole, region.target}
+    dropped = {t for op in removed for t in sg.operators[op].outputs} - kept
+    costs = {op: operator_tail_bytes(graph, 0, op) for op in {*removed, *(rop.op for rop in region.ops)}}
+    windows: set[Piece] = set()
+    added = 0
+    for step in plan.steps:
+        if isinstance(step, Apply):
+            added += costs[step.op]
+        elif isinstance(step, Pad):
+            added += opcode_tail_bytes("PADV2" if step.lowest else "PAD")
+        else:
+            added += opcode_tail_bytes(_STEP_OPCODES[type(step)])
+        windows.update(step.results if isinstance(step, (Split, Apply)) else (step.result,))
+    last = plan.steps[-1]
+    assert not isinstance(last, Split)  # a plan ends in the step that writes its target
+    existing = {whole_piece(sg, t) for t in region.held_whole} | {last.result}  # as `emit_tiled` has them
+    new_tensors = len(windows - existing)
+    return (
+        tail_bytes
+        - sum(costs[op] for op in removed)
+        - EVAL_TENSOR_BYTES * len(dropped)
+        + added
+        + EVAL_TENSOR_BYTES * new_tensors
+    )
 
 
 def _pareto(candidates: list[Candidate]) -> tuple[Candidate, ...]:
+    """The points no other beats on both MACs and declared arena (head, or live peak where not built, + tail)."""
+
     def memory(c: Candidate) -> int:
-        return c.head_bytes if c.head_bytes is not None else c.live_peak_bytes
+        return c.declared_bytes
 
     front: list[Candidate] = []
     for c in sorted(candidates, key=lambda c: (c.macs, memory(c))):
