@@ -333,7 +333,7 @@ def _input_type(sg: Subgraph, op: Operator) -> str:
 
 def _quantization_channels(graph: Graph, tensor: int, subgraph: int = 0) -> int:
     """How many scales the tensor's quantization holds, where it has scales and zero points (0: none)."""
-    quantization = graph.raw.subgraphs[subgraph].tensors[tensor].quantization
-    if quantization is None or quantization.scale is None or quantization.zeroPoint is None:
+    quantization = graph.subgraphs[subgraph].tensors[tensor].quantization
+    if quantization is None or not quantization.zero_points:
         return 0
-    return len(quantization.scale) if len(quantization.zeroPoint) else 0
+    return len(quantization.scales)
