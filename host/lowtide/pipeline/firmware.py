@@ -80,7 +80,7 @@ def _place(spec: BoardSpec, name: str, option: str) -> ArenaPlace:
         return ArenaPlace(name, inside[0].name, None)
     if any(r.origin < bank.end and bank.address < r.origin + r.length for r in regions):
         raise LowtideError(f"{option} {name}: the linker script's regions cover only part of that memory")
-    return ArenaPlace(name, f"LT_{name.upper()}", (bank.address, bank.size_bytes))
+    return ArenaPlace(name, f"LT_{re.sub(r'[^0-9A-Za-z_]', '_', name).upper()}", (bank.address, bank.size_bytes))
 
 
 def tflm_arena_layout(spec: BoardSpec, arena: Arena32, regions: ArenaRegions) -> TflmArenaLayout:
