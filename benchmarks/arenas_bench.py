@@ -2,7 +2,7 @@
 CMSIS-NN), the non-persistent and the persistent arena lowtide's sizer predicts against what TFLM reports on the
 board, the persistent arena placed in the board's PSRAM (`--persistent-region psram`). Run from the repository root:
 
-    python benchmarks/arenas_bench.py [--only NAME ...] [--results FILE]
+    python benchmarks/arenas_bench.py [--only NAME ...] [--runtimes tflm tflm-cmsis-nn] [--results FILE]
 
 Every figure is measured by `lowtide measure` on qemu-m4 (one invocation, outputs compared with the host TFLM); the
 image declares exactly the predicted arenas, so a run at all shows the prediction is enough. Each model's figures
@@ -103,6 +103,7 @@ def table(results: dict[str, dict[str, dict]]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", nargs="*", help="model names (file stems) to measure again")
+    parser.add_argument("--runtimes", nargs="*", choices=list(RUNTIMES), default=list(RUNTIMES))
     parser.add_argument("--results", type=Path, default=REPO / ".pio" / "bench" / "arenas.json")
     args = parser.parse_args()
     results: dict[str, dict[str, dict]] = json.loads(args.results.read_text()) if args.results.is_file() else {}
@@ -110,7 +111,7 @@ def main() -> int:
     for path in sorted(SHARED_MODELS.glob("*.tflite")):
         if args.only and path.stem not in args.only:
             continue
-        for runtime in RUNTIMES:
+        for runtime in args.runtimes:
             if not args.only and runtime in results.get(path.stem, {}):
                 continue
             console.print(f"{path.stem} ({runtime})")
