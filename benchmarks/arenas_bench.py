@@ -3,6 +3,7 @@ CMSIS-NN), the non-persistent and the persistent arena lowtide's sizer predicts 
 board, the persistent arena placed in the board's PSRAM (`--persistent-region psram`). Run from the repository root:
 
     python benchmarks/arenas_bench.py [--only NAME ...] [--runtimes tflm tflm-cmsis-nn] [--results FILE]
+                                      [--merge FILE ...] [--table]
 
 Every figure is measured by `lowtide measure` on qemu-m4 (one invocation, outputs compared with the host TFLM); the
 image declares exactly the predicted arenas, so a run at all shows the prediction is enough. Each model's figures
@@ -105,10 +106,15 @@ def main() -> int:
     parser.add_argument("--only", nargs="*", help="model names (file stems) to measure again")
     parser.add_argument("--runtimes", nargs="*", choices=list(RUNTIMES), default=list(RUNTIMES))
     parser.add_argument("--results", type=Path, default=REPO / ".pio" / "bench" / "arenas.json")
+    parser.add_argument("--merge", type=Path, nargs="*", default=[], help="other sweeps' results files, taken in")
+    parser.add_argument("--table", action="store_true", help="measure nothing: write the table from the results")
     args = parser.parse_args()
     results: dict[str, dict[str, dict]] = json.loads(args.results.read_text()) if args.results.is_file() else {}
+    for other in args.merge:
+        for model, runs in json.loads(other.read_text()).items():
+            results.setdefault(model, {}).update(runs)
     console = Console(stderr=True)
-    for path in sorted(SHARED_MODELS.glob("*.tflite")):
+    for path in sorted(SHARED_MODELS.glob("*.tflite")) if not args.table else ():
         if args.only and path.stem not in args.only:
             continue
         for runtime in args.runtimes:
@@ -118,6 +124,8 @@ def main() -> int:
             results.setdefault(path.stem, {})[runtime] = measure_split(path, runtime)
             args.results.parent.mkdir(parents=True, exist_ok=True)
             args.results.write_text(json.dumps(results, indent=1, sort_keys=True))
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    args.results.write_text(json.dumps(results, indent=1, sort_keys=True))
     write_section(DOC, SECTION, table(results))
     print(table(results))
     return 0
