@@ -84,20 +84,27 @@ def table(results: dict[str, dict[str, dict]]) -> str:
         "| model | non-persistent, ref | persistent, ref | non-persistent, CMSIS-NN | persistent, CMSIS-NN | outputs |",
         "|---|---:|---:|---:|---:|---|",
     ]
-    exact = total = 0
-    for model in sorted(results):
-        runs = results[model]
-        ref, cmsis = runs.get("tflm", {"error": "not run"}), runs.get("tflm-cmsis-nn", {"error": "not run"})
-        outputs = all(r.get("outputs_match") for r in (ref, cmsis))
+    exact = measured = 0
+    missing = []
+    for model in sorted({p.stem for p in SHARED_MODELS.glob("*.tflite")} | set(results)):
+        runs = results.get(model, {})
+        missing += [f"{model} ({runtime})" for runtime in RUNTIMES if runtime not in runs]
+        figures = [runs.get(runtime, {"error": "not run"}) for runtime in RUNTIMES]
+        outputs = [f["outputs_match"] for f in figures if "error" not in f]
         lines.append(
-            f"| {model} | {_cell(ref, 'non_persistent')} | {_cell(ref, 'persistent')} | "
-            f"{_cell(cmsis, 'non_persistent')} | {_cell(cmsis, 'persistent')} | {'yes' if outputs else 'no'} |"
+            f"| {model} | "
+            + " | ".join(_cell(f, part) for f in figures for part in ("non_persistent", "persistent"))
+            + f" | {('yes' if all(outputs) else 'no') if outputs else '-'} |"
         )
-        exact += sum(_exact(r) for r in (ref, cmsis))
-        total += 2
+        exact += sum(_exact(f) for f in figures)
+        measured += sum("error" not in f for f in figures)
     errors = [f"{m} ({rt}): {f['error']}" for m, runs in results.items() for rt, f in runs.items() if "error" in f]
-    lines += ["", f"Both parts predicted to the byte on {exact} of {total} runs."]
-    lines += [f"Not measured: {e}" for e in errors]
+    lines += ["", f"Both parts predicted to the byte on {exact} of {measured} runs measured."]
+    lines += [f"Failed: {e}" for e in errors]
+    if missing:
+        lines.append(
+            f"Not run yet ({len(missing)} of {len(RUNTIMES) * len(list(SHARED_MODELS.glob('*.tflite')))}): {', '.join(missing)}."
+        )
     return "\n".join(lines) + "\n"
 
 
