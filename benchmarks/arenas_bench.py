@@ -2,7 +2,8 @@
 CMSIS-NN), the non-persistent and the persistent arena lowtide's sizer predicts against what TFLM reports on the
 board, the persistent arena placed in the board's PSRAM (`--persistent-region psram`). Run from the repository root:
 
-    python benchmarks/arenas_bench.py [--only NAME ...] [--results FILE]
+    python benchmarks/arenas_bench.py [--only NAME ...] [--runtimes tflm tflm-cmsis-nn] [--results FILE]
+                                      [--merge FILE ...] [--table]
 
 Every figure is measured by `lowtide measure` on qemu-m4 (one invocation, outputs compared with the host TFLM); the
 image declares exactly the predicted arenas, so a run at all shows the prediction is enough. Each model's figures
@@ -83,40 +84,55 @@ def table(results: dict[str, dict[str, dict]]) -> str:
         "| model | non-persistent, ref | persistent, ref | non-persistent, CMSIS-NN | persistent, CMSIS-NN | outputs |",
         "|---|---:|---:|---:|---:|---|",
     ]
-    exact = total = 0
-    for model in sorted(results):
-        runs = results[model]
-        ref, cmsis = runs.get("tflm", {"error": "not run"}), runs.get("tflm-cmsis-nn", {"error": "not run"})
-        outputs = all(r.get("outputs_match") for r in (ref, cmsis))
+    exact = measured = 0
+    missing = []
+    for model in sorted({p.stem for p in SHARED_MODELS.glob("*.tflite")} | set(results)):
+        runs = results.get(model, {})
+        missing += [f"{model} ({runtime})" for runtime in RUNTIMES if runtime not in runs]
+        figures = [runs.get(runtime, {"error": "not run"}) for runtime in RUNTIMES]
+        outputs = [f["outputs_match"] for f in figures if "error" not in f]
         lines.append(
-            f"| {model} | {_cell(ref, 'non_persistent')} | {_cell(ref, 'persistent')} | "
-            f"{_cell(cmsis, 'non_persistent')} | {_cell(cmsis, 'persistent')} | {'yes' if outputs else 'no'} |"
+            f"| {model} | "
+            + " | ".join(_cell(f, part) for f in figures for part in ("non_persistent", "persistent"))
+            + f" | {('yes' if all(outputs) else 'no') if outputs else '-'} |"
         )
-        exact += sum(_exact(r) for r in (ref, cmsis))
-        total += 2
+        exact += sum(_exact(f) for f in figures)
+        measured += sum("error" not in f for f in figures)
     errors = [f"{m} ({rt}): {f['error']}" for m, runs in results.items() for rt, f in runs.items() if "error" in f]
-    lines += ["", f"Both parts predicted to the byte on {exact} of {total} runs."]
-    lines += [f"Not measured: {e}" for e in errors]
+    lines += ["", f"Both parts predicted to the byte on {exact} of {measured} runs measured."]
+    lines += [f"Failed: {e}" for e in errors]
+    if missing:
+        lines.append(
+            f"Not run yet ({len(missing)} of {len(RUNTIMES) * len(list(SHARED_MODELS.glob('*.tflite')))}): {', '.join(missing)}."
+        )
     return "\n".join(lines) + "\n"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", nargs="*", help="model names (file stems) to measure again")
+    parser.add_argument("--runtimes", nargs="*", choices=list(RUNTIMES), default=list(RUNTIMES))
     parser.add_argument("--results", type=Path, default=REPO / ".pio" / "bench" / "arenas.json")
+    parser.add_argument("--merge", type=Path, nargs="*", default=[], help="other sweeps' results files, taken in")
+    parser.add_argument("--table", action="store_true", help="measure nothing: write the table from the results")
     args = parser.parse_args()
     results: dict[str, dict[str, dict]] = json.loads(args.results.read_text()) if args.results.is_file() else {}
+    for other in args.merge:
+        for model, runs in json.loads(other.read_text()).items():
+            results.setdefault(model, {}).update(runs)
     console = Console(stderr=True)
-    for path in sorted(SHARED_MODELS.glob("*.tflite")):
+    for path in sorted(SHARED_MODELS.glob("*.tflite")) if not args.table else ():
         if args.only and path.stem not in args.only:
             continue
-        for runtime in RUNTIMES:
+        for runtime in args.runtimes:
             if not args.only and runtime in results.get(path.stem, {}):
                 continue
             console.print(f"{path.stem} ({runtime})")
             results.setdefault(path.stem, {})[runtime] = measure_split(path, runtime)
             args.results.parent.mkdir(parents=True, exist_ok=True)
             args.results.write_text(json.dumps(results, indent=1, sort_keys=True))
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    args.results.write_text(json.dumps(results, indent=1, sort_keys=True))
     write_section(DOC, SECTION, table(results))
     print(table(results))
     return 0

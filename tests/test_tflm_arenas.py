@@ -19,10 +19,10 @@ import pytest
 from conftest import SHARED_MODELS, needs_firmware_tools
 from lowtide.device.drivers.platformio import elf_sections
 from lowtide.device.spec import get_board_spec
-from lowtide.pipeline.firmware import ArenaRegions
+from lowtide.pipeline.firmware import ArenaRegions, tflm_arena_layout
 from lowtide.pipeline.measure import measure
 from lowtide.settings import read_settings
-from lowtide.tflm.sizer import predict_arena32
+from lowtide.tflm.sizer import Arena32, SplitArena32, predict_arena32
 from lowtide.tflm.tree import KernelSet
 from lowtide.validation import load_model
 
@@ -135,3 +135,21 @@ def test_inspect_board_shows_what_each_memory_holds_and_whether_it_fits():
     assert {"what": "TFLM's non-persistent arena", "bytes": split.non_persistent_arena_bytes} in two_use["sram1"][
         "contents"
     ]
+
+
+def test_the_linker_fragment_places_each_arena_in_its_memory():
+    """A memory the board's script leaves unused gets a region of its own; one holding a script region uses it."""
+    arena = Arena32("reference", "cortex-m4f", 692, 32, 644, 1072, SplitArena32(32, 660, 560))
+    layout = tflm_arena_layout(get_board_spec("qemu-m4"), arena, ArenaRegions(arena="ssram23", persistent="psram"))
+    assert (layout.arena_bytes, layout.persistent_bytes) == (560, 672)
+    assert layout.string_defines() == [
+        ("LT_TFLM_ARENA_SECTION", ".lt_arena.ssram23"),
+        ("LT_TFLM_PERSISTENT_ARENA_SECTION", ".lt_arena.psram"),
+    ]
+    fragment = layout.linker_fragment()
+    assert fragment is not None
+    assert "LT_PSRAM (rw) : ORIGIN = 0x21000000, LENGTH = 16777216" in fragment
+    assert "KEEP(*(.lt_arena.psram)) } > LT_PSRAM AT > LT_PSRAM" in fragment
+    assert "KEEP(*(.lt_arena.ssram23)) } > RAM AT > RAM" in fragment
+    assert fragment.rstrip().endswith("INSERT AFTER .stack;")
+    assert tflm_arena_layout(get_board_spec("qemu-m4"), arena, ArenaRegions()).linker_fragment() is None

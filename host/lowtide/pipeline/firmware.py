@@ -28,6 +28,7 @@ from lowtide.device.drivers.platformio import (
     build_project,
     check_buildable,
     check_registry_reachable,
+    elf_sections,
     read_firmware_image,
     shipped_linker_regions,
     shipped_linker_script,
@@ -80,7 +81,7 @@ def _place(spec: BoardSpec, name: str, option: str) -> ArenaPlace:
         return ArenaPlace(name, inside[0].name, None)
     if any(r.origin < bank.end and bank.address < r.origin + r.length for r in regions):
         raise LowtideError(f"{option} {name}: the linker script's regions cover only part of that memory")
-    return ArenaPlace(name, f"LT_{name.upper()}", (bank.address, bank.size_bytes))
+    return ArenaPlace(name, f"LT_{re.sub(r'[^0-9A-Za-z_]', '_', name).upper()}", (bank.address, bank.size_bytes))
 
 
 def tflm_arena_layout(spec: BoardSpec, arena: Arena32, regions: ArenaRegions) -> TflmArenaLayout:
@@ -211,6 +212,18 @@ def check_image_fits(spec: BoardSpec, image: FirmwareImage, model: str) -> None:
         raise LowtideError(f"{model}: the built firmware does not fit: {'; '.join(problems)}", image.elf)
 
 
+def check_arenas_placed(spec: BoardSpec, elf: Path, layout: TflmArenaLayout, settings: Settings) -> None:
+    """Refuses a built image whose arena sections are not inside the memories they were placed in (a linker script
+    of the user's that drops or moves lowtide's sections)."""
+    sections = {section.name: section for section in elf_sections(elf, settings)}
+    for place in layout.places:
+        section = sections.get(place.section)
+        bank = next(m for m in spec.memories if m.name == place.memory)
+        if section is None or not (bank.address <= section.address and section.address + section.size <= bank.end):
+            where = f"at 0x{section.address:08X}" if section else "missing"
+            raise LowtideError(f"the built firmware's {place.section} is {where}, not in {place.memory}", elf)
+
+
 def firmware_project(
     spec: BoardSpec,
     model: Graph | None,
@@ -290,6 +303,8 @@ def build_board_firmware(
     built = read_firmware_image(project.elf, spec.platformio_env, settings)
     image = dataclasses.replace(built, project_dir=project.directory)
     check_image_fits(spec, image, model_path.stem)
+    if layout is not None:
+        check_arenas_placed(spec, image.elf, layout, settings)
     return image
 
 
