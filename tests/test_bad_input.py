@@ -10,6 +10,7 @@ import pytest
 
 from conftest import SHARED_MODELS
 from lowtide.model import model_bytes
+from lowtide.model.reader import object_tree
 from lowtide.validation import load_model
 
 MODEL = SHARED_MODELS / "mlperf_ic_resnet8_int8.tflite"
@@ -20,22 +21,22 @@ PNG = bytes.fromhex(
 
 def _bad_index_model() -> bytes:
     graph = load_model(MODEL)
-    graph.raw.subgraphs[0].operators[3].inputs[0] = 9999
-    return model_bytes(graph.raw)
+    object_tree(graph).subgraphs[0].operators[3].inputs[0] = 9999
+    return model_bytes(object_tree(graph))
 
 
 def _absurd_size_model() -> bytes:
     graph = load_model(MODEL)
-    graph.raw.subgraphs[0].tensors[graph.main.operators[0].outputs[0]].shape = np.array(
+    object_tree(graph).subgraphs[0].tensors[graph.main.operators[0].outputs[0]].shape = np.array(
         [1 << 20, 1 << 20, 1 << 12], dtype=np.int32
     )
-    return model_bytes(graph.raw)
+    return model_bytes(object_tree(graph))
 
 
 def _bad_opcode_model() -> bytes:
     graph = load_model(MODEL)
-    graph.raw.subgraphs[0].operators[0].opcodeIndex = 200
-    return model_bytes(graph.raw)
+    object_tree(graph).subgraphs[0].operators[0].opcodeIndex = 200
+    return model_bytes(object_tree(graph))
 
 
 CASES = {

@@ -14,6 +14,7 @@ from lowtide.memory import tflm_plan
 from lowtide.model import read_model
 from lowtide.model.builder import ModelBuilder
 from lowtide.model.ir import Graph
+from lowtide.model.reader import object_tree
 from lowtide.model.schema import fb
 from lowtide.oracle import random_inputs, run
 from lowtide.testing.zoo import demo_builder, demo_model, main
@@ -94,7 +95,7 @@ def test_every_op_kind_builds_runs_and_reads_back():
 
 def test_buffer_zero_is_the_empty_sentinel_and_constant_buffers_are_16_byte_aligned():
     data = demo_model()
-    raw = read_model(data).raw
+    raw = object_tree(read_model(data))
     assert raw.buffers[0].data is None or len(raw.buffers[0].data) == 0
     # The flatbuffer runtime reads buffer data as a view into `data`: its offset is where the bytes sit.
     model = fb.Model.GetRootAs(data, 0)
@@ -107,7 +108,7 @@ def test_buffer_zero_is_the_empty_sentinel_and_constant_buffers_are_16_byte_alig
 
 def test_quantization_parameters_follow_the_int8_spec():
     graph = read_model(every_op_builder()[0].build())
-    raw, sg = graph.raw, graph.raw.subgraphs[0]
+    raw, sg = object_tree(graph), object_tree(graph).subgraphs[0]
     opcodes = [op.opcode for op in graph.main.operators]
     for op, opcode in zip(sg.operators, opcodes):
         if opcode not in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"):
@@ -169,7 +170,9 @@ def test_operators_are_stored_in_the_chosen_order():
     np.testing.assert_array_equal(bad_run.outputs[0], good_run.outputs[0])  # same graph, same arithmetic
     # Reordering moves operators only: the tensor and opcode tables are identical.
     assert [t.name for t in bad_graph.main.tensors] == [t.name for t in good_graph.main.tensors]
-    assert [c.builtinCode for c in bad_graph.raw.operatorCodes] == [c.builtinCode for c in good_graph.raw.operatorCodes]
+    assert [c.builtinCode for c in object_tree(bad_graph).operatorCodes] == [
+        c.builtinCode for c in object_tree(good_graph).operatorCodes
+    ]
 
 
 @pytest.mark.parametrize("order", [[0, 1, 2, 3], [0, 1, 2, 3, 3], [2, 0, 1, 3, 4], [0, 1, 4, 2, 3]])
@@ -293,7 +296,7 @@ def test_conv_matches_a_numpy_reference_of_tflm_int8_arithmetic():
     x = b.input((1, 6, 6, 3))
     b.output(b.conv2d(x, filters=5, kernel=3, padding="SAME", activation="RELU"))
     data = b.build()
-    raw = read_model(data).raw
+    raw = object_tree(read_model(data))
     sg = raw.subgraphs[0]
     tin, tw, tb = (sg.tensors[i] for i in sg.operators[0].inputs)
     tout = sg.tensors[sg.operators[0].outputs[0]]

@@ -15,6 +15,7 @@ from conftest import SHARED_MODELS, needs_firmware_tools
 from lowtide.compile import compile_model, verify_compiled
 from lowtide.compile.codegen import arena_plan
 from lowtide.model.builder import ModelBuilder
+from lowtide.model.reader import object_tree
 from lowtide.model.writer import model_bytes
 from lowtide.pipeline.measure import measure
 from lowtide.resources import RUNTIME_DIR
@@ -188,7 +189,7 @@ def _with_edited_channels(path: Path, out: Path) -> Path:
     them: channel 3 pruned (weights 0, bias 2^30, a filter scale of 2^-40), channel 5 near-dead (its filter scale
     so small that no input moves its output off the zero point), channel 7 with a bias of 2^30 - 2^20 and a
     right shift of 30 (an output the input moves, whose offset * 2^r does not fit the rounding term)."""
-    raw = load_model(path).raw
+    raw = object_tree(load_model(path))
     sg = raw.subgraphs[0]
     conv = sg.operators[0]
     filt, bias, inp, outp = (sg.tensors[i] for i in (conv.inputs[1], conv.inputs[2], conv.inputs[0], conv.outputs[0]))

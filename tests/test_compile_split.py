@@ -30,6 +30,7 @@ from lowtide.memory.placement import offline_plan
 from lowtide.model.attributes import ConcatenationAttributes, SplitAttributes, SplitVAttributes
 from lowtide.model.builder import ModelBuilder
 from lowtide.model.edit import with_offline_plan
+from lowtide.model.reader import object_tree
 from lowtide.validation import load_model
 from support.compiled import assert_compiled_arena
 from support.models import TinyModel
@@ -77,7 +78,7 @@ def test_builder_split_v_runs_on_tflm_and_cuts_where_asked(tmp_path):
     assert [p.shape for p in pieces] == [(1, 6, 1, 4), (1, 6, 2, 4), (1, 6, 2, 4)]
     (op,) = _ops(path, "SPLIT_V")
     assert graph.constant_array(op.inputs[1]).tolist() == [1, -1, 2]
-    raw = graph.raw.subgraphs[0].tensors
+    raw = object_tree(graph).subgraphs[0].tensors
     stem_q = (list(raw[stem.index].quantization.scale), list(raw[stem.index].quantization.zeroPoint))
     assert all(
         (list(raw[p.index].quantization.scale), list(raw[p.index].quantization.zeroPoint)) == stem_q for p in pieces

@@ -16,6 +16,7 @@ from lowtide.errors import LowtideError
 from lowtide.export import OFFLINE_PLAN_NAME, export_optimized
 from lowtide.memory import buffer_lifetimes, buffers_to_plan, stored_order, tflm_plan
 from lowtide.memory.placement import live_lower_bound, place
+from lowtide.model.reader import object_tree
 from lowtide.model.writer import misaligned_buffers
 from lowtide.pipeline.optimize import optimize_model
 from lowtide.schedule import find_schedule
@@ -118,8 +119,8 @@ def test_existing_plan_is_replaced_and_scratch_buffers_are_placed_by_tflm(tmp_pa
     second.write()
     data = (tmp_path / "second.tflite").read_bytes()
     result = load_model(tmp_path / "second.tflite")
-    assert [m.name for m in result.raw.metadata].count(OFFLINE_PLAN_NAME.encode()) == 1
-    assert len(result.raw.buffers) == len(planned.raw.buffers)
+    assert [m.name for m in object_tree(result).metadata].count(OFFLINE_PLAN_NAME.encode()) == 1
+    assert len(object_tree(result).buffers) == len(object_tree(planned).buffers)
     assert second.planned_head_bytes == 17_168
     inputs = oracle.random_inputs(graph)
     measured = oracle.run(data, inputs)

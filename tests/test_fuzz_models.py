@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from conftest import SHARED_MODELS
 from lowtide.model import read_model
+from lowtide.model.reader import object_tree
 from lowtide.model.schema import BUILTIN_NAMES, builtin_code
 from lowtide.model.shapes import RULES
 from lowtide.testing.zoo import demo_model
@@ -43,8 +44,8 @@ _STARTED = time.monotonic()
 DEADLINES = {"in_process": _STARTED + 60 * _MINUTES * 0.8, "subprocess": _STARTED + 60 * _MINUTES}
 LONG_RUN = "LOWTIDE_FUZZ_EXAMPLES" in os.environ
 
-_RAW = {name: read_model((SHARED_MODELS / f"{name}.tflite").read_bytes()).raw for name in SOURCES}
-_RAW["demo"] = read_model(demo_model()).raw
+_RAW = {name: object_tree(read_model((SHARED_MODELS / f"{name}.tflite").read_bytes())) for name in SOURCES}
+_RAW["demo"] = object_tree(read_model(demo_model()))
 
 # Values that break things: zero, negative, off by one, limits of the field widths, huge.
 _INTS = (0, 1, -1, 2, 3, 4, 7, 16, 127, 128, 255, -128, 1 << 15, (1 << 31) - 1, -(1 << 31), 1 << 20, 1 << 30)
@@ -82,7 +83,7 @@ _FIELDS = {name: [f for f in _fields(raw) if not f.path[-1].endswith("Type")] fo
 
 def _case_raw(opcode: str):
     m = TinyModel()
-    return m.finished(*CASES[opcode](m)).raw
+    return object_tree(m.finished(*CASES[opcode](m)))
 
 
 # Shape mutations also run on one small model per operator the compiler lowers (test_declared_shapes' cases).

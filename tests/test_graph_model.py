@@ -111,6 +111,19 @@ def test_the_scan_finds_a_model_read():
     assert [(n, r) for _, n, r in _calls(probe)] == [("read_bytes", "model_path")]
 
 
+def test_only_the_reader_and_the_writer_reach_the_object_tree():
+    """The schema's object tree underneath a graph is private to it: every other stage reads the typed graph, and
+    edits build on the writer's copy (`writer.editable_tree`)."""
+    owners = ("model/ir.py", "model/reader.py", "model/writer.py")
+    reached = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = path.relative_to(PACKAGE).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(), module)):
+            if isinstance(node, ast.Attribute) and node.attr in {"_tree", "raw"}:
+                reached.setdefault(module, []).append(node.lineno)
+    assert set(reached) == set(owners), reached  # the owners do reach it: the scan is not blind
+
+
 def test_tensors_carry_their_quantization_typed():
     """Every tensor's scales, zero points and axis as the flatbuffer stores them (read here through the schema's
     table accessors, not the object tree the reader uses), per channel on the convolutions' weights."""

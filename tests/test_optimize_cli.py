@@ -20,6 +20,7 @@ from lowtide import oracle
 from lowtide.cli import main
 from lowtide.export import OFFLINE_PLAN_NAME
 from lowtide.model import read_model
+from lowtide.model.reader import object_tree
 from lowtide.model.writer import model_bytes
 from lowtide.validation import load_model
 from support.cli import LAUNCH, lowtide_cli
@@ -102,7 +103,7 @@ def sabotage_plan(change):
 
     def export(graph, order, offsets, out_path, *args):
         result = real_export(graph, order, offsets, out_path, *args)
-        raw = read_model(result.model_data).raw
+        raw = object_tree(read_model(result.model_data))
         entry = next(m for m in raw.metadata if m.name == OFFLINE_PLAN_NAME.encode())
         words = list(struct.unpack(f"<{len(raw.buffers[entry.buffer].data) // 4}i", raw.buffers[entry.buffer].data))
         words[3:] = change(words[3:])

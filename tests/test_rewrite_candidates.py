@@ -19,6 +19,7 @@ from lowtide import oracle
 from lowtide.cli import main
 from lowtide.model import Graph, read_model
 from lowtide.model.builder import ModelBuilder
+from lowtide.model.reader import object_tree
 from lowtide.rewrite import NotApplicable, Objective, regions, rewrite_auto, tile
 
 
@@ -67,9 +68,9 @@ MODELS = {
 
 def _window_sources(original, tiled) -> list[tuple[object, object]]:
     """(tensor a patch created, the original tensor whose window it holds) for every patch tensor."""
-    by_name = {t.name: t for t in original.raw.subgraphs[0].tensors}
+    by_name = {t.name: t for t in object_tree(original).subgraphs[0].tensors}
     pairs = []
-    for t in tiled.raw.subgraphs[0].tensors:
+    for t in object_tree(tiled).subgraphs[0].tensors:
         name = t.name.decode() if isinstance(t.name, bytes) else t.name
         if "/patch_r" in name:
             pairs.append((t, by_name[name.rsplit("/patch_r", 1)[0].encode()]))

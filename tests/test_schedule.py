@@ -12,6 +12,7 @@ from lowtide.memory import tflm_plan
 from lowtide.model import read_model
 from lowtide.model.builder import ModelBuilder
 from lowtide.model.ir import Graph, Operator, Subgraph, Tensor, TensorKind
+from lowtide.model.reader import object_tree
 from lowtide.schedule import apply_order, check_order, find_schedule, schedule_budget, subgraph_problem
 from lowtide.schedule.problem import bits
 from lowtide.schedule.search import blocks, heuristic_order
@@ -207,11 +208,11 @@ def test_reordered_shared_model_reaches_best_and_runs_identically(name, stored_p
 
 def test_apply_order_leaves_the_original_untouched():
     graph = load_model(SHARED_MODELS / "mltk_kws_on_off_v3.tflite")
-    stored = list(graph.raw.subgraphs[0].operators)
+    stored = list(object_tree(graph).subgraphs[0].operators)
     order = find_schedule(graph).order
     assert order[0] != list(range(len(stored)))
     apply_order(graph, order)
-    assert graph.raw.subgraphs[0].operators == stored
+    assert object_tree(graph).subgraphs[0].operators == stored
 
 
 # ---- work budget and bad input ----------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from lowtide import oracle
 from lowtide.model import read_model
 from lowtide.model.builder import ModelBuilder
 from lowtide.model.ir import Graph
+from lowtide.model.reader import object_tree
 from lowtide.model.schema import fb, operator_code
 from lowtide.model.writer import model_bytes
 from lowtide.pipeline.optimize import _same_outputs
@@ -87,7 +88,7 @@ def movement_model() -> bytes:
     BROADCAST_TO, PACK, BATCH_MATMUL, and TRANSPOSE_CONV with SAME and VALID padding."""
     b = ModelBuilder(seed=13, name="movement")
     b.output(b.conv2d(b.input((1, 8, 8, 4)), 8, 3))
-    raw = read_model(b.build()).raw
+    raw = object_tree(read_model(b.build()))
     sg = raw.subgraphs[0]
     x = int(sg.outputs[0])
 

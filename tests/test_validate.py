@@ -22,7 +22,7 @@ from lowtide.model import model_bytes, read_model
 from lowtide.model.builder import ModelBuilder
 from lowtide.model.edit import with_offline_plan
 from lowtide.model.offline_memory import OfflinePlan, PlanFormatError
-from lowtide.model.reader import graph_from_tree
+from lowtide.model.reader import graph_from_tree, object_tree
 from lowtide.model.schema import TYPE_CODES, fb
 from lowtide.model.validate import MAX_TENSOR_BYTES_ENV
 from lowtide.settings import read_settings
@@ -61,7 +61,7 @@ def _planned(raw, graph=BUILDER) -> OfflinePlan:
 
 def _store_plan(raw, plan: OfflinePlan) -> None:
     """`plan` stored in the tree `raw` itself, which the cases go on changing by hand."""
-    planned = with_offline_plan(graph_from_tree(raw, "<test>"), plan).raw
+    planned = object_tree(with_offline_plan(graph_from_tree(raw, "<test>"), plan))
     raw.buffers, raw.metadata = planned.buffers, planned.metadata
 
 
@@ -232,7 +232,9 @@ CASES: dict[str, tuple[str | None, Callable, str]] = {
 def hostile_model(case: str, directory: Path) -> Path:
     source, mutate, _ = CASES[case]
     raw = copy.deepcopy(
-        BUILDER.raw if source is None else read_model((SHARED_MODELS / f"{source}.tflite").read_bytes()).raw
+        object_tree(BUILDER)
+        if source is None
+        else object_tree(read_model((SHARED_MODELS / f"{source}.tflite").read_bytes()))
     )
     mutate(raw)
     directory.mkdir(parents=True, exist_ok=True)
@@ -263,7 +265,7 @@ def test_as_a_subprocess(case, tmp_path):
 
 def test_validate_lists_every_problem(tmp_path):
     path = tmp_path / "two.tflite"
-    raw = copy.deepcopy(BUILDER.raw)
+    raw = copy.deepcopy(object_tree(BUILDER))
     _set("subgraphs.0.operators.0.builtinOptions.strideH", 0)(raw)
     _set("subgraphs.0.operators.2.builtinOptions.axis", 7)(raw)
     path.write_bytes(model_bytes(raw))
@@ -278,7 +280,7 @@ def test_validate_lists_every_problem(tmp_path):
 
 
 def test_a_valid_plan_passes_and_runs(tmp_path):
-    raw = copy.deepcopy(BUILDER.raw)
+    raw = copy.deepcopy(object_tree(BUILDER))
     _planned(raw)
     path = tmp_path / "planned.tflite"
     path.write_bytes(model_bytes(raw))
@@ -374,7 +376,7 @@ def test_an_options_tag_without_its_table_is_refused_before_anything_writes_the_
     """TFLM's aligner, which every model lowtide writes goes through, crashes on such an operator."""
     import flatbuffers
 
-    raw = copy.deepcopy(BUILDER.raw)
+    raw = copy.deepcopy(object_tree(BUILDER))
     raw.subgraphs[0].operators[0].builtinOptions = None  # the tag still says Conv2DOptions
     builder = flatbuffers.Builder(1024)
     builder.Finish(raw.Pack(builder), file_identifier=b"TFL3")
@@ -435,7 +437,7 @@ UNION_FLIPS = {
 def test_a_union_whose_type_and_table_disagree_is_a_validation_error(case, tmp_path):
     """Before, `optimize` serialised such a model (its offline plan) and died of a segmentation fault."""
     flip, message = UNION_FLIPS[case]
-    raw = read_model((SHARED_MODELS / "tflm_hello_world_int8.tflite").read_bytes()).raw
+    raw = object_tree(read_model((SHARED_MODELS / "tflm_hello_world_int8.tflite").read_bytes()))
     flip(raw)
     model = tmp_path / "in" / f"{case}.tflite"
     model.parent.mkdir()
@@ -478,7 +480,7 @@ def _declared_shape_case(opcode: str) -> tuple[bytes, int]:
         "LOGISTIC": lambda: b.activation(x, "LOGISTIC"),
     }[opcode]()
     b.output(y)
-    raw = read_model(b.build()).raw
+    raw = object_tree(read_model(b.build()))
     op = next(
         i
         for i, o in enumerate(raw.subgraphs[0].operators)
@@ -517,7 +519,7 @@ def test_a_declared_output_shape_the_operator_does_not_compute_is_one_line(opcod
 def test_every_operator_with_a_mismatched_declared_output_keeps_the_promise(name, tmp_path):
     """Each operator of a real model in turn declares one more element along its output's last axis: validate and
     compile give exit 0 or one line, never a traceback, and write nothing on an error."""
-    raw = read_model((SHARED_MODELS / f"{name}.tflite").read_bytes()).raw
+    raw = object_tree(read_model((SHARED_MODELS / f"{name}.tflite").read_bytes()))
     for index, op in enumerate(raw.subgraphs[0].operators):
         if op.outputs is None or not len(op.outputs):
             continue  # ASSIGN_VARIABLE writes no tensor

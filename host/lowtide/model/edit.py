@@ -1,20 +1,20 @@
 """One editor for the graphs lowtide derives from a model: new tensors (activations, constants with their
 quantization), new operators with typed attributes, the original operators kept as they are; and the edits of a
-whole graph (`with_offline_plan`, `with_outputs`). Every edit returns a new `Graph` (`reader.graph_from_tree`),
-serialised only when its bytes are needed (`Graph.data`).
+whole graph (`with_operator_order`, `with_offline_plan`, `with_outputs`). Every edit returns a new `Graph`
+(`reader.graph_from_tree`), serialised only when its bytes are needed (`Graph.data`).
 
-The editor works on a shallow copy of the model's object tree: the original graph is never changed, and what the
-edit does not change (weight buffers, the operators and tensors it keeps) is shared with it, not copied. Tensor ids
-are positions in the main subgraph's tensor list, stable while editing (new tensors are appended); `finish` drops
-the tensors no operator uses and renumbers the rest. Every tensor the editor creates gets a name no other tensor of
-the subgraph has (a suffix `#2`, `#3`, ... where the name it is given is taken): tilings and reports find tensors by
-name.
+The editor works on a shallow copy of the model's object tree (`writer.editable_tree`): the original graph is never
+changed, and what the edit does not change (weight buffers, the operators and tensors it keeps) is shared with it,
+not copied. Tensor ids are positions in the main subgraph's tensor list, stable while editing (new tensors are
+appended); `finish` drops the tensors no operator uses and renumbers the rest. Every tensor the editor creates gets
+a name no other tensor of the subgraph has (a suffix `#2`, `#3`, ... where the name it is given is taken): tilings
+and reports find tensors by name.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,6 +25,7 @@ from lowtide.model.offline_memory import NAME as OFFLINE_PLAN_NAME
 from lowtide.model.offline_memory import OfflinePlan
 from lowtide.model.reader import graph_from_tree
 from lowtide.model.schema import TYPE_CODES, builtin_code, fb, operator_code
+from lowtide.model.writer import editable_tree
 from lowtide.text import model_text
 
 
@@ -32,13 +33,10 @@ class GraphEditor:
     """Collects new tensors, buffers, operator codes and operators for the main subgraph of `graph` (None: a new
     model, from `GraphEditor.new`)."""
 
-    def __init__(self, graph: Graph | None, raw: Any = None):
-        raw = graph.raw if graph is not None else raw
+    def __init__(self, graph: Graph | None, tree: Any = None):
         self.graph = graph
-        self.model = copy.copy(raw)
-        self.model.buffers = list(raw.buffers)
-        self.model.operatorCodes = list(raw.operatorCodes)
-        self._sg_raw = raw.subgraphs[0]
+        self.model = editable_tree(graph) if graph is not None else tree  # tree: a new model's, the editor's own
+        self._sg_raw = self.model.subgraphs[0]
         self.tensors: list[Any] = list(self._sg_raw.tensors)
         self._names = {model_text(t.name) for t in self.tensors}
         self._constants: dict[tuple[tuple[int, ...], bytes], int] = {}
@@ -46,14 +44,14 @@ class GraphEditor:
     @classmethod
     def new(cls, description: str | None = None, subgraph_name: str | None = None) -> GraphEditor:
         """An editor of a new model of one empty subgraph."""
-        raw = fb.ModelT()
-        raw.version, raw.description = 3, description
-        raw.buffers = [fb.BufferT()]  # buffer 0: the empty buffer of every activation
-        raw.operatorCodes = []
+        tree = fb.ModelT()
+        tree.version, tree.description = 3, description
+        tree.buffers = [fb.BufferT()]  # buffer 0: the empty buffer of every activation
+        tree.operatorCodes = []
         sg = fb.SubGraphT()
         sg.name, sg.tensors, sg.operators, sg.inputs, sg.outputs = subgraph_name, [], [], [], []
-        raw.subgraphs = [sg]
-        return cls(None, raw)
+        tree.subgraphs = [sg]
+        return cls(None, tree)
 
     # ---- tensors --------------------------------------------------------------------------------------
     def tensor(
@@ -219,10 +217,20 @@ class GraphEditor:
         return graph_from_tree(self.model, self._source)
 
 
+def with_operator_order(graph: Graph, order: Mapping[int, Sequence[int]]) -> Graph:
+    """`graph` with the operators of each subgraph `order` names stored in that order (positions in the stored
+    order; the caller checks that it is valid). The operators and tensors are shared with `graph`."""
+    model = editable_tree(graph)
+    for sg_index, ops in order.items():
+        subgraph = model.subgraphs[sg_index] = copy.copy(model.subgraphs[sg_index])
+        operators = subgraph.operators or []
+        subgraph.operators = [operators[i] for i in ops]
+    return graph_from_tree(model, graph.source)
+
+
 def with_offline_plan(graph: Graph, plan: OfflinePlan) -> Graph:
     """`graph` with `plan` as TFLM's `OfflineMemoryAllocation` metadata, replacing any plan it carries."""
-    model = copy.copy(graph.raw)
-    model.buffers = list(model.buffers)
+    model = editable_tree(graph)
     buffer = fb.BufferT()
     buffer.data = np.frombuffer(plan.encode(), dtype=np.uint8)
     for entry in model.metadata or []:
@@ -240,10 +248,9 @@ def with_offline_plan(graph: Graph, plan: OfflinePlan) -> Graph:
 def with_outputs(graph: Graph, tensors: list[int]) -> Graph:
     """`graph` with the main-subgraph `tensors` added to its outputs, so an interpreter returns them too (their
     lifetimes grow: for reading values, not for memory figures)."""
-    model = copy.copy(graph.raw)
-    main = copy.copy(model.subgraphs[0])
+    model = editable_tree(graph)
+    main = model.subgraphs[0] = copy.copy(model.subgraphs[0])
     main.outputs = [*main.outputs, *tensors]
-    model.subgraphs = [main, *model.subgraphs[1:]]
     return graph_from_tree(model, graph.source)
 
 

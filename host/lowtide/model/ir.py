@@ -4,10 +4,11 @@ A graph is immutable: tensors and operators by their ids (a tensor's `index` is 
 tensor list, an operator's its position in the stored execution order), operator attributes typed
 (`lowtide.model.attributes`). Tensor ids are stable: reordering operators keeps them, and the editor
 (`lowtide.model.edit`) appends new tensors; only its `finish` renumbers, when it drops the tensors no operator uses
-any more. Underneath is the flatbuffer object tree (`Graph.raw`), read from a file (`reader.read_model`) or built
-by an edit (`reader.graph_from_tree`): every edit (`lowtide.model.edit`, `lowtide.schedule.apply_order`) returns a
-new graph over a new tree that shares what it does not change with the one it came from, and no one writes to a
-graph's tree once the graph exists.
+any more. Underneath is the flatbuffer object tree, read from a file (`reader.read_model`) or built by an edit
+(`reader.graph_from_tree`). It is private to the graph: only the reader (`reader.object_tree`) and the writer
+(`writer.editable_tree`) reach it, so every other stage reads the typed fields. Every edit (`lowtide.model.edit`,
+`lowtide.schedule.apply_order`) returns a new graph over a new tree that shares what it does not change with the
+one it came from, and no one writes to a graph's tree once the graph exists.
 
 A graph is its model: it carries its identity (`Graph.source`, the model file as the user named it, which every
 edit keeps, for messages; `Graph.name`, that file's name, in reports and generated files) and its bytes (`Graph.data`: the file's for a graph read from one, serialised once, when first asked, for an edited one).
@@ -142,7 +143,8 @@ class Graph:
     source: str  # the model file as the user named it (an edit keeps its original's): a label, never opened
     subgraphs: tuple[Subgraph, ...]
     metadata: dict[str, bytes]  # metadata entries by name, with the bytes of the buffer each names
-    raw: Any = field(compare=False, repr=False)  # schema ModelT: read from the file, or built by an edit
+    # The schema ModelT, read from the file or built by an edit: only the reader and the writer touch it.
+    _tree: Any = field(compare=False, repr=False)
     file_data: bytes | None = field(default=None, compare=False, repr=False)  # the bytes it was read from
 
     @property
@@ -152,9 +154,9 @@ class Graph:
 
     @cached_property
     def data(self) -> bytes:
-        """The model's .tflite bytes: the file's for a graph read from one, else `raw` serialised (once, when
-        first asked: edits chain graphs without writing the ones between)."""
-        return self.file_data if self.file_data is not None else model_bytes(self.raw)
+        """The model's .tflite bytes: the file's for a graph read from one, else its object tree serialised
+        (once, when first asked: edits chain graphs without writing the ones between)."""
+        return self.file_data if self.file_data is not None else model_bytes(self._tree)
 
     @cached_property
     def sha256(self) -> str:
@@ -203,7 +205,7 @@ class Graph:
 
     def buffer_data(self, buffer: int) -> bytes:
         """The contents of buffer `buffer` (`stored_bytes`)."""
-        return stored_bytes(self.raw.buffers[buffer], self.file_data, self.source)
+        return stored_bytes(self._tree.buffers[buffer], self.file_data, self.source)
 
 
 def resource_key(op: Operator) -> tuple[bytes, bytes]:

@@ -81,7 +81,7 @@ def _graph_from_raw(raw: fb.ModelT, data: bytes | None, path: str) -> Graph:
         if not 0 <= entry.buffer < len(buffers):
             raise ModelError(f"metadata '{entry_name}' points at buffer {entry.buffer}, which does not exist", path)
         metadata[entry_name] = stored_bytes(buffers[entry.buffer], data, path)
-    return Graph(source=path, subgraphs=subgraphs, metadata=metadata, raw=raw, file_data=data)
+    return Graph(source=path, subgraphs=subgraphs, metadata=metadata, _tree=raw, file_data=data)
 
 
 def _has_data(buffer: fb.BufferT) -> bool:
@@ -201,37 +201,44 @@ def _quantization(table: fb.QuantizationParametersT | None) -> Quantization | No
 # ---- the file's own structure, which the typed graph does not hold, for the validator -------------------------------
 
 
+def object_tree(graph: Graph) -> fb.ModelT:
+    """The schema object tree underneath `graph`, to read (tests build malformed models from it); an edit works on
+    a copy (`lowtide.model.writer.editable_tree`)."""
+    tree: fb.ModelT = graph._tree
+    return tree
+
+
 def stored_external_buffers(graph: Graph) -> list[tuple[int, int, int]]:
     """(buffer, offset, size) of each buffer stored after the flatbuffer (models over 2 GB)."""
     return [
         (i, b.offset, getattr(b, "size", 0))
-        for i, b in enumerate(graph.raw.buffers or [])
+        for i, b in enumerate(object_tree(graph).buffers or [])
         if getattr(b, "offset", 0) > 1
     ]
 
 
 def stored_buffer_size(graph: Graph, buffer: int) -> int:
     """The bytes buffer `buffer` holds, in the flatbuffer or after it."""
-    stored = graph.raw.buffers[buffer]
+    stored = object_tree(graph).buffers[buffer]
     return len(stored.data) if stored.data is not None and len(stored.data) else int(getattr(stored, "size", 0))
 
 
 def stored_options_tagged(graph: Graph, subgraph: int, operator: int) -> bool:
     """Whether the operator's builtin options carry a type tag (its table may still be missing)."""
-    return bool(graph.raw.subgraphs[subgraph].operators[operator].builtinOptionsType)
+    return bool(object_tree(graph).subgraphs[subgraph].operators[operator].builtinOptionsType)
 
 
 def stored_tensor_union_mismatches(graph: Graph, subgraph: int, tensor: int) -> list[str]:
     """The union fields of a tensor's quantization and sparsity tables whose tag and table disagree
     (`_union_mismatches`)."""
-    table = graph.raw.subgraphs[subgraph].tensors[tensor]
+    table = object_tree(graph).subgraphs[subgraph].tensors[tensor]
     sparsity = (table.sparsity.dimMetadata or []) if table.sparsity is not None else []
     return _union_mismatches([table.quantization, *sparsity] if table.quantization is not None else sparsity)
 
 
 def stored_operator_union_mismatches(graph: Graph, subgraph: int, operator: int) -> list[str]:
     """The union fields of an operator's table whose tag and table disagree (`_union_mismatches`)."""
-    return _union_mismatches([graph.raw.subgraphs[subgraph].operators[operator]])
+    return _union_mismatches([object_tree(graph).subgraphs[subgraph].operators[operator]])
 
 
 def _union_mismatches(tables: Iterable[object]) -> list[str]:

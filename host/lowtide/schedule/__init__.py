@@ -9,7 +9,6 @@ its figures are the ones the rest of lowtide reports. `apply_order` gives the gr
 
 from __future__ import annotations
 
-import copy
 import functools
 import time
 from collections.abc import Callable
@@ -18,8 +17,8 @@ from dataclasses import dataclass
 from lowtide.budget import WallClock, WorkBudget
 from lowtide.memory import live_peak_bytes, tflm_plan
 from lowtide.memory.lifetimes import Order, stored_order
+from lowtide.model.edit import with_operator_order
 from lowtide.model.ir import Graph
-from lowtide.model.reader import graph_from_tree
 from lowtide.schedule.anytime import budgeted_descent, cut_bound, solve_hard_block
 from lowtide.schedule.problem import SubgraphProblem, check_order, subgraph_problem
 from lowtide.schedule.search import Block, BlockResult, blocks, heuristic_order
@@ -174,13 +173,7 @@ def apply_order(graph: Graph, order: Order) -> Graph:
     """`graph` with each subgraph's operators stored in `order` (a new graph; the operators and tensors are
     shared with `graph`, whose own order is left as it is)."""
     check_order(graph, order)
-    model = copy.copy(graph.raw)
-    model.subgraphs = list(model.subgraphs)
-    for sg_index, ops in order.items():
-        subgraph = model.subgraphs[sg_index] = copy.copy(model.subgraphs[sg_index])
-        operators = subgraph.operators or []
-        subgraph.operators = [operators[i] for i in ops]
-    return graph_from_tree(model, graph.source)
+    return with_operator_order(graph, order)
 
 
 def _reachable_subgraphs(graph: Graph) -> set[int]:
