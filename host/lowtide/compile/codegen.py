@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +30,7 @@ from lowtide.compile.lowering.emitter import PadFusion
 from lowtide.compile.rows import RowChain, RowPlan, RowRefusal, find_row_chains
 from lowtide.errors import LowtideError
 from lowtide.memory import Buffer, Executor, align_up, arena_head, buffers_to_plan, tflm_plan
-from lowtide.memory.placement import place, placement_budget, tflm_offsets_with_plan
+from lowtide.memory.placement import Placement, place, placement_budget, tflm_offsets_with_plan
 from lowtide.model import Graph
 from lowtide.model.ir import TensorKind
 from lowtide.storage import replacing
@@ -176,16 +177,18 @@ def _planning_view(graph: Graph, fusions: dict[int, PadFusion]) -> Graph:
     return dataclasses.replace(graph, subgraphs=(main, *graph.subgraphs[1:]))
 
 
-def _split(buffers, offsets, fast_count: int) -> tuple[dict[int, int], dict[int, list[int]], dict[int, int]]:
+def _split(
+    buffers: Sequence[Buffer], offsets: Sequence[int], fast_count: int
+) -> tuple[dict[int, int], dict[int, list[int]], dict[int, int]]:
     """Tensor offsets, TFLM scratch offsets by operator, and fast-kernel scratch offsets by operator, from a plan
     whose last `fast_count` buffers are the fast kernels' scratch."""
     split = len(buffers) - fast_count
     tensors = {b.tensor: off for b, off in zip(buffers, offsets) if b.subgraph == 0 and b.tensor is not None}
     scratch: dict[int, list[int]] = {}
     for b, off in zip(buffers[:split], offsets[:split]):
-        if b.subgraph == 0 and b.tensor is None:
+        if b.subgraph == 0 and b.tensor is None and b.op is not None:  # a scratch buffer names its operator
             scratch.setdefault(b.op, []).append(off)
-    fast = {b.op: off for b, off in zip(buffers[split:], offsets[split:])}
+    fast = {b.op: off for b, off in zip(buffers[split:], offsets[split:]) if b.op is not None}
     return tensors, scratch, fast
 
 
@@ -214,7 +217,7 @@ def arena_plan(graph: Graph, keep_model_plan: bool = False, row_chains: bool = T
     whole = _compiled_plan(view, fused, fusions, scopes, RowPlan((), ()), keep_model_plan)
     plan = whole
     refused: tuple[RowRefusal, ...] = ()
-    if row_chains and whole is not None:
+    if row_chains and plan is not None:
         row_probe = _fast_kernels(graph, fusions, frozenset(probe.fast_rows))
         # lone depthwise layers whole in place (fewer instructions) where that plans no larger, else by rows
         for whole_depthwise in (True, False):
@@ -270,11 +273,13 @@ def _chain_scratch(offsets: dict[int, int], nbytes: dict[int, int], chains: tupl
     return offsets
 
 
-def _compiled_plan(view: Graph, probe: ModelEmitter, fusions, scopes: dict[int, int], rows: RowPlan, keep: bool):
+def _compiled_plan(
+    view: Graph, probe: ModelEmitter, fusions: dict[int, PadFusion], scopes: dict[int, int], rows: RowPlan, keep: bool
+) -> tuple[Placement, list[Buffer], dict[int, int], RowPlan, int] | None:
     """lowtide's placement of the compiled runtime's buffers with `rows`' chains (their inner tensors as rings,
     everything a chain reads, writes or scratches live while it runs), the buffers, the fast scratch bytes and
     `rows`; None where the plan cannot be used."""
-    spans = {}
+    spans: dict[int, tuple[int, int]] = {}
     roles: dict[int, list[tuple[RowChain, tuple[int, int]]]] = {}  # tensor -> the chains that read or write it
     for chain in rows.chains:
         span = (scopes[chain.ops[0]], scopes[chain.ops[-1]])
@@ -282,7 +287,7 @@ def _compiled_plan(view: Graph, probe: ModelEmitter, fusions, scopes: dict[int, 
             spans[op] = span
         for t in (*chain.sources, chain.output, *chain.rings):
             roles.setdefault(t, []).append((chain, span))
-    buffers = []
+    buffers: list[Buffer] = []
     for b in buffers_to_plan(view, executor=Executor.COMPILED):
         if b.subgraph == 0 and b.tensor is None and b.op in spans:
             b = dataclasses.replace(b, first=spans[b.op][0], last=spans[b.op][1])
@@ -471,7 +476,15 @@ def _c_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _header(prefix: str, arena_bytes: int, state_bytes: int, graph: Graph, inputs, outputs, model_hash: str) -> str:
+def _header(
+    prefix: str,
+    arena_bytes: int,
+    state_bytes: int,
+    graph: Graph,
+    inputs: tuple[IoTensor, ...],
+    outputs: tuple[IoTensor, ...],
+    model_hash: str,
+) -> str:
     up = prefix.upper()
     guard = f"{up}_H"
     lines = [
@@ -533,7 +546,7 @@ def _header(prefix: str, arena_bytes: int, state_bytes: int, graph: Graph, input
     return "\n".join(lines)
 
 
-def _tensor_info(t) -> str:
+def _tensor_info(t: IoTensor) -> str:
     dims = list(t.shape) + [0] * (6 - len(t.shape))
     return (
         f"{{{_c_string(t.name)}, {LT_TYPE_NAMES[t.dtype]}, {t.offset}u, {t.nbytes}u, {c_float(t.scale)}, "
@@ -575,12 +588,12 @@ def _chain_loop(index: int, chain: RowChain, calls: dict[int, str]) -> list[str]
 
 
 def _source(
-    prefix,
+    prefix: str,
     graph: Graph,
     emitter: ModelEmitter,
-    calls,
-    inputs,
-    outputs,
+    calls: list[str],
+    inputs: tuple[IoTensor, ...],
+    outputs: tuple[IoTensor, ...],
     model_hash: str,
     members: list[StateMember],
     chains: tuple[RowChain, ...] = (),
