@@ -101,8 +101,8 @@ def sabotage_plan(change):
     behind its back: what `--verify` must catch on the real interpreter."""
     real_export = lowtide.pipeline.optimize.export_optimized
 
-    def export(graph, order, offsets, out_path, *args):
-        result = real_export(graph, order, offsets, out_path, *args)
+    def export(graph, order, offsets, out_path, *args, **kwargs):
+        result = real_export(graph, order, offsets, out_path, *args, **kwargs)
         raw = object_tree(read_model(result.model_data))
         entry = next(m for m in raw.metadata if m.name == OFFLINE_PLAN_NAME.encode())
         words = list(struct.unpack(f"<{len(raw.buffers[entry.buffer].data) // 4}i", raw.buffers[entry.buffer].data))
