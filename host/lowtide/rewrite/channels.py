@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -152,7 +153,7 @@ def partition_wide_layer(graph: Graph, expand_op: int, parts: int = 2, partial_h
 
 def _partial_convolutions(
     writer: GraphEditor, graph: Graph, conv_op: int, pieces: list[tuple[int, np.ndarray]], partial_headroom: float
-) -> list:
+) -> list[Any]:
     """CONV_2D `conv_op` as one partial convolution per (input tensor, the conv's input channels it holds),
     summed by a chain of ADDs into the conv's output. The bias is added once, by the first partial."""
     sg = graph.main
@@ -200,7 +201,7 @@ def _partial_convolutions(
     return replacement
 
 
-def _scheduled(graph: Graph, writer: GraphEditor, operators: list, parts: int, summed: int) -> ChannelSplit:
+def _scheduled(graph: Graph, writer: GraphEditor, operators: list[Any], parts: int, summed: int) -> ChannelSplit:
     partitioned = writer.finish(operators)
     schedule = find_schedule(partitioned)
     original = find_schedule(graph)

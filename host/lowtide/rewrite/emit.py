@@ -10,6 +10,7 @@ operator uses any more are dropped, so TFLM allocates no per-tensor structs for 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 
@@ -25,7 +26,7 @@ from lowtide.model.attributes import (
     UnreadAttributes,
 )
 from lowtide.model.edit import GraphEditor
-from lowtide.model.ir import Graph
+from lowtide.model.ir import Graph, Subgraph
 from lowtide.model.operators import RESIZE_OPCODES
 from lowtide.model.schema import TYPE_NAMES
 from lowtide.rewrite.regions import (
@@ -103,7 +104,7 @@ def emit_tiled(graph: Graph, plan: TilingPlan, before: list[int], after: list[in
 WINDOW_NAME = "/patch_r"  # in the name of every window tensor a tiling creates
 
 
-def _piece_name(sg, piece: Piece) -> str:
+def _piece_name(sg: Subgraph, piece: Piece) -> str:
     return (
         f"{sg.tensors[piece.tensor].name}{WINDOW_NAME}{piece.rows[0]}_{piece.rows[1]}_c{piece.cols[0]}_{piece.cols[1]}"
     )
@@ -121,25 +122,25 @@ class TilingEditor(GraphEditor):
         super().__init__(graph)
         self.source = graph
 
-    def strided_slice(self, source: int, begin: list[int], end: list[int], result: int):
+    def strided_slice(self, source: int, begin: list[int], end: list[int], result: int) -> Any:
         inputs = [source, self.int32_constant(begin), self.int32_constant(end), self.int32_constant([1, 1, 1, 1])]
         return self.operator("STRIDED_SLICE", inputs, result, StridedSliceAttributes())
 
-    def pad(self, source: int, paddings: list[list[int]], result: int, pad_op: int | None):
+    def pad(self, source: int, paddings: list[list[int]], result: int, pad_op: int | None) -> Any:
         inputs = [source, self.int32_constant(paddings)]
         if pad_op is not None:  # keep the original PAD's constant_values input, if it has one
             inputs.extend(self._sg_raw.operators[pad_op].inputs[2:3])
         return self.operator("PAD", inputs, result, UnreadAttributes("PadOptions"))
 
-    def split_rows(self, source: int, heights: list[int], results: list[int]):
+    def split_rows(self, source: int, heights: list[int], results: list[int]) -> Any:
         """SPLIT_V of an NHWC tensor along its rows."""
         inputs = [source, self.int32_constant(heights), self.int32_constant(1)]
         return self.operator("SPLIT_V", inputs, results, SplitVAttributes(num_splits=len(results)))
 
-    def concatenation(self, sources: list[int], axis: int, result: int):
+    def concatenation(self, sources: list[int], axis: int, result: int) -> Any:
         return self.operator("CONCATENATION", sources, result, ConcatenationAttributes(axis=axis))
 
-    def pad_lowest(self, source: int, paddings: list[list[int]], result: int):
+    def pad_lowest(self, source: int, paddings: list[list[int]], result: int) -> Any:
         """PADV2 with the lowest value of `source`'s type: what a SAME MAX_POOL's out-of-image taps amount to
         (TFLM skips them; no maximum picks the lowest value over an in-image one)."""
         dtype = np.dtype(TYPE_NAMES[self.tensors[source].type])
@@ -148,7 +149,7 @@ class TilingEditor(GraphEditor):
         inputs = [source, self.int32_constant(paddings), fill]
         return self.operator("PADV2", inputs, result, UnreadAttributes("PadV2Options"))
 
-    def pad_window(self, index: int, source: int, spatial: tuple[tuple[int, int], tuple[int, int]], result: int):
+    def pad_window(self, index: int, source: int, spatial: tuple[tuple[int, int], tuple[int, int]], result: int) -> Any:
         """The PAD, PADV2 or MIRROR_PAD `index` on one window of its input: its own padding of the batch and
         channels, and `spatial` ((before, after) rows, columns): where the window leaves the input."""
         op = self.original(index)
@@ -158,7 +159,7 @@ class TilingEditor(GraphEditor):
         op.outputs = [result]
         return op
 
-    def valid(self, index: int, inputs: dict[int, int], results: list[int], window: tuple[int, int]):
+    def valid(self, index: int, inputs: dict[int, int], results: list[int], window: tuple[int, int]) -> Any:
         """The original operator on windows: same weights, bias, options and quantization, VALID padding; a
         resize gets the size of its output `window` (rows, columns)."""
         op = self.original(index)

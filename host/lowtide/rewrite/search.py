@@ -36,7 +36,7 @@ from lowtide.memory.lifetimes import ALIGNMENT
 from lowtide.memory.placement import check_no_overlap, offline_plan, placement_budget
 from lowtide.memory.tail import EVAL_TENSOR_BYTES, opcode_tail_bytes, operator_tail_bytes, persistent_tail
 from lowtide.model.edit import with_offline_plan
-from lowtide.model.ir import Graph
+from lowtide.model.ir import Graph, Subgraph
 from lowtide.model.operators import TILEABLE_OPCODES, graph_macs, op_macs
 from lowtide.model.schema import ELEMENT_BYTES
 from lowtide.model.validate import Reliance, reliances_passed
@@ -167,7 +167,7 @@ class RejectedCandidate:
     candidate: str  # what was tried (`Tiling.describe`)
     reason: str  # the validator's problem or TFLM's own log line
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, str]:
         return {"candidate": self.candidate, "reason": self.reason}
 
 
@@ -714,7 +714,7 @@ def planned_model(graph: Graph, work: WorkBudget | None = None) -> tuple[int, Gr
 
 
 def _region_floors(
-    sg, regions: list[Region], outside_live: dict[int, int], assembled: bool = False
+    sg: Subgraph, regions: list[Region], outside_live: dict[int, int], assembled: bool = False
 ) -> list[tuple[int, int, Region]]:
     """(floor, outside peak, region): no grid of a region plans below its floor. Steps outside the region keep
     their live bytes; the source is whole until the first patch reads it (cut into strips or not); the final
@@ -824,7 +824,7 @@ def _feeds_spatial(graph: Graph, tensor: int) -> bool:
     return any(sg.operators[c].opcode in TILEABLE_OPCODES for c in sg.consumers().get(tensor, []))
 
 
-def _emit(graph: Graph, plan: TilingPlan, order: list[int] | None):
+def _emit(graph: Graph, plan: TilingPlan, order: list[int] | None) -> Graph:
     """The plan placed in `order`: operators the source depends on, the region's broadcast branch, the patches,
     then everything else."""
     sg = graph.main
@@ -843,17 +843,17 @@ def _emit(graph: Graph, plan: TilingPlan, order: list[int] | None):
     return emit_tiled(graph, plan, before, after)
 
 
-def _whole(sg, tensor: int) -> Piece:
+def _whole(sg: Subgraph, tensor: int) -> Piece:
     height, width = sg.tensors[tensor].shape[1:3]
     return Piece(tensor, (0, height), (0, width), tensor)
 
 
-def _piece_bytes(sg, piece: Piece) -> int:
+def _piece_bytes(sg: Subgraph, piece: Piece) -> int:
     t = sg.tensors[piece.tensor]
     return align_up(piece.height * piece.width * t.shape[3] * ELEMENT_BYTES[t.dtype])
 
 
-def _tiled_live_peak(sg, plan: TilingPlan, assembled: bool = False) -> int:
+def _tiled_live_peak(sg: Subgraph, plan: TilingPlan, assembled: bool = False) -> int:
     """Live bytes of the tiled part in its emitted order, under TFLM's lifetime rules (an operator's inputs and
     outputs are live together; a tensor lives from its producer to its last reader), except that the strips
     of a `Split` occupy the source's own bytes, and with `assembled` the inputs of a `Concat` that may sit inside
@@ -892,7 +892,7 @@ def _tiled_live_peak(sg, plan: TilingPlan, assembled: bool = False) -> int:
     return peak
 
 
-def _inside_result(sg, step: Concat, strips: set[Piece]) -> int:
+def _inside_result(sg: Subgraph, step: Concat, strips: set[Piece]) -> int:
     """Bytes of `step`'s sources that may sit inside its result, each one contiguous block of it at an aligned
     offset (`in_place.concatenation_inputs`); a strip of a `Split` already sits inside the source."""
     if step.axis == 2 and step.result.height != 1:
