@@ -7,7 +7,8 @@ import pytest
 
 from conftest import SHARED_MODELS, reference_figures, shared_model_names
 from lowtide import oracle
-from lowtide.model import TensorKind, model_bytes, read_model
+from lowtide.model import Graph, TensorKind, model_bytes, read_model
+from lowtide.model.edit import GraphEditor
 from lowtide.model.reader import object_tree
 from lowtide.model.writer import misaligned_buffers
 from lowtide.validation import load_model
@@ -29,6 +30,21 @@ def test_round_trip_keeps_outputs_bit_identical_and_aligns_buffers(name):
     for a, b in zip(before.outputs, after.outputs):
         assert a.dtype == b.dtype and np.array_equal(a, b)
     assert after.head_bytes == before.head_bytes
+
+
+@pytest.mark.parametrize("name", ["tflm_micro_speech_lstm", "tflm_mnist_lstm_int8", "tflm_dtln_noise_suppression"])
+def test_an_edit_keeping_every_operator_keeps_their_intermediates(name):
+    """The editor keeps an operator's intermediate tensors (the LSTMs', read from the file as an array) through
+    `finish`, which drops the tensors nothing uses and renumbers the rest."""
+    graph = read_model((SHARED_MODELS / f"{name}.tflite").read_bytes(), name)
+    editor = GraphEditor(graph)
+    edited = editor.finish([editor.original(op.index) for op in graph.main.operators])
+
+    def named(g: Graph) -> list[tuple[str, list[str]]]:
+        return [(op.opcode, [g.main.tensors[t].name for t in op.intermediates]) for op in g.main.operators]
+
+    assert named(edited) == named(graph)
+    assert any(intermediates for _, intermediates in named(graph))
 
 
 @pytest.mark.parametrize("name", shared_model_names())

@@ -194,11 +194,11 @@ class GraphEditor:
             sg.tensors, sg.operators = list(self.tensors), operators
             self.model.subgraphs = [sg] + list(self.model.subgraphs[1:])
             return graph_from_tree(self.model, self._source)
-        used = sorted(
-            {t for op in operators for t in list(op.inputs) + list(op.outputs) + list(op.intermediates or []) if t >= 0}
-            | set(sg.inputs)
-            | set(sg.outputs)
-        )
+        # An operator read from a file holds its intermediates as an array (None: it has none).
+        operands = {
+            t for op in operators for ts in (op.inputs, op.outputs, op.intermediates) if ts is not None for t in ts
+        }
+        used = sorted({t for t in operands if t >= 0} | set(sg.inputs) | set(sg.outputs))
         renumber = {old: new for new, old in enumerate(used)}
         for op in operators:
             op.inputs = [renumber[t] if t >= 0 else t for t in op.inputs]
