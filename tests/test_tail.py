@@ -19,7 +19,7 @@ from lowtide.validation import load_model
 
 
 def _sizer_tail(graph: Graph) -> int:
-    return predict_arena32(graph.data, graph, KernelSet.REFERENCE, read_settings()).tail_bytes
+    return predict_arena32(graph, KernelSet.REFERENCE, read_settings()).tail_bytes
 
 
 @needs_firmware_tools
