@@ -104,6 +104,25 @@ def test_kws_runs_each_layer_over_its_own_input():
     assert plan.head_bytes == 8_384
 
 
+def test_a_transpose_after_convolutions_writes_no_row_over_bytes_still_to_read(tmp_path):
+    """mcunet_vww ends in convolutions and a TRANSPOSE to NCHW. The TRANSPOSE reads its source across the whole
+    tensor (output row c is channel c, one byte in every source pixel), and it forms a chain alone, its source made
+    by the run's last convolution. Its rows may land only below the source's first byte (offset -9,168: 48 B of
+    the 9,216 B output over it). Row chains once placed the output at -144, over channels still to be read, and the
+    output differed from TFLM."""
+    b = ModelBuilder(seed=5, name="conv_transpose")
+    x = b.input((1, 12, 12, 16))
+    x = b.conv2d(b.conv2d(x, 16, kernel=3, activation="RELU"), 64, kernel=1, activation="RELU")
+    b.output(b.mean(b.transpose(x, (0, 3, 1, 2)), axes=(2, 3), keep_dims=False))
+    path = tmp_path / "conv_transpose.tflite"
+    path.write_bytes(b.build())
+    result = verify_compiled(load_model(path), seed=0, sanitize=True)
+    assert result.passed, result.outputs
+    compiled = compile_model(load_model(SHARED_MODELS / "mcunet_vww.tflite"))
+    transpose = [c for c in compiled.row_chains if c.ops == (58,)]
+    assert transpose and transpose[0].overlap == (105, -1_296)  # 3x3x160 B: 144 B over the source's head
+
+
 def test_compile_json_lists_chains_and_refusals(tmp_path):
     """A pool between two runs of convolutions ends a chain, and a window taller than the row kernels take keeps
     its layer out: `compile --json` lists the chains and the layer left out with the reason."""

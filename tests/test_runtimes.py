@@ -49,7 +49,7 @@ def test_each_runtime_estimates_its_own_footprint():
         and compiled.estimate_before_sizing(graph) is None
     )
     estimate = compiled.estimate_footprint(graph)
-    assert (estimate.arena_bytes, estimate.static_ram_bytes, estimate.image_bytes) == (17_280, 13_490, 51_320)
+    assert (estimate.arena_bytes, estimate.static_ram_bytes, estimate.image_bytes) == (9_408, 13_490, 51_320)
     # TFLM before its arena is sized: the head of lowtide's replica of TFLM's planner, the whole .tflite and
     # TFLM's code, for either kernel set.
     for tflm in (reference, cmsis):

@@ -127,6 +127,15 @@ class ArenaPlan:
     def row_ops(self) -> frozenset[int]:
         return frozenset(op for chain in self.rows.chains for op in chain.ops)
 
+    @property
+    def one_row_ops(self) -> frozenset[int]:
+        return _one_row_ops(self.rows.chains)
+
+
+def _one_row_ops(chains: tuple[RowChain, ...]) -> frozenset[int]:
+    """The layers run as one row of all their pixels (`RowChain.one_row`)."""
+    return frozenset(chain.ops[0] for chain in chains if chain.one_row)
+
 
 # Flash the compiled model may spend beyond its int8 weights on int16 filters (lt_matmul_2_w16 needs no SXTB16
 # in its loop: 12 instead of 16 instructions per 16 products). The MLPerf Tiny models widen all their layers
@@ -150,14 +159,18 @@ _FAST_CANDIDATES = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"}
 
 
 def _fast_kernels(
-    graph: Graph, fused_pads: dict[int, PadFusion] | None = None, row_ops: frozenset[int] = frozenset()
+    graph: Graph,
+    fused_pads: dict[int, PadFusion] | None = None,
+    row_ops: frozenset[int] = frozenset(),
+    one_row_ops: frozenset[int] = frozenset(),
 ) -> ModelEmitter:
     """An emitter that lowered every operator that may run a fast kernel, at made-up offsets: its `in_place_safe`
     names the depthwise convolutions the fast kernel runs (which may run in place and absorb a PAD), its
-    `fast_scratch_bytes` the int16 scratch each fast layer needs while it runs (`row_ops`: a row's), its
+    `fast_scratch_bytes` the int16 scratch each fast layer needs while it runs (`row_ops`: a row's, `one_row_ops`
+    one row of all the pixels), its
     `fast_rows` the layers a row kernel can run."""
     offsets = {t.index: 0 for t in graph.main.tensors if t.kind is TensorKind.ACTIVATION}
-    probe = ModelEmitter(graph, offsets, fused_pads=fused_pads, row_ops=row_ops)
+    probe = ModelEmitter(graph, offsets, fused_pads=fused_pads, row_ops=row_ops, one_row_ops=one_row_ops)
     for op in graph.main.operators:
         if op.opcode in _FAST_CANDIDATES:
             try:
@@ -231,7 +244,7 @@ def arena_plan(graph: Graph, keep_model_plan: bool = False, row_chains: bool = T
             if not rows.chains:
                 continue
             row_ops = frozenset(op for chain in rows.chains for op in chain.ops)
-            chained = _fast_kernels(graph, fusions, row_ops)
+            chained = _fast_kernels(graph, fusions, row_ops, _one_row_ops(rows.chains))
             candidate = _compiled_plan(view, chained, fusions, scopes, rows, False)
             if candidate is not None and candidate[0].head_bytes < plan[0].head_bytes:
                 plan, refused = candidate, rows.refusals
@@ -348,6 +361,7 @@ def _emitter(graph: Graph, keep_model_plan: bool = False, row_chains: bool = Tru
         plan.wide_weights,
         plan.row_ops,
         plan.ring_rows,
+        plan.one_row_ops,
     )
     return emitter, plan
 
@@ -572,6 +586,13 @@ def _state_source(prefix: str, members: list[StateMember]) -> list[str]:
 
 def _chain_loop(index: int, chain: RowChain, calls: dict[int, str]) -> list[str]:
     """The row loop of one chain: a table of which layer advances by one row at each step (`RowChain.order`)."""
+    if chain.one_row:
+        return [
+            f"    {{ /* row chain {index}: operator {chain.ops[0]}, its pixels as one row */",
+            "        const int32_t oy = 0;",
+            f"        {calls[chain.ops[0]]}",
+            "    }",
+        ]
     table = ", ".join(str(pos) for pos in chain.order)
     ctype = "uint8_t" if len(chain.ops) <= 256 else "uint16_t"
     lines = [

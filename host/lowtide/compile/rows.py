@@ -71,6 +71,10 @@ class RowChain:
     # (a source no operator reads after the chain, bytes from its start to the output's (a multiple of 16, may
     # be negative)): the output's rows land only on that source's rows already read; None: apart
     overlap: tuple[int, int] | None
+    # a pointwise convolution alone: its pixels run as one row, H x W long, so that they pair up for the
+    # two-pixel kernel across the ends of the tensor's rows (an odd-width row leaves none over); the plan is the
+    # same (a pixel lands on its own input pixel's bytes or below)
+    one_row: bool = False
 
     @property
     def rings(self) -> dict[int, int]:
@@ -244,11 +248,21 @@ def _cut(
         for t in (*layer.inputs, layer.output):
             nbytes[t] = e.tensor(t).nbytes
             row_bytes[t] = nbytes[t] // e.tensor(t).shape[1]
-    made_in_run = {layer.output for layer in run}
-    for layer in run:  # a TRANSPOSE's input, read whole: its rows as they lie in memory
-        if layer.in_row_bytes and layer.inputs[0] not in made_in_run:
-            row_bytes[layer.inputs[0]] = layer.in_row_bytes
     positions = {layer.op: i for i, layer in enumerate(run)}
+    made_at = {layer.output: i for i, layer in enumerate(run)}
+    touched = dict.fromkeys(t for layer in run for t in (*layer.inputs, layer.output))
+
+    def held_across(i: int, j: int, own: set[int]) -> int:
+        """Bytes of the run's other tensors live while layers i..j run: made before them (earlier in the run, or
+        before it) and read after them (or model outputs), whichever way the rest of the run is cut."""
+        last_op = run[j].op
+        return sum(
+            nbytes[t]
+            for t in touched
+            if t not in own
+            and made_at.get(t, -1) < i
+            and (t in outputs or any(r > last_op for r in consumers.get(t, [])))
+        )
 
     @cache
     def segment(i: int, j: int) -> tuple[RowChain | None, int]:
@@ -274,8 +288,17 @@ def _cut(
         if whole_depthwise and i == j and single.writes_over == "channel" and single.inputs[0] in dying:
             # a depthwise layer alone runs whole over its input already (`Executor.COMPILED`'s in-place rule),
             # with no plane copied per output row
-            return None, max(nbytes[single.inputs[0]], nbytes[single.output]) + own_scratch
-        order, rings, headroom = _schedule(layers, row_bytes, dying)
+            return None, max(nbytes[single.inputs[0]], nbytes[single.output]) + own_scratch + held_across(
+                i, j, {*sources, run[j].output}
+            )
+        # a TRANSPOSE's source, read whole: its rows as they lie in memory (a source made earlier in the run is
+        # a source here all the same); a source other layers read as NHWC rows too takes the smaller step
+        source_rows = dict(row_bytes)
+        for layer in layers:
+            if layer.in_row_bytes:
+                t = layer.inputs[0]
+                source_rows[t] = min(source_rows[t], layer.in_row_bytes)
+        order, rings, headroom = _schedule(layers, source_rows, dying)
         overlap, saved = None, 0
         out_bytes = nbytes[run[j].output]
         for t, room in sorted(headroom.items()):
@@ -294,10 +317,12 @@ def _cut(
             ring_bytes=ring_bytes,
             whole_bytes=sum(nbytes[t] for t in rings),
             overlap=overlap,
+            one_row=i == j and len(single.inputs) == 1 and single.writes_over == "pixel",
         )
+        across = held_across(i, j, {*sources, run[j].output})
         if i == j and overlap is None:  # one layer alone gains only by writing over its input
-            return None, whole + own_scratch
-        return chain, whole - saved + ring_bytes + own_scratch
+            return None, whole + own_scratch + across
+        return chain, whole - saved + ring_bytes + own_scratch + across
 
     # best[j]: (largest RAM, total RAM, segments) of the best cut of run[:j]
     best: list[tuple[int, int, list[tuple[int, int]]]] = [(0, 0, [])]

@@ -313,6 +313,25 @@ class ModelBuilder:
         self._share_quant(x.index, out.index)
         return out
 
+    def transpose(self, x: TensorRef, perm: Sequence[int]) -> TensorRef:
+        """TRANSPOSE by `perm` (output axis i is input axis perm[i]). TFLM's kernel moves bytes: the output shares
+        the input's quantization."""
+        perm = [_axis(a, x.shape) for a in perm]
+        if sorted(perm) != list(range(len(x.shape))):
+            raise LowtideError(f"{tuple(perm)} is not a permutation of the axes of {x.shape}")
+        spec = self._activation(x)
+        shape = tuple(x.shape[a] for a in perm)
+        out = self._add_op(
+            "TRANSPOSE",
+            (x.index, self._add_int32(f"transpose_{len(self._operators)}/perm", perm)),
+            shape,
+            spec.rms,
+            spec.nonnegative,
+            None,
+        )
+        self._share_quant(x.index, out.index)
+        return out
+
     def space_to_batch_nd(
         self, x: TensorRef, block: Sequence[int], paddings: Sequence[tuple[int, int]], batch: int | None = None
     ) -> TensorRef:

@@ -242,6 +242,9 @@ def _fast_int8(
             flags.append("LT_OFFSET_AFTER")
     if (params.act_min, params.act_max) == (-128, 127):
         flags.append("LT_FULL_RANGE")
+    if op.index in e.one_row_ops:  # a pointwise row layer's H x W pixels as one row (`RowChain.one_row`)
+        pixels_in_row = params.out_h * params.out_w
+        params = replace(params, in_h=1, out_h=1, in_w=pixels_in_row, out_w=pixels_in_row)
     p = e.struct(f"{name}_params", params)
     requant_rows = []
     for c, (m, shift) in enumerate(zip(multipliers, shifts)):

@@ -123,6 +123,7 @@ class ModelEmitter:
         wide_weights: frozenset[int] = frozenset(),
         row_ops: frozenset[int] = frozenset(),
         ring_rows: dict[int, int] | None = None,
+        one_row_ops: frozenset[int] = frozenset(),
     ):
         self.graph = graph
         self.sg = graph.main
@@ -147,6 +148,7 @@ class ModelEmitter:
         # tensors held as rings of rows -> the rows each ring holds
         self.row_ops = row_ops
         self.ring_rows = ring_rows or {}
+        self.one_row_ops = one_row_ops  # pointwise row layers run as one row of all their pixels (`RowChain.one_row`)
         # Fast convolutions a row kernel can run (lt_rows.h), found while lowering
         self.fast_rows: set[int] = set()
         self.resources, self._handles = self._resource_variables()
