@@ -123,6 +123,35 @@ def test_a_transpose_after_convolutions_writes_no_row_over_bytes_still_to_read(t
     assert transpose and transpose[0].overlap == (105, -1_296)  # 3x3x160 B: 144 B over the source's head
 
 
+def test_rows_that_would_cost_many_more_instructions_are_refused_unless_allowed(tmp_path):
+    """mlperf_str_ww's tensors are one pixel wide: by rows every pointwise layer runs one-pixel matrix calls the
+    whole tensor pairs up, and every depthwise row copies its window's rows again. Estimated: the chains of
+    operators 0-1 and 4-5 would run ~49% more instructions (measured on qemu-m4, operator counts: +50% and +49%),
+    so by default (at most 15%) those run whole; `--max-row-overhead 100` takes the RAM: 4,864 -> 3,712 B, still
+    bit-exact. The lone pointwise layers 3 and 5 run as one row of all their pixels: nothing extra."""
+    model = SHARED_MODELS / "mlperf_str_ww_int8.tflite"
+    default = lowtide_cli("compile", str(model), "-o", str(tmp_path / "default"), "--json")
+    assert default.returncode == 0, default.stderr
+    report = json.loads(default.stdout)
+    assert report["arena_bytes"] == 4_864
+    assert [c["operators"] for c in report["row_chains"]] == [[3], [5]]  # pointwise, each as one row
+    refused = {tuple(r["operators"]): r["reason"] for r in report["row_refusals"]}
+    assert all("alone or in a chain, it would run ~4" in refused[(op,)] for op in (0, 1, 2, 4))
+    assert all(refused[(op,)].endswith("more instructions (limit 15%)") for op in (0, 1, 2, 4))
+    allowed = lowtide_cli(
+        "compile", str(model), "-o", str(tmp_path / "allowed"), "--json", "--max-row-overhead", "100", "--verify"
+    )
+    assert allowed.returncode == 0, allowed.stderr
+    report = json.loads(allowed.stdout)
+    assert report["arena_bytes"] == 3_712 and report["verify"]["passed"]
+    extra = {
+        tuple(c["operators"]): c["estimated_extra_instructions"] / c["estimated_instructions_whole"]
+        for c in report["row_chains"]
+    }
+    assert extra[(3,)] == 0
+    assert 0.40 < extra[(0, 1)] < 0.60 and 0.40 < extra[(4, 5)] < 0.60
+
+
 def test_compile_json_lists_chains_and_refusals(tmp_path):
     """A pool between two runs of convolutions ends a chain, and a window taller than the row kernels take keeps
     its layer out: `compile --json` lists the chains and the layer left out with the reason."""

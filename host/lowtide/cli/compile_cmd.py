@@ -17,6 +17,7 @@ from lowtide.cli.tables import Column, Kind, TerminalTable
 from lowtide.compile import CompiledModel, VerifyResult, compile_model, verify_compiled
 from lowtide.compile.codegen import Blocker, check_model
 from lowtide.compile.lowering import NOT_IN_TFLM, UNDEFINED_IN_TFLM, support_rows
+from lowtide.compile.rows import DEFAULT_MAX_ROW_OVERHEAD
 from lowtide.errors import LowtideError
 from lowtide.resources import RUNTIME_DIR
 from lowtide.settings import Settings, read_settings
@@ -56,6 +57,8 @@ def compile_report(
                 "ring_bytes": c.ring_bytes,
                 "whole_bytes": c.whole_bytes,
                 "output_over": None if c.overlap is None else {"tensor": c.overlap[0], "offset": c.overlap[1]},
+                "estimated_instructions_whole": c.whole_instructions,
+                "estimated_extra_instructions": c.extra_instructions,
             }
             for c in compiled.row_chains
         ],
@@ -124,6 +127,15 @@ def compile_command(
             "--keep-model-plan", help="Use the model's OfflineMemoryAllocation even where lowtide's plan is smaller"
         ),
     ] = False,
+    max_row_overhead: Annotated[
+        float,
+        typer.Option(
+            "--max-row-overhead",
+            min=0,
+            help="Run operators a row at a time (less RAM) only where that adds at most this percentage to their "
+            "estimated instructions",
+        ),
+    ] = DEFAULT_MAX_ROW_OVERHEAD * 100,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables")] = False,
     check: Annotated[
         bool,
@@ -152,10 +164,17 @@ def compile_command(
     # models the one before accepted.
     graph = load_model(model, settings)
     reference = oracle.run(graph.data, path=str(model), settings=settings)
-    compiled = compile_model(graph, prefix, keep_model_plan)  # raises before anything is written
+    overhead = max_row_overhead / 100
+    compiled = compile_model(graph, prefix, keep_model_plan, max_row_overhead=overhead)  # raises before writing
     result = (
         verify_compiled(
-            graph, seed, prefix=prefix, invocations=invocations, keep_model_plan=keep_model_plan, settings=settings
+            graph,
+            seed,
+            prefix=prefix,
+            invocations=invocations,
+            keep_model_plan=keep_model_plan,
+            settings=settings,
+            max_row_overhead=overhead,
         )
         if verify
         else None
@@ -195,6 +214,9 @@ def _print(report: dict) -> None:
     if chains:
         rolled = sum(len(c["operators"]) for c in chains)
         summary.add_row("row chains (operators a row at a time)", f"{len(chains)} ({rolled} operators)")
+        extra = sum(c["estimated_extra_instructions"] for c in chains)
+        whole = sum(c["estimated_instructions_whole"] for c in chains)
+        summary.add_row("  their estimated extra instructions", f"+{extra:,} (+{extra / max(whole, 1):.1%})")
     summary.add_row("TFLM arena total (host interpreter)", f"{report['tflm_total_bytes']:,} B")
     summary.add_row("  of which head", f"{report['tflm_head_bytes']:,} B")
     console.print(summary)

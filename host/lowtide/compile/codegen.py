@@ -27,7 +27,7 @@ from lowtide.compile.lowering import (
 )
 from lowtide.compile.lowering.conv import pad_fusions
 from lowtide.compile.lowering.emitter import PadFusion
-from lowtide.compile.rows import RowChain, RowPlan, RowRefusal, find_row_chains
+from lowtide.compile.rows import DEFAULT_MAX_ROW_OVERHEAD, RowChain, RowPlan, RowRefusal, find_row_chains
 from lowtide.errors import LowtideError
 from lowtide.memory import Buffer, Executor, align_up, arena_head, buffers_to_plan, tflm_plan
 from lowtide.memory.placement import Placement, place, placement_budget, tflm_offsets_with_plan
@@ -205,12 +205,18 @@ def _split(
     return tensors, scratch, fast
 
 
-def arena_plan(graph: Graph, keep_model_plan: bool = False, row_chains: bool = True) -> ArenaPlan:
+def arena_plan(
+    graph: Graph,
+    keep_model_plan: bool = False,
+    row_chains: bool = True,
+    max_row_overhead: float = DEFAULT_MAX_ROW_OVERHEAD,
+) -> ArenaPlan:
     """The compiled runtime's plan (module docstring), or TFLM's tensor offsets where that is no larger. The fast
     kernels' scratch is planned in both, live only while its operator runs; TFLM's greedy planner fits it around
     the tensors, as it does its own kernels' scratch. `keep_model_plan`: TFLM's offsets in any case, so a model's
     OfflineMemoryAllocation is used as it is (in-place cases the compiled plan has no rule for included).
-    `row_chains`: run the row chains `lowtide.compile.rows` finds, where that makes the arena smaller."""
+    `row_chains`: run the row chains `lowtide.compile.rows` finds, where that makes the arena smaller, none whose
+    estimated instructions grow by more than the fraction `max_row_overhead`."""
     stock = tflm_plan(graph)
     probe = _fast_kernels(graph)
     scopes = {s.op: s.scope for s in stock.steps if s.subgraph == 0}
@@ -240,6 +246,7 @@ def arena_plan(graph: Graph, keep_model_plan: bool = False, row_chains: bool = T
                 frozenset(probe.fast_rows),
                 row_probe.fast_scratch_bytes,
                 whole_depthwise,
+                max_row_overhead,
             )
             if not rows.chains:
                 continue
@@ -349,9 +356,14 @@ def _compiled_plan(
     return place(buffers, placement_budget(0)), buffers, probe.fast_scratch_bytes, rows, len(scratch)
 
 
-def _emitter(graph: Graph, keep_model_plan: bool = False, row_chains: bool = True) -> tuple[ModelEmitter, ArenaPlan]:
+def _emitter(
+    graph: Graph,
+    keep_model_plan: bool = False,
+    row_chains: bool = True,
+    max_row_overhead: float = DEFAULT_MAX_ROW_OVERHEAD,
+) -> tuple[ModelEmitter, ArenaPlan]:
     """An emitter with every activation and scratch buffer at its planned offset (`arena_plan`), and that plan."""
-    plan = arena_plan(graph, keep_model_plan, row_chains)
+    plan = arena_plan(graph, keep_model_plan, row_chains, max_row_overhead)
     emitter = ModelEmitter(
         graph,
         plan.offsets,
@@ -398,15 +410,19 @@ def check_model(graph: Graph) -> list[Blocker]:
 
 
 def compile_model(
-    graph: Graph, prefix: str = "model", keep_model_plan: bool = False, row_chains: bool = True
+    graph: Graph,
+    prefix: str = "model",
+    keep_model_plan: bool = False,
+    row_chains: bool = True,
+    max_row_overhead: float = DEFAULT_MAX_ROW_OVERHEAD,
 ) -> CompiledModel:
     """Lower every operator of `graph` (a validated model: `lowtide.validation.load_model`); raises LowtideError
     naming the first thing it cannot compile. `keep_model_plan`: the model's OfflineMemoryAllocation as it is, even
-    where lowtide's compiled plan is smaller. `row_chains`: False runs every operator on whole tensors
-    (`arena_plan`)."""
+    where lowtide's compiled plan is smaller. `row_chains`: False runs every operator on whole tensors;
+    `max_row_overhead`: the most a chain may add to its layers' estimated instructions, a fraction (`arena_plan`)."""
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", prefix):
         raise LowtideError(f"prefix '{prefix}' is not a C identifier")
-    emitter, plan = _emitter(graph, keep_model_plan, row_chains)
+    emitter, plan = _emitter(graph, keep_model_plan, row_chains, max_row_overhead)
     head_bytes = plan.head_bytes
     calls, blockers = _lower_all(graph, emitter)
     unplanned = sorted(set(emitter.fast_scratch_bytes) - set(emitter.fast_scratch))

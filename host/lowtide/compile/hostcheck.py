@@ -21,6 +21,7 @@ import numpy as np
 from lowtide import oracle
 from lowtide.compile.codegen import CompiledModel, compile_model
 from lowtide.compile.lowering import NUMPY_TYPES
+from lowtide.compile.rows import DEFAULT_MAX_ROW_OVERHEAD
 from lowtide.errors import LowtideError
 from lowtide.model.edit import with_outputs
 from lowtide.model.ir import Graph
@@ -286,14 +287,16 @@ def verify_compiled(
     keep_model_plan: bool = False,
     settings: Settings | None = None,
     row_chains: bool = True,
+    max_row_overhead: float = DEFAULT_MAX_ROW_OVERHEAD,
 ) -> VerifyResult:
     """Compile `graph`, build it with the host compiler, and compare with TFLM on `oracle.random_inputs`.
     `workdir` keeps the build (sources, objects, binary) for inspection; by default a temporary one is used.
     `sanitize` builds with AddressSanitizer and UBSan: any memory or arithmetic fault fails the check.
     `invocations` > 1 invokes both sides that many times in a row (inputs from seeds seed, seed + 1, ...), so the
-    state a model keeps between invocations is compared too. `keep_model_plan`, `row_chains`: as `compile_model`'s."""
+    state a model keeps between invocations is compared too. `keep_model_plan`, `row_chains`, `max_row_overhead`: as
+    `compile_model`'s."""
     settings = settings_or_read(settings)
-    compiled = compile_model(graph, prefix, keep_model_plan, row_chains)
+    compiled = compile_model(graph, prefix, keep_model_plan, row_chains, max_row_overhead)
     input_sets = [oracle.random_inputs(graph, seed + n) for n in range(invocations)]
     figures = oracle.allocate(graph.data, path=graph.source, settings=settings)
     reference = oracle.run_sequence(graph.data, input_sets, path=graph.source, settings=settings)

@@ -21,6 +21,21 @@ from lowtide.model.ir import Operator
 # windows are not rolled.
 MAX_FILTER_ROWS = 16
 
+# A chain runs only where its layers' estimated instructions grow by at most this fraction over the same layers run
+# whole (`estimated_overhead`); `compile --max-row-overhead` sets another.
+DEFAULT_MAX_ROW_OVERHEAD = 0.15
+
+# The instruction estimate of the fast kernels on a Cortex-M4 (lt_conv_dsp.h, lt_rows.h), fitted to the operator
+# counts of mlperf_kws_dscnn, mlperf_str_ww and tflm_person_detect on qemu-m4 (whole against by rows): a two-pixel
+# matrix call costs about 2 instructions per filter value and output channel, a one-pixel call at a row's odd end
+# about 3/4 of that (it walks the same filter); a depthwise plane value copied to int16 about 2.5; a row call 30.
+_PAIR_CALL_PER_PRODUCT = 2
+_SINGLE_CALL_SHARE = 0.75
+_PLANE_COPY = 2.5
+_DEPTHWISE_PER_TAP_PAIR = 2
+_DEPTHWISE_PER_OUTPUT = 8
+_ROW_CALL = 30
+
 
 @dataclass(frozen=True)
 class RowLayer:
@@ -42,6 +57,9 @@ class RowLayer:
     # bytes between the input's rows as they lie in memory, where they are not NHWC rows (0): a TRANSPOSE reads
     # its input whole, the lowest byte output rows from n on read is n such steps in
     in_row_bytes: int = 0
+    # estimated instructions of the layer run whole, and the extra ones it costs run a row at a time (module top)
+    whole_instructions: int = 0
+    row_instructions: int = 0
 
     def window(self, oy: int) -> tuple[int, int]:
         """The first and last input row output row `oy` reads (last < first: all padding)."""
@@ -75,6 +93,8 @@ class RowChain:
     # two-pixel kernel across the ends of the tensor's rows (an odd-width row leaves none over); the plan is the
     # same (a pixel lands on its own input pixel's bytes or below)
     one_row: bool = False
+    whole_instructions: int = 0  # the estimate of its layers run whole (module top)
+    extra_instructions: int = 0  # and what running them by rows adds to it
 
     @property
     def rings(self) -> dict[int, int]:
@@ -104,14 +124,41 @@ def _row_layer(e: ModelEmitter, op: Operator, fast_rows: frozenset[int]) -> RowL
         a, b = (e.tensor(t) for t in op.inputs[:2])
         if a.shape != out.shape or b.shape != out.shape or a.dtype != "int8" or b.dtype != "int8":
             return "an ADD that broadcasts"
-        return RowLayer(op.index, tuple(op.inputs[:2]), op.outputs[0], out.shape[1], 1, 1, 1, 0, out.shape[1], "pixel")
+        return RowLayer(
+            op.index,
+            tuple(op.inputs[:2]),
+            op.outputs[0],
+            out.shape[1],
+            1,
+            1,
+            1,
+            0,
+            out.shape[1],
+            "pixel",
+            whole_instructions=out.nbytes * 4,
+            row_instructions=out.shape[1] * _ROW_CALL,
+        )
     if op.opcode == "TRANSPOSE":
         read = e.tensor(op.inputs[0])
         perm = [int(v) for v in e.constant_values(op.inputs[1]).reshape(-1)]
         if read.dtype != "int8" or len(perm) != 4 or perm[0] != 0:
             return "a TRANSPOSE of the batch or not of int8 NHWC"
         step = math.prod(read.shape[perm[1] + 1 :])  # elements between the input's slices output rows read
-        return RowLayer(op.index, (op.inputs[0],), op.outputs[0], out.shape[1], 1, 1, 1, 0, out.shape[1], "", step)
+        return RowLayer(
+            op.index,
+            (op.inputs[0],),
+            op.outputs[0],
+            out.shape[1],
+            1,
+            1,
+            1,
+            0,
+            out.shape[1],
+            "",
+            step,
+            whole_instructions=out.nbytes * 3,
+            row_instructions=out.shape[1] * _ROW_CALL,
+        )
     if op.opcode not in ("CONV_2D", "DEPTHWISE_CONV_2D"):
         return f"{op.opcode} has no row kernel"
     if op.index not in fast_rows:
@@ -134,9 +181,50 @@ def _row_layer(e: ModelEmitter, op: Operator, fast_rows: frozenset[int]) -> RowL
         writes_over = "pixel"
     else:
         writes_over = ""
-    return RowLayer(
-        op.index, (source,), op.outputs[0], g.out_h, g.stride_h, g.filter_h, g.dilation_h, pad_top, in_rows, writes_over
+    whole, by_rows = _instructions(
+        op.opcode == "DEPTHWISE_CONV_2D" and g.in_c > 1,
+        g.out_h,
+        g.out_w,
+        g.out_c,
+        g.filter_h,
+        g.filter_w,
+        g.in_c,
+        g.stride_h,
+        g.stride_w,
     )
+    return RowLayer(
+        op.index,
+        (source,),
+        op.outputs[0],
+        g.out_h,
+        g.stride_h,
+        g.filter_h,
+        g.dilation_h,
+        pad_top,
+        in_rows,
+        writes_over,
+        whole_instructions=whole,
+        row_instructions=by_rows,
+    )
+
+
+def _instructions(
+    depthwise: bool, out_h: int, out_w: int, out_c: int, kh: int, kw: int, in_c: int, stride_h: int, stride_w: int
+) -> tuple[int, int]:
+    """Estimated instructions of a fast convolution run whole and run a row at a time (module top): a row's odd
+    pixel is a one-pixel matrix call the whole tensor pairs with the next row's first, and a depthwise row copies
+    its window's plane rows again for each output row, where the whole kernel copies each plane row once."""
+    if depthwise:
+        plane_w, plane_h = (out_w - 1) * stride_w + kw, (out_h - 1) * stride_h + kh
+        compute = out_c * out_h * out_w * (kh * ((kw + 1) // 2) * _DEPTHWISE_PER_TAP_PAIR + _DEPTHWISE_PER_OUTPUT)
+        whole = compute + round(out_c * plane_h * plane_w * _PLANE_COPY)
+        by_rows = compute + round(out_c * out_h * kh * plane_w * _PLANE_COPY) + out_h * _ROW_CALL
+        return whole, by_rows
+    pair_call = _PAIR_CALL_PER_PRODUCT * out_c * ((kh * kw * in_c + 3) // 4 * 4)  # the filter in words of four
+    pixels = out_h * out_w
+    whole = round((pixels // 2 + pixels % 2 * _SINGLE_CALL_SHARE) * pair_call)
+    by_rows = round(out_h * (out_w // 2 + out_w % 2 * _SINGLE_CALL_SHARE) * pair_call) + out_h * _ROW_CALL
+    return whole, by_rows
 
 
 def _schedule(
@@ -202,12 +290,14 @@ def find_row_chains(
     fast_rows: frozenset[int],
     scratch: dict[int, int],
     whole_depthwise: bool = False,
+    max_overhead: float = DEFAULT_MAX_ROW_OVERHEAD,
 ) -> RowPlan:
     """The row chains of the main subgraph `e` lowers, as the compiled runtime runs it (`e.fused_pads` fused;
     `consumers`: each tensor's readers so). `fast_rows`: the convolutions lowered to a fast kernel a row kernel
     can run; `scratch`: the bytes each row layer's kernel needs while the chain runs. `whole_depthwise`: a
     depthwise layer that would be a chain alone is costed as the whole-tensor kernel in place over its input
-    instead (no plane copied per output row), which the plan may or may not realise."""
+    instead (no plane copied per output row), which the plan may or may not realise. `max_overhead`: no chain
+    whose layers' estimated instructions grow by more than this fraction."""
     sg = e.sg
     outputs = set(sg.outputs)
     fused = {f.pad_op for f in e.fused_pads.values()}
@@ -227,7 +317,7 @@ def find_row_chains(
     chains = []
     for run in runs:
         if run:
-            found, refused = _cut(e, run, consumers, outputs, scratch, whole_depthwise)
+            found, refused = _cut(e, run, consumers, outputs, scratch, whole_depthwise, max_overhead)
             chains += found
             refusals += refused
     return RowPlan(tuple(chains), tuple(sorted(refusals, key=lambda r: r.ops)))
@@ -240,6 +330,7 @@ def _cut(
     outputs: set[int],
     scratch: dict[int, int],
     whole_depthwise: bool,
+    max_overhead: float,
 ) -> tuple[list[RowChain], list[RowRefusal]]:
     """The chains of one run of row layers: the cut points with the least largest chain RAM (then the least sum),
     by dynamic programming over the run."""
@@ -249,6 +340,7 @@ def _cut(
             nbytes[t] = e.tensor(t).nbytes
             row_bytes[t] = nbytes[t] // e.tensor(t).shape[1]
     positions = {layer.op: i for i, layer in enumerate(run)}
+    too_slow: dict[int, float] = {}  # a layer whose rows cost more instructions than allowed -> the least overhead
     made_at = {layer.output: i for i, layer in enumerate(run)}
     touched = dict.fromkeys(t for layer in run for t in (*layer.inputs, layer.output))
 
@@ -285,12 +377,11 @@ def _cut(
             if t not in outputs and all(positions.get(r, -1) in range(i, j + 1) for r in consumers.get(t, []))
         }
         single = layers[0]
+        across = held_across(i, j, {*sources, run[j].output})
         if whole_depthwise and i == j and single.writes_over == "channel" and single.inputs[0] in dying:
             # a depthwise layer alone runs whole over its input already (`Executor.COMPILED`'s in-place rule),
             # with no plane copied per output row
-            return None, max(nbytes[single.inputs[0]], nbytes[single.output]) + own_scratch + held_across(
-                i, j, {*sources, run[j].output}
-            )
+            return None, max(nbytes[single.inputs[0]], nbytes[single.output]) + own_scratch + across
         # a TRANSPOSE's source, read whole: its rows as they lie in memory (a source made earlier in the run is
         # a source here all the same); a source other layers read as NHWC rows too takes the smaller step
         source_rows = dict(row_bytes)
@@ -298,6 +389,13 @@ def _cut(
             if layer.in_row_bytes:
                 t = layer.inputs[0]
                 source_rows[t] = min(source_rows[t], layer.in_row_bytes)
+        one_row = i == j and len(single.inputs) == 1 and single.writes_over == "pixel"
+        whole_instructions = sum(layer.whole_instructions for layer in layers)
+        extra = 0 if one_row else sum(layer.row_instructions - layer.whole_instructions for layer in layers)
+        if extra > max_overhead * whole_instructions:
+            for layer in layers:
+                too_slow[layer.op] = min(too_slow.get(layer.op, math.inf), extra / max(whole_instructions, 1))
+            return (None, -1) if i < j else (None, whole + own_scratch + across)
         order, rings, headroom = _schedule(layers, source_rows, dying)
         overlap, saved = None, 0
         out_bytes = nbytes[run[j].output]
@@ -317,9 +415,10 @@ def _cut(
             ring_bytes=ring_bytes,
             whole_bytes=sum(nbytes[t] for t in rings),
             overlap=overlap,
-            one_row=i == j and len(single.inputs) == 1 and single.writes_over == "pixel",
+            one_row=one_row,
+            whole_instructions=whole_instructions,
+            extra_instructions=extra,
         )
-        across = held_across(i, j, {*sources, run[j].output})
         if i == j and overlap is None:  # one layer alone gains only by writing over its input
             return None, whole + own_scratch + across
         return chain, whole - saved + ring_bytes + own_scratch + across
@@ -349,8 +448,12 @@ def _cut(
         if chain is not None:
             chains.append(chain)
         else:
-            reason = (
-                "a chain through it would hold more RAM (minimax cut)" if len(run) > 1 else "no row layer next to it"
-            )
+            if run[i].op in too_slow:
+                least = too_slow[run[i].op]
+                reason = f"by rows, alone or in a chain, it would run ~{least:.0%} more instructions (limit {max_overhead:.0%})"
+            elif len(run) > 1:
+                reason = "a chain through it would hold more RAM (minimax cut)"
+            else:
+                reason = "no row layer next to it"
             refusals.append(RowRefusal((run[i].op,), reason))
     return chains, refusals
