@@ -5,6 +5,7 @@ and through the DSP path on qemu-m4), and the arena smaller than the whole-tenso
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -126,7 +127,7 @@ def test_a_transpose_after_convolutions_writes_no_row_over_bytes_still_to_read(t
 def test_rows_that_would_cost_many_more_instructions_are_refused_unless_allowed(tmp_path):
     """mlperf_str_ww's tensors are one pixel wide: by rows every pointwise layer runs one-pixel matrix calls the
     whole tensor pairs up, and every depthwise row copies its window's rows again. Estimated: the chains of
-    operators 0-1 and 4-5 would run ~49% more instructions (measured on qemu-m4, operator counts: +50% and +49%),
+    operators 0-1 and 4-5 would run ~36% more instructions (measured on qemu-m4, operator counts: +50% and +49%),
     so by default (at most 15%) those run whole; `--max-row-overhead 100` takes the RAM: 4,864 -> 3,712 B, still
     bit-exact. The lone pointwise layers 3 and 5 run as one row of all their pixels: nothing extra."""
     model = SHARED_MODELS / "mlperf_str_ww_int8.tflite"
@@ -136,8 +137,11 @@ def test_rows_that_would_cost_many_more_instructions_are_refused_unless_allowed(
     assert report["arena_bytes"] == 4_864
     assert [c["operators"] for c in report["row_chains"]] == [[3], [5]]  # pointwise, each as one row
     refused = {tuple(r["operators"]): r["reason"] for r in report["row_refusals"]}
-    assert all("alone or in a chain, it would run ~4" in refused[(op,)] for op in (0, 1, 2, 4))
-    assert all(refused[(op,)].endswith("more instructions (limit 15%)") for op in (0, 1, 2, 4))
+    for op in (0, 1, 2, 4):  # the least the layer would add, alone or in any chain through it
+        least = re.fullmatch(
+            r"by rows, alone or in a chain, it would run ~(\d+)% more instructions \(limit 15%\)", refused[(op,)]
+        )
+        assert least is not None and int(least.group(1)) > 15, refused[(op,)]
     allowed = lowtide_cli(
         "compile", str(model), "-o", str(tmp_path / "allowed"), "--json", "--max-row-overhead", "100", "--verify"
     )
@@ -149,7 +153,7 @@ def test_rows_that_would_cost_many_more_instructions_are_refused_unless_allowed(
         for c in report["row_chains"]
     }
     assert extra[(3,)] == 0
-    assert 0.40 < extra[(0, 1)] < 0.60 and 0.40 < extra[(4, 5)] < 0.60
+    assert 0.30 < extra[(0, 1)] < 0.60 and 0.30 < extra[(4, 5)] < 0.60
 
 
 def test_compile_json_lists_chains_and_refusals(tmp_path):

@@ -26,14 +26,21 @@ MAX_FILTER_ROWS = 16
 DEFAULT_MAX_ROW_OVERHEAD = 0.15
 
 # The instruction estimate of the fast kernels on a Cortex-M4 (lt_conv_dsp.h, lt_rows.h), fitted to the operator
-# counts of mlperf_kws_dscnn, mlperf_str_ww and tflm_person_detect on qemu-m4 (whole against by rows): a two-pixel
-# matrix call costs about 2 instructions per filter value and output channel, a one-pixel call at a row's odd end
-# about 3/4 of that (it walks the same filter); a depthwise plane value copied to int16 about 2.5; a row call 30.
-_PAIR_CALL_PER_PRODUCT = 2
+# counts of mlperf_kws_dscnn, mlperf_str_ww and tflm_person_detect on qemu-m4 (whole against by rows):
+# - a two-pixel matrix call: 1.5 per filter value (in words of four) and output channel, and 31 per output channel
+#   (requantizing and storing two outputs); a one-pixel call at a row's odd end about 3/4 of that (it walks the
+#   same filter);
+# - depthwise: 2 per pair of taps and 8 per output, 60 per channel and output row; a plane row copied to int16,
+#   1 per value and 1.5 per row;
+# - a row call 30.
+_PER_FILTER_VALUE = 1.5
+_PER_OUTPUT_CHANNEL = 31
 _SINGLE_CALL_SHARE = 0.75
-_PLANE_COPY = 2.5
 _DEPTHWISE_PER_TAP_PAIR = 2
 _DEPTHWISE_PER_OUTPUT = 8
+_DEPTHWISE_PER_CHANNEL_ROW = 60
+_PLANE_PER_VALUE = 1
+_PLANE_PER_ROW = 1.5
 _ROW_CALL = 30
 
 
@@ -216,11 +223,14 @@ def _instructions(
     its window's plane rows again for each output row, where the whole kernel copies each plane row once."""
     if depthwise:
         plane_w, plane_h = (out_w - 1) * stride_w + kw, (out_h - 1) * stride_h + kh
-        compute = out_c * out_h * out_w * (kh * ((kw + 1) // 2) * _DEPTHWISE_PER_TAP_PAIR + _DEPTHWISE_PER_OUTPUT)
-        whole = compute + round(out_c * plane_h * plane_w * _PLANE_COPY)
-        by_rows = compute + round(out_c * out_h * kh * plane_w * _PLANE_COPY) + out_h * _ROW_CALL
+        taps = kh * ((kw + 1) // 2) * _DEPTHWISE_PER_TAP_PAIR + _DEPTHWISE_PER_OUTPUT
+        compute = out_c * out_h * (out_w * taps + _DEPTHWISE_PER_CHANNEL_ROW)
+        plane_row = plane_w * _PLANE_PER_VALUE + _PLANE_PER_ROW
+        whole = compute + round(out_c * plane_h * plane_row)
+        by_rows = compute + round(out_c * out_h * kh * plane_row) + out_h * _ROW_CALL
         return whole, by_rows
-    pair_call = _PAIR_CALL_PER_PRODUCT * out_c * ((kh * kw * in_c + 3) // 4 * 4)  # the filter in words of four
+    k4 = (kh * kw * in_c + 3) // 4 * 4  # the filter in words of four
+    pair_call = out_c * (k4 * _PER_FILTER_VALUE + _PER_OUTPUT_CHANNEL)
     pixels = out_h * out_w
     whole = round((pixels // 2 + pixels % 2 * _SINGLE_CALL_SHARE) * pair_call)
     by_rows = round(out_h * (out_w // 2 + out_w % 2 * _SINGLE_CALL_SHARE) * pair_call) + out_h * _ROW_CALL
