@@ -187,3 +187,34 @@ def test_row_kernels_bit_exact_on_qemu_m4(tmp_path, model):
     assert result.board_planned_bytes == compile_model(load_model(path)).arena_bytes
     if model == "person_detect":
         assert result.board_planned_bytes == 14_752
+
+
+def _upsampling(path: Path, align_corners: bool = False, half_pixel_centers: bool = False) -> Path:
+    """A convolution, a nearest-neighbour resize doubling rows and columns, a convolution: a decoder stage."""
+    b = ModelBuilder(seed=11, name="upsampling")
+    x = b.input((1, 16, 12, 8))
+    y = b.conv2d(x, 32, kernel=3, activation="RELU")
+    y = b.resize(y, 2, align_corners=align_corners, half_pixel_centers=half_pixel_centers)
+    b.output(b.conv2d(y, 4, kernel=3, activation="RELU"))
+    path.write_bytes(b.build())
+    return path
+
+
+@pytest.mark.parametrize(("align_corners", "half_pixel_centers"), [(False, False), (True, False), (False, True)])
+def test_a_nearest_resize_runs_inside_a_chain(tmp_path, align_corners, half_pixel_centers):
+    """Output row oy of the resize copies the one input row TFLM's map gives it (floor, rounded with align_corners,
+    shifted half a pixel with half_pixel_centers): the three layers form one chain, the 32-channel tensors before
+    and after the resize held as rings (the 1 row of the first convolution's output the resize reads, the second
+    convolution's 3 window rows of the resize's output), bit-exact with TFLM, and the arena a quarter of the
+    whole-tensor plan's or less (which holds the 24 x 24 x 32 resized tensor whole): 7,200 B against 30,720 B."""
+    path = _upsampling(tmp_path / "upsampling.tflite", align_corners, half_pixel_centers)
+    compiled = compile_model(load_model(path))
+    assert [c.ops for c in compiled.row_chains] == [(0, 1, 2)]
+    assert [rows for _, rows in compiled.row_chains[0].ring_rows] == [1, 3]
+    assert "void op1_row(uint8_t *arena, int32_t oy) {\n    lt_resize_nearest(" in compiled.files["model.c"]
+    for seed in (0, 1):
+        result = verify_compiled(load_model(path), seed=seed, sanitize=True)
+        assert result.passed, result.outputs
+    whole = compile_model(load_model(path), row_chains=False)
+    assert whole.arena_bytes >= 24 * 24 * 32  # the resized tensor whole
+    assert (compiled.arena_bytes, whole.arena_bytes) == (7_200, 30_720)

@@ -1,5 +1,5 @@
 """Row chains of the compiled runtime: runs of int8 convolutions (CONV_2D, pointwise, DEPTHWISE_CONV_2D, each
-with the PAD before it fused), residual ADDs and a leading TRANSPOSE that run one output row at a time, each layer
+with the PAD before it fused), residual ADDs, nearest-neighbour resizes and a leading TRANSPOSE that run one output row at a time, each layer
 computing its next row as soon as a later layer needs it, so that a tensor made and used inside the chain is held
 as a ring of the rows still needed instead of whole (no row is computed twice). A chain reads its sources whole
 and writes its output whole, over the rows of a source no later operator reads once they are read. Where a run
@@ -14,8 +14,11 @@ from functools import cache, cached_property
 
 from lowtide.compile.lowering import ModelEmitter, Unsupported
 from lowtide.compile.lowering.conv import window_geometry
+from lowtide.compile.lowering.emitter import attributes_of
 from lowtide.memory import ALIGNMENT
+from lowtide.model.attributes import ResizeAttributes
 from lowtide.model.ir import Operator
+from lowtide.model.operators import nearest_indices
 
 # The row kernels keep one pointer per filter row on the stack (lt_rows.h, LT_RING_MAX_FILTER_ROWS): taller
 # windows are not rolled.
@@ -67,9 +70,14 @@ class RowLayer:
     # estimated instructions of the layer run whole, and the extra ones it costs run a row at a time (module top)
     whole_instructions: int = 0
     row_instructions: int = 0
+    # the one input row each output row reads, where that is no window (RESIZE_NEAREST_NEIGHBOR: TFLM's
+    # nearest-neighbour map, never decreasing); empty: the window above
+    source_rows: tuple[int, ...] = ()
 
     def window(self, oy: int) -> tuple[int, int]:
         """The first and last input row output row `oy` reads (last < first: all padding)."""
+        if self.source_rows:
+            return self.source_rows[oy], self.source_rows[oy]
         top = oy * self.stride - self.pad_top
         return max(top, 0), min(top + (self.filter_rows - 1) * self.dilation, self.in_rows - 1)
 
@@ -166,6 +174,8 @@ def _row_layer(e: ModelEmitter, op: Operator, fast_rows: frozenset[int]) -> RowL
             whole_instructions=out.nbytes * 3,
             row_instructions=out.shape[1] * _ROW_CALL,
         )
+    if op.opcode == "RESIZE_NEAREST_NEIGHBOR":
+        return _resize_layer(e, op)
     if op.opcode not in ("CONV_2D", "DEPTHWISE_CONV_2D"):
         return f"{op.opcode} has no row kernel"
     if op.index not in fast_rows:
@@ -212,6 +222,34 @@ def _row_layer(e: ModelEmitter, op: Operator, fast_rows: frozenset[int]) -> RowL
         writes_over,
         whole_instructions=whole,
         row_instructions=by_rows,
+    )
+
+
+def _resize_layer(e: ModelEmitter, op: Operator) -> RowLayer | str:
+    """A RESIZE_NEAREST_NEIGHBOR as a row layer: output row oy copies, column by column, the one input row TFLM's
+    reference kernel maps it to."""
+    read, out = e.tensor(op.inputs[0]), e.tensor(op.outputs[0])
+    if read.dtype != "int8" or len(read.shape) != 4 or read.shape[3] != out.shape[3]:
+        return "a RESIZE_NEAREST_NEIGHBOR not of int8 NHWC"
+    try:
+        resize = attributes_of(op, ResizeAttributes)
+    except Unsupported as exc:
+        return str(exc)
+    rows = nearest_indices(read.shape[1], out.shape[1], resize.align_corners, resize.half_pixel_centers)
+    whole = out.nbytes * 3  # a pixel's bytes copied, as a TRANSPOSE's
+    return RowLayer(
+        op.index,
+        (op.inputs[0],),
+        op.outputs[0],
+        out.shape[1],
+        1,
+        1,
+        1,
+        0,
+        read.shape[1],
+        whole_instructions=whole,
+        row_instructions=whole + out.shape[1] * _ROW_CALL,
+        source_rows=tuple(int(y) for y in rows),
     )
 
 
@@ -320,7 +358,7 @@ def find_row_chains(
         if isinstance(layer, RowLayer):
             runs[-1].append(layer)
             continue
-        if op.opcode in ("CONV_2D", "DEPTHWISE_CONV_2D", "ADD"):
+        if op.opcode in ("CONV_2D", "DEPTHWISE_CONV_2D", "ADD", "RESIZE_NEAREST_NEIGHBOR"):
             refusals.append(RowRefusal((op.index,), layer))
         if runs[-1]:
             runs.append([])

@@ -322,14 +322,15 @@ def lower_resize_nearest_neighbor(e: ModelEmitter, op: Operator, name: str) -> s
     align, half = resize.align_corners, resize.half_pixel_centers
     y_map = e.array(f"{name}_y", "int32_t", nearest_indices(t_in.shape[1], out_h, align, half).tolist())
     x_map = e.array(f"{name}_x", "int32_t", nearest_indices(t_in.shape[2], out_w, align, half).tolist())
+    by_rows = op.index in e.row_ops  # output row oy of a row chain (`lowtide.compile.rows`): one row of one row
     p = e.struct(
         f"{name}_params",
         ResizeParams(
             batches=t_in.shape[0],
-            in_h=t_in.shape[1],
+            in_h=1 if by_rows else t_in.shape[1],
             in_w=t_in.shape[2],
             channels=t_in.shape[3],
-            out_h=out_h,
+            out_h=1 if by_rows else out_h,
             out_w=out_w,
             elem_size=element_size(t_in),
             half_pixel_centers=0,
@@ -339,6 +340,12 @@ def lower_resize_nearest_neighbor(e: ModelEmitter, op: Operator, name: str) -> s
             width_scale_10=0,
         ),
     )  # the maps carry the scales and the half-pixel offset
+    if by_rows:  # the input row y_map[oy] (ring or whole), its columns through x_map, into output row oy
+        first = e.array(f"{name}_first", "int32_t", [0])
+        source = e.row_pointer(op.inputs[0], f"{y_map}[oy]")
+        body = f"lt_resize_nearest({p}, {first}, {x_map}, {source}, {e.row_pointer(op.outputs[0], 'oy', True)});"
+        e.declarations.append(f"static LT_NOINLINE void {name}_row(uint8_t *arena, int32_t oy) {{\n    {body}\n}}")
+        return f"{name}_row(arena, oy);"
     return f"lt_resize_nearest({p}, {y_map}, {x_map}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
 
 
