@@ -14,7 +14,7 @@ from conftest import SHARED_MODELS, needs_firmware_tools
 from lowtide.compile import compile_model, verify_compiled
 from lowtide.compile.codegen import arena_plan
 from lowtide.memory import align_up
-from lowtide.model.builder import ModelBuilder
+from lowtide.model.builder import ModelBuilder, Padding
 from lowtide.pipeline.measure import measure
 from lowtide.testing.families import FAMILIES
 from lowtide.validation import load_model
@@ -158,12 +158,12 @@ def test_rows_that_would_cost_many_more_instructions_are_refused_unless_allowed(
 
 
 def test_compile_json_lists_chains_and_refusals(tmp_path):
-    """A pool between two runs of convolutions ends a chain, and a window taller than the row kernels take keeps
+    """An average pool (no row kernel) between two runs of convolutions ends a chain, and a window taller than the row kernels take keeps
     its layer out: `compile --json` lists the chains and the layer left out with the reason."""
     b = ModelBuilder(seed=2, name="pooled")
     x = b.input((1, 24, 24, 4))
     y = b.conv2d(b.conv2d(x, 16, kernel=3), 4, kernel=1)
-    y = b.max_pool(y, 2)
+    y = b.avg_pool(y, 2)
     y = b.conv2d(b.conv2d(y, 16, kernel=1), 4, kernel=3, stride=2)
     b.output(b.conv2d(y, 4, kernel=17))
     path = tmp_path / "pooled.tflite"
@@ -237,3 +237,31 @@ def test_fastdepth_runs_its_decoder_through_the_resizes(tmp_path):
     assert compile_model(load_model(path), row_chains=False).arena_bytes == 525_136
     result = verify_compiled(load_model(path), seed=0, sanitize=True)
     assert result.passed, result.outputs
+
+
+def _pooled(path: Path, size: int, stride: int, padding: Padding) -> Path:
+    """A convolution, an int8 max pool, a convolution."""
+    b = ModelBuilder(seed=13, name="pooled_chain")
+    x = b.input((1, 48, 40, 4))
+    y = b.conv2d(x, 32, kernel=3, activation="RELU")
+    y = b.max_pool(y, size, stride, padding)
+    b.output(b.conv2d(y, 4, kernel=3, activation="NONE"))
+    path.write_bytes(b.build())
+    return path
+
+
+@pytest.mark.parametrize(("size", "stride", "padding"), [(2, 2, "VALID"), (3, 2, "SAME"), (3, 1, "SAME")])
+def test_a_max_pool_runs_inside_a_chain(tmp_path, size, stride, padding):
+    """A max pool's output row reads its window's input rows as a convolution's does (stride, filter rows, padding
+    above): the three layers form one chain, the 32-channel tensors before and after the pool held as rings of
+    the rows still needed, bit-exact with TFLM, and the arena below the whole-tensor plan's."""
+    path = _pooled(tmp_path / "pooled_chain.tflite", size, stride, padding)
+    compiled = compile_model(load_model(path))
+    assert [c.ops for c in compiled.row_chains] == [(0, 1, 2)]
+    assert [rows for _, rows in compiled.row_chains[0].ring_rows] == [size, 3]
+    assert "void op1_row(uint8_t *arena, int32_t oy) {\n    lt_max_pool_ring_s8(" in compiled.files["model.c"]
+    for seed in (0, 1):
+        result = verify_compiled(load_model(path), seed=seed, sanitize=True)
+        assert result.passed, result.outputs
+    whole = compile_model(load_model(path), row_chains=False)
+    assert compiled.arena_bytes < whole.arena_bytes // 2

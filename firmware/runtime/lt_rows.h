@@ -77,4 +77,29 @@ LT_ALWAYS_INLINE void lt_depthwise_ring_s8_fast(const lt_conv_params *p, const i
     }
 }
 
+/* Output row oy of an int8 MAX_POOL_2D (batch 1) into `output`: lt_max_pool_s8's maximum over the window's
+ * pixels inside the input, clamped, channel by channel. */
+LT_ALWAYS_INLINE void lt_max_pool_ring_s8(const lt_conv_params *p, const int8_t *input, int32_t in_slots, int32_t oy,
+                                          int8_t *output) {
+    const int32_t c_count = p->in_c;
+    const int8_t *rows[LT_RING_MAX_FILTER_ROWS];
+    lt_window_rows(p, input, in_slots, oy, rows);
+    for (int32_t ox = 0; ox < p->out_w; ++ox) {
+        const int32_t x0 = ox * p->stride_w - p->pad_w;
+        const int32_t fx_start = x0 < 0 ? -x0 : 0;
+        const int32_t fx_end = p->filter_w < p->in_w - x0 ? p->filter_w : p->in_w - x0;
+        int8_t *out = output + ox * c_count;
+        for (int32_t c = 0; c < c_count; ++c) {
+            int32_t max = INT8_MIN;
+            for (int32_t fy = 0; fy < p->filter_h; ++fy) {
+                if (rows[fy] == NULL) continue;
+                const int8_t *v = rows[fy] + (x0 + fx_start) * c_count + c;
+                for (int32_t fx = fx_start; fx < fx_end; ++fx, v += c_count)
+                    if (*v > max) max = *v;
+            }
+            out[c] = (int8_t)(max < p->act_min ? p->act_min : (max > p->act_max ? p->act_max : max));
+        }
+    }
+}
+
 #endif /* LT_ROWS_H */

@@ -1,5 +1,5 @@
 """Row chains of the compiled runtime: runs of int8 convolutions (CONV_2D, pointwise, DEPTHWISE_CONV_2D, each
-with the PAD before it fused), residual ADDs, nearest-neighbour resizes and a leading TRANSPOSE that run one output row at a time, each layer
+with the PAD before it fused), residual ADDs, max pools, nearest-neighbour resizes and a leading TRANSPOSE that run one output row at a time, each layer
 computing its next row as soon as a later layer needs it, so that a tensor made and used inside the chain is held
 as a ring of the rows still needed instead of whole (no row is computed twice). A chain reads its sources whole
 and writes its output whole, over the rows of a source no later operator reads once they are read. Where a run
@@ -16,7 +16,7 @@ from lowtide.compile.lowering import ModelEmitter, Unsupported
 from lowtide.compile.lowering.conv import window_geometry
 from lowtide.compile.lowering.emitter import attributes_of
 from lowtide.memory import ALIGNMENT
-from lowtide.model.attributes import ResizeAttributes
+from lowtide.model.attributes import Pool2DAttributes, ResizeAttributes
 from lowtide.model.ir import Operator
 from lowtide.model.operators import nearest_indices
 
@@ -35,7 +35,8 @@ DEFAULT_MAX_ROW_OVERHEAD = 0.15
 #   same filter);
 # - depthwise: 2 per pair of taps and 8 per output, 60 per channel and output row; a plane row copied to int16,
 #   1 per value and 1.5 per row;
-# - a row call 30.
+# - a row call 30;
+# - a max pool (scalar, both kernels): 3 per window value and 6 per output (guessed, not fitted).
 _PER_FILTER_VALUE = 1.5
 _PER_OUTPUT_CHANNEL = 31
 _SINGLE_CALL_SHARE = 0.75
@@ -45,6 +46,8 @@ _DEPTHWISE_PER_CHANNEL_ROW = 60
 _PLANE_PER_VALUE = 1
 _PLANE_PER_ROW = 1.5
 _ROW_CALL = 30
+_POOL_PER_TAP = 3
+_POOL_PER_OUTPUT = 6
 
 
 @dataclass(frozen=True)
@@ -176,6 +179,8 @@ def _row_layer(e: ModelEmitter, op: Operator, fast_rows: frozenset[int]) -> RowL
         )
     if op.opcode == "RESIZE_NEAREST_NEIGHBOR":
         return _resize_layer(e, op)
+    if op.opcode == "MAX_POOL_2D":
+        return _max_pool_layer(e, op)
     if op.opcode not in ("CONV_2D", "DEPTHWISE_CONV_2D"):
         return f"{op.opcode} has no row kernel"
     if op.index not in fast_rows:
@@ -250,6 +255,32 @@ def _resize_layer(e: ModelEmitter, op: Operator) -> RowLayer | str:
         whole_instructions=whole,
         row_instructions=whole + out.shape[1] * _ROW_CALL,
         source_rows=tuple(int(y) for y in rows),
+    )
+
+
+def _max_pool_layer(e: ModelEmitter, op: Operator) -> RowLayer | str:
+    """An int8 MAX_POOL_2D as a row layer: its window over the input rows as a convolution's (lt_rows.h)."""
+    if e.tensor(op.inputs[0]).dtype != "int8" or e.quantization(op.inputs[0]) != e.quantization(op.outputs[0]):
+        return "a MAX_POOL_2D not of int8 with its input's quantization"
+    try:
+        g = window_geometry(e, op, *attributes_of(op, Pool2DAttributes).filter)
+    except Unsupported as exc:
+        return str(exc)
+    if g.filter_h > MAX_FILTER_ROWS:
+        return f"a window of {g.filter_h} rows (row kernels take at most {MAX_FILTER_ROWS})"
+    whole = g.out_h * g.out_w * g.out_c * (g.filter_h * g.filter_w * _POOL_PER_TAP + _POOL_PER_OUTPUT)
+    return RowLayer(
+        op.index,
+        (op.inputs[0],),
+        op.outputs[0],
+        g.out_h,
+        g.stride_h,
+        g.filter_h,
+        1,
+        g.pad_h,
+        g.in_h,
+        whole_instructions=whole,
+        row_instructions=whole + g.out_h * _ROW_CALL,
     )
 
 
@@ -358,7 +389,7 @@ def find_row_chains(
         if isinstance(layer, RowLayer):
             runs[-1].append(layer)
             continue
-        if op.opcode in ("CONV_2D", "DEPTHWISE_CONV_2D", "ADD", "RESIZE_NEAREST_NEIGHBOR"):
+        if op.opcode in ("CONV_2D", "DEPTHWISE_CONV_2D", "ADD", "MAX_POOL_2D", "RESIZE_NEAREST_NEIGHBOR"):
             refusals.append(RowRefusal((op.index,), layer))
         if runs[-1]:
             runs.append([])

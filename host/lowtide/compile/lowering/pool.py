@@ -52,6 +52,14 @@ def _pool(e: ModelEmitter, op: Operator, name: str, kind: str) -> str:
     else:
         raise Unsupported(f"types {ins} -> {outs}")
     p = e.struct(f"{name}_params", params)
+    if op.index in e.row_ops:  # output row oy of a row chain (`lowtide.compile.rows`): int8 max pools, in lt_rows.h
+        source = op.inputs[0]
+        body = (
+            f"lt_{kind}_ring_{suffix}({p}, {e.pointer(source)}, {e.slots(source)}, oy, "
+            f"{e.row_pointer(op.outputs[0], 'oy', True)});"
+        )
+        e.declarations.append(f"static LT_NOINLINE void {name}_row(uint8_t *arena, int32_t oy) {{\n    {body}\n}}")
+        return f"{name}_row(arena, oy);"
     return f"lt_{kind}_{suffix}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
 
 
