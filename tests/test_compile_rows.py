@@ -283,3 +283,23 @@ def test_pool_and_resize_rows_bit_exact_on_qemu_m4(tmp_path, model):
         == compile_model(load_model(path)).arena_bytes
         == (14_880 if model == "max_pool" else 7_200)
     )
+
+
+def test_a_prelu_runs_inside_a_chain(tmp_path):
+    """A PRELU's output row is its input row with the per-channel slopes (the same on every row): a stride-2 stem,
+    PRELU, a depthwise block, its residual ADD, a PRELU and a stride-2 convolution form one chain, bit-exact with
+    TFLM, and no 48 x 40 x 16 tensor is held whole: 30,160 B against 92,224 B."""
+    b = ModelBuilder(seed=17, name="prelu_chain")
+    x = b.prelu(b.conv2d(b.input((1, 96, 80, 3)), 16, kernel=3, stride=2, activation="NONE"))
+    y = b.conv2d(b.depthwise_conv2d(x, kernel=3, activation="NONE"), 16, kernel=1, activation="NONE")
+    b.output(b.conv2d(b.prelu(b.add(x, y)), 4, kernel=3, stride=2, activation="NONE"))
+    path = tmp_path / "prelu_chain.tflite"
+    path.write_bytes(b.build())
+    compiled = compile_model(load_model(path))
+    assert [c.ops for c in compiled.row_chains] == [(0, 1, 2, 3, 4, 5, 6)]  # PRELUs: 1 and 5
+    assert "void op1_row(uint8_t *arena, int32_t oy) {\n    lt_prelu_s8(" in compiled.files["model.c"]
+    for seed in (0, 1):
+        result = verify_compiled(load_model(path), seed=seed, sanitize=True)
+        assert result.passed, result.outputs
+    whole = compile_model(load_model(path), row_chains=False)
+    assert (compiled.arena_bytes, whole.arena_bytes) == (30_160, 92_224)

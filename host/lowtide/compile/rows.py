@@ -1,5 +1,6 @@
 """Row chains of the compiled runtime: runs of int8 convolutions (CONV_2D, pointwise, DEPTHWISE_CONV_2D, each
-with the PAD before it fused), residual ADDs, max pools, nearest-neighbour resizes and a leading TRANSPOSE that run one output row at a time, each layer
+with the PAD before it fused), residual ADDs, PRELUs, max pools, nearest-neighbour resizes and a leading TRANSPOSE
+that run one output row at a time, each layer
 computing its next row as soon as a later layer needs it, so that a tensor made and used inside the chain is held
 as a ring of the rows still needed instead of whole (no row is computed twice). A chain reads its sources whole
 and writes its output whole, over the rows of a source no later operator reads once they are read. Where a run
@@ -17,7 +18,7 @@ from lowtide.compile.lowering.conv import window_geometry
 from lowtide.compile.lowering.emitter import attributes_of
 from lowtide.memory import ALIGNMENT
 from lowtide.model.attributes import Pool2DAttributes, ResizeAttributes
-from lowtide.model.ir import Operator
+from lowtide.model.ir import Operator, TensorKind
 from lowtide.model.operators import nearest_indices
 
 # The row kernels keep one pointer per filter row on the stack (lt_rows.h, LT_RING_MAX_FILTER_ROWS): taller
@@ -36,7 +37,8 @@ DEFAULT_MAX_ROW_OVERHEAD = 0.15
 # - depthwise: 2 per pair of taps and 8 per output, 60 per channel and output row; a plane row copied to int16,
 #   1 per value and 1.5 per row;
 # - a row call 30;
-# - a max pool (scalar, both kernels): 3 per window value and 6 per output (guessed, not fitted).
+# - a max pool (scalar, both kernels): 3 per window value and 6 per output; a PRELU 20 per value (guessed, not
+#   fitted).
 _PER_FILTER_VALUE = 1.5
 _PER_OUTPUT_CHANNEL = 31
 _SINGLE_CALL_SHARE = 0.75
@@ -48,6 +50,7 @@ _PLANE_PER_ROW = 1.5
 _ROW_CALL = 30
 _POOL_PER_TAP = 3
 _POOL_PER_OUTPUT = 6
+_PRELU_PER_VALUE = 20
 
 
 @dataclass(frozen=True)
@@ -181,6 +184,8 @@ def _row_layer(e: ModelEmitter, op: Operator, fast_rows: frozenset[int]) -> RowL
         return _resize_layer(e, op)
     if op.opcode == "MAX_POOL_2D":
         return _max_pool_layer(e, op)
+    if op.opcode == "PRELU":
+        return _prelu_layer(e, op)
     if op.opcode not in ("CONV_2D", "DEPTHWISE_CONV_2D"):
         return f"{op.opcode} has no row kernel"
     if op.index not in fast_rows:
@@ -255,6 +260,30 @@ def _resize_layer(e: ModelEmitter, op: Operator) -> RowLayer | str:
         whole_instructions=whole,
         row_instructions=whole + out.shape[1] * _ROW_CALL,
         source_rows=tuple(int(y) for y in rows),
+    )
+
+
+def _prelu_layer(e: ModelEmitter, op: Operator) -> RowLayer | str:
+    """An int8 PRELU as a row layer: output row oy from input row oy and the constant alpha, which must not vary
+    along the rows (a pixel is written after it is read, as an ADD's)."""
+    read, alpha, out = (e.tensor(t) for t in (op.inputs[0], op.inputs[1], op.outputs[0]))
+    rows_of_alpha = (1, 1, 1, *alpha.shape)[-3]
+    if read.dtype != "int8" or read.shape != out.shape or alpha.kind is TensorKind.ACTIVATION or rows_of_alpha != 1:
+        return "a PRELU not of int8, or with an alpha computed or varying along the rows"
+    whole = out.nbytes * _PRELU_PER_VALUE
+    return RowLayer(
+        op.index,
+        (op.inputs[0],),
+        op.outputs[0],
+        out.shape[1],
+        1,
+        1,
+        1,
+        0,
+        out.shape[1],
+        "pixel",
+        whole_instructions=whole,
+        row_instructions=whole + out.shape[1] * _ROW_CALL,
     )
 
 
@@ -389,7 +418,7 @@ def find_row_chains(
         if isinstance(layer, RowLayer):
             runs[-1].append(layer)
             continue
-        if op.opcode in ("CONV_2D", "DEPTHWISE_CONV_2D", "ADD", "MAX_POOL_2D", "RESIZE_NEAREST_NEIGHBOR"):
+        if op.opcode in ("CONV_2D", "DEPTHWISE_CONV_2D", "ADD", "MAX_POOL_2D", "PRELU", "RESIZE_NEAREST_NEIGHBOR"):
             refusals.append(RowRefusal((op.index,), layer))
         if runs[-1]:
             runs.append([])

@@ -18,7 +18,7 @@ from lowtide.compile.kernel_params import (
     SoftmaxParams,
     params_reading,
 )
-from lowtide.compile.lowering.elementwise import NO_RESCALE, broadcast_steps
+from lowtide.compile.lowering.elementwise import NO_RESCALE, Broadcast, broadcast_steps
 from lowtide.compile.lowering.emitter import (
     C_TYPES,
     NO_FLOAT_ACTIVATION,
@@ -254,6 +254,9 @@ def lower_prelu(e: ModelEmitter, op: Operator, name: str) -> str:
     dtype = ins[0]
     require(ins[1] == ("int8" if dtype == "int16" else dtype), f"alpha of type {ins[1]} for a {dtype} input")
     steps = broadcast_steps(e, op)
+    by_rows = op.index in e.row_ops  # output row oy of a row chain (`lowtide.compile.rows`): alpha on every row alike
+    if by_rows:  # the dims of one NHWC row
+        steps = Broadcast(ndim=2, dims=steps["dims"][2:], step1=steps["step1"][2:], step2=steps["step2"][2:])
     if dtype == "float32":
         params = BinaryParams(**steps, **NO_RESCALE, **NO_QUANTIZED_ACTIVATION, **NO_FLOAT_ACTIVATION)
     else:
@@ -271,6 +274,13 @@ def lower_prelu(e: ModelEmitter, op: Operator, name: str) -> str:
             **NO_FLOAT_ACTIVATION,
         )
     p = e.struct(f"{name}_params", params)
+    if by_rows:
+        body = (
+            f"lt_prelu_{SUFFIXES[dtype]}({p}, {e.row_pointer(op.inputs[0], 'oy')}, {e.pointer(op.inputs[1])}, "
+            f"{e.row_pointer(op.outputs[0], 'oy', True)});"
+        )
+        e.declarations.append(f"static LT_NOINLINE void {name}_row(uint8_t *arena, int32_t oy) {{\n    {body}\n}}")
+        return f"{name}_row(arena, oy);"
     return (
         f"lt_prelu_{SUFFIXES[dtype]}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
         f"{e.pointer(op.outputs[0], True)});"
