@@ -303,3 +303,20 @@ def test_a_prelu_runs_inside_a_chain(tmp_path):
         assert result.passed, result.outputs
     whole = compile_model(load_model(path), row_chains=False)
     assert (compiled.arena_bytes, whole.arena_bytes) == (30_160, 92_224)
+
+
+def test_a_prelu_alone_runs_over_its_input_whole(tmp_path):
+    """A PRELU between operators with no row kernel is a chain alone (taken with the expansion's chain), written
+    over its input's bytes: as a lone pointwise layer it runs as one row of all its pixels (the whole kernel, in place), every row of it (it once
+    ran the first row only, and face_landmarks differed from TFLM)."""
+    b = ModelBuilder(seed=19, name="prelu_alone")
+    x = b.avg_pool(b.prelu(b.avg_pool(b.input((1, 64, 32, 8)), 2)), 1)
+    y = b.depthwise_conv2d(b.conv2d(x, 32, kernel=1, activation="RELU6"), kernel=3, activation="RELU6")
+    b.output(b.conv2d(y, 8, kernel=1, activation="NONE"))
+    path = tmp_path / "prelu_alone.tflite"
+    path.write_bytes(b.build())
+    compiled = compile_model(load_model(path))
+    assert [(c.ops, c.one_row) for c in compiled.row_chains] == [((1,), True), ((3, 4, 5), False)]
+    for seed in (0, 1):
+        result = verify_compiled(load_model(path), seed=seed, sanitize=True)
+        assert result.passed, result.outputs

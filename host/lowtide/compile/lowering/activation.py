@@ -255,7 +255,7 @@ def lower_prelu(e: ModelEmitter, op: Operator, name: str) -> str:
     require(ins[1] == ("int8" if dtype == "int16" else dtype), f"alpha of type {ins[1]} for a {dtype} input")
     steps = broadcast_steps(e, op)
     by_rows = op.index in e.row_ops  # output row oy of a row chain (`lowtide.compile.rows`): alpha on every row alike
-    if by_rows:  # the dims of one NHWC row
+    if by_rows and op.index not in e.one_row_ops:  # the dims of one NHWC row (alone: one row of all its pixels)
         steps = Broadcast(ndim=2, dims=steps["dims"][2:], step1=steps["step1"][2:], step2=steps["step2"][2:])
     if dtype == "float32":
         params = BinaryParams(**steps, **NO_RESCALE, **NO_QUANTIZED_ACTIVATION, **NO_FLOAT_ACTIVATION)
