@@ -320,3 +320,38 @@ def test_a_prelu_alone_runs_over_its_input_whole(tmp_path):
     for seed in (0, 1):
         result = verify_compiled(load_model(path), seed=seed, sanitize=True)
         assert result.passed, result.outputs
+
+
+def _padded(path: Path, skip: bool) -> Path:
+    """`skip`: a strided block whose skip path is max-pooled and padded with zero-point channels to the main
+    path's width, then added; else a convolution whose output is padded in columns and channels before a VALID
+    3x3 convolution."""
+    b = ModelBuilder(seed=23, name="padded")
+    if skip:
+        x = b.conv2d(b.input((1, 48, 40, 3)), 16, kernel=3, stride=2, activation="RELU")
+        y = b.conv2d(b.depthwise_conv2d(x, kernel=3, stride=2, activation="NONE"), 32, kernel=1, activation="NONE")
+        b.output(b.conv2d(b.add(y, b.pad(b.max_pool(x, 2), channels=(0, 16))), 8, kernel=3, stride=2))
+    else:
+        x = b.conv2d(b.input((1, 40, 20, 4)), 16, kernel=3, activation="RELU")
+        x = b.pad(x, cols=(1, 2), channels=(0, 8))
+        b.output(b.conv2d(x, 4, kernel=3, padding="VALID", activation="NONE"))
+    path.write_bytes(b.build())
+    return path
+
+
+@pytest.mark.parametrize(
+    ("skip", "chain", "arenas"), [(True, (0, 1, 2, 3, 4, 5), (7_824, 13_584)), (False, (0, 1, 2), (6_352, 34_880))]
+)
+def test_a_pad_of_columns_and_channels_runs_inside_a_chain(tmp_path, skip, chain, arenas):
+    """A PAD's output row is its input row padded (with the output's zero point) in columns and channels: the
+    strided block with its padded skip path is one chain (the last convolution apart: the minimax cut), the
+    padded tensor of the other model a ring; bit-exact with TFLM, the arena below the whole-tensor plan's."""
+    path = _padded(tmp_path / "padded.tflite", skip)
+    compiled = compile_model(load_model(path))
+    assert chain in [c.ops for c in compiled.row_chains]
+    pad = next(op.index for op in load_model(path).main.operators if op.opcode == "PAD")
+    assert f"void op{pad}_row(uint8_t *arena, int32_t oy) {{\n    lt_fill(" in compiled.files["model.c"]
+    for seed in (0, 1):
+        result = verify_compiled(load_model(path), seed=seed, sanitize=True)
+        assert result.passed, result.outputs
+    assert (compiled.arena_bytes, compile_model(load_model(path), row_chains=False).arena_bytes) == arenas

@@ -1,6 +1,6 @@
 """Row chains of the compiled runtime: runs of int8 convolutions (CONV_2D, pointwise, DEPTHWISE_CONV_2D, each
-with the PAD before it fused), residual ADDs, PRELUs, max pools, nearest-neighbour resizes and a leading TRANSPOSE
-that run one output row at a time, each layer
+with the PAD before it fused), residual ADDs, PRELUs, max pools, nearest-neighbour resizes, PADs of columns and
+channels and a leading TRANSPOSE that run one output row at a time, each layer
 computing its next row as soon as a later layer needs it, so that a tensor made and used inside the chain is held
 as a ring of the rows still needed instead of whole (no row is computed twice). A chain reads its sources whole
 and writes its output whole, over the rows of a source no later operator reads once they are read. Where a run
@@ -186,6 +186,8 @@ def _row_layer(e: ModelEmitter, op: Operator, fast_rows: frozenset[int]) -> RowL
         return _max_pool_layer(e, op)
     if op.opcode == "PRELU":
         return _prelu_layer(e, op)
+    if op.opcode in ("PAD", "PADV2"):
+        return _pad_layer(e, op)
     if op.opcode not in ("CONV_2D", "DEPTHWISE_CONV_2D"):
         return f"{op.opcode} has no row kernel"
     if op.index not in fast_rows:
@@ -282,6 +284,28 @@ def _prelu_layer(e: ModelEmitter, op: Operator) -> RowLayer | str:
         0,
         out.shape[1],
         "pixel",
+        whole_instructions=whole,
+        row_instructions=whole + out.shape[1] * _ROW_CALL,
+    )
+
+
+def _pad_layer(e: ModelEmitter, op: Operator) -> RowLayer | str:
+    """An int8 PAD of columns and channels only as a row layer: output row oy is input row oy padded."""
+    read, out = e.tensor(op.inputs[0]), e.tensor(op.outputs[0])
+    paddings = [int(v) for v in e.constant_values(op.inputs[1]).reshape(-1)]
+    if read.dtype != "int8" or len(read.shape) != 4 or paddings[:4] != [0, 0, 0, 0]:
+        return "a PAD of rows or the batch, or not of int8 NHWC"
+    whole = out.nbytes * 3  # filled, and the input's bytes copied, as a TRANSPOSE's
+    return RowLayer(
+        op.index,
+        (op.inputs[0],),
+        op.outputs[0],
+        out.shape[1],
+        1,
+        1,
+        1,
+        0,
+        read.shape[1],
         whole_instructions=whole,
         row_instructions=whole + out.shape[1] * _ROW_CALL,
     )
@@ -418,7 +442,7 @@ def find_row_chains(
         if isinstance(layer, RowLayer):
             runs[-1].append(layer)
             continue
-        if op.opcode in ("CONV_2D", "DEPTHWISE_CONV_2D", "ADD", "MAX_POOL_2D", "PRELU", "RESIZE_NEAREST_NEIGHBOR"):
+        if op.opcode in ("CONV_2D", "DEPTHWISE_CONV_2D", "ADD", "MAX_POOL_2D", "PAD", "PADV2", "PRELU", "RESIZE_NEAREST_NEIGHBOR"):
             refusals.append(RowRefusal((op.index,), layer))
         if runs[-1]:
             runs.append([])

@@ -191,6 +191,15 @@ def lower_pad(e: ModelEmitter, op: Operator, name: str) -> str:
     out_st = strides(t_out.shape)
     start = sum(b * s for b, s in zip(before, out_st))
     size = element_size(t_in)
+    if op.index in e.row_ops:  # output row oy of a row chain (`lowtide.compile.rows`): int8 NHWC, rows not padded
+        p = _copy(e, f"{name}_params", t_in.shape[2:], strides(t_in.shape)[2:], out_st[2:], size)
+        row = e.row_pointer(op.outputs[0], "oy", True)
+        body = (
+            f"lt_fill({row}, {math.prod(t_out.shape[2:])}u, {value}, {size}); "
+            f"lt_copy_strided({p}, {e.row_pointer(op.inputs[0], 'oy')}, {row} + {start});"
+        )
+        e.declarations.append(f"static LT_NOINLINE void {name}_row(uint8_t *arena, int32_t oy) {{\n    {body}\n}}")
+        return f"{name}_row(arena, oy);"
     p = _copy(e, f"{name}_params", t_in.shape, strides(t_in.shape), out_st, size)
     out = e.pointer(op.outputs[0], True)
     return (
