@@ -221,20 +221,27 @@ def test_a_nearest_resize_runs_inside_a_chain(tmp_path, align_corners, half_pixe
     assert (compiled.arena_bytes, whole.arena_bytes) == (7_200, 30_720)
 
 
-def test_fastdepth_runs_its_decoder_through_the_resizes(tmp_path):
-    """FastDepth's decoder stages (depthwise 5x5, pointwise, nearest x2 resize, skip ADD) run as chains through
-    the resizes, so no upsampled tensor is held whole: 173,568 B compiled (514,560 B when the resizes broke the
-    chains, 525,136 B on whole tensors), bit-exact with TFLM."""
-    family = FAMILIES["fastdepth"]
-    path = tmp_path / "fastdepth.tflite"
+@pytest.mark.parametrize(
+    ("name", "opcodes", "arenas"),
+    [
+        ("fastdepth", {"RESIZE_NEAREST_NEIGHBOR"}, (173_568, 525_136)),
+        ("face_landmarks", {"PRELU", "MAX_POOL_2D", "PAD"}, (140_368, 442_432)),
+    ],
+)
+def test_families_run_through_their_resizes_pools_prelus_and_pads(tmp_path, name, opcodes, arenas):
+    """FastDepth's decoder stages (depthwise 5x5, pointwise, nearest x2 resize, skip ADD) and face_landmarks'
+    PReLU residual blocks (their strided skip paths max-pooled and channel-padded) run as chains through those
+    operators, so no upsampled or full-resolution tensor is held whole: FastDepth 173,568 B compiled (514,560 B
+    when the resizes broke the chains), face_landmarks 140,368 B (440,832 B when the PRELUs, pools and PADs did),
+    bit-exact with TFLM."""
+    family = FAMILIES[name]
+    path = tmp_path / f"{name}.tflite"
     path.write_bytes(family.build(family.full).build())
     graph = load_model(path)
     compiled = compile_model(graph)
-    resizes = {op.index for op in graph.main.operators if op.opcode == "RESIZE_NEAREST_NEIGHBOR"}
-    chained = {op for chain in compiled.row_chains for op in chain.ops}
-    assert resizes and resizes <= chained
-    assert compiled.arena_bytes == 173_568
-    assert compile_model(load_model(path), row_chains=False).arena_bytes == 525_136
+    rolled = {op.index for op in graph.main.operators if op.opcode in opcodes}
+    assert rolled and rolled <= {op for chain in compiled.row_chains for op in chain.ops}
+    assert (compiled.arena_bytes, compile_model(load_model(path), row_chains=False).arena_bytes) == arenas
     result = verify_compiled(load_model(path), seed=0, sanitize=True)
     assert result.passed, result.outputs
 
