@@ -275,20 +275,22 @@ def test_a_max_pool_runs_inside_a_chain(tmp_path, size, stride, padding):
 
 
 @needs_firmware_tools
-@pytest.mark.parametrize("model", ["max_pool", "resize"])
-def test_pool_and_resize_rows_bit_exact_on_qemu_m4(tmp_path, model):
-    """The max pool and nearest-resize row layers inside chains through the M4's build, outputs against the host
-    TFLM, the board's arena the compiled plan's."""
+@pytest.mark.parametrize("model", ["max_pool", "resize", "pad"])
+def test_pool_resize_and_pad_rows_bit_exact_on_qemu_m4(tmp_path, model):
+    """The max pool, nearest-resize and channel-PAD row layers inside chains through the M4's build, outputs
+    against the host TFLM, the board's arena the compiled plan's."""
     if model == "max_pool":
         path = _pooled(tmp_path / "pooled_chain.tflite", 3, 2, "SAME")
-    else:
+    elif model == "resize":
         path = _upsampling(tmp_path / "upsampling.tflite", half_pixel_centers=True)
+    else:
+        path = _padded(tmp_path / "padded.tflite", skip=True)
     result = measure(path, "qemu-m4", iterations=1, warmup=0, timeout=120, seed=5)
     assert result.outputs_match, result.mismatched_outputs
     assert (
         result.board_planned_bytes
         == compile_model(load_model(path)).arena_bytes
-        == (14_880 if model == "max_pool" else 7_200)
+        == {"max_pool": 14_880, "resize": 7_200, "pad": 7_824}[model]
     )
 
 
