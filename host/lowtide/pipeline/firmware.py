@@ -198,6 +198,21 @@ def check_estimate_fits(spec: BoardSpec, estimate: FootprintEstimate) -> None:
         raise LowtideError(f"{estimate.model}: {'; '.join(problems)}")
 
 
+def check_memories_fit(spec: BoardSpec, estimate: FootprintEstimate, layout: TflmArenaLayout | None) -> None:
+    """Refuses, with the numbers, a model whose firmware overflows one of `spec`'s memories ([[memory]]) though the
+    sum fits (the STM32H743's one arena in its 512 KiB AXI SRAM), before building: each memory as memory_use counts
+    it."""
+    over = [use for use in memory_use(spec, estimate, layout) if not use.fits]
+    if over:
+        problems = [
+            " + ".join(f"{what} {nbytes:,} B" for what, nbytes in use.contents)
+            + " > "
+            + capacity(spec, use.memory, use.size_bytes)
+            for use in over
+        ]
+        raise LowtideError(f"{estimate.model}: {'; '.join(problems)}")
+
+
 def check_image_fits(spec: BoardSpec, image: FirmwareImage, model: str) -> None:
     """Refuses, with the numbers, a built image whose sections do not fit `spec`'s SRAM or flash."""
     problems = []
@@ -299,6 +314,7 @@ def build_board_firmware(
     if layout is not None:
         estimate = dataclasses.replace(estimate, arena_bytes=_script_ram_arena_bytes(layout))
     check_estimate_fits(spec, estimate)
+    check_memories_fit(spec, estimate, layout)
     project = firmware_project(spec, graph, runtime, layout, project_dir, protocol, settings=settings)
     built = read_firmware_image(project.elf, spec.platformio_env, settings)
     image = dataclasses.replace(built, project_dir=project.directory)
