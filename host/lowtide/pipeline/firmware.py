@@ -171,6 +171,19 @@ def memory_use(spec: BoardSpec, estimate: FootprintEstimate, layout: TflmArenaLa
     return uses
 
 
+def arena_memories(spec: BoardSpec, regions: ArenaRegions) -> tuple[str | None, str | None]:
+    """The memories ([[memory]] names) that hold TFLM's arena (the non-persistent one with `regions.split`) and its
+    persistent one for `regions`: the one asked for, or for an arena left in .bss the memory of the linker script's
+    RAM region; None where the board file names none there (or, for the persistent one, with one arena)."""
+    if regions.arena is not None:
+        arena: str | None = regions.arena
+    else:
+        script = shipped_linker_regions(spec) or []
+        ram = next((r for r in script if r.name == _bss_region(spec, script)), None)
+        arena = next((m.name for m in spec.memories if ram and m.address <= ram.origin < m.end), None)
+    return arena, regions.persistent
+
+
 def _bss_region(spec: BoardSpec, regions: list[MemoryRegion]) -> str | None:
     """The linker script's region that holds .bss: its RAM, or the region RAM is an alias of (REGION_ALIAS)."""
     script = shipped_linker_script(spec)
