@@ -302,3 +302,44 @@ def test_an_upload_with_no_probe_attached_runs_openocd_on_that_probe_and_fails_i
         command_line,
     ), command_line
     assert "tool-openocd @ 3.1200.0" in log and "Open On-Chip Debugger 0.12.0" in log  # the shim ran the real one
+
+
+FIRMWARE_DOC = Path(__file__).parents[1] / "docs" / "firmware.md"
+
+
+def test_the_users_own_board_file_in_firmware_md_places_the_arenas_as_the_page_says(tmp_path):
+    """docs/firmware.md, "Your own board, step by step": its board file, taken from the page, with the commands and
+    the figures the page shows."""
+    page = FIRMWARE_DOC.read_text()
+    (text,) = re.findall(r"```toml\n# my-h743\.toml\n(.*?)```", page, re.S)
+    board = tmp_path / "my-h743.toml"
+    board.write_text(text)
+    model = tmp_path / "mobilenet_v2_0.75_120.tflite"
+    model.write_bytes(mobilenet_v2(resolution=120, width=0.75))
+    split = ("--arena-region", "axi_sram", "--persistent-region", "sram1")
+    common = (str(model), "--board", str(board), "--runtime", "tflm")
+
+    inspected = lowtide("inspect", *common, "--core", "cortex-m7", *split, "--json")
+    assert inspected.returncode == 0, inspected.stderr
+    uses = {m["memory"]: m for m in json.loads(inspected.stdout)["board_memories"]}
+    assert [(m, uses[m]["used_bytes"], uses[m]["fits"]) for m in ("axi_sram", "sram1")] == [
+        ("axi_sram", 488_200, True),
+        ("sram1", 115_072, True),
+    ]
+    assert "│ sram1    │ 0x30000000 │ 131,072 B │ TFLM's persistent     │ 115,072 B │ yes  │" in page
+
+    message = one_line_error(lowtide("build", *common))
+    assert message in page  # the refusal of one arena, word for word
+
+    built = lowtide("build", *common, *split, "--json")
+    assert built.returncode == 0, built.stderr
+    report = json.loads(built.stdout)
+    assert (report["board"], report["non_persistent_arena_bytes"], report["persistent_arena_bytes"]) == (
+        "my-h743",
+        432_000,
+        115_072,
+    )
+    sections = {s.name: s for s in elf_sections(Path(report["elf"]), read_settings())}
+    assert (sections[".lt_arena.sram1"].address, sections[".lt_arena.sram1"].size) == (0x30000000, 115_072)
+    axi = sections[".lt_arena.axi_sram"]
+    assert axi.address >= sections[".bss"].address + sections[".bss"].size and axi.address + axi.size <= 0x24080000
