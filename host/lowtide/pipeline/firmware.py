@@ -214,15 +214,18 @@ def check_estimate_fits(spec: BoardSpec, estimate: FootprintEstimate) -> None:
 def check_memories_fit(spec: BoardSpec, estimate: FootprintEstimate, layout: TflmArenaLayout | None) -> None:
     """Refuses, with the numbers, a model whose firmware overflows one of `spec`'s memories ([[memory]]) though the
     sum fits (the STM32H743's one arena in its 512 KiB AXI SRAM), before building: each memory as memory_use counts
-    it."""
-    over = [use for use in memory_use(spec, estimate, layout) if not use.fits]
-    if over:
-        problems = [
-            " + ".join(f"{what} {nbytes:,} B" for what, nbytes in use.contents)
-            + " > "
-            + capacity(spec, use.memory, use.size_bytes)
-            for use in over
-        ]
+    it, against the memory or the linker script's region starting there if that is longer (one region over banks
+    that follow each other: the F446RE's SRAM1 and SRAM2)."""
+    script = shipped_linker_regions(spec) or []
+    problems = []
+    for use in memory_use(spec, estimate, layout):
+        room = max(
+            [use.size_bytes, *(r.length for r in script if use.address <= r.origin < use.address + use.size_bytes)]
+        )
+        if use.used_bytes > room:
+            contents = " + ".join(f"{what} {nbytes:,} B" for what, nbytes in use.contents)
+            problems.append(f"{contents} > {capacity(spec, use.memory, room)}")
+    if problems:
         raise LowtideError(f"{estimate.model}: {'; '.join(problems)}")
 
 
