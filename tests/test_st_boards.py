@@ -319,8 +319,9 @@ def test_the_users_own_board_file_in_firmware_md_places_the_arenas_as_the_page_s
     split = ("--arena-region", "axi_sram", "--persistent-region", "sram1")
     common = (str(model), "--board", str(board), "--runtime", "tflm")
 
-    inspected = lowtide("inspect", *common, "--core", "cortex-m7", *split, "--json")
+    inspected = lowtide("inspect", *common, *split, "--json")
     assert inspected.returncode == 0, inspected.stderr
+    assert json.loads(inspected.stdout)["mcu32"]["core"] == "cortex-m7"  # the board's, without --core
     uses = {m["memory"]: m for m in json.loads(inspected.stdout)["board_memories"]}
     assert [(m, uses[m]["used_bytes"], uses[m]["fits"]) for m in ("axi_sram", "sram1")] == [
         ("axi_sram", 488_200, True),
