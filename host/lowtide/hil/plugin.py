@@ -403,7 +403,7 @@ def lowtide_measure(request: pytest.FixtureRequest, lowtide_board: str) -> Measu
                 regions=regions,
             )
             spec = get_board(lowtide_board).spec
-            memories = memory_figures(result, *arena_memories(spec, regions)) if spec else {}
+            memories = memory_figures(result, *arena_memories(spec, regions)) if spec and regions.split else {}
         except LowtideError as exc:
             message = f"lowtide: measuring {model_path.name} on {lowtide_board} failed: {exc}"
             raise pytest.fail.Exception(message, pytrace=False) from None  # the message, not a chain of errors
