@@ -4,6 +4,7 @@ baselines writer killed with SIGKILL in the middle of its writes."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import json
 import os
@@ -34,7 +35,10 @@ from lowtide.hil.baselines import (
 )
 from lowtide.hil.compare import Tolerances, compare
 from lowtide.pipeline.optimize import optimize_model
-from lowtide.settings import read_settings
+from lowtide.settings import CACHE_DIR_SETTING, read_settings
+from lowtide.storage import cache_root
+from lowtide.tflm.sizer import predict_arena32
+from lowtide.tflm.tree import KernelSet
 from lowtide.validation import load_model
 from support.builder_models import BRANCH_BY_BRANCH, BREADTH_FIRST, two_branch_builder
 
@@ -510,3 +514,70 @@ def test_worse_model_fails_on_qemu_m4_with_painted_and_instruction_figures(pytes
     properties = {p.get("name"): p.get("value") for p in testcase.iter("property")}
     assert properties["lowtide.two_branch.arena_high_water_bytes"] == str(bad_arena)
     assert int(properties["lowtide.two_branch.latency_median_cycles"]) > 0
+
+
+ON_OFF = SHARED_MODELS / "mltk_kws_on_off_v3.tflite"  # one arena (94 KB) fits neither of qemu-m4-banks' 80 KiB
+# The user cache (TFLM's trees and objects, the firmware builds) as it is before pytester points HOME elsewhere.
+USER_CACHE = cache_root(read_settings())
+TWO_BANKS_TEST = """
+def test_on_off(lowtide_measure, assert_no_regression):
+    result = lowtide_measure({model!r}, persistent_region="sram2", iterations=2, timeout=60.0)
+    assert_no_regression(result)
+"""
+
+
+@needs_firmware_tools
+def test_baselines_record_and_compare_the_arena_bytes_in_each_memory(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+):
+    """TFLM's two arenas in qemu-m4-banks' two banks (the non-persistent one with .bss in sram1, the persistent one
+    in sram2): the baseline keeps each bank's arena bytes as TFLM reported them, to the byte as lowtide predicts
+    them, and a bank whose share grew is named in the regression message."""
+    monkeypatch.setenv(CACHE_DIR_SETTING, str(USER_CACHE))
+    model = pytester.path / "on_off.tflite"
+    shutil.copy(ON_OFF, model)
+    split = predict_arena32(load_model(model), KernelSet.REFERENCE, read_settings()).split
+    assert split is not None
+    head, tail = split.non_persistent_used_bytes, split.persistent_used_bytes
+    pytester.makepyfile(test_banks=TWO_BANKS_TEST.format(model=str(model)))
+    baselines = pytester.path / "baselines.json"
+    options = [*PLUGIN, "--lowtide-board", "qemu-m4-banks", "--lowtide-baselines", str(baselines)]
+
+    pytester.runpytest(*options, "--lowtide-update-baselines").assert_outcomes(passed=1)
+    ((key, recorded),) = load_baselines(baselines).items()
+    figures = recorded.figures
+    assert (figures["arena_used_bytes[sram1]"], figures["arena_used_bytes[sram2]"]) == (head, tail)
+    assert figures["arena_used_bytes"] == head + tail and figures["outputs_match"] is True
+    pytester.runpytest(*options).assert_outcomes(passed=1)
+
+    # A baseline from when the persistent arena was 64 B smaller: sram2's figure regressed, sram1's did not.
+    smaller = {**figures, "arena_used_bytes[sram2]": tail - 64, "arena_used_bytes": head + tail - 64}
+    baselines.write_text(dump_baselines({key: dataclasses.replace(recorded, figures=smaller)}))
+    run = pytester.runpytest(*options, "--junitxml=report.xml")
+    run.assert_outcomes(failed=1)
+    run.stdout.fnmatch_lines(
+        [
+            "*lowtide: on_off.tflite regressed on qemu-mps2-an386 (tflm)*",
+            f"*arena_used_bytes *{head + tail - 64:,} B -> {head + tail:,} B*+64 B*REGRESSED",
+            f"*arena_used_bytes[[]sram1]*{head:,} B -> {head:,} B*+0 B*ok",
+            f"*arena_used_bytes[[]sram2]*{tail - 64:,} B -> {tail:,} B*+64 B*REGRESSED",
+        ]
+    )
+    testcase = ET.parse(pytester.path / "report.xml").find(".//testcase")
+    properties = {p.get("name"): p.get("value") for p in testcase.iter("property")}
+    assert properties["lowtide.on_off.arena_used_bytes[sram2]"] == str(tail)
+    assert properties["lowtide.on_off.baseline.arena_used_bytes[sram2]"] == str(tail - 64)
+
+
+def test_a_baselines_file_without_memory_figures_still_loads_and_compares():
+    """tests/hil/baselines.json predates the figures per memory: each of its entries loads, and a measurement that
+    has them compares on the figures both have, the new ones shown with no baseline figure."""
+    entries = load_baselines(Path(__file__).parent / "hil" / "baselines.json")
+    assert entries
+    for key, entry in entries.items():
+        assert not any(figure.startswith("arena_used_bytes[") for figure in entry.figures)
+        measured = dataclasses.replace(entry, figures={**entry.figures, "arena_used_bytes[sram2]": 1000})
+        comparison = compare(key, entry, measured, Tolerances())
+        assert not comparison.regressed
+        (change,) = [c for c in comparison.changes if c.figure == "arena_used_bytes[sram2]"]
+        assert (change.before, change.after, change.allowed) == (None, 1000, "no baseline figure")

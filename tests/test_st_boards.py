@@ -27,7 +27,9 @@ from lowtide.resources import BOARDS_DIR, DATA_DIR
 from lowtide.runtimes import ARENA_SLACK_BYTES, runtime_named
 from lowtide.settings import read_settings
 from lowtide.tflm.sizer import predict_arena32
+from lowtide.tflm.tree import KernelSet
 from lowtide.validation import load_model
+from support.builder_models import mobilenet_v2
 
 ARCHIVES = SHARED_MODELS.parent / "platformio"
 KWS = SHARED_MODELS / "mlperf_kws_dscnn_int8.tflite"
@@ -194,6 +196,57 @@ def test_a_board_file_whose_memory_does_not_fit_the_part_is_one_line(tmp_path):
     ) in message
 
 
+# The STM32H743's RAM is 1 MiB in banks (RM0433): none holds more than the AXI SRAM's 512 KiB.
+_KERNELS = {"tflm": KernelSet.REFERENCE, "tflm-cmsis-nn": KernelSet.CMSIS_NN}
+
+
+@pytest.mark.parametrize("runtime", ["tflm", "tflm-cmsis-nn"])
+def test_the_h743_builds_a_model_over_512_kib_with_its_arenas_in_two_banks(tmp_path, runtime):
+    """MobileNetV2 at 0.75 width on 120x120 inputs: TFLM's arena is 547 KB, more than any bank; its head (432 KB)
+    goes into the AXI SRAM beside .data and .bss, its persistent tail (115 KB) into SRAM1."""
+    model = tmp_path / "mobilenet_v2_0.75_120.tflite"
+    model.write_bytes(mobilenet_v2(resolution=120, width=0.75))
+    spec = get_board_spec("nucleo-h743zi")
+    banks = {bank.name: bank for bank in spec.memories}
+    arena = predict_arena32(load_model(model), _KERNELS[runtime], read_settings(), spec.core)
+    assert arena.split is not None
+    assert arena.arena_bytes > max(bank.size_bytes for bank in spec.memories) == banks["axi_sram"].size_bytes
+
+    # One arena: refused before building, with the bank it overflows (the sum of the banks would hold it).
+    message = one_line_error(lowtide("build", str(model), "--board", spec.name, "--runtime", runtime))
+    assert f"arena {arena.arena_bytes:,} B > axi_sram of nucleo-h743zi (524,288 B = 512 KiB)" in message
+
+    done = lowtide(
+        "build", str(model), "--board", spec.name, "--runtime", runtime,
+        "--arena-region", "axi_sram", "--persistent-region", "sram1", "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert (report["non_persistent_arena_bytes"], report["persistent_arena_bytes"]) == (
+        arena.split.non_persistent_arena_bytes,
+        arena.split.persistent_arena_bytes,
+    )
+    assert report["non_persistent_arena_bytes"] + report["persistent_arena_bytes"] > 512 * 1024
+
+    # The linked image against the part's map: each arena its predicted size, in its bank; every other RAM section
+    # in the bank the linker script gives it (.data, .bss in the AXI SRAM, the stack in the DTCM).
+    sections = {s.name: s for s in elf_sections(Path(report["elf"]), read_settings()) if s.address and s.size}
+    placed = {
+        ".lt_arena.axi_sram": ("axi_sram", arena.split.non_persistent_arena_bytes),
+        ".lt_arena.sram1": ("sram1", arena.split.persistent_arena_bytes),
+        ".data": ("axi_sram", None),
+        ".bss": ("axi_sram", None),
+        ".stack": ("dtcm", 32768),
+    }
+    for name, (bank_name, size) in placed.items():
+        section, bank = sections[name], banks[bank_name]
+        assert bank.address <= section.address and section.address + section.size <= bank.end, (section, bank)
+        assert size is None or section.size == size, section
+    axi = [s for s in sections.values() if banks["axi_sram"].address <= s.address < banks["axi_sram"].end]
+    assert sum(s.size for s in axi) <= banks["axi_sram"].size_bytes
+    assert sections[".lt_arena.axi_sram"].address >= sections[".bss"].address + sections[".bss"].size
+
+
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_the_nucleo_f446re_image_measures_in_qemu_netduinoplus2(runtime):
     build("nucleo-f446re", runtime)  # offline; the emulated board then boots this same image
@@ -249,3 +302,45 @@ def test_an_upload_with_no_probe_attached_runs_openocd_on_that_probe_and_fails_i
         command_line,
     ), command_line
     assert "tool-openocd @ 3.1200.0" in log and "Open On-Chip Debugger 0.12.0" in log  # the shim ran the real one
+
+
+FIRMWARE_DOC = Path(__file__).parents[1] / "docs" / "firmware.md"
+
+
+def test_the_users_own_board_file_in_firmware_md_places_the_arenas_as_the_page_says(tmp_path):
+    """docs/firmware.md, "Your own board, step by step": its board file, taken from the page, with the commands and
+    the figures the page shows."""
+    page = FIRMWARE_DOC.read_text()
+    (text,) = re.findall(r"```toml\n# my-h743\.toml\n(.*?)```", page, re.S)
+    board = tmp_path / "my-h743.toml"
+    board.write_text(text)
+    model = tmp_path / "mobilenet_v2_0.75_120.tflite"
+    model.write_bytes(mobilenet_v2(resolution=120, width=0.75))
+    split = ("--arena-region", "axi_sram", "--persistent-region", "sram1")
+    common = (str(model), "--board", str(board), "--runtime", "tflm")
+
+    inspected = lowtide("inspect", *common, *split, "--json")
+    assert inspected.returncode == 0, inspected.stderr
+    assert json.loads(inspected.stdout)["mcu32"]["core"] == "cortex-m7"  # the board's, without --core
+    uses = {m["memory"]: m for m in json.loads(inspected.stdout)["board_memories"]}
+    assert [(m, uses[m]["used_bytes"], uses[m]["fits"]) for m in ("axi_sram", "sram1")] == [
+        ("axi_sram", 488_200, True),
+        ("sram1", 115_072, True),
+    ]
+    assert "│ sram1    │ 0x30000000 │ 131,072 B │ TFLM's persistent     │ 115,072 B │ yes  │" in page
+
+    message = one_line_error(lowtide("build", *common))
+    assert message in page  # the refusal of one arena, word for word
+
+    built = lowtide("build", *common, *split, "--json")
+    assert built.returncode == 0, built.stderr
+    report = json.loads(built.stdout)
+    assert (report["board"], report["non_persistent_arena_bytes"], report["persistent_arena_bytes"]) == (
+        "my-h743",
+        432_000,
+        115_072,
+    )
+    sections = {s.name: s for s in elf_sections(Path(report["elf"]), read_settings())}
+    assert (sections[".lt_arena.sram1"].address, sections[".lt_arena.sram1"].size) == (0x30000000, 115_072)
+    axi = sections[".lt_arena.axi_sram"]
+    assert axi.address >= sections[".bss"].address + sections[".bss"].size and axi.address + axi.size <= 0x24080000

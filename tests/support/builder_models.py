@@ -51,3 +51,35 @@ def nas_model() -> bytes:
     dilated = b.dilated_conv2d(stem, 10, kernel=3, dilation=2, declared_shape=(1, 20, 20, 10))
     b.output(b.softmax(b.mean(dilated, axes=(1, 2), keep_dims=False), beta=16.0))
     return b.build()
+
+
+def mobilenet_v2(resolution: int, width: float, classes: int = 10) -> bytes:
+    """MobileNetV2's layers (Sandler et al. 2018, table 2: a 3x3 stem of stride 2, then inverted residual blocks of
+    expansion t, channels c, repeats n, first stride s, a 1x1 convolution to 1280 channels, average pool and
+    classifier) at `width` times its channels (rounded to multiples of 8, at least 8) on a `resolution` square RGB
+    input, with random weights. The activations grow with the resolution; TFLM's persistent tail (its per-channel
+    requantization data, 8 B a channel of every convolution) with the width only."""
+    b = ModelBuilder(seed=7, name=f"mobilenet_v2_{width:g}_{resolution}")
+
+    def channels(n: int) -> int:
+        return max(8, int(n * width + 4) // 8 * 8)
+
+    x = b.conv2d(b.input((1, resolution, resolution, 3)), channels(32), 3, 2, activation="RELU6")
+    for expansion, out, repeats, stride in [
+        (1, 16, 1, 1),
+        (6, 24, 2, 2),
+        (6, 32, 3, 2),
+        (6, 64, 4, 2),
+        (6, 96, 3, 1),
+        (6, 160, 3, 2),
+        (6, 320, 1, 1),
+    ]:
+        for repeat in range(repeats):
+            y = b.conv2d(x, x.shape[-1] * expansion, 1, activation="RELU6") if expansion != 1 else x
+            y = b.depthwise_conv2d(y, 3, stride if repeat == 0 else 1, activation="RELU6")
+            y = b.conv2d(y, channels(out), 1, activation="NONE")
+            x = b.add(x, y) if y.shape == x.shape else y
+    x = b.conv2d(x, 1280, 1, activation="RELU6")
+    x = b.reshape(b.avg_pool(x, x.shape[1]), (1, 1280))
+    b.output(b.softmax(b.fully_connected(x, classes)))
+    return b.build()

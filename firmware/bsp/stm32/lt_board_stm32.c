@@ -235,6 +235,13 @@ void SysTick_Handler(void) {
 
 void lt_board_init(void) {
   HAL_Init();
+#if defined(STM32H743xx)
+  /* RM0433: the CPU must enable the D2 domain's SRAM1-3 before it uses them; lowtide may place TFLM's arenas there
+   * (--arena-region, --persistent-region sram1), and they are painted before AllocateTensors. */
+  __HAL_RCC_D2SRAM1_CLK_ENABLE();
+  __HAL_RCC_D2SRAM2_CLK_ENABLE();
+  __HAL_RCC_D2SRAM3_CLK_ENABLE();
+#endif
   board_clock_config(); /* on failure: the reset clock, which SystemCoreClock then states */
   SystemCoreClockUpdate();
   HAL_InitTick(TICK_INT_PRIORITY); /* the HAL's tick at the clock really running */

@@ -238,7 +238,10 @@ def inspect(
     kernels: Annotated[KernelSet, typer.Option(help="TFLM kernels the 32-bit arena is predicted for")] = (
         KernelSet.REFERENCE
     ),
-    core: Annotated[str, typer.Option(help="MCU core the 32-bit arena is predicted for")] = DEFAULT_CORE,
+    core: Annotated[
+        str | None,
+        typer.Option(help=f"MCU core the 32-bit arena is predicted for (default: --board's, else {DEFAULT_CORE})"),
+    ] = None,
     arena32: Arena32Option = Arena32Mode.AUTO,
     board: Annotated[
         str | None,
@@ -260,6 +263,7 @@ def inspect(
     loaded = load_checked(model, settings, relies_on=frozenset())
     graph = loaded.graph
     memories = board_memories(graph, board, runtime, regions, settings) if board else None
+    core = core or (get_board_spec(board).core if board else DEFAULT_CORE)
     plan = tflm_plan(graph)
     try:
         with progress_bars(disable=json_output) as bars:

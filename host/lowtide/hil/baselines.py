@@ -5,6 +5,8 @@ One JSON file, keys sorted and indented so that a change reads well in review:
     {"format": 1,
      "boards": {BOARD: {RUNTIME: {NAME: {"model", "model_sha256", "lowtide_version", "recorded", "figures"}}}}}
 
+Figures are named as `figures_of` names them; where TFLM's two arenas are in two of the board's memories, also
+`arena_used_bytes[MEMORY]` per memory (`memory_figures`): files without them still load, and compare on the rest.
 BOARD is the name the board gives itself, RUNTIME its runtime string (a new TFLM is a new set of baselines), NAME
 the test (and measurement) that produced the entry. Writes go to a temporary file in the same directory, fsynced,
 then `os.replace`d over the old one, so a run killed mid-write leaves the old file or the new one, never half of
@@ -15,6 +17,7 @@ entries keep both.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -84,13 +87,34 @@ def figures_of(result: MeasureResult) -> dict[str, Figure]:
     }
 
 
-def baseline_of(result: MeasureResult) -> Baseline:
+def memory_figure(memory: str) -> str:
+    """The figure of the arena bytes used in one of the board's memories."""
+    return f"arena_used_bytes[{memory}]"
+
+
+MEMORY_FIGURE = re.compile(r"arena_used_bytes\[[^\]]+\]")
+
+
+def memory_figures(result: MeasureResult, arena_memory: str | None, persistent_memory: str | None) -> dict[str, Figure]:
+    """Per memory, the arena bytes TFLM reports using there, where its two arenas are in two of the board's memories
+    (`--persistent-region`): the non-persistent arena's (the head it planned) and the persistent one's (the tail).
+    Empty with one arena, or both in one memory (arena_used_bytes says it all)."""
+    if arena_memory is None or persistent_memory is None or arena_memory == persistent_memory:
+        return {}
+    return {
+        memory_figure(arena_memory): result.board_planned_bytes,
+        memory_figure(persistent_memory): result.arena_tail_bytes,
+    }
+
+
+def baseline_of(result: MeasureResult, memories: Mapping[str, Figure] | None = None) -> Baseline:
+    """`memories`: the figures per memory (memory_figures), kept beside the others."""
     return Baseline(
         model=Path(result.model).name,
         model_sha256=result.model_sha256,
         lowtide_version=lowtide.__version__,
         recorded=datetime.now(UTC).isoformat(timespec="seconds"),
-        figures=figures_of(result),
+        figures={**figures_of(result), **(memories or {})},
     )
 
 

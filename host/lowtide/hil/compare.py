@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
 
-from lowtide.hil.baselines import Baseline, BaselineKey, Figure
+from lowtide.hil.baselines import MEMORY_FIGURE, Baseline, BaselineKey, Figure
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class Tolerances:
     def limit(self, figure: str, before: int) -> tuple[int | None, str]:
         """The largest value `figure` may reach from `before`, and how the limit reads; (None, ...) if the figure
         is not compared."""
-        kind = FIGURE_KINDS[figure]
+        kind = figure_kind(figure)
         if kind == "arena":
             allowed = max(self.arena_bytes, int(before * self.arena_percent / 100))
             return before + allowed, f"+{allowed:,} B"
@@ -62,6 +62,14 @@ FIGURE_KINDS = {
     "latency_median_cycles": "cycles",
     "modelled_cycles_median": "modelled",  # the cycle model's: held to the cycle tolerance, in cycles
 }
+
+
+def figure_kind(figure: str) -> str:
+    """Which tolerance applies to `figure`: a memory's share of the arena (`arena_used_bytes[sram2]`) is an arena
+    figure."""
+    return "arena" if MEMORY_FIGURE.fullmatch(figure) else FIGURE_KINDS[figure]
+
+
 UNITS = {
     "arena": "B",
     "latency": "us",
@@ -185,7 +193,9 @@ def compare(
     """`counter_unit`: what the board's counter counts ("cycles", or an emulator's "instructions")."""
     units = {**UNITS, "cycles": counter_unit}
     changes = []
-    for figure, kind in FIGURE_KINDS.items():
+    per_memory = sorted({f for f in (*baseline.figures, *measured.figures) if MEMORY_FIGURE.fullmatch(f)})
+    for figure in (*FIGURE_KINDS, *per_memory):
+        kind = figure_kind(figure)
         before, after = baseline.figures.get(figure), measured.figures.get(figure)
         if before is None and after is None:
             continue  # a figure this board does not have (no cycle counter, cannot paint its arena)

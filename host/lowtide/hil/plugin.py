@@ -23,7 +23,16 @@ import pytest
 
 from lowtide.device import locking
 from lowtide.errors import LowtideError
-from lowtide.hil.baselines import Baseline, BaselineKey, baseline_of, figures_of, load_baselines, merge_baselines
+from lowtide.hil.baselines import (
+    Baseline,
+    BaselineKey,
+    Figure,
+    baseline_of,
+    figures_of,
+    load_baselines,
+    memory_figures,
+    merge_baselines,
+)
 from lowtide.hil.compare import Comparison, ToleranceOverrides, Tolerances, compare
 from lowtide.settings import Settings, read_settings
 from lowtide.storage import FileLock
@@ -60,6 +69,7 @@ class Measurement:
     key: BaselineKey
     label: str  # prefix of its JUnit properties: the name given, else the model's file stem
     result: MeasureResult
+    memories: dict[str, Figure]  # arena bytes used per memory of the board (hil.baselines.memory_figures)
 
 
 @dataclass
@@ -326,10 +336,13 @@ def lowtide_tolerances(pytestconfig: pytest.Config) -> Tolerances:
 
 @pytest.fixture
 def lowtide_measure(request: pytest.FixtureRequest, lowtide_board: str) -> MeasureModel:
-    """`lowtide_measure(model_path, name=None, *, iterations=10, warmup=1, timeout=10.0, seed=0, runtime=None)
-    -> MeasureResult`: build, flash and measure the model on the test's board (see lowtide.pipeline.measure), run by
-    `runtime` (default: --lowtide-runtime, else the board file's). Give each measurement a
-    `name` when a test measures more than one. Its figures become JUnit XML properties `lowtide.<name>.<figure>`."""
+    """`lowtide_measure(model_path, name=None, *, iterations=10, warmup=1, timeout=10.0, seed=0, runtime=None,
+    arena_region=None, persistent_region=None) -> MeasureResult`: build, flash and measure the model on the test's
+    board (see lowtide.pipeline.measure), run by `runtime` (default: --lowtide-runtime, else the board file's), TFLM's
+    arenas in the board's memories `arena_region` and `persistent_region` name (as `lowtide measure` places them;
+    with the two arenas in two memories, each memory's arena bytes become figures of their own). Give each
+    measurement a `name` when a test measures more than one. Its figures become JUnit XML properties
+    `lowtide.<name>.<figure>`."""
     hil = request.config.stash[_SESSION]
     measurements = request.node.stash.setdefault(_MEASUREMENTS, [])
     test_name = _test_name(request.node, lowtide_board)
@@ -343,9 +356,11 @@ def lowtide_measure(request: pytest.FixtureRequest, lowtide_board: str) -> Measu
         timeout: float = 10.0,
         seed: int = 0,
         runtime: str | None = None,
+        arena_region: str | None = None,
+        persistent_region: str | None = None,
     ) -> MeasureResult:
         from lowtide.device.boards import get_board
-        from lowtide.pipeline.firmware import upload_firmware
+        from lowtide.pipeline.firmware import ArenaRegions, arena_memories, upload_firmware
         from lowtide.pipeline.measure import measure
         from lowtide.runtimes import runtime_named
 
@@ -354,6 +369,13 @@ def lowtide_measure(request: pytest.FixtureRequest, lowtide_board: str) -> Measu
         label = name or model_path.stem
         if any(m.label == label for m in measurements):
             pytest.fail(f"lowtide: this test already measured {label!r}: give each measurement its own name=")
+        regions = ArenaRegions(arena_region, persistent_region)
+        if hil.flash is not None and not regions.default:
+            pytest.fail(
+                "lowtide: arena_region and persistent_region apply to boards the plugin builds for, not to "
+                "--lowtide-flash uploads",
+                pytrace=False,
+            )
         try:
             hil.lock_board(lowtide_board)
             if hil.flash is not None:
@@ -378,19 +400,23 @@ def lowtide_measure(request: pytest.FixtureRequest, lowtide_board: str) -> Measu
                     f"waiting up to {hil.lock_timeout:g} s (--lowtide-lock-timeout)"
                 ),
                 settings=hil.settings,
+                regions=regions,
             )
+            spec = get_board(lowtide_board).spec
+            memories = memory_figures(result, *arena_memories(spec, regions)) if spec and regions.split else {}
         except LowtideError as exc:
             message = f"lowtide: measuring {model_path.name} on {lowtide_board} failed: {exc}"
             raise pytest.fail.Exception(message, pytrace=False) from None  # the message, not a chain of errors
         hil.measured += 1
         key = BaselineKey(result.board, result.runtime, f"{test_name}::{name}" if name else test_name)
-        measurements.append(Measurement(key, label, result))
+        measurements.append(Measurement(key, label, result, memories))
         properties = {
             "model": model_path.name,
             "model_sha256": result.model_sha256,
             "board": result.board,
             "runtime": result.runtime,
             **figures_of(result),
+            **memories,
         }
         # A figure the board does not have (None) is left out rather than written as "None".
         request.node.user_properties.extend((f"lowtide.{label}.{k}", v) for k, v in properties.items() if v is not None)
@@ -416,7 +442,7 @@ def assert_no_regression(request: pytest.FixtureRequest, lowtide_tolerances: Tol
             pytest.fail(f"lowtide: {key.name} on {key.board} was already checked in this run: give it a name=")
         hil.claimed.add(key)
         tolerances = replace(lowtide_tolerances, **overrides)
-        measured = baseline_of(result)
+        measured = baseline_of(result, measurement.memories)
         try:
             baseline = hil.baselines().get(key)
         except LowtideError as exc:

@@ -171,6 +171,19 @@ def memory_use(spec: BoardSpec, estimate: FootprintEstimate, layout: TflmArenaLa
     return uses
 
 
+def arena_memories(spec: BoardSpec, regions: ArenaRegions) -> tuple[str | None, str | None]:
+    """The memories ([[memory]] names) that hold TFLM's arena (the non-persistent one with `regions.split`) and its
+    persistent one for `regions`: the one asked for, or for an arena left in .bss the memory of the linker script's
+    RAM region; None where the board file names none there (or, for the persistent one, with one arena)."""
+    if regions.arena is not None:
+        arena: str | None = regions.arena
+    else:
+        script = shipped_linker_regions(spec) or []
+        ram = next((r for r in script if r.name == _bss_region(spec, script)), None)
+        arena = next((m.name for m in spec.memories if ram and m.address <= ram.origin < m.end), None)
+    return arena, regions.persistent
+
+
 def _bss_region(spec: BoardSpec, regions: list[MemoryRegion]) -> str | None:
     """The linker script's region that holds .bss: its RAM, or the region RAM is an alias of (REGION_ALIAS)."""
     script = shipped_linker_script(spec)
@@ -194,6 +207,24 @@ def check_estimate_fits(spec: BoardSpec, estimate: FootprintEstimate) -> None:
         problems.append(
             f"constant data and code {estimate.image_bytes:,} B > " + capacity(spec, "flash", spec.flash_bytes)
         )
+    if problems:
+        raise LowtideError(f"{estimate.model}: {'; '.join(problems)}")
+
+
+def check_memories_fit(spec: BoardSpec, estimate: FootprintEstimate, layout: TflmArenaLayout | None) -> None:
+    """Refuses, with the numbers, a model whose firmware overflows one of `spec`'s memories ([[memory]]) though the
+    sum fits (the STM32H743's one arena in its 512 KiB AXI SRAM), before building: each memory as memory_use counts
+    it, against the memory or the linker script's region starting there if that is longer (one region over banks
+    that follow each other: the F446RE's SRAM1 and SRAM2)."""
+    script = shipped_linker_regions(spec) or []
+    problems = []
+    for use in memory_use(spec, estimate, layout):
+        room = max(
+            [use.size_bytes, *(r.length for r in script if use.address <= r.origin < use.address + use.size_bytes)]
+        )
+        if use.used_bytes > room:
+            contents = " + ".join(f"{what} {nbytes:,} B" for what, nbytes in use.contents)
+            problems.append(f"{contents} > {capacity(spec, use.memory, room)}")
     if problems:
         raise LowtideError(f"{estimate.model}: {'; '.join(problems)}")
 
@@ -299,6 +330,7 @@ def build_board_firmware(
     if layout is not None:
         estimate = dataclasses.replace(estimate, arena_bytes=_script_ram_arena_bytes(layout))
     check_estimate_fits(spec, estimate)
+    check_memories_fit(spec, estimate, layout)
     project = firmware_project(spec, graph, runtime, layout, project_dir, protocol, settings=settings)
     built = read_firmware_image(project.elf, spec.platformio_env, settings)
     image = dataclasses.replace(built, project_dir=project.directory)
