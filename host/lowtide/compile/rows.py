@@ -1,6 +1,6 @@
 """Row chains of the compiled runtime: runs of int8 convolutions (CONV_2D, pointwise, DEPTHWISE_CONV_2D, each
 with the PAD before it fused), residual ADDs, PRELUs, max pools, nearest-neighbour resizes, PADs of columns and
-channels and a leading TRANSPOSE that run one output row at a time, each layer
+channels, CONCATENATIONs of channels and a leading TRANSPOSE that run one output row at a time, each layer
 computing its next row as soon as a later layer needs it, so that a tensor made and used inside the chain is held
 as a ring of the rows still needed instead of whole (no row is computed twice). A chain reads its sources whole
 and writes its output whole, over the rows of a source no later operator reads once they are read. Where a run
@@ -17,7 +17,7 @@ from lowtide.compile.lowering import ModelEmitter, Unsupported
 from lowtide.compile.lowering.conv import window_geometry
 from lowtide.compile.lowering.emitter import attributes_of
 from lowtide.memory import ALIGNMENT
-from lowtide.model.attributes import Pool2DAttributes, ResizeAttributes
+from lowtide.model.attributes import ConcatenationAttributes, Pool2DAttributes, ResizeAttributes
 from lowtide.model.ir import Operator, TensorKind
 from lowtide.model.operators import nearest_indices
 
@@ -188,6 +188,8 @@ def _row_layer(e: ModelEmitter, op: Operator, fast_rows: frozenset[int]) -> RowL
         return _prelu_layer(e, op)
     if op.opcode in ("PAD", "PADV2"):
         return _pad_layer(e, op)
+    if op.opcode == "CONCATENATION":
+        return _concatenation_layer(e, op)
     if op.opcode not in ("CONV_2D", "DEPTHWISE_CONV_2D"):
         return f"{op.opcode} has no row kernel"
     if op.index not in fast_rows:
@@ -308,6 +310,33 @@ def _pad_layer(e: ModelEmitter, op: Operator) -> RowLayer | str:
         read.shape[1],
         whole_instructions=whole,
         row_instructions=whole + out.shape[1] * _ROW_CALL,
+    )
+
+
+def _concatenation_layer(e: ModelEmitter, op: Operator) -> RowLayer | str:
+    """An int8 CONCATENATION of channels as a row layer: output row oy is row oy of each input, pixel by pixel."""
+    out = e.tensor(op.outputs[0])
+    reads = [e.tensor(t) for t in op.inputs]
+    axis = attributes_of(op, ConcatenationAttributes).axis % max(len(out.shape), 1)
+    if (
+        axis != 3
+        or out.shape[1] < 2
+        or any(t.kind is not TensorKind.ACTIVATION or t.dtype != "int8" or t.shape[:3] != out.shape[:3] for t in reads)
+    ):
+        return "a CONCATENATION not of the channels of int8 NHWC activations"
+    whole = out.nbytes * 3  # the inputs' bytes copied, as a TRANSPOSE's
+    return RowLayer(
+        op.index,
+        tuple(op.inputs),
+        op.outputs[0],
+        out.shape[1],
+        1,
+        1,
+        1,
+        0,
+        out.shape[1],
+        whole_instructions=whole,
+        row_instructions=whole + out.shape[1] * _ROW_CALL * len(reads),
     )
 
 
@@ -442,7 +471,17 @@ def find_row_chains(
         if isinstance(layer, RowLayer):
             runs[-1].append(layer)
             continue
-        if op.opcode in ("CONV_2D", "DEPTHWISE_CONV_2D", "ADD", "MAX_POOL_2D", "PAD", "PADV2", "PRELU", "RESIZE_NEAREST_NEIGHBOR"):
+        if op.opcode in (
+            "CONV_2D",
+            "DEPTHWISE_CONV_2D",
+            "ADD",
+            "CONCATENATION",
+            "MAX_POOL_2D",
+            "PAD",
+            "PADV2",
+            "PRELU",
+            "RESIZE_NEAREST_NEIGHBOR",
+        ):
             refusals.append(RowRefusal((op.index,), layer))
         if runs[-1]:
             runs.append([])

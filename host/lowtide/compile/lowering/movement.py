@@ -221,6 +221,17 @@ def lower_concatenation(e: ModelEmitter, op: Operator, name: str) -> str:
     require(fused_activation(op) == 0, "fused activation on concatenation")
     axis = attributes_of(op, ConcatenationAttributes).axis % len(t_out.shape)
     out_st = tuple(strides(t_out.shape))
+    if op.index in e.row_ops:  # output row oy of a row chain (`lowtide.compile.rows`): int8 NHWC, axis 3
+        copies, position = [], 0
+        row = e.row_pointer(op.outputs[0], "oy", True)
+        for k, t in enumerate(op.inputs):
+            shape = e.tensor(t).shape
+            p = _copy(e, f"{name}_params{k}", shape[2:], strides(shape)[2:], out_st[2:], 1)
+            copies.append(f"lt_copy_strided({p}, {e.row_pointer(t, 'oy')}, {row} + {position});")
+            position += shape[3]
+        body = "\n    ".join(copies)
+        e.declarations.append(f"static LT_NOINLINE void {name}_row(uint8_t *arena, int32_t oy) {{\n    {body}\n}}")
+        return f"{name}_row(arena, oy);"
     statements, position = [], 0
     for k, t in enumerate(op.inputs):
         shape = e.tensor(t).shape
