@@ -275,7 +275,7 @@ def test_a_max_pool_runs_inside_a_chain(tmp_path, size, stride, padding):
 
 
 @needs_firmware_tools
-@pytest.mark.parametrize("model", ["max_pool", "resize", "pad"])
+@pytest.mark.parametrize("model", ["max_pool", "resize", "pad", "concatenation"])
 def test_pool_resize_and_pad_rows_bit_exact_on_qemu_m4(tmp_path, model):
     """The max pool, nearest-resize and channel-PAD row layers inside chains through the M4's build, outputs
     against the host TFLM, the board's arena the compiled plan's."""
@@ -283,14 +283,16 @@ def test_pool_resize_and_pad_rows_bit_exact_on_qemu_m4(tmp_path, model):
         path = _pooled(tmp_path / "pooled_chain.tflite", 3, 2, "SAME")
     elif model == "resize":
         path = _upsampling(tmp_path / "upsampling.tflite", half_pixel_centers=True)
-    else:
+    elif model == "pad":
         path = _padded(tmp_path / "padded.tflite", skip=True)
+    else:
+        path = _dense(tmp_path / "concat_chain.tflite")
     result = measure(path, "qemu-m4", iterations=1, warmup=0, timeout=120, seed=5)
     assert result.outputs_match, result.mismatched_outputs
     assert (
         result.board_planned_bytes
         == compile_model(load_model(path)).arena_bytes
-        == {"max_pool": 14_880, "resize": 7_200, "pad": 7_824}[model]
+        == {"max_pool": 14_880, "resize": 7_200, "pad": 7_824, "concatenation": 9_504}[model]
     )
 
 
@@ -366,16 +368,21 @@ def test_a_pad_of_columns_and_channels_runs_inside_a_chain(tmp_path, skip, chain
     assert (compiled.arena_bytes, compile_model(load_model(path), row_chains=False).arena_bytes) == arenas
 
 
-def test_a_concatenation_of_channels_runs_inside_a_chain(tmp_path):
-    """A CONCATENATION's output row is row oy of each input side by side: a dense block (a convolution's output
-    and its depthwise-pointwise branch concatenated, then a stride-2 convolution) is one chain, both branches and
-    the concatenation held as rings, bit-exact with TFLM: 9,504 B against 61,440 B."""
+def _dense(path: Path) -> Path:
+    """A convolution's output and its depthwise-pointwise branch concatenated, then a stride-2 convolution."""
     b = ModelBuilder(seed=31, name="concat_chain")
     x = b.conv2d(b.input((1, 40, 24, 4)), 16, kernel=3, activation="RELU")
     y = b.conv2d(b.depthwise_conv2d(x, kernel=3), 16, kernel=1)
     b.output(b.conv2d(b.concat([x, y], axis=3), 4, kernel=3, stride=2))
-    path = tmp_path / "concat_chain.tflite"
     path.write_bytes(b.build())
+    return path
+
+
+def test_a_concatenation_of_channels_runs_inside_a_chain(tmp_path):
+    """A CONCATENATION's output row is row oy of each input side by side: a dense block (a convolution's output
+    and its depthwise-pointwise branch concatenated, then a stride-2 convolution) is one chain, both branches and
+    the concatenation held as rings, bit-exact with TFLM: 9,504 B against 61,440 B."""
+    path = _dense(tmp_path / "concat_chain.tflite")
     compiled = compile_model(load_model(path))
     assert [c.ops for c in compiled.row_chains] == [(0, 1, 2, 3, 4)]
     assert "void op3_row(uint8_t *arena, int32_t oy) {\n    lt_copy_strided(" in compiled.files["model.c"]
