@@ -35,7 +35,7 @@ SHARED = (
     "mltk_kws_on_off_v3",
 )
 # the image nets, the audio nets whose one-pixel rows the instruction limit keeps whole (docs/firmware.md), and
-# the families whose chains run through resizes, PRELUs, max pools and channel PADs
+# the families whose chains run through resizes, PRELUs, max pools, channel PADs and concatenations
 QEMU_MODELS = (
     "tflm_person_detect",
     "mlperf_vww_96_int8",
@@ -44,6 +44,7 @@ QEMU_MODELS = (
     "mltk_kws_on_off_v3",
     "fastdepth",
     "face_landmarks",
+    "pan_detector",
 )
 SCHEDULE_EFFORT = 0.2
 
