@@ -26,8 +26,10 @@ from lowtide.model.operators import nearest_indices
 MAX_FILTER_ROWS = 16
 
 # A chain runs only where its layers' estimated instructions grow by at most this fraction over the same layers run
-# whole (`estimated_overhead`); `compile --max-row-overhead` sets another.
+# whole; `compile --max-row-overhead` sets another. What a chain adds below a thousandth of the estimate of all the
+# model's row layers is allowed whatever its share (a small TRANSPOSE's row calls: a large share of nearly nothing).
 DEFAULT_MAX_ROW_OVERHEAD = 0.15
+NEGLIGIBLE_SHARE = 0.001
 
 # The instruction estimate of the fast kernels on a Cortex-M4 (lt_conv_dsp.h, lt_rows.h), fitted to the operator
 # counts of mlperf_kws_dscnn, mlperf_str_ww and tflm_person_detect on qemu-m4 (whole against by rows):
@@ -157,7 +159,7 @@ def _row_layer(e: ModelEmitter, op: Operator, fast_rows: frozenset[int]) -> RowL
             out.shape[1],
             "pixel",
             whole_instructions=out.nbytes * 4,
-            row_instructions=out.shape[1] * _ROW_CALL,
+            row_instructions=out.nbytes * 4 + out.shape[1] * _ROW_CALL,
         )
     if op.opcode == "TRANSPOSE":
         read = e.tensor(op.inputs[0])
@@ -178,7 +180,7 @@ def _row_layer(e: ModelEmitter, op: Operator, fast_rows: frozenset[int]) -> RowL
             "",
             step,
             whole_instructions=out.nbytes * 3,
-            row_instructions=out.shape[1] * _ROW_CALL,
+            row_instructions=out.nbytes * 3 + out.shape[1] * _ROW_CALL,
         )
     if op.opcode == "RESIZE_NEAREST_NEIGHBOR":
         return _resize_layer(e, op)
@@ -486,9 +488,10 @@ def find_row_chains(
         if runs[-1]:
             runs.append([])
     chains = []
+    negligible = NEGLIGIBLE_SHARE * sum(layer.whole_instructions for run in runs for layer in run)
     for run in runs:
         if run:
-            found, refused = _cut(e, run, consumers, outputs, scratch, whole_depthwise, max_overhead)
+            found, refused = _cut(e, run, consumers, outputs, scratch, whole_depthwise, max_overhead, negligible)
             chains += found
             refusals += refused
     return RowPlan(tuple(chains), tuple(sorted(refusals, key=lambda r: r.ops)))
@@ -502,6 +505,7 @@ def _cut(
     scratch: dict[int, int],
     whole_depthwise: bool,
     max_overhead: float,
+    negligible: float,
 ) -> tuple[list[RowChain], list[RowRefusal]]:
     """The chains of one run of row layers: the cut points with the least largest chain RAM (then the least sum),
     by dynamic programming over the run."""
@@ -563,7 +567,7 @@ def _cut(
         one_row = i == j and len(single.inputs) == 1 and single.writes_over == "pixel"
         whole_instructions = sum(layer.whole_instructions for layer in layers)
         extra = 0 if one_row else sum(layer.row_instructions - layer.whole_instructions for layer in layers)
-        if extra > max_overhead * whole_instructions:
+        if extra > max(max_overhead * whole_instructions, negligible):
             for layer in layers:
                 too_slow[layer.op] = min(too_slow.get(layer.op, math.inf), extra / max(whole_instructions, 1))
             return (None, -1) if i < j else (None, whole + own_scratch + across)
