@@ -9,19 +9,13 @@
   bit-identical: about 1 LSB).
 """
 
+from lowtide.rewrite.candidates import Candidate, RejectedCandidate
 from lowtide.rewrite.channels import ChannelSplit, partition_at_peak, partition_concat_conv, partition_wide_layer
+from lowtide.rewrite.emit import planned_model
 from lowtide.rewrite.errors import NotApplicable
-from lowtide.rewrite.search import (
-    Candidate,
-    Objective,
-    RejectedCandidate,
-    RewriteResult,
-    Tiling,
-    apply_tilings,
-    planned_model,
-    rewrite_auto,
-    tile,
-)
+from lowtide.rewrite.limits import Objective
+from lowtide.rewrite.search import RewriteResult, rewrite_auto
+from lowtide.rewrite.tiling import Tiling, apply_tilings, tile
 
 __all__ = [
     "Candidate",
