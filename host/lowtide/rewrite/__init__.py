@@ -7,6 +7,8 @@
 - Channel partitioning: `partition_concat_conv` (SERENITY-style) runs a convolution of a concatenation, and
   `partition_wide_layer` an inverted bottleneck's wide layers, as partial convolutions summed by ADD (not
   bit-identical: about 1 LSB).
+- Variants of a tiling with fewer patches (`fewer_patches`), which `lowtide optimize` weighs by TFLM's own tail
+  (`Weigher`) beside the search's choice.
 """
 
 from lowtide.rewrite.candidates import Candidate, RejectedCandidate
@@ -16,8 +18,10 @@ from lowtide.rewrite.errors import NotApplicable
 from lowtide.rewrite.limits import Objective
 from lowtide.rewrite.search import RewriteResult, rewrite_auto
 from lowtide.rewrite.tiling import Tiling, apply_tilings, tile
+from lowtide.rewrite.variants import ArenaCandidate, Weigher, fewer_patches
 
 __all__ = [
+    "ArenaCandidate",
     "Candidate",
     "ChannelSplit",
     "NotApplicable",
@@ -25,7 +29,9 @@ __all__ = [
     "RejectedCandidate",
     "RewriteResult",
     "Tiling",
+    "Weigher",
     "apply_tilings",
+    "fewer_patches",
     "partition_at_peak",
     "partition_concat_conv",
     "partition_wide_layer",
