@@ -21,8 +21,8 @@ from lowtide.memory import tflm_plan
 from lowtide.model import read_model
 from lowtide.model.attributes import ConcatenationAttributes, Conv2DAttributes, Padding
 from lowtide.model.schema import BUILTIN_CODES
+from lowtide.rewrite import tile
 from lowtide.rewrite.errors import NotApplicable
-from lowtide.rewrite.search import tile
 from lowtide.stale import check_stale
 from lowtide.validation import load_checked, load_model, model_problems
 from support.builder_models import converted_dilated_model

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-import lowtide.pipeline.optimize as pipeline
+import lowtide.rewrite.variants as variants
 from lowtide.budget import WallClock
 from lowtide.errors import LowtideError
 from lowtide.model import read_model
 from lowtide.model.builder import ModelBuilder
-from lowtide.rewrite import NotApplicable, RewriteResult, Tiling, partition_at_peak, partition_wide_layer
+from lowtide.rewrite import NotApplicable, Tiling, partition_at_peak, partition_wide_layer
 from lowtide.settings import read_settings
-from lowtide.tflm import DEFAULT_CORE, Arena32Mode
+from lowtide.tflm import DEFAULT_CORE, Arena32Mode, mcu32_arena
 from lowtide.tflm.tree import KernelSet
 
 
@@ -47,22 +47,7 @@ def test_partition_at_peak_reports_why_each_candidate_does_not_apply():
 
 def test_fewer_patches_skips_variants_that_do_not_apply_and_passes_real_errors_on(monkeypatch):
     graph = read_model(_bottleneck_with_relu_projection())
-    rewritten = RewriteResult(
-        model=graph,
-        rewritten=True,
-        reason="",
-        head_bytes=0,
-        original_head_bytes=0,
-        stock_head_bytes=0,
-        tail_bytes=0,
-        original_tail_bytes=0,
-        macs_before=0,
-        macs_after=0,
-        tilings=(Tiling("a", "b", (4, 4), True),),
-        pareto=(),
-        wall_clock_cut=False,
-        seconds=0.0,
-    )
+    tilings = (Tiling("a", "b", (4, 4), True),)
 
     tried = []
 
@@ -70,14 +55,23 @@ def test_fewer_patches_skips_variants_that_do_not_apply_and_passes_real_errors_o
         tried.append(tilings)
         raise NotApplicable(f"grid {tilings[0].grid} does not fit")
 
-    monkeypatch.setattr(pipeline, "apply_tilings", not_applicable)
-    weigh = pipeline._Weigher("<test>", KernelSet.REFERENCE, DEFAULT_CORE, Arena32Mode.AUTO, [], read_settings())
-    assert pipeline._fewer_patches(graph, rewritten, weigh, 1.0, WallClock(60)) is None
+    monkeypatch.setattr(variants, "apply_tilings", not_applicable)
+    settings = read_settings()
+    weigh = variants.Weigher(
+        "<test>",
+        KernelSet.REFERENCE.value,
+        lambda g: (
+            mcu32_arena(g, 0, KernelSet.REFERENCE, DEFAULT_CORE, mode=Arena32Mode.AUTO, settings=settings).tail_bytes
+        ),
+        [],
+        settings,
+    )
+    assert variants.fewer_patches(graph, tilings, weigh, 1.0, WallClock(60)) is None
     assert len(tried) >= 2  # strips dropped, coarser grids: every variant tried, none applied
 
     def broken(_graph, _tilings):
         raise LowtideError("the model cannot be written")
 
-    monkeypatch.setattr(pipeline, "apply_tilings", broken)
+    monkeypatch.setattr(variants, "apply_tilings", broken)
     with pytest.raises(LowtideError, match="cannot be written"):
-        pipeline._fewer_patches(graph, rewritten, weigh, 1.0, WallClock(60))
+        variants.fewer_patches(graph, tilings, weigh, 1.0, WallClock(60))

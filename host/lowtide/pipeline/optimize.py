@@ -6,7 +6,6 @@ write the same bytes on any machine; the time limit is only the safety net of th
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,11 +20,17 @@ from lowtide.export.offline_plan import ExportResult, export_optimized
 from lowtide.memory import PlacedPlan, footprint_bound_bytes, placed_plan, tflm_plan
 from lowtide.memory.lifetimes import Order, stored_order
 from lowtide.memory.placement import Placement
-from lowtide.memory.tail import persistent_tail
 from lowtide.model import Graph
 from lowtide.model.operators import graph_macs
-from lowtide.model.validate import EVERY_RELIANCE, Reliance
-from lowtide.rewrite import NotApplicable, RejectedCandidate, RewriteResult, Tiling, apply_tilings, rewrite_auto
+from lowtide.rewrite import (
+    ArenaCandidate,
+    RejectedCandidate,
+    RewriteResult,
+    Tiling,
+    Weigher,
+    fewer_patches,
+    rewrite_auto,
+)
 from lowtide.schedule import Schedule, find_schedule
 from lowtide.settings import Settings, settings_or_read
 from lowtide.stale import StaleReport, check_stale
@@ -39,10 +44,8 @@ from lowtide.validation import load_checked
 PLAN_UNITS = 6_000_000
 SCHEDULE_SHARE = 0.5
 # With --rewrite, the candidate graphs (original, tiled, fewer patches) share PLAN_UNITS one after another, each
-# taking its share of what the ones before it left; the rewrite search has budgets of its own.
-# Coarse patch grids tried beside rewrite_auto's choice (see _fewer_patches), each placed within these units.
-COARSE_GRIDS = ((2, 2), (2, 3), (3, 2), (3, 3), (4, 4))
-COARSE_PLACE_UNITS = 250_000
+# taking its share of what the ones before it left; the rewrite search and its variants (`lowtide.rewrite.variants`)
+# have budgets of their own.
 # Placement of the stored order, when the schedule's order placed above TFLM's own head.
 STORED_PLACE_UNITS = 250_000
 
@@ -145,22 +148,6 @@ def _same_outputs(
     )
 
 
-@dataclass(frozen=True)
-class _Candidate:
-    """A graph `optimize_model` may write: the original, or a rewrite of it that the validator and TFLM accept."""
-
-    graph: Graph
-    tail_bytes: int  # TFLM's persistent tail on the 32-bit MCU: what each patch's operators and tensors cost
-    tilings: tuple[Tiling, ...] | None  # None: the original graph
-
-    def describe(self) -> str:
-        return _describe(self.tilings) if self.tilings else "the original graph"
-
-
-def _describe(tilings: tuple[Tiling, ...]) -> str:
-    return "; then ".join(t.describe() for t in tilings)
-
-
 def optimize_model(
     model_path: str | Path,
     out_path: str | Path,
@@ -201,7 +188,7 @@ def optimize_model(
     stock_plan = tflm_plan(graph)
     stock_mcu32 = mcu32_arena(graph, stock_plan.head_bytes, kernels, core, mode=arena32, settings=settings)
 
-    candidates = [_Candidate(graph, stock_mcu32.tail_bytes, None)]
+    candidates = [ArenaCandidate(graph, stock_mcu32.tail_bytes, None)]
     rejected: list[RejectedCandidate] = []
     rewritten = None
     if rewrite:
@@ -210,10 +197,17 @@ def optimize_model(
         report("rewrite", 1.0, rewritten.reason)
         rejected.extend(rewritten.rejected)
         if rewritten.rewritten:
-            weigh = _Weigher(str(model_path), kernels, core, arena32, rejected, settings, loaded.passed)
+            weigh = Weigher(
+                str(model_path),
+                kernels.value,
+                lambda g: mcu32_arena(g, 0, kernels, core, mode=arena32, settings=settings).tail_bytes,
+                rejected,
+                settings,
+                loaded.passed,
+            )
             tiled = weigh(rewritten.model, rewritten.tilings)
             candidates += [tiled] if tiled else []
-            fewer = _fewer_patches(graph, rewritten, weigh, effort, clock)
+            fewer = fewer_patches(graph, rewritten.tilings, weigh, effort, clock)
             candidates += [fewer] if fewer else []
     # Each candidate graph is scheduled and placed, and the one with the smaller arena on a 32-bit MCU is written:
     # tiling shrinks the head but adds operators and tensors, whose persistent structs grow the tail. The original
@@ -367,69 +361,6 @@ def _undefined_outputs(verification: Verification) -> str:
         f"live at once overlap, and TFLM measured the planned head ({verification.measured_head_bytes:,} B)"
         f"{fixes}; without --verify, optimize writes the model with the overlap check only (nothing written)"
     )
-
-
-@dataclass(frozen=True)
-class _Weigher:
-    """Turns a rewritten model into a candidate with its 32-bit tail, or records why it is refused: lowtide's
-    validator or TFLM (Prepare and one Invoke) must accept it before it is weighed, since weighing may run TFLM's
-    allocator too and a model it rejects must not end the command."""
-
-    path: str
-    kernels: KernelSet
-    core: str
-    arena32: Arena32Mode
-    rejected: list[RejectedCandidate]
-    settings: Settings
-    relies_on: frozenset[Reliance] = EVERY_RELIANCE  # what the original passes every check of: every candidate too
-
-    def __call__(self, graph: Graph, tilings: tuple[Tiling, ...]) -> _Candidate | None:
-        refused = oracle.refusal(graph.data, self.path, self.settings, self.relies_on)
-        if refused:
-            self.rejected.append(RejectedCandidate(_describe(tilings), refused))
-            return None
-        # lowtide's replay of TFLM's persistent allocations is TFLM's own figure where it holds every kernel (the
-        # same on every 32-bit core), and needs no TFLM run; else TFLM's allocator (or the estimate) is asked
-        tail = persistent_tail(graph, self.kernels.value)
-        if tail.exact:
-            return _Candidate(graph, tail.tail_bytes, tilings)
-        arena = mcu32_arena(graph, 0, self.kernels, self.core, mode=self.arena32, settings=self.settings)
-        return _Candidate(graph, arena.tail_bytes, tilings)
-
-
-def _fewer_patches(
-    graph: Graph, rewritten: RewriteResult, weigh: _Weigher, effort: float, clock: WallClock
-) -> _Candidate | None:
-    """The rewrite with fewer operators: only its first tilings, sources sliced whole instead of cut into strips,
-    or its regions on one of `COARSE_GRIDS`; of those `weigh` accepts, the one whose arena (placed head + 32-bit tail)
-    is smallest. rewrite_auto minimises head + tail, but within its budgets and with the tail of the reference
-    kernels (`lowtide.memory.tail`): here every variant is weighed by TFLM's own tail for the kernels and core
-    asked for, and each patch adds operators whose persistent state (per-channel quantization data, node
-    structs) grows it, so fewer patches can still give the smaller arena in all."""
-    tilings = rewritten.tilings
-    variants = []
-    for count in range(1, len(tilings) + 1):
-        variants.append(tilings[:count])
-        # Strips add a SPLIT_V and the windows' copies: slicing the whole source has a smaller tail.
-        variants.append(tuple(dataclasses.replace(t, split_source=False) for t in tilings[:count]))
-    for grid in COARSE_GRIDS:
-        # every region on this grid where it fits: fewer patches, or about-square ones in place of strips (the
-        # search places patch-major orders, which the scheduler here can still improve)
-        variants.append(tuple(dataclasses.replace(t, grid=grid) for t in tilings))
-    best: tuple[int, _Candidate] | None = None
-    for variant in dict.fromkeys(v for v in variants if v != tilings):
-        try:
-            tiled = apply_tilings(graph, variant)
-        except NotApplicable:
-            continue  # this variant's grid or regions do not fit the graph
-        candidate = weigh(tiled, variant)
-        if candidate is None:
-            continue
-        work = WorkBudget.of(effort * COARSE_PLACE_UNITS, "coarse grids: placement", clock)
-        head = placed_plan(candidate.graph, stored_order(candidate.graph), work).placement.head_bytes
-        if best is None or head + candidate.tail_bytes < best[0]:
-            best = (head + candidate.tail_bytes, candidate)
-    return best[1] if best else None
 
 
 def _plan(

@@ -1,5 +1,6 @@
 """Turn a `TilingPlan` into a model stock TFLM runs: SPLIT_V, STRIDED_SLICE, PAD, the original operators with
-VALID padding, and CONCATENATION, all builtins.
+VALID padding, and CONCATENATION, all builtins (`emit_tiled`, `emit_in_order`); and write a rewritten graph's
+placement into it as its offline plan (`planned_model`).
 
 The new model shares everything it can with the original: weights and biases are the original tensors (so the
 patches compute with exactly the original parameters), operators outside the region are the original operator
@@ -14,6 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from lowtide.budget import WorkBudget
+from lowtide.memory import placed_plan
+from lowtide.memory.placement import check_no_overlap, offline_plan, placement_budget
 from lowtide.model.attributes import (
     ConcatenationAttributes,
     Conv2DAttributes,
@@ -25,7 +29,7 @@ from lowtide.model.attributes import (
     TransposeConvAttributes,
     UnreadAttributes,
 )
-from lowtide.model.edit import GraphEditor
+from lowtide.model.edit import GraphEditor, with_offline_plan
 from lowtide.model.ir import Graph, Subgraph
 from lowtide.model.operators import RESIZE_OPCODES
 from lowtide.model.schema import TYPE_NAMES
@@ -171,3 +175,34 @@ class TilingEditor(GraphEditor):
         if self.source.main.operators[index].opcode in RESIZE_OPCODES:
             op.inputs[1] = self.int32_constant(list(window))
         return op
+
+
+def emit_in_order(graph: Graph, plan: TilingPlan, order: list[int] | None) -> Graph:
+    """The plan placed in `order` (default: stored): operators the source depends on, the region's broadcast
+    branch, the patches, then everything else."""
+    sg = graph.main
+    order = order if order is not None else list(range(len(sg.operators)))
+    region_ops = plan.region.all_ops
+    producers = sg.producers()
+    before_mask: set[int] = set()
+    stack = [producers[t] for t in plan.region.held_whole if t in producers]
+    while stack:
+        op = stack.pop()
+        if op not in before_mask:
+            before_mask.add(op)
+            stack.extend(producers[t] for t in sg.operators[op].inputs if t in producers)
+    before = [op for op in order if op in before_mask or op in plan.region.broadcast_ops]
+    after = [op for op in order if op not in before_mask and op not in region_ops]
+    return emit_tiled(graph, plan, before, after)
+
+
+def planned_model(graph: Graph, work: WorkBudget | None = None) -> tuple[int, Graph]:
+    """The graph with its placement as an OfflineMemoryAllocation plan, so stock TFLM allocates exactly that
+    head (a SPLIT_V's strips only share their source's bytes through such a plan); and the head. The placement is
+    lowtide's of the stored order, in-place outputs inside their inputs and CONCATENATION inputs inside their
+    output where that places lower (`work`: default `place`'s, and as much again for those, `placed_plan`)."""
+    plan = placed_plan(graph, None, work or placement_budget())
+    check_no_overlap(plan.buffers, plan.placement.offsets)
+    return plan.placement.head_bytes, with_offline_plan(
+        graph, offline_plan(graph, plan.buffers, plan.placement.offsets)
+    )

@@ -113,6 +113,12 @@ class Region:
         """The tensors the patches read their windows from: the source and the skip tensors."""
         return (self.source, *self.skips)
 
+    @property
+    def all_ops(self) -> set[int]:
+        """Every operator a tiling of the region replaces or runs beside its patches: its own, the PADs folded
+        into them and the broadcast branch."""
+        return {rop.op for rop in self.ops} | set(self.folded_pads) | set(self.broadcast_ops)
+
 
 WHOLE = -1  # `Piece.patch` of the source, the target and its rows: not made by one patch
 
