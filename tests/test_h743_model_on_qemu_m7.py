@@ -23,7 +23,10 @@ _KERNELS = {"tflm": KernelSet.REFERENCE, "tflm-cmsis-nn": KernelSet.CMSIS_NN}
 
 
 @needs_firmware_tools
-@pytest.mark.parametrize("runtime", ["tflm", "tflm-cmsis-nn"])
+# CMSIS-NN only: the reference kernels run this model in 4.2 G instructions on QEMU (minutes); both kernel sets'
+# split arenas are predicted = measured on qemu-m4 over the shared models (benchmarks/arenas_bench.py), and the
+# reference run on qemu-m7 is in docs/firmware.md.
+@pytest.mark.parametrize("runtime", ["tflm-cmsis-nn"])
 def test_the_h743s_model_over_512_kib_runs_with_two_arenas_on_the_emulated_cortex_m7(tmp_path: Path, runtime: str):
     model = tmp_path / "mobilenet_v2_0.75_120.tflite"
     model.write_bytes(mobilenet_v2(resolution=120, width=0.75))
