@@ -147,41 +147,14 @@ def _row_layer(e: ModelEmitter, op: Operator, fast_rows: frozenset[int]) -> RowL
         a, b = (e.tensor(t) for t in op.inputs[:2])
         if a.shape != out.shape or b.shape != out.shape or a.dtype != "int8" or b.dtype != "int8":
             return "an ADD that broadcasts"
-        return RowLayer(
-            op.index,
-            tuple(op.inputs[:2]),
-            op.outputs[0],
-            out.shape[1],
-            1,
-            1,
-            1,
-            0,
-            out.shape[1],
-            "pixel",
-            whole_instructions=out.nbytes * 4,
-            row_instructions=out.nbytes * 4 + out.shape[1] * _ROW_CALL,
-        )
+        return _elementwise_rows(op, tuple(op.inputs[:2]), out.shape[1], out.shape[1], out.nbytes * 4, "pixel")
     if op.opcode == "TRANSPOSE":
         read = e.tensor(op.inputs[0])
         perm = [int(v) for v in e.constant_values(op.inputs[1]).reshape(-1)]
         if read.dtype != "int8" or len(perm) != 4 or perm[0] != 0:
             return "a TRANSPOSE of the batch or not of int8 NHWC"
         step = math.prod(read.shape[perm[1] + 1 :])  # elements between the input's slices output rows read
-        return RowLayer(
-            op.index,
-            (op.inputs[0],),
-            op.outputs[0],
-            out.shape[1],
-            1,
-            1,
-            1,
-            0,
-            out.shape[1],
-            "",
-            step,
-            whole_instructions=out.nbytes * 3,
-            row_instructions=out.nbytes * 3 + out.shape[1] * _ROW_CALL,
-        )
+        return _elementwise_rows(op, (op.inputs[0],), out.shape[1], out.shape[1], out.nbytes * 3, in_row_bytes=step)
     if op.opcode == "RESIZE_NEAREST_NEIGHBOR":
         return _resize_layer(e, op)
     if op.opcode == "MAX_POOL_2D":
@@ -241,6 +214,37 @@ def _row_layer(e: ModelEmitter, op: Operator, fast_rows: frozenset[int]) -> RowL
     )
 
 
+def _elementwise_rows(
+    op: Operator,
+    inputs: tuple[int, ...],
+    out_rows: int,
+    in_rows: int,
+    whole_instructions: int,
+    writes_over: str = "",
+    calls_per_row: int = 1,
+    in_row_bytes: int = 0,
+    source_rows: tuple[int, ...] = (),
+) -> RowLayer:
+    """A layer whose output row oy reads row oy of its inputs (or the row `source_rows` names): no window, a row
+    call (or `calls_per_row`) per output row on top of the whole layer's work."""
+    return RowLayer(
+        op.index,
+        inputs,
+        op.outputs[0],
+        out_rows,
+        1,
+        1,
+        1,
+        0,
+        in_rows,
+        writes_over,
+        in_row_bytes,
+        whole_instructions=whole_instructions,
+        row_instructions=whole_instructions + out_rows * _ROW_CALL * calls_per_row,
+        source_rows=source_rows,
+    )
+
+
 def _resize_layer(e: ModelEmitter, op: Operator) -> RowLayer | str:
     """A RESIZE_NEAREST_NEIGHBOR as a row layer: output row oy copies, column by column, the one input row TFLM's
     reference kernel maps it to."""
@@ -253,19 +257,8 @@ def _resize_layer(e: ModelEmitter, op: Operator) -> RowLayer | str:
         return str(exc)
     rows = nearest_indices(read.shape[1], out.shape[1], resize.align_corners, resize.half_pixel_centers)
     whole = out.nbytes * 3  # a pixel's bytes copied, as a TRANSPOSE's
-    return RowLayer(
-        op.index,
-        (op.inputs[0],),
-        op.outputs[0],
-        out.shape[1],
-        1,
-        1,
-        1,
-        0,
-        read.shape[1],
-        whole_instructions=whole,
-        row_instructions=whole + out.shape[1] * _ROW_CALL,
-        source_rows=tuple(int(y) for y in rows),
+    return _elementwise_rows(
+        op, (op.inputs[0],), out.shape[1], read.shape[1], whole, source_rows=tuple(int(y) for y in rows)
     )
 
 
@@ -277,20 +270,7 @@ def _prelu_layer(e: ModelEmitter, op: Operator) -> RowLayer | str:
     if read.dtype != "int8" or read.shape != out.shape or alpha.kind is TensorKind.ACTIVATION or rows_of_alpha != 1:
         return "a PRELU not of int8, or with an alpha computed or varying along the rows"
     whole = out.nbytes * _PRELU_PER_VALUE
-    return RowLayer(
-        op.index,
-        (op.inputs[0],),
-        op.outputs[0],
-        out.shape[1],
-        1,
-        1,
-        1,
-        0,
-        out.shape[1],
-        "pixel",
-        whole_instructions=whole,
-        row_instructions=whole + out.shape[1] * _ROW_CALL,
-    )
+    return _elementwise_rows(op, (op.inputs[0],), out.shape[1], out.shape[1], whole, "pixel")
 
 
 def _pad_layer(e: ModelEmitter, op: Operator) -> RowLayer | str:
@@ -300,19 +280,7 @@ def _pad_layer(e: ModelEmitter, op: Operator) -> RowLayer | str:
     if read.dtype != "int8" or len(read.shape) != 4 or paddings[:4] != [0, 0, 0, 0]:
         return "a PAD of rows or the batch, or not of int8 NHWC"
     whole = out.nbytes * 3  # filled, and the input's bytes copied, as a TRANSPOSE's
-    return RowLayer(
-        op.index,
-        (op.inputs[0],),
-        op.outputs[0],
-        out.shape[1],
-        1,
-        1,
-        1,
-        0,
-        read.shape[1],
-        whole_instructions=whole,
-        row_instructions=whole + out.shape[1] * _ROW_CALL,
-    )
+    return _elementwise_rows(op, (op.inputs[0],), out.shape[1], read.shape[1], whole)
 
 
 def _concatenation_layer(e: ModelEmitter, op: Operator) -> RowLayer | str:
@@ -327,19 +295,7 @@ def _concatenation_layer(e: ModelEmitter, op: Operator) -> RowLayer | str:
     ):
         return "a CONCATENATION not of the channels of int8 NHWC activations"
     whole = out.nbytes * 3  # the inputs' bytes copied, as a TRANSPOSE's
-    return RowLayer(
-        op.index,
-        tuple(op.inputs),
-        op.outputs[0],
-        out.shape[1],
-        1,
-        1,
-        1,
-        0,
-        out.shape[1],
-        whole_instructions=whole,
-        row_instructions=whole + out.shape[1] * _ROW_CALL * len(reads),
-    )
+    return _elementwise_rows(op, tuple(op.inputs), out.shape[1], out.shape[1], whole, calls_per_row=len(reads))
 
 
 def _max_pool_layer(e: ModelEmitter, op: Operator) -> RowLayer | str:
