@@ -23,7 +23,7 @@ from lowtide.pipeline.measure import measure
 from lowtide.schedule import apply_order, find_schedule, schedule_budget
 from lowtide.testing.families import FAMILIES
 from lowtide.validation import load_model
-from report import DOC, SHARED_MODELS, write_section
+from report import DOC, SHARED_MODELS, section_markers, write_section
 
 SECTION = "compile-rows"
 SHARED = (
@@ -98,54 +98,81 @@ def _on_qemu(path: Path, row_chains: bool) -> tuple[int, int, bool]:
     return result.static_ram.model_ram_bytes, result.latency_cycles.median, result.outputs_match
 
 
+def _previous_rows() -> tuple[dict[str, str], dict[str, str]]:
+    """The section's host and qemu table rows as they stand, by model (`--only` re-makes some of them)."""
+    start, end = section_markers(SECTION)
+    text = DOC.read_text() if DOC.exists() else ""
+    section = text[text.find(start) : text.find(end)] if start in text else ""
+    host, qemu = section.split("On qemu-m4", 1) if "On qemu-m4" in section else (section, "")
+
+    def rows(table: str) -> dict[str, str]:
+        found = (line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| model "))
+        return {line.split("|")[1].strip(): line for line in found}
+
+    return rows(host), rows(qemu)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--qemu", action="store_true", help="also RAM and instructions on qemu-m4")
-    parser.add_argument("--only", nargs="*", default=[], help="model names (file stems) to run")
+    parser.add_argument("--only", nargs="*", default=[], help="model names (file stems) to re-make, keeping the rest")
     args = parser.parse_args()
-    lines = [
-        "## `lowtide compile`: row chains",
-        "",
-        f"Made by `python benchmarks/rows_bench.py{' --qemu' if args.qemu else ''}` on {time.strftime('%Y-%m-%d')}.",
-        "",
-        "Compiled arena (bytes) on whole tensors in the stored order and in the best order lowtide's scheduler finds",
-        f"(effort {SCHEDULE_EFFORT}), and with row chains in the stored order (`lowtide.compile.rows`: chains of",
-        "convolutions, depthwise and pointwise layers, residual ADDs, PRELUs, max pools, nearest resizes, channel",
-        "CONCATENATIONs and PADs (fused or of columns and channels), run a row at a time through rings",
-        "of the rows still needed; a chain's output written over its dying input's rows already read). The family",
-        "nets are `lowtide.testing.families` at full size. Each model with row chains was run on random inputs and",
-        "compared with the host TFLM.",
-        "",
-        "| model | whole tensors | whole, best order | row chains | ratio to best order | chains | check |",
-        "|---|---:|---:|---:|---:|---|---|",
-    ]
+    host_rows, qemu_rows = _previous_rows() if args.only else ({}, {})
+    made = f"`python benchmarks/rows_bench.py{' --qemu' if args.qemu else ''}`"
+    if args.only:
+        made += (
+            f"; the rows of {', '.join(args.only)} re-made with `--only` on {time.strftime('%Y-%m-%d')}, the others"
+            " kept as they stood"
+        )
+    else:
+        made += f" on {time.strftime('%Y-%m-%d')}"
     with tempfile.TemporaryDirectory(prefix="lowtide-rows-") as tmp:
         workdir = Path(tmp)
         models = _models(workdir, set(args.only))
         for path in models:
-            lines.append(_row(path, workdir))
-            print(lines[-1], flush=True)
+            host_rows[path.stem] = _row(path, workdir)
+            print(host_rows[path.stem], flush=True)
         if args.qemu:
-            lines += [
-                "",
-                "On qemu-m4 (Cortex-M4 with the DSP extension): RAM = arena + writable globals; instructions per",
-                "inference (`lowtide measure --runtime compiled`), outputs compared with the host TFLM on the board.",
-                "",
-                "| model | RAM whole | RAM rows | instructions whole | instructions rows | change | outputs |",
-                "|---|---:|---:|---:|---:|---:|---|",
-            ]
             for path in (p for p in models if p.stem in QEMU_MODELS):
                 try:
                     ram_w, ins_w, ok_w = _on_qemu(path, False)
                     ram_r, ins_r, ok_r = _on_qemu(path, True)
                 except LowtideError as exc:
-                    lines.append(f"| {path.stem} | failed: {exc} | | | | | |")
+                    qemu_rows[path.stem] = f"| {path.stem} | failed: {exc} | | | | | |"
                     continue
-                lines.append(
+                qemu_rows[path.stem] = (
                     f"| {path.stem} | {ram_w:,} | {ram_r:,} | {ins_w:,} | {ins_r:,} | {ins_r / ins_w - 1:+.1%} | "
                     f"{'bit-exact' if ok_w and ok_r else 'MISMATCH'} |"
                 )
-                print(lines[-1], flush=True)
+                print(qemu_rows[path.stem], flush=True)
+    lines = [
+        "## `lowtide compile`: row chains",
+        "",
+        f"Made by {made}.",
+        "",
+        "Compiled arena (bytes) on whole tensors in the stored order and in the best order lowtide's scheduler finds",
+        f"(effort {SCHEDULE_EFFORT}), and with row chains in the stored order (`lowtide.compile.rows`: chains of",
+        "convolutions, depthwise and pointwise layers, residual ADDs, PRELUs, max pools, nearest resizes, channel",
+        "CONCATENATIONs and PADs (fused or of columns and channels), run a row at a time through rings",
+        "of the rows still needed; a chain's output written over its dying input's rows already read; no chain that",
+        "adds more than 15% to its layers' estimated instructions). The family",
+        "nets are `lowtide.testing.families` at full size. Each model with row chains was run on random inputs and",
+        "compared with the host TFLM.",
+        "",
+        "| model | whole tensors | whole, best order | row chains | ratio to best order | chains | check |",
+        "|---|---:|---:|---:|---:|---|---|",
+        *host_rows.values(),
+    ]
+    if qemu_rows:
+        lines += [
+            "",
+            "On qemu-m4 (Cortex-M4 with the DSP extension): RAM = arena + writable globals; instructions per",
+            "inference (`lowtide measure --runtime compiled`), outputs compared with the host TFLM on the board.",
+            "",
+            "| model | RAM whole | RAM rows | instructions whole | instructions rows | change | outputs |",
+            "|---|---:|---:|---:|---:|---:|---|",
+            *qemu_rows.values(),
+        ]
     write_section(DOC, SECTION, "\n".join(lines))
 
 
