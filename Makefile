@@ -38,12 +38,13 @@ demo-board: demo firmware-deps
 	lowtide measure $(BUILD)/demo_optimized.tflite --board qemu-m4
 
 # Two workers, one test file each at a time (a file's tests share its fixtures and folders); the user cache's
-# builds are locked, so workers building the same thing build it once.
+# builds are locked, so workers building the same thing build it once. The 30 slowest tests are printed, so a
+# CI log says where the time went (tests/conftest.py's LONG_FILES_FIRST orders the files by it).
 test: install firmware-deps tflm-lib
 	$(PYTHON) -m ruff check host tests benchmarks scripts firmware
 	$(PYTHON) -m ruff format --check host tests benchmarks scripts firmware
 	$(PYTHON) -m mypy
-	$(PYTHON) -m pytest -q -n 2 --dist loadfile --lowtide-board host-tflm --lowtide-board qemu-m4
+	$(PYTHON) -m pytest -q -n 2 --dist loadfile --durations=30 --lowtide-board host-tflm --lowtide-board qemu-m4
 
 bench: install
 	$(PYTHON) benchmarks/optimize_bench.py
