@@ -5,7 +5,7 @@ BUILD ?= build
 # one Debian's QEMU 7.2 was built from. Every recipe (the tests, demo-board) sees it.
 export LOWTIDE_QEMU_PLUGIN_HEADER ?= $(abspath ../shared/qemu-plugin)
 
-.PHONY: install firmware-deps tflm-lib demo demo-board test bench fuzz
+.PHONY: install firmware-deps tflm-lib demo demo-board test sweeps bench fuzz
 
 install:
 	$(PYTHON) -m pip install --quiet -e '.[test,labgrid,firmware,mlperf]'
@@ -39,12 +39,16 @@ demo-board: demo firmware-deps
 
 # Two workers, one test file each at a time (a file's tests share its fixtures and folders); the user cache's
 # builds are locked, so workers building the same thing build it once. The 30 slowest tests are printed, so a
-# CI log says where the time went (tests/conftest.py's LONG_FILES_FIRST orders the files by it).
+# CI log says where the time went (tests/conftest.py's LONG_FILES_FIRST orders the files by it). The sweeps over every
+# shared model (marked `slow`) are a benchmark: `make sweeps` (benchmarks/sweeps_bench.py, docs/benchmarks.md).
 test: install firmware-deps tflm-lib
 	$(PYTHON) -m ruff check host tests benchmarks scripts firmware
 	$(PYTHON) -m ruff format --check host tests benchmarks scripts firmware
 	$(PYTHON) -m mypy
-	$(PYTHON) -m pytest -q -n 2 --dist loadfile --durations=30 --lowtide-board host-tflm --lowtide-board qemu-m4
+	$(PYTHON) -m pytest -q -n 2 --dist loadfile --durations=30 -m "not slow" --lowtide-board host-tflm --lowtide-board qemu-m4
+
+sweeps: install firmware-deps tflm-lib
+	$(PYTHON) benchmarks/sweeps_bench.py
 
 bench: install
 	$(PYTHON) benchmarks/optimize_bench.py
