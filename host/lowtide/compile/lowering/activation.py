@@ -279,8 +279,7 @@ def lower_prelu(e: ModelEmitter, op: Operator, name: str) -> str:
             f"lt_prelu_{SUFFIXES[dtype]}({p}, {e.row_pointer(op.inputs[0], 'oy')}, {e.pointer(op.inputs[1])}, "
             f"{e.row_pointer(op.outputs[0], 'oy', True)});"
         )
-        e.declarations.append(f"static LT_NOINLINE void {name}_row(uint8_t *arena, int32_t oy) {{\n    {body}\n}}")
-        return f"{name}_row(arena, oy);"
+        return e.row_function(name, body)
     return (
         f"lt_prelu_{SUFFIXES[dtype]}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.inputs[1])}, "
         f"{e.pointer(op.outputs[0], True)});"

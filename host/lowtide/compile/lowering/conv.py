@@ -329,8 +329,7 @@ def _fast_int8(
             f"{function}({p}, (const int8_t *){e.pointer(source)}, {e.slots(source)}, oy, {filter_ref}, "
             f"{', '.join(arrays)}, {e.row_pointer(op.outputs[0], 'oy', True)}, {scratch}, {' | '.join(flags)});"
         )
-        e.declarations.append(f"static LT_NOINLINE void {name}_row(uint8_t *arena, int32_t oy) {{\n    {body}\n}}")
-        return f"{name}_row(arena, oy);"
+        return e.row_function(name, body)
     body = (
         f"{function}({p}, (const int8_t *)input, {filter_ref}, {', '.join(arrays)}, (int8_t *)output, "
         f"scratch, {' | '.join(flags)});"

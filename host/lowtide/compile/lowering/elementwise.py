@@ -140,8 +140,7 @@ def _binary(e: ModelEmitter, op: Operator, name: str, kind: str) -> str:
         p = e.struct(f"{name}_params", params)
         a, b = (e.row_pointer(t, "oy") for t in op.inputs[:2])
         body = f"{function}({p}, {a}, {b}, {e.row_pointer(op.outputs[0], 'oy', True)});"
-        e.declarations.append(f"static LT_NOINLINE void {name}_row(uint8_t *arena, int32_t oy) {{\n    {body}\n}}")
-        return f"{name}_row(arena, oy);"
+        return e.row_function(name, body)
     return _binary_call(e, op, name, function, params)
 
 

@@ -214,6 +214,12 @@ class ModelEmitter:
         data = self.graph.buffer_data(t.buffer)
         return np.frombuffer(data, dtype=NUMPY_TYPES[t.dtype]).reshape(t.shape)
 
+    def row_function(self, name: str, body: str) -> str:
+        """Declare `{name}_row`, which runs `body` for output row `oy` of a row chain (`lowtide.compile.rows`), and
+        return the chain loop's call of it."""
+        self.declarations.append(f"static LT_NOINLINE void {name}_row(uint8_t *arena, int32_t oy) {{\n    {body}\n}}")
+        return f"{name}_row(arena, oy);"
+
     def pointer(self, index: int, writable: bool = False) -> str:
         """C expression for a tensor's data: a place in the arena, or a const array in flash."""
         t = self.tensor(index)

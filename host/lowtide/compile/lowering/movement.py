@@ -163,8 +163,7 @@ def lower_transpose(e: ModelEmitter, op: Operator, name: str) -> str:
         copy = _copy(e, f"{name}_params", dims[2:], [in_st[p] for p in perm[2:]], strides(t_out.shape)[2:], 1)
         source = f"{e.pointer(op.inputs[0])} + oy * {in_st[perm[1]]}"
         body = f"lt_copy_strided({copy}, {source}, {e.row_pointer(op.outputs[0], 'oy', True)});"
-        e.declarations.append(f"static LT_NOINLINE void {name}_row(uint8_t *arena, int32_t oy) {{\n    {body}\n}}")
-        return f"{name}_row(arena, oy);"
+        return e.row_function(name, body)
     return _copy_strided(
         e,
         f"{name}_params",
@@ -198,8 +197,7 @@ def lower_pad(e: ModelEmitter, op: Operator, name: str) -> str:
             f"lt_fill({row}, {math.prod(t_out.shape[2:])}u, {value}, {size}); "
             f"lt_copy_strided({p}, {e.row_pointer(op.inputs[0], 'oy')}, {row} + {start});"
         )
-        e.declarations.append(f"static LT_NOINLINE void {name}_row(uint8_t *arena, int32_t oy) {{\n    {body}\n}}")
-        return f"{name}_row(arena, oy);"
+        return e.row_function(name, body)
     p = _copy(e, f"{name}_params", t_in.shape, strides(t_in.shape), out_st, size)
     out = e.pointer(op.outputs[0], True)
     return (
@@ -230,8 +228,7 @@ def lower_concatenation(e: ModelEmitter, op: Operator, name: str) -> str:
             copies.append(f"lt_copy_strided({p}, {e.row_pointer(t, 'oy')}, {row} + {position});")
             position += shape[3]
         body = "\n    ".join(copies)
-        e.declarations.append(f"static LT_NOINLINE void {name}_row(uint8_t *arena, int32_t oy) {{\n    {body}\n}}")
-        return f"{name}_row(arena, oy);"
+        return e.row_function(name, body)
     statements, position = [], 0
     for k, t in enumerate(op.inputs):
         shape = e.tensor(t).shape
@@ -364,8 +361,7 @@ def lower_resize_nearest_neighbor(e: ModelEmitter, op: Operator, name: str) -> s
         first = e.array(f"{name}_first", "int32_t", [0])
         source = e.row_pointer(op.inputs[0], f"{y_map}[oy]")
         body = f"lt_resize_nearest({p}, {first}, {x_map}, {source}, {e.row_pointer(op.outputs[0], 'oy', True)});"
-        e.declarations.append(f"static LT_NOINLINE void {name}_row(uint8_t *arena, int32_t oy) {{\n    {body}\n}}")
-        return f"{name}_row(arena, oy);"
+        return e.row_function(name, body)
     return f"lt_resize_nearest({p}, {y_map}, {x_map}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
 
 

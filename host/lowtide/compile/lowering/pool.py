@@ -58,8 +58,7 @@ def _pool(e: ModelEmitter, op: Operator, name: str, kind: str) -> str:
             f"lt_{kind}_ring_{suffix}({p}, {e.pointer(source)}, {e.slots(source)}, oy, "
             f"{e.row_pointer(op.outputs[0], 'oy', True)});"
         )
-        e.declarations.append(f"static LT_NOINLINE void {name}_row(uint8_t *arena, int32_t oy) {{\n    {body}\n}}")
-        return f"{name}_row(arena, oy);"
+        return e.row_function(name, body)
     return f"lt_{kind}_{suffix}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
 
 
