@@ -123,19 +123,6 @@ class ArenaPlan:
     def ring_rows(self) -> dict[int, int]:
         return {t: rows for chain in self.rows.chains for t, rows in chain.ring_rows}
 
-    @property
-    def row_ops(self) -> frozenset[int]:
-        return frozenset(op for chain in self.rows.chains for op in chain.ops)
-
-    @property
-    def one_row_ops(self) -> frozenset[int]:
-        return _one_row_ops(self.rows.chains)
-
-
-def _one_row_ops(chains: tuple[RowChain, ...]) -> frozenset[int]:
-    """The layers run as one row of all their pixels (`RowChain.one_row`)."""
-    return frozenset(chain.ops[0] for chain in chains if chain.one_row)
-
 
 # Flash the compiled model may spend beyond its int8 weights on int16 filters (lt_matmul_2_w16 needs no SXTB16
 # in its loop: 12 instead of 16 instructions per 16 products). The MLPerf Tiny models widen all their layers
@@ -250,8 +237,7 @@ def arena_plan(
             )
             if not rows.chains:
                 continue
-            row_ops = frozenset(op for chain in rows.chains for op in chain.ops)
-            chained = _fast_kernels(graph, fusions, row_ops, _one_row_ops(rows.chains))
+            chained = _fast_kernels(graph, fusions, rows.row_ops, rows.one_row_ops)
             candidate = _compiled_plan(view, chained, fusions, scopes, rows, False)
             if candidate is not None and candidate[0].head_bytes < plan[0].head_bytes:
                 plan, refused = candidate, rows.refusals
@@ -371,9 +357,9 @@ def _emitter(
         plan.fused_pads,
         plan.fast_scratch,
         plan.wide_weights,
-        plan.row_ops,
+        plan.rows.row_ops,
         plan.ring_rows,
-        plan.one_row_ops,
+        plan.rows.one_row_ops,
     )
     return emitter, plan
 

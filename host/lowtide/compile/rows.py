@@ -137,6 +137,16 @@ class RowPlan:
     chains: tuple[RowChain, ...]
     refusals: tuple[RowRefusal, ...]
 
+    @property
+    def row_ops(self) -> frozenset[int]:
+        """The operators that run a row at a time."""
+        return frozenset(op for chain in self.chains for op in chain.ops)
+
+    @property
+    def one_row_ops(self) -> frozenset[int]:
+        """The layers run as one row of all their pixels (`RowChain.one_row`)."""
+        return frozenset(chain.ops[0] for chain in self.chains if chain.one_row)
+
 
 def _row_layer(e: ModelEmitter, op: Operator, fast_rows: frozenset[int]) -> RowLayer | str:
     """`op` as a row layer, or why it cannot be one."""
