@@ -10,12 +10,12 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
 from lowtide.budget import DEFAULT_WALL_SECONDS
 from lowtide.cli.application import app
 from lowtide.cli.options import Arena32Option
 from lowtide.cli.plots import checked_plot_path, plot_optimized_maps, plot_pareto_front, plots_json
+from lowtide.cli.progress import progress_bars
 from lowtide.cli.tables import Column, Kind, TerminalTable
 from lowtide.cli.warnings import print_warnings
 from lowtide.errors import LowtideError
@@ -355,28 +355,8 @@ def optimize(
             plot_pareto_front(result, plot_front)
         print(json.dumps(optimize_report(result) | plots_json(plot_map, plot_front)))
         return
-    console = Console(stderr=True)
-    columns = (
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.fields[detail]}"),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=console, transient=True) as bar:
-        tasks: dict[str, TaskID] = {}
-
-        def on_progress(phase: str, fraction: float | None, detail: str) -> None:
-            if phase not in tasks:
-                for other in tasks.values():  # phases run one after another: a new one ends the last
-                    bar.update(other, total=1, completed=1)
-                tasks[phase] = bar.add_task(_PHASES[phase], total=None, detail="")
-            if fraction is not None:
-                bar.update(tasks[phase], total=1, completed=fraction, detail=detail)
-            else:
-                bar.update(tasks[phase], detail=detail)
-
-        result = run(on_progress)
+    with progress_bars() as bars:
+        result = run(lambda phase, fraction, detail: bars.phase(_PHASES[phase], fraction, detail))
     print_warnings(model, result.warnings)
     _show(Console(), result)
     if plot_map:
