@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from lowtide.compile.banks import DataRegion, RegionArena, split_arena
 from lowtide.compile.lowering import (
     STATE_OBJECT,
     ModelEmitter,
@@ -72,6 +73,12 @@ class CompiledModel:
     model_hash: str  # first 8 bytes of the model file's sha256, hex
     row_chains: tuple[RowChain, ...]  # operators run a row at a time (`lowtide.compile.rows`)
     row_refusals: tuple[RowRefusal, ...]  # where a chain was not formed, and why
+    region_arenas: tuple[RegionArena, ...]  # compiled for memory regions: the arena of each region used (the first
+    # is the caller's, `arena_bytes`); empty: one arena, wherever the caller puts it
+
+    @property
+    def total_arena_bytes(self) -> int:
+        return sum(a.head_bytes for a in self.region_arenas) if self.region_arenas else self.arena_bytes
 
     def write(self, directory: str | Path) -> list[Path]:
         directory = Path(directory)
@@ -118,6 +125,8 @@ class ArenaPlan:
     wide_weights: frozenset[int]  # CONV_2D layers whose filter is stored as int16 (`wide_weight_layers`)
     wide_weight_bytes: int  # the flash those filters take beyond their int8 size
     rows: RowPlan  # the row chains the generated code runs (none where TFLM's offsets are used) and the refusals
+    buffers: tuple[Buffer, ...]  # what was placed, in the order of the plan (the last `fast_count` the fast scratch):
+    fast_count: int  # lowtide.compile.banks splits them across memory regions
 
     @property
     def ring_rows(self) -> dict[int, int]:
@@ -248,11 +257,31 @@ def arena_plan(
     if plan is None or plan[0].head_bytes >= stock_head:
         split = _split(stock_buffers, stock_offsets, len(stock_scratch))
         no_rows = RowPlan((), refused)
-        return ArenaPlan(*split, probe.fast_scratch_bytes, stock_head, {}, False, *wide, no_rows)
+        return ArenaPlan(
+            *split,
+            probe.fast_scratch_bytes,
+            stock_head,
+            {},
+            False,
+            *wide,
+            no_rows,
+            tuple(stock_buffers),
+            len(stock_scratch),
+        )
     placement, buffers, scratch_bytes, rows, scratch_count = plan
     tensors, scratch, fast = _split(buffers, placement.offsets, scratch_count)
     split = tensors, scratch, _chain_scratch(fast, scratch_bytes, rows.chains)
-    return ArenaPlan(*split, scratch_bytes, placement.head_bytes, fusions, True, *wide, RowPlan(rows.chains, refused))
+    return ArenaPlan(
+        *split,
+        scratch_bytes,
+        placement.head_bytes,
+        fusions,
+        True,
+        *wide,
+        RowPlan(rows.chains, refused),
+        tuple(buffers),
+        scratch_count,
+    )
 
 
 def _fast_scratch(nbytes: dict[int, int], scopes: dict[int, int], chains: tuple[RowChain, ...] = ()) -> list[Buffer]:
@@ -342,14 +371,46 @@ def _compiled_plan(
     return place(buffers, placement_budget(0)), buffers, probe.fast_scratch_bytes, rows, len(scratch)
 
 
+def _c_region(region: str) -> str:
+    """A memory region's name as a C identifier's part (as its arena's section names it: lowtide.tflm.regions)."""
+    return re.sub(r"[^0-9A-Za-z_]", "_", region)
+
+
+def region_arena_name(prefix: str, region: str) -> str:
+    """The C array of the compiled arena in memory region `region` (after the first: lowtide.compile.banks)."""
+    return f"{prefix}_arena_{_c_region(region)}"
+
+
+def _in_regions(
+    graph: Graph, plan: ArenaPlan, regions: Sequence[DataRegion]
+) -> tuple[ArenaPlan, tuple[RegionArena, ...]]:
+    """`plan` across `regions` (lowtide.compile.banks), and the arena of each region used; `plan` itself and none
+    without regions."""
+    if not regions:
+        return plan, ()
+    banks = split_arena(graph, plan.buffers, plan.head_bytes, regions)
+    if banks.offsets is None:
+        return plan, banks.arenas
+    tensors, scratch, fast = _split(plan.buffers, banks.offsets, plan.fast_count)
+    fast = _chain_scratch(fast, plan.fast_scratch_bytes, plan.rows.chains)
+    last = banks.arenas[-1]
+    moved = dataclasses.replace(
+        plan, offsets=tensors, scratch=scratch, fast_scratch=fast, head_bytes=last.base + last.head_bytes
+    )
+    return moved, banks.arenas
+
+
 def _emitter(
     graph: Graph,
     keep_model_plan: bool = False,
     row_chains: bool = True,
     max_row_overhead: float = DEFAULT_MAX_ROW_OVERHEAD,
-) -> tuple[ModelEmitter, ArenaPlan]:
-    """An emitter with every activation and scratch buffer at its planned offset (`arena_plan`), and that plan."""
-    plan = arena_plan(graph, keep_model_plan, row_chains, max_row_overhead)
+    prefix: str = "model",
+    regions: Sequence[DataRegion] = (),
+) -> tuple[ModelEmitter, ArenaPlan, tuple[RegionArena, ...]]:
+    """An emitter with every activation and scratch buffer at its planned offset (`arena_plan`, across `regions`
+    where given), that plan, and the arena of each region used."""
+    plan, arenas = _in_regions(graph, arena_plan(graph, keep_model_plan, row_chains, max_row_overhead), regions)
     emitter = ModelEmitter(
         graph,
         plan.offsets,
@@ -360,8 +421,9 @@ def _emitter(
         plan.rows.row_ops,
         plan.ring_rows,
         plan.rows.one_row_ops,
+        tuple((a.base, region_arena_name(prefix, a.region)) for a in arenas[1:]),
     )
-    return emitter, plan
+    return emitter, plan, arenas
 
 
 def _lower_all(graph: Graph, emitter: ModelEmitter) -> tuple[list[str], list[Blocker]]:
@@ -391,7 +453,7 @@ def _lower_all(graph: Graph, emitter: ModelEmitter) -> tuple[list[str], list[Blo
 
 def check_model(graph: Graph) -> list[Blocker]:
     """Everything that keeps `graph` from compiling, without generating code."""
-    emitter, _ = _emitter(graph)
+    emitter, _, _ = _emitter(graph)
     return _lower_all(graph, emitter)[1]
 
 
@@ -401,15 +463,18 @@ def compile_model(
     keep_model_plan: bool = False,
     row_chains: bool = True,
     max_row_overhead: float = DEFAULT_MAX_ROW_OVERHEAD,
+    regions: Sequence[DataRegion] = (),
 ) -> CompiledModel:
     """Lower every operator of `graph` (a validated model: `lowtide.validation.load_model`); raises LowtideError
     naming the first thing it cannot compile. `keep_model_plan`: the model's OfflineMemoryAllocation as it is, even
     where lowtide's compiled plan is smaller. `row_chains`: False runs every operator on whole tensors;
-    `max_row_overhead`: the most a chain may add to its layers' estimated instructions, a fraction (`arena_plan`)."""
+    `max_row_overhead`: the most a chain may add to its layers' estimated instructions, a fraction (`arena_plan`).
+    `regions`: the memory regions the arena may use, fastest first (lowtide.compile.banks): one arena per region
+    used."""
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", prefix):
         raise LowtideError(f"prefix '{prefix}' is not a C identifier")
-    emitter, plan = _emitter(graph, keep_model_plan, row_chains, max_row_overhead)
-    head_bytes = plan.head_bytes
+    emitter, plan, arenas = _emitter(graph, keep_model_plan, row_chains, max_row_overhead, prefix, regions)
+    head_bytes = arenas[0].head_bytes if arenas else plan.head_bytes
     calls, blockers = _lower_all(graph, emitter)
     unplanned = sorted(set(emitter.fast_scratch_bytes) - set(emitter.fast_scratch))
     if unplanned:  # the plan is made from the same lowering: a difference is a lowtide bug
@@ -423,7 +488,7 @@ def compile_model(
     model_hash = graph.sha256[:16]
     members = _state_members(emitter)
     state_bytes = _struct_size(members)
-    header = _header(prefix, head_bytes, state_bytes, graph, inputs, outputs, model_hash)
+    header = _header(prefix, head_bytes, state_bytes, graph, inputs, outputs, model_hash, arenas)
     source = _source(prefix, graph, emitter, calls, inputs, outputs, model_hash, members, plan.rows.chains)
     return CompiledModel(
         model=graph.source,
@@ -437,6 +502,7 @@ def compile_model(
         model_hash=model_hash,
         row_chains=plan.rows.chains,
         row_refusals=plan.rows.refusals,
+        region_arenas=arenas,
     )
 
 
@@ -500,6 +566,7 @@ def _header(
     inputs: tuple[IoTensor, ...],
     outputs: tuple[IoTensor, ...],
     model_hash: str,
+    arenas: tuple[RegionArena, ...] = (),
 ) -> str:
     up = prefix.upper()
     guard = f"{up}_H"
@@ -514,6 +581,7 @@ def _header(
         "/* The caller provides the arena: at least ARENA_SIZE bytes, aligned to ARENA_ALIGNMENT. */",
         f"#define {up}_ARENA_SIZE {arena_bytes}u",
         f"#define {up}_ARENA_ALIGNMENT 16u",
+        *_region_lines(prefix, arenas),
         "/* Static state outside the arena: variable tensors and resource variables kept across invocations. */",
         f"#define {up}_STATE_SIZE {state_bytes}u",
         f"#define {up}_OPERATOR_COUNT {len(graph.main.operators)}",
@@ -538,6 +606,7 @@ def _header(
         "#endif",
         "",
         f"extern const uint8_t {prefix}_hash[8]; /* first 8 bytes of the model file's sha256 */",
+        *(f"extern uint8_t {region_arena_name(prefix, a.region)}[{a.head_bytes}u];" for a in arenas[1:]),
         f"extern const lt_tensor_info {prefix}_inputs[{up}_INPUT_COUNT];",
         f"extern const lt_tensor_info {prefix}_outputs[{up}_OUTPUT_COUNT];",
         f"extern const char *const {prefix}_operator_names[{up}_OPERATOR_COUNT];",
@@ -560,6 +629,23 @@ def _header(
         "",
     ]
     return "\n".join(lines)
+
+
+def _region_lines(prefix: str, arenas: tuple[RegionArena, ...]) -> list[str]:
+    """The header's memory regions: the one the caller's arena belongs in, and the arrays of the others, which the
+    caller defines (each aligned to ARENA_ALIGNMENT, in its region) through the X-macro."""
+    if not arenas:
+        return []
+    up = prefix.upper()
+    lines = [f'#define {up}_ARENA_REGION "{arenas[0].region}"  /* where the caller\'s arena belongs */']
+    if len(arenas) == 1:
+        return lines
+    lines.append("/* The arena's bytes in further memory regions: X(region, bytes) for each; the caller defines each")
+    lines.append(f" * as uint8_t {prefix}_arena_<region>[bytes], aligned to {up}_ARENA_ALIGNMENT, in that region. */")
+    xs = " ".join(f"X({_c_region(a.region)}, {a.head_bytes}u)" for a in arenas[1:])
+    lines.append(f"#define {up}_REGION_ARENAS(X) {xs}")
+    lines.append(f"#define {up}_ARENAS_TOTAL_SIZE {sum(a.head_bytes for a in arenas)}u")
+    return lines
 
 
 def _tensor_info(t: IoTensor) -> str:
