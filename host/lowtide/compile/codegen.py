@@ -400,6 +400,12 @@ def _in_regions(
     return moved, banks.arenas
 
 
+def region_arenas(graph: Graph, regions: Sequence[DataRegion]) -> tuple[RegionArena, ...]:
+    """The arena of each memory region `compile_model(graph, regions=regions)` uses, without generating code;
+    raises LowtideError where no split fits."""
+    return _in_regions(graph, arena_plan(graph), regions)[1]
+
+
 def _emitter(
     graph: Graph,
     keep_model_plan: bool = False,
