@@ -106,11 +106,10 @@ def split_arena(
                 given[r] += members
                 break
         else:
-            live = live_lower_bound(buffers)
             where = ", ".join(f"{x.name} {x.capacity_bytes:,} B" for x in choices)
             what = "a model input or output" if pinned else "a buffer group"
             raise LowtideError(
-                f"the compiled arena ({head_bytes:,} B, at least {live:,} B live at once) fits no split across "
+                f"the compiled arena ({head_bytes:,} B) fits no split across "
                 f"{where}: {what} of {sum(buffers[i].size for i in members):,} B finds no room"
             )
     arenas, placed, base = [], [0] * len(buffers), 0

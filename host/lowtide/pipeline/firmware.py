@@ -175,16 +175,17 @@ def compiled_data_regions(spec: BoardSpec, graph: Graph, estimate: FootprintEsti
 
 def compiled_arena_layout(spec: BoardSpec, graph: Graph, estimate: FootprintEstimate) -> CompiledArenaLayout | None:
     """Where the compiled runtime's arenas go on `spec` (`compiled_data_regions`): the first region's in .bss where
-    that is the image's RAM, every other one in its memory's section; None without memory regions."""
+    that is the image's RAM, every other one in its memory's section; None where the one arena stays in .bss (the
+    image is the one a board without memory regions gets)."""
     regions = compiled_data_regions(spec, graph, estimate)
-    if not regions:
-        return None
     script = shipped_linker_regions(spec) or []
     banks = {m.name: m for m in spec.memories}
     places = tuple(
         None if i == 0 and _holds_bss(spec, banks[r.name], script) else _place(spec, r.name, "the compiled arena:")
         for i, r in enumerate(regions)
     )
+    if places in ((), (None,)):
+        return None
     return CompiledArenaLayout(regions, places, region_arenas(graph, regions))
 
 
