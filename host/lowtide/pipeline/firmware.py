@@ -77,6 +77,15 @@ class ArenaRegions:
 IN_BSS = ArenaRegions()  # one arena, with the image's other static data
 
 
+def requested_regions(spec: BoardSpec | None, runtime: FirmwareRuntime, regions: ArenaRegions) -> ArenaRegions:
+    """Where TFLM's arenas go: `regions` where the user gave either, else the board file's defaults
+    (`arena_region`, `persistent_region`) for a runtime of TFLM's; `regions` for the compiled runtime, which has
+    none of TFLM's arenas."""
+    if spec is None or runtime.kernels is None or not regions.default:
+        return regions
+    return ArenaRegions(spec.arena_region, spec.persistent_region)
+
+
 def _place(spec: BoardSpec, name: str, option: str) -> ArenaPlace:
     bank = next((m for m in spec.memories if m.name == name), None)
     if bank is None:
@@ -397,6 +406,7 @@ def build_board_firmware(
     settings = settings_or_read(settings)
     runtime = runtime_for(spec.runtime, runtime)
     graph = graph if graph is not None else load_model(model_path, settings, runtime.relies_on)
+    regions = requested_regions(spec, runtime, regions)
     if runtime.kernels is None and not regions.default:
         raise LowtideError(
             f"--arena-region and --persistent-region place TFLM's arenas: the {runtime} runtime has none"
