@@ -121,7 +121,7 @@ def _regions(graph: Graph, board: str | None, regions: list[str]) -> tuple[DataR
     if board is not None:
         spec = get_board_spec(board)
         estimate = RUNTIMES[Runtime.COMPILED].estimate_footprint(graph)
-        found = compiled_data_regions(spec, graph, estimate)
+        found = compiled_data_regions(spec, estimate)
         if not found:
             raise LowtideError(f"--board {spec.name}: its board file has no [[memory]] regions lowtide can place in")
         return found

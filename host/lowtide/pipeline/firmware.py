@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lowtide.compile.banks import DataRegion
-from lowtide.compile.codegen import arena_plan, region_arenas
+from lowtide.compile.codegen import region_arenas
 from lowtide.device.boards import Board, HostTflmBoard
 from lowtide.device.drivers.platformio import (
     FirmwareImage,
@@ -155,12 +155,12 @@ def _holds_bss(spec: BoardSpec, bank: MemoryBank, script: list[MemoryRegion]) ->
     return any(r.name == bss and bank.address <= r.origin < bank.end for r in script)
 
 
-def compiled_data_regions(spec: BoardSpec, graph: Graph, estimate: FootprintEstimate) -> tuple[DataRegion, ...]:
+def compiled_data_regions(spec: BoardSpec, estimate: FootprintEstimate) -> tuple[DataRegion, ...]:
     """The memories the compiled runtime's arena may use on `spec`, each with the bytes left there for it: only the
     memory of the image's RAM (.bss) where the one-arena plan fits it, as without memories; else every memory that
     holds no flash region of the linker script, fastest first (the image's RAM first among equals, then by
-    address). The image's RAM keeps room for the static RAM (a lower bound: `estimate`) and the arena's painted
-    slack, the stack's memory for the stack; empty without [[memory]] tables or a linker script lowtide ships."""
+    address). The image's RAM keeps room for the static RAM (a lower bound: `estimate`, the compiled runtime's) and
+    the arena's painted slack, the stack's memory for the stack; empty without [[memory]] tables or a linker script lowtide ships."""
     script = shipped_linker_regions(spec)
     if not spec.memories or script is None:
         return ()
@@ -175,7 +175,7 @@ def compiled_data_regions(spec: BoardSpec, graph: Graph, estimate: FootprintEsti
         nbytes -= estimate.static_ram_bytes + ARENA_SLACK_BYTES if _holds_bss(spec, bank, script) else 0
         regions.append((bank, DataRegion(bank.name, nbytes)))
     home = next((region for bank, region in regions if _holds_bss(spec, bank, script)), None)
-    if home is not None and arena_plan(graph).head_bytes <= home.capacity_bytes:
+    if home is not None and estimate.arena_bytes - ARENA_SLACK_BYTES <= home.capacity_bytes:  # the plan's head
         return (home,)
     speeds = list(MemorySpeed)
     regions.sort(key=lambda pair: (speeds.index(pair[0].speed), pair[1] is not home, pair[0].address))
@@ -186,7 +186,7 @@ def compiled_arena_layout(spec: BoardSpec, graph: Graph, estimate: FootprintEsti
     """Where the compiled runtime's arenas go on `spec` (`compiled_data_regions`): the first region's in .bss where
     that is the image's RAM, every other one in its memory's section; None where the one arena stays in .bss (the
     image is the one a board without memory regions gets)."""
-    regions = compiled_data_regions(spec, graph, estimate)
+    regions = compiled_data_regions(spec, estimate)
     script = shipped_linker_regions(spec) or []
     banks = {m.name: m for m in spec.memories}
     places = tuple(
