@@ -141,3 +141,19 @@ def test_a_build_whose_compiled_arena_fits_no_split_is_refused_before_building(t
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and "fits no split across sram1" in done.stderr, done.stderr
     assert not project.exists()
+
+
+def test_a_board_file_names_tflms_default_regions_among_its_memories(tmp_path):
+    banks = get_board_spec(BOARD)
+    assert (banks.arena_region, banks.persistent_region) == (None, "sram2")
+    h743 = get_board_spec("nucleo-h743zi")
+    assert (h743.arena_region, h743.persistent_region) == ("axi_sram", "sram1")
+    board = tmp_path / "bad.toml"
+    board.write_text(banks.path.read_text().replace('persistent_region = "sram2"', 'persistent_region = "sram9"'))
+    done = lowtide("boards", "--json")
+    assert done.returncode == 0, done.stderr
+    listed = {b["name"]: b for b in json.loads(done.stdout)["boards"]}
+    assert (listed[BOARD]["arena_region"], listed[BOARD]["persistent_region"]) == (None, "sram2")
+    refused = lowtide("build", str(tmp_path / "none.tflite"), "--board", str(board))
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "persistent_region = 'sram9' names no [[memory]] of the board" in refused.stderr
