@@ -2,13 +2,12 @@
 plan: tensors, kernel scratch, in-place groups) goes into one region, so a model runs where the sum of the banks
 holds its arena though no one bank does.
 
-The regions come fastest first. Where the one-arena plan fits the first region it stays as it is. Otherwise the
-buffers are split by in-place group (a group's bytes are fixed inside each other, so they share a region): the
-groups holding a model input or output go into the first region (the arena the caller passes, where
-`<prefix>_input` and `<prefix>_output` find them), then the kernels' scratch, then the tensors by the bytes the
-generated code reads from them per inference, most first; each group into the fastest region where the buffers
-given to it so far, and it, still fit (lowtide.memory.placement's heuristics). Each region's buffers are then placed
-on their own (`place`). Every step is deterministic.
+The regions come fastest first. Where the one-arena plan fits a region it stays as it is, in the fastest such
+region. Otherwise the buffers are split by in-place group (a group's bytes are fixed inside each other, so they
+share a region): the groups holding the kernels' scratch first, then the others by the bytes the generated code
+reads from them per inference, most first; each group into the fastest region where the buffers given to it so
+far, and it, still fit (lowtide.memory.placement's heuristics). Where that order leaves a group with no room, the groups are taken again,
+the largest first. Each region's buffers are then placed on their own (`place`). Every step is deterministic.
 
 The plan's offsets stay one number per buffer: region k's buffers are at its base (the heads of the regions before
 it, one after another) plus their place in it, and the code generator turns an offset into its region's arena.
@@ -50,35 +49,50 @@ class BankPlan:
     offsets: tuple[int, ...] | None  # per buffer, its region's base plus its place there; None: the one-arena plan's
 
 
-def _group_order(
-    graph: Graph, buffers: Sequence[Buffer], groups: list[tuple[tuple[int, int], ...]], io: set[int]
-) -> list[int]:
-    """The groups in the order they pick a region: those with a model input or output, then those with kernel
-    scratch, then by bytes read per inference (each buffer's bytes times the operator inputs that name it), most
-    first; ties by the group's first buffer."""
+def _group_order(graph: Graph, buffers: Sequence[Buffer], groups: list[tuple[tuple[int, int], ...]]) -> list[int]:
+    """The groups in the order they pick a region: those with kernel scratch, then by bytes read per inference
+    (each buffer's bytes times the operator inputs that name it), most first; ties by the group's first buffer."""
     reads: dict[int, int] = {}
     for op in graph.main.operators:
         for t in op.inputs:
             if t >= 0:
                 reads[t] = reads.get(t, 0) + 1
 
-    def key(g: int) -> tuple[int, int, int]:
+    def key(g: int) -> tuple[bool, int, int]:
         members = [buffers[i] for i, _ in groups[g]]
-        main = [b for b in members if b.subgraph == 0 and b.tensor is not None]
-        if any(b.tensor in io for b in main):
-            rank = 0
-        elif any(b.tensor is None for b in members):
-            rank = 1
-        else:
-            rank = 2
-        read = sum(b.size * reads.get(b.tensor, 0) for b in main if b.tensor is not None)
-        return rank, -read, min(i for i, _ in groups[g])
+        read = sum(b.size * reads.get(b.tensor, 0) for b in members if b.subgraph == 0 and b.tensor is not None)
+        return all(b.tensor is not None for b in members), -read, min(i for i, _ in groups[g])
 
     return sorted(range(len(groups)), key=key)
 
 
 def _fits(buffers: Sequence[Buffer], capacity: int) -> bool:
     return live_lower_bound(buffers) <= capacity and place(buffers, placement_budget(0)).head_bytes <= capacity
+
+
+def _assign(
+    buffers: Sequence[Buffer],
+    groups: list[tuple[tuple[int, int], ...]],
+    order: list[int],
+    regions: Sequence[DataRegion],
+) -> tuple[list[list[int]] | None, int | None]:
+    """The buffers each region is given, the groups taken in `order`, each into the fastest region where it still
+    fits; (None, the first group that fits nowhere) where one does not."""
+    given: list[list[int]] = [[] for _ in regions]
+    for g in order:
+        members = [i for i, _ in groups[g]]
+        r = next(
+            (
+                r
+                for r, region in enumerate(regions)
+                if _fits([buffers[i] for i in given[r] + members], region.capacity_bytes)
+            ),
+            None,
+        )
+        if r is None:
+            return None, g
+        given[r] += members
+    return given, None
 
 
 def split_arena(
@@ -91,27 +105,23 @@ def split_arena(
     Raises LowtideError, in one line, where the split finds no region for a group."""
     if not regions:
         raise LowtideError("no memory region to place the compiled arena in")
-    first = regions[0]
-    if head_bytes <= first.capacity_bytes:
-        return BankPlan((RegionArena(first.name, 0, head_bytes),), None)
+    whole = next((r for r in regions if head_bytes <= r.capacity_bytes), None)
+    if whole is not None:
+        return BankPlan((RegionArena(whole.name, 0, head_bytes),), None)
     groups = in_place_groups(buffers)
-    io = set(graph.main.inputs) | set(graph.main.outputs)
-    given: list[list[int]] = [[] for _ in regions]
-    for g in _group_order(graph, buffers, groups, io):
-        members = [i for i, _ in groups[g]]
-        pinned = any(buffers[i].subgraph == 0 and buffers[i].tensor in io for i in members)
-        choices = regions[:1] if pinned else regions
-        for r, region in enumerate(choices):
-            if _fits([buffers[i] for i in given[r] + members], region.capacity_bytes):
-                given[r] += members
-                break
-        else:
-            where = ", ".join(f"{x.name} {x.capacity_bytes:,} B" for x in choices)
-            what = "a model input or output" if pinned else "a buffer group"
-            raise LowtideError(
-                f"the compiled arena ({head_bytes:,} B) fits no split across "
-                f"{where}: {what} of {sum(buffers[i].size for i in members):,} B finds no room"
-            )
+    by_reads = _group_order(graph, buffers, groups)
+    # Where the most-read-first order strands a group, the largest first (first fit decreasing) may still fit.
+    by_size = sorted(by_reads, key=lambda g: -max(inside + buffers[i].size for i, inside in groups[g]))
+    given, stranded = _assign(buffers, groups, by_reads, regions)
+    if stranded is not None:
+        given, _ = _assign(buffers, groups, by_size, regions)
+    if given is None:
+        assert stranded is not None
+        where = ", ".join(f"{x.name} {x.capacity_bytes:,} B" for x in regions)
+        extent = max(inside + buffers[i].size for i, inside in groups[stranded])
+        count = len(groups[stranded])
+        what = f"{count} buffers sharing {extent:,} B find" if count > 1 else f"a buffer of {extent:,} B finds"
+        raise LowtideError(f"the compiled arena ({head_bytes:,} B) fits no split across {where}: {what} no room")
     arenas, placed, base = [], [0] * len(buffers), 0
     for region, indices in zip(regions, given):
         if not indices:

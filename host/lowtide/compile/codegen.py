@@ -54,7 +54,8 @@ class IoTensor:
     name: str
     dtype: str
     shape: tuple[int, ...]
-    offset: int  # bytes from the start of the arena
+    offset: int  # bytes from the start of the arena (of its region's, compiled for memory regions)
+    region: str | None  # the memory region whose arena holds it; None: compiled for no regions
     nbytes: int
     scale: float
     zero_point: int
@@ -489,8 +490,8 @@ def compile_model(
         more = f" (and {len(blockers) - 1} more: lowtide compile --check)" if len(blockers) > 1 else ""
         raise LowtideError(f"cannot compile {blockers[0]}{more}", graph.source)
     offsets = emitter.offsets
-    inputs = tuple(_io(graph, emitter, t, offsets) for t in graph.main.inputs)
-    outputs = tuple(_io(graph, emitter, t, offsets) for t in graph.main.outputs)
+    inputs = tuple(_io(graph, emitter, t, offsets, arenas) for t in graph.main.inputs)
+    outputs = tuple(_io(graph, emitter, t, offsets, arenas) for t in graph.main.outputs)
     model_hash = graph.sha256[:16]
     members = _state_members(emitter)
     state_bytes = _struct_size(members)
@@ -543,17 +544,21 @@ def _graph_problems(graph: Graph) -> list[str]:
     return problems
 
 
-def _io(graph: Graph, emitter: ModelEmitter, index: int, offsets: dict[int, int]) -> IoTensor:
+def _io(
+    graph: Graph, emitter: ModelEmitter, index: int, offsets: dict[int, int], arenas: tuple[RegionArena, ...]
+) -> IoTensor:
     t = graph.main.tensors[index]
     if index not in offsets:
         raise LowtideError(f"model input/output tensor {index} '{t.name}' is not an arena tensor", graph.source)
     qp = emitter.quantization(index, required=False)
+    arena = max((a for a in arenas if a.base <= offsets[index]), key=lambda a: a.base, default=None)
     return IoTensor(
         index=index,
         name=t.name,
         dtype=t.dtype,
         shape=t.shape,
-        offset=offsets[index],
+        offset=offsets[index] - (arena.base if arena else 0),
+        region=arena.region if arena else None,
         nbytes=t.nbytes,
         scale=qp.scale,
         zero_point=qp.zero_point,
@@ -600,6 +605,7 @@ def _header(
         for i, t in enumerate(tensors):
             lines += [
                 f"#define {up}_{kind}{i}_OFFSET {t.offset}u",
+                *([f'#define {up}_{kind}{i}_REGION "{t.region}"'] if len(arenas) > 1 else []),
                 f"#define {up}_{kind}{i}_BYTES {t.nbytes}u",
                 f"#define {up}_{kind}{i}_TYPE {LT_TYPE_NAMES[t.dtype]}",
                 f"#define {up}_{kind}{i}_SCALE {c_float(t.scale)}",
@@ -617,9 +623,7 @@ def _header(
         f"extern const lt_tensor_info {prefix}_outputs[{up}_OUTPUT_COUNT];",
         f"extern const char *const {prefix}_operator_names[{up}_OPERATOR_COUNT];",
         "",
-        "/* Pointer to input/output i inside `arena`. */",
-        f"static inline void *{prefix}_input(uint8_t *arena, int i) {{ return arena + {prefix}_inputs[i].offset; }}",
-        f"static inline void *{prefix}_output(uint8_t *arena, int i) {{ return arena + {prefix}_outputs[i].offset; }}",
+        *_io_pointers(prefix, inputs, outputs, arenas),
         "",
         "/* Runs every operator in the model's order. `hook` (may be NULL) is called before and after each. */",
         f"int {prefix}_invoke(uint8_t *arena, lt_op_hook hook, void *user);",
@@ -635,6 +639,31 @@ def _header(
         "",
     ]
     return "\n".join(lines)
+
+
+def _io_pointers(
+    prefix: str, inputs: tuple[IoTensor, ...], outputs: tuple[IoTensor, ...], arenas: tuple[RegionArena, ...]
+) -> list[str]:
+    """The header's `<prefix>_input` and `<prefix>_output`: inside `arena`, or where the arena is split across memory
+    regions, inside the arena of each one's region."""
+    if len(arenas) <= 1:
+        return [
+            "/* Pointer to input/output i inside `arena`. */",
+            f"static inline void *{prefix}_input(uint8_t *arena, int i) {{ return arena + {prefix}_inputs[i].offset; }}",
+            f"static inline void *{prefix}_output(uint8_t *arena, int i) {{ return arena + {prefix}_outputs[i].offset; }}",
+        ]
+    first = arenas[0].region
+
+    def at(t: IoTensor) -> str:
+        return f"{'arena' if t.region == first else region_arena_name(prefix, t.region or first)} + {t.offset}u"
+
+    lines = ["/* Pointer to input/output i: inside `arena`, or inside the arena of its memory region. */"]
+    for kind, tensors in (("input", inputs), ("output", outputs)):
+        lines.append(
+            f"static inline void *{prefix}_{kind}(uint8_t *arena, int i) {{ "
+            f"uint8_t *const at[] = {{{', '.join(at(t) for t in tensors)}}}; return at[i]; }}"
+        )
+    return lines
 
 
 def _region_lines(prefix: str, arenas: tuple[RegionArena, ...]) -> list[str]:

@@ -158,9 +158,10 @@ def _holds_bss(spec: BoardSpec, bank: MemoryBank, script: list[MemoryRegion]) ->
 def compiled_data_regions(spec: BoardSpec, estimate: FootprintEstimate) -> tuple[DataRegion, ...]:
     """The memories the compiled runtime's arena may use on `spec`, each with the bytes left there for it: only the
     memory of the image's RAM (.bss) where the one-arena plan fits it, as without memories; else every memory that
-    holds no flash region of the linker script, fastest first (the image's RAM first among equals, then by
-    address). The image's RAM keeps room for the static RAM (a lower bound: `estimate`, the compiled runtime's) and
-    the arena's painted slack, the stack's memory for the stack; empty without [[memory]] tables or a linker script lowtide ships."""
+    holds no flash region of the linker script and has room, fastest first (the image's RAM first among equals,
+    then by address). The image's RAM keeps room for the static RAM (a lower bound: `estimate`, the compiled
+    runtime's), the stack's memory for the stack, and each memory for the slack painted past the arena the firmware
+    passes to the model, wherever that goes; empty without [[memory]] tables or a linker script lowtide ships."""
     script = shipped_linker_regions(spec)
     if not spec.memories or script is None:
         return ()
@@ -172,14 +173,15 @@ def compiled_data_regions(spec: BoardSpec, estimate: FootprintEstimate) -> tuple
             continue
         nbytes = max([bank.size_bytes, *(r.length for r in inside)])
         nbytes -= stack_bytes if any(r.name == stack_region for r in inside) else 0
-        nbytes -= estimate.static_ram_bytes + ARENA_SLACK_BYTES if _holds_bss(spec, bank, script) else 0
-        regions.append((bank, DataRegion(bank.name, nbytes)))
+        nbytes -= estimate.static_ram_bytes if _holds_bss(spec, bank, script) else 0
+        # whichever region's arena the firmware passes to the model has the painted slack after it
+        regions.append((bank, DataRegion(bank.name, nbytes - ARENA_SLACK_BYTES)))
     home = next((region for bank, region in regions if _holds_bss(spec, bank, script)), None)
     if home is not None and estimate.arena_bytes - ARENA_SLACK_BYTES <= home.capacity_bytes:  # the plan's head
         return (home,)
     speeds = list(MemorySpeed)
     regions.sort(key=lambda pair: (speeds.index(pair[0].speed), pair[1] is not home, pair[0].address))
-    return tuple(region for _, region in regions)
+    return tuple(region for _, region in regions if region.capacity_bytes > 0)
 
 
 def compiled_arena_layout(spec: BoardSpec, graph: Graph, estimate: FootprintEstimate) -> CompiledArenaLayout | None:
