@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import needs_firmware_tools
+from conftest import SHARED_MODELS, needs_firmware_tools
 from lowtide.compile.banks import DataRegion, split_arena
 from lowtide.compile.codegen import arena_plan
 from lowtide.device.drivers.platformio import elf_sections
@@ -114,6 +114,25 @@ def test_a_compiled_arena_over_either_bank_runs_across_both(tmp_path):
     assert result.static_ram is not None and result.static_ram.arena_bytes == arenas["sram1"]
     assert result.board_planned_bytes == arenas["sram1"] + arenas["sram2"]
     assert result.arena_high_water_bytes == arenas["sram1"] + arenas["sram2"]
+
+
+@needs_firmware_tools
+def test_an_arena_that_fits_only_the_second_bank_is_passed_from_there():
+    """mlperf_vww_96: its 27 KiB input staging and the stack leave sram1 too little for the 28 KB compiled arena,
+    which goes whole into sram2: the arena the firmware passes to the model (input and output inside it) is there,
+    with its painted slack, and .bss holds none of it."""
+    model = SHARED_MODELS / "mlperf_vww_96_int8.tflite"
+    head = arena_plan(load_model(model)).head_bytes
+    done = lowtide("build", str(model), "--board", BOARD, "--runtime", "compiled", "--json")
+    assert done.returncode == 0, done.stderr
+    sections = {s.name: s for s in elf_sections(Path(json.loads(done.stdout)["elf"]), read_settings())}
+    placed = sections[".lt_arena.sram2"]
+    sram2 = next(m for m in get_board_spec(BOARD).memories if m.name == "sram2")
+    assert (placed.address, placed.size) == (sram2.address, head + 1024)
+    result = measure(model, BOARD, runtime="compiled", iterations=1, timeout=120.0)
+    assert result.outputs_match, f"outputs {result.mismatched_outputs} differ from the host TFLM"
+    assert result.board_planned_bytes == head and result.arena_capacity_bytes == head + 1024
+    assert result.static_ram is not None and result.static_ram.arena_bytes == 0
 
 
 @pytest.mark.parametrize(
