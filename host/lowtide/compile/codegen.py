@@ -126,8 +126,8 @@ class ArenaPlan:
     wide_weights: frozenset[int]  # CONV_2D layers whose filter is stored as int16 (`wide_weight_layers`)
     wide_weight_bytes: int  # the flash those filters take beyond their int8 size
     rows: RowPlan  # the row chains the generated code runs (none where TFLM's offsets are used) and the refusals
-    buffers: tuple[Buffer, ...]  # what was placed, in the order of the plan (the last `fast_count` the fast scratch):
-    fast_count: int  # lowtide.compile.banks splits them across memory regions
+    buffers: tuple[Buffer, ...]  # everything placed, in the plan's order (what lowtide.compile.banks splits)
+    fast_count: int  # how many of `buffers`, the last ones, are the fast kernels' scratch
 
     @property
     def ring_rows(self) -> dict[int, int]:
@@ -577,7 +577,7 @@ def _header(
     inputs: tuple[IoTensor, ...],
     outputs: tuple[IoTensor, ...],
     model_hash: str,
-    arenas: tuple[RegionArena, ...] = (),
+    arenas: tuple[RegionArena, ...],
 ) -> str:
     up = prefix.upper()
     guard = f"{up}_H"
