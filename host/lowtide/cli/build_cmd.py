@@ -34,6 +34,7 @@ from lowtide.pipeline.firmware import (
     ArenaRegions,
     build_board_firmware,
     predicted_head_and_used,
+    requested_regions,
     tflm_arena_layout,
     upload_firmware,
 )
@@ -75,6 +76,7 @@ def build_report(
     regions: ArenaRegions = IN_BSS,
 ) -> BuildReport:
     runtime = runtime_for(spec.runtime, runtime)
+    regions = requested_regions(spec, runtime, regions)
     graph = load_model(model, settings)
     tflm_arena = runtime.predict_arena(graph, spec.core, settings)
     planned = planned_head_bytes(graph, tflm_arena)

@@ -124,8 +124,11 @@ class ModelEmitter:
         row_ops: frozenset[int] = frozenset(),
         ring_rows: dict[int, int] | None = None,
         one_row_ops: frozenset[int] = frozenset(),
+        region_arenas: tuple[tuple[int, str], ...] = (),
     ):
         self.graph = graph
+        # (base offset, C array) of each arena after the first in another memory region (lowtide.compile.banks)
+        self.region_arenas = region_arenas
         self.sg = graph.main
         self.offsets = offsets  # activation tensor index -> arena offset
         self.scratch = scratch or {}  # operator index -> arena offsets of its kernel scratch buffers, in request order
@@ -220,6 +223,12 @@ class ModelEmitter:
         self.declarations.append(f"static LT_NOINLINE void {name}_row(uint8_t *arena, int32_t oy) {{\n    {body}\n}}")
         return f"{name}_row(arena, oy);"
 
+    def arena_at(self, offset: int) -> str:
+        """C expression for the byte at a planned offset: in the arena the caller passes, or in the arena of the
+        memory region whose bytes start at or below it."""
+        base, name = max(((b, n) for b, n in self.region_arenas if b <= offset), default=(0, "arena"))
+        return f"{name} + {offset - base}u"
+
     def pointer(self, index: int, writable: bool = False) -> str:
         """C expression for a tensor's data: a place in the arena, or a const array in flash."""
         t = self.tensor(index)
@@ -229,7 +238,7 @@ class ModelEmitter:
         if t.kind is TensorKind.ACTIVATION:
             if index not in self.offsets:
                 raise Unsupported(f"tensor {index} '{t.name}' has no place in the arena (empty or unused)")
-            return f"(({ctype} *)(arena + {self.offsets[index]}u))"
+            return f"(({ctype} *)({self.arena_at(self.offsets[index])}))"
         if t.kind is TensorKind.VARIABLE:
             self.variables[index] = t
             return f"{STATE_OBJECT}.{variable_member(index)}"
@@ -257,14 +266,14 @@ class ModelEmitter:
         """Kernel scratch buffer k of `op`, where the memory plan put it in the arena."""
         buffers = self.scratch.get(op.index, [])
         require(k < len(buffers), f"the memory plan has no scratch buffer {k} for this operator")
-        return f"(({ctype} *)(arena + {buffers[k]}u))"
+        return f"(({ctype} *)({self.arena_at(buffers[k])}))"
 
     def fast_scratch_pointer(self, op: Operator, count: int) -> str:
         """The int16 scratch of `count` values that `op`'s fast kernel uses while it runs. A plan is made from
         these needs (`fast_scratch_bytes`, collected by lowering with any offsets), so an emitter without a plan
         yet points at offset 0; `compile_model` checks that every need has its place."""
         self.fast_scratch_bytes[op.index] = 2 * count
-        return f"((int16_t *)(arena + {self.fast_scratch.get(op.index, 0)}u))"
+        return f"((int16_t *)({self.arena_at(self.fast_scratch.get(op.index, 0))}))"
 
     # ---- declarations ------------------------------------------------------------------------------------
     def array(self, name: str, ctype: str, values: ArrayLike, aligned: bool = False) -> str:
