@@ -158,7 +158,7 @@ def _region_points(
     try:
         plans += [
             plan_streaming(graph, region, rows, split_source)
-            for rows, _ in strip_grids(sg.tensors[region.target].shape[1])
+            for rows, _ in (strip_grids(sg.tensors[region.target].shape[1]) if limits.streams else [])
             for split_source in (False, True)
         ]
     except NotApplicable:

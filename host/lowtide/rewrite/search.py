@@ -98,12 +98,32 @@ def rewrite_auto(
     as long as the declared arena (head + TFLM's persistent tail, which every patch's operators and tensors grow)
     keeps falling and the MACs stay within `max_mac_overhead` of the original's. Every search inside gets
     `effort` times its fixed budget; `clock` is the safety net (default `WallClock()`). `objective`: what
-    falls, the declared arena or (`Objective.HEAD`) the head alone, and then every tail reported is 0."""
-    started = time.monotonic()
+    falls, the declared arena or (`Objective.HEAD`) the head alone, and then every tail reported is 0.
+
+    Each region is weighed as patches and as stream strips. The rounds are greedy: stream strips that declare
+    less than the patches in one round can leave the next rounds higher than the patches would have. So where
+    the result holds stream strips, the search runs again with patches alone, and the lower of the two is
+    returned (the stream strips where they are level: they spend fewer MACs), with the points of both."""
     settings = settings_or_read(settings)
-    limits = Limits(
-        effort, clock or WallClock(), settings, reliances_passed(model_problems(graph, settings)), objective
+    relies_on = reliances_passed(model_problems(graph, settings))
+    limits = Limits(effort, clock or WallClock(), settings, relies_on, objective)
+    result = _search(graph, max_mac_overhead, limits)
+    if not any(t.stream for t in result.tilings):
+        return result
+    patches = _search(graph, max_mac_overhead, dataclasses.replace(limits, streams=False))
+    best = patches if patches.declared_bytes < result.declared_bytes else result
+    return dataclasses.replace(
+        best,
+        pareto=pareto([*result.pareto, *patches.pareto]),
+        wall_clock_cut=result.wall_clock_cut or patches.wall_clock_cut,
+        seconds=result.seconds + patches.seconds,
+        rejected=result.rejected + patches.rejected,
     )
+
+
+def _search(graph: Graph, max_mac_overhead: float, limits: Limits) -> RewriteResult:
+    """`rewrite_auto` within `limits` (which say whether stream strips are weighed)."""
+    started = time.monotonic()
 
     def wall_clock_cut() -> bool:
         return any(where.startswith("rewrite") for where in limits.clock.cuts)
