@@ -26,7 +26,7 @@ from lowtide.compile.lowering import (
     lower_operator,
 )
 from lowtide.compile.lowering.conv import pad_fusions
-from lowtide.compile.lowering.emitter import PadFusion
+from lowtide.compile.lowering.emitter import PadFusion, RingGuest
 from lowtide.compile.rows import DEFAULT_MAX_ROW_OVERHEAD, RowChain, RowPlan, RowRefusal, find_row_chains
 from lowtide.errors import LowtideError
 from lowtide.memory import Buffer, Executor, align_up, arena_head, buffers_to_plan, tflm_plan
@@ -122,6 +122,10 @@ class ArenaPlan:
     @property
     def ring_rows(self) -> dict[int, int]:
         return {t: rows for chain in self.rows.chains for t, rows in chain.ring_rows}
+
+    @property
+    def ring_guests(self) -> dict[int, RingGuest]:
+        return {g.tensor: g for chain in self.rows.chains for g in chain.guests}
 
 
 # Flash the compiled model may spend beyond its int8 weights on int16 filters (lt_matmul_2_w16 needs no SXTB16
@@ -251,6 +255,7 @@ def arena_plan(
         return ArenaPlan(*split, probe.fast_scratch_bytes, stock_head, {}, False, *wide, no_rows)
     placement, buffers, scratch_bytes, rows, scratch_count = plan
     tensors, scratch, fast = _split(buffers, placement.offsets, scratch_count)
+    tensors.update({g.tensor: tensors[g.host] for chain in rows.chains for g in chain.guests})  # in its host's slots
     split = tensors, scratch, _chain_scratch(fast, scratch_bytes, rows.chains)
     return ArenaPlan(*split, scratch_bytes, placement.head_bytes, fusions, True, *wide, RowPlan(rows.chains, refused))
 
@@ -293,8 +298,11 @@ def _compiled_plan(
             spans[op] = span
         for t in (*chain.sources, chain.output, *chain.rings):
             roles.setdefault(t, []).append((chain, span))
+    guests = {g.tensor for chain in rows.chains for g in chain.guests}  # no bytes of their own
     buffers: list[Buffer] = []
     for b in buffers_to_plan(view, executor=Executor.COMPILED):
+        if b.subgraph == 0 and b.tensor in guests:
+            continue
         if b.subgraph == 0 and b.tensor is None and b.op in spans:
             b = dataclasses.replace(b, first=spans[b.op][0], last=spans[b.op][1])
         for chain, (start, end) in roles.get(b.tensor, []) if b.subgraph == 0 and b.tensor is not None else []:
@@ -360,6 +368,7 @@ def _emitter(
         plan.rows.row_ops,
         plan.ring_rows,
         plan.rows.one_row_ops,
+        plan.ring_guests,
     )
     return emitter, plan
 

@@ -2,7 +2,10 @@
 with the PAD before it fused), residual ADDs, PRELUs, max pools, nearest-neighbour resizes, PADs of columns and
 channels, CONCATENATIONs of channels and a leading TRANSPOSE that run one output row at a time, each layer
 computing its next row as soon as a later layer needs it, so that a tensor made and used inside the chain is held
-as a ring of the rows still needed instead of whole (no row is computed twice). A chain reads its sources whole
+as a ring of the rows still needed instead of whole (no row is computed twice), or, where its writer writes
+over its input (a depthwise layer channel by channel, pointwise layers, ADDs and PRELUs pixel by pixel) and its
+readers read a row at a time, in the slots of its input's ring rows no reader needs any more (`RingGuest`,
+vMCU's in-place rows). A chain reads its sources whole
 and writes its output whole, over the rows of a source no later operator reads once they are read. Where a run
 of such operators is cut into chains is the minimax of the chains' RAM (sources, rings, output and the row
 kernels' scratch), fewer bytes in all breaking ties."""
@@ -15,7 +18,7 @@ from functools import cache, cached_property
 
 from lowtide.compile.lowering import ModelEmitter, Unsupported
 from lowtide.compile.lowering.conv import window_geometry
-from lowtide.compile.lowering.emitter import attributes_of
+from lowtide.compile.lowering.emitter import RingGuest, attributes_of
 from lowtide.memory import ALIGNMENT
 from lowtide.model.attributes import ConcatenationAttributes, Pool2DAttributes, ResizeAttributes
 from lowtide.model.ir import Operator, TensorKind
@@ -108,7 +111,7 @@ class RowChain:
     ring_rows: tuple[tuple[int, int], ...]  # (tensor made and used inside, rows its ring holds)
     order: tuple[int, ...]  # the row loop: position in `ops` of the layer each step advances by one row
     ring_bytes: int  # the rings
-    whole_bytes: int  # the same tensors whole
+    whole_bytes: int  # the tensors held as rings or guests, whole
     # (a source no operator reads after the chain, bytes from its start to the output's (a multiple of 16, may
     # be negative)): the output's rows land only on that source's rows already read; None: apart
     overlap: tuple[int, int] | None
@@ -118,6 +121,7 @@ class RowChain:
     one_row: bool = False
     whole_instructions: int = 0  # the estimate of its layers run whole (module top)
     extra_instructions: int = 0  # and what running them by rows adds to it
+    guests: tuple[RingGuest, ...] = ()  # tensors made inside whose rows lie in the slots of a ring
 
     @property
     def rings(self) -> dict[int, int]:
@@ -413,6 +417,83 @@ def _schedule(
     return order, rings, {t: room // quantum[t] * quantum[t] for t, room in headroom.items()}
 
 
+def _reads_one_row(layer: RowLayer) -> bool:
+    """Whether each output row of `layer` reads one row of its inputs, through a pointer to that row (what the
+    readers of a `RingGuest` must do: its rows are no ring the window kernels index)."""
+    return layer.filter_rows == 1 and layer.pad_top == 0 and not layer.in_row_bytes
+
+
+def _guests(
+    layers: list[RowLayer], order: list[int], rings: dict[int, int], row_bytes: dict[int, int]
+) -> tuple[RingGuest, ...]:
+    """The inner tensors that need no ring of their own: a layer that writes over its input
+    (`RowLayer.writes_over`) puts its row y over the row of an input ring under its window's top, (stride * y -
+    pad_top), the row it reads first; the row loop `order` is replayed slot by slot, and a guest whose rows would
+    land on a row still to be read (or a ring's own row on a guest's still to be read) loses its place, until
+    none does."""
+    readers: dict[int, list[int]] = {}
+    for i, layer in enumerate(layers):
+        for t in set(layer.inputs):
+            readers.setdefault(t, []).append(i)
+    over: dict[int, int] = {}  # position of a layer that may write over an input ring -> that ring
+    for pos, layer in enumerate(layers[:-1]):
+        if layer.writes_over and all(_reads_one_row(layers[r]) for r in readers[layer.output]):
+            ring = next((t for t in layer.inputs if t in rings and row_bytes[layer.output] <= row_bytes[t]), None)
+            if ring is not None:
+                over[pos] = ring
+    while over:
+        guests: dict[int, RingGuest] = {}
+        for pos, ring in sorted(over.items()):  # a guest's input before it, in the chain's order
+            layer, inner = layers[pos], guests.get(ring)
+            host, scale, shift = (inner.host, inner.scale, inner.shift) if inner else (ring, 1, 0)
+            top = (shift - scale * layer.pad_top) % rings[host]
+            guests[layer.output] = RingGuest(layer.output, host, scale * layer.stride, top)
+        clash = _clash(layers, order, rings, guests, readers, over)
+        if clash is None:
+            return tuple(guests[t] for t in sorted(guests))
+        del over[clash]
+    return ()
+
+
+def _clash(
+    layers: list[RowLayer],
+    order: list[int],
+    rings: dict[int, int],
+    guests: dict[int, RingGuest],
+    readers: dict[int, list[int]],
+    over: dict[int, int],
+) -> int | None:
+    """The position of a guest's writer that would write a row over one still to be read, replaying `order`
+    (each ring slot's tenant: tensor and row); None where no row is."""
+    writer = {layer.output: i for i, layer in enumerate(layers)}
+    done = [0] * len(layers)
+    tenants: dict[tuple[int, int], tuple[int, int]] = {}
+    for pos in order:
+        layer, y = layers[pos], done[pos]
+        done[pos] += 1  # the row's reads are done when it is written (in place: pixel or channel after its read)
+        t = layer.output
+        guest = guests.get(t)
+        if guest is not None:
+            slot = (guest.host, (guest.scale * y + guest.shift) % rings[guest.host])
+        elif t in rings:
+            slot = (t, y % rings[t])
+        else:
+            continue
+        tenant = tenants.get(slot)
+        if tenant is not None:
+            other, row = tenant
+            first, last = layer.windows[y]
+            in_place = guest is not None and over[pos] == other and row == layer.stride * y - layer.pad_top
+            read_now = other in layer.inputs and first <= row <= last
+            if (read_now and not in_place) or any(layers[r].needed[done[r]] <= row for r in readers[other]):
+                if guest is not None:
+                    return pos
+                assert other in guests, "a ring's own rows outlived its slots"
+                return writer[other]
+        tenants[slot] = (t, y)
+    return None
+
+
 def find_row_chains(
     e: ModelEmitter,
     consumers: dict[int, list[int]],
@@ -546,12 +627,14 @@ def _cut(
             extent = max(nbytes[t], offset + out_bytes) - min(0, offset)
             if nbytes[t] + out_bytes - extent > saved:
                 overlap, saved = (t, offset), nbytes[t] + out_bytes - extent
-        ring_bytes = sum(rows * row_bytes[t] for t, rows in rings.items())
+        guests = _guests(layers, order, rings, row_bytes)
+        own = {t: rows for t, rows in rings.items() if t not in {g.tensor for g in guests}}
+        ring_bytes = sum(rows * row_bytes[t] for t, rows in own.items())
         chain = RowChain(
             ops=tuple(layer.op for layer in layers),
             sources=sources,
             output=run[j].output,
-            ring_rows=tuple(sorted(rings.items())),
+            ring_rows=tuple(sorted(own.items())),
             order=tuple(order),
             ring_bytes=ring_bytes,
             whole_bytes=sum(nbytes[t] for t in rings),
@@ -559,6 +642,7 @@ def _cut(
             one_row=one_row,
             whole_instructions=whole_instructions,
             extra_instructions=extra,
+            guests=guests,
         )
         if i == j and overlap is None:  # one layer alone gains only by writing over its input
             return None, whole + own_scratch + across
@@ -568,9 +652,11 @@ def _cut(
     best: list[tuple[int, int, list[tuple[int, int]]]] = [(0, 0, [])]
     for j in range(1, len(run) + 1):
         choice = None
-        inner = 0  # a row of each tensor made inside layers i..j-1: below any such chain's RAM, growing with it
+        # a row of each tensor made inside layers i..j-1 that cannot be a guest (`RingGuest`): below any such
+        # chain's RAM, growing with it
+        inner = 0
         for i in range(j - 1, -1, -1):
-            if i < j - 1:
+            if i < j - 1 and not run[i].writes_over:
                 inner += row_bytes[run[i].output]
             if choice is not None and inner > choice[0]:
                 break  # every longer chain holds more than the best cut so far

@@ -325,8 +325,9 @@ def _fast_int8(
     fusion = e.fused_pads.get(op.index)
     source = fusion.source if fusion is not None else op.inputs[0]
     if by_rows:  # one output row of a row chain (`lowtide.compile.rows`), its input and output rings or whole
+        ring, slots = e.ring_argument(source, f"oy * {params.stride_h}")
         body = (
-            f"{function}({p}, (const int8_t *){e.pointer(source)}, {e.slots(source)}, oy, {filter_ref}, "
+            f"{function}({p}, (const int8_t *){ring}, {slots}, oy, {filter_ref}, "
             f"{', '.join(arrays)}, {e.row_pointer(op.outputs[0], 'oy', True)}, {scratch}, {' | '.join(flags)});"
         )
         return e.row_function(name, body)
