@@ -60,6 +60,58 @@ LT_ALWAYS_INLINE void lt_conv_ring_s8_fast(const lt_conv_params *p, const int8_t
     }
 }
 
+/* The window of output pixel (oy, ox) read from an NCHW input, channel c's plane of in_h x in_w bytes after
+ * channel c - 1's (a TRANSPOSE to NHWC fused into the convolution), gathered in the filter's (row, column,
+ * channel) order with padding at the input zero point, and expanded to int16. */
+LT_ALWAYS_INLINE void lt_im2col_planes_s8(const lt_conv_params *p, const int8_t *planes, int32_t oy, int32_t ox,
+                                          int16_t *row, int8_t *gather) {
+    const int32_t channels = p->in_c, plane = p->in_h * p->in_w;
+    const int8_t zero_point = (int8_t)-p->input_offset;
+    const int32_t y0 = oy * p->stride_h - p->pad_h, x0 = ox * p->stride_w - p->pad_w;
+    int8_t *g = gather;
+    for (int32_t fy = 0; fy < p->filter_h; ++fy) {
+        const int32_t y = y0 + fy * p->dilation_h;
+        for (int32_t fx = 0; fx < p->filter_w; ++fx) {
+            const int32_t x = x0 + fx * p->dilation_w;
+            if (y < 0 || y >= p->in_h || x < 0 || x >= p->in_w) {
+                for (int32_t c = 0; c < channels; ++c) *g++ = zero_point;
+            } else {
+                const int8_t *src = planes + y * p->in_w + x;
+                for (int32_t c = 0; c < channels; ++c, src += plane) *g++ = *src;
+            }
+        }
+    }
+    lt_expand_s8(gather, p->filter_h * p->filter_w * channels, row);
+}
+
+/* Output row oy of a CONV_2D (batch 1) whose input is NCHW planes (`lt_im2col_planes_s8`) into `output`; scratch
+ * as lt_conv_ring_s8_fast's. */
+LT_ALWAYS_INLINE void lt_conv_planes_row_s8_fast(const lt_conv_params *p, const int8_t *planes, int32_t oy,
+                                                 const void *filter, const int32_t *bias, const lt_requant *rq,
+                                                 int8_t *output, int16_t *scratch, const unsigned flags) {
+    const int32_t k4 = (p->filter_h * p->filter_w * p->in_c + 3) & ~3, out_w = p->out_w, out_c = p->out_c;
+    int16_t *row0 = scratch, *row1 = scratch + k4;
+    int8_t *gather = (int8_t *)(scratch + (out_w > 1 ? 2 : 1) * k4);
+    int32_t ox = 0;
+    for (; ox + 2 <= out_w; ox += 2) {
+        lt_im2col_planes_s8(p, planes, oy, ox, row0, gather);
+        lt_im2col_planes_s8(p, planes, oy, ox + 1, row1, gather);
+        if (flags & LT_WIDE_WEIGHTS)
+            lt_matmul_2_w16(row0, row1, (const uint32_t *)filter, k4, out_c, bias, rq, p, output + ox * out_c,
+                            output + (ox + 1) * out_c, flags);
+        else
+            lt_matmul_2_s8(row0, row1, (const uint32_t *)filter, k4, out_c, bias, rq, p, output + ox * out_c,
+                           output + (ox + 1) * out_c, flags);
+    }
+    if (ox < out_w) {
+        lt_im2col_planes_s8(p, planes, oy, ox, row0, gather);
+        if (flags & LT_WIDE_WEIGHTS)
+            lt_matmul_1_w16(row0, (const uint32_t *)filter, k4, out_c, bias, rq, p, output + ox * out_c, flags);
+        else
+            lt_matmul_1_s8(row0, (const uint32_t *)filter, k4, out_c, bias, rq, p, output + ox * out_c, flags);
+    }
+}
+
 /* Output row oy of a DEPTHWISE_CONV_2D (batch 1, depth multiplier 1) into `output`, one channel at a time: its
  * window rows copied into `scratch` (filter_h int16 plane rows of (out_w - 1) * stride_w + filter_w values), then
  * its outputs written. */

@@ -249,6 +249,8 @@ def arena_plan(
             refused = rows.refusals + tuple(
                 RowRefusal(c.ops, "the arena is no smaller with this chain") for c in rows.chains
             )
+        else:
+            plan, refused = _without_idle_chains(graph, view, fusions, scopes, plan, refused)
     if plan is None or plan[0].head_bytes >= stock_head:
         split = _split(stock_buffers, stock_offsets, len(stock_scratch))
         no_rows = RowPlan((), refused)
@@ -258,6 +260,30 @@ def arena_plan(
     tensors.update({g.tensor: tensors[g.host] for chain in rows.chains for g in chain.guests})  # in its host's slots
     split = tensors, scratch, _chain_scratch(fast, scratch_bytes, rows.chains)
     return ArenaPlan(*split, scratch_bytes, placement.head_bytes, fusions, True, *wide, RowPlan(rows.chains, refused))
+
+
+def _without_idle_chains(
+    graph: Graph,
+    view: Graph,
+    fusions: dict[int, PadFusion],
+    scopes: dict[int, int],
+    plan: tuple[Placement, list[Buffer], dict[int, int], RowPlan, int],
+    refused: tuple[RowRefusal, ...],
+) -> tuple[tuple[Placement, list[Buffer], dict[int, int], RowPlan, int], tuple[RowRefusal, ...]]:
+    """`plan` without the chains that cost more than negligible instructions (`RowPlan.negligible_instructions`)
+    and leave the arena no larger run whole (a chain away from the model's peak), the costliest first, and the
+    refusals with theirs."""
+    negligible = plan[3].negligible_instructions
+    for chain in sorted(plan[3].chains, key=lambda c: (-c.extra_instructions, c.ops)):
+        if chain.extra_instructions <= negligible:
+            break
+        rows = RowPlan(tuple(c for c in plan[3].chains if c is not chain), (), negligible)
+        chained = _fast_kernels(graph, fusions, rows.row_ops, rows.one_row_ops)
+        candidate = _compiled_plan(view, chained, fusions, scopes, rows, False)
+        if candidate is not None and candidate[0].head_bytes <= plan[0].head_bytes:
+            plan = candidate
+            refused += (RowRefusal(chain.ops, "the arena is no smaller with this chain"),)
+    return plan, tuple(sorted(refused, key=lambda r: r.ops))
 
 
 def _fast_scratch(nbytes: dict[int, int], scopes: dict[int, int], chains: tuple[RowChain, ...] = ()) -> list[Buffer]:
@@ -298,7 +324,10 @@ def _compiled_plan(
             spans[op] = span
         for t in (*chain.sources, chain.output, *chain.rings):
             roles.setdefault(t, []).append((chain, span))
-    guests = {g.tensor for chain in rows.chains for g in chain.guests}  # no bytes of their own
+    # no bytes of their own: guests of rings, and what a TRANSPOSE a convolution reads through would write
+    guests = {g.tensor for chain in rows.chains for g in chain.guests} | {
+        view.main.operators[transpose].outputs[0] for transpose in rows.fused_transposes
+    }
     buffers: list[Buffer] = []
     for b in buffers_to_plan(view, executor=Executor.COMPILED):
         if b.subgraph == 0 and b.tensor in guests:
@@ -369,6 +398,7 @@ def _emitter(
         plan.ring_rows,
         plan.rows.one_row_ops,
         plan.ring_guests,
+        plan.rows.fused_transposes,
     )
     return emitter, plan
 
@@ -377,6 +407,7 @@ def _lower_all(graph: Graph, emitter: ModelEmitter) -> tuple[list[str], list[Blo
     """Every operator's C statement, and a Blocker for each one that cannot be lowered and for the graph."""
     calls, blockers = [], []
     fused = {f.pad_op: dw for dw, f in emitter.fused_pads.items()}
+    fused.update(emitter.fused_transposes)
     for op in graph.main.operators:
         if op.index in fused:
             calls.append(f"/* fused into operator {fused[op.index]} */")

@@ -84,6 +84,9 @@ class RowLayer:
     # the one input row each output row reads, where that is no window (RESIZE_NEAREST_NEIGHBOR: TFLM's
     # nearest-neighbour map, never decreasing); empty: the window above
     source_rows: tuple[int, ...] = ()
+    # a convolution reading its input through a TRANSPOSE from NCHW (`planes_source`): that TRANSPOSE, which runs
+    # no code (the input is the TRANSPOSE's input, its rows `in_row_bytes` apart in each channel's plane)
+    fused_transpose: int | None = None
 
     def window(self, oy: int) -> tuple[int, int]:
         """The first and last input row output row `oy` reads (last < first: all padding)."""
@@ -122,6 +125,8 @@ class RowChain:
     whole_instructions: int = 0  # the estimate of its layers run whole (module top)
     extra_instructions: int = 0  # and what running them by rows adds to it
     guests: tuple[RingGuest, ...] = ()  # tensors made inside whose rows lie in the slots of a ring
+    # (convolution, the TRANSPOSE from NCHW it reads through: `RowLayer.fused_transpose`)
+    transposes: tuple[tuple[int, int], ...] = ()
 
     @property
     def rings(self) -> dict[int, int]:
@@ -140,11 +145,18 @@ class RowRefusal:
 class RowPlan:
     chains: tuple[RowChain, ...]
     refusals: tuple[RowRefusal, ...]
+    # estimated instructions too few to weigh (NEGLIGIBLE_SHARE of the model's row layers run whole)
+    negligible_instructions: float = 0
 
     @property
     def row_ops(self) -> frozenset[int]:
         """The operators that run a row at a time."""
         return frozenset(op for chain in self.chains for op in chain.ops)
+
+    @property
+    def fused_transposes(self) -> dict[int, int]:
+        """The TRANSPOSEs that run no code -> the convolution that reads their input's planes."""
+        return {transpose: op for chain in self.chains for op, transpose in chain.transposes}
 
     @property
     def one_row_ops(self) -> frozenset[int]:
@@ -194,6 +206,11 @@ def _row_layer(e: ModelEmitter, op: Operator, fast_rows: frozenset[int]) -> RowL
     fusion = e.fused_pads.get(op.index)
     if fusion is not None:
         source, pad_top, in_rows = fusion.source, g.pad_h + fusion.top, e.tensor(fusion.source).shape[1]
+    planes = planes_source(e, source) if op.opcode == "CONV_2D" else None
+    in_row_bytes = 0
+    if planes is not None:
+        transpose, source = planes
+        in_row_bytes = e.tensor(source).shape[3]  # a plane's row
     pointwise = (g.filter_h, g.filter_w, g.stride_h, g.stride_w, g.pad_h, g.pad_w) == (1, 1, 1, 1, 0, 0)
     if op.opcode == "DEPTHWISE_CONV_2D" and g.in_c > 1:  # (one input channel runs as a convolution)
         writes_over = "channel"
@@ -223,9 +240,29 @@ def _row_layer(e: ModelEmitter, op: Operator, fast_rows: frozenset[int]) -> RowL
         pad_top,
         in_rows,
         writes_over,
+        in_row_bytes,
         whole_instructions=whole,
         row_instructions=by_rows,
+        fused_transpose=None if planes is None else transpose,
     )
+
+
+def planes_source(e: ModelEmitter, tensor: int) -> tuple[int, int] | None:
+    """Where `tensor` is an int8 TRANSPOSE of NCHW to NHWC that only one operator reads (and no model output),
+    that TRANSPOSE and its NCHW input: a convolution reading `tensor` by rows may read the input's channel
+    planes instead (lt_conv_planes_row_s8_fast), and the TRANSPOSE need not run."""
+    sg = e.sg
+    producer = sg.producers().get(tensor)
+    if producer is None or tensor in sg.outputs or len(sg.consumers().get(tensor, [])) != 1:
+        return None
+    op = sg.operators[producer]
+    if op.opcode != "TRANSPOSE" or e.tensor(op.inputs[0]).kind is not TensorKind.ACTIVATION:
+        return None
+    read = e.tensor(op.inputs[0])
+    perm = [int(v) for v in e.constant_values(op.inputs[1]).reshape(-1)]
+    if read.dtype != "int8" or len(read.shape) != 4 or read.shape[0] != 1 or perm != [0, 2, 3, 1]:
+        return None
+    return op.index, op.inputs[0]
 
 
 def _elementwise_rows(
@@ -510,13 +547,19 @@ def find_row_chains(
     whose layers' estimated instructions grow by more than this fraction."""
     sg = e.sg
     outputs = set(sg.outputs)
-    fused = {f.pad_op for f in e.fused_pads.values()}
+    layers = {op.index: _row_layer(e, op, fast_rows) for op in sg.operators}
+    # fused PADs, and TRANSPOSEs a convolution reads through (which run whole where it runs whole after all)
+    fused = {f.pad_op for f in e.fused_pads.values()} | {
+        layer.fused_transpose
+        for layer in layers.values()
+        if isinstance(layer, RowLayer) and layer.fused_transpose is not None
+    }
     runs: list[list[RowLayer]] = [[]]
     refusals: list[RowRefusal] = []
     for op in sg.operators:
         if op.index in fused:
             continue
-        layer = _row_layer(e, op, fast_rows)
+        layer = layers[op.index]
         if isinstance(layer, RowLayer):
             runs[-1].append(layer)
             continue
@@ -541,7 +584,7 @@ def find_row_chains(
             found, refused = _cut(e, run, consumers, outputs, scratch, whole_depthwise, max_overhead, negligible)
             chains += found
             refusals += refused
-    return RowPlan(tuple(chains), tuple(sorted(refusals, key=lambda r: r.ops)))
+    return RowPlan(tuple(chains), tuple(sorted(refusals, key=lambda r: r.ops)), negligible)
 
 
 def _cut(
@@ -562,6 +605,8 @@ def _cut(
             nbytes[t] = e.tensor(t).nbytes
             row_bytes[t] = nbytes[t] // e.tensor(t).shape[1]
     positions = {layer.op: i for i, layer in enumerate(run)}
+    # a TRANSPOSE a convolution reads through reads its input where the convolution does
+    positions.update({layer.fused_transpose: i for i, layer in enumerate(run) if layer.fused_transpose is not None})
     too_slow: dict[int, float] = {}  # a layer whose rows cost more instructions than allowed -> the least overhead
     made_at = {layer.output: i for i, layer in enumerate(run)}
     touched = dict.fromkeys(t for layer in run for t in (*layer.inputs, layer.output))
@@ -643,6 +688,9 @@ def _cut(
             whole_instructions=whole_instructions,
             extra_instructions=extra,
             guests=guests,
+            transposes=tuple(
+                (layer.op, layer.fused_transpose) for layer in layers if layer.fused_transpose is not None
+            ),
         )
         if i == j and overlap is None:  # one layer alone gains only by writing over its input
             return None, whole + own_scratch + across

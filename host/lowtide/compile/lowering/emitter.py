@@ -138,6 +138,7 @@ class ModelEmitter:
         ring_rows: dict[int, int] | None = None,
         one_row_ops: frozenset[int] = frozenset(),
         ring_guests: dict[int, RingGuest] | None = None,
+        fused_transposes: dict[int, int] | None = None,
     ):
         self.graph = graph
         self.sg = graph.main
@@ -164,6 +165,8 @@ class ModelEmitter:
         self.ring_rows = ring_rows or {}
         self.one_row_ops = one_row_ops  # pointwise row layers run as one row of all their pixels (`RowChain.one_row`)
         self.ring_guests = ring_guests or {}  # tensors whose rows lie in another ring's slots (`RingGuest`)
+        # TRANSPOSEs from NCHW that run no code -> the row-chain convolution that reads their input's planes
+        self.fused_transposes = fused_transposes or {}
         # Fast convolutions a row kernel can run (lt_rows.h), found while lowering
         self.fast_rows: set[int] = set()
         self.resources, self._handles = self._resource_variables()
