@@ -202,12 +202,14 @@ def test_row_kernels_bit_exact_on_qemu_m4(tmp_path, model):
         assert result.board_planned_bytes == 13_984
 
 
-def _upsampling(path: Path, align_corners: bool = False, half_pixel_centers: bool = False) -> Path:
-    """A convolution, a nearest-neighbour resize doubling rows and columns, a convolution: a decoder stage."""
+def _upsampling(
+    path: Path, align_corners: bool = False, half_pixel_centers: bool = False, method: str = "nearest"
+) -> Path:
+    """A convolution, a resize doubling rows and columns (nearest or bilinear), a convolution: a decoder stage."""
     b = ModelBuilder(seed=11, name="upsampling")
     x = b.input((1, 16, 12, 8))
     y = b.conv2d(x, 32, kernel=3, activation="RELU")
-    y = b.resize(y, 2, align_corners=align_corners, half_pixel_centers=half_pixel_centers)
+    y = b.resize(y, 2, method, align_corners=align_corners, half_pixel_centers=half_pixel_centers)
     b.output(b.conv2d(y, 4, kernel=3, activation="RELU"))
     path.write_bytes(b.build())
     return path
@@ -231,6 +233,24 @@ def test_a_nearest_resize_runs_inside_a_chain(tmp_path, align_corners, half_pixe
     whole = compile_model(load_model(path), row_chains=False)
     assert whole.arena_bytes >= 24 * 24 * 32  # the resized tensor whole
     assert (compiled.arena_bytes, whole.arena_bytes) == (7_200, 30_720)
+
+
+@pytest.mark.parametrize(("align_corners", "half_pixel_centers"), [(False, False), (True, False), (False, True)])
+def test_a_bilinear_resize_runs_inside_a_chain(tmp_path, align_corners, half_pixel_centers):
+    """Output row oy of a bilinear resize interpolates the two input rows TFLM's integer kernel reads for it (the
+    same row twice at the edges), in its arithmetic: the three layers form one chain, the resize's input a ring
+    of the 2 rows one output row reads, its output a ring of the 3 rows the second convolution's window reads,
+    bit-exact with TFLM; the 24 x 24 x 32 resized tensor is not held whole."""
+    path = _upsampling(tmp_path / "bilinear.tflite", align_corners, half_pixel_centers, "bilinear")
+    compiled = compile_model(load_model(path))
+    assert [c.ops for c in compiled.row_chains] == [(0, 1, 2)]
+    assert [rows for _, rows in compiled.row_chains[0].ring_rows] == [2, 3]
+    assert "void op1_row(uint8_t *arena, int32_t oy) {\n    lt_resize_bilinear_row_s8(" in compiled.files["model.c"]
+    for seed in (0, 1):
+        result = verify_compiled(load_model(path), seed=seed, sanitize=True)
+        assert result.passed, result.outputs
+    whole = compile_model(load_model(path), row_chains=False)
+    assert compiled.arena_bytes < whole.arena_bytes // 3
 
 
 @pytest.mark.parametrize(
@@ -287,13 +307,15 @@ def test_a_max_pool_runs_inside_a_chain(tmp_path, size, stride, padding):
 
 
 @needs_firmware_tools
-@pytest.mark.parametrize("model", ["max_pool", "resize", "pad", "concatenation", "nchw"])
+@pytest.mark.parametrize("model", ["max_pool", "resize", "pad", "concatenation", "nchw", "bilinear"])
 def test_pool_resize_and_pad_rows_bit_exact_on_qemu_m4(tmp_path, model):
-    """The max pool, nearest-resize, channel-PAD and concatenation row layers inside chains, and a convolution
+    """The max pool, nearest and bilinear resize, channel-PAD and concatenation row layers inside chains, and a convolution
     reading NCHW planes, through the M4's build, outputs against the host TFLM, the board's arena the compiled
     plan's."""
     if model == "nchw":
         path = _nchw_stem(tmp_path / "nchw_stem.tflite")
+    elif model == "bilinear":
+        path = _upsampling(tmp_path / "bilinear.tflite", half_pixel_centers=True, method="bilinear")
     elif model == "max_pool":
         path = _pooled(tmp_path / "pooled_chain.tflite", 3, 2, "SAME")
     elif model == "resize":
@@ -307,7 +329,14 @@ def test_pool_resize_and_pad_rows_bit_exact_on_qemu_m4(tmp_path, model):
     assert (
         result.board_planned_bytes
         == compile_model(load_model(path)).arena_bytes
-        == {"max_pool": 14_880, "resize": 7_200, "pad": 7_824, "concatenation": 8_736, "nchw": 8_592}[model]
+        == {
+            "max_pool": 14_880,
+            "resize": 7_200,
+            "pad": 7_824,
+            "concatenation": 8_736,
+            "nchw": 8_592,
+            "bilinear": 7_584,
+        }[model]
     )
 
 

@@ -154,4 +154,27 @@ LT_ALWAYS_INLINE void lt_max_pool_ring_s8(const lt_conv_params *p, const int8_t 
     }
 }
 
+/* Output row of an int8 RESIZE_BILINEAR (batch 1) from the two input rows it reads, `row0` above `row1` (they
+ * may be one): lt_resize_bilinear_s8's sums and rounding, the rows' distance `dy` and each output column's two
+ * input columns and distance (x_lower, x_upper, x_delta) in 10 fractional bits, as ComputeInterpolationValues-
+ * Integer gives them. */
+LT_ALWAYS_INLINE void lt_resize_bilinear_row_s8(const lt_resize_params *p, const int8_t *row0, const int8_t *row1,
+                                                int32_t dy, const int32_t *x_lower, const int32_t *x_upper,
+                                                const int32_t *x_delta, int8_t *output) {
+    const int32_t c = p->channels;
+    const int64_t y = dy;
+    for (int32_t x = 0; x < p->out_w; ++x) {
+        const int64_t dx = x_delta[x];
+        const int32_t x0 = x_lower[x] * c, x1 = x_upper[x] * c;
+        int8_t *out = output + x * c;
+        for (int32_t k = 0; k < c; ++k) {
+            const int64_t sum = (int64_t)row0[x0 + k] * ((1 << 10) - y) * ((1 << 10) - dx) +
+                                (int64_t)row1[x0 + k] * y * ((1 << 10) - dx) +
+                                (int64_t)row0[x1 + k] * ((1 << 10) - y) * dx + (int64_t)row1[x1 + k] * y * dx;
+            const int64_t round = sum > 0 ? (1 << 19) : -(1 << 19);
+            out[k] = (int8_t)((sum + round) / (1 << 20));
+        }
+    }
+}
+
 #endif /* LT_ROWS_H */

@@ -1,6 +1,6 @@
 """Row chains of the compiled runtime: runs of int8 convolutions (CONV_2D, pointwise, DEPTHWISE_CONV_2D, each
 with the PAD before it fused), residual ADDs, PRELUs, max pools, nearest-neighbour resizes, PADs of columns and
-channels, CONCATENATIONs of channels and a leading TRANSPOSE that run one output row at a time, each layer
+channels, CONCATENATIONs of channels, bilinear resizes and a leading TRANSPOSE that run one output row at a time, each layer
 computing its next row as soon as a later layer needs it, so that a tensor made and used inside the chain is held
 as a ring of the rows still needed instead of whole (no row is computed twice), or, where its writer writes
 over its input (a depthwise layer channel by channel, pointwise layers, ADDs and PRELUs pixel by pixel) and its
@@ -19,6 +19,7 @@ from functools import cache, cached_property
 from lowtide.compile.lowering import ModelEmitter, Unsupported
 from lowtide.compile.lowering.conv import window_geometry
 from lowtide.compile.lowering.emitter import RingGuest, attributes_of
+from lowtide.compile.lowering.movement import bilinear_q10
 from lowtide.memory import ALIGNMENT
 from lowtide.model.attributes import ConcatenationAttributes, Pool2DAttributes, ResizeAttributes
 from lowtide.model.ir import Operator, TensorKind
@@ -43,7 +44,7 @@ NEGLIGIBLE_SHARE = 0.001
 #   1 per value and 1.5 per row;
 # - a row call 30;
 # - a max pool (scalar, both kernels): 3 per window value and 6 per output; a PRELU 20 per value (guessed, not
-#   fitted).
+#   fitted); a bilinear resize 20 per value (guessed).
 _PER_FILTER_VALUE = 1.5
 _PER_OUTPUT_CHANNEL = 31
 _SINGLE_CALL_SHARE = 0.75
@@ -56,6 +57,7 @@ _ROW_CALL = 30
 _POOL_PER_TAP = 3
 _POOL_PER_OUTPUT = 6
 _PRELU_PER_VALUE = 20
+_BILINEAR_PER_VALUE = 20
 
 
 @dataclass(frozen=True)
@@ -81,17 +83,18 @@ class RowLayer:
     # estimated instructions of the layer run whole, and the extra ones it costs run a row at a time (module top)
     whole_instructions: int = 0
     row_instructions: int = 0
-    # the one input row each output row reads, where that is no window (RESIZE_NEAREST_NEIGHBOR: TFLM's
-    # nearest-neighbour map, never decreasing); empty: the window above
-    source_rows: tuple[int, ...] = ()
+    # the first and last input row each output row reads, where that is no window (RESIZE_NEAREST_NEIGHBOR: the
+    # one row TFLM's nearest-neighbour map gives; RESIZE_BILINEAR: the two rows it interpolates), never
+    # decreasing; empty: the window above
+    source_windows: tuple[tuple[int, int], ...] = ()
     # a convolution reading its input through a TRANSPOSE from NCHW (`planes_source`): that TRANSPOSE, which runs
     # no code (the input is the TRANSPOSE's input, its rows `in_row_bytes` apart in each channel's plane)
     fused_transpose: int | None = None
 
     def window(self, oy: int) -> tuple[int, int]:
         """The first and last input row output row `oy` reads (last < first: all padding)."""
-        if self.source_rows:
-            return self.source_rows[oy], self.source_rows[oy]
+        if self.source_windows:
+            return self.source_windows[oy]
         top = oy * self.stride - self.pad_top
         return max(top, 0), min(top + (self.filter_rows - 1) * self.dilation, self.in_rows - 1)
 
@@ -181,7 +184,7 @@ def _row_layer(e: ModelEmitter, op: Operator, fast_rows: frozenset[int]) -> RowL
             return "a TRANSPOSE of the batch or not of int8 NHWC"
         step = math.prod(read.shape[perm[1] + 1 :])  # elements between the input's slices output rows read
         return _elementwise_rows(op, (op.inputs[0],), out.shape[1], out.shape[1], out.nbytes * 3, in_row_bytes=step)
-    if op.opcode == "RESIZE_NEAREST_NEIGHBOR":
+    if op.opcode in ("RESIZE_NEAREST_NEIGHBOR", "RESIZE_BILINEAR"):
         return _resize_layer(e, op)
     if op.opcode == "MAX_POOL_2D":
         return _max_pool_layer(e, op)
@@ -274,10 +277,10 @@ def _elementwise_rows(
     writes_over: str = "",
     calls_per_row: int = 1,
     in_row_bytes: int = 0,
-    source_rows: tuple[int, ...] = (),
+    source_windows: tuple[tuple[int, int], ...] = (),
 ) -> RowLayer:
-    """A layer whose output row oy reads row oy of its inputs (or the row `source_rows` names): no window, a row
-    call (or `calls_per_row`) per output row on top of the whole layer's work."""
+    """A layer whose output row oy reads row oy of its inputs (or the rows `source_windows` names): no window, a
+    row call (or `calls_per_row`) per output row on top of the whole layer's work."""
     return RowLayer(
         op.index,
         inputs,
@@ -292,25 +295,31 @@ def _elementwise_rows(
         in_row_bytes,
         whole_instructions=whole_instructions,
         row_instructions=whole_instructions + out_rows * _ROW_CALL * calls_per_row,
-        source_rows=source_rows,
+        source_windows=source_windows,
     )
 
 
 def _resize_layer(e: ModelEmitter, op: Operator) -> RowLayer | str:
-    """A RESIZE_NEAREST_NEIGHBOR as a row layer: output row oy copies, column by column, the one input row TFLM's
-    reference kernel maps it to."""
+    """A RESIZE_NEAREST_NEIGHBOR or RESIZE_BILINEAR as a row layer: output row oy copies, column by column, the one
+    input row TFLM's nearest map gives it, or interpolates the two rows TFLM's integer bilinear kernel reads."""
     read, out = e.tensor(op.inputs[0]), e.tensor(op.outputs[0])
     if read.dtype != "int8" or len(read.shape) != 4 or read.shape[3] != out.shape[3]:
-        return "a RESIZE_NEAREST_NEIGHBOR not of int8 NHWC"
+        return f"a {op.opcode} not of int8 NHWC"
     try:
         resize = attributes_of(op, ResizeAttributes)
     except Unsupported as exc:
         return str(exc)
-    rows = nearest_indices(read.shape[1], out.shape[1], resize.align_corners, resize.half_pixel_centers)
-    whole = out.nbytes * 3  # a pixel's bytes copied, as a TRANSPOSE's
-    return _elementwise_rows(
-        op, (op.inputs[0],), out.shape[1], read.shape[1], whole, source_rows=tuple(int(y) for y in rows)
-    )
+    align, half = resize.align_corners, resize.half_pixel_centers
+    if op.opcode == "RESIZE_BILINEAR":
+        if align and half:
+            return "a RESIZE_BILINEAR with align_corners and half_pixel_centers"
+        lower, upper, _ = bilinear_q10(read.shape[1], out.shape[1], align, half)
+        windows = tuple(zip(lower, upper))
+        whole = out.nbytes * _BILINEAR_PER_VALUE
+    else:
+        windows = tuple((int(y), int(y)) for y in nearest_indices(read.shape[1], out.shape[1], align, half))
+        whole = out.nbytes * 3  # a pixel's bytes copied, as a TRANSPOSE's
+    return _elementwise_rows(op, (op.inputs[0],), out.shape[1], read.shape[1], whole, source_windows=windows)
 
 
 def _prelu_layer(e: ModelEmitter, op: Operator) -> RowLayer | str:
@@ -457,7 +466,12 @@ def _schedule(
 def _reads_one_row(layer: RowLayer) -> bool:
     """Whether each output row of `layer` reads one row of its inputs, through a pointer to that row (what the
     readers of a `RingGuest` must do: its rows are no ring the window kernels index)."""
-    return layer.filter_rows == 1 and layer.pad_top == 0 and not layer.in_row_bytes
+    return (
+        layer.filter_rows == 1
+        and layer.pad_top == 0
+        and not layer.in_row_bytes
+        and all(first == last for first, last in layer.source_windows)
+    )
 
 
 def _guests(
@@ -573,6 +587,7 @@ def find_row_chains(
             "PADV2",
             "PRELU",
             "RESIZE_NEAREST_NEIGHBOR",
+            "RESIZE_BILINEAR",
         ):
             refusals.append(RowRefusal((op.index,), layer))
         if runs[-1]:
