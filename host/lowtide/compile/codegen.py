@@ -27,7 +27,7 @@ from lowtide.compile.lowering import (
     lower_operator,
 )
 from lowtide.compile.lowering.conv import pad_fusions
-from lowtide.compile.lowering.emitter import PadFusion
+from lowtide.compile.lowering.emitter import PadFusion, RingGuest
 from lowtide.compile.rows import DEFAULT_MAX_ROW_OVERHEAD, RowChain, RowPlan, RowRefusal, find_row_chains
 from lowtide.errors import LowtideError
 from lowtide.memory import Buffer, Executor, align_up, arena_head, buffers_to_plan, tflm_plan
@@ -132,6 +132,10 @@ class ArenaPlan:
     @property
     def ring_rows(self) -> dict[int, int]:
         return {t: rows for chain in self.rows.chains for t, rows in chain.ring_rows}
+
+    @property
+    def ring_guests(self) -> dict[int, RingGuest]:
+        return {g.tensor: g for chain in self.rows.chains for g in chain.guests}
 
 
 # Flash the compiled model may spend beyond its int8 weights on int16 filters (lt_matmul_2_w16 needs no SXTB16
@@ -255,6 +259,8 @@ def arena_plan(
             refused = rows.refusals + tuple(
                 RowRefusal(c.ops, "the arena is no smaller with this chain") for c in rows.chains
             )
+        else:
+            plan, refused = _without_idle_chains(graph, view, fusions, scopes, plan, refused)
     if plan is None or plan[0].head_bytes >= stock_head:
         split = _split(stock_buffers, stock_offsets, len(stock_scratch))
         no_rows = RowPlan((), refused)
@@ -271,6 +277,7 @@ def arena_plan(
         )
     placement, buffers, scratch_bytes, rows, scratch_count = plan
     tensors, scratch, fast = _split(buffers, placement.offsets, scratch_count)
+    tensors.update({g.tensor: tensors[g.host] for chain in rows.chains for g in chain.guests})  # in its host's slots
     split = tensors, scratch, _chain_scratch(fast, scratch_bytes, rows.chains)
     return ArenaPlan(
         *split,
@@ -283,6 +290,30 @@ def arena_plan(
         tuple(buffers),
         scratch_count,
     )
+
+
+def _without_idle_chains(
+    graph: Graph,
+    view: Graph,
+    fusions: dict[int, PadFusion],
+    scopes: dict[int, int],
+    plan: tuple[Placement, list[Buffer], dict[int, int], RowPlan, int],
+    refused: tuple[RowRefusal, ...],
+) -> tuple[tuple[Placement, list[Buffer], dict[int, int], RowPlan, int], tuple[RowRefusal, ...]]:
+    """`plan` without the chains that cost more than negligible instructions (`RowPlan.negligible_instructions`)
+    and leave the arena no larger run whole (a chain away from the model's peak), the costliest first, and the
+    refusals with theirs."""
+    negligible = plan[3].negligible_instructions
+    for chain in sorted(plan[3].chains, key=lambda c: (-c.extra_instructions, c.ops)):
+        if chain.extra_instructions <= negligible:
+            break
+        rows = RowPlan(tuple(c for c in plan[3].chains if c is not chain), (), negligible)
+        chained = _fast_kernels(graph, fusions, rows.row_ops, rows.one_row_ops)
+        candidate = _compiled_plan(view, chained, fusions, scopes, rows, False)
+        if candidate is not None and candidate[0].head_bytes <= plan[0].head_bytes:
+            plan = candidate
+            refused += (RowRefusal(chain.ops, "the arena is no smaller with this chain"),)
+    return plan, tuple(sorted(refused, key=lambda r: r.ops))
 
 
 def _fast_scratch(nbytes: dict[int, int], scopes: dict[int, int], chains: tuple[RowChain, ...] = ()) -> list[Buffer]:
@@ -323,8 +354,14 @@ def _compiled_plan(
             spans[op] = span
         for t in (*chain.sources, chain.output, *chain.rings):
             roles.setdefault(t, []).append((chain, span))
+    # no bytes of their own: guests of rings, and what a TRANSPOSE a convolution reads through would write
+    guests = {g.tensor for chain in rows.chains for g in chain.guests} | {
+        view.main.operators[transpose].outputs[0] for transpose in rows.fused_transposes
+    }
     buffers: list[Buffer] = []
     for b in buffers_to_plan(view, executor=Executor.COMPILED):
+        if b.subgraph == 0 and b.tensor in guests:
+            continue
         if b.subgraph == 0 and b.tensor is None and b.op in spans:
             b = dataclasses.replace(b, first=spans[b.op][0], last=spans[b.op][1])
         for chain, (start, end) in roles.get(b.tensor, []) if b.subgraph == 0 and b.tensor is not None else []:
@@ -428,6 +465,8 @@ def _emitter(
         plan.rows.row_ops,
         plan.ring_rows,
         plan.rows.one_row_ops,
+        plan.ring_guests,
+        plan.rows.fused_transposes,
         tuple((a.base, region_arena_name(prefix, a.region)) for a in arenas[1:]),
     )
     return emitter, plan, arenas
@@ -437,6 +476,7 @@ def _lower_all(graph: Graph, emitter: ModelEmitter) -> tuple[list[str], list[Blo
     """Every operator's C statement, and a Blocker for each one that cannot be lowered and for the graph."""
     calls, blockers = [], []
     fused = {f.pad_op: dw for dw, f in emitter.fused_pads.items()}
+    fused.update(emitter.fused_transposes)
     for op in graph.main.operators:
         if op.index in fused:
             calls.append(f"/* fused into operator {fused[op.index]} */")
