@@ -159,7 +159,8 @@ class CompiledRuntime(FirmwareRuntime):
         files: dict[str, bytes],
         settings: Settings,
     ) -> ModelBuild:
-        compiled = compile_model(graph)
+        # int16 filters speed the DSP kernels up and slow the Helium ones down (lt_mve_conv.h)
+        compiled = compile_model(graph, wide_weights=not (core in CORES and CORES[core].mve))
         for name, text in compiled.files.items():
             files[f"model/{name}"] = text.encode()
         build = ModelBuild(graph.name, self.name)
