@@ -15,9 +15,9 @@
 #ifndef LT_MVE_CONV_H
 #define LT_MVE_CONV_H
 
-#if defined(__ARM_FEATURE_MVE) && (__ARM_FEATURE_MVE & 1)
-#include <arm_mve.h>
-#define LT_MVE 1
+#include "lt_mve.h"
+
+#ifdef LT_MVE
 
 /* ---- data movement -------------------------------------------------------------------------------------------- */
 
@@ -359,5 +359,5 @@ LT_ALWAYS_INLINE void lt_mve_vector_s8(const lt_conv_params *p, const int8_t *in
     }
 }
 
-#endif /* __ARM_FEATURE_MVE */
+#endif /* LT_MVE */
 #endif /* LT_MVE_CONV_H */
