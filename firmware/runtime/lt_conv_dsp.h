@@ -682,6 +682,9 @@ LT_ALWAYS_INLINE void lt_vector_s8_fast(const lt_conv_params *p, const int8_t *i
  * row). Inline: the row kernels copy a few rows per channel and output row, with the layer's constants folded. */
 LT_ALWAYS_INLINE void lt_plane_row_s8(const lt_conv_params *p, const int8_t *src, int32_t c, int32_t plane_w,
                                       int16_t *plane) {
+#ifdef LT_MVE
+    if (lt_mve_plane_row_s8(p, src, c, plane_w, plane)) return;
+#endif
     const int32_t channels = p->in_c, zero_point = -p->input_offset;
     if (src == NULL) {
         for (int32_t px = 0; px < plane_w; ++px) plane[px] = (int16_t)zero_point;
@@ -712,6 +715,10 @@ void lt_depthwise_plane_s8(const lt_conv_params *p, const int8_t *input, int32_t
 LT_ALWAYS_INLINE void lt_depthwise_row_s8(const lt_conv_params *p, const int16_t *row, const int32_t plane_w,
                                           const uint32_t *wc, const lt_requant q, const int32_t acc0, int8_t *out,
                                           const int32_t c_count, const unsigned flags) {
+#ifdef LT_MVE
+    lt_mve_depthwise_row_s8(p, row, plane_w, wc, q, acc0, out, c_count, flags);
+    return;
+#endif
     const int32_t kh = p->filter_h, kw = p->filter_w, pairs = (kw + 1) / 2;
     int32_t ox = 0;
     if ((p->stride_w == 1 || p->stride_w == 2) && kw == 3) {
@@ -795,6 +802,9 @@ LT_ALWAYS_INLINE void lt_depthwise_row_s8(const lt_conv_params *p, const int16_t
 LT_ALWAYS_INLINE void lt_depthwise_s8_fast(const lt_conv_params *p, const int8_t *input, const uint32_t *filter,
                                            const int32_t *bias, const lt_requant *rq,
                                            int8_t *output, int16_t *scratch, const unsigned flags) {
+#ifdef LT_MVE
+    if (lt_mve_depthwise_s8(p, input, filter, bias, rq, output, scratch, flags)) return;
+#endif
     const int32_t kh = p->filter_h, kw = p->filter_w, pairs = (kw + 1) / 2, c_count = p->out_c;
     const int32_t plane_h = (p->out_h - 1) * p->stride_h + kh, plane_w = (p->out_w - 1) * p->stride_w + kw;
     for (int32_t b = 0; b < p->batches; ++b) {

@@ -359,5 +359,155 @@ LT_ALWAYS_INLINE void lt_mve_vector_s8(const lt_conv_params *p, const int8_t *in
     }
 }
 
+/* ---- requantization, four lanes ------------------------------------------------------------------------------ */
+
+/* lt_requantize_s8 of four accumulators of one channel: SMMULR is VRMULH ((a * b + 2^31) >> 32), the doubling high
+ * product VQRDMULH (saturating only where both are INT32_MIN: m > 0), the shifts by register VSHL (negative: an
+ * arithmetic right shift), the adds wrapping as the scalar code's. */
+LT_ALWAYS_INLINE int32x4_t lt_mve_requantize_s8(int32x4_t acc, const lt_requant *q, const lt_conv_params *p,
+                                                const unsigned flags) {
+    int32x4_t x;
+    if (flags & LT_SHORT_ACC) {
+        const int32x4_t acc2 = (flags & LT_DOUBLED_ACC) ? acc : vshlq_n_s32(acc, 1);
+        x = vaddq_n_s32(vrmulhq_s32(acc2, vdupq_n_s32(q->multiplier)), q->round);
+        x = vshlq_s32(vaddq_s32(x, vshrq_n_s32(acc2, 31)), vdupq_n_s32(-q->right_shift));
+        if (flags & LT_OFFSET_AFTER) x = vaddq_n_s32(x, p->output_offset);
+    } else {
+        const int32_t left = q->shift > 0 ? q->shift : 0, right = q->shift > 0 ? 0 : -q->shift;
+        x = vqrdmulhq_n_s32(vshlq_s32(acc, vdupq_n_s32(left)), q->multiplier);
+        if (right) {
+            x = vaddq_s32(vaddq_n_s32(x, (int32_t)(1u << (right - 1))), vshrq_n_s32(x, 31));
+            x = vshlq_s32(x, vdupq_n_s32(-right));
+        }
+        x = vaddq_n_s32(x, p->output_offset);
+    }
+    if (flags & LT_FULL_RANGE) return vminq_s32(vmaxq_s32(x, vdupq_n_s32(-128)), vdupq_n_s32(127));
+    return vminq_s32(vmaxq_s32(x, vdupq_n_s32(p->act_min)), vdupq_n_s32(p->act_max));
+}
+
+/* ---- DEPTHWISE_CONV_2D: a channel's output row, four outputs a step ---------------------------------------- */
+
+/* lt_plane_row_s8's copy: input columns by a gather of eight bytes `channels` apart (VLDRB gather, widened to
+ * int16), padding at the input zero point. Offsets are 16-bit: channels * 7 must fit (else the scalar copy). */
+LT_ALWAYS_INLINE int lt_mve_plane_row_s8(const lt_conv_params *p, const int8_t *src, int32_t c, int32_t plane_w,
+                                         int16_t *plane) {
+    const int32_t channels = p->in_c, zero_point = -p->input_offset;
+    if (channels * 7 > 0xFFFF) return 0;
+    const int16x8_t pad = vdupq_n_s16((int16_t)zero_point);
+    if (src == NULL) {
+        for (int32_t px = 0; px < plane_w; px += 8) vstrhq_p_s16(plane + px, pad, vctp16q((uint32_t)(plane_w - px)));
+        return 1;
+    }
+    const int32_t left = p->pad_w, right = p->pad_w + p->in_w < plane_w ? p->pad_w + p->in_w : plane_w;
+    for (int32_t px = 0; px < left; px += 8) vstrhq_p_s16(plane + px, pad, vctp16q((uint32_t)(left - px)));
+    const uint16x8_t offsets = vmulq_n_u16(vidupq_n_u16(0, 1), (uint16_t)channels);
+    const uint8_t *from = (const uint8_t *)src + c; /* the first input column's byte of channel c */
+    for (int32_t px = left; px < right; px += 8, from += 8 * channels) {
+        const mve_pred16_t lanes = vctp16q((uint32_t)(right - px));
+        vstrhq_p_s16(plane + px, vldrbq_gather_offset_z_s16((const int8_t *)from, offsets, lanes), lanes);
+    }
+    for (int32_t px = right; px < plane_w; px += 8) vstrhq_p_s16(plane + px, pad, vctp16q((uint32_t)(plane_w - px)));
+    return 1;
+}
+
+/* Four neighbouring outputs of a line of one channel's plane in the lanes of one accumulator: the sum over taps
+ * (a, b) of line[a * line_stride + b + i * stride] * w[a * w_a + b * w_b] for outputs i; each tap one load of the
+ * four plane values (a gather at stride > 1) and one VMLA by the tap's weight. Requantized in the lanes and stored
+ * `out_step` bytes apart (a scatter). A line is a plane row (lt_depthwise_row_s8), or a column of a transposed
+ * plane (lt_mve_depthwise_s8), whose taps are the filter's transposed. */
+LT_ALWAYS_INLINE void lt_mve_depthwise_line_s8(const lt_conv_params *p, const int16_t *line, const int32_t line_stride,
+                                               const int32_t taps_a, const int32_t taps_b, const int16_t *w,
+                                               const int32_t w_a, const int32_t w_b, const int32_t stride,
+                                               const int32_t count, const lt_requant *q, const int32_t acc0, int8_t *out,
+                                               const int32_t out_step, const unsigned flags) {
+    const uint32x4_t in_offsets = vmulq_n_u32(vidupq_n_u32(0, 1), (uint32_t)stride);
+    const uint32x4_t out_offsets = vmulq_n_u32(vidupq_n_u32(0, 1), (uint32_t)out_step);
+#define LT_MVE_TAP_LOAD(r, lanes)                                                                         \
+    (stride == 1 ? vldrhq_z_s32((r), (lanes)) : vldrhq_gather_shifted_offset_z_s32((r), in_offsets, (lanes)))
+#define LT_MVE_TAP_LOAD_ALL(r) (stride == 1 ? vldrhq_s32(r) : vldrhq_gather_shifted_offset_s32((r), in_offsets))
+    int32_t i = 0;
+    for (; i + 4 <= count; i += 4, line += 4 * stride, out += 4 * out_step) {
+        int32x4_t acc = vdupq_n_s32(acc0);
+        LT_UNROLL for (int32_t a = 0; a < taps_a; ++a) {
+            LT_UNROLL for (int32_t b = 0; b < taps_b; ++b)
+                acc = vmlaq_n_s32(acc, LT_MVE_TAP_LOAD_ALL(line + a * line_stride + b), w[a * w_a + b * w_b]);
+        }
+        vstrbq_scatter_offset_s32(out, out_offsets, lt_mve_requantize_s8(acc, q, p, flags));
+    }
+    if (i < count) {
+        const mve_pred16_t lanes = vctp32q((uint32_t)(count - i));
+        int32x4_t acc = vdupq_n_s32(acc0);
+        LT_UNROLL for (int32_t a = 0; a < taps_a; ++a) {
+            LT_UNROLL for (int32_t b = 0; b < taps_b; ++b)
+                acc = vmlaq_n_s32(acc, LT_MVE_TAP_LOAD(line + a * line_stride + b, lanes), w[a * w_a + b * w_b]);
+        }
+        vstrbq_scatter_offset_p_s32(out, out_offsets, lt_mve_requantize_s8(acc, q, p, flags), lanes);
+    }
+#undef LT_MVE_TAP_LOAD
+#undef LT_MVE_TAP_LOAD_ALL
+}
+
+/* lt_depthwise_row_s8's work, its plane row as the line (the filter's taps at fy * 2 * pairs + fx in its int16
+ * pairs). */
+LT_ALWAYS_INLINE void lt_mve_depthwise_row_s8(const lt_conv_params *p, const int16_t *row, const int32_t plane_w,
+                                              const uint32_t *wc, const lt_requant q, const int32_t acc0, int8_t *out,
+                                              const int32_t c_count, const unsigned flags) {
+    const int32_t pairs = (p->filter_w + 1) / 2;
+    lt_mve_depthwise_line_s8(p, row, plane_w, p->filter_h, p->filter_w, (const int16_t *)wc, 2 * pairs, 1, p->stride_w,
+                             p->out_w, &q, acc0, out, c_count, flags);
+}
+
+/* Channel c of the input as a transposed int16 plane: plane column px (input column px - pad_w) as `plane_h`
+ * contiguous values, padding at the input zero point; input rows by a gather of eight bytes a row apart. 0 where
+ * those offsets do not fit 16 bits. */
+LT_ALWAYS_INLINE int lt_mve_transposed_plane_s8(const lt_conv_params *p, const int8_t *input, int32_t c,
+                                                int32_t plane_h, int32_t plane_w, int16_t *plane) {
+    const int32_t row_bytes = p->in_w * p->in_c, zero_point = -p->input_offset;
+    if (row_bytes * 7 > 0xFFFF) return 0;
+    const int16x8_t pad = vdupq_n_s16((int16_t)zero_point);
+    const uint16x8_t offsets = vmulq_n_u16(vidupq_n_u16(0, 1), (uint16_t)row_bytes);
+    const int32_t top = p->pad_h, bottom = p->pad_h + p->in_h < plane_h ? p->pad_h + p->in_h : plane_h;
+    for (int32_t px = 0; px < plane_w; ++px, plane += plane_h) {
+        const int32_t x = px - p->pad_w;
+        if (x < 0 || x >= p->in_w) {
+            for (int32_t py = 0; py < plane_h; py += 8) vstrhq_p_s16(plane + py, pad, vctp16q((uint32_t)(plane_h - py)));
+            continue;
+        }
+        for (int32_t py = 0; py < top; py += 8) vstrhq_p_s16(plane + py, pad, vctp16q((uint32_t)(top - py)));
+        const int8_t *from = input + x * p->in_c + c;
+        for (int32_t py = top; py < bottom; py += 8, from += 8 * row_bytes) {
+            const mve_pred16_t lanes = vctp16q((uint32_t)(bottom - py));
+            vstrhq_p_s16(plane + py, vldrbq_gather_offset_z_s16(from, offsets, lanes), lanes);
+        }
+        for (int32_t py = bottom; py < plane_h; py += 8)
+            vstrhq_p_s16(plane + py, pad, vctp16q((uint32_t)(plane_h - py)));
+    }
+    return 1;
+}
+
+/* lt_depthwise_s8_fast's work where the output is taller than wide: each channel's plane transposed, so that its
+ * lines (the output's columns) are the longer side, fewer lanes idle. One channel at a time, as there: its plane is
+ * copied before its outputs are written, so the layer may run in place. 0 where it does not apply. */
+LT_ALWAYS_INLINE int lt_mve_depthwise_s8(const lt_conv_params *p, const int8_t *input, const uint32_t *filter,
+                                         const int32_t *bias, const lt_requant *rq, int8_t *output, int16_t *scratch,
+                                         const unsigned flags) {
+    const int32_t kh = p->filter_h, kw = p->filter_w, pairs = (kw + 1) / 2, c_count = p->out_c;
+    const int32_t plane_h = (p->out_h - 1) * p->stride_h + kh, plane_w = (p->out_w - 1) * p->stride_w + kw;
+    if (p->out_h <= p->out_w || p->in_w * p->in_c * 7 > 0xFFFF) return 0;
+    for (int32_t b = 0; b < p->batches; ++b) {
+        const int8_t *in_b = input + b * p->in_h * p->in_w * c_count;
+        int8_t *out_b = output + b * p->out_h * p->out_w * c_count;
+        for (int32_t c = 0; c < c_count; ++c) {
+            lt_mve_transposed_plane_s8(p, in_b, c, plane_h, plane_w, scratch);
+            const int16_t *w = (const int16_t *)(filter + c * kh * pairs);
+            for (int32_t ox = 0; ox < p->out_w; ++ox)
+                lt_mve_depthwise_line_s8(p, scratch + ox * p->stride_w * plane_h, plane_h, kw, kh, w, 1, 2 * pairs,
+                                         p->stride_h, p->out_h, &rq[c], bias[c], out_b + ox * c_count + c,
+                                         p->out_w * c_count, flags);
+        }
+    }
+    return 1;
+}
+
 #endif /* LT_MVE */
 #endif /* LT_MVE_CONV_H */
