@@ -193,27 +193,33 @@ LT_ALWAYS_INLINE void lt_mve_matmul_w16(const int16_t *x0, const int16_t *x1, co
 }
 
 /* int8 filter (`pack_row_pairs`): a word (4 values) of channel oc, then of oc + 1, a last odd channel alone.
- * x0, x1: int8 rows of k4 values. Per 16 values of a channel pair: one VLD2 (four words of each channel), one
- * row load a pixel and two VMLADAVA.S8 a pixel. */
-LT_ALWAYS_INLINE void lt_mve_matmul_s8(const int8_t *x0, const int8_t *x1, const int32_t pixels, const uint32_t *w,
-                                       int32_t k4, int32_t out_c, const int32_t *bias, const lt_requant *rq,
-                                       const lt_conv_params *p, int8_t *out0, int8_t *out1, const unsigned flags) {
+ * x: `pixels` (1 to 3) int8 rows of k4 values, k4 apart; out: the first pixel's outputs, the others out_c apart.
+ * Per 16 values of a channel pair: one VLD2 (four words of each channel), one row load a pixel and two VMLADAVA.S8
+ * a pixel (three pixels: the accumulators take six of the seven even registers VMLADAVA can write). */
+LT_ALWAYS_INLINE void lt_mve_matmul_s8(const int8_t *x, const int32_t pixels, const uint32_t *w, int32_t k4,
+                                       int32_t out_c, const int32_t *bias, const lt_requant *rq,
+                                       const lt_conv_params *p, int8_t *out, const unsigned flags) {
     const int32_t blocks = k4 >> 4, tail = (k4 >> 2) & 3;
     const mve_pred16_t tail_words = vctp32q((uint32_t)tail), tail_values = vctp8q((uint32_t)(4 * tail));
     int32_t oc = 0;
     for (; oc + 2 <= out_c; oc += 2) {
-        int32_t a0 = bias[oc], a1 = bias[oc + 1], b0 = a0, b1 = a1;
-        const int8_t *xa = x0, *xb = x1;
-        for (int32_t j = 0; j < blocks; ++j, w += 8, xa += 16, xb += 16) {
+        int32_t a0 = bias[oc], a1 = bias[oc + 1], b0 = a0, b1 = a1, c0 = a0, c1 = a1;
+        const int8_t *xa = x, *xb = x + k4, *xc = x + 2 * k4;
+        for (int32_t j = 0; j < blocks; ++j, w += 8, xa += 16, xb += 16, xc += 16) {
             const int32x4x2_t v = vld2q_s32((const int32_t *)w);
             const int8x16_t u = vreinterpretq_s8_s32(v.val[0]), uv = vreinterpretq_s8_s32(v.val[1]);
             const int8x16_t a = vldrbq_s8(xa);
             a0 = vmladavaq_s8(a0, a, u);
             a1 = vmladavaq_s8(a1, a, uv);
-            if (pixels == 2) {
+            if (pixels >= 2) {
                 const int8x16_t b = vldrbq_s8(xb);
                 b0 = vmladavaq_s8(b0, b, u);
                 b1 = vmladavaq_s8(b1, b, uv);
+            }
+            if (pixels == 3) {
+                const int8x16_t c = vldrbq_s8(xc);
+                c0 = vmladavaq_s8(c0, c, u);
+                c1 = vmladavaq_s8(c1, c, uv);
             }
         }
         if (tail) {
@@ -225,46 +231,55 @@ LT_ALWAYS_INLINE void lt_mve_matmul_s8(const int8_t *x0, const int8_t *x1, const
             const int8x16_t a = vldrbq_z_s8(xa, tail_values);
             a0 = vmladavaq_s8(a0, a, u);
             a1 = vmladavaq_s8(a1, a, uv);
-            if (pixels == 2) {
+            if (pixels >= 2) {
                 const int8x16_t b = vldrbq_z_s8(xb, tail_values);
                 b0 = vmladavaq_s8(b0, b, u);
                 b1 = vmladavaq_s8(b1, b, uv);
             }
+            if (pixels == 3) {
+                const int8x16_t c = vldrbq_z_s8(xc, tail_values);
+                c0 = vmladavaq_s8(c0, c, u);
+                c1 = vmladavaq_s8(c1, c, uv);
+            }
         }
-        if (pixels == 2) {
-            lt_store_2x2_s8(a0, a1, b0, b1, &rq[oc], p, out0 + oc, out1 - out0, flags);
+        if (pixels >= 2) {
+            lt_store_2x2_s8(a0, a1, b0, b1, &rq[oc], p, out + oc, out_c, flags);
         } else {
-            out0[oc] = (int8_t)lt_requantize_s8(a0, &rq[oc], p, flags);
-            out0[oc + 1] = (int8_t)lt_requantize_s8(a1, &rq[oc + 1], p, flags);
+            out[oc] = (int8_t)lt_requantize_s8(a0, &rq[oc], p, flags);
+            out[oc + 1] = (int8_t)lt_requantize_s8(a1, &rq[oc + 1], p, flags);
+        }
+        if (pixels == 3) {
+            out[2 * out_c + oc] = (int8_t)lt_requantize_s8(c0, &rq[oc], p, flags);
+            out[2 * out_c + oc + 1] = (int8_t)lt_requantize_s8(c1, &rq[oc + 1], p, flags);
         }
     }
     if (oc < out_c) { /* the last odd channel: its words one after another */
         const int8_t *wb = (const int8_t *)w;
-        int32_t a0 = bias[oc], b0 = a0;
-        for (int32_t i = 0; i < k4; i += 16) {
-            const mve_pred16_t lanes = vctp8q((uint32_t)(k4 - i));
-            const int8x16_t u = vldrbq_z_s8(wb + i, lanes);
-            a0 = vmladavaq_s8(a0, vldrbq_z_s8(x0 + i, lanes), u);
-            if (pixels == 2) b0 = vmladavaq_s8(b0, vldrbq_z_s8(x1 + i, lanes), u);
+        for (int32_t px = 0; px < pixels; ++px) {
+            int32_t acc = bias[oc];
+            for (int32_t i = 0; i < k4; i += 16) {
+                const mve_pred16_t lanes = vctp8q((uint32_t)(k4 - i));
+                acc = vmladavaq_s8(acc, vldrbq_z_s8(x + px * k4 + i, lanes), vldrbq_z_s8(wb + i, lanes));
+            }
+            out[px * out_c + oc] = (int8_t)lt_requantize_s8(acc, &rq[oc], p, flags);
         }
-        lt_mve_store_1(a0, b0, &rq[oc], p, out0 + oc, out1 + oc, pixels, flags);
     }
 }
 
 /* ---- CONV_2D (groups 1) and FULLY_CONNECTED of several rows ------------------------------------------------- */
 
 /* Output pixels [pixel0, pixel0 + pixels) of the whole output (batch, row, column), written from `output` on: the
- * whole tensor (in_slots 0) or one output row from a ring of input rows (in_slots > 0, batch 1). Two pixels at a
- * time: both windows are read before either pixel's outputs are written, as lt_conv_s8_fast does, so a pointwise
- * layer may run in place. scratch: as lt_conv_s8_fast's, room for two expanded rows of k4 int16 values (one where
- * there is a single pixel) then k4 bytes of gather; int8 filters keep their rows as bytes in the rows' room. */
+ * whole tensor (in_slots 0) or one output row from a ring of input rows (in_slots > 0, batch 1). Three pixels at a
+ * time (int16 filters: two): their windows are read before any of their outputs is written, as lt_conv_s8_fast
+ * does, so a pointwise layer may run in place. scratch: as lt_conv_s8_fast's, room for two expanded rows of k4
+ * int16 values (one where there is a single pixel) then k4 bytes of gather; int8 filters keep three windows as
+ * bytes in the rows' room. */
 LT_ALWAYS_INLINE void lt_mve_conv_s8(const lt_conv_params *p, const int8_t *input, int32_t in_slots, int32_t pixel0,
                                      int32_t pixels, const void *filter, const int32_t *bias, const lt_requant *rq,
                                      int8_t *output, int16_t *scratch, const unsigned flags) {
     const int32_t k = p->filter_h * p->filter_w * p->in_c, k4 = (k + 3) & ~3, out_c = p->out_c;
     int16_t *row0 = scratch, *row1 = scratch + k4;
     int8_t *gather = (int8_t *)(scratch + (pixels > 1 ? 2 : 1) * k4);
-    int8_t *bytes0 = (int8_t *)row0, *bytes1 = (int8_t *)row1;
     int32_t ox = pixel0 % p->out_w, oy = (pixel0 / p->out_w) % p->out_h, b = pixel0 / (p->out_w * p->out_h);
 #define LT_MVE_NEXT_PIXEL()                 \
     do {                                    \
@@ -273,35 +288,34 @@ LT_ALWAYS_INLINE void lt_mve_conv_s8(const lt_conv_params *p, const int8_t *inpu
             if (++oy == p->out_h) oy = 0, ++b; \
         }                                   \
     } while (0)
-    int32_t px = 0;
-    for (; px < pixels; px += 2, output += 2 * out_c) {
-        const int32_t count = pixels - px >= 2 ? 2 : 1;
-        if (flags & LT_WIDE_WEIGHTS) {
-            lt_mve_widen_s8(lt_mve_window_s8(p, input, in_slots, b, oy, ox, gather), k, k4, row0);
-            LT_MVE_NEXT_PIXEL();
-            if (count == 2) {
-                lt_mve_widen_s8(lt_mve_window_s8(p, input, in_slots, b, oy, ox, gather), k, k4, row1);
+    if (!(flags & LT_WIDE_WEIGHTS)) { /* three pixels at a time, their windows as bytes in the rows' room */
+        int8_t *bytes = (int8_t *)scratch;
+        for (int32_t px = 0; px < pixels; px += 3, output += 3 * out_c) {
+            const int32_t count = pixels - px >= 3 ? 3 : pixels - px;
+            for (int32_t i = 0; i < count; ++i) {
+                const int8_t *window = lt_mve_window_s8(p, input, in_slots, b, oy, ox, bytes + i * k4);
+                if (window != bytes + i * k4) lt_mve_copy_s8(bytes + i * k4, window, k); /* read before written */
                 LT_MVE_NEXT_PIXEL();
-                lt_mve_matmul_w16(row0, row1, 2, (const uint32_t *)filter, k4, out_c, bias, rq, p, output,
-                                  output + out_c, flags);
-            } else {
-                lt_mve_matmul_w16(row0, row0, 1, (const uint32_t *)filter, k4, out_c, bias, rq, p, output, output,
-                                  flags);
             }
+            if (count == 3)
+                lt_mve_matmul_s8(bytes, 3, (const uint32_t *)filter, k4, out_c, bias, rq, p, output, flags);
+            else if (count == 2)
+                lt_mve_matmul_s8(bytes, 2, (const uint32_t *)filter, k4, out_c, bias, rq, p, output, flags);
+            else
+                lt_mve_matmul_s8(bytes, 1, (const uint32_t *)filter, k4, out_c, bias, rq, p, output, flags);
+        }
+        return;
+    }
+    for (int32_t px = 0; px < pixels; px += 2, output += 2 * out_c) {
+        lt_mve_widen_s8(lt_mve_window_s8(p, input, in_slots, b, oy, ox, gather), k, k4, row0);
+        LT_MVE_NEXT_PIXEL();
+        if (pixels - px >= 2) {
+            lt_mve_widen_s8(lt_mve_window_s8(p, input, in_slots, b, oy, ox, gather), k, k4, row1);
+            LT_MVE_NEXT_PIXEL();
+            lt_mve_matmul_w16(row0, row1, 2, (const uint32_t *)filter, k4, out_c, bias, rq, p, output,
+                              output + out_c, flags);
         } else {
-            const int8_t *w0 = lt_mve_window_s8(p, input, in_slots, b, oy, ox, bytes0);
-            if (w0 != bytes0) lt_mve_copy_s8(bytes0, w0, k); /* in place: the pixel is read before it is written */
-            LT_MVE_NEXT_PIXEL();
-            if (count == 2) {
-                const int8_t *w1 = lt_mve_window_s8(p, input, in_slots, b, oy, ox, bytes1);
-                if (w1 != bytes1) lt_mve_copy_s8(bytes1, w1, k);
-                LT_MVE_NEXT_PIXEL();
-                lt_mve_matmul_s8(bytes0, bytes1, 2, (const uint32_t *)filter, k4, out_c, bias, rq, p, output,
-                                 output + out_c, flags);
-            } else {
-                lt_mve_matmul_s8(bytes0, bytes0, 1, (const uint32_t *)filter, k4, out_c, bias, rq, p, output, output,
-                                 flags);
-            }
+            lt_mve_matmul_w16(row0, row0, 1, (const uint32_t *)filter, k4, out_c, bias, rq, p, output, output, flags);
         }
     }
 #undef LT_MVE_NEXT_PIXEL
