@@ -8,6 +8,7 @@
 
 #include "lt_broadcast.h"
 #include "lt_fixedpoint.h"
+#include "lt_mve.h"
 #include "lt_runtime.h"
 
 /* reference_ops::AddElementwise and Sub for int8 and int16 (left_shift 20 and 15): both inputs rescaled to twice
@@ -24,6 +25,12 @@
     })
 
 void lt_add_s8(const lt_binary_params *p, const int8_t *input1, const int8_t *input2, int8_t *output) {
+#ifdef LT_MVE
+    if (p->ndim == 1 && p->step1[0] == 1 && p->step2[0] == 1) {
+        lt_mve_add_s8(p, input1, input2, output, p->dims[0]);
+        return;
+    }
+#endif
     LT_ADD_OR_SUB_QUANTIZED(int8_t, +);
 }
 

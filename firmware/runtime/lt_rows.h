@@ -27,6 +27,10 @@ LT_ALWAYS_INLINE void lt_conv_ring_s8_fast(const lt_conv_params *p, const int8_t
                                            int8_t *output, int16_t *scratch, const unsigned flags) {
     const int32_t k = p->filter_h * p->filter_w * p->in_c, k4 = (k + 3) & ~3;
     const int32_t out_w = p->out_w, out_c = p->out_c, in_c = p->in_c;
+#ifdef LT_MVE
+    lt_mve_conv_s8(p, input, in_slots, oy * out_w, out_w, filter, bias, rq, output, scratch, flags);
+    return;
+#endif
     const int pointwise = p->filter_h == 1 && p->filter_w == 1 && p->stride_w == 1 && p->pad_h == 0 &&
                           p->pad_w == 0 && p->in_w == p->out_w;
     const int8_t *in_row = input + ((oy * p->stride_h) % in_slots) * p->in_w * in_c; /* pointwise: its one row */

@@ -211,13 +211,16 @@ def arena_plan(
     keep_model_plan: bool = False,
     row_chains: bool = True,
     max_row_overhead: float = DEFAULT_MAX_ROW_OVERHEAD,
+    wide_weights: bool = True,
 ) -> ArenaPlan:
     """The compiled runtime's plan (module docstring), or TFLM's tensor offsets where that is no larger. The fast
     kernels' scratch is planned in both, live only while its operator runs; TFLM's greedy planner fits it around
     the tensors, as it does its own kernels' scratch. `keep_model_plan`: TFLM's offsets in any case, so a model's
     OfflineMemoryAllocation is used as it is (in-place cases the compiled plan has no rule for included).
     `row_chains`: run the row chains `lowtide.compile.rows` finds, where that makes the arena smaller, none whose
-    estimated instructions grow by more than the fraction `max_row_overhead`."""
+    estimated instructions grow by more than the fraction `max_row_overhead`. `wide_weights`: widen filters to
+    int16 (`wide_weight_layers`); False keeps them int8, which the Helium kernels multiply sixteen lanes at a time
+    (lt_mve_conv.h) where int16 would halve that."""
     stock = tflm_plan(graph)
     probe = _fast_kernels(graph)
     scopes = {s.op: s.scope for s in stock.steps if s.subgraph == 0}
@@ -232,7 +235,7 @@ def arena_plan(
     stock_buffers = list(stock.buffers) + stock_scratch
     stock_offsets = tflm_offsets_with_plan(stock_buffers, list(stock.offsets) + [0] * len(stock_scratch))
     stock_head = arena_head(stock_buffers, stock_offsets)
-    wide = wide_weight_layers(probe.matrix_layers)
+    wide = wide_weight_layers(probe.matrix_layers) if wide_weights else (frozenset[int](), 0)
     fused = _fast_kernels(graph, fusions)  # the scratch of layers that absorb a PAD is theirs with it
     whole = _compiled_plan(view, fused, fusions, scopes, RowPlan((), ()), keep_model_plan)
     plan = whole
@@ -449,12 +452,14 @@ def _emitter(
     keep_model_plan: bool = False,
     row_chains: bool = True,
     max_row_overhead: float = DEFAULT_MAX_ROW_OVERHEAD,
+    wide_weights: bool = True,
     prefix: str = "model",
     regions: Sequence[DataRegion] = (),
 ) -> tuple[ModelEmitter, ArenaPlan, tuple[RegionArena, ...]]:
     """An emitter with every activation and scratch buffer at its planned offset (`arena_plan`, across `regions`
     where given), that plan, and the arena of each region used."""
-    plan, arenas = _in_regions(graph, arena_plan(graph, keep_model_plan, row_chains, max_row_overhead), regions)
+    whole = arena_plan(graph, keep_model_plan, row_chains, max_row_overhead, wide_weights)
+    plan, arenas = _in_regions(graph, whole, regions)
     emitter = ModelEmitter(
         graph,
         plan.offsets,
@@ -511,16 +516,19 @@ def compile_model(
     row_chains: bool = True,
     max_row_overhead: float = DEFAULT_MAX_ROW_OVERHEAD,
     regions: Sequence[DataRegion] = (),
+    wide_weights: bool = True,
 ) -> CompiledModel:
     """Lower every operator of `graph` (a validated model: `lowtide.validation.load_model`); raises LowtideError
     naming the first thing it cannot compile. `keep_model_plan`: the model's OfflineMemoryAllocation as it is, even
     where lowtide's compiled plan is smaller. `row_chains`: False runs every operator on whole tensors;
     `max_row_overhead`: the most a chain may add to its layers' estimated instructions, a fraction (`arena_plan`).
     `regions`: the memory regions the arena may use, fastest first (lowtide.compile.banks): one arena per region
-    used."""
+    used. `wide_weights`: False keeps every filter int8 (for cores with Helium, `arena_plan`)."""
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", prefix):
         raise LowtideError(f"prefix '{prefix}' is not a C identifier")
-    emitter, plan, arenas = _emitter(graph, keep_model_plan, row_chains, max_row_overhead, prefix, regions)
+    emitter, plan, arenas = _emitter(
+        graph, keep_model_plan, row_chains, max_row_overhead, wide_weights, prefix, regions
+    )
     head_bytes = arenas[0].head_bytes if arenas else plan.head_bytes
     calls, blockers = _lower_all(graph, emitter)
     unplanned = sorted(set(emitter.fast_scratch_bytes) - set(emitter.fast_scratch))
