@@ -186,12 +186,18 @@ LT_ALWAYS_INLINE void lt_store_2x2_s8(int32_t a0, int32_t a1, int32_t b0, int32_
  * lone load, an LDRD or an LDM costs 2 for its first word, so each group's weights and pixel a's two words load
  * as one run of single loads, pixel b's as a second once a's products free their registers. int16 weights: 8 loads
  * and 8 SMLAD, 18 cycles per 16 products (LDM + 2 LDRD: 19); int8: 6 loads, 4 SXTB16 and 8 SMLAD, 20 (21).
- * The loop runs two groups a pass; an odd count enters the first pass at its second group. */
-#define LT_GROUPS_BY_TWO_ENTRY      \
-    "lsrs %[k], %[k], #1\n\t"        \
-    "bcc 1f\n\t"                      \
-    "adds %[k], %[k], #1\n\t"        \
-    "b 2f\n\t"
+ * The loops run four groups a pass; a count that is not a multiple of 4 enters the first pass at the group that
+ * leaves whole passes (`tmp`, a free register, holds the remainder). Per group 3/4 of a cycle of SUBS and BNE. */
+#define LT_LOOP_BY_FOUR(GROUP, tmp)                                                                        \
+    "ands " tmp ", %[k], #3\n\t"                                                                         \
+    "lsr %[k], %[k], #2\n\t"                                                                             \
+    "beq 1f\n\t"                                                                                         \
+    "adds %[k], %[k], #1\n\t"                                                                            \
+    "cmp " tmp ", #2\n\t"                                                                                \
+    "blo 4f\n\t"                                                                                         \
+    "beq 3f\n\t"                                                                                         \
+    "b 2f\n\t"                                                                                           \
+    "1:\n\t" GROUP "2:\n\t" GROUP "3:\n\t" GROUP "4:\n\t" GROUP "subs %[k], %[k], #1\n\tbne 1b\n\t"
 #define LT_PRODUCTS_2X2 /* v0, v1: channel 0's words 02 and 13; v2, v3: channel 1's; v4, v5: a pixel's */ \
     "smlad %[a0], %[v4], %[v0], %[a0]\n\t"                                                          \
     "smlad %[a0], %[v5], %[v1], %[a0]\n\t"                                                          \
@@ -221,7 +227,6 @@ LT_ALWAYS_INLINE void lt_store_2x2_s8(int32_t a0, int32_t a1, int32_t b0, int32_
     "sxtb16 %[v3], %[v2], ror #8\n\t"    \
     "sxtb16 %[v2], %[v2]\n\t"            \
     LT_PRODUCTS_2X2
-#define LT_LOOP_BY_TWO(GROUP) LT_GROUPS_BY_TWO_ENTRY "1:\n\t" GROUP "2:\n\t" GROUP "subs %[k], %[k], #1\n\tbne 1b\n\t"
 
 /* Cortex-M7 (two instructions a cycle, one of them a load or store, one a multiply; a load's value ready two
  * cycles after it issues): each SMLAD pairs with a single load of a value needed two or more cycles later, into
@@ -254,7 +259,7 @@ LT_ALWAYS_INLINE void lt_store_2x2_s8(int32_t a0, int32_t a1, int32_t b0, int32_
     "smlad %[a1], %[v5], %[v0], %[a1]\n\t"                                                            \
     "smlad %[a0], %[v5], %[v4], %[a0]\n\t"
 #define LT_W16_DUAL_LOOP                                                                                  \
-    LT_W16_DUAL_FIRST "subs %[k], %[k], #1\n\tbeq 3f\n\t" LT_LOOP_BY_TWO(LT_W16_DUAL_GROUP) "3:\n\t"  \
+    LT_W16_DUAL_FIRST "subs %[k], %[k], #1\n\tbeq 5f\n\t" LT_LOOP_BY_FOUR(LT_W16_DUAL_GROUP, "%[v5]") "5:\n\t"  \
     LT_W16_DUAL_LAST
 
 /* The Cortex-M7 schedule where the core is known to dual issue: an M7 with its double-precision FPU (the only
@@ -265,9 +270,9 @@ LT_ALWAYS_INLINE void lt_store_2x2_s8(int32_t a0, int32_t a1, int32_t b0, int32_
 #if defined(LT_DUAL_ISSUE) && LT_DUAL_ISSUE
 #define LT_MATMUL_W16_BODY LT_W16_DUAL_LOOP
 #else
-#define LT_MATMUL_W16_BODY LT_LOOP_BY_TWO(LT_GROUP_W16_RUNS)
+#define LT_MATMUL_W16_BODY LT_LOOP_BY_FOUR(LT_GROUP_W16_RUNS, "%[v0]")
 #endif
-#define LT_MATMUL_S8_BODY LT_LOOP_BY_TWO(LT_GROUP_S8_RUNS)
+#define LT_MATMUL_S8_BODY LT_LOOP_BY_FOUR(LT_GROUP_S8_RUNS, "%[v0]")
 
 /* The loop in the enclosing kernel's x0, x1, w, k4 and a0..b1: every live value in a register of its own. */
 #define LT_MATMUL_2X2_LOOP(BODY)                                                                             \
@@ -530,7 +535,7 @@ LT_ALWAYS_INLINE const uint32_t *lt_dot_rows4_s8(const int8_t *x, int32_t k, uin
     if (k >= 4) {
         /* x's whole words in inline assembly: the word and the four rows' words as one run of single loads (on
          * the M4 and M33 a load after a load costs 1 cycle; GCC spreads them out and steps the pointers apart),
-         * two words a pass: per 16 products 5 loads, 10 SXTB16 and 8 SMLAD, 25.5 cycles with the loop (30). The
+         * four words a pass: per 16 products 5 loads, 10 SXTB16 and 8 SMLAD, 25 cycles with the loop (30). The
          * M7 keeps GCC's interleaving, which pairs its loads with the SXTB16s (the run costs it 13%). */
         register const int8_t *rx __asm__("r0") = x;
         register const uint32_t *rw __asm__("r1") = w;
@@ -552,7 +557,7 @@ LT_ALWAYS_INLINE const uint32_t *lt_dot_rows4_s8(const int8_t *x, int32_t k, uin
     "sxtb16 %[x13], %[x02], ror #8\n\t"            \
     "sxtb16 %[x02], %[x02]\n\t"                    \
     LT_DOT4_ROW(u0, a0) LT_DOT4_ROW(u1, a1) LT_DOT4_ROW(u2, a2) LT_DOT4_ROW(u3, a3)
-        __asm__ volatile(LT_LOOP_BY_TWO(LT_DOT4_ASM_WORD)
+        __asm__ volatile(LT_LOOP_BY_FOUR(LT_DOT4_ASM_WORD, "%[t]")
                          : [x] "+r"(rx), [w] "+r"(rw), [k] "+r"(words), [a0] "+r"(r0), [a1] "+r"(r1), [a2] "+r"(r2),
                            [a3] "+r"(r3), [x02] "=&r"(x02), [x13] "=&r"(x13), [u0] "=&r"(u0), [u1] "=&r"(u1),
                            [u2] "=&r"(u2), [u3] "=&r"(u3), [t] "=&r"(t)
