@@ -85,7 +85,6 @@ def test_requantization_matches_multiply_by_quantized_multiplier(tmp_path):
             "-I",
             str(RUNTIME_DIR),
             str(source),
-            str(RUNTIME_DIR / "lt_conv_dsp.c"),
             "-o",
             str(binary),
         ],

@@ -120,6 +120,14 @@ static inline int32_t lt_doubling_high_mul(int32_t x, int32_t m) {
     return (int32_t)(((int64_t)x * m + (1 << 30)) >> 31);
 }
 
+/* The loads before it stay before the stores after it: on the M4 a load after a load pipelines (1 cycle, not 2), and
+ * GCC would put each load beside its store. */
+#ifdef LT_DSP
+#define LT_LOADS_THEN_STORES() __asm__ volatile("" ::: "memory")
+#else
+#define LT_LOADS_THEN_STORES() ((void)0)
+#endif
+
 /* ---- requantization ----------------------------------------------------------------------------------------- */
 
 /* One output channel's requantization as lowtide prepares it: TFLM's multiplier and shift, and for LT_SHORT_ACC
@@ -793,19 +801,34 @@ LT_ALWAYS_INLINE void lt_plane_row_s8(const lt_conv_params *p, const int8_t *src
     src += (left - p->pad_w) * channels + c;
     int32_t px = left;
     for (; px + 4 <= right; px += 4, src += 4 * channels) {
-        plane[px] = src[0];
-        plane[px + 1] = src[channels];
-        plane[px + 2] = src[2 * channels];
-        plane[px + 3] = src[3 * channels];
+        const int32_t v0 = src[0], v1 = src[channels], v2 = src[2 * channels], v3 = src[3 * channels];
+        LT_LOADS_THEN_STORES();
+#ifdef LT_DSP
+        /* two values a word (one PKHBT; GCC merges four halfword stores with four BFI and two MOV) */
+        const uint32_t v01 = (uint16_t)v0 | (uint32_t)v1 << 16, v23 = (uint16_t)v2 | (uint32_t)v3 << 16;
+        memcpy(plane + px, &v01, 4);
+        memcpy(plane + px + 2, &v23, 4);
+#else
+        plane[px] = (int16_t)v0;
+        plane[px + 1] = (int16_t)v1;
+        plane[px + 2] = (int16_t)v2;
+        plane[px + 3] = (int16_t)v3;
+#endif
     }
     for (; px < right; ++px, src += channels) plane[px] = src[0];
     for (; px < plane_w; ++px) plane[px] = (int16_t)zero_point;
 }
 
 /* Channel `c` of the input as an int16 plane of plane_h x plane_w (the padded window area), padding at the input
- * zero point. */
-void lt_depthwise_plane_s8(const lt_conv_params *p, const int8_t *input, int32_t c, int32_t plane_h,
-                           int32_t plane_w, int16_t *plane);
+ * zero point. Inline: with the layer's shape folded the row copies unroll (a call of a generic copy cost kws_dscnn
+ * more cycles than its depthwise products). */
+LT_ALWAYS_INLINE void lt_depthwise_plane_s8(const lt_conv_params *p, const int8_t *input, int32_t c, int32_t plane_h,
+                                            int32_t plane_w, int16_t *plane) {
+    for (int32_t py = 0; py < plane_h; ++py, plane += plane_w) {
+        const int32_t y = py - p->pad_h;
+        lt_plane_row_s8(p, y < 0 || y >= p->in_h ? NULL : input + y * p->in_w * p->in_c, c, plane_w, plane);
+    }
+}
 
 /* One channel's output row from its int16 plane rows: `row` is the plane row under the window's top, plane rows
  * `plane_w` values apart; writes out_w outputs `c_count` bytes apart from `out`. */
