@@ -192,12 +192,14 @@ def _planning_view(graph: Graph, fusions: dict[int, PadFusion]) -> Graph:
 
 
 def _split(
-    buffers: Sequence[Buffer], offsets: Sequence[int], fast_count: int
+    buffers: Sequence[Buffer], offsets: Sequence[int], fast_count: int, chains: Sequence[RowChain] = ()
 ) -> tuple[dict[int, int], dict[int, list[int]], dict[int, int]]:
     """Tensor offsets, TFLM scratch offsets by operator, and fast-kernel scratch offsets by operator, from a plan
-    whose last `fast_count` buffers are the fast kernels' scratch."""
+    whose last `fast_count` buffers are the fast kernels' scratch; the guests of `chains`' rings, which have no
+    buffer, at their host's offset (in its slots)."""
     split = len(buffers) - fast_count
     tensors = {b.tensor: off for b, off in zip(buffers, offsets) if b.subgraph == 0 and b.tensor is not None}
+    tensors.update({g.tensor: tensors[g.host] for chain in chains for g in chain.guests})
     scratch: dict[int, list[int]] = {}
     for b, off in zip(buffers[:split], offsets[:split]):
         if b.subgraph == 0 and b.tensor is None and b.op is not None:  # a scratch buffer names its operator
@@ -279,8 +281,7 @@ def arena_plan(
             len(stock_scratch),
         )
     placement, buffers, scratch_bytes, rows, scratch_count = plan
-    tensors, scratch, fast = _split(buffers, placement.offsets, scratch_count)
-    tensors.update({g.tensor: tensors[g.host] for chain in rows.chains for g in chain.guests})  # in its host's slots
+    tensors, scratch, fast = _split(buffers, placement.offsets, scratch_count, rows.chains)
     split = tensors, scratch, _chain_scratch(fast, scratch_bytes, rows.chains)
     return ArenaPlan(
         *split,
@@ -432,7 +433,7 @@ def _in_regions(
     banks = split_arena(graph, plan.buffers, plan.head_bytes, regions)
     if banks.offsets is None:
         return plan, banks.arenas
-    tensors, scratch, fast = _split(plan.buffers, banks.offsets, plan.fast_count)
+    tensors, scratch, fast = _split(plan.buffers, banks.offsets, plan.fast_count, plan.rows.chains)
     fast = _chain_scratch(fast, plan.fast_scratch_bytes, plan.rows.chains)
     last = banks.arenas[-1]
     moved = dataclasses.replace(
