@@ -25,7 +25,7 @@ from lowtide.model.ir import Graph
 from lowtide.pipeline.firmware import compiled_data_regions
 from lowtide.project import Runtime
 from lowtide.resources import RUNTIME_DIR
-from lowtide.runtimes import RUNTIMES
+from lowtide.runtimes import RUNTIMES, widens_filters
 from lowtide.settings import Settings, read_settings
 from lowtide.validation import load_model
 
@@ -170,7 +170,9 @@ def compile_command(
     board: Annotated[
         str | None,
         typer.Option(
-            "--board", help="Split the arena across this board's memory regions where its RAM cannot hold it whole"
+            "--board",
+            help="Compile for this board's core (int8 filters for Helium's kernels on a Cortex-M55) and split the "
+            "arena across its memory regions where its RAM cannot hold it whole",
         ),
     ] = None,
     regions: Annotated[
@@ -208,10 +210,14 @@ def compile_command(
     # models the one before accepted.
     graph = load_model(model, settings)
     places = _regions(graph, board, regions or [])
+    # int16 filters speed the DSP kernels up and slow Helium's down; without a board, the DSP kernels' layout
+    wide_weights = widens_filters(get_board_spec(board).core) if board is not None else True
     reference = oracle.run(graph.data, path=str(model), settings=settings)
     overhead = max_row_overhead / 100
     # raises before writing
-    compiled = compile_model(graph, prefix, keep_model_plan, max_row_overhead=overhead, regions=places)
+    compiled = compile_model(
+        graph, prefix, keep_model_plan, max_row_overhead=overhead, regions=places, wide_weights=wide_weights
+    )
     result = (
         verify_compiled(
             graph,
@@ -221,6 +227,7 @@ def compile_command(
             keep_model_plan=keep_model_plan,
             settings=settings,
             max_row_overhead=overhead,
+            wide_weights=wide_weights,
         )
         if verify
         else None

@@ -288,15 +288,16 @@ def verify_compiled(
     settings: Settings | None = None,
     row_chains: bool = True,
     max_row_overhead: float = DEFAULT_MAX_ROW_OVERHEAD,
+    wide_weights: bool = True,
 ) -> VerifyResult:
     """Compile `graph`, build it with the host compiler, and compare with TFLM on `oracle.random_inputs`.
     `workdir` keeps the build (sources, objects, binary) for inspection; by default a temporary one is used.
     `sanitize` builds with AddressSanitizer and UBSan: any memory or arithmetic fault fails the check.
     `invocations` > 1 invokes both sides that many times in a row (inputs from seeds seed, seed + 1, ...), so the
-    state a model keeps between invocations is compared too. `keep_model_plan`, `row_chains`, `max_row_overhead`: as
-    `compile_model`'s."""
+    state a model keeps between invocations is compared too. `keep_model_plan`, `row_chains`, `max_row_overhead`,
+    `wide_weights`: as `compile_model`'s."""
     settings = settings_or_read(settings)
-    compiled = compile_model(graph, prefix, keep_model_plan, row_chains, max_row_overhead)
+    compiled = compile_model(graph, prefix, keep_model_plan, row_chains, max_row_overhead, wide_weights=wide_weights)
     input_sets = [oracle.random_inputs(graph, seed + n) for n in range(invocations)]
     figures = oracle.allocate(graph.data, path=graph.source, settings=settings)
     reference = oracle.run_sequence(graph.data, input_sets, path=graph.source, settings=settings)
