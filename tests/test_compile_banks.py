@@ -102,8 +102,11 @@ def test_a_compiled_arena_over_either_bank_runs_across_both(tmp_path):
 
     built = lowtide("build", str(model), "--board", BOARD, "--runtime", "compiled", "--json")
     assert built.returncode == 0, built.stderr
+    built_report = json.loads(built.stdout)
+    assert built_report["compiled_arenas"] == report["arenas"]
+    assert built_report["arena_capacity_bytes"] == sum(arenas.values()) + 1024  # the painted slack after sram1's
     # The second bank's arena is its section at sram2's address, the size predicted; the stack still ends in sram1.
-    sections = {s.name: s for s in elf_sections(Path(json.loads(built.stdout)["elf"]), read_settings())}
+    sections = {s.name: s for s in elf_sections(Path(built_report["elf"]), read_settings())}
     placed = sections[".lt_arena.sram2"]
     assert (placed.address, placed.size) == (banks["sram2"].address, arenas["sram2"])
     assert sections[".stack"].address + sections[".stack"].size <= banks["sram1"].end
