@@ -85,12 +85,80 @@ def test_requantization_matches_multiply_by_quantized_multiplier(tmp_path):
             "-I",
             str(RUNTIME_DIR),
             str(source),
-            str(RUNTIME_DIR / "lt_conv_dsp.c"),
             "-o",
             str(binary),
         ],
         check=True,
     )
+    result = subprocess.run([str(binary)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stdout
+
+
+# lt_add_s8's same-shape path (one SMMULR and a rounding shift per rescale) against TFLM's AddElementwise written
+# with the runtime's reference fixed-point functions: 2,000 random scalings (multipliers in [0, 2^31), shifts -31..0,
+# input offsets -255..255, left shift 20, as TFLM's int8 ADD prepares them), every pair of int8 inputs each.
+_ADD_CHECK = r"""
+#include <stdio.h>
+#include <string.h>
+#include "lt_fixedpoint.h"
+#include "lt_runtime.h"
+
+static uint32_t state = 2024u;
+static uint32_t next(void) { state ^= state << 13; state ^= state >> 17; state ^= state << 5; return state; }
+static int32_t shift(void) { return (next() & 3u) ? -(int32_t)(next() % 32u) : 0; }
+
+int main(void) {
+    static int8_t a[65536], b[65536], out[65536];
+    for (int32_t i = 0; i < 65536; ++i) {
+        a[i] = (int8_t)(i & 255);
+        b[i] = (int8_t)(i >> 8);
+    }
+    lt_binary_params p;
+    memset(&p, 0, sizeof p);
+    p.ndim = 1;
+    p.dims[0] = 65536;
+    p.step1[0] = p.step2[0] = 1;
+    p.left_shift = 20;
+    for (int t = 0; t < 2000; ++t) {
+        p.input1_offset = (int32_t)(next() % 511u) - 255;
+        p.input2_offset = (int32_t)(next() % 511u) - 255;
+        p.output_offset = (int32_t)(next() % 256u) - 128;
+        p.input1_multiplier = (int32_t)(next() >> 1);
+        p.input2_multiplier = (next() & 1u) ? 1 << 30 : (int32_t)(next() >> 1);
+        p.output_multiplier = (int32_t)(next() >> 1);
+        p.input1_shift = shift();
+        p.input2_shift = shift();
+        p.output_shift = shift();
+        p.act_min = -128 + (int32_t)(next() % 2u) * 100;
+        p.act_max = 127;
+        lt_add_s8(&p, a, b, out);
+        for (int32_t i = 0; i < 65536; ++i) {
+            const int32_t s1 = lt_multiply_by_quantized_multiplier(lt_shl(p.input1_offset + a[i], 20),
+                                                                   p.input1_multiplier, p.input1_shift);
+            const int32_t s2 = lt_multiply_by_quantized_multiplier(lt_shl(p.input2_offset + b[i], 20),
+                                                                   p.input2_multiplier, p.input2_shift);
+            const int32_t want = lt_clamp(
+                lt_multiply_by_quantized_multiplier(s1 + s2, p.output_multiplier, p.output_shift) + p.output_offset,
+                p.act_min, p.act_max);
+            if (out[i] != want) {
+                printf("trial %d: %d + %d -> %d, want %ld\n", t, a[i], b[i], out[i], (long)want);
+                return 1;
+            }
+        }
+    }
+    puts("ok");
+    return 0;
+}
+"""
+
+
+def test_same_shape_int8_add_matches_the_reference_rescaling(tmp_path):
+    source = tmp_path / "add.c"
+    source.write_text(_ADD_CHECK)
+    binary = tmp_path / "add"
+    runtime = [str(RUNTIME_DIR / name) for name in ("lt_elementwise.c", "lt_activation.c")]  # RSQRT's helper
+    flags = ["gcc", "-O2", "-std=c99", "-Wall", "-Werror", "-I", str(RUNTIME_DIR)]
+    subprocess.run([*flags, str(source), *runtime, "-o", str(binary), "-lm"], check=True)
     result = subprocess.run([str(binary)], capture_output=True, text=True, check=False)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stdout
 

@@ -120,6 +120,14 @@ static inline int32_t lt_doubling_high_mul(int32_t x, int32_t m) {
     return (int32_t)(((int64_t)x * m + (1 << 30)) >> 31);
 }
 
+/* The loads before it stay before the stores after it: on the M4 a load after a load pipelines (1 cycle, not 2), and
+ * GCC would put each load beside its store. */
+#ifdef LT_DSP
+#define LT_LOADS_THEN_STORES() __asm__ volatile("" ::: "memory")
+#else
+#define LT_LOADS_THEN_STORES() ((void)0)
+#endif
+
 /* ---- requantization ----------------------------------------------------------------------------------------- */
 
 /* One output channel's requantization as lowtide prepares it: TFLM's multiplier and shift, and for LT_SHORT_ACC
@@ -176,52 +184,119 @@ LT_ALWAYS_INLINE void lt_store_2x2_s8(int32_t a0, int32_t a1, int32_t b0, int32_
 }
 
 #ifdef LT_DSP
-/* The matrix cores' loops run two groups of 4 values a pass; an odd count enters the first pass at its second
- * group (k = groups / 2, rounded up). Per pass one SUBS and one BNE fewer than a group a pass. */
-#define LT_GROUPS_BY_TWO_ENTRY      \
-    "lsrs %[k], %[k], #1\n\t"        \
-    "bcc 1f\n\t"                      \
-    "adds %[k], %[k], #1\n\t"        \
-    "b 2f\n\t"
-/* One group's weights of two channels: int16 by one LDM; int8 by one LDRD and 4 SXTB16. */
-#define LT_LOAD_W16 "ldm %[w]!, {%[u02], %[u13], %[v02], %[v13]}\n\t"
-#define LT_LOAD_S8                              \
-    "ldrd %[u02], %[v02], [%[w]], #8\n\t"      \
-    "sxtb16 %[u13], %[u02], ror #8\n\t"        \
-    "sxtb16 %[u02], %[u02]\n\t"                \
-    "sxtb16 %[v13], %[v02], ror #8\n\t"        \
-    "sxtb16 %[v02], %[v02]\n\t"
-/* That group's 16 products: both pixels' expanded rows (x0 at a, x1 at b) against both channels. */
-#define LT_PRODUCTS_2X2                         \
-    "ldrd %[x02], %[x13], [%[a]], #8\n\t"      \
-    "smlad %[a0], %[x02], %[u02], %[a0]\n\t"   \
-    "smlad %[a0], %[x13], %[u13], %[a0]\n\t"   \
-    "smlad %[a1], %[x02], %[v02], %[a1]\n\t"   \
-    "smlad %[a1], %[x13], %[v13], %[a1]\n\t"   \
-    "ldrd %[x02], %[x13], [%[b]], #8\n\t"      \
-    "smlad %[b0], %[x02], %[u02], %[b0]\n\t"   \
-    "smlad %[b0], %[x13], %[u13], %[b0]\n\t"   \
-    "smlad %[b1], %[x02], %[v02], %[b1]\n\t"   \
-    "smlad %[b1], %[x13], %[v13], %[b1]\n\t"
-/* The k4 / 4 groups of one channel pair and pixel pair, in the enclosing kernel's x0, x1, w, k4 and a0..b1:
- * every live value in a register of its own (GCC spills this loop's 14 values: 24 instructions per 16 products
- * where 12 do). */
-#define LT_MATMUL_2X2_LOOP(LOAD_WEIGHTS)                                                                     \
+/* The matrix core's inner loop: the k4 / 4 groups (4 values of k) of one channel pair and pixel pair, two
+ * channels' weights against two pixels' expanded rows (x0 at a, x1 at b), 16 products a group into a0, a1 (pixel
+ * a's channels) and b0, b1. Inline assembly, since GCC spills this loop's 14 live values (24 instructions per 16
+ * products where 12 do) and does not group loads the way the pipelines below want; v0..v5 are the six registers
+ * left for values.
+ *
+ * Cortex-M4 and M33 (one instruction a cycle): a load that follows a load pipelines and costs 1 cycle, where a
+ * lone load, an LDRD or an LDM costs 2 for its first word, so each group's weights and pixel a's two words load
+ * as one run of single loads, pixel b's as a second once a's products free their registers. int16 weights: 8 loads
+ * and 8 SMLAD, 18 cycles per 16 products (LDM + 2 LDRD: 19); int8: 6 loads, 4 SXTB16 and 8 SMLAD, 20 (21).
+ * The loops run four groups a pass; a count that is not a multiple of 4 enters the first pass at the group that
+ * leaves whole passes (`tmp`, a free register, holds the remainder). Per group 3/4 of a cycle of SUBS and BNE. */
+#define LT_LOOP_BY_FOUR(GROUP, tmp)                                                                        \
+    "ands " tmp ", %[k], #3\n\t"                                                                         \
+    "lsr %[k], %[k], #2\n\t"                                                                             \
+    "beq 1f\n\t"                                                                                         \
+    "adds %[k], %[k], #1\n\t"                                                                            \
+    "cmp " tmp ", #2\n\t"                                                                                \
+    "blo 4f\n\t"                                                                                         \
+    "beq 3f\n\t"                                                                                         \
+    "b 2f\n\t"                                                                                           \
+    "1:\n\t" GROUP "2:\n\t" GROUP "3:\n\t" GROUP "4:\n\t" GROUP "subs %[k], %[k], #1\n\tbne 1b\n\t"
+#define LT_PRODUCTS_2X2 /* v0, v1: channel 0's words 02 and 13; v2, v3: channel 1's; v4, v5: a pixel's */ \
+    "smlad %[a0], %[v4], %[v0], %[a0]\n\t"                                                          \
+    "smlad %[a0], %[v5], %[v1], %[a0]\n\t"                                                          \
+    "smlad %[a1], %[v4], %[v2], %[a1]\n\t"                                                          \
+    "smlad %[a1], %[v5], %[v3], %[a1]\n\t"                                                          \
+    "ldr %[v5], [%[b], #4]\n\t"                                                                     \
+    "ldr %[v4], [%[b]], #8\n\t"                                                                     \
+    "smlad %[b0], %[v4], %[v0], %[b0]\n\t"                                                          \
+    "smlad %[b0], %[v5], %[v1], %[b0]\n\t"                                                          \
+    "smlad %[b1], %[v4], %[v2], %[b1]\n\t"                                                          \
+    "smlad %[b1], %[v5], %[v3], %[b1]\n\t"
+#define LT_GROUP_W16_RUNS                \
+    "ldr %[v1], [%[w], #4]\n\t"          \
+    "ldr %[v2], [%[w], #8]\n\t"          \
+    "ldr %[v3], [%[w], #12]\n\t"         \
+    "ldr %[v0], [%[w]], #16\n\t"         \
+    "ldr %[v5], [%[a], #4]\n\t"          \
+    "ldr %[v4], [%[a]], #8\n\t"          \
+    LT_PRODUCTS_2X2
+#define LT_GROUP_S8_RUNS                 \
+    "ldr %[v2], [%[w], #4]\n\t"          \
+    "ldr %[v0], [%[w]], #8\n\t"          \
+    "ldr %[v5], [%[a], #4]\n\t"          \
+    "ldr %[v4], [%[a]], #8\n\t"          \
+    "sxtb16 %[v1], %[v0], ror #8\n\t"    \
+    "sxtb16 %[v0], %[v0]\n\t"            \
+    "sxtb16 %[v3], %[v2], ror #8\n\t"    \
+    "sxtb16 %[v2], %[v2]\n\t"            \
+    LT_PRODUCTS_2X2
+
+/* Cortex-M7 (two instructions a cycle, one of them a load or store, one a multiply; a load's value ready two
+ * cycles after it issues): each SMLAD pairs with a single load of a value needed two or more cycles later, into
+ * the register that SMLAD reads for the last time, so a group of int16 weights issues in 8 cycles (16 products)
+ * where loads and multiplies in runs take about 14. Software-pipelined: a group starts with its weights' and
+ * pixels' 02 words and channel 0's 13 word loaded (v0 u02, v1 xa02, v2 xb02, v3 v02, v4 u13) and loads the rest
+ * and the next group's while it multiplies; the last group loads nothing past the pair's rows and weights. */
+#define LT_W16_DUAL_FIRST                                                                                 \
+    "ldr %[v0], [%[w]]\n\t"                                                                           \
+    "ldr %[v4], [%[w], #4]\n\t"                                                                       \
+    "ldr %[v3], [%[w], #8]\n\t"                                                                       \
+    "ldr %[v1], [%[a]]\n\t"                                                                           \
+    "ldr %[v2], [%[b]]\n\t"
+#define LT_W16_DUAL_GROUP                                                                                 \
+    "smlad %[a0], %[v1], %[v0], %[a0]\n\tldr %[v5], [%[a], #4]\n\t"     /* xa13 */                     \
+    "smlad %[a1], %[v1], %[v3], %[a1]\n\tldr %[v1], [%[b], #4]\n\t"     /* xb13 */                     \
+    "smlad %[b0], %[v2], %[v0], %[b0]\n\tldr %[v0], [%[w], #12]\n\t"    /* v13 */                      \
+    "smlad %[b1], %[v2], %[v3], %[b1]\n\tldr %[v2], [%[b], #8]!\n\t"    /* next xb02 */                \
+    "smlad %[b1], %[v1], %[v0], %[b1]\n\tldr %[v3], [%[w], #24]\n\t"    /* next v02 */                 \
+    "smlad %[b0], %[v1], %[v4], %[b0]\n\tldr %[v1], [%[a], #8]!\n\t"    /* next xa02 */                \
+    "smlad %[a1], %[v5], %[v0], %[a1]\n\tldr %[v0], [%[w], #16]!\n\t"   /* next u02 */                 \
+    "smlad %[a0], %[v5], %[v4], %[a0]\n\tldr %[v4], [%[w], #4]\n\t"     /* next u13 */
+#define LT_W16_DUAL_LAST                                                                                  \
+    "smlad %[a0], %[v1], %[v0], %[a0]\n\tldr %[v5], [%[a], #4]\n\t"                                   \
+    "smlad %[a1], %[v1], %[v3], %[a1]\n\tldr %[v1], [%[b], #4]\n\t"                                   \
+    "smlad %[b0], %[v2], %[v0], %[b0]\n\tldr %[v0], [%[w], #12]\n\t"                                  \
+    "smlad %[b1], %[v2], %[v3], %[b1]\n\tadds %[w], %[w], #16\n\t"                                    \
+    "smlad %[b1], %[v1], %[v0], %[b1]\n\t"                                                            \
+    "smlad %[b0], %[v1], %[v4], %[b0]\n\t"                                                            \
+    "smlad %[a1], %[v5], %[v0], %[a1]\n\t"                                                            \
+    "smlad %[a0], %[v5], %[v4], %[a0]\n\t"
+#define LT_W16_DUAL_LOOP                                                                                  \
+    LT_W16_DUAL_FIRST "subs %[k], %[k], #1\n\tbeq 5f\n\t" LT_LOOP_BY_FOUR(LT_W16_DUAL_GROUP, "%[v5]") "5:\n\t"  \
+    LT_W16_DUAL_LAST
+
+/* The Cortex-M7 schedule where the core is known to dual issue: an M7 with its double-precision FPU (the only
+ * ARMv7E-M core with one; GCC names no core in its macros), or a build that defines LT_DUAL_ISSUE. */
+#if !defined(LT_DUAL_ISSUE) && defined(__ARM_ARCH_7EM__) && defined(__ARM_FP) && (__ARM_FP & 8)
+#define LT_DUAL_ISSUE 1
+#endif
+#if defined(LT_DUAL_ISSUE) && LT_DUAL_ISSUE
+#define LT_MATMUL_W16_BODY LT_W16_DUAL_LOOP
+#else
+#define LT_MATMUL_W16_BODY LT_LOOP_BY_FOUR(LT_GROUP_W16_RUNS, "%[v0]")
+#endif
+#define LT_MATMUL_S8_BODY LT_LOOP_BY_FOUR(LT_GROUP_S8_RUNS, "%[v0]")
+
+/* The loop in the enclosing kernel's x0, x1, w, k4 and a0..b1: every live value in a register of its own. */
+#define LT_MATMUL_2X2_LOOP(BODY)                                                                             \
     do {                                                                                                     \
         register const uint32_t *ra __asm__("r0") = (const uint32_t *)x0;                                    \
         register const uint32_t *rb __asm__("r1") = (const uint32_t *)x1;                                    \
         register const uint32_t *rw __asm__("r2") = w;                                                       \
         register int32_t groups __asm__("r3") = k4 >> 2;                                                     \
-        register uint32_t u02 __asm__("r4"), u13 __asm__("r5"), v02 __asm__("r6"), v13 __asm__("r7");       \
-        register uint32_t x02 __asm__("r8"), x13 __asm__("r9");                                              \
+        register uint32_t v0 __asm__("r4"), v1 __asm__("r5"), v2 __asm__("r6"), v3 __asm__("r7");           \
+        register uint32_t v4 __asm__("r8"), v5 __asm__("r9");                                                \
         register int32_t ra0 __asm__("r10") = a0, ra1 __asm__("r11") = a1, rb0 __asm__("r12") = b0;         \
         register int32_t rb1 __asm__("lr") = b1;                                                             \
-        __asm__ volatile(LT_GROUPS_BY_TWO_ENTRY "1:\n\t" LOAD_WEIGHTS LT_PRODUCTS_2X2 "2:\n\t" LOAD_WEIGHTS    \
-                         LT_PRODUCTS_2X2 "subs %[k], %[k], #1\n\t"                                           \
-                         "bne 1b"                                                                            \
+        __asm__ volatile(BODY                                                                                \
                          : [a] "+r"(ra), [b] "+r"(rb), [w] "+r"(rw), [k] "+r"(groups), [a0] "+r"(ra0),       \
-                           [a1] "+r"(ra1), [b0] "+r"(rb0), [b1] "+r"(rb1), [u02] "=&r"(u02), [u13] "=&r"(u13), \
-                           [v02] "=&r"(v02), [v13] "=&r"(v13), [x02] "=&r"(x02), [x13] "=&r"(x13)            \
+                           [a1] "+r"(ra1), [b0] "+r"(rb0), [b1] "+r"(rb1), [v0] "=&r"(v0), [v1] "=&r"(v1),   \
+                           [v2] "=&r"(v2), [v3] "=&r"(v3), [v4] "=&r"(v4), [v5] "=&r"(v5)                    \
                          :                                                                                   \
                          : "cc", "memory");                                                                  \
         w = rw;                                                                                              \
@@ -273,7 +348,7 @@ LT_ALWAYS_INLINE void lt_matmul_2_s8(const int16_t *x0, const int16_t *x1, const
     for (; oc + 2 <= out_c; oc += 2) {
         int32_t a0 = bias[oc], a1 = bias[oc + 1], b0 = a0, b1 = a1;
 #ifdef LT_DSP
-        LT_MATMUL_2X2_LOOP(LT_LOAD_S8);
+        LT_MATMUL_2X2_LOOP(LT_MATMUL_S8_BODY);
 #else
         const uint32_t *a = (const uint32_t *)x0, *b = (const uint32_t *)x1;
         for (int32_t k = k4 >> 2; k > 0; --k) {
@@ -358,7 +433,7 @@ LT_ALWAYS_INLINE void lt_matmul_2_w16(const int16_t *x0, const int16_t *x1, cons
     for (; oc + 2 <= out_c; oc += 2) {
         int32_t a0 = bias[oc], a1 = bias[oc + 1], b0 = a0, b1 = a1;
 #ifdef LT_DSP
-        LT_MATMUL_2X2_LOOP(LT_LOAD_W16);
+        LT_MATMUL_2X2_LOOP(LT_MATMUL_W16_BODY);
 #else
         const uint32_t *a = (const uint32_t *)x0, *b = (const uint32_t *)x1;
         for (int32_t k = k4 >> 2; k > 0; --k) {
@@ -464,8 +539,51 @@ LT_ALWAYS_INLINE const uint32_t *lt_dot_rows4_s8(const int8_t *x, int32_t k, uin
         LT_DOT_WORD(x02, x13, u2, a2);                                                 \
         LT_DOT_WORD(x02, x13, u3, a3);                                                 \
     } while (0)
+#if defined(LT_DSP) && !(defined(LT_DUAL_ISSUE) && LT_DUAL_ISSUE)
+    if (k >= 4) {
+        /* x's whole words in inline assembly: the word and the four rows' words as one run of single loads (on
+         * the M4 and M33 a load after a load costs 1 cycle; GCC spreads them out and steps the pointers apart),
+         * four words a pass: per 16 products 5 loads, 10 SXTB16 and 8 SMLAD, 25 cycles with the loop (30). The
+         * M7 keeps GCC's interleaving, which pairs its loads with the SXTB16s (the run costs it 13%). */
+        register const int8_t *rx __asm__("r0") = x;
+        register const uint32_t *rw __asm__("r1") = w;
+        register int32_t words __asm__("r2") = k >> 2;
+        register int32_t r0 __asm__("r3") = a0, r1 __asm__("r4") = a1, r2 __asm__("r5") = a2, r3 __asm__("r6") = a3;
+        register uint32_t x02 __asm__("r7"), x13 __asm__("r8"), u0 __asm__("r9"), u1 __asm__("r10");
+        register uint32_t u2 __asm__("r11"), u3 __asm__("r12"), t __asm__("lr");
+#define LT_DOT4_ROW(u, acc)                         \
+    "sxtb16 %[t], %[" #u "], ror #8\n\t"           \
+    "sxtb16 %[" #u "], %[" #u "]\n\t"              \
+    "smlad %[" #acc "], %[x02], %[" #u "], %[" #acc "]\n\t" \
+    "smlad %[" #acc "], %[x13], %[t], %[" #acc "]\n\t"
+#define LT_DOT4_ASM_WORD                            \
+    "ldr %[x02], [%[x]], #4\n\t"                   \
+    "ldr %[u1], [%[w], #4]\n\t"                    \
+    "ldr %[u2], [%[w], #8]\n\t"                    \
+    "ldr %[u3], [%[w], #12]\n\t"                   \
+    "ldr %[u0], [%[w]], #16\n\t"                   \
+    "sxtb16 %[x13], %[x02], ror #8\n\t"            \
+    "sxtb16 %[x02], %[x02]\n\t"                    \
+    LT_DOT4_ROW(u0, a0) LT_DOT4_ROW(u1, a1) LT_DOT4_ROW(u2, a2) LT_DOT4_ROW(u3, a3)
+        __asm__ volatile(LT_LOOP_BY_FOUR(LT_DOT4_ASM_WORD, "%[t]")
+                         : [x] "+r"(rx), [w] "+r"(rw), [k] "+r"(words), [a0] "+r"(r0), [a1] "+r"(r1), [a2] "+r"(r2),
+                           [a3] "+r"(r3), [x02] "=&r"(x02), [x13] "=&r"(x13), [u0] "=&r"(u0), [u1] "=&r"(u1),
+                           [u2] "=&r"(u2), [u3] "=&r"(u3), [t] "=&r"(t)
+                         :
+                         : "cc", "memory");
+#undef LT_DOT4_ASM_WORD
+#undef LT_DOT4_ROW
+        x = rx;
+        w = rw;
+        a0 = r0;
+        a1 = r1;
+        a2 = r2;
+        a3 = r3;
+    }
+#else
     const int8_t *end = x + (k & ~3);
     for (; x < end; x += 4) LT_DOT4_WORD(lt_read32(x));
+#endif
     if (k & 3) LT_DOT4_WORD(x_tail);
 #undef LT_DOT4_WORD
     acc[0] = a0;
@@ -511,6 +629,8 @@ static inline int32_t lt_scale_short_or_full(int32_t x, int32_t multiplier, int3
     }
     return lt_scale_by_quantized_multiplier(x, multiplier, shift);
 }
+
+#include "lt_mve_conv.h" /* the Helium forms of the kernels below, on cores with MVE */
 
 /* ---- CONV_2D (groups 1, any window, stride, padding and dilation) and FULLY_CONNECTED ------------------------- */
 
@@ -608,6 +728,10 @@ LT_ALWAYS_INLINE void lt_conv_s8_fast(const lt_conv_params *p, const int8_t *inp
                                       int8_t *output, int16_t *scratch, const unsigned flags) {
     const int32_t k = p->filter_h * p->filter_w * p->in_c, k4 = (k + 3) & ~3;
     const int32_t pixels = p->batches * p->out_h * p->out_w, out_c = p->out_c;
+#ifdef LT_MVE
+    lt_mve_conv_s8(p, input, 0, 0, pixels, filter, bias, rq, output, scratch, flags);
+    return;
+#endif
     const int pointwise = p->filter_h == 1 && p->filter_w == 1 && p->stride_h == 1 && p->stride_w == 1 &&
                           p->pad_h == 0 && p->pad_w == 0 && p->in_h == p->out_h && p->in_w == p->out_w;
     int16_t *row0 = scratch, *row1 = scratch + k4;
@@ -648,6 +772,10 @@ LT_ALWAYS_INLINE void lt_conv_s8_fast(const lt_conv_params *p, const int8_t *inp
 LT_ALWAYS_INLINE void lt_vector_s8_fast(const lt_conv_params *p, const int8_t *input, const uint32_t *filter,
                                         const int32_t *bias, const lt_requant *rq, int8_t *output,
                                         const unsigned flags) {
+#ifdef LT_MVE
+    lt_mve_vector_s8(p, input, filter, bias, rq, output, flags);
+    return;
+#endif
     const int32_t k = p->filter_h * p->filter_w * p->in_c, out_c = p->out_c;
     const uint32_t tail = lt_tail_word(input, k);
     int32_t oc = 0;
@@ -672,6 +800,9 @@ LT_ALWAYS_INLINE void lt_vector_s8_fast(const lt_conv_params *p, const int8_t *i
  * row). Inline: the row kernels copy a few rows per channel and output row, with the layer's constants folded. */
 LT_ALWAYS_INLINE void lt_plane_row_s8(const lt_conv_params *p, const int8_t *src, int32_t c, int32_t plane_w,
                                       int16_t *plane) {
+#ifdef LT_MVE
+    if (lt_mve_plane_row_s8(p, src, c, plane_w, plane)) return;
+#endif
     const int32_t channels = p->in_c, zero_point = -p->input_offset;
     if (src == NULL) {
         for (int32_t px = 0; px < plane_w; ++px) plane[px] = (int16_t)zero_point;
@@ -683,25 +814,44 @@ LT_ALWAYS_INLINE void lt_plane_row_s8(const lt_conv_params *p, const int8_t *src
     src += (left - p->pad_w) * channels + c;
     int32_t px = left;
     for (; px + 4 <= right; px += 4, src += 4 * channels) {
-        plane[px] = src[0];
-        plane[px + 1] = src[channels];
-        plane[px + 2] = src[2 * channels];
-        plane[px + 3] = src[3 * channels];
+        const int32_t v0 = src[0], v1 = src[channels], v2 = src[2 * channels], v3 = src[3 * channels];
+        LT_LOADS_THEN_STORES();
+#ifdef LT_DSP
+        /* two values a word (one PKHBT; GCC merges four halfword stores with four BFI and two MOV) */
+        const uint32_t v01 = (uint16_t)v0 | (uint32_t)v1 << 16, v23 = (uint16_t)v2 | (uint32_t)v3 << 16;
+        memcpy(plane + px, &v01, 4);
+        memcpy(plane + px + 2, &v23, 4);
+#else
+        plane[px] = (int16_t)v0;
+        plane[px + 1] = (int16_t)v1;
+        plane[px + 2] = (int16_t)v2;
+        plane[px + 3] = (int16_t)v3;
+#endif
     }
     for (; px < right; ++px, src += channels) plane[px] = src[0];
     for (; px < plane_w; ++px) plane[px] = (int16_t)zero_point;
 }
 
 /* Channel `c` of the input as an int16 plane of plane_h x plane_w (the padded window area), padding at the input
- * zero point. */
-void lt_depthwise_plane_s8(const lt_conv_params *p, const int8_t *input, int32_t c, int32_t plane_h,
-                           int32_t plane_w, int16_t *plane);
+ * zero point. Inline: with the layer's shape folded the row copies unroll (a call of a generic copy cost kws_dscnn
+ * more cycles than its depthwise products). */
+LT_ALWAYS_INLINE void lt_depthwise_plane_s8(const lt_conv_params *p, const int8_t *input, int32_t c, int32_t plane_h,
+                                            int32_t plane_w, int16_t *plane) {
+    for (int32_t py = 0; py < plane_h; ++py, plane += plane_w) {
+        const int32_t y = py - p->pad_h;
+        lt_plane_row_s8(p, y < 0 || y >= p->in_h ? NULL : input + y * p->in_w * p->in_c, c, plane_w, plane);
+    }
+}
 
 /* One channel's output row from its int16 plane rows: `row` is the plane row under the window's top, plane rows
  * `plane_w` values apart; writes out_w outputs `c_count` bytes apart from `out`. */
 LT_ALWAYS_INLINE void lt_depthwise_row_s8(const lt_conv_params *p, const int16_t *row, const int32_t plane_w,
                                           const uint32_t *wc, const lt_requant q, const int32_t acc0, int8_t *out,
                                           const int32_t c_count, const unsigned flags) {
+#ifdef LT_MVE
+    lt_mve_depthwise_row_s8(p, row, plane_w, wc, q, acc0, out, c_count, flags);
+    return;
+#endif
     const int32_t kh = p->filter_h, kw = p->filter_w, pairs = (kw + 1) / 2;
     int32_t ox = 0;
     if ((p->stride_w == 1 || p->stride_w == 2) && kw == 3) {
@@ -785,6 +935,9 @@ LT_ALWAYS_INLINE void lt_depthwise_row_s8(const lt_conv_params *p, const int16_t
 LT_ALWAYS_INLINE void lt_depthwise_s8_fast(const lt_conv_params *p, const int8_t *input, const uint32_t *filter,
                                            const int32_t *bias, const lt_requant *rq,
                                            int8_t *output, int16_t *scratch, const unsigned flags) {
+#ifdef LT_MVE
+    if (lt_mve_depthwise_s8(p, input, filter, bias, rq, output, scratch, flags)) return;
+#endif
     const int32_t kh = p->filter_h, kw = p->filter_w, pairs = (kw + 1) / 2, c_count = p->out_c;
     const int32_t plane_h = (p->out_h - 1) * p->stride_h + kh, plane_w = (p->out_w - 1) * p->stride_w + kw;
     for (int32_t b = 0; b < p->batches; ++b) {

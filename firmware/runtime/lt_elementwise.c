@@ -7,7 +7,9 @@
 #include <math.h>
 
 #include "lt_broadcast.h"
+#include "lt_conv_dsp.h"
 #include "lt_fixedpoint.h"
+#include "lt_mve.h"
 #include "lt_runtime.h"
 
 /* reference_ops::AddElementwise and Sub for int8 and int16 (left_shift 20 and 15): both inputs rescaled to twice
@@ -23,7 +25,66 @@
         output[o] = (T)lt_clamp(raw, p->act_min, p->act_max);                                                    \
     })
 
+/* The element count where both inputs have the output's shape and layout (no broadcasting: i1 = i2 = o in
+ * LT_BINARY_LOOP), else 0. */
+static int32_t lt_same_shape_count(const lt_binary_params *p) {
+    int32_t stride = 1;
+    for (int32_t d = p->ndim - 1; d >= 0; --d) {
+        if (p->dims[d] > 1 && (p->step1[d] != stride || p->step2[d] != stride)) return 0;
+        stride *= p->dims[d];
+    }
+    return stride;
+}
+
+/* One rescale of the int8 ADD where lt_add_s8 checked |x| < 2^30 (x2 = 2x fits int32), multiplier >= 0 and a right
+ * shift 0 <= r <= 31: SaturatingRoundingDoublingHighMul(x, m) = (x m + 2^30) >> 31 is SMMULR(2x, m) = h, and
+ * RoundingDivideByPOT(h, r) is (h + 2^(r - 1) - (h < 0)) >> r for r >= 1, h for r = 0: `round` 2^(r - 1) or 0
+ * (one SMMLAR adds it), `negative` -1 or 0 (r = 0) selects the -(h < 0). As LT_SHORT_ACC's requantization
+ * (lt_conv_dsp.h), the sign of x2 stands for h's: where x2 < 0 but h = 0, (2^(r - 1) - 1) >> r is 0 too. */
+static inline int32_t lt_add_rescale(int32_t x2, int32_t multiplier, int32_t round, int32_t negative, int32_t right) {
+    const int32_t rounded = lt_smmlar(x2, multiplier, round);
+    return (int32_t)((uint32_t)rounded + (uint32_t)((x2 >> 31) & negative)) >> right;
+}
+
+/* lt_add_s8's same-shape loop; `full_range`: the clamp is all of int8, one SSAT (a constant where it is inlined). */
+LT_ALWAYS_INLINE void lt_add_same_shape_s8(const lt_binary_params *p, const int8_t *input1, const int8_t *input2,
+                                           int8_t *output, int32_t count, const int full_range) {
+    const int32_t off1 = p->input1_offset, off2 = p->input2_offset, left = p->left_shift + 1;
+    const int32_t m1 = p->input1_multiplier, r1 = -p->input1_shift, round1 = r1 ? 1 << (r1 - 1) : 0;
+    const int32_t m2 = p->input2_multiplier, r2 = -p->input2_shift, round2 = r2 ? 1 << (r2 - 1) : 0;
+    const int32_t mo = p->output_multiplier, ro = -p->output_shift, roundo = ro ? 1 << (ro - 1) : 0;
+    const int32_t neg1 = r1 ? -1 : 0, neg2 = r2 ? -1 : 0, nego = ro ? -1 : 0;
+    const int32_t offo = p->output_offset, lo = p->act_min, hi = p->act_max;
+    for (int32_t i = 0; i < count; ++i) {
+        const int32_t scaled1 = lt_add_rescale(lt_shl(off1 + input1[i], left), m1, round1, neg1, r1);
+        const int32_t scaled2 = lt_add_rescale(lt_shl(off2 + input2[i], left), m2, round2, neg2, r2);
+        const int32_t raw = lt_add_rescale(lt_shl(scaled1 + scaled2, 1), mo, roundo, nego, ro) + offo;
+        output[i] = (int8_t)(full_range ? lt_ssat8(raw) : lt_clamp(raw, lo, hi));
+    }
+}
+
 void lt_add_s8(const lt_binary_params *p, const int8_t *input1, const int8_t *input2, int8_t *output) {
+#ifdef LT_MVE
+    if (p->ndim == 1 && p->step1[0] == 1 && p->step2[0] == 1) {
+        lt_mve_add_s8(p, input1, input2, output, p->dims[0]);
+        return;
+    }
+#endif
+    const int32_t count = lt_same_shape_count(p);
+    /* a residual connection's ADD (same shapes), with TFLM's int8 scaling (left shift 20, right shifts: every
+     * |(offset + x) << left_shift| < 2^29, so each rescaled input is too and their sum is below 2^30): one straight
+     * loop, each rescale one SMMLAR and a rounding shift, instead of the broadcast bookkeeping and a 64-bit product
+     * and rounding division per rescale: the same values as the reference */
+    if (count > 0 && p->left_shift <= 20 && p->input1_multiplier >= 0 && p->input2_multiplier >= 0 &&
+        p->output_multiplier >= 0 && p->input1_shift <= 0 && p->input2_shift <= 0 && p->output_shift <= 0 &&
+        p->input1_shift > -32 && p->input2_shift > -32 && p->output_shift > -32 &&
+        p->input1_offset >= -255 && p->input1_offset <= 255 && p->input2_offset >= -255 && p->input2_offset <= 255) {
+        if (p->act_min == INT8_MIN && p->act_max == INT8_MAX)
+            lt_add_same_shape_s8(p, input1, input2, output, count, 1);
+        else
+            lt_add_same_shape_s8(p, input1, input2, output, count, 0);
+        return;
+    }
     LT_ADD_OR_SUB_QUANTIZED(int8_t, +);
 }
 

@@ -183,7 +183,7 @@ class CompiledRuntime(FirmwareRuntime):
         settings: Settings,
     ) -> ModelBuild:
         assert arenas is None or isinstance(arenas, CompiledArenaLayout)
-        compiled = compile_model(graph, regions=arenas.regions if arenas else ())
+        compiled = compile_model(graph, regions=arenas.regions if arenas else (), wide_weights=_widens_filters(core))
         for name, text in compiled.files.items():
             files[f"model/{name}"] = text.encode()
         build = ModelBuild(graph.name, self.name)
@@ -209,7 +209,7 @@ class CompiledRuntime(FirmwareRuntime):
 
     def library_part(self, graph: Graph, prefix: str, core: str, settings: Settings) -> LibraryPart:
         net = f"{prefix}_net"
-        compiled = compile_model(graph, net)
+        compiled = compile_model(graph, net, wide_weights=_widens_filters(core))
         sources = dict(compiled.files)
         for source in shipped_files(RUNTIME_DIR):
             if source.suffix in (".c", ".h"):
@@ -218,6 +218,12 @@ class CompiledRuntime(FirmwareRuntime):
         arena = LibraryArena(compiled.arena_bytes, compiled.arena_bytes, 0, compiled.fixed_state_bytes)
         # No FMA contraction: the float kernels compute what TFLM computes, to the bit (as in the firmware).
         return LibraryPart(sources, arena, None, None, ("-ffp-contract=off",))
+
+
+def _widens_filters(core: str) -> bool:
+    """Whether the compiled runtime's filters go int16 on `core` (`compile_model`'s wide_weights): they speed the
+    DSP kernels up and slow the Helium ones down (firmware/runtime/lt_mve_conv.h)."""
+    return not (core in CORES and CORES[core].mve)
 
 
 @dataclass(frozen=True)

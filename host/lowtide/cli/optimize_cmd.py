@@ -10,12 +10,12 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
 from lowtide.budget import DEFAULT_WALL_SECONDS
 from lowtide.cli.application import app
 from lowtide.cli.options import Arena32Option
 from lowtide.cli.plots import checked_plot_path, plot_optimized_maps, plot_pareto_front, plots_json
+from lowtide.cli.progress import progress_bars
 from lowtide.cli.tables import Column, Kind, TerminalTable
 from lowtide.cli.warnings import print_warnings
 from lowtide.errors import LowtideError
@@ -106,7 +106,9 @@ def optimize_report(result: OptimizeResult) -> dict:
                     "source": c.source,
                     "target": c.target,
                     "grid": list(c.grid),
+                    "kind": c.tiling.kind,
                     "split_source": c.split_source,
+                    "stream": c.stream,
                     "macs": c.macs,
                     "live_peak_bytes": c.live_peak_bytes,
                     "head_bytes": c.head_bytes,
@@ -128,7 +130,9 @@ def _tiling_json(tiling: Tiling) -> dict:
         "source": tiling.source,
         "target": tiling.target,
         "grid": list(tiling.grid),
+        "kind": tiling.kind,
         "split_source": tiling.split_source,
+        "stream": tiling.stream,
     }
 
 
@@ -235,12 +239,12 @@ def _pareto_table(rewrite: RewriteResult, written: tuple[Tiling, ...]) -> Termin
         title_justify="left",
     )
     label = "written" if written else "search's best, not written"
-    chosen = {(t.source, t.target, t.grid, t.split_source) for t in written or rewrite.tilings}
+    chosen = set(written or rewrite.tilings)
     for c in rewrite.pareto:
         overhead = c.macs / max(rewrite.macs_before, 1) - 1
         head = f"{c.head_bytes:,} B" if c.head_bytes is not None else f"{c.live_peak_bytes:,} B live"
-        grid = f"{c.grid[0]}x{c.grid[1]}" + (" strips" if c.split_source else "")
-        mark = label if (c.source, c.target, c.grid, c.split_source) in chosen else ""
+        grid = c.tiling.kind + (" strips" if c.split_source else "")
+        mark = label if c.tiling in chosen else ""
         table.add_row(
             escape(f"{c.source} -> {c.target}"),
             grid,
@@ -355,28 +359,8 @@ def optimize(
             plot_pareto_front(result, plot_front)
         print(json.dumps(optimize_report(result) | plots_json(plot_map, plot_front)))
         return
-    console = Console(stderr=True)
-    columns = (
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.fields[detail]}"),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=console, transient=True) as bar:
-        tasks: dict[str, TaskID] = {}
-
-        def on_progress(phase: str, fraction: float | None, detail: str) -> None:
-            if phase not in tasks:
-                for other in tasks.values():  # phases run one after another: a new one ends the last
-                    bar.update(other, total=1, completed=1)
-                tasks[phase] = bar.add_task(_PHASES[phase], total=None, detail="")
-            if fraction is not None:
-                bar.update(tasks[phase], total=1, completed=fraction, detail=detail)
-            else:
-                bar.update(tasks[phase], detail=detail)
-
-        result = run(on_progress)
+    with progress_bars() as bars:
+        result = run(lambda phase, fraction, detail: bars.phase(_PHASES[phase], fraction, detail))
     print_warnings(model, result.warnings)
     _show(Console(), result)
     if plot_map:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
 
 class ProgressBars:
@@ -23,16 +23,29 @@ class ProgressBars:
         bound), e.g. `functools.partial(bars.update, "TFLM for cortex-m4f")`."""
         if label not in self._tasks:
             self._tasks[label] = self._progress.add_task(label, total=total)
-        self._progress.update(self._tasks[label], completed=done, total=total)
+        self._progress.update(self._tasks[label], completed=done, total=total, detail=f"{done}/{total}")
+
+    def phase(self, label: str, fraction: float | None, detail: str) -> None:
+        """Work done in phases one after another (`optimize`'s search, placement, checks): a new label ends the
+        last phase's bar; `fraction` of the phase done (None: not known, the bar pulses), `detail` beside it."""
+        if label not in self._tasks:
+            for other in self._tasks.values():
+                self._progress.update(other, total=1, completed=1)
+            self._tasks[label] = self._progress.add_task(label, total=None, detail="")
+        if fraction is not None:
+            self._progress.update(self._tasks[label], total=1, completed=fraction, detail=detail)
+        else:
+            self._progress.update(self._tasks[label], detail=detail)
 
 
 @contextmanager
 def progress_bars(disable: bool = False) -> Iterator[ProgressBars]:
     """Bars on stderr for the block's work; `disable` (a command's `--json`): none."""
     with Progress(
+        SpinnerColumn(),
         TextColumn("{task.description}"),
         BarColumn(),
-        MofNCompleteColumn(),
+        TextColumn("{task.fields[detail]}"),
         TimeElapsedColumn(),
         console=Console(stderr=True),
         transient=True,

@@ -27,7 +27,7 @@ from lowtide.compile.lowering import (
     lower_operator,
 )
 from lowtide.compile.lowering.conv import pad_fusions
-from lowtide.compile.lowering.emitter import PadFusion
+from lowtide.compile.lowering.emitter import PadFusion, RingGuest
 from lowtide.compile.rows import DEFAULT_MAX_ROW_OVERHEAD, RowChain, RowPlan, RowRefusal, find_row_chains
 from lowtide.errors import LowtideError
 from lowtide.memory import Buffer, Executor, align_up, arena_head, buffers_to_plan, tflm_plan
@@ -133,6 +133,10 @@ class ArenaPlan:
     def ring_rows(self) -> dict[int, int]:
         return {t: rows for chain in self.rows.chains for t, rows in chain.ring_rows}
 
+    @property
+    def ring_guests(self) -> dict[int, RingGuest]:
+        return {g.tensor: g for chain in self.rows.chains for g in chain.guests}
+
 
 # Flash the compiled model may spend beyond its int8 weights on int16 filters (lt_matmul_2_w16 needs no SXTB16
 # in its loop: 12 instead of 16 instructions per 16 products). The MLPerf Tiny models widen all their layers
@@ -207,13 +211,16 @@ def arena_plan(
     keep_model_plan: bool = False,
     row_chains: bool = True,
     max_row_overhead: float = DEFAULT_MAX_ROW_OVERHEAD,
+    wide_weights: bool = True,
 ) -> ArenaPlan:
     """The compiled runtime's plan (module docstring), or TFLM's tensor offsets where that is no larger. The fast
     kernels' scratch is planned in both, live only while its operator runs; TFLM's greedy planner fits it around
     the tensors, as it does its own kernels' scratch. `keep_model_plan`: TFLM's offsets in any case, so a model's
     OfflineMemoryAllocation is used as it is (in-place cases the compiled plan has no rule for included).
     `row_chains`: run the row chains `lowtide.compile.rows` finds, where that makes the arena smaller, none whose
-    estimated instructions grow by more than the fraction `max_row_overhead`."""
+    estimated instructions grow by more than the fraction `max_row_overhead`. `wide_weights`: widen filters to
+    int16 (`wide_weight_layers`); False keeps them int8, which the Helium kernels multiply sixteen lanes at a time
+    (lt_mve_conv.h) where int16 would halve that."""
     stock = tflm_plan(graph)
     probe = _fast_kernels(graph)
     scopes = {s.op: s.scope for s in stock.steps if s.subgraph == 0}
@@ -228,7 +235,7 @@ def arena_plan(
     stock_buffers = list(stock.buffers) + stock_scratch
     stock_offsets = tflm_offsets_with_plan(stock_buffers, list(stock.offsets) + [0] * len(stock_scratch))
     stock_head = arena_head(stock_buffers, stock_offsets)
-    wide = wide_weight_layers(probe.matrix_layers)
+    wide = wide_weight_layers(probe.matrix_layers) if wide_weights else (frozenset[int](), 0)
     fused = _fast_kernels(graph, fusions)  # the scratch of layers that absorb a PAD is theirs with it
     whole = _compiled_plan(view, fused, fusions, scopes, RowPlan((), ()), keep_model_plan)
     plan = whole
@@ -255,6 +262,8 @@ def arena_plan(
             refused = rows.refusals + tuple(
                 RowRefusal(c.ops, "the arena is no smaller with this chain") for c in rows.chains
             )
+        else:
+            plan, refused = _without_idle_chains(graph, view, fusions, scopes, plan, refused)
     if plan is None or plan[0].head_bytes >= stock_head:
         split = _split(stock_buffers, stock_offsets, len(stock_scratch))
         no_rows = RowPlan((), refused)
@@ -271,6 +280,7 @@ def arena_plan(
         )
     placement, buffers, scratch_bytes, rows, scratch_count = plan
     tensors, scratch, fast = _split(buffers, placement.offsets, scratch_count)
+    tensors.update({g.tensor: tensors[g.host] for chain in rows.chains for g in chain.guests})  # in its host's slots
     split = tensors, scratch, _chain_scratch(fast, scratch_bytes, rows.chains)
     return ArenaPlan(
         *split,
@@ -283,6 +293,30 @@ def arena_plan(
         tuple(buffers),
         scratch_count,
     )
+
+
+def _without_idle_chains(
+    graph: Graph,
+    view: Graph,
+    fusions: dict[int, PadFusion],
+    scopes: dict[int, int],
+    plan: tuple[Placement, list[Buffer], dict[int, int], RowPlan, int],
+    refused: tuple[RowRefusal, ...],
+) -> tuple[tuple[Placement, list[Buffer], dict[int, int], RowPlan, int], tuple[RowRefusal, ...]]:
+    """`plan` without the chains that cost more than negligible instructions (`RowPlan.negligible_instructions`)
+    and leave the arena no larger run whole (a chain away from the model's peak), the costliest first, and the
+    refusals with theirs."""
+    negligible = plan[3].negligible_instructions
+    for chain in sorted(plan[3].chains, key=lambda c: (-c.extra_instructions, c.ops)):
+        if chain.extra_instructions <= negligible:
+            break
+        rows = RowPlan(tuple(c for c in plan[3].chains if c is not chain), (), negligible)
+        chained = _fast_kernels(graph, fusions, rows.row_ops, rows.one_row_ops)
+        candidate = _compiled_plan(view, chained, fusions, scopes, rows, False)
+        if candidate is not None and candidate[0].head_bytes <= plan[0].head_bytes:
+            plan = candidate
+            refused += (RowRefusal(chain.ops, "the arena is no smaller with this chain"),)
+    return plan, tuple(sorted(refused, key=lambda r: r.ops))
 
 
 def _fast_scratch(nbytes: dict[int, int], scopes: dict[int, int], chains: tuple[RowChain, ...] = ()) -> list[Buffer]:
@@ -323,8 +357,14 @@ def _compiled_plan(
             spans[op] = span
         for t in (*chain.sources, chain.output, *chain.rings):
             roles.setdefault(t, []).append((chain, span))
+    # no bytes of their own: guests of rings, and what a TRANSPOSE a convolution reads through would write
+    guests = {g.tensor for chain in rows.chains for g in chain.guests} | {
+        view.main.operators[transpose].outputs[0] for transpose in rows.fused_transposes
+    }
     buffers: list[Buffer] = []
     for b in buffers_to_plan(view, executor=Executor.COMPILED):
+        if b.subgraph == 0 and b.tensor in guests:
+            continue
         if b.subgraph == 0 and b.tensor is None and b.op in spans:
             b = dataclasses.replace(b, first=spans[b.op][0], last=spans[b.op][1])
         for chain, (start, end) in roles.get(b.tensor, []) if b.subgraph == 0 and b.tensor is not None else []:
@@ -412,12 +452,14 @@ def _emitter(
     keep_model_plan: bool = False,
     row_chains: bool = True,
     max_row_overhead: float = DEFAULT_MAX_ROW_OVERHEAD,
+    wide_weights: bool = True,
     prefix: str = "model",
     regions: Sequence[DataRegion] = (),
 ) -> tuple[ModelEmitter, ArenaPlan, tuple[RegionArena, ...]]:
     """An emitter with every activation and scratch buffer at its planned offset (`arena_plan`, across `regions`
     where given), that plan, and the arena of each region used."""
-    plan, arenas = _in_regions(graph, arena_plan(graph, keep_model_plan, row_chains, max_row_overhead), regions)
+    whole = arena_plan(graph, keep_model_plan, row_chains, max_row_overhead, wide_weights)
+    plan, arenas = _in_regions(graph, whole, regions)
     emitter = ModelEmitter(
         graph,
         plan.offsets,
@@ -428,6 +470,8 @@ def _emitter(
         plan.rows.row_ops,
         plan.ring_rows,
         plan.rows.one_row_ops,
+        plan.ring_guests,
+        plan.rows.fused_transposes,
         tuple((a.base, region_arena_name(prefix, a.region)) for a in arenas[1:]),
     )
     return emitter, plan, arenas
@@ -437,6 +481,7 @@ def _lower_all(graph: Graph, emitter: ModelEmitter) -> tuple[list[str], list[Blo
     """Every operator's C statement, and a Blocker for each one that cannot be lowered and for the graph."""
     calls, blockers = [], []
     fused = {f.pad_op: dw for dw, f in emitter.fused_pads.items()}
+    fused.update(emitter.fused_transposes)
     for op in graph.main.operators:
         if op.index in fused:
             calls.append(f"/* fused into operator {fused[op.index]} */")
@@ -471,16 +516,19 @@ def compile_model(
     row_chains: bool = True,
     max_row_overhead: float = DEFAULT_MAX_ROW_OVERHEAD,
     regions: Sequence[DataRegion] = (),
+    wide_weights: bool = True,
 ) -> CompiledModel:
     """Lower every operator of `graph` (a validated model: `lowtide.validation.load_model`); raises LowtideError
     naming the first thing it cannot compile. `keep_model_plan`: the model's OfflineMemoryAllocation as it is, even
     where lowtide's compiled plan is smaller. `row_chains`: False runs every operator on whole tensors;
     `max_row_overhead`: the most a chain may add to its layers' estimated instructions, a fraction (`arena_plan`).
     `regions`: the memory regions the arena may use, fastest first (lowtide.compile.banks): one arena per region
-    used."""
+    used. `wide_weights`: False keeps every filter int8 (for cores with Helium, `arena_plan`)."""
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", prefix):
         raise LowtideError(f"prefix '{prefix}' is not a C identifier")
-    emitter, plan, arenas = _emitter(graph, keep_model_plan, row_chains, max_row_overhead, prefix, regions)
+    emitter, plan, arenas = _emitter(
+        graph, keep_model_plan, row_chains, max_row_overhead, wide_weights, prefix, regions
+    )
     head_bytes = arenas[0].head_bytes if arenas else plan.head_bytes
     calls, blockers = _lower_all(graph, emitter)
     unplanned = sorted(set(emitter.fast_scratch_bytes) - set(emitter.fast_scratch))
