@@ -433,6 +433,7 @@ def _in_regions(
     if banks.offsets is None:
         return plan, banks.arenas
     tensors, scratch, fast = _split(plan.buffers, banks.offsets, plan.fast_count)
+    tensors.update({guest: tensors[g.host] for guest, g in plan.ring_guests.items()})  # in its host's slots
     fast = _chain_scratch(fast, plan.fast_scratch_bytes, plan.rows.chains)
     last = banks.arenas[-1]
     moved = dataclasses.replace(
