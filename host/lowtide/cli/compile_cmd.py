@@ -221,6 +221,7 @@ def compile_command(
             keep_model_plan=keep_model_plan,
             settings=settings,
             max_row_overhead=overhead,
+            regions=places,
         )
         if verify
         else None
