@@ -80,6 +80,21 @@ def test_the_split_places_every_buffer_once_within_its_regions_capacity(tmp_path
     assert whole.offsets is None and whole.arenas[0].head_bytes == plan.head_bytes
 
 
+def test_the_split_code_built_for_the_host_computes_what_tflm_computes(tmp_path):
+    """The generated C with its arena in two parts (`--region`), built by the host compiler with each part junk-filled
+    before every invocation: outputs bit-exact with the host TFLM's, two invocations in a row."""
+    model = branches_model(tmp_path / "branches.tflite", 32)
+    out = tmp_path / "generated"
+    done = lowtide(
+        "compile", str(model), "-o", str(out), "--region", "fast=49152", "--region", "slow=81920",
+        "--verify", "--invocations", "2", "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert [a["region"] for a in report["arenas"]] == ["fast", "slow"] and report["verify"]["passed"]
+    assert all(o["mismatches"] == 0 and o["max_abs_diff"] == 0 for o in report["verify"]["outputs"])
+
+
 @needs_firmware_tools
 def test_a_compiled_arena_over_either_bank_runs_across_both(tmp_path):
     model = branches_model(tmp_path / "branches.tflite", 32)
@@ -102,8 +117,11 @@ def test_a_compiled_arena_over_either_bank_runs_across_both(tmp_path):
 
     built = lowtide("build", str(model), "--board", BOARD, "--runtime", "compiled", "--json")
     assert built.returncode == 0, built.stderr
+    built_report = json.loads(built.stdout)
+    assert built_report["compiled_arenas"] == report["arenas"]
+    assert built_report["arena_capacity_bytes"] == sum(arenas.values()) + 1024  # the painted slack after sram1's
     # The second bank's arena is its section at sram2's address, the size predicted; the stack still ends in sram1.
-    sections = {s.name: s for s in elf_sections(Path(json.loads(built.stdout)["elf"]), read_settings())}
+    sections = {s.name: s for s in elf_sections(Path(built_report["elf"]), read_settings())}
     placed = sections[".lt_arena.sram2"]
     assert (placed.address, placed.size) == (banks["sram2"].address, arenas["sram2"])
     assert sections[".stack"].address + sections[".stack"].size <= banks["sram1"].end

@@ -228,6 +228,7 @@ def compile_command(
             settings=settings,
             max_row_overhead=overhead,
             wide_weights=wide_weights,
+            regions=places,
         )
         if verify
         else None
