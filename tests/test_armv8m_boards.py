@@ -6,13 +6,11 @@ host's TFLM.
 
 from __future__ import annotations
 
-import json
 import subprocess
-import sys
 
 import pytest
 
-from conftest import SHARED_MODELS, needs_firmware_tools
+from conftest import SHARED_MODELS, lowtide_json, needs_firmware_tools
 
 KWS = SHARED_MODELS / "mlperf_kws_dscnn_int8.tflite"
 BOARDS = {
@@ -23,22 +21,11 @@ BOARDS = {
 pytestmark = needs_firmware_tools
 
 
-def lowtide(*args: str) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-c", "from lowtide.cli import main; main()", *args, "--json"],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
-
-
 @pytest.mark.parametrize("board", BOARDS)
 @pytest.mark.parametrize("runtime", ["compiled", "tflm", "tflm-cmsis-nn"])
 def test_an_mlperf_model_measures_on_the_armv8m_boards(board, runtime):
     core, hello_name, clock_hz = BOARDS[board]
-    result = lowtide("measure", str(KWS), "--board", board, "--runtime", runtime)
+    result = lowtide_json("measure", str(KWS), "--board", board, "--runtime", runtime)
     assert result["board"] == hello_name and result["clock_hz"] == clock_hz
     assert result["outputs_match"], result["mismatched_outputs"]
     cycles = result["latency_cycles"]
@@ -48,13 +35,13 @@ def test_an_mlperf_model_measures_on_the_armv8m_boards(board, runtime):
         return
     assert result["arena_used_bytes"] == result["arena_predicted_used_bytes"]
     kernels = "cmsis-nn" if runtime == "tflm-cmsis-nn" else "reference"
-    predicted = lowtide("inspect", str(KWS), "--core", core, "--kernels", kernels, "--arena32", "exact")["mcu32"]
+    predicted = lowtide_json("inspect", str(KWS), "--core", core, "--kernels", kernels, "--arena32", "exact")["mcu32"]
     assert predicted["exact"] and predicted["core"] == core
     assert predicted["used_bytes"] == result["arena_used_bytes"]
 
 
 def test_the_m55_build_of_cmsis_nn_uses_helium():
-    image = lowtide("build", str(KWS), "--board", "qemu-m55", "--runtime", "tflm-cmsis-nn")
+    image = lowtide_json("build", str(KWS), "--board", "qemu-m55", "--runtime", "tflm-cmsis-nn")
     attributes = subprocess.run(
         ["arm-none-eabi-readelf", "-A", image["elf"]], capture_output=True, text=True, check=True
     ).stdout

@@ -8,13 +8,11 @@ Real parts: the host TFLM (the oracle), PlatformIO and the Arm toolchain, QEMU."
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import SHARED_MODELS, needs_firmware_tools
+from conftest import SHARED_MODELS, needs_firmware_tools, run_lowtide
 from lowtide.compile.banks import DataRegion, split_arena
 from lowtide.compile.codegen import arena_plan
 from lowtide.device.drivers.platformio import elf_sections
@@ -40,10 +38,6 @@ def branches_model(path: Path, filters: int) -> Path:
     b.output(b.fully_connected(b.reshape(pooled, (1, 8 * 8 * filters)), units=10))
     path.write_bytes(b.build())
     return path
-
-
-def lowtide(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "lowtide", *args], capture_output=True, text=True, timeout=1200)
 
 
 def test_the_split_places_every_buffer_once_within_its_regions_capacity(tmp_path):
@@ -85,7 +79,7 @@ def test_the_split_code_built_for_the_host_computes_what_tflm_computes(tmp_path)
     before every invocation: outputs bit-exact with the host TFLM's, two invocations in a row."""
     model = branches_model(tmp_path / "branches.tflite", 32)
     out = tmp_path / "generated"
-    done = lowtide(
+    done = run_lowtide(
         "compile", str(model), "-o", str(out), "--region", "fast=49152", "--region", "slow=81920",
         "--verify", "--invocations", "2", "--json",
     )  # fmt: skip
@@ -104,7 +98,7 @@ def test_a_compiled_arena_over_either_bank_runs_across_both(tmp_path):
     assert head > banks["sram1"].size_bytes == banks["sram2"].size_bytes == 80 * 1024
 
     out = tmp_path / "generated"
-    done = lowtide("compile", str(model), "-o", str(out), "--board", BOARD, "--json")
+    done = run_lowtide("compile", str(model), "-o", str(out), "--board", BOARD, "--json")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     arenas = {a["region"]: a["bytes"] for a in report["arenas"]}
@@ -115,7 +109,7 @@ def test_a_compiled_arena_over_either_bank_runs_across_both(tmp_path):
     assert f"#define MODEL_REGION_ARENAS(X) X(sram2, {arenas['sram2']}u)\n" in header
     assert f"extern uint8_t model_arena_sram2[{arenas['sram2']}u];" in header
 
-    built = lowtide("build", str(model), "--board", BOARD, "--runtime", "compiled", "--json")
+    built = run_lowtide("build", str(model), "--board", BOARD, "--runtime", "compiled", "--json")
     assert built.returncode == 0, built.stderr
     built_report = json.loads(built.stdout)
     assert built_report["compiled_arenas"] == report["arenas"]
@@ -141,7 +135,7 @@ def test_an_arena_that_fits_only_the_second_bank_is_passed_from_there():
     with its painted slack, and .bss holds none of it."""
     model = SHARED_MODELS / "mlperf_vww_96_int8.tflite"
     head = arena_plan(load_model(model)).head_bytes
-    done = lowtide("build", str(model), "--board", BOARD, "--runtime", "compiled", "--json")
+    done = run_lowtide("build", str(model), "--board", BOARD, "--runtime", "compiled", "--json")
     assert done.returncode == 0, done.stderr
     sections = {s.name: s for s in elf_sections(Path(json.loads(done.stdout)["elf"]), read_settings())}
     placed = sections[".lt_arena.sram2"]
@@ -163,7 +157,7 @@ def test_an_arena_that_fits_only_the_second_bank_is_passed_from_there():
 def test_a_model_that_fits_no_split_is_one_line_and_writes_nothing(tmp_path, args):
     model = branches_model(tmp_path / "wide.tflite", 64 if "--board" in args else 32)
     out = tmp_path / "generated"
-    done = lowtide("compile", str(model), "-o", str(out), *args, "--json")
+    done = run_lowtide("compile", str(model), "-o", str(out), *args, "--json")
     assert done.returncode == 2, done.stdout + done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "fits no split across" in lines[0] and "Traceback" not in done.stderr, lines
@@ -174,7 +168,7 @@ def test_a_model_that_fits_no_split_is_one_line_and_writes_nothing(tmp_path, arg
 def test_a_build_whose_compiled_arena_fits_no_split_is_refused_before_building(tmp_path):
     model = branches_model(tmp_path / "wide.tflite", 64)
     project = tmp_path / "fw"
-    done = lowtide("build", str(model), "--board", BOARD, "--runtime", "compiled", "--project-dir", str(project))
+    done = run_lowtide("build", str(model), "--board", BOARD, "--runtime", "compiled", "--project-dir", str(project))
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and "fits no split across sram1" in done.stderr, done.stderr
     assert not project.exists()
@@ -187,10 +181,10 @@ def test_a_board_file_names_tflms_default_regions_among_its_memories(tmp_path):
     assert (h743.arena_region, h743.persistent_region) == ("axi_sram", "sram1")
     board = tmp_path / "bad.toml"
     board.write_text(banks.path.read_text().replace('persistent_region = "sram2"', 'persistent_region = "sram9"'))
-    done = lowtide("boards", "--json")
+    done = run_lowtide("boards", "--json")
     assert done.returncode == 0, done.stderr
     listed = {b["name"]: b for b in json.loads(done.stdout)["boards"]}
     assert (listed[BOARD]["arena_region"], listed[BOARD]["persistent_region"]) == (None, "sram2")
-    refused = lowtide("build", str(tmp_path / "none.tflite"), "--board", str(board))
+    refused = run_lowtide("build", str(tmp_path / "none.tflite"), "--board", str(board))
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
     assert "persistent_region = 'sram9' names no [[memory]] of the board" in refused.stderr

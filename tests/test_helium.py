@@ -6,13 +6,9 @@ to the host's TFLM, in no more instructions than TFLM with CMSIS-NN's own Helium
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
 
-from conftest import SHARED_MODELS, needs_firmware_tools
+from conftest import SHARED_MODELS, lowtide_json, needs_firmware_tools
 from lowtide.compile.codegen import compile_model
 from lowtide.validation import load_checked
 
@@ -31,22 +27,11 @@ MODELS = {
 pytestmark = needs_firmware_tools
 
 
-def lowtide(*args: str) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-c", "from lowtide.cli import main; main()", *args, "--json"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
-
-
 @pytest.mark.parametrize("model", MODELS)
 def test_the_helium_kernels_are_bit_exact_and_ahead_of_cmsis_nn(model):
     _, cmsis_nn_instructions = MODELS[model]
     path = SHARED_MODELS / f"{model}.tflite"
-    result = lowtide("measure", str(path), "--board", "qemu-m55", "--runtime", "compiled", "--iterations", "1")
+    result = lowtide_json("measure", str(path), "--board", "qemu-m55", "--runtime", "compiled", "--iterations", "1")
     assert result["outputs_match"], result["mismatched_outputs"]
     instructions = result["latency_cycles"]["median"]
     assert result["latency_cycles"]["unit"] == "instructions"

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 
 import pytest
 
-from conftest import SHARED_MODELS, needs_firmware_tools
+from conftest import SHARED_MODELS, needs_firmware_tools, run_lowtide
 from lowtide.errors import LowtideError
 from lowtide.pipeline.measure import measure
 from lowtide.settings import read_settings
@@ -27,12 +25,6 @@ HELLO = SHARED_MODELS / "tflm_hello_world_int8.tflite"
 KWS = SHARED_MODELS / "mlperf_kws_dscnn_int8.tflite"
 MWW = SHARED_MODELS / "mww_v1_okay_nabu.tflite"  # CALL_ONCE and resource variables
 MAGIC_WAND = SHARED_MODELS / "tflm_magic_wand.tflite"  # float32
-
-
-def lowtide(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "lowtide", *args], capture_output=True, text=True, env=env, timeout=1200
-    )
 
 
 def test_resolver_knows_tflm_builtins():
@@ -72,7 +64,7 @@ def test_cmsis_nn_refused_for_a_core_it_cannot_run():
 @needs_firmware_tools
 def test_missing_tree_is_one_line_and_builds_nothing(tmp_path):
     env = {**__import__("os").environ, TREE_SETTING: str(tmp_path / "nowhere")}
-    done = lowtide("measure", str(HELLO), "--board", "qemu-m4", "--runtime", "tflm-cmsis-nn", env=env)
+    done = run_lowtide("measure", str(HELLO), "--board", "qemu-m4", "--runtime", "tflm-cmsis-nn", env=env)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and TREE_SETTING in lines[0] and "Traceback" not in done.stderr
@@ -80,7 +72,7 @@ def test_missing_tree_is_one_line_and_builds_nothing(tmp_path):
 
 @needs_firmware_tools
 def test_model_too_big_for_the_board_is_refused_before_building(tmp_path):
-    done = lowtide(
+    done = run_lowtide(
         "build",
         str(SHARED_MODELS / "tflm_mobilenet_v2_quantized_224.tflite"),
         "--board",
@@ -126,7 +118,7 @@ def test_tflm_on_the_board_uses_the_predicted_arena(model, runtime, board):
 @needs_firmware_tools
 def test_optimized_model_uses_exactly_the_arena_its_header_declares(tmp_path):
     out = tmp_path / "mww_opt.tflite"
-    done = lowtide("optimize", str(MWW), "-o", str(out), "--time-limit", "10", "--json")
+    done = run_lowtide("optimize", str(MWW), "-o", str(out), "--time-limit", "10", "--json")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     header = out.with_suffix(".h").read_text()
@@ -146,7 +138,7 @@ def test_optimized_model_uses_exactly_the_arena_its_header_declares(tmp_path):
 @needs_firmware_tools
 def test_savings_measures_three_variants_on_the_board(tmp_path):
     plot = tmp_path / "savings.png"
-    done = lowtide(
+    done = run_lowtide(
         "savings",
         str(HELLO),
         "--board",

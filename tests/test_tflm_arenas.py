@@ -10,13 +10,11 @@ prediction is enough, and the figures TFLM reports there show it is exact.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import SHARED_MODELS, needs_firmware_tools
+from conftest import SHARED_MODELS, needs_firmware_tools, run_lowtide
 from lowtide.device.drivers.platformio import elf_sections
 from lowtide.device.spec import get_board_spec
 from lowtide.pipeline.firmware import ArenaRegions, tflm_arena_layout
@@ -33,10 +31,6 @@ AD = SHARED_MODELS / "mlperf_ad01_int8.tflite"
 ON_OFF = SHARED_MODELS / "mltk_kws_on_off_v3.tflite"  # a persistent tail (72 KB) larger than its head (22 KB)
 
 _KERNELS = {"tflm": KernelSet.REFERENCE, "tflm-cmsis-nn": KernelSet.CMSIS_NN}
-
-
-def lowtide(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "lowtide", *args], capture_output=True, text=True, timeout=1200)
 
 
 def _check_split_on_board(model: Path, runtime: str, regions: ArenaRegions, board: str = "qemu-m4") -> None:
@@ -71,7 +65,7 @@ def test_each_arena_in_a_memory_of_its_own():
 @needs_firmware_tools
 def test_a_model_optimize_rewrote_declares_and_uses_both_arenas(tmp_path):
     out = tmp_path / "kws_opt.tflite"
-    done = lowtide("optimize", str(KWS), "-o", str(out), "--rewrite", "auto", "--time-limit", "10", "--json")
+    done = run_lowtide("optimize", str(KWS), "-o", str(out), "--rewrite", "auto", "--time-limit", "10", "--json")
     assert done.returncode == 0, done.stderr
     mcu32 = json.loads(done.stdout)["after"]["mcu32"]
     header = out.with_suffix(".h").read_text()
@@ -92,7 +86,7 @@ def test_a_model_optimize_rewrote_declares_and_uses_both_arenas(tmp_path):
 )
 def test_bad_regions_are_one_line_and_write_nothing(tmp_path, args, message):
     project = tmp_path / "fw"
-    done = lowtide("build", str(KWS), "--board", "qemu-m4", "--project-dir", str(project), *args)
+    done = run_lowtide("build", str(KWS), "--board", "qemu-m4", "--project-dir", str(project), *args)
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and message in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert not project.exists()
@@ -107,9 +101,9 @@ def test_a_model_whose_arena_fits_no_bank_runs_across_two():
     arena = predict_arena32(load_model(ON_OFF), KernelSet.REFERENCE, read_settings())
     assert arena.split is not None
     assert arena.arena_bytes > max(m.size_bytes for m in spec.memories if m.name != "code")
-    one = lowtide("build", str(ON_OFF), "--board", "qemu-m4-banks", "--arena-region", "sram1", "--json")
+    one = run_lowtide("build", str(ON_OFF), "--board", "qemu-m4-banks", "--arena-region", "sram1", "--json")
     assert one.returncode == 2 and one.stderr.count("\n") == 1 and "SRAM of qemu-m4-banks" in one.stderr, one.stderr
-    two = lowtide("build", str(ON_OFF), "--board", "qemu-m4-banks", "--json")
+    two = run_lowtide("build", str(ON_OFF), "--board", "qemu-m4-banks", "--json")
     assert two.returncode == 0, two.stderr
     report = json.loads(two.stdout)
     assert report["persistent_arena_bytes"] == arena.split.persistent_arena_bytes
@@ -126,8 +120,8 @@ def test_a_model_whose_arena_fits_no_bank_runs_across_two():
 def test_inspect_board_shows_what_each_memory_holds_and_whether_it_fits():
     split = predict_arena32(load_model(ON_OFF), KernelSet.REFERENCE, read_settings()).split
     assert split is not None
-    one = lowtide("inspect", str(ON_OFF), "--board", "qemu-m4-banks", "--arena-region", "sram1", "--json")
-    two = lowtide("inspect", str(ON_OFF), "--board", "qemu-m4-banks", "--json")  # the board's split by default
+    one = run_lowtide("inspect", str(ON_OFF), "--board", "qemu-m4-banks", "--arena-region", "sram1", "--json")
+    two = run_lowtide("inspect", str(ON_OFF), "--board", "qemu-m4-banks", "--json")  # the board's split by default
     assert one.returncode == 0 and two.returncode == 0, one.stderr + two.stderr
     one_use = {m["memory"]: m for m in json.loads(one.stdout)["board_memories"]}
     two_use = {m["memory"]: m for m in json.loads(two.stdout)["board_memories"]}
