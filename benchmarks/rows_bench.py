@@ -154,7 +154,7 @@ def main() -> None:
         "",
         "Compiled arena (bytes) on whole tensors in the stored order and in the best order lowtide's scheduler finds",
         f"(effort {SCHEDULE_EFFORT}), and with row chains in the stored order (`lowtide.compile.rows`: chains of",
-        "convolutions, depthwise and pointwise layers, residual ADDs, PRELUs, max pools, nearest resizes, channel",
+        "convolutions, depthwise and pointwise layers, residual ADDs, PRELUs, max pools, nearest and bilinear resizes, channel",
         "CONCATENATIONs and PADs (fused or of columns and channels), run a row at a time through rings",
         "of the rows still needed, a layer that writes over its input putting its rows in the slots of the input",
         "rows it read last; a TRANSPOSE of an NCHW input read by the convolution after it as channel planes; a",
