@@ -1,8 +1,9 @@
-"""The four MLPerf Tiny models' modelled cycles per inference on the emulated Cortex-M4, M7 and M33 (the cycle model,
-firmware/timing/lt_cycles_plugin.c), compiled by lowtide and with TFLM + CMSIS-NN, beside the best published MLPerf
-Tiny closed-division results for the core (cycles = latency x clock; issue 42 names them).
+"""The four MLPerf Tiny models' modelled cycles per inference on the emulated Cortex-M4, M7, M33 and M55 (the cycle
+model, firmware/timing/lt_cycles_plugin.c), compiled by lowtide and with TFLM + CMSIS-NN, beside the best published
+MLPerf Tiny closed-division results for the core (cycles = latency x clock; issue 42 names them; none for the M55,
+where the comparison is with TFLM + CMSIS-NN's Helium kernels on the same model of the core).
 
-    python benchmarks/mlperf_cycles_bench.py [--boards qemu-m4 qemu-m7 qemu-m33] [--json]
+    python benchmarks/mlperf_cycles_bench.py [--boards qemu-m4 qemu-m7 qemu-m33 qemu-m55] [--json]
 
 Every row's outputs are checked bit for bit against the host TFLM (`lowtide measure`); a row whose outputs differ
 says so. Needs the emulated boards' tools and QEMU's plugin header (LOWTIDE_QEMU_PLUGIN_HEADER, default
@@ -36,7 +37,12 @@ PUBLISHED_MCYCLES = {
     "qemu-m7": {"kws": 3.17, "vww": 6.67, "ic": 11.44, "ad": 0.303},
     "qemu-m33": {"kws": 4.64, "vww": 9.48, "ic": 16.69, "ad": 0.495},
 }
-RUNTIMES = {"qemu-m4": ("compiled", "tflm-cmsis-nn"), "qemu-m7": ("compiled",), "qemu-m33": ("compiled",)}
+RUNTIMES = {
+    "qemu-m4": ("compiled", "tflm-cmsis-nn"),
+    "qemu-m7": ("compiled",),
+    "qemu-m33": ("compiled",),
+    "qemu-m55": ("compiled", "tflm-cmsis-nn"),
+}
 
 
 @dataclass(frozen=True)
@@ -46,8 +52,8 @@ class Row:
     runtime: str
     instructions: int
     modelled_cycles: int
-    published_cycles: int
-    ratio: float  # modelled / published
+    published_cycles: int | None  # None: no published result for the core
+    ratio: float | None  # modelled / published
     outputs_match: bool
 
 
@@ -75,7 +81,8 @@ def main() -> None:
                 )
                 if result.modelled_cycles is None or result.latency_cycles is None:
                     raise SystemExit(f"{board}: no cycle model ({'; '.join(result.warnings)})")
-                published = round(PUBLISHED_MCYCLES[board][benchmark] * 1e6)
+                best = PUBLISHED_MCYCLES.get(board, {}).get(benchmark)
+                published = None if best is None else round(best * 1e6)
                 cycles = result.modelled_cycles.median
                 rows.append(
                     Row(
@@ -85,7 +92,7 @@ def main() -> None:
                         result.latency_cycles.median,
                         cycles,
                         published,
-                        round(cycles / published, 3),
+                        None if published is None else round(cycles / published, 3),
                         result.outputs_match,
                     )
                 )
@@ -97,10 +104,20 @@ def main() -> None:
     )
     print("| --- | --- | --- | ---: | ---: | ---: | ---: | --- |")
     for row in rows:
+        published = "-" if row.published_cycles is None else f"{row.published_cycles:,}"
+        ratio = "-" if row.ratio is None else f"{row.ratio:.2f}"
         print(
             f"| {row.board} | {row.benchmark} | {row.runtime} | {row.instructions:,} | {row.modelled_cycles:,} | "
-            f"{row.published_cycles:,} | {row.ratio:.2f} | {'bit-exact' if row.outputs_match else 'DIFFER'} |"
+            f"{published} | {ratio} | {'bit-exact' if row.outputs_match else 'DIFFER'} |"
         )
+    by_key = {(row.board, row.benchmark, row.runtime): row for row in rows}
+    for (board, benchmark, runtime), row in by_key.items():
+        cmsis = by_key.get((board, benchmark, "tflm-cmsis-nn"))
+        if runtime == "compiled" and cmsis is not None:
+            print(
+                f"{board} {benchmark}: compiled / TFLM + CMSIS-NN {row.instructions / cmsis.instructions:.2f} in "
+                f"instructions, {row.modelled_cycles / cmsis.modelled_cycles:.2f} in modelled cycles"
+            )
 
 
 if __name__ == "__main__":

@@ -36,4 +36,4 @@ def geomean(values: list[float]) -> float:
 
 def grid_text(tiling) -> str:
     """A `lowtide.rewrite.Tiling`'s grid as the tables show it."""
-    return f"{tiling.grid[0]}x{tiling.grid[1]}{' strips' if tiling.split_source else ''}"
+    return f"{tiling.kind}{' strips' if tiling.split_source else ''}"

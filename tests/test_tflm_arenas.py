@@ -101,17 +101,19 @@ def test_bad_regions_are_one_line_and_write_nothing(tmp_path, args, message):
 @needs_firmware_tools
 def test_a_model_whose_arena_fits_no_bank_runs_across_two():
     """qemu-m4-banks has two 80 KiB banks: the model's one arena (94 KB) fits neither, and is refused before
-    building; TFLM's two arenas, the persistent one in the second bank, fit and run, each as predicted."""
+    building; TFLM's two arenas, the persistent one in the second bank (the board file's default), fit and run,
+    each as predicted."""
     spec = get_board_spec("qemu-m4-banks")
     arena = predict_arena32(load_model(ON_OFF), KernelSet.REFERENCE, read_settings())
     assert arena.split is not None
     assert arena.arena_bytes > max(m.size_bytes for m in spec.memories if m.name != "code")
-    one = lowtide("build", str(ON_OFF), "--board", "qemu-m4-banks", "--json")
+    one = lowtide("build", str(ON_OFF), "--board", "qemu-m4-banks", "--arena-region", "sram1", "--json")
     assert one.returncode == 2 and one.stderr.count("\n") == 1 and "SRAM of qemu-m4-banks" in one.stderr, one.stderr
-    two = lowtide("build", str(ON_OFF), "--board", "qemu-m4-banks", "--persistent-region", "sram2", "--json")
+    two = lowtide("build", str(ON_OFF), "--board", "qemu-m4-banks", "--json")
     assert two.returncode == 0, two.stderr
     report = json.loads(two.stdout)
     assert report["persistent_arena_bytes"] == arena.split.persistent_arena_bytes
+    assert report["persistent_region"] == spec.persistent_region == "sram2"
     # The image's persistent arena is where the board's map has sram2, the rest within sram1.
     sections = {s.name: s for s in elf_sections(Path(report["elf"]), read_settings())}
     placed = sections[".lt_arena.sram2"]
@@ -124,8 +126,8 @@ def test_a_model_whose_arena_fits_no_bank_runs_across_two():
 def test_inspect_board_shows_what_each_memory_holds_and_whether_it_fits():
     split = predict_arena32(load_model(ON_OFF), KernelSet.REFERENCE, read_settings()).split
     assert split is not None
-    one = lowtide("inspect", str(ON_OFF), "--board", "qemu-m4-banks", "--json")
-    two = lowtide("inspect", str(ON_OFF), "--board", "qemu-m4-banks", "--persistent-region", "sram2", "--json")
+    one = lowtide("inspect", str(ON_OFF), "--board", "qemu-m4-banks", "--arena-region", "sram1", "--json")
+    two = lowtide("inspect", str(ON_OFF), "--board", "qemu-m4-banks", "--json")  # the board's split by default
     assert one.returncode == 0 and two.returncode == 0, one.stderr + two.stderr
     one_use = {m["memory"]: m for m in json.loads(one.stdout)["board_memories"]}
     two_use = {m["memory"]: m for m in json.loads(two.stdout)["board_memories"]}

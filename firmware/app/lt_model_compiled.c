@@ -5,6 +5,12 @@
  * the plan, and the whole of it is painted before each invocation: a write outside the plan would push the
  * high-water mark above the planned size, where the host sees it.
  *
+ * Compiled for a board's memory regions (lowtide.compile.banks), the model's arena is split: `arena` holds the
+ * first region's part (in .bss, or in its memory's section where LT_COMPILED_ARENA_SECTION names one), and the
+ * header's MODEL_REGION_ARENAS lists the others, each defined here in its memory's section (.lt_arena.<memory>,
+ * placed by the project's linker fragment, lowtide.tflm.regions). Each is painted, and the high-water mark is the
+ * sum of theirs.
+ *
  * lowtide_model.py passes the model's identity (LT_MODEL_SHA256 as 64 hex digits, LT_MODEL_SIZE) and
  * LT_MODEL_INPUT_BYTES_TOTAL (the sum of the input sizes, for the staging buffer).
  */
@@ -21,7 +27,25 @@
 #endif
 #define LT_ARENA_CAPACITY (MODEL_ARENA_SIZE + LT_ARENA_SLACK_BYTES)
 
-static uint8_t arena[LT_ARENA_CAPACITY] __attribute__((aligned(MODEL_ARENA_ALIGNMENT)));
+#ifdef LT_COMPILED_ARENA_SECTION
+#define LT_ARENA_PLACE __attribute__((section(LT_COMPILED_ARENA_SECTION)))
+#else
+#define LT_ARENA_PLACE
+#endif
+static uint8_t arena[LT_ARENA_CAPACITY] __attribute__((aligned(MODEL_ARENA_ALIGNMENT))) LT_ARENA_PLACE;
+
+#ifdef MODEL_REGION_ARENAS
+#define LT_DEFINE_REGION_ARENA(region, bytes) \
+  uint8_t model_arena_##region[bytes] __attribute__((aligned(MODEL_ARENA_ALIGNMENT), section(".lt_arena." #region)));
+MODEL_REGION_ARENAS(LT_DEFINE_REGION_ARENA)
+#define LT_PAINT_REGION_ARENA(region, bytes) lt_arena_paint(model_arena_##region, bytes, (uint8_t)pattern);
+#define LT_REGION_ARENA_HIGH_WATER(region, bytes) +lt_arena_top_changed(model_arena_##region, bytes, painted_with)
+#define LT_ARENAS_PLANNED MODEL_ARENAS_TOTAL_SIZE
+#define LT_ARENAS_CAPACITY (MODEL_ARENAS_TOTAL_SIZE + LT_ARENA_SLACK_BYTES)
+#else
+#define LT_ARENAS_PLANNED MODEL_ARENA_SIZE
+#define LT_ARENAS_CAPACITY LT_ARENA_CAPACITY
+#endif
 static uint8_t staging[LT_MODEL_INPUT_BYTES_TOTAL > 0 ? LT_MODEL_INPUT_BYTES_TOTAL : 1];
 static uint32_t staging_offset[MODEL_INPUT_COUNT];
 static uint8_t painted_with;
@@ -50,9 +74,9 @@ const lt_model_info *lt_model_setup(void) {
   info.input_count = MODEL_INPUT_COUNT;
   info.output_count = MODEL_OUTPUT_COUNT;
   info.operator_count = MODEL_OPERATOR_COUNT;
-  info.arena_capacity_bytes = LT_ARENA_CAPACITY;
-  info.planned_bytes = MODEL_ARENA_SIZE;
-  info.used_bytes = MODEL_ARENA_SIZE;
+  info.arena_capacity_bytes = LT_ARENAS_CAPACITY;
+  info.planned_bytes = LT_ARENAS_PLANNED;
+  info.used_bytes = LT_ARENAS_PLANNED;
   info.model_size_bytes = LT_MODEL_SIZE;
   return &info;
 }
@@ -71,6 +95,9 @@ void lt_model_prepare(int pattern) {
   model_reset();
   if (pattern != LT_MODEL_NO_PAINT) {
     lt_arena_paint(arena, LT_ARENA_CAPACITY, (uint8_t)pattern);
+#ifdef MODEL_REGION_ARENAS
+    MODEL_REGION_ARENAS(LT_PAINT_REGION_ARENA)
+#endif
     painted_with = (uint8_t)pattern;
   }
   for (int i = 0; i < MODEL_INPUT_COUNT; i++) {
@@ -80,6 +107,12 @@ void lt_model_prepare(int pattern) {
 
 int lt_model_invoke(lt_model_op_hook hook, void *user) { return model_invoke(arena, hook, user); }
 
-uint32_t lt_model_arena_high_water(void) { return lt_arena_top_changed(arena, LT_ARENA_CAPACITY, painted_with); }
+uint32_t lt_model_arena_high_water(void) {
+  return lt_arena_top_changed(arena, LT_ARENA_CAPACITY, painted_with)
+#ifdef MODEL_REGION_ARENAS
+      MODEL_REGION_ARENAS(LT_REGION_ARENA_HIGH_WATER)
+#endif
+      ;
+}
 
 #endif /* LT_RUNTIME_COMPILED */

@@ -630,6 +630,8 @@ static inline int32_t lt_scale_short_or_full(int32_t x, int32_t multiplier, int3
     return lt_scale_by_quantized_multiplier(x, multiplier, shift);
 }
 
+#include "lt_mve_conv.h" /* the Helium forms of the kernels below, on cores with MVE */
+
 /* ---- CONV_2D (groups 1, any window, stride, padding and dilation) and FULLY_CONNECTED ------------------------- */
 
 /* n bytes from src to dst, a word at a time then the last 1-3: a window row of a few channels is a handful of
@@ -726,6 +728,10 @@ LT_ALWAYS_INLINE void lt_conv_s8_fast(const lt_conv_params *p, const int8_t *inp
                                       int8_t *output, int16_t *scratch, const unsigned flags) {
     const int32_t k = p->filter_h * p->filter_w * p->in_c, k4 = (k + 3) & ~3;
     const int32_t pixels = p->batches * p->out_h * p->out_w, out_c = p->out_c;
+#ifdef LT_MVE
+    lt_mve_conv_s8(p, input, 0, 0, pixels, filter, bias, rq, output, scratch, flags);
+    return;
+#endif
     const int pointwise = p->filter_h == 1 && p->filter_w == 1 && p->stride_h == 1 && p->stride_w == 1 &&
                           p->pad_h == 0 && p->pad_w == 0 && p->in_h == p->out_h && p->in_w == p->out_w;
     int16_t *row0 = scratch, *row1 = scratch + k4;
@@ -766,6 +772,10 @@ LT_ALWAYS_INLINE void lt_conv_s8_fast(const lt_conv_params *p, const int8_t *inp
 LT_ALWAYS_INLINE void lt_vector_s8_fast(const lt_conv_params *p, const int8_t *input, const uint32_t *filter,
                                         const int32_t *bias, const lt_requant *rq, int8_t *output,
                                         const unsigned flags) {
+#ifdef LT_MVE
+    lt_mve_vector_s8(p, input, filter, bias, rq, output, flags);
+    return;
+#endif
     const int32_t k = p->filter_h * p->filter_w * p->in_c, out_c = p->out_c;
     const uint32_t tail = lt_tail_word(input, k);
     int32_t oc = 0;
@@ -790,6 +800,9 @@ LT_ALWAYS_INLINE void lt_vector_s8_fast(const lt_conv_params *p, const int8_t *i
  * row). Inline: the row kernels copy a few rows per channel and output row, with the layer's constants folded. */
 LT_ALWAYS_INLINE void lt_plane_row_s8(const lt_conv_params *p, const int8_t *src, int32_t c, int32_t plane_w,
                                       int16_t *plane) {
+#ifdef LT_MVE
+    if (lt_mve_plane_row_s8(p, src, c, plane_w, plane)) return;
+#endif
     const int32_t channels = p->in_c, zero_point = -p->input_offset;
     if (src == NULL) {
         for (int32_t px = 0; px < plane_w; ++px) plane[px] = (int16_t)zero_point;
@@ -835,6 +848,10 @@ LT_ALWAYS_INLINE void lt_depthwise_plane_s8(const lt_conv_params *p, const int8_
 LT_ALWAYS_INLINE void lt_depthwise_row_s8(const lt_conv_params *p, const int16_t *row, const int32_t plane_w,
                                           const uint32_t *wc, const lt_requant q, const int32_t acc0, int8_t *out,
                                           const int32_t c_count, const unsigned flags) {
+#ifdef LT_MVE
+    lt_mve_depthwise_row_s8(p, row, plane_w, wc, q, acc0, out, c_count, flags);
+    return;
+#endif
     const int32_t kh = p->filter_h, kw = p->filter_w, pairs = (kw + 1) / 2;
     int32_t ox = 0;
     if ((p->stride_w == 1 || p->stride_w == 2) && kw == 3) {
@@ -918,6 +935,9 @@ LT_ALWAYS_INLINE void lt_depthwise_row_s8(const lt_conv_params *p, const int16_t
 LT_ALWAYS_INLINE void lt_depthwise_s8_fast(const lt_conv_params *p, const int8_t *input, const uint32_t *filter,
                                            const int32_t *bias, const lt_requant *rq,
                                            int8_t *output, int16_t *scratch, const unsigned flags) {
+#ifdef LT_MVE
+    if (lt_mve_depthwise_s8(p, input, filter, bias, rq, output, scratch, flags)) return;
+#endif
     const int32_t kh = p->filter_h, kw = p->filter_w, pairs = (kw + 1) / 2, c_count = p->out_c;
     const int32_t plane_h = (p->out_h - 1) * p->stride_h + kh, plane_w = (p->out_w - 1) * p->stride_w + kw;
     for (int32_t b = 0; b < p->batches; ++b) {

@@ -9,6 +9,7 @@
 #include "lt_broadcast.h"
 #include "lt_conv_dsp.h"
 #include "lt_fixedpoint.h"
+#include "lt_mve.h"
 #include "lt_runtime.h"
 
 /* reference_ops::AddElementwise and Sub for int8 and int16 (left_shift 20 and 15): both inputs rescaled to twice
@@ -75,6 +76,12 @@ LT_ALWAYS_INLINE void lt_add_same_shape_s8(const lt_binary_params *p, const int8
 }
 
 void lt_add_s8(const lt_binary_params *p, const int8_t *input1, const int8_t *input2, int8_t *output) {
+#ifdef LT_MVE
+    if (p->ndim == 1 && p->step1[0] == 1 && p->step2[0] == 1) {
+        lt_mve_add_s8(p, input1, input2, output, p->dims[0]);
+        return;
+    }
+#endif
     const int32_t count = lt_same_shape_count(p);
     /* a residual connection's ADD (same shapes), with TFLM's int8 scaling (left shift 20, right shifts: every
      * |(offset + x) << left_shift| < 2^29, so each rescaled input is too and their sum is below 2^30): one straight

@@ -27,6 +27,10 @@ LT_ALWAYS_INLINE void lt_conv_ring_s8_fast(const lt_conv_params *p, const int8_t
                                            int8_t *output, int16_t *scratch, const unsigned flags) {
     const int32_t k = p->filter_h * p->filter_w * p->in_c, k4 = (k + 3) & ~3;
     const int32_t out_w = p->out_w, out_c = p->out_c, in_c = p->in_c;
+#ifdef LT_MVE
+    lt_mve_conv_s8(p, input, in_slots, oy * out_w, out_w, filter, bias, rq, output, scratch, flags);
+    return;
+#endif
     const int pointwise = p->filter_h == 1 && p->filter_w == 1 && p->stride_w == 1 && p->pad_h == 0 &&
                           p->pad_w == 0 && p->in_w == p->out_w;
     const int8_t *in_row = input + ((oy * p->stride_h) % in_slots) * p->in_w * in_c; /* pointwise: its one row */
@@ -53,6 +57,58 @@ LT_ALWAYS_INLINE void lt_conv_ring_s8_fast(const lt_conv_params *p, const int8_t
             lt_expand_s8(in_row + ox * in_c, in_c, row0);
         else
             lt_im2col_window_s8(p, input, in_slots, oy, ox, row0, gather);
+        if (flags & LT_WIDE_WEIGHTS)
+            lt_matmul_1_w16(row0, (const uint32_t *)filter, k4, out_c, bias, rq, p, output + ox * out_c, flags);
+        else
+            lt_matmul_1_s8(row0, (const uint32_t *)filter, k4, out_c, bias, rq, p, output + ox * out_c, flags);
+    }
+}
+
+/* The window of output pixel (oy, ox) read from an NCHW input, channel c's plane of in_h x in_w bytes after
+ * channel c - 1's (a TRANSPOSE to NHWC fused into the convolution), gathered in the filter's (row, column,
+ * channel) order with padding at the input zero point, and expanded to int16. */
+LT_ALWAYS_INLINE void lt_im2col_planes_s8(const lt_conv_params *p, const int8_t *planes, int32_t oy, int32_t ox,
+                                          int16_t *row, int8_t *gather) {
+    const int32_t channels = p->in_c, plane = p->in_h * p->in_w;
+    const int8_t zero_point = (int8_t)-p->input_offset;
+    const int32_t y0 = oy * p->stride_h - p->pad_h, x0 = ox * p->stride_w - p->pad_w;
+    int8_t *g = gather;
+    for (int32_t fy = 0; fy < p->filter_h; ++fy) {
+        const int32_t y = y0 + fy * p->dilation_h;
+        for (int32_t fx = 0; fx < p->filter_w; ++fx) {
+            const int32_t x = x0 + fx * p->dilation_w;
+            if (y < 0 || y >= p->in_h || x < 0 || x >= p->in_w) {
+                for (int32_t c = 0; c < channels; ++c) *g++ = zero_point;
+            } else {
+                const int8_t *src = planes + y * p->in_w + x;
+                for (int32_t c = 0; c < channels; ++c, src += plane) *g++ = *src;
+            }
+        }
+    }
+    lt_expand_s8(gather, p->filter_h * p->filter_w * channels, row);
+}
+
+/* Output row oy of a CONV_2D (batch 1) whose input is NCHW planes (`lt_im2col_planes_s8`) into `output`; scratch
+ * as lt_conv_ring_s8_fast's. */
+LT_ALWAYS_INLINE void lt_conv_planes_row_s8_fast(const lt_conv_params *p, const int8_t *planes, int32_t oy,
+                                                 const void *filter, const int32_t *bias, const lt_requant *rq,
+                                                 int8_t *output, int16_t *scratch, const unsigned flags) {
+    const int32_t k4 = (p->filter_h * p->filter_w * p->in_c + 3) & ~3, out_w = p->out_w, out_c = p->out_c;
+    int16_t *row0 = scratch, *row1 = scratch + k4;
+    int8_t *gather = (int8_t *)(scratch + (out_w > 1 ? 2 : 1) * k4);
+    int32_t ox = 0;
+    for (; ox + 2 <= out_w; ox += 2) {
+        lt_im2col_planes_s8(p, planes, oy, ox, row0, gather);
+        lt_im2col_planes_s8(p, planes, oy, ox + 1, row1, gather);
+        if (flags & LT_WIDE_WEIGHTS)
+            lt_matmul_2_w16(row0, row1, (const uint32_t *)filter, k4, out_c, bias, rq, p, output + ox * out_c,
+                            output + (ox + 1) * out_c, flags);
+        else
+            lt_matmul_2_s8(row0, row1, (const uint32_t *)filter, k4, out_c, bias, rq, p, output + ox * out_c,
+                           output + (ox + 1) * out_c, flags);
+    }
+    if (ox < out_w) {
+        lt_im2col_planes_s8(p, planes, oy, ox, row0, gather);
         if (flags & LT_WIDE_WEIGHTS)
             lt_matmul_1_w16(row0, (const uint32_t *)filter, k4, out_c, bias, rq, p, output + ox * out_c, flags);
         else
@@ -98,6 +154,29 @@ LT_ALWAYS_INLINE void lt_max_pool_ring_s8(const lt_conv_params *p, const int8_t 
                     if (*v > max) max = *v;
             }
             out[c] = (int8_t)(max < p->act_min ? p->act_min : (max > p->act_max ? p->act_max : max));
+        }
+    }
+}
+
+/* Output row of an int8 RESIZE_BILINEAR (batch 1) from the two input rows it reads, `row0` above `row1` (they
+ * may be one): lt_resize_bilinear_s8's sums and rounding, the rows' distance `dy` and each output column's two
+ * input columns and distance (x_lower, x_upper, x_delta) in 10 fractional bits, as ComputeInterpolationValues-
+ * Integer gives them. */
+LT_ALWAYS_INLINE void lt_resize_bilinear_row_s8(const lt_resize_params *p, const int8_t *row0, const int8_t *row1,
+                                                int32_t dy, const int32_t *x_lower, const int32_t *x_upper,
+                                                const int32_t *x_delta, int8_t *output) {
+    const int32_t c = p->channels;
+    const int64_t y = dy;
+    for (int32_t x = 0; x < p->out_w; ++x) {
+        const int64_t dx = x_delta[x];
+        const int32_t x0 = x_lower[x] * c, x1 = x_upper[x] * c;
+        int8_t *out = output + x * c;
+        for (int32_t k = 0; k < c; ++k) {
+            const int64_t sum = (int64_t)row0[x0 + k] * ((1 << 10) - y) * ((1 << 10) - dx) +
+                                (int64_t)row1[x0 + k] * y * ((1 << 10) - dx) +
+                                (int64_t)row0[x1 + k] * ((1 << 10) - y) * dx + (int64_t)row1[x1 + k] * y * dx;
+            const int64_t round = sum > 0 ? (1 << 19) : -(1 << 19);
+            out[k] = (int8_t)((sum + round) / (1 << 20));
         }
     }
 }

@@ -53,8 +53,7 @@ from lowtide.settings import Settings
 from lowtide.storage import cache_dir, cached_folder, exclusive_lock, write_atomically
 
 if TYPE_CHECKING:  # lowtide.runtimes makes the model's part of a project from this module's ModelBuild
-    from lowtide.runtimes import FirmwareRuntime
-    from lowtide.tflm.regions import TflmArenaLayout
+    from lowtide.runtimes import ArenaLayout, FirmwareRuntime
 
 PROJECT_SPEC = "lowtide_project.json"
 PROJECT_FORMAT = 2
@@ -166,7 +165,7 @@ def model_build(
     graph: Graph,
     runtime: FirmwareRuntime,
     core: str,
-    tflm_arenas: TflmArenaLayout | None,
+    arenas: ArenaLayout | None,
     files: dict[str, bytes],
     settings: Settings,
     protocol: ProtocolDefines | None = None,
@@ -174,7 +173,7 @@ def model_build(
     """The part of a project of `graph`, validated for what `runtime` relies on (its files go into `files`): what
     `runtime` adds for it, and what every runtime's part has (the model's size and digest); serving another protocol
     than lowtide's own where `protocol` says so."""
-    build = runtime.model_build(graph, core, tflm_arenas, files, settings)
+    build = runtime.model_build(graph, core, arenas, files, settings)
     build.defines.append(("LT_MODEL_SIZE", f"{graph.size_bytes}u"))
     build.string_defines.append(("LT_MODEL_SHA256", graph.sha256))
     if protocol is not None:
@@ -344,7 +343,7 @@ def project_files(
     model: Graph | None,
     runtime: FirmwareRuntime,
     core: str,
-    tflm_arenas: TflmArenaLayout | None,
+    arenas: ArenaLayout | None,
     settings: Settings,
     protocol: ProtocolDefines | None = None,
 ) -> dict[str, bytes]:
@@ -354,7 +353,7 @@ def project_files(
         for path in shipped_files(FIRMWARE_DIR / part):
             files[f"firmware/{path.relative_to(FIRMWARE_DIR).as_posix()}"] = path.read_bytes()
     if model is not None:
-        build = model_build(model, runtime, core, tflm_arenas, files, settings, protocol)
+        build = model_build(model, runtime, core, arenas, files, settings, protocol)
         files[PROJECT_SPEC] = build.to_json().encode()
     env_settings = None
     if env_platform(platformio_env, board_config) == ST_PLATFORM:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+from lowtide.compile.banks import DataRegion, RegionArena
 from lowtide.compile.codegen import arena_plan, compile_model
 from lowtide.errors import LowtideError
 from lowtide.library import LibraryArena, LibraryPart, c_byte_rows, compiled_api_source, tflm_api_source
@@ -43,7 +44,7 @@ from lowtide.tflm.build import (
     cxx_flags,
     resolver_calls,
 )
-from lowtide.tflm.regions import REGIONS_SCRIPT, TflmArenaLayout
+from lowtide.tflm.regions import REGIONS_SCRIPT, ArenaPlace, TflmArenaLayout, linker_fragment
 from lowtide.tflm.sizer import Arena32, predict_arena32, resource_variable_count, write_resolver_include
 from lowtide.tflm.tree import KernelSet
 
@@ -64,6 +65,28 @@ class FootprintEstimate:
     arena_bytes: int  # the arena the image declares: the planned head plus the painted slack, or TFLM's arena
     static_ram_bytes: int  # everything else in RAM: the input staging buffer and the runtime's own state
     image_bytes: int  # the model's constant data plus the runtime's code
+
+
+@dataclass(frozen=True)
+class CompiledArenaLayout:
+    """Where the compiled runtime's arenas go on a board with memory regions: the regions its plan may use, fastest
+    first (lowtide.compile.banks), and the place of each one's arena; None: the first region's arena, the one the
+    firmware passes to the model, in .bss."""
+
+    regions: tuple[DataRegion, ...]
+    places: tuple[ArenaPlace | None, ...]  # one per region
+    arenas: tuple[RegionArena, ...]  # the arena of each region the plan uses (lowtide.compile.codegen.region_arenas)
+
+    def placed(self) -> list[tuple[ArenaPlace | None, str, int]]:
+        """(place, what, bytes) of each arena the image declares: the first with the slack painted past it."""
+        place = dict(zip((r.name for r in self.regions), self.places))
+        return [
+            (place[a.region], f"compiled arena ({a.region})", a.head_bytes + (ARENA_SLACK_BYTES if i == 0 else 0))
+            for i, a in enumerate(self.arenas)
+        ]
+
+
+ArenaLayout = TflmArenaLayout | CompiledArenaLayout  # what a runtime's image declares for its arenas
 
 
 class FirmwareRuntime(ABC):
@@ -99,7 +122,7 @@ class FirmwareRuntime(ABC):
         self,
         graph: Graph,
         core: str,
-        tflm_arenas: TflmArenaLayout | None,
+        arenas: ArenaLayout | None,
         files: dict[str, bytes],
         settings: Settings,
     ) -> ModelBuild:
@@ -155,14 +178,24 @@ class CompiledRuntime(FirmwareRuntime):
         self,
         graph: Graph,
         core: str,
-        tflm_arenas: TflmArenaLayout | None,
+        arenas: ArenaLayout | None,
         files: dict[str, bytes],
         settings: Settings,
     ) -> ModelBuild:
-        compiled = compile_model(graph)
+        assert arenas is None or isinstance(arenas, CompiledArenaLayout)
+        compiled = compile_model(graph, regions=arenas.regions if arenas else (), wide_weights=widens_filters(core))
         for name, text in compiled.files.items():
             files[f"model/{name}"] = text.encode()
         build = ModelBuild(graph.name, self.name)
+        if arenas is not None:
+            place = dict(zip((r.name for r in arenas.regions), arenas.places))
+            used = [place[a.region] for a in compiled.region_arenas]
+            if used[0] is not None:
+                build.string_defines.append(("LT_COMPILED_ARENA_SECTION", used[0].section))
+            fragment = linker_fragment([p for p in used if p is not None])
+            if fragment is not None:
+                files[REGIONS_SCRIPT] = fragment.encode()
+                build.link_scripts.append(REGIONS_SCRIPT)
         build.defines += [
             ("LT_RUNTIME_COMPILED", None),
             ("LT_MODEL_INPUT_BYTES_TOTAL", f"{sum(t.nbytes for t in compiled.inputs)}u"),
@@ -176,7 +209,7 @@ class CompiledRuntime(FirmwareRuntime):
 
     def library_part(self, graph: Graph, prefix: str, core: str, settings: Settings) -> LibraryPart:
         net = f"{prefix}_net"
-        compiled = compile_model(graph, net)
+        compiled = compile_model(graph, net, wide_weights=widens_filters(core))
         sources = dict(compiled.files)
         for source in shipped_files(RUNTIME_DIR):
             if source.suffix in (".c", ".h"):
@@ -185,6 +218,12 @@ class CompiledRuntime(FirmwareRuntime):
         arena = LibraryArena(compiled.arena_bytes, compiled.arena_bytes, 0, compiled.fixed_state_bytes)
         # No FMA contraction: the float kernels compute what TFLM computes, to the bit (as in the firmware).
         return LibraryPart(sources, arena, None, None, ("-ffp-contract=off",))
+
+
+def widens_filters(core: str) -> bool:
+    """Whether the compiled runtime's filters go int16 on `core` (`compile_model`'s wide_weights): they speed the
+    DSP kernels up and slow the Helium ones down (firmware/runtime/lt_mve_conv.h)."""
+    return not (core in CORES and CORES[core].mve)
 
 
 @dataclass(frozen=True)
@@ -219,11 +258,11 @@ class TflmRuntime(FirmwareRuntime):
         self,
         graph: Graph,
         core: str,
-        tflm_arenas: TflmArenaLayout | None,
+        arenas: ArenaLayout | None,
         files: dict[str, bytes],
         settings: Settings,
     ) -> ModelBuild:
-        assert tflm_arenas is not None  # a TFLM image's arenas are the ones predict_arena sized
+        assert isinstance(arenas, TflmArenaLayout)  # a TFLM image's arenas are the ones predict_arena sized
         opcodes = sorted({op.opcode for sg in graph.subgraphs for op in sg.operators})
         library = build_library(self.kernels, core_named(core), opcodes, settings, DEBIAN_ARM_TOOLCHAIN)
         calls = resolver_calls(library.tree, opcodes)
@@ -235,14 +274,14 @@ class TflmRuntime(FirmwareRuntime):
         build = ModelBuild(graph.name, self.name)
         build.defines += [
             ("LT_RUNTIME_TFLM", None),
-            *tflm_arenas.defines(),
+            *arenas.defines(),
             ("LT_TFLM_OP_TYPES", str(max(1, len(calls)))),
             ("LT_TFLM_RESOURCE_VARIABLES", str(resource_variable_count(graph))),
             ("LT_MODEL_OPERATOR_COUNT", str(len(graph.main.operators))),
             ("LT_MODEL_INPUT_BYTES_TOTAL", f"{sum(graph.main.tensors[i].nbytes for i in graph.main.inputs)}u"),
         ]
-        build.string_defines += [("LT_TFLM_RUNTIME_NAME", self.name), *tflm_arenas.string_defines()]
-        fragment = tflm_arenas.linker_fragment()
+        build.string_defines += [("LT_TFLM_RUNTIME_NAME", self.name), *arenas.string_defines()]
+        fragment = arenas.linker_fragment()
         if fragment is not None:
             files[REGIONS_SCRIPT] = fragment.encode()
             build.link_scripts.append(REGIONS_SCRIPT)

@@ -41,6 +41,8 @@ class BoardListing:
     buildable_here: bool
     why_not: str | None  # what building it here lacks
     memory: list[MemoryListing]  # the part's RAM banks; empty where its board file names none
+    arena_region: str | None  # where TFLM's (non-persistent) arena goes unless an option says (None: with .bss)
+    persistent_region: str | None  # given: TFLM's two arenas by default, the persistent one there
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,8 @@ def _listing(spec: BoardSpec, settings: Settings) -> BoardListing:
         why_not is None,
         why_not,
         [MemoryListing(m.name, m.address, m.size_bytes, m.speed.value, m.dma, m.cacheable) for m in spec.memories],
+        spec.arena_region,
+        spec.persistent_region,
     )
 
 
@@ -143,7 +147,10 @@ def _print_map(console: Console, listing: BoardListing) -> None:
         Column("speed"),
         Column("DMA"),
         Column("cache"),
-        title=f"{listing.name}: RAM banks",
+        title=f"{listing.name}: RAM banks"
+        + (
+            f" (TFLM's persistent arena in {listing.persistent_region} by default)" if listing.persistent_region else ""
+        ),
     )
     for bank in listing.memory:
         table.add_row(

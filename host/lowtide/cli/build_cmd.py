@@ -32,12 +32,14 @@ from lowtide.mlperf.benchmarks import benchmark_named, mlperf_protocol
 from lowtide.pipeline.firmware import (
     IN_BSS,
     ArenaRegions,
+    arena_layout,
     build_board_firmware,
     predicted_head_and_used,
+    requested_regions,
     tflm_arena_layout,
     upload_firmware,
 )
-from lowtide.runtimes import FirmwareRuntime, planned_head_bytes, runtime_for, runtime_named
+from lowtide.runtimes import CompiledArenaLayout, FirmwareRuntime, planned_head_bytes, runtime_for, runtime_named
 from lowtide.settings import Settings, read_settings
 from lowtide.validation import load_model
 
@@ -63,6 +65,9 @@ class BuildReport:
     non_persistent_arena_bytes: int | None
     persistent_arena_bytes: int | None
     arena_region: str | None  # the board memory holding the (non-persistent) arena; None: .bss
+    # the compiled runtime's arena split across the board's memories (lowtide.compile.banks): each memory and the
+    # plan's bytes there, the first the arena the firmware passes; empty: one arena in .bss
+    compiled_arenas: list[dict]
     persistent_region: str | None
 
 
@@ -75,11 +80,16 @@ def build_report(
     regions: ArenaRegions = IN_BSS,
 ) -> BuildReport:
     runtime = runtime_for(spec.runtime, runtime)
+    regions = requested_regions(spec, runtime, regions)
     graph = load_model(model, settings)
     tflm_arena = runtime.predict_arena(graph, spec.core, settings)
     planned = planned_head_bytes(graph, tflm_arena)
-    capacity = runtime.estimate_footprint(graph, tflm_arena).arena_bytes
+    estimate = runtime.estimate_footprint(graph, tflm_arena)
+    capacity = estimate.arena_bytes
     layout = None
+    compiled = arena_layout(spec, graph, None, regions, estimate) if tflm_arena is None else None
+    if isinstance(compiled, CompiledArenaLayout):
+        capacity = sum(a.head_bytes for a in compiled.arenas) + runtime.arena_slack_bytes
     if tflm_arena is not None:
         planned = predicted_head_and_used(tflm_arena, regions)[0]
         layout = tflm_arena_layout(spec, tflm_arena, regions)
@@ -103,6 +113,9 @@ def build_report(
         persistent_arena_bytes=layout.persistent_bytes if layout else None,
         arena_region=regions.arena,
         persistent_region=regions.persistent,
+        compiled_arenas=[{"region": a.region, "bytes": a.head_bytes} for a in compiled.arenas]
+        if isinstance(compiled, CompiledArenaLayout)
+        else [],
     )
 
 
@@ -164,6 +177,8 @@ def _table(report: BuildReport, title: str) -> TerminalTable:
         table.add_row(f"persistent arena in {report.persistent_region}", f"{report.persistent_arena_bytes:,} B")
     elif report.arena_region:
         table.add_row("arena's memory", report.arena_region)
+    for arena in report.compiled_arenas:
+        table.add_row(f"compiled arena in {arena['region']}", f"{arena['bytes']:,} B")
     return table
 
 

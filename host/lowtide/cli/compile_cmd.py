@@ -15,11 +15,17 @@ from lowtide import oracle
 from lowtide.cli.application import app
 from lowtide.cli.tables import Column, Kind, TerminalTable
 from lowtide.compile import CompiledModel, VerifyResult, compile_model, verify_compiled
+from lowtide.compile.banks import DataRegion
 from lowtide.compile.codegen import Blocker, check_model
 from lowtide.compile.lowering import NOT_IN_TFLM, UNDEFINED_IN_TFLM, support_rows
 from lowtide.compile.rows import DEFAULT_MAX_ROW_OVERHEAD
+from lowtide.device.spec import get_board_spec
 from lowtide.errors import LowtideError
+from lowtide.model.ir import Graph
+from lowtide.pipeline.firmware import compiled_data_regions
+from lowtide.project import Runtime
 from lowtide.resources import RUNTIME_DIR
+from lowtide.runtimes import RUNTIMES, widens_filters
 from lowtide.settings import Settings, read_settings
 from lowtide.validation import load_model
 
@@ -44,8 +50,9 @@ def compile_report(
         "model_hash": compiled.model_hash,
         "operators": compiled.operator_count,
         "arena_bytes": compiled.arena_bytes,
+        "arenas": [{"region": a.region, "bytes": a.head_bytes} for a in compiled.region_arenas],
         "fixed_state_bytes": fixed_state,
-        "ram_bytes": compiled.arena_bytes + fixed_state,
+        "ram_bytes": compiled.total_arena_bytes + fixed_state,
         "tflm_total_bytes": tflm_total,
         "tflm_head_bytes": tflm_head,
         "row_chains": [
@@ -106,6 +113,30 @@ def _check(model: Path, json_output: bool, settings: Settings) -> None:
         raise typer.Exit(1)
 
 
+def _regions(graph: Graph, board: str | None, regions: list[str]) -> tuple[DataRegion, ...]:
+    """The memory regions the arena may use: a board's (`lowtide.pipeline.firmware.compiled_data_regions`), or
+    the user's NAME=BYTES, fastest first."""
+    if board is not None and regions:
+        raise LowtideError("give --board or --region, not both")
+    if board is not None:
+        spec = get_board_spec(board)
+        estimate = RUNTIMES[Runtime.COMPILED].estimate_footprint(graph)
+        found = compiled_data_regions(spec, estimate)
+        if not found:
+            raise LowtideError(f"--board {spec.name}: its board file has no [[memory]] regions lowtide can place in")
+        return found
+    parsed = []
+    for region in regions:
+        name, _, nbytes = region.partition("=")
+        if not name or not nbytes.isdigit():
+            raise LowtideError(f"--region {region}: give NAME=BYTES (a memory region and the arena bytes it may hold)")
+        parsed.append(DataRegion(name, int(nbytes)))
+    names = [r.name for r in parsed]
+    if len(set(names)) < len(names):
+        raise LowtideError(f"--region names repeat: {', '.join(sorted({n for n in names if names.count(n) > 1}))}")
+    return tuple(parsed)
+
+
 @app.command("compile")
 def compile_command(
     model: Annotated[Path | None, typer.Argument(help=".tflite model to compile")] = None,
@@ -136,6 +167,21 @@ def compile_command(
             "estimated instructions",
         ),
     ] = DEFAULT_MAX_ROW_OVERHEAD * 100,
+    board: Annotated[
+        str | None,
+        typer.Option(
+            "--board",
+            help="Compile for this board's core (int8 filters for Helium's kernels on a Cortex-M55) and split the "
+            "arena across its memory regions where its RAM cannot hold it whole",
+        ),
+    ] = None,
+    regions: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--region",
+            help="NAME=BYTES: a memory region the arena may use and its room there, fastest first (repeat it)",
+        ),
+    ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables")] = False,
     check: Annotated[
         bool,
@@ -163,9 +209,15 @@ def compile_command(
     # The validator, then TFLM (whose Prepare checks every operator's shapes), then the lowering: each sees only
     # models the one before accepted.
     graph = load_model(model, settings)
+    places = _regions(graph, board, regions or [])
+    # int16 filters speed the DSP kernels up and slow Helium's down; without a board, the DSP kernels' layout
+    wide_weights = widens_filters(get_board_spec(board).core) if board is not None else True
     reference = oracle.run(graph.data, path=str(model), settings=settings)
     overhead = max_row_overhead / 100
-    compiled = compile_model(graph, prefix, keep_model_plan, max_row_overhead=overhead)  # raises before writing
+    # raises before writing
+    compiled = compile_model(
+        graph, prefix, keep_model_plan, max_row_overhead=overhead, regions=places, wide_weights=wide_weights
+    )
     result = (
         verify_compiled(
             graph,
@@ -175,6 +227,8 @@ def compile_command(
             keep_model_plan=keep_model_plan,
             settings=settings,
             max_row_overhead=overhead,
+            wide_weights=wide_weights,
+            regions=places,
         )
         if verify
         else None
@@ -208,6 +262,9 @@ def _print(report: dict) -> None:
     summary.add_row("operators", str(report["operators"]))
     summary.add_row("model hash", report["model_hash"])
     summary.add_row("arena (caller-provided)", f"{report['arena_bytes']:,} B")
+    for i, arena in enumerate(report["arenas"]):
+        where = "the caller's" if i == 0 else f"{report['prefix']}_arena_{arena['region']}"
+        summary.add_row(f"  in {escape_markup(arena['region'])} ({where})", f"{arena['bytes']:,} B")
     summary.add_row("fixed state (.data + .bss)", f"{report['fixed_state_bytes']:,} B")
     summary.add_row("[bold]compiled model RAM[/]", f"[bold]{report['ram_bytes']:,} B[/]")
     chains = report["row_chains"]

@@ -24,7 +24,7 @@ from lowtide.device.spec import get_board_spec
 from lowtide.errors import LowtideError
 from lowtide.memory import MemoryPlan, tflm_plan
 from lowtide.model import Graph
-from lowtide.pipeline.firmware import ArenaRegions, MemoryUse, memory_use, tflm_arena_layout
+from lowtide.pipeline.firmware import ArenaRegions, MemoryUse, arena_layout, memory_use, requested_regions
 from lowtide.runtimes import runtime_for, runtime_named
 from lowtide.settings import Settings, read_settings
 from lowtide.stale import ByteRanges, StaleReport, check_stale
@@ -123,9 +123,10 @@ def board_memories(
     chosen = runtime_for(spec.runtime, runtime_named(runtime) if runtime else None)
     if chosen.kernels is None and not regions.default:
         raise LowtideError(f"--arena-region and --persistent-region place TFLM's arenas: the {chosen} runtime has none")
+    regions = requested_regions(spec, chosen, regions)
     arena = chosen.predict_arena(graph, spec.core, settings)
-    layout = tflm_arena_layout(spec, arena, regions) if arena else None
-    return memory_use(spec, chosen.estimate_footprint(graph, arena), layout)
+    estimate = chosen.estimate_footprint(graph, arena)
+    return memory_use(spec, estimate, arena_layout(spec, graph, arena, regions, estimate))
 
 
 def _memories_table(uses: list[MemoryUse], board: str) -> TerminalTable:

@@ -106,7 +106,9 @@ def optimize_report(result: OptimizeResult) -> dict:
                     "source": c.source,
                     "target": c.target,
                     "grid": list(c.grid),
+                    "kind": c.tiling.kind,
                     "split_source": c.split_source,
+                    "stream": c.stream,
                     "macs": c.macs,
                     "live_peak_bytes": c.live_peak_bytes,
                     "head_bytes": c.head_bytes,
@@ -128,7 +130,9 @@ def _tiling_json(tiling: Tiling) -> dict:
         "source": tiling.source,
         "target": tiling.target,
         "grid": list(tiling.grid),
+        "kind": tiling.kind,
         "split_source": tiling.split_source,
+        "stream": tiling.stream,
     }
 
 
@@ -235,12 +239,12 @@ def _pareto_table(rewrite: RewriteResult, written: tuple[Tiling, ...]) -> Termin
         title_justify="left",
     )
     label = "written" if written else "search's best, not written"
-    chosen = {(t.source, t.target, t.grid, t.split_source) for t in written or rewrite.tilings}
+    chosen = set(written or rewrite.tilings)
     for c in rewrite.pareto:
         overhead = c.macs / max(rewrite.macs_before, 1) - 1
         head = f"{c.head_bytes:,} B" if c.head_bytes is not None else f"{c.live_peak_bytes:,} B live"
-        grid = f"{c.grid[0]}x{c.grid[1]}" + (" strips" if c.split_source else "")
-        mark = label if (c.source, c.target, c.grid, c.split_source) in chosen else ""
+        grid = c.tiling.kind + (" strips" if c.split_source else "")
+        mark = label if c.tiling in chosen else ""
         table.add_row(
             escape(f"{c.source} -> {c.target}"),
             grid,

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from lowtide.compile.banks import DataRegion, RegionArena, split_arena
 from lowtide.compile.lowering import (
     STATE_OBJECT,
     ModelEmitter,
@@ -26,7 +27,7 @@ from lowtide.compile.lowering import (
     lower_operator,
 )
 from lowtide.compile.lowering.conv import pad_fusions
-from lowtide.compile.lowering.emitter import PadFusion
+from lowtide.compile.lowering.emitter import PadFusion, RingGuest
 from lowtide.compile.rows import DEFAULT_MAX_ROW_OVERHEAD, RowChain, RowPlan, RowRefusal, find_row_chains
 from lowtide.errors import LowtideError
 from lowtide.memory import Buffer, Executor, align_up, arena_head, buffers_to_plan, tflm_plan
@@ -53,7 +54,8 @@ class IoTensor:
     name: str
     dtype: str
     shape: tuple[int, ...]
-    offset: int  # bytes from the start of the arena
+    offset: int  # bytes from the start of the arena (of its region's, compiled for memory regions)
+    region: str | None  # the memory region whose arena holds it; None: compiled for no regions
     nbytes: int
     scale: float
     zero_point: int
@@ -72,6 +74,12 @@ class CompiledModel:
     model_hash: str  # first 8 bytes of the model file's sha256, hex
     row_chains: tuple[RowChain, ...]  # operators run a row at a time (`lowtide.compile.rows`)
     row_refusals: tuple[RowRefusal, ...]  # where a chain was not formed, and why
+    region_arenas: tuple[RegionArena, ...]  # compiled for memory regions: the arena of each region used (the first
+    # is the caller's, `arena_bytes`); empty: one arena, wherever the caller puts it
+
+    @property
+    def total_arena_bytes(self) -> int:
+        return sum(a.head_bytes for a in self.region_arenas) if self.region_arenas else self.arena_bytes
 
     def write(self, directory: str | Path) -> list[Path]:
         directory = Path(directory)
@@ -118,10 +126,16 @@ class ArenaPlan:
     wide_weights: frozenset[int]  # CONV_2D layers whose filter is stored as int16 (`wide_weight_layers`)
     wide_weight_bytes: int  # the flash those filters take beyond their int8 size
     rows: RowPlan  # the row chains the generated code runs (none where TFLM's offsets are used) and the refusals
+    buffers: tuple[Buffer, ...]  # everything placed, in the plan's order (what lowtide.compile.banks splits)
+    fast_count: int  # how many of `buffers`, the last ones, are the fast kernels' scratch
 
     @property
     def ring_rows(self) -> dict[int, int]:
         return {t: rows for chain in self.rows.chains for t, rows in chain.ring_rows}
+
+    @property
+    def ring_guests(self) -> dict[int, RingGuest]:
+        return {g.tensor: g for chain in self.rows.chains for g in chain.guests}
 
 
 # Flash the compiled model may spend beyond its int8 weights on int16 filters (lt_matmul_2_w16 needs no SXTB16
@@ -178,12 +192,14 @@ def _planning_view(graph: Graph, fusions: dict[int, PadFusion]) -> Graph:
 
 
 def _split(
-    buffers: Sequence[Buffer], offsets: Sequence[int], fast_count: int
+    buffers: Sequence[Buffer], offsets: Sequence[int], fast_count: int, chains: Sequence[RowChain] = ()
 ) -> tuple[dict[int, int], dict[int, list[int]], dict[int, int]]:
     """Tensor offsets, TFLM scratch offsets by operator, and fast-kernel scratch offsets by operator, from a plan
-    whose last `fast_count` buffers are the fast kernels' scratch."""
+    whose last `fast_count` buffers are the fast kernels' scratch; the guests of `chains`' rings, which have no
+    buffer, at their host's offset (in its slots)."""
     split = len(buffers) - fast_count
     tensors = {b.tensor: off for b, off in zip(buffers, offsets) if b.subgraph == 0 and b.tensor is not None}
+    tensors.update({g.tensor: tensors[g.host] for chain in chains for g in chain.guests})
     scratch: dict[int, list[int]] = {}
     for b, off in zip(buffers[:split], offsets[:split]):
         if b.subgraph == 0 and b.tensor is None and b.op is not None:  # a scratch buffer names its operator
@@ -197,13 +213,16 @@ def arena_plan(
     keep_model_plan: bool = False,
     row_chains: bool = True,
     max_row_overhead: float = DEFAULT_MAX_ROW_OVERHEAD,
+    wide_weights: bool = True,
 ) -> ArenaPlan:
     """The compiled runtime's plan (module docstring), or TFLM's tensor offsets where that is no larger. The fast
     kernels' scratch is planned in both, live only while its operator runs; TFLM's greedy planner fits it around
     the tensors, as it does its own kernels' scratch. `keep_model_plan`: TFLM's offsets in any case, so a model's
     OfflineMemoryAllocation is used as it is (in-place cases the compiled plan has no rule for included).
     `row_chains`: run the row chains `lowtide.compile.rows` finds, where that makes the arena smaller, none whose
-    estimated instructions grow by more than the fraction `max_row_overhead`."""
+    estimated instructions grow by more than the fraction `max_row_overhead`. `wide_weights`: widen filters to
+    int16 (`wide_weight_layers`); False keeps them int8, which the Helium kernels multiply sixteen lanes at a time
+    (lt_mve_conv.h) where int16 would halve that."""
     stock = tflm_plan(graph)
     probe = _fast_kernels(graph)
     scopes = {s.op: s.scope for s in stock.steps if s.subgraph == 0}
@@ -218,7 +237,7 @@ def arena_plan(
     stock_buffers = list(stock.buffers) + stock_scratch
     stock_offsets = tflm_offsets_with_plan(stock_buffers, list(stock.offsets) + [0] * len(stock_scratch))
     stock_head = arena_head(stock_buffers, stock_offsets)
-    wide = wide_weight_layers(probe.matrix_layers)
+    wide = wide_weight_layers(probe.matrix_layers) if wide_weights else (frozenset[int](), 0)
     fused = _fast_kernels(graph, fusions)  # the scratch of layers that absorb a PAD is theirs with it
     whole = _compiled_plan(view, fused, fusions, scopes, RowPlan((), ()), keep_model_plan)
     plan = whole
@@ -245,14 +264,60 @@ def arena_plan(
             refused = rows.refusals + tuple(
                 RowRefusal(c.ops, "the arena is no smaller with this chain") for c in rows.chains
             )
+        else:
+            plan, refused = _without_idle_chains(graph, view, fusions, scopes, plan, refused)
     if plan is None or plan[0].head_bytes >= stock_head:
         split = _split(stock_buffers, stock_offsets, len(stock_scratch))
         no_rows = RowPlan((), refused)
-        return ArenaPlan(*split, probe.fast_scratch_bytes, stock_head, {}, False, *wide, no_rows)
+        return ArenaPlan(
+            *split,
+            probe.fast_scratch_bytes,
+            stock_head,
+            {},
+            False,
+            *wide,
+            no_rows,
+            tuple(stock_buffers),
+            len(stock_scratch),
+        )
     placement, buffers, scratch_bytes, rows, scratch_count = plan
-    tensors, scratch, fast = _split(buffers, placement.offsets, scratch_count)
+    tensors, scratch, fast = _split(buffers, placement.offsets, scratch_count, rows.chains)
     split = tensors, scratch, _chain_scratch(fast, scratch_bytes, rows.chains)
-    return ArenaPlan(*split, scratch_bytes, placement.head_bytes, fusions, True, *wide, RowPlan(rows.chains, refused))
+    return ArenaPlan(
+        *split,
+        scratch_bytes,
+        placement.head_bytes,
+        fusions,
+        True,
+        *wide,
+        RowPlan(rows.chains, refused),
+        tuple(buffers),
+        scratch_count,
+    )
+
+
+def _without_idle_chains(
+    graph: Graph,
+    view: Graph,
+    fusions: dict[int, PadFusion],
+    scopes: dict[int, int],
+    plan: tuple[Placement, list[Buffer], dict[int, int], RowPlan, int],
+    refused: tuple[RowRefusal, ...],
+) -> tuple[tuple[Placement, list[Buffer], dict[int, int], RowPlan, int], tuple[RowRefusal, ...]]:
+    """`plan` without the chains that cost more than negligible instructions (`RowPlan.negligible_instructions`)
+    and leave the arena no larger run whole (a chain away from the model's peak), the costliest first, and the
+    refusals with theirs."""
+    negligible = plan[3].negligible_instructions
+    for chain in sorted(plan[3].chains, key=lambda c: (-c.extra_instructions, c.ops)):
+        if chain.extra_instructions <= negligible:
+            break
+        rows = RowPlan(tuple(c for c in plan[3].chains if c is not chain), (), negligible)
+        chained = _fast_kernels(graph, fusions, rows.row_ops, rows.one_row_ops)
+        candidate = _compiled_plan(view, chained, fusions, scopes, rows, False)
+        if candidate is not None and candidate[0].head_bytes <= plan[0].head_bytes:
+            plan = candidate
+            refused += (RowRefusal(chain.ops, "the arena is no smaller with this chain"),)
+    return plan, tuple(sorted(refused, key=lambda r: r.ops))
 
 
 def _fast_scratch(nbytes: dict[int, int], scopes: dict[int, int], chains: tuple[RowChain, ...] = ()) -> list[Buffer]:
@@ -293,8 +358,14 @@ def _compiled_plan(
             spans[op] = span
         for t in (*chain.sources, chain.output, *chain.rings):
             roles.setdefault(t, []).append((chain, span))
+    # no bytes of their own: guests of rings, and what a TRANSPOSE a convolution reads through would write
+    guests = {g.tensor for chain in rows.chains for g in chain.guests} | {
+        view.main.operators[transpose].outputs[0] for transpose in rows.fused_transposes
+    }
     buffers: list[Buffer] = []
     for b in buffers_to_plan(view, executor=Executor.COMPILED):
+        if b.subgraph == 0 and b.tensor in guests:
+            continue
         if b.subgraph == 0 and b.tensor is None and b.op in spans:
             b = dataclasses.replace(b, first=spans[b.op][0], last=spans[b.op][1])
         for chain, (start, end) in roles.get(b.tensor, []) if b.subgraph == 0 and b.tensor is not None else []:
@@ -342,14 +413,54 @@ def _compiled_plan(
     return place(buffers, placement_budget(0)), buffers, probe.fast_scratch_bytes, rows, len(scratch)
 
 
+def _c_region(region: str) -> str:
+    """A memory region's name as a C identifier's part (as its arena's section names it: lowtide.tflm.regions)."""
+    return re.sub(r"[^0-9A-Za-z_]", "_", region)
+
+
+def region_arena_name(prefix: str, region: str) -> str:
+    """The C array of the compiled arena in memory region `region` (after the first: lowtide.compile.banks)."""
+    return f"{prefix}_arena_{_c_region(region)}"
+
+
+def _in_regions(
+    graph: Graph, plan: ArenaPlan, regions: Sequence[DataRegion]
+) -> tuple[ArenaPlan, tuple[RegionArena, ...]]:
+    """`plan` across `regions` (lowtide.compile.banks), and the arena of each region used; `plan` itself and none
+    without regions."""
+    if not regions:
+        return plan, ()
+    banks = split_arena(graph, plan.buffers, plan.head_bytes, regions)
+    if banks.offsets is None:
+        return plan, banks.arenas
+    tensors, scratch, fast = _split(plan.buffers, banks.offsets, plan.fast_count, plan.rows.chains)
+    fast = _chain_scratch(fast, plan.fast_scratch_bytes, plan.rows.chains)
+    last = banks.arenas[-1]
+    moved = dataclasses.replace(
+        plan, offsets=tensors, scratch=scratch, fast_scratch=fast, head_bytes=last.base + last.head_bytes
+    )
+    return moved, banks.arenas
+
+
+def region_arenas(graph: Graph, regions: Sequence[DataRegion]) -> tuple[RegionArena, ...]:
+    """The arena of each memory region `compile_model(graph, regions=regions)` uses, without generating code;
+    raises LowtideError where no split fits."""
+    return _in_regions(graph, arena_plan(graph), regions)[1]
+
+
 def _emitter(
     graph: Graph,
     keep_model_plan: bool = False,
     row_chains: bool = True,
     max_row_overhead: float = DEFAULT_MAX_ROW_OVERHEAD,
-) -> tuple[ModelEmitter, ArenaPlan]:
-    """An emitter with every activation and scratch buffer at its planned offset (`arena_plan`), and that plan."""
-    plan = arena_plan(graph, keep_model_plan, row_chains, max_row_overhead)
+    wide_weights: bool = True,
+    prefix: str = "model",
+    regions: Sequence[DataRegion] = (),
+) -> tuple[ModelEmitter, ArenaPlan, tuple[RegionArena, ...]]:
+    """An emitter with every activation and scratch buffer at its planned offset (`arena_plan`, across `regions`
+    where given), that plan, and the arena of each region used."""
+    whole = arena_plan(graph, keep_model_plan, row_chains, max_row_overhead, wide_weights)
+    plan, arenas = _in_regions(graph, whole, regions)
     emitter = ModelEmitter(
         graph,
         plan.offsets,
@@ -360,14 +471,18 @@ def _emitter(
         plan.rows.row_ops,
         plan.ring_rows,
         plan.rows.one_row_ops,
+        plan.ring_guests,
+        plan.rows.fused_transposes,
+        tuple((a.base, region_arena_name(prefix, a.region)) for a in arenas[1:]),
     )
-    return emitter, plan
+    return emitter, plan, arenas
 
 
 def _lower_all(graph: Graph, emitter: ModelEmitter) -> tuple[list[str], list[Blocker]]:
     """Every operator's C statement, and a Blocker for each one that cannot be lowered and for the graph."""
     calls, blockers = [], []
     fused = {f.pad_op: dw for dw, f in emitter.fused_pads.items()}
+    fused.update(emitter.fused_transposes)
     for op in graph.main.operators:
         if op.index in fused:
             calls.append(f"/* fused into operator {fused[op.index]} */")
@@ -391,7 +506,7 @@ def _lower_all(graph: Graph, emitter: ModelEmitter) -> tuple[list[str], list[Blo
 
 def check_model(graph: Graph) -> list[Blocker]:
     """Everything that keeps `graph` from compiling, without generating code."""
-    emitter, _ = _emitter(graph)
+    emitter, _, _ = _emitter(graph)
     return _lower_all(graph, emitter)[1]
 
 
@@ -401,15 +516,21 @@ def compile_model(
     keep_model_plan: bool = False,
     row_chains: bool = True,
     max_row_overhead: float = DEFAULT_MAX_ROW_OVERHEAD,
+    regions: Sequence[DataRegion] = (),
+    wide_weights: bool = True,
 ) -> CompiledModel:
     """Lower every operator of `graph` (a validated model: `lowtide.validation.load_model`); raises LowtideError
     naming the first thing it cannot compile. `keep_model_plan`: the model's OfflineMemoryAllocation as it is, even
     where lowtide's compiled plan is smaller. `row_chains`: False runs every operator on whole tensors;
-    `max_row_overhead`: the most a chain may add to its layers' estimated instructions, a fraction (`arena_plan`)."""
+    `max_row_overhead`: the most a chain may add to its layers' estimated instructions, a fraction (`arena_plan`).
+    `regions`: the memory regions the arena may use, fastest first (lowtide.compile.banks): one arena per region
+    used. `wide_weights`: False keeps every filter int8 (for cores with Helium, `arena_plan`)."""
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", prefix):
         raise LowtideError(f"prefix '{prefix}' is not a C identifier")
-    emitter, plan = _emitter(graph, keep_model_plan, row_chains, max_row_overhead)
-    head_bytes = plan.head_bytes
+    emitter, plan, arenas = _emitter(
+        graph, keep_model_plan, row_chains, max_row_overhead, wide_weights, prefix, regions
+    )
+    head_bytes = arenas[0].head_bytes if arenas else plan.head_bytes
     calls, blockers = _lower_all(graph, emitter)
     unplanned = sorted(set(emitter.fast_scratch_bytes) - set(emitter.fast_scratch))
     if unplanned:  # the plan is made from the same lowering: a difference is a lowtide bug
@@ -418,12 +539,12 @@ def compile_model(
         more = f" (and {len(blockers) - 1} more: lowtide compile --check)" if len(blockers) > 1 else ""
         raise LowtideError(f"cannot compile {blockers[0]}{more}", graph.source)
     offsets = emitter.offsets
-    inputs = tuple(_io(graph, emitter, t, offsets) for t in graph.main.inputs)
-    outputs = tuple(_io(graph, emitter, t, offsets) for t in graph.main.outputs)
+    inputs = tuple(_io(graph, emitter, t, offsets, arenas) for t in graph.main.inputs)
+    outputs = tuple(_io(graph, emitter, t, offsets, arenas) for t in graph.main.outputs)
     model_hash = graph.sha256[:16]
     members = _state_members(emitter)
     state_bytes = _struct_size(members)
-    header = _header(prefix, head_bytes, state_bytes, graph, inputs, outputs, model_hash)
+    header = _header(prefix, head_bytes, state_bytes, graph, inputs, outputs, model_hash, arenas)
     source = _source(prefix, graph, emitter, calls, inputs, outputs, model_hash, members, plan.rows.chains)
     return CompiledModel(
         model=graph.source,
@@ -437,6 +558,7 @@ def compile_model(
         model_hash=model_hash,
         row_chains=plan.rows.chains,
         row_refusals=plan.rows.refusals,
+        region_arenas=arenas,
     )
 
 
@@ -471,17 +593,21 @@ def _graph_problems(graph: Graph) -> list[str]:
     return problems
 
 
-def _io(graph: Graph, emitter: ModelEmitter, index: int, offsets: dict[int, int]) -> IoTensor:
+def _io(
+    graph: Graph, emitter: ModelEmitter, index: int, offsets: dict[int, int], arenas: tuple[RegionArena, ...]
+) -> IoTensor:
     t = graph.main.tensors[index]
     if index not in offsets:
         raise LowtideError(f"model input/output tensor {index} '{t.name}' is not an arena tensor", graph.source)
     qp = emitter.quantization(index, required=False)
+    arena = max((a for a in arenas if a.base <= offsets[index]), key=lambda a: a.base, default=None)
     return IoTensor(
         index=index,
         name=t.name,
         dtype=t.dtype,
         shape=t.shape,
-        offset=offsets[index],
+        offset=offsets[index] - (arena.base if arena else 0),
+        region=arena.region if arena else None,
         nbytes=t.nbytes,
         scale=qp.scale,
         zero_point=qp.zero_point,
@@ -500,6 +626,7 @@ def _header(
     inputs: tuple[IoTensor, ...],
     outputs: tuple[IoTensor, ...],
     model_hash: str,
+    arenas: tuple[RegionArena, ...],
 ) -> str:
     up = prefix.upper()
     guard = f"{up}_H"
@@ -514,6 +641,7 @@ def _header(
         "/* The caller provides the arena: at least ARENA_SIZE bytes, aligned to ARENA_ALIGNMENT. */",
         f"#define {up}_ARENA_SIZE {arena_bytes}u",
         f"#define {up}_ARENA_ALIGNMENT 16u",
+        *_region_lines(prefix, arenas),
         "/* Static state outside the arena: variable tensors and resource variables kept across invocations. */",
         f"#define {up}_STATE_SIZE {state_bytes}u",
         f"#define {up}_OPERATOR_COUNT {len(graph.main.operators)}",
@@ -526,6 +654,7 @@ def _header(
         for i, t in enumerate(tensors):
             lines += [
                 f"#define {up}_{kind}{i}_OFFSET {t.offset}u",
+                *([f'#define {up}_{kind}{i}_REGION "{t.region}"'] if len(arenas) > 1 else []),
                 f"#define {up}_{kind}{i}_BYTES {t.nbytes}u",
                 f"#define {up}_{kind}{i}_TYPE {LT_TYPE_NAMES[t.dtype]}",
                 f"#define {up}_{kind}{i}_SCALE {c_float(t.scale)}",
@@ -538,13 +667,12 @@ def _header(
         "#endif",
         "",
         f"extern const uint8_t {prefix}_hash[8]; /* first 8 bytes of the model file's sha256 */",
+        *(f"extern uint8_t {region_arena_name(prefix, a.region)}[{a.head_bytes}u];" for a in arenas[1:]),
         f"extern const lt_tensor_info {prefix}_inputs[{up}_INPUT_COUNT];",
         f"extern const lt_tensor_info {prefix}_outputs[{up}_OUTPUT_COUNT];",
         f"extern const char *const {prefix}_operator_names[{up}_OPERATOR_COUNT];",
         "",
-        "/* Pointer to input/output i inside `arena`. */",
-        f"static inline void *{prefix}_input(uint8_t *arena, int i) {{ return arena + {prefix}_inputs[i].offset; }}",
-        f"static inline void *{prefix}_output(uint8_t *arena, int i) {{ return arena + {prefix}_outputs[i].offset; }}",
+        *_io_pointers(prefix, inputs, outputs, arenas),
         "",
         "/* Runs every operator in the model's order. `hook` (may be NULL) is called before and after each. */",
         f"int {prefix}_invoke(uint8_t *arena, lt_op_hook hook, void *user);",
@@ -560,6 +688,48 @@ def _header(
         "",
     ]
     return "\n".join(lines)
+
+
+def _io_pointers(
+    prefix: str, inputs: tuple[IoTensor, ...], outputs: tuple[IoTensor, ...], arenas: tuple[RegionArena, ...]
+) -> list[str]:
+    """The header's `<prefix>_input` and `<prefix>_output`: inside `arena`, or where the arena is split across memory
+    regions, inside the arena of each one's region."""
+    if len(arenas) <= 1:
+        return [
+            "/* Pointer to input/output i inside `arena`. */",
+            f"static inline void *{prefix}_input(uint8_t *arena, int i) {{ return arena + {prefix}_inputs[i].offset; }}",
+            f"static inline void *{prefix}_output(uint8_t *arena, int i) {{ return arena + {prefix}_outputs[i].offset; }}",
+        ]
+    first = arenas[0].region
+
+    def at(t: IoTensor) -> str:
+        return f"{'arena' if t.region == first else region_arena_name(prefix, t.region or first)} + {t.offset}u"
+
+    lines = ["/* Pointer to input/output i: inside `arena`, or inside the arena of its memory region. */"]
+    for kind, tensors in (("input", inputs), ("output", outputs)):
+        lines.append(
+            f"static inline void *{prefix}_{kind}(uint8_t *arena, int i) {{ "
+            f"uint8_t *const at[] = {{{', '.join(at(t) for t in tensors)}}}; return at[i]; }}"
+        )
+    return lines
+
+
+def _region_lines(prefix: str, arenas: tuple[RegionArena, ...]) -> list[str]:
+    """The header's memory regions: the one the caller's arena belongs in, and the arrays of the others, which the
+    caller defines (each aligned to ARENA_ALIGNMENT, in its region) through the X-macro."""
+    if not arenas:
+        return []
+    up = prefix.upper()
+    lines = [f'#define {up}_ARENA_REGION "{arenas[0].region}"  /* where the caller\'s arena belongs */']
+    if len(arenas) == 1:
+        return lines
+    lines.append("/* The arena's bytes in further memory regions: X(region, bytes) for each; the caller defines each")
+    lines.append(f" * as uint8_t {prefix}_arena_<region>[bytes], aligned to {up}_ARENA_ALIGNMENT, in that region. */")
+    xs = " ".join(f"X({_c_region(a.region)}, {a.head_bytes}u)" for a in arenas[1:])
+    lines.append(f"#define {up}_REGION_ARENAS(X) {xs}")
+    lines.append(f"#define {up}_ARENAS_TOTAL_SIZE {sum(a.head_bytes for a in arenas)}u")
+    return lines
 
 
 def _tensor_info(t: IoTensor) -> str:

@@ -13,12 +13,14 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from lowtide import oracle
+from lowtide.compile.banks import DataRegion
 from lowtide.compile.codegen import CompiledModel, compile_model
 from lowtide.compile.lowering import NUMPY_TYPES
 from lowtide.compile.rows import DEFAULT_MAX_ROW_OVERHEAD
@@ -41,6 +43,11 @@ _HARNESS = r"""
 #include "{prefix}.h"
 
 static uint8_t arena[{PREFIX}_ARENA_SIZE + 16] __attribute__((aligned(16)));
+#ifdef {PREFIX}_REGION_ARENAS /* the arena split across memory regions: the others' parts */
+#define LT_REGION_ARENA(region, bytes) uint8_t {prefix}_arena_##region[bytes] __attribute__((aligned(16)));
+#define LT_JUNK(region, bytes) memset({prefix}_arena_##region, 0x5A ^ n, bytes);
+{PREFIX}_REGION_ARENAS(LT_REGION_ARENA)
+#endif
 
 /* Counts before/after pairs; any call out of order marks the run as broken. */
 static void count_calls(int op_index, int after, void *user) {{
@@ -64,6 +71,9 @@ int main(int argc, char **argv) {{
     int calls[4] = {{0, 0, 0, 0}};
     for (int n = 0; n < invocations; ++n) {{
         memset(arena, 0xA5 ^ n, sizeof arena);
+#ifdef {PREFIX}_REGION_ARENAS
+        {PREFIX}_REGION_ARENAS(LT_JUNK)
+#endif
         for (int i = 0; i < {PREFIX}_INPUT_COUNT; ++i) {{
             if (fread({prefix}_input(arena, i), 1, {prefix}_inputs[i].bytes, in) != {prefix}_inputs[i].bytes) return 4;
         }}
@@ -288,15 +298,19 @@ def verify_compiled(
     settings: Settings | None = None,
     row_chains: bool = True,
     max_row_overhead: float = DEFAULT_MAX_ROW_OVERHEAD,
+    wide_weights: bool = True,
+    regions: Sequence[DataRegion] = (),
 ) -> VerifyResult:
     """Compile `graph`, build it with the host compiler, and compare with TFLM on `oracle.random_inputs`.
     `workdir` keeps the build (sources, objects, binary) for inspection; by default a temporary one is used.
     `sanitize` builds with AddressSanitizer and UBSan: any memory or arithmetic fault fails the check.
     `invocations` > 1 invokes both sides that many times in a row (inputs from seeds seed, seed + 1, ...), so the
-    state a model keeps between invocations is compared too. `keep_model_plan`, `row_chains`, `max_row_overhead`: as
-    `compile_model`'s."""
+    state a model keeps between invocations is compared too. `keep_model_plan`, `row_chains`, `max_row_overhead`,
+    `regions`, `wide_weights`: as `compile_model`'s."""
     settings = settings_or_read(settings)
-    compiled = compile_model(graph, prefix, keep_model_plan, row_chains, max_row_overhead)
+    compiled = compile_model(
+        graph, prefix, keep_model_plan, row_chains, max_row_overhead, regions, wide_weights=wide_weights
+    )
     input_sets = [oracle.random_inputs(graph, seed + n) for n in range(invocations)]
     figures = oracle.allocate(graph.data, path=graph.source, settings=settings)
     reference = oracle.run_sequence(graph.data, input_sets, path=graph.source, settings=settings)

@@ -1,8 +1,11 @@
 """Row chains of the compiled runtime: runs of int8 convolutions (CONV_2D, pointwise, DEPTHWISE_CONV_2D, each
 with the PAD before it fused), residual ADDs, PRELUs, max pools, nearest-neighbour resizes, PADs of columns and
-channels, CONCATENATIONs of channels and a leading TRANSPOSE that run one output row at a time, each layer
+channels, CONCATENATIONs of channels, bilinear resizes and a leading TRANSPOSE that run one output row at a time, each layer
 computing its next row as soon as a later layer needs it, so that a tensor made and used inside the chain is held
-as a ring of the rows still needed instead of whole (no row is computed twice). A chain reads its sources whole
+as a ring of the rows still needed instead of whole (no row is computed twice), or, where its writer writes
+over its input (a depthwise layer channel by channel, pointwise layers, ADDs and PRELUs pixel by pixel) and its
+readers read a row at a time, in the slots of its input's ring rows no reader needs any more (`RingGuest`,
+vMCU's in-place rows). A chain reads its sources whole
 and writes its output whole, over the rows of a source no later operator reads once they are read. Where a run
 of such operators is cut into chains is the minimax of the chains' RAM (sources, rings, output and the row
 kernels' scratch), fewer bytes in all breaking ties."""
@@ -15,7 +18,8 @@ from functools import cache, cached_property
 
 from lowtide.compile.lowering import ModelEmitter, Unsupported
 from lowtide.compile.lowering.conv import window_geometry
-from lowtide.compile.lowering.emitter import attributes_of
+from lowtide.compile.lowering.emitter import RingGuest, attributes_of
+from lowtide.compile.lowering.movement import bilinear_q10
 from lowtide.memory import ALIGNMENT
 from lowtide.model.attributes import ConcatenationAttributes, Pool2DAttributes, ResizeAttributes
 from lowtide.model.ir import Operator, TensorKind
@@ -40,7 +44,7 @@ NEGLIGIBLE_SHARE = 0.001
 #   1 per value and 1.5 per row;
 # - a row call 30;
 # - a max pool (scalar, both kernels): 3 per window value and 6 per output; a PRELU 20 per value (guessed, not
-#   fitted).
+#   fitted); a bilinear resize 20 per value (guessed).
 _PER_FILTER_VALUE = 1.5
 _PER_OUTPUT_CHANNEL = 31
 _SINGLE_CALL_SHARE = 0.75
@@ -53,6 +57,7 @@ _ROW_CALL = 30
 _POOL_PER_TAP = 3
 _POOL_PER_OUTPUT = 6
 _PRELU_PER_VALUE = 20
+_BILINEAR_PER_VALUE = 20
 
 
 @dataclass(frozen=True)
@@ -78,14 +83,18 @@ class RowLayer:
     # estimated instructions of the layer run whole, and the extra ones it costs run a row at a time (module top)
     whole_instructions: int = 0
     row_instructions: int = 0
-    # the one input row each output row reads, where that is no window (RESIZE_NEAREST_NEIGHBOR: TFLM's
-    # nearest-neighbour map, never decreasing); empty: the window above
-    source_rows: tuple[int, ...] = ()
+    # the first and last input row each output row reads, where that is no window (RESIZE_NEAREST_NEIGHBOR: the
+    # one row TFLM's nearest-neighbour map gives; RESIZE_BILINEAR: the two rows it interpolates), never
+    # decreasing; empty: the window above
+    source_windows: tuple[tuple[int, int], ...] = ()
+    # a convolution reading its input through a TRANSPOSE from NCHW (`planes_source`): that TRANSPOSE, which runs
+    # no code (the input is the TRANSPOSE's input, its rows `in_row_bytes` apart in each channel's plane)
+    fused_transpose: int | None = None
 
     def window(self, oy: int) -> tuple[int, int]:
         """The first and last input row output row `oy` reads (last < first: all padding)."""
-        if self.source_rows:
-            return self.source_rows[oy], self.source_rows[oy]
+        if self.source_windows:
+            return self.source_windows[oy]
         top = oy * self.stride - self.pad_top
         return max(top, 0), min(top + (self.filter_rows - 1) * self.dilation, self.in_rows - 1)
 
@@ -108,7 +117,7 @@ class RowChain:
     ring_rows: tuple[tuple[int, int], ...]  # (tensor made and used inside, rows its ring holds)
     order: tuple[int, ...]  # the row loop: position in `ops` of the layer each step advances by one row
     ring_bytes: int  # the rings
-    whole_bytes: int  # the same tensors whole
+    whole_bytes: int  # the tensors held as rings or guests, whole
     # (a source no operator reads after the chain, bytes from its start to the output's (a multiple of 16, may
     # be negative)): the output's rows land only on that source's rows already read; None: apart
     overlap: tuple[int, int] | None
@@ -118,6 +127,9 @@ class RowChain:
     one_row: bool = False
     whole_instructions: int = 0  # the estimate of its layers run whole (module top)
     extra_instructions: int = 0  # and what running them by rows adds to it
+    guests: tuple[RingGuest, ...] = ()  # tensors made inside whose rows lie in the slots of a ring
+    # (convolution, the TRANSPOSE from NCHW it reads through: `RowLayer.fused_transpose`)
+    transposes: tuple[tuple[int, int], ...] = ()
 
     @property
     def rings(self) -> dict[int, int]:
@@ -136,11 +148,18 @@ class RowRefusal:
 class RowPlan:
     chains: tuple[RowChain, ...]
     refusals: tuple[RowRefusal, ...]
+    # estimated instructions too few to weigh (NEGLIGIBLE_SHARE of the model's row layers run whole)
+    negligible_instructions: float = 0
 
     @property
     def row_ops(self) -> frozenset[int]:
         """The operators that run a row at a time."""
         return frozenset(op for chain in self.chains for op in chain.ops)
+
+    @property
+    def fused_transposes(self) -> dict[int, int]:
+        """The TRANSPOSEs that run no code -> the convolution that reads their input's planes."""
+        return {transpose: op for chain in self.chains for op, transpose in chain.transposes}
 
     @property
     def one_row_ops(self) -> frozenset[int]:
@@ -165,7 +184,7 @@ def _row_layer(e: ModelEmitter, op: Operator, fast_rows: frozenset[int]) -> RowL
             return "a TRANSPOSE of the batch or not of int8 NHWC"
         step = math.prod(read.shape[perm[1] + 1 :])  # elements between the input's slices output rows read
         return _elementwise_rows(op, (op.inputs[0],), out.shape[1], out.shape[1], out.nbytes * 3, in_row_bytes=step)
-    if op.opcode == "RESIZE_NEAREST_NEIGHBOR":
+    if op.opcode in ("RESIZE_NEAREST_NEIGHBOR", "RESIZE_BILINEAR"):
         return _resize_layer(e, op)
     if op.opcode == "MAX_POOL_2D":
         return _max_pool_layer(e, op)
@@ -190,6 +209,11 @@ def _row_layer(e: ModelEmitter, op: Operator, fast_rows: frozenset[int]) -> RowL
     fusion = e.fused_pads.get(op.index)
     if fusion is not None:
         source, pad_top, in_rows = fusion.source, g.pad_h + fusion.top, e.tensor(fusion.source).shape[1]
+    planes = planes_source(e, source) if op.opcode == "CONV_2D" else None
+    in_row_bytes = 0
+    if planes is not None:
+        transpose, source = planes
+        in_row_bytes = e.tensor(source).shape[3]  # a plane's row
     pointwise = (g.filter_h, g.filter_w, g.stride_h, g.stride_w, g.pad_h, g.pad_w) == (1, 1, 1, 1, 0, 0)
     if op.opcode == "DEPTHWISE_CONV_2D" and g.in_c > 1:  # (one input channel runs as a convolution)
         writes_over = "channel"
@@ -219,9 +243,29 @@ def _row_layer(e: ModelEmitter, op: Operator, fast_rows: frozenset[int]) -> RowL
         pad_top,
         in_rows,
         writes_over,
+        in_row_bytes,
         whole_instructions=whole,
         row_instructions=by_rows,
+        fused_transpose=None if planes is None else transpose,
     )
+
+
+def planes_source(e: ModelEmitter, tensor: int) -> tuple[int, int] | None:
+    """Where `tensor` is an int8 TRANSPOSE of NCHW to NHWC that only one operator reads (and no model output),
+    that TRANSPOSE and its NCHW input: a convolution reading `tensor` by rows may read the input's channel
+    planes instead (lt_conv_planes_row_s8_fast), and the TRANSPOSE need not run."""
+    sg = e.sg
+    producer = sg.producers().get(tensor)
+    if producer is None or tensor in sg.outputs or len(sg.consumers().get(tensor, [])) != 1:
+        return None
+    op = sg.operators[producer]
+    if op.opcode != "TRANSPOSE" or e.tensor(op.inputs[0]).kind is not TensorKind.ACTIVATION:
+        return None
+    read = e.tensor(op.inputs[0])
+    perm = [int(v) for v in e.constant_values(op.inputs[1]).reshape(-1)]
+    if read.dtype != "int8" or len(read.shape) != 4 or read.shape[0] != 1 or perm != [0, 2, 3, 1]:
+        return None
+    return op.index, op.inputs[0]
 
 
 def _elementwise_rows(
@@ -233,10 +277,10 @@ def _elementwise_rows(
     writes_over: str = "",
     calls_per_row: int = 1,
     in_row_bytes: int = 0,
-    source_rows: tuple[int, ...] = (),
+    source_windows: tuple[tuple[int, int], ...] = (),
 ) -> RowLayer:
-    """A layer whose output row oy reads row oy of its inputs (or the row `source_rows` names): no window, a row
-    call (or `calls_per_row`) per output row on top of the whole layer's work."""
+    """A layer whose output row oy reads row oy of its inputs (or the rows `source_windows` names): no window, a
+    row call (or `calls_per_row`) per output row on top of the whole layer's work."""
     return RowLayer(
         op.index,
         inputs,
@@ -251,25 +295,31 @@ def _elementwise_rows(
         in_row_bytes,
         whole_instructions=whole_instructions,
         row_instructions=whole_instructions + out_rows * _ROW_CALL * calls_per_row,
-        source_rows=source_rows,
+        source_windows=source_windows,
     )
 
 
 def _resize_layer(e: ModelEmitter, op: Operator) -> RowLayer | str:
-    """A RESIZE_NEAREST_NEIGHBOR as a row layer: output row oy copies, column by column, the one input row TFLM's
-    reference kernel maps it to."""
+    """A RESIZE_NEAREST_NEIGHBOR or RESIZE_BILINEAR as a row layer: output row oy copies, column by column, the one
+    input row TFLM's nearest map gives it, or interpolates the two rows TFLM's integer bilinear kernel reads."""
     read, out = e.tensor(op.inputs[0]), e.tensor(op.outputs[0])
     if read.dtype != "int8" or len(read.shape) != 4 or read.shape[3] != out.shape[3]:
-        return "a RESIZE_NEAREST_NEIGHBOR not of int8 NHWC"
+        return f"a {op.opcode} not of int8 NHWC"
     try:
         resize = attributes_of(op, ResizeAttributes)
     except Unsupported as exc:
         return str(exc)
-    rows = nearest_indices(read.shape[1], out.shape[1], resize.align_corners, resize.half_pixel_centers)
-    whole = out.nbytes * 3  # a pixel's bytes copied, as a TRANSPOSE's
-    return _elementwise_rows(
-        op, (op.inputs[0],), out.shape[1], read.shape[1], whole, source_rows=tuple(int(y) for y in rows)
-    )
+    align, half = resize.align_corners, resize.half_pixel_centers
+    if op.opcode == "RESIZE_BILINEAR":
+        if align and half:
+            return "a RESIZE_BILINEAR with align_corners and half_pixel_centers"
+        lower, upper, _ = bilinear_q10(read.shape[1], out.shape[1], align, half)
+        windows = tuple(zip(lower, upper))
+        whole = out.nbytes * _BILINEAR_PER_VALUE
+    else:
+        windows = tuple((int(y), int(y)) for y in nearest_indices(read.shape[1], out.shape[1], align, half))
+        whole = out.nbytes * 3  # a pixel's bytes copied, as a TRANSPOSE's
+    return _elementwise_rows(op, (op.inputs[0],), out.shape[1], read.shape[1], whole, source_windows=windows)
 
 
 def _prelu_layer(e: ModelEmitter, op: Operator) -> RowLayer | str:
@@ -413,6 +463,88 @@ def _schedule(
     return order, rings, {t: room // quantum[t] * quantum[t] for t, room in headroom.items()}
 
 
+def _reads_one_row(layer: RowLayer) -> bool:
+    """Whether each output row of `layer` reads one row of its inputs, through a pointer to that row (what the
+    readers of a `RingGuest` must do: its rows are no ring the window kernels index)."""
+    return (
+        layer.filter_rows == 1
+        and layer.pad_top == 0
+        and not layer.in_row_bytes
+        and all(first == last for first, last in layer.source_windows)
+    )
+
+
+def _guests(
+    layers: list[RowLayer], order: list[int], rings: dict[int, int], row_bytes: dict[int, int]
+) -> tuple[RingGuest, ...]:
+    """The inner tensors that need no ring of their own: a layer that writes over its input
+    (`RowLayer.writes_over`) puts its row y over the row of an input ring under its window's top, (stride * y -
+    pad_top), the row it reads first; the row loop `order` is replayed slot by slot, and a guest whose rows would
+    land on a row still to be read (or a ring's own row on a guest's still to be read) loses its place, until
+    none does."""
+    readers: dict[int, list[int]] = {}
+    for i, layer in enumerate(layers):
+        for t in set(layer.inputs):
+            readers.setdefault(t, []).append(i)
+    over: dict[int, int] = {}  # position of a layer that may write over an input ring -> that ring
+    for pos, layer in enumerate(layers[:-1]):
+        if layer.writes_over and all(_reads_one_row(layers[r]) for r in readers[layer.output]):
+            ring = next((t for t in layer.inputs if t in rings and row_bytes[layer.output] <= row_bytes[t]), None)
+            if ring is not None:
+                over[pos] = ring
+    while over:
+        guests: dict[int, RingGuest] = {}
+        for pos, ring in sorted(over.items()):  # a guest's input before it, in the chain's order
+            layer, inner = layers[pos], guests.get(ring)
+            host, scale, shift = (inner.host, inner.scale, inner.shift) if inner else (ring, 1, 0)
+            top = (shift - scale * layer.pad_top) % rings[host]
+            guests[layer.output] = RingGuest(layer.output, host, scale * layer.stride, top)
+        clash = _clash(layers, order, rings, guests, readers, over)
+        if clash is None:
+            return tuple(guests[t] for t in sorted(guests))
+        del over[clash]
+    return ()
+
+
+def _clash(
+    layers: list[RowLayer],
+    order: list[int],
+    rings: dict[int, int],
+    guests: dict[int, RingGuest],
+    readers: dict[int, list[int]],
+    over: dict[int, int],
+) -> int | None:
+    """The position of a guest's writer that would write a row over one still to be read, replaying `order`
+    (each ring slot's tenant: tensor and row); None where no row is."""
+    writer = {layer.output: i for i, layer in enumerate(layers)}
+    done = [0] * len(layers)
+    tenants: dict[tuple[int, int], tuple[int, int]] = {}
+    for pos in order:
+        layer, y = layers[pos], done[pos]
+        done[pos] += 1  # the row's reads are done when it is written (in place: pixel or channel after its read)
+        t = layer.output
+        guest = guests.get(t)
+        if guest is not None:
+            slot = (guest.host, (guest.scale * y + guest.shift) % rings[guest.host])
+        elif t in rings:
+            slot = (t, y % rings[t])
+        else:
+            continue
+        tenant = tenants.get(slot)
+        if tenant is not None:
+            other, row = tenant
+            first, last = layer.windows[y]
+            in_place = guest is not None and over[pos] == other and row == layer.stride * y - layer.pad_top
+            read_now = other in layer.inputs and first <= row <= last
+            if (read_now and not in_place) or any(layers[r].needed[done[r]] <= row for r in readers[other]):
+                if guest is not None:
+                    return pos
+                assert other in guests, "a ring's own rows outlived its slots"
+                return writer[other]
+        tenants[slot] = (t, y)
+    return None
+
+
 def find_row_chains(
     e: ModelEmitter,
     consumers: dict[int, list[int]],
@@ -429,13 +561,19 @@ def find_row_chains(
     whose layers' estimated instructions grow by more than this fraction."""
     sg = e.sg
     outputs = set(sg.outputs)
-    fused = {f.pad_op for f in e.fused_pads.values()}
+    layers = {op.index: _row_layer(e, op, fast_rows) for op in sg.operators}
+    # fused PADs, and TRANSPOSEs a convolution reads through (which run whole where it runs whole after all)
+    fused = {f.pad_op for f in e.fused_pads.values()} | {
+        layer.fused_transpose
+        for layer in layers.values()
+        if isinstance(layer, RowLayer) and layer.fused_transpose is not None
+    }
     runs: list[list[RowLayer]] = [[]]
     refusals: list[RowRefusal] = []
     for op in sg.operators:
         if op.index in fused:
             continue
-        layer = _row_layer(e, op, fast_rows)
+        layer = layers[op.index]
         if isinstance(layer, RowLayer):
             runs[-1].append(layer)
             continue
@@ -449,6 +587,7 @@ def find_row_chains(
             "PADV2",
             "PRELU",
             "RESIZE_NEAREST_NEIGHBOR",
+            "RESIZE_BILINEAR",
         ):
             refusals.append(RowRefusal((op.index,), layer))
         if runs[-1]:
@@ -460,7 +599,7 @@ def find_row_chains(
             found, refused = _cut(e, run, consumers, outputs, scratch, whole_depthwise, max_overhead, negligible)
             chains += found
             refusals += refused
-    return RowPlan(tuple(chains), tuple(sorted(refusals, key=lambda r: r.ops)))
+    return RowPlan(tuple(chains), tuple(sorted(refusals, key=lambda r: r.ops)), negligible)
 
 
 def _cut(
@@ -481,6 +620,8 @@ def _cut(
             nbytes[t] = e.tensor(t).nbytes
             row_bytes[t] = nbytes[t] // e.tensor(t).shape[1]
     positions = {layer.op: i for i, layer in enumerate(run)}
+    # a TRANSPOSE a convolution reads through reads its input where the convolution does
+    positions.update({layer.fused_transpose: i for i, layer in enumerate(run) if layer.fused_transpose is not None})
     too_slow: dict[int, float] = {}  # a layer whose rows cost more instructions than allowed -> the least overhead
     made_at = {layer.output: i for i, layer in enumerate(run)}
     touched = dict.fromkeys(t for layer in run for t in (*layer.inputs, layer.output))
@@ -546,12 +687,14 @@ def _cut(
             extent = max(nbytes[t], offset + out_bytes) - min(0, offset)
             if nbytes[t] + out_bytes - extent > saved:
                 overlap, saved = (t, offset), nbytes[t] + out_bytes - extent
-        ring_bytes = sum(rows * row_bytes[t] for t, rows in rings.items())
+        guests = _guests(layers, order, rings, row_bytes)
+        own = {t: rows for t, rows in rings.items() if t not in {g.tensor for g in guests}}
+        ring_bytes = sum(rows * row_bytes[t] for t, rows in own.items())
         chain = RowChain(
             ops=tuple(layer.op for layer in layers),
             sources=sources,
             output=run[j].output,
-            ring_rows=tuple(sorted(rings.items())),
+            ring_rows=tuple(sorted(own.items())),
             order=tuple(order),
             ring_bytes=ring_bytes,
             whole_bytes=sum(nbytes[t] for t in rings),
@@ -559,6 +702,10 @@ def _cut(
             one_row=one_row,
             whole_instructions=whole_instructions,
             extra_instructions=extra,
+            guests=guests,
+            transposes=tuple(
+                (layer.op, layer.fused_transpose) for layer in layers if layer.fused_transpose is not None
+            ),
         )
         if i == j and overlap is None:  # one layer alone gains only by writing over its input
             return None, whole + own_scratch + across
@@ -568,9 +715,11 @@ def _cut(
     best: list[tuple[int, int, list[tuple[int, int]]]] = [(0, 0, [])]
     for j in range(1, len(run) + 1):
         choice = None
-        inner = 0  # a row of each tensor made inside layers i..j-1: below any such chain's RAM, growing with it
+        # a row of each tensor made inside layers i..j-1 that cannot be a guest (`RingGuest`): below any such
+        # chain's RAM, growing with it
+        inner = 0
         for i in range(j - 1, -1, -1):
-            if i < j - 1:
+            if i < j - 1 and not run[i].writes_over:
                 inner += row_bytes[run[i].output]
             if choice is not None and inner > choice[0]:
                 break  # every longer chain holds more than the best cut so far

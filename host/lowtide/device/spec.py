@@ -15,6 +15,10 @@ A board file holds only what lowtide reads:
     clock_hz = 216000000              # must equal the clock the board's HELLO reports
     platformio_env = "nucleo_f746zg"  # the firmware build (and upload) env
     runtime = "compiled"              # optional: what runs the model unless --runtime says (compiled)
+    arena_region = "axi_sram"         # optional: the [[memory]] that holds TFLM's (non-persistent) arena unless
+                                      # --arena-region or --persistent-region is given (default: with .bss)
+    persistent_region = "sram1"       # optional: TFLM's two arenas, the persistent one in this [[memory]], unless
+                                      # either option is given
     platformio_config = "x.ini"       # optional: PlatformIO envs of its own (over the shipped ones), relative to
                                       # the board file
     [serial]                          # real boards: how lowtide finds and opens the port
@@ -62,6 +66,8 @@ _KEYS = {
     "clock_hz",
     "platformio_env",
     "runtime",
+    "arena_region",
+    "persistent_region",
     "platformio_config",
     "serial",
     "emulator",
@@ -139,6 +145,10 @@ class BoardSpec:
     labgrid: LabgridSettings | None
     path: Path
     memories: tuple[MemoryBank, ...] = ()  # the part's RAM banks, by address; empty for a board file without them
+    # Where TFLM's arenas go when neither --arena-region nor --persistent-region is given ([[memory]] names; None:
+    # the arena with .bss, one arena): lowtide.pipeline.firmware.requested_regions
+    arena_region: str | None = None
+    persistent_region: str | None = None
 
     @property
     def emulated(self) -> bool:
@@ -173,6 +183,12 @@ def load_board_spec(path: Path) -> BoardSpec:
             raise LowtideError(
                 f"sram_bytes = {sram_bytes:,} is more than its [[memory]] banks hold ({banks_bytes:,} B)"
             )
+        names = {m.name for m in memories}
+        for key in ("arena_region", "persistent_region"):
+            if key in data and data[key] not in names:
+                raise LowtideError(
+                    f"{key} = {data[key]!r} names no [[memory]] of the board ({', '.join(sorted(names)) or 'none'})"
+                )
         return BoardSpec(
             name=data["name"],
             description=data["description"],
@@ -195,6 +211,8 @@ def load_board_spec(path: Path) -> BoardSpec:
             labgrid=LabgridSettings(labgrid["place"], labgrid.get("coordinator")) if labgrid else None,
             path=path,
             memories=memories,
+            arena_region=data.get("arena_region"),
+            persistent_region=data.get("persistent_region"),
         )
     except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
         raise LowtideError(f"bad board file: {type(exc).__name__}: {exc}", path) from None

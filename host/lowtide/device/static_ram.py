@@ -80,8 +80,9 @@ def static_ram_split(elf: Path, static_ram_bytes: int, stack_bytes: int, arena_s
         for name, size in linked
         if (name, size) in harness_symbols and name not in _ARENAS and name not in _RUNTIME_IN_GLUE
     )
-    harness += arena_slack_bytes
-    arena -= arena_slack_bytes
+    if arena:  # the compiled arena's slack is in static RAM with it, not where it went to a memory of its own
+        harness += arena_slack_bytes
+        arena -= arena_slack_bytes
     return StaticRamSplit(
         arena_bytes=arena,
         runtime_bytes=static_ram_bytes - arena - harness,

@@ -360,9 +360,9 @@ def lowtide_measure(request: pytest.FixtureRequest, lowtide_board: str) -> Measu
         persistent_region: str | None = None,
     ) -> MeasureResult:
         from lowtide.device.boards import get_board
-        from lowtide.pipeline.firmware import ArenaRegions, arena_memories, upload_firmware
+        from lowtide.pipeline.firmware import ArenaRegions, arena_memories, requested_regions, upload_firmware
         from lowtide.pipeline.measure import measure
-        from lowtide.runtimes import runtime_named
+        from lowtide.runtimes import runtime_for, runtime_named
 
         runtime = runtime or hil.runtime
         model_path = Path(model_path)
@@ -403,6 +403,9 @@ def lowtide_measure(request: pytest.FixtureRequest, lowtide_board: str) -> Measu
                 regions=regions,
             )
             spec = get_board(lowtide_board).spec
+            if spec is not None and hil.flash is None:  # the board file's arena regions where none are given
+                chosen_runtime = runtime_named(runtime) if runtime else None
+                regions = requested_regions(spec, runtime_for(spec.runtime, chosen_runtime), regions)
             memories = memory_figures(result, *arena_memories(spec, regions)) if spec and regions.split else {}
         except LowtideError as exc:
             message = f"lowtide: measuring {model_path.name} on {lowtide_board} failed: {exc}"

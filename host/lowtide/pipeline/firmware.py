@@ -21,6 +21,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from lowtide.compile.banks import DataRegion
+from lowtide.compile.codegen import region_arenas
 from lowtide.device.boards import Board, HostTflmBoard
 from lowtide.device.drivers.platformio import (
     FirmwareImage,
@@ -36,13 +38,20 @@ from lowtide.device.drivers.platformio import (
     upload_settings,
 )
 from lowtide.device.drivers.process import HostProgram
-from lowtide.device.spec import BoardSpec
+from lowtide.device.spec import BoardSpec, MemoryBank, MemorySpeed
 from lowtide.errors import LowtideError
 from lowtide.model.ir import Graph
 from lowtide.pipeline import host_tflm
 from lowtide.project import FirmwareProject, ProtocolDefines, cached_project_dir, project_files
 from lowtide.resources import DATA_DIR
-from lowtide.runtimes import FirmwareRuntime, FootprintEstimate, runtime_for
+from lowtide.runtimes import (
+    ARENA_SLACK_BYTES,
+    ArenaLayout,
+    CompiledArenaLayout,
+    FirmwareRuntime,
+    FootprintEstimate,
+    runtime_for,
+)
 from lowtide.settings import Settings, settings_or_read
 from lowtide.tflm.regions import ArenaPlace, TflmArenaLayout
 from lowtide.tflm.sizer import Arena32
@@ -66,6 +75,15 @@ class ArenaRegions:
 
 
 IN_BSS = ArenaRegions()  # one arena, with the image's other static data
+
+
+def requested_regions(spec: BoardSpec | None, runtime: FirmwareRuntime, regions: ArenaRegions) -> ArenaRegions:
+    """Where TFLM's arenas go: `regions` where the user gave either, else the board file's defaults
+    (`arena_region`, `persistent_region`) for a runtime of TFLM's; `regions` for the compiled runtime, which has
+    none of TFLM's arenas."""
+    if spec is None or runtime.kernels is None or not regions.default:
+        return regions
+    return ArenaRegions(spec.arena_region, spec.persistent_region)
 
 
 def _place(spec: BoardSpec, name: str, option: str) -> ArenaPlace:
@@ -109,10 +127,93 @@ def tflm_arena_layout(spec: BoardSpec, arena: Arena32, regions: ArenaRegions) ->
     return layout
 
 
-def _script_ram_arena_bytes(layout: TflmArenaLayout) -> int:
+def _stack(spec: BoardSpec) -> tuple[str | None, int]:
+    """The linker script region that holds the stack (its STACK_RAM, else RAM) and the stack's bytes
+    (STACK_SIZE); (None, 0) where lowtide does not ship the script."""
+    script = shipped_linker_script(spec)
+    if script is None:
+        return None, 0
+    text = (DATA_DIR / script).read_text()
+    size = re.search(r"STACK_SIZE\s*=\s*(0x[0-9A-Fa-f]+|\d+)\s*;", text)
+    alias = re.search(r'REGION_ALIAS\(\s*"STACK_RAM"\s*,\s*(\w+)\s*\)', text)
+    return (alias.group(1) if alias else "RAM"), int(size.group(1), 0) if size else 0
+
+
+def arena_layout(
+    spec: BoardSpec, graph: Graph, tflm_arena: Arena32 | None, regions: ArenaRegions, estimate: FootprintEstimate
+) -> ArenaLayout | None:
+    """The arenas `spec`'s image declares for `graph`: TFLM's where its runtime sized them (`tflm_arena`), placed where
+    `regions` asks; else the compiled runtime's across the board's memories (`compiled_arena_layout`)."""
+    if tflm_arena is not None:
+        return tflm_arena_layout(spec, tflm_arena, regions)
+    return compiled_arena_layout(spec, graph, estimate)
+
+
+def _holds_bss(spec: BoardSpec, bank: MemoryBank, script: list[MemoryRegion]) -> bool:
+    """Whether the linker script's region holding .bss (the image's RAM) starts in `bank`."""
+    bss = _bss_region(spec, script)
+    return any(r.name == bss and bank.address <= r.origin < bank.end for r in script)
+
+
+def compiled_data_regions(spec: BoardSpec, estimate: FootprintEstimate) -> tuple[DataRegion, ...]:
+    """The memories the compiled runtime's arena may use on `spec`, each with the bytes left there for it: only the
+    memory of the image's RAM (.bss) where the one-arena plan fits it, as without memories; else every memory that
+    holds no flash region of the linker script and has room, fastest first (the image's RAM first among equals,
+    then by address). The image's RAM keeps room for the static RAM (a lower bound: `estimate`, the compiled
+    runtime's), the stack's memory for the stack, and each memory for the slack painted past the arena the firmware
+    passes to the model, wherever that goes; empty without [[memory]] tables or a linker script lowtide ships."""
+    script = shipped_linker_regions(spec)
+    if not spec.memories or script is None:
+        return ()
+    stack_region, stack_bytes = _stack(spec)
+    regions: list[tuple[MemoryBank, DataRegion]] = []
+    for bank in spec.memories:
+        inside = [r for r in script if bank.address <= r.origin < bank.end]
+        if any(not r.writable for r in inside):
+            continue
+        nbytes = max([bank.size_bytes, *(r.length for r in inside)])
+        nbytes -= stack_bytes if any(r.name == stack_region for r in inside) else 0
+        nbytes -= estimate.static_ram_bytes if _holds_bss(spec, bank, script) else 0
+        # whichever region's arena the firmware passes to the model has the painted slack after it
+        regions.append((bank, DataRegion(bank.name, nbytes - ARENA_SLACK_BYTES)))
+    home = next((region for bank, region in regions if _holds_bss(spec, bank, script)), None)
+    if home is not None and estimate.arena_bytes - ARENA_SLACK_BYTES <= home.capacity_bytes:  # the plan's head
+        return (home,)
+    speeds = list(MemorySpeed)
+    regions.sort(key=lambda pair: (speeds.index(pair[0].speed), pair[1] is not home, pair[0].address))
+    return tuple(region for _, region in regions if region.capacity_bytes > 0)
+
+
+def compiled_arena_layout(spec: BoardSpec, graph: Graph, estimate: FootprintEstimate) -> CompiledArenaLayout | None:
+    """Where the compiled runtime's arenas go on `spec` (`compiled_data_regions`): the first region's in .bss where
+    that is the image's RAM, every other one in its memory's section; None where the one arena stays in .bss (the
+    image is the one a board without memory regions gets)."""
+    regions = compiled_data_regions(spec, estimate)
+    script = shipped_linker_regions(spec) or []
+    banks = {m.name: m for m in spec.memories}
+    places = tuple(
+        None if i == 0 and _holds_bss(spec, banks[r.name], script) else _place(spec, r.name, "the compiled arena:")
+        for i, r in enumerate(regions)
+    )
+    if places in ((), (None,)):
+        return None
+    return CompiledArenaLayout(regions, places, region_arenas(graph, regions))
+
+
+def _placed(layout: ArenaLayout) -> list[tuple[ArenaPlace | None, str, int]]:
+    """(place, what, bytes) of each arena `layout` declares; place None: in .bss."""
+    if isinstance(layout, CompiledArenaLayout):
+        return layout.placed()
+    split = layout.persistent_bytes is not None
+    placed = [(layout.arena_place, "TFLM's non-persistent arena" if split else "arena", layout.arena_bytes)]
+    if layout.persistent_bytes is not None:
+        placed.append((layout.persistent_place, "TFLM's persistent arena", layout.persistent_bytes))
+    return placed
+
+
+def _script_ram_arena_bytes(layout: ArenaLayout) -> int:
     """The arena bytes in the linker script's own regions (.bss, or a script region): those sram_bytes counts."""
-    parts = ((layout.arena_place, layout.arena_bytes), (layout.persistent_place, layout.persistent_bytes or 0))
-    return sum(nbytes for place, nbytes in parts if place is None or place.declared is None)
+    return sum(nbytes for place, _, nbytes in _placed(layout) if place is None or place.declared is None)
 
 
 @dataclass(frozen=True)
@@ -143,15 +244,11 @@ class MemoryUse:
         }
 
 
-def memory_use(spec: BoardSpec, estimate: FootprintEstimate, layout: TflmArenaLayout | None) -> list[MemoryUse]:
+def memory_use(spec: BoardSpec, estimate: FootprintEstimate, layout: ArenaLayout | None) -> list[MemoryUse]:
     """Per memory of `spec` ([[memory]]), what its firmware puts there: code and constants in the linker script's
     flash region, static RAM (and the arenas in .bss) in its RAM region, each placed arena in its memory."""
     regions = shipped_linker_regions(spec) or []
-    split = layout is not None and layout.persistent_bytes is not None
-    arena_name = "TFLM's non-persistent arena" if split else "arena"
-    placed = [(layout.arena_place, arena_name, layout.arena_bytes)] if layout else []
-    if layout is not None and layout.persistent_bytes is not None:
-        placed.append((layout.persistent_place, "TFLM's persistent arena", layout.persistent_bytes))
+    placed = _placed(layout) if layout else []
     in_bss = [(what, nbytes) for place, what, nbytes in placed if place is None]
     if layout is None:
         in_bss = [("arena", estimate.arena_bytes)]
@@ -211,7 +308,7 @@ def check_estimate_fits(spec: BoardSpec, estimate: FootprintEstimate) -> None:
         raise LowtideError(f"{estimate.model}: {'; '.join(problems)}")
 
 
-def check_memories_fit(spec: BoardSpec, estimate: FootprintEstimate, layout: TflmArenaLayout | None) -> None:
+def check_memories_fit(spec: BoardSpec, estimate: FootprintEstimate, layout: ArenaLayout | None) -> None:
     """Refuses, with the numbers, a model whose firmware overflows one of `spec`'s memories ([[memory]]) though the
     sum fits (the STM32H743's one arena in its 512 KiB AXI SRAM), before building: each memory as memory_use counts
     it, against the memory or the linker script's region starting there if that is longer (one region over banks
@@ -243,11 +340,11 @@ def check_image_fits(spec: BoardSpec, image: FirmwareImage, model: str) -> None:
         raise LowtideError(f"{model}: the built firmware does not fit: {'; '.join(problems)}", image.elf)
 
 
-def check_arenas_placed(spec: BoardSpec, elf: Path, layout: TflmArenaLayout, settings: Settings) -> None:
+def check_arenas_placed(spec: BoardSpec, elf: Path, layout: ArenaLayout, settings: Settings) -> None:
     """Refuses a built image whose arena sections are not inside the memories they were placed in (a linker script
     of the user's that drops or moves lowtide's sections)."""
     sections = {section.name: section for section in elf_sections(elf, settings)}
-    for place in layout.places:
+    for place in (p for p, _, _ in _placed(layout) if p is not None):
         section = sections.get(place.section)
         bank = next(m for m in spec.memories if m.name == place.memory)
         if section is None or not (bank.address <= section.address and section.address + section.size <= bank.end):
@@ -259,7 +356,7 @@ def firmware_project(
     spec: BoardSpec,
     model: Graph | None,
     runtime: FirmwareRuntime,
-    tflm_arenas: TflmArenaLayout | None = None,
+    arenas: ArenaLayout | None = None,
     project_dir: Path | None = None,
     protocol: ProtocolDefines | None = None,
     *,
@@ -279,7 +376,7 @@ def firmware_project(
         model,
         runtime,
         spec.core,
-        tflm_arenas,
+        arenas,
         settings,
         protocol,
     )
@@ -311,6 +408,7 @@ def build_board_firmware(
     settings = settings_or_read(settings)
     runtime = runtime_for(spec.runtime, runtime)
     graph = graph if graph is not None else load_model(model_path, settings, runtime.relies_on)
+    regions = requested_regions(spec, runtime, regions)
     if runtime.kernels is None and not regions.default:
         raise LowtideError(
             f"--arena-region and --persistent-region place TFLM's arenas: the {runtime} runtime has none"
@@ -325,8 +423,8 @@ def build_board_firmware(
         check_estimate_fits(spec, early)
         check_registry_reachable(spec, settings)
     tflm_arena = runtime.predict_arena(graph, spec.core, settings)
-    layout = tflm_arena_layout(spec, tflm_arena, regions) if tflm_arena else None
     estimate = runtime.estimate_footprint(graph, tflm_arena)
+    layout = arena_layout(spec, graph, tflm_arena, regions, estimate)
     if layout is not None:
         estimate = dataclasses.replace(estimate, arena_bytes=_script_ram_arena_bytes(layout))
     check_estimate_fits(spec, estimate)

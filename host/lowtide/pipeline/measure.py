@@ -22,7 +22,14 @@ from lowtide.device.spec import with_probe
 from lowtide.device.static_ram import StaticRamSplit, static_ram_split
 from lowtide.errors import LowtideError
 from lowtide.model.ir import Graph
-from lowtide.pipeline.firmware import IN_BSS, ArenaRegions, board_firmware, predicted_arena, predicted_head_and_used
+from lowtide.pipeline.firmware import (
+    IN_BSS,
+    ArenaRegions,
+    board_firmware,
+    predicted_arena,
+    predicted_head_and_used,
+    requested_regions,
+)
 from lowtide.runtimes import FirmwareRuntime, planned_head_bytes, runtime_for, runtime_named
 from lowtide.settings import Settings, settings_or_read
 from lowtide.validation import load_checked
@@ -123,6 +130,8 @@ def _measure(
 ) -> MeasureResult:
     inputs = oracle.random_inputs(graph, seed)
     outputs = oracle.run(graph.data, inputs, path=str(model_path), settings=settings).outputs
+    if target.spec is not None:  # the board file's arena regions where none are given
+        regions = requested_regions(target.spec, runtime_for(target.spec.runtime, runtime), regions)
     image = board_firmware(target, model_path, graph, runtime, settings, port, regions)  # refused if it cannot fit
     predicted = predicted_arena(target, graph, runtime, settings)
     head, used = predicted_head_and_used(predicted, regions) if predicted else (planned_head_bytes(graph, None), None)

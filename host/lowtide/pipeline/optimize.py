@@ -188,6 +188,9 @@ def optimize_model(
     stock_plan = tflm_plan(graph)
     stock_mcu32 = mcu32_arena(graph, stock_plan.head_bytes, kernels, core, mode=arena32, settings=settings)
 
+    def tail_bytes(g: Graph) -> int:
+        return mcu32_arena(g, 0, kernels, core, mode=arena32, settings=settings).tail_bytes
+
     candidates = [ArenaCandidate(graph, stock_mcu32.tail_bytes, None)]
     rejected: list[RejectedCandidate] = []
     rewritten = None
@@ -197,90 +200,18 @@ def optimize_model(
         report("rewrite", 1.0, rewritten.reason)
         rejected.extend(rewritten.rejected)
         if rewritten.rewritten:
-            weigh = Weigher(
-                str(model_path),
-                kernels.value,
-                lambda g: mcu32_arena(g, 0, kernels, core, mode=arena32, settings=settings).tail_bytes,
-                rejected,
-                settings,
-                loaded.passed,
-            )
-            tiled = weigh(rewritten.model, rewritten.tilings)
-            candidates += [tiled] if tiled else []
-            fewer = fewer_patches(graph, rewritten.tilings, weigh, effort, clock)
-            candidates += [fewer] if fewer else []
-    # Each candidate graph is scheduled and placed, and the one with the smaller arena on a 32-bit MCU is written:
-    # tiling shrinks the head but adds operators and tensors, whose persistent structs grow the tail. The original
-    # is always a candidate, so rewriting can never end above plain optimization.
-    plans: list[tuple[Schedule, Order, PlacedPlan]] = []
-    plan_work = WorkBudget.of(effort * PLAN_UNITS, "plan", clock)
-    for candidate in candidates:
-        plans.append(
-            _plan(
-                candidate.graph,
-                tflm_plan(candidate.graph).head_bytes,
-                plan_work.share(1 / (len(candidates) - len(plans))),
-                effort,
-                report,
-            )
-        )
+            weigh = Weigher(str(model_path), kernels.value, tail_bytes, rejected, settings, loaded.passed)
+            candidates += _tiled_candidates(graph, rewritten, weigh, effort, clock)
+    plans = _planned(candidates, WorkBudget.of(effort * PLAN_UNITS, "plan", clock), effort, report)
     by_arena = sorted(range(len(plans)), key=lambda i: plans[i][2].placement.head_bytes + candidates[i].tail_bytes)
-    exports: dict[int, ExportResult] = {}
-
-    def exported(index: int) -> ExportResult:
-        if index not in exports:
-            report("export", None, "")
-            _, order, plan = plans[index]
-            export = export_optimized(
-                candidates[index].graph,
-                order,
-                dict(zip(plan.buffers, plan.placement.offsets)),
-                out_path,
-                kernels,
-                core,
-                arena32,
-                settings,
-                plan.blocks,
-                original=graph,  # the model the user gave, which the candidate may be a rewrite of
-            )
-            if export.planned_head_bytes != plan.placement.head_bytes:  # both come from the greedy replica
-                raise LowtideError(
-                    f"internal error: placed head {plan.placement.head_bytes} B but plan head "
-                    f"{export.planned_head_bytes} B",
-                    out_path,
-                )
-            exports[index] = export
-        return exports[index]
-
-    original = 0  # candidates[0], the graph as it came
-    stale = None  # of the original model, computed once if a verification needs it
-    for best in by_arena:
-        candidate = candidates[best]
-        try:
-            export = exported(best)
-            # Head + tail ranked the candidates, but the arena to declare can be larger: AllocateTensors' temporary
-            # allocations may need more than a small planned head. The original is kept where it declares no more.
-            if best != original and exported(original).arena_size_bytes <= export.arena_size_bytes:
-                best, candidate, export = original, candidates[original], exported(original)
-            schedule, order, plan = plans[best]
-            placement = plan.placement
-            verification = None
-            if stock_run:
-                report("verify", None, "")
-                # Bytes that depend on stale memory differ between plans of the same model; only the others,
-                # proven independent, must match.
-                stale = stale or check_stale(graph, inputs, settings)
-                verification = _verify(export, stock_run, inputs, stale, out_path, settings)
-        except LowtideError as exc:
-            if candidate.tilings is None:
-                raise
-            rejected.append(RejectedCandidate(candidate.describe(), exc.message))
-            continue
-        break
-    if verification and verification.stale.outputs_undefined:
-        raise LowtideError(_undefined_outputs(verification), out_path)
-    export.write()
-
+    exports = _Exports(graph, candidates, plans, out_path, kernels, core, arena32, settings, report)
+    verify_run = _VerifyRun(stock_run, inputs, out_path, settings) if stock_run else None
+    written = _first_verified(graph, candidates, by_arena, exports, verify_run, rejected, report)
+    if written.verification and written.verification.stale.outputs_undefined:
+        raise LowtideError(_undefined_outputs(written.verification), out_path)
+    written.export.write()
+    schedule, order, plan = plans[written.index]
+    candidate = candidates[written.index]
     return OptimizeResult(
         model_path=model_path,
         stock_head_bytes=stock.head_bytes,
@@ -288,11 +219,13 @@ def optimize_model(
         stock_mcu32=stock_mcu32,
         stock_live_peak_bytes=stock_plan.live_peak_bytes,
         schedule=schedule,
-        placement=placement,
+        placement=plan.placement,
         order=order,
-        export=export,
-        total_bytes=verification.measured_total_bytes if verification else export.measured_total_bytes,
-        verification=verification,
+        export=written.export,
+        total_bytes=(
+            written.verification.measured_total_bytes if written.verification else written.export.measured_total_bytes
+        ),
+        verification=written.verification,
         wall_clock_cuts=tuple(clock.cuts),
         seconds=time.monotonic() - started,
         rewrite=rewritten,
@@ -304,7 +237,7 @@ def optimize_model(
                 candidates[i].describe(),
                 plans[i][2].placement.head_bytes,
                 candidates[i].tail_bytes,
-                candidates[i] is candidate,
+                i == written.index,
             )
             for i in by_arena
         )
@@ -313,6 +246,131 @@ def optimize_model(
         footprint_bound_bytes=footprint_bound_bytes(candidate.graph) if plan.blocks else None,
         warnings=tuple(w.warning for w in loaded.warnings),
     )
+
+
+def _tiled_candidates(
+    graph: Graph, rewritten: RewriteResult, weigh: Weigher, effort: float, clock: WallClock
+) -> list[ArenaCandidate]:
+    """The search's tiled graph and the one with fewer patches (`fewer_patches`), those the weigher keeps."""
+    tiled = weigh(rewritten.model, rewritten.tilings)
+    fewer = fewer_patches(graph, rewritten.tilings, weigh, effort, clock)
+    return [c for c in (tiled, fewer) if c]
+
+
+def _planned(
+    candidates: list[ArenaCandidate], work: WorkBudget, effort: float, report: PhaseProgress
+) -> list[tuple[Schedule, Order, PlacedPlan]]:
+    """Each candidate graph scheduled and placed, each taking its share of what the ones before it left of `work`.
+    Tiling shrinks the head but adds operators and tensors, whose persistent structs grow the tail: the caller
+    writes the one with the smaller arena on a 32-bit MCU. The original is always a candidate, so rewriting can
+    never end above plain optimization."""
+    plans: list[tuple[Schedule, Order, PlacedPlan]] = []
+    for candidate in candidates:
+        share = work.share(1 / (len(candidates) - len(plans)))
+        plans.append(_plan(candidate.graph, tflm_plan(candidate.graph).head_bytes, share, effort, report))
+    return plans
+
+
+class _Exports:
+    """Each candidate exported at most once, when the choice reaches it."""
+
+    def __init__(
+        self,
+        original: Graph,
+        candidates: list[ArenaCandidate],
+        plans: list[tuple[Schedule, Order, PlacedPlan]],
+        out_path: Path,
+        kernels: KernelSet,
+        core: str,
+        arena32: Arena32Mode,
+        settings: Settings,
+        report: PhaseProgress,
+    ):
+        self._original = original
+        self._candidates, self._plans = candidates, plans
+        self._out_path, self._kernels, self._core, self._arena32 = out_path, kernels, core, arena32
+        self._settings, self._report = settings, report
+        self._done: dict[int, ExportResult] = {}
+
+    def __call__(self, index: int) -> ExportResult:
+        if index not in self._done:
+            self._report("export", None, "")
+            _, order, plan = self._plans[index]
+            export = export_optimized(
+                self._candidates[index].graph,
+                order,
+                dict(zip(plan.buffers, plan.placement.offsets)),
+                self._out_path,
+                self._kernels,
+                self._core,
+                self._arena32,
+                self._settings,
+                plan.blocks,
+                original=self._original,  # the model the user gave, which the candidate may be a rewrite of
+            )
+            if export.planned_head_bytes != plan.placement.head_bytes:  # both come from the greedy replica
+                raise LowtideError(
+                    f"internal error: placed head {plan.placement.head_bytes} B but plan head "
+                    f"{export.planned_head_bytes} B",
+                    self._out_path,
+                )
+            self._done[index] = export
+        return self._done[index]
+
+
+@dataclass(frozen=True)
+class _Written:
+    index: int  # of the candidate written
+    export: ExportResult
+    verification: Verification | None
+
+
+@dataclass(frozen=True)
+class _VerifyRun:
+    """What `--verify` compares a written model with: the original's run on the host TFLM, on `inputs`."""
+
+    stock_run: oracle.OracleRun
+    inputs: list[np.ndarray]
+    out_path: Path
+    settings: Settings
+
+
+def _first_verified(
+    graph: Graph,
+    candidates: list[ArenaCandidate],
+    by_arena: list[int],
+    exported: _Exports,
+    verify: _VerifyRun | None,
+    rejected: list[RejectedCandidate],
+    report: PhaseProgress,
+) -> _Written:
+    """The candidate to write: the first by declared arena that exports (and verifies, with `verify`); a rewritten
+    one that fails goes to `rejected` with its reason and the next is tried, down to the original, whose failure
+    raises."""
+    original = 0  # candidates[0], the graph as it came
+    stale = None  # of the original model, computed once if a verification needs it
+    for best in by_arena:
+        candidate = candidates[best]
+        try:
+            export = exported(best)
+            # Head + tail ranked the candidates, but the arena to declare can be larger: AllocateTensors' temporary
+            # allocations may need more than a small planned head. The original is kept where it declares no more.
+            if best != original and exported(original).arena_size_bytes <= export.arena_size_bytes:
+                best, candidate, export = original, candidates[original], exported(original)
+            verification = None
+            if verify:
+                report("verify", None, "")
+                # Bytes that depend on stale memory differ between plans of the same model; only the others,
+                # proven independent, must match.
+                stale = stale or check_stale(graph, verify.inputs, verify.settings)
+                verification = _verify(export, verify.stock_run, verify.inputs, stale, verify.out_path, verify.settings)
+        except LowtideError as exc:
+            if candidate.tilings is None:
+                raise
+            rejected.append(RejectedCandidate(candidate.describe(), exc.message))
+            continue
+        return _Written(best, export, verification)
+    raise AssertionError("the original graph is always a candidate and raises where it fails")
 
 
 def _verify(

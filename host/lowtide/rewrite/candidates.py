@@ -10,13 +10,18 @@ from dataclasses import dataclass
 from lowtide.model.ir import Graph
 from lowtide.model.operators import op_macs
 from lowtide.rewrite.cost import region_floors, tiled_live_peak
+from lowtide.rewrite.errors import NotApplicable
 from lowtide.rewrite.limits import Limits, Objective
-from lowtide.rewrite.regions import Region, TilingPlan, grid_macs, plan_tiling
+from lowtide.rewrite.regions import Region, TilingPlan, grid_macs, plan_streaming, plan_tiling
 from lowtide.rewrite.tiling import MAX_PATCHES_PER_AXIS, Tiling
 
 # Patches along each axis of the target, coarse to fine.
 GRID_STEPS = tuple(range(1, MAX_PATCHES_PER_AXIS + 1))
 GRIDS_PLANNED_PER_REGION = 4  # about-square grids, the finest, where the search weighs the head alone
+# Stacks of stream strips planned per region, each from row strips of the source (`lowtide optimize` weighs the
+# source sliced whole too, `lowtide.rewrite.variants`). Every stack costs a plan as long as the region's patches
+# and no MAC budget prunes it: all nine of both kinds took mobilenet_v2's search past its safety net.
+STREAM_STRIPS = (2, 3, 4, 6, 8, 10)
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,7 @@ class Candidate:
     head_bytes: int | None  # head lowtide's placement reaches on the built model; None when not built
     tail_bytes: int  # TFLM's persistent tail of the whole model after rewriting (`lowtide.memory.tail`); unbuilt:
     # a floor counted from the plan (`lowtide.rewrite.cost.tail_floor`)
+    stream: bool = False  # full-width strips carrying their halo rows on (`plan_streaming`): no extra MACs
 
     @property
     def declared_bytes(self) -> int:
@@ -41,7 +47,7 @@ class Candidate:
 
     @property
     def tiling(self) -> Tiling:
-        return Tiling(self.source, self.target, self.grid, self.split_source)
+        return Tiling(self.source, self.target, self.grid, self.split_source, self.stream)
 
 
 @dataclass(frozen=True)
@@ -143,31 +149,44 @@ def explore(
 def _region_points(
     graph: Graph, region: Region, outside: tuple[int, int], base: Base, budget: float, limits: Limits
 ) -> list[Point]:
-    """The points of one region, each grid with the source sliced whole and cut into row strips; `outside`: the
-    live peak outside the region, without and with the blocks only the order allows."""
+    """The points of one region, each grid with the source sliced whole and cut into row strips, then each stack
+    of `STREAM_STRIPS` stream strips (no extra MACs, so always within the budget); `outside`: the live peak outside
+    the region, without and with the blocks only the order allows."""
     sg = graph.main
     region_macs = sum(op_macs(sg, sg.operators[rop.op]) for rop in region.ops)
+    plans = [
+        plan_tiling(graph, region, grid, split_source)
+        for grid in _region_grids(graph, region, region_macs, base.macs, budget, limits)
+        for split_source in (False, True)
+    ]
+    patches = len(plans)
+    height = sg.tensors[region.target].shape[1]
+    try:
+        plans += [
+            plan_streaming(graph, region, rows, True) for rows in STREAM_STRIPS if limits.streams and rows <= height
+        ]
+    except NotApplicable:
+        pass  # the region's rows cannot be streamed, in any number of strips: its patches recompute
     points: list[Point] = []
-    for grid in _region_grids(graph, region, region_macs, base.macs, budget, limits):
-        for split_source in (False, True):
-            if limits.cut():
-                break
-            plan = plan_tiling(graph, region, grid, split_source)
-            if split_source and not plan.split_source:
-                continue  # too few rows to cut: the same plan as without
-            tiled = tiled_live_peak(sg, plan)
-            tiled_assembled = tiled_live_peak(sg, plan, assembled=True)
-            candidate = Candidate(
-                sg.tensors[region.source].name,
-                sg.tensors[region.target].name,
-                grid,
-                plan.split_source,
-                base.macs - region_macs + plan.macs,
-                max(outside[0], tiled),
-                None,
-                limits.tail_floor(graph, plan, base.tail_bytes),
-            )
-            points.append(Point(candidate, plan, tiled, min(tiled, tiled_assembled), max(outside[1], tiled_assembled)))
+    for index, plan in enumerate(plans):
+        if limits.cut():
+            break
+        if index < patches and index % 2 and not plan.split_source:
+            continue  # too few rows to cut: the same plan as without
+        tiled = tiled_live_peak(sg, plan)
+        tiled_assembled = tiled_live_peak(sg, plan, assembled=True)
+        candidate = Candidate(
+            sg.tensors[region.source].name,
+            sg.tensors[region.target].name,
+            plan.grid,
+            plan.split_source,
+            base.macs - region_macs + plan.macs,
+            max(outside[0], tiled),
+            None,
+            limits.tail_floor(graph, plan, base.tail_bytes),
+            plan.stream,
+        )
+        points.append(Point(candidate, plan, tiled, min(tiled, tiled_assembled), max(outside[1], tiled_assembled)))
     return points
 
 

@@ -44,6 +44,7 @@ class Limits:
     settings: Settings  # the command's: the host TFLM's timeout for each candidate's run
     relies_on: frozenset[Reliance]  # what the original passes every check of, so every candidate must too
     objective: Objective
+    streams: bool = True  # stream strips are weighed beside patch grids (`lowtide.rewrite.regions.plan_streaming`)
 
     def tail(self, graph: Graph) -> int:
         """The tail the search weighs beside the head: TFLM's, or none (`Objective.HEAD`)."""

@@ -198,6 +198,7 @@ class TilingPlan:
     split_source: bool  # the source is cut into row strips first (see `Split`)
     steps: tuple[Step, ...]  # in execution order: patch by patch, rows of patches concatenated as they finish
     macs: int  # multiply-accumulates of the steps (the region's own MACs plus halo recomputation)
+    stream: bool = False  # full-width strips that carry their halo rows to the next strip (`plan_streaming`)
 
 
 def shape_hw(sg: Subgraph, tensor: int) -> tuple[int, int]:
@@ -594,6 +595,189 @@ def plan_tiling(graph: Graph, region: Region, grid: tuple[int, int], split_sourc
     if len(rows_done) > 1:
         steps.append(Concat(tuple(rows_done), Piece(region.target, (0, height), (0, width), region.target), axis=1))
     return TilingPlan(region, grid, len(strips) > 1, tuple(steps), macs)
+
+
+def plan_streaming(graph: Graph, region: Region, strips: int, split_source: bool = False) -> TilingPlan:
+    """`strips` full-width row strips of the target that recompute nothing (StreamNet's stream buffers): strip k
+    of every operator computes only the rows of its output no earlier strip computed, and reads the rows an
+    earlier strip made that it still needs (carried: sliced from the earlier strip's rows once its last reader
+    there has its window) concatenated along the rows with the rows strip k made. A pointwise or element-wise
+    operator reads only new rows and carries nothing. The source and the skip tensors are whole (the source, with
+    `split_source`, cut into row strips in place) and read as `plan_tiling` reads them. Every row of every tensor
+    is computed once, so the MACs are the region's own. NotApplicable where an operator's rows do not map to
+    input rows affinely (resizes, MIRROR_PAD) or the strips of the target do not follow each other."""
+    sg = graph.main
+    for rop in region.ops:
+        for edge in rop.edges:
+            if not isinstance(edge.rows, AxisMap):
+                raise NotApplicable(f"operator {rop.op} ({sg.operators[rop.op].opcode}) reads rows no stream carries")
+    height, width = shape_hw(sg, region.target)
+    cuts = _bounds(height, strips)
+    new_rows = _stream_rows(sg, region, cuts)
+    reads = _stream_reads(sg, region, new_rows)
+    carries = _carried_rows(sg, region, new_rows, reads)
+    source_h, source_w = shape_hw(sg, region.source)
+    source = Piece(region.source, (0, source_h), (0, source_w), region.source)
+    steps = _StreamSteps()
+    source_reads = [read.get(region.source) for read in reads]  # None: the strip reads none of it
+    source_strips = _strips(sg, region.source, [r or (0, 0) for r in source_reads]) if split_source else []
+    if len(source_strips) > 1:
+        steps.add(Split(source, tuple(source_strips)))
+    carried: dict[int, Piece] = {}  # per tensor computed in the region: the rows this strip starts with
+    macs = 0
+    target_strips: list[Piece] = []
+    for k in range(strips):
+        held = {t: whole_piece(sg, t) for t in region.skips}
+        rows = source_reads[k]
+        held[region.source] = (steps.window_of_strips(source_strips, rows, k) if rows else None) or source
+        made: dict[int, Piece] = {}  # the rows of each tensor this strip computed
+        handed_on: dict[int, Piece] = {}  # the rows the next strip starts with
+        running = [rop for rop in region.ops if new_rows[k][rop.output][0] < new_rows[k][rop.output][1]]
+        last_reader = {edge.tensor: rop.op for rop in running for edge in rop.edges}
+
+        for rop in running:
+            out_rows, out_cols = new_rows[k][rop.output], (0, sg.tensors[rop.output].shape[2])
+            inputs = []
+            for edge in rop.edges:
+                if edge.tensor not in held:
+                    held[edge.tensor] = steps.assembled(edge.tensor, k, carried, made)
+                want = (edge.rows.needed(out_rows), edge.cols.needed(out_cols))
+                inside = _clip(sg, edge.tensor, *want)
+                piece = steps.crop(held[edge.tensor], inside, k)
+                if inside != want and not rop.pads:
+                    quant_of = sg.operators[edge.pad_op].outputs[0] if edge.pad_op is not None else edge.tensor
+                    piece = steps.pad(piece, Piece(edge.tensor, *want, quant_of, k), edge.pad_op, edge.fill_lowest)
+                inputs.append((edge.slot, piece))
+                rows = carries[edge.tensor][k + 1] if edge.tensor in carries else (0, 0)
+                if last_reader[edge.tensor] == rop.op and rows[0] < rows[1]:  # before this strip's rows of it die
+                    handed_on[edge.tensor] = steps.crop(held[edge.tensor], (rows, held[edge.tensor].cols), k + 1)
+            results = tuple(Piece(t, out_rows, out_cols, t, k) for t in rop.outputs)
+            padding = None
+            if rop.pads:  # the PAD's own padding, where this strip's rows of its output leave its input
+                (_, piece), edge = inputs[0], rop.edges[0]
+                top, left = edge.rows.offset, edge.cols.offset  # type: ignore[union-attr]
+                padding = (
+                    (piece.rows[0] + top - out_rows[0], out_rows[1] - piece.rows[1] - top),
+                    (piece.cols[0] + left - out_cols[0], out_cols[1] - piece.cols[1] - left),
+                )
+            steps.add(Apply(rop.op, tuple(inputs), results, padding))
+            made.update((r.tensor, r) for r in results)
+            macs += op_macs(sg, sg.operators[rop.op], results[0].height * results[0].width)
+        for t, rows_per_strip in carries.items():  # a tensor no operator read in this strip hands its rows on
+            rows = rows_per_strip[k + 1]
+            if t not in last_reader and rows[0] < rows[1]:
+                rows_in = steps.assembled(t, k, carried, made)
+                handed_on[t] = steps.crop(rows_in, (rows, rows_in.cols), k + 1)
+        carried = handed_on
+        target_strips.append(made[region.target])
+    whole = Piece(region.target, (0, height), (0, width), region.target)
+    steps.add(Concat(tuple(target_strips), whole, axis=1))
+    return TilingPlan(region, (strips, 1), len(source_strips) > 1, tuple(steps.steps), macs, stream=True)
+
+
+def _stream_rows(sg: Subgraph, region: Region, cuts: list[int]) -> list[dict[int, Interval]]:
+    """Per strip, per tensor computed in the region: the rows of it the strip computes, those it needs that no
+    earlier strip computed (empty where the earlier strips computed all it needs)."""
+    done: dict[int, int] = {}
+    rows: list[dict[int, Interval]] = []
+    for strip in itertools.pairwise(cuts):
+        need = _needed(sg, region, 0, strip)
+        new: dict[int, Interval] = {}
+        for rop in region.ops:
+            lo, hi = need[rop.output]
+            start = max(lo, done.get(rop.output, lo))
+            for t in rop.outputs:
+                new[t] = (start, max(hi, start))
+                done[t] = new[t][1]
+        if new[region.target] != strip:
+            raise NotApplicable("the strips of the target do not follow each other")
+        rows.append(new)
+    return rows
+
+
+def _stream_reads(sg: Subgraph, region: Region, new_rows: list[dict[int, Interval]]) -> list[dict[int, Interval]]:
+    """Per strip, per tensor the region reads: the rows (inside the tensor) the strip's operators read of it."""
+    reads: list[dict[int, Interval]] = []
+    for strip in new_rows:
+        read: dict[int, Interval] = {}
+        for rop in region.ops:
+            out = strip[rop.output]
+            if out[0] >= out[1]:
+                continue
+            for edge in rop.edges:
+                lo, hi = edge.rows.needed(out)
+                lo, hi = max(lo, 0), min(hi, sg.tensors[edge.tensor].shape[1])
+                old = read.get(edge.tensor, (lo, hi))
+                read[edge.tensor] = (min(old[0], lo), max(old[1], hi))
+        reads.append(read)
+    return reads
+
+
+def _carried_rows(
+    sg: Subgraph, region: Region, new_rows: list[dict[int, Interval]], reads: list[dict[int, Interval]]
+) -> dict[int, list[Interval]]:
+    """Per tensor computed in the region and read in it, per strip (and one past the last): the rows that strip
+    starts with, carried from the strip before, from the first row it or a later strip reads to the first row it
+    computes (empty where it reads nothing earlier strips made)."""
+    carries: dict[int, list[Interval]] = {}
+    computed = {t for rop in region.ops for t in rop.outputs}
+    for t in computed & {t for read in reads for t in read}:
+        first = sg.tensors[t].shape[1]
+        starts = []
+        for k in reversed(range(len(new_rows))):
+            first = min(first, reads[k].get(t, (first, first))[0])
+            starts.append(first)
+        starts.reverse()
+        carries[t] = [(min(start, strip[t][0]), strip[t][0]) for start, strip in zip(starts, new_rows)] + [(0, 0)]
+    return carries
+
+
+class _StreamSteps:
+    """A stream plan's steps as they are appended, each piece made once: a window of a tensor holds the same
+    values whichever step asks for it, so one already made (a slice, pad, concatenation or an operator's
+    rows) is read again rather than made twice."""
+
+    def __init__(self) -> None:
+        self.steps: list[Step] = []
+        self.made: set[Piece] = set()
+
+    def add(self, step: Step) -> None:
+        self.steps.append(step)
+        self.made.update(step.results if isinstance(step, (Split, Apply)) else (step.result,))
+
+    def crop(self, piece: Piece, inside: tuple[Interval, Interval], strip: int) -> Piece:
+        if (piece.rows, piece.cols) == inside:
+            return piece
+        window = Piece(piece.tensor, *inside, piece.quant_of, strip)
+        if window not in self.made:
+            self.add(Slice(piece, window))
+        return window
+
+    def pad(self, piece: Piece, padded: Piece, pad_op: int | None, lowest: bool) -> Piece:
+        if padded not in self.made:
+            self.add(Pad(piece, padded, pad_op, lowest))
+        return padded
+
+    def assembled(self, tensor: int, strip: int, carried: dict[int, Piece], made: dict[int, Piece]) -> Piece:
+        """The rows of `tensor` strip `strip` holds: those carried to it and those it made, concatenated along
+        the rows where there are both."""
+        parts = [p for p in (carried.get(tensor), made.get(tensor)) if p is not None]
+        if len(parts) == 1:
+            return parts[0]
+        result = Piece(tensor, (parts[0].rows[0], parts[1].rows[1]), parts[1].cols, tensor, strip)
+        if result not in self.made:
+            self.add(Concat(tuple(parts), result, axis=1))
+        return result
+
+    def window_of_strips(self, strips: list[Piece], rows: Interval, strip: int) -> Piece | None:
+        """The source rows `rows` from its row strips (`_window_of_strips`), or None where it is not cut."""
+        if len(strips) < 2:
+            return None
+        added: list[Step] = []
+        window = _window_of_strips(strips, rows, strip, added)
+        for step in added:
+            self.add(step)
+        return window
 
 
 def _strips(sg: Subgraph, source: int, row_windows: list[Interval]) -> list[Piece]:

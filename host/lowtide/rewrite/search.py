@@ -47,6 +47,8 @@ from lowtide.settings import Settings, settings_or_read
 from lowtide.validation import model_problems
 
 BUILT_CANDIDATES = 6
+# Stream strips built beside them (`_to_build`), so that they add to the patches' candidates and crowd none out.
+BUILT_STREAM_CANDIDATES = 2
 # Tilings of the first round whose own part peaks lowest, each continued by rounds of its own (`_rounds`' `joint`).
 ALTERNATIVES = 2
 
@@ -96,12 +98,32 @@ def rewrite_auto(
     as long as the declared arena (head + TFLM's persistent tail, which every patch's operators and tensors grow)
     keeps falling and the MACs stay within `max_mac_overhead` of the original's. Every search inside gets
     `effort` times its fixed budget; `clock` is the safety net (default `WallClock()`). `objective`: what
-    falls, the declared arena or (`Objective.HEAD`) the head alone, and then every tail reported is 0."""
-    started = time.monotonic()
+    falls, the declared arena or (`Objective.HEAD`) the head alone, and then every tail reported is 0.
+
+    Each region is weighed as patches and as stream strips. The rounds are greedy: stream strips that declare
+    less than the patches in one round can leave the next rounds higher than the patches would have. So where
+    the result holds stream strips, the search runs again with patches alone, and the lower of the two is
+    returned (the stream strips where they are level: they spend fewer MACs), with the points of both."""
     settings = settings_or_read(settings)
-    limits = Limits(
-        effort, clock or WallClock(), settings, reliances_passed(model_problems(graph, settings)), objective
+    relies_on = reliances_passed(model_problems(graph, settings))
+    limits = Limits(effort, clock or WallClock(), settings, relies_on, objective)
+    result = _search(graph, max_mac_overhead, limits)
+    if not any(t.stream for t in result.tilings):
+        return result
+    patches = _search(graph, max_mac_overhead, dataclasses.replace(limits, streams=False))
+    best = patches if patches.declared_bytes < result.declared_bytes else result
+    return dataclasses.replace(
+        best,
+        pareto=pareto([*result.pareto, *patches.pareto]),
+        wall_clock_cut=result.wall_clock_cut or patches.wall_clock_cut,
+        seconds=result.seconds + patches.seconds,
+        rejected=result.rejected + patches.rejected,
     )
+
+
+def _search(graph: Graph, max_mac_overhead: float, limits: Limits) -> RewriteResult:
+    """`rewrite_auto` within `limits` (which say whether stream strips are weighed)."""
+    started = time.monotonic()
 
     def wall_clock_cut() -> bool:
         return any(where.startswith("rewrite") for where in limits.clock.cuts)
@@ -436,7 +458,7 @@ class _Builds:
             (
                 i
                 for i, p in enumerate(points)
-                if p.assembled_live_bytes < p.candidate.live_peak_bytes and i not in self.tried
+                if p.assembled_live_bytes < p.candidate.live_peak_bytes and i not in self.tried and not p.plan.stream
             ),
             key=lambda i: (points[i].assembled_live_bytes + points[i].candidate.tail_bytes, points[i].candidate.macs),
         )
@@ -444,7 +466,9 @@ class _Builds:
             if self.beaten(points[index].assembled_live_bytes + points[index].candidate.tail_bytes):
                 break
             self.build(index)
-        outside_set = [i for i, p in enumerate(points) if p.own_peak_bytes < p.candidate.live_peak_bytes]
+        outside_set = [
+            i for i, p in enumerate(points) if p.own_peak_bytes < p.candidate.live_peak_bytes and not p.plan.stream
+        ]
         others = (
             sorted(
                 outside_set,
@@ -500,9 +524,15 @@ def _reordered(rewritten: Graph, head: int, limits: Limits) -> tuple[Graph, int]
 
 
 def _to_build(graph: Graph, points: list[Point]) -> list[int]:
-    """Which of the points (lowest live peak + tail first) to build: the first `BUILT_CANDIDATES`, and the first
-    as many of regions between two cut tensors. Regions holding skip tensors or ending before a cut add points
-    whose live peak is low but whose placement may not be, and must not crowd out the plain regions' best."""
+    """Which of the points (lowest live peak + tail first) to build: the first `BUILT_CANDIDATES` grids of
+    patches, and the first as many of regions between two cut tensors; and the first `BUILT_STREAM_CANDIDATES`
+    stacks of stream strips. Regions holding skip tensors or ending before a cut add points whose live peak is
+    low but whose placement may not be, and must not crowd out the plain regions' best; nor must stream strips,
+    which weigh their fewer MACs against more operators and carried rows."""
     cuts = set(cut_tensors(graph))
-    plain = [i for i, p in enumerate(points) if p.plan.region.source in cuts and p.plan.region.target in cuts]
-    return sorted(set(range(min(BUILT_CANDIDATES, len(points)))) | set(plain[:BUILT_CANDIDATES]))
+    patches = [i for i, p in enumerate(points) if not p.plan.stream]
+    streams = [i for i, p in enumerate(points) if p.plan.stream]
+    plain = [i for i in patches if points[i].plan.region.source in cuts and points[i].plan.region.target in cuts]
+    return sorted(
+        set(patches[:BUILT_CANDIDATES]) | set(plain[:BUILT_CANDIDATES]) | set(streams[:BUILT_STREAM_CANDIDATES])
+    )

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from lowtide.model.ir import Graph
 from lowtide.rewrite.emit import emit_in_order
 from lowtide.rewrite.errors import NotApplicable
-from lowtide.rewrite.regions import escaping_tensor, plan_tiling, region_between
+from lowtide.rewrite.regions import escaping_tensor, plan_streaming, plan_tiling, region_between
 
 # TFLM's CONCATENATION takes at most 10 inputs (kMaxInputNum): at most 10 patches along each axis.
 MAX_PATCHES_PER_AXIS = 10
@@ -22,10 +22,17 @@ class Tiling:
     target: str
     grid: tuple[int, int]
     split_source: bool  # the source is cut into row strips in place first
+    stream: bool = False  # full-width strips carrying their halo rows on, recomputing nothing (`plan_streaming`)
+
+    @property
+    def kind(self) -> str:
+        """How the tables name the grid: "3x2", "4x1 stream"."""
+        return f"{self.grid[0]}x{self.grid[1]}" + (" stream" if self.stream else "")
 
     def describe(self) -> str:
         strips = " from row strips of the source" if self.split_source else ""
-        return f"tiled {self.source} -> {self.target} as {self.grid[0]}x{self.grid[1]} patches{strips}"
+        patches = "stream strips" if self.stream else "patches"
+        return f"tiled {self.source} -> {self.target} as {self.grid[0]}x{self.grid[1]} {patches}{strips}"
 
 
 def describe_tilings(tilings: tuple[Tiling, ...]) -> str:
@@ -40,10 +47,12 @@ def tile(
     grid: tuple[int, int],
     order: list[int] | None = None,
     split_source: bool = False,
+    stream: bool = False,
 ) -> Graph:
     """The graph with the region `source` -> `target` (main-subgraph tensor indices; `target` a cut tensor, and
     what the region reads from before `source` held whole beside it) run as `grid` (rows, columns) patches. `order`: main-subgraph operator order for the rest (default: stored).
-    `split_source`: cut the source into row strips in place first (needs an offline plan: `lowtide optimize`)."""
+    `split_source`: cut the source into row strips in place first (needs an offline plan: `lowtide optimize`).
+    `stream`: `grid` is (strips, 1) full-width strips that carry their halo rows on instead of recomputing them."""
     escaping = escaping_tensor(graph, source, target)
     if escaping:
         raise NotApplicable(f"cannot tile tensor {source} -> {target}: {escaping}")
@@ -57,6 +66,10 @@ def tile(
         raise NotApplicable(
             f"grid {grid} does not fit a {height}x{width} target (2 to {MAX_PATCHES_PER_AXIS} patches along an axis)"
         )
+    if stream:
+        if grid[1] != 1:
+            raise NotApplicable(f"grid {grid}: stream strips span the whole width (N x 1)")
+        return emit_in_order(graph, plan_streaming(graph, region, grid[0], split_source), order)
     return emit_in_order(graph, plan_tiling(graph, region, grid, split_source), order)
 
 
@@ -69,6 +82,11 @@ def apply_tilings(graph: Graph, tilings: tuple[Tiling, ...]) -> Graph:
         if missing:
             raise NotApplicable(f"cannot tile: no tensor named {missing[0]!r}")
         current = tile(
-            current, names[tiling.source], names[tiling.target], tiling.grid, split_source=tiling.split_source
+            current,
+            names[tiling.source],
+            names[tiling.target],
+            tiling.grid,
+            split_source=tiling.split_source,
+            stream=tiling.stream,
         )
     return current

@@ -55,12 +55,14 @@ ProgressCallback = Callable[[int, int], None]  # (objects compiled, objects to c
 
 @dataclass(frozen=True)
 class Core:
-    """A CPU TFLM is compiled for. `dsp`: the core has Armv7E-M's DSP extension (CMSIS-NN's fast paths)."""
+    """A CPU TFLM is compiled for. `dsp`: the core has Armv7E-M's DSP extension (CMSIS-NN's fast paths); `mve`:
+    Armv8.1-M's vector extension, Helium (CMSIS-NN's and the compiled runtime's MVE kernels)."""
 
     name: str
     cpu_flags: tuple[str, ...]
     dsp: bool
     arm: bool = True
+    mve: bool = False
 
 
 CORES = {
@@ -72,7 +74,7 @@ CORES = {
         Core("cortex-m7-sp", ("-mcpu=cortex-m7", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv5-sp-d16"), dsp=True),
         Core("cortex-m33", ("-mcpu=cortex-m33", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv5-sp-d16"), dsp=True),
         # -mfpu=auto: the FPU and Helium (MVE) the M55 has; CMSIS-NN then compiles its MVE kernels.
-        Core("cortex-m55", ("-mcpu=cortex-m55", "-mthumb", "-mfloat-abi=hard", "-mfpu=auto"), dsp=True),
+        Core("cortex-m55", ("-mcpu=cortex-m55", "-mthumb", "-mfloat-abi=hard", "-mfpu=auto"), dsp=True, mve=True),
         Core("cortex-m0plus", ("-mcpu=cortex-m0plus", "-mthumb", "-mfloat-abi=soft"), dsp=False),
         Core("xtensa-lx7", (), dsp=False, arm=False),
     )

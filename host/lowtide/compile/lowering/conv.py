@@ -325,8 +325,15 @@ def _fast_int8(
     fusion = e.fused_pads.get(op.index)
     source = fusion.source if fusion is not None else op.inputs[0]
     if by_rows:  # one output row of a row chain (`lowtide.compile.rows`), its input and output rings or whole
+        transpose = next((t for t, reader in e.fused_transposes.items() if reader == op.index), None)
+        if transpose is not None:  # the NCHW input of the TRANSPOSE before it, as channel planes
+            function, ring = "lt_conv_planes_row_s8_fast", e.pointer(e.sg.operators[transpose].inputs[0])
+            arguments = f"(const int8_t *){ring}, oy"
+        else:
+            ring, slots = e.ring_argument(source, f"oy * {params.stride_h}")
+            arguments = f"(const int8_t *){ring}, {slots}, oy"
         body = (
-            f"{function}({p}, (const int8_t *){e.pointer(source)}, {e.slots(source)}, oy, {filter_ref}, "
+            f"{function}({p}, {arguments}, {filter_ref}, "
             f"{', '.join(arrays)}, {e.row_pointer(op.outputs[0], 'oy', True)}, {scratch}, {' | '.join(flags)});"
         )
         return e.row_function(name, body)

@@ -110,6 +110,19 @@ def strides(shape: Sequence[int]) -> list[int]:
     return out
 
 
+@dataclass(frozen=True)
+class RingGuest:
+    """A tensor made and read inside a row chain (`lowtide.compile.rows`) that has no ring of its own (vMCU,
+    TinyEngine in place): its writer writes each of its rows over an input row no reader needs any more, so row
+    y lies in slot (scale * y + shift) % (the host's rows) of the host ring, at the start of the slot (slots a
+    host row apart). Its readers read one row of it per output row."""
+
+    tensor: int
+    host: int  # a ring of the chain with rows of its own
+    scale: int
+    shift: int  # 0 <= shift < the host's rows
+
+
 class ModelEmitter:
     """Collects the C declarations of one model while its operators are lowered."""
 
@@ -124,8 +137,13 @@ class ModelEmitter:
         row_ops: frozenset[int] = frozenset(),
         ring_rows: dict[int, int] | None = None,
         one_row_ops: frozenset[int] = frozenset(),
+        ring_guests: dict[int, RingGuest] | None = None,
+        fused_transposes: dict[int, int] | None = None,
+        region_arenas: tuple[tuple[int, str], ...] = (),
     ):
         self.graph = graph
+        # (base offset, C array) of each arena after the first in another memory region (lowtide.compile.banks)
+        self.region_arenas = region_arenas
         self.sg = graph.main
         self.offsets = offsets  # activation tensor index -> arena offset
         self.scratch = scratch or {}  # operator index -> arena offsets of its kernel scratch buffers, in request order
@@ -149,6 +167,9 @@ class ModelEmitter:
         self.row_ops = row_ops
         self.ring_rows = ring_rows or {}
         self.one_row_ops = one_row_ops  # pointwise row layers run as one row of all their pixels (`RowChain.one_row`)
+        self.ring_guests = ring_guests or {}  # tensors whose rows lie in another ring's slots (`RingGuest`)
+        # TRANSPOSEs from NCHW that run no code -> the row-chain convolution that reads their input's planes
+        self.fused_transposes = fused_transposes or {}
         # Fast convolutions a row kernel can run (lt_rows.h), found while lowering
         self.fast_rows: set[int] = set()
         self.resources, self._handles = self._resource_variables()
@@ -220,6 +241,12 @@ class ModelEmitter:
         self.declarations.append(f"static LT_NOINLINE void {name}_row(uint8_t *arena, int32_t oy) {{\n    {body}\n}}")
         return f"{name}_row(arena, oy);"
 
+    def arena_at(self, offset: int) -> str:
+        """C expression for the byte at a planned offset: in the arena the caller passes, or in the arena of the
+        memory region whose bytes start at or below it."""
+        base, name = max(((b, n) for b, n in self.region_arenas if b <= offset), default=(0, "arena"))
+        return f"{name} + {offset - base}u"
+
     def pointer(self, index: int, writable: bool = False) -> str:
         """C expression for a tensor's data: a place in the arena, or a const array in flash."""
         t = self.tensor(index)
@@ -229,7 +256,7 @@ class ModelEmitter:
         if t.kind is TensorKind.ACTIVATION:
             if index not in self.offsets:
                 raise Unsupported(f"tensor {index} '{t.name}' has no place in the arena (empty or unused)")
-            return f"(({ctype} *)(arena + {self.offsets[index]}u))"
+            return f"(({ctype} *)({self.arena_at(self.offsets[index])}))"
         if t.kind is TensorKind.VARIABLE:
             self.variables[index] = t
             return f"{STATE_OBJECT}.{variable_member(index)}"
@@ -246,25 +273,38 @@ class ModelEmitter:
         return self.ring_rows.get(index, self.tensor(index).shape[1])
 
     def row_pointer(self, index: int, row: str, writable: bool = False) -> str:
-        """C expression for row `row` (a C expression) of an NHWC tensor in the arena, ring or whole."""
+        """C expression for row `row` (a C expression) of an NHWC tensor in the arena, ring, guest of a ring
+        (`RingGuest`: at its host's offset) or whole."""
+        guest = self.ring_guests.get(index)
+        if guest is not None:
+            host = self.tensor(guest.host)
+            place = f"(({guest.scale} * {row} + {guest.shift}) % {self.slots(guest.host)})"
+            return f"({self.pointer(index, writable)} + {place} * {host.nbytes // host.shape[1]})"
         t = self.tensor(index)
         row_bytes = t.nbytes // t.shape[1]
         slots = self.slots(index)
         place = row if slots == t.shape[1] else f"({row} % {slots})"
         return f"({self.pointer(index, writable)} + {place} * {row_bytes})"
 
+    def ring_argument(self, index: int, first_row: str) -> tuple[str, int]:
+        """A row kernel's input (lt_rows.h) and its slots: the tensor's buffer and rows, or for a guest of a ring
+        (read one row at a time, `first_row` for output row oy) that row alone."""
+        if index in self.ring_guests:
+            return self.row_pointer(index, first_row), 1
+        return self.pointer(index), self.slots(index)
+
     def scratch_pointer(self, op: Operator, k: int, ctype: str = "int32_t") -> str:
         """Kernel scratch buffer k of `op`, where the memory plan put it in the arena."""
         buffers = self.scratch.get(op.index, [])
         require(k < len(buffers), f"the memory plan has no scratch buffer {k} for this operator")
-        return f"(({ctype} *)(arena + {buffers[k]}u))"
+        return f"(({ctype} *)({self.arena_at(buffers[k])}))"
 
     def fast_scratch_pointer(self, op: Operator, count: int) -> str:
         """The int16 scratch of `count` values that `op`'s fast kernel uses while it runs. A plan is made from
         these needs (`fast_scratch_bytes`, collected by lowering with any offsets), so an emitter without a plan
         yet points at offset 0; `compile_model` checks that every need has its place."""
         self.fast_scratch_bytes[op.index] = 2 * count
-        return f"((int16_t *)(arena + {self.fast_scratch.get(op.index, 0)}u))"
+        return f"((int16_t *)({self.arena_at(self.fast_scratch.get(op.index, 0))}))"
 
     # ---- declarations ------------------------------------------------------------------------------------
     def array(self, name: str, ctype: str, values: ArrayLike, aligned: bool = False) -> str:

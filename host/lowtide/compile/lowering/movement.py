@@ -365,6 +365,21 @@ def lower_resize_nearest_neighbor(e: ModelEmitter, op: Operator, name: str) -> s
     return f"lt_resize_nearest({p}, {y_map}, {x_map}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
 
 
+def bilinear_q10(n_in: int, n_out: int, align_corners: bool, half_pixel: bool) -> tuple[list[int], ...]:
+    """ComputeInterpolationValuesInteger for every output index (lt_movement.c): the two input indices it reads,
+    lower and upper, and its distance above the lower one in 10 fractional bits (negative above the first
+    half-pixel)."""
+    scale = resize_scale_q10(n_in, n_out, align_corners)
+    lower, upper, delta = [], [], []
+    for v in range(n_out):
+        scaled = v * scale + scale // 2 - (1 << 9) if half_pixel else v * scale
+        low = max(scaled // (1 << 10), 0)  # C's truncation: scaled is above -1024
+        lower.append(low)
+        upper.append(min((scaled + (1 << 10) - 1) // (1 << 10), n_in - 1))
+        delta.append(scaled - (1 << 10) * low)
+    return lower, upper, delta
+
+
 def lower_resize_bilinear(e: ModelEmitter, op: Operator, name: str) -> str:
     """The scales as TFLM's reference computes them: float32 ratios for float, 10-bit fixed point for int8."""
     same_types(e, op)
@@ -397,6 +412,21 @@ def lower_resize_bilinear(e: ModelEmitter, op: Operator, name: str) -> str:
         ),
     )
     suffix = "s8" if t_in.dtype == "int8" else "f32"
+    if op.index in e.row_ops:  # output row oy of a row chain (`lowtide.compile.rows`): int8, from two input rows
+        y_lower, y_upper, y_delta = (
+            e.array(f"{name}_y{part}", "int32_t", values)
+            for part, values in zip(("lower", "upper", "delta"), bilinear_q10(in_h, out_h, align, half))
+        )
+        columns = ", ".join(
+            e.array(f"{name}_x{part}", "int32_t", values)
+            for part, values in zip(("lower", "upper", "delta"), bilinear_q10(in_w, out_w, align, half))
+        )
+        rows = f"{e.row_pointer(op.inputs[0], f'{y_lower}[oy]')}, {e.row_pointer(op.inputs[0], f'{y_upper}[oy]')}"
+        body = (
+            f"lt_resize_bilinear_row_s8({p}, {rows}, {y_delta}[oy], {columns}, "
+            f"{e.row_pointer(op.outputs[0], 'oy', True)});"
+        )
+        return e.row_function(name, body)
     return f"lt_resize_bilinear_{suffix}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
 
 

@@ -53,11 +53,8 @@ def _pool(e: ModelEmitter, op: Operator, name: str, kind: str) -> str:
         raise Unsupported(f"types {ins} -> {outs}")
     p = e.struct(f"{name}_params", params)
     if op.index in e.row_ops:  # output row oy of a row chain (`lowtide.compile.rows`): int8 max pools, in lt_rows.h
-        source = op.inputs[0]
-        body = (
-            f"lt_{kind}_ring_{suffix}({p}, {e.pointer(source)}, {e.slots(source)}, oy, "
-            f"{e.row_pointer(op.outputs[0], 'oy', True)});"
-        )
+        rows, slots = e.ring_argument(op.inputs[0], f"oy * {window.stride_h}")
+        body = f"lt_{kind}_ring_{suffix}({p}, {rows}, {slots}, oy, {e.row_pointer(op.outputs[0], 'oy', True)});"
         return e.row_function(name, body)
     return f"lt_{kind}_{suffix}({p}, {e.pointer(op.inputs[0])}, {e.pointer(op.outputs[0], True)});"
 
