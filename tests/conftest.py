@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import csv
 import importlib.util
-import json
 import os
 import shutil
-import subprocess
-import sys
-from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -19,27 +15,6 @@ SHARED_MODELS = REPO.parent / "shared" / "models"
 # QEMU's plugin header for the emulated boards' cycle model, as `make test` sets it, for a bare pytest run too.
 if (REPO.parent / "shared" / "qemu-plugin" / "qemu-plugin.h").is_file():
     os.environ.setdefault("LOWTIDE_QEMU_PLUGIN_HEADER", str(REPO.parent / "shared" / "qemu-plugin"))
-
-
-def run_lowtide(
-    *args: str, env: Mapping[str, str] | None = None, prefix: tuple[str, ...] = (), timeout: float = 1200
-) -> subprocess.CompletedProcess:
-    """The installed CLI as a user runs it, in a child process; `env` adds to this process's environment; `prefix`
-    runs it under another command (a network namespace, say)."""
-    return subprocess.run(
-        [*prefix, sys.executable, "-m", "lowtide", *args],
-        env={**os.environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def lowtide_json(*args: str, timeout: float = 1800) -> dict:
-    """The CLI's one JSON object for `args` (with --json), asserting it exited 0."""
-    done = run_lowtide(*args, "--json", timeout=timeout)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
 
 
 _MISSING_FIRMWARE_TOOLS = [tool for tool in ("arm-none-eabi-gcc", "qemu-system-arm") if shutil.which(tool) is None]

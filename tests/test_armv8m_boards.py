@@ -10,7 +10,8 @@ import subprocess
 
 import pytest
 
-from conftest import SHARED_MODELS, lowtide_json, needs_firmware_tools
+from conftest import SHARED_MODELS, needs_firmware_tools
+from support.cli import lowtide_json
 
 KWS = SHARED_MODELS / "mlperf_kws_dscnn_int8.tflite"
 BOARDS = {

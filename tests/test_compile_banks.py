@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SHARED_MODELS, needs_firmware_tools, run_lowtide
+from conftest import SHARED_MODELS, needs_firmware_tools
 from lowtide.compile.banks import DataRegion, split_arena
 from lowtide.compile.codegen import arena_plan
 from lowtide.device.drivers.platformio import elf_sections
@@ -22,6 +22,7 @@ from lowtide.model.builder import ModelBuilder
 from lowtide.pipeline.measure import measure
 from lowtide.settings import read_settings
 from lowtide.validation import load_model
+from support.cli import run_lowtide
 
 BOARD = "qemu-m4-banks"
 

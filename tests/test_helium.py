@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import SHARED_MODELS, lowtide_json, needs_firmware_tools
+from conftest import SHARED_MODELS, needs_firmware_tools
 from lowtide.compile.codegen import compile_model
 from lowtide.validation import load_checked
+from support.cli import lowtide_json
 
 # model -> (the Helium kernels it runs, TFLM + CMSIS-NN's instructions per inference on qemu-m55)
 MODELS = {

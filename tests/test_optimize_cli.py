@@ -167,3 +167,31 @@ def test_tflm_failing_on_the_optimized_model_in_verify_writes_nothing(tmp_path, 
     error = capsys.readouterr().err
     assert error.startswith(f"lowtide: error: {out}: TFLite Micro") and error.count("\n") == 1
     assert list(tmp_path.iterdir()) == []
+
+
+ON_OFF = MODELS / "mltk_kws_on_off_v3.tflite"  # one TFLM arena (94 KB) fits neither of qemu-m4-banks' 80 KiB
+
+
+def test_optimize_with_a_board_says_what_each_memory_holds_and_refuses_a_bad_region_before_writing(tmp_path):
+    out = tmp_path / "on_off.tflite"
+    done = lowtide_cli("optimize", str(ON_OFF), "-o", str(out), "--board", "qemu-m4-banks", "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    split = report["after"]["mcu32"]
+    memories = {m["memory"]: m for m in report["board_memories"]}
+    holds = {m: {c["what"]: c["bytes"] for c in use["contents"]} for m, use in memories.items()}
+    # the board file's default: TFLM's persistent arena in sram2, the non-persistent one beside .bss in sram1
+    assert holds["sram2"] == {"TFLM's persistent arena": split["persistent_arena_bytes"]}
+    assert holds["sram1"]["TFLM's non-persistent arena"] == split["non_persistent_arena_bytes"]
+    assert all(use["fits"] for use in memories.values())
+
+    bad = tmp_path / "bad.tflite"
+    refused = lowtide_cli(
+        "optimize", str(ON_OFF), "-o", str(bad), "--board", "qemu-m4-banks", "--persistent-region", "sram9"
+    )
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [
+        "lowtide: error: --persistent-region sram9: qemu-m4-banks has no memory by that name "
+        "(its memories: code, sram1, sram2)"
+    ]
+    assert not list(tmp_path.glob("bad.*"))

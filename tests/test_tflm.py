@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 
-from conftest import SHARED_MODELS, needs_firmware_tools, run_lowtide
+from conftest import SHARED_MODELS, needs_firmware_tools
 from lowtide.errors import LowtideError
 from lowtide.pipeline.measure import measure
 from lowtide.settings import read_settings
@@ -20,6 +20,7 @@ from lowtide.tflm.build import CORES, build_library, check_kernels_fit_core, res
 from lowtide.tflm.sizer import predict_arena32
 from lowtide.tflm.tree import TFLM_COMMIT, TREE_SETTING, KernelSet, locate_tree
 from lowtide.validation import load_model
+from support.cli import run_lowtide
 
 HELLO = SHARED_MODELS / "tflm_hello_world_int8.tflite"
 KWS = SHARED_MODELS / "mlperf_kws_dscnn_int8.tflite"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SHARED_MODELS, needs_firmware_tools, run_lowtide
+from conftest import SHARED_MODELS, needs_firmware_tools
 from lowtide.device.drivers.platformio import elf_sections
 from lowtide.device.spec import get_board_spec
 from lowtide.pipeline.firmware import ArenaRegions, tflm_arena_layout
@@ -23,6 +23,7 @@ from lowtide.settings import read_settings
 from lowtide.tflm.sizer import Arena32, SplitArena32, predict_arena32
 from lowtide.tflm.tree import KernelSet
 from lowtide.validation import load_model
+from support.cli import run_lowtide
 
 HELLO = SHARED_MODELS / "tflm_hello_world_int8.tflite"
 KWS = SHARED_MODELS / "mlperf_kws_dscnn_int8.tflite"

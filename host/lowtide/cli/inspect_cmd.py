@@ -15,6 +15,7 @@ from rich.markup import escape as escape_markup
 from lowtide import oracle
 from lowtide.cli.application import app
 from lowtide.cli.build_cmd import ARENA_REGION_HELP, PERSISTENT_REGION_HELP
+from lowtide.cli.memories import board_memories, memories_table
 from lowtide.cli.options import Arena32Option
 from lowtide.cli.plots import checked_plot_path, plot_model_map, plots_json, pyplot, save_figure
 from lowtide.cli.progress import progress_bars
@@ -24,9 +25,8 @@ from lowtide.device.spec import get_board_spec
 from lowtide.errors import LowtideError
 from lowtide.memory import MemoryPlan, tflm_plan
 from lowtide.model import Graph
-from lowtide.pipeline.firmware import ArenaRegions, MemoryUse, arena_layout, memory_use, requested_regions
-from lowtide.runtimes import runtime_for, runtime_named
-from lowtide.settings import Settings, read_settings
+from lowtide.pipeline.firmware import ArenaRegions
+from lowtide.settings import read_settings
 from lowtide.stale import ByteRanges, StaleReport, check_stale
 from lowtide.tflm import DEFAULT_CORE, Arena32Mode, Mcu32Arena, mcu32_arena
 from lowtide.tflm.tree import KernelSet
@@ -109,45 +109,6 @@ def _table(graph: Graph, plan: MemoryPlan) -> TerminalTable:
             f"{step.live_bytes:,}",
             Bar(step.live_bytes / plan.live_peak_bytes if plan.live_peak_bytes else 0.0, "← peak" if peak else ""),
             style="bold red" if peak else None,
-        )
-    return table
-
-
-def board_memories(
-    graph: Graph, board: str, runtime: str | None, regions: ArenaRegions, settings: Settings
-) -> list[MemoryUse]:
-    """What `board`'s firmware for `graph` (run by `runtime`, the board's own for None) puts in each memory."""
-    spec = get_board_spec(board)
-    if not spec.memories:
-        raise LowtideError(f"--board {spec.name}: its board file describes no memories ([[memory]] tables)")
-    chosen = runtime_for(spec.runtime, runtime_named(runtime) if runtime else None)
-    if chosen.kernels is None and not regions.default:
-        raise LowtideError(f"--arena-region and --persistent-region place TFLM's arenas: the {chosen} runtime has none")
-    regions = requested_regions(spec, chosen, regions)
-    arena = chosen.predict_arena(graph, spec.core, settings)
-    estimate = chosen.estimate_footprint(graph, arena)
-    return memory_use(spec, estimate, arena_layout(spec, graph, arena, regions, estimate))
-
-
-def _memories_table(uses: list[MemoryUse], board: str) -> TerminalTable:
-    table = TerminalTable(
-        Column("memory"),
-        Column("address", justify="right"),
-        Column("size", justify="right"),
-        Column("holds"),
-        Column("used", justify="right"),
-        Column("fits"),
-        title=f"{board}'s memories (stack not counted)",
-    )
-    for use in uses:
-        holds = "; ".join(f"{what} {nbytes:,} B" for what, nbytes in use.contents) or "-"
-        table.add_row(
-            use.memory,
-            f"0x{use.address:08X}",
-            f"{use.size_bytes:,} B",
-            holds,
-            f"{use.used_bytes:,} B",
-            "yes" if use.fits else "[bold red]NO[/]",
         )
     return table
 
@@ -318,7 +279,7 @@ def inspect(
             summary.add_row("measured total (host TFLM, 64-bit)", f"{measured.total_bytes:,} B")
         console.print(summary)
         if memories is not None:
-            console.print(_memories_table(memories, str(board)))
+            console.print(memories_table(memories, str(board)))
         if stale:
             if stale.operators:
                 console.print(_stale_table(stale))

@@ -13,14 +13,21 @@ from rich.markup import escape
 
 from lowtide.budget import DEFAULT_WALL_SECONDS
 from lowtide.cli.application import app
+from lowtide.cli.build_cmd import ARENA_REGION_HELP, PERSISTENT_REGION_HELP
+from lowtide.cli.memories import board_memories, memories_table
 from lowtide.cli.options import Arena32Option
 from lowtide.cli.plots import checked_plot_path, plot_optimized_maps, plot_pareto_front, plots_json
 from lowtide.cli.progress import progress_bars
 from lowtide.cli.tables import Column, Kind, TerminalTable
 from lowtide.cli.warnings import print_warnings
+from lowtide.device.spec import get_board_spec
 from lowtide.errors import LowtideError
+from lowtide.model import read_model
+from lowtide.pipeline.firmware import ArenaRegions, MemoryUse, requested_regions
 from lowtide.pipeline.optimize import OptimizeResult, PhaseProgress, Verification, WeighedGraph, optimize_model
+from lowtide.project import Runtime
 from lowtide.rewrite import RewriteResult, Tiling
+from lowtide.runtimes import runtime_named
 from lowtide.settings import read_settings
 from lowtide.tflm import DEFAULT_CORE, Arena32Mode
 from lowtide.tflm.tree import KernelSet
@@ -30,6 +37,9 @@ class RewriteMode(enum.StrEnum):
     none = "none"
     auto = "auto"
 
+
+# The runtime the written model runs on: stock TFLM with the kernels the header is sized for.
+_TFLM_RUNTIMES = {KernelSet.REFERENCE: Runtime.TFLM, KernelSet.CMSIS_NN: Runtime.TFLM_CMSIS_NN}
 
 _PHASES = {
     "rewrite": "searching patch tilings",
@@ -309,8 +319,17 @@ def optimize(
     kernels: Annotated[KernelSet, typer.Option(help="TFLM kernels the arena header is sized for")] = (
         KernelSet.REFERENCE
     ),
-    core: Annotated[str, typer.Option(help="MCU core the arena header is sized for")] = DEFAULT_CORE,
+    core: Annotated[
+        str | None,
+        typer.Option(help=f"MCU core the arena header is sized for (default: --board's, else {DEFAULT_CORE})"),
+    ] = None,
     arena32: Arena32Option = Arena32Mode.AUTO,
+    board: Annotated[
+        str | None,
+        typer.Option(help="also show what the firmware for this board puts in each of its memories, and if it fits"),
+    ] = None,
+    arena_region: Annotated[str | None, typer.Option(help=f"with --board: {ARENA_REGION_HELP}")] = None,
+    persistent_region: Annotated[str | None, typer.Option(help=f"with --board: {PERSISTENT_REGION_HELP}")] = None,
     plot_map: Annotated[
         Path | None,
         typer.Option(
@@ -333,6 +352,13 @@ def optimize(
     if plot_front and not rewriting:
         raise LowtideError("--plot-front draws the rewrite's tilings: add --rewrite auto")
     settings = read_settings()
+    regions = ArenaRegions(arena_region, persistent_region)
+    if board is None and not regions.default:
+        raise LowtideError("--arena-region and --persistent-region go with --board")
+    spec = get_board_spec(board) if board else None
+    if spec:  # an unknown board or region is refused before anything is written
+        requested_regions(spec, runtime_named(_TFLM_RUNTIMES[kernels]), regions)
+    core = core or (spec.core if spec else DEFAULT_CORE)
 
     def run(on_progress: PhaseProgress | None) -> OptimizeResult:
         return optimize_model(
@@ -350,6 +376,13 @@ def optimize(
             settings,
         )
 
+    def memories(result: OptimizeResult) -> list[MemoryUse] | None:
+        """The written model on `board`, run by stock TFLM with the kernels its header is sized for."""
+        if board is None:
+            return None
+        written = read_model(result.export.model_data, str(result.export.model_path))
+        return board_memories(written, board, _TFLM_RUNTIMES[kernels], regions, settings)
+
     if json_output:
         result = run(None)
         print_warnings(model, result.warnings)
@@ -357,12 +390,19 @@ def optimize(
             plot_optimized_maps(result, plot_map, settings)
         if plot_front:
             plot_pareto_front(result, plot_front)
-        print(json.dumps(optimize_report(result) | plots_json(plot_map, plot_front)))
+        report = optimize_report(result) | plots_json(plot_map, plot_front)
+        uses = memories(result)
+        if uses is not None:
+            report["board_memories"] = [use.to_json() for use in uses]
+        print(json.dumps(report))
         return
     with progress_bars() as bars:
         result = run(lambda phase, fraction, detail: bars.phase(_PHASES[phase], fraction, detail))
     print_warnings(model, result.warnings)
     _show(Console(), result)
+    uses = memories(result)
+    if uses is not None:
+        Console().print(memories_table(uses, str(board)))
     if plot_map:
         plot_optimized_maps(result, plot_map, settings)
         Console().print(f"memory maps written to {plot_map}")

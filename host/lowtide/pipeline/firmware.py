@@ -80,10 +80,14 @@ IN_BSS = ArenaRegions()  # one arena, with the image's other static data
 def requested_regions(spec: BoardSpec | None, runtime: FirmwareRuntime, regions: ArenaRegions) -> ArenaRegions:
     """Where TFLM's arenas go: `regions` where the user gave either, else the board file's defaults
     (`arena_region`, `persistent_region`) for a runtime of TFLM's; `regions` for the compiled runtime, which has
-    none of TFLM's arenas."""
-    if spec is None or runtime.kernels is None or not regions.default:
+    none of TFLM's arenas. A region `spec` has no memory for is refused here, before anything is built or written."""
+    if spec is None or runtime.kernels is None:
         return regions
-    return ArenaRegions(spec.arena_region, spec.persistent_region)
+    chosen = regions if not regions.default else ArenaRegions(spec.arena_region, spec.persistent_region)
+    for name, option in ((chosen.arena, "--arena-region"), (chosen.persistent, "--persistent-region")):
+        if name is not None:
+            _place(spec, name, option)
+    return chosen
 
 
 def _place(spec: BoardSpec, name: str, option: str) -> ArenaPlace:
@@ -413,10 +417,6 @@ def build_board_firmware(
         raise LowtideError(
             f"--arena-region and --persistent-region place TFLM's arenas: the {runtime} runtime has none"
         )
-    if not regions.default:
-        for name, option in ((regions.arena, "--arena-region"), (regions.persistent, "--persistent-region")):
-            if name is not None:
-                _place(spec, name, option)  # an unknown memory is refused before TFLM is built
     early = runtime.estimate_before_sizing(graph)
     if early is not None and regions.default:
         # Before TFLM is built to size the arena: the head alone and the model file must fit.
