@@ -505,6 +505,26 @@ LT_ALWAYS_INLINE void lt_matmul_1_w16(const int16_t *x0, const uint32_t *w, int3
     }
 }
 
+/* The outputs of two expanded pixels (out0, out1) or one (out0) through the filter in the layout `flags` says: int16
+ * (LT_WIDE_WEIGHTS, lt_matmul_*_w16) or int8 (lt_matmul_*_s8). */
+LT_ALWAYS_INLINE void lt_matmul_2(const int16_t *x0, const int16_t *x1, const void *filter, int32_t k4, int32_t out_c,
+                                  const int32_t *bias, const lt_requant *rq, const lt_conv_params *p, int8_t *out0,
+                                  int8_t *out1, const unsigned flags) {
+    if (flags & LT_WIDE_WEIGHTS)
+        lt_matmul_2_w16(x0, x1, (const uint32_t *)filter, k4, out_c, bias, rq, p, out0, out1, flags);
+    else
+        lt_matmul_2_s8(x0, x1, (const uint32_t *)filter, k4, out_c, bias, rq, p, out0, out1, flags);
+}
+
+LT_ALWAYS_INLINE void lt_matmul_1(const int16_t *x0, const void *filter, int32_t k4, int32_t out_c,
+                                  const int32_t *bias, const lt_requant *rq, const lt_conv_params *p, int8_t *out0,
+                                  const unsigned flags) {
+    if (flags & LT_WIDE_WEIGHTS)
+        lt_matmul_1_w16(x0, (const uint32_t *)filter, k4, out_c, bias, rq, p, out0, flags);
+    else
+        lt_matmul_1_s8(x0, (const uint32_t *)filter, k4, out_c, bias, rq, p, out0, flags);
+}
+
 /* ---- matrix x vector over int8 rows packed four by four (LSTM gates, SVDF features) -------------------------- */
 
 /* The last k % 4 of x's k values as a word, zero-padded: the dot products read x's whole words in place and this
@@ -745,22 +765,14 @@ LT_ALWAYS_INLINE void lt_conv_s8_fast(const lt_conv_params *p, const int8_t *inp
             lt_im2col_s8(p, input, px, row0, gather);
             lt_im2col_s8(p, input, px + 1, row1, gather);
         }
-        if (flags & LT_WIDE_WEIGHTS)
-            lt_matmul_2_w16(row0, row1, (const uint32_t *)filter, k4, out_c, bias, rq, p, output + px * out_c,
-                            output + (px + 1) * out_c, flags);
-        else
-            lt_matmul_2_s8(row0, row1, (const uint32_t *)filter, k4, out_c, bias, rq, p, output + px * out_c,
-                           output + (px + 1) * out_c, flags);
+        lt_matmul_2(row0, row1, filter, k4, out_c, bias, rq, p, output + px * out_c, output + (px + 1) * out_c, flags);
     }
     if (px < pixels) {
         if (pointwise)
             lt_expand_s8(input + px * p->in_c, p->in_c, row0);
         else
             lt_im2col_s8(p, input, px, row0, gather);
-        if (flags & LT_WIDE_WEIGHTS)
-            lt_matmul_1_w16(row0, (const uint32_t *)filter, k4, out_c, bias, rq, p, output + px * out_c, flags);
-        else
-            lt_matmul_1_s8(row0, (const uint32_t *)filter, k4, out_c, bias, rq, p, output + px * out_c, flags);
+        lt_matmul_1(row0, filter, k4, out_c, bias, rq, p, output + px * out_c, flags);
     }
 }
 

@@ -45,22 +45,14 @@ LT_ALWAYS_INLINE void lt_conv_ring_s8_fast(const lt_conv_params *p, const int8_t
             lt_im2col_window_s8(p, input, in_slots, oy, ox, row0, gather);
             lt_im2col_window_s8(p, input, in_slots, oy, ox + 1, row1, gather);
         }
-        if (flags & LT_WIDE_WEIGHTS)
-            lt_matmul_2_w16(row0, row1, (const uint32_t *)filter, k4, out_c, bias, rq, p, output + ox * out_c,
-                            output + (ox + 1) * out_c, flags);
-        else
-            lt_matmul_2_s8(row0, row1, (const uint32_t *)filter, k4, out_c, bias, rq, p, output + ox * out_c,
-                           output + (ox + 1) * out_c, flags);
+        lt_matmul_2(row0, row1, filter, k4, out_c, bias, rq, p, output + ox * out_c, output + (ox + 1) * out_c, flags);
     }
     if (ox < out_w) {
         if (pointwise)
             lt_expand_s8(in_row + ox * in_c, in_c, row0);
         else
             lt_im2col_window_s8(p, input, in_slots, oy, ox, row0, gather);
-        if (flags & LT_WIDE_WEIGHTS)
-            lt_matmul_1_w16(row0, (const uint32_t *)filter, k4, out_c, bias, rq, p, output + ox * out_c, flags);
-        else
-            lt_matmul_1_s8(row0, (const uint32_t *)filter, k4, out_c, bias, rq, p, output + ox * out_c, flags);
+        lt_matmul_1(row0, filter, k4, out_c, bias, rq, p, output + ox * out_c, flags);
     }
 }
 
@@ -100,19 +92,11 @@ LT_ALWAYS_INLINE void lt_conv_planes_row_s8_fast(const lt_conv_params *p, const 
     for (; ox + 2 <= out_w; ox += 2) {
         lt_im2col_planes_s8(p, planes, oy, ox, row0, gather);
         lt_im2col_planes_s8(p, planes, oy, ox + 1, row1, gather);
-        if (flags & LT_WIDE_WEIGHTS)
-            lt_matmul_2_w16(row0, row1, (const uint32_t *)filter, k4, out_c, bias, rq, p, output + ox * out_c,
-                            output + (ox + 1) * out_c, flags);
-        else
-            lt_matmul_2_s8(row0, row1, (const uint32_t *)filter, k4, out_c, bias, rq, p, output + ox * out_c,
-                           output + (ox + 1) * out_c, flags);
+        lt_matmul_2(row0, row1, filter, k4, out_c, bias, rq, p, output + ox * out_c, output + (ox + 1) * out_c, flags);
     }
     if (ox < out_w) {
         lt_im2col_planes_s8(p, planes, oy, ox, row0, gather);
-        if (flags & LT_WIDE_WEIGHTS)
-            lt_matmul_1_w16(row0, (const uint32_t *)filter, k4, out_c, bias, rq, p, output + ox * out_c, flags);
-        else
-            lt_matmul_1_s8(row0, (const uint32_t *)filter, k4, out_c, bias, rq, p, output + ox * out_c, flags);
+        lt_matmul_1(row0, filter, k4, out_c, bias, rq, p, output + ox * out_c, flags);
     }
 }
 
