@@ -22,7 +22,7 @@ class ProgressBars:
         """`done` of `total` steps of the work labelled `label`: the callback the stages take (with the label
         bound), e.g. `functools.partial(bars.update, "TFLM for cortex-m4f")`."""
         if label not in self._tasks:
-            self._tasks[label] = self._progress.add_task(label, total=total)
+            self._tasks[label] = self._progress.add_task(label, total=total, detail="")
         self._progress.update(self._tasks[label], completed=done, total=total, detail=f"{done}/{total}")
 
     def phase(self, label: str, fraction: float | None, detail: str) -> None:
