@@ -40,7 +40,7 @@ from lowtide.storage import cache_root
 from lowtide.tflm.sizer import predict_arena32
 from lowtide.tflm.tree import KernelSet
 from lowtide.validation import load_model
-from support.builder_models import BRANCH_BY_BRANCH, BREADTH_FIRST, two_branch_builder
+from support.builder_models import BRANCH_BY_BRANCH, two_branch_builder
 
 pytest_plugins = ["pytester"]
 
@@ -480,10 +480,11 @@ def test_baselines_survive_a_writer_killed_mid_write(tmp_path: Path):
 @needs_firmware_tools
 def test_worse_model_fails_on_qemu_m4_with_painted_and_instruction_figures(pytester: pytest.Pytester):
     """The same regression on the emulated Cortex-M4: the compiled firmware paints the arena and counts
-    instructions, so the message shows the high-water mark growing from the plan of the branch-by-branch order to
-    that of the breadth-first order of the same two-branch graph (the compiled runtime runs the stored order)."""
+    instructions, so the message shows the high-water mark growing from the two-branch graph to its version with
+    branches twice as wide. (Its two operator orders no longer differ there: the compiled runtime runs the whole
+    graph row by row in either.)"""
     model = pytester.path / "two_branch.tflite"
-    good, bad = (two_branch_builder().build(order) for order in (BRANCH_BY_BRANCH, BREADTH_FIRST))
+    good, bad = (two_branch_builder(wide).build(BRANCH_BY_BRANCH) for wide in (64, 128))
     arenas = []
     for data in (bad, good):
         model.write_bytes(data)

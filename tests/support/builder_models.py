@@ -6,16 +6,16 @@ from __future__ import annotations
 from lowtide.model.builder import ModelBuilder
 
 
-def two_branch_builder() -> ModelBuilder:
-    """Two branches that each expand a 1 KiB tensor to 16 KiB and project it back, then an ADD.
+def two_branch_builder(wide: int = 64) -> ModelBuilder:
+    """Two branches that each expand a 1 KiB tensor to 16 KiB (`wide` channels) and project it back, then an ADD.
 
     Op 0: a = conv(x, 64)  op 1: b = conv(x, 64)  op 2: a' = conv(a, 4)  op 3: b' = conv(b, 4)  op 4: add.
     Both wide tensors are live together in call order (breadth first); branch by branch, only one is.
     """
     b = ModelBuilder(seed=3)
     x = b.input((1, 16, 16, 4))
-    wide_a = b.conv2d(x, filters=64, kernel=1)
-    wide_b = b.conv2d(x, filters=64, kernel=1)
+    wide_a = b.conv2d(x, filters=wide, kernel=1)
+    wide_b = b.conv2d(x, filters=wide, kernel=1)
     narrow_a = b.conv2d(wide_a, filters=4, kernel=1, activation="NONE")
     narrow_b = b.conv2d(wide_b, filters=4, kernel=1, activation="NONE")
     b.output(b.add(narrow_a, narrow_b))

@@ -175,6 +175,8 @@ def compiled_data_regions(spec: BoardSpec, estimate: FootprintEstimate) -> tuple
         inside = [r for r in script if bank.address <= r.origin < bank.end]
         if any(not r.writable for r in inside):
             continue
+        if any(r.origin < bank.address < r.origin + r.length for r in script):
+            continue  # part of a region starting in a memory before it (the F746's one RAM over DTCM and SRAM1-2)
         nbytes = max([bank.size_bytes, *(r.length for r in inside)])
         nbytes -= stack_bytes if any(r.name == stack_region for r in inside) else 0
         nbytes -= estimate.static_ram_bytes if _holds_bss(spec, bank, script) else 0
@@ -193,6 +195,8 @@ def compiled_arena_layout(spec: BoardSpec, graph: Graph, estimate: FootprintEsti
     that is the image's RAM, every other one in its memory's section; None where the one arena stays in .bss (the
     image is the one a board without memory regions gets)."""
     regions = compiled_data_regions(spec, estimate)
+    if sum(r.capacity_bytes for r in regions) < estimate.arena_bytes - ARENA_SLACK_BYTES:
+        return None  # no split holds the plan's head: the fit check says what does not fit, in the image's terms
     script = shipped_linker_regions(spec) or []
     banks = {m.name: m for m in spec.memories}
     places = tuple(
