@@ -652,15 +652,7 @@ def plan_streaming(graph: Graph, region: Region, strips: int, split_source: bool
                 if last_reader[edge.tensor] == rop.op and rows[0] < rows[1]:  # before this strip's rows of it die
                     handed_on[edge.tensor] = steps.crop(held[edge.tensor], (rows, held[edge.tensor].cols), k + 1)
             results = tuple(Piece(t, out_rows, out_cols, t, k) for t in rop.outputs)
-            padding = None
-            if rop.pads:  # the PAD's own padding, where this strip's rows of its output leave its input
-                (_, piece), edge = inputs[0], rop.edges[0]
-                top, left = edge.rows.offset, edge.cols.offset  # type: ignore[union-attr]
-                padding = (
-                    (piece.rows[0] + top - out_rows[0], out_rows[1] - piece.rows[1] - top),
-                    (piece.cols[0] + left - out_cols[0], out_cols[1] - piece.cols[1] - left),
-                )
-            steps.add(Apply(rop.op, tuple(inputs), results, padding))
+            steps.add(Apply(rop.op, tuple(inputs), results, _pad_padding(rop, inputs, out_rows, out_cols)))
             made.update((r.tensor, r) for r in results)
             macs += op_macs(sg, sg.operators[rop.op], results[0].height * results[0].width)
         for t, rows_per_strip in carries.items():  # a tensor no operator read in this strip hands its rows on
@@ -897,15 +889,7 @@ def _patch(
                 piece = padded
             inputs.append((edge.slot, piece))
         results = tuple(Piece(t, out_rows, out_cols, t, patch) for t in rop.outputs)
-        padding = None
-        if rop.pads:  # the PAD's own padding, where this window of its output leaves its input
-            (_, piece), edge = inputs[0], rop.edges[0]
-            top, left = edge.rows.offset, edge.cols.offset  # type: ignore[union-attr]
-            padding = (
-                (piece.rows[0] + top - out_rows[0], out_rows[1] - piece.rows[1] - top),
-                (piece.cols[0] + left - out_cols[0], out_cols[1] - piece.cols[1] - left),
-            )
-        steps.append(Apply(rop.op, tuple(inputs), results, padding))
+        steps.append(Apply(rop.op, tuple(inputs), results, _pad_padding(rop, inputs, out_rows, out_cols)))
         for result in results:
             held[result.tensor] = result
         macs += op_macs(sg, sg.operators[rop.op], results[0].height * results[0].width)
@@ -920,3 +904,18 @@ def whole_piece(sg: Subgraph, tensor: int) -> Piece:
 def _clip(sg: Subgraph, tensor: int, rows: Interval, cols: Interval) -> tuple[Interval, Interval]:
     shape = sg.tensors[tensor].shape
     return (max(rows[0], 0), min(rows[1], shape[1])), (max(cols[0], 0), min(cols[1], shape[2]))
+
+
+def _pad_padding(
+    rop: RegionOp, inputs: list[tuple[int, Piece]], out_rows: Interval, out_cols: Interval
+) -> tuple[tuple[int, int], tuple[int, int]] | None:
+    """A PAD's own padding where the window (`out_rows`, `out_cols`) of its output leaves its input (`inputs`' first
+    piece); None for any other operator."""
+    if not rop.pads:
+        return None
+    (_, piece), edge = inputs[0], rop.edges[0]
+    top, left = edge.rows.offset, edge.cols.offset  # type: ignore[union-attr]
+    return (
+        (piece.rows[0] + top - out_rows[0], out_rows[1] - piece.rows[1] - top),
+        (piece.cols[0] + left - out_cols[0], out_cols[1] - piece.cols[1] - left),
+    )
