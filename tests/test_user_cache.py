@@ -10,27 +10,20 @@ import os
 import shutil
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from conftest import SHARED_MODELS, needs_firmware_tools
 from lowtide.resources import BOARDS_DIR
+from support.cli import run_lowtide
 
 TFLM_ARCHIVES = SHARED_MODELS.parent / "tflm"
 HELLO = SHARED_MODELS / "tflm_hello_world_int8.tflite"
 
 
-def lowtide(
-    *args: str, env: dict[str, str] | None = None, prefix: tuple[str, ...] = (), timeout: float = 600
-) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [*prefix, sys.executable, "-c", "from lowtide.cli import main; main()", *args],
-        env={**os.environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+lowtide = partial(run_lowtide, timeout=600)
 
 
 def one_line_error(done: subprocess.CompletedProcess) -> str:
